@@ -1,0 +1,1 @@
+//! `tc_comm_*` and the operations.

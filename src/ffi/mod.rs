@@ -1,0 +1,90 @@
+//! The `extern "C"` layer: one module per C object family, each a thin shell
+
+#![allow(non_camel_case_types)]
+//! over the safe Rust modules. Every exported function runs its body through
+//! [`boundary`], which catches panics, turns errors into result codes and
+//! records the thread's last-error detail.
+
+pub mod comm;
+pub mod errors;
+pub mod log;
+pub mod store;
+pub mod types;
+pub mod work;
+
+use crate::error::{set_last_error, tc_result_t, Error, ErrorKind, Result, TC_SUCCESS};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic payload".into())
+}
+
+/// Runs the body of exported function `func`: a panic becomes `TC_ERR_PANIC`,
+/// an error its code; either way the thread's last error names `func`.
+pub fn boundary(func: &'static str, body: impl FnOnce() -> Result<()>) -> tc_result_t {
+    let err = match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => return TC_SUCCESS,
+        Ok(Err(e)) => e,
+        Err(payload) => Error::new(ErrorKind::Panic, format!("internal panic: {}", panic_message(&*payload))),
+    };
+    set_last_error(&format!("{func}: {}", err.message));
+    crate::log_info!("{func} failed: {} ({})", err.message, err.code());
+    err.code()
+}
+
+/// Like [`boundary`] for functions that return nothing (destroy/free):
+/// failures are logged as warnings.
+pub fn boundary_void(func: &'static str, body: impl FnOnce() -> Result<()>) {
+    let rc = boundary(func, body);
+    if rc != TC_SUCCESS {
+        crate::log_warn!("{}", unsafe { std::ffi::CStr::from_ptr(crate::error::last_error_ptr()) }.to_string_lossy());
+    }
+}
+
+/// Borrows a non-NULL input pointer.
+///
+/// # Safety
+/// `p` must be NULL or valid for reads for `'a`.
+pub unsafe fn arg_ref<'a, T>(p: *const T, name: &str) -> Result<&'a T> {
+    p.as_ref().ok_or_else(|| Error::null_argument(name))
+}
+
+/// Borrows a non-NULL output pointer. Callers check every out-pointer before
+/// doing any work and write them only on success.
+///
+/// # Safety
+/// `p` must be NULL or valid for writes for `'a`.
+pub unsafe fn arg_out<'a, T>(p: *mut T, name: &str) -> Result<&'a mut T> {
+    p.as_mut().ok_or_else(|| Error::null_argument(name))
+}
+
+/// Borrows `n` elements at `p`; NULL is allowed only when `n == 0`.
+///
+/// # Safety
+/// `p` must be valid for reads of `n` elements for `'a`.
+pub unsafe fn arg_slice<'a, T>(p: *const T, n: usize, name: &str) -> Result<&'a [T]> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(Error::null_argument(name));
+    }
+    Ok(std::slice::from_raw_parts(p, n))
+}
+
+/// Moves a Rust object to the C side as an owned handle.
+pub fn into_handle<T>(value: T) -> *mut T {
+    Box::into_raw(Box::new(value))
+}
+
+/// Takes back an owned handle; NULL gives `None`.
+///
+/// # Safety
+/// `p` must be NULL or a pointer returned by [`into_handle`] not yet freed.
+pub unsafe fn take_handle<T>(p: *mut T) -> Option<Box<T>> {
+    (!p.is_null()).then(|| Box::from_raw(p))
+}

@@ -1,0 +1,15 @@
+//! libtorchcomm: the TorchComm communication API as a C library.
+//!
+//! Layout: `ffi` is the thin `extern "C"` layer (one module per C object
+//! family); everything under it is safe Rust: `error`, `types`, `options`,
+//! `config` (environment and logging), `store` (rendezvous), `comm` (the
+//! communicator and its operations), `work`, `backends`.
+
+#![allow(clippy::missing_safety_doc)]
+
+pub mod config;
+pub mod error;
+pub mod ffi;
+pub mod options;
+pub mod store;
+pub mod types;

@@ -1,0 +1,37 @@
+//! Key-value stores used for rendezvous: a TCPStore client and server that
+//! speak PyTorch c10d's wire protocol, a FileStore, and a PrefixStore.
+//!
+//! Keys are user keys (as Python's `store.set("k")` sees them); the TCP
+//! client adds torch's leading `/` on the wire itself.
+
+use crate::error::Result;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A rendezvous store. Implementations are thread-safe: one store may be used
+/// from several threads at once.
+pub trait Store: Send + Sync {
+    /// Sets `key` to `value`, waking waiters on it.
+    fn set(&self, key: &str, value: &[u8]) -> Result<()>;
+    /// Waits up to the store's timeout for `key`, then returns its value.
+    fn get(&self, key: &str) -> Result<Vec<u8>>;
+    /// Adds `delta` to the decimal integer at `key` (missing = 0); returns the
+    /// new value.
+    fn add(&self, key: &str, delta: i64) -> Result<i64>;
+    /// torch's compare_set: see tcpstore-protocol.md; returns the value now
+    /// current (or `expected` for a missing key with non-empty `expected`).
+    fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>>;
+    /// True when every key exists.
+    fn check(&self, keys: &[&str]) -> Result<bool>;
+    /// Waits until every key exists, or fails with `TC_ERR_TIMEOUT` after
+    /// `timeout` (None: the store's timeout).
+    fn wait(&self, keys: &[&str], timeout: Option<Duration>) -> Result<()>;
+    /// Deletes `key`; true when it existed.
+    fn delete(&self, key: &str) -> Result<bool>;
+    /// Number of keys (torch counts `init/` too).
+    fn num_keys(&self) -> Result<i64>;
+    /// The store's default timeout for get and wait.
+    fn timeout(&self) -> Duration;
+}
+
+pub type StoreRef = Arc<dyn Store>;
