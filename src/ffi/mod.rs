@@ -1,9 +1,9 @@
 //! The `extern "C"` layer: one module per C object family, each a thin shell
-
-#![allow(non_camel_case_types)]
 //! over the safe Rust modules. Every exported function runs its body through
 //! [`boundary`], which catches panics, turns errors into result codes and
 //! records the thread's last-error detail.
+
+#![allow(non_camel_case_types)]
 
 pub mod comm;
 pub mod errors;
