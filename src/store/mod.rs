@@ -4,7 +4,18 @@
 //! Keys are user keys (as Python's `store.set("k")` sees them); the TCP
 //! client adds torch's leading `/` on the wire itself.
 
-use crate::error::Result;
+pub mod client;
+pub mod file;
+pub mod prefix;
+pub mod server;
+pub mod wire;
+
+pub use client::{TcpStore, TcpStoreOptions};
+pub use file::FileStore;
+pub use prefix::PrefixStore;
+pub use server::TcpStoreServer;
+
+use crate::error::{Error, Result};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,6 +43,23 @@ pub trait Store: Send + Sync {
     fn num_keys(&self) -> Result<i64>;
     /// The store's default timeout for get and wait.
     fn timeout(&self) -> Duration;
+    /// Appends `value` to `key`'s value, creating the key when missing.
+    fn append(&self, key: &str, _value: &[u8]) -> Result<()> {
+        Err(Error::unsupported(format!("append (key {key:?}) is not supported by this store")))
+    }
+    /// Waits for every key, then returns their values in order.
+    fn multi_get(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>> {
+        keys.iter().map(|k| self.get(k)).collect()
+    }
+    /// Sets every pair.
+    fn multi_set(&self, kvs: &[(&str, &[u8])]) -> Result<()> {
+        kvs.iter().try_for_each(|(k, v)| self.set(k, v))
+    }
+    /// A second, independent handle on the same store (a new connection for
+    /// the TCP store).
+    fn clone_store(&self) -> Result<StoreRef> {
+        Err(Error::unsupported("clone is not supported by this store"))
+    }
 }
 
 pub type StoreRef = Arc<dyn Store>;

@@ -1,0 +1,541 @@
+//! The TCPStore server: one thread running a `poll(2)` event loop over
+//! non-blocking sockets, with the semantics of torch's libuv server. A slow
+//! or half-sent request only ever holds its own connection's buffer; a
+//! malformed, oversized or unknown request closes that connection alone.
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::store::wire::{self, Decode, Request};
+use std::collections::{HashMap, VecDeque};
+use std::io::{ErrorKind as IoKind, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::thread::JoinHandle;
+
+/// Listen backlog: large enough for 1024 clients connecting at once.
+const BACKLOG: i32 = 4096;
+/// Bytes read from one connection per loop turn, so that one fast sender
+/// cannot starve the others.
+const READ_BUDGET: usize = 1 << 20;
+
+/// Raises this process's soft limit on open files to the hard limit.
+pub fn raise_nofile_limit() {
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
+/// A running store server; dropping it (or [`TcpStoreServer::shutdown`])
+/// stops the loop and closes every connection, waking parked clients with
+/// an end of stream.
+pub struct TcpStoreServer {
+    port: u16,
+    wake: Option<OwnedFd>,
+    thread: Option<JoinHandle<()>>,
+}
+
+fn bind_listener(port: u16) -> std::io::Result<TcpListener> {
+    // Dual-stack first (IPv4 clients arrive v4-mapped), then IPv4 only.
+    let listener = match TcpListener::bind(("::", port)) {
+        Ok(l) => l,
+        Err(e) if e.kind() == IoKind::AddrInUse => return Err(e),
+        Err(_) => TcpListener::bind(("0.0.0.0", port))?,
+    };
+    // A second listen() on Linux only resizes the backlog.
+    unsafe { libc::listen(listener.as_raw_fd(), BACKLOG) };
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+impl TcpStoreServer {
+    /// Starts a server on every local address at `port` (0: a free port).
+    pub fn start(port: u16) -> Result<TcpStoreServer> {
+        raise_nofile_limit();
+        let listener = bind_listener(port).map_err(|e| {
+            if e.kind() == IoKind::AddrInUse {
+                Error::new(ErrorKind::System, format!("cannot start the store server on port {port}: address already in use"))
+            } else {
+                Error::system(format!("cannot start the store server on port {port}"), e)
+            }
+        })?;
+        let port = listener.local_addr().map_err(|e| Error::system("store server: local_addr", e))?.port();
+        let mut fds = [0 as RawFd; 2];
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+            return Err(Error::system("store server: pipe", std::io::Error::last_os_error()));
+        }
+        let (wake_r, wake_w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let thread = std::thread::Builder::new()
+            .name("tc-store-server".into())
+            .spawn(move || EventLoop::new(listener, wake_r).run())
+            .map_err(|e| Error::system("store server: spawning its thread", e))?;
+        crate::log_info!("store server listening on port {port}");
+        Ok(TcpStoreServer { port, wake: Some(wake_w), thread: Some(thread) })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Stops the server and waits for its thread; idempotent.
+    pub fn shutdown(&mut self) {
+        if let Some(w) = self.wake.take() {
+            unsafe { libc::write(w.as_raw_fd(), [1u8].as_ptr().cast(), 1) };
+            // Keep the write end open until the loop saw the byte.
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
+            drop(w);
+        }
+    }
+}
+
+impl Drop for TcpStoreServer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+struct Conn {
+    stream: TcpStream,
+    peer: String,
+    inbuf: Vec<u8>,
+    out: Vec<u8>,
+    out_pos: usize,
+    validated: bool,
+    eof: bool,
+    waits: Vec<u64>,
+}
+
+struct Wait {
+    conn: u64,
+    remaining: usize,
+    keys: Vec<Vec<u8>>,
+}
+
+#[derive(Default)]
+struct State {
+    kv: HashMap<Vec<u8>, Vec<u8>>,
+    queues: HashMap<Vec<u8>, VecDeque<Vec<u8>>>,
+    /// Key → ids of waits that still need it.
+    waiters: HashMap<Vec<u8>, Vec<u64>>,
+    waits: HashMap<u64, Wait>,
+    /// Barrier key → connections parked on it.
+    barriers: HashMap<Vec<u8>, Vec<u64>>,
+    next_wait: u64,
+}
+
+fn parse_int(v: &[u8]) -> Option<i64> {
+    std::str::from_utf8(v).ok()?.trim().parse().ok()
+}
+
+fn show_key(k: &[u8]) -> String {
+    String::from_utf8_lossy(&k[..k.len().min(200)]).into_owned()
+}
+
+impl State {
+    fn exists(&self, k: &[u8]) -> bool {
+        self.kv.contains_key(k) || self.queues.get(k).is_some_and(|q| !q.is_empty())
+    }
+
+    /// Wakes the waits that needed `key`.
+    fn wake(&mut self, conns: &mut HashMap<u64, Conn>, key: &[u8]) {
+        let Some(ids) = self.waiters.remove(key) else { return };
+        for wid in ids {
+            let done = match self.waits.get_mut(&wid) {
+                Some(w) => {
+                    w.remaining -= 1;
+                    w.remaining == 0
+                }
+                None => false,
+            };
+            if done {
+                let w = self.waits.remove(&wid).unwrap();
+                if let Some(c) = conns.get_mut(&w.conn) {
+                    c.out.push(wire::STOP_WAITING);
+                    c.waits.retain(|x| *x != wid);
+                }
+            }
+        }
+    }
+
+    fn drop_wait(&mut self, wid: u64) {
+        if let Some(w) = self.waits.remove(&wid) {
+            for k in &w.keys {
+                if let Some(list) = self.waiters.get_mut(k) {
+                    list.retain(|x| *x != wid);
+                    if list.is_empty() {
+                        self.waiters.remove(k);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Drops every wait and barrier arrival of connection `id`.
+    fn cancel_conn(&mut self, conns: &mut HashMap<u64, Conn>, id: u64) {
+        if let Some(c) = conns.get_mut(&id) {
+            for wid in std::mem::take(&mut c.waits) {
+                self.drop_wait(wid);
+            }
+        }
+        self.barriers.retain(|_, list| {
+            list.retain(|c| *c != id);
+            !list.is_empty()
+        });
+    }
+
+    /// Executes one request of connection `id`; an error closes it.
+    fn handle(&mut self, conns: &mut HashMap<u64, Conn>, id: u64, req: Request) -> std::result::Result<(), String> {
+        let mut out = Vec::new();
+        match req {
+            Request::Validate(m) => {
+                if m != wire::VALIDATION_MAGIC {
+                    return Err(format!("bad VALIDATE magic {m:#x}"));
+                }
+            }
+            Request::Set { key, value } => {
+                self.kv.insert(key.clone(), value);
+                self.wake(conns, &key);
+            }
+            Request::CompareSet { key, expected, desired } => {
+                let reply = match self.kv.get(&key) {
+                    None if expected.is_empty() => {
+                        self.kv.insert(key.clone(), desired.clone());
+                        self.wake(conns, &key);
+                        desired
+                    }
+                    None => expected,
+                    Some(cur) if *cur == expected => {
+                        self.kv.insert(key.clone(), desired.clone());
+                        self.wake(conns, &key);
+                        desired
+                    }
+                    Some(cur) => cur.clone(),
+                };
+                wire::put_bytes(&mut out, &reply);
+            }
+            Request::Get(key) => wire::put_bytes(&mut out, self.kv.get(&key).map_or(&[][..], |v| v)),
+            Request::Add { key, delta } => {
+                let cur = match self.kv.get(&key) {
+                    None => 0,
+                    Some(v) => parse_int(v).ok_or_else(|| format!("ADD on key {:?} whose value is not an integer", show_key(&key)))?,
+                };
+                let new = cur.checked_add(delta).ok_or_else(|| format!("ADD on key {:?} overflows", show_key(&key)))?;
+                self.kv.insert(key.clone(), new.to_string().into_bytes());
+                self.wake(conns, &key);
+                wire::put_i64(&mut out, new);
+            }
+            Request::Check(keys) => {
+                let ready = keys.iter().all(|k| self.exists(k));
+                out.push(if ready { wire::READY } else { wire::NOT_READY });
+            }
+            Request::Wait(keys) => {
+                let missing: Vec<Vec<u8>> = keys.into_iter().filter(|k| !self.exists(k)).collect();
+                if missing.is_empty() {
+                    out.push(wire::STOP_WAITING);
+                } else {
+                    let wid = self.next_wait;
+                    self.next_wait += 1;
+                    for k in &missing {
+                        self.waiters.entry(k.clone()).or_default().push(wid);
+                    }
+                    self.waits.insert(wid, Wait { conn: id, remaining: missing.len(), keys: missing });
+                    if let Some(c) = conns.get_mut(&id) {
+                        c.waits.push(wid);
+                    }
+                }
+            }
+            Request::GetNumKeys => wire::put_i64(&mut out, self.kv.len() as i64),
+            Request::DeleteKey(key) => {
+                let n = self.kv.remove(&key).is_some() as i64;
+                self.queues.remove(&key);
+                wire::put_i64(&mut out, n);
+            }
+            Request::Append { key, value } => {
+                self.kv.entry(key.clone()).or_default().extend_from_slice(&value);
+                self.wake(conns, &key);
+            }
+            Request::MultiGet(keys) => {
+                for k in keys {
+                    wire::put_bytes(&mut out, self.kv.get(&k).map_or(&[][..], |v| v));
+                }
+            }
+            Request::MultiSet(kvs) => {
+                for (k, v) in kvs {
+                    self.kv.insert(k.clone(), v);
+                    self.wake(conns, &k);
+                }
+            }
+            Request::CancelWait => {
+                self.cancel_conn(conns, id);
+                out.push(wire::WAIT_CANCELED);
+            }
+            Request::Ping(n) => wire::put_u32(&mut out, n),
+            Request::QueuePush { key, value } => {
+                self.queues.entry(key.clone()).or_default().push_back(value);
+                self.wake(conns, &key);
+            }
+            Request::QueuePop(key) => {
+                let q = self.queues.get_mut(&key);
+                let len = q.as_ref().map_or(0, |q| q.len());
+                wire::put_i64(&mut out, len as i64);
+                if let Some(q) = q {
+                    if let Some(v) = q.pop_front() {
+                        wire::put_bytes(&mut out, &v);
+                    }
+                    if q.is_empty() {
+                        self.queues.remove(&key);
+                    }
+                }
+            }
+            Request::QueueLen(key) => wire::put_i64(&mut out, self.queues.get(&key).map_or(0, |q| q.len()) as i64),
+            Request::ListKeys => {
+                wire::put_u64(&mut out, self.kv.len() as u64);
+                for k in self.kv.keys() {
+                    wire::put_bytes(&mut out, k);
+                }
+            }
+            Request::Barrier { key, world_size } => {
+                let cur = match self.kv.get(&key) {
+                    None => 0,
+                    Some(v) => parse_int(v).ok_or_else(|| format!("BARRIER on key {:?} whose value is not an integer", show_key(&key)))?,
+                };
+                let new = cur.saturating_add(1);
+                self.kv.insert(key.clone(), new.to_string().into_bytes());
+                self.wake(conns, &key);
+                if new >= world_size {
+                    out.push(wire::STOP_WAITING);
+                    for other in self.barriers.remove(&key).unwrap_or_default() {
+                        if let Some(c) = conns.get_mut(&other) {
+                            c.out.push(wire::STOP_WAITING);
+                        }
+                    }
+                } else {
+                    self.barriers.entry(key).or_default().push(id);
+                }
+            }
+        }
+        if let Some(c) = conns.get_mut(&id) {
+            c.out.extend_from_slice(&out);
+        }
+        Ok(())
+    }
+}
+
+struct EventLoop {
+    listener: TcpListener,
+    wake: OwnedFd,
+    conns: HashMap<u64, Conn>,
+    state: State,
+    next_conn: u64,
+}
+
+impl EventLoop {
+    fn new(listener: TcpListener, wake: OwnedFd) -> EventLoop {
+        EventLoop { listener, wake, conns: HashMap::new(), state: State::default(), next_conn: 0 }
+    }
+
+    fn run(mut self) {
+        let mut pfds: Vec<libc::pollfd> = Vec::new();
+        let mut ids: Vec<u64> = Vec::new();
+        loop {
+            pfds.clear();
+            ids.clear();
+            pfds.push(libc::pollfd { fd: self.wake.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+            pfds.push(libc::pollfd { fd: self.listener.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+            for (id, c) in &self.conns {
+                let mut ev = 0;
+                if !c.eof {
+                    ev |= libc::POLLIN;
+                }
+                if c.out_pos < c.out.len() {
+                    ev |= libc::POLLOUT;
+                }
+                pfds.push(libc::pollfd { fd: c.stream.as_raw_fd(), events: ev, revents: 0 });
+                ids.push(*id);
+            }
+            let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, -1) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == IoKind::Interrupted {
+                    continue;
+                }
+                crate::log_warn!("store server: poll failed: {e}; stopping");
+                return;
+            }
+            if pfds[0].revents != 0 {
+                crate::log_info!("store server: shutting down with {} connections", self.conns.len());
+                return;
+            }
+            if pfds[1].revents != 0 {
+                self.accept_all();
+            }
+            for (i, id) in ids.iter().enumerate() {
+                let re = pfds[i + 2].revents;
+                if re == 0 {
+                    continue;
+                }
+                if re & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+                    self.read_conn(*id);
+                }
+            }
+            // Flush every connection that has output (replies and wakeups).
+            let pending: Vec<u64> =
+                self.conns.iter().filter(|(_, c)| c.out_pos < c.out.len() || c.eof).map(|(id, _)| *id).collect();
+            for id in pending {
+                self.flush(id);
+            }
+        }
+    }
+
+    fn accept_all(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((stream, addr)) => {
+                    if stream.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    let _ = stream.set_nodelay(true);
+                    let id = self.next_conn;
+                    self.next_conn += 1;
+                    self.conns.insert(
+                        id,
+                        Conn {
+                            stream,
+                            peer: addr.to_string(),
+                            inbuf: Vec::new(),
+                            out: Vec::new(),
+                            out_pos: 0,
+                            validated: false,
+                            eof: false,
+                            waits: Vec::new(),
+                        },
+                    );
+                }
+                Err(e) if e.kind() == IoKind::WouldBlock => return,
+                Err(e) if e.kind() == IoKind::Interrupted || e.kind() == IoKind::ConnectionAborted => continue,
+                Err(e) => {
+                    // Out of descriptors: back off instead of spinning.
+                    crate::log_warn!("store server: accept failed: {e}");
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    return;
+                }
+            }
+        }
+    }
+
+    fn close(&mut self, id: u64, reason: Option<&str>) {
+        if let (Some(r), Some(c)) = (reason, self.conns.get(&id)) {
+            crate::log_warn!("store server: closing connection from {}: {r}", c.peer);
+        }
+        self.state.cancel_conn(&mut self.conns, id);
+        self.conns.remove(&id);
+    }
+
+    fn read_conn(&mut self, id: u64) {
+        let mut chunk = [0u8; 64 * 1024];
+        let mut budget = READ_BUDGET;
+        {
+            let Some(c) = self.conns.get_mut(&id) else { return };
+            while budget > 0 {
+                match c.stream.read(&mut chunk) {
+                    Ok(0) => {
+                        c.eof = true;
+                        break;
+                    }
+                    Ok(n) => {
+                        c.inbuf.extend_from_slice(&chunk[..n]);
+                        budget = budget.saturating_sub(n);
+                    }
+                    Err(e) if e.kind() == IoKind::WouldBlock => break,
+                    Err(e) if e.kind() == IoKind::Interrupted => continue,
+                    Err(_) => {
+                        // Reset by peer: nothing more to say to it.
+                        c.eof = true;
+                        c.out.clear();
+                        c.out_pos = 0;
+                        break;
+                    }
+                }
+            }
+        }
+        self.process(id);
+    }
+
+    fn process(&mut self, id: u64) {
+        let mut pos = 0;
+        let mut inbuf = match self.conns.get_mut(&id) {
+            Some(c) => std::mem::take(&mut c.inbuf),
+            None => return,
+        };
+        let mut failure = None;
+        while pos < inbuf.len() {
+            let validated = self.conns.get(&id).is_some_and(|c| c.validated);
+            if !validated && inbuf[pos] != wire::VALIDATE {
+                failure = Some(format!("first message has query code {}, not VALIDATE", inbuf[pos]));
+                break;
+            }
+            match wire::decode_request(&inbuf[pos..]) {
+                Ok((req, used)) => {
+                    pos += used;
+                    if !validated {
+                        if let Some(c) = self.conns.get_mut(&id) {
+                            c.validated = true;
+                        }
+                    }
+                    if let Err(e) = self.state.handle(&mut self.conns, id, req) {
+                        failure = Some(e);
+                        break;
+                    }
+                }
+                Err(Decode::Incomplete) => break,
+                Err(Decode::Malformed(e)) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        if let Some(reason) = failure {
+            self.close(id, Some(&reason));
+            return;
+        }
+        inbuf.drain(..pos);
+        if let Some(c) = self.conns.get_mut(&id) {
+            if c.eof && !inbuf.is_empty() {
+                let reason = format!("connection closed in the middle of a request ({} bytes pending)", inbuf.len());
+                self.close(id, Some(&reason));
+                return;
+            }
+            c.inbuf = inbuf;
+        }
+    }
+
+    fn flush(&mut self, id: u64) {
+        let Some(c) = self.conns.get_mut(&id) else { return };
+        while c.out_pos < c.out.len() {
+            match c.stream.write(&c.out[c.out_pos..]) {
+                Ok(0) => break,
+                Ok(n) => c.out_pos += n,
+                Err(e) if e.kind() == IoKind::WouldBlock => break,
+                Err(e) if e.kind() == IoKind::Interrupted => continue,
+                Err(_) => {
+                    self.close(id, None);
+                    return;
+                }
+            }
+        }
+        if c.out_pos == c.out.len() {
+            c.out.clear();
+            c.out_pos = 0;
+            if c.eof {
+                self.close(id, None);
+            }
+        } else if c.out_pos > (1 << 20) {
+            c.out.drain(..c.out_pos);
+            c.out_pos = 0;
+        }
+    }
+}

@@ -1,0 +1,412 @@
+//! The c10d TCPStore wire format (see `tcpstore-protocol.md`): requests as
+//! a query-code byte followed by the body, little-endian integers, and
+//! `u64 length + bytes` strings. Decoding is incremental: a partial request
+//! reports [`Decode::Incomplete`] and is decoded again when more bytes came.
+
+use std::io::Read;
+
+/// Magic sent with VALIDATE (`00 CE F7 85 3C` on the wire).
+pub const VALIDATION_MAGIC: u32 = 0x3C85_F7CE;
+
+pub const VALIDATE: u8 = 0;
+pub const SET: u8 = 1;
+pub const COMPARE_SET: u8 = 2;
+pub const GET: u8 = 3;
+pub const ADD: u8 = 4;
+pub const CHECK: u8 = 5;
+pub const WAIT: u8 = 6;
+pub const GETNUMKEYS: u8 = 7;
+pub const DELETE_KEY: u8 = 8;
+pub const APPEND: u8 = 9;
+pub const MULTI_GET: u8 = 10;
+pub const MULTI_SET: u8 = 11;
+pub const CANCEL_WAIT: u8 = 12;
+pub const PING: u8 = 13;
+pub const QUEUE_PUSH: u8 = 14;
+pub const QUEUE_POP: u8 = 15;
+pub const QUEUE_LEN: u8 = 16;
+pub const LIST_KEYS: u8 = 17;
+pub const BARRIER: u8 = 18;
+
+/// CHECK replies.
+pub const READY: u8 = 0;
+pub const NOT_READY: u8 = 1;
+/// WAIT / BARRIER / CANCEL_WAIT replies.
+pub const STOP_WAITING: u8 = 0;
+pub const WAIT_CANCELED: u8 = 1;
+
+/// Limits of torch's libuv server; a request beyond them closes the connection.
+pub const MAX_KEY_LEN: usize = 8 * 1024;
+pub const MAX_VALUE_LEN: usize = 8 * 1024 * 1024;
+pub const MAX_KEYS_PER_REQUEST: usize = 128 * 1024;
+
+/// One request, with keys exactly as they travel (torch's `/` included).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    Validate(u32),
+    Set { key: Vec<u8>, value: Vec<u8> },
+    CompareSet { key: Vec<u8>, expected: Vec<u8>, desired: Vec<u8> },
+    Get(Vec<u8>),
+    Add { key: Vec<u8>, delta: i64 },
+    Check(Vec<Vec<u8>>),
+    Wait(Vec<Vec<u8>>),
+    GetNumKeys,
+    DeleteKey(Vec<u8>),
+    Append { key: Vec<u8>, value: Vec<u8> },
+    MultiGet(Vec<Vec<u8>>),
+    MultiSet(Vec<(Vec<u8>, Vec<u8>)>),
+    CancelWait,
+    Ping(u32),
+    QueuePush { key: Vec<u8>, value: Vec<u8> },
+    QueuePop(Vec<u8>),
+    QueueLen(Vec<u8>),
+    ListKeys,
+    Barrier { key: Vec<u8>, world_size: i64 },
+}
+
+pub fn put_u8(out: &mut Vec<u8>, v: u8) {
+    out.push(v);
+}
+pub fn put_u32(out: &mut Vec<u8>, v: u32) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+pub fn put_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+pub fn put_i64(out: &mut Vec<u8>, v: i64) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+pub fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    put_u64(out, b.len() as u64);
+    out.extend_from_slice(b);
+}
+fn put_keys<K: AsRef<[u8]>>(out: &mut Vec<u8>, keys: &[K]) {
+    put_u64(out, keys.len() as u64);
+    for k in keys {
+        put_bytes(out, k.as_ref());
+    }
+}
+
+impl Request {
+    pub fn code(&self) -> u8 {
+        match self {
+            Request::Validate(_) => VALIDATE,
+            Request::Set { .. } => SET,
+            Request::CompareSet { .. } => COMPARE_SET,
+            Request::Get(_) => GET,
+            Request::Add { .. } => ADD,
+            Request::Check(_) => CHECK,
+            Request::Wait(_) => WAIT,
+            Request::GetNumKeys => GETNUMKEYS,
+            Request::DeleteKey(_) => DELETE_KEY,
+            Request::Append { .. } => APPEND,
+            Request::MultiGet(_) => MULTI_GET,
+            Request::MultiSet(_) => MULTI_SET,
+            Request::CancelWait => CANCEL_WAIT,
+            Request::Ping(_) => PING,
+            Request::QueuePush { .. } => QUEUE_PUSH,
+            Request::QueuePop(_) => QUEUE_POP,
+            Request::QueueLen(_) => QUEUE_LEN,
+            Request::ListKeys => LIST_KEYS,
+            Request::Barrier { .. } => BARRIER,
+        }
+    }
+
+    /// Appends the request's bytes to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        put_u8(out, self.code());
+        match self {
+            Request::Validate(m) | Request::Ping(m) => put_u32(out, *m),
+            Request::Set { key, value } | Request::Append { key, value } | Request::QueuePush { key, value } => {
+                put_bytes(out, key);
+                put_bytes(out, value);
+            }
+            Request::CompareSet { key, expected, desired } => {
+                put_bytes(out, key);
+                put_bytes(out, expected);
+                put_bytes(out, desired);
+            }
+            Request::Get(k) | Request::DeleteKey(k) | Request::QueuePop(k) | Request::QueueLen(k) => put_bytes(out, k),
+            Request::Add { key, delta } => {
+                put_bytes(out, key);
+                put_i64(out, *delta);
+            }
+            Request::Check(keys) | Request::Wait(keys) | Request::MultiGet(keys) => put_keys(out, keys),
+            Request::MultiSet(kvs) => {
+                put_u64(out, kvs.len() as u64);
+                for (k, v) in kvs {
+                    put_bytes(out, k);
+                    put_bytes(out, v);
+                }
+            }
+            Request::GetNumKeys | Request::CancelWait | Request::ListKeys => {}
+            Request::Barrier { key, world_size } => {
+                put_bytes(out, key);
+                put_i64(out, *world_size);
+            }
+        }
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut v = Vec::new();
+        self.encode(&mut v);
+        v
+    }
+}
+
+/// Why a request could not be decoded (yet).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decode {
+    /// More bytes are needed.
+    Incomplete,
+    /// The bytes can never form a valid request: the connection must close.
+    Malformed(String),
+}
+
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Decode> {
+        if self.buf.len() - self.pos < n {
+            return Err(Decode::Incomplete);
+        }
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+    fn u32(&mut self) -> Result<u32, Decode> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
+    }
+    fn u64(&mut self) -> Result<u64, Decode> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
+    }
+    fn i64(&mut self) -> Result<i64, Decode> {
+        Ok(i64::from_le_bytes(self.take(8)?.try_into().unwrap()))
+    }
+    fn bytes(&mut self, max: usize, what: &str) -> Result<Vec<u8>, Decode> {
+        let len = self.u64()?;
+        if len > max as u64 {
+            return Err(Decode::Malformed(format!("{what} of {len} bytes exceeds the limit of {max}")));
+        }
+        Ok(self.take(len as usize)?.to_vec())
+    }
+    fn key(&mut self) -> Result<Vec<u8>, Decode> {
+        self.bytes(MAX_KEY_LEN, "key")
+    }
+    fn value(&mut self) -> Result<Vec<u8>, Decode> {
+        self.bytes(MAX_VALUE_LEN, "value")
+    }
+    fn count(&mut self) -> Result<usize, Decode> {
+        let n = self.u64()?;
+        if n > MAX_KEYS_PER_REQUEST as u64 {
+            return Err(Decode::Malformed(format!("{n} keys in one request exceed the limit of {MAX_KEYS_PER_REQUEST}")));
+        }
+        Ok(n as usize)
+    }
+    fn keys(&mut self) -> Result<Vec<Vec<u8>>, Decode> {
+        let n = self.count()?;
+        // Reserve by what the bytes present can hold, not by the claimed count.
+        let mut keys = Vec::with_capacity(n.min((self.buf.len() - self.pos) / 8));
+        for _ in 0..n {
+            keys.push(self.key()?);
+        }
+        Ok(keys)
+    }
+}
+
+/// Decodes one request from the front of `buf`; returns it and the number of
+/// bytes it used.
+pub fn decode_request(buf: &[u8]) -> Result<(Request, usize), Decode> {
+    let mut c = Cursor { buf, pos: 0 };
+    let code = c.take(1)?[0];
+    let req = match code {
+        VALIDATE => Request::Validate(c.u32()?),
+        SET => Request::Set { key: c.key()?, value: c.value()? },
+        COMPARE_SET => Request::CompareSet { key: c.key()?, expected: c.value()?, desired: c.value()? },
+        GET => Request::Get(c.key()?),
+        ADD => Request::Add { key: c.key()?, delta: c.i64()? },
+        CHECK => Request::Check(c.keys()?),
+        WAIT => Request::Wait(c.keys()?),
+        GETNUMKEYS => Request::GetNumKeys,
+        DELETE_KEY => Request::DeleteKey(c.key()?),
+        APPEND => Request::Append { key: c.key()?, value: c.value()? },
+        MULTI_GET => Request::MultiGet(c.keys()?),
+        MULTI_SET => {
+            let n = c.count()?;
+            let mut kvs = Vec::with_capacity(n.min((buf.len() - c.pos) / 16));
+            for _ in 0..n {
+                let k = c.key()?;
+                let v = c.value()?;
+                kvs.push((k, v));
+            }
+            Request::MultiSet(kvs)
+        }
+        CANCEL_WAIT => Request::CancelWait,
+        PING => Request::Ping(c.u32()?),
+        QUEUE_PUSH => Request::QueuePush { key: c.key()?, value: c.value()? },
+        QUEUE_POP => Request::QueuePop(c.key()?),
+        QUEUE_LEN => Request::QueueLen(c.key()?),
+        LIST_KEYS => Request::ListKeys,
+        BARRIER => Request::Barrier { key: c.key()?, world_size: c.i64()? },
+        other => return Err(Decode::Malformed(format!("unknown query code {other}"))),
+    };
+    Ok((req, c.pos))
+}
+
+/// Reading replies from a blocking stream (the client side).
+pub struct ReplyReader<'a, R: Read> {
+    pub inner: &'a mut R,
+}
+
+/// A reply value longer than this is taken as a corrupt stream.
+pub const MAX_REPLY_LEN: u64 = 1 << 32;
+
+impl<R: Read> ReplyReader<'_, R> {
+    pub fn u8(&mut self) -> std::io::Result<u8> {
+        let mut b = [0u8; 1];
+        self.inner.read_exact(&mut b)?;
+        Ok(b[0])
+    }
+    pub fn u32(&mut self) -> std::io::Result<u32> {
+        let mut b = [0u8; 4];
+        self.inner.read_exact(&mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+    pub fn u64(&mut self) -> std::io::Result<u64> {
+        let mut b = [0u8; 8];
+        self.inner.read_exact(&mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+    pub fn i64(&mut self) -> std::io::Result<i64> {
+        Ok(self.u64()? as i64)
+    }
+    pub fn bytes(&mut self) -> std::io::Result<Vec<u8>> {
+        let len = self.u64()?;
+        if len > MAX_REPLY_LEN {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("reply length {len} is implausible")));
+        }
+        let mut v = vec![0u8; len as usize];
+        self.inner.read_exact(&mut v)?;
+        Ok(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(b: &[u8]) -> Vec<u8> {
+        b.to_vec()
+    }
+    /// `u64 len` + bytes, little-endian.
+    fn lp(b: &[u8]) -> Vec<u8> {
+        let mut v = (b.len() as u64).to_le_bytes().to_vec();
+        v.extend_from_slice(b);
+        v
+    }
+    fn cat(parts: &[&[u8]]) -> Vec<u8> {
+        parts.concat()
+    }
+
+    #[test]
+    fn validate_is_exact_bytes() {
+        assert_eq!(Request::Validate(VALIDATION_MAGIC).to_bytes(), vec![0x00, 0xCE, 0xF7, 0x85, 0x3C]);
+    }
+
+    #[test]
+    fn ping_is_code_13_and_le_nonce() {
+        assert_eq!(Request::Ping(0x0102_0304).to_bytes(), vec![13, 0x04, 0x03, 0x02, 0x01]);
+    }
+
+    fn golden() -> Vec<(Request, Vec<u8>)> {
+        let k = lp(b"/k");
+        let v = lp(b"val");
+        let e = lp(b"");
+        vec![
+            (Request::Validate(VALIDATION_MAGIC), vec![0, 0xCE, 0xF7, 0x85, 0x3C]),
+            (Request::Set { key: s(b"/k"), value: s(b"val") }, cat(&[&[1], &k, &v])),
+            (
+                Request::CompareSet { key: s(b"/k"), expected: vec![], desired: s(b"val") },
+                cat(&[&[2], &k, &e, &v]),
+            ),
+            (Request::Get(s(b"/k")), cat(&[&[3], &k])),
+            (Request::Add { key: s(b"/k"), delta: -2 }, cat(&[&[4], &k, &(-2i64).to_le_bytes()])),
+            (Request::Check(vec![s(b"/k"), s(b"/k")]), cat(&[&[5], &2u64.to_le_bytes(), &k, &k])),
+            (Request::Wait(vec![s(b"/k")]), cat(&[&[6], &1u64.to_le_bytes(), &k])),
+            (Request::GetNumKeys, vec![7]),
+            (Request::DeleteKey(s(b"/k")), cat(&[&[8], &k])),
+            (Request::Append { key: s(b"/k"), value: s(b"val") }, cat(&[&[9], &k, &v])),
+            (Request::MultiGet(vec![s(b"/k")]), cat(&[&[10], &1u64.to_le_bytes(), &k])),
+            (Request::MultiSet(vec![(s(b"/k"), s(b"val"))]), cat(&[&[11], &1u64.to_le_bytes(), &k, &v])),
+            (Request::CancelWait, vec![12]),
+            (Request::Ping(7), vec![13, 7, 0, 0, 0]),
+            (Request::QueuePush { key: s(b"/k"), value: s(b"val") }, cat(&[&[14], &k, &v])),
+            (Request::QueuePop(s(b"/k")), cat(&[&[15], &k])),
+            (Request::QueueLen(s(b"/k")), cat(&[&[16], &k])),
+            (Request::ListKeys, vec![17]),
+            (Request::Barrier { key: s(b"/k"), world_size: 4 }, cat(&[&[18], &k, &4i64.to_le_bytes()])),
+        ]
+    }
+
+    #[test]
+    fn every_request_encodes_to_golden_bytes_and_decodes_back() {
+        let g = golden();
+        assert_eq!(g.len(), 19, "one case per query code 0..=18");
+        for (i, (req, bytes)) in g.iter().enumerate() {
+            assert_eq!(req.code() as usize, i);
+            assert_eq!(&req.to_bytes(), bytes, "{req:?}");
+            let (back, used) = decode_request(bytes).unwrap();
+            assert_eq!(&back, req);
+            assert_eq!(used, bytes.len());
+            // Every strict prefix is incomplete, never malformed.
+            for cut in 0..bytes.len() {
+                assert_eq!(decode_request(&bytes[..cut]).unwrap_err(), Decode::Incomplete, "{req:?} cut at {cut}");
+            }
+        }
+    }
+
+    #[test]
+    fn literal_set_bytes() {
+        // SET "/a" = "xy", spelled out byte by byte.
+        let expect = [1, 2, 0, 0, 0, 0, 0, 0, 0, b'/', b'a', 2, 0, 0, 0, 0, 0, 0, 0, b'x', b'y'];
+        assert_eq!(Request::Set { key: s(b"/a"), value: s(b"xy") }.to_bytes(), expect);
+    }
+
+    #[test]
+    fn replies_read_back() {
+        let mut bytes = Vec::new();
+        put_u8(&mut bytes, READY);
+        put_i64(&mut bytes, 21);
+        put_bytes(&mut bytes, b"6");
+        put_u32(&mut bytes, 0xdead_beef);
+        assert_eq!(bytes, cat(&[&[0], &21i64.to_le_bytes(), &lp(b"6"), &[0xef, 0xbe, 0xad, 0xde]]));
+        let mut src = &bytes[..];
+        let mut r = ReplyReader { inner: &mut src };
+        assert_eq!(r.u8().unwrap(), READY);
+        assert_eq!(r.i64().unwrap(), 21);
+        assert_eq!(r.bytes().unwrap(), b"6");
+        assert_eq!(r.u32().unwrap(), 0xdead_beef);
+    }
+
+    #[test]
+    fn limits_and_unknown_codes_are_malformed() {
+        assert!(matches!(decode_request(&[19]), Err(Decode::Malformed(_))));
+        assert!(matches!(decode_request(&[255]), Err(Decode::Malformed(_))));
+        let mut big_key = vec![SET];
+        put_u64(&mut big_key, MAX_KEY_LEN as u64 + 1);
+        assert!(matches!(decode_request(&big_key), Err(Decode::Malformed(_))));
+        let mut big_val = vec![SET];
+        put_bytes(&mut big_val, b"k");
+        put_u64(&mut big_val, MAX_VALUE_LEN as u64 + 1);
+        assert!(matches!(decode_request(&big_val), Err(Decode::Malformed(_))));
+        let mut many = vec![WAIT];
+        put_u64(&mut many, MAX_KEYS_PER_REQUEST as u64 + 1);
+        assert!(matches!(decode_request(&many), Err(Decode::Malformed(_))));
+        let mut huge = vec![MULTI_GET];
+        put_u64(&mut huge, u64::MAX);
+        assert!(matches!(decode_request(&huge), Err(Decode::Malformed(_))));
+    }
+}
