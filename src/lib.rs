@@ -7,6 +7,7 @@
 
 #![allow(clippy::missing_safety_doc)]
 
+pub mod bootstrap;
 pub mod config;
 pub mod error;
 pub mod ffi;
