@@ -7,10 +7,13 @@
 
 #![allow(clippy::missing_safety_doc)]
 
+pub mod backends;
 pub mod bootstrap;
+pub mod comm;
 pub mod config;
 pub mod error;
 pub mod ffi;
 pub mod options;
 pub mod store;
 pub mod types;
+pub mod work;

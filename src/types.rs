@@ -66,7 +66,7 @@ pub struct tc_reduce_op_t {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct tc_device_t {
-    pub type_: i32,
+    pub r#type: i32,
     pub index: i32,
 }
 
@@ -279,7 +279,7 @@ pub enum Device {
 
 impl Device {
     pub fn from_c(dev: tc_device_t, arg: &str) -> Result<Device> {
-        match dev.type_ {
+        match dev.r#type {
             TC_DEVICE_CPU => Ok(Device::Cpu),
             TC_DEVICE_CUDA => match dev.index {
                 -1 => Ok(Device::Cuda(None)),
@@ -292,8 +292,8 @@ impl Device {
 
     pub fn to_c(self) -> tc_device_t {
         match self {
-            Device::Cpu => tc_device_t { type_: TC_DEVICE_CPU, index: 0 },
-            Device::Cuda(i) => tc_device_t { type_: TC_DEVICE_CUDA, index: i.map_or(-1, |i| i as i32) },
+            Device::Cpu => tc_device_t { r#type: TC_DEVICE_CPU, index: 0 },
+            Device::Cuda(i) => tc_device_t { r#type: TC_DEVICE_CUDA, index: i.map_or(-1, |i| i as i32) },
         }
     }
 }

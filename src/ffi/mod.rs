@@ -10,6 +10,7 @@ pub mod errors;
 pub mod log;
 pub mod store;
 pub mod types;
+pub mod window;
 pub mod work;
 
 use crate::error::{set_last_error, tc_result_t, Error, ErrorKind, Result, TC_SUCCESS};

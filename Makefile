@@ -1,0 +1,140 @@
+# libtorchcomm: build, install, test. `make test` and `make run` install what
+# they need first (system packages through `make deps`).
+
+PREFIX   ?= /usr/local
+CARGO    ?= cargo
+CC       ?= cc
+CXX      ?= c++
+VERSION  := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+MAJOR    := $(word 1,$(subst ., ,$(VERSION)))
+REL      := target/release
+LIB      := $(REL)/libtorchcomm.so
+BUILD    := build
+CTEST_CFLAGS := -std=c11 -Wall -Wextra -Werror -pedantic -g -Iinclude
+CTEST_LIBS   := -L$(REL) -ltorchcomm -Wl,-rpath,$(abspath $(REL))
+CAPI_SRCS := $(wildcard capi_tests/test_*.c)
+CAPI_BINS := $(patsubst capi_tests/%.c,$(BUILD)/capi/%,$(CAPI_SRCS))
+DEB_PACKAGES := libgloo-dev pkg-config cmake valgrind g++ python3
+
+.PHONY: all build deps header header-check header-compile symbols-check \
+        cargo-test capi-test capi-valgrind install uninstall install-check \
+        test run bench bench-store clean
+
+all: build
+
+build: deps
+	$(CARGO) build --release --lib --bins --examples
+	@ln -sf libtorchcomm.so $(REL)/libtorchcomm.so.$(MAJOR)
+
+# Installs missing Debian packages when run as root; otherwise prints them.
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "make deps: installing$$missing"; \
+	    (apt-get install -y --no-install-recommends $$missing || \
+	     (apt-get update && apt-get install -y --no-install-recommends $$missing)) >$(BUILD_LOG) 2>&1 \
+	      || { cat $(BUILD_LOG); exit 1; }; \
+	  else \
+	    echo "make deps: please install:$$missing (e.g. sudo apt-get install$$missing)"; exit 1; \
+	  fi; \
+	fi
+BUILD_LOG := /tmp/torchcomm-deps.log
+
+header:
+	$(CARGO) run --quiet --example gen_header -- include/torchcomm.h
+
+header-check:
+	@mkdir -p $(BUILD)
+	$(CARGO) run --quiet --example gen_header -- $(BUILD)/torchcomm.h
+	@diff -u include/torchcomm.h $(BUILD)/torchcomm.h || \
+	  { echo "include/torchcomm.h is stale: run 'make header' and commit it"; exit 1; }
+	@echo "header-check: include/torchcomm.h matches the sources"
+
+# The header compiles standalone, twice in one unit, as C11 and C++17.
+header-compile:
+	@mkdir -p $(BUILD)
+	printf '#include <torchcomm.h>\n#include <torchcomm.h>\nint main(void){return TC_SUCCESS;}\n' > $(BUILD)/header_twice.c
+	$(CC) -std=c11 -Wall -Wextra -Werror -pedantic -Iinclude -c $(BUILD)/header_twice.c -o $(BUILD)/header_twice_c.o
+	$(CXX) -std=c++17 -Wall -Wextra -Werror -pedantic -Iinclude -x c++ -c $(BUILD)/header_twice.c -o $(BUILD)/header_twice_cxx.o
+	@echo "header-compile: C11 and C++17 OK"
+
+symbols-check: build
+	@bad=$$(nm -D --defined-only $(LIB) | awk '{print $$3}' | grep -v '^tc_' || true); \
+	if [ -n "$$bad" ]; then echo "symbols-check: non-tc_ exports:"; echo "$$bad"; exit 1; fi
+	@readelf -d $(LIB) | grep -q "SONAME.*libtorchcomm.so.$(MAJOR)\]" || { echo "symbols-check: bad soname"; exit 1; }
+	@echo "symbols-check: $$(nm -D --defined-only $(LIB) | wc -l) symbols, all tc_*, soname libtorchcomm.so.$(MAJOR)"
+
+cargo-test: build
+	$(CARGO) test --release
+
+$(BUILD)/capi/%: capi_tests/%.c include/torchcomm.h capi_tests/capi_util.h
+	@mkdir -p $(BUILD)/capi
+	$(CC) $(CTEST_CFLAGS) $< -o $@ $(CTEST_LIBS) -lpthread
+
+capi-test: build $(CAPI_BINS)
+	@set -e; for t in $(CAPI_BINS); do echo "== $$t"; TC_TEST_BIN_DIR=$(abspath $(REL)) $$t; done
+
+# Every C test once more under valgrind: no errors and no definite or
+# indirect leaks.
+capi-valgrind: build $(CAPI_BINS)
+	@set -e; for t in $(CAPI_BINS); do echo "== valgrind $$t"; \
+	  TC_TEST_BIN_DIR=$(abspath $(REL)) TC_UNDER_VALGRIND=1 valgrind -q --error-exitcode=99 --leak-check=full \
+	    --errors-for-leak-kinds=definite,indirect --show-leak-kinds=definite,indirect $$t >/dev/null; done
+	@echo "capi-valgrind: no errors, no leaks"
+
+install: build
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
+	  $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/lib/cmake/torchcomm
+	install -m 755 $(LIB) $(DESTDIR)$(PREFIX)/lib/libtorchcomm.so.$(VERSION)
+	ln -sf libtorchcomm.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libtorchcomm.so.$(MAJOR)
+	ln -sf libtorchcomm.so.$(MAJOR) $(DESTDIR)$(PREFIX)/lib/libtorchcomm.so
+	if [ -f $(REL)/libtorchcomm-gloo.so ]; then install -m 755 $(REL)/libtorchcomm-gloo.so $(DESTDIR)$(PREFIX)/lib/; fi
+	for b in tc-run tc-perf; do if [ -f $(REL)/$$b ]; then install -m 755 $(REL)/$$b $(DESTDIR)$(PREFIX)/bin/; fi; done
+	install -m 644 include/torchcomm.h $(DESTDIR)$(PREFIX)/include/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' pkgconfig/torchcomm.pc.in \
+	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/torchcomm.pc
+	sed -e 's|@VERSION@|$(VERSION)|g' cmake/torchcommConfig.cmake.in > $(DESTDIR)$(PREFIX)/lib/cmake/torchcomm/torchcommConfig.cmake
+	sed -e 's|@VERSION@|$(VERSION)|g' cmake/torchcommConfigVersion.cmake.in > $(DESTDIR)$(PREFIX)/lib/cmake/torchcomm/torchcommConfigVersion.cmake
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/lib/libtorchcomm.so $(DESTDIR)$(PREFIX)/lib/libtorchcomm.so.$(MAJOR) \
+	  $(DESTDIR)$(PREFIX)/lib/libtorchcomm.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libtorchcomm-gloo.so \
+	  $(DESTDIR)$(PREFIX)/bin/tc-run $(DESTDIR)$(PREFIX)/bin/tc-perf \
+	  $(DESTDIR)$(PREFIX)/include/torchcomm.h $(DESTDIR)$(PREFIX)/lib/pkgconfig/torchcomm.pc
+	rm -rf $(DESTDIR)$(PREFIX)/lib/cmake/torchcomm
+
+# Installs into a scratch prefix and builds a user program against it twice:
+# with pkg-config and with CMake's find_package(torchcomm).
+install-check: build
+	@rm -rf $(BUILD)/stage && $(MAKE) --no-print-directory install PREFIX=$(abspath $(BUILD)/stage) >/dev/null
+	@ls -l $(BUILD)/stage/lib | grep -q 'libtorchcomm.so -> libtorchcomm.so.$(MAJOR)$$'
+	@ls -l $(BUILD)/stage/lib | grep -q 'libtorchcomm.so.$(MAJOR) -> libtorchcomm.so.$(VERSION)$$'
+	@test "$$(PKG_CONFIG_PATH=$(BUILD)/stage/lib/pkgconfig pkg-config --modversion torchcomm)" = "$(VERSION)" \
+	  || { echo "install-check: torchcomm.pc version differs from Cargo.toml ($(VERSION))"; exit 1; }
+	$(CC) -std=c11 -Wall -Wextra -Werror examples/version.c -o $(BUILD)/version_pc \
+	  $$(PKG_CONFIG_PATH=$(BUILD)/stage/lib/pkgconfig pkg-config --cflags --libs torchcomm)
+	LD_LIBRARY_PATH=$(BUILD)/stage/lib $(BUILD)/version_pc $(VERSION)
+	@rm -rf $(BUILD)/cmake-user && mkdir -p $(BUILD)/cmake-user
+	cmake -S examples/cmake -B $(BUILD)/cmake-user -DCMAKE_PREFIX_PATH=$(abspath $(BUILD)/stage) >/dev/null
+	cmake --build $(BUILD)/cmake-user >/dev/null
+	LD_LIBRARY_PATH=$(BUILD)/stage/lib $(BUILD)/cmake-user/version_cmake $(VERSION)
+	@echo "install-check: pkg-config and CMake users build and run against the installed library"
+
+test: deps build header-check header-compile symbols-check cargo-test capi-test capi-valgrind install-check
+	@echo "make test: all checks passed"
+
+# The main job: a multi-process demo of the library at work.
+run: build
+	$(REL)/tc-run -n 4 -- $(REL)/examples/demo
+
+bench-store: build
+	$(REL)/tc-store-bench
+
+bench: bench-store
+
+clean:
+	$(CARGO) clean
+	rm -rf $(BUILD)

@@ -1,0 +1,829 @@
+/*
+ * torchcomm.h: the C API of libtorchcomm.
+ * Generated from the Rust sources by cbindgen (`make header`); do not edit.
+ *
+ * Conventions: every fallible call returns tc_result_t (TC_SUCCESS == 0) and
+ * records per-thread detail for tc_last_error(). Out-parameters are written
+ * only on success. Destroy/free functions accept NULL. Operations return when
+ * enqueued; buffers must stay valid until their work completes. A `const`
+ * handle argument means the call does not change the object.
+ */
+
+#ifndef TORCHCOMM_H
+#define TORCHCOMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+/* Initializers of the versioned option structs: start from these, then set
+   the fields you need. Unset fields take the library's defaults. */
+#define TC_COMM_OPTIONS_INIT                                                    \
+    { sizeof(tc_comm_options_t), TC_COMM_OPTIONS_MAGIC, TC_COMM_OPTIONS_VERSION, \
+      NULL, TC_UNSET, TC_UNSET, TC_UNSET, TC_UNSET, NULL, NULL, 0 }
+#define TC_OP_OPTIONS_INIT                                                      \
+    { sizeof(tc_op_options_t), TC_OP_OPTIONS_MAGIC, TC_OP_OPTIONS_VERSION,      \
+      0, TC_UNSET, NULL, NULL, 0 }
+/* A reduce op without a factor: TC_REDUCE_OP(TC_SUM). */
+#define TC_REDUCE_OP(kind) { (kind), 1.0, NULL }
+
+
+#define TC_VERSION_MAJOR 0
+
+#define TC_VERSION_MINOR 1
+
+#define TC_VERSION_PATCH 0
+
+/*
+ Log levels passed to a log callback (and named by `TORCHCOMM_DEBUG`).
+ */
+#define TC_LOG_WARN 1
+
+#define TC_LOG_INFO 2
+
+#define TC_LOG_TRACE 3
+
+/*
+ Status values written by `tc_work_status`.
+ */
+#define TC_WORK_NOT_STARTED 0
+
+#define TC_WORK_IN_PROGRESS 1
+
+#define TC_WORK_COMPLETED 2
+
+#define TC_WORK_TIMED_OUT 3
+
+#define TC_WORK_ERROR 4
+
+/*
+ "Not set" value of integer option fields: the library picks the default.
+ */
+#define TC_UNSET -1
+
+#define TC_COMM_OPTIONS_MAGIC 1413697357
+
+#define TC_COMM_OPTIONS_VERSION 1
+
+#define TC_OP_OPTIONS_MAGIC 1413697360
+
+#define TC_OP_OPTIONS_VERSION 1
+
+/*
+ Device kind, the `type` field of `tc_device_t`.
+ */
+#define TC_DEVICE_CPU 0
+
+#define TC_DEVICE_CUDA 1
+
+/*
+ A batch of sends and receives issued together by `tc_batch_issue`.
+ Not thread-safe: build a batch from one thread.
+ */
+typedef struct tc_batch tc_batch;
+
+/*
+ A communicator. Operations on one comm may be issued from several threads;
+ they run in the order the library received them, so ranks must agree on
+ that order (as with NCCL, serialize issuing if threads race).
+ */
+typedef struct tc_comm tc_comm;
+
+/*
+ A key-value store handle. Thread-safe: one handle may be used from several
+ threads at once. Comms created with it keep their own reference, so it
+ may be freed while they live.
+ */
+typedef struct tc_store tc_store;
+
+/*
+ A one-sided communication window over a comm.
+ */
+typedef struct tc_window tc_window;
+
+/*
+ The completion handle of one operation. It keeps its communicator alive
+ (the comm's memory, not its ability to run operations). A work handle may
+ be queried and waited on from several threads at once.
+ */
+typedef struct tc_work tc_work;
+
+/*
+ Result code of every fallible call: `TC_SUCCESS` (0) or a `TC_ERR_*` value.
+ */
+typedef int32_t tc_result_t;
+
+/*
+ A device: `TC_DEVICE_CPU` (index ignored) or `TC_DEVICE_CUDA` with an
+ index, -1 meaning local rank % number of visible devices.
+ */
+typedef struct {
+    int32_t type;
+    int32_t index;
+} tc_device_t;
+
+typedef tc_store tc_store_t;
+
+/*
+ A backend hint: a key/value pair of NUL-terminated strings, copied by the
+ library during the call that receives it.
+ */
+typedef struct {
+    const char *key;
+    const char *value;
+} tc_hint_t;
+
+/*
+ Options of `tc_comm_new` and `tc_comm_split`. Initialize with
+ `TC_COMM_OPTIONS_INIT`, then set the fields you need.
+ */
+typedef struct {
+    /*
+     `sizeof(tc_comm_options_t)` as the caller compiled it.
+     */
+    size_t size;
+    /*
+     Must be `TC_COMM_OPTIONS_MAGIC`.
+     */
+    uint32_t magic;
+    /*
+     `TC_COMM_OPTIONS_VERSION` as the caller compiled it.
+     */
+    uint32_t version;
+    /*
+     Communicator name, unique among live comms; keys in the store are
+     scoped by it. NULL: a generated name. Copied during the call.
+     */
+    const char *name;
+    /*
+     Default timeout of every operation, in milliseconds. `TC_UNSET`:
+     `TORCHCOMM_TIMEOUT_SECONDS`, else 600 s.
+     */
+    int64_t timeout_ms;
+    /*
+     1: abort the process on a timeout or remote failure; 0: abort the
+     communicator and fail later calls. `TC_UNSET`: `TORCHCOMM_ABORT_ON_ERROR`,
+     else 1.
+     */
+    int32_t abort_on_error;
+    /*
+     This process's rank. `TC_UNSET`: from the environment.
+     */
+    int32_t rank;
+    /*
+     Number of ranks. `TC_UNSET`: from the environment.
+     */
+    int32_t world_size;
+    /*
+     Rendezvous store, borrowed for the call (the comm keeps its own
+     reference). NULL: bootstrap from `MASTER_ADDR`/`MASTER_PORT`.
+     */
+    tc_store_t *store;
+    /*
+     Backend hints, copied during the call; NULL when `num_hints` is 0.
+     */
+    const tc_hint_t *hints;
+    size_t num_hints;
+} tc_comm_options_t;
+
+typedef tc_comm tc_comm_t;
+
+/*
+ Element type of a buffer (`TC_FLOAT32`, ...).
+ */
+typedef int32_t tc_dtype_t;
+
+/*
+ Options of every operation. Initialize with `TC_OP_OPTIONS_INIT`.
+ */
+typedef struct {
+    /*
+     `sizeof(tc_op_options_t)` as the caller compiled it.
+     */
+    size_t size;
+    /*
+     Must be `TC_OP_OPTIONS_MAGIC`.
+     */
+    uint32_t magic;
+    /*
+     `TC_OP_OPTIONS_VERSION` as the caller compiled it.
+     */
+    uint32_t version;
+    /*
+     0: the call returns when the operation is complete (CPU) or enqueued
+     on `stream` (CUDA). 1: asynchronous; use the work handle.
+     */
+    int32_t async_op;
+    /*
+     Timeout in milliseconds; 0 or `TC_UNSET`: the comm's timeout.
+     */
+    int64_t timeout_ms;
+    /*
+     `cudaStream_t`/`CUstream` for CUDA buffers; NULL: the legacy default
+     stream. Ignored for host buffers.
+     */
+    void *stream;
+    /*
+     Backend hints, copied during the call; NULL when `num_hints` is 0.
+     */
+    const tc_hint_t *hints;
+    size_t num_hints;
+} tc_op_options_t;
+
+typedef tc_work tc_work_t;
+
+typedef tc_batch tc_batch_t;
+
+/*
+ Reduction kind (`TC_SUM`, ...), the `kind` field of `tc_reduce_op_t`.
+ */
+typedef int32_t tc_red_kind_t;
+
+/*
+ A reduction: its kind and, for `TC_PREMUL_SUM`, the factor.
+ */
+typedef struct {
+    /*
+     One of `TC_SUM` ... `TC_AVG`.
+     */
+    tc_red_kind_t kind;
+    /*
+     `TC_PREMUL_SUM` factor when `premul_factor_ptr` is NULL.
+     */
+    double premul_factor;
+    /*
+     `TC_PREMUL_SUM` factor as one element of the operation's dtype, in
+     device memory for CUDA buffers or host memory otherwise; NULL to use
+     `premul_factor`.
+     */
+    const void *premul_factor_ptr;
+} tc_reduce_op_t;
+
+/*
+ A log sink: `level` is `TC_LOG_*`; `message` is valid during the call only.
+ */
+typedef void (*tc_log_callback_t)(int32_t level, const char *message, void *user_data);
+
+typedef tc_window tc_window_t;
+
+/*
+ The call succeeded.
+ */
+#define TC_SUCCESS 0
+
+/*
+ A pointer argument that must not be NULL was NULL (the message names it).
+ */
+#define TC_ERR_NULL_ARGUMENT 1001
+
+/*
+ An argument has a value outside its domain: unknown enum value, negative or
+ overflowing count, rank out of range, bad options magic, invalid UTF-8.
+ */
+#define TC_ERR_INVALID_ARGUMENT 1002
+
+/*
+ The call is not valid in the object's current state (use after finalize,
+ mismatched collective across ranks, ...).
+ */
+#define TC_ERR_INVALID_USAGE 1003
+
+/*
+ The operation is not implemented for this backend, dtype or reduce op.
+ */
+#define TC_ERR_UNSUPPORTED 1004
+
+/*
+ A library, driver or device that the call needs is not present.
+ */
+#define TC_ERR_UNAVAILABLE 1005
+
+/*
+ The operation did not finish within its timeout.
+ */
+#define TC_ERR_TIMEOUT 1006
+
+/*
+ A peer failed, vanished or reported an error.
+ */
+#define TC_ERR_REMOTE 1007
+
+/*
+ The communicator was aborted (by the caller or after an earlier failure).
+ */
+#define TC_ERR_ABORTED 1008
+
+/*
+ A CUDA driver call failed (the message carries CUDA's error name).
+ */
+#define TC_ERR_CUDA 1009
+
+/*
+ An NCCL call failed (the message carries NCCL's error string).
+ */
+#define TC_ERR_NCCL 1010
+
+/*
+ An operating-system call (socket, file, thread) failed.
+ */
+#define TC_ERR_SYSTEM 1011
+
+/*
+ A bug in libtorchcomm: an invariant did not hold.
+ */
+#define TC_ERR_INTERNAL 1012
+
+/*
+ A panic inside libtorchcomm was caught at the C boundary.
+ */
+#define TC_ERR_PANIC 1013
+
+/*
+ A caller-provided output buffer is too small; the needed size was reported.
+ */
+#define TC_ERR_BUFFER_TOO_SMALL 1014
+
+/*
+ A key or object that was asked for does not exist.
+ */
+#define TC_ERR_NOT_FOUND 1015
+
+#define TC_FLOAT32 0
+
+#define TC_FLOAT64 1
+
+#define TC_FLOAT16 2
+
+#define TC_BFLOAT16 3
+
+#define TC_INT8 4
+
+#define TC_UINT8 5
+
+#define TC_INT32 6
+
+#define TC_INT64 7
+
+/*
+ One byte per element, 0 or 1.
+ */
+#define TC_BOOL 8
+
+#define TC_UINT32 9
+
+#define TC_UINT64 10
+
+#define TC_FLOAT8_E4M3 11
+
+#define TC_FLOAT8_E5M2 12
+
+#define TC_SUM 0
+
+#define TC_PRODUCT 1
+
+#define TC_MIN 2
+
+#define TC_MAX 3
+
+/*
+ Bitwise and; integer and bool dtypes only.
+ */
+#define TC_BAND 4
+
+/*
+ Bitwise or; integer and bool dtypes only.
+ */
+#define TC_BOR 5
+
+/*
+ Bitwise xor; integer and bool dtypes only.
+ */
+#define TC_BXOR 6
+
+/*
+ Multiply each input by a factor, then sum.
+ */
+#define TC_PREMUL_SUM 7
+
+/*
+ Sum, then divide by the world size (integer division truncates).
+ */
+#define TC_AVG 8
+
+#ifdef __cplusplus
+extern "C" {
+#endif // __cplusplus
+
+/*
+ Creates a communicator over `backend` ("gloo" for host memory, "nccl" for
+ CUDA memory) on `device`. Collective: every rank of the job calls it.
+ Rank, size and store come from `opts` or, when unset, from the
+ environment (TORCHCOMM_RANK/SIZE, Open MPI, PMI, torchrun; store at
+ MASTER_ADDR:MASTER_PORT). `opts` may be NULL (defaults) and is copied.
+ On success `*comm` receives a handle to destroy with `tc_comm_destroy`;
+ on failure it is left untouched.
+ */
+tc_result_t tc_comm_new(const char *backend, tc_device_t device, const tc_comm_options_t *opts, tc_comm_t **comm);
+
+/*
+ Writes this process's rank in the comm. Thread-safe.
+ */
+tc_result_t tc_comm_get_rank(const tc_comm_t *comm, int *rank);
+
+/*
+ Writes the number of ranks of the comm. Thread-safe.
+ */
+tc_result_t tc_comm_get_size(const tc_comm_t *comm, int *size);
+
+/*
+ Writes the comm's name; the string is owned by the comm and valid until
+ `tc_comm_destroy`. Thread-safe.
+ */
+tc_result_t tc_comm_get_name(const tc_comm_t *comm, const char **name);
+
+/*
+ Writes the comm's backend name ("gloo", "nccl"); owned by the comm, valid
+ until `tc_comm_destroy`. Thread-safe.
+ */
+tc_result_t tc_comm_get_backend(const tc_comm_t *comm, const char **backend);
+
+/*
+ Writes the comm's device. Thread-safe.
+ */
+tc_result_t tc_comm_get_device(const tc_comm_t *comm, tc_device_t *device);
+
+/*
+ Returns `TC_SUCCESS` while the comm is healthy, else the code of the
+ failure that aborted it (found by a background thread), with its detail in
+ `tc_last_error`. Thread-safe.
+ */
+tc_result_t tc_comm_get_async_error(const tc_comm_t *comm);
+
+/*
+ Creates a sub-communicator of the ranks listed in `ranks` (parent ranks,
+ no duplicates); the new rank is the caller's index in the list.
+ Collective: every rank of `comm` calls it with the same list and name.
+ An empty list (`n == 0`, `ranks` may be NULL) opts out: `*out = NULL`.
+ A non-empty list without the caller is `TC_ERR_INVALID_ARGUMENT`. `name`
+ must be unique among live comms; `opts` may be NULL (inherit timeout and
+ abort-on-error from the parent).
+ */
+tc_result_t tc_comm_split(tc_comm_t *comm, const int *ranks, size_t n, const char *name, const tc_comm_options_t *opts, tc_comm_t **out);
+
+/*
+ Waits for every operation issued on the comm, then releases its backend
+ resources. Later operations fail with `TC_ERR_INVALID_USAGE`. Returns the
+ first failure of any operation (or `TC_ERR_ABORTED` if the comm was
+ aborted). Call `tc_comm_destroy` afterwards.
+ */
+tc_result_t tc_comm_finalize(tc_comm_t *comm);
+
+/*
+ Aborts the comm without waiting for peers: running and pending operations
+ fail with `TC_ERR_ABORTED`, as do later ones. Thread-safe.
+ */
+tc_result_t tc_comm_abort(tc_comm_t *comm);
+
+/*
+ Destroys the handle. NULL is ignored. A comm that was not finalized is
+ aborted first, with a warning. Outstanding work handles stay valid.
+ */
+void tc_comm_destroy(tc_comm_t *comm);
+
+/*
+ Sends `count` elements at `buf` to rank `peer`; pairs with its `tc_recv`.
+ `work` may be NULL. `opts` may be NULL (defaults).
+ */
+tc_result_t tc_send(tc_comm_t *comm, const void *buf, size_t count, tc_dtype_t dt, int peer, const tc_op_options_t *opts, tc_work_t **work);
+
+/*
+ Receives `count` elements from rank `peer` into `buf`. The sizes of a
+ send/recv pair must agree (`TC_ERR_INVALID_USAGE` otherwise).
+ */
+tc_result_t tc_recv(tc_comm_t *comm, void *buf, size_t count, tc_dtype_t dt, int peer, const tc_op_options_t *opts, tc_work_t **work);
+
+/*
+ Starts an empty batch of point-to-point operations on `comm`. Free it with
+ `tc_batch_free` (after `tc_batch_issue` or instead of it).
+ */
+tc_result_t tc_batch_begin(tc_comm_t *comm, tc_batch_t **batch);
+
+/*
+ Adds a send of `count` elements at `buf` to `peer` to the batch.
+ */
+tc_result_t tc_batch_send(tc_batch_t *batch, const void *buf, size_t count, tc_dtype_t dt, int peer);
+
+/*
+ Adds a receive of `count` elements from `peer` into `buf` to the batch.
+ */
+tc_result_t tc_batch_recv(tc_batch_t *batch, void *buf, size_t count, tc_dtype_t dt, int peer);
+
+/*
+ Issues every operation of the batch as one operation with one work. The
+ batch stays owned by the caller (free it with `tc_batch_free`) and is
+ emptied.
+ */
+tc_result_t tc_batch_issue(tc_batch_t *batch, const tc_op_options_t *opts, tc_work_t **work);
+
+/*
+ Frees a batch. NULL is ignored.
+ */
+void tc_batch_free(tc_batch_t *batch);
+
+/*
+ Broadcasts `count` elements of `buf` from `root` to every rank, in place.
+ */
+tc_result_t tc_broadcast(tc_comm_t *comm, void *buf, size_t count, tc_dtype_t dt, int root, const tc_op_options_t *opts, tc_work_t **work);
+
+/*
+ Reduces `buf` across ranks with `op`, in place; the result is defined on
+ `root` only.
+ */
+tc_result_t tc_reduce(tc_comm_t *comm, void *buf, size_t count, tc_dtype_t dt, int root, tc_reduce_op_t op, const tc_op_options_t *opts, tc_work_t **work);
+
+/*
+ Reduces `buf` across ranks with `op`, in place, on every rank.
+ */
+tc_result_t tc_all_reduce(tc_comm_t *comm, void *buf, size_t count, tc_dtype_t dt, tc_reduce_op_t op, const tc_op_options_t *opts, tc_work_t **work);
+
+/*
+ Gathers `count` elements of `input` from every rank into `outputs[r]`
+ (an array of size-of-comm buffers of `count` elements each).
+ */
+tc_result_t tc_all_gather(tc_comm_t *comm, void *const *outputs, const void *input, size_t count, tc_dtype_t dt, const tc_op_options_t *opts, tc_work_t **work);
+
+/*
+ Gathers `count` elements of `input` from every rank into `output`
+ (`count * size` elements, rank r's at offset `r * count`).
+ */
+tc_result_t tc_all_gather_single(tc_comm_t *comm, void *output, const void *input, size_t count, tc_dtype_t dt, const tc_op_options_t *opts, tc_work_t **work);
+
+/*
+ Gathers `counts[r]` elements from each rank r into `output`, in rank order
+ (`sum(counts)` elements). `counts` has one entry per rank and must be the
+ same on every rank; this rank's `input` has `counts[rank]` elements.
+ */
+tc_result_t tc_all_gather_v(tc_comm_t *comm, void *output, const size_t *counts, const void *input, tc_dtype_t dt, const tc_op_options_t *opts, tc_work_t **work);
+
+/*
+ Reduces `inputs[r]` (one buffer of `count` elements per rank) across
+ ranks with `op`; rank r receives block r in `output`.
+ */
+tc_result_t tc_reduce_scatter(tc_comm_t *comm, void *output, const void *const *inputs, size_t count, tc_dtype_t dt, tc_reduce_op_t op, const tc_op_options_t *opts, tc_work_t **work);
+
+/*
+ Reduces `input` (`count * size` elements) across ranks with `op`; rank r
+ receives the `count` elements of block r in `output`.
+ */
+tc_result_t tc_reduce_scatter_single(tc_comm_t *comm, void *output, const void *input, size_t count, tc_dtype_t dt, tc_reduce_op_t op, const tc_op_options_t *opts, tc_work_t **work);
+
+/*
+ Reduces `input` (`sum(counts)` elements, block r `counts[r]` long) across
+ ranks with `op`; rank r receives block r (`counts[r]` elements) in
+ `output`. `counts` must be the same on every rank.
+ */
+tc_result_t tc_reduce_scatter_v(tc_comm_t *comm, void *output, const void *input, const size_t *counts, tc_dtype_t dt, tc_reduce_op_t op, const tc_op_options_t *opts, tc_work_t **work);
+
+/*
+ Sends `inputs[r]` to rank r and receives rank r's block into `outputs[r]`
+ (`count` elements each; one buffer per rank in each list).
+ */
+tc_result_t tc_all_to_all(tc_comm_t *comm, void *const *outputs, const void *const *inputs, size_t count, tc_dtype_t dt, const tc_op_options_t *opts, tc_work_t **work);
+
+/*
+ All-to-all on contiguous buffers: block r of `input` (`count` elements)
+ goes to rank r; block r of `output` comes from rank r.
+ */
+tc_result_t tc_all_to_all_single(tc_comm_t *comm, void *output, const void *input, size_t count, tc_dtype_t dt, const tc_op_options_t *opts, tc_work_t **work);
+
+/*
+ All-to-all with per-rank counts (elements): `input_counts[r]` elements of
+ `input` go to rank r, `output_counts[r]` elements from rank r land in
+ `output`; blocks are contiguous in rank order. Each pair of counts must
+ agree between sender and receiver.
+ */
+tc_result_t tc_all_to_all_v_single(tc_comm_t *comm, void *output, const size_t *output_counts, const void *input, const size_t *input_counts, tc_dtype_t dt, const tc_op_options_t *opts, tc_work_t **work);
+
+/*
+ Returns (or completes its work) when every rank has entered the barrier.
+ */
+tc_result_t tc_barrier(tc_comm_t *comm, const tc_op_options_t *opts, tc_work_t **work);
+
+/*
+ Sends `inputs[r]` (on `root`: one buffer of `count` elements per rank) to
+ rank r's `output`. `inputs` is ignored and may be NULL on other ranks.
+ */
+tc_result_t tc_scatter(tc_comm_t *comm, void *output, const void *const *inputs, size_t count, tc_dtype_t dt, int root, const tc_op_options_t *opts, tc_work_t **work);
+
+/*
+ Gathers `count` elements of `input` from every rank into `outputs[r]` on
+ `root`. `outputs` is ignored and may be NULL on other ranks.
+ */
+tc_result_t tc_gather(tc_comm_t *comm, void *const *outputs, const void *input, size_t count, tc_dtype_t dt, int root, const tc_op_options_t *opts, tc_work_t **work);
+
+/*
+ Static English text for a result code; never NULL, never freed. Unknown
+ codes give "unknown result code". Thread-safe.
+ */
+const char *tc_result_string(tc_result_t result);
+
+/*
+ Detail of the last call that failed on the calling thread: which argument,
+ peer or OS/CUDA/NCCL error. Empty string if none failed yet. The pointer
+ stays valid until the next failing call on this thread; do not free it.
+ */
+const char *tc_last_error(void);
+
+/*
+ Writes the library's version (that of the loaded `libtorchcomm.so`, which
+ may differ from the header's `TC_VERSION_*`). All three pointers must be
+ non-NULL; nothing is written on failure. Thread-safe.
+ */
+tc_result_t tc_get_version(int *major, int *minor, int *patch);
+
+/*
+ Sends the library's log lines (already filtered by `TORCHCOMM_DEBUG`) to
+ `callback` instead of stderr; NULL restores stderr. The callback may be
+ called from any thread, including the library's background threads, and
+ must not call back into libtorchcomm; `message` (the full line, with its
+ host:pid:rank prefix) is valid only during the call. `user_data` is passed
+ through untouched and must stay valid until the callback is replaced.
+ */
+tc_result_t tc_set_log_callback(tc_log_callback_t callback, void *user_data);
+
+/*
+ Frees memory the library allocated for the caller (values from
+ `tc_store_get_alloc` and `tc_store_compare_set`). NULL is ignored.
+ Thread-safe.
+ */
+void tc_free(void *ptr);
+
+/*
+ Creates a TCP store speaking PyTorch's TCPStore protocol.
+
+ With `is_server` nonzero, hosts a server in this process on `port` (0:
+ any free port; see `tc_store_tcp_port`), listening on every local
+ address, and connects to it; the server lives until the handle (and every
+ comm using it) is gone. Otherwise connects to `host:port`, retrying until
+ the timeout. `world_size` -1 does not wait for workers; a positive value
+ makes every process ADD 1 to the key `init/` and the server host wait
+ until `world_size` joined (torch's behaviour); 0 is rejected.
+ `timeout_ms` <= 0 means the library default (`TORCHCOMM_TIMEOUT`); it
+ bounds connecting and every get or wait. `host` must be non-NULL.
+ On success `*out` receives a handle to free with `tc_store_free`; on
+ failure it is untouched (a connect failure names host and port).
+ */
+tc_result_t tc_store_tcp_new(const char *host, uint16_t port, int is_server, int32_t world_size, int64_t timeout_ms, tc_store_t **out);
+
+/*
+ Writes the port of a TCP store (the one its server picked when created
+ with port 0). `TC_ERR_INVALID_USAGE` for a file or prefix store.
+ Thread-safe.
+ */
+tc_result_t tc_store_tcp_port(const tc_store_t *store, uint16_t *port);
+
+/*
+ Creates a store kept in the file at `path` (created if missing) on a
+ filesystem every process shares. `world_size` > 0: the last of that many
+ handles to be freed deletes the file; -1: the file is kept. The timeout
+ of get and wait is the library default. On success `*out` receives a
+ handle to free with `tc_store_free`; on failure it is untouched.
+ */
+tc_result_t tc_store_file_new(const char *path, int32_t world_size, tc_store_t **out);
+
+/*
+ Creates a view of `base` in which every key `k` is `prefix/k` (torch's
+ PrefixStore). The new handle keeps the base store alive, so `base` may be
+ freed first. `prefix` is copied. On success `*out` receives a handle to
+ free with `tc_store_free`; on failure it is untouched.
+ */
+tc_result_t tc_store_prefix_new(tc_store_t *base, const char *prefix, tc_store_t **out);
+
+/*
+ Sets `key` to the `len` bytes at `value` (NULL allowed when `len` is 0),
+ waking processes waiting for it. Thread-safe.
+ */
+tc_result_t tc_store_set(tc_store_t *store, const char *key, const void *value, size_t len);
+
+/*
+ Waits (up to the store's timeout) for `key`, then copies its value into
+ `buf`. `*value_len` (when `value_len` is non-NULL) receives the value's
+ size whether or not it fits; if `buf_len` is smaller, nothing is copied
+ and `TC_ERR_BUFFER_TOO_SMALL` is returned, so a call with `buf` NULL and
+ `buf_len` 0 asks for the size. `TC_ERR_TIMEOUT` when the key did not
+ appear in time. Thread-safe.
+ */
+tc_result_t tc_store_get(tc_store_t *store, const char *key, void *buf, size_t buf_len, size_t *value_len);
+
+/*
+ Waits (up to the store's timeout) for `key`, then writes a copy of its
+ value to `*value` (allocated; release it with `tc_free`; never NULL, even
+ for an empty value) and its size to `*len`. Both out-pointers must be
+ non-NULL and are untouched on failure. Thread-safe.
+ */
+tc_result_t tc_store_get_alloc(tc_store_t *store, const char *key, void **value, size_t *len);
+
+/*
+ Adds `delta` to the decimal integer stored at `key` (a missing key counts
+ as 0) and writes the result to `*new_value` (may be NULL). The stored
+ value is ASCII decimal, so a get returns e.g. "6". Thread-safe.
+ */
+tc_result_t tc_store_add(tc_store_t *store, const char *key, int64_t delta, int64_t *new_value);
+
+/*
+ torch's compare_set: if `key` holds `expected`, replace it with `desired`;
+ if `key` is missing and `expected_len` is 0, set it to `desired`; if it is
+ missing and `expected` is not empty, store nothing. `*current` receives
+ an allocated copy (free with `tc_free`) of the value now current, or of
+ `expected` in the last case, and `*current_len` its size. Buffers may be
+ NULL when their length is 0. Thread-safe.
+ */
+tc_result_t tc_store_compare_set(tc_store_t *store, const char *key, const void *expected, size_t expected_len, const void *desired, size_t desired_len, void **current, size_t *current_len);
+
+/*
+ Writes 1 to `*ready` when all `n` keys exist, else 0, without waiting.
+ `keys` may be NULL when `n` is 0. Thread-safe.
+ */
+tc_result_t tc_store_check(tc_store_t *store, const char *const *keys, size_t n, int *ready);
+
+/*
+ Waits until all `n` keys exist. `timeout_ms` <= 0 means the store's
+ timeout. On expiry returns `TC_ERR_TIMEOUT` ("wait timeout after {ms}ms,
+ keys: /k") and the store stays usable. Thread-safe; a waiting call holds
+ its TCP connection, so other threads' calls on the same handle queue
+ behind it.
+ */
+tc_result_t tc_store_wait(tc_store_t *store, const char *const *keys, size_t n, int64_t timeout_ms);
+
+/*
+ Deletes `key`; `*deleted` (may be NULL) receives 1 when it existed, else
+ 0. Thread-safe.
+ */
+tc_result_t tc_store_delete(tc_store_t *store, const char *key, int *deleted);
+
+/*
+ Writes the number of keys in the whole store to `*n` (a TCP store counts
+ the `init/` key of wait-for-workers too, as torch does). Thread-safe.
+ */
+tc_result_t tc_store_num_keys(tc_store_t *store, int64_t *n);
+
+/*
+ Frees a store handle; NULL is ignored. A hosted server stays up while
+ prefix stores or comms created from this handle still use it. Must not
+ race with other calls on the same handle.
+ */
+void tc_store_free(tc_store_t *store);
+
+/*
+ Writes the size in bytes of one element of `dtype` to `*size`. Returns
+ `TC_ERR_INVALID_ARGUMENT` for an unknown dtype, `TC_ERR_NULL_ARGUMENT` for
+ a NULL `size`; nothing is written on failure. Thread-safe.
+ */
+tc_result_t tc_dtype_size(tc_dtype_t dtype, size_t *size);
+
+/*
+ Creates a window on `comm`. Not implemented by any backend yet: returns
+ `TC_ERR_UNSUPPORTED` and leaves `*window` untouched.
+ */
+tc_result_t tc_window_new(tc_comm_t *comm, tc_window_t **window);
+
+/*
+ Frees a window. NULL is ignored.
+ */
+void tc_window_free(tc_window_t *window);
+
+/*
+ Writes 1 to `*done` when the operation has finished (successfully or not),
+ else 0. Never blocks. Thread-safe.
+ */
+tc_result_t tc_work_is_completed(const tc_work_t *work, int *done);
+
+/*
+ Writes the operation's status (`TC_WORK_NOT_STARTED` ... `TC_WORK_ERROR`)
+ to `*status`. Never blocks. Thread-safe.
+ */
+tc_result_t tc_work_status(const tc_work_t *work, int32_t *status);
+
+/*
+ Waits for the operation. Host operations: returns when it finished.
+ CUDA operations: makes `stream` (NULL: the legacy default stream) wait
+ for it and returns at once. Returns the operation's error if it failed
+ (`TC_ERR_TIMEOUT`, `TC_ERR_REMOTE`, `TC_ERR_ABORTED`, ...). Thread-safe.
+ */
+tc_result_t tc_work_wait(const tc_work_t *work, void *stream);
+
+/*
+ Blocks the calling thread until the operation finished; returns its error
+ if it failed. Thread-safe.
+ */
+tc_result_t tc_work_wait_blocking(const tc_work_t *work);
+
+/*
+ Releases the handle. NULL is ignored. The operation itself still runs to
+ completion; its buffers must stay valid until it does.
+ */
+void tc_work_free(tc_work_t *work);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif  // __cplusplus
+
+#endif  /* TORCHCOMM_H */

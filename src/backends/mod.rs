@@ -1,0 +1,82 @@
+//! Backends execute validated operations. Host backends (`gloo`) run them
+//! one at a time on the comm's progress thread through [`Backend::run`];
+//! device backends (`nccl`) enqueue them on CUDA streams through
+//! [`Backend::enqueue`] and return their own work.
+
+pub mod gloo;
+pub mod nccl;
+
+use crate::comm::{Op, OpOptions};
+use crate::error::{Error, Result};
+use crate::store::StoreRef;
+use crate::types::{Device, Hints};
+use crate::work::Work;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Everything a backend needs to join its peers.
+#[derive(Clone)]
+pub struct BackendInit {
+    pub rank: i32,
+    pub size: i32,
+    /// Rank among the processes of this host (picks the GPU for index -1).
+    pub local_rank: i32,
+    /// The comm's name, unique among live comms.
+    pub name: String,
+    pub device: Device,
+    /// Store already scoped by the comm's name.
+    pub store: StoreRef,
+    /// The comm's default operation timeout.
+    pub timeout: Duration,
+    pub hints: Hints,
+}
+
+pub trait Backend: Send + Sync {
+    /// Device backends enqueue `op` and return its work; host backends return
+    /// `Ok(None)` and the comm schedules [`Backend::run`] on its progress
+    /// thread.
+    fn enqueue(&self, _op: &Op, _opts: &OpOptions, _timeout: Duration) -> Result<Option<Arc<dyn Work>>> {
+        Ok(None)
+    }
+
+    /// Executes `op` to completion on the calling (progress) thread, failing
+    /// within `timeout`. Called for one operation at a time, in issue order.
+    fn run(&self, op: &Op, timeout: Duration) -> Result<()>;
+
+    /// Unblocks any running operation and makes later ones fail. Called from
+    /// any thread, possibly while `run` is in progress.
+    fn abort(&self);
+
+    /// Releases resources after every operation finished.
+    fn finalize(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// A failure found asynchronously (e.g. NCCL's async error), polled by
+    /// the comm's watchdog.
+    fn async_error(&self) -> Option<crate::error::Error> {
+        None
+    }
+}
+
+/// Names accepted by `tc_comm_new`.
+pub const BACKEND_NAMES: [&str; 2] = ["gloo", "nccl"];
+
+/// Rejects an unknown backend name before any rendezvous work is done.
+pub fn check_name(name: &str) -> Result<()> {
+    if BACKEND_NAMES.contains(&name) {
+        return Ok(());
+    }
+    Err(Error::invalid_argument(format!(
+        "argument 'backend': unknown backend {name:?} (known: {})",
+        BACKEND_NAMES.join(", ")
+    )))
+}
+
+pub fn create(name: &str, init: BackendInit) -> Result<Box<dyn Backend>> {
+    check_name(name)?;
+    match name {
+        "gloo" => gloo::create(init),
+        _ => nccl::create(init),
+    }
+}

@@ -1,0 +1,700 @@
+//! The communicator: validation of every operation, the per-comm host
+//! progress thread and watchdog, failure handling, finalize/abort and split.
+//! Backends (src/backends) only execute operations that were validated here.
+
+use crate::backends::{self, Backend, BackendInit};
+use crate::config::config;
+use crate::error::{Error, ErrorKind, Result};
+use crate::store::StoreRef;
+use crate::types::{DType, Device, Hints, ReduceOp};
+use crate::work::{DoneWork, HostWork, Work};
+use std::collections::VecDeque;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// A raw buffer address handed in by C. The caller guarantees it stays valid
+/// until the operation's work completes (torchcomms' contract).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ptr(pub *mut c_void);
+// The address is only dereferenced by the backend while the caller keeps the
+// buffer alive; moving the address between threads is the point.
+unsafe impl Send for Ptr {}
+unsafe impl Sync for Ptr {}
+
+impl Ptr {
+    pub fn is_null(self) -> bool {
+        self.0.is_null()
+    }
+    pub fn as_u8(self) -> *mut u8 {
+        self.0 as *mut u8
+    }
+}
+
+/// One send or receive of a batch.
+#[derive(Debug, Clone)]
+pub struct P2p {
+    pub is_send: bool,
+    pub buf: Ptr,
+    pub count: usize,
+    pub dtype: DType,
+    pub peer: i32,
+}
+
+/// A validated operation. Counts are elements of `dtype`; every list has one
+/// entry per rank unless noted; same input and output address means in place.
+#[derive(Debug, Clone)]
+pub enum Op {
+    Send { buf: Ptr, count: usize, dtype: DType, peer: i32 },
+    Recv { buf: Ptr, count: usize, dtype: DType, peer: i32 },
+    /// Sends and receives issued together (NCCL group semantics).
+    Batch { ops: Vec<P2p> },
+    Broadcast { buf: Ptr, count: usize, dtype: DType, root: i32 },
+    /// In place; the result is defined on `root` only.
+    Reduce { buf: Ptr, count: usize, dtype: DType, root: i32, op: ReduceOp },
+    /// In place.
+    AllReduce { buf: Ptr, count: usize, dtype: DType, op: ReduceOp },
+    AllGather { outputs: Vec<Ptr>, input: Ptr, count: usize, dtype: DType },
+    /// `output` holds `count * size` elements, rank r's at `r * count`.
+    AllGatherSingle { output: Ptr, input: Ptr, count: usize, dtype: DType },
+    /// Rank r contributes `counts[r]` elements; `output` holds them all in
+    /// rank order.
+    AllGatherV { output: Ptr, input: Ptr, counts: Vec<usize>, dtype: DType },
+    ReduceScatter { output: Ptr, inputs: Vec<Ptr>, count: usize, dtype: DType, op: ReduceOp },
+    /// `input` holds `count * size` elements; rank r gets the reduction of
+    /// block r.
+    ReduceScatterSingle { output: Ptr, input: Ptr, count: usize, dtype: DType, op: ReduceOp },
+    /// `input` holds `sum(counts)` elements; rank r gets block r, `counts[r]`
+    /// elements long.
+    ReduceScatterV { output: Ptr, input: Ptr, counts: Vec<usize>, dtype: DType, op: ReduceOp },
+    AllToAll { outputs: Vec<Ptr>, inputs: Vec<Ptr>, count: usize, dtype: DType },
+    /// `count` elements to and from each rank.
+    AllToAllSingle { output: Ptr, input: Ptr, count: usize, dtype: DType },
+    /// `input_counts[r]` elements go to rank r; `output_counts[r]` come from
+    /// rank r; blocks are contiguous in rank order.
+    AllToAllVSingle { output: Ptr, output_counts: Vec<usize>, input: Ptr, input_counts: Vec<usize>, dtype: DType },
+    Barrier,
+    /// `inputs` has one buffer per rank on `root`, and is empty elsewhere.
+    Scatter { output: Ptr, inputs: Vec<Ptr>, count: usize, dtype: DType, root: i32 },
+    /// `outputs` has one buffer per rank on `root`, and is empty elsewhere.
+    Gather { outputs: Vec<Ptr>, input: Ptr, count: usize, dtype: DType, root: i32 },
+}
+
+impl Op {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Send { .. } => "send",
+            Op::Recv { .. } => "recv",
+            Op::Batch { .. } => "batch_p2p",
+            Op::Broadcast { .. } => "broadcast",
+            Op::Reduce { .. } => "reduce",
+            Op::AllReduce { .. } => "all_reduce",
+            Op::AllGather { .. } => "all_gather",
+            Op::AllGatherSingle { .. } => "all_gather_single",
+            Op::AllGatherV { .. } => "all_gather_v",
+            Op::ReduceScatter { .. } => "reduce_scatter",
+            Op::ReduceScatterSingle { .. } => "reduce_scatter_single",
+            Op::ReduceScatterV { .. } => "reduce_scatter_v",
+            Op::AllToAll { .. } => "all_to_all",
+            Op::AllToAllSingle { .. } => "all_to_all_single",
+            Op::AllToAllVSingle { .. } => "all_to_all_v_single",
+            Op::Barrier => "barrier",
+            Op::Scatter { .. } => "scatter",
+            Op::Gather { .. } => "gather",
+        }
+    }
+
+    /// (dtype, per-rank count, root) that every rank must agree on for a
+    /// collective; None for point-to-point operations. Used by
+    /// `TORCHCOMM_CHECK_COLLECTIVES`.
+    pub fn signature(&self) -> Option<(Option<DType>, usize, i32)> {
+        match self {
+            Op::Send { .. } | Op::Recv { .. } | Op::Batch { .. } => None,
+            Op::Broadcast { count, dtype, root, .. } => Some((Some(*dtype), *count, *root)),
+            Op::Reduce { count, dtype, root, .. } => Some((Some(*dtype), *count, *root)),
+            Op::AllReduce { count, dtype, .. }
+            | Op::AllGather { count, dtype, .. }
+            | Op::AllGatherSingle { count, dtype, .. }
+            | Op::ReduceScatter { count, dtype, .. }
+            | Op::ReduceScatterSingle { count, dtype, .. }
+            | Op::AllToAll { count, dtype, .. }
+            | Op::AllToAllSingle { count, dtype, .. } => Some((Some(*dtype), *count, -1)),
+            Op::AllGatherV { counts, dtype, .. } | Op::ReduceScatterV { counts, dtype, .. } => {
+                Some((Some(*dtype), counts.iter().sum(), -1))
+            }
+            Op::AllToAllVSingle { dtype, .. } => Some((Some(*dtype), 0, -1)),
+            Op::Barrier => Some((None, 0, -1)),
+            Op::Scatter { count, dtype, root, .. } | Op::Gather { count, dtype, root, .. } => {
+                Some((Some(*dtype), *count, *root))
+            }
+        }
+    }
+
+    /// The reduce op, if the operation reduces.
+    pub fn reduce_op(&self) -> Option<&ReduceOp> {
+        match self {
+            Op::Reduce { op, .. }
+            | Op::AllReduce { op, .. }
+            | Op::ReduceScatter { op, .. }
+            | Op::ReduceScatterSingle { op, .. }
+            | Op::ReduceScatterV { op, .. } => Some(op),
+            _ => None,
+        }
+    }
+
+    /// Checks ranks, counts, buffers and list lengths against a comm of
+    /// `size` ranks seen from `rank`.
+    pub fn validate(&self, rank: i32, size: i32) -> Result<()> {
+        let n = size as usize;
+        let peer_ok = |p: i32, arg: &str| -> Result<()> {
+            if p < 0 || p >= size {
+                return Err(Error::invalid_argument(format!("argument '{arg}': rank {p} is outside [0, {size})")));
+            }
+            Ok(())
+        };
+        let buf_ok = |p: Ptr, count: usize, dtype: DType, arg: &str| -> Result<()> {
+            dtype.bytes(count, arg)?;
+            if count > 0 && p.is_null() {
+                return Err(Error::null_argument(arg));
+            }
+            Ok(())
+        };
+        let list_ok = |l: &[Ptr], count: usize, dtype: DType, arg: &str| -> Result<()> {
+            if l.len() != n {
+                return Err(Error::invalid_argument(format!("argument '{arg}': {} buffers for {n} ranks", l.len())));
+            }
+            for (i, p) in l.iter().enumerate() {
+                buf_ok(*p, count, dtype, &format!("{arg}[{i}]"))?;
+            }
+            Ok(())
+        };
+        let counts_ok = |c: &[usize], dtype: DType, arg: &str| -> Result<usize> {
+            if c.len() != n {
+                return Err(Error::invalid_argument(format!("argument '{arg}': {} counts for {n} ranks", c.len())));
+            }
+            let total = c.iter().try_fold(0usize, |a, b| a.checked_add(*b));
+            let total = total.ok_or_else(|| Error::invalid_argument(format!("argument '{arg}': counts overflow")))?;
+            dtype.bytes(total, arg)?;
+            Ok(total)
+        };
+        let times_n = |count: usize, arg: &str| -> Result<usize> {
+            count.checked_mul(n).ok_or_else(|| Error::invalid_argument(format!("argument '{arg}': count {count} x {n} ranks overflows")))
+        };
+        if let Some(op) = self.reduce_op() {
+            let dtype = match self.signature() {
+                Some((Some(d), _, _)) => d,
+                _ => DType::F32,
+            };
+            op.check_dtype(dtype)?;
+        }
+        match self {
+            Op::Send { buf, count, dtype, peer } | Op::Recv { buf, count, dtype, peer } => {
+                peer_ok(*peer, "peer")?;
+                buf_ok(*buf, *count, *dtype, "buf")
+            }
+            Op::Batch { ops } => {
+                for (i, p) in ops.iter().enumerate() {
+                    peer_ok(p.peer, &format!("batch[{i}].peer"))?;
+                    buf_ok(p.buf, p.count, p.dtype, &format!("batch[{i}].buf"))?;
+                }
+                Ok(())
+            }
+            Op::Broadcast { buf, count, dtype, root } | Op::Reduce { buf, count, dtype, root, .. } => {
+                peer_ok(*root, "root")?;
+                buf_ok(*buf, *count, *dtype, "buf")
+            }
+            Op::AllReduce { buf, count, dtype, .. } => buf_ok(*buf, *count, *dtype, "buf"),
+            Op::AllGather { outputs, input, count, dtype } => {
+                buf_ok(*input, *count, *dtype, "input")?;
+                list_ok(outputs, *count, *dtype, "outputs")
+            }
+            Op::AllGatherSingle { output, input, count, dtype } => {
+                buf_ok(*input, *count, *dtype, "input")?;
+                buf_ok(*output, times_n(*count, "count")?, *dtype, "output")
+            }
+            Op::AllGatherV { output, input, counts, dtype } => {
+                let total = counts_ok(counts, *dtype, "counts")?;
+                buf_ok(*input, counts[rank as usize], *dtype, "input")?;
+                buf_ok(*output, total, *dtype, "output")
+            }
+            Op::ReduceScatter { output, inputs, count, dtype, .. } => {
+                buf_ok(*output, *count, *dtype, "output")?;
+                list_ok(inputs, *count, *dtype, "inputs")
+            }
+            Op::ReduceScatterSingle { output, input, count, dtype, .. } => {
+                buf_ok(*output, *count, *dtype, "output")?;
+                buf_ok(*input, times_n(*count, "count")?, *dtype, "input")
+            }
+            Op::ReduceScatterV { output, input, counts, dtype, .. } => {
+                let total = counts_ok(counts, *dtype, "counts")?;
+                buf_ok(*output, counts[rank as usize], *dtype, "output")?;
+                buf_ok(*input, total, *dtype, "input")
+            }
+            Op::AllToAll { outputs, inputs, count, dtype } => {
+                list_ok(outputs, *count, *dtype, "outputs")?;
+                list_ok(inputs, *count, *dtype, "inputs")
+            }
+            Op::AllToAllSingle { output, input, count, dtype } => {
+                let total = times_n(*count, "count")?;
+                buf_ok(*output, total, *dtype, "output")?;
+                buf_ok(*input, total, *dtype, "input")
+            }
+            Op::AllToAllVSingle { output, output_counts, input, input_counts, dtype } => {
+                let out_total = counts_ok(output_counts, *dtype, "output_counts")?;
+                let in_total = counts_ok(input_counts, *dtype, "input_counts")?;
+                buf_ok(*output, out_total, *dtype, "output")?;
+                buf_ok(*input, in_total, *dtype, "input")
+            }
+            Op::Barrier => Ok(()),
+            Op::Scatter { output, inputs, count, dtype, root } => {
+                peer_ok(*root, "root")?;
+                buf_ok(*output, *count, *dtype, "output")?;
+                if rank == *root {
+                    list_ok(inputs, *count, *dtype, "inputs")?;
+                }
+                Ok(())
+            }
+            Op::Gather { outputs, input, count, dtype, root } => {
+                peer_ok(*root, "root")?;
+                buf_ok(*input, *count, *dtype, "input")?;
+                if rank == *root {
+                    list_ok(outputs, *count, *dtype, "outputs")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Per-operation options, read from `tc_op_options_t`.
+#[derive(Debug, Clone)]
+pub struct OpOptions {
+    pub async_op: bool,
+    /// None: the comm's timeout.
+    pub timeout: Option<Duration>,
+    /// CUDA stream for device buffers (NULL: legacy default stream).
+    pub stream: *mut c_void,
+    pub hints: Hints,
+}
+
+impl Default for OpOptions {
+    fn default() -> Self {
+        OpOptions { async_op: false, timeout: None, stream: std::ptr::null_mut(), hints: Vec::new() }
+    }
+}
+
+/// Creation options, read from `tc_comm_options_t`.
+#[derive(Clone, Default)]
+pub struct CommOptions {
+    pub name: Option<String>,
+    pub timeout: Option<Duration>,
+    pub abort_on_error: Option<bool>,
+    pub rank: Option<i32>,
+    pub world_size: Option<i32>,
+    pub store: Option<StoreRef>,
+    pub hints: Hints,
+}
+
+#[derive(Debug, Clone)]
+enum State {
+    Active,
+    Finalized,
+    Aborted(Error),
+}
+
+/// An operation waiting for the host progress thread.
+struct Job {
+    op: Op,
+    timeout: Duration,
+    work: Arc<HostWork>,
+}
+
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    /// Jobs taken but not finished (0 or 1).
+    running: usize,
+    stop: bool,
+}
+
+/// Extra time the watchdog grants beyond an operation's timeout, so that a
+/// backend's own timeout (with its better message) fires first.
+const WATCHDOG_GRACE: Duration = Duration::from_millis(500);
+const WATCHDOG_PERIOD: Duration = Duration::from_millis(100);
+
+pub struct Comm {
+    name: String,
+    rank: i32,
+    size: i32,
+    device: Device,
+    backend_name: String,
+    timeout: Duration,
+    abort_on_error: bool,
+    /// Unscoped store, from which splits derive their own scopes.
+    base_store: StoreRef,
+    backend: Box<dyn Backend>,
+    state: Mutex<State>,
+    queue: Mutex<Queue>,
+    queue_changed: Condvar,
+    outstanding: Mutex<Vec<Arc<dyn Work>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// First failure of any operation, reported by finalize.
+    first_failure: Mutex<Option<Error>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+static GENERATED_NAMES: AtomicU64 = AtomicU64::new(0);
+
+impl Comm {
+    /// Creates a communicator: resolves rank, size and store (bootstrapping
+    /// from the environment when not given), creates the backend, and starts
+    /// the progress and watchdog threads.
+    pub fn new(backend_name: &str, device: Device, opts: CommOptions) -> Result<Arc<Comm>> {
+        backends::check_name(backend_name)?;
+        let cfg = config();
+        let timeout = opts.timeout.unwrap_or(cfg.timeout);
+        let boot = crate::bootstrap::from_environment(opts.rank, opts.world_size, opts.store.clone(), timeout)?;
+        let name = opts
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("comm{}", GENERATED_NAMES.fetch_add(1, Ordering::Relaxed)));
+        Comm::with_store(backend_name, device, name, boot.rank, boot.world_size, boot.local_rank, boot.store, timeout, &opts)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn with_store(
+        backend_name: &str,
+        device: Device,
+        name: String,
+        rank: i32,
+        size: i32,
+        local_rank: i32,
+        base_store: StoreRef,
+        timeout: Duration,
+        opts: &CommOptions,
+    ) -> Result<Arc<Comm>> {
+        if name.is_empty() || name.contains('/') {
+            return Err(Error::invalid_argument(format!("comm name {name:?} must be non-empty and contain no '/'")));
+        }
+        if size < 1 || rank < 0 || rank >= size {
+            return Err(Error::invalid_argument(format!("rank {rank} is outside a world of size {size}")));
+        }
+        let store: StoreRef = Arc::new(crate::store::prefix::PrefixStore::new(&name, base_store.clone()));
+        let init = BackendInit {
+            rank,
+            size,
+            local_rank,
+            name: name.clone(),
+            device,
+            store,
+            timeout,
+            hints: opts.hints.clone(),
+        };
+        let backend = backends::create(backend_name, init)?;
+        crate::config::set_log_rank(rank);
+        let comm = Arc::new(Comm {
+            name,
+            rank,
+            size,
+            device,
+            backend_name: backend_name.to_string(),
+            timeout,
+            abort_on_error: opts.abort_on_error.unwrap_or(config().abort_on_error),
+            base_store,
+            backend,
+            state: Mutex::new(State::Active),
+            queue: Mutex::new(Queue::default()),
+            queue_changed: Condvar::new(),
+            outstanding: Mutex::new(Vec::new()),
+            threads: Mutex::new(Vec::new()),
+            first_failure: Mutex::new(None),
+        });
+        let progress = {
+            let comm = comm.clone();
+            std::thread::Builder::new()
+                .name(format!("tc-progress-{}", comm.name))
+                .spawn(move || comm.progress_loop())
+                .map_err(|e| Error::system("spawning the progress thread", e))?
+        };
+        let watchdog = {
+            let comm = comm.clone();
+            std::thread::Builder::new()
+                .name(format!("tc-watchdog-{}", comm.name))
+                .spawn(move || comm.watchdog_loop())
+                .map_err(|e| Error::system("spawning the watchdog thread", e))?
+        };
+        lock(&comm.threads).extend([progress, watchdog]);
+        crate::log_info!(
+            "comm '{}' created: backend {} rank {}/{} timeout {} ms",
+            comm.name,
+            comm.backend_name,
+            rank,
+            size,
+            timeout.as_millis()
+        );
+        Ok(comm)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn rank(&self) -> i32 {
+        self.rank
+    }
+    pub fn size(&self) -> i32 {
+        self.size
+    }
+    pub fn device(&self) -> Device {
+        self.device
+    }
+    pub fn backend_name(&self) -> &str {
+        &self.backend_name
+    }
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Ok while the comm accepts operations.
+    fn check_active(&self) -> Result<()> {
+        match &*lock(&self.state) {
+            State::Active => Ok(()),
+            State::Finalized => Err(Error::invalid_usage(format!("comm '{}' was finalized", self.name))),
+            State::Aborted(e) => Err(Error::new(
+                ErrorKind::Aborted,
+                format!("comm '{}' was aborted: {}", self.name, e.message),
+            )),
+        }
+    }
+
+    /// The failure that aborted the comm, if any.
+    pub fn async_error(&self) -> Option<Error> {
+        match &*lock(&self.state) {
+            State::Aborted(e) => Some(e.clone()),
+            _ => None,
+        }
+    }
+
+    /// Validates and issues `op`. With `async_op` off, returns after the
+    /// operation completed (host) or was enqueued on the stream (device).
+    pub fn submit(&self, op: Op, opts: &OpOptions) -> Result<Arc<dyn Work>> {
+        self.check_active()?;
+        op.validate(self.rank, self.size).map_err(|e| e.context(op.name()))?;
+        let timeout = opts.timeout.unwrap_or(self.timeout);
+        if let Some(work) = self.backend.enqueue(&op, opts, timeout)? {
+            lock(&self.outstanding).push(work.clone());
+            return Ok(work);
+        }
+        if self.size == 1 && matches!(op, Op::Barrier) {
+            return Ok(Arc::new(DoneWork(Ok(()))));
+        }
+        let description = format!("{} on comm '{}' (rank {}/{})", op.name(), self.name, self.rank, self.size);
+        let work = Arc::new(HostWork::new(description, timeout + WATCHDOG_GRACE));
+        {
+            let mut q = lock(&self.queue);
+            if q.stop {
+                return Err(Error::invalid_usage(format!("comm '{}' is shutting down", self.name)));
+            }
+            q.jobs.push_back(Job { op, timeout, work: work.clone() });
+        }
+        self.queue_changed.notify_all();
+        lock(&self.outstanding).push(work.clone());
+        if !opts.async_op {
+            work.wait_blocking()?;
+        }
+        Ok(work)
+    }
+
+    fn progress_loop(self: Arc<Self>) {
+        loop {
+            let job = {
+                let mut q = lock(&self.queue);
+                loop {
+                    if let Some(job) = q.jobs.pop_front() {
+                        q.running += 1;
+                        break job;
+                    }
+                    if q.stop {
+                        return;
+                    }
+                    q = self.queue_changed.wait(q).unwrap_or_else(|e| e.into_inner());
+                }
+            };
+            let result = self.check_active().and_then(|()| {
+                job.work.start();
+                crate::log_trace!("start {}", job.work.description());
+                self.backend.run(&job.op, job.timeout)
+            });
+            if let Err(e) = &result {
+                self.record_failure(e.clone().context(job.work.description()));
+            }
+            job.work.complete(result.map_err(|e| e.context(job.work.description())));
+            lock(&self.queue).running -= 1;
+            self.queue_changed.notify_all();
+        }
+    }
+
+    fn watchdog_loop(self: Arc<Self>) {
+        loop {
+            {
+                let q = lock(&self.queue);
+                let (q, _) = self.queue_changed.wait_timeout(q, WATCHDOG_PERIOD).unwrap_or_else(|e| e.into_inner());
+                if q.stop {
+                    return;
+                }
+            }
+            let now = Instant::now();
+            let mut expired = None;
+            lock(&self.outstanding).retain(|w| {
+                if let Some(e) = w.check_timeout(now) {
+                    expired.get_or_insert(e);
+                }
+                !w.status().is_finished()
+            });
+            if let Some(e) = expired.or_else(|| self.backend.async_error()) {
+                self.record_failure(e);
+            }
+        }
+    }
+
+    /// Records an operation's failure: the comm is aborted (or, with
+    /// abort-on-error, the process), so that no rank waits forever.
+    fn record_failure(&self, err: Error) {
+        lock(&self.first_failure).get_or_insert_with(|| err.clone());
+        if err.kind == ErrorKind::Aborted {
+            return;
+        }
+        {
+            let mut state = lock(&self.state);
+            if !matches!(*state, State::Active) {
+                return;
+            }
+            *state = State::Aborted(err.clone());
+        }
+        if self.abort_on_error {
+            crate::config::log(
+                crate::config::Level::Warn,
+                &format!("{}; aborting the process (abort_on_error; TORCHCOMM_ABORT_ON_ERROR=0 to fail calls instead)", err.message),
+            );
+            std::process::abort();
+        }
+        crate::log_warn!("comm '{}' aborted: {}", self.name, err.message);
+        self.backend.abort();
+    }
+
+    /// Stops the threads; queued operations that never ran fail with `err`.
+    fn shutdown(&self, err: Error) {
+        let pending: Vec<Job> = {
+            let mut q = lock(&self.queue);
+            q.stop = true;
+            q.jobs.drain(..).collect()
+        };
+        self.queue_changed.notify_all();
+        for job in pending {
+            job.work.complete(Err(err.clone()));
+        }
+        let threads: Vec<_> = lock(&self.threads).drain(..).collect();
+        for t in threads {
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
+    }
+
+    /// Waits for every issued operation, stops the threads and releases the
+    /// backend. Fails if an operation failed or the comm was aborted.
+    pub fn finalize(&self) -> Result<()> {
+        match &*lock(&self.state) {
+            State::Finalized => return Err(Error::invalid_usage(format!("comm '{}' was already finalized", self.name))),
+            State::Aborted(_) | State::Active => {}
+        }
+        {
+            let mut q = lock(&self.queue);
+            while !q.jobs.is_empty() || q.running > 0 {
+                q = self.queue_changed.wait(q).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+        for w in lock(&self.outstanding).drain(..).collect::<Vec<_>>() {
+            let _ = w.wait_blocking();
+        }
+        let aborted = self.async_error();
+        *lock(&self.state) = State::Finalized;
+        self.shutdown(Error::invalid_usage(format!("comm '{}' was finalized", self.name)));
+        let backend_result = self.backend.finalize();
+        if let Some(e) = aborted {
+            return Err(Error::new(ErrorKind::Aborted, format!("comm '{}' was aborted: {}", self.name, e.message)));
+        }
+        if let Some(e) = lock(&self.first_failure).take() {
+            return Err(Error::new(e.kind, format!("an operation of comm '{}' failed: {}", self.name, e.message)));
+        }
+        backend_result
+    }
+
+    /// Aborts the comm: the backend stops, pending and later operations fail
+    /// with `TC_ERR_ABORTED`.
+    pub fn abort(&self) {
+        {
+            let mut state = lock(&self.state);
+            if matches!(*state, State::Active) {
+                *state = State::Aborted(Error::new(ErrorKind::Aborted, "aborted by the application"));
+            }
+        }
+        self.backend.abort();
+        self.shutdown(Error::new(ErrorKind::Aborted, format!("comm '{}' was aborted", self.name)));
+    }
+
+    /// Called when the C handle is destroyed: aborts a comm that was not
+    /// finalized, with a warning, and breaks the thread/comm reference cycle.
+    pub fn release(&self) {
+        if !matches!(*lock(&self.state), State::Finalized) {
+            crate::log_warn!("comm '{}' destroyed without tc_comm_finalize; aborting it", self.name);
+            self.abort();
+        }
+    }
+
+    /// Collective over this comm: every rank calls it with the same `ranks`.
+    /// Returns None for an empty list; the caller must be in a non-empty list.
+    pub fn split(&self, ranks: &[i32], name: &str, opts: CommOptions) -> Result<Option<Arc<Comm>>> {
+        self.check_active()?;
+        if ranks.is_empty() {
+            return Ok(None);
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, r) in ranks.iter().enumerate() {
+            if *r < 0 || *r >= self.size {
+                return Err(Error::invalid_argument(format!("argument 'ranks[{i}]': rank {r} is outside [0, {})", self.size)));
+            }
+            if !seen.insert(*r) {
+                return Err(Error::invalid_argument(format!("argument 'ranks[{i}]': rank {r} appears twice")));
+            }
+        }
+        let Some(new_rank) = ranks.iter().position(|r| *r == self.rank) else {
+            return Err(Error::invalid_argument(format!(
+                "argument 'ranks': this rank ({}) is not in the list; pass an empty list to opt out",
+                self.rank
+            )));
+        };
+        let child_store: StoreRef = Arc::new(crate::store::prefix::PrefixStore::new(&format!("{}/split", self.name), self.base_store.clone()));
+        let child_opts = CommOptions {
+            timeout: opts.timeout.or(Some(self.timeout)),
+            abort_on_error: opts.abort_on_error.or(Some(self.abort_on_error)),
+            ..opts
+        };
+        Comm::with_store(
+            &self.backend_name,
+            self.device,
+            name.to_string(),
+            new_rank as i32,
+            ranks.len() as i32,
+            new_rank as i32,
+            child_store,
+            child_opts.timeout.unwrap_or(self.timeout),
+            &child_opts,
+        )
+        .map(Some)
+    }
+}

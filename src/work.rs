@@ -1,0 +1,161 @@
+//! Work handles: the completion state of one operation.
+//!
+//! Host operations complete a [`HostWork`] from the comm's progress thread;
+//! device backends provide their own [`Work`] (events on streams). The comm's
+//! watchdog asks every outstanding work whether it has overrun its timeout.
+
+use crate::error::{Error, ErrorKind, Result};
+use std::ffi::c_void;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Status of an operation, as `tc_work_status` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
+pub enum WorkStatus {
+    NotStarted = 0,
+    InProgress = 1,
+    Completed = 2,
+    TimedOut = 3,
+    Error = 4,
+}
+
+impl WorkStatus {
+    pub fn is_finished(self) -> bool {
+        !matches!(self, WorkStatus::NotStarted | WorkStatus::InProgress)
+    }
+}
+
+/// One operation's completion.
+pub trait Work: Send + Sync {
+    fn status(&self) -> WorkStatus;
+    /// CPU work: blocks until the operation finished. Device work: makes
+    /// `stream` wait for it without blocking the host.
+    fn wait(&self, stream: *mut c_void) -> Result<()>;
+    /// Blocks the host until the operation finished.
+    fn wait_blocking(&self) -> Result<()>;
+    /// Called by the watchdog: `Some(error)` once the operation has run longer
+    /// than its timeout (marking it timed out).
+    fn check_timeout(&self, now: Instant) -> Option<Error>;
+}
+
+struct HostState {
+    status: WorkStatus,
+    error: Option<Error>,
+    started: Option<Instant>,
+}
+
+/// Completion of an operation run on a comm's host progress thread.
+pub struct HostWork {
+    description: String,
+    timeout: Duration,
+    state: Mutex<HostState>,
+    done: Condvar,
+}
+
+impl HostWork {
+    pub fn new(description: String, timeout: Duration) -> HostWork {
+        HostWork {
+            description,
+            timeout,
+            state: Mutex::new(HostState { status: WorkStatus::NotStarted, error: None, started: None }),
+            done: Condvar::new(),
+        }
+    }
+
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HostState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn start(&self) {
+        let mut s = self.lock();
+        if s.status == WorkStatus::NotStarted {
+            s.status = WorkStatus::InProgress;
+            s.started = Some(Instant::now());
+        }
+    }
+
+    /// Records the outcome; a work already marked timed out keeps that status.
+    pub fn complete(&self, result: Result<()>) {
+        let mut s = self.lock();
+        if !s.status.is_finished() {
+            match result {
+                Ok(()) => s.status = WorkStatus::Completed,
+                Err(e) => {
+                    s.status = if e.kind == ErrorKind::Timeout { WorkStatus::TimedOut } else { WorkStatus::Error };
+                    s.error = Some(e);
+                }
+            }
+        }
+        drop(s);
+        self.done.notify_all();
+    }
+
+    fn outcome(s: &HostState) -> Result<()> {
+        match &s.error {
+            None => Ok(()),
+            Some(e) => Err(e.clone()),
+        }
+    }
+}
+
+impl Work for HostWork {
+    fn status(&self) -> WorkStatus {
+        self.lock().status
+    }
+
+    fn wait(&self, _stream: *mut c_void) -> Result<()> {
+        self.wait_blocking()
+    }
+
+    fn wait_blocking(&self) -> Result<()> {
+        let mut s = self.lock();
+        while !s.status.is_finished() {
+            s = self.done.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        HostWork::outcome(&s)
+    }
+
+    fn check_timeout(&self, now: Instant) -> Option<Error> {
+        let mut s = self.lock();
+        let started = s.started?;
+        if s.status != WorkStatus::InProgress || now.duration_since(started) <= self.timeout {
+            return None;
+        }
+        let err = Error::timeout(format!(
+            "{} timed out after {} ms",
+            self.description,
+            now.duration_since(started).as_millis()
+        ));
+        s.status = WorkStatus::TimedOut;
+        s.error = Some(err.clone());
+        drop(s);
+        self.done.notify_all();
+        Some(err)
+    }
+}
+
+/// A work that is already finished (used for operations with nothing to do).
+pub struct DoneWork(pub Result<()>);
+
+impl Work for DoneWork {
+    fn status(&self) -> WorkStatus {
+        match &self.0 {
+            Ok(()) => WorkStatus::Completed,
+            Err(_) => WorkStatus::Error,
+        }
+    }
+    fn wait(&self, _stream: *mut c_void) -> Result<()> {
+        self.0.clone()
+    }
+    fn wait_blocking(&self) -> Result<()> {
+        self.0.clone()
+    }
+    fn check_timeout(&self, _now: Instant) -> Option<Error> {
+        None
+    }
+}
