@@ -228,3 +228,28 @@ mod tests {
         assert!(w.iter().any(|m| m.contains("TORCHCOMM_TIMEOUT_SECONDS")));
     }
 }
+
+#[cfg(test)]
+mod callback_tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    static LINES: Mutex<Vec<(i32, String)>> = Mutex::new(Vec::new());
+
+    extern "C" fn collect(level: i32, message: *const c_char, _user: *mut c_void) {
+        let text = unsafe { std::ffi::CStr::from_ptr(message) }.to_string_lossy().into_owned();
+        LINES.lock().unwrap().push((level, text));
+    }
+
+    #[test]
+    fn callback_receives_prefixed_lines() {
+        set_log_callback(Some(collect), std::ptr::null_mut());
+        crate::log_warn!("hello from the test {}", 7);
+        set_log_callback(None, std::ptr::null_mut());
+        let lines = LINES.lock().unwrap();
+        let (level, line) = lines.iter().find(|(_, l)| l.contains("hello from the test 7")).expect("no line");
+        assert_eq!(*level, Level::Warn as i32);
+        let pid = format!(":{}:", std::process::id());
+        assert!(line.contains(&pid) && line.contains("[torchcomm] WARN"), "{line}");
+    }
+}

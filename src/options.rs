@@ -164,3 +164,57 @@ pub unsafe fn read_versioned<T: Versioned>(p: *const T, arg: &str) -> Result<T> 
 pub fn timeout_from_ms(ms: i64) -> Option<std::time::Duration> {
     (ms > 0).then(|| std::time::Duration::from_millis(ms as u64))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn null_gives_defaults() {
+        let o = unsafe { read_versioned::<tc_op_options_t>(std::ptr::null(), "opts") }.unwrap();
+        assert_eq!(o.async_op, 0);
+        assert_eq!(o.timeout_ms, TC_UNSET as i64);
+    }
+
+    #[test]
+    fn short_struct_keeps_defaults_for_newer_fields() {
+        // A caller compiled against a version whose struct ended after
+        // `timeout_ms`: the bytes beyond its size must be ignored.
+        let mut o = tc_comm_options_t::defaults();
+        o.timeout_ms = 1234;
+        o.rank = 7;
+        o.world_size = 9;
+        o.size = std::mem::offset_of!(tc_comm_options_t, abort_on_error);
+        let read = unsafe { read_versioned(&o, "opts") }.unwrap();
+        assert_eq!(read.timeout_ms, 1234);
+        assert_eq!(read.rank, TC_UNSET);
+        assert_eq!(read.world_size, TC_UNSET);
+    }
+
+    #[test]
+    fn wrong_magic_and_tiny_size_are_rejected() {
+        let mut o = tc_op_options_t::defaults();
+        o.magic = 0xdead_beef;
+        let e = unsafe { read_versioned(&o, "opts") }.unwrap_err();
+        assert_eq!(e.kind, crate::error::ErrorKind::InvalidArgument);
+        assert!(e.message.contains("opts") && e.message.contains("magic"), "{}", e.message);
+        let mut o = tc_op_options_t::defaults();
+        o.size = 3;
+        assert!(unsafe { read_versioned(&o, "opts") }.is_err());
+    }
+
+    #[test]
+    fn larger_struct_from_a_newer_caller_is_accepted() {
+        #[repr(C)]
+        #[derive(Clone, Copy)]
+        struct Newer {
+            base: tc_op_options_t,
+            extra: u64,
+        }
+        let mut n = Newer { base: tc_op_options_t::defaults(), extra: 99 };
+        n.base.size = std::mem::size_of::<Newer>();
+        n.base.async_op = 1;
+        let read = unsafe { read_versioned(&n.base as *const tc_op_options_t, "opts") }.unwrap();
+        assert_eq!(read.async_op, 1);
+    }
+}

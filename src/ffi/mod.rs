@@ -89,3 +89,27 @@ pub fn into_handle<T>(value: T) -> *mut T {
 pub unsafe fn take_handle<T>(p: *mut T) -> Option<Box<T>> {
     (!p.is_null()).then(|| Box::from_raw(p))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::{TC_ERR_NULL_ARGUMENT, TC_ERR_PANIC};
+
+    fn last_error() -> String {
+        unsafe { std::ffi::CStr::from_ptr(crate::error::last_error_ptr()) }.to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn panic_becomes_an_error_code() {
+        let rc = boundary("tc_test_panic", || panic!("boom {}", 42));
+        assert_eq!(rc, TC_ERR_PANIC);
+        assert!(last_error().contains("tc_test_panic") && last_error().contains("boom 42"), "{}", last_error());
+    }
+
+    #[test]
+    fn null_argument_is_named() {
+        let rc = boundary("tc_test_null", || unsafe { arg_ref::<i32>(std::ptr::null(), "thing").map(|_| ()) });
+        assert_eq!(rc, TC_ERR_NULL_ARGUMENT);
+        assert!(last_error().contains("'thing'"), "{}", last_error());
+    }
+}
