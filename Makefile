@@ -127,8 +127,12 @@ test: deps build header-check header-compile symbols-check cargo-test capi-test 
 	@echo "make test: all checks passed"
 
 # The main job: a multi-process demo of the library at work.
-run: build
-	$(REL)/tc-run -n 4 -- $(REL)/examples/demo
+run: build $(BUILD)/demo
+	$(REL)/tc-run -n 4 -- $(BUILD)/demo
+
+$(BUILD)/demo: examples/demo.c include/torchcomm.h
+	@mkdir -p $(BUILD)
+	$(CC) $(CTEST_CFLAGS) $< -o $@ $(CTEST_LIBS)
 
 bench-store: build
 	$(REL)/tc-store-bench

@@ -1,0 +1,115 @@
+/* The main job: every rank joins a host ("gloo") communicator bootstrapped
+   from tc-run's environment, and runs a tour of the API on host memory:
+   all_reduce, broadcast, all_gather, reduce_scatter, all_to_all, send/recv
+   in a ring, an asynchronous operation with a work handle, and a split. Each
+   result is checked; the program exits non-zero on the first wrong value. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <torchcomm.h>
+
+#define N 1024
+
+#define TRY(call)                                                                         \
+    do {                                                                                  \
+        tc_result_t rc_ = (call);                                                         \
+        if (rc_ != TC_SUCCESS) {                                                          \
+            fprintf(stderr, "%s failed: %s: %s\n", #call, tc_result_string(rc_), tc_last_error()); \
+            exit(1);                                                                      \
+        }                                                                                 \
+    } while (0)
+
+static void expect(int ok, const char *what, int rank) {
+    if (!ok) {
+        fprintf(stderr, "rank %d: wrong result in %s\n", rank, what);
+        exit(2);
+    }
+}
+
+int main(void) {
+    tc_comm_t *comm = NULL;
+    tc_comm_options_t copts = TC_COMM_OPTIONS_INIT;
+    copts.name = "demo";
+    tc_device_t cpu = {TC_DEVICE_CPU, 0};
+    TRY(tc_comm_new("gloo", cpu, &copts, &comm));
+    int rank, size;
+    TRY(tc_comm_get_rank(comm, &rank));
+    TRY(tc_comm_get_size(comm, &size));
+
+    /* all_reduce: sum of (rank + 1) over ranks, in place */
+    float *x = malloc(N * sizeof *x);
+    for (int i = 0; i < N; i++) x[i] = (float)(rank + 1);
+    tc_reduce_op_t sum = TC_REDUCE_OP(TC_SUM);
+    TRY(tc_all_reduce(comm, x, N, TC_FLOAT32, sum, NULL, NULL));
+    expect(x[0] == size * (size + 1) / 2.0f && x[N - 1] == x[0], "all_reduce", rank);
+
+    /* broadcast from the last rank */
+    int64_t token = rank == size - 1 ? 424242 : -1;
+    TRY(tc_broadcast(comm, &token, 1, TC_INT64, size - 1, NULL, NULL));
+    expect(token == 424242, "broadcast", rank);
+
+    /* all_gather_single of each rank's id */
+    int32_t me = rank * 10, *all = calloc((size_t)size, sizeof *all);
+    TRY(tc_all_gather_single(comm, all, &me, 1, TC_INT32, NULL, NULL));
+    for (int r = 0; r < size; r++) expect(all[r] == r * 10, "all_gather_single", rank);
+
+    /* reduce_scatter_single: block r of every rank's input is (r + 1) */
+    double *in = malloc((size_t)size * 4 * sizeof *in), out[4];
+    for (int i = 0; i < size * 4; i++) in[i] = i / 4 + 1;
+    TRY(tc_reduce_scatter_single(comm, out, in, 4, TC_FLOAT64, sum, NULL, NULL));
+    for (int i = 0; i < 4; i++) expect(out[i] == (double)size * (rank + 1), "reduce_scatter_single", rank);
+
+    /* all_to_all_single: rank r sends r * 100 + dst to dst */
+    int32_t *a2a_in = malloc((size_t)size * sizeof *a2a_in), *a2a_out = malloc((size_t)size * sizeof *a2a_out);
+    for (int d = 0; d < size; d++) a2a_in[d] = rank * 100 + d;
+    TRY(tc_all_to_all_single(comm, a2a_out, a2a_in, 1, TC_INT32, NULL, NULL));
+    for (int s = 0; s < size; s++) expect(a2a_out[s] == s * 100 + rank, "all_to_all_single", rank);
+
+    /* a ring of sends and receives, batched so that nobody waits on order */
+    int32_t send_val = rank, recv_val = -1;
+    tc_batch_t *batch = NULL;
+    TRY(tc_batch_begin(comm, &batch));
+    TRY(tc_batch_send(batch, &send_val, 1, TC_INT32, (rank + 1) % size));
+    TRY(tc_batch_recv(batch, &recv_val, 1, TC_INT32, (rank + size - 1) % size));
+    TRY(tc_batch_issue(batch, NULL, NULL));
+    tc_batch_free(batch);
+    expect(recv_val == (rank + size - 1) % size, "batched ring send/recv", rank);
+
+    /* an asynchronous all_reduce with MAX, waited on through its work */
+    tc_op_options_t async = TC_OP_OPTIONS_INIT;
+    async.async_op = 1;
+    tc_work_t *work = NULL;
+    int32_t biggest = rank;
+    tc_reduce_op_t max = TC_REDUCE_OP(TC_MAX);
+    TRY(tc_all_reduce(comm, &biggest, 1, TC_INT32, max, &async, &work));
+    TRY(tc_work_wait(work, NULL));
+    int32_t status = -1;
+    TRY(tc_work_status(work, &status));
+    expect(status == TC_WORK_COMPLETED && biggest == size - 1, "async all_reduce", rank);
+    tc_work_free(work);
+
+    /* split off the even ranks; odd ranks opt out with an empty list */
+    int evens[64], n_evens = 0;
+    for (int r = 0; r < size && n_evens < 64; r += 2) evens[n_evens++] = r;
+    tc_comm_t *even = NULL;
+    TRY(tc_comm_split(comm, evens, rank % 2 == 0 ? (size_t)n_evens : 0, "demo-even", NULL, &even));
+    if (even) {
+        int erank, esize;
+        TRY(tc_comm_get_rank(even, &erank));
+        TRY(tc_comm_get_size(even, &esize));
+        int32_t one = 1;
+        TRY(tc_all_reduce(even, &one, 1, TC_INT32, sum, NULL, NULL));
+        expect(erank == rank / 2 && one == esize, "split all_reduce", rank);
+        TRY(tc_comm_finalize(even));
+        tc_comm_destroy(even);
+    }
+
+    TRY(tc_barrier(comm, NULL, NULL));
+    if (rank == 0)
+        printf("demo: %d ranks: all_reduce, broadcast, all_gather, reduce_scatter, all_to_all, "
+               "batched send/recv, async work, split: all results correct\n", size);
+    TRY(tc_comm_finalize(comm));
+    tc_comm_destroy(comm);
+    free(x); free(all); free(in); free(a2a_in); free(a2a_out);
+    return 0;
+}
