@@ -1,0 +1,922 @@
+//! Host backend over Gloo (TCP transport): every operation on host memory.
+//!
+//! The Gloo calls live in a separate module, `libtorchcomm-gloo.so` (see
+//! [`shim`]), loaded on first use so that programs that never use this
+//! backend need no Gloo. Operations run one at a time on the comm's progress
+//! thread, in issue order, so every rank allocates the same sequence of Gloo
+//! tags (one per Gloo call, never reused while in flight).
+//!
+//! Safety rails around traps of this Gloo build:
+//! - a size mismatch between ranks makes Gloo terminate the receiving
+//!   process, so sizes are agreed before every transfer whose sizes could
+//!   differ: a 16-byte (count, dtype) exchange precedes each point-to-point
+//!   transfer, and the per-rank counts of the v-variants are all-gathered and
+//!   compared first; with `TORCHCOMM_CHECK_COLLECTIVES=1` every collective
+//!   first all-gathers (op, dtype, count, root, reduce op) and fails on all
+//!   ranks, naming the rank that differs;
+//! - after a timeout or a vanished peer the context is closed (Gloo closes it
+//!   on timeouts anyway), which makes the peers fail fast too; later
+//!   operations fail at once;
+//! - Gloo has no gatherv and no reduce-scatter: reduce-scatter is an
+//!   all-reduce of a scratch copy from which each rank keeps its block; the
+//!   list forms go through contiguous scratch buffers.
+
+pub mod reduce;
+pub mod shim;
+
+use super::{Backend, BackendInit};
+use crate::comm::{Op, P2p};
+use crate::error::{Error, ErrorKind, Result};
+use crate::store::StoreRef;
+use crate::types::{DType, PremulFactor, RedKind, ReduceOp};
+use reduce::Scale;
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Creates the backend: loads the Gloo module, connects the full mesh
+/// through the comm's store and agrees on settings with every peer.
+pub fn create(init: BackendInit) -> Result<Box<dyn Backend>> {
+    Ok(Box::new(GlooBackend::connect(init)?))
+}
+
+const SLOT_PREFIX_P2P: u64 = 0x40;
+const SLOT_KIND_SENDER_DESC: u64 = 1;
+const SLOT_KIND_RECEIVER_DESC: u64 = 2;
+const SLOT_KIND_DATA: u64 = 3;
+const HELLO_MAGIC: u64 = 0x7463_676c_6f6f_0001; // "tcgloo" v1
+
+/// Operation codes exchanged by the collective check.
+const OP_NAMES: [&str; 18] = [
+    "send",
+    "recv",
+    "batch_p2p",
+    "broadcast",
+    "reduce",
+    "all_reduce",
+    "all_gather",
+    "all_gather_single",
+    "all_gather_v",
+    "reduce_scatter",
+    "reduce_scatter_single",
+    "reduce_scatter_v",
+    "all_to_all",
+    "all_to_all_single",
+    "all_to_all_v_single",
+    "barrier",
+    "scatter",
+    "gather",
+];
+
+struct Seqs {
+    /// Next Gloo tag for a collective call (the same on every rank).
+    tag: u32,
+    /// Next sequence number of a send to / receive from each peer.
+    send: Vec<u64>,
+    recv: Vec<u64>,
+}
+
+pub struct GlooBackend {
+    rank: i32,
+    size: i32,
+    name: String,
+    /// None for a world of one rank, where every operation is local.
+    ctx: Option<shim::Context>,
+    seqs: Mutex<Seqs>,
+    /// Set once the context is unusable (peer failure, timeout, abort).
+    broken: Mutex<Option<Error>>,
+    check_collectives: bool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+// ---- store callbacks for the shim ------------------------------------------
+
+fn write_err(err: *mut c_char, errlen: usize, msg: &str) {
+    if err.is_null() || errlen == 0 {
+        return;
+    }
+    let n = msg.len().min(errlen - 1);
+    // SAFETY: err has errlen writable bytes (shim contract).
+    unsafe {
+        std::ptr::copy_nonoverlapping(msg.as_ptr(), err as *mut u8, n);
+        *err.add(n) = 0;
+    }
+}
+
+fn store_call(err: *mut c_char, errlen: usize, f: impl FnOnce() -> Result<()>) -> c_int {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
+            write_err(err, errlen, &e.message);
+            if e.kind == ErrorKind::Timeout {
+                1
+            } else {
+                2
+            }
+        }
+        Err(_) => {
+            write_err(err, errlen, "panic in the store");
+            2
+        }
+    }
+}
+
+unsafe fn key_str<'a>(key: *const c_char) -> Result<&'a str> {
+    CStr::from_ptr(key).to_str().map_err(|_| Error::internal("store key is not UTF-8"))
+}
+
+unsafe extern "C" fn store_set(
+    user: *mut c_void,
+    key: *const c_char,
+    data: *const c_void,
+    len: usize,
+    err: *mut c_char,
+    errlen: usize,
+) -> c_int {
+    store_call(err, errlen, || {
+        let store = &*(user as *const StoreRef);
+        let value = if len == 0 { &[][..] } else { std::slice::from_raw_parts(data as *const u8, len) };
+        store.set(key_str(key)?, value)
+    })
+}
+
+unsafe extern "C" fn store_get(
+    user: *mut c_void,
+    key: *const c_char,
+    sink: *mut c_void,
+    put: shim::SinkFn,
+    err: *mut c_char,
+    errlen: usize,
+) -> c_int {
+    store_call(err, errlen, || {
+        let store = &*(user as *const StoreRef);
+        let v = store.get(key_str(key)?)?;
+        put(sink, v.as_ptr() as *const c_void, v.len());
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn store_wait(
+    user: *mut c_void,
+    keys: *const *const c_char,
+    nkeys: usize,
+    timeout_ms: i64,
+    err: *mut c_char,
+    errlen: usize,
+) -> c_int {
+    store_call(err, errlen, || {
+        let store = &*(user as *const StoreRef);
+        let mut ks = Vec::with_capacity(nkeys);
+        for i in 0..nkeys {
+            ks.push(key_str(*keys.add(i))?);
+        }
+        store.wait(&ks, Some(Duration::from_millis(timeout_ms.max(1) as u64)))
+    })
+}
+
+// ---- helpers ----------------------------------------------------------------
+
+/// 8-byte aligned scratch memory.
+struct Scratch(Vec<u64>);
+
+impl Scratch {
+    fn new(bytes: usize) -> Scratch {
+        Scratch(vec![0u64; bytes.div_ceil(8)])
+    }
+    fn ptr(&mut self) -> *mut u8 {
+        self.0.as_mut_ptr() as *mut u8
+    }
+}
+
+fn overlaps(a: *const u8, alen: usize, b: *const u8, blen: usize) -> bool {
+    let (a, b) = (a as usize, b as usize);
+    alen > 0 && blen > 0 && a < b + blen && b < a + alen
+}
+
+/// memmove of `n` bytes (no-op when equal or empty).
+unsafe fn copy(dst: *mut u8, src: *const u8, n: usize) {
+    if n > 0 && dst as *const u8 != src {
+        std::ptr::copy(src, dst, n);
+    }
+}
+
+fn premul_factor(op: &ReduceOp, dtype: DType) -> Result<f64> {
+    match op.factor {
+        PremulFactor::Host(f) => Ok(f),
+        PremulFactor::Pointer(p) => {
+            if p.is_null() {
+                return Err(Error::null_argument("op.premul_factor_ptr"));
+            }
+            // SAFETY: the caller passes one element of the op's dtype in host
+            // memory (the only memory this backend handles).
+            unsafe { reduce::read_scalar(dtype, p as *const u8) }
+        }
+    }
+}
+
+fn describe_sig(v: &[u64]) -> String {
+    let op = OP_NAMES.get(v[0] as usize).copied().unwrap_or("?");
+    let dtype = if v[1] == 0 {
+        "-".to_string()
+    } else {
+        DType::ALL.get(v[1] as usize - 1).map_or("?".into(), |d| d.name().to_string())
+    };
+    let red = if v[4] == 0 {
+        String::new()
+    } else {
+        format!(", op {}", RedKind::ALL.get(v[4] as usize - 1).map_or("?", |k| k.name()))
+    };
+    let root = v[3] as i64;
+    let root = if root >= 0 { format!(", root {root}") } else { String::new() };
+    format!("{op}(dtype {dtype}, count {}{root}{red})", v[2])
+}
+
+struct Deadline(Instant);
+
+impl Deadline {
+    fn left(&self) -> Result<Duration> {
+        let now = Instant::now();
+        if now >= self.0 {
+            return Err(Error::timeout("the operation's timeout expired"));
+        }
+        Ok((self.0 - now).max(Duration::from_millis(1)))
+    }
+}
+
+impl GlooBackend {
+    fn connect(init: BackendInit) -> Result<GlooBackend> {
+        let module = shim::module()?;
+        let check = crate::config::config().check_collectives;
+        let n = init.size as usize;
+        let ctx = if init.size > 1 {
+            let hint = |k: &str| init.hints.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
+            let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+            let hostname = hint("gloo.hostname").or_else(|| env("TORCHCOMM_GLOO_HOSTNAME"));
+            let iface = hint("gloo.iface").or_else(|| env("TORCHCOMM_GLOO_IFACE")).or_else(|| env("GLOO_SOCKET_IFNAME"));
+            let store: StoreRef = init.store.clone();
+            let vt = shim::StoreVtable {
+                user: &store as *const StoreRef as *mut c_void,
+                set: store_set,
+                get: store_get,
+                wait: store_wait,
+            };
+            let ctx = shim::Context::new(
+                module,
+                init.rank,
+                init.size,
+                &vt,
+                init.timeout,
+                hostname.as_deref(),
+                iface.as_deref(),
+            )
+            .map_err(|e| {
+                Error::new(
+                    e.kind(),
+                    format!("gloo: connecting rank {} of {} for comm '{}': {}", init.rank, init.size, init.name, e.message),
+                )
+            })?;
+            Some(ctx)
+        } else {
+            None
+        };
+        let backend = GlooBackend {
+            rank: init.rank,
+            size: init.size,
+            name: init.name.clone(),
+            ctx,
+            seqs: Mutex::new(Seqs { tag: 1, send: vec![0; n], recv: vec![0; n] }),
+            broken: Mutex::new(None),
+            check_collectives: check,
+        };
+        backend.hello(init.timeout)?;
+        crate::log_info!("gloo: comm '{}' rank {}/{} connected (module {})", init.name, init.rank, init.size, module.path);
+        Ok(backend)
+    }
+
+    /// Every rank checks that its peers run the same module ABI and the same
+    /// collective-check setting (a rank checking alone would desynchronise).
+    fn hello(&self, timeout: Duration) -> Result<()> {
+        let deadline = Deadline(Instant::now() + timeout);
+        let mine = [HELLO_MAGIC, self.check_collectives as u64, self.size as u64, 0];
+        let all = self.all_gather_words(&mine, &deadline, "connect")?;
+        for (r, theirs) in all.chunks(4).enumerate() {
+            if theirs[0] != HELLO_MAGIC || theirs[2] != self.size as u64 {
+                return Err(Error::invalid_usage(format!("gloo: rank {r} runs an incompatible torchcomm gloo module")));
+            }
+            if theirs[1] != mine[1] {
+                return Err(Error::invalid_usage(format!(
+                    "TORCHCOMM_CHECK_COLLECTIVES is {} on rank {} but {} on rank {r}: set it alike on every rank",
+                    mine[1], self.rank, theirs[1]
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn next_tag(&self) -> u32 {
+        let mut s = lock(&self.seqs);
+        let t = s.tag;
+        s.tag = s.tag.wrapping_add(1).max(1);
+        t
+    }
+
+    fn check_not_broken(&self) -> Result<()> {
+        match &*lock(&self.broken) {
+            None => Ok(()),
+            Some(e) => Err(Error::new(
+                if e.kind == ErrorKind::Aborted { ErrorKind::Aborted } else { e.kind },
+                format!("gloo context of comm '{}' is unusable after an earlier failure: {}", self.name, e.message),
+            )),
+        }
+    }
+
+    /// Marks the context unusable and closes its connections, so that blocked
+    /// peers fail now rather than at their timeout.
+    fn mark_broken(&self, err: &Error) {
+        let first = {
+            let mut b = lock(&self.broken);
+            let first = b.is_none();
+            b.get_or_insert_with(|| err.clone());
+            first
+        };
+        if first {
+            if let Some(ctx) = &self.ctx {
+                ctx.close();
+            }
+        }
+    }
+
+    /// Converts a shim failure of `what` into an error; failures that leave
+    /// the context unusable break it.
+    fn fail(&self, what: &str, e: shim::CallError) -> Error {
+        let peer = e.peer.map(|p| format!(" (peer rank {p})")).unwrap_or_default();
+        let kind = e.kind();
+        let hint = match kind {
+            ErrorKind::Timeout => "; a peer is slow, stopped or gone",
+            ErrorKind::Remote => "; a peer failed or closed its connection",
+            _ => "",
+        };
+        let err = Error::new(kind, format!("gloo {what} on rank {}{peer}: {}{hint}", self.rank, e.message));
+        if matches!(kind, ErrorKind::Timeout | ErrorKind::Remote | ErrorKind::Internal) {
+            self.mark_broken(&err);
+        }
+        err
+    }
+
+    fn ctx(&self) -> &shim::Context {
+        self.ctx.as_ref().expect("gloo context exists for size > 1")
+    }
+
+    // ---- primitives (local fallbacks for one rank) ----------------------------
+
+    fn all_gather_words(&self, mine: &[u64], d: &Deadline, what: &str) -> Result<Vec<u64>> {
+        let n = self.size as usize;
+        let mut all = vec![0u64; mine.len() * n];
+        if n == 1 {
+            all.copy_from_slice(mine);
+            return Ok(all);
+        }
+        let tag = self.next_tag();
+        let t = d.left()?;
+        // SAFETY: both buffers are sized for the call.
+        unsafe {
+            self.ctx().allgather(
+                mine.as_ptr() as *const u8,
+                all.as_mut_ptr() as *mut u8,
+                std::mem::size_of_val(mine),
+                tag,
+                t,
+            )
+        }
+        .map_err(|e| self.fail(what, e))?;
+        Ok(all)
+    }
+
+    unsafe fn g_allreduce(&self, buf: *mut u8, count: usize, dtype: DType, f: reduce::ReduceFn, d: &Deadline) -> Result<()> {
+        if self.size == 1 || count == 0 {
+            return Ok(());
+        }
+        let tag = self.next_tag();
+        self.ctx()
+            .allreduce(std::ptr::null(), buf, count, dtype.size(), f, tag, d.left()?)
+            .map_err(|e| self.fail("all_reduce", e))
+    }
+
+    // ---- checks -----------------------------------------------------------------
+
+    fn check_collective(&self, op: &Op, d: &Deadline) -> Result<()> {
+        let Some((dtype, count, root)) = op.signature() else { return Ok(()) };
+        let code = OP_NAMES.iter().position(|n| *n == op.name()).unwrap_or(usize::MAX) as u64;
+        let red = op.reduce_op().map_or(0, |r| RedKind::ALL.iter().position(|k| *k == r.kind).unwrap_or(0) as u64 + 1);
+        let mine = [code, dtype.map_or(0, |d| d.to_c() as u64 + 1), count as u64, root as i64 as u64, red, 0, 0, 0];
+        let all = self.all_gather_words(&mine, d, "collective check")?;
+        let me = self.rank as usize;
+        for (r, theirs) in all.chunks(8).enumerate() {
+            if theirs != mine {
+                return Err(Error::invalid_usage(format!(
+                    "TORCHCOMM_CHECK_COLLECTIVES: rank {me} called {} but rank {r} called {}",
+                    describe_sig(&mine),
+                    describe_sig(theirs)
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// All ranks must pass the same per-rank counts to a v-variant.
+    fn agree_counts(&self, what: &str, counts: &[usize], d: &Deadline) -> Result<()> {
+        let mine: Vec<u64> = counts.iter().map(|c| *c as u64).collect();
+        let all = self.all_gather_words(&mine, d, what)?;
+        for (r, theirs) in all.chunks(mine.len()).enumerate() {
+            if theirs != mine.as_slice() {
+                return Err(Error::invalid_usage(format!(
+                    "{what}: ranks disagree on the per-rank counts: rank {} has {:?}, rank {r} has {:?}",
+                    self.rank, mine, theirs
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    // ---- operations -------------------------------------------------------------
+
+    fn execute(&self, op: &Op, d: &Deadline) -> Result<()> {
+        if self.check_collectives {
+            self.check_collective(op, d)?;
+        }
+        let n = self.size as usize;
+        let me = self.rank as usize;
+        // SAFETY (whole match): the comm validated every pointer against its
+        // count, and the caller keeps the buffers alive until completion.
+        unsafe {
+            match op {
+                Op::Send { buf, count, dtype, peer } => {
+                    self.p2p(&[P2p { is_send: true, buf: *buf, count: *count, dtype: *dtype, peer: *peer }], d)
+                }
+                Op::Recv { buf, count, dtype, peer } => {
+                    self.p2p(&[P2p { is_send: false, buf: *buf, count: *count, dtype: *dtype, peer: *peer }], d)
+                }
+                Op::Batch { ops } => self.p2p(ops, d),
+                Op::Broadcast { buf, count, dtype, root } => {
+                    let bytes = count * dtype.size();
+                    if n == 1 || bytes == 0 {
+                        return Ok(());
+                    }
+                    let tag = self.next_tag();
+                    self.ctx().broadcast(buf.as_u8(), bytes, *root, tag, d.left()?).map_err(|e| self.fail("broadcast", e))
+                }
+                Op::AllReduce { buf, count, dtype, op } => {
+                    let f = reduce::kernel(*dtype, op.kind)?;
+                    if op.kind == RedKind::PremulSum {
+                        let k = premul_factor(op, *dtype)?;
+                        reduce::scale(*dtype, buf.as_u8(), buf.as_u8(), *count, Scale::Mul(k))?;
+                    }
+                    self.g_allreduce(buf.as_u8(), *count, *dtype, f, d)?;
+                    if op.kind == RedKind::Avg {
+                        reduce::scale(*dtype, buf.as_u8(), buf.as_u8(), *count, Scale::Div(n as u64))?;
+                    }
+                    Ok(())
+                }
+                Op::Reduce { buf, count, dtype, root, op } => self.reduce(buf.as_u8(), *count, *dtype, *root, op, d),
+                Op::AllGather { outputs, input, count, dtype } => {
+                    let bytes = count * dtype.size();
+                    let mut tmp = Scratch::new(bytes * n);
+                    self.all_gather_into(input.as_u8(), tmp.ptr(), bytes, d)?;
+                    for (r, out) in outputs.iter().enumerate() {
+                        copy(out.as_u8(), tmp.ptr().add(r * bytes), bytes);
+                    }
+                    Ok(())
+                }
+                Op::AllGatherSingle { output, input, count, dtype } => {
+                    let bytes = count * dtype.size();
+                    let out = output.as_u8();
+                    if input.as_u8() == out.add(me * bytes) {
+                        self.all_gather_into(std::ptr::null(), out, bytes, d)
+                    } else if overlaps(input.as_u8(), bytes, out, bytes * n) {
+                        let mut tmp = Scratch::new(bytes);
+                        copy(tmp.ptr(), input.as_u8(), bytes);
+                        self.all_gather_into(tmp.ptr(), out, bytes, d)
+                    } else {
+                        self.all_gather_into(input.as_u8(), out, bytes, d)
+                    }
+                }
+                Op::AllGatherV { output, input, counts, dtype } => {
+                    self.agree_counts("all_gather_v", counts, d)?;
+                    let es = dtype.size();
+                    let sizes: Vec<usize> = counts.iter().map(|c| c * es).collect();
+                    let total: usize = sizes.iter().sum();
+                    let mine = sizes[me];
+                    let out = output.as_u8();
+                    if n == 1 {
+                        copy(out, input.as_u8(), mine);
+                        return Ok(());
+                    }
+                    if total == 0 {
+                        return Ok(());
+                    }
+                    let mut tmp = Scratch::new(mine);
+                    copy(tmp.ptr(), input.as_u8(), mine);
+                    let tag = self.next_tag();
+                    self.ctx().allgatherv(tmp.ptr(), out, &sizes, tag, d.left()?).map_err(|e| self.fail("all_gather_v", e))?;
+                    Ok(())
+                }
+                Op::ReduceScatter { output, inputs, count, dtype, op } => {
+                    let bytes = count * dtype.size();
+                    let mut tmp = Scratch::new(bytes * n);
+                    for (r, p) in inputs.iter().enumerate() {
+                        copy(tmp.ptr().add(r * bytes), p.as_u8(), bytes);
+                    }
+                    let counts = vec![*count; n];
+                    self.reduce_scatter_in_scratch(&mut tmp, output.as_u8(), &counts, *dtype, op, d)
+                }
+                Op::ReduceScatterSingle { output, input, count, dtype, op } => {
+                    let bytes = count * dtype.size();
+                    let mut tmp = Scratch::new(bytes * n);
+                    copy(tmp.ptr(), input.as_u8(), bytes * n);
+                    let counts = vec![*count; n];
+                    self.reduce_scatter_in_scratch(&mut tmp, output.as_u8(), &counts, *dtype, op, d)
+                }
+                Op::ReduceScatterV { output, input, counts, dtype, op } => {
+                    self.agree_counts("reduce_scatter_v", counts, d)?;
+                    let total: usize = counts.iter().sum::<usize>() * dtype.size();
+                    let mut tmp = Scratch::new(total);
+                    copy(tmp.ptr(), input.as_u8(), total);
+                    self.reduce_scatter_in_scratch(&mut tmp, output.as_u8(), counts, *dtype, op, d)
+                }
+                Op::AllToAll { outputs, inputs, count, dtype } => {
+                    let bytes = count * dtype.size();
+                    let mut tin = Scratch::new(bytes * n);
+                    let mut tout = Scratch::new(bytes * n);
+                    for (r, p) in inputs.iter().enumerate() {
+                        copy(tin.ptr().add(r * bytes), p.as_u8(), bytes);
+                    }
+                    self.all_to_all(tin.ptr(), tout.ptr(), bytes, d)?;
+                    for (r, p) in outputs.iter().enumerate() {
+                        copy(p.as_u8(), tout.ptr().add(r * bytes), bytes);
+                    }
+                    Ok(())
+                }
+                Op::AllToAllSingle { output, input, count, dtype } => {
+                    let bytes = count * dtype.size();
+                    if overlaps(input.as_u8(), bytes * n, output.as_u8(), bytes * n) {
+                        let mut tin = Scratch::new(bytes * n);
+                        copy(tin.ptr(), input.as_u8(), bytes * n);
+                        self.all_to_all(tin.ptr(), output.as_u8(), bytes, d)
+                    } else {
+                        self.all_to_all(input.as_u8(), output.as_u8(), bytes, d)
+                    }
+                }
+                Op::AllToAllVSingle { output, output_counts, input, input_counts, dtype } => {
+                    self.all_to_all_v(output.as_u8(), output_counts, input.as_u8(), input_counts, *dtype, d)
+                }
+                Op::Barrier => {
+                    if n == 1 {
+                        return Ok(());
+                    }
+                    let tag = self.next_tag();
+                    self.ctx().barrier(tag, d.left()?).map_err(|e| self.fail("barrier", e))
+                }
+                Op::Scatter { output, inputs, count, dtype, root } => {
+                    let bytes = count * dtype.size();
+                    if n == 1 {
+                        copy(output.as_u8(), inputs[0].as_u8(), bytes);
+                        return Ok(());
+                    }
+                    if bytes == 0 {
+                        return Ok(());
+                    }
+                    let mut ins: Vec<*const u8> = Vec::new();
+                    let mut own = Scratch::new(0);
+                    if self.rank == *root {
+                        ins = inputs.iter().map(|p| p.as_u8() as *const u8).collect();
+                        if overlaps(ins[me], bytes, output.as_u8(), bytes) {
+                            own = Scratch::new(bytes);
+                            copy(own.ptr(), ins[me], bytes);
+                            ins[me] = own.ptr();
+                        }
+                    }
+                    let tag = self.next_tag();
+                    let r = self.ctx().scatter(&ins, output.as_u8(), bytes, *root, tag, d.left()?).map_err(|e| self.fail("scatter", e));
+                    drop(own);
+                    r
+                }
+                Op::Gather { outputs, input, count, dtype, root } => {
+                    let bytes = count * dtype.size();
+                    if n == 1 {
+                        copy(outputs[0].as_u8(), input.as_u8(), bytes);
+                        return Ok(());
+                    }
+                    if bytes == 0 {
+                        return Ok(());
+                    }
+                    let is_root = self.rank == *root;
+                    let mut tmp = Scratch::new(if is_root { bytes * n } else { 0 });
+                    let tag = self.next_tag();
+                    self.ctx()
+                        .gather(input.as_u8(), tmp.ptr(), bytes, *root, tag, d.left()?)
+                        .map_err(|e| self.fail("gather", e))?;
+                    if is_root {
+                        for (r, p) in outputs.iter().enumerate() {
+                            copy(p.as_u8(), tmp.ptr().add(r * bytes), bytes);
+                        }
+                    }
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    /// All-gather of `bytes` per rank into `out`; `input` NULL means the
+    /// caller's block is already in place.
+    unsafe fn all_gather_into(&self, input: *const u8, out: *mut u8, bytes: usize, d: &Deadline) -> Result<()> {
+        let me = self.rank as usize;
+        if self.size == 1 || bytes == 0 {
+            if !input.is_null() {
+                copy(out.add(me * bytes), input, bytes);
+            }
+            return Ok(());
+        }
+        let tag = self.next_tag();
+        self.ctx().allgather(input, out, bytes, tag, d.left()?).map_err(|e| self.fail("all_gather", e))
+    }
+
+    unsafe fn all_to_all(&self, input: *const u8, out: *mut u8, bytes: usize, d: &Deadline) -> Result<()> {
+        if self.size == 1 {
+            copy(out, input, bytes);
+            return Ok(());
+        }
+        if bytes == 0 {
+            return Ok(());
+        }
+        let tag = self.next_tag();
+        self.ctx().alltoall(input, out, bytes, tag, d.left()?).map_err(|e| self.fail("all_to_all", e))
+    }
+
+    unsafe fn all_to_all_v(
+        &self,
+        out: *mut u8,
+        out_counts: &[usize],
+        input: *const u8,
+        in_counts: &[usize],
+        dtype: DType,
+        d: &Deadline,
+    ) -> Result<()> {
+        let n = self.size as usize;
+        let me = self.rank as usize;
+        // Every rank learns every rank's splits, so all find any mismatch.
+        let mut mine: Vec<u64> = in_counts.iter().map(|c| *c as u64).collect();
+        mine.extend(out_counts.iter().map(|c| *c as u64));
+        let all = self.all_gather_words(&mine, d, "all_to_all_v_single split exchange")?;
+        let row = |r: usize| &all[r * 2 * n..(r + 1) * 2 * n];
+        for src in 0..n {
+            for dst in 0..n {
+                let sent = row(src)[dst];
+                let expected = row(dst)[n + src];
+                if sent != expected {
+                    return Err(Error::invalid_usage(format!(
+                        "all_to_all_v_single: rank {src} sends {sent} elements to rank {dst}, which expects {expected} from it \
+                         (seen from rank {me})"
+                    )));
+                }
+            }
+        }
+        let es = dtype.size();
+        let in_bytes: Vec<usize> = in_counts.iter().map(|c| c * es).collect();
+        let out_bytes: Vec<usize> = out_counts.iter().map(|c| c * es).collect();
+        let in_total: usize = in_bytes.iter().sum();
+        let out_total: usize = out_bytes.iter().sum();
+        if n == 1 {
+            copy(out, input, in_total);
+            return Ok(());
+        }
+        let grand_total: u64 = all.chunks(2 * n).map(|r| r[..n].iter().sum::<u64>()).sum();
+        if grand_total == 0 {
+            return Ok(());
+        }
+        let mut tin = Scratch::new(0);
+        let mut input = input;
+        if overlaps(input, in_total, out, out_total) {
+            tin = Scratch::new(in_total);
+            copy(tin.ptr(), input, in_total);
+            input = tin.ptr();
+        }
+        let tag = self.next_tag();
+        let r = self
+            .ctx()
+            .alltoallv(input, &in_bytes, out, &out_bytes, tag, d.left()?)
+            .map_err(|e| self.fail("all_to_all_v_single", e));
+        drop(tin);
+        r
+    }
+
+    /// Reduces the scratch copy of every rank's full input (blocks of
+    /// `counts[r]` elements in rank order) and keeps this rank's block.
+    unsafe fn reduce_scatter_in_scratch(
+        &self,
+        tmp: &mut Scratch,
+        output: *mut u8,
+        counts: &[usize],
+        dtype: DType,
+        op: &ReduceOp,
+        d: &Deadline,
+    ) -> Result<()> {
+        let me = self.rank as usize;
+        let total: usize = counts.iter().sum();
+        let f = reduce::kernel(dtype, op.kind)?;
+        if op.kind == RedKind::PremulSum {
+            let k = premul_factor(op, dtype)?;
+            reduce::scale(dtype, tmp.ptr(), tmp.ptr(), total, Scale::Mul(k))?;
+        }
+        self.g_allreduce(tmp.ptr(), total, dtype, f, d)?;
+        let es = dtype.size();
+        let offset: usize = counts[..me].iter().sum::<usize>() * es;
+        let src = tmp.ptr().add(offset);
+        if op.kind == RedKind::Avg {
+            reduce::scale(dtype, output, src, counts[me], Scale::Div(self.size as u64))?;
+        } else {
+            copy(output, src, counts[me] * es);
+        }
+        Ok(())
+    }
+
+    unsafe fn reduce(&self, buf: *mut u8, count: usize, dtype: DType, root: i32, op: &ReduceOp, d: &Deadline) -> Result<()> {
+        let f = reduce::kernel(dtype, op.kind)?;
+        let bytes = count * dtype.size();
+        let is_root = self.rank == root;
+        let mut scaled = Scratch::new(0);
+        let mut input: *const u8 = buf;
+        if op.kind == RedKind::PremulSum {
+            let k = premul_factor(op, dtype)?;
+            if is_root {
+                reduce::scale(dtype, buf, buf, count, Scale::Mul(k))?;
+            } else {
+                scaled = Scratch::new(bytes);
+                reduce::scale(dtype, scaled.ptr(), buf, count, Scale::Mul(k))?;
+                input = scaled.ptr();
+            }
+        }
+        if self.size > 1 && count > 0 {
+            // Gloo's reduce writes partial results into the output on every
+            // rank: give non-roots scratch so their buffer stays untouched.
+            let mut out_tmp = Scratch::new(if is_root { 0 } else { bytes });
+            let out = if is_root { buf } else { out_tmp.ptr() };
+            let inp = if input == out as *const u8 { std::ptr::null() } else { input };
+            let tag = self.next_tag();
+            self.ctx()
+                .reduce(inp, out, count, dtype.size(), root, f, tag, d.left()?)
+                .map_err(|e| self.fail("reduce", e))?;
+        }
+        if is_root && op.kind == RedKind::Avg {
+            reduce::scale(dtype, buf, buf, count, Scale::Div(self.size as u64))?;
+        }
+        drop(scaled);
+        Ok(())
+    }
+
+    fn slot(kind: u64, seq: u64) -> u64 {
+        (SLOT_PREFIX_P2P << 56) | (kind << 48) | (seq & 0xffff_ffff_ffff)
+    }
+
+    /// Point-to-point transfers issued together: first each transfer's
+    /// (count, dtype) is exchanged with its peer, then the data of every
+    /// transfer whose sides agree moves; disagreeing transfers fail on both
+    /// sides without touching Gloo's data path.
+    unsafe fn p2p(&self, ops: &[P2p], d: &Deadline) -> Result<()> {
+        let me = self.rank;
+        // Transfers to self pair up in order, like messages between ranks.
+        let local_sends: Vec<&P2p> = ops.iter().filter(|o| o.peer == me && o.is_send).collect();
+        let local_recvs: Vec<&P2p> = ops.iter().filter(|o| o.peer == me && !o.is_send).collect();
+        let mut errors: Vec<String> = Vec::new();
+        if local_sends.len() != local_recvs.len() {
+            errors.push(format!(
+                "{} sends to self but {} receives from self in one batch",
+                local_sends.len(),
+                local_recvs.len()
+            ));
+        } else {
+            for (s, r) in local_sends.iter().zip(&local_recvs) {
+                if s.count != r.count || s.dtype != r.dtype {
+                    errors.push(format!(
+                        "send of {} {} to self does not match the receive of {} {}",
+                        s.count,
+                        s.dtype.name(),
+                        r.count,
+                        r.dtype.name()
+                    ));
+                } else {
+                    copy(r.buf.as_u8(), s.buf.as_u8(), s.count * s.dtype.size());
+                }
+            }
+        }
+        let remote: Vec<&P2p> = ops.iter().filter(|o| o.peer != me).collect();
+        if remote.is_empty() {
+            return if errors.is_empty() { Ok(()) } else { Err(Error::invalid_usage(errors.join("; "))) };
+        }
+        self.check_not_broken()?;
+        // Sequence numbers per peer and direction.
+        let seqs: Vec<u64> = {
+            let mut s = lock(&self.seqs);
+            remote
+                .iter()
+                .map(|o| {
+                    let v = if o.is_send { &mut s.send } else { &mut s.recv };
+                    let q = v[o.peer as usize];
+                    v[o.peer as usize] += 1;
+                    q
+                })
+                .collect()
+        };
+        let mut my_desc: Vec<[u64; 2]> = remote.iter().map(|o| [o.count as u64, o.dtype.to_c() as u64]).collect();
+        let mut their_desc: Vec<[u64; 2]> = vec![[u64::MAX; 2]; remote.len()];
+        let mut transfers = Vec::with_capacity(remote.len() * 2);
+        for (i, o) in remote.iter().enumerate() {
+            let (mine_kind, theirs_kind) = if o.is_send {
+                (SLOT_KIND_SENDER_DESC, SLOT_KIND_RECEIVER_DESC)
+            } else {
+                (SLOT_KIND_RECEIVER_DESC, SLOT_KIND_SENDER_DESC)
+            };
+            transfers.push(shim::Transfer {
+                peer: o.peer,
+                is_send: 1,
+                buf: my_desc[i].as_mut_ptr() as *mut c_void,
+                nbytes: 16,
+                slot: Self::slot(mine_kind, seqs[i]),
+            });
+            transfers.push(shim::Transfer {
+                peer: o.peer,
+                is_send: 0,
+                buf: their_desc[i].as_mut_ptr() as *mut c_void,
+                nbytes: 16,
+                slot: Self::slot(theirs_kind, seqs[i]),
+            });
+        }
+        self.ctx().p2p(&transfers, d.left()?).map_err(|e| self.fail("point-to-point size exchange", e))?;
+        transfers.clear();
+        for (i, o) in remote.iter().enumerate() {
+            if my_desc[i] != their_desc[i] {
+                let dt = |v: u64| DType::ALL.get(v as usize).map_or("?", |d| d.name());
+                let (verb, their_verb) = if o.is_send { ("send of", "receive of") } else { ("receive of", "send of") };
+                errors.push(format!(
+                    "{verb} {} {} {} rank {} does not match that rank's {their_verb} {} {}",
+                    my_desc[i][0],
+                    dt(my_desc[i][1]),
+                    if o.is_send { "to" } else { "from" },
+                    o.peer,
+                    their_desc[i][0],
+                    dt(their_desc[i][1])
+                ));
+                continue;
+            }
+            let bytes = o.count * o.dtype.size();
+            if bytes == 0 {
+                continue;
+            }
+            transfers.push(shim::Transfer {
+                peer: o.peer,
+                is_send: o.is_send as c_int,
+                buf: o.buf.0,
+                nbytes: bytes,
+                slot: Self::slot(SLOT_KIND_DATA, seqs[i]),
+            });
+        }
+        if !transfers.is_empty() {
+            self.ctx().p2p(&transfers, d.left()?).map_err(|e| self.fail("point-to-point transfer", e))?;
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::invalid_usage(errors.join("; ")))
+        }
+    }
+}
+
+impl Backend for GlooBackend {
+    fn run(&self, op: &Op, timeout: Duration) -> Result<()> {
+        self.check_not_broken()?;
+        let d = Deadline(Instant::now() + timeout);
+        self.execute(op, &d).map_err(|e| {
+            if e.kind == ErrorKind::Timeout && lock(&self.broken).is_none() {
+                // The deadline ran out between Gloo calls: the peers are
+                // somewhere else in their sequence now, so the context is no
+                // longer in step.
+                self.mark_broken(&e);
+            }
+            e
+        })
+    }
+
+    fn abort(&self) {
+        self.mark_broken(&Error::new(ErrorKind::Aborted, "the comm was aborted"));
+    }
+
+    fn finalize(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+// Raw pointers inside `Op` are only dereferenced on the progress thread.
+unsafe impl Send for GlooBackend {}
+unsafe impl Sync for GlooBackend {}

@@ -1,0 +1,581 @@
+//! Host reduction kernels for the Gloo backend: `c[i] = a[i] (op) b[i]` over
+//! every dtype and elementwise reduce op, with the C signature Gloo's reduce
+//! function option takes. Gloo calls them with `c` equal to `a` (or `b`), so
+//! the kernels never form overlapping Rust references.
+//!
+//! Float16 and bfloat16 compute in float32 and round once (to nearest even)
+//! per element; integers wrap on overflow; bool is one byte, 0 or 1, where
+//! SUM and MAX are logical or, PRODUCT and MIN logical and. MIN and MAX
+//! propagate NaN. Float8 types are carried but not reduced.
+
+use crate::error::{Error, Result};
+use crate::types::{DType, RedKind};
+use std::ffi::c_void;
+
+/// The C signature of a reduction: `n` elements at `c`, `a` and `b`.
+pub type ReduceFn = unsafe extern "C" fn(c: *mut c_void, a: *const c_void, b: *const c_void, n: usize);
+
+// ---- float16 / bfloat16 conversions (round to nearest even) --------------
+
+/// IEEE binary16 bits to f32 (exact).
+#[inline(always)]
+pub fn f16_to_f32(h: u16) -> f32 {
+    let h = h as u32;
+    let sign = (h & 0x8000) << 16;
+    let body = (h & 0x7fff) << 13; // exponent and mantissa moved to f32 positions
+    let exp = body & 0x0f80_0000;
+    let value = if exp == 0x0f80_0000 {
+        // Inf or NaN: force the f32 exponent to all ones.
+        body | 0x7f80_0000
+    } else if exp == 0 {
+        // Zero or subnormal: interpret the mantissa as a multiple of 2^-24
+        // by building 2^-14 * (1 + m) and subtracting 2^-14.
+        let biased = f32::from_bits(body + (113 << 23)) - f32::from_bits(113 << 23);
+        biased.to_bits()
+    } else {
+        body + ((127 - 15) << 23)
+    };
+    f32::from_bits(value | sign)
+}
+
+/// f32 to IEEE binary16 bits, rounding to nearest even; NaN stays NaN.
+#[inline(always)]
+pub fn f32_to_f16(f: f32) -> u16 {
+    let x = f.to_bits();
+    let sign = (x >> 16) & 0x8000;
+    let u = x & 0x7fff_ffff;
+    let r = if u >= 0x4780_0000 {
+        // |f| >= 65536 (overflows to infinity whatever the rounding), Inf, NaN.
+        if u > 0x7f80_0000 {
+            0x7e00
+        } else {
+            0x7c00
+        }
+    } else if u < 0x3880_0000 {
+        // Below the smallest normal half (2^-14): let the FPU round the
+        // mantissa into place by adding 0.5, whose ulp is 2^-24.
+        let magic = 126u32 << 23;
+        (f32::from_bits(u) + f32::from_bits(magic)).to_bits() - magic
+    } else {
+        let odd = (u >> 13) & 1;
+        // Rebias the exponent from 127 to 15 and add the rounding bias.
+        let v = u.wrapping_add(15u32.wrapping_sub(127) << 23).wrapping_add(0xfff + odd);
+        v >> 13
+    };
+    (r | sign) as u16
+}
+
+/// bfloat16 bits to f32 (exact).
+#[inline(always)]
+pub fn bf16_to_f32(h: u16) -> f32 {
+    f32::from_bits((h as u32) << 16)
+}
+
+/// f32 to bfloat16 bits, rounding to nearest even; NaN stays NaN.
+#[inline(always)]
+pub fn f32_to_bf16(f: f32) -> u16 {
+    let x = f.to_bits();
+    if (x & 0x7fff_ffff) > 0x7f80_0000 {
+        return ((x >> 16) | 0x40) as u16;
+    }
+    let bias = 0x7fff + ((x >> 16) & 1);
+    (x.wrapping_add(bias) >> 16) as u16
+}
+
+// ---- elementwise driver ---------------------------------------------------
+
+/// Applies `f` elementwise. Uses slices (vectorisable) when the pointers are
+/// aligned and `c` is either distinct from both inputs or equal to one of
+/// them; raw unaligned accesses otherwise.
+#[inline(always)]
+unsafe fn apply<T: Copy>(c: *mut c_void, a: *const c_void, b: *const c_void, n: usize, f: impl Fn(T, T) -> T) {
+    if n == 0 {
+        return;
+    }
+    let (c, a, b) = (c as *mut T, a as *const T, b as *const T);
+    let align = std::mem::align_of::<T>();
+    let aligned = (c as usize) % align == 0 && (a as usize) % align == 0 && (b as usize) % align == 0;
+    if aligned && a != b {
+        if c as *const T == a {
+            let cs = std::slice::from_raw_parts_mut(c, n);
+            let bs = std::slice::from_raw_parts(b, n);
+            for (x, y) in cs.iter_mut().zip(bs) {
+                *x = f(*x, *y);
+            }
+            return;
+        }
+        if c as *const T == b {
+            let cs = std::slice::from_raw_parts_mut(c, n);
+            let as_ = std::slice::from_raw_parts(a, n);
+            for (x, y) in cs.iter_mut().zip(as_) {
+                *x = f(*y, *x);
+            }
+            return;
+        }
+        let (cb, ce) = (c as usize, c as usize + n * std::mem::size_of::<T>());
+        let disjoint = |p: *const T| {
+            let (pb, pe) = (p as usize, p as usize + n * std::mem::size_of::<T>());
+            pe <= cb || ce <= pb
+        };
+        if disjoint(a) && disjoint(b) {
+            let cs = std::slice::from_raw_parts_mut(c, n);
+            let as_ = std::slice::from_raw_parts(a, n);
+            let bs = std::slice::from_raw_parts(b, n);
+            for ((x, y), z) in cs.iter_mut().zip(as_).zip(bs) {
+                *x = f(*y, *z);
+            }
+            return;
+        }
+    }
+    for i in 0..n {
+        let v = f(a.add(i).read_unaligned(), b.add(i).read_unaligned());
+        c.add(i).write_unaligned(v);
+    }
+}
+
+#[inline(always)]
+fn fmin<T: PartialOrd + Copy>(a: T, b: T) -> T {
+    // NaN propagates: a NaN `a` fails `a == a` and is returned; a NaN `b`
+    // fails `a < b` and is returned.
+    #[allow(clippy::eq_op)]
+    let a_nan = a != a;
+    if a_nan || a < b {
+        a
+    } else {
+        b
+    }
+}
+
+#[inline(always)]
+fn fmax<T: PartialOrd + Copy>(a: T, b: T) -> T {
+    #[allow(clippy::eq_op)]
+    let a_nan = a != a;
+    if a_nan || a > b {
+        a
+    } else {
+        b
+    }
+}
+
+macro_rules! kernel {
+    ($name:ident, $t:ty, |$a:ident, $b:ident| $body:expr) => {
+        unsafe extern "C" fn $name(c: *mut c_void, a: *const c_void, b: *const c_void, n: usize) {
+            apply::<$t>(c, a, b, n, |$a: $t, $b: $t| -> $t { $body })
+        }
+    };
+}
+
+macro_rules! int_kernels {
+    ($t:ty, $sum:ident, $prod:ident, $min:ident, $max:ident, $and:ident, $or:ident, $xor:ident) => {
+        kernel!($sum, $t, |x, y| x.wrapping_add(y));
+        kernel!($prod, $t, |x, y| x.wrapping_mul(y));
+        kernel!($min, $t, |x, y| if x < y { x } else { y });
+        kernel!($max, $t, |x, y| if x > y { x } else { y });
+        kernel!($and, $t, |x, y| x & y);
+        kernel!($or, $t, |x, y| x | y);
+        kernel!($xor, $t, |x, y| x ^ y);
+    };
+}
+
+int_kernels!(i8, i8_sum, i8_prod, i8_min, i8_max, i8_and, i8_or, i8_xor);
+int_kernels!(u8, u8_sum, u8_prod, u8_min, u8_max, u8_and, u8_or, u8_xor);
+int_kernels!(i32, i32_sum, i32_prod, i32_min, i32_max, i32_and, i32_or, i32_xor);
+int_kernels!(i64, i64_sum, i64_prod, i64_min, i64_max, i64_and, i64_or, i64_xor);
+int_kernels!(u32, u32_sum, u32_prod, u32_min, u32_max, u32_and, u32_or, u32_xor);
+int_kernels!(u64, u64_sum, u64_prod, u64_min, u64_max, u64_and, u64_or, u64_xor);
+
+// bool: any nonzero byte is true; results are 0 or 1.
+kernel!(bool_or, u8, |x, y| ((x | y) != 0) as u8);
+kernel!(bool_and, u8, |x, y| ((x != 0) & (y != 0)) as u8);
+kernel!(bool_xor, u8, |x, y| ((x != 0) ^ (y != 0)) as u8);
+
+macro_rules! float_kernels {
+    ($t:ty, $sum:ident, $prod:ident, $min:ident, $max:ident) => {
+        kernel!($sum, $t, |x, y| x + y);
+        kernel!($prod, $t, |x, y| x * y);
+        kernel!($min, $t, |x, y| fmin(x, y));
+        kernel!($max, $t, |x, y| fmax(x, y));
+    };
+}
+
+float_kernels!(f32, f32_sum, f32_prod, f32_min, f32_max);
+float_kernels!(f64, f64_sum, f64_prod, f64_min, f64_max);
+
+macro_rules! half_kernels {
+    ($to:ident, $from:ident, $sum:ident, $prod:ident, $min:ident, $max:ident) => {
+        kernel!($sum, u16, |x, y| $from($to(x) + $to(y)));
+        kernel!($prod, u16, |x, y| $from($to(x) * $to(y)));
+        kernel!($min, u16, |x, y| $from(fmin($to(x), $to(y))));
+        kernel!($max, u16, |x, y| $from(fmax($to(x), $to(y))));
+    };
+}
+
+half_kernels!(f16_to_f32, f32_to_f16, f16_sum, f16_prod, f16_min, f16_max);
+half_kernels!(bf16_to_f32, f32_to_bf16, bf16_sum, bf16_prod, bf16_min, bf16_max);
+
+/// The elementwise kernel that combines two partial results of `kind` on
+/// `dtype`: AVG and PREMUL_SUM combine by SUM (their scaling is applied
+/// before or after, see [`scale`]).
+pub fn kernel(dtype: DType, kind: RedKind) -> Result<ReduceFn> {
+    use DType::*;
+    use RedKind::*;
+    let k = match kind {
+        PremulSum | Avg => Sum,
+        other => other,
+    };
+    if k.is_bitwise() && dtype.is_floating() {
+        return Err(Error::unsupported(format!(
+            "reduce op {} is defined on integer and bool dtypes only, not {}",
+            kind.name(),
+            dtype.name()
+        )));
+    }
+    macro_rules! pick {
+        ($sum:ident, $prod:ident, $min:ident, $max:ident, $and:ident, $or:ident, $xor:ident) => {
+            match k {
+                Sum => $sum as ReduceFn,
+                Product => $prod,
+                Min => $min,
+                Max => $max,
+                BAnd => $and,
+                BOr => $or,
+                BXor => $xor,
+                PremulSum | Avg => unreachable!(),
+            }
+        };
+    }
+    let f: ReduceFn = match dtype {
+        I8 => pick!(i8_sum, i8_prod, i8_min, i8_max, i8_and, i8_or, i8_xor),
+        U8 => pick!(u8_sum, u8_prod, u8_min, u8_max, u8_and, u8_or, u8_xor),
+        I32 => pick!(i32_sum, i32_prod, i32_min, i32_max, i32_and, i32_or, i32_xor),
+        I64 => pick!(i64_sum, i64_prod, i64_min, i64_max, i64_and, i64_or, i64_xor),
+        U32 => pick!(u32_sum, u32_prod, u32_min, u32_max, u32_and, u32_or, u32_xor),
+        U64 => pick!(u64_sum, u64_prod, u64_min, u64_max, u64_and, u64_or, u64_xor),
+        Bool => {
+            if kind == Avg || kind == PremulSum {
+                return Err(Error::unsupported(format!("reduce op {} is not defined on bool", kind.name())));
+            }
+            pick!(bool_or, bool_and, bool_and, bool_or, bool_and, bool_or, bool_xor)
+        }
+        F32 => pick!(f32_sum, f32_prod, f32_min, f32_max, f32_sum, f32_sum, f32_sum),
+        F64 => pick!(f64_sum, f64_prod, f64_min, f64_max, f64_sum, f64_sum, f64_sum),
+        F16 => pick!(f16_sum, f16_prod, f16_min, f16_max, f16_sum, f16_sum, f16_sum),
+        BF16 => pick!(bf16_sum, bf16_prod, bf16_min, bf16_max, bf16_sum, bf16_sum, bf16_sum),
+        F8E4M3 | F8E5M2 => {
+            return Err(Error::unsupported(format!(
+                "the gloo backend moves {} data but does not reduce it (reduce op {})",
+                dtype.name(),
+                kind.name()
+            )))
+        }
+    };
+    if kind == PremulSum && !dtype.is_floating() {
+        return Err(Error::unsupported(format!("reduce op premul_sum is defined on floating dtypes only, not {}", dtype.name())));
+    }
+    Ok(f)
+}
+
+/// What to do to each element around the SUM of AVG and PREMUL_SUM.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scale {
+    /// Multiply by a factor (PREMUL_SUM, before the reduction).
+    Mul(f64),
+    /// Divide by the number of ranks (AVG, after); integers truncate toward
+    /// zero.
+    Div(u64),
+}
+
+/// Scales `n` elements of `dtype` from `src` into `dst` (may be equal).
+///
+/// # Safety
+/// `src` and `dst` must hold `n` elements; they are equal or disjoint.
+pub unsafe fn scale(dtype: DType, dst: *mut u8, src: *const u8, n: usize, how: Scale) -> Result<()> {
+    unsafe fn each<T: Copy>(dst: *mut u8, src: *const u8, n: usize, f: impl Fn(T) -> T) {
+        let (d, s) = (dst as *mut T, src as *const T);
+        for i in 0..n {
+            d.add(i).write_unaligned(f(s.add(i).read_unaligned()));
+        }
+    }
+    macro_rules! int {
+        ($t:ty) => {
+            match how {
+                Scale::Div(k) => each::<$t>(dst, src, n, |x| (x as i128 / k as i128) as $t),
+                Scale::Mul(_) => {
+                    return Err(Error::unsupported(format!(
+                        "reduce op premul_sum is defined on floating dtypes only, not {}",
+                        dtype.name()
+                    )))
+                }
+            }
+        };
+    }
+    let factor = match how {
+        Scale::Mul(f) => f,
+        Scale::Div(k) => 1.0 / k as f64,
+    };
+    match dtype {
+        DType::F32 => match how {
+            Scale::Div(k) => each::<f32>(dst, src, n, |x| x / k as f32),
+            Scale::Mul(f) => each::<f32>(dst, src, n, |x| x * f as f32),
+        },
+        DType::F64 => match how {
+            Scale::Div(k) => each::<f64>(dst, src, n, |x| x / k as f64),
+            Scale::Mul(f) => each::<f64>(dst, src, n, |x| x * f),
+        },
+        DType::F16 => match how {
+            Scale::Div(k) => each::<u16>(dst, src, n, |x| f32_to_f16(f16_to_f32(x) / k as f32)),
+            Scale::Mul(_) => each::<u16>(dst, src, n, |x| f32_to_f16(f16_to_f32(x) * factor as f32)),
+        },
+        DType::BF16 => match how {
+            Scale::Div(k) => each::<u16>(dst, src, n, |x| f32_to_bf16(bf16_to_f32(x) / k as f32)),
+            Scale::Mul(_) => each::<u16>(dst, src, n, |x| f32_to_bf16(bf16_to_f32(x) * factor as f32)),
+        },
+        DType::I8 => int!(i8),
+        DType::U8 => int!(u8),
+        DType::I32 => int!(i32),
+        DType::I64 => int!(i64),
+        DType::U32 => int!(u32),
+        DType::U64 => int!(u64),
+        DType::Bool | DType::F8E4M3 | DType::F8E5M2 => {
+            return Err(Error::unsupported(format!("the gloo backend cannot scale {} values", dtype.name())))
+        }
+    }
+    Ok(())
+}
+
+/// Reads one element of `dtype` at `p` (a host PREMUL_SUM factor) as f64.
+///
+/// # Safety
+/// `p` must point to one readable element of `dtype`.
+pub unsafe fn read_scalar(dtype: DType, p: *const u8) -> Result<f64> {
+    Ok(match dtype {
+        DType::F32 => (p as *const f32).read_unaligned() as f64,
+        DType::F64 => (p as *const f64).read_unaligned(),
+        DType::F16 => f16_to_f32((p as *const u16).read_unaligned()) as f64,
+        DType::BF16 => bf16_to_f32((p as *const u16).read_unaligned()) as f64,
+        DType::I8 => (p as *const i8).read_unaligned() as f64,
+        DType::U8 | DType::Bool => p.read() as f64,
+        DType::I32 => (p as *const i32).read_unaligned() as f64,
+        DType::I64 => (p as *const i64).read_unaligned() as f64,
+        DType::U32 => (p as *const u32).read_unaligned() as f64,
+        DType::U64 => (p as *const u64).read_unaligned() as f64,
+        DType::F8E4M3 | DType::F8E5M2 => {
+            return Err(Error::unsupported(format!("a {} premul_sum factor is not supported", dtype.name())))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    unsafe fn run<T: Copy>(f: ReduceFn, a: &[T], b: &[T]) -> Vec<T> {
+        let mut c = a.to_vec();
+        // Out of place.
+        f(c.as_mut_ptr() as *mut c_void, a.as_ptr() as *const c_void, b.as_ptr() as *const c_void, a.len());
+        let out_of_place = c.clone();
+        // In place, c == a, as Gloo calls it.
+        let mut d = a.to_vec();
+        let p = d.as_mut_ptr() as *mut c_void;
+        f(p, p, b.as_ptr() as *const c_void, a.len());
+        assert_eq!(
+            std::slice::from_raw_parts(d.as_ptr() as *const u8, d.len() * std::mem::size_of::<T>()),
+            std::slice::from_raw_parts(out_of_place.as_ptr() as *const u8, d.len() * std::mem::size_of::<T>())
+        );
+        // In place, c == b.
+        let mut e = b.to_vec();
+        let p = e.as_mut_ptr() as *mut c_void;
+        f(p, a.as_ptr() as *const c_void, p, a.len());
+        assert_eq!(
+            std::slice::from_raw_parts(e.as_ptr() as *const u8, e.len() * std::mem::size_of::<T>()),
+            std::slice::from_raw_parts(out_of_place.as_ptr() as *const u8, e.len() * std::mem::size_of::<T>())
+        );
+        out_of_place
+    }
+
+    #[test]
+    fn f16_round_trips_every_value() {
+        for h in 0..=u16::MAX {
+            let f = f16_to_f32(h);
+            if f.is_nan() {
+                assert!(f16_to_f32(f32_to_f16(f)).is_nan());
+                continue;
+            }
+            assert_eq!(f32_to_f16(f), h, "{h:#06x} -> {f}");
+        }
+        assert_eq!(f16_to_f32(0x3c00), 1.0);
+        assert_eq!(f16_to_f32(0x0001), 2f32.powi(-24));
+        assert_eq!(f16_to_f32(0x7bff), 65504.0);
+        assert_eq!(f16_to_f32(0xfc00), f32::NEG_INFINITY);
+    }
+
+    #[test]
+    fn f16_rounds_to_nearest_even() {
+        // Halfway between 1.0 and the next half (1 + 2^-10): ties to even.
+        assert_eq!(f32_to_f16(1.0 + 2f32.powi(-11)), 0x3c00);
+        assert_eq!(f32_to_f16(1.0 + 3.0 * 2f32.powi(-11)), 0x3c02);
+        assert_eq!(f32_to_f16(1.0 + 2f32.powi(-11) + 2f32.powi(-20)), 0x3c01);
+        assert_eq!(f32_to_f16(65519.0), 0x7bff);
+        assert_eq!(f32_to_f16(65520.0), 0x7c00);
+        assert_eq!(f32_to_f16(1e10), 0x7c00);
+        assert_eq!(f32_to_f16(-1e10), 0xfc00);
+        assert_eq!(f32_to_f16(2f32.powi(-25)), 0x0000); // tie to even (zero)
+        assert_eq!(f32_to_f16(3.0 * 2f32.powi(-25)), 0x0002);
+        assert_eq!(f32_to_f16(f32::NAN) & 0x7c00, 0x7c00);
+    }
+
+    #[test]
+    fn bf16_conversions() {
+        for h in 0..=u16::MAX {
+            let f = bf16_to_f32(h);
+            if f.is_nan() {
+                assert!(bf16_to_f32(f32_to_bf16(f)).is_nan());
+            } else {
+                assert_eq!(f32_to_bf16(f), h);
+            }
+        }
+        assert_eq!(f32_to_bf16(1.0 + 2f32.powi(-8)), 0x3f80); // tie to even
+        assert_eq!(f32_to_bf16(1.0 + 3.0 * 2f32.powi(-8)), 0x3f82);
+    }
+
+    #[test]
+    fn integer_kernels() {
+        unsafe {
+            let a: Vec<i32> = vec![1, -5, i32::MAX, 6];
+            let b: Vec<i32> = vec![2, 7, 1, 3];
+            assert_eq!(run(kernel(DType::I32, RedKind::Sum).unwrap(), &a, &b), vec![3, 2, i32::MIN, 9]);
+            assert_eq!(run(kernel(DType::I32, RedKind::Product).unwrap(), &a, &b), vec![2, -35, i32::MAX, 18]);
+            assert_eq!(run(kernel(DType::I32, RedKind::Min).unwrap(), &a, &b), vec![1, -5, 1, 3]);
+            assert_eq!(run(kernel(DType::I32, RedKind::Max).unwrap(), &a, &b), vec![2, 7, i32::MAX, 6]);
+            assert_eq!(run(kernel(DType::I32, RedKind::BAnd).unwrap(), &a, &b), vec![0, 3, 1, 2]);
+            assert_eq!(run(kernel(DType::I32, RedKind::BOr).unwrap(), &a, &b), vec![3, -1, i32::MAX, 7]);
+            assert_eq!(run(kernel(DType::I32, RedKind::BXor).unwrap(), &a, &b), vec![3, -4, i32::MAX - 1, 5]);
+            let a: Vec<u8> = vec![200, 3];
+            let b: Vec<u8> = vec![100, 5];
+            assert_eq!(run(kernel(DType::U8, RedKind::Sum).unwrap(), &a, &b), vec![44, 8]);
+            assert_eq!(run(kernel(DType::U8, RedKind::Max).unwrap(), &a, &b), vec![200, 5]);
+            let a: Vec<i8> = vec![-100, 3];
+            let b: Vec<i8> = vec![-100, -5];
+            assert_eq!(run(kernel(DType::I8, RedKind::Sum).unwrap(), &a, &b), vec![56, -2]);
+            assert_eq!(run(kernel(DType::I8, RedKind::Min).unwrap(), &a, &b), vec![-100, -5]);
+            let a: Vec<u64> = vec![u64::MAX, 1 << 40];
+            let b: Vec<u64> = vec![2, 1 << 41];
+            assert_eq!(run(kernel(DType::U64, RedKind::Sum).unwrap(), &a, &b), vec![1, 3 << 40]);
+            assert_eq!(run(kernel(DType::U64, RedKind::Min).unwrap(), &a, &b), vec![2, 1 << 40]);
+            let a: Vec<i64> = vec![-3, 1 << 50];
+            let b: Vec<i64> = vec![4, 2];
+            assert_eq!(run(kernel(DType::I64, RedKind::Product).unwrap(), &a, &b), vec![-12, 1 << 51]);
+            let a: Vec<u32> = vec![0xf0f0, 7];
+            let b: Vec<u32> = vec![0x0ff0, 9];
+            assert_eq!(run(kernel(DType::U32, RedKind::BXor).unwrap(), &a, &b), vec![0xff00, 14]);
+        }
+    }
+
+    #[test]
+    fn bool_kernels() {
+        unsafe {
+            let a: Vec<u8> = vec![0, 0, 1, 1];
+            let b: Vec<u8> = vec![0, 1, 0, 1];
+            let k = |r| kernel(DType::Bool, r).unwrap();
+            assert_eq!(run(k(RedKind::Sum), &a, &b), vec![0, 1, 1, 1]);
+            assert_eq!(run(k(RedKind::Max), &a, &b), vec![0, 1, 1, 1]);
+            assert_eq!(run(k(RedKind::BOr), &a, &b), vec![0, 1, 1, 1]);
+            assert_eq!(run(k(RedKind::Product), &a, &b), vec![0, 0, 0, 1]);
+            assert_eq!(run(k(RedKind::Min), &a, &b), vec![0, 0, 0, 1]);
+            assert_eq!(run(k(RedKind::BAnd), &a, &b), vec![0, 0, 0, 1]);
+            assert_eq!(run(k(RedKind::BXor), &a, &b), vec![0, 1, 1, 0]);
+            assert!(kernel(DType::Bool, RedKind::Avg).is_err());
+        }
+    }
+
+    #[test]
+    fn float_kernels() {
+        unsafe {
+            let a: Vec<f32> = vec![1.5, -2.0, f32::NAN, 3.0];
+            let b: Vec<f32> = vec![2.0, 4.0, 1.0, f32::NAN];
+            let s = run(kernel(DType::F32, RedKind::Sum).unwrap(), &a, &b);
+            assert_eq!(&s[..2], &[3.5, 2.0]);
+            let m = run(kernel(DType::F32, RedKind::Min).unwrap(), &a, &b);
+            assert_eq!(&m[..2], &[1.5, -2.0]);
+            assert!(m[2].is_nan() && m[3].is_nan());
+            let m = run(kernel(DType::F32, RedKind::Max).unwrap(), &a, &b);
+            assert_eq!(&m[..2], &[2.0, 4.0]);
+            assert!(m[2].is_nan() && m[3].is_nan());
+            let a: Vec<f64> = vec![1.5, -2.0];
+            let b: Vec<f64> = vec![2.0, 4.0];
+            assert_eq!(run(kernel(DType::F64, RedKind::Product).unwrap(), &a, &b), vec![3.0, -8.0]);
+            for dt in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+                for k in [RedKind::BAnd, RedKind::BOr, RedKind::BXor] {
+                    assert_eq!(kernel(dt, k).err().unwrap().kind, crate::error::ErrorKind::Unsupported);
+                }
+            }
+            assert!(kernel(DType::F8E4M3, RedKind::Sum).is_err());
+            assert!(kernel(DType::I32, RedKind::PremulSum).is_err());
+        }
+    }
+
+    #[test]
+    fn half_kernels_compute_in_f32() {
+        unsafe {
+            for (to, from, dt) in [
+                (f16_to_f32 as fn(u16) -> f32, f32_to_f16 as fn(f32) -> u16, DType::F16),
+                (bf16_to_f32, f32_to_bf16, DType::BF16),
+            ] {
+                let a: Vec<u16> = [1.0f32, 2.5, -3.0, 100.0].iter().map(|x| from(*x)).collect();
+                let b: Vec<u16> = [0.5f32, 0.25, 4.0, -100.0].iter().map(|x| from(*x)).collect();
+                let s: Vec<f32> = run(kernel(dt, RedKind::Sum).unwrap(), &a, &b).into_iter().map(to).collect();
+                assert_eq!(s, vec![1.5, 2.75, 1.0, 0.0]);
+                let p: Vec<f32> = run(kernel(dt, RedKind::Product).unwrap(), &a, &b).into_iter().map(to).collect();
+                assert_eq!(p, vec![0.5, 0.625, -12.0, -10000.0f32].iter().map(|x| to(from(*x))).collect::<Vec<_>>());
+                let m: Vec<f32> = run(kernel(dt, RedKind::Min).unwrap(), &a, &b).into_iter().map(to).collect();
+                assert_eq!(m, vec![0.5, 0.25, -3.0, -100.0]);
+                let m: Vec<f32> = run(kernel(dt, RedKind::Max).unwrap(), &a, &b).into_iter().map(to).collect();
+                assert_eq!(m, vec![1.0, 2.5, 4.0, 100.0]);
+            }
+            // A long vector through the aligned fast path and an unaligned one.
+            let n = 1001;
+            let a: Vec<u16> = (0..n).map(|i| f32_to_f16(i as f32 * 0.5)).collect();
+            let b: Vec<u16> = (0..n).map(|i| f32_to_f16(i as f32 * 0.25)).collect();
+            let s = run(kernel(DType::F16, RedKind::Sum).unwrap(), &a, &b);
+            for i in 0..n {
+                assert_eq!(s[i], f32_to_f16(f16_to_f32(a[i]) + f16_to_f32(b[i])));
+            }
+            let mut raw = vec![0u8; 2 * n + 1];
+            let f = kernel(DType::F16, RedKind::Sum).unwrap();
+            f(raw.as_mut_ptr().add(1) as *mut c_void, a.as_ptr() as *const c_void, b.as_ptr() as *const c_void, n);
+            for i in 0..n {
+                let v = u16::from_ne_bytes([raw[1 + 2 * i], raw[2 + 2 * i]]);
+                assert_eq!(v, s[i]);
+            }
+        }
+    }
+
+    #[test]
+    fn scaling() {
+        unsafe {
+            let mut v: Vec<i32> = vec![7, -7, 9];
+            let p = v.as_mut_ptr() as *mut u8;
+            scale(DType::I32, p, p, 3, Scale::Div(2)).unwrap();
+            assert_eq!(v, vec![3, -3, 4]);
+            let mut f: Vec<f32> = vec![1.0, 3.0];
+            let p = f.as_mut_ptr() as *mut u8;
+            scale(DType::F32, p, p, 2, Scale::Mul(0.5)).unwrap();
+            assert_eq!(f, vec![0.5, 1.5]);
+            let src: Vec<u16> = vec![f32_to_bf16(3.0), f32_to_bf16(-1.0)];
+            let mut dst = vec![0u16; 2];
+            scale(DType::BF16, dst.as_mut_ptr() as *mut u8, src.as_ptr() as *const u8, 2, Scale::Div(4)).unwrap();
+            assert_eq!(dst, vec![f32_to_bf16(0.75), f32_to_bf16(-0.25)]);
+            let mut h: Vec<u16> = vec![f32_to_f16(3.0)];
+            let p = h.as_mut_ptr() as *mut u8;
+            scale(DType::F16, p, p, 1, Scale::Mul(2.0)).unwrap();
+            assert_eq!(h, vec![f32_to_f16(6.0)]);
+            let mut u: Vec<u64> = vec![u64::MAX];
+            let p = u.as_mut_ptr() as *mut u8;
+            scale(DType::U64, p, p, 1, Scale::Div(3)).unwrap();
+            assert_eq!(u, vec![u64::MAX / 3]);
+            assert!(scale(DType::I32, p, p, 1, Scale::Mul(2.0)).is_err());
+            let x: f64 = 2.5;
+            assert_eq!(read_scalar(DType::F64, &x as *const f64 as *const u8).unwrap(), 2.5);
+        }
+    }
+}

@@ -1,0 +1,459 @@
+//! Loading `libtorchcomm-gloo.so`, the C++ module that carries the Gloo
+//! calls (gloo_shim/tc_gloo.h), and thin safe wrappers around its entry
+//! points.
+//!
+//! The module is looked up, in order: `TORCHCOMM_GLOO_LIBRARY` (a path); the
+//! directory of the loaded libtorchcomm (found with dladdr), for an
+//! installed library; the directory of the running executable and its
+//! parent, for Rust tests under target/<profile>/deps; then the dynamic
+//! loader's own search path. It is loaded once per process.
+
+use crate::error::{Error, ErrorKind, Result};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+pub const MODULE_NAME: &str = "libtorchcomm-gloo.so";
+const ABI_VERSION: c_int = 1;
+
+pub const OK: c_int = 0;
+pub const ERR_TIMEOUT: c_int = 1;
+pub const ERR_REMOTE: c_int = 2;
+pub const ERR_INVALID: c_int = 3;
+pub const ERR_INTERNAL: c_int = 4;
+pub const ERR_STORE: c_int = 5;
+
+#[repr(C)]
+pub struct Ctx {
+    _opaque: [u8; 0],
+}
+
+pub type SinkFn = unsafe extern "C" fn(sink: *mut c_void, data: *const c_void, len: usize);
+
+#[repr(C)]
+pub struct StoreVtable {
+    pub user: *mut c_void,
+    pub set: unsafe extern "C" fn(*mut c_void, *const c_char, *const c_void, usize, *mut c_char, usize) -> c_int,
+    pub get: unsafe extern "C" fn(*mut c_void, *const c_char, *mut c_void, SinkFn, *mut c_char, usize) -> c_int,
+    pub wait: unsafe extern "C" fn(*mut c_void, *const *const c_char, usize, i64, *mut c_char, usize) -> c_int,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Transfer {
+    pub peer: c_int,
+    pub is_send: c_int,
+    pub buf: *mut c_void,
+    pub nbytes: usize,
+    pub slot: u64,
+}
+
+pub use super::reduce::ReduceFn;
+
+type Err = (*mut c_char, usize);
+
+#[allow(clippy::type_complexity)]
+pub struct Module {
+    pub path: String,
+    abi_version: unsafe extern "C" fn() -> c_int,
+    context_new: unsafe extern "C" fn(
+        c_int,
+        c_int,
+        *const StoreVtable,
+        i64,
+        *const c_char,
+        *const c_char,
+        *mut *mut Ctx,
+        *mut c_char,
+        usize,
+    ) -> c_int,
+    pub context_close: unsafe extern "C" fn(*mut Ctx),
+    pub context_free: unsafe extern "C" fn(*mut Ctx),
+    broadcast: unsafe extern "C" fn(*mut Ctx, *mut c_void, usize, c_int, u32, i64, *mut c_char, usize) -> c_int,
+    allreduce: unsafe extern "C" fn(
+        *mut Ctx,
+        *const c_void,
+        *mut c_void,
+        usize,
+        usize,
+        ReduceFn,
+        u32,
+        i64,
+        *mut c_char,
+        usize,
+    ) -> c_int,
+    reduce: unsafe extern "C" fn(
+        *mut Ctx,
+        *const c_void,
+        *mut c_void,
+        usize,
+        usize,
+        c_int,
+        ReduceFn,
+        u32,
+        i64,
+        *mut c_char,
+        usize,
+    ) -> c_int,
+    allgather: unsafe extern "C" fn(*mut Ctx, *const c_void, *mut c_void, usize, u32, i64, *mut c_char, usize) -> c_int,
+    allgatherv:
+        unsafe extern "C" fn(*mut Ctx, *const c_void, *mut c_void, *const usize, u32, i64, *mut c_char, usize) -> c_int,
+    gather:
+        unsafe extern "C" fn(*mut Ctx, *const c_void, *mut c_void, usize, c_int, u32, i64, *mut c_char, usize) -> c_int,
+    scatter: unsafe extern "C" fn(
+        *mut Ctx,
+        *const *const c_void,
+        *mut c_void,
+        usize,
+        c_int,
+        u32,
+        i64,
+        *mut c_char,
+        usize,
+    ) -> c_int,
+    alltoall: unsafe extern "C" fn(*mut Ctx, *const c_void, *mut c_void, usize, u32, i64, *mut c_char, usize) -> c_int,
+    alltoallv: unsafe extern "C" fn(
+        *mut Ctx,
+        *const c_void,
+        *const usize,
+        *mut c_void,
+        *const usize,
+        u32,
+        i64,
+        *mut c_char,
+        usize,
+    ) -> c_int,
+    barrier: unsafe extern "C" fn(*mut Ctx, u32, i64, *mut c_char, usize) -> c_int,
+    p2p: unsafe extern "C" fn(*mut Ctx, *const Transfer, usize, i64, *mut c_int, *mut c_char, usize) -> c_int,
+}
+
+// The module's functions are plain C functions callable from any thread.
+unsafe impl Send for Module {}
+unsafe impl Sync for Module {}
+
+static MODULE: OnceLock<std::result::Result<Module, Error>> = OnceLock::new();
+
+/// The loaded module, or `TC_ERR_UNAVAILABLE` saying what to install.
+pub fn module() -> Result<&'static Module> {
+    MODULE.get_or_init(load).as_ref().map_err(|e| e.clone())
+}
+
+fn dlerror_string() -> String {
+    // SAFETY: dlerror returns NULL or a thread-local C string.
+    let p = unsafe { libc::dlerror() };
+    if p.is_null() {
+        "unknown dlopen error".into()
+    } else {
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+}
+
+/// Directory of the object that contains this function (libtorchcomm.so, or
+/// the executable when the crate is linked statically).
+fn own_object_dir() -> Option<PathBuf> {
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the address.
+    let rc = unsafe { libc::dladdr(own_object_dir as *const c_void, &mut info) };
+    if rc == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    let name = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
+    let path = std::fs::canonicalize(&name).unwrap_or_else(|_| PathBuf::from(name));
+    path.parent().map(|p| p.to_path_buf())
+}
+
+fn candidates() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Some(dir) = own_object_dir() {
+        out.push(dir.join(MODULE_NAME));
+        if let Some(parent) = dir.parent() {
+            out.push(parent.join(MODULE_NAME));
+        }
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        if let Some(dir) = exe.parent() {
+            out.push(dir.join(MODULE_NAME));
+            if let Some(parent) = dir.parent() {
+                out.push(parent.join(MODULE_NAME));
+            }
+        }
+    }
+    out.dedup();
+    out
+}
+
+fn load() -> std::result::Result<Module, Error> {
+    let explicit = std::env::var_os("TORCHCOMM_GLOO_LIBRARY").filter(|v| !v.is_empty());
+    let mut tried = Vec::new();
+    let mut handle = std::ptr::null_mut();
+    let mut path_used = String::new();
+    let try_open = |p: &str, tried: &mut Vec<String>| -> *mut c_void {
+        let c = match CString::new(p) {
+            Ok(c) => c,
+            Err(_) => return std::ptr::null_mut(),
+        };
+        // SAFETY: dlopen with a valid C string.
+        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if h.is_null() {
+            tried.push(format!("{p}: {}", dlerror_string()));
+        }
+        h
+    };
+    if let Some(p) = explicit {
+        let p = p.to_string_lossy().into_owned();
+        handle = try_open(&p, &mut tried);
+        path_used = p;
+    } else {
+        for c in candidates() {
+            if !c.exists() {
+                continue;
+            }
+            let p = c.to_string_lossy().into_owned();
+            handle = try_open(&p, &mut tried);
+            if !handle.is_null() {
+                path_used = p;
+                break;
+            }
+        }
+        if handle.is_null() {
+            handle = try_open(MODULE_NAME, &mut tried);
+            path_used = MODULE_NAME.into();
+        }
+    }
+    if handle.is_null() {
+        return Err(Error::unavailable(format!(
+            "the gloo backend needs {MODULE_NAME} (built with libtorchcomm when Gloo is installed: \
+             apt-get install libgloo-dev, then rebuild; or set TORCHCOMM_GLOO_LIBRARY): {}",
+            tried.join("; ")
+        )));
+    }
+    macro_rules! sym {
+        ($name:literal) => {{
+            let c = concat!($name, "\0");
+            // SAFETY: handle is a live dlopen handle; the symbol's type is
+            // the one declared in tc_gloo.h.
+            let p = unsafe { libc::dlsym(handle, c.as_ptr() as *const c_char) };
+            if p.is_null() {
+                return Err(Error::unavailable(format!("{path_used} lacks symbol {} (stale build?)", $name)));
+            }
+            unsafe { std::mem::transmute::<*mut c_void, _>(p) }
+        }};
+    }
+    let m = Module {
+        path: path_used.clone(),
+        abi_version: sym!("tc_gloo_abi_version"),
+        context_new: sym!("tc_gloo_context_new"),
+        context_close: sym!("tc_gloo_context_close"),
+        context_free: sym!("tc_gloo_context_free"),
+        broadcast: sym!("tc_gloo_broadcast"),
+        allreduce: sym!("tc_gloo_allreduce"),
+        reduce: sym!("tc_gloo_reduce"),
+        allgather: sym!("tc_gloo_allgather"),
+        allgatherv: sym!("tc_gloo_allgatherv"),
+        gather: sym!("tc_gloo_gather"),
+        scatter: sym!("tc_gloo_scatter"),
+        alltoall: sym!("tc_gloo_alltoall"),
+        alltoallv: sym!("tc_gloo_alltoallv"),
+        barrier: sym!("tc_gloo_barrier"),
+        p2p: sym!("tc_gloo_p2p"),
+    };
+    // SAFETY: resolved above.
+    let v = unsafe { (m.abi_version)() };
+    if v != ABI_VERSION {
+        return Err(Error::unavailable(format!("{path_used} has ABI version {v}, this library needs {ABI_VERSION}")));
+    }
+    Ok(m)
+}
+
+/// A failed module call: its code and message.
+#[derive(Debug, Clone)]
+pub struct CallError {
+    pub code: c_int,
+    pub message: String,
+    /// For p2p: the peer whose transfer failed.
+    pub peer: Option<i32>,
+}
+
+impl CallError {
+    pub fn kind(&self) -> ErrorKind {
+        match self.code {
+            ERR_TIMEOUT => ErrorKind::Timeout,
+            ERR_REMOTE => ErrorKind::Remote,
+            ERR_INVALID => ErrorKind::InvalidArgument,
+            ERR_STORE => ErrorKind::Remote,
+            _ => ErrorKind::Internal,
+        }
+    }
+}
+
+pub type CallResult = std::result::Result<(), CallError>;
+
+const ERRLEN: usize = 1024;
+
+fn call(f: impl FnOnce(Err) -> c_int) -> CallResult {
+    let mut buf = vec![0 as c_char; ERRLEN];
+    let rc = f((buf.as_mut_ptr(), ERRLEN));
+    if rc == OK {
+        return Ok(());
+    }
+    let message = unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned();
+    Err(CallError { code: rc, message, peer: None })
+}
+
+/// An owned Gloo context.
+pub struct Context {
+    module: &'static Module,
+    ptr: *mut Ctx,
+}
+
+// The context is used by one thread at a time for operations (the comm's
+// progress thread); `close` may come from another thread, which Gloo's
+// closeConnections allows.
+unsafe impl Send for Context {}
+unsafe impl Sync for Context {}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: ptr came from context_new and is freed once.
+        unsafe { (self.module.context_free)(self.ptr) }
+    }
+}
+
+fn ms(t: std::time::Duration) -> i64 {
+    (t.as_millis().min(i64::MAX as u128) as i64).max(1)
+}
+
+impl Context {
+    /// Connects the full mesh through `store`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        module: &'static Module,
+        rank: i32,
+        size: i32,
+        store: &StoreVtable,
+        timeout: std::time::Duration,
+        hostname: Option<&str>,
+        iface: Option<&str>,
+    ) -> std::result::Result<Context, CallError> {
+        let host = hostname.map(|h| CString::new(h).unwrap_or_default());
+        let ifc = iface.map(|h| CString::new(h).unwrap_or_default());
+        let mut ptr = std::ptr::null_mut();
+        call(|(e, l)| unsafe {
+            (module.context_new)(
+                rank,
+                size,
+                store,
+                ms(timeout),
+                host.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+                ifc.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+                &mut ptr,
+                e,
+                l,
+            )
+        })?;
+        Ok(Context { module, ptr })
+    }
+
+    pub fn close(&self) {
+        unsafe { (self.module.context_close)(self.ptr) }
+    }
+
+    /// # Safety (for all operations below)
+    /// Buffers must be valid for the sizes given for the call's duration.
+    pub unsafe fn broadcast(&self, buf: *mut u8, nbytes: usize, root: i32, tag: u32, t: std::time::Duration) -> CallResult {
+        call(|(e, l)| (self.module.broadcast)(self.ptr, buf as *mut c_void, nbytes, root, tag, ms(t), e, l))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn allreduce(
+        &self,
+        input: *const u8,
+        out: *mut u8,
+        count: usize,
+        elem: usize,
+        f: ReduceFn,
+        tag: u32,
+        t: std::time::Duration,
+    ) -> CallResult {
+        call(|(e, l)| {
+            (self.module.allreduce)(self.ptr, input as *const c_void, out as *mut c_void, count, elem, f, tag, ms(t), e, l)
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn reduce(
+        &self,
+        input: *const u8,
+        out: *mut u8,
+        count: usize,
+        elem: usize,
+        root: i32,
+        f: ReduceFn,
+        tag: u32,
+        t: std::time::Duration,
+    ) -> CallResult {
+        call(|(e, l)| {
+            (self.module.reduce)(self.ptr, input as *const c_void, out as *mut c_void, count, elem, root, f, tag, ms(t), e, l)
+        })
+    }
+
+    pub unsafe fn allgather(&self, input: *const u8, out: *mut u8, nbytes: usize, tag: u32, t: std::time::Duration) -> CallResult {
+        call(|(e, l)| (self.module.allgather)(self.ptr, input as *const c_void, out as *mut c_void, nbytes, tag, ms(t), e, l))
+    }
+
+    pub unsafe fn allgatherv(&self, input: *const u8, out: *mut u8, sizes: &[usize], tag: u32, t: std::time::Duration) -> CallResult {
+        call(|(e, l)| {
+            (self.module.allgatherv)(self.ptr, input as *const c_void, out as *mut c_void, sizes.as_ptr(), tag, ms(t), e, l)
+        })
+    }
+
+    pub unsafe fn gather(&self, input: *const u8, out: *mut u8, nbytes: usize, root: i32, tag: u32, t: std::time::Duration) -> CallResult {
+        call(|(e, l)| (self.module.gather)(self.ptr, input as *const c_void, out as *mut c_void, nbytes, root, tag, ms(t), e, l))
+    }
+
+    pub unsafe fn scatter(&self, inputs: &[*const u8], out: *mut u8, nbytes: usize, root: i32, tag: u32, t: std::time::Duration) -> CallResult {
+        let ptrs: Vec<*const c_void> = inputs.iter().map(|p| *p as *const c_void).collect();
+        let pp = if ptrs.is_empty() { std::ptr::null() } else { ptrs.as_ptr() };
+        call(|(e, l)| (self.module.scatter)(self.ptr, pp, out as *mut c_void, nbytes, root, tag, ms(t), e, l))
+    }
+
+    pub unsafe fn alltoall(&self, input: *const u8, out: *mut u8, nbytes: usize, tag: u32, t: std::time::Duration) -> CallResult {
+        call(|(e, l)| (self.module.alltoall)(self.ptr, input as *const c_void, out as *mut c_void, nbytes, tag, ms(t), e, l))
+    }
+
+    pub unsafe fn alltoallv(
+        &self,
+        input: *const u8,
+        in_bytes: &[usize],
+        out: *mut u8,
+        out_bytes: &[usize],
+        tag: u32,
+        t: std::time::Duration,
+    ) -> CallResult {
+        call(|(e, l)| {
+            (self.module.alltoallv)(
+                self.ptr,
+                input as *const c_void,
+                in_bytes.as_ptr(),
+                out as *mut c_void,
+                out_bytes.as_ptr(),
+                tag,
+                ms(t),
+                e,
+                l,
+            )
+        })
+    }
+
+    pub fn barrier(&self, tag: u32, t: std::time::Duration) -> CallResult {
+        call(|(e, l)| unsafe { (self.module.barrier)(self.ptr, tag, ms(t), e, l) })
+    }
+
+    pub unsafe fn p2p(&self, ops: &[Transfer], t: std::time::Duration) -> CallResult {
+        let mut peer: c_int = -1;
+        call(|(e, l)| (self.module.p2p)(self.ptr, ops.as_ptr(), ops.len(), ms(t), &mut peer, e, l)).map_err(|mut err| {
+            err.peer = (peer >= 0).then_some(peer);
+            err
+        })
+    }
+}
