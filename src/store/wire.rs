@@ -6,39 +6,39 @@
 use std::io::Read;
 
 /// Magic sent with VALIDATE (`00 CE F7 85 3C` on the wire).
-pub const VALIDATION_MAGIC: u32 = 0x3C85_F7CE;
+pub(crate) const VALIDATION_MAGIC: u32 = 0x3C85_F7CE;
 
-pub const VALIDATE: u8 = 0;
-pub const SET: u8 = 1;
-pub const COMPARE_SET: u8 = 2;
-pub const GET: u8 = 3;
-pub const ADD: u8 = 4;
-pub const CHECK: u8 = 5;
-pub const WAIT: u8 = 6;
-pub const GETNUMKEYS: u8 = 7;
-pub const DELETE_KEY: u8 = 8;
-pub const APPEND: u8 = 9;
-pub const MULTI_GET: u8 = 10;
-pub const MULTI_SET: u8 = 11;
-pub const CANCEL_WAIT: u8 = 12;
-pub const PING: u8 = 13;
-pub const QUEUE_PUSH: u8 = 14;
-pub const QUEUE_POP: u8 = 15;
-pub const QUEUE_LEN: u8 = 16;
-pub const LIST_KEYS: u8 = 17;
-pub const BARRIER: u8 = 18;
+pub(crate) const VALIDATE: u8 = 0;
+pub(crate) const SET: u8 = 1;
+pub(crate) const COMPARE_SET: u8 = 2;
+pub(crate) const GET: u8 = 3;
+pub(crate) const ADD: u8 = 4;
+pub(crate) const CHECK: u8 = 5;
+pub(crate) const WAIT: u8 = 6;
+pub(crate) const GETNUMKEYS: u8 = 7;
+pub(crate) const DELETE_KEY: u8 = 8;
+pub(crate) const APPEND: u8 = 9;
+pub(crate) const MULTI_GET: u8 = 10;
+pub(crate) const MULTI_SET: u8 = 11;
+pub(crate) const CANCEL_WAIT: u8 = 12;
+pub(crate) const PING: u8 = 13;
+pub(crate) const QUEUE_PUSH: u8 = 14;
+pub(crate) const QUEUE_POP: u8 = 15;
+pub(crate) const QUEUE_LEN: u8 = 16;
+pub(crate) const LIST_KEYS: u8 = 17;
+pub(crate) const BARRIER: u8 = 18;
 
 /// CHECK replies.
-pub const READY: u8 = 0;
-pub const NOT_READY: u8 = 1;
+pub(crate) const READY: u8 = 0;
+pub(crate) const NOT_READY: u8 = 1;
 /// WAIT / BARRIER / CANCEL_WAIT replies.
-pub const STOP_WAITING: u8 = 0;
-pub const WAIT_CANCELED: u8 = 1;
+pub(crate) const STOP_WAITING: u8 = 0;
+pub(crate) const WAIT_CANCELED: u8 = 1;
 
 /// Limits of torch's libuv server; a request beyond them closes the connection.
-pub const MAX_KEY_LEN: usize = 8 * 1024;
-pub const MAX_VALUE_LEN: usize = 8 * 1024 * 1024;
-pub const MAX_KEYS_PER_REQUEST: usize = 128 * 1024;
+pub(crate) const MAX_KEY_LEN: usize = 8 * 1024;
+pub(crate) const MAX_VALUE_LEN: usize = 8 * 1024 * 1024;
+pub(crate) const MAX_KEYS_PER_REQUEST: usize = 128 * 1024;
 
 /// One request, with keys exactly as they travel (torch's `/` included).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -262,7 +262,7 @@ pub struct ReplyReader<'a, R: Read> {
 }
 
 /// A reply value longer than this is taken as a corrupt stream.
-pub const MAX_REPLY_LEN: u64 = 1 << 32;
+pub(crate) const MAX_REPLY_LEN: u64 = 1 << 32;
 
 impl<R: Read> ReplyReader<'_, R> {
     pub fn u8(&mut self) -> std::io::Result<u8> {
