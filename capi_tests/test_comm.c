@@ -1,0 +1,122 @@
+/* A one-rank host comm through the C API: queries, operations, error paths
+   with a live comm (unknown dtype and reduce op, bad op-options magic, short
+   options struct, ranks out of range, bitwise ops on floats, NULL buffers,
+   overflowing counts), use after finalize, and the log callback. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdint.h>
+#include <unistd.h>
+#include "capi_util.h"
+
+static int warnings = 0;
+static void on_log(int32_t level, const char *message, void *user) {
+    (void)user;
+    if (level == TC_LOG_WARN && strstr(message, "[torchcomm] WARN") != NULL) warnings++;
+}
+
+static tc_comm_t *make_comm(const char *name, tc_store_t *store) {
+    tc_comm_options_t o = TC_COMM_OPTIONS_INIT;
+    o.name = name;
+    o.rank = 0;
+    o.world_size = 1;
+    o.store = store;
+    o.abort_on_error = 0;
+    tc_comm_t *comm = NULL;
+    tc_device_t cpu = {TC_DEVICE_CPU, 0};
+    EXPECT_OK(tc_comm_new("gloo", cpu, &o, &comm));
+    return comm;
+}
+
+int main(void) {
+    char path[] = "/tmp/tc_capi_comm_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    unlink(path);
+    tc_store_t *store = NULL;
+    EXPECT_OK(tc_store_file_new(path, 1, &store));
+
+    tc_comm_t *comm = make_comm("capi", store);
+    if (comm == NULL) CAPI_DONE("test_comm");
+    int rank = -1, size = -1;
+    const char *name = NULL, *backend = NULL;
+    tc_device_t dev = {-1, -1};
+    EXPECT_OK(tc_comm_get_rank(comm, &rank));
+    EXPECT_OK(tc_comm_get_size(comm, &size));
+    EXPECT_OK(tc_comm_get_name(comm, &name));
+    EXPECT_OK(tc_comm_get_backend(comm, &backend));
+    EXPECT_OK(tc_comm_get_device(comm, &dev));
+    CHECK(rank == 0 && size == 1);
+    CHECK(name && strcmp(name, "capi") == 0 && backend && strcmp(backend, "gloo") == 0);
+    CHECK(dev.type == TC_DEVICE_CPU);
+    EXPECT_OK(tc_comm_get_async_error(comm));
+
+    /* a working operation, blocking and asynchronous */
+    float x[8];
+    for (int i = 0; i < 8; i++) x[i] = (float)i;
+    tc_reduce_op_t sum = TC_REDUCE_OP(TC_SUM);
+    EXPECT_OK(tc_all_reduce(comm, x, 8, TC_FLOAT32, sum, NULL, NULL));
+    CHECK(x[7] == 7.0f);
+    tc_op_options_t async = TC_OP_OPTIONS_INIT;
+    async.async_op = 1;
+    tc_work_t *work = NULL;
+    EXPECT_OK(tc_all_reduce(comm, x, 8, TC_FLOAT32, sum, &async, &work));
+    EXPECT_OK(tc_work_wait_blocking(work));
+    int done = 0;
+    int32_t status = -1;
+    EXPECT_OK(tc_work_is_completed(work, &done));
+    EXPECT_OK(tc_work_status(work, &status));
+    CHECK(done == 1 && status == TC_WORK_COMPLETED);
+    tc_work_free(work);
+
+    /* bad arguments with a live comm: each names its argument, nothing runs */
+    tc_work_t *untouched = (tc_work_t *)&done;
+    EXPECT_RC(tc_all_reduce(comm, x, 8, 99, sum, NULL, &untouched), TC_ERR_INVALID_ARGUMENT, "dtype");
+    tc_reduce_op_t bad_kind = TC_REDUCE_OP(42);
+    EXPECT_RC(tc_all_reduce(comm, x, 8, TC_FLOAT32, bad_kind, NULL, &untouched), TC_ERR_INVALID_ARGUMENT, "op.kind");
+    tc_reduce_op_t band = TC_REDUCE_OP(TC_BAND);
+    EXPECT_RC(tc_all_reduce(comm, x, 8, TC_FLOAT32, band, NULL, &untouched), TC_ERR_UNSUPPORTED, "float32");
+    tc_op_options_t bad_magic = TC_OP_OPTIONS_INIT;
+    bad_magic.magic = 1;
+    EXPECT_RC(tc_all_reduce(comm, x, 8, TC_FLOAT32, sum, &bad_magic, &untouched), TC_ERR_INVALID_ARGUMENT, "magic");
+    tc_op_options_t bad_async = TC_OP_OPTIONS_INIT;
+    bad_async.async_op = 3;
+    EXPECT_RC(tc_barrier(comm, &bad_async, &untouched), TC_ERR_INVALID_ARGUMENT, "async_op");
+    EXPECT_RC(tc_send(comm, x, 8, TC_FLOAT32, 1, NULL, &untouched), TC_ERR_INVALID_ARGUMENT, "peer");
+    EXPECT_RC(tc_broadcast(comm, x, 8, TC_FLOAT32, -1, NULL, &untouched), TC_ERR_INVALID_ARGUMENT, "root");
+    EXPECT_RC(tc_all_reduce(comm, NULL, 8, TC_FLOAT32, sum, NULL, &untouched), TC_ERR_NULL_ARGUMENT, "buf");
+    EXPECT_RC(tc_all_reduce(comm, x, SIZE_MAX / 2, TC_FLOAT32, sum, NULL, &untouched), TC_ERR_INVALID_ARGUMENT, "overflow");
+    EXPECT_RC(tc_all_gather(comm, NULL, x, 8, TC_FLOAT32, NULL, &untouched), TC_ERR_NULL_ARGUMENT, "outputs");
+    CHECK(untouched == (tc_work_t *)&done);
+
+    /* a short op-options struct (an older caller): fields beyond its size are
+       ignored, so the garbage async_op below must not be read */
+    tc_op_options_t short_opts = TC_OP_OPTIONS_INIT;
+    short_opts.async_op = 77;
+    short_opts.size = offsetof(tc_op_options_t, async_op);
+    EXPECT_OK(tc_all_reduce(comm, x, 8, TC_FLOAT32, sum, &short_opts, NULL));
+
+    /* split: empty list opts out, a list without the caller is an error */
+    tc_comm_t *child = (tc_comm_t *)&done;
+    EXPECT_OK(tc_comm_split(comm, NULL, 0, "none", NULL, &child));
+    CHECK(child == NULL);
+    int ranks_bad[1] = {3};
+    EXPECT_RC(tc_comm_split(comm, ranks_bad, 1, "bad", NULL, &child), TC_ERR_INVALID_ARGUMENT, "ranks[0]");
+
+    /* use after finalize */
+    EXPECT_OK(tc_comm_finalize(comm));
+    EXPECT_RC(tc_all_reduce(comm, x, 8, TC_FLOAT32, sum, NULL, NULL), TC_ERR_INVALID_USAGE, "finalized");
+    EXPECT_RC(tc_comm_finalize(comm), TC_ERR_INVALID_USAGE, "already finalized");
+    tc_comm_destroy(comm);
+
+    /* destroying a comm that was not finalized aborts it with a warning,
+       which reaches the log callback */
+    EXPECT_OK(tc_set_log_callback(on_log, NULL));
+    tc_comm_t *leaky = make_comm("capi-unfinalized", store);
+    tc_comm_destroy(leaky);
+    EXPECT_OK(tc_set_log_callback(NULL, NULL));
+    CHECK(warnings >= 1);
+
+    tc_store_free(store);
+    unlink(path);
+    CAPI_DONE("test_comm");
+}
