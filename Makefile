@@ -34,7 +34,7 @@ deps:
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "make deps: installing$$missing"; \
-	    (apt-get install -y --no-install-recommends $$missing || \
+	    (export DEBIAN_FRONTEND=noninteractive; apt-get install -y --no-install-recommends $$missing || \
 	     (apt-get update && apt-get install -y --no-install-recommends $$missing)) >$(BUILD_LOG) 2>&1 \
 	      || { cat $(BUILD_LOG); exit 1; }; \
 	  else \

@@ -258,6 +258,18 @@ void tc_gloo_context_free(tc_gloo_ctx *ctx) {
   guarded(err, sizeof(err), [&] { delete ctx; });
 }
 
+int tc_gloo_pair_address(tc_gloo_ctx *ctx, int peer, char *out, size_t outlen, char *err,
+                         size_t errlen) {
+  return guarded(err, errlen, [&] {
+    check_ctx(ctx);
+    if (peer < 0 || peer >= ctx->context->size || peer == ctx->context->rank)
+      throw std::invalid_argument("peer " + std::to_string(peer) + " is not another rank");
+    auto &pair = ctx->context->getPair(peer);
+    if (!pair) throw std::invalid_argument("no connection to rank " + std::to_string(peer));
+    put_error(out, outlen, pair->address().str());
+  });
+}
+
 int tc_gloo_broadcast(tc_gloo_ctx *ctx, void *buf, size_t nbytes, int root, uint32_t tag,
                       int64_t timeout_ms, char *err, size_t errlen) {
   return guarded(err, errlen, [&] {

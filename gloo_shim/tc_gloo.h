@@ -79,6 +79,11 @@ TC_GLOO_API int tc_gloo_context_new(int rank, int size, const tc_gloo_store_vtab
 TC_GLOO_API void tc_gloo_context_close(tc_gloo_ctx *ctx);
 TC_GLOO_API void tc_gloo_context_free(tc_gloo_ctx *ctx);
 
+/* The local address ("[ip]:port") of this rank's connection to `peer`, as
+ * the peer's Gloo messages name it; NUL-terminated into out[0..outlen). */
+TC_GLOO_API int tc_gloo_pair_address(tc_gloo_ctx *ctx, int peer, char *out, size_t outlen, char *err,
+                                     size_t errlen);
+
 /* In place: root's buf goes to every rank's buf. */
 TC_GLOO_API int tc_gloo_broadcast(tc_gloo_ctx *ctx, void *buf, size_t nbytes, int root, uint32_t tag,
                       int64_t timeout_ms, char *err, size_t errlen);

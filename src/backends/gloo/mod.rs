@@ -86,6 +86,9 @@ pub struct GlooBackend {
     /// Set once the context is unusable (peer failure, timeout, abort).
     broken: Mutex<Option<Error>>,
     check_collectives: bool,
+    /// How each peer's address appears in this rank's Gloo messages (the
+    /// peer's local address of its connection to this rank).
+    peer_addresses: Vec<String>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -290,8 +293,11 @@ impl GlooBackend {
             seqs: Mutex::new(Seqs { tag: 1, send: vec![0; n], recv: vec![0; n] }),
             broken: Mutex::new(None),
             check_collectives: check,
+            peer_addresses: Vec::new(),
         };
+        let mut backend = backend;
         backend.hello(init.timeout)?;
+        backend.peer_addresses = backend.exchange_addresses(init.timeout)?;
         crate::log_info!("gloo: comm '{}' rank {}/{} connected (module {})", init.name, init.rank, init.size, module.path);
         Ok(backend)
     }
@@ -314,6 +320,42 @@ impl GlooBackend {
             }
         }
         Ok(())
+    }
+
+    /// Every rank publishes the local address of each of its connections, so
+    /// that a failure message naming an address can name the rank.
+    fn exchange_addresses(&self, timeout: Duration) -> Result<Vec<String>> {
+        const WORDS: usize = 8; // 64 bytes per address
+        let (n, me) = (self.size as usize, self.rank as usize);
+        if n == 1 {
+            return Ok(vec![String::new()]);
+        }
+        let mut mine = vec![0u64; n * WORDS];
+        for j in (0..n).filter(|j| *j != me) {
+            let a = self.ctx().pair_address(j as i32).map_err(|e| self.fail("connect", e))?;
+            let bytes = a.as_bytes();
+            let dst = unsafe { std::slice::from_raw_parts_mut(mine[j * WORDS..].as_mut_ptr() as *mut u8, WORDS * 8) };
+            let len = bytes.len().min(WORDS * 8);
+            dst[..len].copy_from_slice(&bytes[..len]);
+        }
+        let deadline = Deadline(Instant::now() + timeout);
+        let all = self.all_gather_words(&mine, &deadline, "connect")?;
+        Ok((0..n)
+            .map(|j| {
+                let words = &all[(j * n + me) * WORDS..(j * n + me + 1) * WORDS];
+                let bytes = unsafe { std::slice::from_raw_parts(words.as_ptr() as *const u8, WORDS * 8) };
+                let end = bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len());
+                String::from_utf8_lossy(&bytes[..end]).into_owned()
+            })
+            .collect())
+    }
+
+    /// The rank whose address the message names, if any.
+    fn peer_in_message(&self, message: &str) -> Option<i32> {
+        self.peer_addresses
+            .iter()
+            .position(|a| !a.is_empty() && message.contains(a.as_str()))
+            .map(|j| j as i32)
     }
 
     fn next_tag(&self) -> u32 {
@@ -352,7 +394,11 @@ impl GlooBackend {
     /// Converts a shim failure of `what` into an error; failures that leave
     /// the context unusable break it.
     fn fail(&self, what: &str, e: shim::CallError) -> Error {
-        let peer = e.peer.map(|p| format!(" (peer rank {p})")).unwrap_or_default();
+        let peer = e
+            .peer
+            .or_else(|| self.peer_in_message(&e.message))
+            .map(|p| format!(" (peer rank {p})"))
+            .unwrap_or_default();
         let kind = e.kind();
         let hint = match kind {
             ErrorKind::Timeout => "; a peer is slow, stopped or gone",

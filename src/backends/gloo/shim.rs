@@ -69,6 +69,7 @@ pub struct Module {
     ) -> c_int,
     pub context_close: unsafe extern "C" fn(*mut Ctx),
     pub context_free: unsafe extern "C" fn(*mut Ctx),
+    pair_address: unsafe extern "C" fn(*mut Ctx, c_int, *mut c_char, usize, *mut c_char, usize) -> c_int,
     broadcast: unsafe extern "C" fn(*mut Ctx, *mut c_void, usize, c_int, u32, i64, *mut c_char, usize) -> c_int,
     allreduce: unsafe extern "C" fn(
         *mut Ctx,
@@ -245,6 +246,7 @@ fn load() -> std::result::Result<Module, Error> {
         context_new: sym!("tc_gloo_context_new"),
         context_close: sym!("tc_gloo_context_close"),
         context_free: sym!("tc_gloo_context_free"),
+        pair_address: sym!("tc_gloo_pair_address"),
         broadcast: sym!("tc_gloo_broadcast"),
         allreduce: sym!("tc_gloo_allreduce"),
         reduce: sym!("tc_gloo_reduce"),
@@ -352,6 +354,13 @@ impl Context {
             )
         })?;
         Ok(Context { module, ptr })
+    }
+
+    /// This rank's local address of its connection to `peer`.
+    pub fn pair_address(&self, peer: i32) -> std::result::Result<String, CallError> {
+        let mut out = vec![0 as c_char; 256];
+        call(|(e, l)| unsafe { (self.module.pair_address)(self.ptr, peer, out.as_mut_ptr(), out.len(), e, l) })?;
+        Ok(unsafe { CStr::from_ptr(out.as_ptr()) }.to_string_lossy().into_owned())
     }
 
     pub fn close(&self) {
