@@ -1,0 +1,234 @@
+//! Failures on the gloo backend with real processes: a rank killed mid-run,
+//! a rank stopped under a short timeout, mismatched sizes caught before any
+//! transfer, TORCHCOMM_CHECK_COLLECTIVES, and a missing Gloo module. No
+//! survivor may hang, die of SIGPIPE or reach std::terminate.
+
+mod gloo_common;
+
+use gloo_common::*;
+use std::time::{Duration, Instant};
+use torchcomm::comm::{Op, P2p, Ptr};
+use torchcomm::error::ErrorKind;
+use torchcomm::types::{DType, ReduceOp};
+
+fn ptr<T>(v: &mut [T]) -> Ptr {
+    Ptr(v.as_mut_ptr() as *mut std::ffi::c_void)
+}
+
+/// Runs all_reduce in a loop until it fails; prints the failure and how long
+/// the failing operation ran.
+fn survive(comm: &torchcomm::comm::Comm, count: usize) -> (ErrorKind, Duration, String) {
+    let mut data = vec![1.0f32; count];
+    for _ in 0..10_000 {
+        let start = Instant::now();
+        match run(comm, Op::AllReduce { buf: ptr(&mut data), count, dtype: DType::F32, op: ReduceOp::SUM }) {
+            Ok(()) => {}
+            Err(e) => return (e.kind, start.elapsed(), e.message),
+        }
+    }
+    panic!("all_reduce never failed");
+}
+
+#[test]
+fn gloo_peer_killed_mid_run() {
+    const TIMEOUT: Duration = Duration::from_secs(5);
+    if role().is_some() {
+        let comm = child_comm("killed", TIMEOUT);
+        let me = comm.rank();
+        if me == 2 {
+            // Die in the middle of the traffic.
+            std::thread::spawn(|| {
+                std::thread::sleep(Duration::from_millis(300));
+                unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            });
+        }
+        let (kind, took, msg) = survive(&comm, 1 << 20);
+        println!("RESULT kind={kind:?} ms={} msg={msg}", took.as_millis());
+        assert!(matches!(kind, ErrorKind::Remote | ErrorKind::Timeout), "{kind:?}: {msg}");
+        assert!(took < TIMEOUT + Duration::from_secs(1), "took {took:?}: {msg}");
+        assert!(msg.contains("all_reduce"), "{msg}");
+        assert!(msg.contains("peer rank"), "the failed peer is named: {msg}");
+        // Later operations fail at once: the comm is aborted.
+        let mut x = [1.0f32; 4];
+        let start = Instant::now();
+        let e = run(&comm, Op::AllReduce { buf: ptr(&mut x), count: 4, dtype: DType::F32, op: ReduceOp::SUM }).unwrap_err();
+        assert!(start.elapsed() < Duration::from_secs(1));
+        assert_eq!(e.kind, ErrorKind::Aborted, "{e}");
+        assert!(comm.async_error().is_some());
+        assert!(comm.finalize().is_err());
+        // The survivors make a new comm and carry on.
+        let again = child_comm_on(child_store(), "after-kill", me, 2, TIMEOUT).unwrap();
+        let mut y = [me as f32 + 1.0; 8];
+        run(&again, Op::AllReduce { buf: ptr(&mut y), count: 8, dtype: DType::F32, op: ReduceOp::SUM }).unwrap();
+        assert_eq!(y, [3.0; 8]);
+        again.finalize().unwrap();
+        println!("RESULT recovered");
+        return;
+    }
+    let start = Instant::now();
+    let out = launch("gloo_peer_killed_mid_run", "killed", 3, &[], Duration::from_secs(60));
+    assert_eq!(out[2].signal(), Some(libc::SIGKILL), "{}", out[2].describe());
+    for o in &out[..2] {
+        assert!(o.ok(), "{}", o.describe());
+        assert_eq!(o.results().len(), 2, "{}", o.describe());
+        eprintln!("rank {}: {:?}", o.rank, o.results());
+    }
+    assert!(start.elapsed() < Duration::from_secs(30));
+}
+
+#[test]
+fn gloo_peer_stopped_times_out() {
+    const TIMEOUT: Duration = Duration::from_secs(2);
+    if role().is_some() {
+        let comm = child_comm("stopped", TIMEOUT);
+        run(&comm, Op::Barrier).unwrap();
+        if comm.rank() == 2 {
+            unsafe { libc::raise(libc::SIGSTOP) };
+            return;
+        }
+        let (kind, took, msg) = survive(&comm, 1 << 16);
+        println!("RESULT kind={kind:?} ms={} msg={msg}", took.as_millis());
+        assert!(matches!(kind, ErrorKind::Remote | ErrorKind::Timeout), "{kind:?}: {msg}");
+        assert!(took < TIMEOUT + Duration::from_secs(1), "took {took:?}: {msg}");
+        return;
+    }
+    let out = launch_with("gloo_peer_stopped_times_out", "stopped", 3, &[], Duration::from_secs(60), |_, children| {
+        // Once both survivors are done, end the stopped rank.
+        let done = children[..2].iter_mut().all(|c| matches!(c.try_wait(), Ok(Some(_))));
+        if done {
+            let _ = children[2].kill();
+        }
+    });
+    for o in &out[..2] {
+        assert!(o.ok(), "{}", o.describe());
+        assert_eq!(o.results().len(), 1, "{}", o.describe());
+        eprintln!("rank {}: {:?}", o.rank, o.results());
+    }
+}
+
+#[test]
+fn gloo_mismatched_sizes_fail_cleanly() {
+    if role().is_some() {
+        let store = child_store();
+        let me = rank();
+        let t = Duration::from_secs(10);
+        // Point to point: 10 elements sent, 12 expected.
+        let comm = child_comm_on(store.clone(), "p2p", me, 2, t).unwrap();
+        let mut buf = vec![0f32; 12];
+        let op = if me == 0 {
+            Op::Send { buf: ptr(&mut buf), count: 10, dtype: DType::F32, peer: 1 }
+        } else {
+            Op::Recv { buf: ptr(&mut buf), count: 12, dtype: DType::F32, peer: 0 }
+        };
+        let e = run(&comm, op).unwrap_err();
+        println!("RESULT p2p {e}");
+        assert_eq!(e.kind, ErrorKind::InvalidUsage, "{e}");
+        assert!(e.message.contains("does not match"), "{e}");
+        assert!(e.message.contains("10 float32") && e.message.contains("12 float32"), "{e}");
+        // A batch where one transfer disagrees: the others still complete.
+        let comm = child_comm_on(store.clone(), "batch", me, 2, t).unwrap();
+        let mut a = vec![me as i32 + 1; 5];
+        let mut b = vec![0i32; 5];
+        let mut c = vec![0i32; 3];
+        let peer = 1 - me;
+        let ops = vec![
+            P2p { is_send: true, buf: ptr(&mut a), count: 5, dtype: DType::I32, peer },
+            P2p { is_send: false, buf: ptr(&mut b), count: 5, dtype: DType::I32, peer },
+            P2p { is_send: me == 0, buf: ptr(&mut c), count: 3, dtype: if me == 0 { DType::I32 } else { DType::U32 }, peer },
+        ];
+        let e = run(&comm, Op::Batch { ops }).unwrap_err();
+        assert!(e.message.contains("int32") && e.message.contains("uint32"), "{e}");
+        assert_eq!(b, vec![peer + 1; 5]);
+        // v-variants: ranks disagree on the counts.
+        let comm = child_comm_on(store.clone(), "v", me, 2, t).unwrap();
+        let counts = if me == 0 { vec![2, 3] } else { vec![2, 4] };
+        let mut input = vec![0f64; 4];
+        let mut output = vec![0f64; 6];
+        let e = run(&comm, Op::AllGatherV { output: ptr(&mut output), input: ptr(&mut input), counts, dtype: DType::F64 }).unwrap_err();
+        println!("RESULT v {e}");
+        assert_eq!(e.kind, ErrorKind::InvalidUsage, "{e}");
+        assert!(e.message.contains("rank 1") && e.message.contains("counts"), "{e}");
+        let comm = child_comm_on(store.clone(), "a2av", me, 2, t).unwrap();
+        let (ins, outs) = if me == 0 { (vec![1, 2], vec![1, 1]) } else { (vec![1, 1], vec![1, 1]) };
+        let mut input = vec![0u8; 4];
+        let mut output = vec![0u8; 4];
+        let e = run(
+            &comm,
+            Op::AllToAllVSingle { output: ptr(&mut output), output_counts: outs, input: ptr(&mut input), input_counts: ins, dtype: DType::U8 },
+        )
+        .unwrap_err();
+        println!("RESULT a2av {e}");
+        assert!(e.message.contains("rank 0 sends 2 elements to rank 1, which expects 1"), "{e}");
+        return;
+    }
+    let out = launch("gloo_mismatched_sizes_fail_cleanly", "mismatch", 2, &[], Duration::from_secs(60));
+    assert_all_ok(&out);
+    for o in &out {
+        assert_eq!(o.results().len(), 3, "{}", o.describe());
+        assert!(!o.stderr.contains("terminate"), "{}", o.describe());
+    }
+}
+
+#[test]
+fn gloo_check_collectives_reports_the_differing_rank() {
+    if role().is_some() {
+        assert!(torchcomm::config::config().check_collectives);
+        let store = child_store();
+        let me = rank();
+        let t = Duration::from_secs(10);
+        let comm = child_comm_on(store.clone(), "agree", me, 2, t).unwrap();
+        let mut x = vec![1i64; 10];
+        run(&comm, Op::AllReduce { buf: ptr(&mut x), count: 10, dtype: DType::I64, op: ReduceOp::SUM }).unwrap();
+        assert_eq!(x, vec![2; 10]);
+        let count = if me == 0 { 10 } else { 8 };
+        let e = run(&comm, Op::AllReduce { buf: ptr(&mut x), count, dtype: DType::I64, op: ReduceOp::SUM }).unwrap_err();
+        println!("RESULT count {e}");
+        assert_eq!(e.kind, ErrorKind::InvalidUsage, "{e}");
+        let other = 1 - me;
+        assert!(e.message.contains(&format!("rank {other} called all_reduce(dtype int64, count {}", if me == 0 { 8 } else { 10 })), "{e}");
+        let comm = child_comm_on(store.clone(), "ops", me, 2, t).unwrap();
+        let op = if me == 0 {
+            Op::Broadcast { buf: ptr(&mut x), count: 4, dtype: DType::I64, root: 0 }
+        } else {
+            Op::AllReduce { buf: ptr(&mut x), count: 4, dtype: DType::I64, op: ReduceOp::SUM }
+        };
+        let e = run(&comm, op).unwrap_err();
+        println!("RESULT op {e}");
+        assert!(e.message.contains("broadcast(") && e.message.contains("all_reduce("), "{e}");
+        let comm = child_comm_on(store, "roots", me, 2, t).unwrap();
+        let e = run(&comm, Op::Broadcast { buf: ptr(&mut x), count: 4, dtype: DType::I64, root: me }).unwrap_err();
+        println!("RESULT root {e}");
+        assert!(e.message.contains("root 0") && e.message.contains("root 1"), "{e}");
+        return;
+    }
+    let out = launch(
+        "gloo_check_collectives_reports_the_differing_rank",
+        "check",
+        2,
+        &[("TORCHCOMM_CHECK_COLLECTIVES", "1")],
+        Duration::from_secs(60),
+    );
+    assert_all_ok(&out);
+    for o in &out {
+        assert_eq!(o.results().len(), 3, "{}", o.describe());
+    }
+}
+
+#[test]
+fn gloo_missing_module_is_unavailable() {
+    if role().is_some() {
+        let e = child_comm_on(child_store(), "nomodule", 0, 1, Duration::from_secs(5)).err().unwrap();
+        println!("RESULT {e}");
+        assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+        assert!(e.message.contains("apt-get install libgloo-dev"), "{e}");
+        return;
+    }
+    let out = launch(
+        "gloo_missing_module_is_unavailable",
+        "nomodule",
+        1,
+        &[("TORCHCOMM_GLOO_LIBRARY", "/nonexistent/libtorchcomm-gloo.so")],
+        Duration::from_secs(30),
+    );
+    assert_all_ok(&out);
+}
