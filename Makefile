@@ -137,7 +137,18 @@ $(BUILD)/demo: examples/demo.c include/torchcomm.h
 bench-store: build
 	$(REL)/tc-store-bench
 
-bench: bench-store
+bench: bench-store bench-host
+
+# Host comparison (tc-perf vs Gloo called directly), tables, CSV and plots
+# under bench/results/. Not part of `make test`.
+$(BUILD)/bench/gloo_direct: bench/gloo_direct.cc
+	@mkdir -p $(BUILD)/bench
+	$(CXX) -std=c++17 -O2 -Wall -Wextra $< -o $@ -lgloo -lpthread
+
+bench-host: build $(BUILD)/bench/gloo_direct
+	@python3 -c 'import matplotlib' 2>/dev/null || python3 -m pip install -q matplotlib 2>/dev/null || \
+	  echo "bench: matplotlib could not be installed; plots will be skipped"
+	python3 bench/host_compare.py --bin $(REL) --direct $(BUILD)/bench/gloo_direct --out bench/results
 
 clean:
 	$(CARGO) clean
