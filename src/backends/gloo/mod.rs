@@ -323,7 +323,10 @@ impl GlooBackend {
     }
 
     /// Every rank publishes the local address of each of its connections, so
-    /// that a failure message naming an address can name the rank.
+    /// that a failure message naming an address can name the rank. (Gloo
+    /// reports the listening address for connections this rank accepted
+    /// from; the ephemeral port of a connection the peer initiated is not
+    /// known, and such messages keep the bare address.)
     fn exchange_addresses(&self, timeout: Duration) -> Result<Vec<String>> {
         const WORDS: usize = 8; // 64 bytes per address
         let (n, me) = (self.size as usize, self.rank as usize);
