@@ -2,8 +2,12 @@
    from tc-run's environment, and runs a tour of the API on host memory:
    all_reduce, broadcast, all_gather, reduce_scatter, all_to_all, send/recv
    in a ring, an asynchronous operation with a work handle, and a split. Each
-   result is checked; the program exits non-zero on the first wrong value. */
+   result is checked; the program exits non-zero on the first wrong value.
+   Rank 0 then prints a short table of time and algorithm bandwidth per
+   operation on 1 MiB buffers. */
+#define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <torchcomm.h>
@@ -24,6 +28,49 @@ static void expect(int ok, const char *what, int rank) {
         fprintf(stderr, "rank %d: wrong result in %s\n", rank, what);
         exit(2);
     }
+}
+
+static double now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
+}
+
+enum { OP_ALL_REDUCE, OP_ALL_GATHER, OP_REDUCE_SCATTER, OP_ALL_TO_ALL, OP_BROADCAST, OP_COUNT };
+
+/* One operation on `count` floats per rank (buffers sized for every op). */
+static void run_op(tc_comm_t *comm, int op, float *in, float *out, size_t count) {
+    tc_reduce_op_t sum = TC_REDUCE_OP(TC_SUM);
+    switch (op) {
+    case OP_ALL_REDUCE: TRY(tc_all_reduce(comm, in, count, TC_FLOAT32, sum, NULL, NULL)); break;
+    case OP_ALL_GATHER: TRY(tc_all_gather_single(comm, out, in, count, TC_FLOAT32, NULL, NULL)); break;
+    case OP_REDUCE_SCATTER: TRY(tc_reduce_scatter_single(comm, out, in, count, TC_FLOAT32, sum, NULL, NULL)); break;
+    case OP_ALL_TO_ALL: TRY(tc_all_to_all_single(comm, out, in, count, TC_FLOAT32, NULL, NULL)); break;
+    default: TRY(tc_broadcast(comm, in, count, TC_FLOAT32, 0, NULL, NULL)); break;
+    }
+}
+
+/* Times each operation on 1 MiB per rank (mean of 5 after 1 warm-up); rank 0
+   prints op, bytes, time and algbw (bytes / time, nccl-tests' convention). */
+static void print_table(tc_comm_t *comm, int rank, int size) {
+    static const char *names[OP_COUNT] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"};
+    const size_t count = (1u << 20) / sizeof(float);
+    float *in = calloc(count * (size_t)size, sizeof *in), *out = calloc(count * (size_t)size, sizeof *out);
+    if (rank == 0) printf("%-16s %12s %12s %12s\n", "op", "bytes", "time(us)", "algbw(GB/s)");
+    for (int op = 0; op < OP_COUNT; op++) {
+        /* all_reduce and broadcast move `count` elements; the others count
+           every rank's block, as nccl-tests does */
+        size_t per_call = (op == OP_ALL_REDUCE || op == OP_BROADCAST) ? count : count / (size_t)size;
+        size_t bytes = (op == OP_ALL_REDUCE || op == OP_BROADCAST) ? count * sizeof(float) : per_call * (size_t)size * sizeof(float);
+        run_op(comm, op, in, out, per_call);
+        TRY(tc_barrier(comm, NULL, NULL));
+        double t0 = now_us();
+        for (int i = 0; i < 5; i++) run_op(comm, op, in, out, per_call);
+        double us = (now_us() - t0) / 5;
+        if (rank == 0) printf("%-16s %12zu %12.1f %12.3f\n", names[op], bytes, us, bytes / us / 1e3);
+    }
+    free(in);
+    free(out);
 }
 
 int main(void) {
@@ -103,6 +150,8 @@ int main(void) {
         TRY(tc_comm_finalize(even));
         tc_comm_destroy(even);
     }
+
+    print_table(comm, rank, size);
 
     TRY(tc_barrier(comm, NULL, NULL));
     if (rank == 0)

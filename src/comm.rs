@@ -484,6 +484,7 @@ impl Comm {
     pub fn submit(&self, op: Op, opts: &OpOptions) -> Result<Arc<dyn Work>> {
         self.check_active()?;
         op.validate(self.rank, self.size).map_err(|e| e.context(op.name()))?;
+        self.backend.check(&op).map_err(|e| e.context(op.name()))?;
         let timeout = opts.timeout.unwrap_or(self.timeout);
         if let Some(work) = self.backend.enqueue(&op, opts, timeout)? {
             lock(&self.outstanding).push(work.clone());
@@ -565,7 +566,12 @@ impl Comm {
     /// abort-on-error, the process), so that no rank waits forever.
     fn record_failure(&self, err: Error) {
         lock(&self.first_failure).get_or_insert_with(|| err.clone());
-        if err.kind == ErrorKind::Aborted {
+        // Caller errors that every rank detects alike (mismatched sizes or
+        // collectives) leave the connections healthy: fail only that call.
+        if matches!(
+            err.kind,
+            ErrorKind::Aborted | ErrorKind::InvalidUsage | ErrorKind::InvalidArgument | ErrorKind::Unsupported
+        ) {
             return;
         }
         {

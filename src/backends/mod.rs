@@ -39,6 +39,13 @@ pub trait Backend: Send + Sync {
         Ok(None)
     }
 
+    /// Rejects, before anything is issued, an operation this backend cannot
+    /// run (e.g. a reduction it does not implement for the dtype), so that the
+    /// caller gets the error and the comm stays usable.
+    fn check(&self, _op: &Op) -> Result<()> {
+        Ok(())
+    }
+
     /// Executes `op` to completion on the calling (progress) thread, failing
     /// within `timeout`. Called for one operation at a time, in issue order.
     fn run(&self, op: &Op, timeout: Duration) -> Result<()>;

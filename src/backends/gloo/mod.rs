@@ -943,6 +943,13 @@ impl GlooBackend {
 }
 
 impl Backend for GlooBackend {
+    fn check(&self, op: &Op) -> Result<()> {
+        if let (Some(r), Some((Some(dtype), _, _))) = (op.reduce_op(), op.signature()) {
+            reduce::kernel(dtype, r.kind)?;
+        }
+        Ok(())
+    }
+
     fn run(&self, op: &Op, timeout: Duration) -> Result<()> {
         self.check_not_broken()?;
         let d = Deadline(Instant::now() + timeout);

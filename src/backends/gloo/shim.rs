@@ -13,15 +13,16 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-pub const MODULE_NAME: &str = "libtorchcomm-gloo.so";
+pub(crate) const MODULE_NAME: &str = "libtorchcomm-gloo.so";
 const ABI_VERSION: c_int = 1;
 
-pub const OK: c_int = 0;
-pub const ERR_TIMEOUT: c_int = 1;
-pub const ERR_REMOTE: c_int = 2;
-pub const ERR_INVALID: c_int = 3;
-pub const ERR_INTERNAL: c_int = 4;
-pub const ERR_STORE: c_int = 5;
+pub(crate) const OK: c_int = 0;
+pub(crate) const ERR_TIMEOUT: c_int = 1;
+pub(crate) const ERR_REMOTE: c_int = 2;
+pub(crate) const ERR_INVALID: c_int = 3;
+#[allow(dead_code)] // returned by the shim; mapped by the catch-all arm
+pub(crate) const ERR_INTERNAL: c_int = 4;
+pub(crate) const ERR_STORE: c_int = 5;
 
 #[repr(C)]
 pub struct Ctx {
