@@ -76,6 +76,12 @@ $(BUILD)/capi/%: capi_tests/%.c include/torchcomm.h capi_tests/capi_util.h
 
 capi-test: build $(CAPI_BINS)
 	@set -e; for t in $(CAPI_BINS); do echo "== $$t"; TC_TEST_BIN_DIR=$(abspath $(REL)) $$t; done
+	@# Bad environment values: a warning naming each variable, then defaults.
+	@out=$$(TORCHCOMM_TIMEOUT_SECONDS=soon TORCHCOMM_ABORT_ON_ERROR=maybe TORCHCOMM_DEBUG=LOUD \
+	  $(BUILD)/capi/test_errors 2>&1) || { echo "$$out"; exit 1; }; \
+	for v in TORCHCOMM_TIMEOUT_SECONDS TORCHCOMM_ABORT_ON_ERROR TORCHCOMM_DEBUG; do \
+	  echo "$$out" | grep -q "WARN $$v=" || { echo "capi-test: no warning for a bad $$v"; echo "$$out"; exit 1; }; done
+	@echo "capi-test: bad environment values warn and fall back to defaults"
 
 # Every C test once more under valgrind: no errors and no definite or
 # indirect leaks.
