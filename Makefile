@@ -149,7 +149,7 @@ bench: bench-store bench-host
 # under bench/results/. Not part of `make test`.
 $(BUILD)/bench/gloo_direct: bench/gloo_direct.cc
 	@mkdir -p $(BUILD)/bench
-	$(CXX) -std=c++17 -O2 -Wall -Wextra $< -o $@ -lgloo -lpthread
+	$(CXX) -std=c++17 -O3 -Wall -Wextra $< -o $@ -lgloo -lpthread
 
 bench-host: build $(BUILD)/bench/gloo_direct
 	@python3 -c 'import matplotlib' 2>/dev/null || python3 -m pip install -q matplotlib 2>/dev/null || \

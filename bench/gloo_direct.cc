@@ -7,7 +7,8 @@
 // one gloo::allreduce per operation (AllreduceOptions, in place, algorithm
 // left unspecified, i.e. ring; a new tag per call). The reduction is Gloo's
 // own gloo::sum<float> (a direct user's choice; the backend calls its own
-// kernel through the same function-object slot). Calls block, as tc-perf's
+// kernel through the same function-object slot; build with -O3 so that the
+// template loop is vectorized like our kernel). Calls block, as tc-perf's
 // default mode does; time = mean over ranks of elapsed / iterations.
 //
 // Rank and size come from RANK and WORLD_SIZE (tc-run sets them); the
