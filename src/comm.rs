@@ -495,15 +495,25 @@ impl Comm {
         }
         let description = format!("{} on comm '{}' (rank {}/{})", op.name(), self.name, self.rank, self.size);
         let work = Arc::new(HostWork::new(description, timeout + WATCHDOG_GRACE));
+        lock(&self.outstanding).push(work.clone());
+        let job = Job { op, timeout, work: work.clone() };
         {
             let mut q = lock(&self.queue);
             if q.stop {
                 return Err(Error::invalid_usage(format!("comm '{}' is shutting down", self.name)));
             }
-            q.jobs.push_back(Job { op, timeout, work: work.clone() });
+            if !opts.async_op && q.jobs.is_empty() && q.running == 0 {
+                // A blocking call with nothing ahead of it runs on the caller's
+                // thread: two thread hand-offs saved per call (the watchdog
+                // still guards it through its work).
+                q.running += 1;
+                drop(q);
+                self.execute(job);
+                return work.wait_blocking().map(|()| work as Arc<dyn Work>);
+            }
+            q.jobs.push_back(job);
         }
         self.queue_changed.notify_all();
-        lock(&self.outstanding).push(work.clone());
         if !opts.async_op {
             work.wait_blocking()?;
         }
@@ -515,9 +525,13 @@ impl Comm {
             let job = {
                 let mut q = lock(&self.queue);
                 loop {
-                    if let Some(job) = q.jobs.pop_front() {
-                        q.running += 1;
-                        break job;
+                    // One operation at a time: a blocking call may be running
+                    // inline on its caller's thread.
+                    if q.running == 0 {
+                        if let Some(job) = q.jobs.pop_front() {
+                            q.running += 1;
+                            break job;
+                        }
                     }
                     if q.stop {
                         return;
@@ -525,18 +539,24 @@ impl Comm {
                     q = self.queue_changed.wait(q).unwrap_or_else(|e| e.into_inner());
                 }
             };
-            let result = self.check_active().and_then(|()| {
-                job.work.start();
-                crate::log_trace!("start {}", job.work.description());
-                self.backend.run(&job.op, job.timeout)
-            });
-            if let Err(e) = &result {
-                self.record_failure(e.clone().context(job.work.description()));
-            }
-            job.work.complete(result.map_err(|e| e.context(job.work.description())));
-            lock(&self.queue).running -= 1;
-            self.queue_changed.notify_all();
+            self.execute(job);
         }
+    }
+
+    /// Runs one operation (its `running` slot already taken) and releases the
+    /// slot.
+    fn execute(&self, job: Job) {
+        let result = self.check_active().and_then(|()| {
+            job.work.start();
+            crate::log_trace!("start {}", job.work.description());
+            self.backend.run(&job.op, job.timeout)
+        });
+        if let Err(e) = &result {
+            self.record_failure(e.clone().context(job.work.description()));
+        }
+        job.work.complete(result.map_err(|e| e.context(job.work.description())));
+        lock(&self.queue).running -= 1;
+        self.queue_changed.notify_all();
     }
 
     fn watchdog_loop(self: Arc<Self>) {
