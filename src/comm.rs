@@ -330,6 +330,8 @@ pub struct Comm {
     size: i32,
     device: Device,
     backend_name: String,
+    /// Rank among this host's processes; splits keep it (it picks the GPU).
+    local_rank: i32,
     timeout: Duration,
     abort_on_error: bool,
     /// Unscoped store, from which splits derive their own scopes.
@@ -384,7 +386,14 @@ impl Comm {
         if size < 1 || rank < 0 || rank >= size {
             return Err(Error::invalid_argument(format!("rank {rank} is outside a world of size {size}")));
         }
-        let store: StoreRef = Arc::new(crate::store::prefix::PrefixStore::new(&name, base_store.clone()));
+        // Each creation of a name gets its own key scope, so that a comm made
+        // again under the same name (after a failure, say) never reads the
+        // keys of its predecessor. Creation is collective, so every rank of
+        // incarnation k has counted before any rank can count for k + 1.
+        let count = base_store.add(&format!("{name}/incarnations/{size}"), 1)?;
+        let incarnation = (count - 1) / size as i64;
+        let store: StoreRef =
+            Arc::new(crate::store::prefix::PrefixStore::new(&format!("{name}/{size}.{incarnation}"), base_store.clone()));
         let init = BackendInit {
             rank,
             size,
@@ -403,6 +412,7 @@ impl Comm {
             size,
             device,
             backend_name: backend_name.to_string(),
+            local_rank,
             timeout,
             abort_on_error: opts.abort_on_error.unwrap_or(config().abort_on_error),
             base_store,
@@ -716,7 +726,7 @@ impl Comm {
             name.to_string(),
             new_rank as i32,
             ranks.len() as i32,
-            new_rank as i32,
+            self.local_rank,
             child_store,
             child_opts.timeout.unwrap_or(self.timeout),
             &child_opts,

@@ -468,3 +468,24 @@ fn gloo_split_concurrent_with_parent() {
     let out = launch("gloo_split_concurrent_with_parent", "split", 4, &[], Duration::from_secs(60));
     assert_all_ok(&out);
 }
+
+/// A comm made again under the same name (as after a failure) gets a fresh
+/// key scope: each incarnation rendezvouses and reduces correctly.
+#[test]
+fn gloo_comm_recreated_under_same_name() {
+    if role().is_some() {
+        for round in 0..3usize {
+            let comm = child_comm("again", Duration::from_secs(60));
+            let (n, me) = (comm.size() as usize, comm.rank() as usize);
+            let mut a = Buf::from_fn(DType::I32, 64, |i| (me + i + round) as f64);
+            ok(&comm, Op::AllReduce { buf: a.ptr(), count: 64, dtype: DType::I32, op: ReduceOp::SUM });
+            check(&a, "all_reduce", |i| (0..n).map(|r| (r + i + round) as f64).sum());
+            comm.finalize().unwrap();
+            comm.release();
+        }
+        println!("RESULT recreate ok");
+        return;
+    }
+    let out = launch("gloo_comm_recreated_under_same_name", "recreate", 3, &[], Duration::from_secs(60));
+    assert_all_ok(&out);
+}
