@@ -4,10 +4,6 @@
 //! Keys are NUL-terminated UTF-8 strings, as Python's `store.set("k", ...)`
 //! sees them; values are byte buffers. Every handle is thread-safe.
 
-// Exported functions take raw pointers from C by design; every dereference
-// goes through the NULL-checking helpers of `crate::ffi`.
-#![allow(clippy::not_unsafe_ptr_arg_deref)]
-
 use crate::error::{tc_result_t, Error, Result};
 use crate::ffi::{arg_out, arg_ref, arg_slice, boundary, boundary_void, into_handle, take_handle};
 use crate::options::timeout_from_ms;
@@ -25,7 +21,6 @@ pub struct tc_store {
     port: u16,
 }
 
-#[allow(non_camel_case_types)]
 pub type tc_store_t = tc_store;
 
 impl tc_store {
