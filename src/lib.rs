@@ -11,6 +11,7 @@ pub mod backends;
 pub mod bootstrap;
 pub mod comm;
 pub mod config;
+pub mod cuda;
 pub mod error;
 pub mod ffi;
 pub mod options;

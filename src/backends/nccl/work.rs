@@ -1,0 +1,169 @@
+//! Work of a device operation: a start and an end event from the backend's
+//! pool, recorded on the stream the operation ran on.
+//!
+//! - status comes from event queries: not started until the start event
+//!   completed, in progress until the end event completed;
+//! - the timeout clock starts when the watchdog first sees the start event
+//!   complete (the operation actually began on the device);
+//! - `wait` makes a stream wait for the end event; `wait_blocking` polls it
+//!   from the host and gives up once the comm failed;
+//! - an operation captured into a CUDA graph has no completion of its own
+//!   (it runs at every replay): it reports completed at once, and its
+//!   events are never queried.
+
+use crate::cuda::{self, Event};
+use crate::error::{Error, ErrorKind, Result};
+use crate::work::{Work, WorkStatus};
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// State shared by a backend and its works: the failure that broke the comm.
+#[derive(Default)]
+pub struct Shared {
+    failure: Mutex<Option<Error>>,
+}
+
+impl Shared {
+    pub fn fail(&self, e: Error) {
+        self.failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+    }
+    pub fn failure(&self) -> Option<Error> {
+        self.failure.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+struct State {
+    status: WorkStatus,
+    started: Option<Instant>,
+    error: Option<Error>,
+}
+
+pub struct CudaWork {
+    description: String,
+    timeout: Duration,
+    /// Enqueued while the stream was capturing a graph.
+    captured: bool,
+    /// None for captured work.
+    start: Option<Event>,
+    end: Event,
+    shared: Arc<Shared>,
+    state: Mutex<State>,
+}
+
+impl CudaWork {
+    pub fn new(description: String, timeout: Duration, captured: bool, start: Option<Event>, end: Event, shared: Arc<Shared>) -> CudaWork {
+        let status = if captured { WorkStatus::Completed } else { WorkStatus::NotStarted };
+        CudaWork { description, timeout, captured, start, end, shared, state: Mutex::new(State { status, started: None, error: None }) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn finish(s: &mut State, status: WorkStatus, error: Option<Error>) {
+        s.status = status;
+        s.error = error;
+    }
+
+    /// Refreshes the status from the events (never during capture).
+    fn poll(&self, s: &mut State, now: Instant) {
+        if s.status.is_finished() || self.captured {
+            return;
+        }
+        let g = self.end.pool_device().scoped();
+        let r = g.and_then(|_g| {
+            if self.end.query()? {
+                return Ok(Some(true));
+            }
+            if s.started.is_none() && self.start.as_ref().map_or(Ok(true), |e| e.query())? {
+                s.started = Some(now);
+            }
+            Ok(None)
+        });
+        match r {
+            Ok(Some(_)) => match self.shared.failure() {
+                // Kernels end early when the comm is aborted: what completed
+                // after a failure is not trusted.
+                Some(f) => Self::finish(s, WorkStatus::Error, Some(f.context(&self.description))),
+                None => Self::finish(s, WorkStatus::Completed, None),
+            },
+            Ok(None) => {
+                if s.started.is_some() {
+                    s.status = WorkStatus::InProgress;
+                }
+            }
+            Err(e) => Self::finish(s, WorkStatus::Error, Some(e.context(&self.description))),
+        }
+    }
+
+    fn outcome(s: &State) -> Result<()> {
+        s.error.clone().map_or(Ok(()), Err)
+    }
+}
+
+impl Work for CudaWork {
+    fn status(&self) -> WorkStatus {
+        let mut s = self.lock();
+        self.poll(&mut s, Instant::now());
+        s.status
+    }
+
+    fn wait(&self, stream: *mut c_void) -> Result<()> {
+        {
+            let s = self.lock();
+            if s.error.is_some() {
+                return Self::outcome(&s);
+            }
+        }
+        let _g = self.end.pool_device().scoped()?;
+        cuda::stream_wait_event(stream as cuda::RawStream, &self.end).map_err(|e| e.context(&self.description))
+    }
+
+    fn wait_blocking(&self) -> Result<()> {
+        if self.captured {
+            return Ok(());
+        }
+        let mut pause = Duration::from_micros(2);
+        loop {
+            {
+                let mut s = self.lock();
+                self.poll(&mut s, Instant::now());
+                if s.status.is_finished() {
+                    return Self::outcome(&s);
+                }
+                if let Some(f) = self.shared.failure() {
+                    let e = Error::new(f.kind, f.message).context(&self.description);
+                    Self::finish(&mut s, WorkStatus::Error, Some(e.clone()));
+                    return Err(e);
+                }
+            }
+            if pause < Duration::from_micros(64) {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(pause);
+            }
+            pause = (pause * 2).min(Duration::from_millis(1));
+        }
+    }
+
+    fn check_timeout(&self, now: Instant) -> Option<Error> {
+        let mut s = self.lock();
+        self.poll(&mut s, now);
+        let started = s.started?;
+        if s.status != WorkStatus::InProgress || now.duration_since(started) <= self.timeout {
+            return None;
+        }
+        let err = Error::new(
+            ErrorKind::Timeout,
+            format!(
+                "{} timed out: still running {} ms after it started on the device (timeout {} ms)",
+                self.description,
+                now.duration_since(started).as_millis(),
+                self.timeout.as_millis()
+            ),
+        );
+        Self::finish(&mut s, WorkStatus::TimedOut, Some(err.clone()));
+        Some(err)
+    }
+}
