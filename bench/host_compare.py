@@ -1,22 +1,31 @@
 #!/usr/bin/env python3
 """Host comparison: torchcomm's gloo backend (tc-perf) against the same Gloo
-all-reduce called directly (gloo_direct), interleaved round by round so that
-machine drift hits both alike (round 1: ours then direct, round 2: direct
-then ours, ...), in two phases: the size sweep (4 B..64 MiB by default) and
-small messages (4 B..4 KiB, 1000 iterations, where the per-call overhead
-shows). Per size, the figure is the median over rounds of each
-run's mean time; the table gives our overhead as a ratio and in us, against
-the issue's targets (<= 5 % at >= 64 KiB, <= 10 us at 4 B).
+all-reduce called directly (gloo_direct) and against Open MPI's
+MPI_Allreduce (mpi_allreduce, the figure to beat) over shared memory
+(--mca btl self,vader) and over TCP loopback (--mca btl self,tcp, the fair
+comparison with Gloo's TCP), interleaved round by round so that machine
+drift hits all alike (the order rotates each round: with two systems,
+ours-direct then direct-ours, ...), in two phases: the size sweep (4 B..64 MiB
+by default) and small messages (4 B..4 KiB, 1000 iterations, where the
+per-call overhead shows). Per size, the figure is the median over rounds of
+each run's mean time; the first table gives our overhead over direct Gloo as
+a ratio and in us, against the issue's targets (<= 5 % at >= 64 KiB, <= 10 us
+at 4 B); the second puts all systems side by side with ratios against MPI.
+
+MPI is skipped (and the tables say so) when --mpi is empty, the binary is
+absent or mpirun is not on the PATH; a transport whose first run fails is
+dropped with its output shown.
 
 Writes under --out: host_allreduce_runs.csv (every run's rows, with the
-round), host_allreduce_summary.csv (medians and overheads), and, when
-matplotlib is importable, host_allreduce_latency.png and
-host_allreduce_busbw.png.
+round), host_allreduce_summary.csv (medians, overheads, ratios to MPI), and,
+when matplotlib is importable, host_allreduce_latency.png and
+host_allreduce_busbw.png (one line per system).
 """
 
 import argparse
 import csv
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -24,12 +33,17 @@ import tempfile
 import time
 
 
-def run(cmd, quiet):
+def run(cmd, quiet, fatal=True):
+    """Runs cmd; returns its wall time in s, or None when it failed and not fatal."""
     t0 = time.time()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if p.returncode != 0:
         sys.stdout.write(p.stdout)
-        sys.exit(f"bench: {' '.join(cmd)} failed with exit code {p.returncode}")
+        msg = f"bench: {' '.join(cmd)} failed with exit code {p.returncode}"
+        if fatal:
+            sys.exit(msg)
+        print("# " + msg, flush=True)
+        return None
     if not quiet:
         sys.stdout.write(p.stdout)
     return time.time() - t0
@@ -47,30 +61,71 @@ def fmt_size(s):
     return f"{s} B"
 
 
-def phase(a, name, b, e, f, n, w, tmp):
-    """Runs `rounds` interleaved pairs of the sweep; returns ({who: {size: [us]}}, wrong, raw rows)."""
+# name in tables and plots, label in the CSVs
+SYSTEMS = {
+    "ours": ("torchcomm gloo backend (tc-perf)", "torchcomm-gloo"),
+    "direct": ("Gloo called directly", "gloo-direct"),
+    "mpi_shm": ("Open MPI, shared memory (btl self,vader)", "mpi-shm"),
+    "mpi_tcp": ("Open MPI, TCP loopback (btl self,tcp)", "mpi-tcp"),
+}
+
+
+def mpi_systems(a):
+    """The MPI systems that can run here, and a note when MPI is skipped."""
+    if not a.mpi:
+        return [], "MPI skipped: no --mpi binary given"
+    if not os.path.exists(a.mpi):
+        return [], f"MPI skipped: {a.mpi} was not built (Open MPI not installed: make bench-deps)"
+    if shutil.which("mpirun") is None:
+        return [], "MPI skipped: mpirun is not on the PATH (make bench-deps)"
+    return ["mpi_shm", "mpi_tcp"], None
+
+
+def commands(a, sweep):
     tc_run = os.path.join(a.bin, "tc-run")
+    mpirun = ["mpirun"] + (["--allow-run-as-root"] if os.geteuid() == 0 else []) + \
+        ["--oversubscribe", "-np", str(a.nranks)]
+    return {
+        "ours": [tc_run, "-n", str(a.nranks), "--", os.path.join(a.bin, "tc-perf"), *sweep,
+                 "-o", "all_reduce", "-d", "float32", "-r", "sum"],
+        "direct": [tc_run, "-n", str(a.nranks), "--", a.direct, *sweep],
+        "mpi_shm": mpirun + ["--mca", "btl", "self,vader", a.mpi, *sweep],
+        "mpi_tcp": mpirun + ["--mca", "btl", "self,tcp", a.mpi, *sweep],
+    }
+
+
+def phase(a, name, b, e, f, n, w, tmp):
+    """Runs `rounds` interleaved rounds of the sweep, every system once a round;
+    returns ({who: {size: [us]}}, wrong, raw rows)."""
     sweep = ["-b", b, "-e", e, "-f", f, "-n", n, "-w", w]
-    ours_cmd = [tc_run, "-n", str(a.nranks), "--", os.path.join(a.bin, "tc-perf"), *sweep,
-                "-o", "all_reduce", "-d", "float32", "-r", "sum"]
-    direct_cmd = [tc_run, "-n", str(a.nranks), "--", a.direct, *sweep]
+    cmds = commands(a, sweep)
+    systems = ["ours", "direct"] + a.mpi_systems
     print(f"## phase '{name}'")
-    print("# ours:   " + " ".join(ours_cmd))
-    print("# direct: " + " ".join(direct_cmd) + " --store TMPDIR")
-    print(f"# {a.rounds} rounds, interleaved (order alternates each round); full tables of round 1:\n", flush=True)
-    times = {"ours": {}, "direct": {}}
-    wrong = {"ours": 0, "direct": 0}
+    for who in systems:
+        extra = " --store TMPDIR" if who == "direct" else ""
+        print(f"# {who + ':':8} " + " ".join(cmds[who]) + extra)
+    if a.mpi_note:
+        print(f"# {a.mpi_note}")
+    print(f"# {a.rounds} rounds, interleaved (order rotates each round); full tables of round 1:\n", flush=True)
+    times = {who: {} for who in SYSTEMS}
+    wrong = {who: 0 for who in SYSTEMS}
     raw = []
     for rnd in range(1, a.rounds + 1):
-        order = ["ours", "direct"] if rnd % 2 == 1 else ["direct", "ours"]
-        for who in order:
+        k = (rnd - 1) % len(systems)
+        for who in systems[k:] + systems[:k]:
+            if who not in a.mpi_systems and who.startswith("mpi"):
+                continue  # dropped after a failure
             path = os.path.join(tmp, f"{name}-{who}-{rnd}.csv")
             quiet = rnd > 1
-            if who == "ours":
-                secs = run(ours_cmd + ["--csv", path, "--label", "torchcomm-gloo"], quiet)
-            else:
-                store = tempfile.mkdtemp(dir=tmp, prefix="store-")
-                secs = run(direct_cmd + ["--store", store, "--csv", path, "--label", "gloo-direct"], quiet)
+            cmd = cmds[who] + ["--csv", path, "--label", SYSTEMS[who][1]]
+            if who == "direct":
+                cmd += ["--store", tempfile.mkdtemp(dir=tmp, prefix="store-")]
+            secs = run(cmd, quiet, fatal=not who.startswith("mpi"))
+            if secs is None:
+                a.mpi_systems.remove(who)
+                a.mpi_note = (a.mpi_note + "; " if a.mpi_note else "") + f"{who} dropped: its run failed"
+                print(f"# {who} dropped: its run failed", flush=True)
+                continue
             print(f"# {name} round {rnd}: {who} done in {secs:.1f} s", flush=True)
             for r in read_rows(path):
                 raw.append({"phase": name, "round": rnd, **r})
@@ -110,6 +165,46 @@ def summarize(a, name, times, wrong, n, w):
                         "direct_max_us": max(times["direct"][s]),
                         "min_ratio": f"{min(times['ours'][s]) / min(times['direct'][s]):.4f}", "rounds": a.rounds, "iters": n, "target": target})
     print(f"# wrong elements: ours {wrong['ours']}, direct {wrong['direct']}")
+    mpis = [m for m in ("mpi_shm", "mpi_tcp") if all(s in times[m] for s in sizes) and sizes]
+    med = {who: {s: statistics.median(times[who][s]) for s in sizes}
+           for who in ["ours", "direct"] + mpis}
+    for row in summary:
+        s = row["size"]
+        for m in ("mpi_shm", "mpi_tcp"):
+            have = m in mpis
+            t = med[m][s] if have else None
+            row[f"{m}_us"] = f"{t:.3f}" if have else ""
+            row[f"{m}_busbw_gbs"] = f"{s / (t * 1e-6) / 1e9 * factor:.6f}" if have else ""
+            row[f"{m}_min_us"] = min(times[m][s]) if have else ""
+            row[f"{m}_max_us"] = max(times[m][s]) if have else ""
+            row[f"ours_vs_{m}"] = f"{med['ours'][s] / t:.4f}" if have else ""
+            row[f"direct_vs_{m}"] = f"{med['direct'][s] / t:.4f}" if have else ""
+    print()
+    if not mpis:
+        print(f"# phase '{name}': no Open MPI figures ({a.mpi_note or 'MPI skipped'})")
+        return sizes, summary
+    print(f"# phase '{name}': against Open MPI (MPI_Allreduce in place, mpirun -np {a.nranks}); same medians; "
+          f"ratio = time / MPI's time (x slower than MPI)")
+    hdr = f"{'size':>9} {'ours us':>10} {'direct us':>10}"
+    for m in mpis:
+        hdr += f" {m.replace('_', ' ') + ' us':>11}"
+    for m in mpis:
+        hdr += f" {'ours/' + m[4:]:>9} {'dir/' + m[4:]:>9}"
+    hdr += f" {'ours busbw':>10}"
+    for m in mpis:
+        hdr += f" {m[4:] + ' busbw':>10}"
+    print(hdr)
+    for s in sizes:
+        line = f"{fmt_size(s):>9} {med['ours'][s]:>10.1f} {med['direct'][s]:>10.1f}"
+        for m in mpis:
+            line += f" {med[m][s]:>11.2f}"
+        for m in mpis:
+            line += f" {med['ours'][s] / med[m][s]:>9.1f} {med['direct'][s] / med[m][s]:>9.1f}"
+        line += f" {s / (med['ours'][s] * 1e-6) / 1e9 * factor:>10.3f}"
+        for m in mpis:
+            line += f" {s / (med[m][s] * 1e-6) / 1e9 * factor:>10.3f}"
+        print(line)
+    print("# wrong elements: " + ", ".join(f"{m} {wrong[m]}" for m in mpis))
     return sizes, summary
 
 
@@ -129,7 +224,7 @@ def plot(a, sizes, times):
         print("# matplotlib is not available (python3 -m pip install matplotlib): plots skipped")
         return
     factor = 2 * (a.nranks - 1) / a.nranks
-    series = [("torchcomm gloo backend (tc-perf)", "ours"), ("Gloo called directly", "direct")]
+    series = [(SYSTEMS[who][0], who) for who in SYSTEMS if sizes and all(s in times[who] for s in sizes)]
     for kind, ylabel, fname in (("time", "time per all_reduce (us)", "host_allreduce_latency.png"),
                                 ("busbw", "bus bandwidth (GB/s)", "host_allreduce_busbw.png")):
         fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -143,7 +238,7 @@ def plot(a, sizes, times):
         ax.set_yscale("log")
         ax.set_xlabel("message size (bytes)")
         ax.set_ylabel(ylabel)
-        ax.set_title(f"all_reduce float32 sum, {a.nranks} processes, TCP loopback (median of {a.rounds})")
+        ax.set_title(f"all_reduce float32 sum, {a.nranks} processes, one host (median of {a.rounds} runs)")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
         fig.tight_layout()
@@ -158,8 +253,9 @@ def main():
     ap.add_argument("--bin", default="target/release", help="directory of tc-run and tc-perf")
     ap.add_argument("--direct", default="build/bench/gloo_direct")
     ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--mpi", default="build/bench/mpi_allreduce", help="MPI benchmark binary ('': skip MPI)")
     ap.add_argument("--nranks", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("-b", default="4")
     ap.add_argument("-e", default="64M")
     ap.add_argument("-f", default="2")
@@ -168,6 +264,9 @@ def main():
     ap.add_argument("--small-n", default="1000", help="iterations of the small-message phase (0: skip it)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
+    a.mpi_systems, a.mpi_note = mpi_systems(a)
+    if a.mpi_note:
+        print(f"# {a.mpi_note}", flush=True)
 
     results = []
     with tempfile.TemporaryDirectory(prefix="tc-bench-") as tmp:
