@@ -141,6 +141,10 @@ fn gloo_mismatched_sizes_fail_cleanly() {
         assert_eq!(e.kind, ErrorKind::InvalidUsage, "{e}");
         assert!(e.message.contains("does not match"), "{e}");
         assert!(e.message.contains("10 float32") && e.message.contains("12 float32"), "{e}");
+        // Both ranks saw the mismatch before any data moved: the comm stays usable.
+        let mut sum = vec![me as f32 + 1.0; 4];
+        run(&comm, Op::AllReduce { buf: ptr(&mut sum), count: 4, dtype: DType::F32, op: ReduceOp::SUM }).unwrap();
+        assert_eq!(sum, vec![3.0; 4]);
         // A batch where one transfer disagrees: the others still complete.
         let comm = child_comm_on(store.clone(), "batch", me, 2, t).unwrap();
         let mut a = vec![me as i32 + 1; 5];
@@ -247,4 +251,41 @@ fn gloo_missing_module_is_unavailable() {
         Duration::from_secs(30),
     );
     assert_all_ok(&out);
+}
+
+/// With abort-on-error on (the default), a peer's death aborts the surviving
+/// process with a message naming the failure, instead of returning errors.
+#[test]
+fn gloo_abort_on_error_aborts_the_survivor() {
+    if role().is_some() {
+        let me = rank();
+        let comm = torchcomm::comm::Comm::new(
+            "gloo",
+            torchcomm::types::Device::Cpu,
+            torchcomm::comm::CommOptions {
+                name: Some("aborting".into()),
+                timeout: Some(Duration::from_secs(10)),
+                abort_on_error: None, // the default: TORCHCOMM_ABORT_ON_ERROR, here 1
+                rank: Some(me),
+                world_size: Some(2),
+                store: Some(child_store()),
+                hints: Vec::new(),
+            },
+        )
+        .unwrap();
+        let mut buf = vec![1f32; 1024];
+        run(&comm, Op::AllReduce { buf: ptr(&mut buf), count: 1024, dtype: DType::F32, op: ReduceOp::SUM }).unwrap();
+        if me == 1 {
+            std::process::exit(0); // vanishes without finalizing
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        let r = run(&comm, Op::AllReduce { buf: ptr(&mut buf), count: 1024, dtype: DType::F32, op: ReduceOp::SUM });
+        println!("RESULT survived {r:?}");
+        return;
+    }
+    let out = launch("gloo_abort_on_error_aborts_the_survivor", "abort", 2, &[("TORCHCOMM_ABORT_ON_ERROR", "1")], Duration::from_secs(30));
+    assert!(out[1].ok(), "{}", out[1].describe());
+    assert_eq!(out[0].signal(), Some(libc::SIGABRT), "{}", out[0].describe());
+    assert!(out[0].results().is_empty(), "{}", out[0].describe());
+    assert!(out[0].stderr.contains("aborting the process"), "{}", out[0].describe());
 }
