@@ -491,7 +491,7 @@ impl Comm {
 
     /// Validates and issues `op`. With `async_op` off, returns after the
     /// operation completed (host) or was enqueued on the stream (device).
-    pub fn submit(&self, op: Op, opts: &OpOptions) -> Result<Arc<dyn Work>> {
+    pub fn submit(&self, mut op: Op, opts: &OpOptions) -> Result<Arc<dyn Work>> {
         self.check_active()?;
         op.validate(self.rank, self.size).map_err(|e| e.context(op.name()))?;
         self.backend.check(&op).map_err(|e| e.context(op.name()))?;
@@ -503,6 +503,9 @@ impl Comm {
         if self.size == 1 && matches!(op, Op::Barrier) {
             return Ok(Arc::new(DoneWork(Ok(()))));
         }
+        // CUDA buffers on a host backend run on pinned copies, synchronously.
+        let staged = crate::backends::staging::stage_in(&mut op, self.rank, self.size, opts.stream)?;
+        let blocking = !opts.async_op || staged.is_some();
         let description = format!("{} on comm '{}' (rank {}/{})", op.name(), self.name, self.rank, self.size);
         let work = Arc::new(HostWork::new(description, timeout + WATCHDOG_GRACE));
         lock(&self.outstanding).push(work.clone());
@@ -512,20 +515,24 @@ impl Comm {
             if q.stop {
                 return Err(Error::invalid_usage(format!("comm '{}' is shutting down", self.name)));
             }
-            if !opts.async_op && q.jobs.is_empty() && q.running == 0 {
+            if blocking && q.jobs.is_empty() && q.running == 0 {
                 // A blocking call with nothing ahead of it runs on the caller's
                 // thread: two thread hand-offs saved per call (the watchdog
                 // still guards it through its work).
                 q.running += 1;
                 drop(q);
                 self.execute(job);
-                return work.wait_blocking().map(|()| work as Arc<dyn Work>);
+            } else {
+                q.jobs.push_back(job);
+                drop(q);
+                self.queue_changed.notify_all();
             }
-            q.jobs.push_back(job);
         }
-        self.queue_changed.notify_all();
-        if !opts.async_op {
+        if blocking {
             work.wait_blocking()?;
+        }
+        if let Some(staged) = staged {
+            staged.finish()?;
         }
         Ok(work)
     }

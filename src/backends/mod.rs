@@ -5,6 +5,7 @@
 
 pub mod gloo;
 pub mod nccl;
+pub mod staging;
 
 use crate::comm::{Op, OpOptions};
 use crate::error::{Error, Result};

@@ -1,0 +1,214 @@
+//! Host staging of CUDA buffers for host backends (Gloo's host path, seed
+//! 001): device buffers of an operation are copied to pinned host memory in
+//! the caller's stream order, the host collective runs on the copies, and the
+//! outputs are copied back on the caller's stream. Without a CUDA driver no
+//! pointer can be device memory, and operations are left untouched.
+//!
+//! The staged operation completes before the call returns (the host blocks
+//! on the caller's stream), whatever `async_op` says.
+
+use crate::comm::{Op, Ptr};
+use crate::cuda::{self, MemoryType, PinnedBuffer};
+use crate::error::Result;
+use cudarc::driver::sys;
+use std::ffi::c_void;
+
+/// How an operation uses one of its buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Use {
+    /// Read only.
+    In,
+    /// Written only.
+    Out,
+    /// Read and written (in-place operations).
+    InOut,
+}
+
+/// Calls `f(buffer, bytes, use)` for every buffer of `op` as seen by `rank`
+/// of `size` (lists that are empty off the root are skipped). `op` must have
+/// been validated, so the sizes cannot overflow.
+pub fn for_each_buffer(op: &mut Op, rank: i32, size: i32, f: &mut dyn FnMut(&mut Ptr, usize, Use) -> Result<()>) -> Result<()> {
+    let n = size as usize;
+    let me = rank as usize;
+    let sum = |c: &[usize]| c.iter().sum::<usize>();
+    match op {
+        Op::Send { buf, count, dtype, .. } => f(buf, *count * dtype.size(), Use::In),
+        Op::Recv { buf, count, dtype, .. } => f(buf, *count * dtype.size(), Use::Out),
+        Op::Batch { ops } => ops.iter_mut().try_for_each(|p| {
+            let bytes = p.count * p.dtype.size();
+            f(&mut p.buf, bytes, if p.is_send { Use::In } else { Use::Out })
+        }),
+        Op::Broadcast { buf, count, dtype, .. } | Op::Reduce { buf, count, dtype, .. } | Op::AllReduce { buf, count, dtype, .. } => {
+            f(buf, *count * dtype.size(), Use::InOut)
+        }
+        Op::AllGather { outputs, input, count, dtype } => {
+            let b = *count * dtype.size();
+            f(input, b, Use::In)?;
+            outputs.iter_mut().try_for_each(|o| f(o, b, Use::Out))
+        }
+        Op::AllGatherSingle { output, input, count, dtype } => {
+            f(input, *count * dtype.size(), Use::In)?;
+            f(output, *count * n * dtype.size(), Use::Out)
+        }
+        Op::AllGatherV { output, input, counts, dtype } => {
+            f(input, counts[me] * dtype.size(), Use::In)?;
+            f(output, sum(counts) * dtype.size(), Use::Out)
+        }
+        Op::ReduceScatter { output, inputs, count, dtype, .. } => {
+            let b = *count * dtype.size();
+            inputs.iter_mut().try_for_each(|i| f(i, b, Use::In))?;
+            f(output, b, Use::Out)
+        }
+        Op::ReduceScatterSingle { output, input, count, dtype, .. } => {
+            f(input, *count * n * dtype.size(), Use::In)?;
+            f(output, *count * dtype.size(), Use::Out)
+        }
+        Op::ReduceScatterV { output, input, counts, dtype, .. } => {
+            f(input, sum(counts) * dtype.size(), Use::In)?;
+            f(output, counts[me] * dtype.size(), Use::Out)
+        }
+        Op::AllToAll { outputs, inputs, count, dtype } => {
+            let b = *count * dtype.size();
+            inputs.iter_mut().try_for_each(|i| f(i, b, Use::In))?;
+            outputs.iter_mut().try_for_each(|o| f(o, b, Use::Out))
+        }
+        Op::AllToAllSingle { output, input, count, dtype } => {
+            f(input, *count * n * dtype.size(), Use::In)?;
+            f(output, *count * n * dtype.size(), Use::Out)
+        }
+        Op::AllToAllVSingle { output, output_counts, input, input_counts, dtype } => {
+            f(input, sum(input_counts) * dtype.size(), Use::In)?;
+            f(output, sum(output_counts) * dtype.size(), Use::Out)
+        }
+        Op::Barrier => Ok(()),
+        Op::Scatter { output, inputs, count, dtype, .. } => {
+            let b = *count * dtype.size();
+            inputs.iter_mut().try_for_each(|i| f(i, b, Use::In))?;
+            f(output, b, Use::Out)
+        }
+        Op::Gather { outputs, input, count, dtype, .. } => {
+            let b = *count * dtype.size();
+            f(input, b, Use::In)?;
+            outputs.iter_mut().try_for_each(|o| f(o, b, Use::Out))
+        }
+    }
+}
+
+/// Device buffers of one operation, replaced by pinned host copies.
+pub struct Staged {
+    /// (device address, its pinned copy, bytes, use)
+    copies: Vec<(Ptr, PinnedBuffer, usize, Use)>,
+    stream: sys::CUstream,
+    device: std::sync::Arc<cuda::Device>,
+}
+
+fn pointer_device(ptr: *const c_void) -> Result<i32> {
+    let mut ordinal: i32 = 0;
+    let attr = sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL;
+    // SAFETY: the attribute is an int; `ptr` is only inspected.
+    cuda::check(
+        unsafe { sys::cuPointerGetAttribute(&mut ordinal as *mut i32 as *mut c_void, attr, ptr as sys::CUdeviceptr) },
+        "cuPointerGetAttribute(DEVICE_ORDINAL)",
+    )?;
+    Ok(ordinal)
+}
+
+fn synchronize(stream: sys::CUstream) -> Result<()> {
+    // SAFETY: the stream is the caller's (NULL: the legacy default stream).
+    cuda::check(unsafe { sys::cuStreamSynchronize(stream) }, "cuStreamSynchronize")
+}
+
+/// Replaces the device buffers of `op` by pinned host copies (inputs copied
+/// on `stream`, which is then synchronized). `None` when no buffer is device
+/// memory (always, without a CUDA driver).
+pub fn stage_in(op: &mut Op, rank: i32, size: i32, stream: *mut c_void) -> Result<Option<Staged>> {
+    if cuda::available().is_err() {
+        return Ok(None);
+    }
+    let mut on_device = None;
+    for_each_buffer(op, rank, size, &mut |p, bytes, _| {
+        if on_device.is_none() && bytes > 0 && cuda::memory_type(p.0)? != MemoryType::Host {
+            on_device = Some(pointer_device(p.0)?);
+        }
+        Ok(())
+    })?;
+    let Some(ordinal) = on_device else { return Ok(None) };
+    let device = cuda::Device::open(ordinal)?;
+    let _current = device.scoped()?;
+    let stream = stream as sys::CUstream;
+    let mut copies = Vec::new();
+    for_each_buffer(op, rank, size, &mut |p, bytes, usage| {
+        if bytes == 0 || cuda::memory_type(p.0)? == MemoryType::Host {
+            return Ok(());
+        }
+        let pinned = PinnedBuffer::new(&device, bytes)?;
+        if usage != Use::Out {
+            cuda::memcpy_async(pinned.ptr(), p.0, bytes, stream)?;
+        }
+        let host = Ptr(pinned.ptr());
+        copies.push((*p, pinned, bytes, usage));
+        *p = host;
+        Ok(())
+    })?;
+    synchronize(stream)?;
+    Ok(Some(Staged { copies, stream, device }))
+}
+
+impl Staged {
+    /// Copies the outputs back on the caller's stream and waits for them (the
+    /// pinned copies are freed on return).
+    pub fn finish(self) -> Result<()> {
+        let _current = self.device.scoped()?;
+        for (device_ptr, pinned, bytes, usage) in &self.copies {
+            if *usage != Use::In {
+                cuda::memcpy_async(device_ptr.0, pinned.ptr(), *bytes, self.stream)?;
+            }
+        }
+        synchronize(self.stream)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::DType;
+
+    fn p(x: usize) -> Ptr {
+        Ptr(x as *mut c_void)
+    }
+
+    fn buffers(mut op: Op, rank: i32, size: i32) -> Vec<(usize, usize, Use)> {
+        let mut seen = Vec::new();
+        for_each_buffer(&mut op, rank, size, &mut |ptr, bytes, u| {
+            seen.push((ptr.0 as usize, bytes, u));
+            Ok(())
+        })
+        .unwrap();
+        seen
+    }
+
+    #[test]
+    fn buffer_map_gives_sizes_and_directions() {
+        let ag = Op::AllGatherV { output: p(1), input: p(2), counts: vec![1, 2, 3], dtype: DType::F32 };
+        assert_eq!(buffers(ag, 1, 3), vec![(2, 8, Use::In), (1, 24, Use::Out)]);
+        let rs = Op::ReduceScatterSingle { output: p(1), input: p(2), count: 5, dtype: DType::F64, op: crate::types::ReduceOp::SUM };
+        assert_eq!(buffers(rs, 0, 4), vec![(2, 160, Use::In), (1, 40, Use::Out)]);
+        let ar = Op::AllReduce { buf: p(9), count: 3, dtype: DType::BF16, op: crate::types::ReduceOp::SUM };
+        assert_eq!(buffers(ar, 0, 2), vec![(9, 6, Use::InOut)]);
+        let a2av = Op::AllToAllVSingle { output: p(1), output_counts: vec![1, 1], input: p(2), input_counts: vec![2, 3], dtype: DType::I64 };
+        assert_eq!(buffers(a2av, 0, 2), vec![(2, 40, Use::In), (1, 16, Use::Out)]);
+        let gather_off_root = Op::Gather { outputs: vec![], input: p(3), count: 4, dtype: DType::U8, root: 0 };
+        assert_eq!(buffers(gather_off_root, 1, 2), vec![(3, 4, Use::In)]);
+        assert!(buffers(Op::Barrier, 0, 2).is_empty());
+    }
+
+    #[test]
+    fn without_cuda_nothing_is_staged() {
+        if cuda::available().is_ok() {
+            return; // a machine with a GPU stack: covered by the GPU suite
+        }
+        let mut data = [1.0f32; 4];
+        let mut op = Op::AllReduce { buf: Ptr(data.as_mut_ptr().cast()), count: 4, dtype: DType::F32, op: crate::types::ReduceOp::SUM };
+        assert!(stage_in(&mut op, 0, 1, std::ptr::null_mut()).unwrap().is_none());
+    }
+}
