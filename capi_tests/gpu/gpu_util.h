@@ -1,0 +1,155 @@
+/* Helpers of the GPU tests: CUDA driver calls checked, device buffers,
+   dtype conversion for host references. Built on the GPU machine by
+   `make gpu-test` (needs cuda.h and libcuda). */
+#ifndef GPU_UTIL_H
+#define GPU_UTIL_H
+
+#include <cuda.h>
+#include <math.h>
+#include <stdint.h>
+#include "capi_util.h"
+
+#define CU(call)                                                                   \
+    do {                                                                           \
+        CUresult r_ = (call);                                                      \
+        if (r_ != CUDA_SUCCESS) {                                                  \
+            const char *n_ = NULL;                                                 \
+            cuGetErrorName(r_, &n_);                                               \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,   \
+                    n_ ? n_ : "?");                                                \
+            exit(2);                                                               \
+        }                                                                          \
+    } while (0)
+
+static int env_int(const char *name, int dflt) {
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : dflt;
+}
+
+/* Makes the primary context of local rank % device count current (the same
+   device the library picks for index -1). */
+static CUcontext gpu_setup(void) {
+    CU(cuInit(0));
+    int n = 0;
+    CU(cuDeviceGetCount(&n));
+    int local = env_int("LOCAL_RANK", 0);
+    CUdevice dev;
+    CU(cuDeviceGet(&dev, local % n));
+    CUcontext ctx;
+    CU(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CU(cuCtxSetCurrent(ctx));
+    return ctx;
+}
+
+static void *dalloc(size_t bytes) {
+    CUdeviceptr p;
+    CU(cuMemAlloc(&p, bytes ? bytes : 1));
+    CU(cuMemsetD8(p, 0, bytes ? bytes : 1));
+    return (void *)(uintptr_t)p;
+}
+static void dfree(void *p) { CU(cuMemFree((CUdeviceptr)(uintptr_t)p)); }
+static void h2d(void *d, const void *h, size_t bytes) {
+    if (bytes) CU(cuMemcpyHtoD((CUdeviceptr)(uintptr_t)d, h, bytes));
+}
+static void d2h(void *h, const void *d, size_t bytes) {
+    if (bytes) CU(cuMemcpyDtoH(h, (CUdeviceptr)(uintptr_t)d, bytes));
+}
+
+/* ---- dtypes ------------------------------------------------------------ */
+
+static size_t dt_size(tc_dtype_t t) {
+    switch (t) {
+    case TC_FLOAT64: case TC_INT64: case TC_UINT64: return 8;
+    case TC_FLOAT32: case TC_INT32: case TC_UINT32: return 4;
+    case TC_FLOAT16: case TC_BFLOAT16: return 2;
+    default: return 1;
+    }
+}
+static const char *dt_name(tc_dtype_t t) {
+    static const char *n[] = {"f32", "f64", "f16", "bf16", "i8", "u8", "i32", "i64", "bool", "u32", "u64", "f8e4m3", "f8e5m2"};
+    return (t >= 0 && t <= 12) ? n[t] : "?";
+}
+static int dt_float(tc_dtype_t t) { return t == TC_FLOAT32 || t == TC_FLOAT64 || t == TC_FLOAT16 || t == TC_BFLOAT16; }
+
+static uint16_t f_to_half(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000;
+    int32_t e = (int32_t)((x >> 23) & 0xff) - 127 + 15;
+    uint32_t m = x & 0x7fffff;
+    if (e <= 0) return (uint16_t)sign; /* tests use values that never underflow */
+    if (e >= 31) return (uint16_t)(sign | 0x7c00);
+    uint32_t h = sign | ((uint32_t)e << 10) | (m >> 13);
+    if ((m & 0x1fff) > 0x1000 || ((m & 0x1fff) == 0x1000 && (h & 1))) h++;
+    return (uint16_t)h;
+}
+static float half_to_f(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, x;
+    if (e == 0) x = sign; /* zero (no subnormals in tests) */
+    else if (e == 31) x = sign | 0x7f800000 | (m << 13);
+    else x = sign | ((e - 15 + 127) << 23) | (m << 13);
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+static uint16_t f_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    x += 0x7fff + ((x >> 16) & 1);
+    return (uint16_t)(x >> 16);
+}
+static float bf16_to_f(uint16_t b) {
+    uint32_t x = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+static void put(tc_dtype_t t, void *buf, size_t i, double v) {
+    char *p = (char *)buf + i * dt_size(t);
+    switch (t) {
+    case TC_FLOAT32: { float x = (float)v; memcpy(p, &x, 4); break; }
+    case TC_FLOAT64: memcpy(p, &v, 8); break;
+    case TC_FLOAT16: { uint16_t x = f_to_half((float)v); memcpy(p, &x, 2); break; }
+    case TC_BFLOAT16: { uint16_t x = f_to_bf16((float)v); memcpy(p, &x, 2); break; }
+    case TC_INT8: *(int8_t *)p = (int8_t)v; break;
+    case TC_UINT8: *(uint8_t *)p = (uint8_t)v; break;
+    case TC_BOOL: *(uint8_t *)p = v != 0; break;
+    case TC_INT32: { int32_t x = (int32_t)v; memcpy(p, &x, 4); break; }
+    case TC_INT64: { int64_t x = (int64_t)v; memcpy(p, &x, 8); break; }
+    case TC_UINT32: { uint32_t x = (uint32_t)v; memcpy(p, &x, 4); break; }
+    case TC_UINT64: { uint64_t x = (uint64_t)v; memcpy(p, &x, 8); break; }
+    default: break;
+    }
+}
+static double get(tc_dtype_t t, const void *buf, size_t i) {
+    const char *p = (const char *)buf + i * dt_size(t);
+    switch (t) {
+    case TC_FLOAT32: { float x; memcpy(&x, p, 4); return x; }
+    case TC_FLOAT64: { double x; memcpy(&x, p, 8); return x; }
+    case TC_FLOAT16: { uint16_t x; memcpy(&x, p, 2); return half_to_f(x); }
+    case TC_BFLOAT16: { uint16_t x; memcpy(&x, p, 2); return bf16_to_f(x); }
+    case TC_INT8: return *(const int8_t *)p;
+    case TC_UINT8: case TC_BOOL: return *(const uint8_t *)p;
+    case TC_INT32: { int32_t x; memcpy(&x, p, 4); return x; }
+    case TC_INT64: { int64_t x; memcpy(&x, p, 8); return (double)x; }
+    case TC_UINT32: { uint32_t x; memcpy(&x, p, 4); return x; }
+    case TC_UINT64: { uint64_t x; memcpy(&x, p, 8); return (double)x; }
+    default: return NAN;
+    }
+}
+/* Relative tolerance of a dtype's rounding (0 for integers). */
+static double dt_tol(tc_dtype_t t) {
+    switch (t) {
+    case TC_FLOAT16: return 2e-3;
+    case TC_BFLOAT16: return 1.6e-2;
+    case TC_FLOAT32: return 1e-6;
+    case TC_FLOAT64: return 1e-12;
+    default: return 0;
+    }
+}
+static int close_enough(tc_dtype_t t, double got, double want) {
+    return fabs(got - want) <= dt_tol(t) * fmax(1.0, fabs(want));
+}
+
+#endif

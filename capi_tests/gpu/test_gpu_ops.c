@@ -1,0 +1,489 @@
+/* Every operation of the nccl backend on device memory, for every dtype and
+   reduce op, in place and out of place, in three issue modes (sync on the
+   caller's stream; async + tc_work_wait; async + tc_work_wait_blocking),
+   checked element by element against a host reference computed from fresh
+   pseudo-random inputs; then CUDA graph capture and replays, split, and work
+   status. Runs as one rank or under tc-run with several ranks on one GPU
+   (each with its own NCCL_HOSTID). Prints "N passed, N failed". */
+#define _POSIX_C_SOURCE 200809L
+#include "gpu_util.h"
+
+static tc_comm_t *comm;
+static int R, N;
+static CUstream stream;
+static unsigned seed = 1;
+static int passed, failed, skipped;
+
+#define MAXR 16
+static const size_t COUNT = 129;
+
+/* Input of rank r at element i for this round: small values that every
+   dtype holds exactly (1..3; 0/1 for bool). */
+static double gen(tc_dtype_t t, int r, size_t i) {
+    unsigned h = seed * 2654435761u ^ (unsigned)(r * 40503 + (int)i * 9176 + 7);
+    h ^= h >> 13;
+    h *= 0x5bd1e995u;
+    h ^= h >> 15;
+    return t == TC_BOOL ? (double)(h & 1) : (double)(h % 3 + 1);
+}
+
+static void fill(tc_dtype_t t, void *h, int r, size_t off, size_t n) {
+    for (size_t i = 0; i < n; i++) put(t, h, i, gen(t, r, off + i));
+}
+
+/* Issue modes. */
+enum { SYNC, ASYNC_WAIT, ASYNC_BLOCK, NMODES };
+static const char *mode_name[] = {"sync", "async+wait", "async+wait_blocking"};
+
+static tc_op_options_t opts_for(int mode) {
+    tc_op_options_t o = TC_OP_OPTIONS_INIT;
+    o.async_op = mode != SYNC;
+    o.stream = stream;
+    return o;
+}
+
+/* Completes an issued operation per `mode`; returns its result. */
+static tc_result_t finish(int mode, tc_result_t rc, tc_work_t *w) {
+    if (rc == TC_SUCCESS && mode == ASYNC_WAIT) rc = tc_work_wait(w, stream);
+    if (rc == TC_SUCCESS && mode == ASYNC_BLOCK) rc = tc_work_wait_blocking(w);
+    if (rc == TC_SUCCESS && w) {
+        int done = 0;
+        if (mode == ASYNC_BLOCK) {
+            CHECK(tc_work_is_completed(w, &done) == TC_SUCCESS && done == 1);
+        }
+    }
+    tc_work_free(w);
+    CU(cuStreamSynchronize(stream));
+    return rc;
+}
+
+static void report(const char *what, tc_dtype_t t, const char *op, int mode, int ok) {
+    if (ok) {
+        passed++;
+    } else {
+        failed++;
+        fprintf(stderr, "rank %d: FAIL %s dtype=%s op=%s mode=%s (%s)\n", R, what, dt_name(t), op, mode_name[mode], tc_last_error());
+    }
+}
+
+/* Compares n elements of `got` with `want` (doubles). */
+static int compare(tc_dtype_t t, const void *got, const double *want, size_t n, const char *what) {
+    for (size_t i = 0; i < n; i++) {
+        double g = get(t, got, i);
+        if (!close_enough(t, g, want[i])) {
+            fprintf(stderr, "rank %d: %s: element %zu is %g, expected %g\n", R, what, i, g, want[i]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* ---- reductions -------------------------------------------------------- */
+
+static const int red_kinds[] = {TC_SUM, TC_PRODUCT, TC_MIN, TC_MAX, TC_AVG, TC_PREMUL_SUM};
+static const char *red_name[] = {"sum", "prod", "min", "max", "band", "bor", "bxor", "premul_sum", "avg"};
+static const double PREMUL = 0.5;
+
+static int red_supported(tc_dtype_t t, int k) {
+    if (t == TC_BOOL && (k == TC_AVG || k == TC_PREMUL_SUM)) return 0;
+    if (k == TC_PREMUL_SUM && !dt_float(t)) return 0;
+    return 1;
+}
+
+static double reduce_ref(tc_dtype_t t, int k, size_t i, size_t off) {
+    double acc = 0;
+    for (int r = 0; r < N; r++) {
+        double x = gen(t, r, off + i);
+        if (t == TC_BOOL) {
+            int b = x != 0;
+            if (r == 0) acc = b;
+            else if (k == TC_SUM || k == TC_MAX) acc = acc || b;
+            else acc = acc && b;
+            continue;
+        }
+        if (k == TC_PREMUL_SUM) x *= PREMUL;
+        if (r == 0) { acc = x; continue; }
+        switch (k) {
+        case TC_PRODUCT: acc *= x; break;
+        case TC_MIN: acc = fmin(acc, x); break;
+        case TC_MAX: acc = fmax(acc, x); break;
+        default: acc += x; break;
+        }
+    }
+    if (k == TC_AVG) acc = dt_float(t) ? acc / N : trunc(acc / N);
+    return acc;
+}
+
+static void test_reductions(tc_dtype_t t, int k, int mode) {
+    size_t es = dt_size(t), n = COUNT;
+    tc_reduce_op_t op = TC_REDUCE_OP(k);
+    op.premul_factor = PREMUL;
+    tc_op_options_t o = opts_for(mode);
+    double *want = malloc(sizeof(double) * n * N);
+    char *h = malloc(es * n * N);
+    tc_work_t *w = NULL;
+
+    /* all_reduce (in place) */
+    void *d = dalloc(es * n);
+    fill(t, h, R, 0, n);
+    h2d(d, h, es * n);
+    w = NULL;
+    tc_result_t rc = finish(mode, tc_all_reduce(comm, d, n, t, op, &o, mode == SYNC ? NULL : &w), w);
+    d2h(h, d, es * n);
+    for (size_t i = 0; i < n; i++) want[i] = reduce_ref(t, k, i, 0);
+    report("all_reduce", t, red_name[k], mode, rc == TC_SUCCESS && compare(t, h, want, n, "all_reduce"));
+
+    /* reduce to the last rank (in place) */
+    fill(t, h, R, 0, n);
+    h2d(d, h, es * n);
+    w = NULL;
+    rc = finish(mode, tc_reduce(comm, d, n, t, N - 1, op, &o, mode == SYNC ? NULL : &w), w);
+    d2h(h, d, es * n);
+    report("reduce", t, red_name[k], mode, rc == TC_SUCCESS && (R != N - 1 || compare(t, h, want, n, "reduce")));
+    dfree(d);
+
+    /* reduce_scatter_single, out of place and in place */
+    void *in = dalloc(es * n * N), *out = dalloc(es * n);
+    for (int inplace = 0; inplace < 2; inplace++) {
+        fill(t, h, R, 0, n * N);
+        h2d(in, h, es * n * N);
+        void *dst = inplace ? (char *)in + es * n * R : out;
+        w = NULL;
+        rc = finish(mode, tc_reduce_scatter_single(comm, dst, in, n, t, op, &o, mode == SYNC ? NULL : &w), w);
+        d2h(h, dst, es * n);
+        for (size_t i = 0; i < n; i++) want[i] = reduce_ref(t, k, i, n * R);
+        report(inplace ? "reduce_scatter_single(in place)" : "reduce_scatter_single", t, red_name[k], mode,
+               rc == TC_SUCCESS && compare(t, h, want, n, "reduce_scatter_single"));
+    }
+
+    /* reduce_scatter (list of inputs) */
+    fill(t, h, R, 0, n * N);
+    h2d(in, h, es * n * N);
+    const void *inputs[MAXR];
+    for (int r = 0; r < N; r++) inputs[r] = (char *)in + es * n * r;
+    w = NULL;
+    rc = finish(mode, tc_reduce_scatter(comm, out, inputs, n, t, op, &o, mode == SYNC ? NULL : &w), w);
+    d2h(h, out, es * n);
+    report("reduce_scatter", t, red_name[k], mode, rc == TC_SUCCESS && compare(t, h, want, n, "reduce_scatter"));
+
+    /* reduce_scatter_v: rank r gets r+1 elements */
+    size_t counts[MAXR], total = 0, off = 0;
+    for (int r = 0; r < N; r++) { counts[r] = (size_t)r + 1; total += counts[r]; }
+    for (int r = 0; r < R; r++) off += counts[r];
+    fill(t, h, R, 0, total);
+    h2d(in, h, es * total);
+    w = NULL;
+    rc = finish(mode, tc_reduce_scatter_v(comm, out, in, counts, t, op, &o, mode == SYNC ? NULL : &w), w);
+    d2h(h, out, es * counts[R]);
+    for (size_t i = 0; i < counts[R]; i++) want[i] = reduce_ref(t, k, i, off);
+    report("reduce_scatter_v", t, red_name[k], mode, rc == TC_SUCCESS && compare(t, h, want, counts[R], "reduce_scatter_v"));
+    dfree(in);
+    dfree(out);
+    free(want);
+    free(h);
+}
+
+/* ---- data movement ----------------------------------------------------- */
+
+static void test_movement(tc_dtype_t t, int mode) {
+    size_t es = dt_size(t), n = COUNT;
+    tc_op_options_t o = opts_for(mode);
+    double *want = malloc(sizeof(double) * n * N * 2);
+    char *h = malloc(es * n * N * 2);
+    void *in = dalloc(es * n * N), *out = dalloc(es * n * N);
+    void *outs[MAXR];
+    const void *ins[MAXR];
+    tc_work_t *w;
+    tc_result_t rc;
+#define W (mode == SYNC ? NULL : &w)
+
+    /* broadcast from rank 0 */
+    fill(t, h, R, 0, n);
+    h2d(in, h, es * n);
+    w = NULL;
+    rc = finish(mode, tc_broadcast(comm, in, n, t, 0, &o, W), w);
+    d2h(h, in, es * n);
+    for (size_t i = 0; i < n; i++) want[i] = gen(t, 0, i);
+    report("broadcast", t, "-", mode, rc == TC_SUCCESS && compare(t, h, want, n, "broadcast"));
+
+    /* all_gather_single, out of place and in place */
+    for (int inplace = 0; inplace < 2; inplace++) {
+        CU(cuMemsetD8((CUdeviceptr)(uintptr_t)out, 0, es * n * N));
+        fill(t, h, R, 0, n);
+        void *src = inplace ? (char *)out + es * n * R : in;
+        h2d(src, h, es * n);
+        w = NULL;
+        rc = finish(mode, tc_all_gather_single(comm, out, src, n, t, &o, W), w);
+        d2h(h, out, es * n * N);
+        for (int r = 0; r < N; r++)
+            for (size_t i = 0; i < n; i++) want[r * n + i] = gen(t, r, i);
+        report(inplace ? "all_gather_single(in place)" : "all_gather_single", t, "-", mode,
+               rc == TC_SUCCESS && compare(t, h, want, n * N, "all_gather_single"));
+    }
+
+    /* all_gather (list) */
+    fill(t, h, R, 0, n);
+    h2d(in, h, es * n);
+    for (int r = 0; r < N; r++) outs[r] = (char *)out + es * n * r;
+    w = NULL;
+    rc = finish(mode, tc_all_gather(comm, outs, in, n, t, &o, W), w);
+    d2h(h, out, es * n * N);
+    report("all_gather", t, "-", mode, rc == TC_SUCCESS && compare(t, h, want, n * N, "all_gather"));
+
+    /* all_gather_v: rank r contributes r+2 elements */
+    size_t counts[MAXR], total = 0;
+    for (int r = 0; r < N; r++) { counts[r] = (size_t)r + 2; total += counts[r]; }
+    fill(t, h, R, 0, counts[R]);
+    h2d(in, h, es * counts[R]);
+    w = NULL;
+    rc = finish(mode, tc_all_gather_v(comm, out, counts, in, t, &o, W), w);
+    d2h(h, out, es * total);
+    size_t k = 0;
+    for (int r = 0; r < N; r++)
+        for (size_t i = 0; i < counts[r]; i++) want[k++] = gen(t, r, i);
+    report("all_gather_v", t, "-", mode, rc == TC_SUCCESS && compare(t, h, want, total, "all_gather_v"));
+
+    /* all_to_all_single: block q of rank r's input goes to rank q */
+    fill(t, h, R, 0, n * N);
+    h2d(in, h, es * n * N);
+    w = NULL;
+    rc = finish(mode, tc_all_to_all_single(comm, out, in, n, t, &o, W), w);
+    d2h(h, out, es * n * N);
+    for (int r = 0; r < N; r++)
+        for (size_t i = 0; i < n; i++) want[r * n + i] = gen(t, r, n * R + i);
+    report("all_to_all_single", t, "-", mode, rc == TC_SUCCESS && compare(t, h, want, n * N, "all_to_all_single"));
+
+    /* all_to_all (lists) */
+    for (int r = 0; r < N; r++) { ins[r] = (char *)in + es * n * r; outs[r] = (char *)out + es * n * r; }
+    CU(cuMemsetD8((CUdeviceptr)(uintptr_t)out, 0, es * n * N));
+    w = NULL;
+    rc = finish(mode, tc_all_to_all(comm, outs, ins, n, t, &o, W), w);
+    d2h(h, out, es * n * N);
+    report("all_to_all", t, "-", mode, rc == TC_SUCCESS && compare(t, h, want, n * N, "all_to_all"));
+
+    /* all_to_all_v_single: rank r sends (r + q) % 3 elements to rank q */
+    size_t ic[MAXR], oc[MAXR], itot = 0, otot = 0;
+    for (int q = 0; q < N; q++) { ic[q] = (size_t)(R + q) % 3; oc[q] = (size_t)(q + R) % 3; itot += ic[q]; otot += oc[q]; }
+    fill(t, h, R, 0, itot);
+    h2d(in, h, es * itot);
+    w = NULL;
+    rc = finish(mode, tc_all_to_all_v_single(comm, out, oc, in, ic, t, &o, W), w);
+    d2h(h, out, es * otot);
+    k = 0;
+    for (int q = 0; q < N; q++) {
+        size_t qoff = 0; /* offset of the block rank q sends to me, in q's input */
+        for (int p = 0; p < R; p++) qoff += (size_t)(q + p) % 3;
+        for (size_t i = 0; i < oc[q]; i++) want[k++] = gen(t, q, qoff + i);
+    }
+    report("all_to_all_v_single", t, "-", mode, rc == TC_SUCCESS && compare(t, h, want, otot, "all_to_all_v_single"));
+
+    /* scatter from the last rank */
+    int root = N - 1;
+    fill(t, h, R, 0, n * N);
+    h2d(in, h, es * n * N);
+    for (int r = 0; r < N; r++) ins[r] = (char *)in + es * n * r;
+    w = NULL;
+    rc = finish(mode, tc_scatter(comm, out, ins, n, t, root, &o, W), w);
+    d2h(h, out, es * n);
+    for (size_t i = 0; i < n; i++) want[i] = gen(t, root, n * R + i);
+    report("scatter", t, "-", mode, rc == TC_SUCCESS && compare(t, h, want, n, "scatter"));
+
+    /* gather to rank 0 */
+    fill(t, h, R, 0, n);
+    h2d(in, h, es * n);
+    for (int r = 0; r < N; r++) outs[r] = (char *)out + es * n * r;
+    w = NULL;
+    rc = finish(mode, tc_gather(comm, outs, in, n, t, 0, &o, W), w);
+    d2h(h, out, es * n * N);
+    for (int r = 0; r < N; r++)
+        for (size_t i = 0; i < n; i++) want[r * n + i] = gen(t, r, i);
+    report("gather", t, "-", mode, rc == TC_SUCCESS && (R != 0 || compare(t, h, want, n * N, "gather")));
+
+    /* send/recv around a ring (batched so that it cannot deadlock), and the
+       same with two separate calls for two ranks or more */
+    int next = (R + 1) % N, prev = (R + N - 1) % N;
+    fill(t, h, R, 0, n);
+    h2d(in, h, es * n);
+    tc_batch_t *b = NULL;
+    CHECK(tc_batch_begin(comm, &b) == TC_SUCCESS);
+    CHECK(tc_batch_send(b, in, n, t, next) == TC_SUCCESS);
+    CHECK(tc_batch_recv(b, out, n, t, prev) == TC_SUCCESS);
+    w = NULL;
+    rc = finish(mode, tc_batch_issue(b, &o, W), w);
+    d2h(h, out, es * n);
+    for (size_t i = 0; i < n; i++) want[i] = gen(t, prev, i);
+    report("batch send/recv ring", t, "-", mode, rc == TC_SUCCESS && compare(t, h, want, n, "batch"));
+    if (N >= 2) {
+        /* even ranks send first, odd ranks receive first */
+        tc_result_t r1, r2;
+        CU(cuMemsetD8((CUdeviceptr)(uintptr_t)out, 0, es * n));
+        if (R % 2 == 0) {
+            w = NULL;
+            r1 = finish(mode, tc_send(comm, in, n, t, next, &o, W), w);
+            w = NULL;
+            r2 = finish(mode, tc_recv(comm, out, n, t, prev, &o, W), w);
+        } else {
+            w = NULL;
+            r2 = finish(mode, tc_recv(comm, out, n, t, prev, &o, W), w);
+            w = NULL;
+            r1 = finish(mode, tc_send(comm, in, n, t, next, &o, W), w);
+        }
+        d2h(h, out, es * n);
+        report("send/recv ring", t, "-", mode, r1 == TC_SUCCESS && r2 == TC_SUCCESS && compare(t, h, want, n, "send/recv"));
+    }
+#undef W
+    dfree(in);
+    dfree(out);
+    free(want);
+    free(h);
+}
+
+/* ---- graphs ------------------------------------------------------------ */
+
+/* Captures an all_reduce (and, async, its wait) into a graph, replays it
+   three times with fresh inputs each time. */
+static void test_graph(int async_op) {
+    const tc_dtype_t t = TC_FLOAT32;
+    size_t n = COUNT, es = 4;
+    void *d = dalloc(es * n), *stage = dalloc(es * n);
+    float *h = malloc(es * n);
+    double want[256];
+    tc_op_options_t o = TC_OP_OPTIONS_INIT;
+    o.async_op = async_op;
+    o.stream = stream;
+    tc_reduce_op_t sum = TC_REDUCE_OP(TC_SUM);
+    CUgraph graph;
+    CUgraphExec exec;
+    CU(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    /* the graph copies the staged input into place, then reduces */
+    CU(cuMemcpyDtoDAsync((CUdeviceptr)(uintptr_t)d, (CUdeviceptr)(uintptr_t)stage, es * n, stream));
+    tc_work_t *w = NULL;
+    tc_result_t rc = tc_all_reduce(comm, d, n, t, sum, &o, async_op ? &w : NULL);
+    if (rc == TC_SUCCESS && w) {
+        int st = -1;
+        CHECK(tc_work_status(w, &st) == TC_SUCCESS); /* must not query events during capture */
+        rc = tc_work_wait(w, stream);
+        tc_work_free(w);
+    }
+    CU(cuStreamEndCapture(stream, &graph));
+    report(async_op ? "graph capture (async)" : "graph capture", t, "sum", SYNC, rc == TC_SUCCESS);
+    if (rc != TC_SUCCESS) goto out;
+    CU(cuGraphInstantiate(&exec, graph, 0));
+    for (int rep = 0; rep < 3; rep++) {
+        seed++;
+        fill(t, h, R, 0, n);
+        h2d(stage, h, es * n);
+        CU(cuGraphLaunch(exec, stream));
+        CU(cuStreamSynchronize(stream));
+        d2h(h, d, es * n);
+        for (size_t i = 0; i < n; i++) want[i] = reduce_ref(t, TC_SUM, i, 0);
+        report(async_op ? "graph replay (async)" : "graph replay", t, "sum", SYNC, compare(t, h, want, n, "graph replay"));
+    }
+    CU(cuGraphExecDestroy(exec));
+    CU(cuGraphDestroy(graph));
+out:
+    dfree(d);
+    dfree(stage);
+    free(h);
+}
+
+/* ---- split and barrier ------------------------------------------------- */
+
+static void test_split(void) {
+    /* the even ranks form a child comm; odd ranks opt out */
+    int ranks[MAXR], n = 0;
+    for (int r = 0; r < N; r += 2) ranks[n++] = r;
+    tc_comm_t *child = NULL;
+    tc_result_t rc = R % 2 == 0 ? tc_comm_split(comm, ranks, (size_t)n, "gpu_even", NULL, &child)
+                                : tc_comm_split(comm, NULL, 0, "gpu_even", NULL, &child);
+    report("split", TC_FLOAT32, "-", SYNC, rc == TC_SUCCESS && ((R % 2 == 0) == (child != NULL)));
+    if (child) {
+        int cr = -1, cs = -1;
+        tc_comm_get_rank(child, &cr);
+        tc_comm_get_size(child, &cs);
+        report("split rank/size", TC_FLOAT32, "-", SYNC, cr == R / 2 && cs == n);
+        float one[4] = {1, 1, 1, 1}, got[4];
+        void *d = dalloc(sizeof one);
+        h2d(d, one, sizeof one);
+        tc_op_options_t o = opts_for(SYNC);
+        tc_reduce_op_t sum = TC_REDUCE_OP(TC_SUM);
+        rc = tc_all_reduce(child, d, 4, TC_FLOAT32, sum, &o, NULL);
+        CU(cuStreamSynchronize(stream));
+        d2h(got, d, sizeof got);
+        report("split all_reduce", TC_FLOAT32, "sum", SYNC, rc == TC_SUCCESS && got[0] == n && got[3] == n);
+        dfree(d);
+        report("split finalize", TC_FLOAT32, "-", SYNC, tc_comm_finalize(child) == TC_SUCCESS);
+        tc_comm_destroy(child);
+    }
+    tc_op_options_t o = opts_for(SYNC);
+    rc = tc_barrier(comm, &o, NULL);
+    CU(cuStreamSynchronize(stream));
+    report("barrier", TC_FLOAT32, "-", SYNC, rc == TC_SUCCESS);
+}
+
+/* Bitwise reductions are unsupported on NCCL and leave the comm usable. */
+static void test_unsupported(void) {
+    void *d = dalloc(16);
+    tc_op_options_t o = opts_for(SYNC);
+    tc_reduce_op_t band = TC_REDUCE_OP(TC_BAND);
+    tc_result_t rc = tc_all_reduce(comm, d, 4, TC_INT32, band, &o, NULL);
+    report("band is TC_ERR_UNSUPPORTED", TC_INT32, "band", SYNC, rc == TC_ERR_UNSUPPORTED);
+    report("comm healthy after unsupported op", TC_INT32, "-", SYNC, tc_comm_get_async_error(comm) == TC_SUCCESS);
+    dfree(d);
+}
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    gpu_setup();
+    CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    tc_comm_options_t co = TC_COMM_OPTIONS_INIT;
+    co.name = "gpu_ops";
+    co.abort_on_error = 0;
+    tc_device_t dev = {TC_DEVICE_CUDA, -1};
+    tc_result_t rc = tc_comm_new("nccl", dev, &co, &comm);
+    if (rc != TC_SUCCESS) {
+        fprintf(stderr, "tc_comm_new(nccl): %s: %s\n", tc_result_string(rc), tc_last_error());
+        printf("0 passed, 1 failed\n");
+        return 1;
+    }
+    tc_comm_get_rank(comm, &R);
+    tc_comm_get_size(comm, &N);
+    if (N > MAXR) { fprintf(stderr, "at most %d ranks\n", MAXR); return 1; }
+
+    static const tc_dtype_t dtypes[] = {TC_FLOAT32, TC_FLOAT64, TC_FLOAT16, TC_BFLOAT16, TC_INT8, TC_UINT8,
+                                        TC_INT32, TC_INT64, TC_BOOL, TC_UINT32, TC_UINT64};
+    int modes = env_int("TC_GPU_MODES", NMODES);
+    for (size_t di = 0; di < sizeof dtypes / sizeof dtypes[0]; di++) {
+        tc_dtype_t t = dtypes[di];
+        for (int mode = 0; mode < modes; mode++) {
+            for (size_t ki = 0; ki < sizeof red_kinds / sizeof red_kinds[0]; ki++) {
+                int k = red_kinds[ki];
+                seed++;
+                if (!red_supported(t, k)) {
+                    void *d = dalloc(16);
+                    tc_op_options_t o = opts_for(SYNC);
+                    tc_reduce_op_t op = TC_REDUCE_OP(k);
+                    rc = tc_all_reduce(comm, d, 1, t, op, &o, NULL);
+                    report("unsupported reduction refused", t, red_name[k], mode, rc == TC_ERR_UNSUPPORTED);
+                    dfree(d);
+                    continue;
+                }
+                test_reductions(t, k, mode);
+            }
+            seed++;
+            test_movement(t, mode);
+        }
+    }
+    test_graph(0);
+    test_graph(1);
+    test_split();
+    test_unsupported();
+
+    rc = tc_comm_finalize(comm);
+    report("finalize", TC_FLOAT32, "-", SYNC, rc == TC_SUCCESS);
+    tc_comm_destroy(comm);
+    CU(cuStreamDestroy(stream));
+    printf("rank %d: %d passed, %d failed, %d skipped\n", R, passed, failed, skipped);
+    if (R == 0) printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}
