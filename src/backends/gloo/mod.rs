@@ -201,7 +201,7 @@ fn overlaps(a: *const u8, alen: usize, b: *const u8, blen: usize) -> bool {
 
 /// memmove of `n` bytes (no-op when equal or empty).
 unsafe fn copy(dst: *mut u8, src: *const u8, n: usize) {
-    if n > 0 && dst as *const u8 != src {
+    if n > 0 && !std::ptr::eq(dst, src) {
         std::ptr::copy(src, dst, n);
     }
 }
@@ -812,7 +812,7 @@ impl GlooBackend {
             // rank: give non-roots scratch so their buffer stays untouched.
             let mut out_tmp = Scratch::new(if is_root { 0 } else { bytes });
             let out = if is_root { buf } else { out_tmp.ptr() };
-            let inp = if input == out as *const u8 { std::ptr::null() } else { input };
+            let inp = if std::ptr::eq(input, out) { std::ptr::null() } else { input };
             let tag = self.next_tag();
             self.ctx()
                 .reduce(inp, out, count, dtype.size(), root, f, tag, d.left()?)

@@ -96,7 +96,7 @@ unsafe fn apply<T: Copy>(c: *mut c_void, a: *const c_void, b: *const c_void, n: 
     let align = std::mem::align_of::<T>();
     let aligned = (c as usize) % align == 0 && (a as usize) % align == 0 && (b as usize) % align == 0;
     if aligned && a != b {
-        if c as *const T == a {
+        if std::ptr::eq(c, a) {
             let cs = std::slice::from_raw_parts_mut(c, n);
             let bs = std::slice::from_raw_parts(b, n);
             for (x, y) in cs.iter_mut().zip(bs) {
@@ -104,7 +104,7 @@ unsafe fn apply<T: Copy>(c: *mut c_void, a: *const c_void, b: *const c_void, n: 
             }
             return;
         }
-        if c as *const T == b {
+        if std::ptr::eq(c, b) {
             let cs = std::slice::from_raw_parts_mut(c, n);
             let as_ = std::slice::from_raw_parts(a, n);
             for (x, y) in cs.iter_mut().zip(as_) {

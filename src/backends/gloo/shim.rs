@@ -238,7 +238,10 @@ fn load() -> std::result::Result<Module, Error> {
             if p.is_null() {
                 return Err(Error::unavailable(format!("{path_used} lacks symbol {} (stale build?)", $name)));
             }
-            unsafe { std::mem::transmute::<*mut c_void, _>(p) }
+            // The target type is the field's: the declared C signature.
+            #[allow(clippy::missing_transmute_annotations)]
+            let f = unsafe { std::mem::transmute::<*mut c_void, _>(p) };
+            f
         }};
     }
     let m = Module {
