@@ -126,6 +126,9 @@ fn clone_and_prefix_share_one_namespace() {
     let base: StoreRef = Arc::new(s.clone_store().unwrap());
     let p = PrefixStore::new("default_pg", Arc::new(PrefixStore::new("x", base)));
     p.set("key", b"1").unwrap();
+    // SET has no reply: a round trip on the same connection orders it before
+    // the listing made on another connection.
+    assert_eq!(p.get("key").unwrap(), b"1");
     // On the wire: "/x/default_pg/key"
     assert!(s.list_keys().unwrap().contains(&b"/x/default_pg/key".to_vec()));
     assert_eq!(s.get("x/default_pg/key").unwrap(), b"1");
