@@ -202,7 +202,9 @@ gpu-suite: build
 	@rm -rf $(GPU_SUITE) && mkdir -p $(GPU_SUITE)/lib $(GPU_SUITE)/bin $(GPU_SUITE)/include $(GPU_SUITE)/tests
 	strip --strip-debug -o $(GPU_SUITE)/lib/libtorchcomm.so $(LIB)
 	cp $(GPU_SUITE)/lib/libtorchcomm.so $(GPU_SUITE)/lib/libtorchcomm.so.$(MAJOR)
-	if [ -f $(REL)/libtorchcomm-gloo.so ]; then strip --strip-debug -o $(GPU_SUITE)/lib/libtorchcomm-gloo.so $(REL)/libtorchcomm-gloo.so; fi
+	if [ -f $(REL)/libtorchcomm-gloo.so ]; then strip --strip-debug -o $(GPU_SUITE)/lib/libtorchcomm-gloo.so $(REL)/libtorchcomm-gloo.so; \
+	  for d in $$(ldd $(REL)/libtorchcomm-gloo.so | awk '/libgloo|libhiredis|libibverbs|libnl-/ {print $$3}'); do \
+	    strip --strip-debug -o $(GPU_SUITE)/lib/$$(basename $$d) $$d; done; fi
 	strip --strip-debug -o $(GPU_SUITE)/bin/tc-run $(REL)/tc-run
 	cp include/torchcomm.h $(GPU_SUITE)/include/
 	cp capi_tests/capi_util.h capi_tests/gpu/*.c capi_tests/gpu/*.h capi_tests/gpu/*.py $(GPU_SUITE)/tests/

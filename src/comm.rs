@@ -404,8 +404,8 @@ impl Comm {
             timeout,
             hints: opts.hints.clone(),
         };
-        let backend = backends::create(backend_name, init)?;
         crate::config::set_log_rank(rank);
+        let backend = backends::create(backend_name, init)?;
         let comm = Arc::new(Comm {
             name,
             rank,

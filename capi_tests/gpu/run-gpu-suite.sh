@@ -32,12 +32,14 @@ python3 -c "import importlib.metadata as m;print('gpu-test: nvidia-nccl-cu13', m
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu-test: GPU /'
 
 mkdir -p "$SUITE/bin"
-for t in test_gpu_ops test_gpu_timeout; do
+for t in test_gpu_ops test_gpu_timeout test_gpu_gloo_staging; do
   $CC -std=c11 -O1 -g -Wall -Wextra -I"$SUITE/include" -I"$cuda_home/include" "$SUITE/tests/$t.c" -o "$SUITE/bin/$t" \
     -L"$SUITE/lib" -ltorchcomm -Wl,-rpath,"$SUITE/lib" $libdirs -lcuda -lm || { echo "gpu-test: compiling $t failed"; exit 1; }
 done
 
 export NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 TORCHCOMM_ABORT_ON_ERROR=0
+# The gloo module's own dependencies (libgloo, libhiredis, ...) travel in lib/.
+export LD_LIBRARY_PATH="$SUITE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 TCRUN="$SUITE/bin/tc-run"
 summary=()
 fails=0
@@ -56,6 +58,7 @@ run ops 1 "$SUITE/bin/test_gpu_ops"
 TC_GPU_MODES=${TC_GPU_MODES_MULTI:-2} run ops 2 "$SUITE/bin/test_gpu_ops"
 TC_GPU_MODES=${TC_GPU_MODES_MULTI:-1} run ops 4 "$SUITE/bin/test_gpu_ops"
 run timeout 2 "$SUITE/bin/test_gpu_timeout"
+run gloo-staging 2 "$SUITE/bin/test_gpu_gloo_staging"
 if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
   run torch-smoke 1 python3 "$SUITE/tests/torch_smoke.py" "$SUITE/lib/libtorchcomm.so"
 else
