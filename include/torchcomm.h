@@ -484,7 +484,8 @@ tc_result_t tc_comm_abort(tc_comm_t *comm);
 
 /*
  Destroys the handle. NULL is ignored. A comm that was not finalized is
- aborted first, with a warning. Outstanding work handles stay valid.
+ aborted first, with a warning. Outstanding work handles stay valid. No
+ other call may use the handle during or after this one.
  */
 void tc_comm_destroy(tc_comm_t *comm);
 

@@ -218,7 +218,8 @@ pub extern "C" fn tc_comm_abort(comm: *mut tc_comm_t) -> tc_result_t {
 }
 
 /// Destroys the handle. NULL is ignored. A comm that was not finalized is
-/// aborted first, with a warning. Outstanding work handles stay valid.
+/// aborted first, with a warning. Outstanding work handles stay valid. No
+/// other call may use the handle during or after this one.
 #[no_mangle]
 pub extern "C" fn tc_comm_destroy(comm: *mut tc_comm_t) {
     boundary_void("tc_comm_destroy", || {
