@@ -38,7 +38,7 @@ use crate::work::Work;
 use loader::*;
 use std::ffi::{c_int, c_void, CString};
 use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use work::{CudaWork, Shared};
 
@@ -46,8 +46,35 @@ use work::{CudaWork, Shared};
 const UNIQUE_ID_KEY: &str = "nccl/unique_id";
 
 const LIVE: u8 = 0;
-const ABORTED: u8 = 1;
+/// Abort or finalize has begun: no new user may take the comm.
+const CLOSING: u8 = 1;
 const RELEASED: u8 = 2;
+
+/// How long `abort` waits for the users of the comm to leave before it
+/// concludes that one is blocked inside NCCL and calls ncclCommAbort under
+/// it (which NCCL allows, to unblock it). Issuing takes microseconds, and a
+/// non-blocking comm's polling loop notices the abort within 50 us.
+const ABORT_GRACE: Duration = Duration::from_millis(200);
+
+/// Who holds the NCCL comm. See "Abort and concurrent users" on
+/// [`NcclBackend`].
+struct Slot {
+    /// Threads between [`NcclBackend::acquire`] and the drop of its guard.
+    users: u32,
+}
+
+/// A counted use of the comm (see [`NcclBackend::acquire`]).
+struct CommUse<'a>(&'a NcclBackend);
+
+impl Drop for CommUse<'_> {
+    fn drop(&mut self) {
+        let mut s = lock(&self.0.slot);
+        s.users -= 1;
+        if s.users == 0 {
+            self.0.idle.notify_all();
+        }
+    }
+}
 
 pub fn create(init: BackendInit) -> Result<Box<dyn Backend>> {
     Ok(Box::new(NcclBackend::create(init)?))
@@ -125,27 +152,55 @@ fn parse_hints(hints: &Hints, version: i32, comm_name: &str) -> Result<Settings>
     Ok(Settings { config, _strings: strings, high_priority_stream })
 }
 
-/// A reduction op for one call; a PreMulSum op is destroyed on drop.
+/// A reduction op for one call; a PreMulSum op is destroyed on drop (the
+/// enqueue that created it still holds its use of the comm).
 struct RedOp<'a> {
     op: NcclRedOp,
-    owned: Option<(&'a Nccl, NcclComm)>,
+    owned: Option<&'a NcclBackend>,
 }
 
 impl Drop for RedOp<'_> {
     fn drop(&mut self) {
-        if let Some((lib, comm)) = self.owned {
-            if let Some(destroy) = lib.red_op_destroy {
+        if let Some(b) = self.owned {
+            if let Some(destroy) = b.lib.red_op_destroy {
                 // SAFETY: created on this comm by ncclRedOpCreatePreMulSum;
                 // NCCL allows destroying it once the calls using it returned.
-                let _ = unsafe { destroy(self.op, comm) };
+                // An aborted comm took its ops with it.
+                let _ = b.call("ncclRedOpDestroy", |c| unsafe { destroy(self.op, c) });
             }
         }
     }
 }
 
+/// # Abort and concurrent users
+///
+/// The NCCL comm is freed by ncclCommAbort / ncclCommDestroy, and may be
+/// aborted from any thread (watchdog, `tc_comm_abort`, destroy) while
+/// another thread is issuing on it. Every use of the comm (an enqueue, a
+/// registration, the watchdog's async-error poll) therefore goes through
+/// [`NcclBackend::acquire`]: under the `slot` lock it checks that the comm
+/// is LIVE and counts itself as a user; the guard uncounts it and wakes
+/// `idle`. Abort and finalize first set CLOSING under the same lock (no new
+/// user can start), then wait for `users == 0` and only then free the comm;
+/// whoever swaps `comm` to NULL frees it, so it is freed exactly once, and a
+/// straggler reading `comm` afterwards passes NULL, which NCCL rejects.
+///
+/// One case cannot wait: a blocking comm's call hung inside NCCL (e.g. a
+/// connection to a dead peer). NCCL allows ncclCommAbort from another thread
+/// precisely to unblock such a call, so after [`ABORT_GRACE`] abort calls it
+/// with the user still inside. The user must not touch the comm after that
+/// call returns: each NCCL call on the comm checks `state` just before it is
+/// made, error details are not fetched from a comm that is no longer LIVE,
+/// and a non-blocking comm's polling loop stops at once. (The remaining
+/// window, a user preempted for longer than the grace between its check and
+/// its call, is the one NCCL's rule itself leaves open.)
 pub struct NcclBackend {
     lib: &'static Nccl,
     comm: AtomicPtr<c_void>,
+    slot: Mutex<Slot>,
+    idle: Condvar,
+    /// LIVE, CLOSING or RELEASED; written under `slot`, read without it as
+    /// the last check before each NCCL call.
     state: AtomicU8,
     rank: i32,
     size: i32,
@@ -217,6 +272,8 @@ impl NcclBackend {
         let backend = NcclBackend {
             lib,
             comm: AtomicPtr::new(comm),
+            slot: Mutex::new(Slot { users: 0 }),
+            idle: Condvar::new(),
             state: AtomicU8::new(LIVE),
             rank: init.rank,
             size: init.size,
@@ -269,32 +326,67 @@ impl NcclBackend {
         self.comm.load(Ordering::Acquire)
     }
 
-    fn check_live(&self) -> Result<()> {
-        match self.state.load(Ordering::Acquire) {
-            LIVE => Ok(()),
-            _ => Err(self
-                .shared
-                .failure()
-                .unwrap_or_else(|| Error::new(ErrorKind::Aborted, format!("nccl comm '{}' was aborted or finalized", self.name)))),
+    fn is_live(&self) -> bool {
+        self.state.load(Ordering::Acquire) == LIVE
+    }
+
+    fn closed_error(&self) -> Error {
+        self.shared
+            .failure()
+            .unwrap_or_else(|| Error::new(ErrorKind::Aborted, format!("nccl comm '{}' was aborted or finalized", self.name)))
+    }
+
+    /// Counts the caller as a user of the comm until the guard drops; fails
+    /// once abort or finalize began.
+    fn acquire(&self) -> Result<CommUse<'_>> {
+        let mut s = lock(&self.slot);
+        if !self.is_live() {
+            return Err(self.closed_error());
+        }
+        s.users += 1;
+        Ok(CommUse(self))
+    }
+
+    /// The comm for NCCL's error details: NULL (NCCL's global last error)
+    /// once the comm is no longer LIVE.
+    fn detail_comm(&self) -> NcclComm {
+        if self.is_live() {
+            self.comm()
+        } else {
+            std::ptr::null_mut()
         }
     }
 
+    /// Makes one NCCL call on the comm (the caller holds a [`CommUse`]):
+    /// the state is checked just before it, and its result settled.
+    fn call(&self, what: &str, f: impl FnOnce(NcclComm) -> NcclResult) -> Result<()> {
+        if !self.is_live() {
+            return Err(self.closed_error().context(what));
+        }
+        let r = f(self.comm());
+        self.settle(r, what)
+    }
+
     /// Result of an NCCL call; on a non-blocking comm, waits (up to the
-    /// comm's timeout) until an in-progress call settled.
+    /// comm's timeout) until an in-progress call settled, and stops waiting
+    /// (without touching the comm again) once it is aborted.
     fn settle(&self, r: NcclResult, what: &str) -> Result<()> {
         if r != NCCL_IN_PROGRESS || !self.nonblocking {
-            return self.lib.check(r, what, self.comm());
+            return self.lib.check(r, what, self.detail_comm());
         }
         let deadline = Instant::now() + self.timeout;
         loop {
+            if !self.is_live() {
+                return Err(self.closed_error().context(what));
+            }
             let mut state = NCCL_SUCCESS;
-            // SAFETY: a live comm; valid out-pointer.
+            // SAFETY: the caller holds a use of the comm; valid out-pointer.
             let r2 = unsafe { (self.lib.comm_get_async_error)(self.comm(), &mut state) };
-            self.lib.check(r2, "ncclCommGetAsyncError", self.comm())?;
+            self.lib.check(r2, "ncclCommGetAsyncError", self.detail_comm())?;
             match state {
                 NCCL_IN_PROGRESS if Instant::now() < deadline => std::thread::sleep(Duration::from_micros(50)),
                 NCCL_IN_PROGRESS => return Err(Error::timeout(format!("{what} still in progress after {} ms", self.timeout.as_millis()))),
-                s => return self.lib.check(s, what, self.comm()),
+                s => return self.lib.check(s, what, self.detail_comm()),
             }
         }
     }
@@ -378,15 +470,14 @@ impl NcclBackend {
         let mut handle: NcclRedOp = 0;
         // SAFETY: `scalar` is read now (host) or by the kernel (device, the
         // caller keeps it alive); valid out-pointer.
-        let r = unsafe { create(&mut handle, scalar, dt, residence, self.comm()) };
-        self.lib.check(r, "ncclRedOpCreatePreMulSum", self.comm())?;
-        Ok(RedOp { op: handle, owned: Some((self.lib, self.comm())) })
+        self.call("ncclRedOpCreatePreMulSum", |c| unsafe { create(&mut handle, scalar, dt, residence, c) })?;
+        Ok(RedOp { op: handle, owned: Some(self) })
     }
 
     /// Runs `body` between ncclGroupStart and ncclGroupEnd (always ended).
     fn group(&self, body: impl FnOnce() -> Result<()>) -> Result<()> {
         // SAFETY: group calls take no arguments.
-        self.lib.check(unsafe { (self.lib.group_start)() }, "ncclGroupStart", self.comm())?;
+        self.lib.check(unsafe { (self.lib.group_start)() }, "ncclGroupStart", self.detail_comm())?;
         let r = body();
         let end = unsafe { (self.lib.group_end)() };
         r?;
@@ -395,8 +486,7 @@ impl NcclBackend {
 
     /// Issues `op` on stream `s`. The device's context is current.
     fn issue(&self, op: &Op, s: *mut c_void) -> Result<()> {
-        let (l, c, n, me) = (self.lib, self.comm(), self.size as usize, self.rank);
-        let ck = |r: NcclResult, what: &str| self.settle(r, what);
+        let (l, n, me) = (self.lib, self.size as usize, self.rank);
         let at = |p: Ptr, elems: usize, d: DType| -> *mut c_void { unsafe { p.as_u8().add(elems * d.size()) as *mut c_void } };
         let offsets = |counts: &[usize]| -> Vec<usize> {
             let mut acc = 0;
@@ -411,45 +501,50 @@ impl NcclBackend {
         };
         // SAFETY (every NCCL call below): buffers were validated by the comm
         // (non-NULL where needed, sizes not overflowing) and the caller keeps
-        // them alive until the work completes; `c` is a live comm.
+        // them alive until the work completes; `c` is the comm, checked live
+        // by `call` just before each call.
         unsafe {
             match op {
-                Op::Send { buf, count, dtype, peer } => ck((l.send)(buf.0, *count, self.dtype(*dtype)?, *peer, c, s), "ncclSend"),
-                Op::Recv { buf, count, dtype, peer } => ck((l.recv)(buf.0, *count, self.dtype(*dtype)?, *peer, c, s), "ncclRecv"),
+                Op::Send { buf, count, dtype, peer } => { let dt = self.dtype(*dtype)?; self.call("ncclSend", |c| (l.send)(buf.0, *count, dt, *peer, c, s)) },
+                Op::Recv { buf, count, dtype, peer } => { let dt = self.dtype(*dtype)?; self.call("ncclRecv", |c| (l.recv)(buf.0, *count, dt, *peer, c, s)) },
                 Op::Batch { ops } => self.group(|| {
                     for p in ops {
                         let dt = self.dtype(p.dtype)?;
                         if p.is_send {
-                            ck((l.send)(p.buf.0, p.count, dt, p.peer, c, s), "ncclSend")?;
+                            self.call("ncclSend", |c| (l.send)(p.buf.0, p.count, dt, p.peer, c, s))?;
                         } else {
-                            ck((l.recv)(p.buf.0, p.count, dt, p.peer, c, s), "ncclRecv")?;
+                            self.call("ncclRecv", |c| (l.recv)(p.buf.0, p.count, dt, p.peer, c, s))?;
                         }
                     }
                     Ok(())
                 }),
                 Op::Broadcast { buf, count, dtype, root } => {
-                    ck((l.broadcast)(buf.0, buf.0, *count, self.dtype(*dtype)?, *root, c, s), "ncclBroadcast")
+                    let dt = self.dtype(*dtype)?;
+                    self.call("ncclBroadcast", |c| (l.broadcast)(buf.0, buf.0, *count, dt, *root, c, s))
                 }
                 Op::Reduce { buf, count, dtype, root, op } => {
                     let rop = self.red_op(op, *dtype)?;
-                    ck((l.reduce)(buf.0, buf.0, *count, self.dtype(*dtype)?, rop.op, *root, c, s), "ncclReduce")
+                    let dt = self.dtype(*dtype)?;
+                    self.call("ncclReduce", |c| (l.reduce)(buf.0, buf.0, *count, dt, rop.op, *root, c, s))
                 }
                 Op::AllReduce { buf, count, dtype, op } => {
                     let rop = self.red_op(op, *dtype)?;
-                    ck((l.all_reduce)(buf.0, buf.0, *count, self.dtype(*dtype)?, rop.op, c, s), "ncclAllReduce")
+                    let dt = self.dtype(*dtype)?;
+                    self.call("ncclAllReduce", |c| (l.all_reduce)(buf.0, buf.0, *count, dt, rop.op, c, s))
                 }
                 Op::AllGather { outputs, input, count, dtype } => {
                     let dt = self.dtype(*dtype)?;
                     self.group(|| {
                         for (q, out) in outputs.iter().enumerate() {
                             let src = if q as i32 == me { input.0 } else { out.0 };
-                            ck((l.broadcast)(src, out.0, *count, dt, q as c_int, c, s), "ncclBroadcast")?;
+                            self.call("ncclBroadcast", |c| (l.broadcast)(src, out.0, *count, dt, q as c_int, c, s))?;
                         }
                         Ok(())
                     })
                 }
                 Op::AllGatherSingle { output, input, count, dtype } => {
-                    ck((l.all_gather)(input.0, output.0, *count, self.dtype(*dtype)?, c, s), "ncclAllGather")
+                    let dt = self.dtype(*dtype)?;
+                    self.call("ncclAllGather", |c| (l.all_gather)(input.0, output.0, *count, dt, c, s))
                 }
                 Op::AllGatherV { output, input, counts, dtype } => {
                     let dt = self.dtype(*dtype)?;
@@ -461,7 +556,7 @@ impl NcclBackend {
                             }
                             let dst = at(*output, offs[q], *dtype);
                             let src = if q as i32 == me { input.0 } else { dst };
-                            ck((l.broadcast)(src, dst, counts[q], dt, q as c_int, c, s), "ncclBroadcast")?;
+                            self.call("ncclBroadcast", |c| (l.broadcast)(src, dst, counts[q], dt, q as c_int, c, s))?;
                         }
                         Ok(())
                     })
@@ -472,14 +567,15 @@ impl NcclBackend {
                     self.group(|| {
                         for (q, inp) in inputs.iter().enumerate() {
                             let dst = if q as i32 == me { output.0 } else { std::ptr::null_mut() };
-                            ck((l.reduce)(inp.0, dst, *count, dt, rop.op, q as c_int, c, s), "ncclReduce")?;
+                            self.call("ncclReduce", |c| (l.reduce)(inp.0, dst, *count, dt, rop.op, q as c_int, c, s))?;
                         }
                         Ok(())
                     })
                 }
                 Op::ReduceScatterSingle { output, input, count, dtype, op } => {
                     let rop = self.red_op(op, *dtype)?;
-                    ck((l.reduce_scatter)(input.0, output.0, *count, self.dtype(*dtype)?, rop.op, c, s), "ncclReduceScatter")
+                    let dt = self.dtype(*dtype)?;
+                    self.call("ncclReduceScatter", |c| (l.reduce_scatter)(input.0, output.0, *count, dt, rop.op, c, s))
                 }
                 Op::ReduceScatterV { output, input, counts, dtype, op } => {
                     let dt = self.dtype(*dtype)?;
@@ -491,7 +587,7 @@ impl NcclBackend {
                                 continue;
                             }
                             let dst = if q as i32 == me { output.0 } else { std::ptr::null_mut() };
-                            ck((l.reduce)(at(*input, offs[q], *dtype), dst, counts[q], dt, rop.op, q as c_int, c, s), "ncclReduce")?;
+                            self.call("ncclReduce", |c| (l.reduce)(at(*input, offs[q], *dtype), dst, counts[q], dt, rop.op, q as c_int, c, s))?;
                         }
                         Ok(())
                     })
@@ -500,8 +596,8 @@ impl NcclBackend {
                     let dt = self.dtype(*dtype)?;
                     self.group(|| {
                         for q in 0..n {
-                            ck((l.send)(inputs[q].0, *count, dt, q as c_int, c, s), "ncclSend")?;
-                            ck((l.recv)(outputs[q].0, *count, dt, q as c_int, c, s), "ncclRecv")?;
+                            self.call("ncclSend", |c| (l.send)(inputs[q].0, *count, dt, q as c_int, c, s))?;
+                            self.call("ncclRecv", |c| (l.recv)(outputs[q].0, *count, dt, q as c_int, c, s))?;
                         }
                         Ok(())
                     })
@@ -509,12 +605,12 @@ impl NcclBackend {
                 Op::AllToAllSingle { output, input, count, dtype } => {
                     let dt = self.dtype(*dtype)?;
                     if let Some(a2a) = l.all_to_all {
-                        return ck(a2a(input.0, output.0, *count, dt, c, s), "ncclAlltoAll");
+                        return self.call("ncclAlltoAll", |c| a2a(input.0, output.0, *count, dt, c, s));
                     }
                     self.group(|| {
                         for q in 0..n {
-                            ck((l.send)(at(*input, q * count, *dtype), *count, dt, q as c_int, c, s), "ncclSend")?;
-                            ck((l.recv)(at(*output, q * count, *dtype), *count, dt, q as c_int, c, s), "ncclRecv")?;
+                            self.call("ncclSend", |c| (l.send)(at(*input, q * count, *dtype), *count, dt, q as c_int, c, s))?;
+                            self.call("ncclRecv", |c| (l.recv)(at(*output, q * count, *dtype), *count, dt, q as c_int, c, s))?;
                         }
                         Ok(())
                     })
@@ -525,10 +621,10 @@ impl NcclBackend {
                     self.group(|| {
                         for q in 0..n {
                             if input_counts[q] > 0 {
-                                ck((l.send)(at(*input, io[q], *dtype), input_counts[q], dt, q as c_int, c, s), "ncclSend")?;
+                                self.call("ncclSend", |c| (l.send)(at(*input, io[q], *dtype), input_counts[q], dt, q as c_int, c, s))?;
                             }
                             if output_counts[q] > 0 {
-                                ck((l.recv)(at(*output, oo[q], *dtype), output_counts[q], dt, q as c_int, c, s), "ncclRecv")?;
+                                self.call("ncclRecv", |c| (l.recv)(at(*output, oo[q], *dtype), output_counts[q], dt, q as c_int, c, s))?;
                             }
                         }
                         Ok(())
@@ -536,7 +632,7 @@ impl NcclBackend {
                 }
                 Op::Barrier => {
                     let p = self.scratch.ptr();
-                    ck((l.all_reduce)(p, p, 1, NCCL_FLOAT32, NCCL_SUM, c, s), "ncclAllReduce (barrier)")
+                    self.call("ncclAllReduce (barrier)", |c| (l.all_reduce)(p, p, 1, NCCL_FLOAT32, NCCL_SUM, c, s))
                 }
                 Op::Scatter { output, inputs, count, dtype, root } => {
                     let dt = self.dtype(*dtype)?;
@@ -544,11 +640,11 @@ impl NcclBackend {
                         if me == *root {
                             for (q, inp) in inputs.iter().enumerate() {
                                 if q as i32 != me {
-                                    ck((l.send)(inp.0, *count, dt, q as c_int, c, s), "ncclSend")?;
+                                    self.call("ncclSend", |c| (l.send)(inp.0, *count, dt, q as c_int, c, s))?;
                                 }
                             }
                         } else {
-                            ck((l.recv)(output.0, *count, dt, *root, c, s), "ncclRecv")?;
+                            self.call("ncclRecv", |c| (l.recv)(output.0, *count, dt, *root, c, s))?;
                         }
                         Ok(())
                     })?;
@@ -563,11 +659,11 @@ impl NcclBackend {
                         if me == *root {
                             for (q, out) in outputs.iter().enumerate() {
                                 if q as i32 != me {
-                                    ck((l.recv)(out.0, *count, dt, q as c_int, c, s), "ncclRecv")?;
+                                    self.call("ncclRecv", |c| (l.recv)(out.0, *count, dt, q as c_int, c, s))?;
                                 }
                             }
                         } else {
-                            ck((l.send)(input.0, *count, dt, *root, c, s), "ncclSend")?;
+                            self.call("ncclSend", |c| (l.send)(input.0, *count, dt, *root, c, s))?;
                         }
                         Ok(())
                     })?;
@@ -580,23 +676,61 @@ impl NcclBackend {
         }
     }
 
-    /// Releases the NCCL comm once: abort (not waiting for peers) or
-    /// finalize + destroy.
-    fn release(&self, abort: bool) -> Result<()> {
-        let from = self.state.swap(RELEASED, Ordering::AcqRel);
-        if from == RELEASED {
-            return Ok(());
+    /// Stops new users (CLOSING) and waits up to `wait` for the current ones
+    /// to leave. Returns the comm for the caller to free, and how many users
+    /// are still inside; None when another closer already took the comm.
+    fn close(&self, wait: Duration) -> Option<(NcclComm, u32)> {
+        let mut s = lock(&self.slot);
+        if self.state.load(Ordering::Acquire) == RELEASED {
+            return None;
         }
+        self.state.store(CLOSING, Ordering::Release);
+        let deadline = Instant::now() + wait;
+        while s.users > 0 {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            s = self.idle.wait_timeout(s, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        // Two closers may have waited together: the first one here takes it.
         let c = self.comm.swap(std::ptr::null_mut(), Ordering::AcqRel);
-        if c.is_null() {
-            return Ok(());
+        self.state.store(RELEASED, Ordering::Release);
+        (!c.is_null()).then_some((c, s.users))
+    }
+
+    /// Aborts the NCCL comm (not waiting for peers); see "Abort and
+    /// concurrent users" on [`NcclBackend`].
+    fn abort_comm(&self) -> Result<()> {
+        let Some((c, inside)) = self.close(ABORT_GRACE) else { return Ok(()) };
+        if inside > 0 {
+            crate::log_warn!(
+                "nccl comm '{}': {inside} call(s) still inside NCCL after {} ms; calling ncclCommAbort to unblock them",
+                self.name,
+                ABORT_GRACE.as_millis()
+            );
         }
         let _ctx = self.device.scoped();
-        // SAFETY: `c` is the live comm, released exactly once (the swap above).
+        // SAFETY: `c` was taken out of the backend by `close` (freed once);
+        // no user is inside except one blocked in NCCL, which NCCL allows.
+        self.lib.check(unsafe { (self.lib.comm_abort)(c) }, "ncclCommAbort", std::ptr::null_mut())
+    }
+
+    /// Finalizes and destroys the NCCL comm, after the users left (waiting
+    /// up to the comm's timeout; one still inside then means abort).
+    fn finalize_comm(&self) -> Result<()> {
+        let Some((c, inside)) = self.close(self.timeout) else { return Ok(()) };
+        let _ctx = self.device.scoped();
+        if inside > 0 {
+            // SAFETY: as in `abort_comm`.
+            unsafe { (self.lib.comm_abort)(c) };
+            return Err(Error::new(
+                ErrorKind::Aborted,
+                format!("nccl comm '{}': an operation was still being issued {} ms into finalize; aborted", self.name, self.timeout.as_millis()),
+            ));
+        }
+        // SAFETY: `c` is ours alone now (taken by `close`, no users left).
         unsafe {
-            if abort || from == ABORTED {
-                return self.lib.check((self.lib.comm_abort)(c), "ncclCommAbort", std::ptr::null_mut());
-            }
             let r = (self.lib.comm_finalize)(c);
             let fin = if r == NCCL_IN_PROGRESS || r == NCCL_SUCCESS {
                 // Non-blocking comms finish finalizing asynchronously.
@@ -648,7 +782,7 @@ impl Backend for NcclBackend {
 
     fn enqueue(&self, op: &Op, opts: &OpOptions, timeout: Duration) -> Result<Option<Arc<dyn Work>>> {
         let _serial = lock(&self.issue);
-        self.check_live()?;
+        let _use = self.acquire()?;
         let _ctx = self.device.scoped()?;
         let user = opts.stream as cuda::RawStream;
         let captured = match cuda::capture_status(user)? {
@@ -687,22 +821,19 @@ impl Backend for NcclBackend {
 
     fn abort(&self) {
         self.shared.fail(Error::new(ErrorKind::Aborted, format!("nccl comm '{}' was aborted", self.name)));
-        let _ = self.state.compare_exchange(LIVE, ABORTED, Ordering::AcqRel, Ordering::Acquire);
-        if let Err(e) = self.release(true) {
+        if let Err(e) = self.abort_comm() {
             crate::log_warn!("{}", e.message);
         }
     }
 
     fn finalize(&self) -> Result<()> {
-        self.release(false)
+        self.finalize_comm()
     }
 
     fn async_error(&self) -> Option<Error> {
-        if self.state.load(Ordering::Acquire) != LIVE {
-            return None;
-        }
+        let _use = self.acquire().ok()?;
         let mut st = NCCL_SUCCESS;
-        // SAFETY: read-only query on the live comm.
+        // SAFETY: read-only query on the comm, held by `_use`.
         let r = unsafe { (self.lib.comm_get_async_error)(self.comm(), &mut st) };
         let code = if r != NCCL_SUCCESS { r } else { st };
         if code == NCCL_SUCCESS || code == NCCL_IN_PROGRESS {
@@ -720,8 +851,9 @@ impl Backend for NcclBackend {
 
 impl Drop for NcclBackend {
     fn drop(&mut self) {
-        // A comm neither finalized nor aborted: abort it (never block here).
-        if let Err(e) = self.release(true) {
+        // A comm neither finalized nor aborted: abort it (no users can be
+        // left: this is the last reference).
+        if let Err(e) = self.abort_comm() {
             crate::log_warn!("{}", e.message);
         }
     }
