@@ -210,7 +210,8 @@ def summarize(a, name, times, wrong, n, w):
 
 def write_csv(path, rows):
     with open(path, "w", newline="") as f:
-        wr = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        # Union of the columns, in first-seen order (systems' CSVs differ).
+        wr = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
         wr.writeheader()
         wr.writerows(rows)
 

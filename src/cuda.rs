@@ -440,6 +440,141 @@ impl Drop for Event {
     }
 }
 
+/// Blocks the host until everything enqueued on `stream` so far completed.
+pub fn stream_synchronize(stream: CUstream) -> Result<()> {
+    // SAFETY: the stream is the caller's responsibility.
+    check(unsafe { sys::cuStreamSynchronize(stream) }, "cuStreamSynchronize")
+}
+
+/// Synchronous copy of `src` (host memory) into device memory at `dst`.
+pub fn copy_to_device(dst: *mut c_void, src: &[u8]) -> Result<()> {
+    if src.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: the caller guarantees `dst` holds `src.len()` bytes.
+    check(
+        unsafe { sys::cuMemcpyHtoD_v2(dst as sys::CUdeviceptr, src.as_ptr() as *const c_void, src.len()) },
+        "cuMemcpyHtoD",
+    )
+}
+
+/// Synchronous copy of device memory at `src` into `dst` (host memory).
+pub fn copy_to_host(dst: &mut [u8], src: *const c_void) -> Result<()> {
+    if dst.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: the caller guarantees `src` holds `dst.len()` bytes.
+    check(
+        unsafe { sys::cuMemcpyDtoH_v2(dst.as_mut_ptr() as *mut c_void, src as sys::CUdeviceptr, dst.len()) },
+        "cuMemcpyDtoH",
+    )
+}
+
+/// An event with timing enabled (for measurements; the pooled events of
+/// the backends have timing disabled). Destroyed on drop.
+pub struct TimingEvent {
+    raw: CUevent,
+    device: Arc<Device>,
+}
+
+unsafe impl Send for TimingEvent {}
+unsafe impl Sync for TimingEvent {}
+
+impl TimingEvent {
+    pub fn new(device: &Arc<Device>) -> Result<TimingEvent> {
+        let _g = device.scoped()?;
+        let mut raw: CUevent = std::ptr::null_mut();
+        let flags = sys::CUevent_flags::CU_EVENT_DEFAULT as u32;
+        // SAFETY: valid out-pointer, context current.
+        check(unsafe { sys::cuEventCreate(&mut raw, flags) }, "cuEventCreate")?;
+        Ok(TimingEvent { raw, device: device.clone() })
+    }
+
+    pub fn record(&self, stream: CUstream) -> Result<()> {
+        // SAFETY: the event is alive; the stream is the caller's.
+        check(unsafe { sys::cuEventRecord(self.raw, stream) }, "cuEventRecord")
+    }
+
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: the event is alive.
+        check(unsafe { sys::cuEventSynchronize(self.raw) }, "cuEventSynchronize")
+    }
+
+    /// Milliseconds from `self` to `end` on the device; both recorded and
+    /// completed.
+    pub fn elapsed_ms(&self, end: &TimingEvent) -> Result<f32> {
+        let mut ms = 0f32;
+        // SAFETY: valid out-pointer; both events alive.
+        check(unsafe { sys::cuEventElapsedTime_v2(&mut ms, self.raw, end.raw) }, "cuEventElapsedTime")?;
+        Ok(ms)
+    }
+}
+
+impl Drop for TimingEvent {
+    fn drop(&mut self) {
+        if let Ok(_g) = self.device.scoped() {
+            // SAFETY: created by `new`, destroyed once.
+            let _ = unsafe { sys::cuEventDestroy_v2(self.raw) };
+        }
+    }
+}
+
+/// Starts capturing `stream` into a CUDA graph. Thread-local mode: other
+/// threads (a comm's watchdog querying events) are not disturbed.
+pub fn begin_capture(stream: CUstream) -> Result<()> {
+    let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+    // SAFETY: the stream is the caller's.
+    check(unsafe { sys::cuStreamBeginCapture_v2(stream, mode) }, "cuStreamBeginCapture")
+}
+
+/// An instantiated CUDA graph, destroyed (with its graph) on drop.
+pub struct GraphExec {
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+    device: Arc<Device>,
+}
+
+unsafe impl Send for GraphExec {}
+unsafe impl Sync for GraphExec {}
+
+impl GraphExec {
+    /// Ends the capture begun by [`begin_capture`] on `stream` and
+    /// instantiates the graph.
+    pub fn end_capture(device: &Arc<Device>, stream: CUstream) -> Result<GraphExec> {
+        let _g = device.scoped()?;
+        let mut graph: sys::CUgraph = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        check(unsafe { sys::cuStreamEndCapture(stream, &mut graph) }, "cuStreamEndCapture")?;
+        let mut exec: sys::CUgraphExec = std::ptr::null_mut();
+        // SAFETY: `graph` was just captured; valid out-pointer.
+        let r = unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) };
+        if let Err(e) = check(r, "cuGraphInstantiateWithFlags") {
+            // SAFETY: destroyed once, here.
+            let _ = unsafe { sys::cuGraphDestroy(graph) };
+            return Err(e);
+        }
+        Ok(GraphExec { graph, exec, device: device.clone() })
+    }
+
+    /// Enqueues one replay of the graph on `stream`.
+    pub fn launch(&self, stream: CUstream) -> Result<()> {
+        // SAFETY: the graph is instantiated and alive.
+        check(unsafe { sys::cuGraphLaunch(self.exec, stream) }, "cuGraphLaunch")
+    }
+}
+
+impl Drop for GraphExec {
+    fn drop(&mut self) {
+        if let Ok(_g) = self.device.scoped() {
+            // SAFETY: created by `end_capture`, destroyed once.
+            unsafe {
+                let _ = sys::cuGraphExecDestroy(self.exec);
+                let _ = sys::cuGraphDestroy(self.graph);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,9 +14,14 @@
 //!   -r REDOP   sum prod min max avg, or all
 //!   -a 0|1     issue with async_op = 1 and wait for all works after the loop
 //!              (nccl-tests' pipelined mode); default 0: each call blocks until done
-//!   -z 0|1     with -a 1: wait for each work before issuing the next
+//!              (on nccl: is enqueued on the benchmark's stream)
+//!   -z 0|1     with -a 1: wait for each work before issuing the next (on nccl
+//!              also with -a 0: synchronize the stream after each call)
 //!   -C 0|1     report host time per call spent issuing (with -a 1: enqueue cost)
-//!   -B NAME    backend (default gloo: the nccl backend is not implemented yet)
+//!   -G N       nccl only: capture the timed loop into a CUDA graph on the
+//!              stream and replay it N times (time per call = total / (n x N))
+//!   -B NAME    backend: gloo or nccl (default nccl when a CUDA device, the
+//!              driver and NCCL are usable, else gloo)
 //!   --root R   root of broadcast, reduce, gather, scatter (default 0)
 //!   --csv FILE append one line per measurement (header when the file is new)
 //!   --label S  system name in the CSV (default torchcomm-BACKEND)
@@ -28,6 +33,12 @@
 //! nccl-tests' factor. all_reduce, broadcast and reduce exist only in place
 //! in this API; sendrecv, gather and scatter only out of place: the other
 //! column shows N/A.
+//!
+//! On nccl the buffers are CUDA device memory (filled and checked through
+//! host copies) and every call goes to one non-blocking stream of the
+//! benchmark's own; time is device time from CUDA events recorded on that
+//! stream around the timed loop (with -C: host time issuing). The CSV holds
+//! both (host_us, device_us) whatever -C says.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -36,6 +47,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use torchcomm::backends::gloo::reduce::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use torchcomm::comm::{Comm, CommOptions, Op, OpOptions, P2p, Ptr};
+use torchcomm::cuda;
 use torchcomm::types::{DType, Device, PremulFactor, RedKind, ReduceOp};
 use torchcomm::work::Work;
 
@@ -169,6 +181,7 @@ struct Args {
     async_op: bool,
     blocking: bool,
     cpu_time: bool,
+    graphs: usize,
     backend: String,
     root: i32,
     csv: Option<String>,
@@ -180,7 +193,7 @@ fn usage() -> ! {
         "usage: tc-perf [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1]\n\
          \x20              [-o all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all|sendrecv|gather|scatter|barrier]\n\
          \x20              [-d DTYPE|all] [-r sum|prod|min|max|avg|all] [-a 0|1] [-z 0|1] [-C 0|1]\n\
-         \x20              [-B BACKEND] [--root R] [--csv FILE] [--label NAME]\n\
+         \x20              [-G REPLAYS] [-B gloo|nccl] [--root R] [--csv FILE] [--label NAME]\n\
          Run under a launcher, e.g. tc-run -n 2 -- tc-perf -b 8 -e 128M -f 2 -o all_reduce"
     );
     exit(2)
@@ -200,7 +213,8 @@ fn parse_args() -> Args {
         async_op: false,
         blocking: false,
         cpu_time: false,
-        backend: "gloo".into(),
+        graphs: 0,
+        backend: String::new(),
         root: 0,
         csv: None,
         label: None,
@@ -258,12 +272,7 @@ fn parse_args() -> Args {
             "-a" | "--async" => a.async_op = flag_bool(v),
             "-z" | "--blocking" => a.blocking = flag_bool(v),
             "-C" | "--report_cputime" => a.cpu_time = flag_bool(v),
-            "-G" | "--cudagraph" => {
-                if num(v) != 0 {
-                    eprintln!("tc-perf: -G (CUDA graph replays) needs the nccl backend, which is not implemented yet");
-                    exit(2);
-                }
-            }
+            "-G" | "--cudagraph" => a.graphs = num(v),
             "-B" | "--backend" => a.backend = v.to_string(),
             "--root" => a.root = v.parse().unwrap_or_else(|_| usage()),
             "--csv" => a.csv = Some(v.to_string()),
@@ -279,7 +288,33 @@ fn parse_args() -> Args {
         eprintln!("tc-perf: need -f >= 2, -n >= 1 and -b <= -e");
         exit(2);
     }
+    if a.backend.is_empty() {
+        a.backend = if gpu_usable().is_ok() { "nccl".into() } else { "gloo".into() };
+    }
+    if a.graphs > 0 && a.backend != "nccl" {
+        eprintln!("tc-perf: -G (CUDA graph replays) needs -B nccl (backend here: {})", a.backend);
+        exit(2);
+    }
     a
+}
+
+/// Ok when the nccl backend can run here: the CUDA driver, NCCL and at least
+/// one device. Otherwise the `TC_ERR_UNAVAILABLE` error saying what is
+/// missing.
+fn gpu_usable() -> torchcomm::error::Result<i32> {
+    // The driver first: without it NCCL is not even looked for.
+    cuda::available().map_err(|e| e.context("the nccl backend is unavailable"))?;
+    torchcomm::backends::nccl::load()?;
+    let count = cuda::device_count()?;
+    if count < 1 {
+        return Err(torchcomm::error::Error::unavailable("the nccl backend is unavailable: no CUDA device is visible"));
+    }
+    Ok(count)
+}
+
+/// The first of `vars` that is set, as an integer.
+fn env_int(vars: &[&str]) -> Option<i32> {
+    vars.iter().find_map(|v| std::env::var(v).ok()).and_then(|s| s.trim().parse().ok())
 }
 
 // ---- data -------------------------------------------------------------------
@@ -402,6 +437,15 @@ struct Case {
     count: usize,
     input: Buf,
     output: Buf,
+    /// On a GPU backend: device copies of `input` and `output`, which the
+    /// operations use; the host buffers only stage data and checks.
+    dev: Option<(cuda::DeviceBuffer, cuda::DeviceBuffer)>,
+}
+
+fn bytes_of(b: &mut Buf) -> &mut [u8] {
+    let len = b.0.len() * 8;
+    // SAFETY: a Vec<u64> of `len / 8` elements is `len` initialized bytes.
+    unsafe { std::slice::from_raw_parts_mut(b.ptr(), len) }
 }
 
 impl Case {
@@ -418,20 +462,66 @@ impl Case {
         // In place: one allocation holds both (the larger one).
         let output = if in_place { Buf::new(0) } else { Buf::new(out_elems * es) };
         let input = if in_place { Buf::new(in_elems.max(out_elems) * es) } else { input };
-        Case { coll, dt, red, in_place, rank, n, root, count, input, output }
+        Case { coll, dt, red, in_place, rank, n, root, count, input, output, dev: None }
+    }
+
+    /// Allocates device copies of the buffers (same sizes) on `device`.
+    fn on_device(mut self, device: &Arc<cuda::Device>) -> torchcomm::error::Result<Case> {
+        let i = cuda::DeviceBuffer::zeroed(device, self.input.0.len() * 8)?;
+        let o = cuda::DeviceBuffer::zeroed(device, self.output.0.len() * 8)?;
+        self.dev = Some((i, o));
+        Ok(self)
+    }
+
+    /// Host data to the device buffers (both: the output holds sentinels).
+    fn upload(&mut self) -> torchcomm::error::Result<()> {
+        if let Some((di, dout)) = &self.dev {
+            cuda::copy_to_device(di.ptr(), bytes_of(&mut self.input))?;
+            cuda::copy_to_device(dout.ptr(), bytes_of(&mut self.output))?;
+        }
+        Ok(())
+    }
+
+    /// The device's result back into the host buffer that holds the output.
+    fn download(&mut self) -> torchcomm::error::Result<()> {
+        if let Some((di, dout)) = &self.dev {
+            if self.in_place {
+                cuda::copy_to_host(bytes_of(&mut self.input), di.ptr())?;
+            } else {
+                cuda::copy_to_host(bytes_of(&mut self.output), dout.ptr())?;
+            }
+        }
+        Ok(())
     }
 
     fn reduce_op(&self) -> ReduceOp {
         ReduceOp { kind: self.red, factor: PremulFactor::Host(1.0) }
     }
 
-    /// (where this rank's input starts, where its output starts)
+    /// (where this rank's input starts, where its output starts) in the
+    /// host buffers.
     fn ptrs(&mut self) -> (*mut u8, *mut u8) {
+        let (i, o) = (self.input.ptr(), self.output.ptr());
+        self.ptrs_in(i, o)
+    }
+
+    /// The same in the buffers the operations use (device ones on a GPU).
+    fn op_ptrs(&mut self) -> (*mut u8, *mut u8) {
+        match &self.dev {
+            Some((i, o)) => {
+                let (i, o) = (i.ptr() as *mut u8, o.ptr() as *mut u8);
+                self.ptrs_in(i, o)
+            }
+            None => self.ptrs(),
+        }
+    }
+
+    fn ptrs_in(&self, input: *mut u8, output: *mut u8) -> (*mut u8, *mut u8) {
         let es = self.dt.size();
         if !self.in_place {
-            return (self.input.ptr(), self.output.ptr());
+            return (input, output);
         }
-        let base = self.input.ptr();
+        let base = input;
         match self.coll {
             // The rank's block of the gathered output is its input.
             Coll::AllGather => (unsafe { base.add(self.rank * self.count * es) }, base),
@@ -442,7 +532,7 @@ impl Case {
     }
 
     fn op(&mut self) -> Op {
-        let (inp, out) = self.ptrs();
+        let (inp, out) = self.op_ptrs();
         let (inp, out) = (Ptr(inp as *mut _), Ptr(out as *mut _));
         let (count, dtype, root) = (self.count, self.dt, self.root as i32);
         let es = dtype.size();
@@ -525,10 +615,12 @@ impl Case {
             let v = self.v(self.rank, i, seed);
             unsafe { put(dt, inp, i, v) };
         }
+        self.upload().unwrap_or_else(|e| die("copying the input to the device", e));
     }
 
     /// Number of wrong elements of this rank's result.
     fn check(&mut self, seed: usize) -> u64 {
+        self.download().unwrap_or_else(|e| die("copying the result from the device", e));
         let (n, me, c, root, dt, red) = (self.n, self.rank, self.count, self.root, self.dt, self.red);
         let (_, out) = self.ptrs();
         let out = out as *const u8;
@@ -607,36 +699,98 @@ fn die(what: &str, e: torchcomm::error::Error) -> ! {
     exit(1)
 }
 
+/// The benchmark's CUDA state on a GPU backend: its device, its stream and
+/// the timing events around the timed loop.
+struct Gpu {
+    device: Arc<cuda::Device>,
+    stream: cuda::Stream,
+    start: cuda::TimingEvent,
+    end: cuda::TimingEvent,
+    /// One float64 for the reductions of the figures over ranks.
+    scratch: cuda::DeviceBuffer,
+}
+
+impl Gpu {
+    fn new(ordinal: i32) -> torchcomm::error::Result<Gpu> {
+        let device = cuda::Device::open(ordinal)?;
+        let stream = cuda::Stream::new(&device, 0)?;
+        let start = cuda::TimingEvent::new(&device)?;
+        let end = cuda::TimingEvent::new(&device)?;
+        let scratch = cuda::DeviceBuffer::zeroed(&device, 8)?;
+        Ok(Gpu { device, stream, start, end, scratch })
+    }
+}
+
+/// One measurement: per call, mean over ranks.
+struct Figures {
+    /// The reported time (us): device time on a GPU, elapsed on the host,
+    /// host issuing time with -C.
+    time: f64,
+    /// Host time spent issuing (us per call).
+    host: f64,
+    /// Device time from CUDA events (us per call); GPU backends only.
+    device: Option<f64>,
+    wrong: Option<u64>,
+}
+
 struct Bench {
     comm: Arc<Comm>,
     args: Args,
     n: usize,
     seed: usize,
+    gpu: Option<Gpu>,
 }
 
 impl Bench {
+    fn stream(&self) -> *mut std::ffi::c_void {
+        self.gpu.as_ref().map_or(std::ptr::null_mut(), |g| g.stream.raw() as *mut _)
+    }
+
     fn submit(&self, op: Op, async_op: bool) -> Arc<dyn Work> {
-        let opts = OpOptions { async_op, ..Default::default() };
+        let opts = OpOptions { async_op, stream: self.stream(), ..Default::default() };
         self.comm.submit(op, &opts).unwrap_or_else(|e| die("operation failed", e))
+    }
+
+    /// Waits for everything on the benchmark's stream (GPU backends).
+    fn sync(&self) {
+        if let Some(g) = &self.gpu {
+            cuda::stream_synchronize(g.stream.raw()).unwrap_or_else(|e| die("synchronizing the stream", e));
+        }
     }
 
     fn barrier(&self) {
         self.submit(Op::Barrier, false);
+        self.sync();
     }
 
     /// Sum over ranks of `v` (float64 all-reduce).
     fn sum_over_ranks(&self, v: f64) -> f64 {
         let mut x = [v];
-        let op = Op::AllReduce { buf: Ptr(x.as_mut_ptr() as *mut _), count: 1, dtype: DType::F64, op: ReduceOp::SUM };
+        let buf = match &self.gpu {
+            Some(g) => {
+                cuda::copy_to_device(g.scratch.ptr(), &v.to_ne_bytes()).unwrap_or_else(|e| die("copy to the device", e));
+                g.scratch.ptr()
+            }
+            None => x.as_mut_ptr() as *mut _,
+        };
+        let op = Op::AllReduce { buf: Ptr(buf), count: 1, dtype: DType::F64, op: ReduceOp::SUM };
         self.submit(op, false);
+        if let Some(g) = &self.gpu {
+            self.sync();
+            let mut b = [0u8; 8];
+            cuda::copy_to_host(&mut b, g.scratch.ptr()).unwrap_or_else(|e| die("copy from the device", e));
+            x[0] = f64::from_ne_bytes(b);
+        }
         x[0]
     }
 
-    /// Runs warm-up and timed iterations, then a checked run; returns (mean
-    /// time in us over ranks, wrong elements over ranks).
-    fn measure(&mut self, case: &mut Case) -> (f64, Option<u64>) {
+    /// Runs warm-up and timed iterations, then a checked run.
+    fn measure(&mut self, case: &mut Case) -> Figures {
+        if self.gpu.is_some() {
+            return self.measure_gpu(case);
+        }
         let a = &self.args;
-        let (iters, warmup, async_op, blocking, cpu_time, check) = (a.iters, a.warmup, a.async_op, a.blocking, a.cpu_time, a.check);
+        let (iters, warmup, async_op, blocking, cpu_time) = (a.iters, a.warmup, a.async_op, a.blocking, a.cpu_time);
         self.seed += 1;
         case.fill(self.seed);
         for _ in 0..warmup {
@@ -663,27 +817,124 @@ impl Bench {
         }
         let elapsed = if cpu_time { issued } else { start.elapsed() };
         let us = elapsed.as_secs_f64() * 1e6 / iters as f64;
-        let mean = self.sum_over_ranks(us) / self.n as f64;
-        let wrong = if check {
-            self.seed += 1;
-            case.fill(self.seed);
-            self.submit(case.op(), false);
-            let w = case.check(self.seed);
-            Some(self.sum_over_ranks(w as f64) as u64)
+        let time = self.sum_over_ranks(us) / self.n as f64;
+        let host = self.sum_over_ranks(issued.as_secs_f64() * 1e6 / iters as f64) / self.n as f64;
+        let wrong = self.checked_run(case);
+        Figures { time, host, device: None, wrong }
+    }
+
+    /// A run on fresh data, every element checked (unless -c 0): wrong
+    /// elements over ranks.
+    fn checked_run(&mut self, case: &mut Case) -> Option<u64> {
+        if !self.args.check {
+            return None;
+        }
+        self.seed += 1;
+        case.fill(self.seed);
+        self.submit(case.op(), false);
+        self.sync();
+        let w = case.check(self.seed);
+        Some(self.sum_over_ranks(w as f64) as u64)
+    }
+
+    /// The GPU path: every call on the benchmark's stream, device time from
+    /// events recorded there around the timed loop; host time of the loop
+    /// alone. With -G the loop is captured once and the graph replayed.
+    fn measure_gpu(&mut self, case: &mut Case) -> Figures {
+        let a = &self.args;
+        let (iters, warmup, async_op, blocking, cpu_time, graphs) = (a.iters, a.warmup, a.async_op, a.blocking, a.cpu_time, a.graphs);
+        let gpu = self.gpu.as_ref().expect("GPU state");
+        let s = gpu.stream.raw();
+        self.seed += 1;
+        case.fill(self.seed);
+        let mut works = Vec::with_capacity(iters.max(warmup));
+        for _ in 0..warmup {
+            works.push(self.submit(case.op(), async_op));
+        }
+        for w in works.drain(..) {
+            w.wait(s as *mut _).unwrap_or_else(|e| die("warm-up", e));
+        }
+        self.sync();
+        let ops: Vec<Op> = (0..iters).map(|_| case.op()).collect();
+        let gpu = self.gpu.as_ref().expect("GPU state");
+        let (issued, calls) = if graphs > 0 {
+            cuda::begin_capture(s).unwrap_or_else(|e| die("starting the graph capture", e));
+            for op in ops {
+                // Captured work joins the capturing stream: nothing to wait for.
+                self.submit(op, async_op);
+            }
+            let graph = cuda::GraphExec::end_capture(&gpu.device, s).unwrap_or_else(|e| die("capturing the graph", e));
+            // One untimed replay (uploads the graph).
+            graph.launch(s).unwrap_or_else(|e| die("replaying the graph", e));
+            self.barrier();
+            gpu.start.record(s).unwrap_or_else(|e| die("recording an event", e));
+            let t0 = Instant::now();
+            for _ in 0..graphs {
+                graph.launch(s).unwrap_or_else(|e| die("replaying the graph", e));
+            }
+            let issued = t0.elapsed();
+            gpu.end.record(s).unwrap_or_else(|e| die("recording an event", e));
+            gpu.end.synchronize().unwrap_or_else(|e| die("waiting for the replays", e));
+            (issued, iters * graphs)
         } else {
-            None
+            self.barrier();
+            gpu.start.record(s).unwrap_or_else(|e| die("recording an event", e));
+            let t0 = Instant::now();
+            for op in ops {
+                let w = self.submit(op, async_op);
+                if blocking {
+                    if async_op {
+                        w.wait_blocking().unwrap_or_else(|e| die("operation failed", e));
+                    } else {
+                        cuda::stream_synchronize(s).unwrap_or_else(|e| die("synchronizing the stream", e));
+                    }
+                } else if async_op {
+                    works.push(w);
+                }
+            }
+            let issued = t0.elapsed();
+            // async_op = 1 ran on the comm's stream: ours waits for it.
+            for w in works.drain(..) {
+                w.wait(s as *mut _).unwrap_or_else(|e| die("operation failed", e));
+            }
+            gpu.end.record(s).unwrap_or_else(|e| die("recording an event", e));
+            gpu.end.synchronize().unwrap_or_else(|e| die("waiting for the stream", e));
+            (issued, iters)
         };
-        (mean, wrong)
+        let ms = gpu.start.elapsed_ms(&gpu.end).unwrap_or_else(|e| die("reading the events", e));
+        let host = issued.as_secs_f64() * 1e6 / calls as f64;
+        let device = ms as f64 * 1e3 / calls as f64;
+        let n = self.n as f64;
+        let host = self.sum_over_ranks(host) / n;
+        let device = self.sum_over_ranks(device) / n;
+        let wrong = self.checked_run(case);
+        Figures { time: if cpu_time { host } else { device }, host, device: Some(device), wrong }
     }
 }
 
 fn main() {
     let args = parse_args();
-    let device = if args.backend == "gloo" { Device::Cpu } else { Device::Cuda(None) };
-    if device != Device::Cpu {
-        eprintln!("tc-perf: backend {:?}: only host-memory backends (gloo) are benchmarked so far", args.backend);
-        exit(2);
-    }
+    // On nccl: this process's device (local rank modulo the visible
+    // devices, as the backend picks it), its stream and events.
+    let (device, gpu) = if args.backend == "nccl" {
+        let count = gpu_usable().unwrap_or_else(|e| {
+            eprintln!(
+                "tc-perf: -B nccl: TC_ERR_UNAVAILABLE ({}): {}",
+                e.kind.describe().trim_end_matches('\0'),
+                e.message
+            );
+            exit(1)
+        });
+        let local = env_int(&torchcomm::bootstrap::LOCAL_RANK_VARS)
+            .or_else(|| env_int(&torchcomm::bootstrap::RANK_VARS))
+            .unwrap_or(0)
+            .max(0);
+        let ordinal = local % count;
+        let gpu = Gpu::new(ordinal).unwrap_or_else(|e| die(&format!("setting up CUDA device {ordinal}"), e));
+        (Device::Cuda(Some(ordinal as u32)), Some(gpu))
+    } else {
+        (Device::Cpu, None)
+    };
     let opts = CommOptions { name: Some("tc-perf".into()), ..Default::default() };
     let comm = Comm::new(&args.backend, device, opts).unwrap_or_else(|e| die("creating the communicator", e));
     let rank = comm.rank() as usize;
@@ -705,7 +956,8 @@ fn main() {
                     exit(2)
                 });
             if new {
-                writeln!(f, "system,op,nranks,size,count,type,redop,root,placement,time_us,algbw_gbs,busbw_gbs,wrong").unwrap();
+                writeln!(f, "system,op,nranks,size,count,type,redop,root,placement,time_us,algbw_gbs,busbw_gbs,wrong,host_us,device_us")
+                    .unwrap();
             }
             f
         })
@@ -713,10 +965,21 @@ fn main() {
         None
     };
     let coll = args.coll;
-    let mode = match (args.async_op, args.blocking) {
-        (false, _) => "blocking calls (async_op=0)",
-        (true, false) => "async_op=1, one wait after the loop",
-        (true, true) => "async_op=1, wait after each",
+    let mode = match (gpu.is_some(), args.async_op, args.blocking) {
+        (false, false, _) => "blocking calls (async_op=0)".to_string(),
+        (false, true, false) => "async_op=1, one wait after the loop".to_string(),
+        (false, true, true) => "async_op=1, wait after each".to_string(),
+        (true, a, z) => format!(
+            "CUDA device {}, async_op={}{}{}, time = {}",
+            match device {
+                Device::Cuda(Some(i)) => i as i64,
+                _ => -1,
+            },
+            a as u8,
+            if z { ", stream synchronized after each call" } else { "" },
+            if args.graphs > 0 { format!(", CUDA graph of the loop replayed {} times", args.graphs) } else { String::new() },
+            if args.cpu_time { "host time issuing per call (-C)" } else { "device time per call (CUDA events)" }
+        ),
     };
     if rank == 0 {
         println!(
@@ -729,7 +992,7 @@ fn main() {
             args.warmup,
             args.check as u8,
             mode,
-            if args.cpu_time { ", time = host time issuing (-C)" } else { "" }
+            if args.cpu_time && device == Device::Cpu { ", time = host time issuing (-C)" } else { "" }
         );
         println!("#");
         println!(
@@ -745,7 +1008,7 @@ fn main() {
             "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", ""
         );
     }
-    let mut bench = Bench { comm: comm.clone(), args, n, seed: 0 };
+    let mut bench = Bench { comm: comm.clone(), args, n, seed: 0, gpu };
     let mut busbw_sum = 0.0;
     let mut busbw_count = 0usize;
     let mut wrong_total = 0u64;
@@ -793,7 +1056,11 @@ fn main() {
                         continue;
                     }
                     let mut case = Case::new(coll, dt, red, in_place, rank, n, bench.args.root as usize, count);
-                    let (us, wrong) = bench.measure(&mut case);
+                    if let Some(g) = &bench.gpu {
+                        case = case.on_device(&g.device).unwrap_or_else(|e| die("allocating device buffers", e));
+                    }
+                    let fig = bench.measure(&mut case);
+                    let (us, wrong) = (fig.time, fig.wrong);
                     let algbw = bytes as f64 / (us * 1e-6) / 1e9;
                     let busbw = algbw * coll.bus_factor(n);
                     if coll != Coll::Barrier {
@@ -806,10 +1073,12 @@ fn main() {
                     if let Some(f) = csv.as_mut() {
                         writeln!(
                             f,
-                            "{label},{},{n},{bytes},{total_count},{type_name},{redname},{root},{},{us:.3},{algbw:.6},{busbw:.6},{}",
+                            "{label},{},{n},{bytes},{total_count},{type_name},{redname},{root},{},{us:.3},{algbw:.6},{busbw:.6},{},{:.3},{}",
                             coll.name(),
                             if in_place { "in-place" } else { "out-of-place" },
-                            wrong.map_or(-1i64, |w| w as i64)
+                            wrong.map_or(-1i64, |w| w as i64),
+                            fig.host,
+                            fig.device.map_or(String::new(), |d| format!("{d:.3}"))
                         )
                         .unwrap_or_else(|e| {
                             eprintln!("tc-perf: writing the CSV: {e}");
