@@ -1,52 +1,168 @@
-//! A small safe layer over the CUDA driver API (cudarc's `sys` bindings,
-//! loaded at run time): availability, devices and their primary contexts,
-//! streams, pooled events, capture status, pointer kinds, pinned host memory
-//! and asynchronous copies.
+//! A small safe layer over the CUDA driver API, loaded at run time:
+//! availability, devices and their primary contexts, streams, pooled events,
+//! capture status, pointer kinds, pinned host memory and asynchronous copies.
 //!
-//! cudarc loads `libcuda` lazily and panics when it or a symbol is missing;
-//! formatting a CUDA error also calls into the library. So [`available`]
-//! checks for the library first and every other function here is only
-//! reached after it succeeded. (A panic that still escapes is caught at the
-//! C boundary.)
+//! cudarc finds and loads `libcuda` (its `culib`) and provides the handle
+//! and enum types, but its `sys` functions are not called: they return
+//! `CUresult`, a Rust enum listing the codes of the CUDA version the
+//! bindings were generated for (13.0), and a driver newer than that may
+//! return a code the enum lacks — receiving one is undefined behaviour, not
+//! an error. The entry points used here are resolved from cudarc's library
+//! handle into [`drv`] and declared with a plain `i32` result (and plain
+//! integers for enum out-parameters), so any code the driver returns is a
+//! value we can print. Enum *arguments* are only ever built from known
+//! constants. An entry point the driver lacks yields [`MISSING_ENTRY_POINT`]
+//! instead of cudarc's panic.
+//!
+//! [`available`] checks for the library first; every other function here
+//! fails cleanly (CUDA_ERROR_NOT_INITIALIZED) when it did not succeed.
 
 // Stream, event and comm handles are opaque: passed to the driver or NCCL,
 // never dereferenced here.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use crate::error::{Error, ErrorKind, Result};
-use cudarc::driver::sys::{self, CUcontext, CUdevice, CUevent, CUresult, CUstream};
+use cudarc::driver::sys::{self, CUcontext, CUdevice, CUevent, CUstream};
 use std::ffi::{c_void, CStr};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// A CUDA stream handle as passed through the C API (NULL: legacy default).
 pub type RawStream = CUstream;
 
+/// A driver result code as the driver returns it (a C enum, int-sized).
+pub type CuResult = i32;
+
+pub const CUDA_SUCCESS: CuResult = 0;
+pub const CUDA_ERROR_INVALID_VALUE: CuResult = 1;
+pub const CUDA_ERROR_NOT_INITIALIZED: CuResult = 3;
+pub const CUDA_ERROR_STUB_LIBRARY: CuResult = 34;
+pub const CUDA_ERROR_NO_DEVICE: CuResult = 100;
+pub const CUDA_ERROR_INVALID_DEVICE: CuResult = 101;
+pub const CUDA_ERROR_NOT_READY: CuResult = 600;
+pub const CUDA_ERROR_SYSTEM_DRIVER_MISMATCH: CuResult = 803;
+/// Ours, not CUDA's: the loaded driver does not export the entry point.
+pub const MISSING_ENTRY_POINT: CuResult = -1;
+
+/// The driver entry points, as `drv::cuX(...) -> CuResult` functions over a
+/// table resolved once from cudarc's library handle. Each is `None` when the
+/// driver lacks it; calling it then returns [`MISSING_ENTRY_POINT`], and
+/// calling anything before [`available`] loaded the table returns
+/// CUDA_ERROR_NOT_INITIALIZED.
+macro_rules! driver_api {
+    ($( fn $name:ident ( $($arg:ident : $ty:ty),* ); )*) => {
+        #[allow(non_snake_case)]
+        pub(crate) mod drv {
+            use super::*;
+            use cudarc::driver::sys::*;
+            use std::ffi::{c_char, c_int, c_uint, c_ulonglong};
+
+            pub(crate) struct Table {
+                $( $name: Option<unsafe extern "C" fn($($ty),*) -> CuResult>, )*
+            }
+
+            pub(crate) static TABLE: OnceLock<Table> = OnceLock::new();
+
+            /// # Safety
+            /// `lib` must be the CUDA driver library.
+            pub(crate) unsafe fn resolve(lib: &'static libloading::Library) -> Table {
+                Table {
+                    $( $name: lib
+                        .get::<unsafe extern "C" fn($($ty),*) -> CuResult>(concat!(stringify!($name), "\0").as_bytes())
+                        .ok()
+                        .map(|f| *f), )*
+                }
+            }
+
+            $(
+                /// The driver entry point of this name, with a plain int result.
+                ///
+                /// # Safety
+                /// As the CUDA driver API documents for it.
+                pub(crate) unsafe fn $name($($arg: $ty),*) -> CuResult {
+                    match TABLE.get() {
+                        Some(t) => match t.$name {
+                            Some(f) => f($($arg),*),
+                            None => MISSING_ENTRY_POINT,
+                        },
+                        None => CUDA_ERROR_NOT_INITIALIZED,
+                    }
+                }
+            )*
+        }
+    };
+}
+
+driver_api! {
+    fn cuGetErrorName(error: CuResult, p_str: *mut *const c_char);
+    fn cuInit(flags: c_uint);
+    fn cuDeviceGetCount(count: *mut c_int);
+    fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int);
+    fn cuDevicePrimaryCtxRetain(ctx: *mut CUcontext, dev: CUdevice);
+    fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice);
+    fn cuCtxGetCurrent(ctx: *mut CUcontext);
+    fn cuCtxSetCurrent(ctx: CUcontext);
+    fn cuCtxPushCurrent_v2(ctx: CUcontext);
+    fn cuCtxPopCurrent_v2(ctx: *mut CUcontext);
+    fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int);
+    fn cuStreamCreateWithPriority(stream: *mut CUstream, flags: c_uint, priority: c_int);
+    fn cuStreamDestroy_v2(stream: CUstream);
+    fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint);
+    fn cuStreamSynchronize(stream: CUstream);
+    // CUstreamCaptureStatus written as a plain integer.
+    fn cuStreamIsCapturing(stream: CUstream, status: *mut c_uint);
+    // CUstreamCaptureMode passed as a plain integer.
+    fn cuStreamBeginCapture_v2(stream: CUstream, mode: c_uint);
+    fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph);
+    fn cuGraphInstantiateWithFlags(exec: *mut CUgraphExec, graph: CUgraph, flags: c_ulonglong);
+    fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream);
+    fn cuGraphExecDestroy(exec: CUgraphExec);
+    fn cuGraphDestroy(graph: CUgraph);
+    // CUpointer_attribute passed as a plain integer.
+    fn cuPointerGetAttribute(data: *mut c_void, attribute: c_uint, ptr: CUdeviceptr);
+    fn cuMemAlloc_v2(ptr: *mut CUdeviceptr, bytes: usize);
+    fn cuMemFree_v2(ptr: CUdeviceptr);
+    fn cuMemsetD8_v2(ptr: CUdeviceptr, value: u8, n: usize);
+    fn cuMemHostAlloc(ptr: *mut *mut c_void, bytes: usize, flags: c_uint);
+    fn cuMemFreeHost(ptr: *mut c_void);
+    fn cuMemcpyAsync(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize, stream: CUstream);
+    fn cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, bytes: usize);
+    fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, bytes: usize);
+    fn cuLaunchHostFunc(stream: CUstream, f: CUhostFn, user_data: *mut c_void);
+    fn cuEventCreate(event: *mut CUevent, flags: c_uint);
+    fn cuEventDestroy_v2(event: CUevent);
+    fn cuEventRecord(event: CUevent, stream: CUstream);
+    fn cuEventQuery(event: CUevent);
+    fn cuEventSynchronize(event: CUevent);
+    fn cuEventElapsedTime_v2(ms: *mut f32, start: CUevent, end: CUevent);
+}
+
 /// The name CUDA gives an error code ("CUDA_ERROR_INVALID_VALUE"), or its
 /// number when the library does not know it.
-fn error_name(r: CUresult) -> String {
+fn error_name(r: CuResult) -> String {
+    if r == MISSING_ENTRY_POINT {
+        return "the loaded CUDA driver does not export this entry point (too old?)".into();
+    }
     let mut p: *const std::ffi::c_char = std::ptr::null();
-    // SAFETY: only called after a driver call returned `r`, so the library
-    // is loaded; cuGetErrorName writes a static string or fails.
-    let rc = unsafe { sys::cuGetErrorName(r, &mut p) };
-    if rc == CUresult::CUDA_SUCCESS && !p.is_null() {
+    // SAFETY: cuGetErrorName writes a static string or fails (any code may
+    // be passed: it takes a plain int here).
+    let rc = unsafe { drv::cuGetErrorName(r, &mut p) };
+    if rc == CUDA_SUCCESS && !p.is_null() {
         // SAFETY: a static NUL-terminated string owned by the driver.
         unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
     } else {
-        format!("CUDA error {}", r as i32)
+        format!("CUDA error {r}")
     }
 }
 
 /// Turns a driver result into `TC_ERR_CUDA` naming the call and the error
 /// (`TC_ERR_UNAVAILABLE` for a missing device or driver).
-pub fn check(r: CUresult, what: &str) -> Result<()> {
-    if r == CUresult::CUDA_SUCCESS {
+pub fn check(r: CuResult, what: &str) -> Result<()> {
+    if r == CUDA_SUCCESS {
         return Ok(());
     }
     let kind = match r {
-        CUresult::CUDA_ERROR_NO_DEVICE | CUresult::CUDA_ERROR_SYSTEM_DRIVER_MISMATCH | CUresult::CUDA_ERROR_STUB_LIBRARY => {
-            ErrorKind::Unavailable
-        }
-        CUresult::CUDA_ERROR_INVALID_DEVICE => ErrorKind::InvalidArgument,
+        CUDA_ERROR_NO_DEVICE | CUDA_ERROR_SYSTEM_DRIVER_MISMATCH | CUDA_ERROR_STUB_LIBRARY => ErrorKind::Unavailable,
+        CUDA_ERROR_INVALID_DEVICE => ErrorKind::InvalidArgument,
         _ => ErrorKind::Cuda,
     };
     Err(Error::new(kind, format!("{what} failed: {}", error_name(r))))
@@ -65,15 +181,18 @@ pub fn available() -> Result<()> {
                      names on the loader's path): no NVIDIA driver on this machine",
                 ));
             }
-            let init = std::panic::catch_unwind(|| {
-                // SAFETY: the library is present; cuInit is its first call.
-                let r = unsafe { sys::cuInit(0) };
-                check(r, "cuInit")
-            });
-            match init {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => Err(Error::new(ErrorKind::Unavailable, format!("CUDA driver present but unusable: {}", e.message))),
-                Err(_) => Err(Error::unavailable("the CUDA driver library lacks cuInit (not a usable libcuda)")),
+            // SAFETY: the library is present (cudarc's loader found it).
+            let lib = match std::panic::catch_unwind(|| unsafe { sys::culib() }) {
+                Ok(lib) => lib,
+                Err(_) => return Err(Error::unavailable("the CUDA driver library could not be loaded")),
+            };
+            // SAFETY: `lib` is the driver library, never unloaded.
+            drv::TABLE.get_or_init(|| unsafe { drv::resolve(lib) });
+            // SAFETY: cuInit is the driver's first call.
+            match unsafe { drv::cuInit(0) } {
+                MISSING_ENTRY_POINT => Err(Error::unavailable("the CUDA driver library lacks cuInit (not a usable libcuda)")),
+                r => check(r, "cuInit")
+                    .map_err(|e| Error::new(ErrorKind::Unavailable, format!("CUDA driver present but unusable: {}", e.message))),
             }
         })
         .clone()
@@ -84,7 +203,7 @@ pub fn device_count() -> Result<i32> {
     available()?;
     let mut n = 0;
     // SAFETY: the library is loaded; `n` is a valid out-pointer.
-    check(unsafe { sys::cuDeviceGetCount(&mut n) }, "cuDeviceGetCount")?;
+    check(unsafe { drv::cuDeviceGetCount(&mut n) }, "cuDeviceGetCount")?;
     Ok(n)
 }
 
@@ -106,9 +225,9 @@ impl Device {
         available()?;
         let mut dev: CUdevice = 0;
         // SAFETY: valid out-pointers; the library is loaded.
-        check(unsafe { sys::cuDeviceGet(&mut dev, ordinal) }, &format!("cuDeviceGet({ordinal})"))?;
+        check(unsafe { drv::cuDeviceGet(&mut dev, ordinal) }, &format!("cuDeviceGet({ordinal})"))?;
         let mut ctx: CUcontext = std::ptr::null_mut();
-        check(unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, dev) }, "cuDevicePrimaryCtxRetain")?;
+        check(unsafe { drv::cuDevicePrimaryCtxRetain(&mut ctx, dev) }, "cuDevicePrimaryCtxRetain")?;
         Ok(Arc::new(Device { ordinal, dev, ctx }))
     }
 
@@ -118,12 +237,12 @@ impl Device {
     pub fn scoped(&self) -> Result<CtxGuard> {
         let mut cur: CUcontext = std::ptr::null_mut();
         // SAFETY: valid out-pointer.
-        check(unsafe { sys::cuCtxGetCurrent(&mut cur) }, "cuCtxGetCurrent")?;
+        check(unsafe { drv::cuCtxGetCurrent(&mut cur) }, "cuCtxGetCurrent")?;
         if cur == self.ctx {
             return Ok(CtxGuard { pushed: false });
         }
         // SAFETY: the context is retained for as long as `self` lives.
-        check(unsafe { sys::cuCtxPushCurrent_v2(self.ctx) }, "cuCtxPushCurrent")?;
+        check(unsafe { drv::cuCtxPushCurrent_v2(self.ctx) }, "cuCtxPushCurrent")?;
         Ok(CtxGuard { pushed: true })
     }
 
@@ -131,7 +250,7 @@ impl Device {
     /// library owns, or where the caller expects the runtime's behaviour).
     pub fn make_current(&self) -> Result<()> {
         // SAFETY: the context is retained.
-        check(unsafe { sys::cuCtxSetCurrent(self.ctx) }, "cuCtxSetCurrent")
+        check(unsafe { drv::cuCtxSetCurrent(self.ctx) }, "cuCtxSetCurrent")
     }
 
     /// (least, greatest) stream priority; greatest is the numerically lowest.
@@ -139,7 +258,7 @@ impl Device {
         let _g = self.scoped()?;
         let (mut least, mut greatest) = (0, 0);
         // SAFETY: valid out-pointers, context current.
-        check(unsafe { sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest) }, "cuCtxGetStreamPriorityRange")?;
+        check(unsafe { drv::cuCtxGetStreamPriorityRange(&mut least, &mut greatest) }, "cuCtxGetStreamPriorityRange")?;
         Ok((least, greatest))
     }
 }
@@ -147,7 +266,7 @@ impl Device {
 impl Drop for Device {
     fn drop(&mut self) {
         // SAFETY: balances the retain in `open`.
-        let _ = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.dev) };
+        let _ = unsafe { drv::cuDevicePrimaryCtxRelease_v2(self.dev) };
     }
 }
 
@@ -161,7 +280,7 @@ impl Drop for CtxGuard {
         if self.pushed {
             let mut old: CUcontext = std::ptr::null_mut();
             // SAFETY: pops the context pushed by `Device::scoped`.
-            let _ = unsafe { sys::cuCtxPopCurrent_v2(&mut old) };
+            let _ = unsafe { drv::cuCtxPopCurrent_v2(&mut old) };
         }
     }
 }
@@ -183,7 +302,7 @@ impl Stream {
         let mut raw: CUstream = std::ptr::null_mut();
         let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
         // SAFETY: valid out-pointer, context current.
-        check(unsafe { sys::cuStreamCreateWithPriority(&mut raw, flags, priority) }, "cuStreamCreateWithPriority")?;
+        check(unsafe { drv::cuStreamCreateWithPriority(&mut raw, flags, priority) }, "cuStreamCreateWithPriority")?;
         Ok(Stream { raw, device: device.clone() })
     }
 
@@ -196,7 +315,7 @@ impl Drop for Stream {
     fn drop(&mut self) {
         if let Ok(_g) = self.device.scoped() {
             // SAFETY: created by `new`, destroyed once.
-            let _ = unsafe { sys::cuStreamDestroy_v2(self.raw) };
+            let _ = unsafe { drv::cuStreamDestroy_v2(self.raw) };
         }
     }
 }
@@ -205,7 +324,7 @@ impl Drop for Stream {
 /// without blocking the host.
 pub fn stream_wait_event(stream: CUstream, event: &Event) -> Result<()> {
     // SAFETY: the event is alive; the stream is the caller's responsibility.
-    check(unsafe { sys::cuStreamWaitEvent(stream, event.raw, 0) }, "cuStreamWaitEvent")
+    check(unsafe { drv::cuStreamWaitEvent(stream, event.raw, 0) }, "cuStreamWaitEvent")
 }
 
 /// Capture state of a stream (CUDA graphs).
@@ -219,12 +338,13 @@ pub enum Capture {
 }
 
 pub fn capture_status(stream: CUstream) -> Result<Capture> {
-    let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    // SAFETY: valid out-pointer.
-    check(unsafe { sys::cuStreamIsCapturing(stream, &mut st) }, "cuStreamIsCapturing")?;
+    let mut st: u32 = 0;
+    // SAFETY: valid out-pointer (the status enum is int-sized).
+    check(unsafe { drv::cuStreamIsCapturing(stream, &mut st) }, "cuStreamIsCapturing")?;
     Ok(match st {
-        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => Capture::None,
-        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => Capture::Active,
+        x if x == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE as u32 => Capture::None,
+        x if x == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE as u32 => Capture::Active,
+        // INVALIDATED, or a status newer than the bindings: not usable.
         _ => Capture::Invalidated,
     })
 }
@@ -243,8 +363,8 @@ pub fn memory_type(ptr: *const c_void) -> Result<MemoryType> {
     let mut t: u32 = 0;
     let attr = sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
     // SAFETY: the attribute is a 32-bit value; `ptr` is only inspected.
-    let r = unsafe { sys::cuPointerGetAttribute(&mut t as *mut u32 as *mut c_void, attr, ptr as sys::CUdeviceptr) };
-    if r == CUresult::CUDA_ERROR_INVALID_VALUE {
+    let r = unsafe { drv::cuPointerGetAttribute(&mut t as *mut u32 as *mut c_void, attr as u32, ptr as sys::CUdeviceptr) };
+    if r == CUDA_ERROR_INVALID_VALUE {
         return Ok(MemoryType::Host); // memory CUDA never saw
     }
     check(r, "cuPointerGetAttribute(MEMORY_TYPE)")?;
@@ -263,7 +383,7 @@ pub fn memcpy_async(dst: *mut c_void, src: *const c_void, bytes: usize, stream: 
     // SAFETY: the caller guarantees both ranges are valid until the stream
     // reaches the copy.
     check(
-        unsafe { sys::cuMemcpyAsync(dst as sys::CUdeviceptr, src as sys::CUdeviceptr, bytes, stream) },
+        unsafe { drv::cuMemcpyAsync(dst as sys::CUdeviceptr, src as sys::CUdeviceptr, bytes, stream) },
         "cuMemcpyAsync",
     )
 }
@@ -284,10 +404,10 @@ impl DeviceBuffer {
         let _g = device.scoped()?;
         let mut ptr: sys::CUdeviceptr = 0;
         // SAFETY: valid out-pointer, context current.
-        check(unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes.max(1)) }, "cuMemAlloc")?;
+        check(unsafe { drv::cuMemAlloc_v2(&mut ptr, bytes.max(1)) }, "cuMemAlloc")?;
         let buf = DeviceBuffer { ptr, bytes, device: device.clone() };
         // SAFETY: `ptr` holds at least `bytes` bytes.
-        check(unsafe { sys::cuMemsetD8_v2(ptr, 0, bytes.max(1)) }, "cuMemsetD8")?;
+        check(unsafe { drv::cuMemsetD8_v2(ptr, 0, bytes.max(1)) }, "cuMemsetD8")?;
         Ok(buf)
     }
     pub fn ptr(&self) -> *mut c_void {
@@ -299,7 +419,7 @@ impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         if let Ok(_g) = self.device.scoped() {
             // SAFETY: allocated by `zeroed`, freed once.
-            let _ = unsafe { sys::cuMemFree_v2(self.ptr) };
+            let _ = unsafe { drv::cuMemFree_v2(self.ptr) };
         }
     }
 }
@@ -319,7 +439,7 @@ impl PinnedBuffer {
         let _g = device.scoped()?;
         let mut ptr: *mut c_void = std::ptr::null_mut();
         // SAFETY: valid out-pointer, context current; flags 0 = portable off.
-        check(unsafe { sys::cuMemHostAlloc(&mut ptr, bytes.max(1), 0) }, "cuMemHostAlloc")?;
+        check(unsafe { drv::cuMemHostAlloc(&mut ptr, bytes.max(1), 0) }, "cuMemHostAlloc")?;
         Ok(PinnedBuffer { ptr, bytes, device: device.clone() })
     }
     pub fn ptr(&self) -> *mut c_void {
@@ -331,7 +451,7 @@ impl Drop for PinnedBuffer {
     fn drop(&mut self) {
         if let Ok(_g) = self.device.scoped() {
             // SAFETY: allocated by `new`, freed once.
-            let _ = unsafe { sys::cuMemFreeHost(self.ptr) };
+            let _ = unsafe { drv::cuMemFreeHost(self.ptr) };
         }
     }
 }
@@ -343,7 +463,7 @@ pub type HostFn = unsafe extern "C" fn(user_data: *mut c_void);
 /// `f` must not call CUDA.
 pub fn launch_host_func(stream: CUstream, f: HostFn, user_data: *mut c_void) -> Result<()> {
     // SAFETY: the caller keeps `user_data` valid until `f` ran.
-    check(unsafe { sys::cuLaunchHostFunc(stream, Some(f), user_data) }, "cuLaunchHostFunc")
+    check(unsafe { drv::cuLaunchHostFunc(stream, Some(f), user_data) }, "cuLaunchHostFunc")
 }
 
 /// Events created with timing disabled, reused across operations so that
@@ -372,7 +492,7 @@ impl EventPool {
                 let mut raw: CUevent = std::ptr::null_mut();
                 let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
                 // SAFETY: valid out-pointer.
-                check(unsafe { sys::cuEventCreate(&mut raw, flags) }, "cuEventCreate")?;
+                check(unsafe { drv::cuEventCreate(&mut raw, flags) }, "cuEventCreate")?;
                 raw
             }
         };
@@ -386,7 +506,7 @@ impl Drop for EventPool {
         if let Ok(_g) = self.device.scoped() {
             for raw in free {
                 // SAFETY: each pooled event is destroyed once, here.
-                let _ = unsafe { sys::cuEventDestroy_v2(raw as CUevent) };
+                let _ = unsafe { drv::cuEventDestroy_v2(raw as CUevent) };
             }
         }
     }
@@ -404,15 +524,15 @@ unsafe impl Sync for Event {}
 impl Event {
     pub fn record(&self, stream: CUstream) -> Result<()> {
         // SAFETY: the event is alive; the stream is the caller's.
-        check(unsafe { sys::cuEventRecord(self.raw, stream) }, "cuEventRecord")
+        check(unsafe { drv::cuEventRecord(self.raw, stream) }, "cuEventRecord")
     }
 
     /// True once all work captured by the latest record completed (or the
     /// event was never recorded). NOT_READY is not an error.
     pub fn query(&self) -> Result<bool> {
         // SAFETY: the event is alive.
-        let r = unsafe { sys::cuEventQuery(self.raw) };
-        if r == CUresult::CUDA_ERROR_NOT_READY {
+        let r = unsafe { drv::cuEventQuery(self.raw) };
+        if r == CUDA_ERROR_NOT_READY {
             return Ok(false);
         }
         check(r, "cuEventQuery").map(|()| true)
@@ -421,7 +541,7 @@ impl Event {
     /// Blocks the host until the event completed.
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: the event is alive.
-        check(unsafe { sys::cuEventSynchronize(self.raw) }, "cuEventSynchronize")
+        check(unsafe { drv::cuEventSynchronize(self.raw) }, "cuEventSynchronize")
     }
 
     pub fn raw(&self) -> CUevent {
@@ -443,7 +563,7 @@ impl Drop for Event {
 /// Blocks the host until everything enqueued on `stream` so far completed.
 pub fn stream_synchronize(stream: CUstream) -> Result<()> {
     // SAFETY: the stream is the caller's responsibility.
-    check(unsafe { sys::cuStreamSynchronize(stream) }, "cuStreamSynchronize")
+    check(unsafe { drv::cuStreamSynchronize(stream) }, "cuStreamSynchronize")
 }
 
 /// Synchronous copy of `src` (host memory) into device memory at `dst`.
@@ -453,7 +573,7 @@ pub fn copy_to_device(dst: *mut c_void, src: &[u8]) -> Result<()> {
     }
     // SAFETY: the caller guarantees `dst` holds `src.len()` bytes.
     check(
-        unsafe { sys::cuMemcpyHtoD_v2(dst as sys::CUdeviceptr, src.as_ptr() as *const c_void, src.len()) },
+        unsafe { drv::cuMemcpyHtoD_v2(dst as sys::CUdeviceptr, src.as_ptr() as *const c_void, src.len()) },
         "cuMemcpyHtoD",
     )
 }
@@ -465,7 +585,7 @@ pub fn copy_to_host(dst: &mut [u8], src: *const c_void) -> Result<()> {
     }
     // SAFETY: the caller guarantees `src` holds `dst.len()` bytes.
     check(
-        unsafe { sys::cuMemcpyDtoH_v2(dst.as_mut_ptr() as *mut c_void, src as sys::CUdeviceptr, dst.len()) },
+        unsafe { drv::cuMemcpyDtoH_v2(dst.as_mut_ptr() as *mut c_void, src as sys::CUdeviceptr, dst.len()) },
         "cuMemcpyDtoH",
     )
 }
@@ -486,18 +606,18 @@ impl TimingEvent {
         let mut raw: CUevent = std::ptr::null_mut();
         let flags = sys::CUevent_flags::CU_EVENT_DEFAULT as u32;
         // SAFETY: valid out-pointer, context current.
-        check(unsafe { sys::cuEventCreate(&mut raw, flags) }, "cuEventCreate")?;
+        check(unsafe { drv::cuEventCreate(&mut raw, flags) }, "cuEventCreate")?;
         Ok(TimingEvent { raw, device: device.clone() })
     }
 
     pub fn record(&self, stream: CUstream) -> Result<()> {
         // SAFETY: the event is alive; the stream is the caller's.
-        check(unsafe { sys::cuEventRecord(self.raw, stream) }, "cuEventRecord")
+        check(unsafe { drv::cuEventRecord(self.raw, stream) }, "cuEventRecord")
     }
 
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: the event is alive.
-        check(unsafe { sys::cuEventSynchronize(self.raw) }, "cuEventSynchronize")
+        check(unsafe { drv::cuEventSynchronize(self.raw) }, "cuEventSynchronize")
     }
 
     /// Milliseconds from `self` to `end` on the device; both recorded and
@@ -505,7 +625,7 @@ impl TimingEvent {
     pub fn elapsed_ms(&self, end: &TimingEvent) -> Result<f32> {
         let mut ms = 0f32;
         // SAFETY: valid out-pointer; both events alive.
-        check(unsafe { sys::cuEventElapsedTime_v2(&mut ms, self.raw, end.raw) }, "cuEventElapsedTime")?;
+        check(unsafe { drv::cuEventElapsedTime_v2(&mut ms, self.raw, end.raw) }, "cuEventElapsedTime")?;
         Ok(ms)
     }
 }
@@ -514,7 +634,7 @@ impl Drop for TimingEvent {
     fn drop(&mut self) {
         if let Ok(_g) = self.device.scoped() {
             // SAFETY: created by `new`, destroyed once.
-            let _ = unsafe { sys::cuEventDestroy_v2(self.raw) };
+            let _ = unsafe { drv::cuEventDestroy_v2(self.raw) };
         }
     }
 }
@@ -524,7 +644,7 @@ impl Drop for TimingEvent {
 pub fn begin_capture(stream: CUstream) -> Result<()> {
     let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
     // SAFETY: the stream is the caller's.
-    check(unsafe { sys::cuStreamBeginCapture_v2(stream, mode) }, "cuStreamBeginCapture")
+    check(unsafe { drv::cuStreamBeginCapture_v2(stream, mode as u32) }, "cuStreamBeginCapture")
 }
 
 /// An instantiated CUDA graph, destroyed (with its graph) on drop.
@@ -544,13 +664,13 @@ impl GraphExec {
         let _g = device.scoped()?;
         let mut graph: sys::CUgraph = std::ptr::null_mut();
         // SAFETY: valid out-pointer.
-        check(unsafe { sys::cuStreamEndCapture(stream, &mut graph) }, "cuStreamEndCapture")?;
+        check(unsafe { drv::cuStreamEndCapture(stream, &mut graph) }, "cuStreamEndCapture")?;
         let mut exec: sys::CUgraphExec = std::ptr::null_mut();
         // SAFETY: `graph` was just captured; valid out-pointer.
-        let r = unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) };
+        let r = unsafe { drv::cuGraphInstantiateWithFlags(&mut exec, graph, 0) };
         if let Err(e) = check(r, "cuGraphInstantiateWithFlags") {
             // SAFETY: destroyed once, here.
-            let _ = unsafe { sys::cuGraphDestroy(graph) };
+            let _ = unsafe { drv::cuGraphDestroy(graph) };
             return Err(e);
         }
         Ok(GraphExec { graph, exec, device: device.clone() })
@@ -559,7 +679,7 @@ impl GraphExec {
     /// Enqueues one replay of the graph on `stream`.
     pub fn launch(&self, stream: CUstream) -> Result<()> {
         // SAFETY: the graph is instantiated and alive.
-        check(unsafe { sys::cuGraphLaunch(self.exec, stream) }, "cuGraphLaunch")
+        check(unsafe { drv::cuGraphLaunch(self.exec, stream) }, "cuGraphLaunch")
     }
 }
 
@@ -568,8 +688,8 @@ impl Drop for GraphExec {
         if let Ok(_g) = self.device.scoped() {
             // SAFETY: created by `end_capture`, destroyed once.
             unsafe {
-                let _ = sys::cuGraphExecDestroy(self.exec);
-                let _ = sys::cuGraphDestroy(self.graph);
+                let _ = drv::cuGraphExecDestroy(self.exec);
+                let _ = drv::cuGraphDestroy(self.graph);
             }
         }
     }
@@ -578,6 +698,21 @@ impl Drop for GraphExec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unknown_result_codes_are_plain_numbers() {
+        // A code no CUDA version defines: with the `CUresult` enum this
+        // value could not even be received; here it is reported.
+        let e = check(987_654, "cuTest").expect_err("non-zero is an error");
+        assert_eq!(e.kind, ErrorKind::Cuda);
+        assert!(e.message.contains("cuTest failed") && e.message.contains("987654"), "{}", e.message);
+        let e = check(MISSING_ENTRY_POINT, "cuTest").expect_err("missing entry point");
+        assert!(e.message.contains("does not export"), "{}", e.message);
+        if available().is_err() {
+            // Without a driver the table is never loaded: calls fail cleanly.
+            assert_eq!(unsafe { drv::cuEventQuery(std::ptr::null_mut()) }, CUDA_ERROR_NOT_INITIALIZED);
+        }
+    }
 
     #[test]
     fn missing_driver_is_unavailable_not_a_panic() {

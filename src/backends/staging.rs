@@ -107,7 +107,7 @@ fn pointer_device(ptr: *const c_void) -> Result<i32> {
     let attr = sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL;
     // SAFETY: the attribute is an int; `ptr` is only inspected.
     cuda::check(
-        unsafe { sys::cuPointerGetAttribute(&mut ordinal as *mut i32 as *mut c_void, attr, ptr as sys::CUdeviceptr) },
+        unsafe { cuda::drv::cuPointerGetAttribute(&mut ordinal as *mut i32 as *mut c_void, attr as u32, ptr as sys::CUdeviceptr) },
         "cuPointerGetAttribute(DEVICE_ORDINAL)",
     )?;
     Ok(ordinal)
@@ -115,7 +115,7 @@ fn pointer_device(ptr: *const c_void) -> Result<i32> {
 
 fn synchronize(stream: sys::CUstream) -> Result<()> {
     // SAFETY: the stream is the caller's (NULL: the legacy default stream).
-    cuda::check(unsafe { sys::cuStreamSynchronize(stream) }, "cuStreamSynchronize")
+    cuda::stream_synchronize(stream)
 }
 
 /// Replaces the device buffers of `op` by pinned host copies (inputs copied
