@@ -206,10 +206,21 @@ gpu-suite: build
 	  for d in $$(ldd $(REL)/libtorchcomm-gloo.so | awk '/libgloo|libhiredis|libibverbs|libnl-/ {print $$3}'); do \
 	    strip --strip-debug -o $(GPU_SUITE)/lib/$$(basename $$d) $$d; done; fi
 	strip --strip-debug -o $(GPU_SUITE)/bin/tc-run $(REL)/tc-run
+	strip --strip-debug -o $(GPU_SUITE)/bin/tc-perf $(REL)/tc-perf
+	mkdir -p $(GPU_SUITE)/bench && cp bench/nccl_raw.c bench/torch_dist.py bench/gpu_compare.py bench/run-gpu-bench.sh $(GPU_SUITE)/bench/
 	cp include/torchcomm.h $(GPU_SUITE)/include/
 	cp capi_tests/capi_util.h capi_tests/gpu/*.c capi_tests/gpu/*.h capi_tests/gpu/*.py $(GPU_SUITE)/tests/
 	cp capi_tests/gpu/run-gpu-suite.sh $(GPU_SUITE)/run.sh && chmod +x $(GPU_SUITE)/run.sh
-	@echo "gpu-suite: $$(du -sh $(GPU_SUITE) | cut -f1) in $(GPU_SUITE)/; on the GPU machine run: make gpu-test"
+	@echo "gpu-suite: $$(du -sh $(GPU_SUITE) | cut -f1) in $(GPU_SUITE)/; on the GPU machine run: make gpu-test, make gpu-bench"
 
 gpu-test:
 	bash $(GPU_SUITE)/run.sh $(GPU_SUITE)
+
+# GPU benchmark (on the GPU machine, from the repository root, no cargo):
+# tc-perf -B nccl against raw NCCL (bench/nccl_raw.c, compiled there with cc)
+# and torch.distributed, world size 1, all_reduce float32 sum 8 B..256 MiB,
+# interleaved; tables, CSV and plots under gpu-suite/results/. Not part of
+# `make test`. Options for bench/gpu_compare.py: GPU_BENCH_ARGS="--rounds 3".
+.PHONY: gpu-bench
+gpu-bench:
+	bash $(GPU_SUITE)/bench/run-gpu-bench.sh $(GPU_SUITE)
