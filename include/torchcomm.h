@@ -651,6 +651,61 @@ tc_result_t tc_get_version(int *major, int *minor, int *patch);
 tc_result_t tc_set_log_callback(tc_log_callback_t callback, void *user_data);
 
 /*
+ Registers `bytes` bytes of device memory at `buf` with the comm, so that
+ the backend can transfer from and to it without staging copies (nccl:
+ `ncclCommRegister`, NCCL 2.19 or newer). On success `*handle` receives
+ the registration; it may be NULL when the backend registered nothing
+ (e.g. `NCCL_LOCAL_REGISTER=0`), which `tc_comm_deregister` accepts.
+
+ `buf` stays owned by the caller and must stay allocated until it is
+ deregistered. Errors: `TC_ERR_NULL_ARGUMENT` (`comm`, `buf`, `handle`),
+ `TC_ERR_INVALID_ARGUMENT` (`bytes` = 0), `TC_ERR_INVALID_USAGE` after
+ `tc_comm_finalize`, `TC_ERR_ABORTED` after an abort,
+ `TC_ERR_UNSUPPORTED` for a backend or NCCL without registration.
+ `*handle` is written only on success. Thread-safe: serialized with the
+ comm's operations. Not stream-ordered: call it outside graph capture,
+ before the operations that use the buffer.
+ */
+tc_result_t tc_comm_register(tc_comm_t *comm, void *buf, size_t bytes, void **handle);
+
+/*
+ Releases a registration made by `tc_comm_register` on this comm. NULL
+ is a no-op. After `tc_comm_finalize` or an abort it only forgets the
+ handle (the backend released its registrations with the comm); call it
+ before `tc_comm_destroy` and before freeing the buffer. A handle that is
+ not a live registration of this comm is `TC_ERR_INVALID_ARGUMENT`
+ (nothing is passed to the backend). Thread-safe: serialized with the
+ comm's operations; every operation using the buffer must have completed.
+ */
+tc_result_t tc_comm_deregister(tc_comm_t *comm, void *handle);
+
+/*
+ Allocates `bytes` bytes of device memory on the comm's device from the
+ backend's allocator (nccl: `ncclMemAlloc`, memory suited to NVLink SHARP
+ and zero-copy transfers; with an NCCL older than 2.19, plain
+ `cuMemAlloc`). On success `*ptr` receives the address; the memory is not
+ initialized. Free it with `tc_mem_free` on the same comm (it is freed, with
+ a warning, by `tc_comm_destroy` otherwise).
+
+ Errors: `TC_ERR_NULL_ARGUMENT` (`comm`, `ptr`), `TC_ERR_INVALID_ARGUMENT`
+ (`bytes` = 0), `TC_ERR_INVALID_USAGE` after `tc_comm_finalize`,
+ `TC_ERR_ABORTED` after an abort, `TC_ERR_UNSUPPORTED` for a backend
+ without an allocator, `TC_ERR_NCCL`/`TC_ERR_CUDA` when allocation fails.
+ `*ptr` is written only on success. Thread-safe. Synchronous: the memory
+ is usable on any stream once this returns.
+ */
+tc_result_t tc_mem_alloc(tc_comm_t *comm, size_t bytes, void **ptr);
+
+/*
+ Frees memory from `tc_mem_alloc` on this comm. NULL is a no-op. Works
+ after `tc_comm_finalize` or an abort, until `tc_comm_destroy`. A pointer
+ that is not a live allocation of this comm is `TC_ERR_INVALID_ARGUMENT`
+ (nothing is freed). Thread-safe. Not stream-ordered: every operation
+ using the memory must have completed (synchronize its streams first).
+ */
+tc_result_t tc_mem_free(tc_comm_t *comm, void *ptr);
+
+/*
  Frees memory the library allocated for the caller (values from
  `tc_store_get_alloc` and `tc_store_compare_set`). NULL is ignored.
  Thread-safe.

@@ -699,6 +699,35 @@ impl Comm {
         }
     }
 
+    /// The backend's answer, with the comm and backend named.
+    fn backend_context(&self, e: Error) -> Error {
+        e.context(format!("comm '{}' ({} backend)", self.name, self.backend_name))
+    }
+
+    /// Registers memory with the backend (`tc_comm_register`); the comm must
+    /// be active.
+    pub fn register_memory(&self, buf: *mut std::ffi::c_void, bytes: usize) -> Result<*mut std::ffi::c_void> {
+        self.check_active()?;
+        self.backend.register(buf, bytes).map_err(|e| self.backend_context(e))
+    }
+
+    /// Releases a registration; also after finalize or abort.
+    pub fn deregister_memory(&self, handle: *mut std::ffi::c_void) -> Result<()> {
+        self.backend.deregister(handle).map_err(|e| self.backend_context(e))
+    }
+
+    /// Allocates memory from the backend (`tc_mem_alloc`); the comm must be
+    /// active.
+    pub fn alloc_memory(&self, bytes: usize) -> Result<*mut std::ffi::c_void> {
+        self.check_active()?;
+        self.backend.mem_alloc(bytes).map_err(|e| self.backend_context(e))
+    }
+
+    /// Frees memory from [`Comm::alloc_memory`]; also after finalize or abort.
+    pub fn free_memory(&self, ptr: *mut std::ffi::c_void) -> Result<()> {
+        self.backend.mem_free(ptr).map_err(|e| self.backend_context(e))
+    }
+
     /// Collective over this comm: every rank calls it with the same `ranks`.
     /// Returns None for an empty list; the caller must be in a non-empty list.
     pub fn split(&self, ranks: &[i32], name: &str, opts: CommOptions) -> Result<Option<Arc<Comm>>> {

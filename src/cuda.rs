@@ -30,18 +30,19 @@ use std::sync::{Arc, Mutex, OnceLock};
 pub type RawStream = CUstream;
 
 /// A driver result code as the driver returns it (a C enum, int-sized).
-pub type CuResult = i32;
+/// Crate-private, like the constants, to stay out of the C header.
+pub(crate) type CuResult = i32;
 
-pub const CUDA_SUCCESS: CuResult = 0;
-pub const CUDA_ERROR_INVALID_VALUE: CuResult = 1;
-pub const CUDA_ERROR_NOT_INITIALIZED: CuResult = 3;
-pub const CUDA_ERROR_STUB_LIBRARY: CuResult = 34;
-pub const CUDA_ERROR_NO_DEVICE: CuResult = 100;
-pub const CUDA_ERROR_INVALID_DEVICE: CuResult = 101;
-pub const CUDA_ERROR_NOT_READY: CuResult = 600;
-pub const CUDA_ERROR_SYSTEM_DRIVER_MISMATCH: CuResult = 803;
+pub(crate) const CUDA_SUCCESS: CuResult = 0;
+pub(crate) const CUDA_ERROR_INVALID_VALUE: CuResult = 1;
+pub(crate) const CUDA_ERROR_NOT_INITIALIZED: CuResult = 3;
+pub(crate) const CUDA_ERROR_STUB_LIBRARY: CuResult = 34;
+pub(crate) const CUDA_ERROR_NO_DEVICE: CuResult = 100;
+pub(crate) const CUDA_ERROR_INVALID_DEVICE: CuResult = 101;
+pub(crate) const CUDA_ERROR_NOT_READY: CuResult = 600;
+pub(crate) const CUDA_ERROR_SYSTEM_DRIVER_MISMATCH: CuResult = 803;
 /// Ours, not CUDA's: the loaded driver does not export the entry point.
-pub const MISSING_ENTRY_POINT: CuResult = -1;
+pub(crate) const MISSING_ENTRY_POINT: CuResult = -1;
 
 /// The driver entry points, as `drv::cuX(...) -> CuResult` functions over a
 /// table resolved once from cudarc's library handle. Each is `None` when the
@@ -422,6 +423,21 @@ impl Drop for DeviceBuffer {
             let _ = unsafe { drv::cuMemFree_v2(self.ptr) };
         }
     }
+}
+
+/// `bytes` of device memory handed out raw (the caller frees it with
+/// [`device_free`]); the device's context must be current.
+pub fn device_alloc(bytes: usize) -> Result<*mut c_void> {
+    let mut ptr: sys::CUdeviceptr = 0;
+    // SAFETY: valid out-pointer.
+    check(unsafe { drv::cuMemAlloc_v2(&mut ptr, bytes) }, "cuMemAlloc")?;
+    Ok(ptr as *mut c_void)
+}
+
+/// Frees memory from [`device_alloc`].
+pub fn device_free(ptr: *mut c_void) -> Result<()> {
+    // SAFETY: the caller passes a pointer from `device_alloc`, once.
+    check(unsafe { drv::cuMemFree_v2(ptr as sys::CUdeviceptr) }, "cuMemFree")
 }
 
 /// Page-locked host memory, freed on drop.

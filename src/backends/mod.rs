@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::store::StoreRef;
 use crate::types::{Device, Hints};
 use crate::work::Work;
+use std::ffi::c_void;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,6 +66,38 @@ pub trait Backend: Send + Sync {
     fn async_error(&self) -> Option<crate::error::Error> {
         None
     }
+
+    // Memory hooks (`tc_comm_register`, `tc_mem_alloc`, ...). Arguments are
+    // validated by the caller (non-NULL, non-zero sizes); the comm adds its
+    // name and backend to errors. Backends without them answer
+    // `TC_ERR_UNSUPPORTED`.
+
+    /// Registers `bytes` at `buf` with the backend; returns its handle.
+    fn register(&self, _buf: *mut c_void, _bytes: usize) -> Result<*mut c_void> {
+        Err(unsupported_hook("memory registration (tc_comm_register)"))
+    }
+
+    /// Releases a handle returned by [`Backend::register`]. Also called
+    /// after finalize or abort.
+    fn deregister(&self, _handle: *mut c_void) -> Result<()> {
+        Err(unsupported_hook("memory registration (tc_comm_deregister)"))
+    }
+
+    /// Allocates `bytes` of memory suited to the backend's transfers.
+    fn mem_alloc(&self, _bytes: usize) -> Result<*mut c_void> {
+        Err(unsupported_hook("its own allocator (tc_mem_alloc)"))
+    }
+
+    /// Frees memory from [`Backend::mem_alloc`]. Also called after finalize
+    /// or abort.
+    fn mem_free(&self, _ptr: *mut c_void) -> Result<()> {
+        Err(unsupported_hook("its own allocator (tc_mem_free)"))
+    }
+}
+
+/// The answer of a backend without an optional hook.
+fn unsupported_hook(what: &str) -> Error {
+    Error::unsupported(format!("this backend has no {what}"))
 }
 
 /// Names accepted by `tc_comm_new`.

@@ -27,6 +27,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod loader;
+mod mem;
 pub mod work;
 
 use super::{Backend, BackendInit};
@@ -36,6 +37,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::types::{DType, Device, Hints, PremulFactor, RedKind, ReduceOp};
 use crate::work::Work;
 use loader::*;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_int, c_void, CString};
 use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -215,6 +217,10 @@ pub struct NcclBackend {
     shared: Arc<Shared>,
     /// NCCL comms are not thread-safe: issuing is serialized.
     issue: Mutex<()>,
+    /// Live handles of ncclCommRegister (see [`mem`]).
+    registrations: Mutex<HashSet<usize>>,
+    /// Live pointers of `tc_mem_alloc` and their allocator.
+    allocations: Mutex<HashMap<usize, mem::Allocator>>,
 }
 
 // SAFETY: the raw comm is only used under the rules documented above.
@@ -286,6 +292,8 @@ impl NcclBackend {
             scratch,
             shared: Arc::new(Shared::default()),
             issue: Mutex::new(()),
+            registrations: Mutex::new(HashSet::new()),
+            allocations: Mutex::new(HashMap::new()),
         };
         if nonblocking {
             backend.settle(NCCL_IN_PROGRESS, &what)?;
@@ -830,6 +838,22 @@ impl Backend for NcclBackend {
         self.finalize_comm()
     }
 
+    fn register(&self, buf: *mut c_void, bytes: usize) -> Result<*mut c_void> {
+        self.register_memory(buf, bytes)
+    }
+
+    fn deregister(&self, handle: *mut c_void) -> Result<()> {
+        self.deregister_memory(handle)
+    }
+
+    fn mem_alloc(&self, bytes: usize) -> Result<*mut c_void> {
+        self.alloc_memory(bytes)
+    }
+
+    fn mem_free(&self, ptr: *mut c_void) -> Result<()> {
+        self.free_memory(ptr)
+    }
+
     fn async_error(&self) -> Option<Error> {
         let _use = self.acquire().ok()?;
         let mut st = NCCL_SUCCESS;
@@ -856,6 +880,7 @@ impl Drop for NcclBackend {
         if let Err(e) = self.abort_comm() {
             crate::log_warn!("{}", e.message);
         }
+        self.free_leftovers();
     }
 }
 
