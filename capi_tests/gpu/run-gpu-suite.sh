@@ -6,7 +6,8 @@
 #
 # Runs: one rank (every op x dtype x reduce op x issue mode, graphs, split),
 # 2 and 4 ranks as separate processes on one GPU (each its own NCCL_HOSTID,
-# sockets over loopback), the timeout/abort test on 2 ranks, and the Python
+# sockets over loopback), registration and tc_mem_alloc on 1 and 2 ranks,
+# the timeout/abort test on 2 ranks, and the Python
 # ctypes smoke test against torch when torch is importable.
 set -u
 SUITE=$(cd "${1:-gpu-suite}" && pwd) || { echo "gpu-test: no suite folder; run 'make gpu-suite' on a build machine"; exit 2; }
@@ -32,7 +33,7 @@ python3 -c "import importlib.metadata as m;print('gpu-test: nvidia-nccl-cu13', m
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu-test: GPU /'
 
 mkdir -p "$SUITE/bin"
-for t in test_gpu_ops test_gpu_timeout test_gpu_gloo_staging; do
+for t in test_gpu_ops test_gpu_mem test_gpu_timeout test_gpu_gloo_staging; do
   $CC -std=c11 -O1 -g -Wall -Wextra -I"$SUITE/include" -I"$cuda_home/include" "$SUITE/tests/$t.c" -o "$SUITE/bin/$t" \
     -L"$SUITE/lib" -ltorchcomm -Wl,-rpath,"$SUITE/lib" $libdirs -lcuda -lm || { echo "gpu-test: compiling $t failed"; exit 1; }
 done
@@ -57,6 +58,8 @@ run() { # name ranks program...
 run ops 1 "$SUITE/bin/test_gpu_ops"
 TC_GPU_MODES=${TC_GPU_MODES_MULTI:-2} run ops 2 "$SUITE/bin/test_gpu_ops"
 TC_GPU_MODES=${TC_GPU_MODES_MULTI:-1} run ops 4 "$SUITE/bin/test_gpu_ops"
+run mem 1 "$SUITE/bin/test_gpu_mem"
+run mem 2 "$SUITE/bin/test_gpu_mem"
 run timeout 2 "$SUITE/bin/test_gpu_timeout"
 run gloo-staging 2 "$SUITE/bin/test_gpu_gloo_staging"
 if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
