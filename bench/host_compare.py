@@ -87,7 +87,7 @@ def commands(a, sweep):
         ["--oversubscribe", "-np", str(a.nranks)]
     return {
         "ours": [tc_run, "-n", str(a.nranks), "--", os.path.join(a.bin, "tc-perf"), *sweep,
-                 "-o", "all_reduce", "-d", "float32", "-r", "sum"],
+                 "-B", "gloo", "-o", "all_reduce", "-d", "float32", "-r", "sum"],
         "direct": [tc_run, "-n", str(a.nranks), "--", a.direct, *sweep],
         "mpi_shm": mpirun + ["--mca", "btl", "self,vader", a.mpi, *sweep],
         "mpi_tcp": mpirun + ["--mca", "btl", "self,tcp", a.mpi, *sweep],

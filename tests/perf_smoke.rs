@@ -15,7 +15,7 @@ fn tc_perf_all_reduce_sweep_under_tc_run() {
     let launcher = env!("CARGO_BIN_EXE_tc-run");
     let start = Instant::now();
     let out = Command::new(launcher)
-        .args(["-n", "2", "--", perf, "-b", "8", "-e", "1024", "-f", "4", "-n", "2", "-w", "1", "-o", "all_reduce"])
+        .args(["-n", "2", "--", perf, "-b", "8", "-e", "1024", "-f", "4", "-n", "2", "-w", "1", "-o", "all_reduce", "-B", "gloo"])
         .output()
         .expect("running tc-run");
     let stdout = String::from_utf8_lossy(&out.stdout);
