@@ -713,6 +713,9 @@ struct Gpu {
 impl Gpu {
     fn new(ordinal: i32) -> torchcomm::error::Result<Gpu> {
         let device = cuda::Device::open(ordinal)?;
+        // Current on this thread for good: copies, events and graph calls
+        // below run without a scope of their own.
+        device.make_current()?;
         let stream = cuda::Stream::new(&device, 0)?;
         let start = cuda::TimingEvent::new(&device)?;
         let end = cuda::TimingEvent::new(&device)?;
