@@ -3,9 +3,15 @@
 #ifndef CAPI_UTIL_H
 #define CAPI_UTIL_H
 
+/* For mkstemp; include this header before any system header. */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <torchcomm.h>
 
 static int capi_failures = 0;
@@ -53,5 +59,36 @@ static int capi_last_error_mentions(const char *needle) {
         printf("%s: all checks passed\n", name);                                   \
         return 0;                                                                  \
     } while (0)
+
+/* A one-rank FileStore at a fresh temporary path, written to `path` (at
+   least 32 bytes) so that the caller can unlink it at the end. */
+static inline tc_store_t *capi_temp_store(char *path) {
+    strcpy(path, "/tmp/tc_capi_XXXXXX");
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        perror("mkstemp");
+        exit(2);
+    }
+    close(fd);
+    unlink(path);
+    tc_store_t *store = NULL;
+    EXPECT_OK(tc_store_file_new(path, 1, &store));
+    return store;
+}
+
+/* A one-rank host comm over `store`, abort-on-error off; NULL on failure
+   (counted as a failed check). */
+static inline tc_comm_t *capi_one_rank_comm(const char *name, tc_store_t *store) {
+    tc_comm_options_t o = TC_COMM_OPTIONS_INIT;
+    o.name = name;
+    o.rank = 0;
+    o.world_size = 1;
+    o.store = store;
+    o.abort_on_error = 0;
+    tc_comm_t *comm = NULL;
+    tc_device_t cpu = {TC_DEVICE_CPU, 0};
+    EXPECT_OK(tc_comm_new("gloo", cpu, &o, &comm));
+    return comm;
+}
 
 #endif

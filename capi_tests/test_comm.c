@@ -2,10 +2,9 @@
    with a live comm (unknown dtype and reduce op, bad op-options magic, short
    options struct, ranks out of range, bitwise ops on floats, NULL buffers,
    overflowing counts), use after finalize, and the log callback. */
-#define _POSIX_C_SOURCE 200809L
+#include "capi_util.h"
 #include <stdint.h>
 #include <unistd.h>
-#include "capi_util.h"
 
 static int warnings = 0;
 static void on_log(int32_t level, const char *message, void *user) {
@@ -13,29 +12,11 @@ static void on_log(int32_t level, const char *message, void *user) {
     if (level == TC_LOG_WARN && strstr(message, "[torchcomm] WARN") != NULL) warnings++;
 }
 
-static tc_comm_t *make_comm(const char *name, tc_store_t *store) {
-    tc_comm_options_t o = TC_COMM_OPTIONS_INIT;
-    o.name = name;
-    o.rank = 0;
-    o.world_size = 1;
-    o.store = store;
-    o.abort_on_error = 0;
-    tc_comm_t *comm = NULL;
-    tc_device_t cpu = {TC_DEVICE_CPU, 0};
-    EXPECT_OK(tc_comm_new("gloo", cpu, &o, &comm));
-    return comm;
-}
-
 int main(void) {
-    char path[] = "/tmp/tc_capi_comm_XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    close(fd);
-    unlink(path);
-    tc_store_t *store = NULL;
-    EXPECT_OK(tc_store_file_new(path, 1, &store));
+    char path[32];
+    tc_store_t *store = capi_temp_store(path);
 
-    tc_comm_t *comm = make_comm("capi", store);
+    tc_comm_t *comm = capi_one_rank_comm("capi", store);
     if (comm == NULL) CAPI_DONE("test_comm");
     int rank = -1, size = -1;
     const char *name = NULL, *backend = NULL;
@@ -111,7 +92,7 @@ int main(void) {
     /* destroying a comm that was not finalized aborts it with a warning,
        which reaches the log callback */
     EXPECT_OK(tc_set_log_callback(on_log, NULL));
-    tc_comm_t *leaky = make_comm("capi-unfinalized", store);
+    tc_comm_t *leaky = capi_one_rank_comm("capi-unfinalized", store);
     tc_comm_destroy(leaky);
     EXPECT_OK(tc_set_log_callback(NULL, NULL));
     CHECK(warnings >= 1);

@@ -1,9 +1,9 @@
 /* The C contract of the foundation: version, result strings, per-thread last
    error, NULL/enum/options validation, out-parameters untouched on failure,
    NULL accepted by destroy/free functions. */
+#include "capi_util.h"
 #include <pthread.h>
 #include <stddef.h>
-#include "capi_util.h"
 
 static void *other_thread(void *arg) {
     size_t size = 0;

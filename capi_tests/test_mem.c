@@ -3,36 +3,17 @@
    untouched on failure), the gloo backend's TC_ERR_UNSUPPORTED answer naming
    the backend, NULL accepted by the release calls, and use after finalize
    and after abort. The nccl side runs in capi_tests/gpu/test_gpu_mem.c. */
-#define _POSIX_C_SOURCE 200809L
+#include "capi_util.h"
 #include <stdint.h>
 #include <unistd.h>
-#include "capi_util.h"
-
-static tc_comm_t *make_comm(const char *name, tc_store_t *store) {
-    tc_comm_options_t o = TC_COMM_OPTIONS_INIT;
-    o.name = name;
-    o.rank = 0;
-    o.world_size = 1;
-    o.store = store;
-    o.abort_on_error = 0;
-    tc_comm_t *comm = NULL;
-    tc_device_t cpu = {TC_DEVICE_CPU, 0};
-    EXPECT_OK(tc_comm_new("gloo", cpu, &o, &comm));
-    return comm;
-}
 
 int main(void) {
-    char path[] = "/tmp/tc_capi_mem_XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    close(fd);
-    unlink(path);
-    tc_store_t *store = NULL;
-    EXPECT_OK(tc_store_file_new(path, 1, &store));
+    char path[32];
+    tc_store_t *store = capi_temp_store(path);
 
     /* NULL comm, before any comm exists */
     char buf[64];
-    void *sentinel = (void *)&fd;
+    void *sentinel = (void *)path;
     void *handle = sentinel, *ptr = sentinel;
     EXPECT_RC(tc_comm_register(NULL, buf, sizeof buf, &handle), TC_ERR_NULL_ARGUMENT, "'comm'");
     EXPECT_RC(tc_comm_deregister(NULL, sentinel), TC_ERR_NULL_ARGUMENT, "'comm'");
@@ -40,7 +21,7 @@ int main(void) {
     EXPECT_RC(tc_mem_free(NULL, sentinel), TC_ERR_NULL_ARGUMENT, "'comm'");
     CHECK(handle == sentinel && ptr == sentinel);
 
-    tc_comm_t *comm = make_comm("capi-mem", store);
+    tc_comm_t *comm = capi_one_rank_comm("capi-mem", store);
     if (comm == NULL) CAPI_DONE("test_mem");
 
     /* bad arguments with a live comm: named, nothing written */
@@ -83,7 +64,7 @@ int main(void) {
     tc_comm_destroy(comm);
 
     /* after abort: TC_ERR_ABORTED */
-    tc_comm_t *aborted = make_comm("capi-mem-aborted", store);
+    tc_comm_t *aborted = capi_one_rank_comm("capi-mem-aborted", store);
     if (aborted) {
         EXPECT_OK(tc_comm_abort(aborted));
         EXPECT_RC(tc_comm_register(aborted, buf, sizeof buf, &handle), TC_ERR_ABORTED, "aborted");

@@ -3,18 +3,12 @@
    naming what was looked for, leaves *comm untouched, and the process goes
    on (no panic, no abort). Argument errors still come first. On a machine
    with a driver, a GPU and NCCL the comm is created and torn down instead. */
-#define _POSIX_C_SOURCE 200809L
-#include <unistd.h>
 #include "capi_util.h"
+#include <unistd.h>
 
 int main(void) {
-    char path[] = "/tmp/tc_capi_nccl_XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    close(fd);
-    unlink(path);
-    tc_store_t *store = NULL;
-    EXPECT_OK(tc_store_file_new(path, 1, &store));
+    char path[32];
+    tc_store_t *store = capi_temp_store(path);
 
     tc_comm_options_t o = TC_COMM_OPTIONS_INIT;
     o.name = "nccl_unavailable";

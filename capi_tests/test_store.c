@@ -1,11 +1,11 @@
 /* The C store API: TCP server and client, file and prefix stores, every
    operation, and the error paths (NULL arguments, buffer too small, wait
    timeout, connect failure, out-parameters untouched on failure). */
+#include "capi_util.h"
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <unistd.h>
-#include "capi_util.h"
 
 /* An empty needle matches any message; it keeps gcc's -Wnonnull quiet on
    the NULL-needle path of EXPECT_RC in this large function. */

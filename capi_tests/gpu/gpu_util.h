@@ -4,10 +4,10 @@
 #ifndef GPU_UTIL_H
 #define GPU_UTIL_H
 
+#include "capi_util.h" /* first: it sets _POSIX_C_SOURCE */
 #include <cuda.h>
 #include <math.h>
 #include <stdint.h>
-#include "capi_util.h"
 
 #define CU(call)                                                                   \
     do {                                                                           \
