@@ -82,6 +82,11 @@ capi-test: build $(CAPI_BINS)
 	for v in TORCHCOMM_TIMEOUT_SECONDS TORCHCOMM_ABORT_ON_ERROR TORCHCOMM_DEBUG; do \
 	  echo "$$out" | grep -q "WARN $$v=" || { echo "capi-test: no warning for a bad $$v"; echo "$$out"; exit 1; }; done
 	@echo "capi-test: bad environment values warn and fall back to defaults"
+	@# Every exported function has its argument checks exercised.
+	@missing=$$(for f in $$(nm -D --defined-only $(LIB) | awk '{print $$3}'); do \
+	  grep -q "\b$$f(" capi_tests/test_every_function.c || echo $$f; done); \
+	if [ -n "$$missing" ]; then echo "capi-test: not covered by test_every_function.c:" $$missing; exit 1; fi
+	@echo "capi-test: every exported function is covered by test_every_function.c"
 
 # Every C test once more under valgrind: no errors and no definite or
 # indirect leaks.

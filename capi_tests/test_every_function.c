@@ -1,0 +1,181 @@
+/* Every exported function, checked for its argument errors: NULL handles and
+   out-pointers give TC_ERR_NULL_ARGUMENT naming the argument; with a live
+   comm, an unknown dtype and a bad options magic give TC_ERR_INVALID_ARGUMENT
+   naming the argument; out-parameters stay untouched. `make capi-test` also
+   checks that every symbol the library exports is named in this file. */
+#include "capi_util.h"
+
+/* A value no call may write: out-pointers are reset to it and checked. */
+static int sentinel_target;
+#define SENTINEL ((void *)&sentinel_target)
+
+int main(void) {
+    char path[32];
+    tc_store_t *store = capi_temp_store(path);
+    tc_comm_t *comm = capi_one_rank_comm("every-function", store);
+    if (comm == NULL) CAPI_DONE("test_every_function");
+
+    float buf[4] = {1, 2, 3, 4}, out[4] = {0};
+    void *list[1] = {out};
+    const void *clist[1] = {buf};
+    size_t counts[1] = {4};
+    tc_reduce_op_t sum = TC_REDUCE_OP(TC_SUM);
+    tc_op_options_t bad = TC_OP_OPTIONS_INIT;
+    bad.magic = 0xbad;
+    tc_work_t *work = SENTINEL;
+
+    /* ---- operations: NULL comm, unknown dtype, bad options magic -------- */
+#define OP_CHECKS(call_with)                                                                          \
+    do {                                                                                          \
+        tc_comm_t *c_; tc_dtype_t d_; const tc_op_options_t *o_;                                   \
+        c_ = NULL; d_ = TC_FLOAT32; o_ = NULL;                                                     \
+        EXPECT_RC(call_with, TC_ERR_NULL_ARGUMENT, "'comm'");                                      \
+        c_ = comm; d_ = 99; o_ = NULL;                                                             \
+        EXPECT_RC(call_with, TC_ERR_INVALID_ARGUMENT, "dtype");                                    \
+        c_ = comm; d_ = TC_FLOAT32; o_ = &bad;                                                     \
+        EXPECT_RC(call_with, TC_ERR_INVALID_ARGUMENT, "magic");                                    \
+        CHECK(work == SENTINEL);                                                                   \
+    } while (0)
+    OP_CHECKS(tc_send(c_, buf, 4, d_, 0, o_, &work));
+    OP_CHECKS(tc_recv(c_, out, 4, d_, 0, o_, &work));
+    OP_CHECKS(tc_broadcast(c_, buf, 4, d_, 0, o_, &work));
+    OP_CHECKS(tc_reduce(c_, buf, 4, d_, 0, sum, o_, &work));
+    OP_CHECKS(tc_all_reduce(c_, buf, 4, d_, sum, o_, &work));
+    OP_CHECKS(tc_all_gather(c_, list, buf, 4, d_, o_, &work));
+    OP_CHECKS(tc_all_gather_single(c_, out, buf, 4, d_, o_, &work));
+    OP_CHECKS(tc_all_gather_v(c_, out, counts, buf, d_, o_, &work));
+    OP_CHECKS(tc_reduce_scatter(c_, out, clist, 4, d_, sum, o_, &work));
+    OP_CHECKS(tc_reduce_scatter_single(c_, out, buf, 4, d_, sum, o_, &work));
+    OP_CHECKS(tc_reduce_scatter_v(c_, out, buf, counts, d_, sum, o_, &work));
+    OP_CHECKS(tc_all_to_all(c_, list, clist, 4, d_, o_, &work));
+    OP_CHECKS(tc_all_to_all_single(c_, out, buf, 4, d_, o_, &work));
+    OP_CHECKS(tc_all_to_all_v_single(c_, out, counts, buf, counts, d_, o_, &work));
+    OP_CHECKS(tc_scatter(c_, out, clist, 4, d_, 0, o_, &work));
+    OP_CHECKS(tc_gather(c_, list, buf, 4, d_, 0, o_, &work));
+    EXPECT_RC(tc_barrier(NULL, NULL, &work), TC_ERR_NULL_ARGUMENT, "'comm'");
+    EXPECT_RC(tc_barrier(comm, &bad, &work), TC_ERR_INVALID_ARGUMENT, "magic");
+    CHECK(work == SENTINEL);
+
+    /* ---- batches ---------------------------------------------------------- */
+    tc_batch_t *batch = SENTINEL;
+    EXPECT_RC(tc_batch_begin(NULL, &batch), TC_ERR_NULL_ARGUMENT, "'comm'");
+    EXPECT_RC(tc_batch_begin(comm, NULL), TC_ERR_NULL_ARGUMENT, "'batch'");
+    CHECK(batch == SENTINEL);
+    EXPECT_RC(tc_batch_send(NULL, buf, 4, TC_FLOAT32, 0), TC_ERR_NULL_ARGUMENT, "'batch'");
+    EXPECT_RC(tc_batch_recv(NULL, out, 4, TC_FLOAT32, 0), TC_ERR_NULL_ARGUMENT, "'batch'");
+    EXPECT_RC(tc_batch_issue(NULL, NULL, &work), TC_ERR_NULL_ARGUMENT, "'batch'");
+    EXPECT_OK(tc_batch_begin(comm, &batch));
+    EXPECT_RC(tc_batch_send(batch, buf, 4, 99, 0), TC_ERR_INVALID_ARGUMENT, "dtype");
+    EXPECT_RC(tc_batch_recv(batch, out, 4, 99, 0), TC_ERR_INVALID_ARGUMENT, "dtype");
+    EXPECT_RC(tc_batch_issue(batch, &bad, &work), TC_ERR_INVALID_ARGUMENT, "magic");
+    CHECK(work == SENTINEL);
+    tc_batch_free(batch);
+    tc_batch_free(NULL);
+
+    /* ---- comm queries and lifetime ------------------------------------- */
+    int i = -7;
+    const char *s = SENTINEL;
+    tc_device_t dev = {-7, -7};
+    tc_comm_t *child = SENTINEL;
+    int ranks[1] = {0};
+    EXPECT_RC(tc_comm_new("gloo", dev, NULL, &child), TC_ERR_INVALID_ARGUMENT, "device");
+    EXPECT_RC(tc_comm_get_rank(NULL, &i), TC_ERR_NULL_ARGUMENT, "'comm'");
+    EXPECT_RC(tc_comm_get_rank(comm, NULL), TC_ERR_NULL_ARGUMENT, "'rank'");
+    EXPECT_RC(tc_comm_get_size(NULL, &i), TC_ERR_NULL_ARGUMENT, "'comm'");
+    EXPECT_RC(tc_comm_get_size(comm, NULL), TC_ERR_NULL_ARGUMENT, "'size'");
+    EXPECT_RC(tc_comm_get_name(NULL, &s), TC_ERR_NULL_ARGUMENT, "'comm'");
+    EXPECT_RC(tc_comm_get_name(comm, NULL), TC_ERR_NULL_ARGUMENT, "'name'");
+    EXPECT_RC(tc_comm_get_backend(NULL, &s), TC_ERR_NULL_ARGUMENT, "'comm'");
+    EXPECT_RC(tc_comm_get_backend(comm, NULL), TC_ERR_NULL_ARGUMENT, "'backend'");
+    EXPECT_RC(tc_comm_get_device(NULL, &dev), TC_ERR_NULL_ARGUMENT, "'comm'");
+    EXPECT_RC(tc_comm_get_device(comm, NULL), TC_ERR_NULL_ARGUMENT, "'device'");
+    EXPECT_RC(tc_comm_get_async_error(NULL), TC_ERR_NULL_ARGUMENT, "'comm'");
+    EXPECT_RC(tc_comm_split(NULL, ranks, 1, "x", NULL, &child), TC_ERR_NULL_ARGUMENT, "'comm'");
+    EXPECT_RC(tc_comm_split(comm, ranks, 1, "x", NULL, NULL), TC_ERR_NULL_ARGUMENT, "'out'");
+    EXPECT_RC(tc_comm_split(comm, NULL, 1, "x", NULL, &child), TC_ERR_NULL_ARGUMENT, "'ranks'");
+    EXPECT_RC(tc_comm_split(comm, ranks, 1, NULL, NULL, &child), TC_ERR_NULL_ARGUMENT, "'name'");
+    tc_comm_options_t bad_comm = TC_COMM_OPTIONS_INIT;
+    bad_comm.magic = 0xbad;
+    EXPECT_RC(tc_comm_split(comm, ranks, 1, "x", &bad_comm, &child), TC_ERR_INVALID_ARGUMENT, "magic");
+    CHECK(i == -7 && s == SENTINEL && dev.type == -7 && child == SENTINEL);
+    EXPECT_RC(tc_comm_finalize(NULL), TC_ERR_NULL_ARGUMENT, "'comm'");
+    EXPECT_RC(tc_comm_abort(NULL), TC_ERR_NULL_ARGUMENT, "'comm'");
+    tc_comm_destroy(NULL);
+
+    /* ---- memory --------------------------------------------------------- */
+    void *p = SENTINEL;
+    EXPECT_RC(tc_comm_register(NULL, buf, sizeof buf, &p), TC_ERR_NULL_ARGUMENT, "'comm'");
+    EXPECT_RC(tc_comm_register(comm, buf, sizeof buf, NULL), TC_ERR_NULL_ARGUMENT, "'handle'");
+    EXPECT_RC(tc_comm_deregister(NULL, SENTINEL), TC_ERR_NULL_ARGUMENT, "'comm'");
+    EXPECT_RC(tc_mem_alloc(NULL, 64, &p), TC_ERR_NULL_ARGUMENT, "'comm'");
+    EXPECT_RC(tc_mem_alloc(comm, 64, NULL), TC_ERR_NULL_ARGUMENT, "'ptr'");
+    EXPECT_RC(tc_mem_free(NULL, SENTINEL), TC_ERR_NULL_ARGUMENT, "'comm'");
+    CHECK(p == SENTINEL);
+
+    /* ---- windows -------------------------------------------------------- */
+    tc_window_t *win = SENTINEL;
+    EXPECT_RC(tc_window_new(NULL, &win), TC_ERR_NULL_ARGUMENT, "'comm'");
+    EXPECT_RC(tc_window_new(comm, NULL), TC_ERR_NULL_ARGUMENT, "'window'");
+    EXPECT_RC(tc_window_new(comm, &win), TC_ERR_UNSUPPORTED, "windows");
+    CHECK(win == SENTINEL);
+    tc_window_free(NULL);
+
+    /* ---- work ----------------------------------------------------------- */
+    int32_t st = -7;
+    EXPECT_RC(tc_work_is_completed(NULL, &i), TC_ERR_NULL_ARGUMENT, "'work'");
+    EXPECT_RC(tc_work_status(NULL, &st), TC_ERR_NULL_ARGUMENT, "'work'");
+    EXPECT_RC(tc_work_wait(NULL, NULL), TC_ERR_NULL_ARGUMENT, "'work'");
+    EXPECT_RC(tc_work_wait_blocking(NULL), TC_ERR_NULL_ARGUMENT, "'work'");
+    EXPECT_OK(tc_all_reduce(comm, buf, 4, TC_FLOAT32, sum, NULL, &work));
+    EXPECT_RC(tc_work_is_completed(work, NULL), TC_ERR_NULL_ARGUMENT, "'done'");
+    EXPECT_RC(tc_work_status(work, NULL), TC_ERR_NULL_ARGUMENT, "'status'");
+    CHECK(i == -7 && st == -7);
+    tc_work_free(work);
+    tc_work_free(NULL);
+
+    /* ---- stores --------------------------------------------------------- */
+    tc_store_t *st_out = SENTINEL;
+    const char *keys[1] = {"k"};
+    int64_t n64 = -7;
+    size_t len = 7;
+    uint16_t port = 7;
+    EXPECT_RC(tc_store_tcp_new(NULL, 1234, 0, -1, 100, &st_out), TC_ERR_NULL_ARGUMENT, "'host'");
+    EXPECT_RC(tc_store_tcp_new("127.0.0.1", 0, 1, -1, 100, NULL), TC_ERR_NULL_ARGUMENT, "'out'");
+    EXPECT_RC(tc_store_tcp_new("127.0.0.1", 0, 1, 0, 100, &st_out), TC_ERR_INVALID_ARGUMENT, "world_size");
+    EXPECT_RC(tc_store_tcp_port(NULL, &port), TC_ERR_NULL_ARGUMENT, "'store'");
+    EXPECT_RC(tc_store_tcp_port(store, NULL), TC_ERR_NULL_ARGUMENT, "'port'");
+    EXPECT_RC(tc_store_file_new(NULL, 1, &st_out), TC_ERR_NULL_ARGUMENT, "'path'");
+    EXPECT_RC(tc_store_prefix_new(NULL, "p", &st_out), TC_ERR_NULL_ARGUMENT, "'base'");
+    EXPECT_RC(tc_store_prefix_new(store, NULL, &st_out), TC_ERR_NULL_ARGUMENT, "'prefix'");
+    EXPECT_RC(tc_store_set(NULL, "k", "v", 1), TC_ERR_NULL_ARGUMENT, "'store'");
+    EXPECT_RC(tc_store_set(store, NULL, "v", 1), TC_ERR_NULL_ARGUMENT, "'key'");
+    EXPECT_RC(tc_store_get(NULL, "k", NULL, 0, &len), TC_ERR_NULL_ARGUMENT, "'store'");
+    EXPECT_RC(tc_store_get_alloc(NULL, "k", &p, &len), TC_ERR_NULL_ARGUMENT, "'store'");
+    EXPECT_RC(tc_store_get_alloc(store, "k", NULL, &len), TC_ERR_NULL_ARGUMENT, "'value'");
+    EXPECT_RC(tc_store_add(NULL, "k", 1, &n64), TC_ERR_NULL_ARGUMENT, "'store'");
+    EXPECT_RC(tc_store_add(store, NULL, 1, &n64), TC_ERR_NULL_ARGUMENT, "'key'");
+    EXPECT_RC(tc_store_compare_set(NULL, "k", "a", 1, "b", 1, &p, &len), TC_ERR_NULL_ARGUMENT, "'store'");
+    EXPECT_RC(tc_store_check(NULL, keys, 1, &i), TC_ERR_NULL_ARGUMENT, "'store'");
+    EXPECT_RC(tc_store_check(store, NULL, 1, &i), TC_ERR_NULL_ARGUMENT, "'keys'");
+    EXPECT_RC(tc_store_wait(NULL, keys, 1, 10), TC_ERR_NULL_ARGUMENT, "'store'");
+    EXPECT_RC(tc_store_delete(NULL, "k", &i), TC_ERR_NULL_ARGUMENT, "'store'");
+    EXPECT_RC(tc_store_num_keys(NULL, &n64), TC_ERR_NULL_ARGUMENT, "'store'");
+    EXPECT_RC(tc_store_num_keys(store, NULL), TC_ERR_NULL_ARGUMENT, "'n'");
+    CHECK(st_out == SENTINEL && p == SENTINEL && n64 == -7 && i == -7 && port == 7);
+    tc_store_free(NULL);
+    tc_free(NULL);
+
+    /* ---- process-wide ---------------------------------------------------- */
+    size_t size = 7;
+    int a, b;
+    EXPECT_RC(tc_dtype_size(99, &size), TC_ERR_INVALID_ARGUMENT, "dtype");
+    EXPECT_RC(tc_get_version(&a, &b, NULL), TC_ERR_NULL_ARGUMENT, "'patch'");
+    EXPECT_OK(tc_set_log_callback(NULL, NULL));
+    CHECK(size == 7 && tc_result_string(TC_SUCCESS) != NULL && tc_last_error() != NULL);
+
+    EXPECT_OK(tc_comm_finalize(comm));
+    tc_comm_destroy(comm);
+    tc_store_free(store);
+    unlink(path);
+    CAPI_DONE("test_every_function");
+}
