@@ -147,7 +147,7 @@ fn gloo_mismatched_sizes_fail_cleanly() {
         assert_eq!(sum, vec![3.0; 4]);
         // A batch where one transfer disagrees: the others still complete.
         let comm = child_comm_on(store.clone(), "batch", me, 2, t).unwrap();
-        let mut a = vec![me as i32 + 1; 5];
+        let mut a = vec![me + 1; 5];
         let mut b = vec![0i32; 5];
         let mut c = vec![0i32; 3];
         let peer = 1 - me;

@@ -108,7 +108,7 @@ fn gpu_bench_sources_compile() {
     for py in ["torch_dist.py", "gpu_compare.py"] {
         let path = format!("{root}/bench/{py}");
         let code = "import ast,sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])";
-        match Command::new("python3").args(["-c", &code, &path]).output() {
+        match Command::new("python3").args(["-c", code, &path]).output() {
             Ok(out) => assert!(out.status.success(), "{path}:\n{}", String::from_utf8_lossy(&out.stderr)),
             Err(e) => println!("SKIPPED: no python3 ({e})"),
         }

@@ -953,14 +953,13 @@ impl Backend for GlooBackend {
     fn run(&self, op: &Op, timeout: Duration) -> Result<()> {
         self.check_not_broken()?;
         let d = Deadline(Instant::now() + timeout);
-        self.execute(op, &d).map_err(|e| {
+        self.execute(op, &d).inspect_err(|e| {
             if e.kind == ErrorKind::Timeout && lock(&self.broken).is_none() {
                 // The deadline ran out between Gloo calls: the peers are
                 // somewhere else in their sequence now, so the context is no
                 // longer in step.
-                self.mark_broken(&e);
+                self.mark_broken(e);
             }
-            e
         })
     }
 

@@ -526,7 +526,7 @@ mod tests {
                 let s: Vec<f32> = run(kernel(dt, RedKind::Sum).unwrap(), &a, &b).into_iter().map(to).collect();
                 assert_eq!(s, vec![1.5, 2.75, 1.0, 0.0]);
                 let p: Vec<f32> = run(kernel(dt, RedKind::Product).unwrap(), &a, &b).into_iter().map(to).collect();
-                assert_eq!(p, vec![0.5, 0.625, -12.0, -10000.0f32].iter().map(|x| to(from(*x))).collect::<Vec<_>>());
+                assert_eq!(p, [0.5, 0.625, -12.0, -10000.0f32].iter().map(|x| to(from(*x))).collect::<Vec<_>>());
                 let m: Vec<f32> = run(kernel(dt, RedKind::Min).unwrap(), &a, &b).into_iter().map(to).collect();
                 assert_eq!(m, vec![0.5, 0.25, -3.0, -100.0]);
                 let m: Vec<f32> = run(kernel(dt, RedKind::Max).unwrap(), &a, &b).into_iter().map(to).collect();
