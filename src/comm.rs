@@ -326,6 +326,8 @@ const WATCHDOG_PERIOD: Duration = Duration::from_millis(100);
 
 pub struct Comm {
     name: String,
+    /// "comm 'name' (rank r/n)", shared by the messages of its operations.
+    label: Arc<str>,
     rank: i32,
     size: i32,
     device: Device,
@@ -407,6 +409,7 @@ impl Comm {
         crate::config::set_log_rank(rank);
         let backend = backends::create(backend_name, init)?;
         let comm = Arc::new(Comm {
+            label: format!("comm '{name}' (rank {rank}/{size})").into(),
             name,
             rank,
             size,
@@ -506,8 +509,7 @@ impl Comm {
         // CUDA buffers on a host backend run on pinned copies, synchronously.
         let staged = crate::backends::staging::stage_in(&mut op, self.rank, self.size, opts.stream)?;
         let blocking = !opts.async_op || staged.is_some();
-        let description = format!("{} on comm '{}' (rank {}/{})", op.name(), self.name, self.rank, self.size);
-        let work = Arc::new(HostWork::new(description, timeout + WATCHDOG_GRACE));
+        let work = Arc::new(HostWork::new(op.name(), self.label.clone(), timeout + WATCHDOG_GRACE));
         lock(&self.outstanding).push(work.clone());
         let job = Job { op, timeout, work: work.clone() };
         {
@@ -568,10 +570,11 @@ impl Comm {
             crate::log_trace!("start {}", job.work.description());
             self.backend.run(&job.op, job.timeout)
         });
+        let result = result.map_err(|e| e.context(job.work.description()));
         if let Err(e) = &result {
-            self.record_failure(e.clone().context(job.work.description()));
+            self.record_failure(e.clone());
         }
-        job.work.complete(result.map_err(|e| e.context(job.work.description())));
+        job.work.complete(result);
         lock(&self.queue).running -= 1;
         self.queue_changed.notify_all();
     }

@@ -6,7 +6,7 @@
 
 use crate::error::{Error, ErrorKind, Result};
 use std::ffi::c_void;
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Status of an operation, as `tc_work_status` reports it.
@@ -47,24 +47,29 @@ struct HostState {
 
 /// Completion of an operation run on a comm's host progress thread.
 pub struct HostWork {
-    description: String,
+    /// The operation's name and its comm's label; the description is only
+    /// formatted when a message needs it, keeping the issue path free of it.
+    op: &'static str,
+    comm_label: Arc<str>,
     timeout: Duration,
     state: Mutex<HostState>,
     done: Condvar,
 }
 
 impl HostWork {
-    pub fn new(description: String, timeout: Duration) -> HostWork {
+    pub fn new(op: &'static str, comm_label: Arc<str>, timeout: Duration) -> HostWork {
         HostWork {
-            description,
+            op,
+            comm_label,
             timeout,
             state: Mutex::new(HostState { status: WorkStatus::NotStarted, error: None, started: None }),
             done: Condvar::new(),
         }
     }
 
-    pub fn description(&self) -> &str {
-        &self.description
+    /// "all_reduce on comm 'x' (rank 0/4)", for messages.
+    pub fn description(&self) -> String {
+        format!("{} on {}", self.op, self.comm_label)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HostState> {
@@ -128,7 +133,7 @@ impl Work for HostWork {
         }
         let err = Error::timeout(format!(
             "{} timed out after {} ms",
-            self.description,
+            self.description(),
             now.duration_since(started).as_millis()
         ));
         s.status = WorkStatus::TimedOut;

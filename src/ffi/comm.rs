@@ -244,11 +244,17 @@ fn issue(
         let opts = unsafe { op_options(opts)? };
         let op = build(&comm.inner)?;
         let w = comm.inner.submit(op, &opts)?;
-        if !work.is_null() {
-            unsafe { *work = into_handle(crate::ffi::work::tc_work { inner: w, _comm: comm.inner.clone() }) };
-        }
+        hand_out_work(work, w, &comm.inner);
         Ok(())
     })
+}
+
+/// Gives the caller a handle to `w` when it asked for one (`out` non-NULL);
+/// the handle keeps `comm` alive.
+fn hand_out_work(out: *mut *mut tc_work_t, w: Arc<dyn crate::work::Work>, comm: &Arc<Comm>) {
+    if !out.is_null() {
+        unsafe { *out = into_handle(crate::ffi::work::tc_work { inner: w, _comm: comm.clone() }) };
+    }
 }
 
 fn dtype(dt: tc_dtype_t) -> Result<DType> {
@@ -338,9 +344,7 @@ pub extern "C" fn tc_batch_issue(batch: *mut tc_batch_t, opts: *const tc_op_opti
         let batch = unsafe { batch.as_mut() }.ok_or_else(|| Error::null_argument("batch"))?;
         let op_opts = unsafe { op_options(opts)? };
         let w = batch.comm.submit(Op::Batch { ops: std::mem::take(&mut batch.ops) }, &op_opts)?;
-        if !work.is_null() {
-            unsafe { *work = into_handle(crate::ffi::work::tc_work { inner: w, _comm: batch.comm.clone() }) };
-        }
+        hand_out_work(work, w, &batch.comm);
         Ok(())
     })
 }
