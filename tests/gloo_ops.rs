@@ -332,6 +332,14 @@ fn reductions(comm: &Comm, dt: DType, kind: RedKind) {
     ok(comm, Op::ReduceScatterSingle { output: out.ptr(), input: input.ptr(), count: c, dtype: dt, op: red(kind) });
     check(&out, &format!("reduce_scatter_single {what}"), |i| dec(dt, &enc(dt, reference(dt, kind, n, me * c + i, 0.5))));
     check(&input, "reduce_scatter_single input untouched", |i| operand(dt, me, i));
+    // In place: the output is this rank's block of the input.
+    let mut input = Buf::from_fn(dt, c * n, |i| operand(dt, me, i));
+    let own_block = input.at(me * c);
+    ok(comm, Op::ReduceScatterSingle { output: own_block, input: input.ptr(), count: c, dtype: dt, op: red(kind) });
+    for i in 0..c {
+        let (got, want) = (input.get(me * c + i), dec(dt, &enc(dt, reference(dt, kind, n, me * c + i, 0.5))));
+        assert!(got == want, "reduce_scatter_single in place {what}: element {i} is {got}, expected {want}");
+    }
     let mut ins: Vec<Buf> = (0..n).map(|r| Buf::from_fn(dt, c, |i| operand(dt, me, r * c + i))).collect();
     let ptrs = ins.iter_mut().map(|b| b.ptr()).collect();
     let mut out = Buf::poisoned(dt, c);

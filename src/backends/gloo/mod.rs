@@ -17,9 +17,10 @@
 //! - after a timeout or a vanished peer the context is closed (Gloo closes it
 //!   on timeouts anyway), which makes the peers fail fast too; later
 //!   operations fail at once;
-//! - Gloo has no gatherv and no reduce-scatter: reduce-scatter is an
-//!   all-reduce of a scratch copy from which each rank keeps its block; the
-//!   list forms go through contiguous scratch buffers.
+//! - Gloo has no gatherv and no reduce-scatter: reduce-scatter is one
+//!   all-to-all (block r to rank r) followed by a local reduction of the
+//!   received blocks in rank order; the list forms go through contiguous
+//!   scratch buffers.
 
 pub mod reduce;
 pub mod shim;
@@ -578,22 +579,14 @@ impl GlooBackend {
                     for (r, p) in inputs.iter().enumerate() {
                         copy(tmp.ptr().add(r * bytes), p.as_u8(), bytes);
                     }
-                    let counts = vec![*count; n];
-                    self.reduce_scatter_in_scratch(&mut tmp, output.as_u8(), &counts, *dtype, op, d)
+                    self.reduce_scatter_blocks(tmp.ptr(), output.as_u8(), &vec![*count; n], *dtype, op, d)
                 }
                 Op::ReduceScatterSingle { output, input, count, dtype, op } => {
-                    let bytes = count * dtype.size();
-                    let mut tmp = Scratch::new(bytes * n);
-                    copy(tmp.ptr(), input.as_u8(), bytes * n);
-                    let counts = vec![*count; n];
-                    self.reduce_scatter_in_scratch(&mut tmp, output.as_u8(), &counts, *dtype, op, d)
+                    self.reduce_scatter_blocks(input.as_u8(), output.as_u8(), &vec![*count; n], *dtype, op, d)
                 }
                 Op::ReduceScatterV { output, input, counts, dtype, op } => {
                     self.agree_counts("reduce_scatter_v", counts, d)?;
-                    let total: usize = counts.iter().sum::<usize>() * dtype.size();
-                    let mut tmp = Scratch::new(total);
-                    copy(tmp.ptr(), input.as_u8(), total);
-                    self.reduce_scatter_in_scratch(&mut tmp, output.as_u8(), counts, *dtype, op, d)
+                    self.reduce_scatter_blocks(input.as_u8(), output.as_u8(), counts, *dtype, op, d)
                 }
                 Op::AllToAll { outputs, inputs, count, dtype } => {
                     let bytes = count * dtype.size();
@@ -761,32 +754,61 @@ impl GlooBackend {
         r
     }
 
-    /// Reduces the scratch copy of every rank's full input (blocks of
-    /// `counts[r]` elements in rank order) and keeps this rank's block.
-    unsafe fn reduce_scatter_in_scratch(
+    /// Reduce-scatter of `input` (blocks of `counts[r]` elements in rank
+    /// order) into this rank's block at `output`: every rank sends block `r`
+    /// straight to rank `r` in one all-to-all, and each rank reduces the
+    /// blocks it received in rank order. Each rank sends (n-1)/n of its input
+    /// once, half of what an all-reduce moves. `output` may lie inside
+    /// `input` (in place): it is written only after the exchange.
+    unsafe fn reduce_scatter_blocks(
         &self,
-        tmp: &mut Scratch,
+        input: *const u8,
         output: *mut u8,
         counts: &[usize],
         dtype: DType,
         op: &ReduceOp,
         d: &Deadline,
     ) -> Result<()> {
-        let me = self.rank as usize;
-        let total: usize = counts.iter().sum();
+        let (n, me) = (self.size as usize, self.rank as usize);
+        let es = dtype.size();
         let f = reduce::kernel(dtype, op.kind)?;
+        let total: usize = counts.iter().sum();
+        let mine = counts[me];
+        let mut input = input;
+        // PREMUL_SUM scales each rank's own contribution before the sum; the
+        // caller's input stays untouched.
+        let mut scaled = Scratch::new(0);
         if op.kind == RedKind::PremulSum {
             let k = premul_factor(op, dtype)?;
-            reduce::scale(dtype, tmp.ptr(), tmp.ptr(), total, Scale::Mul(k))?;
+            scaled = Scratch::new(total * es);
+            reduce::scale(dtype, scaled.ptr(), input, total, Scale::Mul(k))?;
+            input = scaled.ptr();
         }
-        self.g_allreduce(tmp.ptr(), total, dtype, f, d)?;
-        let es = dtype.size();
-        let offset: usize = counts[..me].iter().sum::<usize>() * es;
-        let src = tmp.ptr().add(offset);
+        let offset = counts[..me].iter().sum::<usize>() * es;
+        if n == 1 || total == 0 {
+            if mine > 0 && !std::ptr::eq(output, input.add(offset)) {
+                copy(output, input.add(offset), mine * es);
+            }
+            return Ok(());
+        }
+        let in_bytes: Vec<usize> = counts.iter().map(|c| c * es).collect();
+        let out_bytes = vec![mine * es; n];
+        let mut received = Scratch::new(mine * es * n);
+        let tag = self.next_tag();
+        self.ctx()
+            .alltoallv(input, &in_bytes, received.ptr(), &out_bytes, tag, d.left()?)
+            .map_err(|e| self.fail("reduce_scatter", e))?;
+        drop(scaled);
+        if mine == 0 {
+            return Ok(());
+        }
+        let block = mine * es;
+        copy(output, received.ptr(), block);
+        for r in 1..n {
+            f(output as *mut c_void, output as *const c_void, received.ptr().add(r * block) as *const c_void, mine);
+        }
         if op.kind == RedKind::Avg {
-            reduce::scale(dtype, output, src, counts[me], Scale::Div(self.size as u64))?;
-        } else {
-            copy(output, src, counts[me] * es);
+            reduce::scale(dtype, output, output, mine, Scale::Div(n as u64))?;
         }
         Ok(())
     }
