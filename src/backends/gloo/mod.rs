@@ -758,8 +758,9 @@ impl GlooBackend {
     /// order) into this rank's block at `output`: every rank sends block `r`
     /// straight to rank `r` in one all-to-all, and each rank reduces the
     /// blocks it received in rank order. Each rank sends (n-1)/n of its input
-    /// once, half of what an all-reduce moves. `output` may lie inside
-    /// `input` (in place): it is written only after the exchange.
+    /// once, half of what an all-reduce moves. float16/bfloat16 sums
+    /// accumulate in f32 and round once. `output` may lie inside `input` (in
+    /// place): it is written only after the exchange.
     unsafe fn reduce_scatter_blocks(
         &self,
         input: *const u8,
@@ -802,13 +803,18 @@ impl GlooBackend {
         if mine == 0 {
             return Ok(());
         }
+        let is_sum = matches!(op.kind, RedKind::Sum | RedKind::Avg | RedKind::PremulSum);
+        let divide = (op.kind == RedKind::Avg).then_some(n as u64);
+        if is_sum && reduce::sum_half_blocks(dtype, output, received.ptr(), n, mine, divide) {
+            return Ok(());
+        }
         let block = mine * es;
         copy(output, received.ptr(), block);
         for r in 1..n {
             f(output as *mut c_void, output as *const c_void, received.ptr().add(r * block) as *const c_void, mine);
         }
-        if op.kind == RedKind::Avg {
-            reduce::scale(dtype, output, output, mine, Scale::Div(n as u64))?;
+        if let Some(k) = divide {
+            reduce::scale(dtype, output, output, mine, Scale::Div(k))?;
         }
         Ok(())
     }

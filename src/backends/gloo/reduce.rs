@@ -275,6 +275,37 @@ pub fn kernel(dtype: DType, kind: RedKind) -> Result<ReduceFn> {
     Ok(f)
 }
 
+/// Sums `nblocks` blocks of `count` float16/bfloat16 elements (block `r`
+/// at `blocks + r * count` elements) into `out` with an f32 accumulator, so
+/// the result is rounded to the half type once, not once per rank; `divide`
+/// divides the f32 sum first (AVG). Returns false for other dtypes.
+///
+/// # Safety
+/// `blocks` holds `nblocks * count` elements and `out` holds `count`.
+pub unsafe fn sum_half_blocks(dtype: DType, out: *mut u8, blocks: *const u8, nblocks: usize, count: usize, divide: Option<u64>) -> bool {
+    let (to, from): (fn(u16) -> f32, fn(f32) -> u16) = match dtype {
+        DType::F16 => (f16_to_f32, f32_to_f16),
+        DType::BF16 => (bf16_to_f32, f32_to_bf16),
+        _ => return false,
+    };
+    let src = blocks as *const u16;
+    let mut acc = vec![0f32; count];
+    for r in 0..nblocks {
+        for (i, a) in acc.iter_mut().enumerate() {
+            *a += to(src.add(r * count + i).read_unaligned());
+        }
+    }
+    let out = out as *mut u16;
+    for (i, a) in acc.iter().enumerate() {
+        let v = match divide {
+            Some(k) => a / k as f32,
+            None => *a,
+        };
+        out.add(i).write_unaligned(from(v));
+    }
+    true
+}
+
 /// What to do to each element around the SUM of AVG and PREMUL_SUM.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Scale {
@@ -367,6 +398,25 @@ pub unsafe fn read_scalar(dtype: DType, p: *const u8) -> Result<f64> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn half_blocks_are_summed_in_f32_and_rounded_once() {
+        // 2048 + 1 + 1 in float16: adding one at a time rounds back to 2048
+        // each step (the spacing at 2048 is 2); summing in f32 gives 2050.
+        let blocks: Vec<u16> = [2048.0f32, 1.0, 1.0].iter().map(|v| f32_to_f16(*v)).collect();
+        let mut out = 0u16;
+        assert!(unsafe { sum_half_blocks(DType::F16, &mut out as *mut u16 as *mut u8, blocks.as_ptr() as *const u8, 3, 1, None) });
+        assert_eq!(f16_to_f32(out), 2050.0);
+        let mut pairwise = blocks[0];
+        for b in &blocks[1..] {
+            pairwise = f32_to_f16(f16_to_f32(pairwise) + f16_to_f32(*b));
+        }
+        assert_eq!(f16_to_f32(pairwise), 2048.0, "the pairwise sum this avoids");
+        let b: Vec<u16> = [3.0f32, 4.0].iter().map(|v| f32_to_bf16(*v)).collect();
+        assert!(unsafe { sum_half_blocks(DType::BF16, &mut out as *mut u16 as *mut u8, b.as_ptr() as *const u8, 2, 1, Some(2)) });
+        assert_eq!(bf16_to_f32(out), 3.5);
+        assert!(!unsafe { sum_half_blocks(DType::F32, &mut out as *mut u16 as *mut u8, b.as_ptr() as *const u8, 1, 1, None) });
+    }
     use super::*;
 
     unsafe fn run<T: Copy>(f: ReduceFn, a: &[T], b: &[T]) -> Vec<T> {
