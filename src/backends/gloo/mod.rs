@@ -518,6 +518,20 @@ impl GlooBackend {
                     let tag = self.next_tag();
                     self.ctx().broadcast(buf.as_u8(), bytes, *root, tag, d.left()?).map_err(|e| self.fail("broadcast", e))
                 }
+                Op::AllReduce { buf, count, dtype, op } if self.sums_halves(*dtype, op.kind) && *count >= n => {
+                    // A reduce-scatter (summing in f32, rounding once) and an
+                    // all-gather: the data volume of a ring all-reduce, the
+                    // precision of one rounding instead of one per rank.
+                    let counts: Vec<usize> = (0..n).map(|r| *count / n + usize::from(r < *count % n)).collect();
+                    let es = dtype.size();
+                    let offset = counts[..me].iter().sum::<usize>() * es;
+                    self.reduce_scatter_blocks(buf.as_u8(), buf.as_u8().add(offset), &counts, *dtype, op, d)?;
+                    let sizes: Vec<usize> = counts.iter().map(|c| c * es).collect();
+                    let mut own = Scratch::new(sizes[me]);
+                    copy(own.ptr(), buf.as_u8().add(offset), sizes[me]);
+                    let tag = self.next_tag();
+                    self.ctx().allgatherv(own.ptr(), buf.as_u8(), &sizes, tag, d.left()?).map_err(|e| self.fail("all_reduce", e))
+                }
                 Op::AllReduce { buf, count, dtype, op } => {
                     let f = reduce::kernel(*dtype, op.kind)?;
                     if op.kind == RedKind::PremulSum {
@@ -669,6 +683,14 @@ impl GlooBackend {
                 }
             }
         }
+    }
+
+    /// float16/bfloat16 sums (and AVG, PREMUL_SUM) over several ranks, which
+    /// this backend accumulates in f32.
+    fn sums_halves(&self, dtype: DType, kind: RedKind) -> bool {
+        self.size > 1
+            && matches!(dtype, DType::F16 | DType::BF16)
+            && matches!(kind, RedKind::Sum | RedKind::Avg | RedKind::PremulSum)
     }
 
     /// All-gather of `bytes` per rank into `out`; `input` NULL means the
