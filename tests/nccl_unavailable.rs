@@ -122,19 +122,50 @@ fn a_real_libnccl_loads_and_makes_a_unique_id() {
             let r = unsafe { (lib.get_unique_id)(&mut id) };
             lib.check(r, "ncclGetUniqueId", std::ptr::null_mut()).unwrap();
             assert!(id.internal.iter().any(|b| *b != 0));
-            // Without a driver, creation still fails cleanly and names it.
+            // The optional entry points this version has are found under
+            // the names the table uses (a misspelt name would read as
+            // "absent" and silently turn a feature off).
+            let v = lib.version;
+            let since = |x: i32, y: i32| v >= x * 10000 + y * 100; // NCCL_VERSION(x, y, 0), x.y >= 2.9
+            let optional = [
+                ("ncclGetLastError", lib.get_last_error.is_some(), true),
+                ("ncclCommSplit", lib.comm_split.is_some(), true),
+                ("ncclRedOpCreatePreMulSum", lib.red_op_create_pre_mul_sum.is_some(), true),
+                ("ncclRedOpDestroy", lib.red_op_destroy.is_some(), true),
+                ("ncclCommRegister", lib.comm_register.is_some(), since(2, 19)),
+                ("ncclCommDeregister", lib.comm_deregister.is_some(), since(2, 19)),
+                ("ncclMemAlloc", lib.mem_alloc.is_some(), since(2, 19)),
+                ("ncclMemFree", lib.mem_free.is_some(), since(2, 19)),
+                ("ncclCommWindowRegister", lib.comm_window_register.is_some(), since(2, 27)),
+                ("ncclCommWindowDeregister", lib.comm_window_deregister.is_some(), since(2, 27)),
+                ("ncclAlltoAll", lib.all_to_all.is_some(), since(2, 28)),
+                ("ncclGather", lib.gather.is_some(), since(2, 28)),
+                ("ncclScatter", lib.scatter.is_some(), since(2, 28)),
+                ("ncclPutSignal", lib.put_signal.is_some(), since(2, 29)),
+                ("ncclSignal", lib.signal.is_some(), since(2, 29)),
+                ("ncclWaitSignal", lib.wait_signal.is_some(), since(2, 29)),
+            ];
+            for (name, found, expected) in optional {
+                assert!(found || !expected, "NCCL {} should export {name}, but the table did not resolve it", lib.version_string());
+            }
+            // Without a driver, creation still fails cleanly and names both
+            // the NCCL that was found and what is missing on the CUDA side.
+            let mut outcome = String::from("a driver is present");
             if torchcomm::cuda::available().is_err() {
                 let e = new_nccl_comm().err().expect("no driver");
                 assert_eq!(e.kind, ErrorKind::Unavailable, "{}", e.message);
                 assert!(e.message.contains("libcuda") && !e.message.contains("libnccl.so.2 on"), "{}", e.message);
+                assert!(e.message.contains(&format!("NCCL {}", lib.version_string())), "{}", e.message);
+                assert!(e.message.contains(&lib.origin), "{}", e.message);
+                outcome = e.message;
             }
+            let found: Vec<&str> = optional.iter().filter(|o| o.1).map(|o| o.0).collect();
             println!(
-                "CHILD OK: NCCL {} from {} (ncclAlltoAll {}, ncclCommSplit {}, ncclMemAlloc {})",
+                "CHILD OK: NCCL {} from {}; optional entry points found: {}; tc_comm_new(nccl): {}",
                 lib.version_string(),
                 lib.origin,
-                lib.all_to_all.is_some(),
-                lib.comm_split.is_some(),
-                lib.mem_alloc.is_some()
+                found.join(" "),
+                outcome
             );
         }
     }

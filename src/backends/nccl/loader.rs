@@ -21,7 +21,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use crate::error::{Error, ErrorKind, Result};
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::sync::OnceLock;
 
 pub(crate) type NcclResult = c_int;
@@ -29,6 +29,8 @@ pub(crate) type NcclComm = *mut c_void;
 pub(crate) type NcclDataType = c_int;
 pub(crate) type NcclRedOp = c_int;
 pub(crate) type Stream = *mut c_void;
+/// ncclWindow_t (NCCL 2.27+): opaque.
+pub(crate) type NcclWindow = *mut c_void;
 
 pub(crate) const NCCL_SUCCESS: NcclResult = 0;
 pub(crate) const NCCL_UNHANDLED_CUDA_ERROR: NcclResult = 1;
@@ -67,6 +69,10 @@ pub(crate) const NCCL_SPLIT_NOCOLOR: c_int = -1;
 pub(crate) const NCCL_CONFIG_UNDEF_INT: c_int = i32::MIN;
 pub(crate) const NCCL_API_MAGIC: u32 = 0xcafe_beef;
 
+/// ncclCommWindowRegister flags (NCCL 2.27+).
+pub(crate) const NCCL_WIN_DEFAULT: c_int = 0;
+pub(crate) const NCCL_WIN_COLL_SYMMETRIC: c_int = 1;
+
 /// NCCL's version code for x.y.z (2.9 and later: x*10000 + y*100 + z).
 pub(crate) const fn version_code(x: i32, y: i32, z: i32) -> i32 {
     if x <= 2 && y <= 8 {
@@ -92,10 +98,16 @@ pub struct UniqueId {
     pub internal: [u8; 128],
 }
 
-/// The ncclConfig_t layout of NCCL 2.28 (nccl.h `ncclConfig_v22800`). NCCL
-/// only ever appends fields and copies `min(size, its own sizeof)` bytes, so
-/// this prefix is read correctly by older and newer libraries alike; fields
-/// a library does not know are simply not read.
+/// The ncclConfig_t layout of NCCL 2.28 (nccl.h `ncclConfig_v22800`, 80
+/// bytes; checked against the 2.28.9 header by `abi_matches_the_nccl_header`).
+/// NCCL only ever appends fields (2.27: 72 bytes, 2.29: 88, 2.30: 96, 2.31:
+/// 112, 2.32: 120) and copies `min(size, its own sizeof)` bytes of the
+/// caller's struct over its NCCL_CONFIG_INITIALIZER, so this prefix is read
+/// correctly by older and newer libraries alike: an older one does not read
+/// the fields it lacks, a newer one keeps its defaults for the fields it
+/// added. `version` says which header the caller was built against; NCCL
+/// resets fields newer than that version to their defaults, so it is never
+/// claimed newer than this layout (see [`CONFIG_LAYOUT_VERSION`]).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct Config {
@@ -118,15 +130,23 @@ pub struct Config {
     pub nvlink_centric_sched: c_int,
 }
 
+/// The NCCL version whose ncclConfig_t [`Config`] mirrors (2.28.9, the
+/// header it was checked against).
+pub(crate) const CONFIG_LAYOUT_VERSION: i32 = version_code(2, 28, 9);
+
 impl Config {
-    /// NCCL_CONFIG_INITIALIZER for a library of version `version`: every
-    /// field "undefined" so that NCCL applies its own defaults.
+    /// NCCL_CONFIG_INITIALIZER for a library of version `version`, as a
+    /// program built against that library's nccl.h (up to 2.28.9) would pass
+    /// it: `size` is this struct's size, `version` the library's version but
+    /// never newer than the layout ([`CONFIG_LAYOUT_VERSION`]), so the two
+    /// describe the same struct; every other field "undefined" so that NCCL
+    /// applies its own defaults.
     pub fn new(version: i32) -> Config {
         let u = NCCL_CONFIG_UNDEF_INT;
         Config {
             size: std::mem::size_of::<Config>(),
             magic: NCCL_API_MAGIC,
-            version: version as u32,
+            version: version.clamp(0, CONFIG_LAYOUT_VERSION) as u32,
             blocking: u,
             cga_cluster_size: u,
             min_ctas: u,
@@ -166,6 +186,34 @@ type FnRegister = unsafe extern "C" fn(NcclComm, *mut c_void, usize, *mut *mut c
 type FnDeregister = unsafe extern "C" fn(NcclComm, *mut c_void) -> NcclResult;
 type FnMemAlloc = unsafe extern "C" fn(*mut *mut c_void, usize) -> NcclResult;
 type FnMemFree = unsafe extern "C" fn(*mut c_void) -> NcclResult;
+type FnWindowRegister = unsafe extern "C" fn(NcclComm, *mut c_void, usize, *mut NcclWindow, c_int) -> NcclResult;
+type FnWindowDeregister = unsafe extern "C" fn(NcclComm, NcclWindow) -> NcclResult;
+type FnPutSignal = unsafe extern "C" fn(
+    *const c_void,
+    usize,
+    NcclDataType,
+    c_int,
+    NcclWindow,
+    usize,
+    c_int,
+    c_int,
+    c_uint,
+    NcclComm,
+    Stream,
+) -> NcclResult;
+type FnSignal = unsafe extern "C" fn(c_int, c_int, c_int, c_uint, NcclComm, Stream) -> NcclResult;
+type FnWaitSignal = unsafe extern "C" fn(c_int, *mut WaitSignalDesc, NcclComm, Stream) -> NcclResult;
+
+/// ncclWaitSignalDesc_t (NCCL 2.29+): wait for `op_cnt` signals from `peer`
+/// on signal index `sig_idx` of context `ctx`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WaitSignalDesc {
+    pub op_cnt: c_int,
+    pub peer: c_int,
+    pub sig_idx: c_int,
+    pub ctx: c_int,
+}
 
 /// The resolved NCCL entry points. Required ones are plain function
 /// pointers; optional ones (absent from older libraries) are `Option`s.
@@ -199,6 +247,17 @@ pub struct Nccl {
     pub comm_deregister: Option<FnDeregister>,
     pub mem_alloc: Option<FnMemAlloc>,
     pub mem_free: Option<FnMemFree>,
+    /// ncclGather / ncclScatter (2.28+) have the broadcast signature (count
+    /// per rank, root).
+    pub gather: Option<FnBroadcast>,
+    pub scatter: Option<FnBroadcast>,
+    /// Window registration (2.27+).
+    pub comm_window_register: Option<FnWindowRegister>,
+    pub comm_window_deregister: Option<FnWindowDeregister>,
+    /// One-sided put with signal, signal, wait (2.29+).
+    pub put_signal: Option<FnPutSignal>,
+    pub signal: Option<FnSignal>,
+    pub wait_signal: Option<FnWaitSignal>,
 }
 
 // SAFETY: function pointers into a library that is never unloaded.
@@ -319,6 +378,13 @@ impl Nccl {
             comm_deregister: sym(h, "ncclCommDeregister"),
             mem_alloc: sym(h, "ncclMemAlloc"),
             mem_free: sym(h, "ncclMemFree"),
+            gather: sym(h, "ncclGather"),
+            scatter: sym(h, "ncclScatter"),
+            comm_window_register: sym(h, "ncclCommWindowRegister"),
+            comm_window_deregister: sym(h, "ncclCommWindowDeregister"),
+            put_signal: sym(h, "ncclPutSignal"),
+            signal: sym(h, "ncclSignal"),
+            wait_signal: sym(h, "ncclWaitSignal"),
         })
     }
 
@@ -391,6 +457,172 @@ pub fn nccl() -> Result<&'static Nccl> {
     .map_err(|e| e.clone())
 }
 
+/// The C signature of each entry point of the table, derived from the Rust
+/// function types themselves, for the ABI test against nccl.h: a return
+/// code and argument codes, `i` int (and NCCL's int-sized enums), `u`
+/// unsigned int, `z` size_t, `p` any pointer or handle, `id` ncclUniqueId
+/// by value.
+#[cfg(test)]
+mod abi {
+    use super::*;
+
+    pub trait Arg {
+        const CODE: &'static str;
+    }
+    impl Arg for c_int {
+        const CODE: &'static str = "i";
+    }
+    impl Arg for c_uint {
+        const CODE: &'static str = "u";
+    }
+    impl Arg for usize {
+        const CODE: &'static str = "z";
+    }
+    impl<T> Arg for *mut T {
+        const CODE: &'static str = "p";
+    }
+    impl<T> Arg for *const T {
+        const CODE: &'static str = "p";
+    }
+    impl Arg for UniqueId {
+        const CODE: &'static str = "id";
+    }
+
+    pub trait Signature {
+        fn signature() -> String;
+    }
+    macro_rules! signature {
+        ($($a:ident),*) => {
+            impl<R: Arg, $($a: Arg),*> Signature for unsafe extern "C" fn($($a),*) -> R {
+                fn signature() -> String {
+                    let args: &[&str] = &[$($a::CODE),*];
+                    format!("{}({})", R::CODE, args.join(","))
+                }
+            }
+        };
+    }
+    signature!();
+    signature!(A);
+    signature!(A, B);
+    signature!(A, B, C);
+    signature!(A, B, C, D);
+    signature!(A, B, C, D, E);
+    signature!(A, B, C, D, E, F);
+    signature!(A, B, C, D, E, F, G);
+    signature!(A, B, C, D, E, F, G, H);
+    signature!(A, B, C, D, E, F, G, H, I);
+    signature!(A, B, C, D, E, F, G, H, I, J);
+    signature!(A, B, C, D, E, F, G, H, I, J, K);
+
+    fn sig<T: Signature>() -> String {
+        T::signature()
+    }
+
+    /// Every symbol [`Nccl::from_handle`] resolves, with the Rust type it is
+    /// called through and whether the table requires it.
+    pub fn table() -> Vec<(&'static str, String, bool)> {
+        vec![
+            ("ncclGetVersion", sig::<FnGetVersion>(), true),
+            ("ncclGetUniqueId", sig::<FnGetUniqueId>(), true),
+            ("ncclCommInitRankConfig", sig::<FnInitRankConfig>(), true),
+            ("ncclCommFinalize", sig::<FnComm>(), true),
+            ("ncclCommDestroy", sig::<FnComm>(), true),
+            ("ncclCommAbort", sig::<FnComm>(), true),
+            ("ncclCommGetAsyncError", sig::<FnAsyncError>(), true),
+            ("ncclGetErrorString", sig::<FnErrorString>(), true),
+            ("ncclGetLastError", sig::<FnLastError>(), false),
+            ("ncclCommSplit", sig::<FnSplit>(), false),
+            ("ncclRedOpCreatePreMulSum", sig::<FnPreMulSum>(), false),
+            ("ncclRedOpDestroy", sig::<FnRedOpDestroy>(), false),
+            ("ncclReduce", sig::<FnReduce>(), true),
+            ("ncclBroadcast", sig::<FnBroadcast>(), true),
+            ("ncclAllReduce", sig::<FnAllReduce>(), true),
+            ("ncclReduceScatter", sig::<FnAllReduce>(), true),
+            ("ncclAllGather", sig::<FnAllGather>(), true),
+            ("ncclSend", sig::<FnSendRecv>(), true),
+            ("ncclRecv", sig::<FnSendRecv>(), true),
+            ("ncclGroupStart", sig::<FnGroup>(), true),
+            ("ncclGroupEnd", sig::<FnGroup>(), true),
+            ("ncclAlltoAll", sig::<FnAllGather>(), false),
+            ("ncclCommRegister", sig::<FnRegister>(), false),
+            ("ncclCommDeregister", sig::<FnDeregister>(), false),
+            ("ncclMemAlloc", sig::<FnMemAlloc>(), false),
+            ("ncclMemFree", sig::<FnMemFree>(), false),
+            ("ncclGather", sig::<FnBroadcast>(), false),
+            ("ncclScatter", sig::<FnBroadcast>(), false),
+            ("ncclCommWindowRegister", sig::<FnWindowRegister>(), false),
+            ("ncclCommWindowDeregister", sig::<FnWindowDeregister>(), false),
+            ("ncclPutSignal", sig::<FnPutSignal>(), false),
+            ("ncclSignal", sig::<FnSignal>(), false),
+            ("ncclWaitSignal", sig::<FnWaitSignal>(), false),
+        ]
+    }
+
+    /// The same code for a C type as written in nccl.h (parameter name, if
+    /// any, already removed); None for a type this mapping does not know.
+    fn c_type_code(ty: &str) -> Option<&'static str> {
+        if ty.contains('*') {
+            return Some("p");
+        }
+        let words: Vec<&str> = ty.split_whitespace().filter(|w| *w != "const").collect();
+        Some(match words.join(" ").as_str() {
+            "int" | "ncclResult_t" | "ncclDataType_t" | "ncclRedOp_t" | "ncclScalarResidence_t" => "i",
+            "unsigned int" | "unsigned" => "u",
+            "size_t" => "z",
+            "ncclComm_t" | "cudaStream_t" | "ncclWindow_t" => "p",
+            "ncclUniqueId" => "id",
+            _ => return None,
+        })
+    }
+
+    /// The prototype of `name` in nccl.h's text, as the same codes
+    /// ("i(p,z,i)"), or None where the header does not declare it. A
+    /// prototype is a line starting with its return type, the name preceded
+    /// by blanks or `*` (so `pnccl...` profiling twins and mentions in
+    /// comments do not match), and `);` after the arguments.
+    pub fn c_signature(header: &str, name: &str) -> Option<std::result::Result<String, String>> {
+        let pat = format!("{name}(");
+        let mut from = 0;
+        while let Some(i) = header[from..].find(&pat).map(|i| i + from) {
+            from = i + pat.len();
+            let before = header[..i].chars().next_back();
+            if !matches!(before, Some(' ') | Some('\t') | Some('*')) {
+                continue;
+            }
+            let line_start = header[..i].rfind('\n').map_or(0, |n| n + 1);
+            let ret = header[line_start..i].trim();
+            let Some(close) = header[from..].find(')').map(|c| c + from) else { continue };
+            if !header[close + 1..].trim_start().starts_with(';') {
+                continue;
+            }
+            let ret_code = match ret.split_whitespace().collect::<Vec<_>>().join(" ").as_str() {
+                "ncclResult_t" => "i",
+                "const char*" | "const char *" => "p",
+                _ => continue,
+            };
+            let args = header[from..close].split_whitespace().collect::<Vec<_>>().join(" ");
+            let mut codes = Vec::new();
+            if !(args.is_empty() || args == "void") {
+                for a in args.split(',') {
+                    let a = a.trim();
+                    // Drop the parameter name: the last word, unless the
+                    // parameter is a bare type ("void*", "int").
+                    let ty = match a.rfind(|c: char| c == ' ' || c == '*') {
+                        Some(k) if !a[k + 1..].is_empty() && c_type_code(&a[k + 1..]).is_none() => &a[..=k],
+                        _ => a,
+                    };
+                    match c_type_code(ty) {
+                        Some(c) => codes.push(c),
+                        None => return Some(Err(format!("{name}: unknown C type {ty:?} in ({args})"))),
+                    }
+                }
+            }
+            return Some(Ok(format!("{ret_code}({})", codes.join(","))));
+        }
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -411,6 +643,267 @@ mod tests {
         assert_eq!(c.version, 22809);
         assert_eq!(c.blocking, i32::MIN);
         assert_eq!(std::mem::size_of::<UniqueId>(), 128);
+        // `version` names the layout `size` describes: an older library's
+        // own version, never one newer than 2.28.9's layout.
+        assert_eq!(Config::new(version_code(2, 21, 5)).version, 22105);
+        assert_eq!(Config::new(version_code(2, 32, 3)).version, 22809);
+        assert_eq!(Config::new(version_code(2, 32, 3)).size, 80);
+    }
+
+    /// The ABI test's table names exactly the symbols `from_handle`
+    /// resolves (so that no entry point escapes the header comparison).
+    #[test]
+    fn signature_table_covers_every_resolved_symbol() {
+        let src = include_str!("loader.rs");
+        let start = src.find("pub unsafe fn from_handle").unwrap();
+        let end = start + src[start..].find("pub fn version_string").unwrap();
+        let mut resolved: Vec<&str> = src[start..end]
+            .split('"')
+            .skip(1)
+            .step_by(2)
+            .filter(|w| w.starts_with("nccl") && w.chars().all(|c| c.is_ascii_alphanumeric()))
+            .collect();
+        resolved.sort();
+        resolved.dedup();
+        let mut table: Vec<&str> = abi::table().iter().map(|(n, _, _)| *n).collect();
+        table.sort();
+        assert_eq!(resolved, table);
+        // Required symbols are the ones resolved with req!.
+        for (name, _, required) in abi::table() {
+            assert_eq!(src[start..end].contains(&format!("req!(\"{name}\")")), required, "{name}");
+        }
+    }
+
+    #[test]
+    fn c_prototypes_are_parsed() {
+        let h = "/* a ncclGroupEnd() call */\nncclResult_t  ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,\n    \
+                 ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);\n\
+                 ncclResult_t pncclGroupEnd();\nncclResult_t  ncclGroupEnd();\nconst char*  ncclGetLastError(ncclComm_t comm);\n\
+                 ncclResult_t ncclSignal(int peer, unsigned int flags, ncclUniqueId id, ncclComm_t *c);\n";
+        let get = |n| abi::c_signature(h, n).map(|r| r.unwrap());
+        assert_eq!(get("ncclAllReduce").as_deref(), Some("i(p,p,z,i,i,p,p)"));
+        assert_eq!(get("ncclGroupEnd").as_deref(), Some("i()"));
+        assert_eq!(get("ncclGetLastError").as_deref(), Some("p(p)"));
+        assert_eq!(get("ncclSignal").as_deref(), Some("i(i,u,id,p)"));
+        assert_eq!(get("ncclBroadcast"), None);
+        assert_eq!(abi::table().iter().find(|t| t.0 == "ncclAllReduce").unwrap().1, "i(p,p,z,i,i,p,p)");
+    }
+
+    /// Compiles tests/nccl_abi/nccl_abi.c against the nccl.h named by
+    /// TORCHCOMM_TEST_NCCL_HEADER (CUDA headers stubbed), runs it, and
+    /// compares its sizes, offsets, initializer values and constants with
+    /// this file's; then compares every entry point's Rust type with the
+    /// header's prototype. `make nccl-real-test` sets the variable from the
+    /// nvidia-nccl-cu13 wheel.
+    #[test]
+    fn abi_matches_the_nccl_header() {
+        let Some(header) = std::env::var("TORCHCOMM_TEST_NCCL_HEADER").ok().filter(|p| !p.is_empty()) else {
+            println!("SKIPPED abi_matches_the_nccl_header: TORCHCOMM_TEST_NCCL_HEADER is not set (make nccl-wheel fetches nccl.h)");
+            return;
+        };
+        let header = std::path::PathBuf::from(header);
+        let text = std::fs::read_to_string(&header).unwrap_or_else(|e| panic!("{}: {e}", header.display()));
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/nccl_abi");
+        let exe = std::env::temp_dir().join(format!("tc-nccl-abi-{}", std::process::id()));
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let out = std::process::Command::new(&cc)
+            .args(["-std=c11", "-Wall", "-I"])
+            .arg(dir.join("cuda_stub"))
+            .arg("-I")
+            .arg(header.parent().unwrap())
+            .arg(dir.join("nccl_abi.c"))
+            .arg("-o")
+            .arg(&exe)
+            .output()
+            .unwrap_or_else(|e| panic!("{cc}: {e}"));
+        assert!(out.status.success(), "compiling nccl_abi.c failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        let run = std::process::Command::new(&exe).output().unwrap();
+        let _ = std::fs::remove_file(&exe);
+        assert!(run.status.success());
+        let mut c = std::collections::HashMap::new();
+        for line in String::from_utf8(run.stdout).unwrap().lines() {
+            let (key, value) = line.rsplit_once(' ').unwrap();
+            c.insert(key.to_string(), value.parse::<i64>().unwrap());
+        }
+        let hv = c["header NCCL_VERSION_CODE"] as i32;
+        let mut bad = Vec::new();
+        let mut checked = 0;
+        let mut same = |what: &str, c_value: i64, ours: i64, bad: &mut Vec<String>| {
+            checked += 1;
+            if c_value != ours {
+                bad.push(format!("{what}: nccl.h has {c_value}, loader.rs has {ours}"));
+            }
+        };
+
+        same("NCCL_VERSION(2,28,9)", c["header NCCL_VERSION(2,28,9)"], version_code(2, 28, 9) as i64, &mut bad);
+        same("NCCL_VERSION(2,8,4)", c["header NCCL_VERSION(2,8,4)"], version_code(2, 8, 4) as i64, &mut bad);
+        let sizes: [(&str, usize); 6] = [
+            ("ncclUniqueId", std::mem::size_of::<UniqueId>()),
+            ("ncclComm_t", std::mem::size_of::<NcclComm>()),
+            ("ncclResult_t", std::mem::size_of::<NcclResult>()),
+            ("ncclDataType_t", std::mem::size_of::<NcclDataType>()),
+            ("ncclRedOp_t", std::mem::size_of::<NcclRedOp>()),
+            ("ncclScalarResidence_t", std::mem::size_of::<c_int>()),
+        ];
+        for (name, ours) in sizes {
+            same(&format!("sizeof({name})"), c[&format!("sizeof {name}")], ours as i64, &mut bad);
+        }
+        if let Some(v) = c.get("sizeof ncclWindow_t") {
+            same("sizeof(ncclWindow_t)", *v, std::mem::size_of::<NcclWindow>() as i64, &mut bad);
+        }
+        if let Some(v) = c.get("sizeof ncclWaitSignalDesc_t") {
+            same("sizeof(ncclWaitSignalDesc_t)", *v, std::mem::size_of::<WaitSignalDesc>() as i64, &mut bad);
+            for (f, ours) in [
+                ("opCnt", std::mem::offset_of!(WaitSignalDesc, op_cnt)),
+                ("peer", std::mem::offset_of!(WaitSignalDesc, peer)),
+                ("sigIdx", std::mem::offset_of!(WaitSignalDesc, sig_idx)),
+                ("ctx", std::mem::offset_of!(WaitSignalDesc, ctx)),
+            ] {
+                same(&format!("offsetof(ncclWaitSignalDesc_t, {f})"), c[&format!("offsetof ncclWaitSignalDesc_t.{f}")], ours as i64, &mut bad);
+            }
+        }
+
+        // ncclConfig_t: every field of ours at the header's offset, or (an
+        // older header) past the end of the header's struct, which that
+        // NCCL does not read; our initializer equal to the header's.
+        use std::mem::offset_of;
+        let init = Config::new(hv);
+        let c_size = c["sizeof ncclConfig_t"];
+        let ours_size = std::mem::size_of::<Config>() as i64;
+        let fields: [(&str, usize, i64); 17] = [
+            ("size", offset_of!(Config, size), init.size as i64),
+            ("magic", offset_of!(Config, magic), init.magic as i64),
+            ("version", offset_of!(Config, version), init.version as i64),
+            ("blocking", offset_of!(Config, blocking), init.blocking as i64),
+            ("cgaClusterSize", offset_of!(Config, cga_cluster_size), init.cga_cluster_size as i64),
+            ("minCTAs", offset_of!(Config, min_ctas), init.min_ctas as i64),
+            ("maxCTAs", offset_of!(Config, max_ctas), init.max_ctas as i64),
+            ("netName", offset_of!(Config, net_name), !init.net_name.is_null() as i64),
+            ("splitShare", offset_of!(Config, split_share), init.split_share as i64),
+            ("trafficClass", offset_of!(Config, traffic_class), init.traffic_class as i64),
+            ("commName", offset_of!(Config, comm_name), !init.comm_name.is_null() as i64),
+            ("collnetEnable", offset_of!(Config, collnet_enable), init.collnet_enable as i64),
+            ("CTAPolicy", offset_of!(Config, cta_policy), init.cta_policy as i64),
+            ("shrinkShare", offset_of!(Config, shrink_share), init.shrink_share as i64),
+            ("nvlsCTAs", offset_of!(Config, nvls_ctas), init.nvls_ctas as i64),
+            ("nChannelsPerNetPeer", offset_of!(Config, n_channels_per_net_peer), init.n_channels_per_net_peer as i64),
+            ("nvlinkCentricSched", offset_of!(Config, nvlink_centric_sched), init.nvlink_centric_sched as i64),
+        ];
+        let mut beyond = Vec::new();
+        for (f, off, value) in fields {
+            match c.get(&format!("offsetof ncclConfig_t.{f}")) {
+                Some(c_off) => {
+                    same(&format!("offsetof(ncclConfig_t, {f})"), *c_off, off as i64, &mut bad);
+                    let c_init = c[&format!("init ncclConfig_t.{f}")];
+                    match f {
+                        // Ours describes our struct: its size, and the
+                        // header's version up to our layout's.
+                        "size" => {
+                            same("NCCL_CONFIG_INITIALIZER.size", c_init, c_size, &mut bad);
+                            same("Config::new().size", value, ours_size, &mut bad);
+                        }
+                        "version" => same(
+                            "NCCL_CONFIG_INITIALIZER.version (ours: up to the layout's)",
+                            c_init.min(CONFIG_LAYOUT_VERSION as i64),
+                            value,
+                            &mut bad,
+                        ),
+                        _ => same(&format!("NCCL_CONFIG_INITIALIZER.{f}"), c_init, value, &mut bad),
+                    }
+                }
+                None if (off as i64) >= c_size => beyond.push(f),
+                None => bad.push(format!("ncclConfig_t.{f}: not in nccl.h, yet inside its {c_size}-byte struct")),
+            }
+        }
+        if hv / 100 == CONFIG_LAYOUT_VERSION / 100 {
+            same("sizeof(ncclConfig_t) (the layout's own version)", c_size, ours_size, &mut bad);
+        } else if c_size < ours_size && beyond.is_empty() {
+            bad.push(format!("sizeof(ncclConfig_t) is {c_size} but no field of ours lies past it"));
+        }
+
+        // Constants. Some exist only from some version on.
+        let consts: [(&str, i64, i32); 29] = [
+            ("NCCL_CONFIG_UNDEF_INT", NCCL_CONFIG_UNDEF_INT as i64, 0),
+            ("NCCL_SPLIT_NOCOLOR", NCCL_SPLIT_NOCOLOR as i64, 0),
+            ("NCCL_API_MAGIC", NCCL_API_MAGIC as i64, version_code(2, 29, 0)),
+            ("ncclSuccess", NCCL_SUCCESS as i64, 0),
+            ("ncclUnhandledCudaError", NCCL_UNHANDLED_CUDA_ERROR as i64, 0),
+            ("ncclSystemError", NCCL_SYSTEM_ERROR as i64, 0),
+            ("ncclInternalError", NCCL_INTERNAL_ERROR as i64, 0),
+            ("ncclInvalidArgument", NCCL_INVALID_ARGUMENT as i64, 0),
+            ("ncclInvalidUsage", NCCL_INVALID_USAGE as i64, 0),
+            ("ncclRemoteError", NCCL_REMOTE_ERROR as i64, 0),
+            ("ncclInProgress", NCCL_IN_PROGRESS as i64, 0),
+            ("ncclTimeout", NCCL_TIMEOUT as i64, version_code(2, 30, 0)),
+            ("ncclInt8", NCCL_INT8 as i64, 0),
+            ("ncclUint8", NCCL_UINT8 as i64, 0),
+            ("ncclInt32", NCCL_INT32 as i64, 0),
+            ("ncclUint32", NCCL_UINT32 as i64, 0),
+            ("ncclInt64", NCCL_INT64 as i64, 0),
+            ("ncclUint64", NCCL_UINT64 as i64, 0),
+            ("ncclFloat16", NCCL_FLOAT16 as i64, 0),
+            ("ncclFloat32", NCCL_FLOAT32 as i64, 0),
+            ("ncclFloat64", NCCL_FLOAT64 as i64, 0),
+            ("ncclBfloat16", NCCL_BFLOAT16 as i64, 0),
+            ("ncclFloat8e4m3", NCCL_FLOAT8_E4M3 as i64, version_code(2, 24, 0)),
+            ("ncclFloat8e5m2", NCCL_FLOAT8_E5M2 as i64, version_code(2, 24, 0)),
+            ("ncclSum", NCCL_SUM as i64, 0),
+            ("ncclProd", NCCL_PROD as i64, 0),
+            ("ncclMax", NCCL_MAX as i64, 0),
+            ("ncclMin", NCCL_MIN as i64, 0),
+            ("ncclAvg", NCCL_AVG as i64, 0),
+        ];
+        for (name, ours, since) in consts {
+            match c.get(&format!("const {name}")) {
+                Some(v) => same(name, *v, ours, &mut bad),
+                None if hv < since => {}
+                None => bad.push(format!("{name}: missing from NCCL {} header", version_string(hv))),
+            }
+        }
+        if !c.contains_key("const NCCL_API_MAGIC") {
+            same("NCCL_CONFIG_INITIALIZER.magic", c["init ncclConfig_t.magic"], NCCL_API_MAGIC as i64, &mut bad);
+        }
+        same("ncclScalarDevice", c["const ncclScalarDevice"], NCCL_SCALAR_DEVICE as i64, &mut bad);
+        same("ncclScalarHostImmediate", c["const ncclScalarHostImmediate"], NCCL_SCALAR_HOST_IMMEDIATE as i64, &mut bad);
+        // PreMulSum ops are numbered from ncclNumOps: the built-in list is ours.
+        same("ncclNumOps", c["const ncclNumOps"], NCCL_AVG as i64 + 1, &mut bad);
+        if let Some(v) = c.get("const NCCL_WIN_DEFAULT") {
+            same("NCCL_WIN_DEFAULT", *v, NCCL_WIN_DEFAULT as i64, &mut bad);
+            same("NCCL_WIN_COLL_SYMMETRIC", c["const NCCL_WIN_COLL_SYMMETRIC"], NCCL_WIN_COLL_SYMMETRIC as i64, &mut bad);
+        }
+        let constants = checked;
+
+        // Entry points: the Rust type of each against the header's prototype.
+        let mut functions = 0;
+        let mut absent = Vec::new();
+        for (name, ours, required) in abi::table() {
+            match abi::c_signature(&text, name) {
+                Some(Ok(theirs)) => {
+                    functions += 1;
+                    if theirs != ours {
+                        bad.push(format!("{name}: nccl.h declares {theirs}, loader.rs calls it as {ours}"));
+                    }
+                }
+                Some(Err(e)) => bad.push(e),
+                None if required => bad.push(format!("{name}: required by loader.rs, not declared in nccl.h")),
+                None => absent.push(name),
+            }
+        }
+        assert!(
+            bad.is_empty(),
+            "loader.rs differs from NCCL {}'s nccl.h ({}):\n  {}",
+            version_string(hv),
+            header.display(),
+            bad.join("\n  ")
+        );
+        println!(
+            "abi_matches_the_nccl_header: NCCL {} ({}): {constants} sizes/offsets/values and {functions} prototypes match; \
+             ncclConfig_t {c_size} bytes there, {ours_size} ours{}{}",
+            version_string(hv),
+            header.display(),
+            if beyond.is_empty() { String::new() } else { format!(" (fields past its end, unread by it: {})", beyond.join(", ")) },
+            if absent.is_empty() { String::new() } else { format!("; optional, not in this version: {}", absent.join(", ")) },
+        );
     }
 
     #[test]

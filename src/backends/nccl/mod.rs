@@ -90,7 +90,11 @@ pub fn load() -> Result<&'static Nccl> {
     match (lib, drv) {
         (Ok(lib), Ok(())) => Ok(lib),
         (Err(a), Ok(())) => Err(a.context("the nccl backend is unavailable")),
-        (Ok(_), Err(b)) => Err(b.context("the nccl backend is unavailable")),
+        (Ok(lib), Err(b)) => Err(b.context(format!(
+            "the nccl backend is unavailable (NCCL {} loaded from {})",
+            lib.version_string(),
+            lib.origin
+        ))),
         (Err(a), Err(b)) => Err(Error::new(
             ErrorKind::Unavailable,
             format!("the nccl backend is unavailable: {}; and {}", b.message, a.message),
