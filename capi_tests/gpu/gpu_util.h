@@ -21,7 +21,7 @@
         }                                                                          \
     } while (0)
 
-static int env_int(const char *name, int dflt) {
+static inline int env_int(const char *name, int dflt) {
     const char *v = getenv(name);
     return v && *v ? atoi(v) : dflt;
 }
@@ -41,23 +41,35 @@ static CUcontext gpu_setup(void) {
     return ctx;
 }
 
-static void *dalloc(size_t bytes) {
+/* The synchronous copy and memset functions run on the legacy stream,
+   which a CU_STREAM_NON_BLOCKING stream (the tests' and the library's) does
+   not wait for; and cuMemsetD8, or cuMemcpyHtoD from pageable memory, may
+   return before the device has the data. So each helper waits for the legacy
+   stream before the data is used on another stream. */
+static inline void dmemset(void *p, unsigned char v, size_t bytes) {
+    CU(cuMemsetD8((CUdeviceptr)(uintptr_t)p, v, bytes));
+    CU(cuStreamSynchronize(NULL));
+}
+static inline void *dalloc(size_t bytes) {
     CUdeviceptr p;
     CU(cuMemAlloc(&p, bytes ? bytes : 1));
-    CU(cuMemsetD8(p, 0, bytes ? bytes : 1));
+    dmemset((void *)(uintptr_t)p, 0, bytes ? bytes : 1);
     return (void *)(uintptr_t)p;
 }
-static void dfree(void *p) { CU(cuMemFree((CUdeviceptr)(uintptr_t)p)); }
-static void h2d(void *d, const void *h, size_t bytes) {
-    if (bytes) CU(cuMemcpyHtoD((CUdeviceptr)(uintptr_t)d, h, bytes));
+static inline void dfree(void *p) { CU(cuMemFree((CUdeviceptr)(uintptr_t)p)); }
+static inline void h2d(void *d, const void *h, size_t bytes) {
+    if (bytes) {
+        CU(cuMemcpyHtoD((CUdeviceptr)(uintptr_t)d, h, bytes));
+        CU(cuStreamSynchronize(NULL));
+    }
 }
-static void d2h(void *h, const void *d, size_t bytes) {
+static inline void d2h(void *h, const void *d, size_t bytes) {
     if (bytes) CU(cuMemcpyDtoH(h, (CUdeviceptr)(uintptr_t)d, bytes));
 }
 
 /* ---- dtypes ------------------------------------------------------------ */
 
-static size_t dt_size(tc_dtype_t t) {
+static inline size_t dt_size(tc_dtype_t t) {
     switch (t) {
     case TC_FLOAT64: case TC_INT64: case TC_UINT64: return 8;
     case TC_FLOAT32: case TC_INT32: case TC_UINT32: return 4;
@@ -65,13 +77,13 @@ static size_t dt_size(tc_dtype_t t) {
     default: return 1;
     }
 }
-static const char *dt_name(tc_dtype_t t) {
+static inline const char *dt_name(tc_dtype_t t) {
     static const char *n[] = {"f32", "f64", "f16", "bf16", "i8", "u8", "i32", "i64", "bool", "u32", "u64", "f8e4m3", "f8e5m2"};
     return (t >= 0 && t <= 12) ? n[t] : "?";
 }
-static int dt_float(tc_dtype_t t) { return t == TC_FLOAT32 || t == TC_FLOAT64 || t == TC_FLOAT16 || t == TC_BFLOAT16; }
+static inline int dt_float(tc_dtype_t t) { return t == TC_FLOAT32 || t == TC_FLOAT64 || t == TC_FLOAT16 || t == TC_BFLOAT16; }
 
-static uint16_t f_to_half(float f) {
+static inline uint16_t f_to_half(float f) {
     uint32_t x;
     memcpy(&x, &f, 4);
     uint32_t sign = (x >> 16) & 0x8000;
@@ -83,7 +95,7 @@ static uint16_t f_to_half(float f) {
     if ((m & 0x1fff) > 0x1000 || ((m & 0x1fff) == 0x1000 && (h & 1))) h++;
     return (uint16_t)h;
 }
-static float half_to_f(uint16_t h) {
+static inline float half_to_f(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, x;
     if (e == 0) x = sign; /* zero (no subnormals in tests) */
     else if (e == 31) x = sign | 0x7f800000 | (m << 13);
@@ -92,20 +104,20 @@ static float half_to_f(uint16_t h) {
     memcpy(&f, &x, 4);
     return f;
 }
-static uint16_t f_to_bf16(float f) {
+static inline uint16_t f_to_bf16(float f) {
     uint32_t x;
     memcpy(&x, &f, 4);
     x += 0x7fff + ((x >> 16) & 1);
     return (uint16_t)(x >> 16);
 }
-static float bf16_to_f(uint16_t b) {
+static inline float bf16_to_f(uint16_t b) {
     uint32_t x = (uint32_t)b << 16;
     float f;
     memcpy(&f, &x, 4);
     return f;
 }
 
-static void put(tc_dtype_t t, void *buf, size_t i, double v) {
+static inline void put(tc_dtype_t t, void *buf, size_t i, double v) {
     char *p = (char *)buf + i * dt_size(t);
     switch (t) {
     case TC_FLOAT32: { float x = (float)v; memcpy(p, &x, 4); break; }
@@ -122,7 +134,7 @@ static void put(tc_dtype_t t, void *buf, size_t i, double v) {
     default: break;
     }
 }
-static double get(tc_dtype_t t, const void *buf, size_t i) {
+static inline double get(tc_dtype_t t, const void *buf, size_t i) {
     const char *p = (const char *)buf + i * dt_size(t);
     switch (t) {
     case TC_FLOAT32: { float x; memcpy(&x, p, 4); return x; }
@@ -139,7 +151,7 @@ static double get(tc_dtype_t t, const void *buf, size_t i) {
     }
 }
 /* Relative tolerance of a dtype's rounding (0 for integers). */
-static double dt_tol(tc_dtype_t t) {
+static inline double dt_tol(tc_dtype_t t) {
     switch (t) {
     case TC_FLOAT16: return 2e-3;
     case TC_BFLOAT16: return 1.6e-2;
@@ -148,7 +160,7 @@ static double dt_tol(tc_dtype_t t) {
     default: return 0;
     }
 }
-static int close_enough(tc_dtype_t t, double got, double want) {
+static inline int close_enough(tc_dtype_t t, double got, double want) {
     return fabs(got - want) <= dt_tol(t) * fmax(1.0, fabs(want));
 }
 

@@ -42,8 +42,11 @@ static tc_op_options_t opts_for(int mode) {
     return o;
 }
 
-/* Completes an issued operation per `mode`; returns its result. */
-static tc_result_t finish(int mode, tc_result_t rc, tc_work_t *w) {
+/* Completes an issued operation per `mode`; returns its result. The work
+   comes by address: the order in which C evaluates arguments is unspecified,
+   so a plain `w` argument could be read before the call that sets it. */
+static tc_result_t finish(int mode, tc_result_t rc, tc_work_t **wp) {
+    tc_work_t *w = *wp;
     if (rc == TC_SUCCESS && mode == ASYNC_WAIT) rc = tc_work_wait(w, stream);
     if (rc == TC_SUCCESS && mode == ASYNC_BLOCK) rc = tc_work_wait_blocking(w);
     if (rc == TC_SUCCESS && w) {
@@ -128,7 +131,7 @@ static void test_reductions(tc_dtype_t t, int k, int mode) {
     fill(t, h, R, 0, n);
     h2d(d, h, es * n);
     w = NULL;
-    tc_result_t rc = finish(mode, tc_all_reduce(comm, d, n, t, op, &o, mode == SYNC ? NULL : &w), w);
+    tc_result_t rc = finish(mode, tc_all_reduce(comm, d, n, t, op, &o, mode == SYNC ? NULL : &w), &w);
     d2h(h, d, es * n);
     for (size_t i = 0; i < n; i++) want[i] = reduce_ref(t, k, i, 0);
     report("all_reduce", t, red_name[k], mode, rc == TC_SUCCESS && compare(t, h, want, n, "all_reduce"));
@@ -137,7 +140,7 @@ static void test_reductions(tc_dtype_t t, int k, int mode) {
     fill(t, h, R, 0, n);
     h2d(d, h, es * n);
     w = NULL;
-    rc = finish(mode, tc_reduce(comm, d, n, t, N - 1, op, &o, mode == SYNC ? NULL : &w), w);
+    rc = finish(mode, tc_reduce(comm, d, n, t, N - 1, op, &o, mode == SYNC ? NULL : &w), &w);
     d2h(h, d, es * n);
     report("reduce", t, red_name[k], mode, rc == TC_SUCCESS && (R != N - 1 || compare(t, h, want, n, "reduce")));
     dfree(d);
@@ -149,7 +152,7 @@ static void test_reductions(tc_dtype_t t, int k, int mode) {
         h2d(in, h, es * n * N);
         void *dst = inplace ? (char *)in + es * n * R : out;
         w = NULL;
-        rc = finish(mode, tc_reduce_scatter_single(comm, dst, in, n, t, op, &o, mode == SYNC ? NULL : &w), w);
+        rc = finish(mode, tc_reduce_scatter_single(comm, dst, in, n, t, op, &o, mode == SYNC ? NULL : &w), &w);
         d2h(h, dst, es * n);
         for (size_t i = 0; i < n; i++) want[i] = reduce_ref(t, k, i, n * R);
         report(inplace ? "reduce_scatter_single(in place)" : "reduce_scatter_single", t, red_name[k], mode,
@@ -162,7 +165,7 @@ static void test_reductions(tc_dtype_t t, int k, int mode) {
     const void *inputs[MAXR];
     for (int r = 0; r < N; r++) inputs[r] = (char *)in + es * n * r;
     w = NULL;
-    rc = finish(mode, tc_reduce_scatter(comm, out, inputs, n, t, op, &o, mode == SYNC ? NULL : &w), w);
+    rc = finish(mode, tc_reduce_scatter(comm, out, inputs, n, t, op, &o, mode == SYNC ? NULL : &w), &w);
     d2h(h, out, es * n);
     report("reduce_scatter", t, red_name[k], mode, rc == TC_SUCCESS && compare(t, h, want, n, "reduce_scatter"));
 
@@ -173,7 +176,7 @@ static void test_reductions(tc_dtype_t t, int k, int mode) {
     fill(t, h, R, 0, total);
     h2d(in, h, es * total);
     w = NULL;
-    rc = finish(mode, tc_reduce_scatter_v(comm, out, in, counts, t, op, &o, mode == SYNC ? NULL : &w), w);
+    rc = finish(mode, tc_reduce_scatter_v(comm, out, in, counts, t, op, &o, mode == SYNC ? NULL : &w), &w);
     d2h(h, out, es * counts[R]);
     for (size_t i = 0; i < counts[R]; i++) want[i] = reduce_ref(t, k, i, off);
     report("reduce_scatter_v", t, red_name[k], mode, rc == TC_SUCCESS && compare(t, h, want, counts[R], "reduce_scatter_v"));
@@ -201,19 +204,19 @@ static void test_movement(tc_dtype_t t, int mode) {
     fill(t, h, R, 0, n);
     h2d(in, h, es * n);
     w = NULL;
-    rc = finish(mode, tc_broadcast(comm, in, n, t, 0, &o, W), w);
+    rc = finish(mode, tc_broadcast(comm, in, n, t, 0, &o, W), &w);
     d2h(h, in, es * n);
     for (size_t i = 0; i < n; i++) want[i] = gen(t, 0, i);
     report("broadcast", t, "-", mode, rc == TC_SUCCESS && compare(t, h, want, n, "broadcast"));
 
     /* all_gather_single, out of place and in place */
     for (int inplace = 0; inplace < 2; inplace++) {
-        CU(cuMemsetD8((CUdeviceptr)(uintptr_t)out, 0, es * n * N));
+        dmemset(out, 0, es * n * N);
         fill(t, h, R, 0, n);
         void *src = inplace ? (char *)out + es * n * R : in;
         h2d(src, h, es * n);
         w = NULL;
-        rc = finish(mode, tc_all_gather_single(comm, out, src, n, t, &o, W), w);
+        rc = finish(mode, tc_all_gather_single(comm, out, src, n, t, &o, W), &w);
         d2h(h, out, es * n * N);
         for (int r = 0; r < N; r++)
             for (size_t i = 0; i < n; i++) want[r * n + i] = gen(t, r, i);
@@ -226,7 +229,7 @@ static void test_movement(tc_dtype_t t, int mode) {
     h2d(in, h, es * n);
     for (int r = 0; r < N; r++) outs[r] = (char *)out + es * n * r;
     w = NULL;
-    rc = finish(mode, tc_all_gather(comm, outs, in, n, t, &o, W), w);
+    rc = finish(mode, tc_all_gather(comm, outs, in, n, t, &o, W), &w);
     d2h(h, out, es * n * N);
     report("all_gather", t, "-", mode, rc == TC_SUCCESS && compare(t, h, want, n * N, "all_gather"));
 
@@ -236,7 +239,7 @@ static void test_movement(tc_dtype_t t, int mode) {
     fill(t, h, R, 0, counts[R]);
     h2d(in, h, es * counts[R]);
     w = NULL;
-    rc = finish(mode, tc_all_gather_v(comm, out, counts, in, t, &o, W), w);
+    rc = finish(mode, tc_all_gather_v(comm, out, counts, in, t, &o, W), &w);
     d2h(h, out, es * total);
     size_t k = 0;
     for (int r = 0; r < N; r++)
@@ -247,7 +250,7 @@ static void test_movement(tc_dtype_t t, int mode) {
     fill(t, h, R, 0, n * N);
     h2d(in, h, es * n * N);
     w = NULL;
-    rc = finish(mode, tc_all_to_all_single(comm, out, in, n, t, &o, W), w);
+    rc = finish(mode, tc_all_to_all_single(comm, out, in, n, t, &o, W), &w);
     d2h(h, out, es * n * N);
     for (int r = 0; r < N; r++)
         for (size_t i = 0; i < n; i++) want[r * n + i] = gen(t, r, n * R + i);
@@ -255,9 +258,9 @@ static void test_movement(tc_dtype_t t, int mode) {
 
     /* all_to_all (lists) */
     for (int r = 0; r < N; r++) { ins[r] = (char *)in + es * n * r; outs[r] = (char *)out + es * n * r; }
-    CU(cuMemsetD8((CUdeviceptr)(uintptr_t)out, 0, es * n * N));
+    dmemset(out, 0, es * n * N);
     w = NULL;
-    rc = finish(mode, tc_all_to_all(comm, outs, ins, n, t, &o, W), w);
+    rc = finish(mode, tc_all_to_all(comm, outs, ins, n, t, &o, W), &w);
     d2h(h, out, es * n * N);
     report("all_to_all", t, "-", mode, rc == TC_SUCCESS && compare(t, h, want, n * N, "all_to_all"));
 
@@ -267,7 +270,7 @@ static void test_movement(tc_dtype_t t, int mode) {
     fill(t, h, R, 0, itot);
     h2d(in, h, es * itot);
     w = NULL;
-    rc = finish(mode, tc_all_to_all_v_single(comm, out, oc, in, ic, t, &o, W), w);
+    rc = finish(mode, tc_all_to_all_v_single(comm, out, oc, in, ic, t, &o, W), &w);
     d2h(h, out, es * otot);
     k = 0;
     for (int q = 0; q < N; q++) {
@@ -283,7 +286,7 @@ static void test_movement(tc_dtype_t t, int mode) {
     h2d(in, h, es * n * N);
     for (int r = 0; r < N; r++) ins[r] = (char *)in + es * n * r;
     w = NULL;
-    rc = finish(mode, tc_scatter(comm, out, ins, n, t, root, &o, W), w);
+    rc = finish(mode, tc_scatter(comm, out, ins, n, t, root, &o, W), &w);
     d2h(h, out, es * n);
     for (size_t i = 0; i < n; i++) want[i] = gen(t, root, n * R + i);
     report("scatter", t, "-", mode, rc == TC_SUCCESS && compare(t, h, want, n, "scatter"));
@@ -293,7 +296,7 @@ static void test_movement(tc_dtype_t t, int mode) {
     h2d(in, h, es * n);
     for (int r = 0; r < N; r++) outs[r] = (char *)out + es * n * r;
     w = NULL;
-    rc = finish(mode, tc_gather(comm, outs, in, n, t, 0, &o, W), w);
+    rc = finish(mode, tc_gather(comm, outs, in, n, t, 0, &o, W), &w);
     d2h(h, out, es * n * N);
     for (int r = 0; r < N; r++)
         for (size_t i = 0; i < n; i++) want[r * n + i] = gen(t, r, i);
@@ -309,24 +312,24 @@ static void test_movement(tc_dtype_t t, int mode) {
     CHECK(tc_batch_send(b, in, n, t, next) == TC_SUCCESS);
     CHECK(tc_batch_recv(b, out, n, t, prev) == TC_SUCCESS);
     w = NULL;
-    rc = finish(mode, tc_batch_issue(b, &o, W), w);
+    rc = finish(mode, tc_batch_issue(b, &o, W), &w);
     d2h(h, out, es * n);
     for (size_t i = 0; i < n; i++) want[i] = gen(t, prev, i);
     report("batch send/recv ring", t, "-", mode, rc == TC_SUCCESS && compare(t, h, want, n, "batch"));
     if (N >= 2) {
         /* even ranks send first, odd ranks receive first */
         tc_result_t r1, r2;
-        CU(cuMemsetD8((CUdeviceptr)(uintptr_t)out, 0, es * n));
+        dmemset(out, 0, es * n);
         if (R % 2 == 0) {
             w = NULL;
-            r1 = finish(mode, tc_send(comm, in, n, t, next, &o, W), w);
+            r1 = finish(mode, tc_send(comm, in, n, t, next, &o, W), &w);
             w = NULL;
-            r2 = finish(mode, tc_recv(comm, out, n, t, prev, &o, W), w);
+            r2 = finish(mode, tc_recv(comm, out, n, t, prev, &o, W), &w);
         } else {
             w = NULL;
-            r2 = finish(mode, tc_recv(comm, out, n, t, prev, &o, W), w);
+            r2 = finish(mode, tc_recv(comm, out, n, t, prev, &o, W), &w);
             w = NULL;
-            r1 = finish(mode, tc_send(comm, in, n, t, next, &o, W), w);
+            r1 = finish(mode, tc_send(comm, in, n, t, next, &o, W), &w);
         }
         d2h(h, out, es * n);
         report("send/recv ring", t, "-", mode, r1 == TC_SUCCESS && r2 == TC_SUCCESS && compare(t, h, want, n, "send/recv"));
