@@ -134,7 +134,7 @@ install-check: build
 	LD_LIBRARY_PATH=$(BUILD)/stage/lib $(BUILD)/cmake-user/version_cmake $(VERSION)
 	@echo "install-check: pkg-config and CMake users build and run against the installed library"
 
-test: deps build header-check header-compile symbols-check cargo-test capi-test capi-valgrind install-check
+test: deps build header-check header-compile symbols-check cargo-test nccl-real-test capi-test capi-valgrind install-check
 	@echo "make test: all checks passed"
 
 # The main job: a multi-process demo of the library at work.
@@ -229,3 +229,42 @@ gpu-test:
 .PHONY: gpu-bench
 gpu-bench:
 	bash $(GPU_SUITE)/bench/run-gpu-bench.sh $(GPU_SUITE)
+
+# The real NCCL on a machine without a GPU. `nccl-wheel` fetches the
+# nvidia-nccl-cu13 wheel of NCCL_WHEEL_VERSION (the GPU machine's, 2.28.9,
+# whose x86-64 sha256 is pinned here; PyPI's listed sha256 is checked too)
+# into the ignored $(NCCL_WHEEL_DIR) and keeps only libnccl.so.2 and nccl.h,
+# reused from then on (pip when installed, else PyPI's JSON API with
+# python3's urllib). When it cannot be had (no network, ...) it says why and
+# `nccl-real-test` reports its checks SKIPPED with that reason; it never fails
+# the build for it. `nccl-real-test` runs the loader's ABI test against that
+# nccl.h, tests/nccl_unavailable.rs's real-library case and, through the C
+# API, tests/nccl_abi/test_nccl_real.c (TC_ERR_UNAVAILABLE naming the NCCL
+# version and the missing CUDA driver). Another version:
+# make nccl-real-test NCCL_WHEEL_VERSION=2.32.3 (checked against PyPI's sha256).
+NCCL_WHEEL_VERSION ?= 2.28.9
+NCCL_WHEEL_SHA256_2.28.9_x86_64 := e4553a30f34195f3fa1da02a6da3d6337d28f2003943aa0a3d247bbc25fefc42
+NCCL_WHEEL_DIR := target/nccl-wheel/$(NCCL_WHEEL_VERSION)
+NCCL_LIB := $(NCCL_WHEEL_DIR)/lib/libnccl.so.2
+NCCL_HDR := $(NCCL_WHEEL_DIR)/include/nccl.h
+.PHONY: nccl-wheel nccl-real-test
+nccl-wheel:
+	@python3 tests/nccl_abi/fetch_wheel.py --version $(NCCL_WHEEL_VERSION) --out $(NCCL_WHEEL_DIR) \
+	  --sha256 "$(NCCL_WHEEL_SHA256_$(NCCL_WHEEL_VERSION)_$(shell uname -m))" \
+	  || echo "nccl-wheel: could not run tests/nccl_abi/fetch_wheel.py; the real-NCCL checks will be SKIPPED"
+
+nccl-real-test: build nccl-wheel
+	@if [ ! -f $(NCCL_LIB) ] || [ ! -f $(NCCL_HDR) ]; then \
+	  echo "nccl-real-test: SKIPPED 3 checks (loader ABI against nccl.h, real libnccl in tests/nccl_unavailable.rs," \
+	    "test_nccl_real.c): $$(cat $(NCCL_WHEEL_DIR)/SKIPPED 2>/dev/null || echo 'no wheel was fetched')"; \
+	  exit 0; fi; \
+	set -e; \
+	TORCHCOMM_TEST_NCCL_HEADER=$(abspath $(NCCL_HDR)) \
+	  $(CARGO) test --release --lib nccl::loader::tests::abi_matches_the_nccl_header -- --nocapture; \
+	TORCHCOMM_TEST_NCCL_LIBRARY=$(abspath $(NCCL_LIB)) \
+	  $(CARGO) test --release --test nccl_unavailable a_real_libnccl -- --nocapture; \
+	mkdir -p $(BUILD)/nccl_abi; \
+	$(CC) -std=c11 -Wall -Wextra -g -Iinclude -Icapi_tests -Itests/nccl_abi/cuda_stub -I$(NCCL_WHEEL_DIR)/include \
+	  tests/nccl_abi/test_nccl_real.c -o $(BUILD)/nccl_abi/test_nccl_real $(CTEST_LIBS) -lpthread; \
+	TC_TEST_BIN_DIR=$(abspath $(REL)) TORCHCOMM_NCCL_LIBRARY=$(abspath $(NCCL_LIB)) $(BUILD)/nccl_abi/test_nccl_real; \
+	echo "nccl-real-test: NCCL $(NCCL_WHEEL_VERSION) from the wheel: ABI, loader and C API checks passed"
