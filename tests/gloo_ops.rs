@@ -335,6 +335,15 @@ fn reductions(comm: &Comm, dt: DType, kind: RedKind) {
         let mut b = Buf::from_fn(dt, c, |_| x(me));
         ok(comm, Op::AllReduce { buf: b.ptr(), count: c, dtype: dt, op: red(kind) });
         check(&b, &format!("all_reduce rounds once {what}"), |_| want);
+        for root in 0..n {
+            let mut b = Buf::from_fn(dt, c, |_| x(me));
+            ok(comm, Op::Reduce { buf: b.ptr(), count: c, dtype: dt, root: root as i32, op: red(kind) });
+            if me == root {
+                check(&b, &format!("reduce rounds once {what} root {root}"), |_| want);
+            } else {
+                check(&b, &format!("reduce {what} non-root input untouched"), |_| x(me));
+            }
+        }
         let mut input = Buf::from_fn(dt, c * n, |_| x(me));
         let mut out = Buf::poisoned(dt, c);
         ok(comm, Op::ReduceScatterSingle { output: out.ptr(), input: input.ptr(), count: c, dtype: dt, op: red(kind) });

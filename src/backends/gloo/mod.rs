@@ -544,6 +544,9 @@ impl GlooBackend {
                     }
                     Ok(())
                 }
+                Op::Reduce { buf, count, dtype, root, op } if self.sums_halves(*dtype, op.kind) && *count >= n => {
+                    self.reduce_halves(buf.as_u8(), *count, *dtype, *root, op, d)
+                }
                 Op::Reduce { buf, count, dtype, root, op } => self.reduce(buf.as_u8(), *count, *dtype, *root, op, d),
                 Op::AllGather { outputs, input, count, dtype } => {
                     let bytes = count * dtype.size();
@@ -837,6 +840,30 @@ impl GlooBackend {
         }
         if let Some(k) = divide {
             reduce::scale(dtype, output, output, mine, Scale::Div(k))?;
+        }
+        Ok(())
+    }
+
+    /// Reduce of float16/bfloat16 sums: a reduce-scatter (summing in f32,
+    /// rounding once) into scratch, then a gather of the blocks to the root
+    /// (padded to the largest block: Gloo's gather takes equal sizes).
+    unsafe fn reduce_halves(&self, buf: *mut u8, count: usize, dtype: DType, root: i32, op: &ReduceOp, d: &Deadline) -> Result<()> {
+        let n = self.size as usize;
+        let es = dtype.size();
+        let counts: Vec<usize> = (0..n).map(|r| count / n + usize::from(r < count % n)).collect();
+        let padded = counts[0] * es;
+        let mut own = Scratch::new(padded);
+        self.reduce_scatter_blocks(buf, own.ptr(), &counts, dtype, op, d)?;
+        let is_root = self.rank == root;
+        let mut all = Scratch::new(if is_root { padded * n } else { 0 });
+        let tag = self.next_tag();
+        self.ctx().gather(own.ptr(), all.ptr(), padded, root, tag, d.left()?).map_err(|e| self.fail("reduce", e))?;
+        if is_root {
+            let mut offset = 0;
+            for (r, c) in counts.iter().enumerate() {
+                copy(buf.add(offset), all.ptr().add(r * padded), c * es);
+                offset += c * es;
+            }
         }
         Ok(())
     }
