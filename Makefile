@@ -14,7 +14,7 @@ CTEST_CFLAGS := -std=c11 -Wall -Wextra -Werror -pedantic -g -Iinclude
 CTEST_LIBS   := -L$(REL) -ltorchcomm -Wl,-rpath,$(abspath $(REL))
 CAPI_SRCS := $(wildcard capi_tests/test_*.c)
 CAPI_BINS := $(patsubst capi_tests/%.c,$(BUILD)/capi/%,$(CAPI_SRCS))
-DEB_PACKAGES := libgloo-dev pkg-config cmake valgrind g++ python3
+DEB_PACKAGES := libgloo-dev pkg-config cmake valgrind g++ python3 ca-certificates
 
 .PHONY: all build deps header header-check header-compile symbols-check \
         cargo-test capi-test capi-valgrind install uninstall install-check \
@@ -235,7 +235,7 @@ gpu-bench:
 # whose x86-64 sha256 is pinned here; PyPI's listed sha256 is checked too)
 # into the ignored $(NCCL_WHEEL_DIR) and keeps only libnccl.so.2 and nccl.h,
 # reused from then on (pip when installed, else PyPI's JSON API with
-# python3's urllib). When it cannot be had (no network, ...) it says why and
+# python3's urllib over HTTPS, hence ca-certificates in DEB_PACKAGES). When it cannot be had (no network, ...) it says why and
 # `nccl-real-test` reports its checks SKIPPED with that reason; it never fails
 # the build for it. `nccl-real-test` runs the loader's ABI test against that
 # nccl.h, tests/nccl_unavailable.rs's real-library case and, through the C

@@ -607,7 +607,7 @@ mod abi {
                     let a = a.trim();
                     // Drop the parameter name: the last word, unless the
                     // parameter is a bare type ("void*", "int").
-                    let ty = match a.rfind(|c: char| c == ' ' || c == '*') {
+                    let ty = match a.rfind([' ', '*']) {
                         Some(k) if !a[k + 1..].is_empty() && c_type_code(&a[k + 1..]).is_none() => &a[..=k],
                         _ => a,
                     };
