@@ -235,9 +235,9 @@ gpu-bench:
 # whose x86-64 sha256 is pinned here; PyPI's listed sha256 is checked too)
 # into the ignored $(NCCL_WHEEL_DIR) and keeps only libnccl.so.2 and nccl.h,
 # reused from then on (pip when installed, else PyPI's JSON API with
-# python3's urllib over HTTPS, hence ca-certificates in DEB_PACKAGES). When it cannot be had (no network, ...) it says why and
-# `nccl-real-test` reports its checks SKIPPED with that reason; it never fails
-# the build for it. `nccl-real-test` runs the loader's ABI test against that
+# python3's urllib over HTTPS, hence ca-certificates in DEB_PACKAGES). When
+# it cannot be had (no network, ...) it says why and `nccl-real-test` reports
+# its checks SKIPPED with that reason; it never fails the build for it. `nccl-real-test` runs the loader's ABI test against that
 # nccl.h, tests/nccl_unavailable.rs's real-library case and, through the C
 # API, tests/nccl_abi/test_nccl_real.c (TC_ERR_UNAVAILABLE naming the NCCL
 # version and the missing CUDA driver). Another version:
