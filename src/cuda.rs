@@ -409,6 +409,10 @@ impl DeviceBuffer {
         let buf = DeviceBuffer { ptr, bytes, device: device.clone() };
         // SAFETY: `ptr` holds at least `bytes` bytes.
         check(unsafe { drv::cuMemsetD8_v2(ptr, 0, bytes.max(1)) }, "cuMemsetD8")?;
+        // cuMemsetD8 may return before the device ran it, on the legacy
+        // stream, which the non-blocking streams that use this buffer do not
+        // wait for: wait here so that "zeroed" holds on every stream.
+        stream_synchronize(std::ptr::null_mut())?;
         Ok(buf)
     }
     pub fn ptr(&self) -> *mut c_void {
@@ -582,7 +586,8 @@ pub fn stream_synchronize(stream: CUstream) -> Result<()> {
     check(unsafe { drv::cuStreamSynchronize(stream) }, "cuStreamSynchronize")
 }
 
-/// Synchronous copy of `src` (host memory) into device memory at `dst`.
+/// Copy of `src` (host memory) into device memory at `dst`, complete on the
+/// device when this returns (visible to work on any stream issued later).
 pub fn copy_to_device(dst: *mut c_void, src: &[u8]) -> Result<()> {
     if src.is_empty() {
         return Ok(());
@@ -591,7 +596,13 @@ pub fn copy_to_device(dst: *mut c_void, src: &[u8]) -> Result<()> {
     check(
         unsafe { drv::cuMemcpyHtoD_v2(dst as sys::CUdeviceptr, src.as_ptr() as *const c_void, src.len()) },
         "cuMemcpyHtoD",
-    )
+    )?;
+    // From pageable memory cuMemcpyHtoD may return once the data is staged,
+    // before the legacy stream wrote it to the device, and non-blocking
+    // streams do not wait for the legacy stream: without this, a collective
+    // issued next on such a stream could read (or be overwritten by) the
+    // copy still in flight.
+    stream_synchronize(std::ptr::null_mut())
 }
 
 /// Synchronous copy of device memory at `src` into `dst` (host memory).

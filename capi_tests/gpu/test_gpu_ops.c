@@ -424,6 +424,83 @@ static void test_split(void) {
     report("barrier", TC_FLOAT32, "-", SYNC, rc == TC_SUCCESS);
 }
 
+/* PREMUL_SUM with the factor given by pointer: in device memory (NCCL reads
+   it when the kernel runs) and in host memory (read at the call), for
+   float32 and float16, sync and async. */
+static void test_premul_pointer(void) {
+    static const tc_dtype_t types[] = {TC_FLOAT32, TC_FLOAT16};
+    for (size_t ti = 0; ti < 2; ti++) {
+        tc_dtype_t t = types[ti];
+        size_t es = dt_size(t), n = COUNT;
+        char factor[8], *h = malloc(es * n);
+        double want[256];
+        put(t, factor, 0, PREMUL);
+        void *dfactor = dalloc(es), *d = dalloc(es * n);
+        h2d(dfactor, factor, es);
+        for (int where = 0; where < 2; where++) {
+            for (int mode = 0; mode < 2; mode++) {
+                seed++;
+                tc_reduce_op_t op = TC_REDUCE_OP(TC_PREMUL_SUM);
+                op.premul_factor = 100; /* must be ignored: the pointer wins */
+                op.premul_factor_ptr = where ? (const void *)factor : dfactor;
+                tc_op_options_t o = opts_for(mode);
+                fill(t, h, R, 0, n);
+                h2d(d, h, es * n);
+                tc_work_t *w = NULL;
+                tc_result_t rc = finish(mode, tc_all_reduce(comm, d, n, t, op, &o, mode == SYNC ? NULL : &w), &w);
+                d2h(h, d, es * n);
+                for (size_t i = 0; i < n; i++) want[i] = reduce_ref(t, TC_PREMUL_SUM, i, 0);
+                report(where ? "all_reduce premul_sum (host factor pointer)" : "all_reduce premul_sum (device factor pointer)", t,
+                       "premul_sum", mode, rc == TC_SUCCESS && compare(t, h, want, n, "premul pointer"));
+            }
+        }
+        dfree(dfactor);
+        dfree(d);
+        free(h);
+    }
+}
+
+/* A second comm with hints: non-blocking NCCL calls (blocking=0, where
+   NCCL answers ncclInProgress and the library polls) on a high-priority
+   internal stream; sync and async all_reduce, a barrier, finalize. */
+static void test_hinted_comm(void) {
+    tc_hint_t hints[] = {{"nccl.blocking", "0"}, {"high_priority_stream", "1"}};
+    tc_comm_options_t co = TC_COMM_OPTIONS_INIT;
+    co.name = "gpu_ops_nonblocking";
+    co.abort_on_error = 0;
+    co.hints = hints;
+    co.num_hints = 2;
+    tc_device_t dev = {TC_DEVICE_CUDA, -1};
+    tc_comm_t *c = NULL;
+    tc_result_t rc = tc_comm_new("nccl", dev, &co, &c);
+    report("tc_comm_new with blocking=0, high_priority_stream=1", TC_FLOAT32, "-", SYNC, rc == TC_SUCCESS);
+    if (rc != TC_SUCCESS) return;
+    size_t n = COUNT;
+    float *h = malloc(sizeof(float) * n);
+    void *d = dalloc(sizeof(float) * n);
+    double want[256];
+    for (int mode = 0; mode < NMODES; mode++) {
+        seed++;
+        fill(TC_FLOAT32, h, R, 0, n);
+        h2d(d, h, sizeof(float) * n);
+        tc_op_options_t o = opts_for(mode);
+        tc_work_t *w = NULL;
+        tc_reduce_op_t sum = TC_REDUCE_OP(TC_SUM);
+        rc = finish(mode, tc_all_reduce(c, d, n, TC_FLOAT32, sum, &o, mode == SYNC ? NULL : &w), &w);
+        d2h(h, d, sizeof(float) * n);
+        for (size_t i = 0; i < n; i++) want[i] = reduce_ref(TC_FLOAT32, TC_SUM, i, 0);
+        report("all_reduce on a non-blocking comm", TC_FLOAT32, "sum", mode, rc == TC_SUCCESS && compare(TC_FLOAT32, h, want, n, "non-blocking"));
+    }
+    tc_op_options_t o = opts_for(SYNC);
+    rc = tc_barrier(c, &o, NULL);
+    CU(cuStreamSynchronize(stream));
+    report("barrier on a non-blocking comm", TC_FLOAT32, "-", SYNC, rc == TC_SUCCESS);
+    report("finalize of a non-blocking comm", TC_FLOAT32, "-", SYNC, tc_comm_finalize(c) == TC_SUCCESS);
+    tc_comm_destroy(c);
+    dfree(d);
+    free(h);
+}
+
 /* Bitwise reductions are unsupported on NCCL and leave the comm usable. */
 static void test_unsupported(void) {
     void *d = dalloc(16);
@@ -480,6 +557,8 @@ int main(void) {
     test_graph(0);
     test_graph(1);
     test_split();
+    test_premul_pointer();
+    test_hinted_comm();
     test_unsupported();
 
     rc = tc_comm_finalize(comm);

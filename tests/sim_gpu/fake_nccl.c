@@ -22,7 +22,11 @@
    - comms are not thread-safe: two threads inside calls on one comm at once
      is reported as ncclInvalidUsage (ncclCommGetAsyncError and
      ncclCommAbort may come from any thread, as NCCL allows);
-   - nranks != 1 is ncclInvalidUsage with a message.
+   - nranks != 1 is ncclInvalidUsage with a message;
+   - a peer that never arrives: with TC_SIM_NCCL_HANG_CALL=N (or a list
+     N,M,...) the N-th kernel launched in the process keeps running until its comm is aborted (or
+     TC_SIM_NCCL_HANG_MS, default 60000, passed), as a real collective waits
+     for a missing rank.
    Compile with -DSIM_NCCL_VERSION=21805 (say) to get an older library:
    symbols newer than that version are not exported at all, like the real
    older library (ncclCommRegister/ncclMemAlloc 2.19, fp8 2.24, ncclAlltoAll,
@@ -365,6 +369,7 @@ static void premul(ncclDataType_t t, char *dst, const char *src, size_t n, const
 
 struct kernel {
     ncclComm_t comm;
+    int hang; /* TC_SIM_NCCL_HANG_CALL picked this one */
     int counted; /* launched outside a capture: finalize waits for it */
     const char *name;
     const void *src;
@@ -382,6 +387,16 @@ static void run_kernel(void *p) {
     int state = k->comm->state;
     pthread_mutex_unlock(&M);
     size_t bytes = k->count * type_size(k->dtype);
+    if (k->hang) {
+        const char *v = getenv("TC_SIM_NCCL_HANG_MS");
+        long ms = v && *v ? atol(v) : 60000;
+        for (long t = 0; t < ms && state == LIVE; t++) {
+            usleep(1000);
+            pthread_mutex_lock(&M);
+            state = k->comm->state;
+            pthread_mutex_unlock(&M);
+        }
+    }
     if (state == ABORTED) return; /* kernels of an aborted comm stop early */
     if (state == DESTROYED) {
         simcu_fault("%s kernel ran after its NCCL comm %p was destroyed (a graph replayed after ncclCommDestroy?)", k->name,
@@ -430,11 +445,14 @@ static ncclResult_t launch(struct kernel *k, CUstream stream) {
         return fail(ncclUnhandledCudaError, "%s: stream %p is not a valid stream", name, (void *)stream);
     }
     k->counted = st == CU_STREAM_CAPTURE_STATUS_NONE;
-    if (k->counted) {
-        pthread_mutex_lock(&M);
-        k->comm->inflight++;
-        pthread_mutex_unlock(&M);
-    }
+    static long launches;
+    const char *hang = getenv("TC_SIM_NCCL_HANG_CALL"); /* "N" or "N,M,..." */
+    pthread_mutex_lock(&M);
+    long me = ++launches;
+    for (const char *p = hang; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (atol(p) == me) k->hang = 1;
+    if (k->counted) k->comm->inflight++;
+    pthread_mutex_unlock(&M);
     CUresult r = simcu_launch(stream, run_kernel, k, release_kernel); /* releases k on failure */
     if (r != CUDA_SUCCESS) return fail(ncclUnhandledCudaError, "%s: kernel launch failed: CUDA error %d", name, (int)r);
     return ncclSuccess;
