@@ -237,9 +237,10 @@ gpu-bench:
 # reused from then on (pip when installed, else PyPI's JSON API with
 # python3's urllib over HTTPS, hence ca-certificates in DEB_PACKAGES). When
 # it cannot be had (no network, ...) it says why and `nccl-real-test` reports
-# its checks SKIPPED with that reason; it never fails the build for it. `nccl-real-test` runs the loader's ABI test against that
-# nccl.h, tests/nccl_unavailable.rs's real-library case and, through the C
-# API, tests/nccl_abi/test_nccl_real.c (TC_ERR_UNAVAILABLE naming the NCCL
+# its checks SKIPPED with that reason; it never fails the build for it.
+# `nccl-real-test` runs the loader's ABI test against that nccl.h,
+# tests/nccl_unavailable.rs's real-library case and, through the C API,
+# tests/nccl_abi/test_nccl_real.c (TC_ERR_UNAVAILABLE naming the NCCL
 # version and the missing CUDA driver). Another version:
 # make nccl-real-test NCCL_WHEEL_VERSION=2.32.3 (checked against PyPI's sha256).
 NCCL_WHEEL_VERSION ?= 2.28.9
