@@ -134,7 +134,7 @@ install-check: build
 	LD_LIBRARY_PATH=$(BUILD)/stage/lib $(BUILD)/cmake-user/version_cmake $(VERSION)
 	@echo "install-check: pkg-config and CMake users build and run against the installed library"
 
-test: deps build header-check header-compile symbols-check cargo-test nccl-real-test capi-test capi-valgrind install-check
+test: deps build header-check header-compile symbols-check cargo-test nccl-real-test capi-test sim-gpu-test capi-valgrind install-check
 	@echo "make test: all checks passed"
 
 # The main job: a multi-process demo of the library at work.
@@ -220,6 +220,13 @@ gpu-suite: build
 
 gpu-test:
 	bash $(GPU_SUITE)/run.sh $(GPU_SUITE)
+
+# The GPU suite on a SIMULATED CUDA driver and one-rank NCCL (test doubles in
+# tests/sim_gpu/, built here with $(CC)): runs our CUDA/NCCL code paths on a
+# machine without a GPU. Not a GPU verification; part of `make test`.
+.PHONY: sim-gpu-test
+sim-gpu-test: build
+	CC=$(CC) bash tests/sim_gpu/run-sim.sh
 
 # GPU benchmark (on the GPU machine, from the repository root, no cargo):
 # tc-perf -B nccl against raw NCCL (bench/nccl_raw.c, compiled there with cc)

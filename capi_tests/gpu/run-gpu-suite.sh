@@ -9,6 +9,13 @@
 # sockets over loopback), registration and tc_mem_alloc on 1 and 2 ranks,
 # the timeout/abort test on 2 ranks, and the Python
 # ctypes smoke test against torch when torch is importable.
+#
+# Knobs (unset on a GPU machine; `make sim-gpu-test` sets them to run the
+# suite on a simulated driver and NCCL):
+#   TC_GPU_SIMULATION=1       say loudly that this is a simulation
+#   TC_GPU_NCCL_MAX_RANKS=N   nccl runs needing more ranks are skipped (counted)
+#   TC_GPU_STAGING_RANKS="2"  rank counts of the gloo staging test
+#   TC_GPU_TORCH=0            skip the torch smoke test
 set -u
 SUITE=$(cd "${1:-gpu-suite}" && pwd) || { echo "gpu-test: no suite folder; run 'make gpu-suite' on a build machine"; exit 2; }
 CC=${CC:-cc}
@@ -28,6 +35,9 @@ if [ -z "${TORCHCOMM_NCCL_LIBRARY:-}" ]; then
   wheel=$(python3 -c "import nvidia.nccl,os;print(os.path.join(list(nvidia.nccl.__path__)[0],'lib','libnccl.so.2'))" 2>/dev/null || true)
   [ -n "$wheel" ] && [ -f "$wheel" ] && export TORCHCOMM_NCCL_LIBRARY=$wheel
 fi
+max_ranks=${TC_GPU_NCCL_MAX_RANKS:-64}
+sim=${TC_GPU_SIMULATION:-0}
+[ "$sim" = 1 ] && echo "gpu-test: SIMULATION: simulated CUDA driver and NCCL (test doubles), not a GPU verification"
 echo "gpu-test: CUDA headers from $cuda_home; NCCL: ${TORCHCOMM_NCCL_LIBRARY:-default search (libnccl.so.2)}"
 python3 -c "import importlib.metadata as m;print('gpu-test: nvidia-nccl-cu13', m.version('nvidia-nccl-cu13'))" 2>/dev/null || true
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu-test: GPU /'
@@ -44,6 +54,16 @@ export LD_LIBRARY_PATH="$SUITE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 TCRUN="$SUITE/bin/tc-run"
 summary=()
 fails=0
+skips=0
+skip() { # name reason
+  echo "== $1: SKIPPED ($2)"
+  summary+=("$1: SKIPPED ($2)")
+  skips=$((skips + 1))
+}
+nccl_run() { # like run, for the nccl backend: skipped beyond TC_GPU_NCCL_MAX_RANKS
+  if [ "$2" -gt "$max_ranks" ]; then skip "$1 x$2" "needs $2 nccl ranks; this NCCL runs at most $max_ranks"; return; fi
+  run "$@"
+}
 run() { # name ranks program...
   local name=$1 n=$2; shift 2
   echo "== $name ($n rank(s))"
@@ -55,17 +75,19 @@ run() { # name ranks program...
   summary+=("$name x$n: ${line:-no result line} (exit $rc)")
   [ "$rc" = 0 ] || fails=$((fails + 1))
 }
-run ops 1 "$SUITE/bin/test_gpu_ops"
-TC_GPU_MODES=${TC_GPU_MODES_MULTI:-2} run ops 2 "$SUITE/bin/test_gpu_ops"
-TC_GPU_MODES=${TC_GPU_MODES_MULTI:-1} run ops 4 "$SUITE/bin/test_gpu_ops"
-run mem 1 "$SUITE/bin/test_gpu_mem"
-run mem 2 "$SUITE/bin/test_gpu_mem"
-run timeout 2 "$SUITE/bin/test_gpu_timeout"
-run gloo-staging 2 "$SUITE/bin/test_gpu_gloo_staging"
-if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+nccl_run ops 1 "$SUITE/bin/test_gpu_ops"
+TC_GPU_MODES=${TC_GPU_MODES_MULTI:-2} nccl_run ops 2 "$SUITE/bin/test_gpu_ops"
+TC_GPU_MODES=${TC_GPU_MODES_MULTI:-1} nccl_run ops 4 "$SUITE/bin/test_gpu_ops"
+nccl_run mem 1 "$SUITE/bin/test_gpu_mem"
+nccl_run mem 2 "$SUITE/bin/test_gpu_mem"
+nccl_run timeout 2 "$SUITE/bin/test_gpu_timeout"
+for n in ${TC_GPU_STAGING_RANKS:-2}; do run gloo-staging "$n" "$SUITE/bin/test_gpu_gloo_staging"; done
+if [ "${TC_GPU_TORCH:-1}" = 0 ]; then
+  skip torch-smoke "TC_GPU_TORCH=0"
+elif python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
   run torch-smoke 1 python3 "$SUITE/tests/torch_smoke.py" "$SUITE/lib/libtorchcomm.so"
 else
-  summary+=("torch-smoke: SKIPPED (torch with CUDA not importable)")
+  skip torch-smoke "torch with CUDA not importable"
 fi
 echo "== summary"
 printf '%s\n' "${summary[@]}"
@@ -74,5 +96,6 @@ for s in "${summary[@]}"; do
   p=$(echo "$s" | sed -n 's/.*: \([0-9]*\) passed, \([0-9]*\) failed.*/\1/p'); f=$(echo "$s" | sed -n 's/.*: \([0-9]*\) passed, \([0-9]*\) failed.*/\2/p')
   total_pass=$((total_pass + ${p:-0})); total_fail=$((total_fail + ${f:-0}))
 done
-echo "gpu-test: $total_pass passed, $total_fail failed ($fails run(s) exited non-zero)"
+echo "gpu-test: $total_pass passed, $total_fail failed, $skips run(s) skipped ($fails run(s) exited non-zero)"
+[ "$sim" = 1 ] && echo "gpu-test: (SIMULATION: these results say nothing about real GPUs)"
 [ "$fails" = 0 ]

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# `make sim-gpu-test`: the GPU suite on a SIMULATED CUDA driver and NCCL
+# (test doubles written for this project, tests/sim_gpu/fake_*.c), on a
+# machine without a GPU. It runs our GPU code paths (src/cuda.rs, the nccl
+# backend, CUDA staging on gloo) against strict models of the driver and of
+# one-rank NCCL: API misuse, stream ordering, capture rules and asynchronous
+# completion show up here. It is NOT a GPU verification: kernels, real NCCL,
+# several nccl ranks and performance are only tested by `make gpu-test` on a
+# GPU machine.
+#
+#   1. builds target/sim_gpu/libcuda.so.1 (+ libcuda.so) and libnccl.so.2
+#      (NCCL 2.28.9), and nccl-2.18/libnccl.so.2 (an NCCL 2.18.5 without the
+#      newer optional symbols);
+#   2. runs capi_tests/gpu/run-gpu-suite.sh unchanged in substance, with the
+#      simulated cuda.h and libcuda: ops and mem at one rank, the two-rank
+#      nccl tests skipped (with the reason), gloo staging on 2 and 3 ranks;
+#   3. runs what only a simulation can: ops and mem on the NCCL 2.18 double,
+#      a one-rank timeout/abort test over a simulated hung collective, and a
+#      checked tc-perf -B nccl pass (with and without graph replay).
+# Every work item on a simulated stream takes TC_SIM_DELAY_US (default 50 us)
+# so that completion is really asynchronous.
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+CC=${CC:-cc}
+SIM=$ROOT/target/sim_gpu
+REL=$ROOT/target/release
+mkdir -p "$SIM/nccl-2.18" "$SIM/cuda/include" "$SIM/cuda/lib64" "$SIM/suite/lib" "$SIM/suite/bin" "$SIM/suite/tests"
+
+echo "sim-gpu-test: ================================================================"
+echo "sim-gpu-test: SIMULATION, not GPU verification: a simulated CUDA driver and a"
+echo "sim-gpu-test: one-rank simulated NCCL (test doubles in tests/sim_gpu/)"
+echo "sim-gpu-test: ================================================================"
+
+CFLAGS="-std=c11 -O1 -g -Wall -Wextra -Werror -fPIC -shared -fvisibility=hidden -I$ROOT/tests/sim_gpu"
+set -e
+$CC $CFLAGS "$ROOT/tests/sim_gpu/fake_cuda.c" -o "$SIM/libcuda.so.1" -Wl,-soname,libcuda.so.1 -lpthread
+# A link, not a copy: a process that opens both names must get one driver.
+ln -sf libcuda.so.1 "$SIM/libcuda.so"
+$CC $CFLAGS "$ROOT/tests/sim_gpu/fake_nccl.c" -o "$SIM/libnccl.so.2" -Wl,-soname,libnccl.so.2 \
+  -L"$SIM" -lcuda -Wl,-rpath,'$ORIGIN' -lpthread -lm
+$CC $CFLAGS -DSIM_NCCL_VERSION=21805 "$ROOT/tests/sim_gpu/fake_nccl.c" -o "$SIM/nccl-2.18/libnccl.so.2" \
+  -Wl,-soname,libnccl.so.2 -L"$SIM" -lcuda -Wl,-rpath,'$ORIGIN/..' -lpthread -lm
+# CUDA_HOME for the suite script: our cuda.h and the simulated libcuda.
+cp "$ROOT/tests/sim_gpu/cuda.h" "$SIM/cuda/include/cuda.h"
+ln -sf ../../libcuda.so.1 "$SIM/cuda/lib64/libcuda.so"
+# The suite folder `make gpu-suite` would make, as links into the tree.
+for f in libtorchcomm.so libtorchcomm-gloo.so; do [ -f "$REL/$f" ] && ln -sf "$REL/$f" "$SIM/suite/lib/$f"; done
+ln -sf "$REL/libtorchcomm.so" "$SIM/suite/lib/libtorchcomm.so.0"
+ln -sf "$REL/tc-run" "$SIM/suite/bin/tc-run"
+ln -sfn "$ROOT/include" "$SIM/suite/include"
+for f in "$ROOT"/capi_tests/gpu/*.c "$ROOT"/capi_tests/gpu/*.h "$ROOT"/capi_tests/gpu/*.py "$ROOT/capi_tests/capi_util.h"; do
+  ln -sf "$f" "$SIM/suite/tests/$(basename "$f")"
+done
+set +e
+
+export LD_LIBRARY_PATH="$SIM${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export TC_SIM_DELAY_US=${TC_SIM_DELAY_US:-50}
+export TORCHCOMM_ABORT_ON_ERROR=0
+status=0
+
+staging="2 3" extra_skips=0
+if [ ! -f "$REL/libtorchcomm-gloo.so" ]; then
+  echo "sim-gpu-test: gloo staging SKIPPED: $REL/libtorchcomm-gloo.so was not built (libgloo-dev missing?)"
+  staging="" extra_skips=1
+fi
+echo "sim-gpu-test: == the GPU suite (capi_tests/gpu/run-gpu-suite.sh) on the simulation"
+out=$(TC_GPU_SIMULATION=1 TC_GPU_NCCL_MAX_RANKS=1 TC_GPU_STAGING_RANKS="$staging" TC_GPU_TORCH=0 \
+  CUDA_HOME="$SIM/cuda" TORCHCOMM_NCCL_LIBRARY="$SIM/libnccl.so.2" CC=$CC \
+  bash "$ROOT/capi_tests/gpu/run-gpu-suite.sh" "$SIM/suite" 2>&1) || status=1
+echo "$out" | sed -n '/^== summary/,$p'
+[ "$status" = 0 ] || echo "$out" | tail -n 60
+suite_line=$(echo "$out" | grep '^gpu-test: [0-9]* passed' | tail -n 1)
+pass=$(echo "$suite_line" | sed -n 's/^gpu-test: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) run.*/\1/p')
+fail=$(echo "$suite_line" | sed -n 's/^gpu-test: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) run.*/\2/p')
+skipped=$(echo "$suite_line" | sed -n 's/^gpu-test: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) run.*/\3/p')
+pass=${pass:-0} fail=${fail:-1} skipped=$((${skipped:-0} + extra_skips))
+
+# Runs one extra program under tc-run -n 1; counts its "N passed, M failed".
+extra() { # name program... (environment set by the caller)
+  local name=$1 o rc line p f
+  shift
+  o=$(timeout 120 "$REL/tc-run" -n 1 -- "$@" 2>&1); rc=$?
+  line=$(echo "$o" | grep -E '^(\[[^]]*\] *)?[0-9]+ passed, [0-9]+ failed' | tail -n 1 | sed 's/^\[[^]]*\] *//')
+  p=$(echo "$line" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\1/p')
+  f=$(echo "$line" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\2/p')
+  echo "sim-gpu-test: $name: ${line:-no result line} (exit $rc)"
+  if [ "$rc" != 0 ] || [ -z "$line" ]; then echo "$o" | tail -n 30; status=1; f=${f:-1}; fi
+  pass=$((pass + ${p:-0})) fail=$((fail + ${f:-0}))
+}
+
+echo "sim-gpu-test: == simulation-only runs"
+B=$SIM/suite/bin
+TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.18/libnccl.so.2 TC_GPU_MODES=1 extra "ops on NCCL 2.18 (no ncclAlltoAll, fp8, registration, ncclMemAlloc)" "$B/test_gpu_ops"
+TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.18/libnccl.so.2 extra "mem on NCCL 2.18 (cuMemAlloc fallback, registration unsupported)" "$B/test_gpu_mem"
+$CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests" -I"$ROOT/capi_tests/gpu" -I"$SIM/cuda/include" \
+  "$ROOT/tests/sim_gpu/test_sim_timeout.c" -o "$B/test_sim_timeout" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
+  || { echo "sim-gpu-test: compiling test_sim_timeout failed"; status=1; }
+TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 TC_SIM_NCCL_HANG_CALL=2,3 extra "timeout/abort at one rank (simulated hung collective)" "$B/test_sim_timeout"
+
+# tc-perf -B nccl with result checks: every collective, then CUDA-graph replays.
+perf_ok=0 perf_fail=0
+runs=()
+for o in all_reduce all_gather reduce_scatter broadcast reduce all_to_all sendrecv gather scatter barrier; do
+  runs+=("-o $o -a 0" "-o $o -a 1")
+done
+runs+=("-o all_reduce -d all -r all" "-o all_reduce -G 2" "-o all_gather -G 2")
+for args in "${runs[@]}"; do
+  # shellcheck disable=SC2086
+  o=$(TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 timeout 120 "$REL/tc-run" -n 1 -- "$REL/tc-perf" -B nccl -b 8 -e 4K -f 8 -n 2 -w 1 -c 1 $args 2>&1)
+  rc=$?
+  if [ "$rc" = 0 ] && ! echo "$o" | grep -q "FAILED"; then perf_ok=$((perf_ok + 1)); else
+    perf_fail=$((perf_fail + 1)); status=1; echo "sim-gpu-test: tc-perf $args failed (exit $rc):"; echo "$o" | tail -n 20; fi
+done
+echo "sim-gpu-test: tc-perf -B nccl -c 1 (checked results): $perf_ok passed, $perf_fail failed"
+pass=$((pass + perf_ok)) fail=$((fail + perf_fail))
+
+echo "sim-gpu-test: ================================================================"
+echo "sim-gpu-test: SIMULATION total: $pass passed, $fail failed, $skipped run(s) skipped"
+echo "sim-gpu-test: (simulated driver and NCCL; not GPU verification: run make gpu-test on a GPU)"
+[ "$status" = 0 ] && [ "$fail" = 0 ]
