@@ -65,6 +65,17 @@ int main(void) {
     ok ? passed++ : failed++;
     if (!ok) fprintf(stderr, "rank %d: reduce_scatter_single on device memory: wrong result\n", rank);
 
+    /* under CUDA graph capture a staged (host) collective is refused, and the
+       caller's capture stays valid */
+    CU(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    tc_result_t crc = tc_all_reduce(comm, d, N, TC_FLOAT32, sum, &oo, NULL);
+    CUgraph graph = NULL;
+    CUresult end = cuStreamEndCapture(stream, &graph);
+    ok = crc == TC_ERR_UNSUPPORTED && end == CUDA_SUCCESS;
+    ok ? passed++ : failed++;
+    if (!ok) fprintf(stderr, "rank %d: staged all_reduce under capture: %s (%s), end capture %d\n", rank, tc_result_string(crc), tc_last_error(), (int)end);
+    if (graph) CU(cuGraphDestroy(graph));
+
     EXPECT_OK(tc_comm_finalize(comm));
     tc_comm_destroy(comm);
     dfree(d);

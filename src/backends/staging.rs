@@ -9,7 +9,7 @@
 
 use crate::comm::{Op, Ptr};
 use crate::cuda::{self, MemoryType, PinnedBuffer};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use cudarc::driver::sys;
 use std::ffi::c_void;
 
@@ -136,6 +136,15 @@ pub fn stage_in(op: &mut Op, rank: i32, size: i32, stream: *mut c_void) -> Resul
     let device = cuda::Device::open(ordinal)?;
     let _current = device.scoped()?;
     let stream = stream as sys::CUstream;
+    // A host collective cannot be part of a CUDA graph, and synchronizing a
+    // capturing stream (below) would fail and invalidate the caller's
+    // capture: refuse first, leaving the capture intact.
+    if cuda::capture_status(stream)? != cuda::Capture::None {
+        return Err(Error::unsupported(
+            "CUDA buffers on a host backend cannot be captured into a CUDA graph (the stream is capturing): the host \
+             collective would run once now, not at each replay",
+        ));
+    }
     let mut copies = Vec::new();
     for_each_buffer(op, rank, size, &mut |p, bytes, usage| {
         if bytes == 0 || cuda::memory_type(p.0)? == MemoryType::Host {
