@@ -226,7 +226,7 @@ gpu-test:
 # machine without a GPU. Not a GPU verification; part of `make test`.
 .PHONY: sim-gpu-test
 sim-gpu-test: build
-	CC=$(CC) bash tests/sim_gpu/run-sim.sh
+	CC=$(CC) CARGO=$(CARGO) bash tests/sim_gpu/run-sim.sh
 
 # GPU benchmark (on the GPU machine, from the repository root, no cargo):
 # tc-perf -B nccl against raw NCCL (bench/nccl_raw.c, compiled there with cc)

@@ -741,6 +741,33 @@ mod tests {
         }
     }
 
+    /// With a driver (a GPU, or the simulated one of `make sim-gpu-test`):
+    /// data put on the device by `DeviceBuffer::zeroed` and `copy_to_device`
+    /// is there for work issued next on a non-blocking stream. Both used to
+    /// return with the legacy stream's memset/copy possibly still in flight.
+    #[test]
+    fn device_writes_are_visible_on_a_non_blocking_stream() {
+        if available().is_err() || device_count().map_or(true, |n| n < 1) {
+            return;
+        }
+        let dev = Device::open(0).unwrap();
+        let _g = dev.scoped().unwrap();
+        let stream = Stream::new(&dev, 0).unwrap();
+        let bytes = 1 << 16;
+        let buf = DeviceBuffer::zeroed(&dev, bytes).unwrap();
+        let pinned = PinnedBuffer::new(&dev, bytes).unwrap();
+        let read_back = || -> Vec<u8> {
+            memcpy_async(pinned.ptr(), buf.ptr(), bytes, stream.raw()).unwrap();
+            stream_synchronize(stream.raw()).unwrap();
+            // SAFETY: pinned host memory of `bytes` bytes, the copy completed.
+            unsafe { std::slice::from_raw_parts(pinned.ptr() as *const u8, bytes) }.to_vec()
+        };
+        assert!(read_back().iter().all(|&b| b == 0), "zeroed buffer not zero on another stream");
+        let data: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();
+        copy_to_device(buf.ptr(), &data).unwrap();
+        assert!(read_back() == data, "copy_to_device data not on the device for another stream");
+    }
+
     #[test]
     fn missing_driver_is_unavailable_not_a_panic() {
         // On machines without a driver this is the path under test; with a

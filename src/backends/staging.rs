@@ -211,6 +211,26 @@ mod tests {
         assert!(buffers(Op::Barrier, 0, 2).is_empty());
     }
 
+    /// With a driver (a GPU, or the simulated one of `make sim-gpu-test`): a
+    /// staged operation on a capturing stream is refused before anything is
+    /// enqueued, and the caller's capture stays valid.
+    #[test]
+    fn staging_under_capture_is_refused_and_the_capture_survives() {
+        if cuda::available().is_err() || cuda::device_count().map_or(true, |n| n < 1) {
+            return;
+        }
+        let dev = cuda::Device::open(0).unwrap();
+        let _g = dev.scoped().unwrap();
+        let stream = cuda::Stream::new(&dev, 0).unwrap();
+        let buf = cuda::DeviceBuffer::zeroed(&dev, 64).unwrap();
+        cuda::begin_capture(stream.raw()).unwrap();
+        let mut op = Op::AllReduce { buf: Ptr(buf.ptr()), count: 16, dtype: DType::F32, op: crate::types::ReduceOp::SUM };
+        let e = stage_in(&mut op, 0, 1, stream.raw() as *mut c_void).err().expect("staging under capture must fail");
+        assert_eq!(e.kind, crate::error::ErrorKind::Unsupported, "{}", e.message);
+        assert!(e.message.contains("captur"), "{}", e.message);
+        cuda::GraphExec::end_capture(&dev, stream.raw()).expect("the capture must still be valid");
+    }
+
     #[test]
     fn without_cuda_nothing_is_staged() {
         if cuda::available().is_ok() {

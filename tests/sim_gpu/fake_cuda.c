@@ -274,6 +274,8 @@ static struct CUevent_st *event_of(CUevent h) {
     return NULL;
 }
 
+static void drain_all(void);
+
 static void invalidate(struct CUstream_st *s) {
     if (s->cap_status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
         s->cap_status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
@@ -483,7 +485,7 @@ EXPORT CUresult cuCtxSynchronize(void) {
     pthread_mutex_lock(&G);
     CUresult r = unsafe_during_capture();
     if (r == CUDA_SUCCESS) {
-        for (struct CUstream_st *s = streams; s; s = s->next_all) wait_seq(s, s->enq_seq);
+        drain_all();
         r = g_sticky;
     }
     pthread_mutex_unlock(&G);
@@ -541,13 +543,15 @@ static CUresult stream_sync(CUstream h, int wait) {
         invalidate(s);
         r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     } else if ((r = unsafe_during_capture()) == CUDA_SUCCESS) {
+        /* work enqueued before this call: other threads may add more */
+        unsigned long long target = s->enq_seq;
         if (wait) {
             if (s->legacy) /* the legacy stream also waits for blocking streams */
                 for (struct CUstream_st *o = streams; o; o = o->next_all)
                     if (!o->dead && o->flags == CU_STREAM_DEFAULT) wait_seq(o, o->enq_seq);
-            wait_seq(s, s->enq_seq);
+            wait_seq(s, target);
         }
-        r = g_sticky ? g_sticky : s->done_seq < s->enq_seq ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+        r = g_sticky ? g_sticky : s->done_seq < target ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
     }
     pthread_mutex_unlock(&G);
     RET(r);
@@ -875,7 +879,10 @@ static void device_release(struct alloc *a) {
 /* Under G: memory is freed after the device finished with it (cuMemFree
    synchronises implicitly). */
 static void drain_all(void) {
-    for (struct CUstream_st *s = streams; s; s = s->next_all) wait_seq(s, s->enq_seq);
+    for (struct CUstream_st *s = streams; s; s = s->next_all) {
+        unsigned long long target = s->enq_seq; /* what was enqueued before the call */
+        wait_seq(s, target);
+    }
 }
 
 EXPORT CUresult simcu_alloc(void **p, size_t bytes, int tag) {

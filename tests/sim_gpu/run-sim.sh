@@ -15,8 +15,10 @@
 #      simulated cuda.h and libcuda: ops and mem at one rank, the two-rank
 #      nccl tests skipped (with the reason), gloo staging on 2 and 3 ranks;
 #   3. runs what only a simulation can: ops and mem on the NCCL 2.18 double,
-#      a one-rank timeout/abort test over a simulated hung collective, and a
-#      checked tc-perf -B nccl pass (with and without graph replay).
+#      a one-rank timeout/abort test over a simulated hung collective, a
+#      checked tc-perf -B nccl pass (with and without graph replay), and the
+#      Rust unit tests of src/cuda.rs and staging that need a driver (cargo
+#      builds the test binary if `make cargo-test` has not).
 # Every work item on a simulated stream takes TC_SIM_DELAY_US (default 50 us)
 # so that completion is really asynchronous.
 set -u
@@ -113,6 +115,16 @@ for args in "${runs[@]}"; do
 done
 echo "sim-gpu-test: tc-perf -B nccl -c 1 (checked results): $perf_ok passed, $perf_fail failed"
 pass=$((pass + perf_ok)) fail=$((fail + perf_fail))
+
+# The unit tests of src/cuda.rs and staging that need a driver (they return
+# early without one, as in `cargo test`), with slow simulated streams.
+o=$(TC_SIM_DELAY_US=2000 ${CARGO:-cargo} test --release --lib --quiet -- cuda::tests staging::tests 2>&1); rc=$?
+line=$(echo "$o" | grep -E '^test result:' | tail -n 1)
+p=$(echo "$line" | sed -n 's/.* \([0-9]*\) passed; \([0-9]*\) failed.*/\1/p')
+f=$(echo "$line" | sed -n 's/.* \([0-9]*\) passed; \([0-9]*\) failed.*/\2/p')
+echo "sim-gpu-test: cargo test --lib cuda:: staging:: on the simulated driver: ${p:-?} passed, ${f:-?} failed (exit $rc)"
+if [ "$rc" != 0 ] || [ -z "$p" ]; then echo "$o" | tail -n 30; status=1; f=${f:-1}; fi
+pass=$((pass + ${p:-0})) fail=$((fail + ${f:-0}))
 
 echo "sim-gpu-test: ================================================================"
 echo "sim-gpu-test: SIMULATION total: $pass passed, $fail failed, $skipped run(s) skipped"
