@@ -320,8 +320,9 @@ struct Queue {
 }
 
 /// Extra time the watchdog grants beyond an operation's timeout, so that a
-/// backend's own timeout (with its better message) fires first.
-const WATCHDOG_GRACE: Duration = Duration::from_millis(500);
+/// backend's own timeout (with its better message, including the gloo
+/// backend's diagnosis of which rank is missing) fires first.
+const WATCHDOG_GRACE: Duration = Duration::from_millis(900);
 const WATCHDOG_PERIOD: Duration = Duration::from_millis(100);
 
 pub struct Comm {

@@ -50,6 +50,7 @@ fn gloo_peer_killed_mid_run() {
         assert!(matches!(kind, ErrorKind::Remote | ErrorKind::Timeout), "{kind:?}: {msg}");
         assert!(took < TIMEOUT + Duration::from_secs(1), "took {took:?}: {msg}");
         assert!(msg.contains("all_reduce"), "{msg}");
+        assert!(msg.contains("no failure report from rank 2 within"), "{msg}");
         // Where Gloo's message names a peer by an address this rank can map
         // (not always: a connection's ephemeral port is unknown to it), the
         // rank is given.
@@ -106,6 +107,8 @@ fn gloo_peer_stopped_times_out() {
         println!("RESULT kind={kind:?} ms={} msg={msg}", took.as_millis());
         assert!(matches!(kind, ErrorKind::Remote | ErrorKind::Timeout), "{kind:?}: {msg}");
         assert!(took < TIMEOUT + Duration::from_secs(1), "took {took:?}: {msg}");
+        // The survivors' reports in the store single out the stopped rank.
+        assert!(msg.contains("no failure report from rank 2 within"), "{msg}");
         return;
     }
     let out = launch_with("gloo_peer_stopped_times_out", "stopped", 3, &[], Duration::from_secs(60), |_, children| {
@@ -116,6 +119,49 @@ fn gloo_peer_stopped_times_out() {
         }
     });
     for o in &out[..2] {
+        assert!(o.ok(), "{}", o.describe());
+        assert_eq!(o.results().len(), 1, "{}", o.describe());
+        eprintln!("rank {}: {:?}", o.rank, o.results());
+    }
+}
+
+/// The rank that hosts the store is the one stopped: the survivors still
+/// fail within the timeout + 1 s, and say that the others' state is unknown
+/// rather than waiting on the store.
+#[test]
+fn gloo_store_host_stopped_times_out() {
+    const TIMEOUT: Duration = Duration::from_secs(2);
+    if role().is_some() {
+        let me = rank();
+        let port: u16 = std::env::var("TC_TEST_HOST_PORT").unwrap().parse().unwrap();
+        let opts = if me == 0 {
+            torchcomm::store::TcpStoreOptions::server(port, Duration::from_secs(30))
+        } else {
+            torchcomm::store::TcpStoreOptions::client("127.0.0.1", port, Duration::from_secs(30))
+        };
+        let store: torchcomm::store::StoreRef = std::sync::Arc::new(torchcomm::store::TcpStore::new(&opts).unwrap());
+        let comm = child_comm_on(store, "host_stopped", me, 3, TIMEOUT).unwrap();
+        run(&comm, Op::Barrier).unwrap();
+        if me == 0 {
+            unsafe { libc::raise(libc::SIGSTOP) };
+            return;
+        }
+        let (kind, took, msg) = survive(&comm, 1 << 16);
+        println!("RESULT kind={kind:?} ms={} msg={msg}", took.as_millis());
+        assert!(matches!(kind, ErrorKind::Remote | ErrorKind::Timeout), "{kind:?}: {msg}");
+        assert!(took < TIMEOUT + Duration::from_secs(1), "took {took:?}: {msg}");
+        assert!(msg.contains("state is unknown"), "{msg}");
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
+    let env = [("TC_TEST_HOST_PORT", port.as_str())];
+    let out = launch_with("gloo_store_host_stopped_times_out", "host_stopped", 3, &env, Duration::from_secs(60), |_, children| {
+        let done = children[1..].iter_mut().all(|c| matches!(c.try_wait(), Ok(Some(_))));
+        if done {
+            let _ = children[0].kill();
+        }
+    });
+    for o in &out[1..] {
         assert!(o.ok(), "{}", o.describe());
         assert_eq!(o.results().len(), 1, "{}", o.describe());
         eprintln!("rank {}: {:?}", o.rank, o.results());

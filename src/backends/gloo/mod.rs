@@ -32,7 +32,8 @@ use crate::store::StoreRef;
 use crate::types::{DType, PremulFactor, RedKind, ReduceOp};
 use reduce::Scale;
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Creates the backend: loads the Gloo module, connects the full mesh
@@ -46,6 +47,11 @@ const SLOT_KIND_SENDER_DESC: u64 = 1;
 const SLOT_KIND_RECEIVER_DESC: u64 = 2;
 const SLOT_KIND_DATA: u64 = 3;
 const HELLO_MAGIC: u64 = 0x7463_676c_6f6f_0001; // "tcgloo" v1
+/// How long a rank whose operation timed out or lost a peer waits for the
+/// other ranks' failure reports (see `GlooBackend::diagnose`). Together with
+/// the thread start and store round trips it stays within the comm's
+/// watchdog grace, so the diagnosis is part of the first error message.
+const DIAGNOSIS_WINDOW: Duration = Duration::from_millis(400);
 
 /// Operation codes exchanged by the collective check.
 const OP_NAMES: [&str; 18] = [
@@ -90,6 +96,12 @@ pub struct GlooBackend {
     /// How each peer's address appears in this rank's Gloo messages (the
     /// peer's local address of its connection to this rank).
     peer_addresses: Vec<String>,
+    /// The comm's store (scoped by its name), for failure reports.
+    store: StoreRef,
+    /// Operations run so far: the report of a failure names its number.
+    ops_run: AtomicU64,
+    /// Set by the first failure that was diagnosed.
+    diagnosed: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -295,6 +307,9 @@ impl GlooBackend {
             broken: Mutex::new(None),
             check_collectives: check,
             peer_addresses: Vec::new(),
+            store: init.store.clone(),
+            ops_run: AtomicU64::new(0),
+            diagnosed: AtomicBool::new(false),
         };
         let mut backend = backend;
         backend.hello(init.timeout)?;
@@ -414,6 +429,77 @@ impl GlooBackend {
             self.mark_broken(&err);
         }
         err
+    }
+
+    /// After this rank's first timeout or lost connection, names the likely
+    /// culprit: every rank that fails this way reports "operation number,
+    /// name, kind" in the store, then waits up to [`DIAGNOSIS_WINDOW`] for
+    /// the others' reports. Ranks that never report are stopped, hung, dead
+    /// or not yet at this operation; ranks that failed in another operation
+    /// are out of step. The store work runs on its own thread and
+    /// connection, so a store host that is itself stopped costs no more
+    /// than the window.
+    fn diagnose(&self, op_name: &str, seq: u64, kind: ErrorKind) -> String {
+        let (me, n) = (self.rank as usize, self.size as usize);
+        let store = self.store.clone();
+        let mine = format!("{seq} {op_name} {kind:?}");
+        let (tx, rx) = mpsc::channel();
+        let spawned = std::thread::Builder::new().name("tc-gloo-diag".into()).spawn(move || {
+            let key = |r: usize| format!("failure_report/{r}");
+            let collect = || -> Result<Vec<Option<String>>> {
+                let store = store.clone_store().unwrap_or(store);
+                store.set(&key(me), mine.as_bytes())?;
+                let deadline = Instant::now() + DIAGNOSIS_WINDOW;
+                let mut reports: Vec<Option<String>> = vec![None; n];
+                loop {
+                    for (r, slot) in reports.iter_mut().enumerate() {
+                        if r != me && slot.is_none() && store.check(&[&key(r)])? {
+                            *slot = Some(String::from_utf8_lossy(&store.get(&key(r))?).into_owned());
+                        }
+                    }
+                    let missing = reports.iter().enumerate().any(|(r, v)| r != me && v.is_none());
+                    if !missing || Instant::now() >= deadline {
+                        return Ok(reports);
+                    }
+                    std::thread::sleep(Duration::from_millis(40));
+                }
+            };
+            let _ = tx.send(collect());
+        });
+        if spawned.is_err() {
+            return String::new();
+        }
+        let reports = match rx.recv_timeout(DIAGNOSIS_WINDOW + Duration::from_millis(150)) {
+            Ok(Ok(reports)) => reports,
+            Ok(Err(e)) => return format!("; the other ranks' state is unknown (store: {})", e.message),
+            Err(_) => return "; the other ranks' state is unknown (the store did not answer)".into(),
+        };
+        let list = |v: &[usize]| {
+            let shown: Vec<String> = v.iter().take(8).map(|r| r.to_string()).collect();
+            let more = if v.len() > 8 { format!(" and {} more", v.len() - 8) } else { String::new() };
+            format!("{} {}{more}", if v.len() == 1 { "rank" } else { "ranks" }, shown.join(", "))
+        };
+        let silent: Vec<usize> = (0..n).filter(|r| *r != me && reports[*r].is_none()).collect();
+        let mut parts = Vec::new();
+        if !silent.is_empty() {
+            parts.push(format!(
+                "no failure report from {} within {} ms (stopped, hung, dead or not yet at operation #{seq})",
+                list(&silent),
+                DIAGNOSIS_WINDOW.as_millis()
+            ));
+        }
+        for (r, report) in reports.iter().enumerate() {
+            let Some(report) = report else { continue };
+            let mut it = report.splitn(3, ' ');
+            let (their_seq, their_op) = (it.next().unwrap_or("?"), it.next().unwrap_or("?"));
+            if their_seq != seq.to_string() {
+                parts.push(format!("rank {r} failed in operation #{their_seq} ({their_op}) while this rank was at #{seq} ({op_name}): the ranks are out of step"));
+            }
+        }
+        if parts.is_empty() {
+            return format!("; every other rank failed in the same operation (#{seq})");
+        }
+        format!("; {}", parts.join("; "))
     }
 
     fn ctx(&self) -> &shim::Context {
@@ -1029,14 +1115,24 @@ impl Backend for GlooBackend {
 
     fn run(&self, op: &Op, timeout: Duration) -> Result<()> {
         self.check_not_broken()?;
+        let seq = self.ops_run.fetch_add(1, Ordering::Relaxed) + 1;
         let d = Deadline(Instant::now() + timeout);
-        self.execute(op, &d).inspect_err(|e| {
+        self.execute(op, &d).map_err(|mut e| {
             if e.kind == ErrorKind::Timeout && lock(&self.broken).is_none() {
                 // The deadline ran out between Gloo calls: the peers are
                 // somewhere else in their sequence now, so the context is no
                 // longer in step.
-                self.mark_broken(e);
+                self.mark_broken(&e);
             }
+            let lost_peer = matches!(e.kind, ErrorKind::Timeout | ErrorKind::Remote);
+            if lost_peer && self.size > 1 && !self.diagnosed.swap(true, Ordering::SeqCst) {
+                let found = self.diagnose(op.name(), seq, e.kind);
+                e.message.push_str(&found);
+                if let Some(b) = lock(&self.broken).as_mut() {
+                    b.message.push_str(&found);
+                }
+            }
+            e
         })
     }
 
