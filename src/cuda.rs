@@ -135,6 +135,8 @@ driver_api! {
     fn cuEventQuery(event: CUevent);
     fn cuEventSynchronize(event: CUevent);
     fn cuEventElapsedTime_v2(ms: *mut f32, start: CUevent, end: CUevent);
+    // Drivers before CUDA 12.8 have only this one.
+    fn cuEventElapsedTime(ms: *mut f32, start: CUevent, end: CUevent);
 }
 
 /// The name CUDA gives an error code ("CUDA_ERROR_INVALID_VALUE"), or its
@@ -169,23 +171,40 @@ pub fn check(r: CuResult, what: &str) -> Result<()> {
     Err(Error::new(kind, format!("{what} failed: {}", error_name(r))))
 }
 
+/// The driver library: `libcuda.so.1` first, the soname under which the
+/// CUDA runtime and NCCL load it (so this process uses the same driver they
+/// do, also when it is already loaded), then cudarc's list of names. cudarc
+/// alone tries `libcuda.so` first, which can be another file: the toolkit's
+/// link-time stub when `.../lib64/stubs` is on LD_LIBRARY_PATH, whose cuInit
+/// fails with CUDA_ERROR_STUB_LIBRARY, so the GPU looked absent.
+fn driver_library() -> Option<&'static libloading::Library> {
+    static OWN: OnceLock<Option<libloading::Library>> = OnceLock::new();
+    // SAFETY: loading the driver runs only its initializers.
+    if let Some(lib) = OWN.get_or_init(|| unsafe { libloading::Library::new("libcuda.so.1") }.ok()) {
+        return Some(lib);
+    }
+    // SAFETY: probing with dlopen; nothing is called yet.
+    if !unsafe { sys::is_culib_present() } {
+        return None;
+    }
+    // SAFETY: the library is present (cudarc's loader found it).
+    std::panic::catch_unwind(|| unsafe { sys::culib() }).ok()
+}
+
 /// Ok when the CUDA driver library loads and `cuInit` succeeds; otherwise
 /// `TC_ERR_UNAVAILABLE` saying what was looked for. Checked once per process.
 pub fn available() -> Result<()> {
     static STATE: OnceLock<Result<()>> = OnceLock::new();
     STATE
         .get_or_init(|| {
-            // SAFETY: probing with dlopen; nothing is called yet.
-            if !unsafe { sys::is_culib_present() } {
-                return Err(Error::unavailable(
-                    "the CUDA driver library was not found (looked for libcuda.so, libcuda.so.1 and other versioned \
-                     names on the loader's path): no NVIDIA driver on this machine",
-                ));
-            }
-            // SAFETY: the library is present (cudarc's loader found it).
-            let lib = match std::panic::catch_unwind(|| unsafe { sys::culib() }) {
-                Ok(lib) => lib,
-                Err(_) => return Err(Error::unavailable("the CUDA driver library could not be loaded")),
+            let lib = match driver_library() {
+                Some(lib) => lib,
+                None => {
+                    return Err(Error::unavailable(
+                        "the CUDA driver library was not found (looked for libcuda.so.1, libcuda.so and other \
+                         versioned names on the loader's path): no NVIDIA driver on this machine",
+                    ))
+                }
             };
             // SAFETY: `lib` is the driver library, never unloaded.
             drv::TABLE.get_or_init(|| unsafe { drv::resolve(lib) });
@@ -652,7 +671,12 @@ impl TimingEvent {
     pub fn elapsed_ms(&self, end: &TimingEvent) -> Result<f32> {
         let mut ms = 0f32;
         // SAFETY: valid out-pointer; both events alive.
-        check(unsafe { drv::cuEventElapsedTime_v2(&mut ms, self.raw, end.raw) }, "cuEventElapsedTime")?;
+        let mut r = unsafe { drv::cuEventElapsedTime_v2(&mut ms, self.raw, end.raw) };
+        if r == MISSING_ENTRY_POINT {
+            // SAFETY: as above (the pre-12.8 entry point, same contract).
+            r = unsafe { drv::cuEventElapsedTime(&mut ms, self.raw, end.raw) };
+        }
+        check(r, "cuEventElapsedTime")?;
         Ok(ms)
     }
 }

@@ -22,6 +22,8 @@
      recorded during capture is an error and invalidates the capture;
    - strict handles: destroyed or unknown streams, events, graphs and freed
      memory give error codes.
+   Built with -DSIM_STUB it plays the toolkit's link-time stub libcuda.so
+   (cuInit answers CUDA_ERROR_STUB_LIBRARY).
    TC_SIM_DELAY_US=N makes every kernel/copy/host function take N us, so that
    asynchronous completion is observable. TC_SIM_TRACE=1 prints every failing
    driver call. TC_SIM_NO_DEVICE=1 makes cuInit answer CUDA_ERROR_NO_DEVICE. */
@@ -386,6 +388,10 @@ EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr) {
 /* ---- init, devices, contexts ------------------------------------------- */
 
 EXPORT CUresult cuInit(unsigned int flags) {
+#ifdef SIM_STUB
+    (void)flags;
+    RET(CUDA_ERROR_STUB_LIBRARY); /* built as the toolkit's link-time stub (lib64/stubs/libcuda.so) */
+#endif
     if (flags != 0) RET(CUDA_ERROR_INVALID_VALUE);
     const char *v = getenv("TC_SIM_NO_DEVICE");
     if (v && *v && strcmp(v, "0") != 0) RET(CUDA_ERROR_NO_DEVICE);

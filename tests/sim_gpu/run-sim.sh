@@ -15,6 +15,7 @@
 #      simulated cuda.h and libcuda: ops and mem at one rank, the two-rank
 #      nccl tests skipped (with the reason), gloo staging on 2 and 3 ranks;
 #   3. runs what only a simulation can: ops and mem on the NCCL 2.18 double,
+#      mem with a stub libcuda.so ahead of the driver on the loader's path,
 #      a one-rank timeout/abort test over a simulated hung collective, a
 #      checked tc-perf -B nccl pass (with and without graph replay), and the
 #      Rust unit tests of src/cuda.rs and staging that need a driver (cargo
@@ -38,6 +39,9 @@ set -e
 $CC $CFLAGS "$ROOT/tests/sim_gpu/fake_cuda.c" -o "$SIM/libcuda.so.1" -Wl,-soname,libcuda.so.1 -lpthread
 # A link, not a copy: a process that opens both names must get one driver.
 ln -sf libcuda.so.1 "$SIM/libcuda.so"
+# The toolkit's link-time stub, to be put before the driver on the path.
+mkdir -p "$SIM/stub"
+$CC $CFLAGS -DSIM_STUB "$ROOT/tests/sim_gpu/fake_cuda.c" -o "$SIM/stub/libcuda.so" -Wl,-soname,libcuda.so.1 -lpthread
 $CC $CFLAGS "$ROOT/tests/sim_gpu/fake_nccl.c" -o "$SIM/libnccl.so.2" -Wl,-soname,libnccl.so.2 \
   -L"$SIM" -lcuda -Wl,-rpath,'$ORIGIN' -lpthread -lm
 $CC $CFLAGS -DSIM_NCCL_VERSION=21805 "$ROOT/tests/sim_gpu/fake_nccl.c" -o "$SIM/nccl-2.18/libnccl.so.2" \
@@ -94,6 +98,8 @@ echo "sim-gpu-test: == simulation-only runs"
 B=$SIM/suite/bin
 TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.18/libnccl.so.2 TC_GPU_MODES=1 extra "ops on NCCL 2.18 (no ncclAlltoAll, fp8, registration, ncclMemAlloc)" "$B/test_gpu_ops"
 TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.18/libnccl.so.2 extra "mem on NCCL 2.18 (cuMemAlloc fallback, registration unsupported)" "$B/test_gpu_mem"
+LD_LIBRARY_PATH="$SIM/stub:$LD_LIBRARY_PATH" TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 \
+  extra "mem with a stub libcuda.so (lib64/stubs) ahead of the driver on LD_LIBRARY_PATH" "$B/test_gpu_mem"
 $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests" -I"$ROOT/capi_tests/gpu" -I"$SIM/cuda/include" \
   "$ROOT/tests/sim_gpu/test_sim_timeout.c" -o "$B/test_sim_timeout" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
   || { echo "sim-gpu-test: compiling test_sim_timeout failed"; status=1; }
