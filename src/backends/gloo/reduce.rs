@@ -536,8 +536,8 @@ mod tests {
         let n = 1300; // two full chunks and a tail
         let val = |i: usize, k: usize| ((i * 7 + k) % 23) as f32 - 11.0;
         for dt in [DType::F16, DType::BF16] {
-            let (enc, dec): (fn(f32) -> u16, fn(u16) -> f32) =
-                if dt == DType::F16 { (f32_to_f16, f16_to_f32) } else { (f32_to_bf16, bf16_to_f32) };
+            let enc = if dt == DType::F16 { f32_to_f16 } else { f32_to_bf16 };
+            let dec = if dt == DType::F16 { f16_to_f32 } else { bf16_to_f32 };
             let f = kernel(dt, RedKind::Sum).unwrap();
             let a: Vec<u16> = (0..n).map(|i| enc(val(i, 1))).collect();
             let b: Vec<u16> = (0..n).map(|i| enc(val(i, 5))).collect();
