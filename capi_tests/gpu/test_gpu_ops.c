@@ -313,6 +313,7 @@ static void test_movement(tc_dtype_t t, int mode) {
     CHECK(tc_batch_recv(b, out, n, t, prev) == TC_SUCCESS);
     w = NULL;
     rc = finish(mode, tc_batch_issue(b, &o, W), &w);
+    tc_batch_free(b);
     d2h(h, out, es * n);
     for (size_t i = 0; i < n; i++) want[i] = gen(t, prev, i);
     report("batch send/recv ring", t, "-", mode, rc == TC_SUCCESS && compare(t, h, want, n, "batch"));

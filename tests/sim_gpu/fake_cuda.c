@@ -169,16 +169,31 @@ struct CUevent_st {
 };
 static struct CUevent_st *events;
 
+/* Destroyed graphs and execs stay listed (a later use is reported). */
 struct CUgraph_st {
     unsigned magic;
     int dead;
     struct nodes *nodes;
+    struct CUgraph_st *next_all;
 };
 struct CUgraphExec_st {
     unsigned magic;
     int dead;
     struct nodes *nodes;
+    struct CUgraphExec_st *next_all;
 };
+static struct CUgraph_st *graphs;
+static struct CUgraphExec_st *execs;
+static int graph_ok(CUgraph g) {
+    for (struct CUgraph_st *x = graphs; x; x = x->next_all)
+        if (x == g) return !x->dead;
+    return 0;
+}
+static int exec_ok(CUgraphExec e) {
+    for (struct CUgraphExec_st *x = execs; x; x = x->next_all)
+        if (x == e) return !x->dead;
+    return 0;
+}
 
 static void run_node(struct node *n) {
     if (g_delay_us > 0) usleep((useconds_t)g_delay_us);
@@ -655,6 +670,10 @@ EXPORT CUresult cuStreamEndCapture(CUstream h, CUgraph *ph) {
         struct CUgraph_st *g = calloc(1, sizeof *g);
         g->magic = MAGIC_GRAPH;
         g->nodes = ns;
+        pthread_mutex_lock(&G);
+        g->next_all = graphs;
+        graphs = g;
+        pthread_mutex_unlock(&G);
         *ph = g;
     }
     RET(r);
@@ -801,12 +820,14 @@ EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *ph, CUgraph g, unsigned
     (void)flags;
     pthread_mutex_lock(&G);
     CUresult r = CUDA_SUCCESS;
-    if (!g || g->magic != MAGIC_GRAPH || g->dead) r = CUDA_ERROR_INVALID_HANDLE;
+    if (!graph_ok(g)) r = CUDA_ERROR_INVALID_HANDLE;
     else {
         struct CUgraphExec_st *x = calloc(1, sizeof *x);
         x->magic = MAGIC_EXEC;
         x->nodes = g->nodes;
         g->nodes->refs++;
+        x->next_all = execs;
+        execs = x;
         *ph = x;
     }
     pthread_mutex_unlock(&G);
@@ -817,7 +838,7 @@ EXPORT CUresult cuGraphLaunch(CUgraphExec x, CUstream h) {
     pthread_mutex_lock(&G);
     struct CUstream_st *s = stream_of(h);
     CUresult r;
-    if (!x || x->magic != MAGIC_EXEC || x->dead || !s) r = CUDA_ERROR_INVALID_HANDLE;
+    if (!exec_ok(x) || !s) r = CUDA_ERROR_INVALID_HANDLE;
     else {
         x->nodes->refs++;
         r = enqueue(s, (struct node){run_nodes, x->nodes, unref_nodes});
@@ -828,7 +849,7 @@ EXPORT CUresult cuGraphLaunch(CUgraphExec x, CUstream h) {
 EXPORT CUresult cuGraphExecDestroy(CUgraphExec x) {
     ENTER();
     pthread_mutex_lock(&G);
-    int ok = x && x->magic == MAGIC_EXEC && !x->dead;
+    int ok = exec_ok(x);
     if (ok) x->dead = 1;
     pthread_mutex_unlock(&G);
     if (!ok) RET(CUDA_ERROR_INVALID_HANDLE);
@@ -838,7 +859,7 @@ EXPORT CUresult cuGraphExecDestroy(CUgraphExec x) {
 EXPORT CUresult cuGraphDestroy(CUgraph g) {
     ENTER();
     pthread_mutex_lock(&G);
-    int ok = g && g->magic == MAGIC_GRAPH && !g->dead;
+    int ok = graph_ok(g);
     if (ok) g->dead = 1;
     pthread_mutex_unlock(&G);
     if (!ok) RET(CUDA_ERROR_INVALID_HANDLE);

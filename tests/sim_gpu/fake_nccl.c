@@ -84,12 +84,15 @@ struct user_op {
 };
 
 enum { LIVE, FINALIZED, DESTROYED, ABORTED };
+struct reg;
 typedef struct ncclComm {
     unsigned magic;
     int state, blocking, device, pending_polls, inflight, busy;
     struct user_op ops[MAX_USER_OPS];
+    struct reg *regs; /* live registrations, released with the comm */
     struct ncclComm *next;
 } *ncclComm_t;
+static void release_registrations(ncclComm_t c);
 #define COMM_MAGIC 0x4e43434cu
 
 static pthread_mutex_t M = PTHREAD_MUTEX_INITIALIZER;
@@ -278,6 +281,7 @@ EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     drain(comm);
     comm->state = DESTROYED; /* kept, so that a later use is reported */
     comm->busy = 0;
+    release_registrations(comm);
     pthread_mutex_unlock(&M);
     return ncclSuccess;
 }
@@ -286,7 +290,10 @@ EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
     pthread_mutex_lock(&M);
     /* any thread may abort, also while another is inside a call */
     ncclResult_t r = check_comm(comm, "ncclCommAbort", 1);
-    if (r == ncclSuccess) comm->state = ABORTED;
+    if (r == ncclSuccess) {
+        comm->state = ABORTED;
+        release_registrations(comm);
+    }
     pthread_mutex_unlock(&M);
     return r;
 }
@@ -715,14 +722,26 @@ EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
 
 /* ---- registration and allocation ---------------------------------------- */
 
-#if HAS(21900)
 struct reg {
     unsigned magic;
     ncclComm_t comm;
     void *buf;
     size_t size;
+    struct reg *next;
 };
 #define REG_MAGIC 0x52454749u
+
+/* Under M: a destroyed or aborted comm takes its registrations with it. */
+static void release_registrations(ncclComm_t c) {
+    while (c->regs) {
+        struct reg *g = c->regs;
+        c->regs = g->next;
+        g->magic = 0;
+        free(g);
+    }
+}
+
+#if HAS(21900)
 
 EXPORT ncclResult_t ncclCommRegister(ncclComm_t comm, void *buff, size_t size, void **handle) {
     ncclResult_t r = enter(comm, "ncclCommRegister", 0);
@@ -735,6 +754,10 @@ EXPORT ncclResult_t ncclCommRegister(ncclComm_t comm, void *buff, size_t size, v
     else {
         struct reg *g = calloc(1, sizeof *g);
         g->magic = REG_MAGIC, g->comm = comm, g->buf = buff, g->size = size;
+        pthread_mutex_lock(&M);
+        g->next = comm->regs;
+        comm->regs = g;
+        pthread_mutex_unlock(&M);
         *handle = g;
     }
     pthread_mutex_lock(&M);
@@ -745,15 +768,20 @@ EXPORT ncclResult_t ncclCommRegister(ncclComm_t comm, void *buff, size_t size, v
 EXPORT ncclResult_t ncclCommDeregister(ncclComm_t comm, void *handle) {
     ncclResult_t r = enter(comm, "ncclCommDeregister", 1);
     if (r != ncclSuccess) return r;
-    struct reg *g = handle;
-    if (!g || g->magic != REG_MAGIC || g->comm != comm)
-        r = fail(ncclInvalidArgument, "ncclCommDeregister: %p is not a registration of this comm", handle);
+    pthread_mutex_lock(&M);
+    struct reg **pp = &comm->regs; /* only live handles are looked at */
+    while (*pp && *pp != handle) pp = &(*pp)->next;
+    struct reg *g = *pp;
+    if (!g || g->magic != REG_MAGIC)
+        r = fail(ncclInvalidArgument, "ncclCommDeregister: %p is not a live registration of this comm", handle);
     else if (simcu_memory_kind(g->buf) != CU_MEMORYTYPE_DEVICE)
         r = fail(ncclUnhandledCudaError, "ncclCommDeregister: the registered buffer %p was freed before it was deregistered", g->buf);
     else {
+        *pp = g->next;
         g->magic = 0;
         free(g);
     }
+    pthread_mutex_unlock(&M);
     pthread_mutex_lock(&M);
     comm->busy = 0;
     pthread_mutex_unlock(&M);

@@ -19,7 +19,8 @@
 #      a one-rank timeout/abort test over a simulated hung collective, a
 #      checked tc-perf -B nccl pass (with and without graph replay), and the
 #      Rust unit tests of src/cuda.rs and staging that need a driver (cargo
-#      builds the test binary if `make cargo-test` has not).
+#      builds the test binary if `make cargo-test` has not), and the nccl
+#      programs under valgrind.
 # Every work item on a simulated stream takes TC_SIM_DELAY_US (default 50 us)
 # so that completion is really asynchronous.
 set -u
@@ -42,10 +43,12 @@ ln -sf libcuda.so.1 "$SIM/libcuda.so"
 # The toolkit's link-time stub, to be put before the driver on the path.
 mkdir -p "$SIM/stub"
 $CC $CFLAGS -DSIM_STUB "$ROOT/tests/sim_gpu/fake_cuda.c" -o "$SIM/stub/libcuda.so" -Wl,-soname,libcuda.so.1 -lpthread
+# (No $ORIGIN rpath: libcuda.so.1 comes from LD_LIBRARY_PATH, and
+# valgrind's checks trip over glibc's $ORIGIN expansion.)
 $CC $CFLAGS "$ROOT/tests/sim_gpu/fake_nccl.c" -o "$SIM/libnccl.so.2" -Wl,-soname,libnccl.so.2 \
-  -L"$SIM" -lcuda -Wl,-rpath,'$ORIGIN' -lpthread -lm
+  -L"$SIM" -lcuda -lpthread -lm
 $CC $CFLAGS -DSIM_NCCL_VERSION=21805 "$ROOT/tests/sim_gpu/fake_nccl.c" -o "$SIM/nccl-2.18/libnccl.so.2" \
-  -Wl,-soname,libnccl.so.2 -L"$SIM" -lcuda -Wl,-rpath,'$ORIGIN/..' -lpthread -lm
+  -Wl,-soname,libnccl.so.2 -L"$SIM" -lcuda -lpthread -lm
 # CUDA_HOME for the suite script: our cuda.h and the simulated libcuda.
 cp "$ROOT/tests/sim_gpu/cuda.h" "$SIM/cuda/include/cuda.h"
 ln -sf ../../libcuda.so.1 "$SIM/cuda/lib64/libcuda.so"
@@ -104,6 +107,24 @@ $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests"
   "$ROOT/tests/sim_gpu/test_sim_timeout.c" -o "$B/test_sim_timeout" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
   || { echo "sim-gpu-test: compiling test_sim_timeout failed"; status=1; }
 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 TC_SIM_NCCL_HANG_CALL=2,3 extra "timeout/abort at one rank (simulated hung collective)" "$B/test_sim_timeout"
+
+# The nccl programs once more under valgrind (as capi-valgrind does for the
+# host tests): no memory errors, no definite or indirect leaks in our GPU
+# paths. Skipped without valgrind.
+if command -v valgrind >/dev/null; then
+  VG="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect --show-leak-kinds=definite,indirect"
+  export TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2
+  # shellcheck disable=SC2086
+  TC_GPU_MODES=1 extra "valgrind ops" $VG "$B/test_gpu_ops"
+  # shellcheck disable=SC2086
+  extra "valgrind mem" $VG "$B/test_gpu_mem"
+  # shellcheck disable=SC2086
+  TC_SIM_NCCL_HANG_CALL=2,3 extra "valgrind timeout/abort" $VG "$B/test_sim_timeout"
+  unset TORCHCOMM_NCCL_LIBRARY
+else
+  echo "sim-gpu-test: valgrind runs SKIPPED: valgrind not installed"
+  skipped=$((skipped + 1))
+fi
 
 # tc-perf -B nccl with result checks: every collective, then CUDA-graph replays.
 perf_ok=0 perf_fail=0
