@@ -368,7 +368,9 @@ impl Comm {
             .name
             .clone()
             .unwrap_or_else(|| format!("comm{}", GENERATED_NAMES.fetch_add(1, Ordering::Relaxed)));
-        Comm::with_store(backend_name, device, name, boot.rank, boot.world_size, boot.local_rank, boot.store, timeout, &opts)
+        Comm::with_store(backend_name, device, name, boot.rank, boot.world_size, boot.local_rank, boot.store, timeout, &opts, |init| {
+            backends::create(backend_name, init)
+        })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -382,6 +384,7 @@ impl Comm {
         base_store: StoreRef,
         timeout: Duration,
         opts: &CommOptions,
+        make_backend: impl FnOnce(BackendInit) -> Result<Box<dyn Backend>>,
     ) -> Result<Arc<Comm>> {
         if name.is_empty() || name.contains('/') {
             return Err(Error::invalid_argument(format!("comm name {name:?} must be non-empty and contain no '/'")));
@@ -408,7 +411,7 @@ impl Comm {
             hints: opts.hints.clone(),
         };
         crate::config::set_log_rank(rank);
-        let backend = backends::create(backend_name, init)?;
+        let backend = make_backend(init)?;
         let comm = Arc::new(Comm {
             label: format!("comm '{name}' (rank {rank}/{size})").into(),
             name,
@@ -736,9 +739,6 @@ impl Comm {
     /// Returns None for an empty list; the caller must be in a non-empty list.
     pub fn split(&self, ranks: &[i32], name: &str, opts: CommOptions) -> Result<Option<Arc<Comm>>> {
         self.check_active()?;
-        if ranks.is_empty() {
-            return Ok(None);
-        }
         let mut seen = std::collections::HashSet::new();
         for (i, r) in ranks.iter().enumerate() {
             if *r < 0 || *r >= self.size {
@@ -747,6 +747,11 @@ impl Comm {
             if !seen.insert(*r) {
                 return Err(Error::invalid_argument(format!("argument 'ranks[{i}]': rank {r} appears twice")));
             }
+        }
+        let native = self.backend.splits_natively();
+        if ranks.is_empty() {
+            // Opting out still takes part in a native (collective) split.
+            return if native { self.backend.split(None).map(|_| None) } else { Ok(None) };
         }
         let Some(new_rank) = ranks.iter().position(|r| *r == self.rank) else {
             return Err(Error::invalid_argument(format!(
@@ -760,6 +765,7 @@ impl Comm {
             abort_on_error: opts.abort_on_error.or(Some(self.abort_on_error)),
             ..opts
         };
+        let color = split_color(ranks);
         Comm::with_store(
             &self.backend_name,
             self.device,
@@ -770,7 +776,30 @@ impl Comm {
             child_store,
             child_opts.timeout.unwrap_or(self.timeout),
             &child_opts,
+            |init| {
+                if native {
+                    let child = self.backend.split(Some((color, new_rank as i32, init)))?;
+                    child.ok_or_else(|| Error::internal("the backend's split gave a member no comm"))
+                } else {
+                    backends::create(&self.backend_name, init)
+                }
+            },
         )
         .map(Some)
     }
+}
+
+/// The color of a native split: the same for every rank passing the same
+/// list (ranks that pass different lists get different colors, which the
+/// backend then reports), never NCCL_SPLIT_NOCOLOR (negative).
+fn split_color(ranks: &[i32]) -> i32 {
+    // FNV-1a over the list, in the order given (it also fixes the new ranks).
+    let mut h: u32 = 0x811c_9dc5;
+    for r in ranks {
+        for b in r.to_le_bytes() {
+            h ^= b as u32;
+            h = h.wrapping_mul(0x0100_0193);
+        }
+    }
+    (h & 0x7fff_ffff) as i32
 }

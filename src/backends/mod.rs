@@ -61,6 +61,23 @@ pub trait Backend: Send + Sync {
         Ok(())
     }
 
+    /// Whether [`Backend::split`] makes child comms (NCCL's ncclCommSplit);
+    /// otherwise the comm creates the child's backend afresh over the store,
+    /// among the child's ranks only.
+    fn splits_natively(&self) -> bool {
+        false
+    }
+
+    /// Makes the backend of a child comm, collectively over every rank of
+    /// this one: ranks passing the same `color` form one child, ordered by
+    /// `key`; a rank passing `None` opts out (it still takes part) and gets
+    /// `Ok(None)`. `init` describes the child as the caller expects it
+    /// (rank, size, name, store); the backend fails when the split it got
+    /// differs (ranks passed different lists).
+    fn split(&self, _member: Option<(i32, i32, BackendInit)>) -> Result<Option<Box<dyn Backend>>> {
+        Err(Error::unsupported("this backend has no native split"))
+    }
+
     /// A failure found asynchronously (e.g. NCCL's async error), polled by
     /// the comm's watchdog.
     fn async_error(&self) -> Option<crate::error::Error> {
