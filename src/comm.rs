@@ -803,3 +803,18 @@ fn split_color(ranks: &[i32]) -> i32 {
     }
     (h & 0x7fff_ffff) as i32
 }
+
+#[cfg(test)]
+mod tests {
+    use super::split_color;
+
+    #[test]
+    fn split_colors_are_non_negative_and_tell_lists_apart() {
+        let lists: [&[i32]; 6] = [&[0], &[1], &[0, 1], &[1, 0], &[0, 2, 4, 6], &[1, 3, 5, 7]];
+        let colors: Vec<i32> = lists.iter().map(|l| split_color(l)).collect();
+        assert!(colors.iter().all(|c| *c >= 0), "{colors:?}");
+        let distinct: std::collections::HashSet<i32> = colors.iter().copied().collect();
+        assert_eq!(distinct.len(), lists.len(), "{colors:?}");
+        assert_eq!(split_color(&[0, 2, 4, 6]), colors[4], "same list, same color");
+    }
+}
