@@ -114,6 +114,8 @@ driver_api! {
     // CUstreamCaptureMode passed as a plain integer.
     fn cuStreamBeginCapture_v2(stream: CUstream, mode: c_uint);
     fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph);
+    // CUstreamCaptureMode read and written as a plain integer.
+    fn cuThreadExchangeStreamCaptureMode(mode: *mut c_uint);
     fn cuGraphInstantiateWithFlags(exec: *mut CUgraphExec, graph: CUgraph, flags: c_ulonglong);
     fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream);
     fn cuGraphExecDestroy(exec: CUgraphExec);
@@ -568,9 +570,19 @@ impl Event {
 
     /// True once all work captured by the latest record completed (or the
     /// event was never recorded). NOT_READY is not an error.
+    ///
+    /// The query runs in the relaxed capture interaction mode: in the
+    /// default (global) mode, an event query from any thread while another
+    /// thread captures a graph in global mode (the default of
+    /// cuStreamBeginCapture and of torch.cuda.graph), or from a thread with a
+    /// capture of its own, is a prohibited "unsafe" call that fails and
+    /// invalidates that capture, so a comm's watchdog polling its works
+    /// would break the user's graph and fail the work. Querying an event
+    /// recorded outside any capture does not touch the capture; one recorded
+    /// during a capture is still refused (CUDA_ERROR_CAPTURED_EVENT).
     pub fn query(&self) -> Result<bool> {
         // SAFETY: the event is alive.
-        let r = unsafe { drv::cuEventQuery(self.raw) };
+        let r = with_relaxed_capture_mode(|| unsafe { drv::cuEventQuery(self.raw) });
         if r == CUDA_ERROR_NOT_READY {
             return Ok(false);
         }
@@ -597,6 +609,20 @@ impl Drop for Event {
     fn drop(&mut self) {
         self.pool.free.lock().unwrap_or_else(|e| e.into_inner()).push(self.raw as usize);
     }
+}
+
+/// Runs `f` with this thread's stream-capture interaction mode set to
+/// relaxed, then restores the thread's mode (see [`Event::query`]).
+fn with_relaxed_capture_mode<T>(f: impl FnOnce() -> T) -> T {
+    let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED as u32;
+    // SAFETY: valid in/out pointer to a mode value.
+    let swapped = unsafe { drv::cuThreadExchangeStreamCaptureMode(&mut mode) } == CUDA_SUCCESS;
+    let out = f();
+    if swapped {
+        // SAFETY: puts back the mode the exchange above returned.
+        let _ = unsafe { drv::cuThreadExchangeStreamCaptureMode(&mut mode) };
+    }
+    out
 }
 
 /// Blocks the host until everything enqueued on `stream` so far completed.
@@ -790,6 +816,28 @@ mod tests {
         let data: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();
         copy_to_device(buf.ptr(), &data).unwrap();
         assert!(read_back() == data, "copy_to_device data not on the device for another stream");
+    }
+
+    /// With a driver: querying an event recorded outside a capture, from a
+    /// thread that is capturing another stream, neither fails nor
+    /// invalidates that capture (the query runs in relaxed mode).
+    #[test]
+    fn event_query_does_not_disturb_a_capture() {
+        if available().is_err() || device_count().map_or(true, |n| n < 1) {
+            return;
+        }
+        let dev = Device::open(0).unwrap();
+        let _g = dev.scoped().unwrap();
+        let (a, b) = (Stream::new(&dev, 0).unwrap(), Stream::new(&dev, 0).unwrap());
+        let pool = EventPool::new(&dev);
+        let e = pool.get().unwrap();
+        e.record(a.raw()).unwrap();
+        stream_synchronize(a.raw()).unwrap();
+        begin_capture(b.raw()).unwrap();
+        let q = e.query();
+        let end = GraphExec::end_capture(&dev, b.raw());
+        assert!(q.as_ref().is_ok_and(|done| *done), "query during a capture: {:?}", q.err().map(|e| e.message));
+        assert!(end.is_ok(), "the capture was invalidated: {:?}", end.err().map(|e| e.message));
     }
 
     #[test]

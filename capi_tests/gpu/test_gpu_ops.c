@@ -6,6 +6,7 @@
    status. Runs as one rank or under tc-run with several ranks on one GPU
    (each with its own NCCL_HOSTID). Prints "N passed, N failed". */
 #define _POSIX_C_SOURCE 200809L
+#include <time.h>
 #include "gpu_util.h"
 
 static tc_comm_t *comm;
@@ -391,6 +392,50 @@ out:
     free(h);
 }
 
+/* A host function that holds its stream for `ms` milliseconds. */
+static void hold_stream(void *ms) {
+    struct timespec t = {0, (long)(intptr_t)ms * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+/* A work still pending while another stream captures in GLOBAL mode (the
+   default of cuStreamBeginCapture and of torch.cuda.graph): the comm's
+   watchdog keeps polling the work's events during the capture, which must
+   neither invalidate the capture nor fail the work or the comm. */
+static void test_global_capture_while_pending(void) {
+    size_t n = COUNT;
+    CUstream busy, cap;
+    CU(cuStreamCreate(&busy, CU_STREAM_NON_BLOCKING));
+    CU(cuStreamCreate(&cap, CU_STREAM_NON_BLOCKING));
+    void *d = dalloc(4 * n), *a = dalloc(4 * n), *b = dalloc(4 * n);
+    CU(cuLaunchHostFunc(busy, hold_stream, (void *)(intptr_t)400)); /* the all_reduce cannot start for 400 ms */
+    tc_op_options_t o = TC_OP_OPTIONS_INIT;
+    o.stream = busy;
+    o.async_op = 1;
+    tc_work_t *w = NULL;
+    tc_reduce_op_t sum = TC_REDUCE_OP(TC_SUM);
+    tc_result_t rc = tc_all_reduce(comm, d, n, TC_FLOAT32, sum, &o, &w);
+    CU(cuStreamBeginCapture(cap, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CUresult copy = cuMemcpyDtoDAsync((CUdeviceptr)(uintptr_t)b, (CUdeviceptr)(uintptr_t)a, 4 * n, cap);
+    hold_stream((void *)(intptr_t)300); /* the watchdog polls meanwhile */
+    CUgraph graph = NULL;
+    CUresult end = cuStreamEndCapture(cap, &graph);
+    report("global-mode capture while a work is pending", TC_FLOAT32, "sum", ASYNC_BLOCK,
+           rc == TC_SUCCESS && copy == CUDA_SUCCESS && end == CUDA_SUCCESS);
+    if (end != CUDA_SUCCESS) fprintf(stderr, "rank %d: capture ended with CUDA error %d\n", R, (int)end);
+    if (graph) CU(cuGraphDestroy(graph));
+    rc = rc == TC_SUCCESS ? tc_work_wait_blocking(w) : rc;
+    tc_work_free(w);
+    report("the pending work completes after the capture", TC_FLOAT32, "sum", ASYNC_BLOCK, rc == TC_SUCCESS);
+    report("comm healthy after the capture", TC_FLOAT32, "-", ASYNC_BLOCK, tc_comm_get_async_error(comm) == TC_SUCCESS);
+    CU(cuStreamSynchronize(busy));
+    dfree(d);
+    dfree(a);
+    dfree(b);
+    CU(cuStreamDestroy(busy));
+    CU(cuStreamDestroy(cap));
+}
+
 /* ---- split and barrier ------------------------------------------------- */
 
 static void test_split(void) {
@@ -557,6 +602,7 @@ int main(void) {
     }
     test_graph(0);
     test_graph(1);
+    test_global_capture_while_pending();
     test_split();
     test_premul_pointer();
     test_hinted_comm();

@@ -144,6 +144,7 @@ CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus);
 CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode);
 CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph);
+CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode);
 CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData);
 
 CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags);

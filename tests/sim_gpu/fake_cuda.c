@@ -19,7 +19,10 @@
      pageable memory to the device may return before the device has it);
    - stream capture: work enqueued on a capturing stream is recorded into a
      graph, not run; synchronising a capturing stream or querying an event
-     recorded during capture is an error and invalidates the capture;
+     recorded during capture is an error; potentially unsafe calls
+     (allocation, synchronisation, event and stream queries) follow the
+     documented thread interaction modes (cuThreadExchangeStreamCaptureMode):
+     a prohibited call fails and invalidates the capture it disturbs;
    - strict handles: destroyed or unknown streams, events, graphs and freed
      memory give error codes.
    Built with -DSIM_STUB it plays the toolkit's link-time stub libcuda.so
@@ -327,18 +330,37 @@ static void wait_seq(struct CUstream_st *s, unsigned long long seq) {
     while (s->done_seq < seq) pthread_cond_wait(&GC, &G);
 }
 
-/* Under G: a synchronising call made while this thread (or any thread in
-   global mode) captures: prohibited, and it invalidates those captures. */
+/* The calling thread's capture interaction mode (cuThreadExchangeStreamCaptureMode). */
+static __thread int tl_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+/* Under G: a potentially unsafe call (allocation, synchronisation, event or
+   stream query) is prohibited, as documented for the thread's interaction
+   mode: GLOBAL (the default) while this thread captures (not relaxed) or any
+   thread captures in global mode; THREAD_LOCAL only while this thread
+   captures; RELAXED never. A prohibited call fails and invalidates the
+   capture(s) it would disturb. */
 static CUresult unsafe_during_capture(void) {
     CUresult r = CUDA_SUCCESS;
+    if (tl_mode == CU_STREAM_CAPTURE_MODE_RELAXED) return r;
     for (struct CUstream_st *s = streams; s; s = s->next_all) {
         if (s->dead || s->cap_status != CU_STREAM_CAPTURE_STATUS_ACTIVE || s->cap_mode == CU_STREAM_CAPTURE_MODE_RELAXED) continue;
-        if (s->cap_mode == CU_STREAM_CAPTURE_MODE_GLOBAL || pthread_equal(s->cap_thread, pthread_self())) {
+        int own = pthread_equal(s->cap_thread, pthread_self());
+        if (own || (tl_mode == CU_STREAM_CAPTURE_MODE_GLOBAL && s->cap_mode == CU_STREAM_CAPTURE_MODE_GLOBAL)) {
+            if (g_trace && !own) fprintf(stderr, "[sim-cuda] a thread in global capture mode made an unsafe call during another thread's global capture\n");
             invalidate(s);
             r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
         }
     }
     return r;
+}
+
+EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
+    ENTER();
+    if (!mode || (unsigned)*mode > CU_STREAM_CAPTURE_MODE_RELAXED) RET(CUDA_ERROR_INVALID_VALUE);
+    int old = tl_mode;
+    tl_mode = (int)*mode;
+    *mode = (CUstreamCaptureMode)old;
+    return CUDA_SUCCESS;
 }
 
 EXPORT void simcu_fault(const char *fmt, ...) {
@@ -777,7 +799,7 @@ static CUresult event_wait(CUevent ev, int wait) {
     CUresult r = CUDA_SUCCESS;
     if (!e) r = CUDA_ERROR_INVALID_HANDLE;
     else if (e->cap_id) r = CUDA_ERROR_CAPTURED_EVENT;
-    else if (wait && (r = unsafe_during_capture()) != CUDA_SUCCESS) {
+    else if ((r = unsafe_during_capture()) != CUDA_SUCCESS) {
     } else {
         if (wait)
             while (e->done_gen < e->rec_gen) pthread_cond_wait(&GC, &G);
