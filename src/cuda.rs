@@ -397,6 +397,21 @@ pub fn memory_type(ptr: *const c_void) -> Result<MemoryType> {
     })
 }
 
+/// Whether device code can reach `ptr`: device or managed memory, or host
+/// memory CUDA pinned or registered (mapped into the device's address space
+/// under unified addressing). False for plain host memory CUDA never saw,
+/// which a kernel (an NCCL collective) would fault on.
+pub fn device_accessible(ptr: *const c_void) -> Result<bool> {
+    let mut t: u32 = 0;
+    let attr = sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
+    // SAFETY: the attribute is a 32-bit value; `ptr` is only inspected.
+    let r = unsafe { drv::cuPointerGetAttribute(&mut t as *mut u32 as *mut c_void, attr as u32, ptr as sys::CUdeviceptr) };
+    if r == CUDA_ERROR_INVALID_VALUE {
+        return Ok(false);
+    }
+    check(r, "cuPointerGetAttribute(MEMORY_TYPE)").map(|()| true)
+}
+
 /// Device-to-device (or any unified-address) copy of `bytes` on `stream`.
 pub fn memcpy_async(dst: *mut c_void, src: *const c_void, bytes: usize, stream: CUstream) -> Result<()> {
     if bytes == 0 || std::ptr::eq(dst as *const c_void, src) {
@@ -816,6 +831,25 @@ mod tests {
         let data: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();
         copy_to_device(buf.ptr(), &data).unwrap();
         assert!(read_back() == data, "copy_to_device data not on the device for another stream");
+    }
+
+    /// With a driver: plain host memory is not device-accessible; device
+    /// and pinned memory are.
+    #[test]
+    fn device_accessibility_of_pointers() {
+        if available().is_err() || device_count().map_or(true, |n| n < 1) {
+            return;
+        }
+        let dev = Device::open(0).unwrap();
+        let _g = dev.scoped().unwrap();
+        let plain = vec![0u8; 64];
+        assert!(!device_accessible(plain.as_ptr().cast()).unwrap());
+        let d = DeviceBuffer::zeroed(&dev, 64).unwrap();
+        assert!(device_accessible(d.ptr()).unwrap());
+        // SAFETY: an interior address of the allocation.
+        assert!(device_accessible(unsafe { d.ptr().cast::<u8>().add(32) }.cast()).unwrap());
+        let p = PinnedBuffer::new(&dev, 64).unwrap();
+        assert!(device_accessible(p.ptr()).unwrap());
     }
 
     /// With a driver: querying an event recorded outside a capture, from a

@@ -547,6 +547,29 @@ static void test_hinted_comm(void) {
     free(h);
 }
 
+/* A plain host buffer is refused up front (NCCL would hand it to a kernel
+   whose fault breaks the process's CUDA context); pinned host memory is
+   device-accessible and works. */
+static void test_host_buffers(void) {
+    enum { HN = 64 };
+    tc_op_options_t o = opts_for(SYNC);
+    tc_reduce_op_t sum = TC_REDUCE_OP(TC_SUM);
+    float plain[HN];
+    for (int i = 0; i < HN; i++) plain[i] = (float)i;
+    tc_result_t rc = tc_all_reduce(comm, plain, HN, TC_FLOAT32, sum, &o, NULL);
+    report("plain host buffer refused (TC_ERR_INVALID_ARGUMENT)", TC_FLOAT32, "sum", SYNC, rc == TC_ERR_INVALID_ARGUMENT);
+    report("comm healthy after a refused host buffer", TC_FLOAT32, "-", SYNC, tc_comm_get_async_error(comm) == TC_SUCCESS);
+    float *pinned = NULL;
+    CU(cuMemHostAlloc((void **)&pinned, HN * sizeof(float), 0));
+    for (int i = 0; i < HN; i++) pinned[i] = (float)(i % 5);
+    rc = tc_all_reduce(comm, pinned, HN, TC_FLOAT32, sum, &o, NULL);
+    CU(cuStreamSynchronize(stream));
+    int ok = rc == TC_SUCCESS;
+    for (int i = 0; i < HN && ok; i++) ok = pinned[i] == (float)(N * (i % 5));
+    report("all_reduce on pinned host memory", TC_FLOAT32, "sum", SYNC, ok);
+    CU(cuMemFreeHost(pinned));
+}
+
 /* Bitwise reductions are unsupported on NCCL and leave the comm usable. */
 static void test_unsupported(void) {
     void *d = dalloc(16);
@@ -606,6 +629,7 @@ int main(void) {
     test_split();
     test_premul_pointer();
     test_hinted_comm();
+    test_host_buffers();
     test_unsupported();
 
     rc = tc_comm_finalize(comm);

@@ -768,8 +768,28 @@ impl NcclBackend {
     }
 }
 
+impl NcclBackend {
+    /// Refuses buffers in plain host memory: NCCL (which checks pointers
+    /// only with NCCL_CHECK_POINTERS=1) would hand them to a kernel, whose
+    /// illegal-address fault poisons the process's CUDA context for good.
+    fn check_buffers(&self, op: &Op) -> Result<()> {
+        let mut op = op.clone();
+        crate::backends::staging::for_each_buffer(&mut op, self.rank, self.size, &mut |p, bytes, _| {
+            if bytes > 0 && !cuda::device_accessible(p.0)? {
+                return Err(Error::invalid_argument(format!(
+                    "buffer {:p} is host memory unknown to CUDA: the nccl backend needs device memory (or pinned or \
+                     registered host memory); use the gloo backend for host buffers",
+                    p.0
+                )));
+            }
+            Ok(())
+        })
+    }
+}
+
 impl Backend for NcclBackend {
     fn check(&self, op: &Op) -> Result<()> {
+        self.check_buffers(op)?;
         let dtype = match op.signature() {
             Some((Some(d), _, _)) => Some(d),
             _ => match op {
