@@ -842,7 +842,7 @@ mod tests {
         }
         let dev = Device::open(0).unwrap();
         let _g = dev.scoped().unwrap();
-        let plain = vec![0u8; 64];
+        let plain = [0u8; 64];
         assert!(!device_accessible(plain.as_ptr().cast()).unwrap());
         let d = DeviceBuffer::zeroed(&dev, 64).unwrap();
         assert!(device_accessible(d.ptr()).unwrap());
