@@ -464,6 +464,22 @@ static void test_split(void) {
         report("split finalize", TC_FLOAT32, "-", SYNC, tc_comm_finalize(child) == TC_SUCCESS);
         tc_comm_destroy(child);
     }
+    /* every rank opts out: a collective call that makes no comm anywhere */
+    child = (tc_comm_t *)&rc;
+    rc = tc_comm_split(comm, NULL, 0, "gpu_none", NULL, &child);
+    report("split all opt out", TC_FLOAT32, "-", SYNC, rc == TC_SUCCESS && child == NULL);
+    if (N >= 2) {
+        /* ranks 0 and 1 list each other in different orders: both are told,
+           nobody hangs, the parent stays usable */
+        int mine[2] = {R, 1 - R};
+        child = NULL;
+        rc = R < 2 ? tc_comm_split(comm, mine, 2, "gpu_mismatch", NULL, &child)
+                   : tc_comm_split(comm, NULL, 0, "gpu_mismatch", NULL, &child);
+        int ok = R < 2 ? rc == TC_ERR_INVALID_USAGE && child == NULL && strstr(tc_last_error(), "same list") != NULL
+                       : rc == TC_SUCCESS && child == NULL;
+        if (!ok) fprintf(stderr, "rank %d: mismatched split gave %d: %s\n", R, (int)rc, tc_last_error());
+        report("split mismatched lists", TC_FLOAT32, "-", SYNC, ok);
+    }
     tc_op_options_t o = opts_for(SYNC);
     rc = tc_barrier(comm, &o, NULL);
     CU(cuStreamSynchronize(stream));

@@ -243,6 +243,18 @@ EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_
 }
 #endif
 
+/* One rank: every comm counts 1 and this process is its rank 0. */
+static ncclResult_t comm_int(ncclComm_t comm, int *out, int value, const char *fn) {
+    if (!out) return fail(ncclInvalidArgument, "%s: out-pointer is NULL", fn);
+    pthread_mutex_lock(&M);
+    ncclResult_t r = check_comm(comm, fn, 1);
+    if (r == ncclSuccess) *out = value;
+    pthread_mutex_unlock(&M);
+    return r;
+}
+EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int *count) { return comm_int(comm, count, 1, "ncclCommCount"); }
+EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) { return comm_int(comm, rank, 0, "ncclCommUserRank"); }
+
 EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
     if (!asyncError) return fail(ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
     pthread_mutex_lock(&M);

@@ -177,6 +177,8 @@ type FnGetUniqueId = unsafe extern "C" fn(*mut UniqueId) -> NcclResult;
 type FnInitRankConfig = unsafe extern "C" fn(*mut NcclComm, c_int, UniqueId, c_int, *mut Config) -> NcclResult;
 type FnComm = unsafe extern "C" fn(NcclComm) -> NcclResult;
 type FnAsyncError = unsafe extern "C" fn(NcclComm, *mut NcclResult) -> NcclResult;
+/// ncclCommCount and ncclCommUserRank.
+type FnCommInt = unsafe extern "C" fn(NcclComm, *mut c_int) -> NcclResult;
 type FnErrorString = unsafe extern "C" fn(NcclResult) -> *const c_char;
 type FnLastError = unsafe extern "C" fn(NcclComm) -> *const c_char;
 type FnSplit = unsafe extern "C" fn(NcclComm, c_int, c_int, *mut NcclComm, *mut Config) -> NcclResult;
@@ -234,6 +236,8 @@ pub struct Nccl {
     pub comm_destroy: FnComm,
     pub comm_abort: FnComm,
     pub comm_get_async_error: FnAsyncError,
+    pub comm_count: FnCommInt,
+    pub comm_user_rank: FnCommInt,
     pub get_error_string: FnErrorString,
     pub get_last_error: Option<FnLastError>,
     pub comm_split: Option<FnSplit>,
@@ -366,6 +370,8 @@ impl Nccl {
             comm_destroy: req!("ncclCommDestroy"),
             comm_abort: req!("ncclCommAbort"),
             comm_get_async_error: req!("ncclCommGetAsyncError"),
+            comm_count: req!("ncclCommCount"),
+            comm_user_rank: req!("ncclCommUserRank"),
             get_error_string: req!("ncclGetErrorString"),
             get_last_error: sym(h, "ncclGetLastError"),
             comm_split: sym(h, "ncclCommSplit"),
@@ -536,6 +542,8 @@ mod abi {
             ("ncclCommDestroy", sig::<FnComm>(), true),
             ("ncclCommAbort", sig::<FnComm>(), true),
             ("ncclCommGetAsyncError", sig::<FnAsyncError>(), true),
+            ("ncclCommCount", sig::<FnCommInt>(), true),
+            ("ncclCommUserRank", sig::<FnCommInt>(), true),
             ("ncclGetErrorString", sig::<FnErrorString>(), true),
             ("ncclGetLastError", sig::<FnLastError>(), false),
             ("ncclCommSplit", sig::<FnSplit>(), false),

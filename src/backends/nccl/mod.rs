@@ -254,23 +254,39 @@ impl NcclBackend {
                 ))
             }
         };
-        let settings = parse_hints(&init.hints, lib.version, &init.name)?;
         let device = CudaDevice::open(ordinal)?;
+        let id = Self::exchange_unique_id(lib, &init)?;
+        let (size, rank) = (init.size, init.rank);
+        // SAFETY: valid out-pointer and config (its strings outlive the call).
+        Self::build(lib, device, init, "ncclCommInitRankConfig", |comm, config| unsafe {
+            (lib.comm_init_rank_config)(comm, size, id, rank, config)
+        })
+    }
+
+    /// Makes the backend around the NCCL comm that `make_comm` creates (by
+    /// ncclCommInitRankConfig or ncclCommSplit) with the config from the
+    /// comm's hints, on `device` (current during the call).
+    fn build(
+        lib: &'static Nccl,
+        device: Arc<CudaDevice>,
+        init: BackendInit,
+        call: &str,
+        make_comm: impl FnOnce(&mut NcclComm, &mut loader::Config) -> NcclResult,
+    ) -> Result<NcclBackend> {
+        let settings = parse_hints(&init.hints, lib.version, &init.name)?;
         let _ctx = device.scoped()?;
+        let ordinal = device.ordinal;
         let priority = if settings.high_priority_stream { device.stream_priority_range()?.1 } else { 0 };
         let stream = CudaStream::new(&device, priority)?;
         let events = EventPool::new(&device);
         let scratch = DeviceBuffer::zeroed(&device, 4)?;
 
-        let id = Self::exchange_unique_id(lib, &init)?;
         let mut config = settings.config;
         let nonblocking = config.blocking == 0;
         let mut comm: NcclComm = std::ptr::null_mut();
         let started = Instant::now();
-        // SAFETY: valid out-pointer and config (its strings live in
-        // `settings`); the device's context is current.
-        let r = unsafe { (lib.comm_init_rank_config)(&mut comm, init.size, id, init.rank, &mut config) };
-        let what = format!("ncclCommInitRankConfig (comm '{}', rank {}/{}, device {ordinal}, NCCL {})", init.name, init.rank, init.size, lib.version_string());
+        let r = make_comm(&mut comm, &mut config);
+        let what = format!("{call} (comm '{}', rank {}/{}, device {ordinal}, NCCL {})", init.name, init.rank, init.size, lib.version_string());
         if r != NCCL_SUCCESS && !(nonblocking && r == NCCL_IN_PROGRESS) {
             let e = lib.error(r, &what, comm);
             if !comm.is_null() {
@@ -303,16 +319,26 @@ impl NcclBackend {
             backend.settle(NCCL_IN_PROGRESS, &what)?;
         }
         crate::log_info!(
-            "nccl comm '{}' rank {}/{} on device {} ready in {} ms ({}, NCCL {})",
+            "nccl comm '{}' rank {}/{} on device {} ready in {} ms ({}, {}, NCCL {})",
             backend.name,
             backend.rank,
             backend.size,
             ordinal,
             started.elapsed().as_millis(),
+            call,
             lib.origin,
             lib.version_string()
         );
         Ok(backend)
+    }
+
+    /// The size and rank NCCL gave the comm.
+    fn count_and_rank(&self) -> Result<(i32, i32)> {
+        let (mut count, mut rank) = (0, 0);
+        // SAFETY: a live comm (the caller holds a use); valid out-pointers.
+        self.call("ncclCommCount", |c| unsafe { (self.lib.comm_count)(c, &mut count) })?;
+        self.call("ncclCommUserRank", |c| unsafe { (self.lib.comm_user_rank)(c, &mut rank) })?;
+        Ok((count, rank))
     }
 
     fn exchange_unique_id(lib: &Nccl, init: &BackendInit) -> Result<UniqueId> {
@@ -876,6 +902,53 @@ impl Backend for NcclBackend {
 
     fn mem_free(&self, ptr: *mut c_void) -> Result<()> {
         self.free_memory(ptr)
+    }
+
+    fn splits_natively(&self) -> bool {
+        self.lib.comm_split.is_some()
+    }
+
+    /// ncclCommSplit over this comm: NCCL_SPLIT_NOCOLOR for a rank that opts
+    /// out; the child shares this comm's device and gets its own stream,
+    /// events and watchdog. A child whose size or rank differs from what
+    /// this rank's list says (ranks passed different lists) is aborted and
+    /// the call fails.
+    fn split(&self, member: Option<(i32, i32, BackendInit)>) -> Result<Option<Box<dyn Backend>>> {
+        let split = self.lib.comm_split.ok_or_else(|| {
+            Error::unsupported(format!("ncclCommSplit is missing from the loaded NCCL {}", self.lib.version_string()))
+        })?;
+        let _use = self.acquire()?;
+        let _issuing = lock(&self.issue);
+        let Some((color, key, init)) = member else {
+            let _ctx = self.device.scoped()?;
+            let mut none: NcclComm = std::ptr::null_mut();
+            // SAFETY: a live comm; NCCL returns no comm for NOCOLOR.
+            self.call("ncclCommSplit (opting out)", |c| unsafe {
+                split(c, NCCL_SPLIT_NOCOLOR, self.rank, &mut none, std::ptr::null_mut())
+            })?;
+            return Ok(None);
+        };
+        let (want_size, want_rank) = (init.size, init.rank);
+        let parent = self.comm();
+        if !self.is_live() {
+            return Err(self.closed_error().context("ncclCommSplit"));
+        }
+        // SAFETY: a live parent comm (held above); valid out-pointer and config.
+        let child = Self::build(self.lib, self.device.clone(), init, "ncclCommSplit", |comm, config| unsafe {
+            split(parent, color, key, comm, config)
+        })?;
+        let (size, rank) = {
+            let _child_use = child.acquire()?;
+            child.count_and_rank()?
+        };
+        if (size, rank) != (want_size, want_rank) {
+            return Err(Error::invalid_usage(format!(
+                "split of nccl comm '{}': this rank's list makes it rank {want_rank} of {want_size}, but NCCL formed a comm in which \
+                 it is rank {rank} of {size}: every rank of the new comm must pass the same list",
+                self.name
+            )));
+        }
+        Ok(Some(Box::new(child)))
     }
 
     fn async_error(&self) -> Option<Error> {
