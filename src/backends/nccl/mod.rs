@@ -211,6 +211,8 @@ pub struct NcclBackend {
     rank: i32,
     size: i32,
     name: String,
+    /// "nccl comm 'NAME' (rank R/N)", for work descriptions.
+    label: Arc<str>,
     timeout: Duration,
     nonblocking: bool,
     device: Arc<CudaDevice>,
@@ -304,6 +306,7 @@ impl NcclBackend {
             rank: init.rank,
             size: init.size,
             name: init.name.clone(),
+            label: format!("nccl comm '{}' (rank {}/{})", init.name, init.rank, init.size).into(),
             timeout: init.timeout,
             nonblocking,
             device,
@@ -869,8 +872,7 @@ impl Backend for NcclBackend {
         };
         self.issue(op, stream as *mut c_void)?;
         end.record(stream)?;
-        let description = format!("{} on nccl comm '{}' (rank {}/{})", op.name(), self.name, self.rank, self.size);
-        Ok(Some(Arc::new(CudaWork::new(description, timeout, captured, start, end, self.shared.clone()))))
+        Ok(Some(Arc::new(CudaWork::new(op.name(), self.label.clone(), timeout, captured, start, end, self.shared.clone()))))
     }
 
     fn run(&self, op: &Op, _timeout: Duration) -> Result<()> {

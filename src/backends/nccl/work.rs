@@ -40,7 +40,10 @@ struct State {
 }
 
 pub struct CudaWork {
-    description: String,
+    /// The operation's name and the comm's label: the description is
+    /// formatted only for messages, not on every call.
+    op_name: &'static str,
+    comm_label: Arc<str>,
     timeout: Duration,
     /// Enqueued while the stream was capturing a graph.
     captured: bool,
@@ -52,9 +55,21 @@ pub struct CudaWork {
 }
 
 impl CudaWork {
-    pub fn new(description: String, timeout: Duration, captured: bool, start: Option<Event>, end: Event, shared: Arc<Shared>) -> CudaWork {
+    pub fn new(
+        op_name: &'static str,
+        comm_label: Arc<str>,
+        timeout: Duration,
+        captured: bool,
+        start: Option<Event>,
+        end: Event,
+        shared: Arc<Shared>,
+    ) -> CudaWork {
         let status = if captured { WorkStatus::Completed } else { WorkStatus::NotStarted };
-        CudaWork { description, timeout, captured, start, end, shared, state: Mutex::new(State { status, started: None, error: None }) }
+        CudaWork { op_name, comm_label, timeout, captured, start, end, shared, state: Mutex::new(State { status, started: None, error: None }) }
+    }
+
+    fn description(&self) -> String {
+        format!("{} on {}", self.op_name, self.comm_label)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -85,7 +100,7 @@ impl CudaWork {
             Ok(Some(_)) => match self.shared.failure() {
                 // Kernels end early when the comm is aborted: what completed
                 // after a failure is not trusted.
-                Some(f) => Self::finish(s, WorkStatus::Error, Some(f.context(&self.description))),
+                Some(f) => Self::finish(s, WorkStatus::Error, Some(f.context(self.description()))),
                 None => Self::finish(s, WorkStatus::Completed, None),
             },
             Ok(None) => {
@@ -93,7 +108,7 @@ impl CudaWork {
                     s.status = WorkStatus::InProgress;
                 }
             }
-            Err(e) => Self::finish(s, WorkStatus::Error, Some(e.context(&self.description))),
+            Err(e) => Self::finish(s, WorkStatus::Error, Some(e.context(self.description()))),
         }
     }
 
@@ -117,7 +132,7 @@ impl Work for CudaWork {
             }
         }
         let _g = self.end.pool_device().scoped()?;
-        cuda::stream_wait_event(stream as cuda::RawStream, &self.end).map_err(|e| e.context(&self.description))
+        cuda::stream_wait_event(stream as cuda::RawStream, &self.end).map_err(|e| e.context(self.description()))
     }
 
     fn wait_blocking(&self) -> Result<()> {
@@ -133,7 +148,7 @@ impl Work for CudaWork {
                     return Self::outcome(&s);
                 }
                 if let Some(f) = self.shared.failure() {
-                    let e = Error::new(f.kind, f.message).context(&self.description);
+                    let e = Error::new(f.kind, f.message).context(self.description());
                     Self::finish(&mut s, WorkStatus::Error, Some(e.clone()));
                     return Err(e);
                 }
@@ -158,7 +173,7 @@ impl Work for CudaWork {
             ErrorKind::Timeout,
             format!(
                 "{} timed out: still running {} ms after it started on the device (timeout {} ms)",
-                self.description,
+                self.description(),
                 now.duration_since(started).as_millis(),
                 self.timeout.as_millis()
             ),
