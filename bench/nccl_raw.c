@@ -231,6 +231,14 @@ struct state {
 
 struct figures { double host, device; long wrong; };
 
+/* cuMemcpyHtoD from pageable memory may return before the device has the
+ * data, and the benchmark's non-blocking stream does not wait for the legacy
+ * stream the copy went to: wait for it before any collective reads it. */
+static void upload(CUdeviceptr dst, const void *host, size_t bytes) {
+  cu_check(cu.htod(dst, host, bytes), "cuMemcpyHtoD");
+  cu_check(cu.stream_sync(NULL), "cuStreamSynchronize(legacy stream)");
+}
+
 /* Warm-up, the timed loop (or its graph replayed), then a checked run. */
 static struct figures measure(struct state *st, CUdeviceptr in, CUdeviceptr out, size_t count, unsigned char *host,
                               unsigned char *back, size_t bytes) {
@@ -242,7 +250,7 @@ static struct figures measure(struct state *st, CUdeviceptr in, CUdeviceptr out,
   struct figures f = {0, 0, -1};
   st->seed++;
   for (size_t i = 0; i < count; i++) put(t, host, i, value(i, st->seed));
-  cu_check(cu.htod(in, host, bytes), "cuMemcpyHtoD");
+  upload(in, host, bytes);
   for (int i = 0; i < a->warmup; i++) nccl_check(nccl.all_reduce(src, dst, count, dt, op, st->comm, st->s), "ncclAllReduce");
   cu_check(cu.stream_sync(st->s), "cuStreamSynchronize");
   double t0, issued;
@@ -287,10 +295,10 @@ static struct figures measure(struct state *st, CUdeviceptr in, CUdeviceptr out,
     st->seed++;
     if (out != in) {
       memset(host, 0x7f, bytes);
-      cu_check(cu.htod(out, host, bytes), "cuMemcpyHtoD");
+      upload(out, host, bytes);
     }
     for (size_t i = 0; i < count; i++) put(t, host, i, value(i, st->seed));
-    cu_check(cu.htod(in, host, bytes), "cuMemcpyHtoD");
+    upload(in, host, bytes);
     nccl_check(nccl.all_reduce(src, dst, count, dt, op, st->comm, st->s), "ncclAllReduce");
     cu_check(cu.stream_sync(st->s), "cuStreamSynchronize");
     cu_check(cu.dtoh(back, out, bytes), "cuMemcpyDtoH");
