@@ -1,45 +1,86 @@
-/* TEST DOUBLE: a simulated NCCL (libnccl.so.2) for world size 1, running on
-   our simulated CUDA driver (fake_cuda.c). Written for this project from
-   NCCL's documented C API; it is not NVIDIA's NCCL and proves nothing about
-   real NCCL or real GPUs. What it models:
-   - one rank: a collective is a device-to-device copy from the send to the
-     receive buffer (nothing moves when they are equal), run as a "kernel" on
-     the caller's stream (so it is recorded when the stream captures a
-     graph); PreMulSum multiplies by its scalar (host value taken at
-     creation, device value read when the kernel runs); SUM, PROD, MIN, MAX
-     and AVG of one contribution are the identity;
+/* TEST DOUBLE: a simulated NCCL (libnccl.so.2) running on our simulated CUDA
+   driver (fake_cuda.c), for one rank or for several ranks as separate
+   processes on one machine. Written for this project from NCCL's documented
+   C API; it is not NVIDIA's NCCL and proves nothing about real NCCL, its
+   algorithms or real GPUs. What it models:
+   - ranks: ncclGetUniqueId makes a random id; ncclCommInitRank(Config) with
+     nranks > 1 joins the "job" of that id, a directory
+     $TC_SIM_NCCL_DIR/tc-sim-nccl-<id> (default $TMPDIR or /tmp), where every
+     rank leaves a join file and waits for the others (a rank missing after
+     TC_SIM_NCCL_INIT_TIMEOUT_MS, default 60000, is an error, not a hang);
+     one rank needs no directory;
+   - transport: point-to-point messages, one file per message, written under
+     a temporary name and renamed into place; the receiver polls for
+     (source, destination, sequence number), reads and deletes it. Sends
+     never block, receives wait (until the message comes or the comm is
+     aborted; a dead peer process sets ncclRemoteError as the comm's
+     asynchronous error and the receive keeps waiting for the abort, as a
+     real kernel would). Messages to self stay in memory;
+   - every collective is composed here of those messages plus a local
+     reduction, with NCCL's documented semantics: in-place layouts, roots,
+     counts per rank, SUM/PROD/MIN/MAX/AVG for every data type of the
+     version, PreMulSum with a host or device scalar (each rank scales its
+     own contribution with its own scalar; float AVG is a pre-multiplication
+     by 1/nranks, integer AVG a sum then a division). Contributions are
+     reduced in rank order, each step rounded to the data type (so results
+     are the same bits on every rank; real NCCL's order depends on its
+     algorithm). Every message carries the collective's signature (kind,
+     data type, count, root, op): ranks calling different collectives at the
+     same point is reported as a device fault instead of silently mixing;
+   - work runs as a "kernel" on the caller's stream (recorded when the
+     stream captures a graph, run at every replay). The kernels of one comm
+     run one at a time, in the order they were issued (as NCCL serializes a
+     comm's operations); message sequence numbers are taken when a kernel
+     runs, so replays match across ranks when every rank replays alike;
+   - groups: calls between ncclGroupStart and ncclGroupEnd become one kernel
+     per comm at the end, which first sends everything and then receives (so
+     any order of sends and receives inside a group completes); send/recv to
+     self must be inside a group and match in size; a failed call inside a
+     group fails the group and launches nothing;
+   - ncclCommSplit: collective over the parent (colors and keys are
+     exchanged between all ranks); NCCL_SPLIT_NOCOLOR gives NULL; ranks of
+     one color form a comm ordered by key, then parent rank;
    - argument checks NCCL makes or that a real GPU would turn into a fault:
      comm handles (destroyed or aborted comms are kept and reported), data
      types of this version, reduction ops (user ops belong to their comm and
      datatype), root and peer ranks, buffers (simulated device memory or
-     pinned/registered host memory; plain host memory is refused), streams;
-   - groups: calls between ncclGroupStart and ncclGroupEnd are launched at
-     the end; send/recv to self must be inside a group and match in size;
-     a failed call inside a group fails the group and launches nothing;
+     pinned/registered host memory; plain host memory is refused; buffers a
+     rank does not use, such as a non-root's receive buffer of ncclReduce,
+     are not looked at), overlapping buffers outside NCCL's in-place layouts
+     (undefined results with real NCCL), streams;
    - non-blocking comms (config blocking = 0): init, collectives and group
      ends answer ncclInProgress, and ncclCommGetAsyncError reports
      ncclInProgress for a few polls;
    - comms are not thread-safe: two threads inside calls on one comm at once
      is reported as ncclInvalidUsage (ncclCommGetAsyncError and
-     ncclCommAbort may come from any thread, as NCCL allows);
-   - nranks != 1 is ncclInvalidUsage with a message;
-   - a peer that never arrives: with TC_SIM_NCCL_HANG_CALL=N (or a list
-     N,M,...) the N-th kernel launched in the process keeps running until its comm is aborted (or
-     TC_SIM_NCCL_HANG_MS, default 60000, passed), as a real collective waits
-     for a missing rank.
+     ncclCommAbort may come from any thread, as NCCL allows); ncclCommAbort
+     also ends a receive waiting for a peer;
+   - a peer that never arrives at one rank: with TC_SIM_NCCL_HANG_CALL=N (or
+     a list N,M,...) the N-th kernel launched in the process keeps running
+     until its comm is aborted (or TC_SIM_NCCL_HANG_MS, default 60000,
+     passed). With several ranks a peer that does not call simply leaves the
+     receiver waiting.
+   Job files are removed when the comm is destroyed or aborted and at exit;
+   ids are random, so a stale directory of a crashed run is never reused.
    Compile with -DSIM_NCCL_VERSION=21805 (say) to get an older library:
    symbols newer than that version are not exported at all, like the real
    older library (ncclCommRegister/ncclMemAlloc 2.19, fp8 2.24, ncclAlltoAll,
    ncclGather and ncclScatter 2.28). */
 #define _GNU_SOURCE
 #include "sim_gpu.h"
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -66,6 +107,8 @@ enum { ncclScalarDevice, ncclScalarHostImmediate };
 typedef struct {
     char internal[128];
 } ncclUniqueId;
+#define ID_TAG "SIMNCCL"
+#define ID_RANDOM 16 /* random bytes after the tag: the job's name */
 
 /* The leading fields of ncclConfig_t (present in every version we accept). */
 typedef struct {
@@ -83,13 +126,33 @@ struct user_op {
     const void *dev;
 };
 
+/* A message to self (kept in memory). */
+struct selfmsg {
+    size_t bytes;
+    struct selfmsg *next;
+    char data[];
+};
+
 enum { LIVE, FINALIZED, DESTROYED, ABORTED };
 struct reg;
 typedef struct ncclComm {
     unsigned magic;
     int state, blocking, device, pending_polls, inflight, busy;
+    int rank, nranks;
+    ncclResult_t async_error; /* ncclRemoteError once a peer process died */
     struct user_op ops[MAX_USER_OPS];
     struct reg *regs; /* live registrations, released with the comm */
+    /* several ranks: the job directory, the peers' processes and the next
+       sequence number per peer of data messages (taken by kernels) and of
+       control messages (split, taken by the calling thread) */
+    char dir[PATH_MAX];
+    pid_t *pids;
+    unsigned long *send_seq, *recv_seq, *csend_seq, *crecv_seq;
+    unsigned long splits;
+    /* kernels run one at a time, in issue order */
+    unsigned long issued, next_run;
+    int running, dir_users; /* dir_users: kernels and splits using the directory */
+    struct selfmsg *self_head, *self_tail;
     struct ncclComm *next;
 } *ncclComm_t;
 static void release_registrations(ncclComm_t c);
@@ -108,6 +171,21 @@ static ncclResult_t fail(ncclResult_t r, const char *fmt, ...) {
     const char *t = getenv("TC_SIM_TRACE");
     if (t && *t && strcmp(t, "0") != 0) fprintf(stderr, "[sim-nccl] error %d: %s\n", r, last_error);
     return r;
+}
+
+static long env_long(const char *name, long dflt) {
+    const char *v = getenv(name);
+    return v && *v ? atol(v) : dflt;
+}
+
+static void sleep_us(long us) {
+    struct timespec t = {us / 1000000, (us % 1000000) * 1000};
+    nanosleep(&t, NULL);
+}
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
 }
 
 EXPORT ncclResult_t ncclGetVersion(int *version) {
@@ -140,11 +218,18 @@ EXPORT const char *ncclGetLastError(ncclComm_t comm) {
 EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
     if (!id) return fail(ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
     memset(id, 0, sizeof *id);
-    memcpy(id->internal, "SIMNCCL", 8);
-    struct timespec t;
-    clock_gettime(CLOCK_REALTIME, &t);
-    long v[3] = {(long)getpid(), t.tv_sec, t.tv_nsec};
-    memcpy(id->internal + 8, v, sizeof v);
+    memcpy(id->internal, ID_TAG, sizeof ID_TAG);
+    unsigned char rnd[ID_RANDOM];
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    ssize_t got = fd >= 0 ? read(fd, rnd, sizeof rnd) : -1;
+    if (fd >= 0) close(fd);
+    if (got != (ssize_t)sizeof rnd) { /* no urandom: time and pid */
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        long v[2] = {(long)getpid() ^ t.tv_sec, t.tv_nsec};
+        memcpy(rnd, v, sizeof rnd);
+    }
+    memcpy(id->internal + 8, rnd, sizeof rnd);
     return ncclSuccess;
 }
 
@@ -186,24 +271,267 @@ static ncclResult_t leave(ncclComm_t c, ncclResult_t r) {
     pthread_mutex_unlock(&M);
     return r;
 }
+static void unbusy(ncclComm_t c) {
+    pthread_mutex_lock(&M);
+    c->busy = 0;
+    pthread_mutex_unlock(&M);
+}
 
-static ncclResult_t new_comm(ncclComm_t *out, const config_head *cfg, const char *fn) {
-    int blocking = 1;
-    if (cfg) {
-        if (cfg->magic != CONFIG_MAGIC || cfg->size < sizeof *cfg)
-            return fail(ncclInvalidArgument, "%s: config was not initialized with NCCL_CONFIG_INITIALIZER (magic %#x, size %zu)", fn,
-                        cfg->magic, cfg->size);
-        if (cfg->blocking != UNDEF_INT && cfg->blocking != 0 && cfg->blocking != 1)
-            return fail(ncclInvalidArgument, "%s: config.blocking is %d (0 or 1)", fn, cfg->blocking);
-        if (cfg->blocking == 0) blocking = 0;
+/* ---- the job directory and messages ------------------------------------- */
+
+/* Message files: "<dir>/<ch>.<src>.<dst>.<seq>" with ch 'd' (data, taken by
+   kernels) or 'c' (control, split); written as "<dir>/t.<...>" first. */
+struct msghdr {
+    uint32_t magic;
+    int32_t kind, dtype, op, root, pad;
+    uint64_t count, bytes;
+};
+#define MSG_MAGIC 0x4d53474eu
+
+static void job_dir(char *out, size_t n, const unsigned char *rnd, const char *suffix) {
+    const char *base = getenv("TC_SIM_NCCL_DIR");
+    if (!base || !*base) base = getenv("TMPDIR");
+    if (!base || !*base) base = "/tmp";
+    int k = snprintf(out, n, "%s/tc-sim-nccl-", base);
+    for (int i = 0; i < ID_RANDOM && k + 3 < (int)n; i++) k += snprintf(out + k, n - (size_t)k, "%02x", rnd[i]);
+    if (suffix) snprintf(out + k, n - (size_t)k, "%s", suffix);
+}
+
+static int write_file(const char *dir, const char *tmpname, const char *name, const void *a, size_t an, const void *b, size_t bn,
+                      int exclusive) {
+    char tmp[PATH_MAX + 64], fin[PATH_MAX + 64];
+    snprintf(tmp, sizeof tmp, "%s/%s", dir, tmpname);
+    snprintf(fin, sizeof fin, "%s/%s", dir, name);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return -1;
+    int ok = 1;
+    const char *parts[2] = {a, b};
+    size_t lens[2] = {an, bn};
+    for (int i = 0; i < 2 && ok; i++) {
+        size_t off = 0;
+        while (off < lens[i]) {
+            ssize_t w = write(fd, parts[i] + off, lens[i] - off);
+            if (w <= 0) { ok = 0; break; }
+            off += (size_t)w;
+        }
     }
+    if (close(fd) != 0) ok = 0;
+    if (ok) {
+        if (exclusive) { /* link fails when the name exists */
+            ok = link(tmp, fin) == 0;
+            unlink(tmp);
+        } else {
+            ok = rename(tmp, fin) == 0;
+        }
+    } else {
+        unlink(tmp);
+    }
+    return ok ? 0 : -1;
+}
+
+/* Sends one message (never blocks). `seq` must be taken by the caller. */
+static int msg_put(ncclComm_t c, char ch, int dst, unsigned long seq, const struct msghdr *h, const void *data) {
+    char name[96], tmp[96];
+    snprintf(name, sizeof name, "%c.%d.%d.%lu", ch, c->rank, dst, seq);
+    snprintf(tmp, sizeof tmp, "t.%c.%d.%d.%lu", ch, c->rank, dst, seq);
+    return write_file(c->dir, tmp, name, h, sizeof *h, data, (size_t)h->bytes, 0);
+}
+
+static int peer_alive(ncclComm_t c, int q) {
+    return !(c->pids && c->pids[q] > 0 && kill(c->pids[q], 0) != 0 && errno == ESRCH);
+}
+
+/* Receives one message: 0 done, 1 the comm was aborted (or, with
+   timeout_ms >= 0, the time passed: 2), -1 a malformed message. The header is
+   returned in *h and the payload (h->bytes, at most `cap`) in `buf`. */
+static int msg_get(ncclComm_t c, char ch, int src, unsigned long seq, struct msghdr *h, void *buf, size_t cap, long timeout_ms) {
+    char path[PATH_MAX + 96];
+    snprintf(path, sizeof path, "%s/%c.%d.%d.%lu", c->dir, ch, src, c->rank, seq);
+    long pause = 10;
+    double start = now_ms(), last_check = start;
+    for (;;) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            int rc = 0;
+            if (read(fd, h, sizeof *h) != (ssize_t)sizeof *h || h->magic != MSG_MAGIC || h->bytes > cap) rc = -1;
+            size_t off = 0;
+            while (rc == 0 && off < h->bytes) {
+                ssize_t r = read(fd, (char *)buf + off, (size_t)h->bytes - off);
+                if (r <= 0) rc = -1;
+                else off += (size_t)r;
+            }
+            close(fd);
+            unlink(path);
+            return rc;
+        }
+        pthread_mutex_lock(&M);
+        int state = c->state;
+        pthread_mutex_unlock(&M);
+        if (state == ABORTED || state == DESTROYED) return 1;
+        double t = now_ms();
+        if (timeout_ms >= 0 && t - start > (double)timeout_ms) return 2;
+        if (t - last_check > 200) {
+            last_check = t;
+            if (!peer_alive(c, src)) {
+                pthread_mutex_lock(&M);
+                if (c->async_error == ncclSuccess) {
+                    c->async_error = ncclRemoteError;
+                    fprintf(stderr, "[sim-nccl] rank %d: peer rank %d (pid %d) exited while a receive waits for it\n", c->rank, src,
+                            (int)c->pids[src]);
+                }
+                pthread_mutex_unlock(&M);
+            }
+        }
+        sleep_us(pause);
+        if (pause < 1000) pause *= 2;
+    }
+}
+
+/* Removes this rank's traces from the job directory; the last rank out
+   removes the directory. */
+static void leave_job(ncclComm_t c) {
+    if (!c->dir[0]) return;
+    char suffix[32], path[PATH_MAX + 300];
+    snprintf(suffix, sizeof suffix, ".%d.", c->rank);
+    snprintf(path, sizeof path, "%s/join.%d", c->dir, c->rank);
+    unlink(path);
+    DIR *d = opendir(c->dir);
+    int others = 0;
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            const char *n = e->d_name;
+            if (strncmp(n, "join.", 5) == 0) others++;
+            /* messages to me: "<ch>.<src>.<me>.<seq>" */
+            if ((n[0] == 'd' || n[0] == 'c') && n[1] == '.') {
+                const char *p = strchr(n + 2, '.');
+                if (p && strncmp(p, suffix, strlen(suffix)) == 0) {
+                    snprintf(path, sizeof path, "%s/%s", c->dir, n);
+                    unlink(path);
+                }
+            }
+        }
+        closedir(d);
+    }
+    if (others == 0 && (d = opendir(c->dir))) { /* nobody left: remove what others left behind for me */
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (e->d_name[0] == '.' && (e->d_name[1] == 0 || (e->d_name[1] == '.' && e->d_name[2] == 0))) continue;
+            snprintf(path, sizeof path, "%s/%s", c->dir, e->d_name);
+            unlink(path);
+        }
+        closedir(d);
+    }
+    rmdir(c->dir);
+    c->dir[0] = 0;
+}
+
+/* At exit (or unload): the job files of comms never destroyed. A thread
+   holding M at that moment means a kernel is running: then nothing is done. */
+__attribute__((destructor)) static void at_exit_cleanup(void) {
+    if (pthread_mutex_trylock(&M) != 0) return;
+    for (struct ncclComm *c = comms; c; c = c->next) leave_job(c);
+    pthread_mutex_unlock(&M);
+}
+
+/* Joins the job in `dir` as `rank` of `nranks` and waits for every rank. */
+static ncclResult_t join_job(ncclComm_t c, const char *dir, const char *fn) {
+    snprintf(c->dir, sizeof c->dir, "%s", dir);
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        c->dir[0] = 0;
+        return fail(ncclSystemError, "%s: cannot make the job directory %s: %s", fn, dir, strerror(errno));
+    }
+    long info[2] = {(long)getpid(), c->nranks};
+    char name[32], tmp[48];
+    snprintf(name, sizeof name, "join.%d", c->rank);
+    snprintf(tmp, sizeof tmp, "t.join.%d.%d", c->rank, (int)getpid());
+    if (write_file(dir, tmp, name, info, sizeof info, NULL, 0, 1) != 0) {
+        ncclResult_t r = errno == EEXIST ? fail(ncclInvalidUsage, "%s: rank %d joined the job of this unique id twice", fn, c->rank)
+                                         : fail(ncclSystemError, "%s: cannot write %s/%s: %s", fn, dir, name, strerror(errno));
+        c->dir[0] = 0;
+        return r;
+    }
+    c->pids = calloc((size_t)c->nranks, sizeof *c->pids);
+    long timeout = env_long("TC_SIM_NCCL_INIT_TIMEOUT_MS", 60000);
+    double start = now_ms();
+    for (int q = 0; q < c->nranks; q++) {
+        char path[PATH_MAX + 48];
+        snprintf(path, sizeof path, "%s/join.%d", dir, q);
+        for (long pause = 100;; pause = pause < 5000 ? pause * 2 : pause) {
+            int fd = open(path, O_RDONLY | O_CLOEXEC);
+            long peer[2];
+            if (fd >= 0) {
+                ssize_t n = read(fd, peer, sizeof peer);
+                close(fd);
+                if (n == (ssize_t)sizeof peer) {
+                    if (peer[1] != c->nranks) {
+                        leave_job(c);
+                        return fail(ncclInvalidUsage, "%s: rank %d was initialized with nranks %ld, this rank with %d", fn, q, peer[1],
+                                    c->nranks);
+                    }
+                    c->pids[q] = (pid_t)peer[0];
+                    break;
+                }
+            }
+            if (now_ms() - start > (double)timeout) {
+                leave_job(c);
+                return fail(ncclSystemError, "%s: rank %d of %d did not join within %ld ms (TC_SIM_NCCL_INIT_TIMEOUT_MS)", fn, q,
+                            c->nranks, timeout);
+            }
+            sleep_us(pause);
+        }
+    }
+    return ncclSuccess;
+}
+
+/* ---- comms --------------------------------------------------------------- */
+
+static ncclResult_t check_config(const config_head *cfg, int *blocking, const char *fn) {
+    *blocking = 1;
+    if (!cfg) return ncclSuccess;
+    if (cfg->magic != CONFIG_MAGIC || cfg->size < sizeof *cfg)
+        return fail(ncclInvalidArgument, "%s: config was not initialized with NCCL_CONFIG_INITIALIZER (magic %#x, size %zu)", fn,
+                    cfg->magic, cfg->size);
+    if (cfg->blocking != UNDEF_INT && cfg->blocking != 0 && cfg->blocking != 1)
+        return fail(ncclInvalidArgument, "%s: config.blocking is %d (0 or 1)", fn, cfg->blocking);
+    if (cfg->blocking == 0) *blocking = 0;
+    return ncclSuccess;
+}
+
+static void free_comm_parts(ncclComm_t c) {
+    free(c->pids), free(c->send_seq), free(c->recv_seq), free(c->csend_seq), free(c->crecv_seq);
+    c->pids = NULL, c->send_seq = c->recv_seq = c->csend_seq = c->crecv_seq = NULL;
+    while (c->self_head) {
+        struct selfmsg *m = c->self_head;
+        c->self_head = m->next;
+        free(m);
+    }
+    c->self_tail = NULL;
+}
+
+/* Makes a comm as `rank` of `nranks`, joining the job in `dir` (NULL for
+   one rank). */
+static ncclResult_t new_comm(ncclComm_t *out, int nranks, int rank, const char *dir, int blocking, const char *fn) {
     struct ncclComm *c = calloc(1, sizeof *c);
     c->magic = COMM_MAGIC;
     c->blocking = blocking;
+    c->rank = rank, c->nranks = nranks;
+    c->next_run = 1;
+    size_t n = (size_t)nranks;
+    c->send_seq = calloc(n, sizeof(unsigned long)), c->recv_seq = calloc(n, sizeof(unsigned long));
+    c->csend_seq = calloc(n, sizeof(unsigned long)), c->crecv_seq = calloc(n, sizeof(unsigned long));
     /* the device current at init, as NCCL takes it from the runtime (device
        0 when no context is current) */
     int d = simcu_current_device();
     c->device = d < 0 ? 0 : d;
+    if (dir) {
+        ncclResult_t r = join_job(c, dir, fn);
+        if (r != ncclSuccess) {
+            free_comm_parts(c);
+            free(c);
+            return r;
+        }
+    }
     pthread_mutex_lock(&M);
     c->next = comms;
     comms = c;
@@ -214,53 +542,109 @@ static ncclResult_t new_comm(ncclComm_t *out, const config_head *cfg, const char
 }
 
 EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, void *config) {
-    if (!comm) return fail(ncclInvalidArgument, "ncclCommInitRankConfig: comm is NULL");
-    if (nranks != 1)
-        return fail(ncclInvalidUsage,
-                    "ncclCommInitRankConfig: nranks %d: this simulated NCCL runs one rank only (use a real GPU for more)", nranks);
-    if (rank != 0) return fail(ncclInvalidArgument, "ncclCommInitRankConfig: rank %d is outside [0, %d)", rank, nranks);
-    if (memcmp(id.internal, "SIMNCCL", 8) != 0)
-        return fail(ncclInvalidArgument, "ncclCommInitRankConfig: the unique id was not made by ncclGetUniqueId");
-    return new_comm(comm, config, "ncclCommInitRankConfig");
+    const char *fn = "ncclCommInitRankConfig";
+    if (!comm) return fail(ncclInvalidArgument, "%s: comm is NULL", fn);
+    if (nranks < 1) return fail(ncclInvalidArgument, "%s: nranks %d is not positive", fn, nranks);
+    if (rank < 0 || rank >= nranks) return fail(ncclInvalidArgument, "%s: rank %d is outside [0, %d)", fn, rank, nranks);
+    if (memcmp(id.internal, ID_TAG, sizeof ID_TAG) != 0)
+        return fail(ncclInvalidArgument, "%s: the unique id was not made by ncclGetUniqueId", fn);
+    int blocking;
+    ncclResult_t r = check_config(config, &blocking, fn);
+    if (r != ncclSuccess) return r;
+    char dir[PATH_MAX];
+    if (nranks > 1) job_dir(dir, sizeof dir, (const unsigned char *)id.internal + 8, NULL);
+    return new_comm(comm, nranks, rank, nranks > 1 ? dir : NULL, blocking, fn);
 }
 EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
     return ncclCommInitRankConfig(comm, nranks, id, rank, NULL);
 }
 
 #if HAS(21800)
+/* Collective over the parent: every rank tells every other its color and
+   key (control messages), then the ranks of each color form a comm ordered
+   by key, then parent rank, in a job directory named after the parent's. */
 EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, void *config) {
-    (void)key;
-    if (!newcomm) return fail(ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
-    ncclResult_t r = enter(comm, "ncclCommSplit", 0);
+    const char *fn = "ncclCommSplit";
+    if (!newcomm) return fail(ncclInvalidArgument, "%s: newcomm is NULL", fn);
+    ncclResult_t r = enter(comm, fn, 0);
     if (r != ncclSuccess) return r;
-    if (color == NCCL_SPLIT_NOCOLOR) *newcomm = NULL;
-    else if (color < 0) r = fail(ncclInvalidArgument, "ncclCommSplit: color %d is negative", color);
-    else r = new_comm(newcomm, config, "ncclCommSplit");
+    int blocking = 1;
+    if (color < 0 && color != NCCL_SPLIT_NOCOLOR) r = fail(ncclInvalidArgument, "%s: color %d is negative", fn, color);
+    else r = check_config(config, &blocking, fn);
+    /* NCCL would still need every rank to take part: an argument error on
+       one rank leaves the others waiting, as with real NCCL */
+    if (r != ncclSuccess) {
+        unbusy(comm);
+        return r;
+    }
+    int n = comm->nranks, me = comm->rank;
+    int *colors = calloc((size_t)n, sizeof(int)), *keys = calloc((size_t)n, sizeof(int));
     pthread_mutex_lock(&M);
+    comm->dir_users++; /* an abort from another thread keeps the directory until we are done */
+    pthread_mutex_unlock(&M);
+    colors[me] = color, keys[me] = key;
+    long timeout = env_long("TC_SIM_NCCL_INIT_TIMEOUT_MS", 60000);
+    for (int q = 0; q < n && r == ncclSuccess; q++) {
+        if (q == me) continue;
+        struct msghdr h = {MSG_MAGIC, -2, 0, 0, 0, 0, 0, sizeof(int) * 2};
+        int v[2] = {color, key};
+        if (msg_put(comm, 'c', q, comm->csend_seq[q]++, &h, v) != 0)
+            r = fail(ncclSystemError, "%s: cannot write a message in %s: %s", fn, comm->dir, strerror(errno));
+    }
+    for (int q = 0; q < n && r == ncclSuccess; q++) {
+        if (q == me) continue;
+        struct msghdr h;
+        int v[2];
+        int g = msg_get(comm, 'c', q, comm->crecv_seq[q]++, &h, v, sizeof v, timeout);
+        if (g == 2) r = fail(ncclSystemError, "%s: rank %d did not take part within %ld ms", fn, q, timeout);
+        else if (g == 1) r = fail(ncclInvalidUsage, "%s: the comm was aborted", fn);
+        else if (g != 0 || h.kind != -2) r = fail(ncclInternalError, "%s: rank %d sent something else than its split color (a different call?)", fn, q);
+        else colors[q] = v[0], keys[q] = v[1];
+    }
+    unsigned long split_no = ++comm->splits;
+    if (r == ncclSuccess && color == NCCL_SPLIT_NOCOLOR) {
+        *newcomm = NULL;
+    } else if (r == ncclSuccess) {
+        int size = 0, newrank = 0;
+        for (int q = 0; q < n; q++) {
+            if (colors[q] != color) continue;
+            size++;
+            if (keys[q] < key || (keys[q] == key && q < me)) newrank++;
+        }
+        char dir[PATH_MAX + 64];
+        if (size > 1) snprintf(dir, sizeof dir, "%s.s%lu.c%d", comm->dir, split_no, color);
+        r = new_comm(newcomm, size, newrank, size > 1 ? dir : NULL, blocking, fn);
+    }
+    free(colors);
+    free(keys);
+    pthread_mutex_lock(&M);
+    if (--comm->dir_users == 0 && comm->state == ABORTED) leave_job(comm);
     comm->busy = 0;
     pthread_mutex_unlock(&M);
     return r;
 }
 #endif
 
-/* One rank: every comm counts 1 and this process is its rank 0. */
-static ncclResult_t comm_int(ncclComm_t comm, int *out, int value, const char *fn) {
+static ncclResult_t comm_int(ncclComm_t comm, int *out, int which, const char *fn) {
     if (!out) return fail(ncclInvalidArgument, "%s: out-pointer is NULL", fn);
     pthread_mutex_lock(&M);
     ncclResult_t r = check_comm(comm, fn, 1);
-    if (r == ncclSuccess) *out = value;
+    if (r == ncclSuccess) *out = which ? comm->rank : comm->nranks;
     pthread_mutex_unlock(&M);
     return r;
 }
-EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int *count) { return comm_int(comm, count, 1, "ncclCommCount"); }
-EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) { return comm_int(comm, rank, 0, "ncclCommUserRank"); }
+EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int *count) { return comm_int(comm, count, 0, "ncclCommCount"); }
+EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) { return comm_int(comm, rank, 1, "ncclCommUserRank"); }
 
 EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
     if (!asyncError) return fail(ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
     pthread_mutex_lock(&M);
     ncclResult_t r = check_comm(comm, "ncclCommGetAsyncError", 1);
     if (r == ncclSuccess) {
-        if (comm->pending_polls > 0) {
+        if (comm->async_error != ncclSuccess) {
+            *asyncError = comm->async_error;
+            fail(comm->async_error, "a peer process of this comm exited");
+        } else if (comm->pending_polls > 0) {
             comm->pending_polls--;
             *asyncError = ncclInProgress;
         } else {
@@ -294,6 +678,9 @@ EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     comm->state = DESTROYED; /* kept, so that a later use is reported */
     comm->busy = 0;
     release_registrations(comm);
+    leave_job(comm);
+    free_comm_parts(comm);
+    pthread_cond_broadcast(&MC);
     pthread_mutex_unlock(&M);
     return ncclSuccess;
 }
@@ -305,11 +692,15 @@ EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
     if (r == ncclSuccess) {
         comm->state = ABORTED;
         release_registrations(comm);
+        /* a kernel waiting for a message sees ABORTED and stops; the
+           directory goes now, or when the last kernel or split using it
+           ends */
+        if (comm->dir_users == 0) leave_job(comm);
+        pthread_cond_broadcast(&MC);
     }
     pthread_mutex_unlock(&M);
     return r;
 }
-
 /* ---- data types and reductions ------------------------------------------ */
 
 static size_t type_size(ncclDataType_t t) {
@@ -361,89 +752,473 @@ static uint16_t float_to_bf16(float f) {
     return (uint16_t)(x >> 16);
 }
 
-/* dst[i] = src[i] * scalar, in the data type's own arithmetic. */
+
+/* fp8 (e4m3: bias 7, no infinities, 448 the largest finite; e5m2: bias
+   15, IEEE-like), converted through float with round-to-nearest-even;
+   out-of-range values saturate to the largest finite value. */
+static float fp8_to_float(uint8_t v, int e4m3) {
+    int mb = e4m3 ? 3 : 2, eb = e4m3 ? 4 : 5, bias = e4m3 ? 7 : 15;
+    int e = (v >> mb) & ((1 << eb) - 1), m = v & ((1 << mb) - 1);
+    float f;
+    if (e4m3 && e == 15 && m == 7) f = NAN;
+    else if (!e4m3 && e == 31) f = m ? NAN : INFINITY;
+    else if (e == 0) f = ldexpf((float)m, 1 - bias - mb);
+    else f = ldexpf((float)(m + (1 << mb)), e - bias - mb);
+    return (v & 0x80) ? -f : f;
+}
+static uint8_t float_to_fp8(float f, int e4m3) {
+    int mb = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
+    uint8_t sign = signbit(f) ? 0x80 : 0;
+    if (isnan(f)) return (uint8_t)(sign | 0x7f);
+    float a = fabsf(f), maxf = e4m3 ? 448.0f : 57344.0f;
+    if (a == 0) return sign;
+    int e;
+    frexpf(a, &e);
+    int exp = e - 1 < 1 - bias ? 1 - bias : e - 1;
+    float r = rintf(ldexpf(a, mb - exp)); /* significand at this exponent, nearest even */
+    if (r >= (float)(2 << mb)) r /= 2, exp++;
+    if (ldexpf(r, exp - mb) > maxf) return (uint8_t)(sign | (e4m3 ? 0x7e : 0x7b));
+    int m = (int)r;
+    if (m < (1 << mb)) return (uint8_t)(sign | m); /* subnormal */
+    return (uint8_t)(sign | ((exp + bias) << mb) | (m - (1 << mb)));
+}
+
+/* A small float type (f16, bf16, fp8) as float, and back (rounded). */
+static int small_float(ncclDataType_t t) {
+    return t == ncclFloat16 || t == ncclBfloat16 || t == ncclFloat8e4m3 || t == ncclFloat8e5m2;
+}
+static float sf_get(ncclDataType_t t, const char *p) {
+    uint16_t h;
+    switch (t) {
+    case ncclFloat16: memcpy(&h, p, 2); return half_to_float(h);
+    case ncclBfloat16: memcpy(&h, p, 2); return bf16_to_float(h);
+    case ncclFloat8e4m3: return fp8_to_float((uint8_t)*p, 1);
+    default: return fp8_to_float((uint8_t)*p, 0);
+    }
+}
+static void sf_put(ncclDataType_t t, char *p, float f) {
+    uint16_t h;
+    switch (t) {
+    case ncclFloat16: h = float_to_half(f); memcpy(p, &h, 2); break;
+    case ncclBfloat16: h = float_to_bf16(f); memcpy(p, &h, 2); break;
+    case ncclFloat8e4m3: *p = (char)float_to_fp8(f, 1); break;
+    default: *p = (char)float_to_fp8(f, 0); break;
+    }
+}
+
+/* acc[i] = acc[i] (op) x[i] for n elements, in the data type's own
+   arithmetic (integers wrap; small floats are rounded after each step). */
+#define INT_COMBINE(T)                                                                                                         \
+    for (size_t i = 0; i < n; i++) {                                                                                           \
+        T a, b;                                                                                                                \
+        memcpy(&a, acc + i * sizeof(T), sizeof(T));                                                                            \
+        memcpy(&b, x + i * sizeof(T), sizeof(T));                                                                              \
+        switch (op) {                                                                                                          \
+        case ncclProd: a = (T)((uint64_t)a * (uint64_t)b); break;                                                              \
+        case ncclMax: a = a > b ? a : b; break;                                                                                \
+        case ncclMin: a = a < b ? a : b; break;                                                                                \
+        default: a = (T)((uint64_t)a + (uint64_t)b); break;                                                                    \
+        }                                                                                                                      \
+        memcpy(acc + i * sizeof(T), &a, sizeof(T));                                                                            \
+    }
+#define FLOAT_COMBINE(T)                                                                                                       \
+    for (size_t i = 0; i < n; i++) {                                                                                           \
+        T a, b;                                                                                                                \
+        memcpy(&a, acc + i * sizeof(T), sizeof(T));                                                                            \
+        memcpy(&b, x + i * sizeof(T), sizeof(T));                                                                              \
+        switch (op) {                                                                                                          \
+        case ncclProd: a = a * b; break;                                                                                       \
+        case ncclMax: a = fmax(a, b); break;                                                                                   \
+        case ncclMin: a = fmin(a, b); break;                                                                                   \
+        default: a = a + b; break;                                                                                             \
+        }                                                                                                                      \
+        memcpy(acc + i * sizeof(T), &a, sizeof(T));                                                                            \
+    }
+static void combine(ncclDataType_t t, int op, char *acc, const char *x, size_t n) {
+    switch (t) {
+    case ncclInt8: INT_COMBINE(int8_t) break;
+    case ncclUint8: INT_COMBINE(uint8_t) break;
+    case ncclInt32: INT_COMBINE(int32_t) break;
+    case ncclUint32: INT_COMBINE(uint32_t) break;
+    case ncclInt64: INT_COMBINE(int64_t) break;
+    case ncclUint64: INT_COMBINE(uint64_t) break;
+    case ncclFloat32: FLOAT_COMBINE(float) break;
+    case ncclFloat64: FLOAT_COMBINE(double) break;
+    default: {
+        size_t es = type_size(t);
+        for (size_t i = 0; i < n; i++) {
+            float a = sf_get(t, acc + i * es), b = sf_get(t, x + i * es), r;
+            switch (op) {
+            case ncclProd: r = a * b; break;
+            case ncclMax: r = fmaxf(a, b); break;
+            case ncclMin: r = fminf(a, b); break;
+            default: r = a + b; break;
+            }
+            sf_put(t, acc + i * es, r);
+        }
+    }
+    }
+}
+
+/* Integer AVG: the sum divided by nranks (C division: toward zero). */
+#define INT_DIV(T)                                                                                                             \
+    for (size_t i = 0; i < n; i++) {                                                                                           \
+        T a;                                                                                                                   \
+        memcpy(&a, acc + i * sizeof(T), sizeof(T));                                                                            \
+        a = (T)(a / (T)d);                                                                                                     \
+        memcpy(acc + i * sizeof(T), &a, sizeof(T));                                                                            \
+    }
+static void int_divide(ncclDataType_t t, char *acc, size_t n, int d) {
+    switch (t) {
+    case ncclInt8: INT_DIV(int8_t) break;
+    case ncclUint8: INT_DIV(uint8_t) break;
+    case ncclInt32: INT_DIV(int32_t) break;
+    case ncclUint32: INT_DIV(uint32_t) break;
+    case ncclInt64: INT_DIV(int64_t) break;
+    case ncclUint64: INT_DIV(uint64_t) break;
+    default: break;
+    }
+}
+
+/* dst[i] = src[i] * scalar (one element of the data type at s), in the data
+   type's own arithmetic. */
 static void premul(ncclDataType_t t, char *dst, const char *src, size_t n, const unsigned char *s) {
+    size_t es = type_size(t);
     for (size_t i = 0; i < n; i++) {
         switch (t) {
         case ncclFloat32: { float a, b; memcpy(&a, src + 4 * i, 4); memcpy(&b, s, 4); a *= b; memcpy(dst + 4 * i, &a, 4); break; }
         case ncclFloat64: { double a, b; memcpy(&a, src + 8 * i, 8); memcpy(&b, s, 8); a *= b; memcpy(dst + 8 * i, &a, 8); break; }
-        case ncclFloat16: case ncclBfloat16: {
-            uint16_t a, b;
-            memcpy(&a, src + 2 * i, 2);
-            memcpy(&b, s, 2);
-            uint16_t r = t == ncclFloat16 ? float_to_half(half_to_float(a) * half_to_float(b))
-                                          : float_to_bf16(bf16_to_float(a) * bf16_to_float(b));
-            memcpy(dst + 2 * i, &r, 2);
+        case ncclFloat16: case ncclBfloat16: case ncclFloat8e4m3: case ncclFloat8e5m2:
+            sf_put(t, dst + es * i, sf_get(t, src + es * i) * sf_get(t, (const char *)s));
             break;
-        }
         case ncclInt8: case ncclUint8: dst[i] = (char)(unsigned char)((unsigned char)src[i] * s[0]); break;
         case ncclInt32: case ncclUint32: { uint32_t a, b; memcpy(&a, src + 4 * i, 4); memcpy(&b, s, 4); a *= b; memcpy(dst + 4 * i, &a, 4); break; }
-        case ncclInt64: case ncclUint64: { uint64_t a, b; memcpy(&a, src + 8 * i, 8); memcpy(&b, s, 8); a *= b; memcpy(dst + 8 * i, &a, 8); break; }
-        default: memcpy(dst + i, src + i, 1); break; /* fp8: no pre-multiplication in NCCL */
+        default: { uint64_t a, b; memcpy(&a, src + 8 * i, 8); memcpy(&b, s, 8); a *= b; memcpy(dst + 8 * i, &a, 8); break; }
         }
     }
 }
+/* 1/nranks in the data type (float AVG pre-multiplies by it). */
+static void reciprocal(ncclDataType_t t, unsigned char *out, int n) {
+    memset(out, 0, 8);
+    if (t == ncclFloat32) { float f = 1.0f / (float)n; memcpy(out, &f, 4); }
+    else if (t == ncclFloat64) { double f = 1.0 / n; memcpy(out, &f, 8); }
+    else sf_put(t, (char *)out, 1.0f / (float)n);
+}
+static int is_float(ncclDataType_t t) { return t == ncclFloat32 || t == ncclFloat64 || small_float(t); }
 
-/* ---- kernels ----------------------------------------------------------- */
+/* ---- kernels ------------------------------------------------------------- */
+
+enum { K_ALLREDUCE, K_REDUCE, K_BROADCAST, K_ALLGATHER, K_REDUCESCATTER, K_ALLTOALL, K_GATHER, K_SCATTER, K_SEND, K_RECV };
+static const char *kind_name[] = {"ncclAllReduce", "ncclReduce", "ncclBroadcast", "ncclAllGather", "ncclReduceScatter",
+                                  "ncclAlltoAll", "ncclGather", "ncclScatter", "ncclSend", "ncclRecv"};
+
+/* One operation of a kernel. `count` is NCCL's count argument; `peer` is
+   the root of rooted collectives and the peer of send/recv. */
+struct kop {
+    int kind, op, peer;
+    const void *src;
+    void *dst;
+    size_t count;
+    ncclDataType_t dtype;
+    int has_scalar, residence; /* PreMulSum: scalar value or device pointer */
+    unsigned char value[8];
+    const void *dev_scalar;
+    char *own; /* while running: this rank's part, taken in the send phase */
+};
 
 struct kernel {
     ncclComm_t comm;
     int hang; /* TC_SIM_NCCL_HANG_CALL picked this one */
     int counted; /* launched outside a capture: finalize waits for it */
+    unsigned long ticket; /* issue order of launched kernels (0: captured) */
     const char *name;
-    const void *src;
-    void *dst;
-    size_t count;
-    ncclDataType_t dtype;
-    int has_scalar, residence;
-    unsigned char value[8];
-    const void *dev_scalar;
+    int nops;
+    struct kop *ops;
 };
+
+static void kernel_free(struct kernel *k) {
+    if (!k) return;
+    free(k->ops);
+    free(k);
+}
+
+/* Signature of an operation, carried by its messages. */
+static struct msghdr sig(const struct kop *o, size_t bytes) {
+    struct msghdr h;
+    memset(&h, 0, sizeof h);
+    h.magic = MSG_MAGIC;
+    h.kind = o->kind == K_RECV ? K_SEND : o->kind;
+    h.dtype = o->kind >= K_SEND ? -1 : o->dtype;
+    h.op = o->kind >= K_SEND ? -1 : (o->op >= ncclNumOps ? ncclNumOps : o->op);
+    h.root = o->kind >= K_SEND ? -1 : o->peer;
+    h.count = o->kind >= K_SEND ? 0 : o->count;
+    h.bytes = bytes;
+    return h;
+}
+
+static int k_send(struct kernel *k, const struct kop *o, int dst, const void *data, size_t bytes) {
+    ncclComm_t c = k->comm;
+    struct msghdr h = sig(o, bytes);
+    if (dst == c->rank) { /* to self: in memory */
+        struct selfmsg *m = malloc(sizeof *m + bytes);
+        m->bytes = bytes, m->next = NULL;
+        memcpy(m->data, data, bytes);
+        pthread_mutex_lock(&M);
+        if (c->self_tail) c->self_tail->next = m;
+        else c->self_head = m;
+        c->self_tail = m;
+        pthread_mutex_unlock(&M);
+        return 0;
+    }
+    if (msg_put(c, 'd', dst, c->send_seq[dst]++, &h, data) != 0) {
+        simcu_fault("%s (simulated NCCL, rank %d): cannot write a message to rank %d in %s: %s", k->name, c->rank, dst, c->dir,
+                    strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* Receives `bytes` from `src` into buf: 0 done, 1 aborted, -1 fault. */
+static int k_recv(struct kernel *k, const struct kop *o, int src, void *buf, size_t bytes) {
+    ncclComm_t c = k->comm;
+    if (src == c->rank) {
+        pthread_mutex_lock(&M);
+        struct selfmsg *m = c->self_head;
+        if (m) {
+            c->self_head = m->next;
+            if (!c->self_head) c->self_tail = NULL;
+        }
+        pthread_mutex_unlock(&M);
+        int ok = m && m->bytes == bytes;
+        if (ok) memcpy(buf, m->data, bytes);
+        else simcu_fault("%s (simulated NCCL): a receive from self of %zu bytes matched %s", k->name, bytes, m ? "a send of another size" : "no send");
+        free(m);
+        return ok ? 0 : -1;
+    }
+    struct msghdr want = sig(o, bytes), got;
+    int g = msg_get(c, 'd', src, c->recv_seq[src]++, &got, buf, bytes, -1);
+    if (g == 1) return 1;
+    if (g != 0 || got.kind != want.kind || got.dtype != want.dtype || got.op != want.op || got.root != want.root ||
+        got.count != want.count || got.bytes != want.bytes) {
+        if (g != 0)
+            simcu_fault("%s (simulated NCCL, rank %d): the message from rank %d does not fit %zu bytes (or is malformed)", k->name, c->rank,
+                        src, bytes);
+        else
+            simcu_fault("%s (simulated NCCL, rank %d): mismatched calls: rank %d sent for %s (dtype %d, op %d, root %d, count %llu, "
+                        "%llu bytes) where this rank runs %s (dtype %d, op %d, root %d, count %llu, %llu bytes)",
+                        k->name, c->rank, src, kind_name[got.kind], got.dtype, got.op, got.root, (unsigned long long)got.count,
+                        (unsigned long long)got.bytes, kind_name[o->kind], want.dtype, want.op, want.root,
+                        (unsigned long long)want.count, (unsigned long long)want.bytes);
+        return -1;
+    }
+    return 0;
+}
+
+/* This rank's contribution to a reduction, as NCCL scales it: PreMulSum by
+   its scalar, float AVG by 1/nranks. NULL on a fault. */
+static char *contribution(struct kernel *k, const struct kop *o, const char *src, size_t n) {
+    size_t bytes = n * type_size(o->dtype);
+    char *out = malloc(bytes ? bytes : 1);
+    memcpy(out, src, bytes);
+    if (o->has_scalar) {
+        unsigned char v[8];
+        memcpy(v, o->value, sizeof v);
+        if (o->residence == ncclScalarDevice) {
+            const void *sv = simcu_device_view(o->dev_scalar, type_size(o->dtype));
+            if (!sv) {
+                simcu_fault("%s: the PreMulSum scalar at %p is not device-accessible when the kernel runs", k->name, o->dev_scalar);
+                free(out);
+                return NULL;
+            }
+            memcpy(v, sv, type_size(o->dtype));
+        }
+        premul(o->dtype, out, out, n, v);
+    } else if (o->op == ncclAvg && is_float(o->dtype)) {
+        unsigned char v[8];
+        reciprocal(o->dtype, v, k->comm->nranks);
+        premul(o->dtype, out, out, n, v);
+    }
+    return out;
+}
+
+/* The reduction of everybody's contributions (in rank order) into `dst`;
+   `own` is this rank's. 0, 1 (aborted) or -1. */
+static int reduce_into(struct kernel *k, const struct kop *o, const char *own, char *dst, size_t n) {
+    ncclComm_t c = k->comm;
+    size_t bytes = n * type_size(o->dtype);
+    char *acc = malloc(bytes ? bytes : 1), *tmp = malloc(bytes ? bytes : 1);
+    int rc = 0, op = o->has_scalar || o->op == ncclAvg ? ncclSum : o->op;
+    for (int r = 0; r < c->nranks && rc == 0; r++) {
+        const char *x = own;
+        if (r != c->rank) {
+            rc = k_recv(k, o, r, tmp, bytes);
+            x = tmp;
+        }
+        if (rc != 0) break;
+        if (r == 0) memcpy(acc, x, bytes);
+        else combine(o->dtype, op, acc, x, n);
+    }
+    if (rc == 0) {
+        if (o->op == ncclAvg && !is_float(o->dtype)) int_divide(o->dtype, acc, n, c->nranks);
+        memcpy(dst, acc, bytes);
+    }
+    free(acc);
+    free(tmp);
+    return rc;
+}
+
+/* Bytes this rank reads from src and writes to dst in `o`. */
+static void op_sizes(const struct kop *o, int me, int n, size_t *sb, size_t *db) {
+    size_t b = o->count * type_size(o->dtype), nb = b * (size_t)n;
+    int root = me == o->peer;
+    switch (o->kind) {
+    case K_ALLREDUCE: *sb = b, *db = b; break;
+    case K_REDUCE: *sb = b, *db = root ? b : 0; break;
+    case K_BROADCAST: *sb = root ? b : 0, *db = b; break;
+    case K_ALLGATHER: *sb = b, *db = nb; break;
+    case K_REDUCESCATTER: *sb = nb, *db = b; break;
+    case K_ALLTOALL: *sb = nb, *db = nb; break;
+    case K_GATHER: *sb = b, *db = root ? nb : 0; break;
+    case K_SCATTER: *sb = root ? nb : 0, *db = b; break;
+    case K_SEND: *sb = b, *db = 0; break;
+    default: *sb = 0, *db = b; break;
+    }
+}
+
+/* Send phase of one operation: everything this rank sends, and its own
+   part (o->own) for the receive phase. */
+static int send_phase(struct kernel *k, struct kop *o, const char *s) {
+    ncclComm_t c = k->comm;
+    int me = c->rank, n = c->nranks;
+    size_t es = type_size(o->dtype), b = o->count * es;
+    switch (o->kind) {
+    case K_SEND: return k_send(k, o, o->peer, s, b);
+    case K_RECV: return 0;
+    case K_ALLREDUCE: case K_REDUCE:
+        if (!(o->own = contribution(k, o, s, o->count))) return -1;
+        for (int q = 0; q < n; q++)
+            if (q != me && (o->kind == K_ALLREDUCE || q == o->peer) && k_send(k, o, q, o->own, b)) return -1;
+        return 0;
+    case K_REDUCESCATTER:
+        for (int q = 0; q < n; q++) {
+            char *part = contribution(k, o, s + (size_t)q * b, o->count);
+            if (!part) return -1;
+            if (q == me) { o->own = part; continue; }
+            int rc = k_send(k, o, q, part, b);
+            free(part);
+            if (rc) return -1;
+        }
+        return 0;
+    case K_BROADCAST: case K_SCATTER:
+        if (me != o->peer) return 0;
+        for (int q = 0; q < n; q++)
+            if (q != me && k_send(k, o, q, s + (o->kind == K_SCATTER ? (size_t)q * b : 0), b)) return -1;
+        o->own = malloc(b ? b : 1);
+        memcpy(o->own, s + (o->kind == K_SCATTER ? (size_t)me * b : 0), b);
+        return 0;
+    case K_ALLGATHER: case K_GATHER:
+        for (int q = 0; q < n; q++)
+            if (q != me && (o->kind == K_ALLGATHER || q == o->peer) && k_send(k, o, q, s, b)) return -1;
+        o->own = malloc(b ? b : 1);
+        memcpy(o->own, s, b);
+        return 0;
+    case K_ALLTOALL:
+        for (int q = 0; q < n; q++)
+            if (q != me && k_send(k, o, q, s + (size_t)q * b, b)) return -1;
+        o->own = malloc(b ? b : 1);
+        memcpy(o->own, s + (size_t)me * b, b);
+        return 0;
+    }
+    return 0;
+}
+
+/* Receive phase of one operation. */
+static int recv_phase(struct kernel *k, struct kop *o, char *d) {
+    ncclComm_t c = k->comm;
+    int me = c->rank, n = c->nranks, rc = 0;
+    size_t es = type_size(o->dtype), b = o->count * es;
+    switch (o->kind) {
+    case K_SEND: return 0;
+    case K_RECV: return k_recv(k, o, o->peer, d, b);
+    case K_ALLREDUCE: return reduce_into(k, o, o->own, d, o->count);
+    case K_REDUCE: return me == o->peer ? reduce_into(k, o, o->own, d, o->count) : 0;
+    case K_REDUCESCATTER: return reduce_into(k, o, o->own, d, o->count);
+    case K_BROADCAST: case K_SCATTER:
+        if (me == o->peer) memcpy(d, o->own, b);
+        else rc = k_recv(k, o, o->peer, d, b);
+        return rc;
+    case K_ALLGATHER: case K_GATHER: case K_ALLTOALL:
+        if (o->kind == K_GATHER && me != o->peer) return 0;
+        for (int q = 0; q < n && rc == 0; q++) {
+            if (q == me) memcpy(d + (size_t)q * b, o->own, b);
+            else rc = k_recv(k, o, q, d + (size_t)q * b, b);
+        }
+        return rc;
+    }
+    return 0;
+}
+
+static void run_ops(struct kernel *k) {
+    ncclComm_t c = k->comm;
+    int me = c->rank, n = c->nranks, rc = 0;
+    const char **srcs = calloc((size_t)k->nops, sizeof *srcs);
+    char **dsts = calloc((size_t)k->nops, sizeof *dsts);
+    for (int i = 0; i < k->nops && rc == 0; i++) {
+        struct kop *o = &k->ops[i];
+        size_t sb, db;
+        op_sizes(o, me, n, &sb, &db);
+        srcs[i] = sb ? simcu_device_view(o->src, sb) : "";
+        dsts[i] = db ? simcu_device_view(o->dst, db) : NULL;
+        if (!srcs[i] || (db && !dsts[i])) {
+            simcu_fault("%s: buffer %p or %p (%zu/%zu bytes) is not device-accessible memory when the kernel runs (freed?)", k->name,
+                        o->src, o->dst, sb, db);
+            rc = -1;
+        }
+    }
+    for (int i = 0; i < k->nops && rc == 0; i++) rc = send_phase(k, &k->ops[i], srcs[i]);
+    for (int i = 0; i < k->nops && rc == 0; i++) rc = recv_phase(k, &k->ops[i], dsts[i]);
+    for (int i = 0; i < k->nops; i++) {
+        free(k->ops[i].own);
+        k->ops[i].own = NULL;
+    }
+    free(srcs);
+    free(dsts);
+}
 
 static void run_kernel(void *p) {
     struct kernel *k = p;
+    ncclComm_t c = k->comm;
     pthread_mutex_lock(&M);
-    int state = k->comm->state;
+    int state = c->state;
     pthread_mutex_unlock(&M);
-    size_t bytes = k->count * type_size(k->dtype);
     if (k->hang) {
-        const char *v = getenv("TC_SIM_NCCL_HANG_MS");
-        long ms = v && *v ? atol(v) : 60000;
+        long ms = env_long("TC_SIM_NCCL_HANG_MS", 60000);
         for (long t = 0; t < ms && state == LIVE; t++) {
-            usleep(1000);
+            sleep_us(1000);
             pthread_mutex_lock(&M);
-            state = k->comm->state;
+            state = c->state;
             pthread_mutex_unlock(&M);
         }
     }
-    if (state == ABORTED) return; /* kernels of an aborted comm stop early */
-    if (state == DESTROYED) {
-        simcu_fault("%s kernel ran after its NCCL comm %p was destroyed (a graph replayed after ncclCommDestroy?)", k->name,
-                    (void *)k->comm);
-        return;
+    pthread_mutex_lock(&M);
+    /* one kernel of a comm at a time, launched ones in issue order */
+    while ((c->state == LIVE || c->state == FINALIZED) && (c->running || (k->ticket && k->ticket != c->next_run)))
+        pthread_cond_wait(&MC, &M);
+    state = c->state;
+    int run = state == LIVE || state == FINALIZED;
+    if (run) c->running = 1, c->dir_users++;
+    pthread_mutex_unlock(&M);
+    if (state == DESTROYED)
+        simcu_fault("%s kernel ran after its NCCL comm %p was destroyed (a graph replayed after ncclCommDestroy?)", k->name, (void *)c);
+    if (run) run_ops(k); /* kernels of an aborted comm stop early */
+    pthread_mutex_lock(&M);
+    if (run) {
+        c->running = 0;
+        if (--c->dir_users == 0 && c->state == ABORTED) leave_job(c);
     }
-    char *d = simcu_device_view(k->dst, bytes);
-    const char *s = simcu_device_view(k->src, bytes);
-    if (!d || !s) {
-        simcu_fault("%s: buffer %p or %p (%zu bytes) is not device-accessible memory when the kernel runs (freed?)", k->name,
-                    k->src, k->dst, bytes);
-        return;
-    }
-    if (!k->has_scalar) {
-        if (d != s) memmove(d, s, bytes);
-        return;
-    }
-    unsigned char v[8];
-    memcpy(v, k->value, sizeof v);
-    if (k->residence == ncclScalarDevice) {
-        const void *sv = simcu_device_view(k->dev_scalar, type_size(k->dtype));
-        if (!sv) {
-            simcu_fault("%s: the PreMulSum scalar at %p is not device-accessible when the kernel runs", k->name, k->dev_scalar);
-            return;
-        }
-        memcpy(v, sv, type_size(k->dtype));
-    }
-    premul(k->dtype, d, s, k->count, v);
+    if (k->ticket && c->next_run <= k->ticket) c->next_run = k->ticket + 1;
+    pthread_cond_broadcast(&MC);
+    pthread_mutex_unlock(&M);
 }
 static void release_kernel(void *p) {
     struct kernel *k = p;
@@ -453,39 +1228,48 @@ static void release_kernel(void *p) {
         pthread_cond_broadcast(&MC);
         pthread_mutex_unlock(&M);
     }
-    free(k);
+    kernel_free(k);
 }
 
 static ncclResult_t launch(struct kernel *k, CUstream stream) {
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
     const char *name = k->name;
     if (cuStreamIsCapturing(stream, &st) != CUDA_SUCCESS) {
-        free(k);
+        kernel_free(k);
         return fail(ncclUnhandledCudaError, "%s: stream %p is not a valid stream", name, (void *)stream);
     }
     k->counted = st == CU_STREAM_CAPTURE_STATUS_NONE;
     static long launches;
     const char *hang = getenv("TC_SIM_NCCL_HANG_CALL"); /* "N" or "N,M,..." */
+    ncclComm_t c = k->comm;
     pthread_mutex_lock(&M);
     long me = ++launches;
     for (const char *p = hang; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
         if (atol(p) == me) k->hang = 1;
-    if (k->counted) k->comm->inflight++;
+    if (k->counted) {
+        c->inflight++;
+        k->ticket = ++c->issued;
+    }
+    unsigned long ticket = k->ticket;
     pthread_mutex_unlock(&M);
     CUresult r = simcu_launch(stream, run_kernel, k, release_kernel); /* releases k on failure */
-    if (r != CUDA_SUCCESS) return fail(ncclUnhandledCudaError, "%s: kernel launch failed: CUDA error %d", name, (int)r);
+    if (r != CUDA_SUCCESS) {
+        pthread_mutex_lock(&M);
+        /* never runs: the next kernel must not wait for it */
+        if (ticket && c->next_run == ticket) c->next_run = ticket + 1;
+        else if (ticket && c->issued == ticket) c->issued--;
+        pthread_cond_broadcast(&MC);
+        pthread_mutex_unlock(&M);
+        return fail(ncclUnhandledCudaError, "%s: kernel launch failed: CUDA error %d", name, (int)r);
+    }
     return ncclSuccess;
 }
 
 /* ---- groups ------------------------------------------------------------ */
 
-enum { P_COLL, P_SEND, P_RECV };
 struct pending {
-    int kind;
-    struct kernel *k; /* P_COLL */
     ncclComm_t comm;
-    void *buf;
-    size_t bytes;
+    struct kop op;
     CUstream stream;
     struct pending *next;
 };
@@ -493,8 +1277,9 @@ static __thread int g_depth;
 static __thread ncclResult_t g_error;
 static __thread struct pending *g_head, *g_tail;
 
-static void defer(struct pending *p) {
-    p->next = NULL;
+static void defer(ncclComm_t comm, const struct kop *o, CUstream stream) {
+    struct pending *p = calloc(1, sizeof *p);
+    p->comm = comm, p->op = *o, p->stream = stream;
     if (g_tail) g_tail->next = p;
     else g_head = p;
     g_tail = p;
@@ -510,56 +1295,107 @@ static void drop_group(void) {
     while (g_head) {
         struct pending *p = g_head;
         g_head = p->next;
-        free(p->k);
         free(p);
     }
     g_tail = NULL;
+}
+
+static int self_p2p(const struct pending *p, int kind) { return p->op.kind == kind && p->op.peer == p->comm->rank; }
+
+/* Non-blocking comms: the group's end reports in-progress. */
+static ncclResult_t group_end_status(ncclComm_t c, ncclResult_t r) {
+    if (r != ncclSuccess || !c) return r;
+    pthread_mutex_lock(&M);
+    if (!c->blocking && c->state == LIVE) {
+        c->pending_polls = 2;
+        r = ncclInProgress;
+    }
+    pthread_mutex_unlock(&M);
+    return r;
 }
 
 EXPORT ncclResult_t ncclGroupEnd(void) {
     if (g_depth == 0) return fail(ncclInvalidUsage, "ncclGroupEnd: no group was started");
     if (--g_depth > 0) return ncclSuccess;
     ncclResult_t r = g_error;
-    /* pair sends and receives to self, in order, per comm */
-    for (struct pending *p = g_head; p && r == ncclSuccess; p = p->next) {
-        if (p->kind != P_SEND) continue;
-        struct pending *q = g_head;
-        while (q && !(q->kind == P_RECV && q->comm == p->comm)) q = q->next;
-        if (!q) {
-            r = fail(ncclInvalidUsage, "ncclGroupEnd: a send to self (%zu bytes) has no matching receive: it would never complete",
-                     p->bytes);
-            break;
-        }
-        if (q->bytes != p->bytes) {
-            r = fail(ncclInvalidUsage, "ncclGroupEnd: send of %zu bytes to self matched with a receive of %zu bytes", p->bytes, q->bytes);
-            break;
-        }
-        struct kernel *k = calloc(1, sizeof *k);
-        k->comm = p->comm, k->name = "ncclSend/ncclRecv", k->src = p->buf, k->dst = q->buf, k->count = p->bytes, k->dtype = ncclUint8;
-        q->kind = -1; /* consumed */
-        p->kind = P_COLL;
-        p->k = k;
-        p->stream = q->stream;
-    }
-    for (struct pending *p = g_head; p && r == ncclSuccess; p = p->next)
-        if (p->kind == P_RECV) r = fail(ncclInvalidUsage, "ncclGroupEnd: a receive from self (%zu bytes) has no matching send", p->bytes);
     ncclComm_t any = g_head ? g_head->comm : NULL;
+    /* sends to self need a receive from self of the same size, in order */
     for (struct pending *p = g_head; p && r == ncclSuccess; p = p->next) {
-        if (p->kind != P_COLL) continue;
-        struct kernel *k = p->k;
-        p->k = NULL;
-        r = launch(k, p->stream);
+        if (!self_p2p(p, K_SEND)) continue;
+        size_t bytes = p->op.count * type_size(p->op.dtype);
+        struct pending *q;
+        /* the n-th send to self pairs with the n-th receive from self */
+        size_t nth = 0;
+        for (struct pending *x = g_head; x != p; x = x->next) nth += x->comm == p->comm && self_p2p(x, K_SEND);
+        size_t i = 0;
+        for (q = g_head; q; q = q->next)
+            if (q->comm == p->comm && self_p2p(q, K_RECV) && i++ == nth) break;
+        if (!q) {
+            r = fail(ncclInvalidUsage, "ncclGroupEnd: a send to self (%zu bytes) has no matching receive: it would never complete", bytes);
+            break;
+        }
+        size_t rb = q->op.count * type_size(q->op.dtype);
+        if (rb != bytes) {
+            r = fail(ncclInvalidUsage, "ncclGroupEnd: send of %zu bytes to self matched with a receive of %zu bytes", bytes, rb);
+            break;
+        }
+    }
+    for (struct pending *p = g_head; p && r == ncclSuccess; p = p->next) {
+        if (!self_p2p(p, K_RECV)) continue;
+        size_t sends = 0, recvs = 0;
+        for (struct pending *x = g_head; x; x = x->next)
+            if (x->comm == p->comm) sends += self_p2p(x, K_SEND), recvs += self_p2p(x, K_RECV);
+        if (recvs > sends)
+            r = fail(ncclInvalidUsage, "ncclGroupEnd: a receive from self (%zu bytes) has no matching send",
+                     p->op.count * type_size(p->op.dtype));
+    }
+    /* NCCL runs the operations of a group concurrently: one that reads what
+       another writes is a race (undefined results), whatever the order of
+       the calls. (Each call's own in-place layout was checked at the call.) */
+    for (struct pending *p = g_head; p && r == ncclSuccess; p = p->next) {
+        size_t psb, pdb;
+        op_sizes(&p->op, p->comm->rank, p->comm->nranks, &psb, &pdb);
+        for (struct pending *q = g_head; q && r == ncclSuccess && psb; q = q->next) {
+            size_t qsb, qdb;
+            if (q == p || q->comm != p->comm) continue;
+            op_sizes(&q->op, q->comm->rank, q->comm->nranks, &qsb, &qdb);
+            uintptr_t a = (uintptr_t)p->op.src, b = (uintptr_t)q->op.dst;
+            if (qdb && a < b + qdb && b < a + psb) {
+                fprintf(stderr, "[sim-nccl] ncclGroupEnd: %s reads %p (%zu bytes) while %s of the same group writes %p (%zu bytes)\n",
+                        kind_name[p->op.kind], p->op.src, psb, kind_name[q->op.kind], q->op.dst, qdb);
+                r = fail(ncclInvalidArgument, "ncclGroupEnd: %s reads a buffer that %s of the same group writes (operations of a group "
+                                              "run concurrently: undefined results with NCCL)", kind_name[p->op.kind], kind_name[q->op.kind]);
+            }
+        }
+    }
+    /* one kernel per comm, on the stream of its first call */
+    for (struct pending *p = g_head; p && r == ncclSuccess; p = p->next) {
+        if (!p->comm) continue;
+        ncclComm_t comm = p->comm;
+        int n = 0;
+        for (struct pending *q = p; q; q = q->next)
+            if (q->comm == comm) {
+                n++;
+                if (q->stream != p->stream)
+                    r = fail(ncclInvalidUsage, "ncclGroupEnd: one comm's calls on several streams in a group (not modeled by the "
+                                               "simulated NCCL)");
+            }
+        if (r != ncclSuccess) break;
+        struct kernel *k = calloc(1, sizeof *k);
+        k->comm = comm, k->nops = n, k->ops = calloc((size_t)n, sizeof *k->ops);
+        k->name = n == 1 ? kind_name[p->op.kind] : "ncclGroup";
+        int i = 0;
+        CUstream s = p->stream;
+        for (struct pending *q = p; q; q = q->next)
+            if (q->comm == comm) {
+                k->ops[i++] = q->op;
+                if (q != p) q->comm = NULL; /* taken */
+            }
+        p->comm = NULL;
+        r = launch(k, s);
     }
     drop_group();
-    if (r == ncclSuccess && any) {
-        pthread_mutex_lock(&M);
-        if (!any->blocking && any->state == LIVE) {
-            any->pending_polls = 2;
-            r = ncclInProgress;
-        }
-        pthread_mutex_unlock(&M);
-    }
-    return r;
+    return group_end_status(any, r);
 }
 
 /* ---- argument checks ----------------------------------------------------- */
@@ -575,116 +1411,125 @@ static ncclResult_t check_buffer(const void *p, size_t bytes, const char *fn, co
     return ncclSuccess;
 }
 
-/* Builds the kernel of a collective after checking its arguments; under a
-   group it is deferred. `op` < 0: no reduction. */
-static ncclResult_t collective(const char *fn, ncclComm_t comm, const void *src, void *dst, size_t count, ncclDataType_t t,
-                               ncclRedOp_t op, int root, CUstream stream) {
+/* Overlapping send and receive buffers are defined only in NCCL's in-place
+   layouts (the same pointer; for all-gather and gather the send buffer at
+   this rank's block of the receive buffer; for reduce-scatter and scatter
+   the receive buffer at this rank's block of the send buffer). */
+static ncclResult_t check_overlap(const struct kop *o, int me, int n, const char *fn) {
+    size_t sb, db;
+    op_sizes(o, me, n, &sb, &db);
+    if (!sb || !db || o->kind >= K_SEND) return ncclSuccess;
+    uintptr_t s = (uintptr_t)o->src, d = (uintptr_t)o->dst, b = o->count * type_size(o->dtype);
+    if (s + sb <= d || d + db <= s) return ncclSuccess;
+    switch (o->kind) {
+    case K_ALLREDUCE: case K_REDUCE: case K_BROADCAST:
+        if (s == d) return ncclSuccess;
+        break;
+    case K_ALLGATHER: case K_GATHER:
+        if (s == d + (uintptr_t)me * b) return ncclSuccess;
+        break;
+    case K_REDUCESCATTER: case K_SCATTER:
+        if (d == s + (uintptr_t)me * b) return ncclSuccess;
+        break;
+    default: break;
+    }
+    fprintf(stderr, "[sim-nccl] %s: send buffer %p (%zu bytes) and receive buffer %p (%zu bytes) overlap outside NCCL's in-place layout\n",
+            fn, o->src, sb, o->dst, db);
+    return fail(ncclInvalidArgument, "%s: send and receive buffers overlap outside NCCL's in-place layout (undefined results with NCCL)", fn);
+}
+
+/* Checks a call and makes its operation; under a group it is deferred,
+   otherwise launched as a kernel of its own. `op` < 0: no reduction. */
+static ncclResult_t submit(int kind, ncclComm_t comm, const void *src, void *dst, size_t count, ncclDataType_t t, ncclRedOp_t op,
+                           int peer, CUstream stream) {
+    const char *fn = kind_name[kind];
     ncclResult_t r = enter(comm, fn, 0);
     if (r != ncclSuccess) {
         if (g_depth) g_error = r;
         return r;
     }
-    struct kernel *k = NULL;
+    int me = comm->rank, n = comm->nranks;
+    struct kop o;
+    memset(&o, 0, sizeof o);
+    o.kind = kind, o.op = op, o.peer = peer, o.src = src, o.dst = dst, o.count = count, o.dtype = t;
+    size_t sb = 0, db = 0;
     if (t < 0 || t >= NUM_TYPES) r = fail(ncclInvalidArgument, "%s: invalid data type %d (NCCL %d)", fn, t, SIM_NCCL_VERSION);
-    else if (root != 0) r = fail(ncclInvalidArgument, "%s: root %d is outside [0, 1)", fn, root);
+    else if (peer < 0 || peer >= n)
+        r = fail(ncclInvalidArgument, "%s: %s %d is outside [0, %d)", fn, kind >= K_SEND ? "peer" : "root", peer, n);
     else if (!simcu_stream_valid(stream)) r = fail(ncclUnhandledCudaError, "%s: stream %p is not a valid stream", fn, (void *)stream);
-    else if ((r = check_buffer(src, count * type_size(t), fn, "sendbuff")) != ncclSuccess) {
-    } else if ((r = check_buffer(dst, count * type_size(t), fn, "recvbuff")) != ncclSuccess) {
-    } else {
-        k = calloc(1, sizeof *k);
-        k->comm = comm, k->name = fn, k->src = src, k->dst = dst, k->count = count, k->dtype = t;
-        if (op >= ncclNumOps) {
-            pthread_mutex_lock(&M);
-            struct user_op *u = op - ncclNumOps < MAX_USER_OPS ? &comm->ops[op - ncclNumOps] : NULL;
-            if (!u || !u->live) r = fail(ncclInvalidArgument, "%s: reduction op %d is not a live op of this comm", fn, op);
-            else if (u->dtype != t) r = fail(ncclInvalidArgument, "%s: op %d was created for data type %d, used with %d", fn, op, u->dtype, t);
-            else {
-                /* NCCL takes what it needs now: the op may be destroyed once this call returned */
-                k->has_scalar = 1, k->residence = u->residence, k->dev_scalar = u->dev;
-                memcpy(k->value, u->value, sizeof k->value);
-            }
-            pthread_mutex_unlock(&M);
-        } else if (op < -1 || (op >= 0 && op >= ncclNumOps)) {
-            r = fail(ncclInvalidArgument, "%s: invalid reduction op %d", fn, op);
+    else if (kind >= K_SEND && peer == me && !g_depth)
+        r = fail(ncclInvalidUsage, "%s: a send or receive to self outside a group never completes (real NCCL hangs)", fn);
+    if (r == ncclSuccess) {
+        op_sizes(&o, me, n, &sb, &db);
+        if ((r = check_buffer(src, sb, fn, "sendbuff")) == ncclSuccess && (r = check_buffer(dst, db, fn, "recvbuff")) == ncclSuccess)
+            r = check_overlap(&o, me, n, fn);
+    }
+    if (r == ncclSuccess && op >= ncclNumOps) {
+        pthread_mutex_lock(&M);
+        struct user_op *u = op - ncclNumOps < MAX_USER_OPS ? &comm->ops[op - ncclNumOps] : NULL;
+        if (!u || !u->live) r = fail(ncclInvalidArgument, "%s: reduction op %d is not a live op of this comm", fn, op);
+        else if (u->dtype != t) r = fail(ncclInvalidArgument, "%s: op %d was created for data type %d, used with %d", fn, op, u->dtype, t);
+        else {
+            /* NCCL takes what it needs now: the op may be destroyed once this call returned */
+            o.has_scalar = 1, o.residence = u->residence, o.dev_scalar = u->dev;
+            memcpy(o.value, u->value, sizeof o.value);
         }
+        pthread_mutex_unlock(&M);
+    } else if (r == ncclSuccess && op < -1) {
+        r = fail(ncclInvalidArgument, "%s: invalid reduction op %d", fn, op);
     }
     if (r == ncclSuccess && g_depth) {
-        struct pending *p = calloc(1, sizeof *p);
-        p->kind = P_COLL, p->k = k, p->comm = comm, p->stream = stream;
-        defer(p);
+        defer(comm, &o, stream);
     } else if (r == ncclSuccess) {
+        struct kernel *k = calloc(1, sizeof *k);
+        k->comm = comm, k->name = fn, k->nops = 1, k->ops = calloc(1, sizeof *k->ops);
+        k->ops[0] = o;
         r = launch(k, stream);
-    } else {
-        free(k);
-        if (g_depth) g_error = r;
+    } else if (g_depth) {
+        g_error = r;
     }
     if (g_depth) { /* the group's end reports in-progress, not each call */
-        pthread_mutex_lock(&M);
-        comm->busy = 0;
-        pthread_mutex_unlock(&M);
+        unbusy(comm);
         return r;
     }
     return leave(comm, r);
 }
 
+/* ncclRedOp_t checked: built-in ops (not AVG before 2.10, which we never
+   are older than) or user ops; everything else is refused in submit. */
+static ncclRedOp_t red(ncclRedOp_t op) { return op < 0 ? -1000 : op; }
+
 EXPORT ncclResult_t ncclAllReduce(const void *s, void *d, size_t n, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c, CUstream st) {
-    return collective("ncclAllReduce", c, s, d, n, t, op < 0 ? 1000 : op, 0, st);
+    return submit(K_ALLREDUCE, c, s, d, n, t, red(op), 0, st);
 }
 EXPORT ncclResult_t ncclReduce(const void *s, void *d, size_t n, ncclDataType_t t, ncclRedOp_t op, int root, ncclComm_t c, CUstream st) {
-    /* off the root recvbuff is unused; one rank is always the root */
-    return collective("ncclReduce", c, s, d, n, t, op < 0 ? 1000 : op, root, st);
+    return submit(K_REDUCE, c, s, d, n, t, red(op), root, st);
 }
 EXPORT ncclResult_t ncclBroadcast(const void *s, void *d, size_t n, ncclDataType_t t, int root, ncclComm_t c, CUstream st) {
-    return collective("ncclBroadcast", c, s, d, n, t, -1, root, st);
+    return submit(K_BROADCAST, c, s, d, n, t, -1, root, st);
 }
 EXPORT ncclResult_t ncclAllGather(const void *s, void *d, size_t n, ncclDataType_t t, ncclComm_t c, CUstream st) {
-    return collective("ncclAllGather", c, s, d, n, t, -1, 0, st);
+    return submit(K_ALLGATHER, c, s, d, n, t, -1, 0, st);
 }
 EXPORT ncclResult_t ncclReduceScatter(const void *s, void *d, size_t n, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c, CUstream st) {
-    return collective("ncclReduceScatter", c, s, d, n, t, op < 0 ? 1000 : op, 0, st);
+    return submit(K_REDUCESCATTER, c, s, d, n, t, red(op), 0, st);
 }
 #if HAS(22800)
 EXPORT ncclResult_t ncclAlltoAll(const void *s, void *d, size_t n, ncclDataType_t t, ncclComm_t c, CUstream st) {
-    return collective("ncclAlltoAll", c, s, d, n, t, -1, 0, st);
+    return submit(K_ALLTOALL, c, s, d, n, t, -1, 0, st);
 }
 EXPORT ncclResult_t ncclGather(const void *s, void *d, size_t n, ncclDataType_t t, int root, ncclComm_t c, CUstream st) {
-    return collective("ncclGather", c, s, d, n, t, -1, root, st);
+    return submit(K_GATHER, c, s, d, n, t, -1, root, st);
 }
 EXPORT ncclResult_t ncclScatter(const void *s, void *d, size_t n, ncclDataType_t t, int root, ncclComm_t c, CUstream st) {
-    return collective("ncclScatter", c, s, d, n, t, -1, root, st);
+    return submit(K_SCATTER, c, s, d, n, t, -1, root, st);
 }
 #endif
-
-static ncclResult_t p2p(int kind, void *buf, size_t n, ncclDataType_t t, int peer, ncclComm_t comm, CUstream stream) {
-    const char *fn = kind == P_SEND ? "ncclSend" : "ncclRecv";
-    ncclResult_t r = enter(comm, fn, 0);
-    if (r != ncclSuccess) {
-        if (g_depth) g_error = r;
-        return r;
-    }
-    if (t < 0 || t >= NUM_TYPES) r = fail(ncclInvalidArgument, "%s: invalid data type %d", fn, t);
-    else if (peer != 0) r = fail(ncclInvalidArgument, "%s: peer %d is outside [0, 1)", fn, peer);
-    else if (!simcu_stream_valid(stream)) r = fail(ncclUnhandledCudaError, "%s: stream %p is not a valid stream", fn, (void *)stream);
-    else if (!g_depth)
-        r = fail(ncclInvalidUsage, "%s: a send or receive to self outside a group never completes (real NCCL hangs)", fn);
-    else r = check_buffer(buf, n * type_size(t), fn, kind == P_SEND ? "sendbuff" : "recvbuff");
-    if (r == ncclSuccess) {
-        struct pending *p = calloc(1, sizeof *p);
-        p->kind = kind, p->comm = comm, p->buf = buf, p->bytes = n * type_size(t), p->stream = stream;
-        defer(p);
-    } else if (g_depth) {
-        g_error = r;
-    }
-    pthread_mutex_lock(&M);
-    comm->busy = 0;
-    pthread_mutex_unlock(&M);
-    return r;
-}
 EXPORT ncclResult_t ncclSend(const void *buf, size_t n, ncclDataType_t t, int peer, ncclComm_t c, CUstream s) {
-    return p2p(P_SEND, (void *)buf, n, t, peer, c, s);
+    return submit(K_SEND, c, buf, NULL, n, t, -1, peer, s);
 }
 EXPORT ncclResult_t ncclRecv(void *buf, size_t n, ncclDataType_t t, int peer, ncclComm_t c, CUstream s) {
-    return p2p(P_RECV, buf, n, t, peer, c, s);
+    return submit(K_RECV, c, NULL, buf, n, t, -1, peer, s);
 }
 
 /* ---- PreMulSum ---------------------------------------------------------- */

@@ -3,21 +3,26 @@
 # (test doubles written for this project, tests/sim_gpu/fake_*.c), on a
 # machine without a GPU. It runs our GPU code paths (src/cuda.rs, the nccl
 # backend, CUDA staging on gloo) against strict models of the driver and of
-# one-rank NCCL: API misuse, stream ordering, capture rules and asynchronous
-# completion show up here. It is NOT a GPU verification: kernels, real NCCL,
-# several nccl ranks and performance are only tested by `make gpu-test` on a
-# GPU machine.
+# NCCL (one rank, or 2 and 4 ranks as separate processes exchanging messages
+# through files): API misuse, stream ordering, capture rules, asynchronous
+# completion, the multi-rank compositions of the nccl backend (grouped
+# fallbacks, roots, split, timeout/abort) and buffer overlaps NCCL leaves
+# undefined show up here. It is NOT a GPU verification: kernels, real NCCL
+# (its algorithms, transports and timing) and performance are only tested by
+# `make gpu-test` on a GPU machine.
 #
 #   1. builds target/sim_gpu/libcuda.so.1 (+ libcuda.so) and libnccl.so.2
 #      (NCCL 2.28.9), and nccl-2.18/libnccl.so.2 (an NCCL 2.18.5 without the
 #      newer optional symbols);
 #   2. runs capi_tests/gpu/run-gpu-suite.sh unchanged in substance, with the
-#      simulated cuda.h and libcuda: ops and mem at one rank, the two-rank
-#      nccl tests skipped (with the reason), gloo staging on 2 and 3 ranks;
-#   3. runs what only a simulation can: ops and mem on the NCCL 2.18 double,
+#      simulated cuda.h and libcuda: ops on 1, 2 and 4 ranks, mem on 1 and 2,
+#      timeout/abort on 2, gloo staging on 2 and 3 ranks;
+#   3. runs what only a simulation can: ops (1 and 2 ranks) and mem on the
+#      NCCL 2.18 double (grouped send/recv instead of ncclAlltoAll),
 #      mem with a stub libcuda.so ahead of the driver on the loader's path,
 #      a one-rank timeout/abort test over a simulated hung collective, a
-#      checked tc-perf -B nccl pass (with and without graph replay), and the
+#      checked tc-perf -B nccl pass on 1, 2 and 4 ranks (with and without
+#      graph replay), and the
 #      Rust unit tests of src/cuda.rs and staging that need a driver (cargo
 #      builds the test binary if `make cargo-test` has not), and the nccl
 #      programs under valgrind.
@@ -32,7 +37,7 @@ mkdir -p "$SIM/nccl-2.18" "$SIM/cuda/include" "$SIM/cuda/lib64" "$SIM/suite/lib"
 
 echo "sim-gpu-test: ================================================================"
 echo "sim-gpu-test: SIMULATION, not GPU verification: a simulated CUDA driver and a"
-echo "sim-gpu-test: one-rank simulated NCCL (test doubles in tests/sim_gpu/)"
+echo "sim-gpu-test: simulated NCCL, 1 to 4 ranks as processes (test doubles in tests/sim_gpu/)"
 echo "sim-gpu-test: ================================================================"
 
 CFLAGS="-std=c11 -O1 -g -Wall -Wextra -Werror -fPIC -shared -fvisibility=hidden -I$ROOT/tests/sim_gpu"
@@ -65,6 +70,10 @@ set +e
 export LD_LIBRARY_PATH="$SIM${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export TC_SIM_DELAY_US=${TC_SIM_DELAY_US:-50}
 export TORCHCOMM_ABORT_ON_ERROR=0
+# The simulated NCCL's job directories (one per multi-rank comm; removed by
+# the comms, and here in case a crashed run left one).
+export TC_SIM_NCCL_DIR=$SIM/nccl-jobs
+rm -rf "$TC_SIM_NCCL_DIR" && mkdir -p "$TC_SIM_NCCL_DIR"
 status=0
 
 staging="2 3" extra_skips=0
@@ -73,7 +82,7 @@ if [ ! -f "$REL/libtorchcomm-gloo.so" ]; then
   staging="" extra_skips=1
 fi
 echo "sim-gpu-test: == the GPU suite (capi_tests/gpu/run-gpu-suite.sh) on the simulation"
-out=$(TC_GPU_SIMULATION=1 TC_GPU_NCCL_MAX_RANKS=1 TC_GPU_STAGING_RANKS="$staging" TC_GPU_TORCH=0 \
+out=$(TC_GPU_SIMULATION=1 TC_GPU_NCCL_MAX_RANKS=4 TC_GPU_STAGING_RANKS="$staging" TC_GPU_TORCH=0 \
   CUDA_HOME="$SIM/cuda" TORCHCOMM_NCCL_LIBRARY="$SIM/libnccl.so.2" CC=$CC \
   bash "$ROOT/capi_tests/gpu/run-gpu-suite.sh" "$SIM/suite" 2>&1) || status=1
 echo "$out" | sed -n '/^== summary/,$p'
@@ -84,11 +93,11 @@ fail=$(echo "$suite_line" | sed -n 's/^gpu-test: \([0-9]*\) passed, \([0-9]*\) f
 skipped=$(echo "$suite_line" | sed -n 's/^gpu-test: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) run.*/\3/p')
 pass=${pass:-0} fail=${fail:-1} skipped=$((${skipped:-0} + extra_skips))
 
-# Runs one extra program under tc-run -n 1; counts its "N passed, M failed".
+# Runs one extra program under tc-run -n ${RANKS:-1}; counts its "N passed, M failed".
 extra() { # name program... (environment set by the caller)
   local name=$1 o rc line p f
   shift
-  o=$(timeout 120 "$REL/tc-run" -n 1 -- "$@" 2>&1); rc=$?
+  o=$(timeout 120 "$REL/tc-run" -n "${RANKS:-1}" -- "$@" 2>&1); rc=$?
   line=$(echo "$o" | grep -E '^(\[[^]]*\] *)?[0-9]+ passed, [0-9]+ failed' | tail -n 1 | sed 's/^\[[^]]*\] *//')
   p=$(echo "$line" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\1/p')
   f=$(echo "$line" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\2/p')
@@ -100,6 +109,7 @@ extra() { # name program... (environment set by the caller)
 echo "sim-gpu-test: == simulation-only runs"
 B=$SIM/suite/bin
 TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.18/libnccl.so.2 TC_GPU_MODES=1 extra "ops on NCCL 2.18 (no ncclAlltoAll, fp8, registration, ncclMemAlloc)" "$B/test_gpu_ops"
+RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.18/libnccl.so.2 TC_GPU_MODES=1 extra "ops on NCCL 2.18, 2 ranks (all-to-all as grouped send/recv)" "$B/test_gpu_ops"
 TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.18/libnccl.so.2 extra "mem on NCCL 2.18 (cuMemAlloc fallback, registration unsupported)" "$B/test_gpu_mem"
 LD_LIBRARY_PATH="$SIM/stub:$LD_LIBRARY_PATH" TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 \
   extra "mem with a stub libcuda.so (lib64/stubs) ahead of the driver on LD_LIBRARY_PATH" "$B/test_gpu_mem"
@@ -126,21 +136,27 @@ else
   skipped=$((skipped + 1))
 fi
 
-# tc-perf -B nccl with result checks: every collective, then CUDA-graph replays.
+# tc-perf -B nccl with result checks: every collective (1 and 2 ranks), then
+# dtypes x reduce ops and CUDA-graph replays (1, 2 and 4 ranks; at 4 ranks
+# only these, to keep the run short on small machines).
 perf_ok=0 perf_fail=0
 runs=()
-for o in all_reduce all_gather reduce_scatter broadcast reduce all_to_all sendrecv gather scatter barrier; do
-  runs+=("-o $o -a 0" "-o $o -a 1")
+for n in 1 2; do
+  for o in all_reduce all_gather reduce_scatter broadcast reduce all_to_all sendrecv gather scatter barrier; do
+    runs+=("$n -o $o -a 0" "$n -o $o -a 1")
+  done
 done
-runs+=("-o all_reduce -d all -r all" "-o all_reduce -G 2" "-o all_gather -G 2")
+for n in 1 2 4; do runs+=("$n -o all_reduce -d all -r all" "$n -o all_reduce -G 2" "$n -o all_gather -G 2"); done
+runs+=("4 -o all_to_all -a 1" "4 -o reduce_scatter -a 1")
 for args in "${runs[@]}"; do
+  n=${args%% *} args=${args#* }
   # shellcheck disable=SC2086
-  o=$(TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 timeout 120 "$REL/tc-run" -n 1 -- "$REL/tc-perf" -B nccl -b 8 -e 4K -f 8 -n 2 -w 1 -c 1 $args 2>&1)
+  o=$(TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 timeout 120 "$REL/tc-run" -n "$n" -- "$REL/tc-perf" -B nccl -b 8 -e 4K -f 8 -n 2 -w 1 -c 1 $args 2>&1)
   rc=$?
   if [ "$rc" = 0 ] && ! echo "$o" | grep -q "FAILED"; then perf_ok=$((perf_ok + 1)); else
-    perf_fail=$((perf_fail + 1)); status=1; echo "sim-gpu-test: tc-perf $args failed (exit $rc):"; echo "$o" | tail -n 20; fi
+    perf_fail=$((perf_fail + 1)); status=1; echo "sim-gpu-test: tc-perf -n $n $args failed (exit $rc):"; echo "$o" | tail -n 20; fi
 done
-echo "sim-gpu-test: tc-perf -B nccl -c 1 (checked results): $perf_ok passed, $perf_fail failed"
+echo "sim-gpu-test: tc-perf -B nccl -c 1 (checked results, 1/2/4 ranks): $perf_ok passed, $perf_fail failed"
 pass=$((pass + perf_ok)) fail=$((fail + perf_fail))
 
 # The unit tests of src/cuda.rs and staging that need a driver (they return
@@ -154,6 +170,9 @@ if [ "$rc" != 0 ] || [ -z "$p" ]; then echo "$o" | tail -n 30; status=1; f=${f:-
 pass=$((pass + ${p:-0})) fail=$((fail + ${f:-0}))
 
 echo "sim-gpu-test: ================================================================"
+left=$(find "$TC_SIM_NCCL_DIR" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
+[ "$left" = 0 ] || echo "sim-gpu-test: note: $left simulated NCCL job director(ies) left behind (removed now)"
+rm -rf "$TC_SIM_NCCL_DIR"
 echo "sim-gpu-test: SIMULATION total: $pass passed, $fail failed, $skipped run(s) skipped"
 echo "sim-gpu-test: (simulated driver and NCCL; not GPU verification: run make gpu-test on a GPU)"
 [ "$status" = 0 ] && [ "$fail" = 0 ]
