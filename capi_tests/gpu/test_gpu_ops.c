@@ -169,6 +169,13 @@ static void test_reductions(tc_dtype_t t, int k, int mode) {
     rc = finish(mode, tc_reduce_scatter(comm, out, inputs, n, t, op, &o, mode == SYNC ? NULL : &w), &w);
     d2h(h, out, es * n);
     report("reduce_scatter", t, red_name[k], mode, rc == TC_SUCCESS && compare(t, h, want, n, "reduce_scatter"));
+    /* reduce_scatter (list) in place: the output is this rank's input */
+    fill(t, h, R, 0, n * N);
+    h2d(in, h, es * n * N);
+    w = NULL;
+    rc = finish(mode, tc_reduce_scatter(comm, (void *)inputs[R], inputs, n, t, op, &o, mode == SYNC ? NULL : &w), &w);
+    d2h(h, inputs[R], es * n);
+    report("reduce_scatter(in place)", t, red_name[k], mode, rc == TC_SUCCESS && compare(t, h, want, n, "reduce_scatter(in place)"));
 
     /* reduce_scatter_v: rank r gets r+1 elements */
     size_t counts[MAXR], total = 0, off = 0;
@@ -281,6 +288,37 @@ static void test_movement(tc_dtype_t t, int mode) {
     }
     report("all_to_all_v_single", t, "-", mode, rc == TC_SUCCESS && compare(t, h, want, otot, "all_to_all_v_single"));
 
+    /* the same three in place (output == input): NCCL leaves overlapping
+       send and receive buffers of an all-to-all undefined (its sends and
+       receives run concurrently), so the library must stage the input */
+    fill(t, h, R, 0, n * N);
+    h2d(in, h, es * n * N);
+    w = NULL;
+    rc = finish(mode, tc_all_to_all_single(comm, in, in, n, t, &o, W), &w);
+    d2h(h, in, es * n * N);
+    for (int r = 0; r < N; r++)
+        for (size_t i = 0; i < n; i++) want[r * n + i] = gen(t, r, n * R + i);
+    report("all_to_all_single(in place)", t, "-", mode, rc == TC_SUCCESS && compare(t, h, want, n * N, "all_to_all_single(in place)"));
+    fill(t, h, R, 0, n * N);
+    h2d(in, h, es * n * N);
+    for (int r = 0; r < N; r++) { ins[r] = (char *)in + es * n * r; outs[r] = (char *)in + es * n * r; }
+    w = NULL;
+    rc = finish(mode, tc_all_to_all(comm, outs, ins, n, t, &o, W), &w);
+    d2h(h, in, es * n * N);
+    report("all_to_all(in place)", t, "-", mode, rc == TC_SUCCESS && compare(t, h, want, n * N, "all_to_all(in place)"));
+    fill(t, h, R, 0, itot); /* ic == oc: the same layout in and out */
+    h2d(in, h, es * itot);
+    w = NULL;
+    rc = finish(mode, tc_all_to_all_v_single(comm, in, oc, in, ic, t, &o, W), &w);
+    d2h(h, in, es * otot);
+    k = 0;
+    for (int q = 0; q < N; q++) {
+        size_t qoff = 0;
+        for (int p = 0; p < R; p++) qoff += (size_t)(q + p) % 3;
+        for (size_t i = 0; i < oc[q]; i++) want[k++] = gen(t, q, qoff + i);
+    }
+    report("all_to_all_v_single(in place)", t, "-", mode, rc == TC_SUCCESS && compare(t, h, want, otot, "all_to_all_v_single(in place)"));
+
     /* scatter from the last rank */
     int root = N - 1;
     fill(t, h, R, 0, n * N);
@@ -292,6 +330,17 @@ static void test_movement(tc_dtype_t t, int mode) {
     for (size_t i = 0; i < n; i++) want[i] = gen(t, root, n * R + i);
     report("scatter", t, "-", mode, rc == TC_SUCCESS && compare(t, h, want, n, "scatter"));
 
+    /* scatter in place: the root's output is its own block of the input */
+    fill(t, h, R, 0, n * N);
+    h2d(in, h, es * n * N);
+    for (int r = 0; r < N; r++) ins[r] = (char *)in + es * n * r;
+    void *sdst = R == root ? (void *)ins[root] : out;
+    w = NULL;
+    rc = finish(mode, tc_scatter(comm, sdst, ins, n, t, root, &o, W), &w);
+    d2h(h, sdst, es * n);
+    for (size_t i = 0; i < n; i++) want[i] = gen(t, root, n * R + i);
+    report("scatter(in place)", t, "-", mode, rc == TC_SUCCESS && compare(t, h, want, n, "scatter(in place)"));
+
     /* gather to rank 0 */
     fill(t, h, R, 0, n);
     h2d(in, h, es * n);
@@ -302,6 +351,22 @@ static void test_movement(tc_dtype_t t, int mode) {
     for (int r = 0; r < N; r++)
         for (size_t i = 0; i < n; i++) want[r * n + i] = gen(t, r, i);
     report("gather", t, "-", mode, rc == TC_SUCCESS && (R != 0 || compare(t, h, want, n * N, "gather")));
+    /* gather in place: the root's input is its own block of the output */
+    fill(t, h, R, 0, n);
+    for (int r = 0; r < N; r++) outs[r] = (char *)out + es * n * r;
+    void *gsrc = R == 0 ? outs[0] : in;
+    h2d(gsrc, h, es * n);
+    w = NULL;
+    rc = finish(mode, tc_gather(comm, outs, gsrc, n, t, 0, &o, W), &w);
+    d2h(h, out, es * n * N);
+    report("gather(in place)", t, "-", mode, rc == TC_SUCCESS && (R != 0 || compare(t, h, want, n * N, "gather(in place)")));
+    /* all_gather (list) in place: the input is this rank's output */
+    fill(t, h, R, 0, n);
+    h2d(outs[R], h, es * n);
+    w = NULL;
+    rc = finish(mode, tc_all_gather(comm, outs, outs[R], n, t, &o, W), &w);
+    d2h(h, out, es * n * N);
+    report("all_gather(in place)", t, "-", mode, rc == TC_SUCCESS && compare(t, h, want, n * N, "all_gather(in place)"));
 
     /* send/recv around a ring (batched so that it cannot deadlock), and the
        same with two separate calls for two ranks or more */
@@ -390,6 +455,23 @@ out:
     dfree(d);
     dfree(stage);
     free(h);
+}
+
+/* An all-to-all whose input and output overlap needs a staging copy of
+   its input, which cannot outlive a graph: refused under capture, leaving
+   the capture and the comm usable. */
+static void test_graph_in_place_all_to_all(void) {
+    size_t n = 8;
+    void *d = dalloc(4 * n * (size_t)N);
+    tc_op_options_t o = opts_for(SYNC);
+    CU(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    tc_result_t rc = tc_all_to_all_single(comm, d, d, n, TC_FLOAT32, &o, NULL);
+    CUgraph graph = NULL;
+    CUresult end = cuStreamEndCapture(stream, &graph);
+    report("in-place all_to_all_single refused under capture", TC_FLOAT32, "-", SYNC,
+           rc == TC_ERR_UNSUPPORTED && end == CUDA_SUCCESS && tc_comm_get_async_error(comm) == TC_SUCCESS);
+    if (graph) CU(cuGraphDestroy(graph));
+    dfree(d);
 }
 
 /* A host function that holds its stream for `ms` milliseconds. */
@@ -641,6 +723,7 @@ int main(void) {
     }
     test_graph(0);
     test_graph(1);
+    test_graph_in_place_all_to_all();
     test_global_capture_while_pending();
     test_split();
     test_premul_pointer();

@@ -227,6 +227,138 @@ pub struct NcclBackend {
     registrations: Mutex<HashSet<usize>>,
     /// Live pointers of `tc_mem_alloc` and their allocator.
     allocations: Mutex<HashMap<usize, mem::Allocator>>,
+    /// Copies of inputs that overlap their outputs where NCCL leaves the
+    /// result undefined (see [`NcclBackend::stage_overlapping`]).
+    staging: Mutex<Staging>,
+}
+
+/// Device memory for staged inputs, reused by launched operations in order:
+/// `done` is recorded after the last operation that read `buf`, and the next
+/// copy into `buf` waits for it on its stream.
+#[derive(Default)]
+struct Staging {
+    buf: Option<DeviceBuffer>,
+    done: Option<cuda::Event>,
+}
+
+/// Whether [a, a + alen) and [b, b + blen) share a byte.
+fn overlaps(a: Ptr, alen: usize, b: Ptr, blen: usize) -> bool {
+    let (a, b) = (a.0 as usize, b.0 as usize);
+    alen > 0 && blen > 0 && a < b.saturating_add(blen) && b < a.saturating_add(alen)
+}
+
+/// `p` advanced by `bytes`.
+fn offset(p: Ptr, bytes: usize) -> Ptr {
+    Ptr(p.as_u8().wrapping_add(bytes) as *mut c_void)
+}
+
+/// The input blocks of `op` that NCCL would read while the same call (or
+/// another call of its group) writes an overlapping output: NCCL defines
+/// overlap only for its in-place layouts (the same pointer for all-reduce,
+/// reduce and broadcast; for all-gather the input at this rank's block of
+/// the output, for reduce-scatter the output at this rank's block of the
+/// input). All-to-alls run their sends and receives concurrently, and a
+/// group's operations run concurrently, so any other overlap is a race on a
+/// GPU. Empty when nothing needs a copy. `n`, `me`: size and rank.
+fn hazardous_inputs(op: &Op, n: usize, me: usize) -> Vec<(Ptr, usize)> {
+    let sum = |c: &[usize]| c.iter().sum::<usize>();
+    let before = |c: &[usize]| c[..me].iter().sum::<usize>();
+    match op {
+        Op::AllGatherSingle { output, input, count, dtype } => {
+            let b = count * dtype.size();
+            if overlaps(*input, b, *output, b * n) && input.0 != offset(*output, b * me).0 {
+                return vec![(*input, b)];
+            }
+        }
+        Op::AllGather { outputs, input, count, dtype } => {
+            let b = count * dtype.size();
+            if outputs.iter().enumerate().any(|(q, o)| overlaps(*input, b, *o, b) && !(q == me && o.0 == input.0)) {
+                return vec![(*input, b)];
+            }
+        }
+        Op::AllGatherV { output, input, counts, dtype } => {
+            let es = dtype.size();
+            let b = counts[me] * es;
+            if overlaps(*input, b, *output, sum(counts) * es) && input.0 != offset(*output, before(counts) * es).0 {
+                return vec![(*input, b)];
+            }
+        }
+        Op::ReduceScatterSingle { output, input, count, dtype, .. } => {
+            let b = count * dtype.size();
+            if overlaps(*input, b * n, *output, b) && output.0 != offset(*input, b * me).0 {
+                return vec![(*input, b * n)];
+            }
+        }
+        Op::ReduceScatter { output, inputs, count, dtype, .. } => {
+            let b = count * dtype.size();
+            if inputs.iter().enumerate().any(|(q, i)| overlaps(*i, b, *output, b) && !(q == me && i.0 == output.0)) {
+                return inputs.iter().map(|i| (*i, b)).collect();
+            }
+        }
+        Op::ReduceScatterV { output, input, counts, dtype, .. } => {
+            let es = dtype.size();
+            if overlaps(*input, sum(counts) * es, *output, counts[me] * es) && output.0 != offset(*input, before(counts) * es).0 {
+                return vec![(*input, sum(counts) * es)];
+            }
+        }
+        Op::AllToAll { outputs, inputs, count, dtype } => {
+            let b = count * dtype.size();
+            if inputs.iter().any(|i| outputs.iter().any(|o| overlaps(*i, b, *o, b))) {
+                return inputs.iter().map(|i| (*i, b)).collect();
+            }
+        }
+        Op::AllToAllSingle { output, input, count, dtype } => {
+            let b = count * dtype.size() * n;
+            if overlaps(*input, b, *output, b) {
+                return vec![(*input, b)];
+            }
+        }
+        Op::AllToAllVSingle { output, output_counts, input, input_counts, dtype } => {
+            let es = dtype.size();
+            if overlaps(*input, sum(input_counts) * es, *output, sum(output_counts) * es) {
+                return vec![(*input, sum(input_counts) * es)];
+            }
+        }
+        // The root receives into its outputs while the group runs, and
+        // copies its own input after it.
+        Op::Gather { outputs, input, count, dtype, .. } if !outputs.is_empty() => {
+            let b = count * dtype.size();
+            if outputs.iter().enumerate().any(|(q, o)| overlaps(*input, b, *o, b) && !(q == me && o.0 == input.0)) {
+                return vec![(*input, b)];
+            }
+        }
+        // The root copies its own block after the group; a copy between
+        // partly overlapping buffers is undefined.
+        Op::Scatter { output, inputs, count, dtype, .. } if !inputs.is_empty() => {
+            let b = count * dtype.size();
+            if overlaps(inputs[me], b, *output, b) && inputs[me].0 != output.0 {
+                return inputs.iter().map(|i| (*i, b)).collect();
+            }
+        }
+        _ => {}
+    }
+    Vec::new()
+}
+
+/// `op` with its input blocks (in the order [`hazardous_inputs`] lists
+/// them) replaced by `staged`.
+fn with_inputs(op: &Op, staged: &[Ptr]) -> Op {
+    let mut op = op.clone();
+    match &mut op {
+        Op::AllGatherSingle { input, .. }
+        | Op::AllGather { input, .. }
+        | Op::AllGatherV { input, .. }
+        | Op::ReduceScatterSingle { input, .. }
+        | Op::ReduceScatterV { input, .. }
+        | Op::AllToAllSingle { input, .. }
+        | Op::AllToAllVSingle { input, .. }
+        | Op::Gather { input, .. } => *input = staged[0],
+        Op::ReduceScatter { inputs, .. } | Op::AllToAll { inputs, .. } | Op::Scatter { inputs, .. } => {
+            inputs.copy_from_slice(staged)
+        }
+        _ => {}
+    }
+    op
 }
 
 // SAFETY: the raw comm is only used under the rules documented above.
@@ -317,6 +449,7 @@ impl NcclBackend {
             issue: Mutex::new(()),
             registrations: Mutex::new(HashSet::new()),
             allocations: Mutex::new(HashMap::new()),
+            staging: Mutex::new(Staging::default()),
         };
         if nonblocking {
             backend.settle(NCCL_IN_PROGRESS, &what)?;
@@ -689,7 +822,7 @@ impl NcclBackend {
                         }
                         Ok(())
                     })?;
-                    if me == *root {
+                    if me == *root && output.0 != inputs[me as usize].0 {
                         cuda::memcpy_async(output.0, inputs[me as usize].0, count * dtype.size(), s as cuda::RawStream)?;
                     }
                     Ok(())
@@ -708,7 +841,7 @@ impl NcclBackend {
                         }
                         Ok(())
                     })?;
-                    if me == *root {
+                    if me == *root && outputs[me as usize].0 != input.0 {
                         cuda::memcpy_async(outputs[me as usize].0, input.0, count * dtype.size(), s as cuda::RawStream)?;
                     }
                     Ok(())
@@ -798,6 +931,49 @@ impl NcclBackend {
 }
 
 impl NcclBackend {
+    /// When `op` reads an input that overlaps an output outside NCCL's
+    /// in-place layouts (see [`hazardous_inputs`]), copies those inputs on
+    /// `stream` into the staging buffer and returns the operation reading
+    /// the copy; the caller records `staging.done` after issuing it. Under
+    /// graph capture there is no buffer whose lifetime matches the graph's,
+    /// so such an operation is refused there.
+    fn stage_overlapping(&self, op: &Op, stream: cuda::RawStream, captured: bool) -> Result<Option<Op>> {
+        let blocks = hazardous_inputs(op, self.size as usize, self.rank as usize);
+        if blocks.is_empty() {
+            return Ok(None);
+        }
+        if captured {
+            return Err(Error::unsupported(format!(
+                "{} with input and output buffers that overlap outside NCCL's in-place layout cannot be captured into a CUDA \
+                 graph on the nccl backend (the input would need a copy that outlives the graph); pass separate buffers",
+                op.name()
+            )));
+        }
+        let total: usize = blocks.iter().map(|b| b.1).sum();
+        let mut st = lock(&self.staging);
+        if st.buf.as_ref().is_none_or(|b| b.bytes < total) {
+            // The old buffer may still be read by a launched operation.
+            if let Some(done) = &st.done {
+                done.synchronize()?;
+            }
+            st.buf = None;
+            st.buf = Some(DeviceBuffer::zeroed(&self.device, total.next_power_of_two())?);
+        }
+        if let Some(done) = &st.done {
+            cuda::stream_wait_event(stream, done)?;
+        }
+        let base = Ptr(st.buf.as_ref().map(|b| b.ptr()).unwrap_or(std::ptr::null_mut()));
+        let mut staged = Vec::with_capacity(blocks.len());
+        let mut at = 0;
+        for (p, bytes) in &blocks {
+            let dst = offset(base, at);
+            cuda::memcpy_async(dst.0, p.0, *bytes, stream)?;
+            staged.push(dst);
+            at += bytes;
+        }
+        Ok(Some(with_inputs(op, &staged)))
+    }
+
     /// Refuses buffers in plain host memory: NCCL (which checks pointers
     /// only with NCCL_CHECK_POINTERS=1) would hand them to a kernel, whose
     /// illegal-address fault poisons the process's CUDA context for good.
@@ -870,7 +1046,18 @@ impl Backend for NcclBackend {
             start.record(stream)?;
             (stream, Some(start))
         };
-        self.issue(op, stream as *mut c_void)?;
+        match self.stage_overlapping(op, stream, captured)? {
+            Some(staged) => {
+                self.issue(&staged, stream as *mut c_void)?;
+                // The next user of the staging buffer waits for this record.
+                let mut st = lock(&self.staging);
+                if st.done.is_none() {
+                    st.done = Some(self.events.get()?);
+                }
+                st.done.as_ref().map(|e| e.record(stream)).transpose()?;
+            }
+            None => self.issue(op, stream as *mut c_void)?,
+        }
         end.record(stream)?;
         Ok(Some(Arc::new(CudaWork::new(op.name(), self.label.clone(), timeout, captured, start, end, self.shared.clone()))))
     }
