@@ -401,7 +401,11 @@ static void leave_job(ncclComm_t c) {
         struct dirent *e;
         while ((e = readdir(d))) {
             const char *n = e->d_name;
-            if (strncmp(n, "join.", 5) == 0) others++;
+            /* a rank whose process is gone left its join file behind */
+            if (strncmp(n, "join.", 5) == 0) {
+                int q = atoi(n + 5);
+                if (!(c->pids && q >= 0 && q < c->nranks && !peer_alive(c, q))) others++;
+            }
             /* messages to me: "<ch>.<src>.<me>.<seq>" */
             if ((n[0] == 'd' || n[0] == 'c') && n[1] == '.') {
                 const char *p = strchr(n + 2, '.');

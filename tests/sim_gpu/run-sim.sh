@@ -21,6 +21,7 @@
 #      NCCL 2.18 double (grouped send/recv instead of ncclAlltoAll),
 #      mem with a stub libcuda.so ahead of the driver on the loader's path,
 #      a one-rank timeout/abort test over a simulated hung collective, a
+#      two-rank test where one process dies (test_sim_peer_exit.c), a
 #      checked tc-perf -B nccl pass on 1, 2 and 4 ranks (with and without
 #      graph replay), and the
 #      Rust unit tests of src/cuda.rs and staging that need a driver (cargo
@@ -117,6 +118,10 @@ $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests"
   "$ROOT/tests/sim_gpu/test_sim_timeout.c" -o "$B/test_sim_timeout" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
   || { echo "sim-gpu-test: compiling test_sim_timeout failed"; status=1; }
 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 TC_SIM_NCCL_HANG_CALL=2,3 extra "timeout/abort at one rank (simulated hung collective)" "$B/test_sim_timeout"
+$CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests" -I"$ROOT/capi_tests/gpu" -I"$SIM/cuda/include" \
+  "$ROOT/tests/sim_gpu/test_sim_peer_exit.c" -o "$B/test_sim_peer_exit" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
+  || { echo "sim-gpu-test: compiling test_sim_peer_exit failed"; status=1; }
+RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "a peer process that dies, 2 ranks (TC_ERR_REMOTE, not a hang)" "$B/test_sim_peer_exit"
 
 # The nccl programs once more under valgrind (as capi-valgrind does for the
 # host tests): no memory errors, no definite or indirect leaks in our GPU
@@ -130,6 +135,10 @@ if command -v valgrind >/dev/null; then
   extra "valgrind mem" $VG "$B/test_gpu_mem"
   # shellcheck disable=SC2086
   TC_SIM_NCCL_HANG_CALL=2,3 extra "valgrind timeout/abort" $VG "$B/test_sim_timeout"
+  # shellcheck disable=SC2086
+  RANKS=2 TC_GPU_MODES=1 extra "valgrind ops, 2 ranks" $VG "$B/test_gpu_ops"
+  # shellcheck disable=SC2086
+  RANKS=2 extra "valgrind timeout/abort, 2 ranks (a peer that does not join)" $VG "$B/test_gpu_timeout"
   unset TORCHCOMM_NCCL_LIBRARY
 else
   echo "sim-gpu-test: valgrind runs SKIPPED: valgrind not installed"

@@ -1,0 +1,72 @@
+/* A peer process that dies, two ranks of the nccl backend, on the simulated
+   driver and NCCL only (a test double scenario: the fake NCCL notices that
+   the process a receive waits for is gone and reports ncclRemoteError as
+   the comm's asynchronous error, as real NCCL does when a peer's connection
+   closes; how fast real NCCL notices is not modeled). Rank 1 leaves after a
+   first all_reduce without cleaning anything up (_exit); rank 0's next
+   all_reduce must then fail with TC_ERR_REMOTE well before its 60 s
+   timeout, the comm must be aborted (later calls TC_ERR_ABORTED) and
+   finalize must report the failure. Prints "N passed, N failed" on rank 0. */
+#define _POSIX_C_SOURCE 200809L
+#include <time.h>
+#include <unistd.h>
+#include "gpu_util.h"
+
+static int passed, failed;
+static void expect(int ok, const char *what) {
+    if (ok) passed++;
+    else { failed++; fprintf(stderr, "FAIL %s (%s)\n", what, tc_last_error()); }
+}
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    gpu_setup();
+    CUstream stream;
+    CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    tc_comm_options_t co = TC_COMM_OPTIONS_INIT;
+    co.name = "sim_peer_exit";
+    co.abort_on_error = 0;
+    co.timeout_ms = 60000;
+    tc_device_t dev = {TC_DEVICE_CUDA, -1};
+    tc_comm_t *comm = NULL;
+    if (tc_comm_new("nccl", dev, &co, &comm) != TC_SUCCESS) {
+        fprintf(stderr, "tc_comm_new: %s\n", tc_last_error());
+        printf("0 passed, 1 failed\n");
+        return 1;
+    }
+    int R, N;
+    tc_comm_get_rank(comm, &R);
+    tc_comm_get_size(comm, &N);
+    if (N != 2) { fprintf(stderr, "run with 2 ranks\n"); return 1; }
+    void *d = dalloc(4096);
+    tc_reduce_op_t sum = TC_REDUCE_OP(TC_SUM);
+    tc_op_options_t o = TC_OP_OPTIONS_INIT;
+    o.stream = stream;
+    tc_result_t rc = tc_all_reduce(comm, d, 1024, TC_FLOAT32, sum, &o, NULL);
+    CU(cuStreamSynchronize(stream));
+    expect(rc == TC_SUCCESS, "warm-up all_reduce");
+    if (R == 1) _exit(0); /* gone, as a crashed process */
+
+    o.async_op = 1;
+    tc_work_t *w = NULL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    rc = tc_all_reduce(comm, d, 1024, TC_FLOAT32, sum, &o, &w);
+    expect(rc == TC_SUCCESS, "issue of the all_reduce whose peer is gone");
+    rc = tc_work_wait_blocking(w);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    printf("rank 0: wait_blocking returned %s after %.1f s: %s\n", tc_result_string(rc), secs, tc_last_error());
+    expect(rc == TC_ERR_REMOTE, "wait_blocking fails with TC_ERR_REMOTE");
+    expect(secs < 20, "the failure is reported long before the 60 s timeout");
+    tc_work_free(w);
+    expect(tc_comm_get_async_error(comm) != TC_SUCCESS, "comm reports the failure");
+    o.async_op = 0;
+    rc = tc_all_reduce(comm, d, 1024, TC_FLOAT32, sum, &o, NULL);
+    expect(rc == TC_ERR_ABORTED || rc == TC_ERR_REMOTE, "later operations fail");
+    expect(tc_comm_finalize(comm) != TC_SUCCESS, "finalize reports the failure");
+    tc_comm_destroy(comm);
+    dfree(d);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}
