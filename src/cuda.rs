@@ -451,6 +451,18 @@ impl DeviceBuffer {
         stream_synchronize(std::ptr::null_mut())?;
         Ok(buf)
     }
+    /// `bytes` of device memory, not initialized, for the device's own use
+    /// (e.g. a staging copy). The allocation runs in the relaxed capture
+    /// interaction mode: cuMemAlloc is a "potentially unsafe" call that, in
+    /// the default global mode, fails and invalidates a global-mode capture
+    /// another thread may be making (see [`Event::query`]).
+    pub fn uninit(device: &Arc<Device>, bytes: usize) -> Result<DeviceBuffer> {
+        let _g = device.scoped()?;
+        let mut ptr: sys::CUdeviceptr = 0;
+        // SAFETY: valid out-pointer, context current.
+        check(with_relaxed_capture_mode(|| unsafe { drv::cuMemAlloc_v2(&mut ptr, bytes.max(1)) }), "cuMemAlloc")?;
+        Ok(DeviceBuffer { ptr, bytes, device: device.clone() })
+    }
     pub fn ptr(&self) -> *mut c_void {
         self.ptr as *mut c_void
     }
@@ -459,8 +471,9 @@ impl DeviceBuffer {
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         if let Ok(_g) = self.device.scoped() {
-            // SAFETY: allocated by `zeroed`, freed once.
-            let _ = unsafe { drv::cuMemFree_v2(self.ptr) };
+            // SAFETY: allocated by `zeroed` or `uninit`, freed once. In the
+            // relaxed capture mode, as the allocation in `uninit`.
+            let _ = with_relaxed_capture_mode(|| unsafe { drv::cuMemFree_v2(self.ptr) });
         }
     }
 }
@@ -604,10 +617,13 @@ impl Event {
         check(r, "cuEventQuery").map(|()| true)
     }
 
-    /// Blocks the host until the event completed.
+    /// Blocks the host until the event completed. Like [`Event::query`], in
+    /// the relaxed capture interaction mode (a synchronization is a
+    /// "potentially unsafe" call that would otherwise break another thread's
+    /// global-mode capture).
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: the event is alive.
-        check(unsafe { drv::cuEventSynchronize(self.raw) }, "cuEventSynchronize")
+        check(with_relaxed_capture_mode(|| unsafe { drv::cuEventSynchronize(self.raw) }), "cuEventSynchronize")
     }
 
     pub fn raw(&self) -> CUevent {

@@ -6,6 +6,7 @@
    status. Runs as one rank or under tc-run with several ranks on one GPU
    (each with its own NCCL_HOSTID). Prints "N passed, N failed". */
 #define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
 #include <time.h>
 #include "gpu_util.h"
 
@@ -518,6 +519,46 @@ static void test_global_capture_while_pending(void) {
     CU(cuStreamDestroy(cap));
 }
 
+/* Another thread's in-place all-to-all while this thread captures in
+   GLOBAL mode: the staging buffer the all-to-all needs (large enough here to
+   be allocated afresh) must not be allocated, waited for or freed with
+   calls that invalidate the capture. */
+struct a2a_job {
+    void *buf;
+    size_t n;
+    tc_result_t rc;
+};
+static void *in_place_a2a(void *p) {
+    struct a2a_job *j = p;
+    tc_op_options_t o = opts_for(SYNC);
+    j->rc = tc_all_to_all_single(comm, j->buf, j->buf, j->n, TC_FLOAT32, &o, NULL);
+    if (j->rc != TC_SUCCESS) fprintf(stderr, "rank %d: in-place all_to_all on another thread: %s\n", R, tc_last_error());
+    return NULL;
+}
+static void test_global_capture_while_staging(void) {
+    struct a2a_job j = {NULL, (size_t)1 << 16, TC_SUCCESS};
+    j.buf = dalloc(4 * j.n * (size_t)N);
+    CUstream cap;
+    CU(cuStreamCreate(&cap, CU_STREAM_NON_BLOCKING));
+    void *a = dalloc(64), *b = dalloc(64);
+    CU(cuStreamBeginCapture(cap, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CUresult copy = cuMemcpyDtoDAsync((CUdeviceptr)(uintptr_t)b, (CUdeviceptr)(uintptr_t)a, 64, cap);
+    pthread_t th;
+    int started = pthread_create(&th, NULL, in_place_a2a, &j) == 0;
+    if (started) pthread_join(th, NULL);
+    CUgraph graph = NULL;
+    CUresult end = cuStreamEndCapture(cap, &graph);
+    CU(cuStreamSynchronize(stream));
+    report("in-place all_to_all on another thread during a global-mode capture", TC_FLOAT32, "-", SYNC,
+           started && j.rc == TC_SUCCESS && copy == CUDA_SUCCESS && end == CUDA_SUCCESS);
+    if (end != CUDA_SUCCESS) fprintf(stderr, "rank %d: capture ended with CUDA error %d\n", R, (int)end);
+    if (graph) CU(cuGraphDestroy(graph));
+    CU(cuStreamDestroy(cap));
+    dfree(j.buf);
+    dfree(a);
+    dfree(b);
+}
+
 /* ---- split and barrier ------------------------------------------------- */
 
 static void test_split(void) {
@@ -725,6 +766,7 @@ int main(void) {
     test_graph(1);
     test_graph_in_place_all_to_all();
     test_global_capture_while_pending();
+    test_global_capture_while_staging();
     test_split();
     test_premul_pointer();
     test_hinted_comm();

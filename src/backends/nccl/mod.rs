@@ -957,7 +957,7 @@ impl NcclBackend {
                 done.synchronize()?;
             }
             st.buf = None;
-            st.buf = Some(DeviceBuffer::zeroed(&self.device, total.next_power_of_two())?);
+            st.buf = Some(DeviceBuffer::uninit(&self.device, total.next_power_of_two())?);
         }
         if let Some(done) = &st.done {
             cuda::stream_wait_event(stream, done)?;
