@@ -117,6 +117,27 @@ static inline float bf16_to_f(uint16_t b) {
     return f;
 }
 
+/* fp8: e4m3 (bias 7, no infinities, 0x7f/0xff NaN) and e5m2 (bias 15). */
+static inline double fp8_to_d(uint8_t v, int e4m3) {
+    int mb = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15, emax = e4m3 ? 15 : 31;
+    int e = (v & 0x7f) >> mb, m = v & ((1 << mb) - 1);
+    double x;
+    if (e == emax && (!e4m3 || m == (1 << mb) - 1)) x = (!e4m3 && m == 0) ? INFINITY : NAN;
+    else if (e == 0) x = ldexp(m, 1 - bias - mb);
+    else x = ldexp(m + (1 << mb), e - bias - mb);
+    return (v & 0x80) ? -x : x;
+}
+/* The nearest fp8 value (tests put small integers, which fp8 holds). */
+static inline uint8_t d_to_fp8(double v, int e4m3) {
+    uint8_t best = 0;
+    for (int c = 0; c < 256; c++) {
+        double x = fp8_to_d((uint8_t)c, e4m3);
+        if (isfinite(x) && fabs(x - v) < fabs(fp8_to_d(best, e4m3) - v)) best = (uint8_t)c;
+    }
+    return best;
+}
+static inline int dt_fp8(tc_dtype_t t) { return t == TC_FLOAT8_E4M3 || t == TC_FLOAT8_E5M2; }
+
 static inline void put(tc_dtype_t t, void *buf, size_t i, double v) {
     char *p = (char *)buf + i * dt_size(t);
     switch (t) {
@@ -131,6 +152,7 @@ static inline void put(tc_dtype_t t, void *buf, size_t i, double v) {
     case TC_INT64: { int64_t x = (int64_t)v; memcpy(p, &x, 8); break; }
     case TC_UINT32: { uint32_t x = (uint32_t)v; memcpy(p, &x, 4); break; }
     case TC_UINT64: { uint64_t x = (uint64_t)v; memcpy(p, &x, 8); break; }
+    case TC_FLOAT8_E4M3: case TC_FLOAT8_E5M2: *(uint8_t *)p = d_to_fp8(v, t == TC_FLOAT8_E4M3); break;
     default: break;
     }
 }
@@ -147,6 +169,7 @@ static inline double get(tc_dtype_t t, const void *buf, size_t i) {
     case TC_INT64: { int64_t x; memcpy(&x, p, 8); return (double)x; }
     case TC_UINT32: { uint32_t x; memcpy(&x, p, 4); return x; }
     case TC_UINT64: { uint64_t x; memcpy(&x, p, 8); return (double)x; }
+    case TC_FLOAT8_E4M3: case TC_FLOAT8_E5M2: return fp8_to_d(*(const uint8_t *)p, t == TC_FLOAT8_E4M3);
     default: return NAN;
     }
 }
@@ -157,6 +180,10 @@ static inline double dt_tol(tc_dtype_t t) {
     case TC_BFLOAT16: return 1.6e-2;
     case TC_FLOAT32: return 1e-6;
     case TC_FLOAT64: return 1e-12;
+    /* 3 and 2 mantissa bits, rounded at every step of a reduction (a
+       product of four ranks rounds three times) */
+    case TC_FLOAT8_E4M3: return 0.2;
+    case TC_FLOAT8_E5M2: return 0.45;
     default: return 0;
     }
 }

@@ -45,7 +45,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | s
 mkdir -p "$SUITE/bin"
 for t in test_gpu_ops test_gpu_mem test_gpu_timeout test_gpu_gloo_staging; do
   $CC -std=c11 -O1 -g -Wall -Wextra -I"$SUITE/include" -I"$cuda_home/include" "$SUITE/tests/$t.c" -o "$SUITE/bin/$t" \
-    -L"$SUITE/lib" -ltorchcomm -Wl,-rpath,"$SUITE/lib" $libdirs -lcuda -lm || { echo "gpu-test: compiling $t failed"; exit 1; }
+    -L"$SUITE/lib" -ltorchcomm -Wl,-rpath,"$SUITE/lib" $libdirs -lcuda -lm -lpthread || { echo "gpu-test: compiling $t failed"; exit 1; }
 done
 
 export NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 TORCHCOMM_ABORT_ON_ERROR=0

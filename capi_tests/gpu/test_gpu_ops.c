@@ -115,7 +115,7 @@ static double reduce_ref(tc_dtype_t t, int k, size_t i, size_t off) {
         default: acc += x; break;
         }
     }
-    if (k == TC_AVG) acc = dt_float(t) ? acc / N : trunc(acc / N);
+    if (k == TC_AVG) acc = dt_float(t) || dt_fp8(t) ? acc / N : trunc(acc / N);
     return acc;
 }
 
@@ -738,11 +738,24 @@ int main(void) {
     tc_comm_get_size(comm, &N);
     if (N > MAXR) { fprintf(stderr, "at most %d ranks\n", MAXR); return 1; }
 
-    static const tc_dtype_t dtypes[] = {TC_FLOAT32, TC_FLOAT64, TC_FLOAT16, TC_BFLOAT16, TC_INT8, TC_UINT8,
-                                        TC_INT32, TC_INT64, TC_BOOL, TC_UINT32, TC_UINT64};
+    static const tc_dtype_t dtypes[] = {TC_FLOAT32, TC_FLOAT64, TC_FLOAT16, TC_BFLOAT16, TC_INT8, TC_UINT8, TC_INT32,
+                                        TC_INT64, TC_BOOL, TC_UINT32, TC_UINT64, TC_FLOAT8_E4M3, TC_FLOAT8_E5M2};
     int modes = env_int("TC_GPU_MODES", NMODES);
     for (size_t di = 0; di < sizeof dtypes / sizeof dtypes[0]; di++) {
         tc_dtype_t t = dtypes[di];
+        if (dt_fp8(t)) { /* NCCL 2.24 or newer */
+            void *d = dalloc(16);
+            tc_op_options_t o = opts_for(SYNC);
+            tc_reduce_op_t sum = TC_REDUCE_OP(TC_SUM);
+            rc = tc_all_reduce(comm, d, 4, t, sum, &o, NULL);
+            CU(cuStreamSynchronize(stream));
+            dfree(d);
+            if (rc == TC_ERR_UNSUPPORTED) {
+                printf("rank %d: %s skipped: %s\n", R, dt_name(t), tc_last_error());
+                skipped++;
+                continue;
+            }
+        }
         for (int mode = 0; mode < modes; mode++) {
             for (size_t ki = 0; ki < sizeof red_kinds / sizeof red_kinds[0]; ki++) {
                 int k = red_kinds[ki];
