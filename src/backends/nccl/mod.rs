@@ -951,7 +951,7 @@ impl NcclBackend {
         }
         let total: usize = blocks.iter().map(|b| b.1).sum();
         let mut st = lock(&self.staging);
-        if st.buf.as_ref().is_none_or(|b| b.bytes < total) {
+        if st.buf.as_ref().map_or(true, |b| b.bytes < total) {
             // The old buffer may still be read by a launched operation.
             if let Some(done) = &st.done {
                 done.synchronize()?;
@@ -1191,6 +1191,52 @@ mod tests {
         assert_eq!(net.to_str().unwrap(), "Socket");
         let name = unsafe { std::ffi::CStr::from_ptr(s.config.comm_name) };
         assert_eq!(name.to_str().unwrap(), "c0");
+    }
+
+    #[test]
+    fn overlaps_outside_nccl_in_place_layouts_are_staged() {
+        let p = |a: usize| Ptr(a as *mut c_void);
+        let (n, me, count, dtype) = (4, 1, 8, DType::F32); // 32-byte blocks
+        let b = 32;
+        // all_to_all_single: any overlap, in place included
+        let a2a = |o, i| Op::AllToAllSingle { output: p(o), input: p(i), count, dtype };
+        assert_eq!(hazardous_inputs(&a2a(0x1000, 0x1000), n, me).len(), 1);
+        assert_eq!(hazardous_inputs(&a2a(0x1000, 0x1000 + 4 * b - 4), n, me).len(), 1);
+        assert!(hazardous_inputs(&a2a(0x1000, 0x1000 + 4 * b), n, me).is_empty());
+        // all_gather_single: in place is the input at this rank's block
+        let ag = |o, i| Op::AllGatherSingle { output: p(o), input: p(i), count, dtype };
+        assert!(hazardous_inputs(&ag(0x1000, 0x1000 + b), n, me).is_empty());
+        assert_eq!(hazardous_inputs(&ag(0x1000, 0x1000), n, me), vec![(p(0x1000), b)]);
+        // reduce_scatter_single: in place is the output at this rank's block
+        let rs = |o, i| Op::ReduceScatterSingle { output: p(o), input: p(i), count, dtype, op: ReduceOp { kind: RedKind::Sum, factor: PremulFactor::Host(1.0) } };
+        assert!(hazardous_inputs(&rs(0x1000 + b, 0x1000), n, me).is_empty());
+        assert_eq!(hazardous_inputs(&rs(0x1000, 0x1000), n, me), vec![(p(0x1000), 4 * b)]);
+        // all_to_all_v_single: overlap of the used lengths only
+        let v = |o, i| Op::AllToAllVSingle { output: p(o), output_counts: vec![1, 0, 2, 1], input: p(i), input_counts: vec![2, 2, 0, 0], dtype };
+        assert_eq!(hazardous_inputs(&v(0x1000, 0x1000), n, me), vec![(p(0x1000), 16)]);
+        assert!(hazardous_inputs(&v(0x1000, 0x1000 + 16), n, me).is_empty());
+        // lists: every input block is staged, and replaced in order
+        let l = Op::AllToAll { outputs: (0..4).map(|q| p(0x1000 + q * b)).collect(), inputs: (0..4).map(|q| p(0x1000 + q * b)).collect(), count, dtype };
+        let h = hazardous_inputs(&l, n, me);
+        assert_eq!(h.len(), 4);
+        let staged: Vec<Ptr> = (0..4).map(|q| p(0x9000 + q * b)).collect();
+        match with_inputs(&l, &staged) {
+            Op::AllToAll { inputs, outputs, .. } => {
+                assert_eq!(inputs.iter().map(|x| x.0 as usize).collect::<Vec<_>>(), vec![0x9000, 0x9020, 0x9040, 0x9060]);
+                assert_eq!(outputs[0].0 as usize, 0x1000);
+            }
+            _ => unreachable!(),
+        }
+        // gather/scatter: the root's own block in place is fine; partial overlap is not
+        let g = |i| Op::Gather { outputs: (0..4).map(|q| p(0x1000 + q * b)).collect(), input: p(i), count, dtype, root: 1 };
+        assert!(hazardous_inputs(&g(0x1000 + b), n, me).is_empty());
+        assert_eq!(hazardous_inputs(&g(0x1000 + 2 * b), n, me).len(), 1);
+        let sc = |o| Op::Scatter { output: p(o), inputs: (0..4).map(|q| p(0x1000 + q * b)).collect(), count, dtype, root: 1 };
+        assert!(hazardous_inputs(&sc(0x1000 + b), n, me).is_empty());
+        assert!(hazardous_inputs(&sc(0x1000 + 2 * b), n, me).is_empty(), "another block is sent before the root's copy");
+        assert_eq!(hazardous_inputs(&sc(0x1000 + b + 4), n, me).len(), 4);
+        // non-root gather/scatter pass empty lists
+        assert!(hazardous_inputs(&Op::Gather { outputs: vec![], input: p(0x1000), count, dtype, root: 0 }, n, me).is_empty());
     }
 
     #[test]
