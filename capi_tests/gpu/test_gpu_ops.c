@@ -559,6 +559,48 @@ static void test_global_capture_while_staging(void) {
     dfree(b);
 }
 
+/* Several works in flight at once: three async all_reduces (the comm's
+   internal stream) and a sync one on the caller's stream issued before any
+   is waited for, then waited for in reverse order. Every rank issues them
+   in the same order, which is all NCCL asks. */
+static void test_many_in_flight(void) {
+    enum { K = 4 };
+    size_t n = COUNT;
+    void *d[K];
+    float *h = malloc(sizeof(float) * n);
+    double want[256];
+    tc_work_t *w[K] = {NULL};
+    tc_reduce_op_t sum = TC_REDUCE_OP(TC_SUM);
+    tc_result_t rc[K];
+    seed++;
+    for (int k = 0; k < K; k++) {
+        d[k] = dalloc(sizeof(float) * n);
+        fill(TC_FLOAT32, h, R + k, 0, n);
+        h2d(d[k], h, sizeof(float) * n);
+    }
+    for (int k = 0; k < K; k++) {
+        tc_op_options_t o = opts_for(k == K - 1 ? SYNC : ASYNC_WAIT);
+        rc[k] = tc_all_reduce(comm, d[k], n, TC_FLOAT32, sum, &o, k == K - 1 ? NULL : &w[k]);
+    }
+    for (int k = K - 1; k >= 0; k--)
+        if (w[k]) {
+            if (rc[k] == TC_SUCCESS) rc[k] = tc_work_wait_blocking(w[k]);
+            tc_work_free(w[k]);
+        }
+    CU(cuStreamSynchronize(stream));
+    for (int k = 0; k < K; k++) {
+        d2h(h, d[k], sizeof(float) * n);
+        for (size_t i = 0; i < n; i++) {
+            want[i] = 0;
+            for (int r = 0; r < N; r++) want[i] += gen(TC_FLOAT32, r + k, i);
+        }
+        report(k == K - 1 ? "sync all_reduce issued behind three async ones" : "async all_reduce among several in flight",
+               TC_FLOAT32, "sum", k == K - 1 ? SYNC : ASYNC_BLOCK, rc[k] == TC_SUCCESS && compare(TC_FLOAT32, h, want, n, "in flight"));
+        dfree(d[k]);
+    }
+    free(h);
+}
+
 /* ---- split and barrier ------------------------------------------------- */
 
 static void test_split(void) {
@@ -676,6 +718,40 @@ static void test_hinted_comm(void) {
         for (size_t i = 0; i < n; i++) want[i] = reduce_ref(TC_FLOAT32, TC_SUM, i, 0);
         report("all_reduce on a non-blocking comm", TC_FLOAT32, "sum", mode, rc == TC_SUCCESS && compare(TC_FLOAT32, h, want, n, "non-blocking"));
     }
+    /* grouped calls (ncclGroupEnd answers in-progress): an all_to_all list
+       and a gather to the last rank */
+    for (int mode = 0; mode < NMODES; mode++) {
+        seed++;
+        size_t es = sizeof(float);
+        float *hh = malloc(es * n * (size_t)N);
+        void *in = dalloc(es * n * (size_t)N), *out = dalloc(es * n * (size_t)N);
+        const void *ins[MAXR];
+        void *outs[MAXR];
+        for (int r = 0; r < N; r++) { ins[r] = (char *)in + es * n * r; outs[r] = (char *)out + es * n * r; }
+        fill(TC_FLOAT32, hh, R, 0, n * N);
+        h2d(in, hh, es * n * N);
+        tc_op_options_t o = opts_for(mode);
+        tc_work_t *w = NULL;
+        rc = finish(mode, tc_all_to_all(c, outs, ins, n, TC_FLOAT32, &o, mode == SYNC ? NULL : &w), &w);
+        d2h(hh, out, es * n * N);
+        double *wa = malloc(sizeof(double) * n * N);
+        for (int r = 0; r < N; r++)
+            for (size_t i = 0; i < n; i++) wa[r * n + i] = gen(TC_FLOAT32, r, n * R + i);
+        report("all_to_all on a non-blocking comm", TC_FLOAT32, "-", mode, rc == TC_SUCCESS && compare(TC_FLOAT32, hh, wa, n * N, "non-blocking all_to_all"));
+        fill(TC_FLOAT32, hh, R, 0, n);
+        h2d(in, hh, es * n);
+        w = NULL;
+        rc = finish(mode, tc_gather(c, outs, in, n, TC_FLOAT32, N - 1, &o, mode == SYNC ? NULL : &w), &w);
+        d2h(hh, out, es * n * N);
+        for (int r = 0; r < N; r++)
+            for (size_t i = 0; i < n; i++) wa[r * n + i] = gen(TC_FLOAT32, r, i);
+        report("gather on a non-blocking comm", TC_FLOAT32, "-", mode,
+               rc == TC_SUCCESS && (R != N - 1 || compare(TC_FLOAT32, hh, wa, n * N, "non-blocking gather")));
+        free(wa);
+        free(hh);
+        dfree(in);
+        dfree(out);
+    }
     tc_op_options_t o = opts_for(SYNC);
     rc = tc_barrier(c, &o, NULL);
     CU(cuStreamSynchronize(stream));
@@ -780,6 +856,7 @@ int main(void) {
     test_graph_in_place_all_to_all();
     test_global_capture_while_pending();
     test_global_capture_while_staging();
+    test_many_in_flight();
     test_split();
     test_premul_pointer();
     test_hinted_comm();
