@@ -168,6 +168,25 @@ done
 echo "sim-gpu-test: tc-perf -B nccl -c 1 (checked results, 1/2/4 ranks): $perf_ok passed, $perf_fail failed"
 pass=$((pass + perf_ok)) fail=$((fail + perf_fail))
 
+# The GPU benchmark's pipeline (bench/nccl_raw.c built with cc, tc-perf
+# -B nccl, bench/gpu_compare.py's tables, CSV and plots) at tiny sizes:
+# every system must run and check its results. The figures mean nothing here.
+gb=$SIM/gpu-bench && rm -rf "$gb" && mkdir -p "$gb"
+if $CC -std=c11 -O2 -Wall -Wextra -Werror "$ROOT/bench/nccl_raw.c" -o "$gb/nccl_raw" -ldl; then
+  o=$(TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 timeout 300 python3 "$ROOT/bench/gpu_compare.py" --tc-run "$REL/tc-run" \
+    --tc-perf "$REL/tc-perf" --raw "$gb/nccl_raw" --torch-script "$ROOT/bench/torch_dist.py" --out "$gb/results" --no-torch \
+    -b 8 -e 64K -f 64 -n 20 -w 2 --rounds 1 --graph-iters 4 --graph-replays 2 2>&1); rc=$?
+  if [ "$rc" = 0 ] && echo "$o" | grep -q "^# wrong elements: ours 0, ours_a1 0, raw 0, ours_g 0, raw_g 0" \
+     && ! echo "$o" | grep -q "failed (dropped)" && [ -f "$gb/results/gpu_allreduce_summary.csv" ]; then
+    echo "sim-gpu-test: gpu-bench pipeline (nccl_raw, tc-perf -B nccl, gpu_compare.py): 1 passed, 0 failed"
+    pass=$((pass + 1))
+  else
+    echo "sim-gpu-test: gpu-bench pipeline failed (exit $rc):"; echo "$o" | tail -n 30; status=1; fail=$((fail + 1))
+  fi
+else
+  echo "sim-gpu-test: compiling bench/nccl_raw.c failed"; status=1; fail=$((fail + 1))
+fi
+
 # The unit tests of src/cuda.rs and staging that need a driver (they return
 # early without one, as in `cargo test`), with slow simulated streams.
 o=$(TC_SIM_DELAY_US=2000 ${CARGO:-cargo} test --release --lib --quiet -- cuda::tests staging::tests 2>&1); rc=$?
