@@ -408,6 +408,7 @@ impl Comm {
             device,
             store,
             timeout,
+            abort_on_error: opts.abort_on_error.unwrap_or(config().abort_on_error),
             hints: opts.hints.clone(),
         };
         crate::config::set_log_rank(rank);

@@ -30,6 +30,8 @@ pub struct BackendInit {
     pub store: StoreRef,
     /// The comm's default operation timeout.
     pub timeout: Duration,
+    /// Whether failures abort the process (the comm's abort-on-error).
+    pub abort_on_error: bool,
     pub hints: Hints,
 }
 

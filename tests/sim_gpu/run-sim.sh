@@ -122,6 +122,31 @@ $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests"
   "$ROOT/tests/sim_gpu/test_sim_peer_exit.c" -o "$B/test_sim_peer_exit" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
   || { echo "sim-gpu-test: compiling test_sim_peer_exit failed"; status=1; }
 RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "a peer process that dies, 2 ranks (TC_ERR_REMOTE, not a hang)" "$B/test_sim_peer_exit"
+$CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests" -I"$ROOT/capi_tests/gpu" -I"$SIM/cuda/include" \
+  "$ROOT/tests/sim_gpu/test_sim_init_hang.c" -o "$B/test_sim_init_hang" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
+  || { echo "sim-gpu-test: compiling test_sim_init_hang failed"; status=1; }
+# A rank that never arrives at creation: with abort-on-error off, a warning
+# at the comm's timeout (2 s) and the error when the simulated rendezvous
+# gives up (5 s); with it on, the process ends with a message soon after 2 s.
+hang_warning="has not returned after the comm's timeout (2000 ms): a rank did not arrive"
+o=$(RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 TC_SIM_NCCL_INIT_TIMEOUT_MS=5000 \
+  timeout 60 "$REL/tc-run" -n 2 -- "$B/test_sim_init_hang" wait 2>&1); rc=$?
+if [ "$rc" = 0 ] && echo "$o" | grep -q "$hang_warning; a blocking NCCL creation cannot be interrupted" \
+   && echo "$o" | grep -q "2 passed, 0 failed"; then
+  echo "sim-gpu-test: a rank missing at creation, abort-on-error off (warning, then the error): 1 passed, 0 failed"; pass=$((pass + 1))
+else
+  echo "sim-gpu-test: a rank missing at creation, abort-on-error off: failed (exit $rc)"; echo "$o" | tail -n 20; status=1; fail=$((fail + 1))
+fi
+start=$(date +%s)
+o=$(TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 TC_SIM_NCCL_INIT_TIMEOUT_MS=30000 \
+  timeout 60 "$REL/tc-run" -n 2 -- "$B/test_sim_init_hang" abort 2>&1); rc=$?
+took=$(( $(date +%s) - start ))
+if [ "$rc" != 0 ] && [ "$took" -lt 20 ] && echo "$o" | grep -q "$hang_warning; aborting the process" \
+   && ! echo "$o" | grep -q "passed, 1 failed"; then
+  echo "sim-gpu-test: a rank missing at creation, abort-on-error on (process aborted in ${took} s): 1 passed, 0 failed"; pass=$((pass + 1))
+else
+  echo "sim-gpu-test: a rank missing at creation, abort-on-error on: failed (exit $rc after ${took} s)"; echo "$o" | tail -n 20; status=1; fail=$((fail + 1))
+fi
 
 # The nccl programs once more under valgrind (as capi-valgrind does for the
 # host tests): no memory errors, no definite or indirect leaks in our GPU

@@ -78,6 +78,54 @@ impl Drop for CommUse<'_> {
     }
 }
 
+/// Watches a blocking comm creation from another thread: if it has not
+/// returned within the comm's timeout (a rank never arrived), it aborts the
+/// process with a message when abort-on-error is on, and otherwise warns
+/// that the call cannot be interrupted (the hint `blocking=0` makes creation
+/// fail at the timeout instead). Dropping the guard ends the watch.
+struct InitGuard {
+    done: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl InitGuard {
+    fn start(what: &str, timeout: Duration, abort_on_error: bool) -> InitGuard {
+        let (done, finished) = std::sync::mpsc::channel::<()>();
+        let what = what.to_string();
+        let thread = std::thread::Builder::new()
+            .name("tc-nccl-init-guard".into())
+            .spawn(move || {
+                if finished.recv_timeout(timeout) != Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+                    return;
+                }
+                let message = format!(
+                    "{what} has not returned after the comm's timeout ({} ms): a rank did not arrive",
+                    timeout.as_millis()
+                );
+                if abort_on_error {
+                    crate::config::log(
+                        crate::config::Level::Warn,
+                        &format!("{message}; aborting the process (abort_on_error; TORCHCOMM_ABORT_ON_ERROR=0 to keep waiting)"),
+                    );
+                    std::process::abort();
+                }
+                crate::log_warn!("{message}; a blocking NCCL creation cannot be interrupted (the hint blocking=0 makes it fail at the timeout instead)");
+                let _ = finished.recv();
+            })
+            .ok();
+        InitGuard { done: Some(done), thread }
+    }
+}
+
+impl Drop for InitGuard {
+    fn drop(&mut self) {
+        drop(self.done.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 pub fn create(init: BackendInit) -> Result<Box<dyn Backend>> {
     Ok(Box::new(NcclBackend::create(init)?))
 }
@@ -419,8 +467,13 @@ impl NcclBackend {
         let nonblocking = config.blocking == 0;
         let mut comm: NcclComm = std::ptr::null_mut();
         let started = Instant::now();
-        let r = make_comm(&mut comm, &mut config);
         let what = format!("{call} (comm '{}', rank {}/{}, device {ordinal}, NCCL {})", init.name, init.rank, init.size, lib.version_string());
+        // A blocking creation waits inside NCCL for every rank and cannot be
+        // interrupted; the guard makes a missing rank visible (and, with
+        // abort-on-error, ends the process) instead of a silent hang.
+        let guard = (!nonblocking).then(|| InitGuard::start(&what, init.timeout, init.abort_on_error));
+        let r = make_comm(&mut comm, &mut config);
+        drop(guard);
         if r != NCCL_SUCCESS && !(nonblocking && r == NCCL_IN_PROGRESS) {
             let e = lib.error(r, &what, comm);
             if !comm.is_null() {
