@@ -116,8 +116,25 @@ int main(void) {
     tc_window_t *win = SENTINEL;
     EXPECT_RC(tc_window_new(NULL, &win), TC_ERR_NULL_ARGUMENT, "'comm'");
     EXPECT_RC(tc_window_new(comm, NULL), TC_ERR_NULL_ARGUMENT, "'window'");
-    EXPECT_RC(tc_window_new(comm, &win), TC_ERR_UNSUPPORTED, "windows");
     CHECK(win == SENTINEL);
+    EXPECT_RC(tc_window_register(NULL, buf, sizeof buf), TC_ERR_NULL_ARGUMENT, "'window'");
+    EXPECT_RC(tc_window_deregister(NULL), TC_ERR_NULL_ARGUMENT, "'window'");
+    EXPECT_RC(tc_window_put(NULL, buf, 4, 0, 0, NULL, &work), TC_ERR_NULL_ARGUMENT, "'window'");
+    EXPECT_RC(tc_window_signal(NULL, 0, NULL, &work), TC_ERR_NULL_ARGUMENT, "'window'");
+    EXPECT_RC(tc_window_wait_signal(NULL, 0, NULL, &work), TC_ERR_NULL_ARGUMENT, "'window'");
+    EXPECT_RC(tc_window_map_remote(NULL, 0, &p), TC_ERR_NULL_ARGUMENT, "'window'");
+    CHECK(work == SENTINEL && p == SENTINEL);
+    EXPECT_OK(tc_window_new(comm, &win));
+    EXPECT_RC(tc_window_register(win, NULL, sizeof out), TC_ERR_NULL_ARGUMENT, "'buf'");
+    EXPECT_OK(tc_window_register(win, out, sizeof out));
+    EXPECT_RC(tc_window_put(win, NULL, 4, 0, 0, NULL, &work), TC_ERR_NULL_ARGUMENT, "'src'");
+    EXPECT_RC(tc_window_put(win, buf, 4, 0, 0, &bad, &work), TC_ERR_INVALID_ARGUMENT, "magic");
+    EXPECT_RC(tc_window_signal(win, 0, &bad, &work), TC_ERR_INVALID_ARGUMENT, "magic");
+    EXPECT_RC(tc_window_wait_signal(win, 0, &bad, &work), TC_ERR_INVALID_ARGUMENT, "magic");
+    EXPECT_RC(tc_window_map_remote(win, 0, NULL), TC_ERR_NULL_ARGUMENT, "'ptr'");
+    CHECK(work == SENTINEL);
+    EXPECT_OK(tc_window_deregister(win));
+    tc_window_free(win);
     tc_window_free(NULL);
 
     /* ---- work ----------------------------------------------------------- */

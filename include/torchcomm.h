@@ -836,13 +836,81 @@ void tc_store_free(tc_store_t *store);
 tc_result_t tc_dtype_size(tc_dtype_t dtype, size_t *size);
 
 /*
- Creates a window on `comm`. Not implemented by any backend yet: returns
- `TC_ERR_UNSUPPORTED` and leaves `*window` untouched.
+ Creates a one-sided window on `comm`; free it with `tc_window_free`.
+
+ Collective: every rank of the comm creates its windows in the same order.
+ The window keeps the comm's resources alive until it is freed. Fails with
+ `TC_ERR_UNSUPPORTED` on backends without windows (`nccl` for now), and
+ on a finalized or aborted comm. `*window` is written only on success.
  */
 tc_result_t tc_window_new(tc_comm_t *comm, tc_window_t **window);
 
 /*
- Frees a window. NULL is ignored.
+ Registers `bytes` bytes at `buf` as this rank's window memory, which
+ other ranks then write with `tc_window_put`.
+
+ Collective over the window's comm; sizes may differ between ranks. One
+ buffer at a time: deregister before registering another. The buffer must
+ stay valid until `tc_window_deregister` (or `tc_window_free`) returns.
+ `buf` must not be NULL and `bytes` must not be 0.
+ */
+tc_result_t tc_window_register(tc_window_t *window, void *buf, size_t bytes);
+
+/*
+ Ends the registration of this rank's buffer.
+
+ Collective: every put issued before any rank's deregister has landed when
+ it returns, and no later put lands in the buffer.
+ */
+tc_result_t tc_window_deregister(tc_window_t *window);
+
+/*
+ Writes `bytes` bytes from `src` into `dst_rank`'s registered buffer at
+ byte offset `dst_offset`, without `dst_rank`'s application taking part.
+
+ Returns when `src` may be reused. The target sees the data once it has
+ waited for a later `tc_window_signal` from this rank
+ (`tc_window_wait_signal`). `dst_offset + bytes` beyond the target's
+ registered size fails with `TC_ERR_INVALID_ARGUMENT` naming both. A put to
+ this rank itself is a copy. `opts` may be NULL (`timeout_ms` applies;
+ `async_op` and `stream` are ignored: the call completes before it
+ returns). `*work`, when `work` is not NULL, receives a completed work
+ handle to free with `tc_work_free`. Thread-safe.
+ */
+tc_result_t tc_window_put(tc_window_t *window, const void *src, size_t bytes, int32_t dst_rank, size_t dst_offset, const tc_op_options_t *opts, tc_work_t **work);
+
+/*
+ Sends one signal to `peer`; it arrives after every earlier put from this
+ rank to `peer`.
+
+ `opts` and `work` as for `tc_window_put`. Thread-safe.
+ */
+tc_result_t tc_window_signal(tc_window_t *window, int32_t peer, const tc_op_options_t *opts, tc_work_t **work);
+
+/*
+ Waits for one signal from `peer` and consumes it; when it returns, every
+ put `peer` issued to this rank before that signal is in this rank's
+ buffer.
+
+ Each signal satisfies one wait. Fails with `TC_ERR_TIMEOUT` when no
+ signal arrives within the operation's timeout (`opts.timeout_ms`, 0 or
+ unset: the comm's), and with `TC_ERR_REMOTE` when `peer` is gone. `opts`
+ and `work` as for `tc_window_put`. Thread-safe.
+ */
+tc_result_t tc_window_wait_signal(tc_window_t *window, int32_t peer, const tc_op_options_t *opts, tc_work_t **work);
+
+/*
+ Gives a local pointer to `rank`'s registered buffer, where the memory is
+ reachable from this process: always this rank's own buffer;
+ `TC_ERR_UNSUPPORTED` for other ranks on the `gloo` backend (no shared
+ memory). `*ptr` is written only on success and stays valid until the
+ buffer is deregistered.
+ */
+tc_result_t tc_window_map_remote(tc_window_t *window, int32_t rank, void **ptr);
+
+/*
+ Frees a window (ending its registration without the collective
+ deregister: free windows on every rank alike). NULL is ignored.
  */
 void tc_window_free(tc_window_t *window);
 

@@ -3,7 +3,8 @@
 //! Layout: `ffi` is the thin `extern "C"` layer (one module per C object
 //! family); everything under it is safe Rust: `error`, `types`, `options`,
 //! `config` (environment and logging), `store` (rendezvous), `comm` (the
-//! communicator and its operations), `work`, `backends`.
+//! communicator and its operations), `window` (one-sided windows), `work`,
+//! `backends`.
 
 #![allow(clippy::missing_safety_doc)]
 
@@ -17,4 +18,5 @@ pub mod ffi;
 pub mod options;
 pub mod store;
 pub mod types;
+pub mod window;
 pub mod work;

@@ -80,6 +80,13 @@ pub trait Backend: Send + Sync {
         Err(Error::unsupported("this backend has no native split"))
     }
 
+    /// Creates a one-sided window over this comm, collectively over every
+    /// rank (see [`WindowBackend`]). Backends without windows answer
+    /// `TC_ERR_UNSUPPORTED`.
+    fn new_window(&self, _timeout: Duration) -> Result<Box<dyn WindowBackend>> {
+        Err(Error::unsupported("windows (RMA) are not implemented for this backend yet"))
+    }
+
     /// A failure found asynchronously (e.g. NCCL's async error), polled by
     /// the comm's watchdog.
     fn async_error(&self) -> Option<crate::error::Error> {
@@ -112,6 +119,37 @@ pub trait Backend: Send + Sync {
     fn mem_free(&self, _ptr: *mut c_void) -> Result<()> {
         Err(unsupported_hook("its own allocator (tc_mem_free)"))
     }
+}
+
+/// A backend's side of a one-sided window (`tc_window_*`). The comm-level
+/// `Window` has already checked its arguments (ranks in range, offsets and
+/// sizes without overflow, a buffer registered where one is needed) and
+/// serializes calls; every call completes before it returns and fails
+/// within `timeout`.
+///
+/// Ordering: a `signal(peer)` reaches `peer` after every earlier `put` from
+/// this rank to `peer`, and when `wait_signal(src)` returns on `peer`, the
+/// data of every put `src` issued before that signal is in `peer`'s buffer.
+/// Each signal satisfies one wait.
+pub trait WindowBackend: Send + Sync {
+    /// Collective: every rank registers its buffer (sizes may differ); puts
+    /// are bounds-checked against the target's size.
+    fn register(&self, buf: *mut c_void, bytes: usize, timeout: Duration) -> Result<()>;
+    /// Collective: after it, no put can land in the buffer any more.
+    fn deregister(&self, timeout: Duration) -> Result<()>;
+    /// Size of `rank`'s registered buffer.
+    fn remote_size(&self, rank: i32) -> usize;
+    /// Writes `bytes` from `src` at `dst_offset` in `dst_rank`'s buffer.
+    fn put(&self, src: *const c_void, bytes: usize, dst_rank: i32, dst_offset: usize, timeout: Duration) -> Result<()>;
+    /// Notifies `peer` (after this rank's earlier puts to it).
+    fn signal(&self, peer: i32, timeout: Duration) -> Result<()>;
+    /// Waits for (and consumes) one signal from `peer`.
+    fn wait_signal(&self, peer: i32, timeout: Duration) -> Result<()>;
+    /// A local pointer to `rank`'s buffer where the memory is reachable
+    /// (always this rank's own); `TC_ERR_UNSUPPORTED` otherwise.
+    fn map_remote(&self, rank: i32) -> Result<*mut c_void>;
+    /// Ends the window's service (called once, by free or comm shutdown).
+    fn close(&self);
 }
 
 /// The answer of a backend without an optional hook.

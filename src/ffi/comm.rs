@@ -61,7 +61,7 @@ unsafe fn comm_options(p: *const tc_comm_options_t) -> Result<CommOptions> {
     })
 }
 
-unsafe fn op_options(p: *const tc_op_options_t) -> Result<OpOptions> {
+pub(crate) unsafe fn op_options(p: *const tc_op_options_t) -> Result<OpOptions> {
     let o = read_versioned(p, "opts")?;
     let async_op = match o.async_op {
         0 => false,
@@ -251,7 +251,7 @@ fn issue(
 
 /// Gives the caller a handle to `w` when it asked for one (`out` non-NULL);
 /// the handle keeps `comm` alive.
-fn hand_out_work(out: *mut *mut tc_work_t, w: Arc<dyn crate::work::Work>, comm: &Arc<Comm>) {
+pub(crate) fn hand_out_work(out: *mut *mut tc_work_t, w: Arc<dyn crate::work::Work>, comm: &Arc<Comm>) {
     if !out.is_null() {
         unsafe { *out = into_handle(crate::ffi::work::tc_work { inner: w, _comm: comm.clone() }) };
     }
