@@ -42,6 +42,12 @@ struct tc_gloo_ctx {
   std::shared_ptr<gloo::rendezvous::Context> context;
 };
 
+struct tc_gloo_ubuf {
+  std::unique_ptr<gloo::transport::UnboundBuffer> buf;
+  int rank;
+  int size;
+};
+
 namespace {
 
 using Millis = std::chrono::milliseconds;
@@ -454,6 +460,122 @@ int tc_gloo_p2p(tc_gloo_ctx *ctx, const tc_gloo_transfer *ops, size_t n, int64_t
   if (rc != TC_GLOO_OK && failed_peer != nullptr && ops != nullptr && current < n)
     *failed_peer = ops[current].peer;
   return rc;
+}
+
+int tc_gloo_ubuf_new(tc_gloo_ctx *ctx, void *ptr, size_t size, tc_gloo_ubuf **out, char *err,
+                     size_t errlen) {
+  if (out != nullptr) *out = nullptr;
+  return guarded(err, errlen, [&] {
+    check_ctx(ctx);
+    if (out == nullptr) throw std::invalid_argument("NULL output");
+    auto handle = std::make_unique<tc_gloo_ubuf>();
+    handle->buf = ctx->context->createUnboundBuffer(ptr, size);
+    handle->rank = ctx->context->rank;
+    handle->size = ctx->context->size;
+    *out = handle.release();
+  });
+}
+
+void tc_gloo_ubuf_free(tc_gloo_ubuf *buf) {
+  char err[64];
+  guarded(err, sizeof(err), [&] { delete buf; });
+}
+
+namespace {
+
+void check_ubuf(tc_gloo_ubuf *buf) {
+  if (buf == nullptr || !buf->buf) throw std::invalid_argument("NULL gloo unbound buffer");
+}
+
+// Gloo enforces these too, but by an exception thrown after part of the
+// operation's state may be set up; refuse them first.
+void check_range(tc_gloo_ubuf *buf, size_t offset, size_t nbytes) {
+  if (offset > buf->buf->size || nbytes > buf->buf->size - offset)
+    throw std::invalid_argument("range [" + std::to_string(offset) + ", +" + std::to_string(nbytes) +
+                                ") outside the buffer of " + std::to_string(buf->buf->size) + " bytes");
+}
+
+void check_peer(tc_gloo_ubuf *buf, int peer) {
+  if (peer < 0 || peer >= buf->size || peer == buf->rank)
+    throw std::invalid_argument("peer " + std::to_string(peer) + " is not another rank");
+}
+
+// Gloo's "no timeout" is its context default; a wait that may last as long
+// as the application is silent uses ten years instead.
+Millis wait_millis(int64_t ms) { return ms > 0 ? Millis(ms) : Millis(int64_t{10} * 365 * 24 * 3600 * 1000); }
+
+}  // namespace
+
+int tc_gloo_ubuf_send(tc_gloo_ubuf *buf, int peer, uint64_t slot, size_t offset, size_t nbytes, char *err,
+                      size_t errlen) {
+  return guarded(err, errlen, [&] {
+    check_ubuf(buf);
+    check_peer(buf, peer);
+    check_range(buf, offset, nbytes);
+    buf->buf->send(peer, slot, offset, nbytes);
+  });
+}
+
+int tc_gloo_ubuf_recv(tc_gloo_ubuf *buf, int peer, uint64_t slot, size_t offset, size_t nbytes, char *err,
+                      size_t errlen) {
+  return guarded(err, errlen, [&] {
+    check_ubuf(buf);
+    check_peer(buf, peer);
+    check_range(buf, offset, nbytes);
+    buf->buf->recv(peer, slot, offset, nbytes);
+  });
+}
+
+int tc_gloo_ubuf_recv_any(tc_gloo_ubuf *buf, const int *srcs, size_t nsrcs, uint64_t slot, size_t offset,
+                          size_t nbytes, char *err, size_t errlen) {
+  return guarded(err, errlen, [&] {
+    check_ubuf(buf);
+    check_range(buf, offset, nbytes);
+    std::vector<int> ranks;
+    if (srcs == nullptr) {
+      for (int r = 0; r < buf->size; r++)
+        if (r != buf->rank) ranks.push_back(r);
+    } else {
+      for (size_t i = 0; i < nsrcs; i++) {
+        check_peer(buf, srcs[i]);
+        ranks.push_back(srcs[i]);
+      }
+    }
+    if (ranks.empty()) throw std::invalid_argument("no source ranks");
+    buf->buf->recv(ranks, slot, offset, nbytes);
+  });
+}
+
+int tc_gloo_ubuf_wait_send(tc_gloo_ubuf *buf, int64_t timeout_ms, int *peer, char *err, size_t errlen) {
+  bool done = false;
+  int rc = guarded(err, errlen, [&] {
+    check_ubuf(buf);
+    done = buf->buf->waitSend(peer, wait_millis(timeout_ms));
+  });
+  return rc == TC_GLOO_OK && !done ? TC_GLOO_ABORTED : rc;
+}
+
+int tc_gloo_ubuf_wait_recv(tc_gloo_ubuf *buf, int64_t timeout_ms, int *peer, char *err, size_t errlen) {
+  bool done = false;
+  int rc = guarded(err, errlen, [&] {
+    check_ubuf(buf);
+    done = buf->buf->waitRecv(peer, wait_millis(timeout_ms));
+  });
+  return rc == TC_GLOO_OK && !done ? TC_GLOO_ABORTED : rc;
+}
+
+void tc_gloo_ubuf_abort_wait_send(tc_gloo_ubuf *buf) {
+  char err[64];
+  guarded(err, sizeof(err), [&] {
+    if (buf != nullptr && buf->buf) buf->buf->abortWaitSend();
+  });
+}
+
+void tc_gloo_ubuf_abort_wait_recv(tc_gloo_ubuf *buf) {
+  char err[64];
+  guarded(err, sizeof(err), [&] {
+    if (buf != nullptr && buf->buf) buf->buf->abortWaitRecv();
+  });
 }
 
 }  // extern "C"

@@ -30,7 +30,7 @@
 extern "C" {
 #endif
 
-#define TC_GLOO_ABI_VERSION 1
+#define TC_GLOO_ABI_VERSION 2
 
 #if defined(__GNUC__)
 #define TC_GLOO_API __attribute__((visibility("default")))
@@ -44,7 +44,8 @@ enum {
   TC_GLOO_ERR_REMOTE = 2,   /* a peer closed the connection or I/O failed */
   TC_GLOO_ERR_INVALID = 3,  /* arguments Gloo rejected */
   TC_GLOO_ERR_INTERNAL = 4, /* any other exception */
-  TC_GLOO_ERR_STORE = 5     /* the rendezvous store failed */
+  TC_GLOO_ERR_STORE = 5,    /* the rendezvous store failed */
+  TC_GLOO_ABORTED = 6       /* a wait ended by tc_gloo_ubuf_abort_wait_* (not an error) */
 };
 
 typedef struct tc_gloo_ctx tc_gloo_ctx;
@@ -135,6 +136,46 @@ typedef struct tc_gloo_transfer {
  * receiving process inside Gloo): agree on them first. */
 TC_GLOO_API int tc_gloo_p2p(tc_gloo_ctx *ctx, const tc_gloo_transfer *ops, size_t n, int64_t timeout_ms,
                 int *failed_peer, char *err, size_t errlen);
+
+/* Unbound buffers (Gloo's transport::UnboundBuffer) over `size` bytes at
+ * `ptr`, for one-sided windows: transfers are matched by (peer, slot) in
+ * posting order; a send completes once the receiver posted a matching
+ * receive and the bytes were written to the socket. `ptr` must stay valid
+ * until the buffer is freed. A Gloo timeout in a wait closes every
+ * connection of the context (Gloo's behaviour): wait with timeout_ms <= 0
+ * (no timeout) where a peer may legitimately stay silent, and stop such a
+ * wait with tc_gloo_ubuf_abort_wait_recv/send. Several threads may use
+ * different buffers of one context at once. */
+typedef struct tc_gloo_ubuf tc_gloo_ubuf;
+
+TC_GLOO_API int tc_gloo_ubuf_new(tc_gloo_ctx *ctx, void *ptr, size_t size, tc_gloo_ubuf **out, char *err,
+                                 size_t errlen);
+/* Pending operations on the buffer are dropped (Gloo holds weak references). */
+TC_GLOO_API void tc_gloo_ubuf_free(tc_gloo_ubuf *buf);
+/* Posts a send of bytes [offset, offset + nbytes) to `peer`. */
+TC_GLOO_API int tc_gloo_ubuf_send(tc_gloo_ubuf *buf, int peer, uint64_t slot, size_t offset, size_t nbytes,
+                                  char *err, size_t errlen);
+/* Posts a receive into [offset, offset + nbytes) from `peer`; the sender's
+ * byte count must not exceed nbytes (a larger one kills this process inside
+ * Gloo): agree on sizes first. */
+TC_GLOO_API int tc_gloo_ubuf_recv(tc_gloo_ubuf *buf, int peer, uint64_t slot, size_t offset, size_t nbytes,
+                                  char *err, size_t errlen);
+/* Like tc_gloo_ubuf_recv from whichever of srcs[0..nsrcs) sends first;
+ * srcs == NULL means every other rank. */
+TC_GLOO_API int tc_gloo_ubuf_recv_any(tc_gloo_ubuf *buf, const int *srcs, size_t nsrcs, uint64_t slot,
+                                      size_t offset, size_t nbytes, char *err, size_t errlen);
+/* Waits for one posted operation to complete: TC_GLOO_OK with the peer in
+ * *peer (if not NULL), TC_GLOO_ABORTED after an abort, or an error (a
+ * failed connection: TC_GLOO_ERR_REMOTE; the timeout: TC_GLOO_ERR_TIMEOUT,
+ * after which the context's connections are closed). */
+TC_GLOO_API int tc_gloo_ubuf_wait_send(tc_gloo_ubuf *buf, int64_t timeout_ms, int *peer, char *err,
+                                       size_t errlen);
+TC_GLOO_API int tc_gloo_ubuf_wait_recv(tc_gloo_ubuf *buf, int64_t timeout_ms, int *peer, char *err,
+                                       size_t errlen);
+/* Ends the current (or the next) wait on the buffer with TC_GLOO_ABORTED;
+ * callable from any thread. The posted operation itself stays posted. */
+TC_GLOO_API void tc_gloo_ubuf_abort_wait_send(tc_gloo_ubuf *buf);
+TC_GLOO_API void tc_gloo_ubuf_abort_wait_recv(tc_gloo_ubuf *buf);
 
 #ifdef __cplusplus
 }

@@ -24,8 +24,9 @@
 
 pub mod reduce;
 pub mod shim;
+mod window;
 
-use super::{Backend, BackendInit};
+use super::{Backend, BackendInit, WindowBackend};
 use crate::comm::{Op, P2p};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::StoreRef;
@@ -102,6 +103,11 @@ pub struct GlooBackend {
     ops_run: AtomicU64,
     /// Set by the first failure that was diagnosed.
     diagnosed: AtomicBool,
+    /// Windows created so far (each rendezvouses under `window/<k>`).
+    windows_made: AtomicU64,
+    /// The address selection of the comm's context, reused by windows.
+    hostname: Option<String>,
+    iface: Option<String>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -267,11 +273,11 @@ impl GlooBackend {
         let module = shim::module()?;
         let check = crate::config::config().check_collectives;
         let n = init.size as usize;
+        let hint = |k: &str| init.hints.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let hostname = hint("gloo.hostname").or_else(|| env("TORCHCOMM_GLOO_HOSTNAME"));
+        let iface = hint("gloo.iface").or_else(|| env("TORCHCOMM_GLOO_IFACE")).or_else(|| env("GLOO_SOCKET_IFNAME"));
         let ctx = if init.size > 1 {
-            let hint = |k: &str| init.hints.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
-            let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-            let hostname = hint("gloo.hostname").or_else(|| env("TORCHCOMM_GLOO_HOSTNAME"));
-            let iface = hint("gloo.iface").or_else(|| env("TORCHCOMM_GLOO_IFACE")).or_else(|| env("GLOO_SOCKET_IFNAME"));
             let store: StoreRef = init.store.clone();
             let vt = shim::StoreVtable {
                 user: &store as *const StoreRef as *mut c_void,
@@ -310,6 +316,9 @@ impl GlooBackend {
             store: init.store.clone(),
             ops_run: AtomicU64::new(0),
             diagnosed: AtomicBool::new(false),
+            windows_made: AtomicU64::new(0),
+            hostname,
+            iface,
         };
         let mut backend = backend;
         backend.hello(init.timeout)?;
@@ -1142,6 +1151,10 @@ impl Backend for GlooBackend {
 
     fn finalize(&self) -> Result<()> {
         Ok(())
+    }
+
+    fn new_window(&self, timeout: Duration) -> Result<Box<dyn WindowBackend>> {
+        window::create(self, timeout)
     }
 }
 

@@ -1,0 +1,765 @@
+//! One-sided windows (RMA) on the gloo backend.
+//!
+//! Gloo has no remote memory access, so each window emulates it with
+//! messages on a Gloo context of its own (its own TCP connections: window
+//! traffic never interleaves with the comm's collectives), rendezvoused
+//! through the comm's store under `window/<k>`:
+//!
+//! - `register` starts a service thread on every rank. It receives a fixed
+//!   32-byte header from any peer; a PUT header is followed by its payload,
+//!   received from that peer straight into the registered buffer; a SIGNAL
+//!   header counts one signal from its sender; a STOP header says the sender
+//!   deregistered.
+//! - the origin of a put sends the header, then the payload, and returns when
+//!   both are written to the socket. Gloo sends only once the receiver posted
+//!   a matching receive, and the service handles one header at a time, so a
+//!   later SIGNAL from the same rank is handled after the earlier payloads
+//!   landed.
+//! - `deregister` sends STOP to every peer, and the service ends after STOP
+//!   from every peer: everything they sent before has landed, and nothing
+//!   can land after.
+//! - a watcher thread keeps a receive posted on every peer's connection that
+//!   no peer ever matches: when a connection fails, Gloo fails that receive,
+//!   and the window becomes unusable with TC_ERR_REMOTE (a receive from any
+//!   rank, as the service's, is not told about a dead connection).
+//!
+//! Gloo closes every connection of a context when one of its waits times
+//! out, so the service waits for headers without a timeout (an abort ends
+//! it); a timed-out put, signal or deregister leaves the window unusable.
+//! `wait_signal` waits on this rank's counters only and can time out
+//! without harm.
+
+use super::shim::{self, UnboundBuffer, Waited};
+use super::{lock, store_get, store_set, store_wait, GlooBackend};
+use crate::backends::WindowBackend;
+use crate::error::{Error, ErrorKind, Result};
+use crate::store::{PrefixStore, StoreRef};
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Gloo slots of the window's messages (its own context: no clash with the
+/// comm's slots; Gloo's collectives, used for the size exchange, take small
+/// prefixes).
+const SLOT_HEADER: u64 = (0x57 << 56) | 1;
+const SLOT_DATA: u64 = (0x57 << 56) | 2;
+const SLOT_WATCH: u64 = (0x57 << 56) | 3;
+
+const HEADER_BYTES: usize = 32;
+const MAGIC: u64 = 0x7463_7769_6e64_0000; // "tcwind" + kind in the low byte
+const KIND_PUT: u64 = 1;
+const KIND_SIGNAL: u64 = 2;
+const KIND_STOP: u64 = 3;
+
+/// Creates the window of `backend`: connects its context (collective).
+pub(super) fn create(backend: &GlooBackend, timeout: Duration) -> Result<Box<dyn WindowBackend>> {
+    backend.check_not_broken()?;
+    let k = backend.windows_made.fetch_add(1, Ordering::SeqCst);
+    let label = format!("window {k} of comm '{}'", backend.name);
+    let (rank, size) = (backend.rank, backend.size);
+    let ctx = if size > 1 {
+        let module = shim::module()?;
+        let store: StoreRef = Arc::new(PrefixStore::new(&format!("window/{k}"), backend.store.clone()));
+        let vt = shim::StoreVtable {
+            user: &store as *const StoreRef as *mut c_void,
+            set: store_set,
+            get: store_get,
+            wait: store_wait,
+        };
+        let ctx = shim::Context::new(module, rank, size, &vt, timeout, backend.hostname.as_deref(), backend.iface.as_deref())
+            .map_err(|e| Error::new(e.kind(), format!("gloo {label}: connecting rank {rank} of {size}: {}", e.message)))?;
+        Some(ctx)
+    } else {
+        None
+    };
+    let n = size as usize;
+    let inner = Arc::new(Inner {
+        rank,
+        size,
+        label,
+        timeout,
+        ctx,
+        send_lock: Mutex::new(()),
+        tag: AtomicU32::new(1),
+        st: Mutex::new(State {
+            buf: 0,
+            bytes: 0,
+            registered: false,
+            sizes: vec![0; n],
+            signals: vec![0; n],
+            refused: vec![None; n],
+            stopped: vec![false; n],
+            service: None,
+            service_done: true,
+            broken: None,
+            closed: false,
+            inflight: Vec::new(),
+            watch: None,
+        }),
+        cv: Condvar::new(),
+    });
+    if size > 1 {
+        inner.start_watch()?;
+    }
+    crate::log_info!("gloo: {} created on rank {rank}/{size}", inner.label);
+    Ok(Box::new(GlooWindow { inner }))
+}
+
+pub(super) struct GlooWindow {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    rank: i32,
+    size: i32,
+    label: String,
+    /// The window's creation timeout: bounds the payload that follows a
+    /// PUT header.
+    timeout: Duration,
+    /// None for a world of one rank.
+    ctx: Option<shim::Context>,
+    /// Serializes this rank's sends (put, signal, STOP): one message at a
+    /// time, so a header and its payload are never separated.
+    send_lock: Mutex<()>,
+    /// Next tag of a collective on the window's context (same on all ranks:
+    /// register is collective).
+    tag: AtomicU32,
+    st: Mutex<State>,
+    /// Signals, refusals, STOPs, the service's end and failures.
+    cv: Condvar,
+}
+
+struct State {
+    /// The registered buffer (address) and its size.
+    buf: usize,
+    bytes: usize,
+    registered: bool,
+    /// Every rank's registered size (from register's exchange).
+    sizes: Vec<usize>,
+    /// Signals received and not yet waited for, per source.
+    signals: Vec<u64>,
+    /// A put from this source that was refused here, reported by the next
+    /// wait_signal from it.
+    refused: Vec<Option<String>>,
+    /// STOP received from this source in the current deregistration.
+    stopped: Vec<bool>,
+    service: Option<Service>,
+    service_done: bool,
+    /// Set once the window is unusable.
+    broken: Option<Error>,
+    closed: bool,
+    /// Origin buffers whose sends are in flight (close ends their waits).
+    inflight: Vec<Arc<UnboundBuffer>>,
+    watch: Option<Watch>,
+}
+
+struct Service {
+    bufs: Arc<ServiceBufs>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The service's receive buffers, shared so that another thread can abort
+/// their waits.
+struct ServiceBufs {
+    header: UnboundBuffer,
+    /// Backs `header` (declared after it: dropped after it).
+    header_mem: Box<[u64; 4]>,
+    data: UnboundBuffer,
+}
+
+struct Watch {
+    buf: Arc<UnboundBuffer>,
+    _mem: Vec<u8>,
+    thread: Option<JoinHandle<()>>,
+}
+
+// The raw buffer address in `State` is only written through by the service
+// thread while the buffer is registered (the caller keeps it alive).
+unsafe impl Send for Inner {}
+unsafe impl Sync for Inner {}
+
+fn ms(d: Duration) -> u128 {
+    d.as_millis()
+}
+
+struct Deadline(Instant, Duration);
+
+impl Deadline {
+    fn new(t: Duration) -> Deadline {
+        Deadline(Instant::now() + t, t)
+    }
+    fn left(&self) -> Duration {
+        self.0.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))
+    }
+    fn passed(&self) -> bool {
+        Instant::now() >= self.0
+    }
+}
+
+impl Inner {
+    fn ctx(&self) -> &shim::Context {
+        self.ctx.as_ref().expect("a window context exists for more than one rank")
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.st)
+    }
+
+    fn usable(&self, st: &State, what: &str) -> Result<()> {
+        if st.closed {
+            return Err(Error::new(ErrorKind::Aborted, format!("gloo {} {what}: the window is closed", self.label)));
+        }
+        if let Some(e) = &st.broken {
+            return Err(Error::new(
+                e.kind,
+                format!("gloo {} {what} on rank {}: the window is unusable after an earlier failure: {}", self.label, self.rank, e.message),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Makes the window unusable (the first failure is kept), closes its
+    /// connections (peers fail fast and nothing lands any more) and ends the
+    /// service's waits.
+    fn mark_broken(&self, err: Error) {
+        let (first, bufs, watch) = {
+            let mut st = self.state();
+            let first = st.broken.is_none() && !st.closed;
+            if first {
+                st.broken = Some(err);
+            }
+            self.cv.notify_all();
+            (first, st.service.as_ref().map(|s| s.bufs.clone()), st.watch.as_ref().map(|w| w.buf.clone()))
+        };
+        if !first {
+            return;
+        }
+        if let Some(ctx) = &self.ctx {
+            ctx.close();
+        }
+        if let Some(b) = bufs {
+            b.header.abort_wait_recv();
+            b.data.abort_wait_recv();
+        }
+        if let Some(w) = watch {
+            w.abort_wait_recv();
+        }
+    }
+
+    /// An error for a failed shim call of `what` with `peer`; failures of the
+    /// context break the window.
+    fn fail(&self, what: &str, peer: i32, e: shim::CallError) -> Error {
+        let kind = e.kind();
+        let hint = match kind {
+            ErrorKind::Timeout => "; the peer is slow, stopped, gone or not serving the window; the window's connections are now closed",
+            ErrorKind::Remote => "; the peer failed or closed its connection",
+            _ => "",
+        };
+        let peer = if peer >= 0 { format!(" (peer rank {peer})") } else { String::new() };
+        let err = Error::new(kind, format!("gloo {} {what} on rank {}{peer}: {}{hint}", self.label, self.rank, e.message));
+        if matches!(kind, ErrorKind::Timeout | ErrorKind::Remote | ErrorKind::Internal) {
+            self.mark_broken(err.clone());
+        }
+        err
+    }
+
+    // ---- watcher ------------------------------------------------------------
+
+    fn start_watch(self: &Arc<Self>) -> Result<()> {
+        let n = self.size as usize;
+        let mut mem = vec![0u8; n];
+        // SAFETY: `mem` lives in the Watch next to the buffer, which is
+        // dropped first (close joins the thread, then drops both).
+        let buf = unsafe { UnboundBuffer::new(self.ctx(), mem.as_mut_ptr(), n) }
+            .map_err(|e| Error::new(e.kind(), format!("gloo {}: {}", self.label, e.message)))?;
+        let buf = Arc::new(buf);
+        for p in (0..self.size).filter(|p| *p != self.rank) {
+            buf.recv(p, SLOT_WATCH, p as usize, 1).map_err(|e| self.fail("watch", p, e))?;
+        }
+        let me = self.clone();
+        let b = buf.clone();
+        let thread = std::thread::Builder::new()
+            .name("tc-gloo-win-watch".into())
+            .spawn(move || me.watch(b))
+            .map_err(|e| Error::system("starting the window's watcher thread", e))?;
+        self.state().watch = Some(Watch { buf, _mem: mem, thread: Some(thread) });
+        Ok(())
+    }
+
+    /// Ends when a connection fails (the window becomes unusable) or at close.
+    fn watch(&self, buf: Arc<UnboundBuffer>) {
+        loop {
+            match buf.wait_recv(None) {
+                Ok(Waited::Aborted) => return,
+                Ok(Waited::Done(_)) => continue, // nobody sends on this slot
+                Err(e) => {
+                    let (closed, registered) = {
+                        let st = self.state();
+                        (st.closed, st.registered)
+                    };
+                    if closed {
+                        return;
+                    }
+                    let msg = format!(
+                        "gloo {} on rank {}: a peer's connection failed (the peer died, was killed, or freed the window): {}",
+                        self.label, self.rank, e.message
+                    );
+                    // A peer freeing the window after deregistering is the
+                    // normal end; while registered it is a failure.
+                    if registered {
+                        crate::log_warn!("{msg}");
+                    } else {
+                        crate::log_info!("{msg}");
+                    }
+                    self.mark_broken(Error::remote(msg));
+                    return;
+                }
+            }
+        }
+    }
+
+    // ---- service ------------------------------------------------------------
+
+    fn serve(&self, bufs: Arc<ServiceBufs>, size: usize) {
+        let n = self.size as usize;
+        let mut stops = 0;
+        let result: Result<()> = loop {
+            if let Err(e) = bufs.header.recv_any(&[], SLOT_HEADER, 0, HEADER_BYTES) {
+                break Err(self.fail("service (posting a header receive)", -1, e));
+            }
+            let src = match bufs.header.wait_recv(None) {
+                Ok(Waited::Done(src)) => src,
+                Ok(Waited::Aborted) => break Ok(()),
+                Err(e) => break Err(self.fail("service (header)", -1, e)),
+            };
+            // SAFETY: the completed receive wrote the header (Gloo's buffer
+            // lock orders it before the wait's return).
+            let h: [u64; 4] = unsafe { std::ptr::read_volatile(&*bufs.header_mem as *const [u64; 4]) };
+            if src < 0 || src as usize >= n || h[0] & !0xff != MAGIC {
+                break Err(Error::internal(format!(
+                    "gloo {} service on rank {}: malformed header {:#x} from rank {src}",
+                    self.label, self.rank, h[0]
+                )));
+            }
+            match h[0] & 0xff {
+                KIND_PUT => {
+                    let (off, len) = (h[1] as usize, h[2] as usize);
+                    if off.checked_add(len).is_some_and(|end| end <= size) {
+                        if let Err(e) = bufs.data.recv(src, SLOT_DATA, off, len) {
+                            break Err(self.fail("service (posting a payload receive)", src, e));
+                        }
+                        match bufs.data.wait_recv(Some(self.timeout)) {
+                            Ok(Waited::Done(_)) => {}
+                            Ok(Waited::Aborted) => break Ok(()),
+                            Err(e) => break Err(self.fail("service (payload of a put)", src, e)),
+                        }
+                    } else {
+                        // Origins check bounds, so this is a mismatch of
+                        // registrations: take the bytes (Gloo cannot drop
+                        // them) into scratch and fail the source's next wait.
+                        let msg = format!(
+                            "a put of {len} bytes at offset {off} from rank {src} exceeds the {size} bytes registered on rank {}; it was dropped",
+                            self.rank
+                        );
+                        crate::log_warn!("gloo {}: {msg}", self.label);
+                        if let Err(e) = self.drain(src, len) {
+                            break Err(e);
+                        }
+                        self.state().refused[src as usize] = Some(msg);
+                        self.cv.notify_all();
+                    }
+                }
+                KIND_SIGNAL => {
+                    self.state().signals[src as usize] += 1;
+                    self.cv.notify_all();
+                }
+                KIND_STOP => {
+                    self.state().stopped[src as usize] = true;
+                    self.cv.notify_all();
+                    stops += 1;
+                    if stops == n - 1 {
+                        break Ok(());
+                    }
+                }
+                k => {
+                    break Err(Error::internal(format!(
+                        "gloo {} service on rank {}: unknown message kind {k} from rank {src}",
+                        self.label, self.rank
+                    )))
+                }
+            }
+        };
+        if let Err(e) = result {
+            crate::log_warn!("{}", e.message);
+            self.mark_broken(e);
+        }
+        self.state().service_done = true;
+        self.cv.notify_all();
+    }
+
+    fn drain(&self, src: i32, len: usize) -> Result<()> {
+        let mut scratch: Vec<u8> = Vec::new();
+        scratch.try_reserve_exact(len).map_err(|_| {
+            Error::internal(format!("gloo {}: no memory to drain a refused put of {len} bytes from rank {src}", self.label))
+        })?;
+        scratch.resize(len, 0);
+        // SAFETY: scratch outlives the buffer (dropped at the end of scope,
+        // after the receive completed or the window broke).
+        let ub = unsafe { UnboundBuffer::new(self.ctx(), scratch.as_mut_ptr(), len) }.map_err(|e| self.fail("service", src, e))?;
+        ub.recv(src, SLOT_DATA, 0, len).map_err(|e| self.fail("service (draining a refused put)", src, e))?;
+        ub.wait_recv(Some(self.timeout)).map_err(|e| self.fail("service (draining a refused put)", src, e))?;
+        Ok(())
+    }
+
+    // ---- origin side ----------------------------------------------------------
+
+    /// Sends one header (and a payload) to `peer` and waits until written.
+    fn send_message(&self, what: &str, peer: i32, header: [u64; 4], payload: Option<(*const u8, usize)>, d: &Deadline) -> Result<()> {
+        let _g = lock(&self.send_lock);
+        let mut hdr = header;
+        // SAFETY: hdr and the payload outlive the buffers (dropped below,
+        // after the waits; on failure the context is closed first).
+        let h = Arc::new(
+            unsafe { UnboundBuffer::new(self.ctx(), hdr.as_mut_ptr() as *mut u8, HEADER_BYTES) }.map_err(|e| self.fail(what, peer, e))?,
+        );
+        let p = match payload {
+            Some((ptr, len)) => Some(Arc::new(
+                unsafe { UnboundBuffer::new(self.ctx(), ptr as *mut u8, len) }.map_err(|e| self.fail(what, peer, e))?,
+            )),
+            None => None,
+        };
+        {
+            let mut st = self.state();
+            self.usable(&st, what)?;
+            st.inflight.push(h.clone());
+            if let Some(p) = &p {
+                st.inflight.push(p.clone());
+            }
+        }
+        let result = (|| {
+            h.send(peer, SLOT_HEADER, 0, HEADER_BYTES).map_err(|e| self.fail(what, peer, e))?;
+            if let (Some(p), Some((_, len))) = (&p, payload) {
+                p.send(peer, SLOT_DATA, 0, len).map_err(|e| self.fail(what, peer, e))?;
+            }
+            for b in std::iter::once(&h).chain(p.as_ref()) {
+                match b.wait_send(Some(d.left())) {
+                    Ok(Waited::Done(_)) => {}
+                    Ok(Waited::Aborted) => {
+                        return Err(Error::new(ErrorKind::Aborted, format!("gloo {} {what} to rank {peer}: the window was closed", self.label)))
+                    }
+                    Err(e) => {
+                        let e = if e.kind() == ErrorKind::Timeout {
+                            let err = Error::timeout(format!(
+                                "gloo {} {what} on rank {} to rank {peer}: not taken within {} ms (rank {peer} is slow, stopped, gone or \
+                                 not serving the window: did it register?); the window's connections are now closed",
+                                self.label,
+                                self.rank,
+                                ms(d.1)
+                            ));
+                            self.mark_broken(err.clone());
+                            err
+                        } else {
+                            self.fail(what, peer, e)
+                        };
+                        return Err(e);
+                    }
+                }
+            }
+            Ok(())
+        })();
+        let mut st = self.state();
+        st.inflight.retain(|b| !Arc::ptr_eq(b, &h) && p.as_ref().map_or(true, |p| !Arc::ptr_eq(b, p)));
+        drop(st);
+        if result.is_err() {
+            // Gloo may still hold the send: make sure it never reads the
+            // buffers again before they are freed.
+            self.mark_broken(result.clone().unwrap_err());
+        }
+        result
+    }
+
+    fn stop_service(&self) {
+        let service = self.state().service.take();
+        if let Some(mut s) = service {
+            s.bufs.header.abort_wait_recv();
+            s.bufs.data.abort_wait_recv();
+            if let Some(t) = s.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+impl WindowBackend for GlooWindow {
+    fn register(&self, buf: *mut c_void, bytes: usize, timeout: Duration) -> Result<()> {
+        let w = &self.inner;
+        let d = Deadline::new(timeout);
+        let n = w.size as usize;
+        {
+            let mut st = w.state();
+            w.usable(&st, "register")?;
+            if st.registered {
+                return Err(Error::invalid_usage(format!(
+                    "gloo {} register: rank {} already registered a buffer; deregister it first",
+                    w.label, w.rank
+                )));
+            }
+            // A new epoch: nothing from the previous one carries over.
+            st.signals = vec![0; n];
+            st.refused = vec![None; n];
+            st.stopped = vec![false; n];
+            st.buf = buf as usize;
+            st.bytes = bytes;
+        }
+        if n == 1 {
+            let mut st = w.state();
+            st.sizes = vec![bytes];
+            st.registered = true;
+            return Ok(());
+        }
+        // The service runs before the exchange, so that a peer's first put
+        // (possible as soon as its exchange completes) finds it.
+        let mut header_mem = Box::new([0u64; 4]);
+        let mut make = || -> std::result::Result<ServiceBufs, shim::CallError> {
+            // SAFETY: header_mem is moved into the same struct (a Box: the
+            // address stays); the caller keeps `buf` valid while registered.
+            let header = unsafe { UnboundBuffer::new(w.ctx(), header_mem.as_mut_ptr() as *mut u8, HEADER_BYTES)? };
+            let data = unsafe { UnboundBuffer::new(w.ctx(), buf as *mut u8, bytes)? };
+            Ok(ServiceBufs { header, header_mem: std::mem::take(&mut header_mem), data })
+        };
+        let bufs = Arc::new(make().map_err(|e| w.fail("register", -1, e))?);
+        {
+            let mut st = w.state();
+            st.service_done = false;
+            let me = w.clone();
+            let b = bufs.clone();
+            let thread = std::thread::Builder::new()
+                .name("tc-gloo-win".into())
+                .spawn(move || me.serve(b, bytes))
+                .map_err(|e| Error::system("starting the window's service thread", e))?;
+            st.service = Some(Service { bufs, thread: Some(thread) });
+        }
+        let mine = [bytes as u64];
+        let mut all = vec![0u64; n];
+        let tag = w.tag.fetch_add(1, Ordering::SeqCst);
+        // SAFETY: both buffers hold the sizes given.
+        let r = unsafe { w.ctx().allgather(mine.as_ptr() as *const u8, all.as_mut_ptr() as *mut u8, 8, tag, d.left()) };
+        if let Err(e) = r {
+            let err = w.fail("register (size exchange)", -1, e);
+            w.mark_broken(err.clone());
+            w.stop_service();
+            w.state().buf = 0;
+            return Err(err);
+        }
+        let mut st = w.state();
+        st.sizes = all.iter().map(|s| *s as usize).collect();
+        st.registered = true;
+        Ok(())
+    }
+
+    fn deregister(&self, timeout: Duration) -> Result<()> {
+        let w = &self.inner;
+        let d = Deadline::new(timeout);
+        let n = w.size as usize;
+        {
+            let st = w.state();
+            if !st.registered {
+                return Err(Error::invalid_usage(format!("gloo {} deregister: rank {} has no registered buffer", w.label, w.rank)));
+            }
+        }
+        let finish = |w: &Inner| {
+            let mut st = w.state();
+            st.registered = false;
+            st.buf = 0;
+            st.bytes = 0;
+            st.sizes = vec![0; n];
+        };
+        if n == 1 {
+            finish(w);
+            return Ok(());
+        }
+        let mut result = Ok(());
+        // STOP follows this rank's earlier puts and signals on each
+        // connection, so each peer's service has taken them when it sees it.
+        for p in (0..w.size).filter(|p| *p != w.rank) {
+            if let Err(e) = w.send_message("deregister", p, [MAGIC | KIND_STOP, 0, 0, 0], None, &d) {
+                result = Err(e);
+                break;
+            }
+        }
+        if result.is_ok() {
+            // This rank's service ends after STOP from every peer.
+            let mut st = w.state();
+            while !st.service_done && st.broken.is_none() && !d.passed() {
+                st = w.cv.wait_timeout(st, d.left()).unwrap_or_else(|e| e.into_inner()).0;
+            }
+            if let Some(e) = &st.broken {
+                result = Err(Error::new(e.kind, format!("gloo {} deregister on rank {}: {}", w.label, w.rank, e.message)));
+            } else if !st.service_done {
+                let missing: Vec<String> =
+                    (0..n).filter(|r| *r != w.rank as usize && !st.stopped[*r]).map(|r| r.to_string()).collect();
+                result = Err(Error::timeout(format!(
+                    "gloo {} deregister on rank {}: rank(s) {} did not deregister within {} ms (slow, stopped or gone)",
+                    w.label,
+                    w.rank,
+                    missing.join(", "),
+                    ms(timeout)
+                )));
+            }
+        }
+        if let Err(e) = &result {
+            // Whatever failed, nothing may land in the buffer after this
+            // returns: closing the connections guarantees it.
+            w.mark_broken(e.clone());
+        }
+        w.stop_service();
+        finish(w);
+        result
+    }
+
+    fn remote_size(&self, rank: i32) -> usize {
+        let st = self.inner.state();
+        if !st.registered {
+            return 0;
+        }
+        st.sizes.get(rank as usize).copied().unwrap_or(0)
+    }
+
+    fn put(&self, src: *const c_void, bytes: usize, dst_rank: i32, dst_offset: usize, timeout: Duration) -> Result<()> {
+        let w = &self.inner;
+        let d = Deadline::new(timeout);
+        let (own, size) = {
+            let st = w.state();
+            w.usable(&st, "put")?;
+            if !st.registered {
+                return Err(Error::invalid_usage(format!(
+                    "gloo {} put: rank {} has no registered buffer (register first)",
+                    w.label, w.rank
+                )));
+            }
+            if dst_rank < 0 || dst_rank >= w.size {
+                return Err(Error::invalid_argument(format!("argument 'dst_rank': {dst_rank} is outside the window's {} ranks", w.size)));
+            }
+            (st.buf, st.sizes[dst_rank as usize])
+        };
+        match dst_offset.checked_add(bytes) {
+            Some(end) if end <= size => {}
+            _ => {
+                return Err(Error::invalid_argument(format!(
+                    "argument 'dst_offset': {dst_offset} + {bytes} bytes exceeds the {size} bytes rank {dst_rank} registered"
+                )))
+            }
+        }
+        if bytes == 0 {
+            return Ok(());
+        }
+        if dst_rank == w.rank {
+            // SAFETY: in bounds of the registered buffer; memmove semantics
+            // for a source inside it.
+            unsafe { std::ptr::copy(src as *const u8, (own as *mut u8).add(dst_offset), bytes) };
+            return Ok(());
+        }
+        w.send_message("put", dst_rank, [MAGIC | KIND_PUT, dst_offset as u64, bytes as u64, 0], Some((src as *const u8, bytes)), &d)
+    }
+
+    fn signal(&self, peer: i32, timeout: Duration) -> Result<()> {
+        let w = &self.inner;
+        let d = Deadline::new(timeout);
+        {
+            let mut st = w.state();
+            w.usable(&st, "signal")?;
+            if peer < 0 || peer >= w.size {
+                return Err(Error::invalid_argument(format!("argument 'peer': {peer} is outside the window's {} ranks", w.size)));
+            }
+            if peer == w.rank {
+                st.signals[peer as usize] += 1;
+                w.cv.notify_all();
+                return Ok(());
+            }
+        }
+        w.send_message("signal", peer, [MAGIC | KIND_SIGNAL, 0, 0, 0], None, &d)
+    }
+
+    fn wait_signal(&self, peer: i32, timeout: Duration) -> Result<()> {
+        let w = &self.inner;
+        let d = Deadline::new(timeout);
+        if peer < 0 || peer >= w.size {
+            return Err(Error::invalid_argument(format!("argument 'peer': {peer} is outside the window's {} ranks", w.size)));
+        }
+        let p = peer as usize;
+        let mut st = w.state();
+        loop {
+            if let Some(msg) = st.refused[p].take() {
+                return Err(Error::invalid_argument(format!("gloo {} wait_signal from rank {peer}: {msg}", w.label)));
+            }
+            if st.signals[p] > 0 {
+                st.signals[p] -= 1;
+                return Ok(());
+            }
+            w.usable(&st, &format!("wait_signal from rank {peer}"))?;
+            if d.passed() {
+                return Err(Error::timeout(format!(
+                    "gloo {} wait_signal on rank {} from rank {peer}: no signal within {} ms (rank {peer} is slow, stopped or gone, \
+                     or signalled fewer times than waited for)",
+                    w.label,
+                    w.rank,
+                    ms(timeout)
+                )));
+            }
+            st = w.cv.wait_timeout(st, d.left()).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
+    fn map_remote(&self, rank: i32) -> Result<*mut c_void> {
+        let w = &self.inner;
+        let st = w.state();
+        if rank != w.rank {
+            return Err(Error::unsupported(format!(
+                "gloo {} map_remote: rank {rank}'s buffer is in another process (the gloo backend has no shared memory); use put",
+                w.label
+            )));
+        }
+        if !st.registered {
+            return Err(Error::invalid_usage(format!("gloo {} map_remote: rank {} has no registered buffer", w.label, w.rank)));
+        }
+        Ok(st.buf as *mut c_void)
+    }
+
+    fn close(&self) {
+        let w = &self.inner;
+        let (inflight, watch) = {
+            let mut st = w.state();
+            if st.closed {
+                return;
+            }
+            st.closed = true;
+            w.cv.notify_all();
+            (std::mem::take(&mut st.inflight), st.watch.take())
+        };
+        // Peers see the connections close; nothing lands here any more.
+        if let Some(ctx) = &w.ctx {
+            ctx.close();
+        }
+        for b in &inflight {
+            b.abort_wait_send();
+        }
+        w.stop_service();
+        if let Some(mut watch) = watch {
+            watch.buf.abort_wait_recv();
+            if let Some(t) = watch.thread.take() {
+                let _ = t.join();
+            }
+        }
+        let mut st = w.state();
+        st.registered = false;
+        st.buf = 0;
+    }
+}
+
+impl Drop for GlooWindow {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
