@@ -94,6 +94,8 @@ pub(super) fn create(backend: &GlooBackend, timeout: Duration) -> Result<Box<dyn
             service: None,
             service_done: true,
             broken: None,
+            lost: None,
+            deregistering: false,
             closed: false,
             inflight: Vec::new(),
             watch: None,
@@ -149,6 +151,13 @@ struct State {
     service_done: bool,
     /// Set once the window is unusable.
     broken: Option<Error>,
+    /// A connection that failed while no buffer was being served (a peer
+    /// freeing its window after deregistering looks the same as one that
+    /// died): fails the next register, put or signal, and breaks nothing
+    /// in flight (a deregistration still takes the STOPs that arrived).
+    lost: Option<Error>,
+    /// Between the start and the end of deregister.
+    deregistering: bool,
     closed: bool,
     /// Origin buffers whose sends are in flight (close ends their waits).
     inflight: Vec<Arc<UnboundBuffer>>,
@@ -205,6 +214,15 @@ impl Inner {
 
     fn state(&self) -> MutexGuard<'_, State> {
         lock(&self.st)
+    }
+
+    /// `usable`, and no connection lost since the last registration.
+    fn usable_fresh(&self, st: &State, what: &str) -> Result<()> {
+        self.usable(st, what)?;
+        if let Some(e) = &st.lost {
+            return Err(Error::new(e.kind, format!("gloo {} {what} on rank {}: {}", self.label, self.rank, e.message)));
+        }
+        Ok(())
     }
 
     fn usable(&self, st: &State, what: &str) -> Result<()> {
@@ -295,24 +313,27 @@ impl Inner {
                 Ok(Waited::Aborted) => return,
                 Ok(Waited::Done(_)) => continue, // nobody sends on this slot
                 Err(e) => {
-                    let (closed, registered) = {
-                        let st = self.state();
-                        (st.closed, st.registered)
-                    };
-                    if closed {
-                        return;
-                    }
                     let msg = format!(
                         "gloo {} on rank {}: a peer's connection failed (the peer died, was killed, or freed the window): {}",
                         self.label, self.rank, e.message
                     );
-                    // A peer freeing the window after deregistering is the
-                    // normal end; while registered it is a failure.
-                    if registered {
-                        crate::log_warn!("{msg}");
-                    } else {
-                        crate::log_info!("{msg}");
+                    {
+                        let mut st = self.state();
+                        if st.closed {
+                            return;
+                        }
+                        // A peer that finished deregistering may free its
+                        // window while this rank still takes the last
+                        // STOPs: only a failure while serving breaks the
+                        // window at once.
+                        if !st.registered || st.deregistering {
+                            crate::log_info!("{msg}");
+                            st.lost = Some(Error::remote(msg));
+                            self.cv.notify_all();
+                            return;
+                        }
                     }
+                    crate::log_warn!("{msg}");
                     self.mark_broken(Error::remote(msg));
                     return;
                 }
@@ -499,7 +520,7 @@ impl WindowBackend for GlooWindow {
         let n = w.size as usize;
         {
             let mut st = w.state();
-            w.usable(&st, "register")?;
+            w.usable_fresh(&st, "register")?;
             if st.registered {
                 return Err(Error::invalid_usage(format!(
                     "gloo {} register: rank {} already registered a buffer; deregister it first",
@@ -564,13 +585,15 @@ impl WindowBackend for GlooWindow {
         let d = Deadline::new(timeout);
         let n = w.size as usize;
         {
-            let st = w.state();
+            let mut st = w.state();
             if !st.registered {
                 return Err(Error::invalid_usage(format!("gloo {} deregister: rank {} has no registered buffer", w.label, w.rank)));
             }
+            st.deregistering = true;
         }
         let finish = |w: &Inner| {
             let mut st = w.state();
+            st.deregistering = false;
             st.registered = false;
             st.buf = 0;
             st.bytes = 0;
@@ -632,7 +655,7 @@ impl WindowBackend for GlooWindow {
         let d = Deadline::new(timeout);
         let (own, size) = {
             let st = w.state();
-            w.usable(&st, "put")?;
+            w.usable_fresh(&st, "put")?;
             if !st.registered {
                 return Err(Error::invalid_usage(format!(
                     "gloo {} put: rank {} has no registered buffer (register first)",
@@ -669,7 +692,7 @@ impl WindowBackend for GlooWindow {
         let d = Deadline::new(timeout);
         {
             let mut st = w.state();
-            w.usable(&st, "signal")?;
+            w.usable_fresh(&st, "signal")?;
             if peer < 0 || peer >= w.size {
                 return Err(Error::invalid_argument(format!("argument 'peer': {peer} is outside the window's {} ranks", w.size)));
             }
@@ -729,18 +752,24 @@ impl WindowBackend for GlooWindow {
 
     fn close(&self) {
         let w = &self.inner;
-        let (inflight, watch) = {
+        let (inflight, watch, hard) = {
             let mut st = w.state();
             if st.closed {
                 return;
             }
             st.closed = true;
             w.cv.notify_all();
-            (std::mem::take(&mut st.inflight), st.watch.take())
+            (std::mem::take(&mut st.inflight), st.watch.take(), st.registered || st.broken.is_some())
         };
-        // Peers see the connections close; nothing lands here any more.
-        if let Some(ctx) = &w.ctx {
-            ctx.close();
+        // Still registered (or broken): close the connections now, so that
+        // nothing lands any more and the peers fail fast. After a clean
+        // deregistration the context is freed gracefully when dropped: a
+        // hard close resets the connections, and a reset can discard a STOP
+        // a slower peer has not read yet.
+        if hard {
+            if let Some(ctx) = &w.ctx {
+                ctx.close();
+            }
         }
         for b in &inflight {
             b.abort_wait_send();

@@ -1,0 +1,273 @@
+//! One-sided windows on the gloo backend with real processes (2, 3 and 4
+//! ranks): ring puts checked byte for byte, uneven sizes, many small puts
+//! under one signal, signals counted (and the wait past them timing out),
+//! puts to self, out-of-bounds puts refused at the origin, map_remote,
+//! register/deregister twice, and a peer killed while others wait for its
+//! signal (no hang).
+
+mod gloo_common;
+
+use gloo_common::*;
+use std::ffi::c_void;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use torchcomm::comm::{Comm, Op, OpOptions};
+use torchcomm::error::ErrorKind;
+use torchcomm::window::Window;
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+const FILL: u8 = 0xee;
+
+fn quick(ms: u64) -> OpOptions {
+    OpOptions { timeout: Some(Duration::from_millis(ms)), ..OpOptions::default() }
+}
+
+fn ptr(v: &mut [u8]) -> *mut c_void {
+    v.as_mut_ptr() as *mut c_void
+}
+
+/// Size of rank r's first buffer: every rank's differs.
+fn first_size(r: i32) -> usize {
+    256 + 40 * r as usize
+}
+
+/// Byte i of the ring block rank r puts into its successor.
+fn ring_byte(r: i32, i: usize) -> u8 {
+    (r as u8).wrapping_mul(31).wrapping_add(i as u8).wrapping_add(1)
+}
+
+/// Byte i of the small puts rank r makes into its successor.
+fn small_byte(r: i32, i: usize) -> u8 {
+    (i as u8).wrapping_mul(7).wrapping_add(r as u8) | 1
+}
+
+const SMALL_AT: usize = 100;
+const SMALL_N: usize = 100;
+const SELF_AT: usize = 220;
+
+/// The whole sequence one rank runs.
+fn ring_child() {
+    let comm: Arc<Comm> = child_comm("win", TIMEOUT);
+    let (me, n) = (comm.rank(), comm.size());
+    let next = (me + 1) % n;
+    let prev = (me + n - 1) % n;
+    let win = Window::new(&comm).unwrap();
+
+    // -- uneven sizes, every rank learns every size
+    let mut mem = vec![FILL; first_size(me)];
+    win.register(ptr(&mut mem), mem.len()).unwrap();
+
+    // -- ring put of a 16-byte block at this rank's own offset, then signal
+    let block: Vec<u8> = (0..16).map(|i| ring_byte(me, i)).collect();
+    win.put(block.as_ptr() as *const c_void, 16, next, 16 * me as usize, &OpOptions::default()).unwrap();
+    // -- many small puts, one signal for all of them
+    for i in 0..SMALL_N {
+        let b = [small_byte(me, i)];
+        win.put(b.as_ptr() as *const c_void, 1, next, SMALL_AT + i, &OpOptions::default()).unwrap();
+    }
+    win.signal(next, &OpOptions::default()).unwrap();
+    win.wait_signal(prev, &OpOptions::default()).unwrap();
+    // Only the predecessor writes here: its block and small puts, the rest
+    // untouched.
+    for (i, b) in mem.iter().enumerate() {
+        let want = if (16 * prev as usize..16 * prev as usize + 16).contains(&i) {
+            ring_byte(prev, i - 16 * prev as usize)
+        } else if (SMALL_AT..SMALL_AT + SMALL_N).contains(&i) {
+            small_byte(prev, i - SMALL_AT)
+        } else {
+            FILL
+        };
+        assert_eq!(*b, want, "rank {me}: byte {i} after the ring puts from rank {prev}");
+    }
+
+    // -- put to self: synchronous memcpy; a signal to self counts too
+    let mine = [0x5au8; 8];
+    win.put(mine.as_ptr() as *const c_void, 8, me, SELF_AT, &OpOptions::default()).unwrap();
+    assert_eq!(&mem[SELF_AT..SELF_AT + 8], &mine);
+    win.signal(me, &OpOptions::default()).unwrap();
+    win.wait_signal(me, &OpOptions::default()).unwrap();
+
+    // -- signals are counted: three signals satisfy three waits, a fourth
+    //    times out within its timeout + 1 s
+    for _ in 0..3 {
+        win.signal(next, &OpOptions::default()).unwrap();
+    }
+    for k in 0..3 {
+        win.wait_signal(prev, &OpOptions::default()).unwrap_or_else(|e| panic!("rank {me}: wait {k}: {e}"));
+    }
+    let start = Instant::now();
+    let e = win.wait_signal(prev, &quick(400)).unwrap_err();
+    let took = start.elapsed();
+    assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
+    assert!(took >= Duration::from_millis(390) && took < Duration::from_millis(1400), "took {took:?}");
+    assert!(e.message.contains("wait_signal") && e.message.contains(&format!("rank {prev}")), "{e}");
+
+    // -- out of bounds, refused at the origin and naming the offset; the
+    //    window stays usable
+    let far = first_size(next) - 4;
+    let e = win.put(block.as_ptr() as *const c_void, 8, next, far, &OpOptions::default()).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidArgument, "{e}");
+    assert!(e.message.contains(&far.to_string()), "{e}");
+
+    // -- map_remote: own buffer, others unsupported on this backend
+    assert_eq!(win.map_remote(me).unwrap(), ptr(&mut mem));
+    if n > 1 {
+        let e = win.map_remote(next).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Unsupported, "{e}");
+    }
+
+    // -- a last round after the errors: the window still works (the
+    //    barrier keeps the predecessor's next signal out of the timed wait)
+    run(&comm, Op::Barrier).unwrap();
+    let tail = [0x77u8; 4];
+    win.put(tail.as_ptr() as *const c_void, 4, next, 240, &OpOptions::default()).unwrap();
+    win.signal(next, &OpOptions::default()).unwrap();
+    win.wait_signal(prev, &OpOptions::default()).unwrap();
+    assert_eq!(&mem[240..244], &[0x77; 4]);
+    win.deregister().unwrap();
+    // After deregister the buffer is not the window's any more.
+    let e = win.put(tail.as_ptr() as *const c_void, 4, next, 0, &OpOptions::default()).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidUsage, "{e}");
+
+    // -- register again, another buffer and other sizes; a full all-to-all
+    //    of puts, each rank signalling every rank
+    let second = |r: i32| 8 * n as usize + r as usize;
+    let mut mem2 = vec![0u8; second(me)];
+    win.register(ptr(&mut mem2), mem2.len()).unwrap();
+    for dst in 0..n {
+        let b = [me as u8 + 1; 8];
+        win.put(b.as_ptr() as *const c_void, 8, dst, 8 * me as usize, &OpOptions::default()).unwrap();
+        win.signal(dst, &OpOptions::default()).unwrap();
+    }
+    for src in 0..n {
+        win.wait_signal(src, &OpOptions::default()).unwrap();
+    }
+    for src in 0..n as usize {
+        assert_eq!(&mem2[8 * src..8 * src + 8], &[src as u8 + 1; 8], "rank {me}: second registration, block of rank {src}");
+    }
+    assert!(mem2[8 * n as usize..].iter().all(|b| *b == 0));
+    win.deregister().unwrap();
+    // And a third time, to be sure the service restarts cleanly twice.
+    win.register(ptr(&mut mem2), mem2.len()).unwrap();
+    let b = [0xabu8];
+    win.put(b.as_ptr() as *const c_void, 1, next, second(next) - 1, &OpOptions::default()).unwrap();
+    win.signal(next, &OpOptions::default()).unwrap();
+    win.wait_signal(prev, &OpOptions::default()).unwrap();
+    assert_eq!(mem2[second(me) - 1], 0xab);
+    win.deregister().unwrap();
+    drop(win);
+    comm.finalize().unwrap();
+    println!("RESULT ok rank {me}");
+}
+
+fn ring(test: &str, n: usize) {
+    if role().is_some() {
+        ring_child();
+        return;
+    }
+    let out = launch(test, "ring", n, &[], Duration::from_secs(90));
+    let failed: Vec<String> = out.iter().filter(|o| !o.ok()).map(|o| o.describe()).collect();
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    for o in &out {
+        assert!(o.results().iter().any(|r| r.starts_with("ok")), "{}", o.describe());
+    }
+}
+
+#[test]
+fn gloo_window_ring_1() {
+    ring("gloo_window_ring_1", 1);
+}
+
+#[test]
+fn gloo_window_ring_2() {
+    ring("gloo_window_ring_2", 2);
+}
+
+#[test]
+fn gloo_window_ring_3() {
+    ring("gloo_window_ring_3", 3);
+}
+
+#[test]
+fn gloo_window_ring_4() {
+    ring("gloo_window_ring_4", 4);
+}
+
+/// Large puts (several MiB, more than a socket buffer) from every rank into
+/// rank 0, each at its own offset, then checked.
+#[test]
+fn gloo_window_large_puts() {
+    const BLOCK: usize = 3 << 20;
+    if role().is_some() {
+        let comm = child_comm("large", TIMEOUT);
+        let (me, n) = (comm.rank(), comm.size());
+        let win = Window::new(&comm).unwrap();
+        let mut mem = vec![0u8; if me == 0 { BLOCK * n as usize } else { 1 }];
+        win.register(ptr(&mut mem), mem.len()).unwrap();
+        let src: Vec<u8> = (0..BLOCK).map(|i| (i % 251) as u8 ^ me as u8).collect();
+        win.put(src.as_ptr() as *const c_void, BLOCK, 0, BLOCK * me as usize, &OpOptions::default()).unwrap();
+        win.signal(0, &OpOptions::default()).unwrap();
+        if me == 0 {
+            for r in 0..n {
+                win.wait_signal(r, &OpOptions::default()).unwrap();
+            }
+            for r in 0..n as usize {
+                let ok = mem[BLOCK * r..BLOCK * (r + 1)].iter().enumerate().all(|(i, b)| *b == (i % 251) as u8 ^ r as u8);
+                assert!(ok, "block of rank {r}");
+            }
+        }
+        win.deregister().unwrap();
+        println!("RESULT ok");
+        return;
+    }
+    let out = launch("gloo_window_large_puts", "large", 3, &[], Duration::from_secs(90));
+    assert_all_ok(&out);
+}
+
+/// Rank 2 dies after registering; ranks 0 and 1 wait for its signal and
+/// fail (TC_ERR_REMOTE or TC_ERR_TIMEOUT) within the timeout + 1 s; a put
+/// to the dead rank fails too; freeing the window does not hang.
+#[test]
+fn gloo_window_peer_killed() {
+    const WAIT: Duration = Duration::from_secs(4);
+    if role().is_some() {
+        let comm = child_comm("killed", TIMEOUT);
+        let me = comm.rank();
+        let win = Window::new(&comm).unwrap();
+        let mut mem = vec![0u8; 64];
+        win.register(ptr(&mut mem), mem.len()).unwrap();
+        if me == 2 {
+            std::thread::sleep(Duration::from_millis(300));
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        let start = Instant::now();
+        let opts = OpOptions { timeout: Some(WAIT), ..OpOptions::default() };
+        let e = win.wait_signal(2, &opts).unwrap_err();
+        let took = start.elapsed();
+        println!("RESULT kind={:?} ms={} msg={}", e.kind, took.as_millis(), e.message);
+        assert!(matches!(e.kind, ErrorKind::Remote | ErrorKind::Timeout), "{e}");
+        assert!(took < WAIT + Duration::from_secs(1), "took {took:?}: {e}");
+        let b = [1u8; 4];
+        let start = Instant::now();
+        let e = win.put(b.as_ptr() as *const c_void, 4, 2, 0, &opts).unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::Remote | ErrorKind::Timeout), "{e}");
+        assert!(start.elapsed() < WAIT + Duration::from_secs(1), "{e}");
+        let start = Instant::now();
+        let _ = win.deregister();
+        drop(win);
+        assert!(start.elapsed() < TIMEOUT + Duration::from_secs(1));
+        println!("RESULT survived");
+        return;
+    }
+    let out = launch("gloo_window_peer_killed", "killed", 3, &[], Duration::from_secs(90));
+    assert_eq!(out[2].signal(), Some(libc::SIGKILL), "{}", out[2].describe());
+    for o in &out[..2] {
+        for r in o.results() {
+            eprintln!("rank {}: {r}", o.rank);
+        }
+    }
+    for o in &out[..2] {
+        assert!(o.ok(), "{}", o.describe());
+        assert!(o.results().iter().any(|r| r == "survived"), "{}", o.describe());
+    }
+}
