@@ -271,3 +271,95 @@ fn gloo_window_peer_killed() {
         assert!(o.results().iter().any(|r| r == "survived"), "{}", o.describe());
     }
 }
+
+/// Rank 2 is late to deregister: the others' deregister fails with
+/// TC_ERR_TIMEOUT naming rank 2, within the timeout + 1 s; their failure
+/// closes the window's connections, so rank 2's own late deregister fails
+/// (TC_ERR_REMOTE) instead of hanging.
+#[test]
+fn gloo_window_deregister_timeout() {
+    const T: Duration = Duration::from_secs(2);
+    if role().is_some() {
+        let comm = child_comm("late", T);
+        let me = comm.rank();
+        let win = Window::new(&comm).unwrap();
+        let mut mem = vec![0u8; 32];
+        win.register(ptr(&mut mem), mem.len()).unwrap();
+        if me == 2 {
+            std::thread::sleep(T + Duration::from_secs(2));
+            let e = win.deregister().unwrap_err();
+            println!("RESULT late kind={:?} msg={}", e.kind, e.message);
+            assert!(matches!(e.kind, ErrorKind::Remote | ErrorKind::Timeout), "{e}");
+        } else {
+            let start = Instant::now();
+            let e = win.deregister().unwrap_err();
+            let took = start.elapsed();
+            println!("RESULT kind={:?} ms={} msg={}", e.kind, took.as_millis(), e.message);
+            assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
+            assert!(e.message.contains("deregister") && e.message.contains("rank(s) 2 "), "{e}");
+            assert!(took < T + Duration::from_secs(1), "took {took:?}");
+            // The buffer is released: registering again is refused now that
+            // the window is unusable, with a clear error, not a hang.
+            let e = win.register(ptr(&mut mem), mem.len()).unwrap_err();
+            assert!(matches!(e.kind, ErrorKind::Timeout | ErrorKind::Remote), "{e}");
+        }
+        drop(win);
+        println!("RESULT done");
+        return;
+    }
+    let out = launch("gloo_window_deregister_timeout", "late", 3, &[], Duration::from_secs(60));
+    for o in &out {
+        assert!(o.ok(), "{}", o.describe());
+        assert!(o.results().iter().any(|r| r == "done"), "{}", o.describe());
+    }
+}
+
+/// A put to a stopped process (SIGSTOP) fails with TC_ERR_TIMEOUT naming
+/// the put and the peer, within the timeout + 1 s.
+#[test]
+fn gloo_window_put_to_stopped_peer() {
+    const T: Duration = Duration::from_millis(1500);
+    if role().is_some() {
+        let comm = child_comm("stopped", TIMEOUT);
+        let me = comm.rank();
+        let win = Window::new(&comm).unwrap();
+        let mut mem = vec![0u8; 1 << 16];
+        win.register(ptr(&mut mem), mem.len()).unwrap();
+        println!("RESULT registered");
+        if me == 1 {
+            // Stopped by the parent; then killed.
+            std::thread::sleep(Duration::from_secs(60));
+            return;
+        }
+        // Let the parent stop rank 1 first.
+        std::thread::sleep(Duration::from_millis(1500));
+        let src = vec![3u8; 1 << 16];
+        let opts = OpOptions { timeout: Some(T), ..OpOptions::default() };
+        let start = Instant::now();
+        let e = win.put(src.as_ptr() as *const c_void, src.len(), 1, 0, &opts).unwrap_err();
+        let took = start.elapsed();
+        println!("RESULT kind={:?} ms={} msg={}", e.kind, took.as_millis(), e.message);
+        assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
+        assert!(e.message.contains("put") && e.message.contains("rank 1"), "{e}");
+        assert!(took + Duration::from_millis(50) >= T && took < T + Duration::from_secs(1), "took {took:?}");
+        // The window is unusable now, and says so at once.
+        let start = Instant::now();
+        let e = win.signal(1, &opts).unwrap_err();
+        assert!(start.elapsed() < Duration::from_millis(500), "{e}");
+        drop(win);
+        println!("RESULT done");
+        return;
+    }
+    let mut stopped = false;
+    let out = launch_with("gloo_window_put_to_stopped_peer", "stopped", 2, &[], Duration::from_secs(60), |t, children| {
+        if !stopped && t > Duration::from_millis(800) {
+            unsafe { libc::kill(children[1].id() as i32, libc::SIGSTOP) };
+            stopped = true;
+        }
+        if t > Duration::from_secs(6) {
+            let _ = children[1].kill();
+        }
+    });
+    assert!(out[0].ok(), "{}", out[0].describe());
+    assert!(out[0].results().iter().any(|r| r == "done"), "{}", out[0].describe());
+}
