@@ -194,7 +194,9 @@ fn gloo_window_ring_4() {
 }
 
 /// Large puts (several MiB, more than a socket buffer) from every rank into
-/// rank 0, each at its own offset, then checked.
+/// rank 0, each at its own offset, then checked; meanwhile a second window
+/// of the same comm carries small puts and signals, waited for on another
+/// thread of rank 0 (windows are independent; waits do not block puts).
 #[test]
 fn gloo_window_large_puts() {
     const BLOCK: usize = 3 << 20;
@@ -202,11 +204,29 @@ fn gloo_window_large_puts() {
         let comm = child_comm("large", TIMEOUT);
         let (me, n) = (comm.rank(), comm.size());
         let win = Window::new(&comm).unwrap();
+        let win2 = Window::new(&comm).unwrap();
         let mut mem = vec![0u8; if me == 0 { BLOCK * n as usize } else { 1 }];
+        let mut mem2 = vec![0u8; 4 * n as usize];
         win.register(ptr(&mut mem), mem.len()).unwrap();
+        win2.register(ptr(&mut mem2), mem2.len()).unwrap();
         let src: Vec<u8> = (0..BLOCK).map(|i| (i % 251) as u8 ^ me as u8).collect();
-        win.put(src.as_ptr() as *const c_void, BLOCK, 0, BLOCK * me as usize, &OpOptions::default()).unwrap();
-        win.signal(0, &OpOptions::default()).unwrap();
+        std::thread::scope(|s| {
+            let waiter = (me == 0).then(|| {
+                s.spawn(|| {
+                    for r in 0..n {
+                        win2.wait_signal(r, &OpOptions::default()).unwrap();
+                    }
+                })
+            });
+            win.put(src.as_ptr() as *const c_void, BLOCK, 0, BLOCK * me as usize, &OpOptions::default()).unwrap();
+            win.signal(0, &OpOptions::default()).unwrap();
+            let small = [me as u8 + 10; 4];
+            win2.put(small.as_ptr() as *const c_void, 4, 0, 4 * me as usize, &OpOptions::default()).unwrap();
+            win2.signal(0, &OpOptions::default()).unwrap();
+            if let Some(w) = waiter {
+                w.join().unwrap();
+            }
+        });
         if me == 0 {
             for r in 0..n {
                 win.wait_signal(r, &OpOptions::default()).unwrap();
@@ -214,8 +234,10 @@ fn gloo_window_large_puts() {
             for r in 0..n as usize {
                 let ok = mem[BLOCK * r..BLOCK * (r + 1)].iter().enumerate().all(|(i, b)| *b == (i % 251) as u8 ^ r as u8);
                 assert!(ok, "block of rank {r}");
+                assert_eq!(&mem2[4 * r..4 * r + 4], &[r as u8 + 10; 4], "second window, rank {r}");
             }
         }
+        win2.deregister().unwrap();
         win.deregister().unwrap();
         println!("RESULT ok");
         return;
