@@ -75,14 +75,19 @@ pub(super) fn create(backend: &GlooBackend, timeout: Duration) -> Result<Box<dyn
         None
     };
     let n = size as usize;
+    let peer_addresses = match &ctx {
+        Some(c) => exchange_addresses(c, rank, size, timeout).map_err(|e| Error::new(e.kind(), format!("gloo {label}: {}", e.message)))?,
+        None => vec![String::new()],
+    };
     let inner = Arc::new(Inner {
         rank,
         size,
         label,
         timeout,
         ctx,
+        peer_addresses,
         send_lock: Mutex::new(()),
-        tag: AtomicU32::new(1),
+        tag: AtomicU32::new(TAG_FIRST_REGISTER),
         st: Mutex::new(State {
             buf: 0,
             bytes: 0,
@@ -95,6 +100,7 @@ pub(super) fn create(backend: &GlooBackend, timeout: Duration) -> Result<Box<dyn
             service_done: true,
             broken: None,
             lost: None,
+            lost_peer: None,
             deregistering: false,
             closed: false,
             inflight: Vec::new(),
@@ -107,6 +113,36 @@ pub(super) fn create(backend: &GlooBackend, timeout: Duration) -> Result<Box<dyn
     }
     crate::log_info!("gloo: {} created on rank {rank}/{size}", inner.label);
     Ok(Box::new(GlooWindow { inner }))
+}
+
+/// Tag of the address exchange at creation; registrations count from the
+/// next one.
+const TAG_ADDRESSES: u32 = 1;
+const TAG_FIRST_REGISTER: u32 = 2;
+
+/// Every rank publishes the local address of each of its connections, so
+/// that a Gloo message naming a peer's address names its rank here (where
+/// Gloo knows the address: a connection this rank accepted may be reported
+/// by the peer's listening address, and then stays unnamed).
+fn exchange_addresses(ctx: &shim::Context, rank: i32, size: i32, timeout: Duration) -> std::result::Result<Vec<String>, shim::CallError> {
+    const LEN: usize = 64;
+    let (n, me) = (size as usize, rank as usize);
+    let mut mine = vec![0u8; n * LEN];
+    for j in (0..n).filter(|j| *j != me) {
+        let a = ctx.pair_address(j as i32)?;
+        let len = a.len().min(LEN - 1);
+        mine[j * LEN..j * LEN + len].copy_from_slice(&a.as_bytes()[..len]);
+    }
+    let mut all = vec![0u8; n * n * LEN];
+    // SAFETY: both buffers hold the sizes given.
+    unsafe { ctx.allgather(mine.as_ptr(), all.as_mut_ptr(), n * LEN, TAG_ADDRESSES, timeout)? };
+    Ok((0..n)
+        .map(|j| {
+            let bytes = &all[(j * n + me) * LEN..(j * n + me + 1) * LEN];
+            let end = bytes.iter().position(|b| *b == 0).unwrap_or(LEN);
+            String::from_utf8_lossy(&bytes[..end]).into_owned()
+        })
+        .collect())
 }
 
 pub(super) struct GlooWindow {
@@ -122,6 +158,8 @@ struct Inner {
     timeout: Duration,
     /// None for a world of one rank.
     ctx: Option<shim::Context>,
+    /// How each peer's address appears in this rank's Gloo messages.
+    peer_addresses: Vec<String>,
     /// Serializes this rank's sends (put, signal, STOP): one message at a
     /// time, so a header and its payload are never separated.
     send_lock: Mutex<()>,
@@ -156,6 +194,8 @@ struct State {
     /// died): fails the next register, put or signal, and breaks nothing
     /// in flight (a deregistration still takes the STOPs that arrived).
     lost: Option<Error>,
+    /// The rank whose connection was lost, where Gloo's message named it.
+    lost_peer: Option<i32>,
     /// Between the start and the end of deregister.
     deregistering: bool,
     closed: bool,
@@ -210,6 +250,15 @@ impl Deadline {
 impl Inner {
     fn ctx(&self) -> &shim::Context {
         self.ctx.as_ref().expect("a window context exists for more than one rank")
+    }
+
+    /// The rank whose address a Gloo message names, if known.
+    fn peer_in_message(&self, message: &str) -> Option<i32> {
+        let named = |a: &str| {
+            // A whole address: "[ip]:port" not followed by more digits.
+            message.match_indices(a).any(|(i, _)| !message[i + a.len()..].starts_with(|c: char| c.is_ascii_digit()))
+        };
+        self.peer_addresses.iter().position(|a| !a.is_empty() && named(a)).map(|j| j as i32)
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -313,26 +362,44 @@ impl Inner {
                 Ok(Waited::Aborted) => return,
                 Ok(Waited::Done(_)) => continue, // nobody sends on this slot
                 Err(e) => {
+                    let peer = self.peer_in_message(&e.message);
+                    let who = peer.map_or("a peer's connection".to_string(), |p| format!("the connection to rank {p}"));
                     let msg = format!(
-                        "gloo {} on rank {}: a peer's connection failed (the peer died, was killed, or freed the window): {}",
+                        "gloo {} on rank {}: {who} failed (the peer died, was killed, or freed the window): {}",
                         self.label, self.rank, e.message
                     );
-                    {
-                        let mut st = self.state();
-                        if st.closed {
-                            return;
-                        }
+                    let mut st = self.state();
+                    if st.closed {
+                        return;
+                    }
+                    if st.registered && st.deregistering {
                         // A peer that finished deregistering may free its
                         // window while this rank still takes the last
-                        // STOPs: only a failure while serving breaks the
-                        // window at once.
-                        if !st.registered || st.deregistering {
-                            crate::log_info!("{msg}");
-                            st.lost = Some(Error::remote(msg));
-                            self.cv.notify_all();
-                            return;
+                        // STOPs; its own STOP arrived before its connection
+                        // closed. Give the service a moment to count it.
+                        if let Some(p) = peer {
+                            let grace = Instant::now() + Duration::from_millis(500);
+                            while !st.stopped[p as usize] && !st.service_done && Instant::now() < grace {
+                                st = self.cv.wait_timeout(st, Duration::from_millis(20)).unwrap_or_else(|e| e.into_inner()).0;
+                            }
+                            if !st.stopped[p as usize] && !st.service_done {
+                                drop(st);
+                                crate::log_warn!("{msg}");
+                                self.mark_broken(Error::remote(msg));
+                                return;
+                            }
                         }
                     }
+                    if !st.registered || st.deregistering {
+                        // Not serving: fail the next register/put/signal
+                        // only (see `lost`).
+                        crate::log_info!("{msg}");
+                        st.lost = Some(Error::remote(msg));
+                        st.lost_peer = peer;
+                        self.cv.notify_all();
+                        return;
+                    }
+                    drop(st);
                     crate::log_warn!("{msg}");
                     self.mark_broken(Error::remote(msg));
                     return;
@@ -623,13 +690,20 @@ impl WindowBackend for GlooWindow {
             } else if !st.service_done {
                 let missing: Vec<String> =
                     (0..n).filter(|r| *r != w.rank as usize && !st.stopped[*r]).map(|r| r.to_string()).collect();
-                result = Err(Error::timeout(format!(
+                let msg = format!(
                     "gloo {} deregister on rank {}: rank(s) {} did not deregister within {} ms (slow, stopped or gone)",
                     w.label,
                     w.rank,
                     missing.join(", "),
                     ms(timeout)
-                )));
+                );
+                // A connection lost meanwhile (whose peer Gloo's message
+                // did not let us name) is the likelier cause.
+                let unnamed = st.lost_peer.map_or(true, |p| !st.stopped[p as usize]);
+                result = Err(match &st.lost {
+                    Some(lost) if unnamed => Error::remote(format!("{msg}; meanwhile {}", lost.message)),
+                    _ => Error::timeout(msg),
+                });
             }
         }
         if let Err(e) = &result {
