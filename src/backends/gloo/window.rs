@@ -21,7 +21,12 @@
 //! - a watcher thread keeps a receive posted on every peer's connection that
 //!   no peer ever matches: when a connection fails, Gloo fails that receive,
 //!   and the window becomes unusable with TC_ERR_REMOTE (a receive from any
-//!   rank, as the service's, is not told about a dead connection).
+//!   rank, as the service's, is not told about a dead connection). Outside
+//!   registration, and for a peer that already sent its STOP, a closed
+//!   connection is how a peer freeing its window looks: it only fails the
+//!   next register, put or signal. Ranks exchange their connections'
+//!   addresses at creation so that such a message names the rank where
+//!   Gloo's message allows.
 //!
 //! Gloo closes every connection of a context when one of its waits times
 //! out, so the service waits for headers without a timeout (an abort ends
