@@ -237,6 +237,30 @@ fn gloo_window_large_puts() {
                 assert_eq!(&mem2[4 * r..4 * r + 4], &[r as u8 + 10; 4], "second window, rank {r}");
             }
         }
+        // Around the size where a put stops travelling inside its header
+        // (4064 bytes): both sides of it land whole (after rank 0 checked
+        // the blocks above).
+        run(&comm, Op::Barrier).unwrap();
+        let edge: Vec<u8> = (0..4100).map(|i| (i % 249) as u8 ^ 0x5a ^ me as u8).collect();
+        for (k, len) in [4063usize, 4064, 4065, 4100].into_iter().enumerate() {
+            let at = BLOCK * me as usize + 8192 * k;
+            win.put(edge.as_ptr() as *const c_void, len, 0, at, &OpOptions::default()).unwrap();
+        }
+        win.signal(0, &OpOptions::default()).unwrap();
+        if me == 0 {
+            for r in 0..n {
+                win.wait_signal(r, &OpOptions::default()).unwrap();
+            }
+            for r in 0..n as usize {
+                for (k, len) in [4063usize, 4064, 4065, 4100].into_iter().enumerate() {
+                    let at = BLOCK * r + 8192 * k;
+                    let ok = mem[at..at + len].iter().enumerate().all(|(i, b)| *b == (i % 249) as u8 ^ 0x5a ^ r as u8);
+                    assert!(ok, "put of {len} bytes from rank {r}");
+                    // The byte after it still holds the large put's data.
+                    assert_eq!(mem[at + len], ((at + len - BLOCK * r) % 251) as u8 ^ r as u8, "after the put of {len} from rank {r}");
+                }
+            }
+        }
         win2.deregister().unwrap();
         win.deregister().unwrap();
         println!("RESULT ok");

@@ -5,13 +5,15 @@
 //! traffic never interleaves with the comm's collectives), rendezvoused
 //! through the comm's store under `window/<k>`:
 //!
-//! - `register` starts a service thread on every rank. It receives a fixed
-//!   32-byte header from any peer; a PUT header is followed by its payload,
-//!   received from that peer straight into the registered buffer; a SIGNAL
+//! - `register` starts a service thread on every rank. It receives a
+//!   message of up to 4 KiB from any peer: a 32-byte header, and for a put
+//!   of up to 4064 bytes its data; a larger PUT header is followed by its
+//!   payload, received from that peer straight into the registered buffer;
+//!   a SIGNAL
 //!   header counts one signal from its sender; a STOP header says the sender
 //!   deregistered.
-//! - the origin of a put sends the header, then the payload, and returns when
-//!   both are written to the socket. Gloo sends only once the receiver posted
+//! - the origin of a put sends the message (and the payload), and returns
+//!   when they are written to the socket. Gloo sends only once the receiver posted
 //!   a matching receive, and the service handles one header at a time, so a
 //!   later SIGNAL from the same rank is handled after the earlier payloads
 //!   landed.
@@ -53,10 +55,17 @@ const SLOT_DATA: u64 = (0x57 << 56) | 2;
 const SLOT_WATCH: u64 = (0x57 << 56) | 3;
 
 const HEADER_BYTES: usize = 32;
+/// The service receives headers into a buffer this large, so that a small
+/// put travels inside its header: one message instead of two, each of which
+/// waits for the receiver's readiness (Gloo accepts a message shorter than
+/// the posted receive).
+const MESSAGE_MAX: usize = 4096;
+const INLINE_MAX: usize = MESSAGE_MAX - HEADER_BYTES;
 const MAGIC: u64 = 0x7463_7769_6e64_0000; // "tcwind" + kind in the low byte
 const KIND_PUT: u64 = 1;
 const KIND_SIGNAL: u64 = 2;
 const KIND_STOP: u64 = 3;
+const KIND_PUT_INLINE: u64 = 4;
 
 /// Creates the window of `backend`: connects its context (collective).
 pub(super) fn create(backend: &GlooBackend, timeout: Duration) -> Result<Box<dyn WindowBackend>> {
@@ -219,8 +228,10 @@ struct Service {
 struct ServiceBufs {
     header: UnboundBuffer,
     /// Backs `header` (declared after it: dropped after it).
-    header_mem: Box<[u64; 4]>,
+    header_mem: Box<[u64; MESSAGE_MAX / 8]>,
     data: UnboundBuffer,
+    /// The registered buffer's address (inline puts are copied there).
+    data_ptr: usize,
 }
 
 struct Watch {
@@ -419,7 +430,7 @@ impl Inner {
         let n = self.size as usize;
         let mut stops = 0;
         let result: Result<()> = loop {
-            if let Err(e) = bufs.header.recv_any(&[], SLOT_HEADER, 0, HEADER_BYTES) {
+            if let Err(e) = bufs.header.recv_any(&[], SLOT_HEADER, 0, MESSAGE_MAX) {
                 break Err(self.fail("service (posting a header receive)", -1, e));
             }
             let src = match bufs.header.wait_recv(None) {
@@ -429,7 +440,7 @@ impl Inner {
             };
             // SAFETY: the completed receive wrote the header (Gloo's buffer
             // lock orders it before the wait's return).
-            let h: [u64; 4] = unsafe { std::ptr::read_volatile(&*bufs.header_mem as *const [u64; 4]) };
+            let h: [u64; 4] = unsafe { std::ptr::read_volatile(bufs.header_mem.as_ptr() as *const [u64; 4]) };
             if src < 0 || src as usize >= n || h[0] & !0xff != MAGIC {
                 break Err(Error::internal(format!(
                     "gloo {} service on rank {}: malformed header {:#x} from rank {src}",
@@ -460,6 +471,26 @@ impl Inner {
                         if let Err(e) = self.drain(src, len) {
                             break Err(e);
                         }
+                        self.state().refused[src as usize] = Some(msg);
+                        self.cv.notify_all();
+                    }
+                }
+                KIND_PUT_INLINE => {
+                    let (off, len) = (h[1] as usize, h[2] as usize);
+                    if len <= INLINE_MAX && off.checked_add(len).is_some_and(|end| end <= size) {
+                        // SAFETY: in bounds of the registered buffer (kept
+                        // valid by the caller while registered) and of the
+                        // message just received.
+                        unsafe {
+                            let from = (bufs.header_mem.as_ptr() as *const u8).add(HEADER_BYTES);
+                            std::ptr::copy_nonoverlapping(from, (bufs.data_ptr as *mut u8).add(off), len);
+                        }
+                    } else {
+                        let msg = format!(
+                            "a put of {len} bytes at offset {off} from rank {src} exceeds the {size} bytes registered on rank {}; it was dropped",
+                            self.rank
+                        );
+                        crate::log_warn!("gloo {}: {msg}", self.label);
                         self.state().refused[src as usize] = Some(msg);
                         self.cv.notify_all();
                     }
@@ -508,14 +539,30 @@ impl Inner {
 
     // ---- origin side ----------------------------------------------------------
 
-    /// Sends one header (and a payload) to `peer` and waits until written.
-    fn send_message(&self, what: &str, peer: i32, header: [u64; 4], payload: Option<(*const u8, usize)>, d: &Deadline) -> Result<()> {
+    /// Sends one message (a header, and inline bytes after it) and a
+    /// separate payload to `peer`, and waits until written.
+    fn send_message(
+        &self,
+        what: &str,
+        peer: i32,
+        header: [u64; 4],
+        inline: Option<(*const u8, usize)>,
+        payload: Option<(*const u8, usize)>,
+        d: &Deadline,
+    ) -> Result<()> {
         let _g = lock(&self.send_lock);
-        let mut hdr = header;
-        // SAFETY: hdr and the payload outlive the buffers (dropped below,
+        let extra = inline.map_or(0, |(_, n)| n);
+        let mut msg = vec![0u64; (HEADER_BYTES + extra).div_ceil(8)];
+        msg[..4].copy_from_slice(&header);
+        if let Some((p, n)) = inline {
+            // SAFETY: the caller's source holds n bytes; msg has room.
+            unsafe { std::ptr::copy_nonoverlapping(p, (msg.as_mut_ptr() as *mut u8).add(HEADER_BYTES), n) };
+        }
+        let msg_bytes = HEADER_BYTES + extra;
+        // SAFETY: msg and the payload outlive the buffers (dropped below,
         // after the waits; on failure the context is closed first).
         let h = Arc::new(
-            unsafe { UnboundBuffer::new(self.ctx(), hdr.as_mut_ptr() as *mut u8, HEADER_BYTES) }.map_err(|e| self.fail(what, peer, e))?,
+            unsafe { UnboundBuffer::new(self.ctx(), msg.as_mut_ptr() as *mut u8, msg_bytes) }.map_err(|e| self.fail(what, peer, e))?,
         );
         let p = match payload {
             Some((ptr, len)) => Some(Arc::new(
@@ -532,7 +579,7 @@ impl Inner {
             }
         }
         let result = (|| {
-            h.send(peer, SLOT_HEADER, 0, HEADER_BYTES).map_err(|e| self.fail(what, peer, e))?;
+            h.send(peer, SLOT_HEADER, 0, msg_bytes).map_err(|e| self.fail(what, peer, e))?;
             if let (Some(p), Some((_, len))) = (&p, payload) {
                 p.send(peer, SLOT_DATA, 0, len).map_err(|e| self.fail(what, peer, e))?;
             }
@@ -614,13 +661,13 @@ impl WindowBackend for GlooWindow {
         }
         // The service runs before the exchange, so that a peer's first put
         // (possible as soon as its exchange completes) finds it.
-        let mut header_mem = Box::new([0u64; 4]);
+        let mut header_mem = Box::new([0u64; MESSAGE_MAX / 8]);
         let mut make = || -> std::result::Result<ServiceBufs, shim::CallError> {
             // SAFETY: header_mem is moved into the same struct (a Box: the
             // address stays); the caller keeps `buf` valid while registered.
-            let header = unsafe { UnboundBuffer::new(w.ctx(), header_mem.as_mut_ptr() as *mut u8, HEADER_BYTES)? };
+            let header = unsafe { UnboundBuffer::new(w.ctx(), header_mem.as_mut_ptr() as *mut u8, MESSAGE_MAX)? };
             let data = unsafe { UnboundBuffer::new(w.ctx(), buf as *mut u8, bytes)? };
-            Ok(ServiceBufs { header, header_mem: std::mem::take(&mut header_mem), data })
+            Ok(ServiceBufs { header, header_mem: std::mem::replace(&mut header_mem, Box::new([0u64; MESSAGE_MAX / 8])), data, data_ptr: buf as usize })
         };
         let bufs = Arc::new(make().map_err(|e| w.fail("register", -1, e))?);
         {
@@ -679,7 +726,7 @@ impl WindowBackend for GlooWindow {
         // STOP follows this rank's earlier puts and signals on each
         // connection, so each peer's service has taken them when it sees it.
         for p in (0..w.size).filter(|p| *p != w.rank) {
-            if let Err(e) = w.send_message("deregister", p, [MAGIC | KIND_STOP, 0, 0, 0], None, &d) {
+            if let Err(e) = w.send_message("deregister", p, [MAGIC | KIND_STOP, 0, 0, 0], None, None, &d) {
                 result = Err(e);
                 break;
             }
@@ -763,7 +810,12 @@ impl WindowBackend for GlooWindow {
             unsafe { std::ptr::copy(src as *const u8, (own as *mut u8).add(dst_offset), bytes) };
             return Ok(());
         }
-        w.send_message("put", dst_rank, [MAGIC | KIND_PUT, dst_offset as u64, bytes as u64, 0], Some((src as *const u8, bytes)), &d)
+        let (off, n, src) = (dst_offset as u64, bytes as u64, Some((src as *const u8, bytes)));
+        if bytes <= INLINE_MAX {
+            w.send_message("put", dst_rank, [MAGIC | KIND_PUT_INLINE, off, n, 0], src, None, &d)
+        } else {
+            w.send_message("put", dst_rank, [MAGIC | KIND_PUT, off, n, 0], None, src, &d)
+        }
     }
 
     fn signal(&self, peer: i32, timeout: Duration) -> Result<()> {
@@ -781,7 +833,7 @@ impl WindowBackend for GlooWindow {
                 return Ok(());
             }
         }
-        w.send_message("signal", peer, [MAGIC | KIND_SIGNAL, 0, 0, 0], None, &d)
+        w.send_message("signal", peer, [MAGIC | KIND_SIGNAL, 0, 0, 0], None, None, &d)
     }
 
     fn wait_signal(&self, peer: i32, timeout: Duration) -> Result<()> {
