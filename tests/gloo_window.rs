@@ -277,6 +277,9 @@ fn gloo_window_large_puts() {
 fn gloo_window_peer_killed() {
     const WAIT: Duration = Duration::from_secs(4);
     if role().is_some() {
+        // Rust programs start with SIGPIPE ignored, C programs do not: a
+        // write to the dead peer must not kill this process either way.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
         let comm = child_comm("killed", TIMEOUT);
         let me = comm.rank();
         let win = Window::new(&comm).unwrap();
@@ -419,6 +422,9 @@ fn gloo_window_put_to_stopped_peer() {
 fn gloo_window_peer_killed_during_deregister() {
     const T: Duration = Duration::from_secs(3);
     if role().is_some() {
+        // Rust programs start with SIGPIPE ignored, C programs do not: a
+        // write to the dead peer must not kill this process either way.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
         let comm = child_comm("killed_dereg", T);
         let me = comm.rank();
         let win = Window::new(&comm).unwrap();
