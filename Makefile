@@ -18,7 +18,7 @@ DEB_PACKAGES := libgloo-dev pkg-config cmake valgrind g++ python3 ca-certificate
 
 .PHONY: all build deps header header-check header-compile symbols-check \
         cargo-test capi-test capi-valgrind install uninstall install-check \
-        test run bench bench-store bench-deps bench-host clean
+        test run bench bench-store bench-deps bench-host bench-window clean
 
 all: build
 
@@ -148,7 +148,17 @@ $(BUILD)/demo: examples/demo.c include/torchcomm.h
 bench-store: build
 	$(REL)/tc-store-bench
 
-bench: bench-store bench-host
+bench: bench-store bench-host bench-window
+
+# One-sided windows through the C API: a ring of put + signal + wait on 2
+# ranks (bench/window_bench.c); table on stdout and in bench/results/.
+$(BUILD)/bench/window_bench: bench/window_bench.c include/torchcomm.h build
+	@mkdir -p $(BUILD)/bench
+	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -Iinclude $< -o $@ -L$(REL) -ltorchcomm -Wl,-rpath,$(abspath $(REL))
+bench-window: build $(BUILD)/bench/window_bench
+	@mkdir -p bench/results
+	@$(REL)/tc-run -n 2 -- $(BUILD)/bench/window_bench -b 8 -e 16M -f 8 -n 50 -w 5 > $(BUILD)/bench/window_bench.out; rc=$$?; \
+	  sed 's/^\[0\] //' $(BUILD)/bench/window_bench.out | tee bench/results/window_bench.txt; exit $$rc
 
 # Host comparison (tc-perf vs Gloo called directly), tables, CSV and plots
 # under bench/results/. Not part of `make test`.

@@ -850,7 +850,8 @@ tc_result_t tc_window_new(tc_comm_t *comm, tc_window_t **window);
  other ranks then write with `tc_window_put`.
 
  Collective over the window's comm; sizes may differ between ranks. One
- buffer at a time: deregister before registering another. The buffer must
+ buffer at a time: deregister before registering another. Signals that
+ were never waited for are dropped by the next registration. The buffer must
  stay valid until `tc_window_deregister` (or `tc_window_free`) returns.
  `buf` must not be NULL and `bytes` must not be 0.
  */
@@ -870,7 +871,8 @@ tc_result_t tc_window_deregister(tc_window_t *window);
 
  Returns when `src` may be reused. The target sees the data once it has
  waited for a later `tc_window_signal` from this rank
- (`tc_window_wait_signal`). `dst_offset + bytes` beyond the target's
+ (`tc_window_wait_signal`); puts from one origin to one target land in
+ order, puts from different origins in no defined order. `dst_offset + bytes` beyond the target's
  registered size fails with `TC_ERR_INVALID_ARGUMENT` naming both. A put to
  this rank itself is a copy. `opts` may be NULL (`timeout_ms` applies;
  `async_op` and `stream` are ignored: the call completes before it
@@ -909,8 +911,9 @@ tc_result_t tc_window_wait_signal(tc_window_t *window, int32_t peer, const tc_op
 tc_result_t tc_window_map_remote(tc_window_t *window, int32_t rank, void **ptr);
 
 /*
- Frees a window (ending its registration without the collective
- deregister: free windows on every rank alike). NULL is ignored.
+ Frees a window. Free it after `tc_window_deregister`: freeing a window
+ that is still registered ends its service at once, and the peers'
+ windows then fail with `TC_ERR_REMOTE`. NULL is ignored.
  */
 void tc_window_free(tc_window_t *window);
 

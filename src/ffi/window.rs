@@ -3,7 +3,12 @@
 //! `TC_ERR_UNSUPPORTED` (listed in the README).
 //!
 //! Every window call completes before it returns, whatever `async_op`
-//! says; the work handle, when asked for, is already completed.
+//! says; the work handle, when asked for, is already completed. A put or
+//! signal waits until the target's side accepts it (a target that has not
+//! registered, or is stopped, makes it wait up to its timeout); a timeout
+//! or lost peer in register, deregister, put or signal leaves the window
+//! unusable (later calls fail at once), while a `wait_signal` timeout is
+//! harmless.
 
 use crate::error::{tc_result_t, Result};
 use crate::ffi::comm::{hand_out_work, op_options, tc_comm_t};
@@ -59,7 +64,8 @@ pub extern "C" fn tc_window_new(comm: *mut tc_comm_t, window: *mut *mut tc_windo
 /// other ranks then write with `tc_window_put`.
 ///
 /// Collective over the window's comm; sizes may differ between ranks. One
-/// buffer at a time: deregister before registering another. The buffer must
+/// buffer at a time: deregister before registering another. Signals that
+/// were never waited for are dropped by the next registration. The buffer must
 /// stay valid until `tc_window_deregister` (or `tc_window_free`) returns.
 /// `buf` must not be NULL and `bytes` must not be 0.
 #[no_mangle]
@@ -90,7 +96,8 @@ pub extern "C" fn tc_window_deregister(window: *mut tc_window_t) -> tc_result_t 
 ///
 /// Returns when `src` may be reused. The target sees the data once it has
 /// waited for a later `tc_window_signal` from this rank
-/// (`tc_window_wait_signal`). `dst_offset + bytes` beyond the target's
+/// (`tc_window_wait_signal`); puts from one origin to one target land in
+/// order, puts from different origins in no defined order. `dst_offset + bytes` beyond the target's
 /// registered size fails with `TC_ERR_INVALID_ARGUMENT` naming both. A put to
 /// this rank itself is a copy. `opts` may be NULL (`timeout_ms` applies;
 /// `async_op` and `stream` are ignored: the call completes before it
@@ -160,8 +167,9 @@ pub extern "C" fn tc_window_map_remote(window: *mut tc_window_t, rank: i32, ptr:
     })
 }
 
-/// Frees a window (ending its registration without the collective
-/// deregister: free windows on every rank alike). NULL is ignored.
+/// Frees a window. Free it after `tc_window_deregister`: freeing a window
+/// that is still registered ends its service at once, and the peers'
+/// windows then fail with `TC_ERR_REMOTE`. NULL is ignored.
 #[no_mangle]
 pub extern "C" fn tc_window_free(window: *mut tc_window_t) {
     boundary_void("tc_window_free", || {
