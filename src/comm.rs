@@ -478,17 +478,13 @@ impl Comm {
     }
 
     /// Ok while the comm accepts operations.
-    /// Fails once the comm was finalized or aborted.
-    pub fn check_usable(&self) -> Result<()> {
-        self.check_active()
-    }
-
     /// The comm's backend (for windows, which live beside the comm).
     pub(crate) fn backend(&self) -> &dyn Backend {
         self.backend.as_ref()
     }
 
-    fn check_active(&self) -> Result<()> {
+    /// Fails once the comm was finalized or aborted.
+    pub fn check_active(&self) -> Result<()> {
         match &*lock(&self.state) {
             State::Active => Ok(()),
             State::Finalized => Err(Error::invalid_usage(format!("comm '{}' was finalized", self.name))),

@@ -27,7 +27,7 @@ impl Window {
     /// Collective over the comm: every rank creates its window in the same
     /// order.
     pub fn new(comm: &Arc<Comm>) -> Result<Window> {
-        comm.check_usable()?;
+        comm.check_active()?;
         let inner = comm.backend().new_window(comm.timeout())?;
         Ok(Window { comm: comm.clone(), inner, registered: RwLock::new(None) })
     }
@@ -52,7 +52,7 @@ impl Window {
 
     /// The state, shared, once a buffer is registered and the comm active.
     fn registered_state(&self, what: &str) -> Result<RwLockReadGuard<'_, Option<(usize, usize)>>> {
-        self.comm.check_usable()?;
+        self.comm.check_active()?;
         let state = self.registered.read().unwrap_or_else(|e| e.into_inner());
         if state.is_none() {
             return Err(Error::invalid_usage(format!("{what}: no buffer is registered with this window (tc_window_register)")));
@@ -62,7 +62,7 @@ impl Window {
 
     /// Collective: registers `bytes` at `buf` as this rank's window memory.
     pub fn register(&self, buf: *mut c_void, bytes: usize) -> Result<()> {
-        self.comm.check_usable()?;
+        self.comm.check_active()?;
         let mut state = self.registered.write().unwrap_or_else(|e| e.into_inner());
         if state.is_some() {
             return Err(Error::invalid_usage("a buffer is already registered with this window: deregister it first"));
@@ -77,7 +77,7 @@ impl Window {
 
     /// Collective: after it no put lands in the buffer any more.
     pub fn deregister(&self) -> Result<()> {
-        self.comm.check_usable()?;
+        self.comm.check_active()?;
         let mut state = self.registered.write().unwrap_or_else(|e| e.into_inner());
         if state.is_none() {
             return Err(Error::invalid_usage("no buffer is registered with this window"));
