@@ -87,6 +87,10 @@ capi-test: build $(CAPI_BINS)
 	  grep -q "\b$$f(" capi_tests/test_every_function.c || echo $$f; done); \
 	if [ -n "$$missing" ]; then echo "capi-test: not covered by test_every_function.c:" $$missing; exit 1; fi
 	@echo "capi-test: every exported function is covered by test_every_function.c"
+	@# The ctypes example: its constants match the header, and it runs on 3 ranks.
+	@for kv in $$(sed -n 's/^\(TC_[A-Z0-9_]*\) = \(-\{0,1\}[0-9]*\)$$/\1=\2/p' examples/python/ring.py); do \
+	  grep -q "^#define $${kv%%=*} $${kv#*=}$$" include/torchcomm.h || { echo "capi-test: examples/python/ring.py has $$kv, the header differs"; exit 1; }; done
+	$(REL)/tc-run -n 3 -- python3 examples/python/ring.py $(abspath $(LIB))
 
 # Every C test once more under valgrind: no errors and no definite or
 # indirect leaks.
