@@ -10,30 +10,14 @@
 #define _POSIX_C_SOURCE 200809L
 #include <time.h>
 #include <unistd.h>
-#include "gpu_util.h"
-
-static int passed, failed;
-static void expect(int ok, const char *what) {
-    if (ok) passed++;
-    else { failed++; fprintf(stderr, "FAIL %s (%s)\n", what, tc_last_error()); }
-}
+#include "scenario.h"
 
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     gpu_setup();
     CUstream stream;
     CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-    tc_comm_options_t co = TC_COMM_OPTIONS_INIT;
-    co.name = "sim_peer_exit";
-    co.abort_on_error = 0;
-    co.timeout_ms = 60000;
-    tc_device_t dev = {TC_DEVICE_CUDA, -1};
-    tc_comm_t *comm = NULL;
-    if (tc_comm_new("nccl", dev, &co, &comm) != TC_SUCCESS) {
-        fprintf(stderr, "tc_comm_new: %s\n", tc_last_error());
-        printf("0 passed, 1 failed\n");
-        return 1;
-    }
+    tc_comm_t *comm = scenario_comm("sim_peer_exit");
     int R, N;
     tc_comm_get_rank(comm, &R);
     tc_comm_get_size(comm, &N);

@@ -10,32 +10,12 @@
    TC_SIM_NCCL_HANG_CALL=2,3 (the second and third collectives hang). */
 #define _POSIX_C_SOURCE 200809L
 #include <time.h>
-#include "gpu_util.h"
+#include "scenario.h"
 
-static int passed, failed;
-static void expect(int ok, const char *what) {
-    if (ok) passed++;
-    else { failed++; fprintf(stderr, "FAIL %s (%s)\n", what, tc_last_error()); }
-}
 static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static tc_comm_t *make(const char *name) {
-    tc_comm_options_t co = TC_COMM_OPTIONS_INIT;
-    co.name = name;
-    co.abort_on_error = 0;
-    co.timeout_ms = 60000;
-    tc_device_t dev = {TC_DEVICE_CUDA, -1};
-    tc_comm_t *comm = NULL;
-    if (tc_comm_new("nccl", dev, &co, &comm) != TC_SUCCESS) {
-        fprintf(stderr, "tc_comm_new: %s\n", tc_last_error());
-        printf("0 passed, 1 failed\n");
-        exit(1);
-    }
-    return comm;
 }
 
 int main(void) {
@@ -43,7 +23,7 @@ int main(void) {
     gpu_setup();
     CUstream stream;
     CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-    tc_comm_t *comm = make("sim_timeout");
+    tc_comm_t *comm = scenario_comm("sim_timeout");
     void *d = dalloc(4096);
     tc_reduce_op_t sum = TC_REDUCE_OP(TC_SUM);
     tc_op_options_t o = TC_OP_OPTIONS_INIT;
@@ -81,7 +61,7 @@ int main(void) {
     expect(now_s() - t0 < 5, "the hung kernel ended with the abort");
 
     /* explicit abort while a collective is in flight; destroy returns */
-    comm = make("sim_timeout_abort");
+    comm = scenario_comm("sim_timeout_abort");
     o.async_op = 1;
     w = NULL;
     rc = tc_all_reduce(comm, d, 1024, TC_FLOAT32, sum, &o, &w); /* collective 3: hangs */
