@@ -31,7 +31,7 @@ mod mem;
 pub mod work;
 
 use super::{Backend, BackendInit};
-use crate::comm::{Op, OpOptions, Ptr};
+use crate::comm::{Op, OpOptions, P2p, Ptr};
 use crate::cuda::{self, Device as CudaDevice, DeviceBuffer, EventPool, Stream as CudaStream};
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::{DType, Device, Hints, PremulFactor, RedKind, ReduceOp};
@@ -383,9 +383,23 @@ fn hazardous_inputs(op: &Op, n: usize, me: usize) -> Vec<(Ptr, usize)> {
                 return inputs.iter().map(|i| (*i, b)).collect();
             }
         }
+        // Sends and receives of a batch run concurrently.
+        Op::Batch { ops } => {
+            return ops
+                .iter()
+                .filter(|s| send_overlaps_a_recv(s, ops))
+                .map(|s| (s.buf, s.count * s.dtype.size()))
+                .collect();
+        }
         _ => {}
     }
     Vec::new()
+}
+
+/// Whether `p` is a send whose buffer overlaps a receive buffer of `batch`.
+fn send_overlaps_a_recv(p: &P2p, batch: &[P2p]) -> bool {
+    let bytes = |q: &P2p| q.count * q.dtype.size();
+    p.is_send && batch.iter().any(|r| !r.is_send && overlaps(p.buf, bytes(p), r.buf, bytes(r)))
 }
 
 /// `op` with its input blocks (in the order [`hazardous_inputs`] lists
@@ -403,6 +417,15 @@ fn with_inputs(op: &Op, staged: &[Ptr]) -> Op {
         | Op::Gather { input, .. } => *input = staged[0],
         Op::ReduceScatter { inputs, .. } | Op::AllToAll { inputs, .. } | Op::Scatter { inputs, .. } => {
             inputs.copy_from_slice(staged)
+        }
+        Op::Batch { ops } => {
+            let hazardous: Vec<bool> = ops.iter().map(|p| send_overlaps_a_recv(p, ops)).collect();
+            let mut copies = staged.iter();
+            for (p, _) in ops.iter_mut().zip(hazardous).filter(|(_, h)| *h) {
+                if let Some(copy) = copies.next() {
+                    p.buf = *copy;
+                }
+            }
         }
         _ => {}
     }
@@ -1290,6 +1313,19 @@ mod tests {
         assert_eq!(hazardous_inputs(&sc(0x1000 + b + 4), n, me).len(), 4);
         // non-root gather/scatter pass empty lists
         assert!(hazardous_inputs(&Op::Gather { outputs: vec![], input: p(0x1000), count, dtype, root: 0 }, n, me).is_empty());
+        // batch: only the sends that overlap a receive of the same batch
+        let send = |a, peer| P2p { is_send: true, buf: p(a), count, dtype, peer };
+        let recv = |a, peer| P2p { is_send: false, buf: p(a), count, dtype, peer };
+        let ok = Op::Batch { ops: vec![send(0x1000, 2), send(0x1000, 3), recv(0x1000 + b, 0)] };
+        assert!(hazardous_inputs(&ok, n, me).is_empty(), "sends may share a buffer; a receive apart is fine");
+        let ring = Op::Batch { ops: vec![send(0x2000, 2), recv(0x1000, 0), send(0x1000 + b - 4, 3)] };
+        assert_eq!(hazardous_inputs(&ring, n, me), vec![(p(0x1000 + b - 4), b)]);
+        match with_inputs(&ring, &[p(0x9000)]) {
+            Op::Batch { ops } => {
+                assert_eq!(ops.iter().map(|x| x.buf.0 as usize).collect::<Vec<_>>(), vec![0x2000, 0x1000, 0x9000]);
+            }
+            _ => unreachable!(),
+        }
     }
 
     #[test]
