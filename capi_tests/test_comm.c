@@ -1,7 +1,8 @@
 /* A one-rank host comm through the C API: queries, operations, error paths
    with a live comm (unknown dtype and reduce op, bad op-options magic, short
    options struct, ranks out of range, bitwise ops on floats, NULL buffers,
-   overflowing counts), use after finalize, and the log callback. */
+   overflowing counts), use after finalize, the flight recorder, and the log
+   callback. */
 #include "capi_util.h"
 #include <stdint.h>
 #include <unistd.h>
@@ -87,6 +88,28 @@ int main(void) {
     EXPECT_OK(tc_comm_finalize(comm));
     EXPECT_RC(tc_all_reduce(comm, x, 8, TC_FLOAT32, sum, NULL, NULL), TC_ERR_INVALID_USAGE, "finalized");
     EXPECT_RC(tc_comm_finalize(comm), TC_ERR_INVALID_USAGE, "already finalized");
+
+    /* the flight recorder, still readable after finalize: the three issued
+       all_reduces in order (refused calls were never issued), completed */
+    char *text = NULL;
+    EXPECT_RC(tc_comm_dump_flight_recorder(comm, NULL), TC_ERR_NULL_ARGUMENT, "'text'");
+    EXPECT_OK(tc_comm_dump_flight_recorder(comm, &text));
+    CHECK(text != NULL && strstr(text, "flight recorder of comm 'capi' (rank 0/1): last 3 of 3 operations") == text);
+    const char *row = text ? strchr(text, '\n') : NULL;
+    row = row ? strchr(row + 1, '\n') : NULL; /* skip the column header */
+    for (int seq = 1; seq <= 3 && row; seq++) {
+        int got = 0;
+        char op[32] = "", dtype[16] = "", async_col[8] = "";
+        unsigned long elements = 0;
+        CHECK(sscanf(row + 1, "%d %31s %15s %lu - %7s", &got, op, dtype, &elements, async_col) == 5);
+        CHECK(got == seq && strcmp(op, "all_reduce") == 0 && strcmp(dtype, "float32") == 0 && elements == 8);
+        CHECK(strcmp(async_col, seq == 2 ? "yes" : "no") == 0);
+        const char *end = strchr(row + 1, '\n');
+        CHECK(end != NULL && strstr(row + 1, "completed") != NULL && strstr(row + 1, "completed") < end);
+        row = end;
+    }
+    CHECK(row != NULL && row[1] == '\0');
+    tc_free(text);
     tc_comm_destroy(comm);
 
     /* destroying a comm that was not finalized aborts it with a warning,

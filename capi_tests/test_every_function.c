@@ -90,6 +90,10 @@ int main(void) {
     EXPECT_RC(tc_comm_get_device(NULL, &dev), TC_ERR_NULL_ARGUMENT, "'comm'");
     EXPECT_RC(tc_comm_get_device(comm, NULL), TC_ERR_NULL_ARGUMENT, "'device'");
     EXPECT_RC(tc_comm_get_async_error(NULL), TC_ERR_NULL_ARGUMENT, "'comm'");
+    char *text = SENTINEL;
+    EXPECT_RC(tc_comm_dump_flight_recorder(NULL, &text), TC_ERR_NULL_ARGUMENT, "'comm'");
+    EXPECT_RC(tc_comm_dump_flight_recorder(comm, NULL), TC_ERR_NULL_ARGUMENT, "'text'");
+    CHECK(text == SENTINEL);
     EXPECT_RC(tc_comm_split(NULL, ranks, 1, "x", NULL, &child), TC_ERR_NULL_ARGUMENT, "'comm'");
     EXPECT_RC(tc_comm_split(comm, ranks, 1, "x", NULL, NULL), TC_ERR_NULL_ARGUMENT, "'out'");
     EXPECT_RC(tc_comm_split(comm, NULL, 1, "x", NULL, &child), TC_ERR_NULL_ARGUMENT, "'ranks'");

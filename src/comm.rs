@@ -5,6 +5,7 @@
 use crate::backends::{self, Backend, BackendInit};
 use crate::config::config;
 use crate::error::{Error, ErrorKind, Result};
+use crate::recorder::FlightRecorder;
 use crate::store::StoreRef;
 use crate::types::{DType, Device, Hints, ReduceOp};
 use crate::work::{DoneWork, HostWork, Work};
@@ -129,6 +130,29 @@ impl Op {
             Op::Scatter { count, dtype, root, .. } | Op::Gather { count, dtype, root, .. } => {
                 Some((Some(*dtype), *count, *root))
             }
+        }
+    }
+
+    /// The element type, where the operation has one (a batch mixing types
+    /// and a barrier have none).
+    pub fn dtype(&self) -> Option<DType> {
+        match self {
+            Op::Send { dtype, .. } | Op::Recv { dtype, .. } => Some(*dtype),
+            Op::Batch { ops } => ops.first().map(|p| p.dtype).filter(|d| ops.iter().all(|p| p.dtype == *d)),
+            Op::AllToAllVSingle { dtype, .. } => Some(*dtype),
+            _ => self.signature().and_then(|s| s.0),
+        }
+    }
+
+    /// The operation's size as its caller gave it, in elements: the count of
+    /// one rank's block (the total of the counts for v-variants, of the
+    /// input counts for all_to_all_v_single, of the members for a batch).
+    pub fn elements(&self) -> usize {
+        match self {
+            Op::Send { count, .. } | Op::Recv { count, .. } => *count,
+            Op::Batch { ops } => ops.iter().map(|p| p.count).sum(),
+            Op::AllToAllVSingle { input_counts, .. } => input_counts.iter().sum(),
+            _ => self.signature().map_or(0, |s| s.1),
         }
     }
 
@@ -347,6 +371,8 @@ pub struct Comm {
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// First failure of any operation, reported by finalize.
     first_failure: Mutex<Option<Error>>,
+    /// The most recent operations, for hang diagnosis.
+    recorder: FlightRecorder,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -431,6 +457,7 @@ impl Comm {
             outstanding: Mutex::new(Vec::new()),
             threads: Mutex::new(Vec::new()),
             first_failure: Mutex::new(None),
+            recorder: FlightRecorder::new(config().flight_recorder),
         });
         let progress = {
             let comm = comm.clone();
@@ -510,23 +537,40 @@ impl Comm {
         op.validate(self.rank, self.size).map_err(|e| e.context(op.name()))?;
         self.backend.check(&op).map_err(|e| e.context(op.name()))?;
         let timeout = opts.timeout.unwrap_or(self.timeout);
-        if let Some(work) = self.backend.enqueue(&op, opts, timeout)? {
+        let refused = |e: Error| {
+            self.recorder.record(&op, opts.async_op, Err(e.kind));
+            e
+        };
+        if let Some(work) = self.backend.enqueue(&op, opts, timeout).map_err(refused)? {
+            self.recorder.record(&op, opts.async_op, Ok(&work));
             lock(&self.outstanding).push(work.clone());
             return Ok(work);
         }
         if self.size == 1 && matches!(op, Op::Barrier) {
-            return Ok(Arc::new(DoneWork(Ok(()))));
+            let work: Arc<dyn Work> = Arc::new(DoneWork(Ok(())));
+            self.recorder.record(&op, opts.async_op, Ok(&work));
+            return Ok(work);
         }
         // CUDA buffers on a host backend run on pinned copies, synchronously.
-        let staged = crate::backends::staging::stage_in(&mut op, self.rank, self.size, opts.stream)?;
+        let staged = match crate::backends::staging::stage_in(&mut op, self.rank, self.size, opts.stream) {
+            Ok(staged) => staged,
+            Err(e) => {
+                self.recorder.record(&op, opts.async_op, Err(e.kind));
+                return Err(e);
+            }
+        };
         let blocking = !opts.async_op || staged.is_some();
         let work = Arc::new(HostWork::new(op.name(), self.label.clone(), timeout + WATCHDOG_GRACE));
-        lock(&self.outstanding).push(work.clone());
+        let handle: Arc<dyn Work> = work.clone();
+        self.recorder.record(&op, opts.async_op, Ok(&handle));
+        lock(&self.outstanding).push(handle);
         let job = Job { op, timeout, work: work.clone() };
         {
             let mut q = lock(&self.queue);
             if q.stop {
-                return Err(Error::invalid_usage(format!("comm '{}' is shutting down", self.name)));
+                let e = Error::invalid_usage(format!("comm '{}' is shutting down", self.name));
+                work.complete(Err(e.clone()));
+                return Err(e);
             }
             if blocking && q.jobs.is_empty() && q.running == 0 {
                 // A blocking call with nothing ahead of it runs on the caller's
@@ -632,14 +676,21 @@ impl Comm {
             }
             *state = State::Aborted(err.clone());
         }
+        // The recent operations, with the failed one still in progress or
+        // timed out, are what a person reading a hang needs next to the
+        // error (compare the ranks' sequence numbers).
+        let recent = self.recorder.dump(&self.label);
         if self.abort_on_error {
             crate::config::log(
                 crate::config::Level::Warn,
-                &format!("{}; aborting the process (abort_on_error; TORCHCOMM_ABORT_ON_ERROR=0 to fail calls instead)", err.message),
+                &format!(
+                    "{}; aborting the process (abort_on_error; TORCHCOMM_ABORT_ON_ERROR=0 to fail calls instead)\n{recent}",
+                    err.message
+                ),
             );
             std::process::abort();
         }
-        crate::log_warn!("comm '{}' aborted: {}", self.name, err.message);
+        crate::log_warn!("comm '{}' aborted: {}\n{recent}", self.name, err.message);
         self.backend.abort();
     }
 
@@ -689,6 +740,12 @@ impl Comm {
             return Err(Error::new(e.kind, format!("an operation of comm '{}' failed: {}", self.name, e.message)));
         }
         backend_result
+    }
+
+    /// The flight recorder's table of this comm's recent operations (see
+    /// [`crate::recorder`]); works in every state, aborted included.
+    pub fn dump_flight_recorder(&self) -> String {
+        self.recorder.dump(&self.label)
     }
 
     /// Aborts the comm: the backend stops, pending and later operations fail

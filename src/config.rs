@@ -19,6 +19,10 @@ pub enum Level {
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// The most entries a flight recorder may keep (a typo of a few digits
+/// must not reserve gigabytes).
+const MAX_FLIGHT_RECORDER: usize = 1 << 20;
+
 /// Settings from `TORCHCOMM_*` variables.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -28,6 +32,9 @@ pub struct Config {
     /// `TORCHCOMM_CHECK_COLLECTIVES=1`: verify before every collective that
     /// all ranks called the same operation with the same arguments.
     pub check_collectives: bool,
+    /// `TORCHCOMM_FLIGHT_RECORDER=N`: operations each comm's flight recorder
+    /// keeps (0: off).
+    pub flight_recorder: usize,
 }
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
@@ -76,7 +83,20 @@ impl Config {
         let abort_on_error = parse_bool(lookup("TORCHCOMM_ABORT_ON_ERROR"), "TORCHCOMM_ABORT_ON_ERROR", true, warn);
         let check_collectives =
             parse_bool(lookup("TORCHCOMM_CHECK_COLLECTIVES"), "TORCHCOMM_CHECK_COLLECTIVES", false, warn);
-        Config { timeout, abort_on_error, log_level, check_collectives }
+        let flight_recorder = match lookup("TORCHCOMM_FLIGHT_RECORDER") {
+            None => crate::recorder::DEFAULT_ENTRIES,
+            Some(v) => match v.trim().parse::<usize>() {
+                Ok(n) if n <= MAX_FLIGHT_RECORDER => n,
+                _ => {
+                    warn(&format!(
+                        "TORCHCOMM_FLIGHT_RECORDER={v:?} is not a number of operations in [0, {MAX_FLIGHT_RECORDER}]; using {}",
+                        crate::recorder::DEFAULT_ENTRIES
+                    ));
+                    crate::recorder::DEFAULT_ENTRIES
+                }
+            },
+        };
+        Config { timeout, abort_on_error, log_level, check_collectives, flight_recorder }
     }
 }
 
@@ -196,6 +216,7 @@ mod tests {
         assert!(c.abort_on_error);
         assert_eq!(c.log_level, Level::Warn);
         assert!(!c.check_collectives);
+        assert_eq!(c.flight_recorder, crate::recorder::DEFAULT_ENTRIES);
         assert!(w.is_empty());
     }
 
@@ -206,11 +227,13 @@ mod tests {
             ("TORCHCOMM_ABORT_ON_ERROR", "0"),
             ("TORCHCOMM_DEBUG", "trace"),
             ("TORCHCOMM_CHECK_COLLECTIVES", "1"),
+            ("TORCHCOMM_FLIGHT_RECORDER", "0"),
         ]);
         assert_eq!(c.timeout, Duration::from_millis(2500));
         assert!(!c.abort_on_error);
         assert_eq!(c.log_level, Level::Trace);
         assert!(c.check_collectives);
+        assert_eq!(c.flight_recorder, 0);
         assert!(w.is_empty());
     }
 
@@ -220,11 +243,13 @@ mod tests {
             ("TORCHCOMM_TIMEOUT_SECONDS", "-3"),
             ("TORCHCOMM_ABORT_ON_ERROR", "maybe"),
             ("TORCHCOMM_DEBUG", "LOUD"),
+            ("TORCHCOMM_FLIGHT_RECORDER", "99999999999"),
         ]);
         assert_eq!(c.timeout, DEFAULT_TIMEOUT);
         assert!(c.abort_on_error);
         assert_eq!(c.log_level, Level::Warn);
-        assert_eq!(w.len(), 3, "{w:?}");
+        assert_eq!(c.flight_recorder, crate::recorder::DEFAULT_ENTRIES);
+        assert_eq!(w.len(), 4, "{w:?}");
         assert!(w.iter().any(|m| m.contains("TORCHCOMM_TIMEOUT_SECONDS")));
     }
 }

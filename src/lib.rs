@@ -16,6 +16,7 @@ pub mod cuda;
 pub mod error;
 pub mod ffi;
 pub mod options;
+pub mod recorder;
 pub mod store;
 pub mod types;
 pub mod window;

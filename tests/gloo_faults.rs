@@ -109,6 +109,19 @@ fn gloo_peer_stopped_times_out() {
         assert!(took < TIMEOUT + Duration::from_secs(1), "took {took:?}: {msg}");
         // The survivors' reports in the store single out the stopped rank.
         assert!(msg.contains("no failure report from rank 2 within"), "{msg}");
+        // The flight recorder: the barrier completed, the all_reduce after
+        // it is the one that failed, and its sequence number is the same on
+        // both survivors (checked by the parent).
+        let dump = comm.dump_flight_recorder();
+        let rows: Vec<Vec<&str>> = dump.lines().skip(2).map(|l| l.split_whitespace().collect()).collect();
+        assert!(dump.starts_with("flight recorder of comm 'stopped' (rank "), "{dump}");
+        assert_eq!(rows.len(), 2, "{dump}");
+        assert_eq!(&rows[0][..2], ["1", "barrier"], "{dump}");
+        assert!(dump.lines().nth(2).unwrap().contains("completed"), "{dump}");
+        assert_eq!(&rows[1][..4], ["2", "all_reduce", "float32", "65536"], "{dump}");
+        let last = dump.lines().nth(3).unwrap();
+        assert!(last.contains("timed out") || last.contains("failed"), "{dump}");
+        println!("RESULT failed_seq={}", rows[1][0]);
         return;
     }
     let out = launch_with("gloo_peer_stopped_times_out", "stopped", 3, &[], Duration::from_secs(60), |_, children| {
@@ -120,7 +133,10 @@ fn gloo_peer_stopped_times_out() {
     });
     for o in &out[..2] {
         assert!(o.ok(), "{}", o.describe());
-        assert_eq!(o.results().len(), 1, "{}", o.describe());
+        assert_eq!(o.results().len(), 2, "{}", o.describe());
+        assert_eq!(o.results()[1], "failed_seq=2", "{}", o.describe());
+        // The comm logged its flight recorder with the failure.
+        assert!(o.stderr.contains("flight recorder of comm 'stopped'"), "{}", o.describe());
         eprintln!("rank {}: {:?}", o.rank, o.results());
     }
 }
@@ -334,4 +350,11 @@ fn gloo_abort_on_error_aborts_the_survivor() {
     assert_eq!(out[0].signal(), Some(libc::SIGABRT), "{}", out[0].describe());
     assert!(out[0].results().is_empty(), "{}", out[0].describe());
     assert!(out[0].stderr.contains("aborting the process"), "{}", out[0].describe());
+    // Before aborting, the process logged its recent operations: the first
+    // all_reduce completed, the second is the one that failed.
+    let err = &out[0].stderr;
+    let table = &err[err.find("flight recorder of comm 'aborting' (rank 0/2): last 2 of 2 operations").expect(&out[0].describe())..];
+    let rows: Vec<&str> = table.lines().skip(2).take(2).collect();
+    assert!(rows[0].trim_start().starts_with("1  all_reduce") && rows[0].contains("completed"), "{table}");
+    assert!(rows[1].trim_start().starts_with("2  all_reduce") && !rows[1].contains("completed"), "{table}");
 }

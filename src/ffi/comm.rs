@@ -7,7 +7,7 @@
 use crate::comm::{Comm, CommOptions, Op, OpOptions, P2p, Ptr};
 use crate::error::{tc_result_t, Error, Result};
 use crate::ffi::work::tc_work_t;
-use crate::ffi::{arg_out, arg_ref, arg_slice, boundary, boundary_void, into_handle, take_handle};
+use crate::ffi::{arg_out, arg_ref, arg_slice, boundary, boundary_void, into_handle, malloc_copy, take_handle};
 use crate::options::{read_versioned, timeout_from_ms, tc_comm_options_t, tc_op_options_t};
 use crate::types::{c_string, hints_from_c, tc_device_t, tc_dtype_t, tc_reduce_op_t, DType, Device, ReduceOp};
 use std::ffi::{c_char, c_int, c_void, CString};
@@ -166,6 +166,30 @@ pub extern "C" fn tc_comm_get_async_error(comm: *const tc_comm_t) -> tc_result_t
     boundary("tc_comm_get_async_error", || {
         let comm = unsafe { arg_ref(comm, "comm")? };
         comm.inner.async_error().map_or(Ok(()), Err)
+    })
+}
+
+/// Writes to `*text` the comm's flight recorder: a NUL-terminated table of
+/// its most recent operations, oldest first (sequence number, operation,
+/// dtype, elements, root or peer, async, time issued since the comm's
+/// creation, status now, age). Collectives get the same sequence numbers on
+/// every rank, so the dumps of a stuck job's ranks show which rank is behind
+/// and where. How many operations are kept: `TORCHCOMM_FLIGHT_RECORDER`
+/// (default 64; 0 turns recording off, and the text says so). The comm also
+/// logs this table when an operation fails or times out.
+///
+/// `*text` is allocated: release it with `tc_free`. Works in every state of
+/// the comm, after an abort or finalize included (until `tc_comm_destroy`).
+/// `text` must not be NULL; untouched on failure. Thread-safe; the status
+/// of each operation is read at the call, without waiting for any.
+#[no_mangle]
+pub extern "C" fn tc_comm_dump_flight_recorder(comm: *const tc_comm_t, text: *mut *mut c_char) -> tc_result_t {
+    boundary("tc_comm_dump_flight_recorder", || {
+        let (comm, out) = unsafe { (arg_ref(comm, "comm")?, arg_out(text, "text")?) };
+        let mut bytes = comm.inner.dump_flight_recorder().into_bytes();
+        bytes.push(0);
+        *out = malloc_copy(&bytes)?.cast::<c_char>();
+        Ok(())
     })
 }
 

@@ -81,6 +81,20 @@ pub unsafe fn arg_slice<'a, T>(p: *const T, n: usize, name: &str) -> Result<&'a 
     Ok(std::slice::from_raw_parts(p, n))
 }
 
+/// Copies `bytes` into memory from `malloc`, for the caller to release with
+/// `tc_free` (never NULL, even when empty).
+pub fn malloc_copy(bytes: &[u8]) -> Result<*mut std::ffi::c_void> {
+    let p = unsafe { libc::malloc(bytes.len().max(1)) };
+    if p.is_null() {
+        return Err(Error::system(
+            "allocating memory for the caller",
+            std::io::Error::from(std::io::ErrorKind::OutOfMemory),
+        ));
+    }
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p.cast::<u8>(), bytes.len()) };
+    Ok(p)
+}
+
 /// Moves a Rust object to the C side as an owned handle.
 pub fn into_handle<T>(value: T) -> *mut T {
     Box::into_raw(Box::new(value))

@@ -5,7 +5,7 @@
 //! sees them; values are byte buffers. Every handle is thread-safe.
 
 use crate::error::{tc_result_t, Error, Result};
-use crate::ffi::{arg_out, arg_ref, arg_slice, boundary, boundary_void, into_handle, take_handle};
+use crate::ffi::{arg_out, arg_ref, arg_slice, boundary, boundary_void, into_handle, malloc_copy, take_handle};
 use crate::options::timeout_from_ms;
 use crate::store::{FileStore, PrefixStore, StoreRef, TcpStore, TcpStoreOptions};
 use crate::types::c_string;
@@ -29,23 +29,14 @@ impl tc_store {
     }
 }
 
-/// Copies `bytes` into memory from `malloc` (never NULL, even when empty).
-fn malloc_copy(bytes: &[u8]) -> Result<*mut c_void> {
-    let p = unsafe { libc::malloc(bytes.len().max(1)) };
-    if p.is_null() {
-        return Err(Error::system("tc_store: allocating a value", std::io::Error::from(std::io::ErrorKind::OutOfMemory)));
-    }
-    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p.cast::<u8>(), bytes.len()) };
-    Ok(p)
-}
-
 unsafe fn keys_from_c<'a>(keys: *const *const c_char, n: usize) -> Result<Vec<&'a str>> {
     let ptrs = arg_slice(keys, n, "keys")?;
     ptrs.iter().enumerate().map(|(i, k)| c_string(*k, &format!("keys[{i}]"))).collect()
 }
 
 /// Frees memory the library allocated for the caller (values from
-/// `tc_store_get_alloc` and `tc_store_compare_set`). NULL is ignored.
+/// `tc_store_get_alloc` and `tc_store_compare_set`, the text of
+/// `tc_comm_dump_flight_recorder`). NULL is ignored.
 /// Thread-safe.
 #[no_mangle]
 pub extern "C" fn tc_free(ptr: *mut c_void) {

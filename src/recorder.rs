@@ -1,0 +1,269 @@
+//! Flight recorder: a comm's most recent operations, for hang diagnosis.
+//!
+//! Every issued operation gets a sequence number and an entry in a ring of
+//! `TORCHCOMM_FLIGHT_RECORDER` entries (default 64; 0 turns it off). An
+//! entry keeps the operation's shape and its work handle, so a dump reads
+//! each operation's live status. Collectives are numbered in issue order on
+//! every rank alike, so comparing the dumps of the ranks of a stuck job
+//! shows which rank is behind and in which operation. The comm logs its
+//! dump when an operation fails or times out (before the process abort that
+//! abort-on-error makes), and `tc_comm_dump_flight_recorder` returns it.
+//!
+//! Recording costs one short lock and no allocation once the ring is full.
+
+use crate::comm::Op;
+use crate::error::ErrorKind;
+use crate::types::DType;
+use crate::work::{Work, WorkStatus};
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Entries kept when `TORCHCOMM_FLIGHT_RECORDER` is unset.
+pub const DEFAULT_ENTRIES: usize = 64;
+
+/// The shape of one recorded operation.
+struct Entry {
+    seq: u64,
+    op: &'static str,
+    dtype: Option<DType>,
+    /// Elements this rank sends or contributes (all blocks of list and
+    /// `single` variants), as `Op::elements` counts them.
+    elements: usize,
+    /// "root 2", "peer 1", or "" when neither applies.
+    target: Target,
+    async_op: bool,
+    issued: Instant,
+    /// None when issuing failed (then `refused` says why).
+    work: Option<Arc<dyn Work>>,
+    refused: Option<ErrorKind>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Target {
+    None,
+    Root(i32),
+    Peer(i32),
+    /// A batch of point-to-point operations with this many members.
+    Batch(usize),
+}
+
+struct Ring {
+    next_seq: u64,
+    entries: VecDeque<Entry>,
+}
+
+pub struct FlightRecorder {
+    capacity: usize,
+    epoch: Instant,
+    ring: Mutex<Ring>,
+}
+
+impl FlightRecorder {
+    /// A recorder keeping the last `capacity` operations (0: records
+    /// nothing, and dumps say so).
+    pub fn new(capacity: usize) -> FlightRecorder {
+        FlightRecorder {
+            capacity,
+            epoch: Instant::now(),
+            ring: Mutex::new(Ring { next_seq: 1, entries: VecDeque::with_capacity(capacity.min(1024)) }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Ring> {
+        self.ring.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records an issued operation and its work (None with the error kind
+    /// when the backend refused to issue it); returns its sequence number.
+    pub fn record(&self, op: &Op, async_op: bool, work: Result<&Arc<dyn Work>, ErrorKind>) -> u64 {
+        let mut ring = self.lock();
+        let seq = ring.next_seq;
+        ring.next_seq += 1;
+        if self.capacity == 0 {
+            return seq;
+        }
+        if ring.entries.len() == self.capacity {
+            ring.entries.pop_front();
+        }
+        let target = match op {
+            Op::Send { peer, .. } | Op::Recv { peer, .. } => Target::Peer(*peer),
+            Op::Batch { ops } => Target::Batch(ops.len()),
+            _ => match op.signature() {
+                Some((_, _, root)) if root >= 0 => Target::Root(root),
+                _ => Target::None,
+            },
+        };
+        let (work, refused) = match work {
+            Ok(w) => (Some(w.clone()), None),
+            Err(kind) => (None, Some(kind)),
+        };
+        ring.entries.push_back(Entry {
+            seq,
+            op: op.name(),
+            dtype: op.dtype(),
+            elements: op.elements(),
+            target,
+            async_op,
+            issued: Instant::now(),
+            work,
+            refused,
+        });
+        seq
+    }
+
+    /// Operations issued so far (the next sequence number minus one).
+    pub fn issued(&self) -> u64 {
+        self.lock().next_seq - 1
+    }
+
+    /// The table of recorded operations, oldest first, under a header line
+    /// naming `label`. Reads each operation's status now.
+    pub fn dump(&self, label: &str) -> String {
+        // Statuses are read outside the ring's lock: a device work's status
+        // asks the driver, and recording must never wait for that.
+        let (issued, rows): (u64, Vec<_>) = {
+            let ring = self.lock();
+            (
+                ring.next_seq - 1,
+                ring.entries
+                    .iter()
+                    .map(|e| (e.seq, e.op, e.dtype, e.elements, e.target, e.async_op, e.issued, e.work.clone(), e.refused))
+                    .collect(),
+            )
+        };
+        let mut out = String::new();
+        if self.capacity == 0 {
+            let _ = writeln!(out, "flight recorder of {label}: off (TORCHCOMM_FLIGHT_RECORDER=0); {issued} operations issued");
+            return out;
+        }
+        let _ = writeln!(
+            out,
+            "flight recorder of {label}: last {} of {issued} operations (TORCHCOMM_FLIGHT_RECORDER={})",
+            rows.len(),
+            self.capacity
+        );
+        let _ = writeln!(
+            out,
+            "{:>8}  {:<22} {:<9} {:>12}  {:<10} {:<5} {:>12}  {:<12} {:>10}",
+            "seq", "operation", "dtype", "elements", "root/peer", "async", "issued (ms)", "status", "age (ms)"
+        );
+        let now = Instant::now();
+        for (seq, op, dtype, elements, target, async_op, issued_at, work, refused) in rows {
+            let status = match (&work, refused) {
+                (Some(w), _) => status_name(w.status()),
+                (None, Some(kind)) => refused_name(kind),
+                (None, None) => "unknown",
+            };
+            let target = match target {
+                Target::None => "-".to_string(),
+                Target::Root(r) => format!("root {r}"),
+                Target::Peer(p) => format!("peer {p}"),
+                Target::Batch(n) => format!("{n} p2p"),
+            };
+            let _ = writeln!(
+                out,
+                "{seq:>8}  {op:<22} {:<9} {elements:>12}  {target:<10} {:<5} {:>12.3}  {status:<12} {:>10.1}",
+                dtype.map_or("-", |d| d.name()),
+                if async_op { "yes" } else { "no" },
+                ms(issued_at.duration_since(self.epoch)),
+                ms(now.duration_since(issued_at)),
+            );
+        }
+        out
+    }
+}
+
+fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn status_name(s: WorkStatus) -> &'static str {
+    match s {
+        WorkStatus::NotStarted => "queued",
+        WorkStatus::InProgress => "in progress",
+        WorkStatus::Completed => "completed",
+        WorkStatus::TimedOut => "timed out",
+        WorkStatus::Error => "failed",
+    }
+}
+
+fn refused_name(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::Aborted => "not issued: aborted",
+        ErrorKind::Timeout => "not issued: timeout",
+        _ => "not issued",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::Ptr;
+    use crate::error::Result;
+    use crate::types::{PremulFactor, RedKind, ReduceOp};
+    use crate::work::DoneWork;
+    use std::ffi::c_void;
+
+    struct Pending;
+    impl Work for Pending {
+        fn status(&self) -> WorkStatus {
+            WorkStatus::InProgress
+        }
+        fn wait(&self, _: *mut c_void) -> Result<()> {
+            Ok(())
+        }
+        fn wait_blocking(&self) -> Result<()> {
+            Ok(())
+        }
+        fn check_timeout(&self, _: Instant) -> Option<crate::error::Error> {
+            None
+        }
+    }
+
+    fn all_reduce(count: usize) -> Op {
+        let sum = ReduceOp { kind: RedKind::Sum, factor: PremulFactor::Host(1.0) };
+        Op::AllReduce { buf: Ptr(8 as *mut c_void), count, dtype: DType::F32, op: sum }
+    }
+
+    #[test]
+    fn keeps_the_last_entries_in_issue_order_with_live_status() {
+        let r = FlightRecorder::new(3);
+        let done: Arc<dyn Work> = Arc::new(DoneWork(Ok(())));
+        let failed: Arc<dyn Work> = Arc::new(DoneWork(Err(crate::error::Error::timeout("x"))));
+        let pending: Arc<dyn Work> = Arc::new(Pending);
+        for i in 0..4 {
+            assert_eq!(r.record(&all_reduce(10 + i), false, Ok(&done)), 1 + i as u64);
+        }
+        let bcast = Op::Broadcast { buf: Ptr(8 as *mut c_void), count: 7, dtype: DType::I64, root: 2 };
+        assert_eq!(r.record(&bcast, true, Ok(&pending)), 5);
+        assert_eq!(r.record(&Op::Send { buf: Ptr(8 as *mut c_void), count: 3, dtype: DType::U8, peer: 1 }, false, Ok(&failed)), 6);
+        assert_eq!(r.record(&Op::Barrier, false, Err(ErrorKind::Aborted)), 7);
+        assert_eq!(r.issued(), 7);
+        let text = r.dump("comm 'c' (rank 0/3)");
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].contains("last 3 of 7 operations"), "{text}");
+        assert_eq!(lines.len(), 2 + 3, "{text}");
+        let cols = |l: &str| l.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+        let b = cols(lines[2]);
+        assert_eq!(&b[..7], ["5", "broadcast", "int64", "7", "root", "2", "yes"], "{text}");
+        assert!(lines[2].contains("in progress"), "{text}");
+        let s = cols(lines[3]);
+        assert_eq!(&s[..6], ["6", "send", "uint8", "3", "peer", "1"], "{text}");
+        assert!(lines[3].contains("failed") || lines[3].contains("timed out"), "{text}");
+        assert!(lines[4].starts_with("       7  barrier") && lines[4].contains("not issued: aborted"), "{text}");
+        assert!(!text.contains("all_reduce"), "the oldest entries were dropped: {text}");
+    }
+
+    #[test]
+    fn off_counts_but_keeps_nothing() {
+        let r = FlightRecorder::new(0);
+        let done: Arc<dyn Work> = Arc::new(DoneWork(Ok(())));
+        r.record(&all_reduce(4), false, Ok(&done));
+        r.record(&all_reduce(4), false, Ok(&done));
+        let text = r.dump("comm 'c'");
+        assert!(text.contains("off") && text.contains("2 operations issued"), "{text}");
+        assert_eq!(text.lines().count(), 1);
+    }
+}
