@@ -1,8 +1,8 @@
 /* A one-rank host comm through the C API: queries, operations, error paths
    with a live comm (unknown dtype and reduce op, bad op-options magic, short
    options struct, ranks out of range, bitwise ops on floats, NULL buffers,
-   overflowing counts), use after finalize, the flight recorder, and the log
-   callback. */
+   overflowing counts), use after finalize, the flight recorder, the abort
+   hook, and the log callback. */
 #include "capi_util.h"
 #include <stdint.h>
 #include <unistd.h>
@@ -11,6 +11,18 @@ static int warnings = 0;
 static void on_log(int32_t level, const char *message, void *user) {
     (void)user;
     if (level == TC_LOG_WARN && strstr(message, "[torchcomm] WARN") != NULL) warnings++;
+}
+
+struct hook_calls {
+    int count;
+    tc_result_t code;
+    char message[256];
+};
+static void on_abort(tc_result_t code, const char *message, void *user) {
+    struct hook_calls *calls = user;
+    calls->count++;
+    calls->code = code;
+    snprintf(calls->message, sizeof calls->message, "%s", message);
 }
 
 int main(void) {
@@ -111,6 +123,28 @@ int main(void) {
     CHECK(row != NULL && row[1] == '\0');
     tc_free(text);
     tc_comm_destroy(comm);
+
+    /* the abort hook: called once, with the code and message, on
+       tc_comm_abort; not again on a second abort or on destroy */
+    tc_comm_t *hooked = capi_one_rank_comm("capi-hooked", store);
+    struct hook_calls calls = {0, 0, ""};
+    EXPECT_RC(tc_comm_set_abort_hook(NULL, on_abort, &calls), TC_ERR_NULL_ARGUMENT, "'comm'");
+    EXPECT_OK(tc_comm_set_abort_hook(hooked, on_abort, &calls));
+    EXPECT_OK(tc_all_reduce(hooked, x, 8, TC_FLOAT32, sum, NULL, NULL));
+    CHECK(calls.count == 0);
+    EXPECT_OK(tc_comm_abort(hooked));
+    CHECK(calls.count == 1 && calls.code == TC_ERR_ABORTED && strstr(calls.message, "aborted by the application") != NULL);
+    EXPECT_OK(tc_comm_abort(hooked));
+    EXPECT_RC(tc_all_reduce(hooked, x, 8, TC_FLOAT32, sum, NULL, NULL), TC_ERR_ABORTED, "aborted");
+    tc_comm_destroy(hooked);
+    CHECK(calls.count == 1);
+    /* a hook removed with NULL is not called */
+    tc_comm_t *unhooked = capi_one_rank_comm("capi-unhooked", store);
+    EXPECT_OK(tc_comm_set_abort_hook(unhooked, on_abort, &calls));
+    EXPECT_OK(tc_comm_set_abort_hook(unhooked, NULL, NULL));
+    EXPECT_OK(tc_comm_abort(unhooked));
+    tc_comm_destroy(unhooked);
+    CHECK(calls.count == 1);
 
     /* destroying a comm that was not finalized aborts it with a warning,
        which reaches the log callback */

@@ -94,6 +94,7 @@ int main(void) {
     EXPECT_RC(tc_comm_dump_flight_recorder(NULL, &text), TC_ERR_NULL_ARGUMENT, "'comm'");
     EXPECT_RC(tc_comm_dump_flight_recorder(comm, NULL), TC_ERR_NULL_ARGUMENT, "'text'");
     CHECK(text == SENTINEL);
+    EXPECT_RC(tc_comm_set_abort_hook(NULL, NULL, NULL), TC_ERR_NULL_ARGUMENT, "'comm'");
     EXPECT_RC(tc_comm_split(NULL, ranks, 1, "x", NULL, &child), TC_ERR_NULL_ARGUMENT, "'comm'");
     EXPECT_RC(tc_comm_split(comm, ranks, 1, "x", NULL, NULL), TC_ERR_NULL_ARGUMENT, "'out'");
     EXPECT_RC(tc_comm_split(comm, NULL, 1, "x", NULL, &child), TC_ERR_NULL_ARGUMENT, "'ranks'");

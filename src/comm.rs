@@ -373,7 +373,12 @@ pub struct Comm {
     first_failure: Mutex<Option<Error>>,
     /// The most recent operations, for hang diagnosis.
     recorder: FlightRecorder,
+    /// Called once when the comm becomes aborted (see [`Comm::set_abort_hook`]).
+    abort_hook: Mutex<Option<AbortHook>>,
 }
+
+/// An application's function run when a comm is aborted.
+pub type AbortHook = Box<dyn Fn(&Error) + Send + Sync>;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -458,6 +463,7 @@ impl Comm {
             threads: Mutex::new(Vec::new()),
             first_failure: Mutex::new(None),
             recorder: FlightRecorder::new(config().flight_recorder),
+            abort_hook: Mutex::new(None),
         });
         let progress = {
             let comm = comm.clone();
@@ -669,12 +675,8 @@ impl Comm {
         ) {
             return;
         }
-        {
-            let mut state = lock(&self.state);
-            if !matches!(*state, State::Active) {
-                return;
-            }
-            *state = State::Aborted(err.clone());
+        if !self.enter_aborted(&err) {
+            return;
         }
         // The recent operations, with the failed one still in progress or
         // timed out, are what a person reading a hang needs next to the
@@ -688,9 +690,11 @@ impl Comm {
                     err.message
                 ),
             );
+            self.run_abort_hook(&err);
             std::process::abort();
         }
         crate::log_warn!("comm '{}' aborted: {}\n{recent}", self.name, err.message);
+        self.run_abort_hook(&err);
         self.backend.abort();
     }
 
@@ -751,19 +755,49 @@ impl Comm {
     /// Aborts the comm: the backend stops, pending and later operations fail
     /// with `TC_ERR_ABORTED`.
     pub fn abort(&self) {
-        {
-            let mut state = lock(&self.state);
-            if matches!(*state, State::Active) {
-                *state = State::Aborted(Error::new(ErrorKind::Aborted, "aborted by the application"));
-            }
+        let err = Error::new(ErrorKind::Aborted, "aborted by the application");
+        if self.enter_aborted(&err) {
+            self.run_abort_hook(&err);
         }
         self.backend.abort();
         self.shutdown(Error::new(ErrorKind::Aborted, format!("comm '{}' was aborted", self.name)));
     }
 
+    /// Moves an active comm to aborted with `err`; false if it was not
+    /// active (the transition, and so the hook, happens once).
+    fn enter_aborted(&self, err: &Error) -> bool {
+        let mut state = lock(&self.state);
+        if !matches!(*state, State::Active) {
+            return false;
+        }
+        *state = State::Aborted(err.clone());
+        true
+    }
+
+    /// Sets the function called once when the comm becomes aborted: by a
+    /// failed or timed-out operation (before the process abort when
+    /// abort-on-error is on) or by [`Comm::abort`]; not by the abort of a
+    /// comm destroyed without finalize. It runs on the thread that found the
+    /// failure, with no lock of the comm held. `None` removes it.
+    pub fn set_abort_hook(&self, hook: Option<AbortHook>) {
+        *lock(&self.abort_hook) = hook;
+    }
+
+    fn run_abort_hook(&self, err: &Error) {
+        // Taken out, so that the hook runs without the lock (it may set
+        // another hook) and at most once.
+        let hook = lock(&self.abort_hook).take();
+        if let Some(hook) = hook {
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(err))).is_err() {
+                crate::log_warn!("the abort hook of comm '{}' panicked", self.name);
+            }
+        }
+    }
+
     /// Called when the C handle is destroyed: aborts a comm that was not
     /// finalized, with a warning, and breaks the thread/comm reference cycle.
     pub fn release(&self) {
+        lock(&self.abort_hook).take();
         if !matches!(*lock(&self.state), State::Finalized) {
             crate::log_warn!("comm '{}' destroyed without tc_comm_finalize; aborting it", self.name);
             self.abort();

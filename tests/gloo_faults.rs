@@ -98,6 +98,9 @@ fn gloo_peer_stopped_times_out() {
     const TIMEOUT: Duration = Duration::from_secs(2);
     if role().is_some() {
         let comm = child_comm("stopped", TIMEOUT);
+        let hook_calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let calls = hook_calls.clone();
+        comm.set_abort_hook(Some(Box::new(move |e| calls.lock().unwrap().push((e.kind, e.message.clone())))));
         run(&comm, Op::Barrier).unwrap();
         if comm.rank() == 2 {
             unsafe { libc::raise(libc::SIGSTOP) };
@@ -122,6 +125,13 @@ fn gloo_peer_stopped_times_out() {
         let last = dump.lines().nth(3).unwrap();
         assert!(last.contains("timed out") || last.contains("failed"), "{dump}");
         println!("RESULT failed_seq={}", rows[1][0]);
+        // The abort hook ran once, with the failure that aborted the comm.
+        let calls = hook_calls.lock().unwrap().clone();
+        assert_eq!(calls.len(), 1, "{calls:?}");
+        assert_eq!(calls[0].0, kind, "{calls:?}");
+        assert!(calls[0].1.contains("no failure report from rank 2"), "{calls:?}");
+        comm.abort();
+        assert_eq!(hook_calls.lock().unwrap().len(), 1, "an abort of an aborted comm runs no hook");
         return;
     }
     let out = launch_with("gloo_peer_stopped_times_out", "stopped", 3, &[], Duration::from_secs(60), |_, children| {
@@ -335,6 +345,8 @@ fn gloo_abort_on_error_aborts_the_survivor() {
             },
         )
         .unwrap();
+        // The hook runs before the process aborts.
+        comm.set_abort_hook(Some(Box::new(|e| println!("RESULT hook kind={:?}", e.kind))));
         let mut buf = vec![1f32; 1024];
         run(&comm, Op::AllReduce { buf: ptr(&mut buf), count: 1024, dtype: DType::F32, op: ReduceOp::SUM }).unwrap();
         if me == 1 {
@@ -348,7 +360,9 @@ fn gloo_abort_on_error_aborts_the_survivor() {
     let out = launch("gloo_abort_on_error_aborts_the_survivor", "abort", 2, &[("TORCHCOMM_ABORT_ON_ERROR", "1")], Duration::from_secs(30));
     assert!(out[1].ok(), "{}", out[1].describe());
     assert_eq!(out[0].signal(), Some(libc::SIGABRT), "{}", out[0].describe());
-    assert!(out[0].results().is_empty(), "{}", out[0].describe());
+    let results = out[0].results();
+    assert_eq!(results.len(), 1, "only the hook printed: {}", out[0].describe());
+    assert!(results[0] == "hook kind=Remote" || results[0] == "hook kind=Timeout", "{}", out[0].describe());
     assert!(out[0].stderr.contains("aborting the process"), "{}", out[0].describe());
     // Before aborting, the process logged its recent operations: the first
     // all_reduce completed, the second is the one that failed.

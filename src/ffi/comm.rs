@@ -193,6 +193,50 @@ pub extern "C" fn tc_comm_dump_flight_recorder(comm: *const tc_comm_t, text: *mu
     })
 }
 
+/// Function called when a comm becomes aborted: `code` is the failure's
+/// result code (`TC_ERR_TIMEOUT`, `TC_ERR_REMOTE`, ... or `TC_ERR_ABORTED`
+/// for `tc_comm_abort`), `message` its detail, valid only during the call.
+pub type tc_abort_hook_t = Option<extern "C" fn(code: tc_result_t, message: *const c_char, user_data: *mut c_void)>;
+
+/// The application's hook and its data, called from the comm's threads.
+struct CAbortHook {
+    hook: extern "C" fn(tc_result_t, *const c_char, *mut c_void),
+    user_data: *mut c_void,
+}
+// The caller promised in tc_comm_set_abort_hook's contract that the hook and
+// its data may be used from any thread.
+unsafe impl Send for CAbortHook {}
+unsafe impl Sync for CAbortHook {}
+
+impl CAbortHook {
+    fn call(&self, e: &Error) {
+        let message = CString::new(e.message.replace('\0', " ")).unwrap_or_default();
+        (self.hook)(e.code(), message.as_ptr(), self.user_data)
+    }
+}
+
+/// Sets `hook`, called once when the comm becomes aborted: by an operation
+/// that failed or timed out (before the process aborts, when abort-on-error
+/// is on: the place to flush logs or checkpoints), or by `tc_comm_abort`.
+/// It is not called for the abort of a comm destroyed without finalize, and
+/// never after `tc_comm_destroy` returned. A NULL `hook` removes it; a new
+/// one replaces the old. It runs on the thread that found the failure (the
+/// comm's background threads, or the thread of the failing or aborting
+/// call) with no lock of the comm held; it may query the comm (e.g.
+/// `tc_comm_dump_flight_recorder`) but must not destroy it. `user_data` is
+/// passed through untouched. Thread-safe.
+#[no_mangle]
+pub extern "C" fn tc_comm_set_abort_hook(comm: *mut tc_comm_t, hook: tc_abort_hook_t, user_data: *mut c_void) -> tc_result_t {
+    boundary("tc_comm_set_abort_hook", || {
+        let comm = unsafe { arg_ref(comm, "comm")? };
+        comm.inner.set_abort_hook(hook.map(|hook| {
+            let c = CAbortHook { hook, user_data };
+            Box::new(move |e: &Error| c.call(e)) as crate::comm::AbortHook
+        }));
+        Ok(())
+    })
+}
+
 /// Creates a sub-communicator of the ranks listed in `ranks` (parent ranks,
 /// no duplicates); the new rank is the caller's index in the list.
 /// Collective: every rank of `comm` calls it with the same list and name.
