@@ -1,8 +1,12 @@
 /* One-sided windows through the C API on a one-rank gloo comm: register,
    put and signal to this rank itself, wait for the signal, map the own
    buffer, and the argument and state errors (out-of-bounds puts, unknown
-   ranks, waits with no signal, calls without a registration). Multi-rank
-   windows are tested with real processes in tests/gloo_window.rs. */
+   ranks, waits with no signal, calls without a registration). Asynchronous
+   calls (async_op = 1): put + signal + wait with their work handles waited
+   and freed, argument errors failing the call itself, a wait timing out
+   through its work, and a pending wait ended by freeing its window.
+   Multi-rank windows are tested with real processes in
+   tests/gloo_window.rs. */
 #include "capi_util.h"
 
 int main(void) {
@@ -60,6 +64,60 @@ int main(void) {
     CHECK(mapped == (void *)mem);
     EXPECT_RC(tc_window_map_remote(win, 1, &mapped), TC_ERR_INVALID_ARGUMENT, "'rank'");
 
+    /* Asynchronous put + signal + wait: each returns a work handle; waited
+       in reverse order, each ends COMPLETED, and the data is in place. */
+    tc_op_options_t async = TC_OP_OPTIONS_INIT;
+    async.async_op = 1;
+    unsigned char asrc[16];
+    for (int i = 0; i < 16; i++) asrc[i] = (unsigned char)(0x40 + i);
+    tc_work_t *wput = NULL, *wsig = NULL, *wwait = NULL;
+    EXPECT_OK(tc_window_put(win, asrc, 16, 0, 40, &async, &wput));
+    EXPECT_OK(tc_window_signal(win, 0, &async, &wsig));
+    EXPECT_OK(tc_window_wait_signal(win, 0, &async, &wwait));
+    CHECK(wput != NULL && wsig != NULL && wwait != NULL);
+    int st = -1;
+    EXPECT_OK(tc_work_status(wput, &st));
+    CHECK(st == TC_WORK_NOT_STARTED || st == TC_WORK_IN_PROGRESS || st == TC_WORK_COMPLETED);
+    EXPECT_OK(tc_work_wait(wwait, NULL));
+    EXPECT_OK(tc_work_wait(wsig, NULL));
+    EXPECT_OK(tc_work_wait_blocking(wput));
+    tc_work_t *ws[3] = {wput, wsig, wwait};
+    for (int k = 0; k < 3; k++) {
+        st = -1;
+        EXPECT_OK(tc_work_status(ws[k], &st));
+        CHECK(st == TC_WORK_COMPLETED);
+        done = 0;
+        EXPECT_OK(tc_work_is_completed(ws[k], &done));
+        CHECK(done == 1);
+        tc_work_free(ws[k]);
+    }
+    for (int i = 40; i < 56; i++) CHECK(mem[i] == (unsigned char)(0x40 + i - 40));
+    CHECK(mem[39] == 0xa5 && mem[56] == 0xa5);
+
+    /* Argument errors fail an asynchronous call itself; *work is untouched. */
+    tc_work_t *bad = NULL;
+    EXPECT_RC(tc_window_put(win, asrc, 16, 0, 56, &async, &bad), TC_ERR_INVALID_ARGUMENT, "'dst_offset'");
+    EXPECT_RC(tc_window_put(win, NULL, 16, 0, 0, &async, &bad), TC_ERR_NULL_ARGUMENT, "'src'");
+    EXPECT_RC(tc_window_signal(win, 2, &async, &bad), TC_ERR_INVALID_ARGUMENT, "'peer'");
+    CHECK(bad == NULL);
+
+    /* An asynchronous wait with no signal: the call succeeds, its work
+       times out (TC_ERR_TIMEOUT from tc_work_wait, with the detail). */
+    tc_op_options_t aquick = async;
+    aquick.timeout_ms = 200;
+    EXPECT_OK(tc_window_wait_signal(win, 0, &aquick, &wwait));
+    EXPECT_RC(tc_work_wait(wwait, NULL), TC_ERR_TIMEOUT, "wait_signal");
+    st = -1;
+    EXPECT_OK(tc_work_status(wwait, &st));
+    CHECK(st == TC_WORK_TIMED_OUT);
+    tc_work_free(wwait);
+
+    /* A work handle freed before its signal ran does not cancel it. */
+    wsig = NULL;
+    EXPECT_OK(tc_window_signal(win, 0, &async, &wsig));
+    tc_work_free(wsig);
+    EXPECT_OK(tc_window_wait_signal(win, 0, &quick, NULL));
+
     /* Deregister, register again (a smaller buffer), free. */
     EXPECT_OK(tc_window_deregister(win));
     EXPECT_RC(tc_window_signal(win, 0, NULL, NULL), TC_ERR_INVALID_USAGE, "no buffer is registered");
@@ -68,6 +126,26 @@ int main(void) {
     EXPECT_OK(tc_window_put(win, src, 8, 0, 0, NULL, NULL));
     CHECK(mem[0] == 1 && mem[7] == 8);
     tc_window_free(win); /* without deregister: frees the registration too */
+
+    /* Freeing a window ends its pending asynchronous wait with
+       TC_ERR_ABORTED; the work handle stays usable until freed. */
+    tc_window_t *win2 = NULL;
+    unsigned char mem2[8];
+    EXPECT_OK(tc_window_new(comm, &win2));
+    EXPECT_OK(tc_window_register(win2, mem2, sizeof mem2));
+    tc_work_t *pending = NULL;
+    EXPECT_OK(tc_window_wait_signal(win2, 0, &async, &pending)); /* the comm's timeout: minutes */
+    done = -1;
+    EXPECT_OK(tc_work_is_completed(pending, &done));
+    CHECK(done == 0);
+    tc_window_free(win2);
+    /* "closed" when the wait had started, "freed" when still queued. */
+    EXPECT_RC(tc_work_wait(pending, NULL), TC_ERR_ABORTED, "window");
+    CHECK(strstr(tc_last_error(), "closed") != NULL || strstr(tc_last_error(), "freed") != NULL);
+    st = -1;
+    EXPECT_OK(tc_work_status(pending, &st));
+    CHECK(st == TC_WORK_ERROR);
+    tc_work_free(pending);
 
     /* A window outlives nothing: after finalize, new windows are refused. */
     EXPECT_OK(tc_comm_finalize(comm));

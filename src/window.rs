@@ -1,26 +1,63 @@
-//! One-sided windows (RMA) over a comm: the checks every backend shares.
+//! One-sided windows (RMA) over a comm: the checks every backend shares,
+//! and the queues that make `async_op` real.
 //!
 //! A [`Window`] holds its comm alive and the backend's [`WindowBackend`].
 //! It checks arguments before the backend sees them (ranks in range,
 //! offsets and sizes without overflow and within the target's registered
 //! buffer, a buffer registered where one is needed, the comm still active)
 //! and keeps registration apart from traffic: `register`/`deregister` take
-//! the state exclusively, `put`/`signal`/`wait_signal` share it, so a
-//! thread waiting for a signal never blocks another thread's puts.
-//! Every call completes before it returns (host windows have no stream).
+//! the state exclusively, `put`/`signal`/`wait_signal` share it while they
+//! are checked and issued, so a thread waiting for a signal never blocks
+//! another thread's puts.
+//!
+//! Calls go through two FIFO lanes per window, each with a worker thread
+//! started on its first queued call:
+//!
+//! - the origin lane carries puts and signals, so that a signal follows
+//!   every put issued before it on this rank, whether those were
+//!   asynchronous or not;
+//! - the wait lane carries `wait_signal`, so that an outstanding
+//!   asynchronous wait never holds up this rank's puts and signals.
+//!
+//! With `async_op` set, a call is checked, queued and returns at once with
+//! an in-progress [`HostWork`]; the backend call runs on the lane's thread
+//! and completes the work with its result. A blocking call runs on the
+//! caller's thread when its lane has no queued or running asynchronous
+//! work, and otherwise queues behind that work and waits for its turn, so
+//! issue order is kept (blocking calls of different threads may run side
+//! by side, as before; the backend serializes its sends). `deregister`
+//! waits for the origin lane to drain before it deregisters; dropping the
+//! window (`tc_window_free`) stops the lanes taking work, closes the
+//! backend (which ends the running calls: an in-flight put or signal fails,
+//! with `ErrorKind::Aborted` or its closed connection's error, and a
+//! waiting `wait_signal` ends with `ErrorKind::Aborted`), completes every
+//! call still queued with `ErrorKind::Aborted` ("the window was freed"),
+//! and joins the lanes' threads: nothing is left running. Window works are
+//! not watched by the comm's watchdog nor waited for by its finalize: every
+//! backend call fails by itself within its timeout.
 
 use crate::backends::WindowBackend;
 use crate::comm::{Comm, OpOptions};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
+use crate::work::{DoneWork, HostWork, Work};
+use std::collections::VecDeque;
 use std::ffi::c_void;
-use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 pub struct Window {
     comm: Arc<Comm>,
-    inner: Box<dyn WindowBackend>,
+    inner: Arc<dyn WindowBackend>,
     /// This rank's registered buffer and its size, or None.
     registered: RwLock<Option<(usize, usize)>>,
+    /// Puts and signals, in issue order.
+    origin: Arc<Lane>,
+    /// Waits for signals, in issue order.
+    wait: Arc<Lane>,
+    /// "window of comm 'x' (rank 0/4)", for the works' messages.
+    label: Arc<str>,
 }
 
 impl Window {
@@ -28,8 +65,16 @@ impl Window {
     /// order.
     pub fn new(comm: &Arc<Comm>) -> Result<Window> {
         comm.check_active()?;
-        let inner = comm.backend().new_window(comm.timeout())?;
-        Ok(Window { comm: comm.clone(), inner, registered: RwLock::new(None) })
+        let inner: Arc<dyn WindowBackend> = Arc::from(comm.backend().new_window(comm.timeout())?);
+        let label: Arc<str> = format!("window of comm '{}' (rank {}/{})", comm.name(), comm.rank(), comm.size()).into();
+        Ok(Window {
+            comm: comm.clone(),
+            inner,
+            registered: RwLock::new(None),
+            origin: Lane::new("origin"),
+            wait: Lane::new("wait"),
+            label,
+        })
     }
 
     pub fn comm(&self) -> &Arc<Comm> {
@@ -75,20 +120,28 @@ impl Window {
         Ok(())
     }
 
-    /// Collective: after it no put lands in the buffer any more.
+    /// Collective: waits for this rank's queued puts and signals (each has
+    /// landed or failed), then deregisters; after it no put lands in the
+    /// buffer any more.
     pub fn deregister(&self) -> Result<()> {
         self.comm.check_active()?;
         let mut state = self.registered.write().unwrap_or_else(|e| e.into_inner());
         if state.is_none() {
             return Err(Error::invalid_usage("no buffer is registered with this window"));
         }
+        // No call can be issued while the state is held exclusively, so the
+        // origin lane only drains from here.
+        self.origin.wait_idle();
         // The registration ends whatever the backend answers: a failed
         // collective leaves the buffer no longer safe to count on.
         *state = None;
         self.inner.deregister(self.comm.timeout())
     }
 
-    pub fn put(&self, src: *const c_void, bytes: usize, dst_rank: i32, dst_offset: usize, opts: &OpOptions) -> Result<()> {
+    /// Writes `bytes` from `src` into `dst_rank`'s buffer at `dst_offset`.
+    /// With `opts.async_op`, returns once queued: `src` must stay valid and
+    /// unchanged until the returned work completes.
+    pub fn put(&self, src: *const c_void, bytes: usize, dst_rank: i32, dst_offset: usize, opts: &OpOptions) -> Result<Arc<dyn Work>> {
         self.check_rank(dst_rank, "dst_rank")?;
         let _state = self.registered_state("put")?;
         let size = self.inner.remote_size(dst_rank);
@@ -101,21 +154,26 @@ impl Window {
             }
         }
         if bytes == 0 {
-            return Ok(());
+            return Ok(done());
         }
-        self.inner.put(src, bytes, dst_rank, dst_offset, self.timeout(opts))
+        let (inner, timeout, src) = (self.inner.clone(), self.timeout(opts), src as usize);
+        self.issue(&self.origin, "window_put", opts, move || inner.put(src as *const c_void, bytes, dst_rank, dst_offset, timeout))
     }
 
-    pub fn signal(&self, peer: i32, opts: &OpOptions) -> Result<()> {
+    /// Notifies `peer`, after every put this rank issued before.
+    pub fn signal(&self, peer: i32, opts: &OpOptions) -> Result<Arc<dyn Work>> {
         self.check_rank(peer, "peer")?;
         let _state = self.registered_state("signal")?;
-        self.inner.signal(peer, self.timeout(opts))
+        let (inner, timeout) = (self.inner.clone(), self.timeout(opts));
+        self.issue(&self.origin, "window_signal", opts, move || inner.signal(peer, timeout))
     }
 
-    pub fn wait_signal(&self, peer: i32, opts: &OpOptions) -> Result<()> {
+    /// Waits for (and consumes) one signal from `peer`.
+    pub fn wait_signal(&self, peer: i32, opts: &OpOptions) -> Result<Arc<dyn Work>> {
         self.check_rank(peer, "peer")?;
         let _state = self.registered_state("wait_signal")?;
-        self.inner.wait_signal(peer, self.timeout(opts))
+        let (inner, timeout) = (self.inner.clone(), self.timeout(opts));
+        self.issue(&self.wait, "window_wait_signal", opts, move || inner.wait_signal(peer, timeout))
     }
 
     pub fn map_remote(&self, rank: i32) -> Result<*mut c_void> {
@@ -123,10 +181,178 @@ impl Window {
         let _state = self.registered_state("map_remote")?;
         self.inner.map_remote(rank)
     }
+
+    /// Runs `task` on `lane`: queued with an in-progress work (async), or to
+    /// completion before returning a finished one. Called with the state
+    /// shared, so that no deregistration slips between checks and issue.
+    fn issue(
+        &self,
+        lane: &Arc<Lane>,
+        op: &'static str,
+        opts: &OpOptions,
+        task: impl FnOnce() -> Result<()> + Send + 'static,
+    ) -> Result<Arc<dyn Work>> {
+        let timeout = self.timeout(opts);
+        if opts.async_op {
+            let work: Arc<dyn Work> = lane.submit(op, &self.label, timeout, Box::new(task))?;
+            return Ok(work);
+        }
+        lane.run_blocking(op, &self.label, timeout, task)?;
+        Ok(done())
+    }
+}
+
+fn done() -> Arc<dyn Work> {
+    Arc::new(DoneWork(Ok(())))
 }
 
 impl Drop for Window {
     fn drop(&mut self) {
+        // Nothing more starts; then closing the backend ends the running
+        // calls (in-flight sends and waits fail with Aborted).
+        let left: Vec<Job> = self.origin.stop().into_iter().chain(self.wait.stop()).collect();
         self.inner.close();
+        for job in left {
+            job.work.complete(Err(Error::new(
+                ErrorKind::Aborted,
+                format!("{} on {}: the window was freed before the operation ran", job.op, self.label),
+            )));
+        }
+        self.origin.join();
+        self.wait.join();
+    }
+}
+
+// ---- lanes ------------------------------------------------------------------
+
+type Task = Box<dyn FnOnce() -> Result<()> + Send>;
+
+struct Job {
+    op: &'static str,
+    task: Task,
+    work: Arc<HostWork>,
+}
+
+struct LaneState {
+    jobs: VecDeque<Job>,
+    /// Jobs queued or running on the lane's thread.
+    pending: usize,
+    /// Set when the window is dropped: the thread ends after its current job.
+    closed: bool,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// A FIFO of window calls run one at a time by a thread of its own.
+struct Lane {
+    name: &'static str,
+    st: Mutex<LaneState>,
+    cv: Condvar,
+}
+
+impl Lane {
+    fn new(name: &'static str) -> Arc<Lane> {
+        Arc::new(Lane {
+            name,
+            st: Mutex::new(LaneState { jobs: VecDeque::new(), pending: 0, closed: false, thread: None }),
+            cv: Condvar::new(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, LaneState> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `task` (starting the lane's thread on first use) and returns
+    /// its work, not yet started.
+    fn submit(self: &Arc<Self>, op: &'static str, label: &Arc<str>, timeout: Duration, task: Task) -> Result<Arc<HostWork>> {
+        let mut st = self.lock();
+        if st.closed {
+            return Err(Error::new(ErrorKind::Aborted, format!("{op} on {label}: the window was freed")));
+        }
+        if st.thread.is_none() {
+            let me = self.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("tc-win-{}", self.name))
+                .spawn(move || me.serve())
+                .map_err(|e| Error::system(format!("{op} on {label}: starting the window's {} thread", self.name), e))?;
+            st.thread = Some(thread);
+        }
+        let work = Arc::new(HostWork::new(op, label.clone(), timeout));
+        st.jobs.push_back(Job { op, task, work: work.clone() });
+        st.pending += 1;
+        drop(st);
+        self.cv.notify_all();
+        Ok(work)
+    }
+
+    /// Runs `task` on the caller's thread when nothing is queued or running
+    /// on the lane; otherwise queues it behind and waits for it.
+    fn run_blocking(
+        self: &Arc<Self>,
+        op: &'static str,
+        label: &Arc<str>,
+        timeout: Duration,
+        task: impl FnOnce() -> Result<()> + Send + 'static,
+    ) -> Result<()> {
+        if self.lock().pending == 0 {
+            return task();
+        }
+        self.submit(op, label, timeout, Box::new(task))?.wait_blocking()
+    }
+
+    /// Blocks until nothing is queued or running on the lane.
+    fn wait_idle(&self) {
+        let mut st = self.lock();
+        while st.pending > 0 {
+            st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Closes the lane: returns the jobs not yet started; the thread ends
+    /// after the one it runs.
+    fn stop(&self) -> Vec<Job> {
+        let mut st = self.lock();
+        st.closed = true;
+        let left: Vec<Job> = st.jobs.drain(..).collect();
+        st.pending -= left.len();
+        drop(st);
+        self.cv.notify_all();
+        left
+    }
+
+    fn join(&self) {
+        let thread = self.lock().thread.take();
+        if let Some(t) = thread {
+            let _ = t.join();
+        }
+    }
+
+    fn serve(&self) {
+        loop {
+            let job = {
+                let mut st = self.lock();
+                loop {
+                    if st.closed {
+                        return;
+                    }
+                    if let Some(job) = st.jobs.pop_front() {
+                        break job;
+                    }
+                    st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+                }
+            };
+            job.work.start();
+            let result = catch_unwind(AssertUnwindSafe(job.task)).unwrap_or_else(|payload| {
+                let what = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                Err(Error::new(ErrorKind::Panic, format!("{}: internal panic: {what}", job.op)))
+            });
+            job.work.complete(result);
+            self.lock().pending -= 1;
+            self.cv.notify_all();
+        }
     }
 }

@@ -3,7 +3,11 @@
 //! under one signal, signals counted (and the wait past them timing out),
 //! puts to self, out-of-bounds puts refused at the origin, map_remote,
 //! register/deregister twice, and a peer killed while others wait for its
-//! signal (no hang).
+//! signal (no hang). Asynchronous calls (`async_op`): many mixed-size puts
+//! and a signal waited out of order, deregister waiting for queued puts, an
+//! asynchronous wait on a ring not holding up puts, a blocking put landing
+//! after queued ones, freeing a window with queued work, and asynchronous
+//! puts to a stopped or killed peer failing through their works.
 
 mod gloo_common;
 
@@ -14,6 +18,7 @@ use std::time::{Duration, Instant};
 use torchcomm::comm::{Comm, Op, OpOptions};
 use torchcomm::error::ErrorKind;
 use torchcomm::window::Window;
+use torchcomm::work::{Work, WorkStatus};
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 const FILL: u8 = 0xee;
@@ -96,7 +101,7 @@ fn ring_child() {
         win.wait_signal(prev, &OpOptions::default()).unwrap_or_else(|e| panic!("rank {me}: wait {k}: {e}"));
     }
     let start = Instant::now();
-    let e = win.wait_signal(prev, &quick(400)).unwrap_err();
+    let e = win.wait_signal(prev, &quick(400)).map(drop).unwrap_err();
     let took = start.elapsed();
     assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
     assert!(took >= Duration::from_millis(390) && took < Duration::from_millis(1400), "took {took:?}");
@@ -105,7 +110,7 @@ fn ring_child() {
     // -- out of bounds, refused at the origin and naming the offset; the
     //    window stays usable
     let far = first_size(next) - 4;
-    let e = win.put(block.as_ptr() as *const c_void, 8, next, far, &OpOptions::default()).unwrap_err();
+    let e = win.put(block.as_ptr() as *const c_void, 8, next, far, &OpOptions::default()).map(drop).unwrap_err();
     assert_eq!(e.kind, ErrorKind::InvalidArgument, "{e}");
     assert!(e.message.contains(&far.to_string()), "{e}");
 
@@ -126,7 +131,7 @@ fn ring_child() {
     assert_eq!(&mem[240..244], &[0x77; 4]);
     win.deregister().unwrap();
     // After deregister the buffer is not the window's any more.
-    let e = win.put(tail.as_ptr() as *const c_void, 4, next, 0, &OpOptions::default()).unwrap_err();
+    let e = win.put(tail.as_ptr() as *const c_void, 4, next, 0, &OpOptions::default()).map(drop).unwrap_err();
     assert_eq!(e.kind, ErrorKind::InvalidUsage, "{e}");
 
     // -- register again, another buffer and other sizes; a full all-to-all
@@ -291,15 +296,23 @@ fn gloo_window_peer_killed() {
         }
         let start = Instant::now();
         let opts = OpOptions { timeout: Some(WAIT), ..OpOptions::default() };
-        let e = win.wait_signal(2, &opts).unwrap_err();
+        let e = win.wait_signal(2, &opts).map(drop).unwrap_err();
         let took = start.elapsed();
         println!("RESULT kind={:?} ms={} msg={}", e.kind, took.as_millis(), e.message);
         assert!(matches!(e.kind, ErrorKind::Remote | ErrorKind::Timeout), "{e}");
         assert!(took < WAIT + Duration::from_secs(1), "took {took:?}: {e}");
         let b = [1u8; 4];
         let start = Instant::now();
-        let e = win.put(b.as_ptr() as *const c_void, 4, 2, 0, &opts).unwrap_err();
+        let e = win.put(b.as_ptr() as *const c_void, 4, 2, 0, &opts).map(drop).unwrap_err();
         assert!(matches!(e.kind, ErrorKind::Remote | ErrorKind::Timeout), "{e}");
+        assert!(start.elapsed() < WAIT + Duration::from_secs(1), "{e}");
+        // Asynchronously: the call itself succeeds (its arguments are
+        // fine), and its work reports the failure.
+        let start = Instant::now();
+        let w = win.put(b.as_ptr() as *const c_void, 4, 2, 0, &OpOptions { async_op: true, ..opts.clone() }).unwrap();
+        let e = w.wait_blocking().unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::Remote | ErrorKind::Timeout), "{e}");
+        assert!(matches!(w.status(), WorkStatus::Error | WorkStatus::TimedOut), "{:?}", w.status());
         assert!(start.elapsed() < WAIT + Duration::from_secs(1), "{e}");
         let start = Instant::now();
         let _ = win.deregister();
@@ -387,7 +400,7 @@ fn gloo_window_put_to_stopped_peer() {
         let src = vec![3u8; 1 << 16];
         let opts = OpOptions { timeout: Some(T), ..OpOptions::default() };
         let start = Instant::now();
-        let e = win.put(src.as_ptr() as *const c_void, src.len(), 1, 0, &opts).unwrap_err();
+        let e = win.put(src.as_ptr() as *const c_void, src.len(), 1, 0, &opts).map(drop).unwrap_err();
         let took = start.elapsed();
         println!("RESULT kind={:?} ms={} msg={}", e.kind, took.as_millis(), e.message);
         assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
@@ -395,7 +408,7 @@ fn gloo_window_put_to_stopped_peer() {
         assert!(took + Duration::from_millis(50) >= T && took < T + Duration::from_secs(1), "took {took:?}");
         // The window is unusable now, and says so at once.
         let start = Instant::now();
-        let e = win.signal(1, &opts).unwrap_err();
+        let e = win.signal(1, &opts).map(drop).unwrap_err();
         assert!(start.elapsed() < Duration::from_millis(500), "{e}");
         drop(win);
         println!("RESULT done");
@@ -453,4 +466,364 @@ fn gloo_window_peer_killed_during_deregister() {
             eprintln!("rank {}: {r}", o.rank);
         }
     }
+}
+
+// ---- asynchronous calls (async_op) ------------------------------------------
+
+fn async_opts() -> OpOptions {
+    OpOptions { async_op: true, ..OpOptions::default() }
+}
+
+fn async_quick(ms: u64) -> OpOptions {
+    OpOptions { async_op: true, ..quick(ms) }
+}
+
+/// Sizes of the asynchronous puts: inline ones (up to 4064 bytes, inside
+/// their header message) mixed with large ones (1 MiB).
+const ASYNC_SIZES: [usize; 14] = [1, 4064, 1 << 20, 100, 4065, 3000, 1 << 20, 7, 65536, 4064, 1 << 20, 513, 4096, 2];
+/// Untouched bytes between two puts.
+const GAP: usize = 8;
+
+/// (offset, length) of each asynchronous put in the target's buffer.
+fn async_layout() -> Vec<(usize, usize)> {
+    let mut at = GAP;
+    ASYNC_SIZES
+        .iter()
+        .map(|len| {
+            let p = (at, *len);
+            at += len + GAP;
+            p
+        })
+        .collect()
+}
+
+/// Byte i of put k of round `round` from rank r.
+fn async_byte(r: i32, round: usize, k: usize, i: usize) -> u8 {
+    ((i * 131 + (i >> 8) * 7 + k * 17 + r as usize * 59 + round * 101) % 251) as u8 + 1
+}
+
+/// Checks that `mem` holds round `round` of rank `src`'s puts, and FILL in
+/// the gaps.
+fn check_async_round(mem: &[u8], me: i32, src: i32, round: usize) {
+    let layout = async_layout();
+    let mut covered = vec![false; mem.len()];
+    for (k, (off, len)) in layout.iter().enumerate() {
+        for i in 0..*len {
+            let want = async_byte(src, round, k, i);
+            assert_eq!(mem[off + i], want, "rank {me}, round {round}: byte {i} of put {k} ({len} bytes at {off}) from rank {src}");
+            covered[off + i] = true;
+        }
+    }
+    for (i, b) in mem.iter().enumerate() {
+        if !covered[i] {
+            assert_eq!(*b, FILL, "rank {me}, round {round}: byte {i} is outside every put");
+        }
+    }
+}
+
+fn async_puts_child() {
+    let comm = child_comm("async", TIMEOUT);
+    let (me, n) = (comm.rank(), comm.size());
+    let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+    let win = Window::new(&comm).unwrap();
+    let layout = async_layout();
+    let total = layout.last().map(|(o, l)| o + l + GAP).unwrap();
+    let mut mem = vec![FILL; total];
+    win.register(ptr(&mut mem), mem.len()).unwrap();
+
+    // -- round 0: every put and the signal asynchronous, and an
+    //    asynchronous wait for the predecessor's signal
+    let srcs: Vec<Vec<u8>> = layout.iter().enumerate().map(|(k, (_, len))| (0..*len).map(|i| async_byte(me, 0, k, i)).collect()).collect();
+    let puts: Vec<Arc<dyn Work>> = layout
+        .iter()
+        .zip(&srcs)
+        .map(|((off, len), src)| win.put(src.as_ptr() as *const c_void, *len, next, *off, &async_opts()).unwrap())
+        .collect();
+    let sig = win.signal(next, &async_opts()).unwrap();
+    let wait = win.wait_signal(prev, &async_opts()).unwrap();
+    // Waited in another order than issued: the signal first. It completes
+    // after every put issued before it, so they are all complete then.
+    sig.wait_blocking().unwrap();
+    assert_eq!(sig.status(), WorkStatus::Completed);
+    for (k, w) in puts.iter().enumerate() {
+        assert_eq!(w.status(), WorkStatus::Completed, "rank {me}: put {k} not complete when the signal issued after it was");
+    }
+    wait.wait_blocking().unwrap();
+    assert_eq!(wait.status(), WorkStatus::Completed);
+    for w in puts.iter().rev() {
+        w.wait_blocking().unwrap();
+    }
+    check_async_round(&mem, me, prev, 0);
+
+    // -- round 1: asynchronous puts, no signal, not waited for: deregister
+    //    waits for them (every put lands before deregistration ends)
+    run(&comm, Op::Barrier).unwrap();
+    let srcs1: Vec<Vec<u8>> = layout.iter().enumerate().map(|(k, (_, len))| (0..*len).map(|i| async_byte(me, 1, k, i)).collect()).collect();
+    let puts1: Vec<Arc<dyn Work>> = layout
+        .iter()
+        .zip(&srcs1)
+        .map(|((off, len), src)| win.put(src.as_ptr() as *const c_void, *len, next, *off, &async_opts()).unwrap())
+        .collect();
+    win.deregister().unwrap();
+    for (k, w) in puts1.iter().enumerate() {
+        assert_eq!(w.status(), WorkStatus::Completed, "rank {me}: put {k} of round 1 not complete after deregister");
+    }
+    check_async_round(&mem, me, prev, 1);
+    drop(win);
+    comm.finalize().unwrap();
+    println!("RESULT ok rank {me}");
+}
+
+fn async_puts(test: &str, n: usize) {
+    if role().is_some() {
+        async_puts_child();
+        return;
+    }
+    let out = launch(test, "async", n, &[], Duration::from_secs(90));
+    assert_all_ok(&out);
+    for o in &out {
+        assert!(o.results().iter().any(|r| r.starts_with("ok")), "{}", o.describe());
+    }
+}
+
+#[test]
+fn gloo_window_async_puts_2() {
+    async_puts("gloo_window_async_puts_2", 2);
+}
+
+#[test]
+fn gloo_window_async_puts_3() {
+    async_puts("gloo_window_async_puts_3", 3);
+}
+
+#[test]
+fn gloo_window_async_puts_4() {
+    async_puts("gloo_window_async_puts_4", 4);
+}
+
+/// On a ring of 3, every rank first issues an asynchronous wait for its
+/// predecessor's signal, then puts and signals to its successor (blocking
+/// in even rounds, asynchronous in odd ones): the outstanding wait must not
+/// hold up the puts (else every rank waits for a signal never sent and the
+/// waits time out). 20 rounds, each into its own region, checked.
+#[test]
+fn gloo_window_async_wait_ring_3() {
+    const ROUNDS: usize = 20;
+    const REGION: usize = 8192;
+    if role().is_some() {
+        let comm = child_comm("async_ring", TIMEOUT);
+        let (me, n) = (comm.rank(), comm.size());
+        let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+        let win = Window::new(&comm).unwrap();
+        let mut mem = vec![FILL; ROUNDS * REGION];
+        win.register(ptr(&mut mem), mem.len()).unwrap();
+        let len = |round: usize| if round % 2 == 0 { 64 } else { 5000 };
+        let data = |r: i32, round: usize| -> Vec<u8> { (0..len(round)).map(|i| async_byte(r, round, 0, i)).collect() };
+        let srcs: Vec<Vec<u8>> = (0..ROUNDS).map(|round| data(me, round)).collect();
+        let mut works = Vec::new();
+        let start = Instant::now();
+        for round in 0..ROUNDS {
+            let wait = win.wait_signal(prev, &async_quick(5000)).unwrap();
+            let src = srcs[round].as_ptr() as *const c_void;
+            let opts = if round % 2 == 0 { quick(5000) } else { async_quick(5000) };
+            works.push(win.put(src, len(round), next, round * REGION, &opts).unwrap());
+            works.push(win.signal(next, &opts).unwrap());
+            wait.wait_blocking().unwrap_or_else(|e| panic!("rank {me}, round {round}: the wait failed: {e}"));
+            assert_eq!(&mem[round * REGION..round * REGION + len(round)], &data(prev, round)[..], "rank {me}, round {round}");
+            assert!(mem[round * REGION + len(round)..(round + 1) * REGION].iter().all(|b| *b == FILL));
+        }
+        for w in &works {
+            w.wait_blocking().unwrap();
+        }
+        let took = start.elapsed();
+        println!("RESULT ok ms={}", took.as_millis());
+        assert!(took < Duration::from_secs(5), "{ROUNDS} rounds took {took:?}");
+        win.deregister().unwrap();
+        return;
+    }
+    let out = launch("gloo_window_async_wait_ring_3", "async_ring", 3, &[], Duration::from_secs(60));
+    assert_all_ok(&out);
+    for o in &out {
+        assert!(o.results().iter().any(|r| r.starts_with("ok")), "{}", o.describe());
+    }
+}
+
+/// Eight 1 MiB asynchronous puts into the same region of the successor,
+/// each with its own byte, then two blocking puts overlapping that region
+/// (one inline, one large): the blocking ones wait for the queued ones and
+/// land after them, so the final bytes are theirs where they overlap and
+/// the last asynchronous put's elsewhere.
+#[test]
+fn gloo_window_sync_put_after_async() {
+    const BIG: usize = 1 << 20;
+    const K: usize = 8;
+    if role().is_some() {
+        let comm = child_comm("sync_after", TIMEOUT);
+        let (me, n) = (comm.rank(), comm.size());
+        let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+        let win = Window::new(&comm).unwrap();
+        let mut mem = vec![0u8; BIG + 64];
+        win.register(ptr(&mut mem), mem.len()).unwrap();
+        let srcs: Vec<Vec<u8>> = (0..K).map(|k| vec![k as u8 + 1; BIG]).collect();
+        let works: Vec<Arc<dyn Work>> =
+            srcs.iter().map(|s| win.put(s.as_ptr() as *const c_void, BIG, next, 0, &async_opts()).unwrap()).collect();
+        let unfinished = works.iter().filter(|w| !w.status().is_finished()).count();
+        let inline = [0x11u8; 8];
+        let large = vec![0x22u8; 5000];
+        win.put(inline.as_ptr() as *const c_void, 8, next, 10, &OpOptions::default()).unwrap();
+        // The blocking put returned after every put queued before it.
+        for (k, w) in works.iter().enumerate() {
+            assert_eq!(w.status(), WorkStatus::Completed, "rank {me}: async put {k} not complete after a later blocking put returned");
+        }
+        win.put(large.as_ptr() as *const c_void, large.len(), next, BIG / 2, &OpOptions::default()).unwrap();
+        win.signal(next, &OpOptions::default()).unwrap();
+        win.wait_signal(prev, &OpOptions::default()).unwrap();
+        for (i, b) in mem.iter().enumerate() {
+            let want = if (10..18).contains(&i) {
+                0x11
+            } else if (BIG / 2..BIG / 2 + 5000).contains(&i) {
+                0x22
+            } else if i < BIG {
+                K as u8
+            } else {
+                0
+            };
+            assert_eq!(*b, want, "rank {me}: byte {i}");
+        }
+        println!("RESULT ok unfinished_at_issue={unfinished}");
+        // The asynchronous calls returned before their puts were done.
+        assert!(unfinished >= 1, "all {K} asynchronous 1 MiB puts were finished as soon as issued");
+        win.deregister().unwrap();
+        return;
+    }
+    let out = launch("gloo_window_sync_put_after_async", "sync_after", 2, &[], Duration::from_secs(60));
+    assert_all_ok(&out);
+    for o in &out {
+        assert!(o.results().iter().any(|r| r.starts_with("ok")), "{}", o.describe());
+    }
+}
+
+/// Launches 2 ranks of `test`; rank 1 stops itself (SIGSTOP) after a
+/// barrier and is killed once rank 0 has exited. Returns rank 0's outcome.
+fn with_stopped_rank_1(test: &str, role: &str) -> Outcome {
+    let mut killed = false;
+    let mut out = launch_with(test, role, 2, &[], Duration::from_secs(60), |_, children| {
+        if !killed && matches!(children[0].try_wait(), Ok(Some(_))) {
+            let _ = children[1].kill();
+            killed = true;
+        }
+    });
+    out.swap_remove(0)
+}
+
+/// Rank 1's part in the stopped-peer tests: registers, then stops.
+fn stopped_child(comm: &Arc<Comm>, win: &Window) {
+    let mut mem = vec![0u8; 8 << 20];
+    win.register(ptr(&mut mem), mem.len()).unwrap();
+    run(comm, Op::Barrier).unwrap();
+    if comm.rank() == 1 {
+        unsafe { libc::raise(libc::SIGSTOP) };
+        std::thread::sleep(Duration::from_secs(60));
+        std::process::exit(3);
+    }
+    // Let rank 1 stop.
+    std::thread::sleep(Duration::from_millis(300));
+    std::mem::forget(mem); // still registered when the window is freed
+}
+
+/// Rank 1 is stopped; rank 0 queues a 4 MiB put (in flight, never taken),
+/// more puts and a signal behind it, and a wait for rank 1's signal, then
+/// frees the window: no hang (well within the comm's 20 s timeout), every
+/// work finished, the queued ones with Aborted saying the window was freed,
+/// the in-flight put and the wait with Aborted (or, for the put, the
+/// connection's failure).
+#[test]
+fn gloo_window_free_with_queued_work() {
+    if role().is_some() {
+        let comm = child_comm("free_queued", TIMEOUT);
+        let win = Window::new(&comm).unwrap();
+        stopped_child(&comm, &win);
+        let big = vec![1u8; 4 << 20];
+        let small = [2u8; 16];
+        let first = win.put(big.as_ptr() as *const c_void, big.len(), 1, 0, &async_opts()).unwrap();
+        let queued = [
+            win.put(small.as_ptr() as *const c_void, 16, 1, 0, &async_opts()).unwrap(),
+            win.put(big.as_ptr() as *const c_void, big.len(), 1, 0, &async_opts()).unwrap(),
+            win.signal(1, &async_opts()).unwrap(),
+        ];
+        let wait = win.wait_signal(1, &async_opts()).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(first.status(), WorkStatus::InProgress);
+        assert_eq!(wait.status(), WorkStatus::InProgress);
+        for (k, w) in queued.iter().enumerate() {
+            assert_eq!(w.status(), WorkStatus::NotStarted, "queued call {k}");
+        }
+        let start = Instant::now();
+        drop(win);
+        let took = start.elapsed();
+        let e = first.wait_blocking().unwrap_err();
+        println!("RESULT free_ms={} first={:?} {}", took.as_millis(), e.kind, e.message);
+        assert!(took < Duration::from_secs(2), "freeing took {took:?}");
+        assert!(matches!(e.kind, ErrorKind::Aborted | ErrorKind::Remote), "{e}");
+        assert_eq!(first.status(), WorkStatus::Error);
+        for (k, w) in queued.iter().enumerate() {
+            assert_eq!(w.status(), WorkStatus::Error, "queued call {k}");
+            let e = w.wait_blocking().unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Aborted, "queued call {k}: {e}");
+            assert!(e.message.contains("freed"), "queued call {k}: {e}");
+        }
+        let e = wait.wait_blocking().unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Aborted, "{e}");
+        assert_eq!(wait.status(), WorkStatus::Error);
+        println!("RESULT done");
+        return;
+    }
+    let o = with_stopped_rank_1("gloo_window_free_with_queued_work", "free_queued");
+    for r in o.results() {
+        eprintln!("rank 0: {r}");
+    }
+    assert!(o.ok(), "{}", o.describe());
+    assert!(o.results().iter().any(|r| r == "done"), "{}", o.describe());
+}
+
+/// An asynchronous put to a stopped peer under a 1.5 s timeout: the call
+/// returns at once, and its work reports TIMED_OUT (TC_ERR_TIMEOUT naming
+/// the put and the peer) within the timeout + 1 s. The window is unusable
+/// after: a later asynchronous signal's work fails at once.
+#[test]
+fn gloo_window_async_put_to_stopped_peer() {
+    const T: u64 = 1500;
+    if role().is_some() {
+        let comm = child_comm("async_stopped", TIMEOUT);
+        let win = Window::new(&comm).unwrap();
+        stopped_child(&comm, &win);
+        let src = vec![3u8; 1 << 16];
+        let start = Instant::now();
+        let w = win.put(src.as_ptr() as *const c_void, src.len(), 1, 0, &async_quick(T)).unwrap();
+        let issued = start.elapsed();
+        assert!(!w.status().is_finished(), "{:?}", w.status());
+        let e = w.wait_blocking().unwrap_err();
+        let took = start.elapsed();
+        println!("RESULT issued_us={} ms={} kind={:?} msg={}", issued.as_micros(), took.as_millis(), e.kind, e.message);
+        assert!(issued < Duration::from_millis(100), "the asynchronous call took {issued:?}");
+        assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
+        assert_eq!(w.status(), WorkStatus::TimedOut);
+        assert!(e.message.contains("put") && e.message.contains("rank 1"), "{e}");
+        let t = Duration::from_millis(T);
+        assert!(took + Duration::from_millis(50) >= t && took < t + Duration::from_secs(1), "took {took:?}");
+        let start = Instant::now();
+        let s = win.signal(1, &async_quick(T)).unwrap();
+        let e = s.wait_blocking().unwrap_err();
+        assert!(start.elapsed() < Duration::from_millis(500), "{e}");
+        assert!(matches!(s.status(), WorkStatus::Error | WorkStatus::TimedOut), "{:?}", s.status());
+        drop(win);
+        println!("RESULT done");
+        return;
+    }
+    let o = with_stopped_rank_1("gloo_window_async_put_to_stopped_peer", "async_stopped");
+    for r in o.results() {
+        eprintln!("rank 0: {r}");
+    }
+    assert!(o.ok(), "{}", o.describe());
+    assert!(o.results().iter().any(|r| r == "done"), "{}", o.describe());
 }

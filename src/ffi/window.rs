@@ -2,9 +2,14 @@
 //! `gloo` backend (host memory, any hosts); the `nccl` backend answers
 //! `TC_ERR_UNSUPPORTED` (listed in the README).
 //!
-//! Every window call completes before it returns, whatever `async_op`
-//! says; the work handle, when asked for, is already completed. A put or
-//! signal waits until the target's side accepts it (a target that has not
+//! `tc_window_put`, `tc_window_signal` and `tc_window_wait_signal` honour
+//! `async_op`: with it set, the call checks its arguments (failing itself on
+//! a bad one), queues the operation and returns at once with an in-progress
+//! work handle; without it, the call completes before it returns and the
+//! work handle, when asked for, is already completed. Puts and signals of
+//! one rank run in issue order (one queue per window), waits in a queue of
+//! their own (an outstanding wait never holds up puts). A put or signal
+//! waits until the target's side accepts it (a target that has not
 //! registered, or is stopped, makes it wait up to its timeout); a timeout
 //! or lost peer in register, deregister, put or signal leaves the window
 //! unusable (later calls fail at once), while a `wait_signal` timeout is
@@ -16,7 +21,7 @@ use crate::ffi::work::tc_work_t;
 use crate::ffi::{arg_out, arg_ref, boundary, boundary_void, into_handle, take_handle};
 use crate::options::tc_op_options_t;
 use crate::window::Window;
-use crate::work::DoneWork;
+use crate::work::Work;
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -27,19 +32,20 @@ pub struct tc_window {
 
 pub type tc_window_t = tc_window;
 
-/// Runs a window call that may hand out a (completed) work handle.
+/// Runs a window call and hands out its work handle (in progress for an
+/// asynchronous call, completed otherwise) when one is asked for.
 fn window_op(
     func: &'static str,
     window: *mut tc_window_t,
     opts: *const tc_op_options_t,
     work: *mut *mut tc_work_t,
-    call: impl FnOnce(&Window, &crate::comm::OpOptions) -> Result<()>,
+    call: impl FnOnce(&Window, &crate::comm::OpOptions) -> Result<Arc<dyn Work>>,
 ) -> tc_result_t {
     boundary(func, || {
         let w = unsafe { arg_ref(window, "window")? };
         let opts = unsafe { op_options(opts)? };
-        call(&w.inner, &opts)?;
-        hand_out_work(work, Arc::new(DoneWork(Ok(()))), w.inner.comm());
+        let issued = call(&w.inner, &opts)?;
+        hand_out_work(work, issued, w.inner.comm());
         Ok(())
     })
 }
@@ -81,8 +87,11 @@ pub extern "C" fn tc_window_register(window: *mut tc_window_t, buf: *mut c_void,
 
 /// Ends the registration of this rank's buffer.
 ///
-/// Collective: every put issued before any rank's deregister has landed when
-/// it returns, and no later put lands in the buffer.
+/// Collective: it first waits for this rank's outstanding asynchronous puts
+/// and signals (each has landed or failed; their work handles say which),
+/// then deregisters. Every put issued before any rank's deregister has
+/// landed when it returns, and no later put lands in the buffer.
+/// Outstanding `tc_window_wait_signal` calls are not waited for.
 #[no_mangle]
 pub extern "C" fn tc_window_deregister(window: *mut tc_window_t) -> tc_result_t {
     boundary("tc_window_deregister", || {
@@ -94,15 +103,27 @@ pub extern "C" fn tc_window_deregister(window: *mut tc_window_t) -> tc_result_t 
 /// Writes `bytes` bytes from `src` into `dst_rank`'s registered buffer at
 /// byte offset `dst_offset`, without `dst_rank`'s application taking part.
 ///
-/// Returns when `src` may be reused. The target sees the data once it has
-/// waited for a later `tc_window_signal` from this rank
-/// (`tc_window_wait_signal`); puts from one origin to one target land in
-/// order, puts from different origins in no defined order. `dst_offset + bytes` beyond the target's
-/// registered size fails with `TC_ERR_INVALID_ARGUMENT` naming both. A put to
-/// this rank itself is a copy. `opts` may be NULL (`timeout_ms` applies;
-/// `async_op` and `stream` are ignored: the call completes before it
-/// returns). `*work`, when `work` is not NULL, receives a completed work
-/// handle to free with `tc_work_free`. Thread-safe.
+/// The target sees the data once it has waited for a later
+/// `tc_window_signal` from this rank (`tc_window_wait_signal`); puts from
+/// one origin to one target land in order, puts from different origins in
+/// no defined order. `dst_offset + bytes` beyond the target's registered
+/// size fails with `TC_ERR_INVALID_ARGUMENT` naming both. A put to this
+/// rank itself is a copy. `opts` may be NULL (defaults; `timeout_ms`
+/// applies, `stream` is ignored).
+///
+/// With `opts.async_op = 0` the call returns when the put is complete and
+/// `src` may be reused. With `opts.async_op = 1` it checks its arguments
+/// (ranks, bounds, a registered buffer, an active comm, `src`: these fail
+/// the call itself), queues the put and returns at once; `src` must then
+/// stay valid and unchanged until the put's work completes
+/// (`tc_work_wait`), and the put's own failure (`TC_ERR_TIMEOUT`,
+/// `TC_ERR_REMOTE`, ...) is reported by its work. Puts and signals of this
+/// rank run in issue order, asynchronous or not: a blocking call issued
+/// after asynchronous ones waits for them. `*work`, when `work` is not NULL,
+/// receives a work handle (completed for a blocking call) to free with
+/// `tc_work_free`; freeing it early does not cancel the put. With `work`
+/// NULL an asynchronous put still runs; `tc_window_deregister` waits for it.
+/// Thread-safe.
 #[no_mangle]
 pub extern "C" fn tc_window_put(
     window: *mut tc_window_t,
@@ -121,10 +142,12 @@ pub extern "C" fn tc_window_put(
     })
 }
 
-/// Sends one signal to `peer`; it arrives after every earlier put from this
-/// rank to `peer`.
+/// Sends one signal to `peer`; it arrives after every put this rank issued
+/// to `peer` before it, including asynchronous puts not yet complete when
+/// the signal is issued.
 ///
-/// `opts` and `work` as for `tc_window_put`. Thread-safe.
+/// `opts` and `work` as for `tc_window_put` (`async_op = 1`: queued behind
+/// this rank's earlier puts and signals, returns at once). Thread-safe.
 #[no_mangle]
 pub extern "C" fn tc_window_signal(
     window: *mut tc_window_t,
@@ -142,7 +165,12 @@ pub extern "C" fn tc_window_signal(
 /// Each signal satisfies one wait. Fails with `TC_ERR_TIMEOUT` when no
 /// signal arrives within the operation's timeout (`opts.timeout_ms`, 0 or
 /// unset: the comm's), and with `TC_ERR_REMOTE` when `peer` is gone. `opts`
-/// and `work` as for `tc_window_put`. Thread-safe.
+/// and `work` as for `tc_window_put`. With `async_op = 1` the wait is queued
+/// and the call returns at once; its outcome (and the data's arrival) is
+/// known when its work completes. Waits run in issue order among
+/// themselves, apart from puts and signals: an outstanding wait never holds
+/// up this rank's puts or signals. A wait still pending when the window is
+/// freed ends with `TC_ERR_ABORTED`. Thread-safe.
 #[no_mangle]
 pub extern "C" fn tc_window_wait_signal(
     window: *mut tc_window_t,
@@ -169,7 +197,12 @@ pub extern "C" fn tc_window_map_remote(window: *mut tc_window_t, rank: i32, ptr:
 
 /// Frees a window. Free it after `tc_window_deregister`: freeing a window
 /// that is still registered ends its service at once, and the peers'
-/// windows then fail with `TC_ERR_REMOTE`. NULL is ignored.
+/// windows then fail with `TC_ERR_REMOTE`. Asynchronous calls still
+/// outstanding end with an error: calls still queued and a pending wait
+/// with `TC_ERR_ABORTED` (the window was freed, or closed), a put or signal
+/// in flight with `TC_ERR_ABORTED` or the error its closed connection
+/// gave. Their work handles stay valid until freed. Not to be called while
+/// another thread is inside a call on the same window. NULL is ignored.
 #[no_mangle]
 pub extern "C" fn tc_window_free(window: *mut tc_window_t) {
     boundary_void("tc_window_free", || {
