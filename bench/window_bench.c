@@ -6,7 +6,10 @@
  * alone, the time of a whole hop (put + signal + wait), and the put
  * bandwidth; the last hop's data is checked byte by byte.
  *
- * Usage: window_bench [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-B BACKEND] */
+ * With -m 1 the window's buffer comes from tc_mem_alloc: on gloo, shared
+ * memory that the other ranks of the host map, so puts are memory copies.
+ *
+ * Usage: window_bench [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-B BACKEND] [-m 0|1] */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
@@ -47,6 +50,7 @@ int main(int argc, char **argv) {
     size_t minb = 8, maxb = 16 << 20, factor = 4;
     int iters = 50, warmup = 5;
     const char *backend = "gloo";
+    int shared = 0; /* -m 1: the window's buffer comes from tc_mem_alloc */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-b")) minb = parse_size(argv[i + 1]);
         else if (!strcmp(argv[i], "-e")) maxb = parse_size(argv[i + 1]);
@@ -54,6 +58,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-n")) iters = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-w")) warmup = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-B")) backend = argv[i + 1];
+        else if (!strcmp(argv[i], "-m")) shared = atoi(argv[i + 1]);
         else { fprintf(stderr, "window_bench: unknown option %s\n", argv[i]); return 2; }
     }
     if (minb < 1 || maxb < minb || factor < 2 || iters < 1) { fprintf(stderr, "window_bench: bad sizes\n"); return 2; }
@@ -68,14 +73,16 @@ int main(int argc, char **argv) {
 
     tc_window_t *win = NULL;
     TRY(tc_window_new(comm, &win));
-    unsigned char *mem = malloc(maxb), *src = malloc(maxb);
+    unsigned char *mem = NULL, *src = malloc(maxb);
+    if (shared) TRY(tc_mem_alloc(comm, maxb, (void **)&mem));
+    else mem = malloc(maxb);
     if (!mem || !src) { fprintf(stderr, "window_bench: out of memory\n"); return 1; }
     memset(mem, 0, maxb);
     TRY(tc_window_register(win, mem, maxb));
 
     if (rank == 0) {
-        printf("# window_bench: %s backend, %d ranks, ring of put + signal + wait, iters %d, warm-up %d\n", backend, size,
-               iters, warmup);
+        printf("# window_bench: %s backend, %d ranks, ring of put + signal + wait, iters %d, warm-up %d, buffer from %s\n",
+               backend, size, iters, warmup, shared ? "tc_mem_alloc (shared memory)" : "malloc");
         printf("#%11s %12s %12s %12s %7s\n", "size (B)", "put (us)", "hop (us)", "put (GB/s)", "#wrong");
     }
     long total_wrong = 0;
@@ -113,9 +120,10 @@ int main(int argc, char **argv) {
     }
     TRY(tc_window_deregister(win));
     tc_window_free(win);
+    if (shared) TRY(tc_mem_free(comm, mem));
+    else free(mem);
     TRY(tc_comm_finalize(comm));
     tc_comm_destroy(comm);
-    free(mem);
     free(src);
     if (rank == 0) printf("# wrong bytes: %ld %s\n", total_wrong, total_wrong ? "FAILED" : "OK");
     return total_wrong != 0;

@@ -1,8 +1,8 @@
 /* Memory registration and the backend allocator through the C API with a
    one-rank gloo comm: argument checks (each names its argument, out-pointers
-   untouched on failure), the gloo backend's TC_ERR_UNSUPPORTED answer naming
-   the backend, NULL accepted by the release calls, and use after finalize
-   and after abort. The nccl side runs in capi_tests/gpu/test_gpu_mem.c. */
+   untouched on failure), the gloo backend's TC_ERR_UNSUPPORTED answer to
+   registration naming the backend, its shared-memory allocator, NULL
+   accepted by the release calls, and use after finalize and after abort. The nccl side runs in capi_tests/gpu/test_gpu_mem.c. */
 #include "capi_util.h"
 #include <stdint.h>
 #include <unistd.h>
@@ -32,15 +32,27 @@ int main(void) {
     EXPECT_RC(tc_mem_alloc(comm, 64, NULL), TC_ERR_NULL_ARGUMENT, "'ptr'");
     CHECK(handle == sentinel && ptr == sentinel);
 
-    /* gloo has neither registration nor an allocator: the answer names the
-       function, the comm and the backend */
+    /* gloo has no registration: the answer names the function, the comm
+       and the backend */
     EXPECT_RC(tc_comm_register(comm, buf, sizeof buf, &handle), TC_ERR_UNSUPPORTED, "gloo backend");
     CHECK(capi_last_error_mentions("tc_comm_register") && capi_last_error_mentions("capi-mem"));
     EXPECT_RC(tc_comm_deregister(comm, sentinel), TC_ERR_UNSUPPORTED, "gloo backend");
-    EXPECT_RC(tc_mem_alloc(comm, 64, &ptr), TC_ERR_UNSUPPORTED, "gloo backend");
-    CHECK(capi_last_error_mentions("tc_mem_alloc"));
-    EXPECT_RC(tc_mem_free(comm, sentinel), TC_ERR_UNSUPPORTED, "gloo backend");
-    CHECK(handle == sentinel && ptr == sentinel);
+    CHECK(handle == sentinel);
+
+    /* its allocator hands out zeroed shared host memory (windows on it are
+       mapped by same-host peers); freeing checks the pointer */
+    EXPECT_OK(tc_mem_alloc(comm, 10000, &ptr));
+    CHECK(ptr != sentinel && ptr != NULL);
+    unsigned char *bytes = ptr;
+    int zeroed = 1;
+    for (int i = 0; i < 10000; i++) zeroed &= bytes[i] == 0;
+    CHECK(zeroed);
+    memset(ptr, 0x5a, 10000);
+    EXPECT_RC(tc_mem_free(comm, sentinel), TC_ERR_INVALID_ARGUMENT, "not allocated by tc_mem_alloc");
+    CHECK(capi_last_error_mentions("tc_mem_free"));
+    EXPECT_OK(tc_mem_free(comm, ptr));
+    EXPECT_RC(tc_mem_free(comm, ptr), TC_ERR_INVALID_ARGUMENT, "freed already");
+    ptr = sentinel;
 
     /* NULL handle / pointer: no-ops, like free(NULL) */
     EXPECT_OK(tc_comm_deregister(comm, NULL));
@@ -58,7 +70,7 @@ int main(void) {
     EXPECT_RC(tc_comm_register(comm, buf, sizeof buf, &handle), TC_ERR_INVALID_USAGE, "finalized");
     EXPECT_RC(tc_mem_alloc(comm, 64, &ptr), TC_ERR_INVALID_USAGE, "finalized");
     EXPECT_RC(tc_mem_alloc(comm, 0, &ptr), TC_ERR_INVALID_ARGUMENT, "'bytes'");
-    EXPECT_RC(tc_mem_free(comm, sentinel), TC_ERR_UNSUPPORTED, "gloo backend");
+    EXPECT_RC(tc_mem_free(comm, sentinel), TC_ERR_INVALID_ARGUMENT, "not allocated by tc_mem_alloc");
     EXPECT_OK(tc_mem_free(comm, NULL));
     CHECK(handle == sentinel && ptr == sentinel);
     tc_comm_destroy(comm);

@@ -187,6 +187,13 @@ typedef struct {
 typedef tc_comm tc_comm_t;
 
 /*
+ Function called when a comm becomes aborted: `code` is the failure's
+ result code (`TC_ERR_TIMEOUT`, `TC_ERR_REMOTE`, ... or `TC_ERR_ABORTED`
+ for `tc_comm_abort`), `message` its detail, valid only during the call.
+ */
+typedef void (*tc_abort_hook_t)(tc_result_t code, const char *message, void *user_data);
+
+/*
  Element type of a buffer (`TC_FLOAT32`, ...).
  */
 typedef int32_t tc_dtype_t;
@@ -458,6 +465,37 @@ tc_result_t tc_comm_get_device(const tc_comm_t *comm, tc_device_t *device);
 tc_result_t tc_comm_get_async_error(const tc_comm_t *comm);
 
 /*
+ Writes to `*text` the comm's flight recorder: a NUL-terminated table of
+ its most recent operations, oldest first (sequence number, operation,
+ dtype, elements, root or peer, async, time issued since the comm's
+ creation, status now, age). Collectives get the same sequence numbers on
+ every rank, so the dumps of a stuck job's ranks show which rank is behind
+ and where. How many operations are kept: `TORCHCOMM_FLIGHT_RECORDER`
+ (default 64; 0 turns recording off, and the text says so). The comm also
+ logs this table when an operation fails or times out.
+
+ `*text` is allocated: release it with `tc_free`. Works in every state of
+ the comm, after an abort or finalize included (until `tc_comm_destroy`).
+ `text` must not be NULL; untouched on failure. Thread-safe; the status
+ of each operation is read at the call, without waiting for any.
+ */
+tc_result_t tc_comm_dump_flight_recorder(const tc_comm_t *comm, char **text);
+
+/*
+ Sets `hook`, called once when the comm becomes aborted: by an operation
+ that failed or timed out (before the process aborts, when abort-on-error
+ is on: the place to flush logs or checkpoints), or by `tc_comm_abort`.
+ It is not called for the abort of a comm destroyed without finalize, and
+ never after `tc_comm_destroy` returned. A NULL `hook` removes it; a new
+ one replaces the old. It runs on the thread that found the failure (the
+ comm's background threads, or the thread of the failing or aborting
+ call) with no lock of the comm held; it may query the comm (e.g.
+ `tc_comm_dump_flight_recorder`) but must not destroy it. `user_data` is
+ passed through untouched. Thread-safe.
+ */
+tc_result_t tc_comm_set_abort_hook(tc_comm_t *comm, tc_abort_hook_t hook, void *user_data);
+
+/*
  Creates a sub-communicator of the ranks listed in `ranks` (parent ranks,
  no duplicates); the new rank is the caller's index in the list.
  Collective: every rank of `comm` calls it with the same list and name.
@@ -680,12 +718,16 @@ tc_result_t tc_comm_register(tc_comm_t *comm, void *buf, size_t bytes, void **ha
 tc_result_t tc_comm_deregister(tc_comm_t *comm, void *handle);
 
 /*
- Allocates `bytes` bytes of device memory on the comm's device from the
- backend's allocator (nccl: `ncclMemAlloc`, memory suited to NVLink SHARP
- and zero-copy transfers; with an NCCL older than 2.19, plain
- `cuMemAlloc`). On success `*ptr` receives the address; the memory is not
- initialized. Free it with `tc_mem_free` on the same comm (it is freed, with
- a warning, by `tc_comm_destroy` otherwise).
+ Allocates `bytes` bytes from the backend's allocator. nccl: device memory
+ on the comm's device from `ncclMemAlloc` (suited to NVLink SHARP and
+ zero-copy transfers; with an NCCL older than 2.19, plain `cuMemAlloc`),
+ not initialized, freed with a warning by `tc_comm_destroy` if
+ `tc_mem_free` was not called. gloo: zeroed host memory in a shared
+ mapping (memfd) that the comm's ranks on the same host map when it holds
+ a window's buffer (`tc_window_map_remote` then works, and puts are
+ memory copies); left mapped, with a warning, by `tc_comm_destroy` if not
+ freed. On success `*ptr` receives the address. Free it with
+ `tc_mem_free` on the same comm.
 
  Errors: `TC_ERR_NULL_ARGUMENT` (`comm`, `ptr`), `TC_ERR_INVALID_ARGUMENT`
  (`bytes` = 0), `TC_ERR_INVALID_USAGE` after `tc_comm_finalize`,
@@ -707,7 +749,8 @@ tc_result_t tc_mem_free(tc_comm_t *comm, void *ptr);
 
 /*
  Frees memory the library allocated for the caller (values from
- `tc_store_get_alloc` and `tc_store_compare_set`). NULL is ignored.
+ `tc_store_get_alloc` and `tc_store_compare_set`, the text of
+ `tc_comm_dump_flight_recorder`). NULL is ignored.
  Thread-safe.
  */
 void tc_free(void *ptr);
@@ -860,8 +903,11 @@ tc_result_t tc_window_register(tc_window_t *window, void *buf, size_t bytes);
 /*
  Ends the registration of this rank's buffer.
 
- Collective: every put issued before any rank's deregister has landed when
- it returns, and no later put lands in the buffer.
+ Collective: it first waits for this rank's outstanding asynchronous puts
+ and signals (each has landed or failed; their work handles say which),
+ then deregisters. Every put issued before any rank's deregister has
+ landed when it returns, and no later put lands in the buffer.
+ Outstanding `tc_window_wait_signal` calls are not waited for.
  */
 tc_result_t tc_window_deregister(tc_window_t *window);
 
@@ -869,23 +915,37 @@ tc_result_t tc_window_deregister(tc_window_t *window);
  Writes `bytes` bytes from `src` into `dst_rank`'s registered buffer at
  byte offset `dst_offset`, without `dst_rank`'s application taking part.
 
- Returns when `src` may be reused. The target sees the data once it has
- waited for a later `tc_window_signal` from this rank
- (`tc_window_wait_signal`); puts from one origin to one target land in
- order, puts from different origins in no defined order. `dst_offset + bytes` beyond the target's
- registered size fails with `TC_ERR_INVALID_ARGUMENT` naming both. A put to
- this rank itself is a copy. `opts` may be NULL (`timeout_ms` applies;
- `async_op` and `stream` are ignored: the call completes before it
- returns). `*work`, when `work` is not NULL, receives a completed work
- handle to free with `tc_work_free`. Thread-safe.
+ The target sees the data once it has waited for a later
+ `tc_window_signal` from this rank (`tc_window_wait_signal`); puts from
+ one origin to one target land in order, puts from different origins in
+ no defined order. `dst_offset + bytes` beyond the target's registered
+ size fails with `TC_ERR_INVALID_ARGUMENT` naming both. A put to this
+ rank itself is a copy. `opts` may be NULL (defaults; `timeout_ms`
+ applies, `stream` is ignored).
+
+ With `opts.async_op = 0` the call returns when the put is complete and
+ `src` may be reused. With `opts.async_op = 1` it checks its arguments
+ (ranks, bounds, a registered buffer, an active comm, `src`: these fail
+ the call itself), queues the put and returns at once; `src` must then
+ stay valid and unchanged until the put's work completes
+ (`tc_work_wait`), and the put's own failure (`TC_ERR_TIMEOUT`,
+ `TC_ERR_REMOTE`, ...) is reported by its work. Puts and signals of this
+ rank run in issue order, asynchronous or not: a blocking call issued
+ after asynchronous ones waits for them. `*work`, when `work` is not NULL,
+ receives a work handle (completed for a blocking call) to free with
+ `tc_work_free`; freeing it early does not cancel the put. With `work`
+ NULL an asynchronous put still runs; `tc_window_deregister` waits for it.
+ Thread-safe.
  */
 tc_result_t tc_window_put(tc_window_t *window, const void *src, size_t bytes, int32_t dst_rank, size_t dst_offset, const tc_op_options_t *opts, tc_work_t **work);
 
 /*
- Sends one signal to `peer`; it arrives after every earlier put from this
- rank to `peer`.
+ Sends one signal to `peer`; it arrives after every put this rank issued
+ to `peer` before it, including asynchronous puts not yet complete when
+ the signal is issued.
 
- `opts` and `work` as for `tc_window_put`. Thread-safe.
+ `opts` and `work` as for `tc_window_put` (`async_op = 1`: queued behind
+ this rank's earlier puts and signals, returns at once). Thread-safe.
  */
 tc_result_t tc_window_signal(tc_window_t *window, int32_t peer, const tc_op_options_t *opts, tc_work_t **work);
 
@@ -897,7 +957,12 @@ tc_result_t tc_window_signal(tc_window_t *window, int32_t peer, const tc_op_opti
  Each signal satisfies one wait. Fails with `TC_ERR_TIMEOUT` when no
  signal arrives within the operation's timeout (`opts.timeout_ms`, 0 or
  unset: the comm's), and with `TC_ERR_REMOTE` when `peer` is gone. `opts`
- and `work` as for `tc_window_put`. Thread-safe.
+ and `work` as for `tc_window_put`. With `async_op = 1` the wait is queued
+ and the call returns at once; its outcome (and the data's arrival) is
+ known when its work completes. Waits run in issue order among
+ themselves, apart from puts and signals: an outstanding wait never holds
+ up this rank's puts or signals. A wait still pending when the window is
+ freed ends with `TC_ERR_ABORTED`. Thread-safe.
  */
 tc_result_t tc_window_wait_signal(tc_window_t *window, int32_t peer, const tc_op_options_t *opts, tc_work_t **work);
 
@@ -913,7 +978,12 @@ tc_result_t tc_window_map_remote(tc_window_t *window, int32_t rank, void **ptr);
 /*
  Frees a window. Free it after `tc_window_deregister`: freeing a window
  that is still registered ends its service at once, and the peers'
- windows then fail with `TC_ERR_REMOTE`. NULL is ignored.
+ windows then fail with `TC_ERR_REMOTE`. Asynchronous calls still
+ outstanding end with an error: calls still queued and a pending wait
+ with `TC_ERR_ABORTED` (the window was freed, or closed), a put or signal
+ in flight with `TC_ERR_ABORTED` or the error its closed connection
+ gave. Their work handles stay valid until freed. Not to be called while
+ another thread is inside a call on the same window. NULL is ignored.
  */
 void tc_window_free(tc_window_t *window);
 

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// Entries kept when `TORCHCOMM_FLIGHT_RECORDER` is unset.
-pub const DEFAULT_ENTRIES: usize = 64;
+pub(crate) const DEFAULT_ENTRIES: usize = 64;
 
 /// The shape of one recorded operation.
 struct Entry {

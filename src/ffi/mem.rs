@@ -1,8 +1,9 @@
 //! `tc_comm_register`, `tc_comm_deregister`, `tc_mem_alloc`, `tc_mem_free`:
 //! memory registration and the backend's allocator.
 //!
-//! Only the `nccl` backend has them (over ncclCommRegister and
-//! ncclMemAlloc); `gloo` answers `TC_ERR_UNSUPPORTED`. Arguments are checked
+//! The `nccl` backend has both (over ncclCommRegister and ncclMemAlloc);
+//! `gloo` has the allocator (shared host memory, which same-host peers map
+//! for windows) and answers `TC_ERR_UNSUPPORTED` to registration. Arguments are checked
 //! in order: NULL pointers, zero sizes, then the comm's state, then the
 //! backend.
 
@@ -63,12 +64,16 @@ pub extern "C" fn tc_comm_deregister(comm: *mut tc_comm_t, handle: *mut c_void) 
     })
 }
 
-/// Allocates `bytes` bytes of device memory on the comm's device from the
-/// backend's allocator (nccl: `ncclMemAlloc`, memory suited to NVLink SHARP
-/// and zero-copy transfers; with an NCCL older than 2.19, plain
-/// `cuMemAlloc`). On success `*ptr` receives the address; the memory is not
-/// initialized. Free it with `tc_mem_free` on the same comm (it is freed, with
-/// a warning, by `tc_comm_destroy` otherwise).
+/// Allocates `bytes` bytes from the backend's allocator. nccl: device memory
+/// on the comm's device from `ncclMemAlloc` (suited to NVLink SHARP and
+/// zero-copy transfers; with an NCCL older than 2.19, plain `cuMemAlloc`),
+/// not initialized, freed with a warning by `tc_comm_destroy` if
+/// `tc_mem_free` was not called. gloo: zeroed host memory in a shared
+/// mapping (memfd) that the comm's ranks on the same host map when it holds
+/// a window's buffer (`tc_window_map_remote` then works, and puts are
+/// memory copies); left mapped, with a warning, by `tc_comm_destroy` if not
+/// freed. On success `*ptr` receives the address. Free it with
+/// `tc_mem_free` on the same comm.
 ///
 /// Errors: `TC_ERR_NULL_ARGUMENT` (`comm`, `ptr`), `TC_ERR_INVALID_ARGUMENT`
 /// (`bytes` = 0), `TC_ERR_INVALID_USAGE` after `tc_comm_finalize`,

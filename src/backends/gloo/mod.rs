@@ -24,6 +24,7 @@
 
 pub mod reduce;
 pub mod shim;
+mod shm;
 mod window;
 
 use super::{Backend, BackendInit, WindowBackend};
@@ -108,6 +109,8 @@ pub struct GlooBackend {
     /// The address selection of the comm's context, reused by windows.
     hostname: Option<String>,
     iface: Option<String>,
+    /// Memory from `tc_mem_alloc`, shared with same-host peers' windows.
+    shared_memory: std::sync::Arc<shm::SharedAllocations>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -317,6 +320,7 @@ impl GlooBackend {
             ops_run: AtomicU64::new(0),
             diagnosed: AtomicBool::new(false),
             windows_made: AtomicU64::new(0),
+            shared_memory: Default::default(),
             hostname,
             iface,
         };
@@ -1155,6 +1159,16 @@ impl Backend for GlooBackend {
 
     fn new_window(&self, timeout: Duration) -> Result<Box<dyn WindowBackend>> {
         window::create(self, timeout)
+    }
+
+    /// Host memory that the comm's same-host peers can map (see [`shm`]):
+    /// windows registered on it take puts as memory copies.
+    fn mem_alloc(&self, bytes: usize) -> Result<*mut c_void> {
+        self.shared_memory.alloc(bytes, &format!("comm '{}'", self.name))
+    }
+
+    fn mem_free(&self, ptr: *mut c_void) -> Result<()> {
+        self.shared_memory.free(ptr, &format!("gloo comm '{}'", self.name))
     }
 }
 

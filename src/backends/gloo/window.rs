@@ -37,6 +37,7 @@
 //! without harm.
 
 use super::shim::{self, UnboundBuffer, Waited};
+use super::shm::{PeerMapping, Placement, SharedAllocations};
 use super::{lock, store_get, store_set, store_wait, GlooBackend};
 use crate::backends::WindowBackend;
 use crate::error::{Error, ErrorKind, Result};
@@ -98,6 +99,7 @@ pub(super) fn create(backend: &GlooBackend, timeout: Duration) -> Result<Box<dyn
         size,
         label,
         timeout,
+        shared_memory: backend.shared_memory.clone(),
         ctx,
         peer_addresses,
         send_lock: Mutex::new(()),
@@ -107,6 +109,7 @@ pub(super) fn create(backend: &GlooBackend, timeout: Duration) -> Result<Box<dyn
             bytes: 0,
             registered: false,
             sizes: vec![0; n],
+            mapped: Vec::new(),
             signals: vec![0; n],
             refused: vec![None; n],
             stopped: vec![false; n],
@@ -159,6 +162,42 @@ fn exchange_addresses(ctx: &shim::Context, rank: i32, size: i32, timeout: Durati
         .collect())
 }
 
+/// What each rank tells the others at registration: its buffer's size,
+/// where it lies in shared memory (if it does), and its host.
+struct Registration {
+    bytes: u64,
+    shared: Option<Placement>,
+    host: [u64; 2],
+}
+
+/// u64 words of an encoded [`Registration`].
+const RECORD: usize = 10;
+
+impl Registration {
+    fn encode(&self) -> [u64; RECORD] {
+        let p = self.shared.unwrap_or_default();
+        [self.bytes, self.shared.is_some() as u64, p.pid, p.fd, p.offset, p.len, p.dev, p.ino, self.host[0], self.host[1]]
+    }
+
+    fn decode(w: &[u64]) -> Registration {
+        let shared = (w[1] == 1).then(|| Placement { pid: w[2], fd: w[3], offset: w[4], len: w[5], dev: w[6], ino: w[7] });
+        Registration { bytes: w[0], shared, host: [w[8], w[9]] }
+    }
+}
+
+/// This boot of this host (the kernel's boot id), or zeros when unknown.
+fn host_id() -> [u64; 2] {
+    static ID: std::sync::OnceLock<[u64; 2]> = std::sync::OnceLock::new();
+    *ID.get_or_init(|| {
+        let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+        let hex: String = text.chars().filter(|c| c.is_ascii_hexdigit()).collect();
+        match u128::from_str_radix(&hex, 16) {
+            Ok(v) if hex.len() == 32 => [(v >> 64) as u64, v as u64],
+            _ => [0, 0],
+        }
+    })
+}
+
 pub(super) struct GlooWindow {
     inner: Arc<Inner>,
 }
@@ -170,6 +209,9 @@ struct Inner {
     /// The window's creation timeout: bounds the payload that follows a
     /// PUT header.
     timeout: Duration,
+    /// The comm's shared allocations: a buffer registered in one is mapped
+    /// by same-host peers.
+    shared_memory: Arc<SharedAllocations>,
     /// None for a world of one rank.
     ctx: Option<shim::Context>,
     /// How each peer's address appears in this rank's Gloo messages.
@@ -192,6 +234,9 @@ struct State {
     registered: bool,
     /// Every rank's registered size (from register's exchange).
     sizes: Vec<usize>,
+    /// Per rank, its buffer mapped here (same host, from tc_mem_alloc);
+    /// empty when not registered.
+    mapped: Vec<Option<PeerMapping>>,
     /// Signals received and not yet waited for, per source.
     signals: Vec<u64>,
     /// A put from this source that was refused here, reported by the next
@@ -537,6 +582,22 @@ impl Inner {
         Ok(())
     }
 
+    /// Maps rank `q`'s buffer when it lies in shared memory on this host;
+    /// None (puts travel as messages) otherwise.
+    fn map_peer(&self, q: usize, r: &Registration) -> Option<PeerMapping> {
+        let at = r.shared.as_ref()?;
+        if r.host != host_id() || r.host == [0, 0] {
+            return None;
+        }
+        match PeerMapping::map(at) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                crate::log_info!("gloo {}: rank {q}'s shared buffer cannot be mapped here ({e}); puts to it travel as messages", self.label);
+                None
+            }
+        }
+    }
+
     // ---- origin side ----------------------------------------------------------
 
     /// Sends one message (a header, and inline bytes after it) and a
@@ -681,11 +742,11 @@ impl WindowBackend for GlooWindow {
                 .map_err(|e| Error::system("starting the window's service thread", e))?;
             st.service = Some(Service { bufs, thread: Some(thread) });
         }
-        let mine = [bytes as u64];
-        let mut all = vec![0u64; n];
+        let mine = Registration { bytes: bytes as u64, shared: w.shared_memory.placement(buf as usize, bytes), host: host_id() }.encode();
+        let mut all = vec![0u64; n * RECORD];
         let tag = w.tag.fetch_add(1, Ordering::SeqCst);
         // SAFETY: both buffers hold the sizes given.
-        let r = unsafe { w.ctx().allgather(mine.as_ptr() as *const u8, all.as_mut_ptr() as *mut u8, 8, tag, d.left()) };
+        let r = unsafe { w.ctx().allgather(mine.as_ptr() as *const u8, all.as_mut_ptr() as *mut u8, RECORD * 8, tag, d.left()) };
         if let Err(e) = r {
             let err = w.fail("register (size exchange)", -1, e);
             w.mark_broken(err.clone());
@@ -693,8 +754,11 @@ impl WindowBackend for GlooWindow {
             w.state().buf = 0;
             return Err(err);
         }
+        let regs: Vec<Registration> = all.chunks(RECORD).map(Registration::decode).collect();
+        let mapped = regs.iter().enumerate().map(|(q, r)| if q == w.rank as usize { None } else { w.map_peer(q, r) }).collect();
         let mut st = w.state();
-        st.sizes = all.iter().map(|s| *s as usize).collect();
+        st.sizes = regs.iter().map(|r| r.bytes as usize).collect();
+        st.mapped = mapped;
         st.registered = true;
         Ok(())
     }
@@ -717,6 +781,7 @@ impl WindowBackend for GlooWindow {
             st.buf = 0;
             st.bytes = 0;
             st.sizes = vec![0; n];
+            st.mapped = Vec::new();
         };
         if n == 1 {
             finish(w);
@@ -779,7 +844,7 @@ impl WindowBackend for GlooWindow {
     fn put(&self, src: *const c_void, bytes: usize, dst_rank: i32, dst_offset: usize, timeout: Duration) -> Result<()> {
         let w = &self.inner;
         let d = Deadline::new(timeout);
-        let (own, size) = {
+        let (own, size, mapped) = {
             let st = w.state();
             w.usable_fresh(&st, "put")?;
             if !st.registered {
@@ -791,7 +856,7 @@ impl WindowBackend for GlooWindow {
             if dst_rank < 0 || dst_rank >= w.size {
                 return Err(Error::invalid_argument(format!("argument 'dst_rank': {dst_rank} is outside the window's {} ranks", w.size)));
             }
-            (st.buf, st.sizes[dst_rank as usize])
+            (st.buf, st.sizes[dst_rank as usize], st.mapped.get(dst_rank as usize).and_then(|m| m.as_ref()).map(|m| m.ptr as usize))
         };
         match dst_offset.checked_add(bytes) {
             Some(end) if end <= size => {}
@@ -808,6 +873,15 @@ impl WindowBackend for GlooWindow {
             // SAFETY: in bounds of the registered buffer; memmove semantics
             // for a source inside it.
             unsafe { std::ptr::copy(src as *const u8, (own as *mut u8).add(dst_offset), bytes) };
+            return Ok(());
+        }
+        if let Some(peer_buf) = mapped {
+            // A same-host peer's shared buffer: the copy is the put. The
+            // signal that follows is a message, sent after the copy.
+            // SAFETY: in bounds of the mapping (checked above); memmove
+            // semantics for a source inside it.
+            unsafe { std::ptr::copy(src as *const u8, (peer_buf as *mut u8).add(dst_offset), bytes) };
+            std::sync::atomic::fence(Ordering::SeqCst);
             return Ok(());
         }
         let (off, n, src) = (dst_offset as u64, bytes as u64, Some((src as *const u8, bytes)));
@@ -869,16 +943,20 @@ impl WindowBackend for GlooWindow {
     fn map_remote(&self, rank: i32) -> Result<*mut c_void> {
         let w = &self.inner;
         let st = w.state();
-        if rank != w.rank {
-            return Err(Error::unsupported(format!(
-                "gloo {} map_remote: rank {rank}'s buffer is in another process (the gloo backend has no shared memory); use put",
-                w.label
-            )));
-        }
         if !st.registered {
             return Err(Error::invalid_usage(format!("gloo {} map_remote: rank {} has no registered buffer", w.label, w.rank)));
         }
-        Ok(st.buf as *mut c_void)
+        if rank == w.rank {
+            return Ok(st.buf as *mut c_void);
+        }
+        match st.mapped.get(rank as usize).and_then(|m| m.as_ref()) {
+            Some(m) => Ok(m.ptr as *mut c_void),
+            None => Err(Error::unsupported(format!(
+                "gloo {} map_remote: rank {rank}'s buffer is not mapped here: only a buffer inside memory from tc_mem_alloc, \
+                 registered by a process of this host, can be; use put",
+                w.label
+            ))),
+        }
     }
 
     fn close(&self) {
@@ -915,6 +993,7 @@ impl WindowBackend for GlooWindow {
         let mut st = w.state();
         st.registered = false;
         st.buf = 0;
+        st.mapped = Vec::new();
     }
 }
 
