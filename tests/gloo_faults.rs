@@ -367,7 +367,7 @@ fn gloo_abort_on_error_aborts_the_survivor() {
     // Before aborting, the process logged its recent operations: the first
     // all_reduce completed, the second is the one that failed.
     let err = &out[0].stderr;
-    let table = &err[err.find("flight recorder of comm 'aborting' (rank 0/2): last 2 of 2 operations").expect(&out[0].describe())..];
+    let table = &err[err.find("flight recorder of comm 'aborting' (rank 0/2): last 2 of 2 operations").unwrap_or_else(|| panic!("{}", out[0].describe()))..];
     let rows: Vec<&str> = table.lines().skip(2).take(2).collect();
     assert!(rows[0].trim_start().starts_with("1  all_reduce") && rows[0].contains("completed"), "{table}");
     assert!(rows[1].trim_start().starts_with("2  all_reduce") && !rows[1].contains("completed"), "{table}");

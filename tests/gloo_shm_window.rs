@@ -159,3 +159,50 @@ fn gloo_mem_free_checks_its_pointer() {
     assert_all_ok(&out);
     assert_eq!(out[0].results(), ["ok"], "{}", out[0].describe());
 }
+
+/// Signals between shared-memory peers are counted (three signals satisfy
+/// three waits, a fourth times out on time), and a peer that dies while
+/// another waits for its signal fails that wait promptly instead of letting
+/// it run to its timeout.
+#[test]
+fn gloo_shm_signals_counted_and_peer_death_seen() {
+    if role().is_some() {
+        let comm = child_comm("shm-signals", TIMEOUT);
+        let me = comm.rank();
+        let bytes = 4096;
+        let buf = comm.alloc_memory(bytes).unwrap();
+        let win = Window::new(&comm).unwrap();
+        win.register(buf, bytes).unwrap();
+        assert!(win.map_remote(1 - me).is_ok(), "the peer's buffer is shared");
+        let quick = |ms| torchcomm::comm::OpOptions { timeout: Some(Duration::from_millis(ms)), ..Default::default() };
+        if me == 1 {
+            for _ in 0..3 {
+                win.signal(0, &Default::default()).unwrap();
+            }
+            // Wait for rank 0 to have counted them, then die mid-window.
+            win.wait_signal(0, &Default::default()).unwrap();
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        for _ in 0..3 {
+            win.wait_signal(1, &Default::default()).unwrap();
+        }
+        let t = std::time::Instant::now();
+        let e = win.wait_signal(1, &quick(300)).map(drop).unwrap_err();
+        let took = t.elapsed();
+        assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
+        assert!(took >= Duration::from_millis(290) && took < Duration::from_millis(1500), "{took:?}");
+        win.signal(1, &Default::default()).unwrap();
+        let t = std::time::Instant::now();
+        let e = win.wait_signal(1, &quick(15_000)).map(drop).unwrap_err();
+        let took = t.elapsed();
+        assert!(matches!(e.kind, ErrorKind::Remote | ErrorKind::Aborted), "{e}");
+        assert!(took < Duration::from_secs(5), "the death was seen after {took:?}: {e}");
+        println!("RESULT ok {}ms", took.as_millis());
+        return;
+    }
+    let out = launch("gloo_shm_signals_counted_and_peer_death_seen", "shm-signals", 2, &[], Duration::from_secs(60));
+    assert_eq!(out[1].signal(), Some(libc::SIGKILL), "{}", out[1].describe());
+    assert!(out[0].ok(), "{}", out[0].describe());
+    assert!(out[0].results().first().is_some_and(|r| r.starts_with("ok")), "{}", out[0].describe());
+    eprintln!("rank 0: {:?}", out[0].results());
+}

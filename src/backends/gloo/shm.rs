@@ -4,6 +4,12 @@
 //! mapped by its same-host peers at registration: their puts become memory
 //! copies and `tc_window_map_remote` gives a real pointer to it.
 //!
+//! Each window also has a signal area: a shared word that every arrival
+//! (a signal, a failure) bumps and that `wait_signal` sleeps on (a futex),
+//! and one counter per origin rank, which same-host peers whose buffer
+//! mapping succeeded increment directly: a signal between them is a memory
+//! write and a wake-up instead of a message.
+//!
 //! A peer maps the file through `/proc/<pid>/fd/<fd>` of its owner, and
 //! checks that what it opened is the same file (device and inode), so a
 //! process of another PID namespace or host is never mistaken for the
@@ -13,7 +19,9 @@ use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::Duration;
 
 /// One allocation: its file and mapping.
 struct Region {
@@ -173,6 +181,131 @@ impl Drop for PeerMapping {
     }
 }
 
+/// A window's signal area (see the module docs): `[seq: u32, pad,
+/// counters: u64 per rank]`, in a shared file when one can be made.
+pub struct SignalArea {
+    base: *mut c_void,
+    len: usize,
+    /// None when the area is private memory (no peer can map it).
+    fd: Option<OwnedFd>,
+    ranks: usize,
+}
+
+// SAFETY: the area is only accessed through atomics.
+unsafe impl Send for SignalArea {}
+unsafe impl Sync for SignalArea {}
+
+fn area_len(ranks: usize) -> usize {
+    8 + 8 * ranks
+}
+
+impl SignalArea {
+    /// A zeroed area for `ranks` origins: shared when possible, else
+    /// private (waits still work; peers signal by message).
+    pub fn new(ranks: usize) -> Result<SignalArea> {
+        let len = area_len(ranks);
+        // SAFETY: a valid name; the result is checked.
+        let fd = unsafe { libc::memfd_create(c"torchcomm window signals".as_ptr(), libc::MFD_CLOEXEC) };
+        let fd = (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) });
+        // SAFETY: valid descriptor.
+        let fd = fd.filter(|f| unsafe { libc::ftruncate(f.as_raw_fd(), len as i64) } == 0);
+        let (flags, raw) = match &fd {
+            Some(f) => (libc::MAP_SHARED, f.as_raw_fd()),
+            None => (libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1),
+        };
+        // SAFETY: maps `len` bytes; checked below.
+        let base = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, raw, 0) };
+        if base == libc::MAP_FAILED {
+            return Err(os_error("mapping a window's signal area"));
+        }
+        Ok(SignalArea { base, len, fd, ranks })
+    }
+
+    /// Where peers find the area (None when it is private).
+    pub fn placement(&self) -> Option<Placement> {
+        let fd = self.fd.as_ref()?;
+        let (dev, ino) = file_id(fd.as_raw_fd()).ok()?;
+        Some(Placement { pid: std::process::id() as u64, fd: fd.as_raw_fd() as u64, offset: 0, len: self.len as u64, dev, ino })
+    }
+
+    fn seq(&self) -> &AtomicU32 {
+        // SAFETY: the first word of a live, aligned mapping.
+        unsafe { &*(self.base as *const AtomicU32) }
+    }
+
+    /// Signals received from `origin` by shared memory, ever (this epoch).
+    pub fn counter(&self, origin: usize) -> &AtomicU64 {
+        assert!(origin < self.ranks);
+        // SAFETY: in bounds (checked), 8-aligned.
+        unsafe { &*((self.base as *const u8).add(8 + 8 * origin) as *const AtomicU64) }
+    }
+
+    /// The arrival word's value, read before checking for what to wait for.
+    pub fn arrivals(&self) -> u32 {
+        self.seq().load(Ordering::Acquire)
+    }
+
+    /// Records an arrival and wakes this area's waiters.
+    pub fn wake(&self) {
+        self.seq().fetch_add(1, Ordering::Release);
+        futex_wake(self.seq());
+    }
+
+    /// Sleeps until the arrival word differs from `seen` or `timeout`
+    /// passed (or spuriously: callers re-check).
+    pub fn wait(&self, seen: u32, timeout: Duration) {
+        futex_wait(self.seq(), seen, timeout);
+    }
+}
+
+impl Drop for SignalArea {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made by `new`.
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+/// A peer's signal area mapped here: signalling it is an increment of this
+/// rank's counter there, then a wake-up.
+pub struct PeerSignals {
+    mapping: PeerMapping,
+    ranks: usize,
+}
+
+impl PeerSignals {
+    pub fn map(at: &Placement, ranks: usize) -> std::io::Result<PeerSignals> {
+        if at.len as usize != area_len(ranks) {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "the peer's signal area has another size"));
+        }
+        Ok(PeerSignals { mapping: PeerMapping::map(at)?, ranks })
+    }
+
+    /// One signal from `origin`, after everything this thread wrote before.
+    pub fn signal(&self, origin: usize) {
+        assert!(origin < self.ranks);
+        let base = self.mapping.ptr;
+        // SAFETY: in bounds and aligned (the size was checked at mapping).
+        let (seq, counter) =
+            unsafe { (&*(base as *const AtomicU32), &*(base.add(8 + 8 * origin) as *const AtomicU64)) };
+        counter.fetch_add(1, Ordering::Release);
+        seq.fetch_add(1, Ordering::Release);
+        futex_wake(seq);
+    }
+}
+
+/// Wakes every process sleeping on `word` (a shared futex: not PRIVATE).
+fn futex_wake(word: &AtomicU32) {
+    // SAFETY: a valid, aligned word.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX, std::ptr::null::<libc::timespec>(), 0, 0) };
+}
+
+fn futex_wait(word: &AtomicU32, seen: u32, timeout: Duration) {
+    let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
+    // SAFETY: a valid, aligned word and timespec; returns at once when the
+    // word no longer holds `seen`.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, seen, &ts as *const libc::timespec, 0, 0) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,5 +328,34 @@ mod tests {
         a.free(p as *mut c_void, "test").unwrap();
         assert!(a.free(p as *mut c_void, "test").is_err());
         assert_eq!(a.leftovers(), 0);
+    }
+
+    #[test]
+    fn signals_through_a_mapped_area_wake_the_waiter() {
+        let area = std::sync::Arc::new(SignalArea::new(3).unwrap());
+        let at = area.placement().expect("a shared area");
+        let peer = PeerSignals::map(&at, 3).unwrap();
+        assert!(PeerSignals::map(&at, 4).is_err(), "a size mismatch is refused");
+        let seen = area.arrivals();
+        let waiter = {
+            let area = area.clone();
+            std::thread::spawn(move || {
+                let t = std::time::Instant::now();
+                while area.counter(2).load(Ordering::Acquire) == 0 {
+                    area.wait(seen, Duration::from_secs(5));
+                }
+                t.elapsed()
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        peer.signal(2);
+        let took = waiter.join().unwrap();
+        assert!(took < Duration::from_secs(2), "woken by the signal, not the timeout: {took:?}");
+        assert_eq!(area.counter(2).load(Ordering::Acquire), 1);
+        assert_eq!(area.counter(0).load(Ordering::Acquire), 0);
+        // A wait whose word already moved returns at once.
+        let t = std::time::Instant::now();
+        area.wait(seen, Duration::from_secs(5));
+        assert!(t.elapsed() < Duration::from_secs(1));
     }
 }

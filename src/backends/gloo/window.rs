@@ -37,7 +37,7 @@
 //! without harm.
 
 use super::shim::{self, UnboundBuffer, Waited};
-use super::shm::{PeerMapping, Placement, SharedAllocations};
+use super::shm::{PeerMapping, PeerSignals, Placement, SharedAllocations, SignalArea};
 use super::{lock, store_get, store_set, store_wait, GlooBackend};
 use crate::backends::WindowBackend;
 use crate::error::{Error, ErrorKind, Result};
@@ -100,6 +100,7 @@ pub(super) fn create(backend: &GlooBackend, timeout: Duration) -> Result<Box<dyn
         label,
         timeout,
         shared_memory: backend.shared_memory.clone(),
+        area: SignalArea::new(n)?,
         ctx,
         peer_addresses,
         send_lock: Mutex::new(()),
@@ -110,6 +111,8 @@ pub(super) fn create(backend: &GlooBackend, timeout: Duration) -> Result<Box<dyn
             registered: false,
             sizes: vec![0; n],
             mapped: Vec::new(),
+            peer_signals: Vec::new(),
+            shm_consumed: vec![0; n],
             signals: vec![0; n],
             refused: vec![None; n],
             stopped: vec![false; n],
@@ -166,22 +169,37 @@ fn exchange_addresses(ctx: &shim::Context, rank: i32, size: i32, timeout: Durati
 /// where it lies in shared memory (if it does), and its host.
 struct Registration {
     bytes: u64,
+    /// The buffer, when it lies in shared memory.
     shared: Option<Placement>,
+    /// The window's signal area, when it is shared.
+    signals: Option<Placement>,
     host: [u64; 2],
 }
 
 /// u64 words of an encoded [`Registration`].
-const RECORD: usize = 10;
+const RECORD: usize = 17;
+
+fn encode_placement(p: Option<Placement>) -> [u64; 7] {
+    let q = p.unwrap_or_default();
+    [p.is_some() as u64, q.pid, q.fd, q.offset, q.len, q.dev, q.ino]
+}
+
+fn decode_placement(w: &[u64]) -> Option<Placement> {
+    (w[0] == 1).then(|| Placement { pid: w[1], fd: w[2], offset: w[3], len: w[4], dev: w[5], ino: w[6] })
+}
 
 impl Registration {
     fn encode(&self) -> [u64; RECORD] {
-        let p = self.shared.unwrap_or_default();
-        [self.bytes, self.shared.is_some() as u64, p.pid, p.fd, p.offset, p.len, p.dev, p.ino, self.host[0], self.host[1]]
+        let mut out = [0u64; RECORD];
+        out[0] = self.bytes;
+        out[1..8].copy_from_slice(&encode_placement(self.shared));
+        out[8..15].copy_from_slice(&encode_placement(self.signals));
+        out[15..17].copy_from_slice(&self.host);
+        out
     }
 
     fn decode(w: &[u64]) -> Registration {
-        let shared = (w[1] == 1).then(|| Placement { pid: w[2], fd: w[3], offset: w[4], len: w[5], dev: w[6], ino: w[7] });
-        Registration { bytes: w[0], shared, host: [w[8], w[9]] }
+        Registration { bytes: w[0], shared: decode_placement(&w[1..8]), signals: decode_placement(&w[8..15]), host: [w[15], w[16]] }
     }
 }
 
@@ -212,6 +230,8 @@ struct Inner {
     /// The comm's shared allocations: a buffer registered in one is mapped
     /// by same-host peers.
     shared_memory: Arc<SharedAllocations>,
+    /// Where this rank's signals arrive and its waits sleep.
+    area: SignalArea,
     /// None for a world of one rank.
     ctx: Option<shim::Context>,
     /// How each peer's address appears in this rank's Gloo messages.
@@ -237,6 +257,11 @@ struct State {
     /// Per rank, its buffer mapped here (same host, from tc_mem_alloc);
     /// empty when not registered.
     mapped: Vec<Option<PeerMapping>>,
+    /// Per rank whose buffer is mapped, its signal area: signals to it are
+    /// counter increments (empty when not registered).
+    peer_signals: Vec<Option<PeerSignals>>,
+    /// Signals from each rank through this rank's area already waited for.
+    shm_consumed: Vec<u64>,
     /// Signals received and not yet waited for, per source.
     signals: Vec<u64>,
     /// A put from this source that was refused here, reported by the next
@@ -358,7 +383,7 @@ impl Inner {
             if first {
                 st.broken = Some(err);
             }
-            self.cv.notify_all();
+            self.wake();
             (first, st.service.as_ref().map(|s| s.bufs.clone()), st.watch.as_ref().map(|w| w.buf.clone()))
         };
         if !first {
@@ -457,7 +482,7 @@ impl Inner {
                         crate::log_info!("{msg}");
                         st.lost = Some(Error::remote(msg));
                         st.lost_peer = peer;
-                        self.cv.notify_all();
+                        self.wake();
                         return;
                     }
                     drop(st);
@@ -517,7 +542,7 @@ impl Inner {
                             break Err(e);
                         }
                         self.state().refused[src as usize] = Some(msg);
-                        self.cv.notify_all();
+                        self.wake();
                     }
                 }
                 KIND_PUT_INLINE => {
@@ -537,16 +562,16 @@ impl Inner {
                         );
                         crate::log_warn!("gloo {}: {msg}", self.label);
                         self.state().refused[src as usize] = Some(msg);
-                        self.cv.notify_all();
+                        self.wake();
                     }
                 }
                 KIND_SIGNAL => {
                     self.state().signals[src as usize] += 1;
-                    self.cv.notify_all();
+                    self.wake();
                 }
                 KIND_STOP => {
                     self.state().stopped[src as usize] = true;
-                    self.cv.notify_all();
+                    self.wake();
                     stops += 1;
                     if stops == n - 1 {
                         break Ok(());
@@ -565,7 +590,7 @@ impl Inner {
             self.mark_broken(e);
         }
         self.state().service_done = true;
-        self.cv.notify_all();
+        self.wake();
     }
 
     fn drain(&self, src: i32, len: usize) -> Result<()> {
@@ -582,20 +607,32 @@ impl Inner {
         Ok(())
     }
 
-    /// Maps rank `q`'s buffer when it lies in shared memory on this host;
-    /// None (puts travel as messages) otherwise.
-    fn map_peer(&self, q: usize, r: &Registration) -> Option<PeerMapping> {
-        let at = r.shared.as_ref()?;
+    /// Maps rank `q`'s buffer and signal area when both are shared and on
+    /// this host; None (puts and signals travel as messages) otherwise.
+    /// Both or neither: a signal by memory must never overtake a put still
+    /// travelling as a message.
+    fn map_peer(&self, q: usize, r: &Registration) -> Option<(PeerMapping, PeerSignals)> {
+        let (buf, signals) = (r.shared.as_ref()?, r.signals.as_ref()?);
         if r.host != host_id() || r.host == [0, 0] {
             return None;
         }
-        match PeerMapping::map(at) {
-            Ok(m) => Some(m),
+        match PeerMapping::map(buf).and_then(|m| Ok((m, PeerSignals::map(signals, self.size as usize)?))) {
+            Ok(both) => Some(both),
             Err(e) => {
-                crate::log_info!("gloo {}: rank {q}'s shared buffer cannot be mapped here ({e}); puts to it travel as messages", self.label);
+                crate::log_info!(
+                    "gloo {}: rank {q}'s shared buffer cannot be mapped here ({e}); puts and signals to it travel as messages",
+                    self.label
+                );
                 None
             }
         }
+    }
+
+    /// Wakes whoever waits on the window's state: threads on the condition
+    /// variable and `wait_signal` on the signal area.
+    fn wake(&self) {
+        self.cv.notify_all();
+        self.area.wake();
     }
 
     // ---- origin side ----------------------------------------------------------
@@ -709,6 +746,12 @@ impl WindowBackend for GlooWindow {
             }
             // A new epoch: nothing from the previous one carries over.
             st.signals = vec![0; n];
+            // No peer can signal before the exchange below, and every signal
+            // of the previous epoch preceded its sender's STOP.
+            st.shm_consumed = vec![0; n];
+            for q in 0..n {
+                w.area.counter(q).store(0, Ordering::Release);
+            }
             st.refused = vec![None; n];
             st.stopped = vec![false; n];
             st.buf = buf as usize;
@@ -742,7 +785,13 @@ impl WindowBackend for GlooWindow {
                 .map_err(|e| Error::system("starting the window's service thread", e))?;
             st.service = Some(Service { bufs, thread: Some(thread) });
         }
-        let mine = Registration { bytes: bytes as u64, shared: w.shared_memory.placement(buf as usize, bytes), host: host_id() }.encode();
+        let mine = Registration {
+            bytes: bytes as u64,
+            shared: w.shared_memory.placement(buf as usize, bytes),
+            signals: w.area.placement(),
+            host: host_id(),
+        }
+        .encode();
         let mut all = vec![0u64; n * RECORD];
         let tag = w.tag.fetch_add(1, Ordering::SeqCst);
         // SAFETY: both buffers hold the sizes given.
@@ -755,10 +804,12 @@ impl WindowBackend for GlooWindow {
             return Err(err);
         }
         let regs: Vec<Registration> = all.chunks(RECORD).map(Registration::decode).collect();
-        let mapped = regs.iter().enumerate().map(|(q, r)| if q == w.rank as usize { None } else { w.map_peer(q, r) }).collect();
+        let (mapped, peer_signals) =
+            regs.iter().enumerate().map(|(q, r)| if q == w.rank as usize { None } else { w.map_peer(q, r) }).map(Option::unzip).unzip();
         let mut st = w.state();
         st.sizes = regs.iter().map(|r| r.bytes as usize).collect();
         st.mapped = mapped;
+        st.peer_signals = peer_signals;
         st.registered = true;
         Ok(())
     }
@@ -782,6 +833,7 @@ impl WindowBackend for GlooWindow {
             st.bytes = 0;
             st.sizes = vec![0; n];
             st.mapped = Vec::new();
+            st.peer_signals = Vec::new();
         };
         if n == 1 {
             finish(w);
@@ -903,7 +955,13 @@ impl WindowBackend for GlooWindow {
             }
             if peer == w.rank {
                 st.signals[peer as usize] += 1;
-                w.cv.notify_all();
+                w.wake();
+                return Ok(());
+            }
+            if let Some(Some(target)) = st.peer_signals.get(peer as usize) {
+                // Same host, shared memory: this rank's puts to `peer` were
+                // copies, complete before this increment (release order).
+                target.signal(w.rank as usize);
                 return Ok(());
             }
         }
@@ -917,13 +975,20 @@ impl WindowBackend for GlooWindow {
             return Err(Error::invalid_argument(format!("argument 'peer': {peer} is outside the window's {} ranks", w.size)));
         }
         let p = peer as usize;
-        let mut st = w.state();
         loop {
+            // Read before checking: any arrival after this read changes the
+            // word, and the wait below then returns at once.
+            let seen = w.area.arrivals();
+            let mut st = w.state();
             if let Some(msg) = st.refused[p].take() {
                 return Err(Error::invalid_argument(format!("gloo {} wait_signal from rank {peer}: {msg}", w.label)));
             }
             if st.signals[p] > 0 {
                 st.signals[p] -= 1;
+                return Ok(());
+            }
+            if w.area.counter(p).load(Ordering::Acquire) > st.shm_consumed[p] {
+                st.shm_consumed[p] += 1;
                 return Ok(());
             }
             w.usable(&st, &format!("wait_signal from rank {peer}"))?;
@@ -936,7 +1001,9 @@ impl WindowBackend for GlooWindow {
                     ms(timeout)
                 )));
             }
-            st = w.cv.wait_timeout(st, d.left()).unwrap_or_else(|e| e.into_inner()).0;
+            drop(st);
+            // Slices bound a wake-up lost to a peer that died mid-signal.
+            w.area.wait(seen, d.left().min(Duration::from_millis(100)));
         }
     }
 
@@ -967,7 +1034,7 @@ impl WindowBackend for GlooWindow {
                 return;
             }
             st.closed = true;
-            w.cv.notify_all();
+            w.wake();
             (std::mem::take(&mut st.inflight), st.watch.take(), st.registered || st.broken.is_some())
         };
         // Still registered (or broken): close the connections now, so that
@@ -994,6 +1061,7 @@ impl WindowBackend for GlooWindow {
         st.registered = false;
         st.buf = 0;
         st.mapped = Vec::new();
+        st.peer_signals = Vec::new();
     }
 }
 
