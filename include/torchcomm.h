@@ -507,16 +507,24 @@ tc_result_t tc_comm_set_abort_hook(tc_comm_t *comm, tc_abort_hook_t hook, void *
 tc_result_t tc_comm_split(tc_comm_t *comm, const int *ranks, size_t n, const char *name, const tc_comm_options_t *opts, tc_comm_t **out);
 
 /*
- Waits for every operation issued on the comm, then releases its backend
- resources. Later operations fail with `TC_ERR_INVALID_USAGE`. Returns the
- first failure of any operation (or `TC_ERR_ABORTED` if the comm was
- aborted). Call `tc_comm_destroy` afterwards.
+ Waits for every operation issued on the comm, and for the asynchronous
+ calls (put, signal, wait_signal) of its windows not yet freed (a pending
+ `tc_window_wait_signal` up to its timeout), then releases its backend
+ resources. Later operations fail with `TC_ERR_INVALID_USAGE`, window
+ calls included (such a window can only be freed: deregister windows
+ before finalize). Returns `TC_ERR_ABORTED` if the comm was aborted, else
+ the first failure of any operation, else the first failure of an
+ asynchronous call of a window not yet freed (a window freed earlier is
+ not reported). Call `tc_comm_destroy` afterwards.
  */
 tc_result_t tc_comm_finalize(tc_comm_t *comm);
 
 /*
  Aborts the comm without waiting for peers: running and pending operations
- fail with `TC_ERR_ABORTED`, as do later ones. Thread-safe.
+ fail with `TC_ERR_ABORTED`, as do later ones. So do the outstanding
+ asynchronous calls of its windows: queued ones at once, the running put,
+ signal or wait by the window being closed as `tc_window_free` closes it
+ (the window then only accepts `tc_window_free`). Thread-safe.
  */
 tc_result_t tc_comm_abort(tc_comm_t *comm);
 
@@ -934,8 +942,9 @@ tc_result_t tc_window_deregister(tc_window_t *window);
  after asynchronous ones waits for them. `*work`, when `work` is not NULL,
  receives a work handle (completed for a blocking call) to free with
  `tc_work_free`; freeing it early does not cancel the put. With `work`
- NULL an asynchronous put still runs; `tc_window_deregister` waits for it.
- Thread-safe.
+ NULL an asynchronous put still runs; `tc_window_deregister` and
+ `tc_comm_finalize` wait for it, and `tc_comm_abort` ends it with
+ `TC_ERR_ABORTED`. Thread-safe.
  */
 tc_result_t tc_window_put(tc_window_t *window, const void *src, size_t bytes, int32_t dst_rank, size_t dst_offset, const tc_op_options_t *opts, tc_work_t **work);
 
@@ -962,7 +971,8 @@ tc_result_t tc_window_signal(tc_window_t *window, int32_t peer, const tc_op_opti
  known when its work completes. Waits run in issue order among
  themselves, apart from puts and signals: an outstanding wait never holds
  up this rank's puts or signals. A wait still pending when the window is
- freed ends with `TC_ERR_ABORTED`. Thread-safe.
+ freed or its comm aborted ends with `TC_ERR_ABORTED`; `tc_comm_finalize`
+ waits for it (up to its timeout). Thread-safe.
  */
 tc_result_t tc_window_wait_signal(tc_window_t *window, int32_t peer, const tc_op_options_t *opts, tc_work_t **work);
 

@@ -12,7 +12,7 @@ use crate::work::{DoneWork, HostWork, Work};
 use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -375,6 +375,10 @@ pub struct Comm {
     recorder: FlightRecorder,
     /// Called once when the comm becomes aborted (see [`Comm::set_abort_hook`]).
     abort_hook: Mutex<Option<AbortHook>>,
+    /// The lanes of this comm's windows (added by `Window::new`, pruned
+    /// once dead): finalize waits for their asynchronous calls, an abort
+    /// ends them. Copied out of the lock before any call into a window.
+    windows: Mutex<Vec<Weak<crate::window::Lanes>>>,
 }
 
 /// An application's function run when a comm is aborted.
@@ -464,6 +468,7 @@ impl Comm {
             first_failure: Mutex::new(None),
             recorder: FlightRecorder::new(config().flight_recorder),
             abort_hook: Mutex::new(None),
+            windows: Mutex::new(Vec::new()),
         });
         let progress = {
             let comm = comm.clone();
@@ -514,6 +519,29 @@ impl Comm {
     /// The comm's backend (for windows, which live beside the comm).
     pub(crate) fn backend(&self) -> &dyn Backend {
         self.backend.as_ref()
+    }
+
+    /// Tracks a new window's lanes (see [`Comm::finalize`], [`Comm::abort`]).
+    pub(crate) fn add_window(&self, lanes: &Arc<crate::window::Lanes>) {
+        let mut windows = lock(&self.windows);
+        windows.retain(|w| w.strong_count() > 0);
+        windows.push(Arc::downgrade(lanes));
+    }
+
+    /// The lanes of the windows still alive, taken out of the lock: the
+    /// comm calls into its windows holding none of its locks.
+    fn live_windows(&self) -> Vec<Arc<crate::window::Lanes>> {
+        let mut windows = lock(&self.windows);
+        windows.retain(|w| w.strong_count() > 0);
+        windows.iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// Ends the outstanding calls of the comm's windows with `err`
+    /// (`ErrorKind::Aborted`) and closes their backends.
+    fn abort_windows(&self, err: &Error) {
+        for w in self.live_windows() {
+            w.abort_outstanding(err);
+        }
     }
 
     /// Fails once the comm was finalized or aborted.
@@ -696,6 +724,7 @@ impl Comm {
         crate::log_warn!("comm '{}' aborted: {}\n{recent}", self.name, err.message);
         self.run_abort_hook(&err);
         self.backend.abort();
+        self.abort_windows(&Error::new(ErrorKind::Aborted, format!("comm '{}' was aborted: {}", self.name, err.message)));
     }
 
     /// Stops the threads; queued operations that never ran fail with `err`.
@@ -717,12 +746,22 @@ impl Comm {
         }
     }
 
-    /// Waits for every issued operation, stops the threads and releases the
-    /// backend. Fails if an operation failed or the comm was aborted.
+    /// Waits for the asynchronous calls of the comm's live windows and for
+    /// every issued operation, stops the threads and releases the backend.
+    /// Fails if the comm was aborted, else if an operation failed, else if
+    /// an asynchronous call of a live window failed.
     pub fn finalize(&self) -> Result<()> {
         match &*lock(&self.state) {
             State::Finalized => return Err(Error::invalid_usage(format!("comm '{}' was already finalized", self.name))),
             State::Aborted(_) | State::Active => {}
+        }
+        // Windows first (their lanes run by themselves and never call back
+        // into the comm; none of its locks is held meanwhile). A window freed
+        // earlier is not waited for: its free ended its calls.
+        let mut window_failure = None;
+        for w in self.live_windows() {
+            let failed = w.drain();
+            window_failure = window_failure.or(failed);
         }
         {
             let mut q = lock(&self.queue);
@@ -743,6 +782,9 @@ impl Comm {
         if let Some(e) = lock(&self.first_failure).take() {
             return Err(Error::new(e.kind, format!("an operation of comm '{}' failed: {}", self.name, e.message)));
         }
+        if let Some(e) = window_failure {
+            return Err(Error::new(e.kind, format!("an asynchronous window call of comm '{}' failed: {}", self.name, e.message)));
+        }
         backend_result
     }
 
@@ -753,13 +795,15 @@ impl Comm {
     }
 
     /// Aborts the comm: the backend stops, pending and later operations fail
-    /// with `TC_ERR_ABORTED`.
+    /// with `TC_ERR_ABORTED`, and so do the outstanding calls of its windows
+    /// (whose backends are closed).
     pub fn abort(&self) {
         let err = Error::new(ErrorKind::Aborted, "aborted by the application");
         if self.enter_aborted(&err) {
             self.run_abort_hook(&err);
         }
         self.backend.abort();
+        self.abort_windows(&Error::new(ErrorKind::Aborted, format!("comm '{}' was aborted by the application", self.name)));
         self.shutdown(Error::new(ErrorKind::Aborted, format!("comm '{}' was aborted", self.name)));
     }
 

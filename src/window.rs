@@ -32,9 +32,39 @@
 //! with `ErrorKind::Aborted` or its closed connection's error, and a
 //! waiting `wait_signal` ends with `ErrorKind::Aborted`), completes every
 //! call still queued with `ErrorKind::Aborted` ("the window was freed"),
-//! and joins the lanes' threads: nothing is left running. Window works are
-//! not watched by the comm's watchdog nor waited for by its finalize: every
-//! backend call fails by itself within its timeout.
+//! and joins the lanes' threads: nothing is left running.
+//!
+//! The comm tracks its windows through their `Lanes` (the backend and
+//! both lanes), of which it keeps a `Weak` each, added by [`Window::new`]
+//! and pruned once dead; it copies the live ones out of its lock before
+//! calling into them, and nothing in a window calls into the comm while
+//! holding a lane's lock (a lane's calls reach only the backend), so the
+//! two never wait on each other's locks.
+//!
+//! - `Comm::finalize` first drains (`Lanes::drain`) every live window: it
+//!   waits until no call is queued or running on either lane (a pending
+//!   asynchronous wait included, up to its timeout). The first failure of
+//!   an asynchronous call of a live window (kept by its lane until a drain
+//!   takes it) makes finalize fail with that error's kind, when neither an
+//!   abort nor a failed operation of the comm comes first. A window freed
+//!   before finalize is neither waited for nor reported: its free already
+//!   ended its calls, each with its own outcome on its work.
+//! - `Comm::abort`, and the comm becoming aborted by a failure (without
+//!   abort-on-error: with it the process aborts),
+//!   abort the outstanding calls (`Lanes::abort_outstanding`) of every
+//!   live window: queued calls complete at once with `ErrorKind::Aborted`
+//!   naming the comm's abort, later calls are refused with it, and the
+//!   backend is closed as by free, which ends the running put, signal or
+//!   wait; that call then completes with the same `ErrorKind::Aborted`
+//!   (its own error appended), unless it had already succeeded. The lanes'
+//!   threads stay, idle, until the window is freed. The backend is closed
+//!   once, whichever of abort and free comes first; its closing also ends
+//!   a blocking call running on its caller's thread, which fails as it
+//!   would at free.
+//!
+//! Window works are not watched by the comm's watchdog: a running backend
+//! call fails by itself within its timeout, and a failed window call does
+//! not abort the comm.
 
 use crate::backends::WindowBackend;
 use crate::comm::{Comm, OpOptions};
@@ -43,21 +73,61 @@ use crate::work::{DoneWork, HostWork, Work};
 use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Once, RwLock, RwLockReadGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 pub struct Window {
     comm: Arc<Comm>,
-    inner: Arc<dyn WindowBackend>,
+    /// The backend and the lanes; the comm holds a weak reference to them.
+    lanes: Arc<Lanes>,
     /// This rank's registered buffer and its size, or None.
     registered: RwLock<Option<(usize, usize)>>,
+}
+
+/// The part of a window its comm reaches: the backend and the two lanes.
+/// The comm keeps a `Weak` of it for each window (registered by
+/// [`Window::new`]) so that its finalize can [`drain`](Lanes::drain) them
+/// and its abort [`abort_outstanding`](Lanes::abort_outstanding). Nothing
+/// in here calls into the comm.
+pub(crate) struct Lanes {
+    backend: Arc<dyn WindowBackend>,
     /// Puts and signals, in issue order.
     origin: Arc<Lane>,
     /// Waits for signals, in issue order.
     wait: Arc<Lane>,
     /// "window of comm 'x' (rank 0/4)", for the works' messages.
     label: Arc<str>,
+    /// The backend is closed once, by a comm abort or by free, whichever
+    /// comes first; a second caller waits until the first has closed it.
+    closed: Once,
+}
+
+impl Lanes {
+    /// Blocks until no call is queued or running on either lane (the comm's
+    /// finalize; the caller holds none of the comm's locks). Returns the
+    /// first failure of an asynchronous call of this window that no drain
+    /// has returned yet (puts and signals before waits).
+    pub(crate) fn drain(&self) -> Option<Error> {
+        self.origin.wait_idle();
+        self.wait.wait_idle();
+        self.origin.take_failure().or_else(|| self.wait.take_failure())
+    }
+
+    /// The comm was aborted (`err` says how): calls still queued complete
+    /// now with `err` (`ErrorKind::Aborted`), later ones are refused, and
+    /// the backend is closed as by free, which ends the running put, signal
+    /// or wait; that call then completes with `err` too, unless it
+    /// succeeded first.
+    pub(crate) fn abort_outstanding(&self, err: &Error) {
+        self.origin.abort(err);
+        self.wait.abort(err);
+        self.close_backend();
+    }
+
+    fn close_backend(&self) {
+        self.closed.call_once(|| self.backend.close());
+    }
 }
 
 impl Window {
@@ -67,14 +137,15 @@ impl Window {
         comm.check_active()?;
         let inner: Arc<dyn WindowBackend> = Arc::from(comm.backend().new_window(comm.timeout())?);
         let label: Arc<str> = format!("window of comm '{}' (rank {}/{})", comm.name(), comm.rank(), comm.size()).into();
-        Ok(Window {
-            comm: comm.clone(),
-            inner,
-            registered: RwLock::new(None),
+        let lanes = Arc::new(Lanes {
+            backend: inner,
             origin: Lane::new("origin"),
             wait: Lane::new("wait"),
             label,
-        })
+            closed: Once::new(),
+        });
+        comm.add_window(&lanes);
+        Ok(Window { comm: comm.clone(), lanes, registered: RwLock::new(None) })
     }
 
     pub fn comm(&self) -> &Arc<Comm> {
@@ -115,7 +186,7 @@ impl Window {
         if bytes == 0 {
             return Err(Error::invalid_argument("argument 'bytes': a window buffer needs at least one byte"));
         }
-        self.inner.register(buf, bytes, self.comm.timeout())?;
+        self.lanes.backend.register(buf, bytes, self.comm.timeout())?;
         *state = Some((buf as usize, bytes));
         Ok(())
     }
@@ -131,11 +202,11 @@ impl Window {
         }
         // No call can be issued while the state is held exclusively, so the
         // origin lane only drains from here.
-        self.origin.wait_idle();
+        self.lanes.origin.wait_idle();
         // The registration ends whatever the backend answers: a failed
         // collective leaves the buffer no longer safe to count on.
         *state = None;
-        self.inner.deregister(self.comm.timeout())
+        self.lanes.backend.deregister(self.comm.timeout())
     }
 
     /// Writes `bytes` from `src` into `dst_rank`'s buffer at `dst_offset`.
@@ -144,7 +215,7 @@ impl Window {
     pub fn put(&self, src: *const c_void, bytes: usize, dst_rank: i32, dst_offset: usize, opts: &OpOptions) -> Result<Arc<dyn Work>> {
         self.check_rank(dst_rank, "dst_rank")?;
         let _state = self.registered_state("put")?;
-        let size = self.inner.remote_size(dst_rank);
+        let size = self.lanes.backend.remote_size(dst_rank);
         match dst_offset.checked_add(bytes) {
             Some(end) if end <= size => {}
             _ => {
@@ -156,30 +227,30 @@ impl Window {
         if bytes == 0 {
             return Ok(done());
         }
-        let (inner, timeout, src) = (self.inner.clone(), self.timeout(opts), src as usize);
-        self.issue(&self.origin, "window_put", opts, move || inner.put(src as *const c_void, bytes, dst_rank, dst_offset, timeout))
+        let (inner, timeout, src) = (self.lanes.backend.clone(), self.timeout(opts), src as usize);
+        self.issue(&self.lanes.origin, "window_put", opts, move || inner.put(src as *const c_void, bytes, dst_rank, dst_offset, timeout))
     }
 
     /// Notifies `peer`, after every put this rank issued before.
     pub fn signal(&self, peer: i32, opts: &OpOptions) -> Result<Arc<dyn Work>> {
         self.check_rank(peer, "peer")?;
         let _state = self.registered_state("signal")?;
-        let (inner, timeout) = (self.inner.clone(), self.timeout(opts));
-        self.issue(&self.origin, "window_signal", opts, move || inner.signal(peer, timeout))
+        let (inner, timeout) = (self.lanes.backend.clone(), self.timeout(opts));
+        self.issue(&self.lanes.origin, "window_signal", opts, move || inner.signal(peer, timeout))
     }
 
     /// Waits for (and consumes) one signal from `peer`.
     pub fn wait_signal(&self, peer: i32, opts: &OpOptions) -> Result<Arc<dyn Work>> {
         self.check_rank(peer, "peer")?;
         let _state = self.registered_state("wait_signal")?;
-        let (inner, timeout) = (self.inner.clone(), self.timeout(opts));
-        self.issue(&self.wait, "window_wait_signal", opts, move || inner.wait_signal(peer, timeout))
+        let (inner, timeout) = (self.lanes.backend.clone(), self.timeout(opts));
+        self.issue(&self.lanes.wait, "window_wait_signal", opts, move || inner.wait_signal(peer, timeout))
     }
 
     pub fn map_remote(&self, rank: i32) -> Result<*mut c_void> {
         self.check_rank(rank, "rank")?;
         let _state = self.registered_state("map_remote")?;
-        self.inner.map_remote(rank)
+        self.lanes.backend.map_remote(rank)
     }
 
     /// Runs `task` on `lane`: queued with an in-progress work (async), or to
@@ -194,10 +265,10 @@ impl Window {
     ) -> Result<Arc<dyn Work>> {
         let timeout = self.timeout(opts);
         if opts.async_op {
-            let work: Arc<dyn Work> = lane.submit(op, &self.label, timeout, Box::new(task))?;
+            let work: Arc<dyn Work> = lane.submit(op, &self.lanes.label, timeout, true, Box::new(task))?;
             return Ok(work);
         }
-        lane.run_blocking(op, &self.label, timeout, task)?;
+        lane.run_blocking(op, &self.lanes.label, timeout, task)?;
         Ok(done())
     }
 }
@@ -210,16 +281,17 @@ impl Drop for Window {
     fn drop(&mut self) {
         // Nothing more starts; then closing the backend ends the running
         // calls (in-flight sends and waits fail with Aborted).
-        let left: Vec<Job> = self.origin.stop().into_iter().chain(self.wait.stop()).collect();
-        self.inner.close();
+        let lanes = &self.lanes;
+        let left: Vec<Job> = lanes.origin.stop().into_iter().chain(lanes.wait.stop()).collect();
+        lanes.close_backend();
         for job in left {
             job.work.complete(Err(Error::new(
                 ErrorKind::Aborted,
-                format!("{} on {}: the window was freed before the operation ran", job.op, self.label),
+                format!("{} on {}: the window was freed before the operation ran", job.op, lanes.label),
             )));
         }
-        self.origin.join();
-        self.wait.join();
+        lanes.origin.join();
+        lanes.wait.join();
     }
 }
 
@@ -231,6 +303,9 @@ struct Job {
     op: &'static str,
     task: Task,
     work: Arc<HostWork>,
+    /// Asynchronous (its failure is kept for the comm's finalize); a
+    /// blocking call queued behind asynchronous ones reports to its caller.
+    is_async: bool,
 }
 
 struct LaneState {
@@ -239,6 +314,12 @@ struct LaneState {
     pending: usize,
     /// Set when the window is dropped: the thread ends after its current job.
     closed: bool,
+    /// Set when the comm is aborted: calls are refused, and the running one
+    /// reports this error if it fails.
+    aborted: Option<Error>,
+    /// First failure of an asynchronous call, until the comm's finalize
+    /// takes it.
+    failure: Option<Error>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -253,7 +334,14 @@ impl Lane {
     fn new(name: &'static str) -> Arc<Lane> {
         Arc::new(Lane {
             name,
-            st: Mutex::new(LaneState { jobs: VecDeque::new(), pending: 0, closed: false, thread: None }),
+            st: Mutex::new(LaneState {
+                jobs: VecDeque::new(),
+                pending: 0,
+                closed: false,
+                aborted: None,
+                failure: None,
+                thread: None,
+            }),
             cv: Condvar::new(),
         })
     }
@@ -262,12 +350,27 @@ impl Lane {
         self.st.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The refusal of a call on a lane of an aborted comm's window.
+    fn refused(op: &str, label: &str, aborted: &Error) -> Error {
+        Error::new(ErrorKind::Aborted, format!("{op} on {label}: {}", aborted.message))
+    }
+
     /// Queues `task` (starting the lane's thread on first use) and returns
     /// its work, not yet started.
-    fn submit(self: &Arc<Self>, op: &'static str, label: &Arc<str>, timeout: Duration, task: Task) -> Result<Arc<HostWork>> {
+    fn submit(
+        self: &Arc<Self>,
+        op: &'static str,
+        label: &Arc<str>,
+        timeout: Duration,
+        is_async: bool,
+        task: Task,
+    ) -> Result<Arc<HostWork>> {
         let mut st = self.lock();
         if st.closed {
             return Err(Error::new(ErrorKind::Aborted, format!("{op} on {label}: the window was freed")));
+        }
+        if let Some(e) = &st.aborted {
+            return Err(Lane::refused(op, label, e));
         }
         if st.thread.is_none() {
             let me = self.clone();
@@ -278,7 +381,7 @@ impl Lane {
             st.thread = Some(thread);
         }
         let work = Arc::new(HostWork::new(op, label.clone(), timeout));
-        st.jobs.push_back(Job { op, task, work: work.clone() });
+        st.jobs.push_back(Job { op, task, work: work.clone(), is_async });
         st.pending += 1;
         drop(st);
         self.cv.notify_all();
@@ -294,10 +397,17 @@ impl Lane {
         timeout: Duration,
         task: impl FnOnce() -> Result<()> + Send + 'static,
     ) -> Result<()> {
-        if self.lock().pending == 0 {
+        let idle = {
+            let st = self.lock();
+            if let Some(e) = &st.aborted {
+                return Err(Lane::refused(op, label, e));
+            }
+            st.pending == 0
+        };
+        if idle {
             return task();
         }
-        self.submit(op, label, timeout, Box::new(task))?.wait_blocking()
+        self.submit(op, label, timeout, false, Box::new(task))?.wait_blocking()
     }
 
     /// Blocks until nothing is queued or running on the lane.
@@ -306,6 +416,11 @@ impl Lane {
         while st.pending > 0 {
             st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
         }
+    }
+
+    /// Takes the first failure of an asynchronous call, if any.
+    fn take_failure(&self) -> Option<Error> {
+        self.lock().failure.take()
     }
 
     /// Closes the lane: returns the jobs not yet started; the thread ends
@@ -318,6 +433,25 @@ impl Lane {
         drop(st);
         self.cv.notify_all();
         left
+    }
+
+    /// The comm was aborted: refuses later calls and completes the queued
+    /// ones with `err` (before they leave the pending count, so that a
+    /// drain never returns ahead of their completion). The thread stays,
+    /// idle, until the window is dropped.
+    fn abort(&self, err: &Error) {
+        let mut st = self.lock();
+        st.aborted.get_or_insert_with(|| err.clone());
+        let left: Vec<Job> = st.jobs.drain(..).collect();
+        for job in &left {
+            job.work.complete(Err(Error::new(
+                ErrorKind::Aborted,
+                format!("{}: {} before the operation ran", job.work.description(), err.message),
+            )));
+        }
+        st.pending -= left.len();
+        drop(st);
+        self.cv.notify_all();
     }
 
     fn join(&self) {
@@ -350,8 +484,24 @@ impl Lane {
                     .unwrap_or_else(|| "unknown panic".into());
                 Err(Error::new(ErrorKind::Panic, format!("{}: internal panic: {what}", job.op)))
             });
+            let mut st = self.lock();
+            // A call that fails once its comm is aborted was (as far as can
+            // be told) ended by the abort closing the backend.
+            let result = match (result, &st.aborted) {
+                (Err(e), Some(aborted)) => Err(Error::new(
+                    ErrorKind::Aborted,
+                    format!("{}: {} (the call ended with: {})", job.work.description(), aborted.message, e.message),
+                )),
+                (result, _) => result,
+            };
+            if let (Err(e), true) = (&result, job.is_async) {
+                st.failure.get_or_insert_with(|| e.clone());
+            }
+            // Completed before it leaves the pending count: a drain that
+            // sees the lane idle sees every work complete.
             job.work.complete(result);
-            self.lock().pending -= 1;
+            st.pending -= 1;
+            drop(st);
             self.cv.notify_all();
         }
     }

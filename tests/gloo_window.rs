@@ -7,7 +7,11 @@
 //! and a signal waited out of order, deregister waiting for queued puts, an
 //! asynchronous wait on a ring not holding up puts, a blocking put landing
 //! after queued ones, freeing a window with queued work, and asynchronous
-//! puts to a stopped or killed peer failing through their works.
+//! puts to a stopped or killed peer failing through their works. The comm's
+//! lifecycle over them: finalize waiting for unwaited asynchronous puts,
+//! signals and waits (and reporting a failed one), and the comm's abort (by
+//! the application or by a failed operation) ending them with
+//! TC_ERR_ABORTED while the peer is stopped.
 
 mod gloo_common;
 
@@ -821,6 +825,206 @@ fn gloo_window_async_put_to_stopped_peer() {
         return;
     }
     let o = with_stopped_rank_1("gloo_window_async_put_to_stopped_peer", "async_stopped");
+    for r in o.results() {
+        eprintln!("rank 0: {r}");
+    }
+    assert!(o.ok(), "{}", o.describe());
+    assert!(o.results().iter().any(|r| r == "done"), "{}", o.describe());
+}
+
+// ---- the comm's lifecycle over its windows' asynchronous calls -------------
+
+/// A barrier of the children through the raw store (no comm needed, so it
+/// also works after finalize).
+fn store_barrier(store: &torchcomm::store::StoreRef, key: &str, n: i64) {
+    let all = format!("{key}/all");
+    if store.add(key, 1).unwrap() == n {
+        store.set(&all, b"1").unwrap();
+    }
+    store.wait(&[&all], Some(Duration::from_secs(30))).unwrap();
+}
+
+/// 2 ranks: each queues six asynchronous 1 MiB puts into the other, an
+/// asynchronous signal behind them and an asynchronous wait for the
+/// other's signal, then finalizes the comm without waiting for any of those
+/// works. Finalize returns only once every one is complete (all COMPLETED
+/// the moment it returns, and some were not when it began), and the other
+/// rank's bytes are all in the buffer (its puts landed before its signal,
+/// which this rank's completed wait consumed). Then, on a comm of one rank:
+/// an asynchronous wait that times out makes finalize fail with
+/// TC_ERR_TIMEOUT naming the wait, and a window freed with a failed wait
+/// before finalize is not reported.
+#[test]
+fn gloo_window_finalize_waits_for_async_work() {
+    const BIG: usize = 1 << 20;
+    const K: usize = 6;
+    const ROUND: usize = 2;
+    if role().is_some() {
+        let store = child_store();
+        let comm = child_comm_on(store.clone(), "fin_async", rank(), size(), TIMEOUT).unwrap();
+        let (me, peer) = (comm.rank(), 1 - comm.rank());
+        let win = Window::new(&comm).unwrap();
+        let mut mem = vec![0u8; K * BIG];
+        win.register(ptr(&mut mem), mem.len()).unwrap();
+        run(&comm, Op::Barrier).unwrap();
+        let srcs: Vec<Vec<u8>> = (0..K).map(|k| (0..BIG).map(|i| async_byte(me, ROUND, k, i)).collect()).collect();
+        let mut works: Vec<Arc<dyn Work>> =
+            srcs.iter().enumerate().map(|(k, s)| win.put(s.as_ptr() as *const c_void, BIG, peer, k * BIG, &async_opts()).unwrap()).collect();
+        works.push(win.signal(peer, &async_opts()).unwrap());
+        works.push(win.wait_signal(peer, &async_opts()).unwrap());
+        let unfinished = works.iter().filter(|w| !w.status().is_finished()).count();
+        let start = Instant::now();
+        comm.finalize().unwrap();
+        let took = start.elapsed();
+        let statuses: Vec<WorkStatus> = works.iter().map(|w| w.status()).collect();
+        println!("RESULT rank={me} unfinished_at_finalize={unfinished} finalize_us={} statuses={statuses:?}", took.as_micros());
+        for (k, s) in statuses.iter().enumerate() {
+            assert_eq!(*s, WorkStatus::Completed, "rank {me}: work {k} of {} when finalize returned", works.len());
+        }
+        for k in 0..K {
+            let ok = mem[k * BIG..(k + 1) * BIG].iter().enumerate().all(|(i, b)| *b == async_byte(peer, ROUND, k, i));
+            assert!(ok, "rank {me}: put {k} from rank {peer} incomplete after finalize");
+        }
+        assert!(unfinished >= 1, "rank {me}: every work was finished before finalize began: the test proves nothing");
+        // The window is still registered (deregister needs an active comm);
+        // freeing it resets its connections, which could drop the signal
+        // this rank sent before the peer has read it: free it once both
+        // ranks are past finalize.
+        store_barrier(&store, "fin_async_done", 2);
+        drop(win);
+
+        // -- a failed asynchronous call of a live window fails finalize; one
+        //    of a window freed before finalize does not
+        let solo = child_comm_on(store.clone(), &format!("fin_fail{me}"), 0, 1, TIMEOUT).unwrap();
+        let freed = Window::new(&solo).unwrap();
+        let live = Window::new(&solo).unwrap();
+        let mut m1 = [0u8; 8];
+        let mut m2 = [0u8; 8];
+        freed.register(ptr(&mut m1), 8).unwrap();
+        live.register(ptr(&mut m2), 8).unwrap();
+        let w1 = freed.wait_signal(0, &async_quick(100)).unwrap();
+        assert_eq!(w1.wait_blocking().unwrap_err().kind, ErrorKind::Timeout);
+        drop(freed);
+        let w2 = live.wait_signal(0, &async_quick(300)).unwrap();
+        let start = Instant::now();
+        let e = solo.finalize().unwrap_err();
+        let took = start.elapsed();
+        println!("RESULT solo ms={} kind={:?} msg={}", took.as_millis(), e.kind, e.message);
+        assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
+        assert!(e.message.contains("window") && e.message.contains("wait_signal") && e.message.contains("300 ms"), "{e}");
+        assert_eq!(w2.status(), WorkStatus::TimedOut);
+        assert!(took >= Duration::from_millis(200), "finalize took {took:?}: it did not wait for the pending wait");
+        drop(live);
+        println!("RESULT ok");
+        return;
+    }
+    let out = launch("gloo_window_finalize_waits_for_async_work", "fin_async", 2, &[], Duration::from_secs(90));
+    for o in &out {
+        for r in o.results() {
+            eprintln!("rank {}: {r}", o.rank);
+        }
+    }
+    assert_all_ok(&out);
+    for o in &out {
+        assert!(o.results().iter().any(|r| r == "ok"), "{}", o.describe());
+    }
+}
+
+/// Queues on `win` (whose peer, rank 1, is stopped) a 4 MiB put (in
+/// flight, never taken), two puts and a signal behind it, and a wait for
+/// rank 1's signal; checks that they are in progress or queued.
+fn queue_stuck_work(win: &Window, big: &[u8], small: &[u8; 16]) -> Vec<(&'static str, Arc<dyn Work>)> {
+    let works = vec![
+        ("in-flight put", win.put(big.as_ptr() as *const c_void, big.len(), 1, 0, &async_opts()).unwrap()),
+        ("queued put", win.put(small.as_ptr() as *const c_void, 16, 1, 0, &async_opts()).unwrap()),
+        ("queued large put", win.put(big.as_ptr() as *const c_void, big.len(), 1, 0, &async_opts()).unwrap()),
+        ("queued signal", win.signal(1, &async_opts()).unwrap()),
+        ("pending wait", win.wait_signal(1, &async_opts()).unwrap()),
+    ];
+    std::thread::sleep(Duration::from_millis(300));
+    for (what, w) in &works {
+        let want = if what.starts_with("queued") { WorkStatus::NotStarted } else { WorkStatus::InProgress };
+        assert_eq!(w.status(), want, "{what} before the abort");
+    }
+    works
+}
+
+/// Every work ends with TC_ERR_ABORTED whose message contains `needle`;
+/// returns when the last one did.
+fn expect_all_aborted(works: &[(&'static str, Arc<dyn Work>)], needle: &str) {
+    for (what, w) in works {
+        let e = w.wait_blocking().unwrap_err();
+        println!("RESULT {what}: {:?} {}", e.kind, e.message);
+        assert_eq!(e.kind, ErrorKind::Aborted, "{what}: {e}");
+        assert!(e.message.contains(needle), "{what}: {e}");
+        assert_eq!(w.status(), WorkStatus::Error, "{what}");
+    }
+}
+
+/// Rank 1 stops itself (SIGSTOP) after registering two windows, one on
+/// each of two comms. Rank 0 queues on the first a 4 MiB put (in flight,
+/// never taken), more puts and a signal behind it, and a wait for rank 1's
+/// signal, then calls `abort` on its comm: the call returns within 1 s and
+/// every work ends with TC_ERR_ABORTED naming the application's abort
+/// within 1 s of it; later calls are refused, finalize reports the abort,
+/// freeing the window does not hang. The same with the second comm aborted
+/// by a failure (a barrier timing out at 1 s): its window's works end with
+/// TC_ERR_ABORTED naming that failure within 1 s of the barrier's error,
+/// long before their own 20 s timeout.
+#[test]
+fn gloo_window_comm_abort_ends_async_work() {
+    const PROMPT: Duration = Duration::from_secs(1);
+    if role().is_some() {
+        let store = child_store();
+        let app = child_comm_on(store.clone(), "abort_app", rank(), size(), TIMEOUT).unwrap();
+        let failing = child_comm_on(store, "abort_fail", rank(), size(), TIMEOUT).unwrap();
+        let (wa, wf) = (Window::new(&app).unwrap(), Window::new(&failing).unwrap());
+        let (mut ma, mut mf) = (vec![0u8; 8 << 20], vec![0u8; 8 << 20]);
+        wa.register(ptr(&mut ma), ma.len()).unwrap();
+        wf.register(ptr(&mut mf), mf.len()).unwrap();
+        run(&app, Op::Barrier).unwrap();
+        if rank() == 1 {
+            unsafe { libc::raise(libc::SIGSTOP) };
+            std::thread::sleep(Duration::from_secs(60));
+            std::process::exit(3);
+        }
+        std::thread::sleep(Duration::from_millis(300)); // let rank 1 stop
+        let big = vec![1u8; 4 << 20];
+        let small = [2u8; 16];
+
+        // -- the application's abort
+        let works = queue_stuck_work(&wa, &big, &small);
+        let start = Instant::now();
+        app.abort();
+        let abort_took = start.elapsed();
+        expect_all_aborted(&works, "comm 'abort_app' was aborted by the application");
+        let all_took = start.elapsed();
+        println!("RESULT app abort_us={} all_ended_us={}", abort_took.as_micros(), all_took.as_micros());
+        assert!(abort_took < PROMPT, "abort took {abort_took:?}");
+        assert!(all_took < PROMPT, "the works ended {all_took:?} after the abort began");
+        let e = wa.put(small.as_ptr() as *const c_void, 16, 1, 0, &async_opts()).map(drop).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Aborted, "{e}");
+        assert_eq!(app.finalize().unwrap_err().kind, ErrorKind::Aborted);
+        let start = Instant::now();
+        drop(wa);
+        assert!(start.elapsed() < PROMPT, "freeing took {:?}", start.elapsed());
+
+        // -- the comm aborted by a failure of its own operation
+        let works = queue_stuck_work(&wf, &big, &small);
+        let e = failing.submit(Op::Barrier, &quick(1000)).map(drop).unwrap_err();
+        let start = Instant::now();
+        assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
+        expect_all_aborted(&works, "comm 'abort_fail' was aborted: barrier");
+        let all_took = start.elapsed();
+        println!("RESULT failure all_ended_us={}", all_took.as_micros());
+        assert!(all_took < PROMPT, "the works ended {all_took:?} after the barrier failed");
+        let start = Instant::now();
+        drop(wf);
+        assert!(start.elapsed() < PROMPT, "freeing took {:?}", start.elapsed());
+        println!("RESULT done");
+        return;
+    }
+    let o = with_stopped_rank_1("gloo_window_comm_abort_ends_async_work", "abort_async");
     for r in o.results() {
         eprintln!("rank 0: {r}");
     }

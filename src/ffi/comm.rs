@@ -266,17 +266,25 @@ pub extern "C" fn tc_comm_split(
     })
 }
 
-/// Waits for every operation issued on the comm, then releases its backend
-/// resources. Later operations fail with `TC_ERR_INVALID_USAGE`. Returns the
-/// first failure of any operation (or `TC_ERR_ABORTED` if the comm was
-/// aborted). Call `tc_comm_destroy` afterwards.
+/// Waits for every operation issued on the comm, and for the asynchronous
+/// calls (put, signal, wait_signal) of its windows not yet freed (a pending
+/// `tc_window_wait_signal` up to its timeout), then releases its backend
+/// resources. Later operations fail with `TC_ERR_INVALID_USAGE`, window
+/// calls included (such a window can only be freed: deregister windows
+/// before finalize). Returns `TC_ERR_ABORTED` if the comm was aborted, else
+/// the first failure of any operation, else the first failure of an
+/// asynchronous call of a window not yet freed (a window freed earlier is
+/// not reported). Call `tc_comm_destroy` afterwards.
 #[no_mangle]
 pub extern "C" fn tc_comm_finalize(comm: *mut tc_comm_t) -> tc_result_t {
     boundary("tc_comm_finalize", || unsafe { arg_ref(comm, "comm")? }.inner.finalize())
 }
 
 /// Aborts the comm without waiting for peers: running and pending operations
-/// fail with `TC_ERR_ABORTED`, as do later ones. Thread-safe.
+/// fail with `TC_ERR_ABORTED`, as do later ones. So do the outstanding
+/// asynchronous calls of its windows: queued ones at once, the running put,
+/// signal or wait by the window being closed as `tc_window_free` closes it
+/// (the window then only accepts `tc_window_free`). Thread-safe.
 #[no_mangle]
 pub extern "C" fn tc_comm_abort(comm: *mut tc_comm_t) -> tc_result_t {
     boundary("tc_comm_abort", || {

@@ -14,6 +14,14 @@
 //! or lost peer in register, deregister, put or signal leaves the window
 //! unusable (later calls fail at once), while a `wait_signal` timeout is
 //! harmless.
+//!
+//! A window's asynchronous calls belong to its comm's lifecycle (see
+//! `src/window.rs`): `tc_comm_finalize` waits for those of every window not
+//! yet freed (a pending wait up to its timeout) and fails with the first
+//! failure among them when nothing else failed; `tc_comm_abort`, or the
+//! comm aborted by a failure, ends them with `TC_ERR_ABORTED` (queued calls
+//! at once, the running one by closing the window as `tc_window_free`
+//! does), and the window then only accepts `tc_window_free`.
 
 use crate::error::{tc_result_t, Result};
 use crate::ffi::comm::{hand_out_work, op_options, tc_comm_t};
@@ -122,8 +130,9 @@ pub extern "C" fn tc_window_deregister(window: *mut tc_window_t) -> tc_result_t 
 /// after asynchronous ones waits for them. `*work`, when `work` is not NULL,
 /// receives a work handle (completed for a blocking call) to free with
 /// `tc_work_free`; freeing it early does not cancel the put. With `work`
-/// NULL an asynchronous put still runs; `tc_window_deregister` waits for it.
-/// Thread-safe.
+/// NULL an asynchronous put still runs; `tc_window_deregister` and
+/// `tc_comm_finalize` wait for it, and `tc_comm_abort` ends it with
+/// `TC_ERR_ABORTED`. Thread-safe.
 #[no_mangle]
 pub extern "C" fn tc_window_put(
     window: *mut tc_window_t,
@@ -170,7 +179,8 @@ pub extern "C" fn tc_window_signal(
 /// known when its work completes. Waits run in issue order among
 /// themselves, apart from puts and signals: an outstanding wait never holds
 /// up this rank's puts or signals. A wait still pending when the window is
-/// freed ends with `TC_ERR_ABORTED`. Thread-safe.
+/// freed or its comm aborted ends with `TC_ERR_ABORTED`; `tc_comm_finalize`
+/// waits for it (up to its timeout). Thread-safe.
 #[no_mangle]
 pub extern "C" fn tc_window_wait_signal(
     window: *mut tc_window_t,
