@@ -515,7 +515,6 @@ impl Comm {
         self.timeout
     }
 
-    /// Ok while the comm accepts operations.
     /// The comm's backend (for windows, which live beside the comm).
     pub(crate) fn backend(&self) -> &dyn Backend {
         self.backend.as_ref()
