@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Host comparison: torchcomm's gloo backend (tc-perf) against the same Gloo
-all-reduce called directly (gloo_direct) and against Open MPI's
+all-reduce called directly (gloo_direct; ours then runs with
+TORCHCOMM_GLOO_SHM=0, Gloo's own algorithm, so that the difference is our
+overhead), our default shared-memory path between processes of one host,
+and Open MPI's
 MPI_Allreduce (mpi_allreduce, the figure to beat) over shared memory
 (--mca btl self,vader) and over TCP loopback (--mca btl self,tcp, the fair
 comparison with Gloo's TCP), interleaved round by round so that machine
@@ -63,7 +66,8 @@ def fmt_size(s):
 
 # name in tables and plots, label in the CSVs
 SYSTEMS = {
-    "ours": ("torchcomm gloo backend (tc-perf)", "torchcomm-gloo"),
+    "ours": ("torchcomm gloo backend, Gloo's algorithm (TORCHCOMM_GLOO_SHM=0)", "torchcomm-gloo"),
+    "ours_shm": ("torchcomm gloo backend, shared memory (the default on one host)", "torchcomm-gloo-shm"),
     "direct": ("Gloo called directly", "gloo-direct"),
     "mpi_shm": ("Open MPI, shared memory (btl self,vader)", "mpi-shm"),
     "mpi_tcp": ("Open MPI, TCP loopback (btl self,tcp)", "mpi-tcp"),
@@ -86,8 +90,11 @@ def commands(a, sweep):
     mpirun = ["mpirun"] + (["--allow-run-as-root"] if os.geteuid() == 0 else []) + \
         ["--oversubscribe", "-np", str(a.nranks)]
     return {
-        "ours": [tc_run, "-n", str(a.nranks), "--", os.path.join(a.bin, "tc-perf"), *sweep,
-                 "-B", "gloo", "-o", "all_reduce", "-d", "float32", "-r", "sum"],
+        # The overhead comparison runs Gloo's own algorithm, as direct Gloo does.
+        "ours": ["env", "TORCHCOMM_GLOO_SHM=0", tc_run, "-n", str(a.nranks), "--", os.path.join(a.bin, "tc-perf"),
+                 *sweep, "-B", "gloo", "-o", "all_reduce", "-d", "float32", "-r", "sum"],
+        "ours_shm": [tc_run, "-n", str(a.nranks), "--", os.path.join(a.bin, "tc-perf"), *sweep,
+                     "-B", "gloo", "-o", "all_reduce", "-d", "float32", "-r", "sum"],
         "direct": [tc_run, "-n", str(a.nranks), "--", a.direct, *sweep],
         "mpi_shm": mpirun + ["--mca", "btl", "self,vader", a.mpi, *sweep],
         "mpi_tcp": mpirun + ["--mca", "btl", "self,tcp", a.mpi, *sweep],
@@ -99,7 +106,7 @@ def phase(a, name, b, e, f, n, w, tmp):
     returns ({who: {size: [us]}}, wrong, raw rows)."""
     sweep = ["-b", b, "-e", e, "-f", f, "-n", n, "-w", w]
     cmds = commands(a, sweep)
-    systems = ["ours", "direct"] + a.mpi_systems
+    systems = ["ours", "ours_shm", "direct"] + a.mpi_systems
     print(f"## phase '{name}'")
     for who in systems:
         extra = " --store TMPDIR" if who == "direct" else ""
@@ -164,12 +171,15 @@ def summarize(a, name, times, wrong, n, w):
                         "ours_max_us": max(times["ours"][s]), "direct_min_us": min(times["direct"][s]),
                         "direct_max_us": max(times["direct"][s]),
                         "min_ratio": f"{min(times['ours'][s]) / min(times['direct'][s]):.4f}", "rounds": a.rounds, "iters": n, "target": target})
-    print(f"# wrong elements: ours {wrong['ours']}, direct {wrong['direct']}")
+    print(f"# wrong elements: ours {wrong['ours']}, ours_shm {wrong['ours_shm']}, direct {wrong['direct']}")
     mpis = [m for m in ("mpi_shm", "mpi_tcp") if all(s in times[m] for s in sizes) and sizes]
     med = {who: {s: statistics.median(times[who][s]) for s in sizes}
-           for who in ["ours", "direct"] + mpis}
+           for who in ["ours", "ours_shm", "direct"] + mpis}
     for row in summary:
         s = row["size"]
+        row["ours_shm_us"] = f"{med['ours_shm'][s]:.3f}"
+        row["ours_shm_min_us"] = min(times["ours_shm"][s])
+        row["ours_shm_max_us"] = max(times["ours_shm"][s])
         for m in ("mpi_shm", "mpi_tcp"):
             have = m in mpis
             t = med[m][s] if have else None
@@ -179,27 +189,29 @@ def summarize(a, name, times, wrong, n, w):
             row[f"{m}_max_us"] = max(times[m][s]) if have else ""
             row[f"ours_vs_{m}"] = f"{med['ours'][s] / t:.4f}" if have else ""
             row[f"direct_vs_{m}"] = f"{med['direct'][s] / t:.4f}" if have else ""
+            row[f"ours_shm_vs_{m}"] = f"{med['ours_shm'][s] / t:.4f}" if have else ""
     print()
     if not mpis:
         print(f"# phase '{name}': no Open MPI figures ({a.mpi_note or 'MPI skipped'})")
         return sizes, summary
     print(f"# phase '{name}': against Open MPI (MPI_Allreduce in place, mpirun -np {a.nranks}); same medians; "
           f"ratio = time / MPI's time (x slower than MPI)")
-    hdr = f"{'size':>9} {'ours us':>10} {'direct us':>10}"
+    hdr = f"{'size':>9} {'ours us':>10} {'ours shm':>10} {'direct us':>10}"
     for m in mpis:
         hdr += f" {m.replace('_', ' ') + ' us':>11}"
     for m in mpis:
-        hdr += f" {'ours/' + m[4:]:>9} {'dir/' + m[4:]:>9}"
+        hdr += f" {'ours/' + m[4:]:>9} {'oshm/' + m[4:]:>9} {'dir/' + m[4:]:>9}"
     hdr += f" {'ours busbw':>10}"
     for m in mpis:
         hdr += f" {m[4:] + ' busbw':>10}"
     print(hdr)
     for s in sizes:
-        line = f"{fmt_size(s):>9} {med['ours'][s]:>10.1f} {med['direct'][s]:>10.1f}"
+        line = f"{fmt_size(s):>9} {med['ours'][s]:>10.1f} {med['ours_shm'][s]:>10.1f} {med['direct'][s]:>10.1f}"
         for m in mpis:
             line += f" {med[m][s]:>11.2f}"
         for m in mpis:
-            line += f" {med['ours'][s] / med[m][s]:>9.1f} {med['direct'][s] / med[m][s]:>9.1f}"
+            line += (f" {med['ours'][s] / med[m][s]:>9.1f} {med['ours_shm'][s] / med[m][s]:>9.1f}"
+                     f" {med['direct'][s] / med[m][s]:>9.1f}")
         line += f" {s / (med['ours'][s] * 1e-6) / 1e9 * factor:>10.3f}"
         for m in mpis:
             line += f" {s / (med[m][s] * 1e-6) / 1e9 * factor:>10.3f}"

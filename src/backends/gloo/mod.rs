@@ -24,6 +24,7 @@
 
 pub mod reduce;
 pub mod shim;
+mod intra_host;
 mod shm;
 mod window;
 
@@ -111,6 +112,8 @@ pub struct GlooBackend {
     iface: Option<String>,
     /// Memory from `tc_mem_alloc`, shared with same-host peers' windows.
     shared_memory: std::sync::Arc<shm::SharedAllocations>,
+    /// Shared-memory collectives, when every rank is on this host.
+    intra: Option<intra_host::IntraHost>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -321,12 +324,20 @@ impl GlooBackend {
             diagnosed: AtomicBool::new(false),
             windows_made: AtomicU64::new(0),
             shared_memory: Default::default(),
+            intra: None,
             hostname,
             iface,
         };
         let mut backend = backend;
         backend.hello(init.timeout)?;
         backend.peer_addresses = backend.exchange_addresses(init.timeout)?;
+        if init.size > 1 {
+            let deadline = Deadline(Instant::now() + init.timeout);
+            let label = format!("gloo comm '{}' rank {}/{}", init.name, init.rank, init.size);
+            backend.intra = intra_host::IntraHost::setup(init.rank as usize, init.size as usize, &label, &|words| {
+                backend.all_gather_words(words, &deadline, "connect (shared-memory setup)")
+            })?;
+        }
         crate::log_info!("gloo: comm '{}' rank {}/{} connected (module {})", init.name, init.rank, init.size, module.path);
         Ok(backend)
     }
@@ -419,6 +430,9 @@ impl GlooBackend {
         if first {
             if let Some(ctx) = &self.ctx {
                 ctx.close();
+            }
+            if let Some(ih) = &self.intra {
+                ih.wake_self();
             }
         }
     }
@@ -595,6 +609,13 @@ impl GlooBackend {
     fn execute(&self, op: &Op, d: &Deadline) -> Result<()> {
         if self.check_collectives {
             self.check_collective(op, d)?;
+        }
+        if let Some(ih) = &self.intra {
+            // SAFETY: as for the match below.
+            if let Some(result) = unsafe { self.intra_host_op(ih, op, d) } {
+                // Ranks that failed mid-operation are out of step.
+                return result.inspect_err(|e| self.mark_broken(e));
+            }
         }
         let n = self.size as usize;
         let me = self.rank as usize;
@@ -789,6 +810,104 @@ impl GlooBackend {
 
     /// float16/bfloat16 sums (and AVG, PREMUL_SUM) over several ranks, which
     /// this backend accumulates in f32.
+    /// Runs `op` through shared memory (see [`intra_host`]) when that path
+    /// takes it; None sends it to Gloo. The choice depends only on the
+    /// operation, so every rank makes the same one.
+    ///
+    /// # Safety
+    /// The comm validated the operation's buffers against its counts.
+    unsafe fn intra_host_op(&self, ih: &intra_host::IntraHost, op: &Op, d: &Deadline) -> Option<Result<()>> {
+        use intra_host::{share, HALF};
+        let (n, me) = (ih.size(), ih.rank());
+        let alive = || self.check_not_broken();
+        match op {
+            Op::Barrier => Some(ih.sync("barrier", d, &alive)),
+            Op::Broadcast { buf, count, dtype, root } => Some((|| {
+                let (bytes, root) = (count * dtype.size(), *root as usize);
+                for c0 in (0..bytes).step_by(HALF) {
+                    let (m, h) = ((bytes - c0).min(HALF), ih.next_half());
+                    if me == root {
+                        copy(ih.half(me, h), buf.as_u8().add(c0), m);
+                    }
+                    ih.sync("broadcast", d, &alive)?;
+                    if me != root {
+                        copy(buf.as_u8().add(c0), ih.half(root, h), m);
+                    }
+                }
+                Ok(())
+            })()),
+            Op::AllReduce { buf, count, dtype, op } if !self.sums_halves(*dtype, op.kind) => {
+                let f = match reduce::kernel(*dtype, op.kind) {
+                    Ok(f) => f,
+                    Err(e) => return Some(Err(e)),
+                };
+                let premul = match op.kind {
+                    RedKind::PremulSum => match premul_factor(op, *dtype) {
+                        Ok(k) => Some(k),
+                        Err(e) => return Some(Err(e)),
+                    },
+                    _ => None,
+                };
+                let es = dtype.size();
+                let per_chunk = HALF / es;
+                let mut acc = Scratch::new((*count).min(per_chunk).div_ceil(n) * es);
+                Some((|| {
+                    for c0 in (0..*count).step_by(per_chunk) {
+                        let (m, h) = ((*count - c0).min(per_chunk), ih.next_half());
+                        let mine = ih.half(me, h);
+                        copy(mine, buf.as_u8().add(c0 * es), m * es);
+                        if let Some(k) = premul {
+                            reduce::scale(*dtype, mine, mine, m, Scale::Mul(k))?;
+                        }
+                        ih.sync("all_reduce", d, &alive)?;
+                        // This rank's share, reduced in rank order: every
+                        // rank ends with the same bits.
+                        let (s0, len) = share(m, n, me);
+                        if len > 0 {
+                            let at = s0 * es;
+                            copy(acc.ptr(), ih.half(0, h).add(at), len * es);
+                            for r in 1..n {
+                                f(acc.ptr() as *mut c_void, acc.ptr() as *const c_void, ih.half(r, h).add(at) as *const c_void, len);
+                            }
+                            if op.kind == RedKind::Avg {
+                                reduce::scale(*dtype, acc.ptr(), acc.ptr(), len, Scale::Div(n as u64))?;
+                            }
+                            copy(mine.add(at), acc.ptr(), len * es);
+                        }
+                        ih.sync("all_reduce", d, &alive)?;
+                        for r in 0..n {
+                            let (s, l) = share(m, n, r);
+                            copy(buf.as_u8().add((c0 + s) * es), ih.half(r, h).add(s * es), l * es);
+                        }
+                    }
+                    Ok(())
+                })())
+            }
+            Op::AllGatherSingle { output, input, count, dtype } => {
+                let bytes = count * dtype.size();
+                let (out, input) = (output.as_u8(), input.as_u8() as *const u8);
+                // Chunks write the output while later chunks read the input:
+                // only the in-place layout or separate buffers go this way.
+                let in_place = std::ptr::eq(input, out.add(me * bytes));
+                if !in_place && overlaps(input, bytes, out, bytes * n) {
+                    return None;
+                }
+                Some((|| {
+                    for c0 in (0..bytes).step_by(HALF) {
+                        let (m, h) = ((bytes - c0).min(HALF), ih.next_half());
+                        copy(ih.half(me, h), input.add(c0), m);
+                        ih.sync("all_gather_single", d, &alive)?;
+                        for r in 0..n {
+                            copy(out.add(r * bytes + c0), ih.half(r, h), m);
+                        }
+                    }
+                    Ok(())
+                })())
+            }
+            _ => None,
+        }
+    }
+
     fn sums_halves(&self, dtype: DType, kind: RedKind) -> bool {
         self.size > 1
             && matches!(dtype, DType::F16 | DType::BF16)

@@ -55,7 +55,7 @@ fn os_error(what: &str) -> Error {
     Error::system(what, std::io::Error::last_os_error())
 }
 
-fn file_id(fd: i32) -> std::io::Result<(u64, u64)> {
+pub(super) fn file_id(fd: i32) -> std::io::Result<(u64, u64)> {
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: valid out-pointer.
     if unsafe { libc::fstat(fd, &mut st) } != 0 {
@@ -139,6 +139,20 @@ impl Drop for SharedAllocations {
             crate::log_warn!("gloo: {n} buffer(s) from tc_mem_alloc not freed before the comm was destroyed; they stay mapped");
         }
     }
+}
+
+/// This boot of this host (the kernel's boot id), or zeros when unknown:
+/// only processes that agree on it can share memory.
+pub fn host_id() -> [u64; 2] {
+    static ID: std::sync::OnceLock<[u64; 2]> = std::sync::OnceLock::new();
+    *ID.get_or_init(|| {
+        let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+        let hex: String = text.chars().filter(|c| c.is_ascii_hexdigit()).collect();
+        match u128::from_str_radix(&hex, 16) {
+            Ok(v) if hex.len() == 32 => [(v >> 64) as u64, v as u64],
+            _ => [0, 0],
+        }
+    })
 }
 
 /// A peer's shared buffer mapped into this process.
@@ -294,12 +308,12 @@ impl PeerSignals {
 }
 
 /// Wakes every process sleeping on `word` (a shared futex: not PRIVATE).
-fn futex_wake(word: &AtomicU32) {
+pub(super) fn futex_wake(word: &AtomicU32) {
     // SAFETY: a valid, aligned word.
     unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX, std::ptr::null::<libc::timespec>(), 0, 0) };
 }
 
-fn futex_wait(word: &AtomicU32, seen: u32, timeout: Duration) {
+pub(super) fn futex_wait(word: &AtomicU32, seen: u32, timeout: Duration) {
     let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
     // SAFETY: a valid, aligned word and timespec; returns at once when the
     // word no longer holds `seen`.

@@ -37,7 +37,7 @@
 //! without harm.
 
 use super::shim::{self, UnboundBuffer, Waited};
-use super::shm::{PeerMapping, PeerSignals, Placement, SharedAllocations, SignalArea};
+use super::shm::{host_id, PeerMapping, PeerSignals, Placement, SharedAllocations, SignalArea};
 use super::{lock, store_get, store_set, store_wait, GlooBackend};
 use crate::backends::WindowBackend;
 use crate::error::{Error, ErrorKind, Result};
@@ -201,19 +201,6 @@ impl Registration {
     fn decode(w: &[u64]) -> Registration {
         Registration { bytes: w[0], shared: decode_placement(&w[1..8]), signals: decode_placement(&w[8..15]), host: [w[15], w[16]] }
     }
-}
-
-/// This boot of this host (the kernel's boot id), or zeros when unknown.
-fn host_id() -> [u64; 2] {
-    static ID: std::sync::OnceLock<[u64; 2]> = std::sync::OnceLock::new();
-    *ID.get_or_init(|| {
-        let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-        let hex: String = text.chars().filter(|c| c.is_ascii_hexdigit()).collect();
-        match u128::from_str_radix(&hex, 16) {
-            Ok(v) if hex.len() == 32 => [(v >> 64) as u64, v as u64],
-            _ => [0, 0],
-        }
-    })
 }
 
 pub(super) struct GlooWindow {

@@ -1,0 +1,284 @@
+//! Collectives through shared memory when every rank of a comm is a
+//! process of this host (the usual single-machine CPU job): all_reduce,
+//! broadcast, all_gather_single and barrier skip Gloo's TCP loopback.
+//!
+//! At creation each rank makes a segment (a memfd: a header and two data
+//! halves of [`HALF`] bytes) and maps every peer's, after checking that the
+//! peer runs on this boot of this host and that the file it opened is the
+//! peer's (device and inode). The ranks then agree: the path is used only
+//! if every rank mapped every segment (`TORCHCOMM_GLOO_SHM=0` turns it off;
+//! one rank's refusal turns it off for all). Operations go chunk by chunk,
+//! alternating halves, so that a rank writes a half only after every rank
+//! has passed a synchronisation that follows its reads of it:
+//!
+//! - all_reduce: copy the chunk in; sync; reduce this rank's share of the
+//!   chunk across all segments in rank order (every element is reduced once,
+//!   by one rank, so all ranks get identical bits) into its own segment;
+//!   sync; copy every share out. Two syncs per chunk.
+//! - broadcast: the root copies in; sync; the others copy out.
+//! - all_gather_single: copy this rank's block in; sync; copy all out.
+//! - barrier: one sync.
+//!
+//! A sync publishes this rank's phase number and wakes sleeping peers
+//! (a futex on their header); it waits by yielding briefly, then in futex
+//! sleeps of at most 10 ms, between which it checks the comm's abort, the
+//! deadline and whether a missing peer's process has exited (a pidfd), so a
+//! dead peer fails the operation at once and a stopped one at the timeout,
+//! both named.
+
+use super::shm::{file_id, futex_wait, futex_wake, host_id, PeerMapping, Placement};
+use super::Deadline;
+use crate::error::{Error, Result};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Bytes of each of a segment's two data halves: the chunk size.
+pub const HALF: usize = 512 << 10;
+const HEADER: usize = 64;
+const SEGMENT: usize = HEADER + 2 * HALF;
+/// Yields before a sync goes to sleep.
+const SPINS: u32 = 64;
+const SLICE: Duration = Duration::from_millis(10);
+
+/// One rank's view of the comm's segments.
+pub struct IntraHost {
+    rank: usize,
+    size: usize,
+    /// Every rank's segment base here (this rank's own mapping included).
+    bases: Vec<*mut u8>,
+    /// Keeps the mappings (own first, then the peers').
+    _own: OwnMapping,
+    _peers: Vec<PeerMapping>,
+    /// Per peer, a descriptor that becomes readable when it exits.
+    pidfds: Vec<Option<OwnedFd>>,
+    /// Syncs made so far (the same on every rank).
+    phase: AtomicU64,
+    /// Chunks sent so far: picks the half.
+    chunks: AtomicU64,
+}
+
+// SAFETY: the segments are accessed through atomics and under the sync
+// protocol above; one operation runs at a time (the comm's order).
+unsafe impl Send for IntraHost {}
+unsafe impl Sync for IntraHost {}
+
+struct OwnMapping {
+    base: *mut u8,
+    fd: OwnedFd,
+}
+
+impl Drop for OwnMapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `create_segment`.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, SEGMENT) };
+    }
+}
+
+fn create_segment() -> std::io::Result<OwnMapping> {
+    // SAFETY: a valid name; results checked.
+    let fd = unsafe { libc::memfd_create(c"torchcomm gloo intra-host".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), SEGMENT as i64) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let p = unsafe {
+        libc::mmap(std::ptr::null_mut(), SEGMENT, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(OwnMapping { base: p as *mut u8, fd })
+}
+
+fn pidfd_open(pid: u32) -> Option<OwnedFd> {
+    // SAFETY: plain syscall; the result is checked.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Whether the process behind `pidfd` has exited.
+fn exited(pidfd: &OwnedFd) -> bool {
+    let mut p = libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, no wait.
+    unsafe { libc::poll(&mut p, 1, 0) > 0 }
+}
+
+/// Words each rank publishes at creation.
+const OFFER: usize = 8;
+
+impl IntraHost {
+    /// Sets up the shared segments, collectively over `all_gather` (every
+    /// rank calls it, in the same order). None when any rank cannot share
+    /// memory with every other: all ranks then agree to use Gloo.
+    pub(super) fn setup(
+        rank: usize,
+        size: usize,
+        label: &str,
+        all_gather: &dyn Fn(&[u64]) -> Result<Vec<u64>>,
+    ) -> Result<Option<IntraHost>> {
+        let wanted = !matches!(std::env::var("TORCHCOMM_GLOO_SHM").as_deref().map(str::trim), Ok("0" | "false" | "off" | "no"));
+        let own = if wanted { create_segment().map_err(|e| crate::log_info!("{label}: no shared segment ({e})")).ok() } else { None };
+        let mut offer = [0u64; OFFER];
+        if let Some(own) = &own {
+            let (dev, ino) = file_id(own.fd.as_raw_fd()).unwrap_or((0, 0));
+            let host = host_id();
+            offer = [1, std::process::id() as u64, own.fd.as_raw_fd() as u64, dev, ino, SEGMENT as u64, host[0], host[1]];
+        }
+        let all = all_gather(&offer)?;
+        let offers: Vec<&[u64]> = all.chunks(OFFER).collect();
+        let mut peers = Vec::new();
+        let mut bases = vec![std::ptr::null_mut(); size];
+        let mut pidfds: Vec<Option<OwnedFd>> = (0..size).map(|_| None).collect();
+        let mut ok = own.is_some() && offers.iter().all(|o| o[0] == 1 && o[6..8] == offer[6..8] && offer[6..8] != [0, 0]);
+        for (q, o) in offers.iter().enumerate().filter(|(q, _)| *q != rank) {
+            if !ok {
+                break;
+            }
+            let at = Placement { pid: o[1], fd: o[2], offset: 0, len: o[5], dev: o[3], ino: o[4] };
+            match PeerMapping::map(&at) {
+                Ok(m) if at.len as usize == SEGMENT => {
+                    bases[q] = m.ptr;
+                    peers.push(m);
+                    pidfds[q] = pidfd_open(o[1] as u32);
+                }
+                Ok(_) => ok = false,
+                Err(e) => {
+                    crate::log_info!("{label}: rank {q}'s segment cannot be mapped here ({e})");
+                    ok = false;
+                }
+            }
+        }
+        let votes = all_gather(&[ok as u64])?;
+        if !votes.iter().all(|v| *v == 1) {
+            let why = if wanted { "not every rank can map every other's memory (another host?)" } else { "TORCHCOMM_GLOO_SHM=0" };
+            crate::log_info!("{label}: shared-memory collectives off ({why}); all operations use Gloo");
+            return Ok(None);
+        }
+        let Some(own) = own else {
+            return Err(Error::internal("shared-memory collectives agreed without a segment"));
+        };
+        bases[rank] = own.base;
+        crate::log_info!("{label}: shared-memory collectives on ({size} ranks on this host): all_reduce, broadcast, all_gather_single, barrier");
+        Ok(Some(IntraHost { rank, size, bases, _own: own, _peers: peers, pidfds, phase: AtomicU64::new(0), chunks: AtomicU64::new(0) }))
+    }
+
+    fn phase_of(&self, r: usize) -> &AtomicU64 {
+        // SAFETY: the header's first word, aligned, in a live mapping.
+        unsafe { &*(self.bases[r] as *const AtomicU64) }
+    }
+
+    fn bell_of(&self, r: usize) -> &AtomicU32 {
+        unsafe { &*(self.bases[r].add(8) as *const AtomicU32) }
+    }
+
+    fn sleeping_of(&self, r: usize) -> &AtomicU32 {
+        unsafe { &*(self.bases[r].add(12) as *const AtomicU32) }
+    }
+
+    /// Rank `r`'s data half `h`.
+    pub fn half(&self, r: usize, h: usize) -> *mut u8 {
+        // SAFETY: within the segment.
+        unsafe { self.bases[r].add(HEADER + h * HALF) }
+    }
+
+    /// The half the next chunk uses.
+    pub fn next_half(&self) -> usize {
+        (self.chunks.fetch_add(1, Ordering::Relaxed) % 2) as usize
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Wakes this rank's own sync (an abort from another thread).
+    pub fn wake_self(&self) {
+        self.bell_of(self.rank).fetch_add(1, Ordering::SeqCst);
+        futex_wake(self.bell_of(self.rank));
+    }
+
+    /// Waits until every rank reached this sync. `alive` fails when the comm
+    /// was aborted.
+    pub fn sync(&self, what: &str, d: &Deadline, alive: &dyn Fn() -> Result<()>) -> Result<()> {
+        let p = self.phase.fetch_add(1, Ordering::Relaxed) + 1;
+        let me = self.rank;
+        self.phase_of(me).store(p, Ordering::SeqCst);
+        for r in (0..self.size).filter(|r| *r != me) {
+            self.bell_of(r).fetch_add(1, Ordering::SeqCst);
+            if self.sleeping_of(r).load(Ordering::SeqCst) != 0 {
+                futex_wake(self.bell_of(r));
+            }
+        }
+        let missing = || (0..self.size).filter(|r| self.phase_of(*r).load(Ordering::Acquire) < p).collect::<Vec<_>>();
+        let mut spins = 0;
+        loop {
+            let seen = self.bell_of(me).load(Ordering::SeqCst);
+            let late = missing();
+            if late.is_empty() {
+                return Ok(());
+            }
+            if spins < SPINS {
+                spins += 1;
+                std::thread::yield_now();
+                continue;
+            }
+            alive()?;
+            let names = || late.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ");
+            if let Some(q) = late.iter().find(|q| self.pidfds[**q].as_ref().is_some_and(exited)) {
+                return Err(Error::remote(format!(
+                    "{what} through shared memory on rank {me}: rank {q}'s process exited before reaching it"
+                )));
+            }
+            let left = match d.left() {
+                Ok(left) => left,
+                Err(_) => {
+                    return Err(Error::timeout(format!(
+                        "{what} through shared memory on rank {me}: rank(s) {} did not arrive in time (slow, stopped or hung)",
+                        names()
+                    )))
+                }
+            };
+            self.sleeping_of(me).store(1, Ordering::SeqCst);
+            if missing().is_empty() {
+                self.sleeping_of(me).store(0, Ordering::SeqCst);
+                return Ok(());
+            }
+            futex_wait(self.bell_of(me), seen, left.min(SLICE));
+            self.sleeping_of(me).store(0, Ordering::SeqCst);
+        }
+    }
+}
+
+/// The share `[start, start + len)` of `m` elements that rank `r` of `n`
+/// reduces: the first `m % n` ranks take one more.
+pub fn share(m: usize, n: usize, r: usize) -> (usize, usize) {
+    let (q, extra) = (m / n, m % n);
+    (r * q + r.min(extra), q + usize::from(r < extra))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_cover_the_chunk_once() {
+        for m in [0, 1, 5, 7, 1024, 1031] {
+            for n in 1..6 {
+                let mut next = 0;
+                for r in 0..n {
+                    let (s, l) = share(m, n, r);
+                    assert_eq!(s, next, "m {m} n {n} r {r}");
+                    next += l;
+                }
+                assert_eq!(next, m);
+            }
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! Shared-memory collectives of the gloo backend (every rank on this host),
+//! with real processes: all_reduce, broadcast and all_gather_single over
+//! several chunks with uneven sizes, checked element by element; float
+//! sums bit-identical on every rank; the path agreed off by all ranks when
+//! one opts out (`TORCHCOMM_GLOO_SHM=0`), with the same results; a peer
+//! that dies is seen through its process, long before the timeout.
+//! (The operation matrix of tests/gloo_ops.rs runs through this path too.)
+
+mod gloo_common;
+
+use gloo_common::*;
+use std::ffi::c_void;
+use std::time::{Duration, Instant};
+use torchcomm::comm::{Comm, Op, Ptr};
+use torchcomm::error::ErrorKind;
+use torchcomm::types::{DType, PremulFactor, RedKind, ReduceOp};
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+fn ptr<T>(v: &mut [T]) -> Ptr {
+    Ptr(v.as_mut_ptr() as *mut c_void)
+}
+
+fn red(kind: RedKind) -> ReduceOp {
+    ReduceOp { kind, factor: PremulFactor::Host(1.0) }
+}
+
+/// Operations spanning several 512 KiB chunks, uneven, checked exactly.
+fn chunked_ops(comm: &Comm) {
+    let (me, n) = (comm.rank(), comm.size());
+    // int32 SUM over 400 003 elements (4 chunks, the last partial).
+    let count = 400_003;
+    let val = |r: i32, i: usize| ((r as i64 + 1) * i as i64 % 1000) as i32 - 300;
+    let mut a: Vec<i32> = (0..count).map(|i| val(me, i)).collect();
+    run(comm, Op::AllReduce { buf: ptr(&mut a), count, dtype: DType::I32, op: red(RedKind::Sum) }).unwrap();
+    for (i, x) in a.iter().enumerate() {
+        assert_eq!(*x, (0..n).map(|r| val(r, i)).sum::<i32>(), "int32 sum, element {i}");
+    }
+    // float64 AVG and float32 MAX.
+    let mut b: Vec<f64> = (0..count).map(|i| (me as f64) * 4.0 + i as f64).collect();
+    run(comm, Op::AllReduce { buf: ptr(&mut b), count, dtype: DType::F64, op: red(RedKind::Avg) }).unwrap();
+    let mean = (0..n).map(|r| r as f64 * 4.0).sum::<f64>() / n as f64;
+    assert!(b.iter().enumerate().all(|(i, x)| *x == mean + i as f64), "float64 avg");
+    let mut c: Vec<f32> = (0..count).map(|i| ((i as i64 * 7 + me as i64 * 13) % 101) as f32).collect();
+    run(comm, Op::AllReduce { buf: ptr(&mut c), count, dtype: DType::F32, op: red(RedKind::Max) }).unwrap();
+    for (i, x) in c.iter().enumerate() {
+        let want = (0..n).map(|r| ((i as i64 * 7 + r as i64 * 13) % 101) as f32).fold(f32::MIN, f32::max);
+        assert_eq!(*x, want, "float32 max, element {i}");
+    }
+    // float32 SUM of values that round: every rank must get the same bits.
+    let mut s: Vec<f32> = (0..count).map(|i| 0.1 + (me as f32 + 1.0) * (i as f32) * 1e-3).collect();
+    run(comm, Op::AllReduce { buf: ptr(&mut s), count, dtype: DType::F32, op: red(RedKind::Sum) }).unwrap();
+    let digest = s.iter().fold(0u64, |h, x| h.rotate_left(5) ^ x.to_bits() as u64);
+    let mut digests = vec![0u64; n as usize];
+    let mut mine = [digest];
+    run(comm, Op::AllGatherSingle { output: ptr(&mut digests), input: ptr(&mut mine), count: 1, dtype: DType::U64 }).unwrap();
+    assert!(digests.iter().all(|d| *d == digest), "float sums differ between ranks: {digests:x?}");
+    // broadcast of 1.3 MB from the last rank.
+    let bytes = 1_300_007;
+    let root = n - 1;
+    let mut d: Vec<u8> = if me == root { (0..bytes).map(|i| (i % 251) as u8).collect() } else { vec![0xee; bytes] };
+    run(comm, Op::Broadcast { buf: ptr(&mut d), count: bytes, dtype: DType::U8, root }).unwrap();
+    assert!(d.iter().enumerate().all(|(i, x)| *x == (i % 251) as u8), "broadcast");
+    // all_gather_single of 700 001 bytes per rank, out of place and in place.
+    let per = 700_001;
+    let block = |r: i32, i: usize| (r as usize * 37 + i * 3) as u8;
+    let mut input: Vec<u8> = (0..per).map(|i| block(me, i)).collect();
+    let mut out = vec![0u8; per * n as usize];
+    run(comm, Op::AllGatherSingle { output: ptr(&mut out), input: ptr(&mut input), count: per, dtype: DType::U8 }).unwrap();
+    let ok = |out: &[u8]| (0..n).all(|r| (0..per).all(|i| out[r as usize * per + i] == block(r, i)));
+    assert!(ok(&out), "all_gather_single");
+    let mut inplace = vec![0u8; per * n as usize];
+    inplace[me as usize * per..(me as usize + 1) * per].copy_from_slice(&input);
+    let own = Ptr(unsafe { inplace.as_mut_ptr().add(me as usize * per) } as *mut c_void);
+    run(comm, Op::AllGatherSingle { output: ptr(&mut inplace), input: own, count: per, dtype: DType::U8 }).unwrap();
+    assert!(ok(&inplace), "all_gather_single in place");
+    run(comm, Op::Barrier).unwrap();
+}
+
+fn intra_child(opt_out_rank: i32) {
+    if rank() == opt_out_rank {
+        std::env::set_var("TORCHCOMM_GLOO_SHM", "0");
+    }
+    let comm = child_comm("intra", TIMEOUT);
+    chunked_ops(&comm);
+    comm.finalize().unwrap();
+    println!("RESULT ok");
+}
+
+fn intra(test: &str, n: usize, opt_out_rank: i32) -> Vec<Outcome> {
+    let out = launch(test, "intra", n, &[("TORCHCOMM_DEBUG", "INFO")], Duration::from_secs(120));
+    assert_all_ok(&out);
+    for o in &out {
+        assert_eq!(o.results(), ["ok"], "{}", o.describe());
+        let on = o.stderr.contains("shared-memory collectives on");
+        assert_eq!(on, opt_out_rank < 0, "rank {}: {}", o.rank, o.describe());
+    }
+    out
+}
+
+#[test]
+fn gloo_intra_host_chunked_2() {
+    if role().is_some() {
+        return intra_child(-1);
+    }
+    intra("gloo_intra_host_chunked_2", 2, -1);
+}
+
+#[test]
+fn gloo_intra_host_chunked_3() {
+    if role().is_some() {
+        return intra_child(-1);
+    }
+    intra("gloo_intra_host_chunked_3", 3, -1);
+}
+
+#[test]
+fn gloo_intra_host_chunked_4() {
+    if role().is_some() {
+        return intra_child(-1);
+    }
+    intra("gloo_intra_host_chunked_4", 4, -1);
+}
+
+/// One rank opting out turns the path off for all (they must agree), and
+/// the same operations give the same results over Gloo.
+#[test]
+fn gloo_intra_host_one_rank_opts_out() {
+    if role().is_some() {
+        return intra_child(1);
+    }
+    let out = intra("gloo_intra_host_one_rank_opts_out", 3, 1);
+    assert!(out[1].stderr.contains("TORCHCOMM_GLOO_SHM=0"), "{}", out[1].describe());
+    assert!(out[0].stderr.contains("not every rank can map"), "{}", out[0].describe());
+}
+
+/// A rank killed while the others wait in a shared-memory all_reduce: the
+/// survivors fail with TC_ERR_REMOTE naming it within a second, not at
+/// their 10 s timeout.
+#[test]
+fn gloo_intra_host_dead_peer_seen_at_once() {
+    const LONG: Duration = Duration::from_secs(10);
+    if role().is_some() {
+        let comm = child_comm("intra-dead", LONG);
+        run(&comm, Op::Barrier).unwrap();
+        if comm.rank() == 2 {
+            std::thread::sleep(Duration::from_millis(300));
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        let mut data = vec![1i32; 16 << 10];
+        let start = Instant::now();
+        let (e, last) = loop {
+            let last = Instant::now();
+            if let Err(e) = run(&comm, Op::AllReduce { buf: ptr(&mut data), count: 16 << 10, dtype: DType::I32, op: red(RedKind::Max) }) {
+                break (e, last);
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "all_reduce never failed");
+        };
+        let took = last.elapsed();
+        println!("RESULT kind={:?} ms={} msg={}", e.kind, took.as_millis(), e.message);
+        assert_eq!(e.kind, ErrorKind::Remote, "{e}");
+        assert!(e.message.contains("rank 2's process exited"), "{e}");
+        assert!(took < Duration::from_secs(2), "seen after {took:?}: {e}");
+        return;
+    }
+    let out = launch("gloo_intra_host_dead_peer_seen_at_once", "intra-dead", 3, &[], Duration::from_secs(60));
+    assert_eq!(out[2].signal(), Some(libc::SIGKILL), "{}", out[2].describe());
+    for o in &out[..2] {
+        assert!(o.ok(), "{}", o.describe());
+        eprintln!("rank {}: {:?}", o.rank, o.results());
+    }
+}
