@@ -836,7 +836,7 @@ impl GlooBackend {
                 }
                 Ok(())
             })()),
-            Op::AllReduce { buf, count, dtype, op } if !self.sums_halves(*dtype, op.kind) => {
+            Op::AllReduce { buf, count, dtype, op } => {
                 let f = match reduce::kernel(*dtype, op.kind) {
                     Ok(f) => f,
                     Err(e) => return Some(Err(e)),
@@ -850,7 +850,12 @@ impl GlooBackend {
                 };
                 let es = dtype.size();
                 let per_chunk = HALF / es;
-                let mut acc = Scratch::new((*count).min(per_chunk).div_ceil(n) * es);
+                let share_max = (*count).min(per_chunk).div_ceil(n);
+                let mut acc = Scratch::new(share_max * es);
+                // float16/bfloat16 sums gather the shares side by side and
+                // add them in f32, rounding once (as the Gloo path does).
+                let halves = self.sums_halves(*dtype, op.kind);
+                let mut blocks = Scratch::new(if halves { n * share_max * es } else { 0 });
                 Some((|| {
                     for c0 in (0..*count).step_by(per_chunk) {
                         let (m, h) = ((*count - c0).min(per_chunk), ih.next_half());
@@ -865,12 +870,20 @@ impl GlooBackend {
                         let (s0, len) = share(m, n, me);
                         if len > 0 {
                             let at = s0 * es;
-                            copy(acc.ptr(), ih.half(0, h).add(at), len * es);
-                            for r in 1..n {
-                                f(acc.ptr() as *mut c_void, acc.ptr() as *const c_void, ih.half(r, h).add(at) as *const c_void, len);
-                            }
-                            if op.kind == RedKind::Avg {
-                                reduce::scale(*dtype, acc.ptr(), acc.ptr(), len, Scale::Div(n as u64))?;
+                            if halves {
+                                for r in 0..n {
+                                    copy(blocks.ptr().add(r * len * es), ih.half(r, h).add(at), len * es);
+                                }
+                                let divide = (op.kind == RedKind::Avg).then_some(n as u64);
+                                reduce::sum_half_blocks(*dtype, acc.ptr(), blocks.ptr(), n, len, divide);
+                            } else {
+                                copy(acc.ptr(), ih.half(0, h).add(at), len * es);
+                                for r in 1..n {
+                                    f(acc.ptr() as *mut c_void, acc.ptr() as *const c_void, ih.half(r, h).add(at) as *const c_void, len);
+                                }
+                                if op.kind == RedKind::Avg {
+                                    reduce::scale(*dtype, acc.ptr(), acc.ptr(), len, Scale::Div(n as u64))?;
+                                }
                             }
                             copy(mine.add(at), acc.ptr(), len * es);
                         }
