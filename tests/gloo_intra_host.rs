@@ -1,6 +1,7 @@
 //! Shared-memory collectives of the gloo backend (every rank on this host),
-//! with real processes: all_reduce, broadcast and all_gather_single over
-//! several chunks with uneven sizes, checked element by element; float
+//! with real processes: all_reduce, reduce, broadcast, all_gather_single,
+//! reduce_scatter_single and all_to_all_single (in place and out of place)
+//! over several chunks with uneven sizes, checked element by element; float
 //! sums bit-identical on every rank; the path agreed off by all ranks when
 //! one opts out (`TORCHCOMM_GLOO_SHM=0`), with the same results; a peer
 //! that dies is seen through its process, long before the timeout.
@@ -74,6 +75,40 @@ fn chunked_ops(comm: &Comm) {
     let own = Ptr(unsafe { inplace.as_mut_ptr().add(me as usize * per) } as *mut c_void);
     run(comm, Op::AllGatherSingle { output: ptr(&mut inplace), input: own, count: per, dtype: DType::U8 }).unwrap();
     assert!(ok(&inplace), "all_gather_single in place");
+    // reduce (int64 MIN) to rank 0.
+    let mut r: Vec<i64> = (0..count).map(|i| (i as i64 * 31 + me as i64 * 17) % 1009 - 500).collect();
+    run(comm, Op::Reduce { buf: ptr(&mut r), count, dtype: DType::I64, root: 0, op: red(RedKind::Min) }).unwrap();
+    if me == 0 {
+        for (i, x) in r.iter().enumerate() {
+            let want = (0..n).map(|q| (i as i64 * 31 + q as i64 * 17) % 1009 - 500).min().unwrap();
+            assert_eq!(*x, want, "int64 min to root, element {i}");
+        }
+    }
+    // reduce_scatter_single (int32 SUM) of 150 001 elements per rank, out
+    // of place and in place (the output at this rank's block of the input).
+    let per_rank = 150_001;
+    let contrib = |q: i32, i: usize| ((q as i64 + 2) * (i as i64 % 977)) as i32;
+    let full: Vec<i32> = (0..per_rank * n as usize).map(|i| contrib(me, i)).collect();
+    let want: Vec<i32> = (0..per_rank).map(|i| (0..n).map(|q| contrib(q, me as usize * per_rank + i)).sum()).collect();
+    let mut input = full.clone();
+    let mut out = vec![0i32; per_rank];
+    run(comm, Op::ReduceScatterSingle { output: ptr(&mut out), input: ptr(&mut input), count: per_rank, dtype: DType::I32, op: red(RedKind::Sum) }).unwrap();
+    assert!(out == want, "reduce_scatter_single");
+    let mut inplace = full.clone();
+    let own = Ptr(unsafe { inplace.as_mut_ptr().add(me as usize * per_rank) } as *mut c_void);
+    run(comm, Op::ReduceScatterSingle { output: own, input: ptr(&mut inplace), count: per_rank, dtype: DType::I32, op: red(RedKind::Sum) }).unwrap();
+    assert!(inplace[me as usize * per_rank..(me as usize + 1) * per_rank] == want[..], "reduce_scatter_single in place");
+    // all_to_all_single of 300 007-byte blocks, out of place and in place.
+    let blk = 300_007;
+    let byte = |from: i32, to: usize, i: usize| (from as usize * 59 + to * 13 + i * 7) as u8;
+    let mut send: Vec<u8> = (0..blk * n as usize).map(|i| byte(me, i / blk, i % blk)).collect();
+    let mut recv = vec![0u8; blk * n as usize];
+    run(comm, Op::AllToAllSingle { output: ptr(&mut recv), input: ptr(&mut send), count: blk, dtype: DType::U8 }).unwrap();
+    let ok = |v: &[u8]| v.iter().enumerate().all(|(i, x)| *x == byte((i / blk) as i32, me as usize, i % blk));
+    assert!(ok(&recv), "all_to_all_single");
+    let p = ptr(&mut send);
+    run(comm, Op::AllToAllSingle { output: p, input: p, count: blk, dtype: DType::U8 }).unwrap();
+    assert!(ok(&send), "all_to_all_single in place");
     run(comm, Op::Barrier).unwrap();
 }
 

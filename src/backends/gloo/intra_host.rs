@@ -1,6 +1,7 @@
 //! Collectives through shared memory when every rank of a comm is a
 //! process of this host (the usual single-machine CPU job): all_reduce,
-//! broadcast, all_gather_single and barrier skip Gloo's TCP loopback.
+//! reduce, broadcast, all_gather_single, reduce_scatter_single,
+//! all_to_all_single and barrier skip Gloo's TCP loopback.
 //!
 //! At creation each rank makes a segment (a memfd: a header and two data
 //! halves of [`HALF`] bytes) and maps every peer's, after checking that the
@@ -11,13 +12,22 @@
 //! alternating halves, so that a rank writes a half only after every rank
 //! has passed a synchronisation that follows its reads of it:
 //!
-//! - all_reduce: copy the chunk in; sync; reduce this rank's share of the
-//!   chunk across all segments in rank order (every element is reduced once,
-//!   by one rank, so all ranks get identical bits) into its own segment;
-//!   sync; copy every share out. Two syncs per chunk.
+//! - all_reduce (and reduce): copy the chunk in; sync; reduce this rank's
+//!   share of the chunk across all segments in rank order (every element is
+//!   reduced once, by one rank, so all ranks get identical bits) into its
+//!   own segment; sync; copy every share out (reduce: the root only). Two
+//!   syncs per chunk.
 //! - broadcast: the root copies in; sync; the others copy out.
 //! - all_gather_single: copy this rank's block in; sync; copy all out.
+//! - reduce_scatter_single: copy a chunk of every block in; sync; reduce
+//!   this rank's block across all segments into the output.
+//! - all_to_all_single: copy a chunk of every block in; sync; copy block
+//!   `me` of every segment out.
 //! - barrier: one sync.
+//!
+//! Reductions follow the Gloo path's rules: PREMUL_SUM scales each input
+//! first, AVG divides the sum, float16/bfloat16 sums add in f32 and round
+//! once.
 //!
 //! A sync publishes this rank's phase number and wakes sleeping peers
 //! (a futex on their header); it waits by yielding briefly, then in futex
@@ -26,15 +36,18 @@
 //! dead peer fails the operation at once and a stopped one at the timeout,
 //! both named.
 
+use super::reduce::{self, ReduceFn, Scale};
 use super::shm::{file_id, futex_wait, futex_wake, host_id, PeerMapping, Placement};
-use super::Deadline;
+use super::{copy, Deadline, Scratch};
 use crate::error::{Error, Result};
+use crate::types::DType;
+use std::ffi::c_void;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Bytes of each of a segment's two data halves: the chunk size.
-pub const HALF: usize = 512 << 10;
+pub(super) const HALF: usize = 512 << 10;
 const HEADER: usize = 64;
 const SEGMENT: usize = HEADER + 2 * HALF;
 /// Yields before a sync goes to sleep.
@@ -162,7 +175,10 @@ impl IntraHost {
             return Err(Error::internal("shared-memory collectives agreed without a segment"));
         };
         bases[rank] = own.base;
-        crate::log_info!("{label}: shared-memory collectives on ({size} ranks on this host): all_reduce, broadcast, all_gather_single, barrier");
+        crate::log_info!(
+            "{label}: shared-memory collectives on ({size} ranks on this host): all_reduce, reduce, broadcast, all_gather_single, \
+             reduce_scatter_single, all_to_all_single, barrier"
+        );
         Ok(Some(IntraHost { rank, size, bases, _own: own, _peers: peers, pidfds, phase: AtomicU64::new(0), chunks: AtomicU64::new(0) }))
     }
 
@@ -253,6 +269,149 @@ impl IntraHost {
             futex_wait(self.bell_of(me), seen, left.min(SLICE));
             self.sleeping_of(me).store(0, Ordering::SeqCst);
         }
+    }
+}
+
+/// How a reduction combines the ranks' contributions.
+pub struct Reduction {
+    pub dtype: DType,
+    pub f: ReduceFn,
+    /// PREMUL_SUM's factor, applied to each contribution first.
+    pub premul: Option<f64>,
+    /// AVG: divide the sum by the number of ranks.
+    pub avg: bool,
+    /// float16/bfloat16 sums: add in f32, round once.
+    pub halves: bool,
+}
+
+/// A synchronisation of all ranks, named for messages.
+pub type SyncAll<'a> = dyn Fn(&str) -> Result<()> + 'a;
+
+impl IntraHost {
+    /// Reduces `len` elements at byte `at` of half `h` of every segment,
+    /// in rank order, into `out`.
+    unsafe fn combine(&self, red: &Reduction, h: usize, at: usize, len: usize, out: *mut u8, blocks: &mut Scratch) -> Result<()> {
+        let es = red.dtype.size();
+        if red.halves {
+            for r in 0..self.size {
+                copy(blocks.ptr().add(r * len * es), self.half(r, h).add(at), len * es);
+            }
+            reduce::sum_half_blocks(red.dtype, out, blocks.ptr(), self.size, len, red.avg.then_some(self.size as u64));
+            return Ok(());
+        }
+        copy(out, self.half(0, h).add(at), len * es);
+        for r in 1..self.size {
+            (red.f)(out as *mut c_void, out as *const c_void, self.half(r, h).add(at) as *const c_void, len);
+        }
+        if red.avg {
+            reduce::scale(red.dtype, out, out, len, Scale::Div(self.size as u64))?;
+        }
+        Ok(())
+    }
+
+    /// Scratch for [`IntraHost::combine`] of up to `len` elements.
+    fn blocks_for(&self, red: &Reduction, len: usize) -> Scratch {
+        Scratch::new(if red.halves { self.size * len * red.dtype.size() } else { 0 })
+    }
+
+    /// all_reduce of `count` elements in place; with `root`, a reduce (the
+    /// result lands on the root only).
+    pub unsafe fn reduce(&self, buf: *mut u8, count: usize, red: &Reduction, root: Option<usize>, sync: &SyncAll) -> Result<()> {
+        let (n, me, es) = (self.size, self.rank, red.dtype.size());
+        let per_chunk = HALF / es;
+        let share_max = count.min(per_chunk).div_ceil(n);
+        let mut acc = Scratch::new(share_max * es);
+        let mut blocks = self.blocks_for(red, share_max);
+        let what = if root.is_some() { "reduce" } else { "all_reduce" };
+        for c0 in (0..count).step_by(per_chunk) {
+            let (m, h) = ((count - c0).min(per_chunk), self.next_half());
+            let mine = self.half(me, h);
+            copy(mine, buf.add(c0 * es), m * es);
+            if let Some(k) = red.premul {
+                reduce::scale(red.dtype, mine, mine, m, Scale::Mul(k))?;
+            }
+            sync(what)?;
+            let (s0, len) = share(m, n, me);
+            if len > 0 {
+                self.combine(red, h, s0 * es, len, acc.ptr(), &mut blocks)?;
+                copy(mine.add(s0 * es), acc.ptr(), len * es);
+            }
+            sync(what)?;
+            if root.is_none_or(|r| r == me) {
+                for r in 0..n {
+                    let (s, l) = share(m, n, r);
+                    copy(buf.add((c0 + s) * es), self.half(r, h).add(s * es), l * es);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `bytes` from `root` to every rank.
+    pub unsafe fn broadcast(&self, buf: *mut u8, bytes: usize, root: usize, sync: &SyncAll) -> Result<()> {
+        for c0 in (0..bytes).step_by(HALF) {
+            let (m, h) = ((bytes - c0).min(HALF), self.next_half());
+            if self.rank == root {
+                copy(self.half(root, h), buf.add(c0), m);
+            }
+            sync("broadcast")?;
+            if self.rank != root {
+                copy(buf.add(c0), self.half(root, h), m);
+            }
+        }
+        Ok(())
+    }
+
+    /// Every rank's `bytes` from `input` into `out`, in rank order.
+    pub unsafe fn all_gather(&self, out: *mut u8, input: *const u8, bytes: usize, sync: &SyncAll) -> Result<()> {
+        for c0 in (0..bytes).step_by(HALF) {
+            let (m, h) = ((bytes - c0).min(HALF), self.next_half());
+            copy(self.half(self.rank, h), input.add(c0), m);
+            sync("all_gather_single")?;
+            for r in 0..self.size {
+                copy(out.add(r * bytes + c0), self.half(r, h), m);
+            }
+        }
+        Ok(())
+    }
+
+    /// Block `me` (`count` elements) of the reduction of every rank's
+    /// `input` of `size` blocks.
+    pub unsafe fn reduce_scatter(&self, out: *mut u8, input: *const u8, count: usize, red: &Reduction, sync: &SyncAll) -> Result<()> {
+        let (n, me, es) = (self.size, self.rank, red.dtype.size());
+        let per_block = HALF / es / n;
+        let mut blocks = self.blocks_for(red, count.min(per_block));
+        for c0 in (0..count).step_by(per_block) {
+            let (m, h) = ((count - c0).min(per_block), self.next_half());
+            let mine = self.half(me, h);
+            for r in 0..n {
+                copy(mine.add(r * m * es), input.add((r * count + c0) * es), m * es);
+            }
+            if let Some(k) = red.premul {
+                reduce::scale(red.dtype, mine, mine, n * m, Scale::Mul(k))?;
+            }
+            sync("reduce_scatter_single")?;
+            self.combine(red, h, me * m * es, m, out.add(c0 * es), &mut blocks)?;
+        }
+        Ok(())
+    }
+
+    /// Block `r` of this rank's `input` to rank `r`; block `r` of `out` from
+    /// rank `r`; blocks of `block` bytes.
+    pub unsafe fn all_to_all(&self, out: *mut u8, input: *const u8, block: usize, sync: &SyncAll) -> Result<()> {
+        let (n, me) = (self.size, self.rank);
+        let per_block = HALF / n;
+        for c0 in (0..block).step_by(per_block) {
+            let (m, h) = ((block - c0).min(per_block), self.next_half());
+            for r in 0..n {
+                copy(self.half(me, h).add(r * m), input.add(r * block + c0), m);
+            }
+            sync("all_to_all_single")?;
+            for r in 0..n {
+                copy(out.add(r * block + c0), self.half(r, h).add(me * m), m);
+            }
+        }
+        Ok(())
     }
 }
 

@@ -817,105 +817,53 @@ impl GlooBackend {
     /// # Safety
     /// The comm validated the operation's buffers against its counts.
     unsafe fn intra_host_op(&self, ih: &intra_host::IntraHost, op: &Op, d: &Deadline) -> Option<Result<()>> {
-        use intra_host::{share, HALF};
         let (n, me) = (ih.size(), ih.rank());
         let alive = || self.check_not_broken();
+        let sync = |what: &str| ih.sync(what, d, &alive);
+        let reduction = |dtype: DType, op: &ReduceOp| -> Result<intra_host::Reduction> {
+            Ok(intra_host::Reduction {
+                dtype,
+                f: reduce::kernel(dtype, op.kind)?,
+                premul: if op.kind == RedKind::PremulSum { Some(premul_factor(op, dtype)?) } else { None },
+                avg: op.kind == RedKind::Avg,
+                halves: self.sums_halves(dtype, op.kind),
+            })
+        };
         match op {
-            Op::Barrier => Some(ih.sync("barrier", d, &alive)),
-            Op::Broadcast { buf, count, dtype, root } => Some((|| {
-                let (bytes, root) = (count * dtype.size(), *root as usize);
-                for c0 in (0..bytes).step_by(HALF) {
-                    let (m, h) = ((bytes - c0).min(HALF), ih.next_half());
-                    if me == root {
-                        copy(ih.half(me, h), buf.as_u8().add(c0), m);
-                    }
-                    ih.sync("broadcast", d, &alive)?;
-                    if me != root {
-                        copy(buf.as_u8().add(c0), ih.half(root, h), m);
-                    }
-                }
-                Ok(())
-            })()),
+            Op::Barrier => Some(sync("barrier")),
+            Op::Broadcast { buf, count, dtype, root } => Some(ih.broadcast(buf.as_u8(), count * dtype.size(), *root as usize, &sync)),
             Op::AllReduce { buf, count, dtype, op } => {
-                let f = match reduce::kernel(*dtype, op.kind) {
-                    Ok(f) => f,
-                    Err(e) => return Some(Err(e)),
-                };
-                let premul = match op.kind {
-                    RedKind::PremulSum => match premul_factor(op, *dtype) {
-                        Ok(k) => Some(k),
-                        Err(e) => return Some(Err(e)),
-                    },
-                    _ => None,
-                };
-                let es = dtype.size();
-                let per_chunk = HALF / es;
-                let share_max = (*count).min(per_chunk).div_ceil(n);
-                let mut acc = Scratch::new(share_max * es);
-                // float16/bfloat16 sums gather the shares side by side and
-                // add them in f32, rounding once (as the Gloo path does).
-                let halves = self.sums_halves(*dtype, op.kind);
-                let mut blocks = Scratch::new(if halves { n * share_max * es } else { 0 });
-                Some((|| {
-                    for c0 in (0..*count).step_by(per_chunk) {
-                        let (m, h) = ((*count - c0).min(per_chunk), ih.next_half());
-                        let mine = ih.half(me, h);
-                        copy(mine, buf.as_u8().add(c0 * es), m * es);
-                        if let Some(k) = premul {
-                            reduce::scale(*dtype, mine, mine, m, Scale::Mul(k))?;
-                        }
-                        ih.sync("all_reduce", d, &alive)?;
-                        // This rank's share, reduced in rank order: every
-                        // rank ends with the same bits.
-                        let (s0, len) = share(m, n, me);
-                        if len > 0 {
-                            let at = s0 * es;
-                            if halves {
-                                for r in 0..n {
-                                    copy(blocks.ptr().add(r * len * es), ih.half(r, h).add(at), len * es);
-                                }
-                                let divide = (op.kind == RedKind::Avg).then_some(n as u64);
-                                reduce::sum_half_blocks(*dtype, acc.ptr(), blocks.ptr(), n, len, divide);
-                            } else {
-                                copy(acc.ptr(), ih.half(0, h).add(at), len * es);
-                                for r in 1..n {
-                                    f(acc.ptr() as *mut c_void, acc.ptr() as *const c_void, ih.half(r, h).add(at) as *const c_void, len);
-                                }
-                                if op.kind == RedKind::Avg {
-                                    reduce::scale(*dtype, acc.ptr(), acc.ptr(), len, Scale::Div(n as u64))?;
-                                }
-                            }
-                            copy(mine.add(at), acc.ptr(), len * es);
-                        }
-                        ih.sync("all_reduce", d, &alive)?;
-                        for r in 0..n {
-                            let (s, l) = share(m, n, r);
-                            copy(buf.as_u8().add((c0 + s) * es), ih.half(r, h).add(s * es), l * es);
-                        }
-                    }
-                    Ok(())
-                })())
+                Some(reduction(*dtype, op).and_then(|r| ih.reduce(buf.as_u8(), *count, &r, None, &sync)))
+            }
+            Op::Reduce { buf, count, dtype, root, op } => {
+                Some(reduction(*dtype, op).and_then(|r| ih.reduce(buf.as_u8(), *count, &r, Some(*root as usize), &sync)))
             }
             Op::AllGatherSingle { output, input, count, dtype } => {
                 let bytes = count * dtype.size();
                 let (out, input) = (output.as_u8(), input.as_u8() as *const u8);
-                // Chunks write the output while later chunks read the input:
-                // only the in-place layout or separate buffers go this way.
-                let in_place = std::ptr::eq(input, out.add(me * bytes));
-                if !in_place && overlaps(input, bytes, out, bytes * n) {
+                // Later chunks read the input after earlier ones wrote the
+                // output: only the in-place layout or separate buffers.
+                if !std::ptr::eq(input, out.add(me * bytes)) && overlaps(input, bytes, out, bytes * n) {
                     return None;
                 }
-                Some((|| {
-                    for c0 in (0..bytes).step_by(HALF) {
-                        let (m, h) = ((bytes - c0).min(HALF), ih.next_half());
-                        copy(ih.half(me, h), input.add(c0), m);
-                        ih.sync("all_gather_single", d, &alive)?;
-                        for r in 0..n {
-                            copy(out.add(r * bytes + c0), ih.half(r, h), m);
-                        }
-                    }
-                    Ok(())
-                })())
+                Some(ih.all_gather(out, input, bytes, &sync))
+            }
+            Op::ReduceScatterSingle { output, input, count, dtype, op } => {
+                let es = dtype.size();
+                let (out, input) = (output.as_u8(), input.as_u8() as *const u8);
+                if !std::ptr::eq(out as *const u8, input.add(me * count * es)) && overlaps(input, count * es * n, out, count * es) {
+                    return None;
+                }
+                Some(reduction(*dtype, op).and_then(|r| ih.reduce_scatter(out, input, *count, &r, &sync)))
+            }
+            Op::AllToAllSingle { output, input, count, dtype } => {
+                let block = count * dtype.size();
+                let (out, input) = (output.as_u8(), input.as_u8() as *const u8);
+                // Each chunk is read whole before any of it is written.
+                if !std::ptr::eq(out as *const u8, input) && overlaps(input, block * n, out, block * n) {
+                    return None;
+                }
+                Some(ih.all_to_all(out, input, block, &sync))
             }
             _ => None,
         }
