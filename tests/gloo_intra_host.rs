@@ -1,7 +1,9 @@
 //! Shared-memory collectives of the gloo backend (every rank on this host),
 //! with real processes: all_reduce, reduce, broadcast, all_gather_single,
-//! reduce_scatter_single and all_to_all_single (in place and out of place)
-//! over several chunks with uneven sizes, checked element by element; float
+//! reduce_scatter_single and all_to_all_single (in place and out of place),
+//! the list forms, gather and scatter, over several chunks with uneven
+//! sizes, checked element by element, and buffers overlapping on one rank
+//! only (that rank must not leave the others' path); float
 //! sums bit-identical on every rank; the path agreed off by all ranks when
 //! one opts out (`TORCHCOMM_GLOO_SHM=0`), with the same results; a peer
 //! that dies is seen through its process, long before the timeout.
@@ -109,7 +111,65 @@ fn chunked_ops(comm: &Comm) {
     let p = ptr(&mut send);
     run(comm, Op::AllToAllSingle { output: p, input: p, count: blk, dtype: DType::U8 }).unwrap();
     assert!(ok(&send), "all_to_all_single in place");
+    list_and_rooted_ops(comm);
     run(comm, Op::Barrier).unwrap();
+}
+
+/// The list forms, gather and scatter over several chunks, and buffers that
+/// overlap on one rank only (that rank must stay on the same path as the
+/// others: it works from a private copy).
+fn list_and_rooted_ops(comm: &Comm) {
+    let (me, n) = (comm.rank(), comm.size() as usize);
+    let per = 600_011; // bytes per rank: several chunks
+    let v = |r: usize, i: usize| (r * 101 + i * 11 + 7) as u8;
+    // all_gather (list)
+    let mut input: Vec<u8> = (0..per).map(|i| v(me as usize, i)).collect();
+    let mut outs: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; per]).collect();
+    let out_ptrs: Vec<Ptr> = outs.iter_mut().map(|o| ptr(o)).collect();
+    run(comm, Op::AllGather { outputs: out_ptrs, input: ptr(&mut input), count: per, dtype: DType::U8 }).unwrap();
+    for (r, o) in outs.iter().enumerate() {
+        assert!(o.iter().enumerate().all(|(i, x)| *x == v(r, i)), "all_gather list from rank {r}");
+    }
+    // reduce_scatter (list), uint8 MAX
+    let mut ins: Vec<Vec<u8>> = (0..n).map(|b| (0..per).map(|i| v((me as usize + b) % n, i)).collect()).collect();
+    let in_ptrs: Vec<Ptr> = ins.iter_mut().map(|x| ptr(x)).collect();
+    let mut got = vec![0u8; per];
+    run(comm, Op::ReduceScatter { output: ptr(&mut got), inputs: in_ptrs, count: per, dtype: DType::U8, op: red(RedKind::Max) }).unwrap();
+    assert!(got.iter().enumerate().all(|(i, x)| *x == (0..n).map(|q| v((q + me as usize) % n, i)).max().unwrap()), "reduce_scatter list");
+    // all_to_all (list)
+    let mut sends: Vec<Vec<u8>> = (0..n).map(|to| (0..per).map(|i| v(me as usize * 7 + to, i)).collect()).collect();
+    let mut recvs: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; per]).collect();
+    let (sp, rp): (Vec<Ptr>, Vec<Ptr>) = (sends.iter_mut().map(|x| ptr(x)).collect(), recvs.iter_mut().map(|x| ptr(x)).collect());
+    run(comm, Op::AllToAll { outputs: rp, inputs: sp, count: per, dtype: DType::U8 }).unwrap();
+    for (from, r) in recvs.iter().enumerate() {
+        assert!(r.iter().enumerate().all(|(i, x)| *x == v(from * 7 + me as usize, i)), "all_to_all list from rank {from}");
+    }
+    // gather to rank 1 and scatter from it
+    let root = 1 % n as i32;
+    let mut mine: Vec<u8> = (0..per).map(|i| v(me as usize + 3, i)).collect();
+    let mut gathered: Vec<Vec<u8>> = if me == root { (0..n).map(|_| vec![0u8; per]).collect() } else { Vec::new() };
+    let gp: Vec<Ptr> = gathered.iter_mut().map(|x| ptr(x)).collect();
+    run(comm, Op::Gather { outputs: gp, input: ptr(&mut mine), count: per, dtype: DType::U8, root }).unwrap();
+    for (r, g) in gathered.iter().enumerate() {
+        assert!(g.iter().enumerate().all(|(i, x)| *x == v(r + 3, i)), "gather from rank {r}");
+    }
+    let mut pieces: Vec<Vec<u8>> = if me == root { (0..n).map(|r| (0..per).map(|i| v(r + 5, i)).collect()).collect() } else { Vec::new() };
+    let pp: Vec<Ptr> = pieces.iter_mut().map(|x| ptr(x)).collect();
+    let mut piece = vec![0u8; per];
+    run(comm, Op::Scatter { output: ptr(&mut piece), inputs: pp, count: per, dtype: DType::U8, root }).unwrap();
+    assert!(piece.iter().enumerate().all(|(i, x)| *x == v(me as usize + 5, i)), "scatter");
+    // all_gather_single whose input, on rank 0 only, is another rank's
+    // block of the output (an overlap the chunks would break).
+    let mut out = vec![0u8; per * n];
+    let mut apart: Vec<u8> = (0..per).map(|i| v(me as usize + 9, i)).collect();
+    let input = if me == 0 && n > 1 {
+        out[per..2 * per].copy_from_slice(&apart);
+        Ptr(unsafe { out.as_mut_ptr().add(per) } as *mut c_void)
+    } else {
+        ptr(&mut apart)
+    };
+    run(comm, Op::AllGatherSingle { output: ptr(&mut out), input, count: per, dtype: DType::U8 }).unwrap();
+    assert!((0..n).all(|r| (0..per).all(|i| out[r * per + i] == v(r + 9, i))), "all_gather_single with an overlapping input on rank 0");
 }
 
 fn intra_child(opt_out_rank: i32) {

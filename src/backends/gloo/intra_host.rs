@@ -1,7 +1,8 @@
 //! Collectives through shared memory when every rank of a comm is a
 //! process of this host (the usual single-machine CPU job): all_reduce,
-//! reduce, broadcast, all_gather_single, reduce_scatter_single,
-//! all_to_all_single and barrier skip Gloo's TCP loopback.
+//! reduce, broadcast, all_gather (list and single), reduce_scatter (list and
+//! single), all_to_all (list and single), gather, scatter and barrier skip
+//! Gloo's TCP loopback (the v-variants still use Gloo).
 //!
 //! At creation each rank makes a segment (a memfd: a header and two data
 //! halves of [`HALF`] bytes) and maps every peer's, after checking that the
@@ -23,6 +24,9 @@
 //!   this rank's block across all segments into the output.
 //! - all_to_all_single: copy a chunk of every block in; sync; copy block
 //!   `me` of every segment out.
+//! - gather and scatter: copy in (the root: every block); sync; copy out.
+//! - the list forms of all_gather, reduce_scatter and all_to_all pack their
+//!   lists into one buffer and run the single forms.
 //! - barrier: one sync.
 //!
 //! Reductions follow the Gloo path's rules: PREMUL_SUM scales each input
@@ -182,8 +186,7 @@ impl IntraHost {
         };
         bases[rank] = own.base;
         crate::log_info!(
-            "{label}: shared-memory collectives on ({size} ranks on this host): all_reduce, reduce, broadcast, all_gather_single, \
-             reduce_scatter_single, all_to_all_single, barrier"
+            "{label}: shared-memory collectives on ({size} ranks on this host): all but the v-variants and point-to-point"
         );
         let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
         let busy_spins = if size <= cores { BUSY_SPINS } else { 0 };
@@ -417,6 +420,37 @@ impl IntraHost {
             }
             sync("reduce_scatter_single")?;
             self.combine(red, h, me * m * es, m, out.add(c0 * es), &mut blocks)?;
+        }
+        Ok(())
+    }
+
+    /// Every rank's `bytes` from `input` into `outputs[r]` on `root`
+    /// (`outputs` is empty elsewhere).
+    pub unsafe fn gather(&self, outputs: &[*mut u8], input: *const u8, bytes: usize, root: usize, sync: &SyncAll) -> Result<()> {
+        for c0 in (0..bytes).step_by(HALF) {
+            let (m, h) = ((bytes - c0).min(HALF), self.next_half());
+            copy(self.half(self.rank, h), input.add(c0), m);
+            sync("gather")?;
+            if self.rank == root {
+                for (r, out) in outputs.iter().enumerate() {
+                    copy(out.add(c0), self.half(r, h), m);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `inputs[r]` on `root` (empty elsewhere) into rank `r`'s `out`, `bytes`
+    /// each.
+    pub unsafe fn scatter(&self, out: *mut u8, inputs: &[*const u8], bytes: usize, root: usize, sync: &SyncAll) -> Result<()> {
+        let per_block = HALF / self.size;
+        for c0 in (0..bytes).step_by(per_block) {
+            let (m, h) = ((bytes - c0).min(per_block), self.next_half());
+            for (r, input) in inputs.iter().enumerate() {
+                copy(self.half(root, h).add(r * m), input.add(c0), m);
+            }
+            sync("scatter")?;
+            copy(out.add(c0), self.half(root, h).add(self.rank * m), m);
         }
         Ok(())
     }

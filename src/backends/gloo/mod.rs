@@ -219,6 +219,18 @@ impl Scratch {
     }
 }
 
+/// `bytes` at `input`, or a private copy of them when `needed` (the copy
+/// must be kept alive while the returned pointer is used).
+unsafe fn private_input(input: *const u8, bytes: usize, needed: bool) -> (Option<Scratch>, *const u8) {
+    if !needed {
+        return (None, input);
+    }
+    let mut c = Scratch::new(bytes);
+    copy(c.ptr(), input, bytes);
+    let p = c.ptr() as *const u8;
+    (Some(c), p)
+}
+
 fn overlaps(a: *const u8, alen: usize, b: *const u8, blen: usize) -> bool {
     let (a, b) = (a as usize, b as usize);
     alen > 0 && blen > 0 && a < b + blen && b < a + alen
@@ -812,7 +824,9 @@ impl GlooBackend {
     /// this backend accumulates in f32.
     /// Runs `op` through shared memory (see [`intra_host`]) when that path
     /// takes it; None sends it to Gloo. The choice depends only on the
-    /// operation, so every rank makes the same one.
+    /// operation's kind, never on this rank's buffers, so every rank makes
+    /// the same one: buffers that overlap in a way the chunked copies would
+    /// break go through a private copy instead.
     ///
     /// # Safety
     /// The comm validated the operation's buffers against its counts.
@@ -840,30 +854,84 @@ impl GlooBackend {
             }
             Op::AllGatherSingle { output, input, count, dtype } => {
                 let bytes = count * dtype.size();
-                let (out, input) = (output.as_u8(), input.as_u8() as *const u8);
+                let out = output.as_u8();
                 // Later chunks read the input after earlier ones wrote the
-                // output: only the in-place layout or separate buffers.
-                if !std::ptr::eq(input, out.add(me * bytes)) && overlaps(input, bytes, out, bytes * n) {
-                    return None;
-                }
+                // output: fine in place or apart, else read a copy.
+                let in_place = std::ptr::eq(input.as_u8(), out.add(me * bytes));
+                let (_copy, input) = private_input(input.as_u8(), bytes, !in_place && overlaps(input.as_u8(), bytes, out, bytes * n));
                 Some(ih.all_gather(out, input, bytes, &sync))
             }
             Op::ReduceScatterSingle { output, input, count, dtype, op } => {
-                let es = dtype.size();
-                let (out, input) = (output.as_u8(), input.as_u8() as *const u8);
-                if !std::ptr::eq(out as *const u8, input.add(me * count * es)) && overlaps(input, count * es * n, out, count * es) {
-                    return None;
-                }
+                let (es, out) = (dtype.size(), output.as_u8());
+                let in_place = std::ptr::eq(out, input.as_u8().add(me * count * es));
+                let clash = !in_place && overlaps(input.as_u8(), count * es * n, out, count * es);
+                let (_copy, input) = private_input(input.as_u8(), count * es * n, clash);
                 Some(reduction(*dtype, op).and_then(|r| ih.reduce_scatter(out, input, *count, &r, &sync)))
             }
             Op::AllToAllSingle { output, input, count, dtype } => {
-                let block = count * dtype.size();
-                let (out, input) = (output.as_u8(), input.as_u8() as *const u8);
+                let (block, out) = (count * dtype.size(), output.as_u8());
                 // Each chunk is read whole before any of it is written.
-                if !std::ptr::eq(out as *const u8, input) && overlaps(input, block * n, out, block * n) {
-                    return None;
-                }
+                let clash = !std::ptr::eq(out, input.as_u8()) && overlaps(input.as_u8(), block * n, out, block * n);
+                let (_copy, input) = private_input(input.as_u8(), block * n, clash);
                 Some(ih.all_to_all(out, input, block, &sync))
+            }
+            Op::AllGather { outputs, input, count, dtype } => {
+                let bytes = count * dtype.size();
+                let mut all = Scratch::new(bytes * n);
+                Some(ih.all_gather(all.ptr(), input.as_u8(), bytes, &sync).map(|()| {
+                    for (r, out) in outputs.iter().enumerate() {
+                        copy(out.as_u8(), all.ptr().add(r * bytes), bytes);
+                    }
+                }))
+            }
+            Op::ReduceScatter { output, inputs, count, dtype, op } => {
+                let bytes = count * dtype.size();
+                let mut packed = Scratch::new(bytes * n);
+                for (r, p) in inputs.iter().enumerate() {
+                    copy(packed.ptr().add(r * bytes), p.as_u8(), bytes);
+                }
+                Some(reduction(*dtype, op).and_then(|r| ih.reduce_scatter(output.as_u8(), packed.ptr(), *count, &r, &sync)))
+            }
+            Op::AllToAll { outputs, inputs, count, dtype } => {
+                let bytes = count * dtype.size();
+                let (mut packed, mut received) = (Scratch::new(bytes * n), Scratch::new(bytes * n));
+                for (r, p) in inputs.iter().enumerate() {
+                    copy(packed.ptr().add(r * bytes), p.as_u8(), bytes);
+                }
+                Some(ih.all_to_all(received.ptr(), packed.ptr(), bytes, &sync).map(|()| {
+                    for (r, out) in outputs.iter().enumerate() {
+                        copy(out.as_u8(), received.ptr().add(r * bytes), bytes);
+                    }
+                }))
+            }
+            Op::Gather { outputs, input, count, dtype, root } => {
+                let bytes = count * dtype.size();
+                // The root writes outputs while later chunks of its input are
+                // still to be read: its own block in place, or apart, or a copy.
+                let clash = outputs
+                    .iter()
+                    .enumerate()
+                    .any(|(r, o)| overlaps(input.as_u8(), bytes, o.as_u8(), bytes) && !(r == me && o.0 == input.0));
+                let (_copy, input) = private_input(input.as_u8(), bytes, clash);
+                let outs: Vec<*mut u8> = outputs.iter().map(|o| o.as_u8()).collect();
+                Some(ih.gather(&outs, input, bytes, *root as usize, &sync))
+            }
+            Op::Scatter { output, inputs, count, dtype, root } => {
+                let bytes = count * dtype.size();
+                // The root's output written while later chunks of its inputs
+                // are still to be read: received into a copy instead.
+                let clash = inputs
+                    .iter()
+                    .enumerate()
+                    .any(|(r, i)| overlaps(i.as_u8(), bytes, output.as_u8(), bytes) && !(r == me && i.0 == output.0));
+                let mut landing = Scratch::new(if clash { bytes } else { 0 });
+                let out = if clash { landing.ptr() } else { output.as_u8() };
+                let ins: Vec<*const u8> = inputs.iter().map(|i| i.as_u8() as *const u8).collect();
+                Some(ih.scatter(out, &ins, bytes, *root as usize, &sync).map(|()| {
+                    if clash {
+                        copy(output.as_u8(), landing.ptr(), bytes);
+                    }
+                }))
             }
             _ => None,
         }
