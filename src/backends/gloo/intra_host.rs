@@ -365,7 +365,7 @@ impl IntraHost {
                 copy(mine.add(s0 * es), acc.ptr(), len * es);
             }
             sync(what)?;
-            if root.is_none_or(|r| r == me) {
+            if root.map_or(true, |r| r == me) {
                 for r in 0..n {
                     let (s, l) = share(m, n, r);
                     copy(buf.add((c0 + s) * es), self.half(r, h).add(s * es), l * es);
