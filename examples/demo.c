@@ -2,10 +2,11 @@
    from tc-run's environment, and runs a tour of the API on host memory:
    all_reduce, broadcast, all_gather, reduce_scatter, all_to_all, send/recv
    in a ring, an asynchronous operation with a work handle, a split, and
-   one-sided puts and signals through a window. Each
-   result is checked; the program exits non-zero on the first wrong value.
-   Rank 0 then prints a short table of time and algorithm bandwidth per
-   operation on 1 MiB buffers. */
+   one-sided puts and signals through a window, then stores through a
+   window on shared memory from tc_mem_alloc. Each result is checked; the
+   program exits non-zero on the first wrong value. Rank 0 then prints a
+   short table of time and algorithm bandwidth per operation on 1 MiB
+   buffers, and the tail of its flight recorder. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <time.h>
@@ -169,12 +170,50 @@ int main(void) {
     tc_window_free(win);
     free(window_mem);
 
+    /* the same through memory from tc_mem_alloc: shared between the ranks
+       of this host, so the next rank's buffer can be written directly
+       through tc_window_map_remote (ranks on other hosts would get
+       TC_ERR_UNSUPPORTED there and use tc_window_put) */
+    int32_t *shared = NULL;
+    TRY(tc_mem_alloc(comm, (size_t)size * 4 * sizeof(int32_t), (void **)&shared));
+    TRY(tc_window_new(comm, &win));
+    TRY(tc_window_register(win, shared, (size_t)size * 4 * sizeof(int32_t)));
+    void *remote = NULL;
+    if (tc_window_map_remote(win, next, &remote) == TC_SUCCESS) {
+        memcpy((int32_t *)remote + rank * 4, block, sizeof block);
+    } else {
+        TRY(tc_window_put(win, block, sizeof block, next, (size_t)rank * sizeof block, NULL, NULL));
+    }
+    TRY(tc_window_signal(win, next, NULL, NULL));
+    TRY(tc_window_wait_signal(win, prev, NULL, NULL));
+    got = shared + prev * 4;
+    expect(got[0] == prev && got[1] == prev * 10 && got[2] == prev * 100 && got[3] == -prev, "shared window store", rank);
+    TRY(tc_window_deregister(win));
+    tc_window_free(win);
+    TRY(tc_mem_free(comm, shared));
+
     print_table(comm, rank, size);
+
+    /* the flight recorder: the comm's recent operations, as a hang
+       diagnosis would read them (here: the last three) */
+    if (rank == 0) {
+        char *recent = NULL;
+        TRY(tc_comm_dump_flight_recorder(comm, &recent));
+        const char *nl = strchr(recent, '\n');
+        nl = nl ? strchr(nl + 1, '\n') : NULL; /* the title and column names */
+        printf("%.*s\n", (int)(nl ? nl - recent : (long)strlen(recent)), recent);
+        const char *end = recent + strlen(recent), *p = end;
+        for (int lines = 0; p > recent && lines < 4; p--)
+            if (p[-1] == '\n') lines++;
+        printf("%s", p == recent ? p : p + 1);
+        tc_free(recent);
+    }
 
     TRY(tc_barrier(comm, NULL, NULL));
     if (rank == 0)
         printf("demo: %d ranks: all_reduce, broadcast, all_gather, reduce_scatter, all_to_all, "
-               "batched send/recv, async work, split, window put/signal: all results correct\n", size);
+               "batched send/recv, async work, split, window put/signal (messages and shared memory): all results "
+               "correct\n", size);
     TRY(tc_comm_finalize(comm));
     tc_comm_destroy(comm);
     free(x); free(all); free(in); free(a2a_in); free(a2a_out);
