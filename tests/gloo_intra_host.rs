@@ -1,7 +1,8 @@
 //! Shared-memory collectives of the gloo backend (every rank on this host),
 //! with real processes: all_reduce, reduce, broadcast, all_gather_single,
 //! reduce_scatter_single and all_to_all_single (in place and out of place),
-//! the list forms, gather and scatter, over several chunks with uneven
+//! the list forms, gather, scatter, all_gather_v and reduce_scatter_v (and
+//! counts that differ between ranks), over several chunks with uneven
 //! sizes, checked element by element, and buffers overlapping on one rank
 //! only (that rank must not leave the others' path); float
 //! sums bit-identical on every rank; the path agreed off by all ranks when
@@ -112,6 +113,9 @@ fn chunked_ops(comm: &Comm) {
     run(comm, Op::AllToAllSingle { output: p, input: p, count: blk, dtype: DType::U8 }).unwrap();
     assert!(ok(&send), "all_to_all_single in place");
     list_and_rooted_ops(comm);
+    if comm.size() > 1 {
+        v_ops(comm);
+    }
     run(comm, Op::Barrier).unwrap();
 }
 
@@ -172,13 +176,57 @@ fn list_and_rooted_ops(comm: &Comm) {
     assert!((0..n).all(|r| (0..per).all(|i| out[r * per + i] == v(r + 9, i))), "all_gather_single with an overlapping input on rank 0");
 }
 
+/// The v-variants through shared memory: uneven counts (one empty, one
+/// longer than a chunk), then counts that differ between ranks, which
+/// every rank reports alike, after which the comm still works.
+fn v_ops(comm: &Comm) {
+    let (me, n) = (comm.rank() as usize, comm.size() as usize);
+    let counts: Vec<usize> = (0..n).map(|r| [300_017, 0, 5, 170_003][r % 4]).collect();
+    let total: usize = counts.iter().sum();
+    let starts: Vec<usize> = counts.iter().scan(0, |a, c| Some(std::mem::replace(a, *a + c))).collect();
+    let val = |r: usize, i: usize| (r * 1_000_003 + i) as i32;
+    // all_gather_v of int32
+    let mut mine: Vec<i32> = (0..counts[me]).map(|i| val(me, i)).collect();
+    let mut out = vec![-1i32; total];
+    run(comm, Op::AllGatherV { output: ptr(&mut out), input: ptr(&mut mine), counts: counts.clone(), dtype: DType::I32 }).unwrap();
+    for r in 0..n {
+        assert!((0..counts[r]).all(|i| out[starts[r] + i] == val(r, i)), "all_gather_v block of rank {r}");
+    }
+    // reduce_scatter_v of int32 SUM: rank q contributes (q + 1) * val
+    let mut input: Vec<i32> = (0..total).map(|j| (me as i32 + 1) * (j as i32 % 1000)).collect();
+    let mut got = vec![-1i32; counts[me]];
+    run(comm, Op::ReduceScatterV { output: ptr(&mut got), input: ptr(&mut input), counts: counts.clone(), dtype: DType::I32, op: red(RedKind::Sum) }).unwrap();
+    let k: i32 = (1..=n as i32).sum();
+    assert!((0..counts[me]).all(|i| got[i] == k * ((starts[me] + i) as i32 % 1000)), "reduce_scatter_v");
+    // counts that differ on the last rank: everyone fails alike, nothing lands
+    let mut bad = counts.clone();
+    if me == n - 1 {
+        bad[0] += 1;
+    }
+    let mut out2 = vec![-1i32; bad.iter().sum()];
+    let mut mine2: Vec<i32> = vec![7; bad[me]];
+    let e = run(comm, Op::AllGatherV { output: ptr(&mut out2), input: ptr(&mut mine2), counts: bad, dtype: DType::I32 }).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidUsage, "{e}");
+    // (Gloo's path, when the comm opted out, words it differently.)
+    assert!(e.message.contains(&format!("rank {}", n - 1)) && e.message.contains("counts"), "{e}");
+    assert!(out2.iter().all(|x| *x == -1), "nothing landed");
+    let mut x = [me as i32; 4];
+    run(comm, Op::AllReduce { buf: ptr(&mut x), count: 4, dtype: DType::I32, op: red(RedKind::Sum) }).unwrap();
+    assert_eq!(x, [(0..n as i32).sum::<i32>(); 4], "the comm still works");
+}
+
 fn intra_child(opt_out_rank: i32) {
     if rank() == opt_out_rank {
         std::env::set_var("TORCHCOMM_GLOO_SHM", "0");
     }
     let comm = child_comm("intra", TIMEOUT);
     chunked_ops(&comm);
-    comm.finalize().unwrap();
+    // finalize reports the first failed operation: the deliberate counts
+    // mismatch of `v_ops`.
+    match comm.finalize() {
+        Ok(()) => assert_eq!(comm.size(), 1),
+        Err(e) => assert!(comm.size() > 1 && e.message.contains("all_gather_v") && e.message.contains("counts"), "{e}"),
+    }
     println!("RESULT ok");
 }
 

@@ -1,8 +1,8 @@
 //! Collectives through shared memory when every rank of a comm is a
 //! process of this host (the usual single-machine CPU job): all_reduce,
-//! reduce, broadcast, all_gather (list and single), reduce_scatter (list and
-//! single), all_to_all (list and single), gather, scatter and barrier skip
-//! Gloo's TCP loopback (the v-variants still use Gloo).
+//! reduce, broadcast, all_gather and reduce_scatter (list, single and v),
+//! all_to_all (list and single), gather, scatter and barrier skip Gloo's TCP
+//! loopback (all_to_all_v_single and point-to-point still use Gloo).
 //!
 //! At creation each rank makes a segment (a memfd: a header and two data
 //! halves of [`HALF`] bytes) and maps every peer's, after checking that the
@@ -25,6 +25,11 @@
 //! - all_to_all_single: copy a chunk of every block in; sync; copy block
 //!   `me` of every segment out.
 //! - gather and scatter: copy in (the root: every block); sync; copy out.
+//! - all_gather_v and reduce_scatter_v: as their single forms, chunked by
+//!   the largest count; the first sync also compares a digest of every
+//!   rank's counts, so ranks that passed different counts all fail alike
+//!   and stay in step (all_to_all_v_single, whose counts differ per rank,
+//!   still uses Gloo).
 //! - the list forms of all_gather, reduce_scatter and all_to_all pack their
 //!   lists into one buffer and run the single forms.
 //! - barrier: one sync.
@@ -186,7 +191,7 @@ impl IntraHost {
         };
         bases[rank] = own.base;
         crate::log_info!(
-            "{label}: shared-memory collectives on ({size} ranks on this host): all but the v-variants and point-to-point"
+            "{label}: shared-memory collectives on ({size} ranks on this host): all but all_to_all_v_single and point-to-point"
         );
         let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
         let busy_spins = if size <= cores { BUSY_SPINS } else { 0 };
@@ -214,6 +219,40 @@ impl IntraHost {
 
     fn sleeping_of(&self, r: usize) -> &AtomicU32 {
         unsafe { &*(self.bases[r].add(12) as *const AtomicU32) }
+    }
+
+    /// The digest of the counts rank `r` passed to its current v-variant.
+    fn counts_digest_of(&self, r: usize) -> &AtomicU64 {
+        unsafe { &*(self.bases[r].add(16) as *const AtomicU64) }
+    }
+
+    /// Publishes this rank's `counts` (before a sync) ...
+    fn publish_counts(&self, counts: &[usize]) -> u64 {
+        let digest = counts.iter().fold(0xcbf2_9ce4_8422_2325u64 ^ counts.len() as u64, |h, c| {
+            (h ^ *c as u64).wrapping_mul(0x0100_0000_01b3)
+        });
+        self.counts_digest_of(self.rank).store(digest, Ordering::Relaxed);
+        digest
+    }
+
+    /// ... and checks every rank's (after it): all ranks see the same
+    /// answer, so they stay in step either way.
+    fn check_counts(&self, what: &str, digest: u64) -> Result<()> {
+        match (0..self.size).find(|r| self.counts_digest_of(*r).load(Ordering::Relaxed) != digest) {
+            None => Ok(()),
+            Some(_) => {
+                let first = self.counts_digest_of(0).load(Ordering::Relaxed);
+                let differ: Vec<String> =
+                    (1..self.size).filter(|r| self.counts_digest_of(*r).load(Ordering::Relaxed) != first).map(|r| r.to_string()).collect();
+                let who = match differ.as_slice() {
+                    [one] => format!("rank {one} passed counts that differ"),
+                    many => format!("ranks {} passed counts that differ", many.join(", ")),
+                };
+                Err(Error::invalid_usage(format!(
+                    "{what}: {who} from rank 0's; every rank must pass the same counts (nothing was transferred)"
+                )))
+            }
+        }
     }
 
     /// Rank `r`'s data half `h`.
@@ -253,7 +292,9 @@ impl IntraHost {
                 futex_wake(self.bell_of(r));
             }
         }
-        let missing = || (0..self.size).filter(|r| self.phase_of(*r).load(Ordering::Acquire) < p).collect::<Vec<_>>();
+        // SeqCst: the re-check after raising `sleeping` must not be ordered
+        // before it (a waker that saw `sleeping` clear relies on it).
+        let missing = || (0..self.size).filter(|r| self.phase_of(*r).load(Ordering::SeqCst) < p).collect::<Vec<_>>();
         let mut spins = 0;
         loop {
             let seen = self.bell_of(me).load(Ordering::SeqCst);
@@ -451,6 +492,58 @@ impl IntraHost {
             }
             sync("scatter")?;
             copy(out.add(c0), self.half(root, h).add(self.rank * m), m);
+        }
+        Ok(())
+    }
+
+    /// Rank `r`'s `counts[r]` elements into `out` at the sum of the counts
+    /// before it. Every rank passes the same `counts` (checked).
+    pub unsafe fn all_gather_v(&self, out: *mut u8, input: *const u8, counts: &[usize], es: usize, sync: &SyncAll) -> Result<()> {
+        let step = HALF / es;
+        let digest = self.publish_counts(counts);
+        let chunks = counts.iter().max().copied().unwrap_or(0).div_ceil(step).max(1);
+        let starts: Vec<usize> = counts.iter().scan(0, |at, c| Some(std::mem::replace(at, *at + c))).collect();
+        for k in 0..chunks {
+            let (c0, h) = (k * step, self.next_half());
+            let part = |r: usize| counts[r].saturating_sub(c0).min(step);
+            copy(self.half(self.rank, h), input.add(c0 * es), part(self.rank) * es);
+            sync("all_gather_v")?;
+            if k == 0 {
+                self.check_counts("all_gather_v", digest)?;
+            }
+            for (r, start) in starts.iter().enumerate() {
+                copy(out.add((start + c0) * es), self.half(r, h), part(r) * es);
+            }
+        }
+        Ok(())
+    }
+
+    /// Block `me` (`counts[me]` elements, at the sum of the counts before
+    /// it) of the reduction of every rank's `input`. Every rank passes the
+    /// same `counts` (checked).
+    pub unsafe fn reduce_scatter_v(&self, out: *mut u8, input: *const u8, counts: &[usize], red: &Reduction, sync: &SyncAll) -> Result<()> {
+        let (n, me, es) = (self.size, self.rank, red.dtype.size());
+        let step = HALF / es / n;
+        let digest = self.publish_counts(counts);
+        let chunks = counts.iter().max().copied().unwrap_or(0).div_ceil(step).max(1);
+        let starts: Vec<usize> = counts.iter().scan(0, |at, c| Some(std::mem::replace(at, *at + c))).collect();
+        let mut blocks = self.blocks_for(red, counts[me].min(step));
+        for k in 0..chunks {
+            let (c0, h) = (k * step, self.next_half());
+            let part = |r: usize| counts[r].saturating_sub(c0).min(step);
+            let mine = self.half(me, h);
+            for (r, start) in starts.iter().enumerate() {
+                let block = mine.add(r * step * es);
+                copy(block, input.add((start + c0) * es), part(r) * es);
+                if let Some(f) = red.premul {
+                    reduce::scale(red.dtype, block, block, part(r), Scale::Mul(f))?;
+                }
+            }
+            sync("reduce_scatter_v")?;
+            if k == 0 {
+                self.check_counts("reduce_scatter_v", digest)?;
+            }
+            self.combine(red, h, me * step * es, part(me), out.add(c0 * es), &mut blocks)?;
         }
         Ok(())
     }

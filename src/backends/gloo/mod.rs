@@ -625,8 +625,13 @@ impl GlooBackend {
         if let Some(ih) = &self.intra {
             // SAFETY: as for the match below.
             if let Some(result) = unsafe { self.intra_host_op(ih, op, d) } {
-                // Ranks that failed mid-operation are out of step.
-                return result.inspect_err(|e| self.mark_broken(e));
+                // Ranks that failed mid-operation are out of step; counts
+                // that differ are found by all ranks at the same sync.
+                return result.inspect_err(|e| {
+                    if e.kind != ErrorKind::InvalidUsage {
+                        self.mark_broken(e)
+                    }
+                });
             }
         }
         let n = self.size as usize;
@@ -903,6 +908,22 @@ impl GlooBackend {
                         copy(out.as_u8(), received.ptr().add(r * bytes), bytes);
                     }
                 }))
+            }
+            Op::AllGatherV { output, input, counts, dtype } => {
+                let es = dtype.size();
+                let (total, before) = (counts.iter().sum::<usize>(), counts[..me].iter().sum::<usize>());
+                let in_place = std::ptr::eq(input.as_u8(), output.as_u8().add(before * es));
+                let clash = !in_place && overlaps(input.as_u8(), counts[me] * es, output.as_u8(), total * es);
+                let (_copy, input) = private_input(input.as_u8(), counts[me] * es, clash);
+                Some(ih.all_gather_v(output.as_u8(), input, counts, es, &sync))
+            }
+            Op::ReduceScatterV { output, input, counts, dtype, op } => {
+                let (es, out) = (dtype.size(), output.as_u8());
+                let (total, before) = (counts.iter().sum::<usize>(), counts[..me].iter().sum::<usize>());
+                let in_place = std::ptr::eq(out, input.as_u8().add(before * es));
+                let clash = !in_place && overlaps(input.as_u8(), total * es, out, counts[me] * es);
+                let (_copy, input) = private_input(input.as_u8(), total * es, clash);
+                Some(reduction(*dtype, op).and_then(|r| ih.reduce_scatter_v(out, input, counts, &r, &sync)))
             }
             Op::Gather { outputs, input, count, dtype, root } => {
                 let bytes = count * dtype.size();
