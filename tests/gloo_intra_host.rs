@@ -1,8 +1,9 @@
 //! Shared-memory collectives of the gloo backend (every rank on this host),
 //! with real processes: all_reduce, reduce, broadcast, all_gather_single,
 //! reduce_scatter_single and all_to_all_single (in place and out of place),
-//! the list forms, gather, scatter, all_gather_v and reduce_scatter_v (and
-//! counts that differ between ranks), over several chunks with uneven
+//! the list forms, gather, scatter, all_gather_v, reduce_scatter_v and
+//! all_to_all_v_single (and counts that differ between ranks), over several
+//! chunks with uneven
 //! sizes, checked element by element, and buffers overlapping on one rank
 //! only (that rank must not leave the others' path); float
 //! sums bit-identical on every rank; the path agreed off by all ranks when
@@ -213,6 +214,32 @@ fn v_ops(comm: &Comm) {
     let mut x = [me as i32; 4];
     run(comm, Op::AllReduce { buf: ptr(&mut x), count: 4, dtype: DType::I32, op: red(RedKind::Sum) }).unwrap();
     assert_eq!(x, [(0..n as i32).sum::<i32>(); 4], "the comm still works");
+    // all_to_all_v_single: rank s sends split(s, d) int64 elements to rank
+    // d (some empty, some longer than a chunk), out of place and in place.
+    let split = |s: usize, d: usize| [70_001, 0, 3, 40_000][(s + 2 * d) % 4];
+    let elem = |s: usize, d: usize, i: usize| (s * 1_000_000_000 + d * 1_000_000 + i) as i64;
+    let ins: Vec<usize> = (0..n).map(|d| split(me, d)).collect();
+    let outs: Vec<usize> = (0..n).map(|s| split(s, me)).collect();
+    let mut send: Vec<i64> = (0..n).flat_map(|d| (0..ins[d]).map(move |i| elem(me, d, i))).collect();
+    let want: Vec<i64> = (0..n).flat_map(|s| (0..outs[s]).map(move |i| elem(s, me, i))).collect();
+    let mut recv = vec![-1i64; want.len()];
+    run(comm, Op::AllToAllVSingle { output: ptr(&mut recv), output_counts: outs.clone(), input: ptr(&mut send), input_counts: ins.clone(), dtype: DType::I64 }).unwrap();
+    assert!(recv == want, "all_to_all_v_single");
+    if ins == outs {
+        let p = ptr(&mut send);
+        run(comm, Op::AllToAllVSingle { output: p, output_counts: outs.clone(), input: p, input_counts: ins.clone(), dtype: DType::I64 }).unwrap();
+        assert!(send == want, "all_to_all_v_single in place");
+    }
+    // rank 0 expects one element more from the last rank than it sends
+    let mut outs_bad = outs.clone();
+    if me == 0 {
+        outs_bad[n - 1] += 1;
+    }
+    let mut recv_bad = vec![-1i64; outs_bad.iter().sum()];
+    let e = run(comm, Op::AllToAllVSingle { output: ptr(&mut recv_bad), output_counts: outs_bad, input: ptr(&mut send), input_counts: ins, dtype: DType::I64 }).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidUsage, "{e}");
+    assert!(e.message.contains(&format!("rank {} sends", n - 1)) && e.message.contains("rank 0"), "{e}");
+    assert!(recv_bad.iter().all(|x| *x == -1), "nothing landed");
 }
 
 fn intra_child(opt_out_rank: i32) {

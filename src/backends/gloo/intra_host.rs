@@ -1,8 +1,8 @@
 //! Collectives through shared memory when every rank of a comm is a
 //! process of this host (the usual single-machine CPU job): all_reduce,
-//! reduce, broadcast, all_gather and reduce_scatter (list, single and v),
-//! all_to_all (list and single), gather, scatter and barrier skip Gloo's TCP
-//! loopback (all_to_all_v_single and point-to-point still use Gloo).
+//! reduce, broadcast, all_gather, reduce_scatter and all_to_all in every
+//! form, gather, scatter and barrier skip Gloo's TCP loopback
+//! (point-to-point still uses Gloo).
 //!
 //! At creation each rank makes a segment (a memfd: a header and two data
 //! halves of [`HALF`] bytes) and maps every peer's, after checking that the
@@ -28,8 +28,9 @@
 //! - all_gather_v and reduce_scatter_v: as their single forms, chunked by
 //!   the largest count; the first sync also compares a digest of every
 //!   rank's counts, so ranks that passed different counts all fail alike
-//!   and stay in step (all_to_all_v_single, whose counts differ per rank,
-//!   still uses Gloo).
+//!   and stay in step.
+//! - all_to_all_v_single: a first sync shares every rank's splits (all
+//!   ranks check the whole matrix alike), then chunks of every block.
 //! - the list forms of all_gather, reduce_scatter and all_to_all pack their
 //!   lists into one buffer and run the single forms.
 //! - barrier: one sync.
@@ -191,7 +192,7 @@ impl IntraHost {
         };
         bases[rank] = own.base;
         crate::log_info!(
-            "{label}: shared-memory collectives on ({size} ranks on this host): all but all_to_all_v_single and point-to-point"
+            "{label}: shared-memory collectives on ({size} ranks on this host): every collective (point-to-point uses Gloo)"
         );
         let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
         let busy_spins = if size <= cores { BUSY_SPINS } else { 0 };
@@ -544,6 +545,57 @@ impl IntraHost {
                 self.check_counts("reduce_scatter_v", digest)?;
             }
             self.combine(red, h, me * step * es, part(me), out.add(c0 * es), &mut blocks)?;
+        }
+        Ok(())
+    }
+
+    /// `in_counts[r]` elements of this rank's `input` to rank `r`, and
+    /// `out_counts[q]` from rank `q` into `out`, blocks in rank order. A
+    /// first sync shares every rank's splits through the segments, so every
+    /// rank finds any mismatch alike (and nothing lands).
+    pub unsafe fn all_to_all_v(
+        &self,
+        out: *mut u8,
+        out_counts: &[usize],
+        input: *const u8,
+        in_counts: &[usize],
+        es: usize,
+        sync: &SyncAll,
+    ) -> Result<()> {
+        let (n, me) = (self.size, self.rank);
+        let h = self.next_half();
+        let words = self.half(me, h) as *mut u64;
+        for (i, c) in in_counts.iter().chain(out_counts).enumerate() {
+            words.add(i).write(*c as u64);
+        }
+        sync("all_to_all_v_single")?;
+        let split = |r: usize, i: usize| (self.half(r, h) as *const u64).add(i).read();
+        let mut largest = 0;
+        for src in 0..n {
+            for dst in 0..n {
+                let (sent, expected) = (split(src, dst), split(dst, n + src));
+                if sent != expected {
+                    return Err(Error::invalid_usage(format!(
+                        "all_to_all_v_single: rank {src} sends {sent} elements to rank {dst}, which expects {expected} from it \
+                         (nothing was transferred)"
+                    )));
+                }
+                largest = largest.max(sent as usize);
+            }
+        }
+        let step = HALF / es / n;
+        let starts = |c: &[usize]| c.iter().scan(0, |at, c| Some(std::mem::replace(at, *at + c))).collect::<Vec<usize>>();
+        let (in_starts, out_starts) = (starts(in_counts), starts(out_counts));
+        for k in 0..largest.div_ceil(step) {
+            let (c0, h) = (k * step, self.next_half());
+            let part = |c: usize| c.saturating_sub(c0).min(step) * es;
+            for (r, start) in in_starts.iter().enumerate() {
+                copy(self.half(me, h).add(r * step * es), input.add((start + c0) * es), part(in_counts[r]));
+            }
+            sync("all_to_all_v_single")?;
+            for (q, start) in out_starts.iter().enumerate() {
+                copy(out.add((start + c0) * es), self.half(q, h).add(me * step * es), part(out_counts[q]));
+            }
         }
         Ok(())
     }

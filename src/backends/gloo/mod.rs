@@ -925,6 +925,16 @@ impl GlooBackend {
                 let (_copy, input) = private_input(input.as_u8(), total * es, clash);
                 Some(reduction(*dtype, op).and_then(|r| ih.reduce_scatter_v(out, input, counts, &r, &sync)))
             }
+            Op::AllToAllVSingle { output, output_counts, input, input_counts, dtype } => {
+                let es = dtype.size();
+                let (in_total, out_total) = (input_counts.iter().sum::<usize>(), output_counts.iter().sum::<usize>());
+                // In place with the same splits, each chunk is read before it
+                // is written; any other overlap reads a copy.
+                let same_layout = output.0 == input.0 && input_counts == output_counts;
+                let clash = !same_layout && overlaps(input.as_u8(), in_total * es, output.as_u8(), out_total * es);
+                let (_copy, input) = private_input(input.as_u8(), in_total * es, clash);
+                Some(ih.all_to_all_v(output.as_u8(), output_counts, input, input_counts, es, &sync))
+            }
             Op::Gather { outputs, input, count, dtype, root } => {
                 let bytes = count * dtype.size();
                 // The root writes outputs while later chunks of its input are
