@@ -625,10 +625,11 @@ impl GlooBackend {
         if let Some(ih) = &self.intra {
             // SAFETY: as for the match below.
             if let Some(result) = unsafe { self.intra_host_op(ih, op, d) } {
-                // Ranks that failed mid-operation are out of step; counts
-                // that differ are found by all ranks at the same sync.
+                // Ranks that failed mid-operation are out of step. Argument
+                // errors come before any sync, and counts that differ are
+                // found by all ranks at the same sync: those stay in step.
                 return result.inspect_err(|e| {
-                    if e.kind != ErrorKind::InvalidUsage {
+                    if !matches!(e.kind, ErrorKind::InvalidUsage | ErrorKind::InvalidArgument | ErrorKind::Unsupported) {
                         self.mark_broken(e)
                     }
                 });
