@@ -47,7 +47,7 @@
 //! both named.
 
 use super::reduce::{self, ReduceFn, Scale};
-use super::shm::{file_id, futex_wait, futex_wake, host_id, PeerMapping, Placement};
+use super::shm::{file_id, futex_wait, futex_wake, host_id, shared_file, PeerMapping, Placement};
 use super::{copy, Deadline, Scratch};
 use crate::error::{Error, Result};
 use crate::types::DType;
@@ -105,22 +105,8 @@ impl Drop for OwnMapping {
 }
 
 fn create_segment() -> std::io::Result<OwnMapping> {
-    // SAFETY: a valid name; results checked.
-    let fd = unsafe { libc::memfd_create(c"torchcomm gloo intra-host".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    if unsafe { libc::ftruncate(fd.as_raw_fd(), SEGMENT as i64) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let p = unsafe {
-        libc::mmap(std::ptr::null_mut(), SEGMENT, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
-    };
-    if p == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(OwnMapping { base: p as *mut u8, fd })
+    let (fd, base) = shared_file("gloo intra-host segment", SEGMENT)?;
+    Ok(OwnMapping { base, fd })
 }
 
 fn pidfd_open(pid: u32) -> Option<OwnedFd> {

@@ -64,31 +64,38 @@ pub(super) fn file_id(fd: i32) -> std::io::Result<(u64, u64)> {
     Ok((st.st_dev, st.st_ino))
 }
 
+/// A new anonymous shared file of `len` zeroed bytes (memfd) and its
+/// mapping here: what `tc_mem_alloc`, window signal areas and the
+/// intra-host segments are made of.
+pub(super) fn shared_file(name: &str, len: usize) -> std::io::Result<(OwnedFd, *mut u8)> {
+    let name = std::ffi::CString::new(format!("torchcomm {name}")).unwrap_or_default();
+    // SAFETY: a valid name; the result is checked.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let size = i64::try_from(len).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: valid descriptor.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), size) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: maps the whole file; checked below.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((fd, p as *mut u8))
+}
+
 impl SharedAllocations {
     /// `bytes` of zeroed memory that same-host peers can map.
     pub fn alloc(&self, bytes: usize, label: &str) -> Result<*mut c_void> {
-        let name = std::ffi::CString::new(format!("torchcomm {label}")).unwrap_or_default();
-        // SAFETY: a valid name; the result is checked.
-        let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(os_error("tc_mem_alloc: memfd_create"));
-        }
-        // SAFETY: a fresh descriptor we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let len = i64::try_from(bytes).map_err(|_| Error::invalid_argument(format!("argument 'bytes': {bytes} is too large")))?;
-        // SAFETY: valid descriptor.
-        if unsafe { libc::ftruncate(fd.as_raw_fd(), len) } != 0 {
-            return Err(os_error(&format!("tc_mem_alloc: sizing a shared file of {bytes} bytes")));
-        }
-        // SAFETY: maps the whole file; checked below.
-        let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
-        };
-        if p == libc::MAP_FAILED {
-            return Err(os_error(&format!("tc_mem_alloc: mapping {bytes} bytes")));
-        }
+        let (fd, p) = shared_file(label, bytes)
+            .map_err(|e| Error::system(format!("tc_mem_alloc: a shared mapping of {bytes} bytes"), e))?;
         lock(&self.regions).insert(p as usize, Region { fd, len: bytes });
-        Ok(p)
+        Ok(p as *mut c_void)
     }
 
     /// Unmaps an allocation of [`SharedAllocations::alloc`]. Peers that
@@ -218,21 +225,16 @@ impl SignalArea {
     /// private (waits still work; peers signal by message).
     pub fn new(ranks: usize) -> Result<SignalArea> {
         let len = area_len(ranks);
-        // SAFETY: a valid name; the result is checked.
-        let fd = unsafe { libc::memfd_create(c"torchcomm window signals".as_ptr(), libc::MFD_CLOEXEC) };
-        let fd = (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) });
-        // SAFETY: valid descriptor.
-        let fd = fd.filter(|f| unsafe { libc::ftruncate(f.as_raw_fd(), len as i64) } == 0);
-        let (flags, raw) = match &fd {
-            Some(f) => (libc::MAP_SHARED, f.as_raw_fd()),
-            None => (libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1),
-        };
-        // SAFETY: maps `len` bytes; checked below.
-        let base = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, raw, 0) };
+        if let Ok((fd, base)) = shared_file("window signals", len) {
+            return Ok(SignalArea { base: base as *mut c_void, len, fd: Some(fd), ranks });
+        }
+        let flags = libc::MAP_SHARED | libc::MAP_ANONYMOUS;
+        // SAFETY: maps `len` private bytes; checked below.
+        let base = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
         if base == libc::MAP_FAILED {
             return Err(os_error("mapping a window's signal area"));
         }
-        Ok(SignalArea { base, len, fd, ranks })
+        Ok(SignalArea { base, len, fd: None, ranks })
     }
 
     /// Where peers find the area (None when it is private).
