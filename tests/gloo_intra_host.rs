@@ -340,3 +340,40 @@ fn gloo_intra_host_dead_peer_seen_at_once() {
         eprintln!("rank {}: {:?}", o.rank, o.results());
     }
 }
+
+/// Descriptors of this process whose link target contains `what`.
+fn open_fds(what: &str) -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|t| t.to_string_lossy().contains(what))
+        .count()
+}
+
+/// Many live comms between the same processes cost no descriptors of the
+/// shared-memory path beyond one pidfd per peer process: segments are
+/// closed once mapped, and peers' pidfds are shared between comms.
+#[test]
+fn gloo_intra_host_descriptors_do_not_grow_with_comms() {
+    if role().is_some() {
+        let mut comms = Vec::new();
+        for k in 0..8 {
+            let c = child_comm(&format!("fds-{k}"), TIMEOUT);
+            let mut x = [1i32; 4];
+            run(&c, Op::AllReduce { buf: ptr(&mut x), count: 4, dtype: DType::I32, op: red(RedKind::Sum) }).unwrap();
+            assert_eq!(x, [c.size(); 4]);
+            comms.push(c);
+        }
+        let (segments, pidfds) = (open_fds("intra-host segment"), open_fds("[pidfd]"));
+        println!("RESULT segments={segments} pidfds={pidfds}");
+        assert_eq!(segments, 0, "segment descriptors are closed once every peer mapped them");
+        assert_eq!(pidfds, size() as usize - 1, "one pidfd per peer process, shared by the 8 comms");
+        for c in comms {
+            c.finalize().unwrap();
+        }
+        return;
+    }
+    let out = launch("gloo_intra_host_descriptors_do_not_grow_with_comms", "fds", 3, &[], Duration::from_secs(60));
+    assert_all_ok(&out);
+    eprintln!("rank 0: {:?}", out[0].results());
+}

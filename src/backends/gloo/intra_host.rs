@@ -53,7 +53,9 @@ use crate::error::{Error, Result};
 use crate::types::DType;
 use std::ffi::c_void;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Bytes of each of a segment's two data halves: the chunk size.
@@ -77,8 +79,9 @@ pub struct IntraHost {
     /// Keeps the mappings (own first, then the peers').
     _own: OwnMapping,
     _peers: Vec<PeerMapping>,
-    /// Per peer, a descriptor that becomes readable when it exits.
-    pidfds: Vec<Option<OwnedFd>>,
+    /// Per peer, a descriptor that becomes readable when it exits (shared
+    /// by every comm with that peer, see [`watch_process`]).
+    pidfds: Vec<Option<Arc<OwnedFd>>>,
     /// Syncs made so far (the same on every rank).
     phase: AtomicU64,
     /// Chunks sent so far: picks the half.
@@ -94,7 +97,9 @@ unsafe impl Sync for IntraHost {}
 
 struct OwnMapping {
     base: *mut u8,
-    fd: OwnedFd,
+    /// Open until every peer mapped the segment (the vote), then closed:
+    /// a comm keeps no descriptor of its own.
+    fd: Option<OwnedFd>,
 }
 
 impl Drop for OwnMapping {
@@ -106,13 +111,28 @@ impl Drop for OwnMapping {
 
 fn create_segment() -> std::io::Result<OwnMapping> {
     let (fd, base) = shared_file("gloo intra-host segment", SEGMENT)?;
-    Ok(OwnMapping { base, fd })
+    Ok(OwnMapping { base, fd: Some(fd) })
 }
 
 fn pidfd_open(pid: u32) -> Option<OwnedFd> {
     // SAFETY: plain syscall; the result is checked.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
     (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// A pidfd of process `pid`, shared by every comm of this process that has
+/// it as a peer (one descriptor per peer process, not per comm); a cached
+/// one whose process exited is replaced (the pid may have been reused).
+fn watch_process(pid: u32) -> Option<Arc<OwnedFd>> {
+    static WATCHED: Mutex<BTreeMap<u32, Arc<OwnedFd>>> = Mutex::new(BTreeMap::new());
+    let mut watched = WATCHED.lock().unwrap_or_else(|e| e.into_inner());
+    watched.retain(|_, fd| Arc::strong_count(fd) > 1 && !exited(fd));
+    if let Some(fd) = watched.get(&pid) {
+        return Some(fd.clone());
+    }
+    let fd = Arc::new(pidfd_open(pid)?);
+    watched.insert(pid, fd.clone());
+    Some(fd)
 }
 
 /// Whether the process behind `pidfd` has exited.
@@ -138,16 +158,16 @@ impl IntraHost {
         let wanted = !matches!(std::env::var("TORCHCOMM_GLOO_SHM").as_deref().map(str::trim), Ok("0" | "false" | "off" | "no"));
         let own = if wanted { create_segment().map_err(|e| crate::log_info!("{label}: no shared segment ({e})")).ok() } else { None };
         let mut offer = [0u64; OFFER];
-        if let Some(own) = &own {
-            let (dev, ino) = file_id(own.fd.as_raw_fd()).unwrap_or((0, 0));
+        if let Some(fd) = own.as_ref().and_then(|o| o.fd.as_ref()) {
+            let (dev, ino) = file_id(fd.as_raw_fd()).unwrap_or((0, 0));
             let host = host_id();
-            offer = [1, std::process::id() as u64, own.fd.as_raw_fd() as u64, dev, ino, SEGMENT as u64, host[0], host[1]];
+            offer = [1, std::process::id() as u64, fd.as_raw_fd() as u64, dev, ino, SEGMENT as u64, host[0], host[1]];
         }
         let all = all_gather(&offer)?;
         let offers: Vec<&[u64]> = all.chunks(OFFER).collect();
         let mut peers = Vec::new();
         let mut bases = vec![std::ptr::null_mut(); size];
-        let mut pidfds: Vec<Option<OwnedFd>> = (0..size).map(|_| None).collect();
+        let mut pidfds: Vec<Option<Arc<OwnedFd>>> = (0..size).map(|_| None).collect();
         let mut ok = own.is_some() && offers.iter().all(|o| o[0] == 1 && o[6..8] == offer[6..8] && offer[6..8] != [0, 0]);
         for (q, o) in offers.iter().enumerate().filter(|(q, _)| *q != rank) {
             if !ok {
@@ -158,7 +178,7 @@ impl IntraHost {
                 Ok(m) if at.len as usize == SEGMENT => {
                     bases[q] = m.ptr;
                     peers.push(m);
-                    pidfds[q] = pidfd_open(o[1] as u32);
+                    pidfds[q] = watch_process(o[1] as u32);
                 }
                 Ok(_) => ok = false,
                 Err(e) => {
@@ -173,9 +193,11 @@ impl IntraHost {
             crate::log_info!("{label}: shared-memory collectives off ({why}); all operations use Gloo");
             return Ok(None);
         }
-        let Some(own) = own else {
+        let Some(mut own) = own else {
             return Err(Error::internal("shared-memory collectives agreed without a segment"));
         };
+        // Every peer has mapped it (they voted after mapping).
+        own.fd = None;
         bases[rank] = own.base;
         crate::log_info!(
             "{label}: shared-memory collectives on ({size} ranks on this host): every collective (point-to-point uses Gloo)"
@@ -303,7 +325,7 @@ impl IntraHost {
             }
             alive()?;
             let names = || late.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ");
-            if let Some(q) = late.iter().find(|q| self.pidfds[**q].as_ref().is_some_and(exited)) {
+            if let Some(q) = late.iter().find(|q| self.pidfds[**q].as_deref().is_some_and(exited)) {
                 return Err(Error::remote(format!(
                     "{what} through shared memory on rank {me}: rank {q}'s process exited before reaching it"
                 )));
