@@ -139,7 +139,6 @@ impl Op {
         match self {
             Op::Send { dtype, .. } | Op::Recv { dtype, .. } => Some(*dtype),
             Op::Batch { ops } => ops.first().map(|p| p.dtype).filter(|d| ops.iter().all(|p| p.dtype == *d)),
-            Op::AllToAllVSingle { dtype, .. } => Some(*dtype),
             _ => self.signature().and_then(|s| s.0),
         }
     }

@@ -24,6 +24,7 @@ use std::time::Instant;
 pub(crate) const DEFAULT_ENTRIES: usize = 64;
 
 /// The shape of one recorded operation.
+#[derive(Clone)]
 struct Entry {
     seq: u64,
     op: &'static str,
@@ -123,15 +124,9 @@ impl FlightRecorder {
     pub fn dump(&self, label: &str) -> String {
         // Statuses are read outside the ring's lock: a device work's status
         // asks the driver, and recording must never wait for that.
-        let (issued, rows): (u64, Vec<_>) = {
+        let (issued, rows): (u64, Vec<Entry>) = {
             let ring = self.lock();
-            (
-                ring.next_seq - 1,
-                ring.entries
-                    .iter()
-                    .map(|e| (e.seq, e.op, e.dtype, e.elements, e.target, e.async_op, e.issued, e.work.clone(), e.refused))
-                    .collect(),
-            )
+            (ring.next_seq - 1, ring.entries.iter().cloned().collect())
         };
         let mut out = String::new();
         if self.capacity == 0 {
@@ -150,7 +145,7 @@ impl FlightRecorder {
             "seq", "operation", "dtype", "elements", "root/peer", "async", "issued (ms)", "status", "age (ms)"
         );
         let now = Instant::now();
-        for (seq, op, dtype, elements, target, async_op, issued_at, work, refused) in rows {
+        for Entry { seq, op, dtype, elements, target, async_op, issued: issued_at, work, refused } in rows {
             let status = match (&work, refused) {
                 (Some(w), _) => status_name(w.status()),
                 (None, Some(kind)) => refused_name(kind),
