@@ -28,33 +28,61 @@ fn artifact_dir() -> Option<PathBuf> {
 fn build_gloo_module(dir: &Path) {
     let src = dir.join("gloo_shim/tc_gloo.cc");
     println!("cargo:rerun-if-changed={}", src.display());
-    println!("cargo:rerun-if-changed={}", dir.join("gloo_shim/tc_gloo.h").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        dir.join("gloo_shim/tc_gloo.h").display()
+    );
     println!("cargo:rerun-if-env-changed=TORCHCOMM_GLOO_INCLUDE_DIR");
     let include = std::env::var_os("TORCHCOMM_GLOO_INCLUDE_DIR").map(PathBuf::from);
-    let header_dirs: Vec<PathBuf> =
-        include.iter().cloned().chain([PathBuf::from("/usr/include"), PathBuf::from("/usr/local/include")]).collect();
-    if !header_dirs.iter().any(|d| d.join("gloo/allreduce.h").exists()) {
+    let header_dirs: Vec<PathBuf> = include
+        .iter()
+        .cloned()
+        .chain([
+            PathBuf::from("/usr/include"),
+            PathBuf::from("/usr/local/include"),
+        ])
+        .collect();
+    if !header_dirs
+        .iter()
+        .any(|d| d.join("gloo/allreduce.h").exists())
+    {
         println!(
             "cargo:warning=Gloo headers not found (apt-get install libgloo-dev); building without the gloo backend module"
         );
         return;
     }
     let Some(target_dir) = artifact_dir() else {
-        println!("cargo:warning=cannot locate the target directory; skipping the gloo backend module");
+        println!(
+            "cargo:warning=cannot locate the target directory; skipping the gloo backend module"
+        );
         return;
     };
     let compiler = cc::Build::new().cpp(true).opt_level(2).get_compiler();
     let output = target_dir.join("libtorchcomm-gloo.so");
     let mut cmd: Command = compiler.to_command();
-    cmd.args(["-std=c++17", "-shared", "-fPIC", "-Wall", "-fvisibility=hidden"]);
+    cmd.args([
+        "-std=c++17",
+        "-shared",
+        "-fPIC",
+        "-Wall",
+        "-fvisibility=hidden",
+    ]);
     if let Some(inc) = &include {
         cmd.arg(format!("-I{}", inc.display()));
     }
     cmd.arg(&src).arg("-o").arg(&output);
-    cmd.args(["-Wl,-soname,libtorchcomm-gloo.so", "-Wl,--no-undefined", "-lgloo", "-lpthread"]);
+    cmd.args([
+        "-Wl,-soname,libtorchcomm-gloo.so",
+        "-Wl,--no-undefined",
+        "-lgloo",
+        "-lpthread",
+    ]);
     match cmd.status() {
         Ok(s) if s.success() => {}
         Ok(s) => panic!("compiling {} failed ({s}): {cmd:?}", src.display()),
-        Err(e) => panic!("running the C++ compiler for {}: {e}: {cmd:?}", src.display()),
+        Err(e) => panic!(
+            "running the C++ compiler for {}: {e}: {cmd:?}",
+            src.display()
+        ),
     }
 }

@@ -19,13 +19,25 @@ pub struct Bootstrap {
 
 /// Variables consulted, first match wins: ours, Open MPI, PMI, torchrun.
 pub const RANK_VARS: [&str; 4] = ["TORCHCOMM_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK"];
-pub const SIZE_VARS: [&str; 4] = ["TORCHCOMM_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE"];
-pub const LOCAL_RANK_VARS: [&str; 4] = ["TORCHCOMM_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "LOCAL_RANK"];
+pub const SIZE_VARS: [&str; 4] = [
+    "TORCHCOMM_SIZE",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_SIZE",
+    "WORLD_SIZE",
+];
+pub const LOCAL_RANK_VARS: [&str; 4] = [
+    "TORCHCOMM_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "MPI_LOCALRANKID",
+    "LOCAL_RANK",
+];
 
 fn lookup_int(lookup: &dyn Fn(&str) -> Option<String>, vars: &[&str]) -> Result<Option<i32>> {
     for v in vars {
         if let Some(s) = lookup(v) {
-            let n: i32 = s.trim().parse().map_err(|_| Error::invalid_argument(format!("environment variable {v}={s:?} is not an integer")))?;
+            let n: i32 = s.trim().parse().map_err(|_| {
+                Error::invalid_argument(format!("environment variable {v}={s:?} is not an integer"))
+            })?;
             return Ok(Some(n));
         }
     }
@@ -39,7 +51,13 @@ pub fn from_environment(
     explicit_store: Option<StoreRef>,
     timeout: Duration,
 ) -> Result<Bootstrap> {
-    from_lookup(&|k| std::env::var(k).ok(), explicit_rank, explicit_size, explicit_store, timeout)
+    from_lookup(
+        &|k| std::env::var(k).ok(),
+        explicit_rank,
+        explicit_size,
+        explicit_store,
+        timeout,
+    )
 }
 
 /// Resolves rank, size, local rank and store, reading variables through
@@ -53,38 +71,50 @@ pub fn from_lookup(
 ) -> Result<Bootstrap> {
     let rank = match explicit_rank {
         Some(r) => r,
-        None => lookup_int(lookup, &RANK_VARS)?
-            .ok_or_else(|| {
-                Error::invalid_usage(format!("cannot determine the rank: no rank was given and none of {} is set", RANK_VARS.join(", ")))
-            })?,
+        None => lookup_int(lookup, &RANK_VARS)?.ok_or_else(|| {
+            Error::invalid_usage(format!(
+                "cannot determine the rank: no rank was given and none of {} is set",
+                RANK_VARS.join(", ")
+            ))
+        })?,
     };
     let world_size = match explicit_size {
         Some(s) => s,
-        None => lookup_int(lookup, &SIZE_VARS)?
-            .ok_or_else(|| {
-                Error::invalid_usage(format!(
-                    "cannot determine the world size: no size was given and none of {} is set",
-                    SIZE_VARS.join(", ")
-                ))
-            })?,
+        None => lookup_int(lookup, &SIZE_VARS)?.ok_or_else(|| {
+            Error::invalid_usage(format!(
+                "cannot determine the world size: no size was given and none of {} is set",
+                SIZE_VARS.join(", ")
+            ))
+        })?,
     };
     if world_size <= 0 {
-        return Err(Error::invalid_argument(format!("world size must be positive, not {world_size}")));
+        return Err(Error::invalid_argument(format!(
+            "world size must be positive, not {world_size}"
+        )));
     }
     if rank < 0 || rank >= world_size {
-        return Err(Error::invalid_argument(format!("rank {rank} is outside [0, {world_size})")));
+        return Err(Error::invalid_argument(format!(
+            "rank {rank} is outside [0, {world_size})"
+        )));
     }
     let local_rank = lookup_int(lookup, &LOCAL_RANK_VARS)?.unwrap_or(rank);
     let store = match explicit_store {
         Some(s) => s,
         None => {
-            let need = |v: &str| lookup(v).ok_or_else(|| Error::invalid_usage(format!("environment variable {v} is not set (needed to find the store)")));
+            let need = |v: &str| {
+                lookup(v).ok_or_else(|| {
+                    Error::invalid_usage(format!(
+                        "environment variable {v} is not set (needed to find the store)"
+                    ))
+                })
+            };
             let addr = need("MASTER_ADDR")?;
             let port_s = need("MASTER_PORT")?;
-            let port: u16 = port_s
-                .trim()
-                .parse()
-                .map_err(|_| Error::invalid_argument(format!("environment variable MASTER_PORT={port_s:?} is not a port number")))?;
+            let port: u16 = port_s.trim().parse().map_err(|_| {
+                Error::invalid_argument(format!(
+                    "environment variable MASTER_PORT={port_s:?} is not a port number"
+                ))
+            })?;
             let agent = lookup("TORCHELASTIC_USE_AGENT_STORE").as_deref() == Some("True");
             let opts = TcpStoreOptions {
                 host: addr,
@@ -98,7 +128,12 @@ pub fn from_lookup(
             store
         }
     };
-    Ok(Bootstrap { rank, world_size, local_rank, store })
+    Ok(Bootstrap {
+        rank,
+        world_size,
+        local_rank,
+        store,
+    })
 }
 
 #[cfg(test)]
@@ -107,19 +142,33 @@ mod tests {
     use std::collections::HashMap;
 
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         move |k| m.get(k).cloned()
     }
 
     fn dummy_store() -> StoreRef {
-        let dir = std::env::temp_dir().join(format!("tc-boot-{}-{:?}", std::process::id(), std::thread::current().id()));
+        let dir = std::env::temp_dir().join(format!(
+            "tc-boot-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
         Arc::new(crate::store::FileStore::new(dir, 1, Duration::from_secs(1)).unwrap())
     }
 
     #[test]
     fn explicit_values_win() {
         let e = env(&[("RANK", "3"), ("WORLD_SIZE", "8")]);
-        let b = from_lookup(&e, Some(1), Some(2), Some(dummy_store()), Duration::from_secs(1)).unwrap();
+        let b = from_lookup(
+            &e,
+            Some(1),
+            Some(2),
+            Some(dummy_store()),
+            Duration::from_secs(1),
+        )
+        .unwrap();
         assert_eq!((b.rank, b.world_size, b.local_rank), (1, 2, 1));
     }
 
@@ -137,37 +186,119 @@ mod tests {
             ("WORLD_SIZE", "40"),
             ("LOCAL_RANK", "7"),
         ];
-        let b = from_lookup(&env(&all), None, None, Some(dummy_store()), Duration::from_secs(1)).unwrap();
+        let b = from_lookup(
+            &env(&all),
+            None,
+            None,
+            Some(dummy_store()),
+            Duration::from_secs(1),
+        )
+        .unwrap();
         assert_eq!((b.rank, b.world_size, b.local_rank), (1, 10, 5));
-        let b = from_lookup(&env(&all[2..]), None, None, Some(dummy_store()), Duration::from_secs(1)).unwrap();
+        let b = from_lookup(
+            &env(&all[2..]),
+            None,
+            None,
+            Some(dummy_store()),
+            Duration::from_secs(1),
+        )
+        .unwrap();
         assert_eq!((b.rank, b.world_size), (2, 20));
-        let b = from_lookup(&env(&all[5..]), None, None, Some(dummy_store()), Duration::from_secs(1)).unwrap();
+        let b = from_lookup(
+            &env(&all[5..]),
+            None,
+            None,
+            Some(dummy_store()),
+            Duration::from_secs(1),
+        )
+        .unwrap();
         assert_eq!((b.rank, b.world_size, b.local_rank), (3, 30, 7));
-        let b = from_lookup(&env(&all[7..]), None, None, Some(dummy_store()), Duration::from_secs(1)).unwrap();
+        let b = from_lookup(
+            &env(&all[7..]),
+            None,
+            None,
+            Some(dummy_store()),
+            Duration::from_secs(1),
+        )
+        .unwrap();
         assert_eq!((b.rank, b.world_size, b.local_rank), (4, 40, 7));
     }
 
     #[test]
     fn missing_variables_are_named() {
-        let err = from_lookup(&env(&[]), None, Some(2), Some(dummy_store()), Duration::from_secs(1)).err().unwrap();
-        assert!(err.message.contains("TORCHCOMM_RANK") && err.message.contains("RANK"), "{}", err.message);
-        let err = from_lookup(&env(&[("RANK", "0")]), None, None, Some(dummy_store()), Duration::from_secs(1)).err().unwrap();
+        let err = from_lookup(
+            &env(&[]),
+            None,
+            Some(2),
+            Some(dummy_store()),
+            Duration::from_secs(1),
+        )
+        .err()
+        .unwrap();
+        assert!(
+            err.message.contains("TORCHCOMM_RANK") && err.message.contains("RANK"),
+            "{}",
+            err.message
+        );
+        let err = from_lookup(
+            &env(&[("RANK", "0")]),
+            None,
+            None,
+            Some(dummy_store()),
+            Duration::from_secs(1),
+        )
+        .err()
+        .unwrap();
         assert!(err.message.contains("WORLD_SIZE"), "{}", err.message);
-        let err = from_lookup(&env(&[("RANK", "0"), ("WORLD_SIZE", "1")]), None, None, None, Duration::from_secs(1)).err().unwrap();
+        let err = from_lookup(
+            &env(&[("RANK", "0"), ("WORLD_SIZE", "1")]),
+            None,
+            None,
+            None,
+            Duration::from_secs(1),
+        )
+        .err()
+        .unwrap();
         assert!(err.message.contains("MASTER_ADDR"), "{}", err.message);
-        let e = env(&[("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1")]);
-        let err = from_lookup(&e, None, None, None, Duration::from_secs(1)).err().unwrap();
+        let e = env(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "1"),
+            ("MASTER_ADDR", "127.0.0.1"),
+        ]);
+        let err = from_lookup(&e, None, None, None, Duration::from_secs(1))
+            .err()
+            .unwrap();
         assert!(err.message.contains("MASTER_PORT"), "{}", err.message);
-        let err = from_lookup(&env(&[("RANK", "x")]), None, Some(1), None, Duration::from_secs(1)).err().unwrap();
+        let err = from_lookup(
+            &env(&[("RANK", "x")]),
+            None,
+            Some(1),
+            None,
+            Duration::from_secs(1),
+        )
+        .err()
+        .unwrap();
         assert!(err.message.contains("RANK=\"x\""), "{}", err.message);
-        let err = from_lookup(&env(&[]), Some(2), Some(2), Some(dummy_store()), Duration::from_secs(1)).err().unwrap();
+        let err = from_lookup(
+            &env(&[]),
+            Some(2),
+            Some(2),
+            Some(dummy_store()),
+            Duration::from_secs(1),
+        )
+        .err()
+        .unwrap();
         assert!(err.message.contains("outside"), "{}", err.message);
     }
 
     #[test]
     fn rank0_hosts_the_store_and_others_join() {
         // Find a free port, then let "rank 0" host on it.
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let vars = move |rank: &'static str| {
             let p = port.to_string();
             move |k: &str| match k {
@@ -178,7 +309,9 @@ mod tests {
                 _ => None,
             }
         };
-        let t = std::thread::spawn(move || from_lookup(&vars("0"), None, None, None, Duration::from_secs(20)).map(|b| b.store));
+        let t = std::thread::spawn(move || {
+            from_lookup(&vars("0"), None, None, None, Duration::from_secs(20)).map(|b| b.store)
+        });
         let b1 = from_lookup(&vars("1"), None, None, None, Duration::from_secs(20)).unwrap();
         let s0 = t.join().unwrap().unwrap();
         s0.set("k", b"v").unwrap();

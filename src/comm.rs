@@ -48,39 +48,128 @@ pub struct P2p {
 /// entry per rank unless noted; same input and output address means in place.
 #[derive(Debug, Clone)]
 pub enum Op {
-    Send { buf: Ptr, count: usize, dtype: DType, peer: i32 },
-    Recv { buf: Ptr, count: usize, dtype: DType, peer: i32 },
+    Send {
+        buf: Ptr,
+        count: usize,
+        dtype: DType,
+        peer: i32,
+    },
+    Recv {
+        buf: Ptr,
+        count: usize,
+        dtype: DType,
+        peer: i32,
+    },
     /// Sends and receives issued together (NCCL group semantics).
-    Batch { ops: Vec<P2p> },
-    Broadcast { buf: Ptr, count: usize, dtype: DType, root: i32 },
+    Batch {
+        ops: Vec<P2p>,
+    },
+    Broadcast {
+        buf: Ptr,
+        count: usize,
+        dtype: DType,
+        root: i32,
+    },
     /// In place; the result is defined on `root` only.
-    Reduce { buf: Ptr, count: usize, dtype: DType, root: i32, op: ReduceOp },
+    Reduce {
+        buf: Ptr,
+        count: usize,
+        dtype: DType,
+        root: i32,
+        op: ReduceOp,
+    },
     /// In place.
-    AllReduce { buf: Ptr, count: usize, dtype: DType, op: ReduceOp },
-    AllGather { outputs: Vec<Ptr>, input: Ptr, count: usize, dtype: DType },
+    AllReduce {
+        buf: Ptr,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+    },
+    AllGather {
+        outputs: Vec<Ptr>,
+        input: Ptr,
+        count: usize,
+        dtype: DType,
+    },
     /// `output` holds `count * size` elements, rank r's at `r * count`.
-    AllGatherSingle { output: Ptr, input: Ptr, count: usize, dtype: DType },
+    AllGatherSingle {
+        output: Ptr,
+        input: Ptr,
+        count: usize,
+        dtype: DType,
+    },
     /// Rank r contributes `counts[r]` elements; `output` holds them all in
     /// rank order.
-    AllGatherV { output: Ptr, input: Ptr, counts: Vec<usize>, dtype: DType },
-    ReduceScatter { output: Ptr, inputs: Vec<Ptr>, count: usize, dtype: DType, op: ReduceOp },
+    AllGatherV {
+        output: Ptr,
+        input: Ptr,
+        counts: Vec<usize>,
+        dtype: DType,
+    },
+    ReduceScatter {
+        output: Ptr,
+        inputs: Vec<Ptr>,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+    },
     /// `input` holds `count * size` elements; rank r gets the reduction of
     /// block r.
-    ReduceScatterSingle { output: Ptr, input: Ptr, count: usize, dtype: DType, op: ReduceOp },
+    ReduceScatterSingle {
+        output: Ptr,
+        input: Ptr,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+    },
     /// `input` holds `sum(counts)` elements; rank r gets block r, `counts[r]`
     /// elements long.
-    ReduceScatterV { output: Ptr, input: Ptr, counts: Vec<usize>, dtype: DType, op: ReduceOp },
-    AllToAll { outputs: Vec<Ptr>, inputs: Vec<Ptr>, count: usize, dtype: DType },
+    ReduceScatterV {
+        output: Ptr,
+        input: Ptr,
+        counts: Vec<usize>,
+        dtype: DType,
+        op: ReduceOp,
+    },
+    AllToAll {
+        outputs: Vec<Ptr>,
+        inputs: Vec<Ptr>,
+        count: usize,
+        dtype: DType,
+    },
     /// `count` elements to and from each rank.
-    AllToAllSingle { output: Ptr, input: Ptr, count: usize, dtype: DType },
+    AllToAllSingle {
+        output: Ptr,
+        input: Ptr,
+        count: usize,
+        dtype: DType,
+    },
     /// `input_counts[r]` elements go to rank r; `output_counts[r]` come from
     /// rank r; blocks are contiguous in rank order.
-    AllToAllVSingle { output: Ptr, output_counts: Vec<usize>, input: Ptr, input_counts: Vec<usize>, dtype: DType },
+    AllToAllVSingle {
+        output: Ptr,
+        output_counts: Vec<usize>,
+        input: Ptr,
+        input_counts: Vec<usize>,
+        dtype: DType,
+    },
     Barrier,
     /// `inputs` has one buffer per rank on `root`, and is empty elsewhere.
-    Scatter { output: Ptr, inputs: Vec<Ptr>, count: usize, dtype: DType, root: i32 },
+    Scatter {
+        output: Ptr,
+        inputs: Vec<Ptr>,
+        count: usize,
+        dtype: DType,
+        root: i32,
+    },
     /// `outputs` has one buffer per rank on `root`, and is empty elsewhere.
-    Gather { outputs: Vec<Ptr>, input: Ptr, count: usize, dtype: DType, root: i32 },
+    Gather {
+        outputs: Vec<Ptr>,
+        input: Ptr,
+        count: usize,
+        dtype: DType,
+        root: i32,
+    },
 }
 
 impl Op {
@@ -113,8 +202,12 @@ impl Op {
     pub fn signature(&self) -> Option<(Option<DType>, usize, i32)> {
         match self {
             Op::Send { .. } | Op::Recv { .. } | Op::Batch { .. } => None,
-            Op::Broadcast { count, dtype, root, .. } => Some((Some(*dtype), *count, *root)),
-            Op::Reduce { count, dtype, root, .. } => Some((Some(*dtype), *count, *root)),
+            Op::Broadcast {
+                count, dtype, root, ..
+            } => Some((Some(*dtype), *count, *root)),
+            Op::Reduce {
+                count, dtype, root, ..
+            } => Some((Some(*dtype), *count, *root)),
             Op::AllReduce { count, dtype, .. }
             | Op::AllGather { count, dtype, .. }
             | Op::AllGatherSingle { count, dtype, .. }
@@ -127,9 +220,12 @@ impl Op {
             }
             Op::AllToAllVSingle { dtype, .. } => Some((Some(*dtype), 0, -1)),
             Op::Barrier => Some((None, 0, -1)),
-            Op::Scatter { count, dtype, root, .. } | Op::Gather { count, dtype, root, .. } => {
-                Some((Some(*dtype), *count, *root))
+            Op::Scatter {
+                count, dtype, root, ..
             }
+            | Op::Gather {
+                count, dtype, root, ..
+            } => Some((Some(*dtype), *count, *root)),
         }
     }
 
@@ -138,7 +234,10 @@ impl Op {
     pub fn dtype(&self) -> Option<DType> {
         match self {
             Op::Send { dtype, .. } | Op::Recv { dtype, .. } => Some(*dtype),
-            Op::Batch { ops } => ops.first().map(|p| p.dtype).filter(|d| ops.iter().all(|p| p.dtype == *d)),
+            Op::Batch { ops } => ops
+                .first()
+                .map(|p| p.dtype)
+                .filter(|d| ops.iter().all(|p| p.dtype == *d)),
             _ => self.signature().and_then(|s| s.0),
         }
     }
@@ -173,7 +272,9 @@ impl Op {
         let n = size as usize;
         let peer_ok = |p: i32, arg: &str| -> Result<()> {
             if p < 0 || p >= size {
-                return Err(Error::invalid_argument(format!("argument '{arg}': rank {p} is outside [0, {size})")));
+                return Err(Error::invalid_argument(format!(
+                    "argument '{arg}': rank {p} is outside [0, {size})"
+                )));
             }
             Ok(())
         };
@@ -186,7 +287,10 @@ impl Op {
         };
         let list_ok = |l: &[Ptr], count: usize, dtype: DType, arg: &str| -> Result<()> {
             if l.len() != n {
-                return Err(Error::invalid_argument(format!("argument '{arg}': {} buffers for {n} ranks", l.len())));
+                return Err(Error::invalid_argument(format!(
+                    "argument '{arg}': {} buffers for {n} ranks",
+                    l.len()
+                )));
             }
             for (i, p) in l.iter().enumerate() {
                 buf_ok(*p, count, dtype, &format!("{arg}[{i}]"))?;
@@ -195,15 +299,24 @@ impl Op {
         };
         let counts_ok = |c: &[usize], dtype: DType, arg: &str| -> Result<usize> {
             if c.len() != n {
-                return Err(Error::invalid_argument(format!("argument '{arg}': {} counts for {n} ranks", c.len())));
+                return Err(Error::invalid_argument(format!(
+                    "argument '{arg}': {} counts for {n} ranks",
+                    c.len()
+                )));
             }
             let total = c.iter().try_fold(0usize, |a, b| a.checked_add(*b));
-            let total = total.ok_or_else(|| Error::invalid_argument(format!("argument '{arg}': counts overflow")))?;
+            let total = total.ok_or_else(|| {
+                Error::invalid_argument(format!("argument '{arg}': counts overflow"))
+            })?;
             dtype.bytes(total, arg)?;
             Ok(total)
         };
         let times_n = |count: usize, arg: &str| -> Result<usize> {
-            count.checked_mul(n).ok_or_else(|| Error::invalid_argument(format!("argument '{arg}': count {count} x {n} ranks overflows")))
+            count.checked_mul(n).ok_or_else(|| {
+                Error::invalid_argument(format!(
+                    "argument '{arg}': count {count} x {n} ranks overflows"
+                ))
+            })
         };
         if let Some(op) = self.reduce_op() {
             let dtype = match self.signature() {
@@ -213,7 +326,18 @@ impl Op {
             op.check_dtype(dtype)?;
         }
         match self {
-            Op::Send { buf, count, dtype, peer } | Op::Recv { buf, count, dtype, peer } => {
+            Op::Send {
+                buf,
+                count,
+                dtype,
+                peer,
+            }
+            | Op::Recv {
+                buf,
+                count,
+                dtype,
+                peer,
+            } => {
                 peer_ok(*peer, "peer")?;
                 buf_ok(*buf, *count, *dtype, "buf")
             }
@@ -224,54 +348,123 @@ impl Op {
                 }
                 Ok(())
             }
-            Op::Broadcast { buf, count, dtype, root } | Op::Reduce { buf, count, dtype, root, .. } => {
+            Op::Broadcast {
+                buf,
+                count,
+                dtype,
+                root,
+            }
+            | Op::Reduce {
+                buf,
+                count,
+                dtype,
+                root,
+                ..
+            } => {
                 peer_ok(*root, "root")?;
                 buf_ok(*buf, *count, *dtype, "buf")
             }
-            Op::AllReduce { buf, count, dtype, .. } => buf_ok(*buf, *count, *dtype, "buf"),
-            Op::AllGather { outputs, input, count, dtype } => {
+            Op::AllReduce {
+                buf, count, dtype, ..
+            } => buf_ok(*buf, *count, *dtype, "buf"),
+            Op::AllGather {
+                outputs,
+                input,
+                count,
+                dtype,
+            } => {
                 buf_ok(*input, *count, *dtype, "input")?;
                 list_ok(outputs, *count, *dtype, "outputs")
             }
-            Op::AllGatherSingle { output, input, count, dtype } => {
+            Op::AllGatherSingle {
+                output,
+                input,
+                count,
+                dtype,
+            } => {
                 buf_ok(*input, *count, *dtype, "input")?;
                 buf_ok(*output, times_n(*count, "count")?, *dtype, "output")
             }
-            Op::AllGatherV { output, input, counts, dtype } => {
+            Op::AllGatherV {
+                output,
+                input,
+                counts,
+                dtype,
+            } => {
                 let total = counts_ok(counts, *dtype, "counts")?;
                 buf_ok(*input, counts[rank as usize], *dtype, "input")?;
                 buf_ok(*output, total, *dtype, "output")
             }
-            Op::ReduceScatter { output, inputs, count, dtype, .. } => {
+            Op::ReduceScatter {
+                output,
+                inputs,
+                count,
+                dtype,
+                ..
+            } => {
                 buf_ok(*output, *count, *dtype, "output")?;
                 list_ok(inputs, *count, *dtype, "inputs")
             }
-            Op::ReduceScatterSingle { output, input, count, dtype, .. } => {
+            Op::ReduceScatterSingle {
+                output,
+                input,
+                count,
+                dtype,
+                ..
+            } => {
                 buf_ok(*output, *count, *dtype, "output")?;
                 buf_ok(*input, times_n(*count, "count")?, *dtype, "input")
             }
-            Op::ReduceScatterV { output, input, counts, dtype, .. } => {
+            Op::ReduceScatterV {
+                output,
+                input,
+                counts,
+                dtype,
+                ..
+            } => {
                 let total = counts_ok(counts, *dtype, "counts")?;
                 buf_ok(*output, counts[rank as usize], *dtype, "output")?;
                 buf_ok(*input, total, *dtype, "input")
             }
-            Op::AllToAll { outputs, inputs, count, dtype } => {
+            Op::AllToAll {
+                outputs,
+                inputs,
+                count,
+                dtype,
+            } => {
                 list_ok(outputs, *count, *dtype, "outputs")?;
                 list_ok(inputs, *count, *dtype, "inputs")
             }
-            Op::AllToAllSingle { output, input, count, dtype } => {
+            Op::AllToAllSingle {
+                output,
+                input,
+                count,
+                dtype,
+            } => {
                 let total = times_n(*count, "count")?;
                 buf_ok(*output, total, *dtype, "output")?;
                 buf_ok(*input, total, *dtype, "input")
             }
-            Op::AllToAllVSingle { output, output_counts, input, input_counts, dtype } => {
+            Op::AllToAllVSingle {
+                output,
+                output_counts,
+                input,
+                input_counts,
+                dtype,
+            } => {
                 let out_total = counts_ok(output_counts, *dtype, "output_counts")?;
                 let in_total = counts_ok(input_counts, *dtype, "input_counts")?;
                 buf_ok(*output, out_total, *dtype, "output")?;
                 buf_ok(*input, in_total, *dtype, "input")
             }
             Op::Barrier => Ok(()),
-            Op::Scatter { output, inputs, count, dtype, root } => {
+            Op::Scatter {
+                output,
+                inputs,
+                count,
+                dtype,
+                root,
+            } => {
                 peer_ok(*root, "root")?;
                 buf_ok(*output, *count, *dtype, "output")?;
                 if rank == *root {
@@ -279,7 +472,13 @@ impl Op {
                 }
                 Ok(())
             }
-            Op::Gather { outputs, input, count, dtype, root } => {
+            Op::Gather {
+                outputs,
+                input,
+                count,
+                dtype,
+                root,
+            } => {
                 peer_ok(*root, "root")?;
                 buf_ok(*input, *count, *dtype, "input")?;
                 if rank == *root {
@@ -304,7 +503,12 @@ pub struct OpOptions {
 
 impl Default for OpOptions {
     fn default() -> Self {
-        OpOptions { async_op: false, timeout: None, stream: std::ptr::null_mut(), hints: Vec::new() }
+        OpOptions {
+            async_op: false,
+            timeout: None,
+            stream: std::ptr::null_mut(),
+            hints: Vec::new(),
+        }
     }
 }
 
@@ -397,14 +601,28 @@ impl Comm {
         backends::check_name(backend_name)?;
         let cfg = config();
         let timeout = opts.timeout.unwrap_or(cfg.timeout);
-        let boot = crate::bootstrap::from_environment(opts.rank, opts.world_size, opts.store.clone(), timeout)?;
+        let boot = crate::bootstrap::from_environment(
+            opts.rank,
+            opts.world_size,
+            opts.store.clone(),
+            timeout,
+        )?;
         let name = opts
             .name
             .clone()
             .unwrap_or_else(|| format!("comm{}", GENERATED_NAMES.fetch_add(1, Ordering::Relaxed)));
-        Comm::with_store(backend_name, device, name, boot.rank, boot.world_size, boot.local_rank, boot.store, timeout, &opts, |init| {
-            backends::create(backend_name, init)
-        })
+        Comm::with_store(
+            backend_name,
+            device,
+            name,
+            boot.rank,
+            boot.world_size,
+            boot.local_rank,
+            boot.store,
+            timeout,
+            &opts,
+            |init| backends::create(backend_name, init),
+        )
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -421,10 +639,14 @@ impl Comm {
         make_backend: impl FnOnce(BackendInit) -> Result<Box<dyn Backend>>,
     ) -> Result<Arc<Comm>> {
         if name.is_empty() || name.contains('/') {
-            return Err(Error::invalid_argument(format!("comm name {name:?} must be non-empty and contain no '/'")));
+            return Err(Error::invalid_argument(format!(
+                "comm name {name:?} must be non-empty and contain no '/'"
+            )));
         }
         if size < 1 || rank < 0 || rank >= size {
-            return Err(Error::invalid_argument(format!("rank {rank} is outside a world of size {size}")));
+            return Err(Error::invalid_argument(format!(
+                "rank {rank} is outside a world of size {size}"
+            )));
         }
         // Each creation of a name gets its own key scope, so that a comm made
         // again under the same name (after a failure, say) never reads the
@@ -432,8 +654,10 @@ impl Comm {
         // incarnation k has counted before any rank can count for k + 1.
         let count = base_store.add(&format!("{name}/incarnations/{size}"), 1)?;
         let incarnation = (count - 1) / size as i64;
-        let store: StoreRef =
-            Arc::new(crate::store::prefix::PrefixStore::new(&format!("{name}/{size}.{incarnation}"), base_store.clone()));
+        let store: StoreRef = Arc::new(crate::store::prefix::PrefixStore::new(
+            &format!("{name}/{size}.{incarnation}"),
+            base_store.clone(),
+        ));
         let init = BackendInit {
             rank,
             size,
@@ -546,7 +770,10 @@ impl Comm {
     pub fn check_active(&self) -> Result<()> {
         match &*lock(&self.state) {
             State::Active => Ok(()),
-            State::Finalized => Err(Error::invalid_usage(format!("comm '{}' was finalized", self.name))),
+            State::Finalized => Err(Error::invalid_usage(format!(
+                "comm '{}' was finalized",
+                self.name
+            ))),
             State::Aborted(e) => Err(Error::new(
                 ErrorKind::Aborted,
                 format!("comm '{}' was aborted: {}", self.name, e.message),
@@ -566,7 +793,8 @@ impl Comm {
     /// operation completed (host) or was enqueued on the stream (device).
     pub fn submit(&self, mut op: Op, opts: &OpOptions) -> Result<Arc<dyn Work>> {
         self.check_active()?;
-        op.validate(self.rank, self.size).map_err(|e| e.context(op.name()))?;
+        op.validate(self.rank, self.size)
+            .map_err(|e| e.context(op.name()))?;
         self.backend.check(&op).map_err(|e| e.context(op.name()))?;
         let timeout = opts.timeout.unwrap_or(self.timeout);
         let refused = |e: Error| {
@@ -584,19 +812,28 @@ impl Comm {
             return Ok(work);
         }
         // CUDA buffers on a host backend run on pinned copies, synchronously.
-        let staged = match crate::backends::staging::stage_in(&mut op, self.rank, self.size, opts.stream) {
-            Ok(staged) => staged,
-            Err(e) => {
-                self.recorder.record(&op, opts.async_op, Err(e.kind));
-                return Err(e);
-            }
-        };
+        let staged =
+            match crate::backends::staging::stage_in(&mut op, self.rank, self.size, opts.stream) {
+                Ok(staged) => staged,
+                Err(e) => {
+                    self.recorder.record(&op, opts.async_op, Err(e.kind));
+                    return Err(e);
+                }
+            };
         let blocking = !opts.async_op || staged.is_some();
-        let work = Arc::new(HostWork::new(op.name(), self.label.clone(), timeout + WATCHDOG_GRACE));
+        let work = Arc::new(HostWork::new(
+            op.name(),
+            self.label.clone(),
+            timeout + WATCHDOG_GRACE,
+        ));
         let handle: Arc<dyn Work> = work.clone();
         self.recorder.record(&op, opts.async_op, Ok(&handle));
         lock(&self.outstanding).push(handle);
-        let job = Job { op, timeout, work: work.clone() };
+        let job = Job {
+            op,
+            timeout,
+            work: work.clone(),
+        };
         {
             let mut q = lock(&self.queue);
             if q.stop {
@@ -642,7 +879,10 @@ impl Comm {
                     if q.stop {
                         return;
                     }
-                    q = self.queue_changed.wait(q).unwrap_or_else(|e| e.into_inner());
+                    q = self
+                        .queue_changed
+                        .wait(q)
+                        .unwrap_or_else(|e| e.into_inner());
                 }
             };
             self.execute(job);
@@ -670,7 +910,10 @@ impl Comm {
         loop {
             {
                 let q = lock(&self.queue);
-                let (q, _) = self.queue_changed.wait_timeout(q, WATCHDOG_PERIOD).unwrap_or_else(|e| e.into_inner());
+                let (q, _) = self
+                    .queue_changed
+                    .wait_timeout(q, WATCHDOG_PERIOD)
+                    .unwrap_or_else(|e| e.into_inner());
                 if q.stop {
                     return;
                 }
@@ -697,7 +940,10 @@ impl Comm {
         // collectives) leave the connections healthy: fail only that call.
         if matches!(
             err.kind,
-            ErrorKind::Aborted | ErrorKind::InvalidUsage | ErrorKind::InvalidArgument | ErrorKind::Unsupported
+            ErrorKind::Aborted
+                | ErrorKind::InvalidUsage
+                | ErrorKind::InvalidArgument
+                | ErrorKind::Unsupported
         ) {
             return;
         }
@@ -722,7 +968,10 @@ impl Comm {
         crate::log_warn!("comm '{}' aborted: {}\n{recent}", self.name, err.message);
         self.run_abort_hook(&err);
         self.backend.abort();
-        self.abort_windows(&Error::new(ErrorKind::Aborted, format!("comm '{}' was aborted: {}", self.name, err.message)));
+        self.abort_windows(&Error::new(
+            ErrorKind::Aborted,
+            format!("comm '{}' was aborted: {}", self.name, err.message),
+        ));
     }
 
     /// Stops the threads; queued operations that never ran fail with `err`.
@@ -750,7 +999,12 @@ impl Comm {
     /// an asynchronous call of a live window failed.
     pub fn finalize(&self) -> Result<()> {
         match &*lock(&self.state) {
-            State::Finalized => return Err(Error::invalid_usage(format!("comm '{}' was already finalized", self.name))),
+            State::Finalized => {
+                return Err(Error::invalid_usage(format!(
+                    "comm '{}' was already finalized",
+                    self.name
+                )))
+            }
             State::Aborted(_) | State::Active => {}
         }
         // Windows first (their lanes run by themselves and never call back
@@ -764,7 +1018,10 @@ impl Comm {
         {
             let mut q = lock(&self.queue);
             while !q.jobs.is_empty() || q.running > 0 {
-                q = self.queue_changed.wait(q).unwrap_or_else(|e| e.into_inner());
+                q = self
+                    .queue_changed
+                    .wait(q)
+                    .unwrap_or_else(|e| e.into_inner());
             }
         }
         for w in lock(&self.outstanding).drain(..).collect::<Vec<_>>() {
@@ -772,16 +1029,31 @@ impl Comm {
         }
         let aborted = self.async_error();
         *lock(&self.state) = State::Finalized;
-        self.shutdown(Error::invalid_usage(format!("comm '{}' was finalized", self.name)));
+        self.shutdown(Error::invalid_usage(format!(
+            "comm '{}' was finalized",
+            self.name
+        )));
         let backend_result = self.backend.finalize();
         if let Some(e) = aborted {
-            return Err(Error::new(ErrorKind::Aborted, format!("comm '{}' was aborted: {}", self.name, e.message)));
+            return Err(Error::new(
+                ErrorKind::Aborted,
+                format!("comm '{}' was aborted: {}", self.name, e.message),
+            ));
         }
         if let Some(e) = lock(&self.first_failure).take() {
-            return Err(Error::new(e.kind, format!("an operation of comm '{}' failed: {}", self.name, e.message)));
+            return Err(Error::new(
+                e.kind,
+                format!("an operation of comm '{}' failed: {}", self.name, e.message),
+            ));
         }
         if let Some(e) = window_failure {
-            return Err(Error::new(e.kind, format!("an asynchronous window call of comm '{}' failed: {}", self.name, e.message)));
+            return Err(Error::new(
+                e.kind,
+                format!(
+                    "an asynchronous window call of comm '{}' failed: {}",
+                    self.name, e.message
+                ),
+            ));
         }
         backend_result
     }
@@ -801,8 +1073,14 @@ impl Comm {
             self.run_abort_hook(&err);
         }
         self.backend.abort();
-        self.abort_windows(&Error::new(ErrorKind::Aborted, format!("comm '{}' was aborted by the application", self.name)));
-        self.shutdown(Error::new(ErrorKind::Aborted, format!("comm '{}' was aborted", self.name)));
+        self.abort_windows(&Error::new(
+            ErrorKind::Aborted,
+            format!("comm '{}' was aborted by the application", self.name),
+        ));
+        self.shutdown(Error::new(
+            ErrorKind::Aborted,
+            format!("comm '{}' was aborted", self.name),
+        ));
     }
 
     /// Moves an active comm to aborted with `err`; false if it was not
@@ -841,38 +1119,56 @@ impl Comm {
     pub fn release(&self) {
         lock(&self.abort_hook).take();
         if !matches!(*lock(&self.state), State::Finalized) {
-            crate::log_warn!("comm '{}' destroyed without tc_comm_finalize; aborting it", self.name);
+            crate::log_warn!(
+                "comm '{}' destroyed without tc_comm_finalize; aborting it",
+                self.name
+            );
             self.abort();
         }
     }
 
     /// The backend's answer, with the comm and backend named.
     fn backend_context(&self, e: Error) -> Error {
-        e.context(format!("comm '{}' ({} backend)", self.name, self.backend_name))
+        e.context(format!(
+            "comm '{}' ({} backend)",
+            self.name, self.backend_name
+        ))
     }
 
     /// Registers memory with the backend (`tc_comm_register`); the comm must
     /// be active.
-    pub fn register_memory(&self, buf: *mut std::ffi::c_void, bytes: usize) -> Result<*mut std::ffi::c_void> {
+    pub fn register_memory(
+        &self,
+        buf: *mut std::ffi::c_void,
+        bytes: usize,
+    ) -> Result<*mut std::ffi::c_void> {
         self.check_active()?;
-        self.backend.register(buf, bytes).map_err(|e| self.backend_context(e))
+        self.backend
+            .register(buf, bytes)
+            .map_err(|e| self.backend_context(e))
     }
 
     /// Releases a registration; also after finalize or abort.
     pub fn deregister_memory(&self, handle: *mut std::ffi::c_void) -> Result<()> {
-        self.backend.deregister(handle).map_err(|e| self.backend_context(e))
+        self.backend
+            .deregister(handle)
+            .map_err(|e| self.backend_context(e))
     }
 
     /// Allocates memory from the backend (`tc_mem_alloc`); the comm must be
     /// active.
     pub fn alloc_memory(&self, bytes: usize) -> Result<*mut std::ffi::c_void> {
         self.check_active()?;
-        self.backend.mem_alloc(bytes).map_err(|e| self.backend_context(e))
+        self.backend
+            .mem_alloc(bytes)
+            .map_err(|e| self.backend_context(e))
     }
 
     /// Frees memory from [`Comm::alloc_memory`]; also after finalize or abort.
     pub fn free_memory(&self, ptr: *mut std::ffi::c_void) -> Result<()> {
-        self.backend.mem_free(ptr).map_err(|e| self.backend_context(e))
+        self.backend
+            .mem_free(ptr)
+            .map_err(|e| self.backend_context(e))
     }
 
     /// Collective over this comm: every rank calls it with the same `ranks`.
@@ -882,16 +1178,25 @@ impl Comm {
         let mut seen = std::collections::HashSet::new();
         for (i, r) in ranks.iter().enumerate() {
             if *r < 0 || *r >= self.size {
-                return Err(Error::invalid_argument(format!("argument 'ranks[{i}]': rank {r} is outside [0, {})", self.size)));
+                return Err(Error::invalid_argument(format!(
+                    "argument 'ranks[{i}]': rank {r} is outside [0, {})",
+                    self.size
+                )));
             }
             if !seen.insert(*r) {
-                return Err(Error::invalid_argument(format!("argument 'ranks[{i}]': rank {r} appears twice")));
+                return Err(Error::invalid_argument(format!(
+                    "argument 'ranks[{i}]': rank {r} appears twice"
+                )));
             }
         }
         let native = self.backend.splits_natively();
         if ranks.is_empty() {
             // Opting out still takes part in a native (collective) split.
-            return if native { self.backend.split(None).map(|_| None) } else { Ok(None) };
+            return if native {
+                self.backend.split(None).map(|_| None)
+            } else {
+                Ok(None)
+            };
         }
         let Some(new_rank) = ranks.iter().position(|r| *r == self.rank) else {
             return Err(Error::invalid_argument(format!(
@@ -899,7 +1204,10 @@ impl Comm {
                 self.rank
             )));
         };
-        let child_store: StoreRef = Arc::new(crate::store::prefix::PrefixStore::new(&format!("{}/split", self.name), self.base_store.clone()));
+        let child_store: StoreRef = Arc::new(crate::store::prefix::PrefixStore::new(
+            &format!("{}/split", self.name),
+            self.base_store.clone(),
+        ));
         let child_opts = CommOptions {
             timeout: opts.timeout.or(Some(self.timeout)),
             abort_on_error: opts.abort_on_error.or(Some(self.abort_on_error)),
@@ -919,7 +1227,8 @@ impl Comm {
             |init| {
                 if native {
                     let child = self.backend.split(Some((color, new_rank as i32, init)))?;
-                    child.ok_or_else(|| Error::internal("the backend's split gave a member no comm"))
+                    child
+                        .ok_or_else(|| Error::internal("the backend's split gave a member no comm"))
                 } else {
                     backends::create(&self.backend_name, init)
                 }
@@ -955,6 +1264,10 @@ mod tests {
         assert!(colors.iter().all(|c| *c >= 0), "{colors:?}");
         let distinct: std::collections::HashSet<i32> = colors.iter().copied().collect();
         assert_eq!(distinct.len(), lists.len(), "{colors:?}");
-        assert_eq!(split_color(&[0, 2, 4, 6]), colors[4], "same list, same color");
+        assert_eq!(
+            split_color(&[0, 2, 4, 6]),
+            colors[4],
+            "same list, same color"
+        );
     }
 }

@@ -47,25 +47,32 @@ fn load_config_at_startup() {
 }
 
 pub fn config() -> &'static Config {
-    CONFIG.get_or_init(|| Config::from_lookup(|k| std::env::var(k).ok(), &mut |m| emit(Level::Warn, m)))
+    CONFIG.get_or_init(|| {
+        Config::from_lookup(|k| std::env::var(k).ok(), &mut |m| emit(Level::Warn, m))
+    })
 }
 
 impl Config {
     /// Parses settings through `lookup`; bad values are reported through
     /// `warn` and replaced by the default.
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>, warn: &mut dyn FnMut(&str)) -> Config {
+    pub fn from_lookup(
+        lookup: impl Fn(&str) -> Option<String>,
+        warn: &mut dyn FnMut(&str),
+    ) -> Config {
         let log_level = match lookup("TORCHCOMM_DEBUG").map(|v| v.trim().to_ascii_uppercase()) {
             None => Level::Warn,
-            Some(v) => match v.as_str() {
-                "" | "WARN" => Level::Warn,
-                "NONE" => Level::None,
-                "INFO" => Level::Info,
-                "TRACE" => Level::Trace,
-                _ => {
-                    warn(&format!("TORCHCOMM_DEBUG={v:?} is not one of NONE, WARN, INFO, TRACE; using WARN"));
-                    Level::Warn
+            Some(v) => {
+                match v.as_str() {
+                    "" | "WARN" => Level::Warn,
+                    "NONE" => Level::None,
+                    "INFO" => Level::Info,
+                    "TRACE" => Level::Trace,
+                    _ => {
+                        warn(&format!("TORCHCOMM_DEBUG={v:?} is not one of NONE, WARN, INFO, TRACE; using WARN"));
+                        Level::Warn
+                    }
                 }
-            },
+            }
         };
         let timeout = match lookup("TORCHCOMM_TIMEOUT_SECONDS") {
             None => DEFAULT_TIMEOUT,
@@ -80,9 +87,18 @@ impl Config {
                 }
             },
         };
-        let abort_on_error = parse_bool(lookup("TORCHCOMM_ABORT_ON_ERROR"), "TORCHCOMM_ABORT_ON_ERROR", true, warn);
-        let check_collectives =
-            parse_bool(lookup("TORCHCOMM_CHECK_COLLECTIVES"), "TORCHCOMM_CHECK_COLLECTIVES", false, warn);
+        let abort_on_error = parse_bool(
+            lookup("TORCHCOMM_ABORT_ON_ERROR"),
+            "TORCHCOMM_ABORT_ON_ERROR",
+            true,
+            warn,
+        );
+        let check_collectives = parse_bool(
+            lookup("TORCHCOMM_CHECK_COLLECTIVES"),
+            "TORCHCOMM_CHECK_COLLECTIVES",
+            false,
+            warn,
+        );
         let flight_recorder = match lookup("TORCHCOMM_FLIGHT_RECORDER") {
             None => crate::recorder::DEFAULT_ENTRIES,
             Some(v) => match v.trim().parse::<usize>() {
@@ -96,18 +112,32 @@ impl Config {
                 }
             },
         };
-        Config { timeout, abort_on_error, log_level, check_collectives, flight_recorder }
+        Config {
+            timeout,
+            abort_on_error,
+            log_level,
+            check_collectives,
+            flight_recorder,
+        }
     }
 }
 
-fn parse_bool(value: Option<String>, name: &str, default: bool, warn: &mut dyn FnMut(&str)) -> bool {
+fn parse_bool(
+    value: Option<String>,
+    name: &str,
+    default: bool,
+    warn: &mut dyn FnMut(&str),
+) -> bool {
     match value.as_deref().map(|v| v.trim().to_ascii_lowercase()) {
         None => default,
         Some(v) => match v.as_str() {
             "1" | "true" | "yes" | "on" => true,
             "0" | "false" | "no" | "off" => false,
             _ => {
-                warn(&format!("{name}={v:?} is not a boolean (0/1, true/false); using {}", default as i32));
+                warn(&format!(
+                    "{name}={v:?} is not a boolean (0/1, true/false); using {}",
+                    default as i32
+                ));
                 default
             }
         },
@@ -137,7 +167,10 @@ pub fn set_log_rank(rank: i32) {
 
 pub fn set_log_callback(callback: Option<LogCallback>, user_data: *mut c_void) {
     let mut sink = SINK.write().unwrap_or_else(|e| e.into_inner());
-    *sink = callback.map(|callback| Sink { callback, user_data });
+    *sink = callback.map(|callback| Sink {
+        callback,
+        user_data,
+    });
 }
 
 pub fn enabled(level: Level) -> bool {
@@ -203,7 +236,11 @@ mod tests {
     fn parse(vars: &[(&str, &str)]) -> (Config, Vec<String>) {
         let mut warnings = Vec::new();
         let c = Config::from_lookup(
-            |k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()),
+            |k| {
+                vars.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            },
             &mut |m| warnings.push(m.to_string()),
         );
         (c, warnings)
@@ -262,7 +299,9 @@ mod callback_tests {
     static LINES: Mutex<Vec<(i32, String)>> = Mutex::new(Vec::new());
 
     extern "C" fn collect(level: i32, message: *const c_char, _user: *mut c_void) {
-        let text = unsafe { std::ffi::CStr::from_ptr(message) }.to_string_lossy().into_owned();
+        let text = unsafe { std::ffi::CStr::from_ptr(message) }
+            .to_string_lossy()
+            .into_owned();
         LINES.lock().unwrap().push((level, text));
     }
 
@@ -272,9 +311,15 @@ mod callback_tests {
         crate::log_warn!("hello from the test {}", 7);
         set_log_callback(None, std::ptr::null_mut());
         let lines = LINES.lock().unwrap();
-        let (level, line) = lines.iter().find(|(_, l)| l.contains("hello from the test 7")).expect("no line");
+        let (level, line) = lines
+            .iter()
+            .find(|(_, l)| l.contains("hello from the test 7"))
+            .expect("no line");
         assert_eq!(*level, Level::Warn as i32);
         let pid = format!(":{}:", std::process::id());
-        assert!(line.contains(&pid) && line.contains("[torchcomm] WARN"), "{line}");
+        assert!(
+            line.contains(&pid) && line.contains("[torchcomm] WARN"),
+            "{line}"
+        );
     }
 }

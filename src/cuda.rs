@@ -166,11 +166,16 @@ pub fn check(r: CuResult, what: &str) -> Result<()> {
         return Ok(());
     }
     let kind = match r {
-        CUDA_ERROR_NO_DEVICE | CUDA_ERROR_SYSTEM_DRIVER_MISMATCH | CUDA_ERROR_STUB_LIBRARY => ErrorKind::Unavailable,
+        CUDA_ERROR_NO_DEVICE | CUDA_ERROR_SYSTEM_DRIVER_MISMATCH | CUDA_ERROR_STUB_LIBRARY => {
+            ErrorKind::Unavailable
+        }
         CUDA_ERROR_INVALID_DEVICE => ErrorKind::InvalidArgument,
         _ => ErrorKind::Cuda,
     };
-    Err(Error::new(kind, format!("{what} failed: {}", error_name(r))))
+    Err(Error::new(
+        kind,
+        format!("{what} failed: {}", error_name(r)),
+    ))
 }
 
 /// The driver library: `libcuda.so.1` first, the soname under which the
@@ -182,7 +187,8 @@ pub fn check(r: CuResult, what: &str) -> Result<()> {
 fn driver_library() -> Option<&'static libloading::Library> {
     static OWN: OnceLock<Option<libloading::Library>> = OnceLock::new();
     // SAFETY: loading the driver runs only its initializers.
-    if let Some(lib) = OWN.get_or_init(|| unsafe { libloading::Library::new("libcuda.so.1") }.ok()) {
+    if let Some(lib) = OWN.get_or_init(|| unsafe { libloading::Library::new("libcuda.so.1") }.ok())
+    {
         return Some(lib);
     }
     // SAFETY: probing with dlopen; nothing is called yet.
@@ -247,9 +253,15 @@ impl Device {
         available()?;
         let mut dev: CUdevice = 0;
         // SAFETY: valid out-pointers; the library is loaded.
-        check(unsafe { drv::cuDeviceGet(&mut dev, ordinal) }, &format!("cuDeviceGet({ordinal})"))?;
+        check(
+            unsafe { drv::cuDeviceGet(&mut dev, ordinal) },
+            &format!("cuDeviceGet({ordinal})"),
+        )?;
         let mut ctx: CUcontext = std::ptr::null_mut();
-        check(unsafe { drv::cuDevicePrimaryCtxRetain(&mut ctx, dev) }, "cuDevicePrimaryCtxRetain")?;
+        check(
+            unsafe { drv::cuDevicePrimaryCtxRetain(&mut ctx, dev) },
+            "cuDevicePrimaryCtxRetain",
+        )?;
         Ok(Arc::new(Device { ordinal, dev, ctx }))
     }
 
@@ -264,7 +276,10 @@ impl Device {
             return Ok(CtxGuard { pushed: false });
         }
         // SAFETY: the context is retained for as long as `self` lives.
-        check(unsafe { drv::cuCtxPushCurrent_v2(self.ctx) }, "cuCtxPushCurrent")?;
+        check(
+            unsafe { drv::cuCtxPushCurrent_v2(self.ctx) },
+            "cuCtxPushCurrent",
+        )?;
         Ok(CtxGuard { pushed: true })
     }
 
@@ -280,7 +295,10 @@ impl Device {
         let _g = self.scoped()?;
         let (mut least, mut greatest) = (0, 0);
         // SAFETY: valid out-pointers, context current.
-        check(unsafe { drv::cuCtxGetStreamPriorityRange(&mut least, &mut greatest) }, "cuCtxGetStreamPriorityRange")?;
+        check(
+            unsafe { drv::cuCtxGetStreamPriorityRange(&mut least, &mut greatest) },
+            "cuCtxGetStreamPriorityRange",
+        )?;
         Ok((least, greatest))
     }
 }
@@ -324,8 +342,14 @@ impl Stream {
         let mut raw: CUstream = std::ptr::null_mut();
         let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
         // SAFETY: valid out-pointer, context current.
-        check(unsafe { drv::cuStreamCreateWithPriority(&mut raw, flags, priority) }, "cuStreamCreateWithPriority")?;
-        Ok(Stream { raw, device: device.clone() })
+        check(
+            unsafe { drv::cuStreamCreateWithPriority(&mut raw, flags, priority) },
+            "cuStreamCreateWithPriority",
+        )?;
+        Ok(Stream {
+            raw,
+            device: device.clone(),
+        })
     }
 
     pub fn raw(&self) -> CUstream {
@@ -346,7 +370,10 @@ impl Drop for Stream {
 /// without blocking the host.
 pub fn stream_wait_event(stream: CUstream, event: &Event) -> Result<()> {
     // SAFETY: the event is alive; the stream is the caller's responsibility.
-    check(unsafe { drv::cuStreamWaitEvent(stream, event.raw, 0) }, "cuStreamWaitEvent")
+    check(
+        unsafe { drv::cuStreamWaitEvent(stream, event.raw, 0) },
+        "cuStreamWaitEvent",
+    )
 }
 
 /// Capture state of a stream (CUDA graphs).
@@ -362,10 +389,15 @@ pub enum Capture {
 pub fn capture_status(stream: CUstream) -> Result<Capture> {
     let mut st: u32 = 0;
     // SAFETY: valid out-pointer (the status enum is int-sized).
-    check(unsafe { drv::cuStreamIsCapturing(stream, &mut st) }, "cuStreamIsCapturing")?;
+    check(
+        unsafe { drv::cuStreamIsCapturing(stream, &mut st) },
+        "cuStreamIsCapturing",
+    )?;
     Ok(match st {
         x if x == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE as u32 => Capture::None,
-        x if x == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE as u32 => Capture::Active,
+        x if x == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE as u32 => {
+            Capture::Active
+        }
         // INVALIDATED, or a status newer than the bindings: not usable.
         _ => Capture::Invalidated,
     })
@@ -385,7 +417,13 @@ pub fn memory_type(ptr: *const c_void) -> Result<MemoryType> {
     let mut t: u32 = 0;
     let attr = sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
     // SAFETY: the attribute is a 32-bit value; `ptr` is only inspected.
-    let r = unsafe { drv::cuPointerGetAttribute(&mut t as *mut u32 as *mut c_void, attr as u32, ptr as sys::CUdeviceptr) };
+    let r = unsafe {
+        drv::cuPointerGetAttribute(
+            &mut t as *mut u32 as *mut c_void,
+            attr as u32,
+            ptr as sys::CUdeviceptr,
+        )
+    };
     if r == CUDA_ERROR_INVALID_VALUE {
         return Ok(MemoryType::Host); // memory CUDA never saw
     }
@@ -405,7 +443,13 @@ pub fn device_accessible(ptr: *const c_void) -> Result<bool> {
     let mut t: u32 = 0;
     let attr = sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
     // SAFETY: the attribute is a 32-bit value; `ptr` is only inspected.
-    let r = unsafe { drv::cuPointerGetAttribute(&mut t as *mut u32 as *mut c_void, attr as u32, ptr as sys::CUdeviceptr) };
+    let r = unsafe {
+        drv::cuPointerGetAttribute(
+            &mut t as *mut u32 as *mut c_void,
+            attr as u32,
+            ptr as sys::CUdeviceptr,
+        )
+    };
     if r == CUDA_ERROR_INVALID_VALUE {
         return Ok(false);
     }
@@ -413,14 +457,26 @@ pub fn device_accessible(ptr: *const c_void) -> Result<bool> {
 }
 
 /// Device-to-device (or any unified-address) copy of `bytes` on `stream`.
-pub fn memcpy_async(dst: *mut c_void, src: *const c_void, bytes: usize, stream: CUstream) -> Result<()> {
+pub fn memcpy_async(
+    dst: *mut c_void,
+    src: *const c_void,
+    bytes: usize,
+    stream: CUstream,
+) -> Result<()> {
     if bytes == 0 || std::ptr::eq(dst as *const c_void, src) {
         return Ok(());
     }
     // SAFETY: the caller guarantees both ranges are valid until the stream
     // reaches the copy.
     check(
-        unsafe { drv::cuMemcpyAsync(dst as sys::CUdeviceptr, src as sys::CUdeviceptr, bytes, stream) },
+        unsafe {
+            drv::cuMemcpyAsync(
+                dst as sys::CUdeviceptr,
+                src as sys::CUdeviceptr,
+                bytes,
+                stream,
+            )
+        },
         "cuMemcpyAsync",
     )
 }
@@ -441,10 +497,20 @@ impl DeviceBuffer {
         let _g = device.scoped()?;
         let mut ptr: sys::CUdeviceptr = 0;
         // SAFETY: valid out-pointer, context current.
-        check(unsafe { drv::cuMemAlloc_v2(&mut ptr, bytes.max(1)) }, "cuMemAlloc")?;
-        let buf = DeviceBuffer { ptr, bytes, device: device.clone() };
+        check(
+            unsafe { drv::cuMemAlloc_v2(&mut ptr, bytes.max(1)) },
+            "cuMemAlloc",
+        )?;
+        let buf = DeviceBuffer {
+            ptr,
+            bytes,
+            device: device.clone(),
+        };
         // SAFETY: `ptr` holds at least `bytes` bytes.
-        check(unsafe { drv::cuMemsetD8_v2(ptr, 0, bytes.max(1)) }, "cuMemsetD8")?;
+        check(
+            unsafe { drv::cuMemsetD8_v2(ptr, 0, bytes.max(1)) },
+            "cuMemsetD8",
+        )?;
         // cuMemsetD8 may return before the device ran it, on the legacy
         // stream, which the non-blocking streams that use this buffer do not
         // wait for: wait here so that "zeroed" holds on every stream.
@@ -460,8 +526,15 @@ impl DeviceBuffer {
         let _g = device.scoped()?;
         let mut ptr: sys::CUdeviceptr = 0;
         // SAFETY: valid out-pointer, context current.
-        check(with_relaxed_capture_mode(|| unsafe { drv::cuMemAlloc_v2(&mut ptr, bytes.max(1)) }), "cuMemAlloc")?;
-        Ok(DeviceBuffer { ptr, bytes, device: device.clone() })
+        check(
+            with_relaxed_capture_mode(|| unsafe { drv::cuMemAlloc_v2(&mut ptr, bytes.max(1)) }),
+            "cuMemAlloc",
+        )?;
+        Ok(DeviceBuffer {
+            ptr,
+            bytes,
+            device: device.clone(),
+        })
     }
     pub fn ptr(&self) -> *mut c_void {
         self.ptr as *mut c_void
@@ -490,7 +563,10 @@ pub fn device_alloc(bytes: usize) -> Result<*mut c_void> {
 /// Frees memory from [`device_alloc`].
 pub fn device_free(ptr: *mut c_void) -> Result<()> {
     // SAFETY: the caller passes a pointer from `device_alloc`, once.
-    check(unsafe { drv::cuMemFree_v2(ptr as sys::CUdeviceptr) }, "cuMemFree")
+    check(
+        unsafe { drv::cuMemFree_v2(ptr as sys::CUdeviceptr) },
+        "cuMemFree",
+    )
 }
 
 /// Page-locked host memory, freed on drop.
@@ -508,8 +584,15 @@ impl PinnedBuffer {
         let _g = device.scoped()?;
         let mut ptr: *mut c_void = std::ptr::null_mut();
         // SAFETY: valid out-pointer, context current; flags 0 = portable off.
-        check(unsafe { drv::cuMemHostAlloc(&mut ptr, bytes.max(1), 0) }, "cuMemHostAlloc")?;
-        Ok(PinnedBuffer { ptr, bytes, device: device.clone() })
+        check(
+            unsafe { drv::cuMemHostAlloc(&mut ptr, bytes.max(1), 0) },
+            "cuMemHostAlloc",
+        )?;
+        Ok(PinnedBuffer {
+            ptr,
+            bytes,
+            device: device.clone(),
+        })
     }
     pub fn ptr(&self) -> *mut c_void {
         self.ptr
@@ -532,7 +615,10 @@ pub type HostFn = unsafe extern "C" fn(user_data: *mut c_void);
 /// `f` must not call CUDA.
 pub fn launch_host_func(stream: CUstream, f: HostFn, user_data: *mut c_void) -> Result<()> {
     // SAFETY: the caller keeps `user_data` valid until `f` ran.
-    check(unsafe { drv::cuLaunchHostFunc(stream, Some(f), user_data) }, "cuLaunchHostFunc")
+    check(
+        unsafe { drv::cuLaunchHostFunc(stream, Some(f), user_data) },
+        "cuLaunchHostFunc",
+    )
 }
 
 /// Events created with timing disabled, reused across operations so that
@@ -544,7 +630,10 @@ pub struct EventPool {
 
 impl EventPool {
     pub fn new(device: &Arc<Device>) -> Arc<EventPool> {
-        Arc::new(EventPool { device: device.clone(), free: Mutex::new(Vec::new()) })
+        Arc::new(EventPool {
+            device: device.clone(),
+            free: Mutex::new(Vec::new()),
+        })
     }
 
     pub fn device(&self) -> &Arc<Device> {
@@ -561,11 +650,17 @@ impl EventPool {
                 let mut raw: CUevent = std::ptr::null_mut();
                 let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
                 // SAFETY: valid out-pointer.
-                check(unsafe { drv::cuEventCreate(&mut raw, flags) }, "cuEventCreate")?;
+                check(
+                    unsafe { drv::cuEventCreate(&mut raw, flags) },
+                    "cuEventCreate",
+                )?;
                 raw
             }
         };
-        Ok(Event { raw, pool: self.clone() })
+        Ok(Event {
+            raw,
+            pool: self.clone(),
+        })
     }
 }
 
@@ -593,7 +688,10 @@ unsafe impl Sync for Event {}
 impl Event {
     pub fn record(&self, stream: CUstream) -> Result<()> {
         // SAFETY: the event is alive; the stream is the caller's.
-        check(unsafe { drv::cuEventRecord(self.raw, stream) }, "cuEventRecord")
+        check(
+            unsafe { drv::cuEventRecord(self.raw, stream) },
+            "cuEventRecord",
+        )
     }
 
     /// True once all work captured by the latest record completed (or the
@@ -623,7 +721,10 @@ impl Event {
     /// global-mode capture).
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: the event is alive.
-        check(with_relaxed_capture_mode(|| unsafe { drv::cuEventSynchronize(self.raw) }), "cuEventSynchronize")
+        check(
+            with_relaxed_capture_mode(|| unsafe { drv::cuEventSynchronize(self.raw) }),
+            "cuEventSynchronize",
+        )
     }
 
     pub fn raw(&self) -> CUevent {
@@ -638,7 +739,11 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
-        self.pool.free.lock().unwrap_or_else(|e| e.into_inner()).push(self.raw as usize);
+        self.pool
+            .free
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(self.raw as usize);
     }
 }
 
@@ -659,7 +764,10 @@ fn with_relaxed_capture_mode<T>(f: impl FnOnce() -> T) -> T {
 /// Blocks the host until everything enqueued on `stream` so far completed.
 pub fn stream_synchronize(stream: CUstream) -> Result<()> {
     // SAFETY: the stream is the caller's responsibility.
-    check(unsafe { drv::cuStreamSynchronize(stream) }, "cuStreamSynchronize")
+    check(
+        unsafe { drv::cuStreamSynchronize(stream) },
+        "cuStreamSynchronize",
+    )
 }
 
 /// Copy of `src` (host memory) into device memory at `dst`, complete on the
@@ -670,7 +778,13 @@ pub fn copy_to_device(dst: *mut c_void, src: &[u8]) -> Result<()> {
     }
     // SAFETY: the caller guarantees `dst` holds `src.len()` bytes.
     check(
-        unsafe { drv::cuMemcpyHtoD_v2(dst as sys::CUdeviceptr, src.as_ptr() as *const c_void, src.len()) },
+        unsafe {
+            drv::cuMemcpyHtoD_v2(
+                dst as sys::CUdeviceptr,
+                src.as_ptr() as *const c_void,
+                src.len(),
+            )
+        },
         "cuMemcpyHtoD",
     )?;
     // From pageable memory cuMemcpyHtoD may return once the data is staged,
@@ -688,7 +802,13 @@ pub fn copy_to_host(dst: &mut [u8], src: *const c_void) -> Result<()> {
     }
     // SAFETY: the caller guarantees `src` holds `dst.len()` bytes.
     check(
-        unsafe { drv::cuMemcpyDtoH_v2(dst.as_mut_ptr() as *mut c_void, src as sys::CUdeviceptr, dst.len()) },
+        unsafe {
+            drv::cuMemcpyDtoH_v2(
+                dst.as_mut_ptr() as *mut c_void,
+                src as sys::CUdeviceptr,
+                dst.len(),
+            )
+        },
         "cuMemcpyDtoH",
     )
 }
@@ -709,18 +829,30 @@ impl TimingEvent {
         let mut raw: CUevent = std::ptr::null_mut();
         let flags = sys::CUevent_flags::CU_EVENT_DEFAULT as u32;
         // SAFETY: valid out-pointer, context current.
-        check(unsafe { drv::cuEventCreate(&mut raw, flags) }, "cuEventCreate")?;
-        Ok(TimingEvent { raw, device: device.clone() })
+        check(
+            unsafe { drv::cuEventCreate(&mut raw, flags) },
+            "cuEventCreate",
+        )?;
+        Ok(TimingEvent {
+            raw,
+            device: device.clone(),
+        })
     }
 
     pub fn record(&self, stream: CUstream) -> Result<()> {
         // SAFETY: the event is alive; the stream is the caller's.
-        check(unsafe { drv::cuEventRecord(self.raw, stream) }, "cuEventRecord")
+        check(
+            unsafe { drv::cuEventRecord(self.raw, stream) },
+            "cuEventRecord",
+        )
     }
 
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: the event is alive.
-        check(unsafe { drv::cuEventSynchronize(self.raw) }, "cuEventSynchronize")
+        check(
+            unsafe { drv::cuEventSynchronize(self.raw) },
+            "cuEventSynchronize",
+        )
     }
 
     /// Milliseconds from `self` to `end` on the device; both recorded and
@@ -752,7 +884,10 @@ impl Drop for TimingEvent {
 pub fn begin_capture(stream: CUstream) -> Result<()> {
     let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
     // SAFETY: the stream is the caller's.
-    check(unsafe { drv::cuStreamBeginCapture_v2(stream, mode as u32) }, "cuStreamBeginCapture")
+    check(
+        unsafe { drv::cuStreamBeginCapture_v2(stream, mode as u32) },
+        "cuStreamBeginCapture",
+    )
 }
 
 /// An instantiated CUDA graph, destroyed (with its graph) on drop.
@@ -772,7 +907,10 @@ impl GraphExec {
         let _g = device.scoped()?;
         let mut graph: sys::CUgraph = std::ptr::null_mut();
         // SAFETY: valid out-pointer.
-        check(unsafe { drv::cuStreamEndCapture(stream, &mut graph) }, "cuStreamEndCapture")?;
+        check(
+            unsafe { drv::cuStreamEndCapture(stream, &mut graph) },
+            "cuStreamEndCapture",
+        )?;
         let mut exec: sys::CUgraphExec = std::ptr::null_mut();
         // SAFETY: `graph` was just captured; valid out-pointer.
         let r = unsafe { drv::cuGraphInstantiateWithFlags(&mut exec, graph, 0) };
@@ -781,13 +919,20 @@ impl GraphExec {
             let _ = unsafe { drv::cuGraphDestroy(graph) };
             return Err(e);
         }
-        Ok(GraphExec { graph, exec, device: device.clone() })
+        Ok(GraphExec {
+            graph,
+            exec,
+            device: device.clone(),
+        })
     }
 
     /// Enqueues one replay of the graph on `stream`.
     pub fn launch(&self, stream: CUstream) -> Result<()> {
         // SAFETY: the graph is instantiated and alive.
-        check(unsafe { drv::cuGraphLaunch(self.exec, stream) }, "cuGraphLaunch")
+        check(
+            unsafe { drv::cuGraphLaunch(self.exec, stream) },
+            "cuGraphLaunch",
+        )
     }
 }
 
@@ -813,12 +958,19 @@ mod tests {
         // value could not even be received; here it is reported.
         let e = check(987_654, "cuTest").expect_err("non-zero is an error");
         assert_eq!(e.kind, ErrorKind::Cuda);
-        assert!(e.message.contains("cuTest failed") && e.message.contains("987654"), "{}", e.message);
+        assert!(
+            e.message.contains("cuTest failed") && e.message.contains("987654"),
+            "{}",
+            e.message
+        );
         let e = check(MISSING_ENTRY_POINT, "cuTest").expect_err("missing entry point");
         assert!(e.message.contains("does not export"), "{}", e.message);
         if available().is_err() {
             // Without a driver the table is never loaded: calls fail cleanly.
-            assert_eq!(unsafe { drv::cuEventQuery(std::ptr::null_mut()) }, CUDA_ERROR_NOT_INITIALIZED);
+            assert_eq!(
+                unsafe { drv::cuEventQuery(std::ptr::null_mut()) },
+                CUDA_ERROR_NOT_INITIALIZED
+            );
         }
     }
 
@@ -843,10 +995,16 @@ mod tests {
             // SAFETY: pinned host memory of `bytes` bytes, the copy completed.
             unsafe { std::slice::from_raw_parts(pinned.ptr() as *const u8, bytes) }.to_vec()
         };
-        assert!(read_back().iter().all(|&b| b == 0), "zeroed buffer not zero on another stream");
+        assert!(
+            read_back().iter().all(|&b| b == 0),
+            "zeroed buffer not zero on another stream"
+        );
         let data: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();
         copy_to_device(buf.ptr(), &data).unwrap();
-        assert!(read_back() == data, "copy_to_device data not on the device for another stream");
+        assert!(
+            read_back() == data,
+            "copy_to_device data not on the device for another stream"
+        );
     }
 
     /// With a driver: plain host memory is not device-accessible; device
@@ -886,8 +1044,16 @@ mod tests {
         begin_capture(b.raw()).unwrap();
         let q = e.query();
         let end = GraphExec::end_capture(&dev, b.raw());
-        assert!(q.as_ref().is_ok_and(|done| *done), "query during a capture: {:?}", q.err().map(|e| e.message));
-        assert!(end.is_ok(), "the capture was invalidated: {:?}", end.err().map(|e| e.message));
+        assert!(
+            q.as_ref().is_ok_and(|done| *done),
+            "query during a capture: {:?}",
+            q.err().map(|e| e.message)
+        );
+        assert!(
+            end.is_ok(),
+            "the capture was invalidated: {:?}",
+            end.err().map(|e| e.message)
+        );
     }
 
     #[test]

@@ -130,10 +130,16 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
-        Error { kind, message: message.into() }
+        Error {
+            kind,
+            message: message.into(),
+        }
     }
     pub fn null_argument(name: &str) -> Error {
-        Error::new(ErrorKind::NullArgument, format!("argument '{name}' is NULL"))
+        Error::new(
+            ErrorKind::NullArgument,
+            format!("argument '{name}' is NULL"),
+        )
     }
     pub fn invalid_argument(message: impl Into<String>) -> Error {
         Error::new(ErrorKind::InvalidArgument, message)

@@ -197,7 +197,11 @@ mod tests {
         o.magic = 0xdead_beef;
         let e = unsafe { read_versioned(&o, "opts") }.unwrap_err();
         assert_eq!(e.kind, crate::error::ErrorKind::InvalidArgument);
-        assert!(e.message.contains("opts") && e.message.contains("magic"), "{}", e.message);
+        assert!(
+            e.message.contains("opts") && e.message.contains("magic"),
+            "{}",
+            e.message
+        );
         let mut o = tc_op_options_t::defaults();
         o.size = 3;
         assert!(unsafe { read_versioned(&o, "opts") }.is_err());
@@ -211,7 +215,10 @@ mod tests {
             base: tc_op_options_t,
             extra: u64,
         }
-        let mut n = Newer { base: tc_op_options_t::defaults(), extra: 99 };
+        let mut n = Newer {
+            base: tc_op_options_t::defaults(),
+            extra: 99,
+        };
         n.base.size = std::mem::size_of::<Newer>();
         n.base.async_op = 1;
         let read = unsafe { read_versioned(&n.base as *const tc_op_options_t, "opts") }.unwrap();

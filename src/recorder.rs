@@ -68,7 +68,10 @@ impl FlightRecorder {
         FlightRecorder {
             capacity,
             epoch: Instant::now(),
-            ring: Mutex::new(Ring { next_seq: 1, entries: VecDeque::with_capacity(capacity.min(1024)) }),
+            ring: Mutex::new(Ring {
+                next_seq: 1,
+                entries: VecDeque::with_capacity(capacity.min(1024)),
+            }),
         }
     }
 
@@ -142,10 +145,29 @@ impl FlightRecorder {
         let _ = writeln!(
             out,
             "{:>8}  {:<22} {:<9} {:>12}  {:<10} {:<5} {:>12}  {:<12} {:>10}",
-            "seq", "operation", "dtype", "elements", "root/peer", "async", "issued (ms)", "status", "age (ms)"
+            "seq",
+            "operation",
+            "dtype",
+            "elements",
+            "root/peer",
+            "async",
+            "issued (ms)",
+            "status",
+            "age (ms)"
         );
         let now = Instant::now();
-        for Entry { seq, op, dtype, elements, target, async_op, issued: issued_at, work, refused } in rows {
+        for Entry {
+            seq,
+            op,
+            dtype,
+            elements,
+            target,
+            async_op,
+            issued: issued_at,
+            work,
+            refused,
+        } in rows
+        {
             let status = match (&work, refused) {
                 (Some(w), _) => status_name(w.status()),
                 (None, Some(kind)) => refused_name(kind),
@@ -218,8 +240,16 @@ mod tests {
     }
 
     fn all_reduce(count: usize) -> Op {
-        let sum = ReduceOp { kind: RedKind::Sum, factor: PremulFactor::Host(1.0) };
-        Op::AllReduce { buf: Ptr(8 as *mut c_void), count, dtype: DType::F32, op: sum }
+        let sum = ReduceOp {
+            kind: RedKind::Sum,
+            factor: PremulFactor::Host(1.0),
+        };
+        Op::AllReduce {
+            buf: Ptr(8 as *mut c_void),
+            count,
+            dtype: DType::F32,
+            op: sum,
+        }
     }
 
     #[test]
@@ -229,11 +259,31 @@ mod tests {
         let failed: Arc<dyn Work> = Arc::new(DoneWork(Err(crate::error::Error::timeout("x"))));
         let pending: Arc<dyn Work> = Arc::new(Pending);
         for i in 0..4 {
-            assert_eq!(r.record(&all_reduce(10 + i), false, Ok(&done)), 1 + i as u64);
+            assert_eq!(
+                r.record(&all_reduce(10 + i), false, Ok(&done)),
+                1 + i as u64
+            );
         }
-        let bcast = Op::Broadcast { buf: Ptr(8 as *mut c_void), count: 7, dtype: DType::I64, root: 2 };
+        let bcast = Op::Broadcast {
+            buf: Ptr(8 as *mut c_void),
+            count: 7,
+            dtype: DType::I64,
+            root: 2,
+        };
         assert_eq!(r.record(&bcast, true, Ok(&pending)), 5);
-        assert_eq!(r.record(&Op::Send { buf: Ptr(8 as *mut c_void), count: 3, dtype: DType::U8, peer: 1 }, false, Ok(&failed)), 6);
+        assert_eq!(
+            r.record(
+                &Op::Send {
+                    buf: Ptr(8 as *mut c_void),
+                    count: 3,
+                    dtype: DType::U8,
+                    peer: 1
+                },
+                false,
+                Ok(&failed)
+            ),
+            6
+        );
         assert_eq!(r.record(&Op::Barrier, false, Err(ErrorKind::Aborted)), 7);
         assert_eq!(r.issued(), 7);
         let text = r.dump("comm 'c' (rank 0/3)");
@@ -242,13 +292,26 @@ mod tests {
         assert_eq!(lines.len(), 2 + 3, "{text}");
         let cols = |l: &str| l.split_whitespace().map(str::to_string).collect::<Vec<_>>();
         let b = cols(lines[2]);
-        assert_eq!(&b[..7], ["5", "broadcast", "int64", "7", "root", "2", "yes"], "{text}");
+        assert_eq!(
+            &b[..7],
+            ["5", "broadcast", "int64", "7", "root", "2", "yes"],
+            "{text}"
+        );
         assert!(lines[2].contains("in progress"), "{text}");
         let s = cols(lines[3]);
         assert_eq!(&s[..6], ["6", "send", "uint8", "3", "peer", "1"], "{text}");
-        assert!(lines[3].contains("failed") || lines[3].contains("timed out"), "{text}");
-        assert!(lines[4].starts_with("       7  barrier") && lines[4].contains("not issued: aborted"), "{text}");
-        assert!(!text.contains("all_reduce"), "the oldest entries were dropped: {text}");
+        assert!(
+            lines[3].contains("failed") || lines[3].contains("timed out"),
+            "{text}"
+        );
+        assert!(
+            lines[4].starts_with("       7  barrier") && lines[4].contains("not issued: aborted"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("all_reduce"),
+            "the oldest entries were dropped: {text}"
+        );
     }
 
     #[test]
@@ -258,7 +321,10 @@ mod tests {
         r.record(&all_reduce(4), false, Ok(&done));
         r.record(&all_reduce(4), false, Ok(&done));
         let text = r.dump("comm 'c'");
-        assert!(text.contains("off") && text.contains("2 operations issued"), "{text}");
+        assert!(
+            text.contains("off") && text.contains("2 operations issued"),
+            "{text}"
+        );
         assert_eq!(text.lines().count(), 1);
     }
 }

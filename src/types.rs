@@ -119,7 +119,9 @@ impl DType {
         usize::try_from(value)
             .ok()
             .and_then(|i| DType::ALL.get(i).copied())
-            .ok_or_else(|| Error::invalid_argument(format!("argument '{arg}': unknown dtype {value}")))
+            .ok_or_else(|| {
+                Error::invalid_argument(format!("argument '{arg}': unknown dtype {value}"))
+            })
     }
 
     pub fn to_c(self) -> tc_dtype_t {
@@ -154,7 +156,10 @@ impl DType {
     }
 
     pub fn is_floating(self) -> bool {
-        matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2)
+        matches!(
+            self,
+            DType::F32 | DType::F64 | DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2
+        )
     }
 
     /// Bytes of `count` elements, or an error naming `arg` on overflow.
@@ -162,7 +167,12 @@ impl DType {
         count
             .checked_mul(self.size())
             .filter(|b| *b <= isize::MAX as usize)
-            .ok_or_else(|| Error::invalid_argument(format!("argument '{arg}': {count} elements of {} overflow the address space", self.name())))
+            .ok_or_else(|| {
+                Error::invalid_argument(format!(
+                    "argument '{arg}': {count} elements of {} overflow the address space",
+                    self.name()
+                ))
+            })
     }
 }
 
@@ -197,7 +207,9 @@ impl RedKind {
         usize::try_from(value)
             .ok()
             .and_then(|i| RedKind::ALL.get(i).copied())
-            .ok_or_else(|| Error::invalid_argument(format!("argument '{arg}': unknown reduce op kind {value}")))
+            .ok_or_else(|| {
+                Error::invalid_argument(format!("argument '{arg}': unknown reduce op kind {value}"))
+            })
     }
 
     pub fn name(self) -> &'static str {
@@ -237,7 +249,10 @@ pub struct ReduceOp {
 unsafe impl Send for ReduceOp {}
 
 impl ReduceOp {
-    pub const SUM: ReduceOp = ReduceOp { kind: RedKind::Sum, factor: PremulFactor::Host(1.0) };
+    pub const SUM: ReduceOp = ReduceOp {
+        kind: RedKind::Sum,
+        factor: PremulFactor::Host(1.0),
+    };
 
     pub fn from_c(op: &tc_reduce_op_t, arg: &str) -> Result<ReduceOp> {
         let kind = RedKind::from_c(op.kind, &format!("{arg}.kind"))?;
@@ -249,7 +264,9 @@ impl ReduceOp {
         if kind == RedKind::PremulSum {
             if let PremulFactor::Host(f) = factor {
                 if !f.is_finite() {
-                    return Err(Error::invalid_argument(format!("argument '{arg}.premul_factor' is not finite ({f})")));
+                    return Err(Error::invalid_argument(format!(
+                        "argument '{arg}.premul_factor' is not finite ({f})"
+                    )));
                 }
             }
         }
@@ -284,16 +301,26 @@ impl Device {
             TC_DEVICE_CUDA => match dev.index {
                 -1 => Ok(Device::Cuda(None)),
                 i if i >= 0 => Ok(Device::Cuda(Some(i as u32))),
-                i => Err(Error::invalid_argument(format!("argument '{arg}.index': {i} is neither a device index nor -1"))),
+                i => Err(Error::invalid_argument(format!(
+                    "argument '{arg}.index': {i} is neither a device index nor -1"
+                ))),
             },
-            t => Err(Error::invalid_argument(format!("argument '{arg}.type': unknown device type {t}"))),
+            t => Err(Error::invalid_argument(format!(
+                "argument '{arg}.type': unknown device type {t}"
+            ))),
         }
     }
 
     pub fn to_c(self) -> tc_device_t {
         match self {
-            Device::Cpu => tc_device_t { r#type: TC_DEVICE_CPU, index: 0 },
-            Device::Cuda(i) => tc_device_t { r#type: TC_DEVICE_CUDA, index: i.map_or(-1, |i| i as i32) },
+            Device::Cpu => tc_device_t {
+                r#type: TC_DEVICE_CPU,
+                index: 0,
+            },
+            Device::Cuda(i) => tc_device_t {
+                r#type: TC_DEVICE_CUDA,
+                index: i.map_or(-1, |i| i as i32),
+            },
         }
     }
 }

@@ -111,7 +111,9 @@ impl Lanes {
     pub(crate) fn drain(&self) -> Option<Error> {
         self.origin.wait_idle();
         self.wait.wait_idle();
-        self.origin.take_failure().or_else(|| self.wait.take_failure())
+        self.origin
+            .take_failure()
+            .or_else(|| self.wait.take_failure())
     }
 
     /// The comm was aborted (`err` says how): calls still queued complete
@@ -136,7 +138,13 @@ impl Window {
     pub fn new(comm: &Arc<Comm>) -> Result<Window> {
         comm.check_active()?;
         let inner: Arc<dyn WindowBackend> = Arc::from(comm.backend().new_window(comm.timeout())?);
-        let label: Arc<str> = format!("window of comm '{}' (rank {}/{})", comm.name(), comm.rank(), comm.size()).into();
+        let label: Arc<str> = format!(
+            "window of comm '{}' (rank {}/{})",
+            comm.name(),
+            comm.rank(),
+            comm.size()
+        )
+        .into();
         let lanes = Arc::new(Lanes {
             backend: inner,
             origin: Lane::new("origin"),
@@ -145,7 +153,11 @@ impl Window {
             closed: Once::new(),
         });
         comm.add_window(&lanes);
-        Ok(Window { comm: comm.clone(), lanes, registered: RwLock::new(None) })
+        Ok(Window {
+            comm: comm.clone(),
+            lanes,
+            registered: RwLock::new(None),
+        })
     }
 
     pub fn comm(&self) -> &Arc<Comm> {
@@ -171,7 +183,9 @@ impl Window {
         self.comm.check_active()?;
         let state = self.registered.read().unwrap_or_else(|e| e.into_inner());
         if state.is_none() {
-            return Err(Error::invalid_usage(format!("{what}: no buffer is registered with this window (tc_window_register)")));
+            return Err(Error::invalid_usage(format!(
+                "{what}: no buffer is registered with this window (tc_window_register)"
+            )));
         }
         Ok(state)
     }
@@ -181,12 +195,18 @@ impl Window {
         self.comm.check_active()?;
         let mut state = self.registered.write().unwrap_or_else(|e| e.into_inner());
         if state.is_some() {
-            return Err(Error::invalid_usage("a buffer is already registered with this window: deregister it first"));
+            return Err(Error::invalid_usage(
+                "a buffer is already registered with this window: deregister it first",
+            ));
         }
         if bytes == 0 {
-            return Err(Error::invalid_argument("argument 'bytes': a window buffer needs at least one byte"));
+            return Err(Error::invalid_argument(
+                "argument 'bytes': a window buffer needs at least one byte",
+            ));
         }
-        self.lanes.backend.register(buf, bytes, self.comm.timeout())?;
+        self.lanes
+            .backend
+            .register(buf, bytes, self.comm.timeout())?;
         *state = Some((buf as usize, bytes));
         Ok(())
     }
@@ -198,7 +218,9 @@ impl Window {
         self.comm.check_active()?;
         let mut state = self.registered.write().unwrap_or_else(|e| e.into_inner());
         if state.is_none() {
-            return Err(Error::invalid_usage("no buffer is registered with this window"));
+            return Err(Error::invalid_usage(
+                "no buffer is registered with this window",
+            ));
         }
         // No call can be issued while the state is held exclusively, so the
         // origin lane only drains from here.
@@ -212,7 +234,14 @@ impl Window {
     /// Writes `bytes` from `src` into `dst_rank`'s buffer at `dst_offset`.
     /// With `opts.async_op`, returns once queued: `src` must stay valid and
     /// unchanged until the returned work completes.
-    pub fn put(&self, src: *const c_void, bytes: usize, dst_rank: i32, dst_offset: usize, opts: &OpOptions) -> Result<Arc<dyn Work>> {
+    pub fn put(
+        &self,
+        src: *const c_void,
+        bytes: usize,
+        dst_rank: i32,
+        dst_offset: usize,
+        opts: &OpOptions,
+    ) -> Result<Arc<dyn Work>> {
         self.check_rank(dst_rank, "dst_rank")?;
         let _state = self.registered_state("put")?;
         let size = self.lanes.backend.remote_size(dst_rank);
@@ -228,7 +257,9 @@ impl Window {
             return Ok(done());
         }
         let (inner, timeout, src) = (self.lanes.backend.clone(), self.timeout(opts), src as usize);
-        self.issue(&self.lanes.origin, "window_put", opts, move || inner.put(src as *const c_void, bytes, dst_rank, dst_offset, timeout))
+        self.issue(&self.lanes.origin, "window_put", opts, move || {
+            inner.put(src as *const c_void, bytes, dst_rank, dst_offset, timeout)
+        })
     }
 
     /// Notifies `peer`, after every put this rank issued before.
@@ -236,7 +267,9 @@ impl Window {
         self.check_rank(peer, "peer")?;
         let _state = self.registered_state("signal")?;
         let (inner, timeout) = (self.lanes.backend.clone(), self.timeout(opts));
-        self.issue(&self.lanes.origin, "window_signal", opts, move || inner.signal(peer, timeout))
+        self.issue(&self.lanes.origin, "window_signal", opts, move || {
+            inner.signal(peer, timeout)
+        })
     }
 
     /// Waits for (and consumes) one signal from `peer`.
@@ -244,7 +277,9 @@ impl Window {
         self.check_rank(peer, "peer")?;
         let _state = self.registered_state("wait_signal")?;
         let (inner, timeout) = (self.lanes.backend.clone(), self.timeout(opts));
-        self.issue(&self.lanes.wait, "window_wait_signal", opts, move || inner.wait_signal(peer, timeout))
+        self.issue(&self.lanes.wait, "window_wait_signal", opts, move || {
+            inner.wait_signal(peer, timeout)
+        })
     }
 
     pub fn map_remote(&self, rank: i32) -> Result<*mut c_void> {
@@ -265,7 +300,8 @@ impl Window {
     ) -> Result<Arc<dyn Work>> {
         let timeout = self.timeout(opts);
         if opts.async_op {
-            let work: Arc<dyn Work> = lane.submit(op, &self.lanes.label, timeout, true, Box::new(task))?;
+            let work: Arc<dyn Work> =
+                lane.submit(op, &self.lanes.label, timeout, true, Box::new(task))?;
             return Ok(work);
         }
         lane.run_blocking(op, &self.lanes.label, timeout, task)?;
@@ -282,12 +318,20 @@ impl Drop for Window {
         // Nothing more starts; then closing the backend ends the running
         // calls (in-flight sends and waits fail with Aborted).
         let lanes = &self.lanes;
-        let left: Vec<Job> = lanes.origin.stop().into_iter().chain(lanes.wait.stop()).collect();
+        let left: Vec<Job> = lanes
+            .origin
+            .stop()
+            .into_iter()
+            .chain(lanes.wait.stop())
+            .collect();
         lanes.close_backend();
         for job in left {
             job.work.complete(Err(Error::new(
                 ErrorKind::Aborted,
-                format!("{} on {}: the window was freed before the operation ran", job.op, lanes.label),
+                format!(
+                    "{} on {}: the window was freed before the operation ran",
+                    job.op, lanes.label
+                ),
             )));
         }
         lanes.origin.join();
@@ -352,7 +396,10 @@ impl Lane {
 
     /// The refusal of a call on a lane of an aborted comm's window.
     fn refused(op: &str, label: &str, aborted: &Error) -> Error {
-        Error::new(ErrorKind::Aborted, format!("{op} on {label}: {}", aborted.message))
+        Error::new(
+            ErrorKind::Aborted,
+            format!("{op} on {label}: {}", aborted.message),
+        )
     }
 
     /// Queues `task` (starting the lane's thread on first use) and returns
@@ -367,7 +414,10 @@ impl Lane {
     ) -> Result<Arc<HostWork>> {
         let mut st = self.lock();
         if st.closed {
-            return Err(Error::new(ErrorKind::Aborted, format!("{op} on {label}: the window was freed")));
+            return Err(Error::new(
+                ErrorKind::Aborted,
+                format!("{op} on {label}: the window was freed"),
+            ));
         }
         if let Some(e) = &st.aborted {
             return Err(Lane::refused(op, label, e));
@@ -377,11 +427,24 @@ impl Lane {
             let thread = std::thread::Builder::new()
                 .name(format!("tc-win-{}", self.name))
                 .spawn(move || me.serve())
-                .map_err(|e| Error::system(format!("{op} on {label}: starting the window's {} thread", self.name), e))?;
+                .map_err(|e| {
+                    Error::system(
+                        format!(
+                            "{op} on {label}: starting the window's {} thread",
+                            self.name
+                        ),
+                        e,
+                    )
+                })?;
             st.thread = Some(thread);
         }
         let work = Arc::new(HostWork::new(op, label.clone(), timeout));
-        st.jobs.push_back(Job { op, task, work: work.clone(), is_async });
+        st.jobs.push_back(Job {
+            op,
+            task,
+            work: work.clone(),
+            is_async,
+        });
         st.pending += 1;
         drop(st);
         self.cv.notify_all();
@@ -407,7 +470,8 @@ impl Lane {
         if idle {
             return task();
         }
-        self.submit(op, label, timeout, false, Box::new(task))?.wait_blocking()
+        self.submit(op, label, timeout, false, Box::new(task))?
+            .wait_blocking()
     }
 
     /// Blocks until nothing is queued or running on the lane.
@@ -446,7 +510,11 @@ impl Lane {
         for job in &left {
             job.work.complete(Err(Error::new(
                 ErrorKind::Aborted,
-                format!("{}: {} before the operation ran", job.work.description(), err.message),
+                format!(
+                    "{}: {} before the operation ran",
+                    job.work.description(),
+                    err.message
+                ),
             )));
         }
         st.pending -= left.len();
@@ -482,7 +550,10 @@ impl Lane {
                     .map(|s| s.to_string())
                     .or_else(|| payload.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "unknown panic".into());
-                Err(Error::new(ErrorKind::Panic, format!("{}: internal panic: {what}", job.op)))
+                Err(Error::new(
+                    ErrorKind::Panic,
+                    format!("{}: internal panic: {what}", job.op),
+                ))
             });
             let mut st = self.lock();
             // A call that fails once its comm is aborted was (as far as can
@@ -490,7 +561,12 @@ impl Lane {
             let result = match (result, &st.aborted) {
                 (Err(e), Some(aborted)) => Err(Error::new(
                     ErrorKind::Aborted,
-                    format!("{}: {} (the call ended with: {})", job.work.description(), aborted.message, e.message),
+                    format!(
+                        "{}: {} (the call ended with: {})",
+                        job.work.description(),
+                        aborted.message,
+                        e.message
+                    ),
                 )),
                 (result, _) => result,
             };

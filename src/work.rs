@@ -62,7 +62,11 @@ impl HostWork {
             op,
             comm_label,
             timeout,
-            state: Mutex::new(HostState { status: WorkStatus::NotStarted, error: None, started: None }),
+            state: Mutex::new(HostState {
+                status: WorkStatus::NotStarted,
+                error: None,
+                started: None,
+            }),
             done: Condvar::new(),
         }
     }
@@ -91,7 +95,11 @@ impl HostWork {
             match result {
                 Ok(()) => s.status = WorkStatus::Completed,
                 Err(e) => {
-                    s.status = if e.kind == ErrorKind::Timeout { WorkStatus::TimedOut } else { WorkStatus::Error };
+                    s.status = if e.kind == ErrorKind::Timeout {
+                        WorkStatus::TimedOut
+                    } else {
+                        WorkStatus::Error
+                    };
                     s.error = Some(e);
                 }
             }

@@ -21,7 +21,15 @@ fn survive(comm: &torchcomm::comm::Comm, count: usize) -> (ErrorKind, Duration, 
     let mut data = vec![1.0f32; count];
     for _ in 0..10_000 {
         let start = Instant::now();
-        match run(comm, Op::AllReduce { buf: ptr(&mut data), count, dtype: DType::F32, op: ReduceOp::SUM }) {
+        match run(
+            comm,
+            Op::AllReduce {
+                buf: ptr(&mut data),
+                count,
+                dtype: DType::F32,
+                op: ReduceOp::SUM,
+            },
+        ) {
             Ok(()) => {}
             Err(e) => return (e.kind, start.elapsed(), e.message),
         }
@@ -47,26 +55,53 @@ fn gloo_peer_killed_mid_run() {
         }
         let (kind, took, msg) = survive(&comm, 1 << 20);
         println!("RESULT kind={kind:?} ms={} msg={msg}", took.as_millis());
-        assert!(matches!(kind, ErrorKind::Remote | ErrorKind::Timeout), "{kind:?}: {msg}");
-        assert!(took < TIMEOUT + Duration::from_secs(1), "took {took:?}: {msg}");
+        assert!(
+            matches!(kind, ErrorKind::Remote | ErrorKind::Timeout),
+            "{kind:?}: {msg}"
+        );
+        assert!(
+            took < TIMEOUT + Duration::from_secs(1),
+            "took {took:?}: {msg}"
+        );
         assert!(msg.contains("all_reduce"), "{msg}");
-        assert!(msg.contains("no failure report from rank 2 within"), "{msg}");
+        assert!(
+            msg.contains("no failure report from rank 2 within"),
+            "{msg}"
+        );
         // Where Gloo's message names a peer by an address this rank can map
         // (not always: a connection's ephemeral port is unknown to it), the
         // rank is given.
         if let Some(p) = msg.find("peer rank ") {
-            let named: i32 = msg[p + 10..].chars().take_while(|c| c.is_ascii_digit()).collect::<String>().parse().unwrap();
+            let named: i32 = msg[p + 10..]
+                .chars()
+                .take_while(|c| c.is_ascii_digit())
+                .collect::<String>()
+                .parse()
+                .unwrap();
             assert!(named != me, "{msg}");
         }
         // Survival did not come from ignoring SIGPIPE process-wide: the
         // disposition is still the default (the library never changes it).
         let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
         unsafe { libc::sigaction(libc::SIGPIPE, std::ptr::null(), &mut sa) };
-        assert_eq!(sa.sa_sigaction, libc::SIG_DFL, "SIGPIPE disposition changed");
+        assert_eq!(
+            sa.sa_sigaction,
+            libc::SIG_DFL,
+            "SIGPIPE disposition changed"
+        );
         // Later operations fail at once: the comm is aborted.
         let mut x = [1.0f32; 4];
         let start = Instant::now();
-        let e = run(&comm, Op::AllReduce { buf: ptr(&mut x), count: 4, dtype: DType::F32, op: ReduceOp::SUM }).unwrap_err();
+        let e = run(
+            &comm,
+            Op::AllReduce {
+                buf: ptr(&mut x),
+                count: 4,
+                dtype: DType::F32,
+                op: ReduceOp::SUM,
+            },
+        )
+        .unwrap_err();
         assert!(start.elapsed() < Duration::from_secs(1));
         assert_eq!(e.kind, ErrorKind::Aborted, "{e}");
         assert!(comm.async_error().is_some());
@@ -74,18 +109,44 @@ fn gloo_peer_killed_mid_run() {
         // The survivors make a new comm and carry on.
         let again = child_comm_on(child_store(), "after-kill", me, 2, TIMEOUT).unwrap();
         let mut y = [me as f32 + 1.0; 8];
-        run(&again, Op::AllReduce { buf: ptr(&mut y), count: 8, dtype: DType::F32, op: ReduceOp::SUM }).unwrap();
+        run(
+            &again,
+            Op::AllReduce {
+                buf: ptr(&mut y),
+                count: 8,
+                dtype: DType::F32,
+                op: ReduceOp::SUM,
+            },
+        )
+        .unwrap();
         assert_eq!(y, [3.0; 8]);
         again.finalize().unwrap();
         println!("RESULT recovered");
         return;
     }
     let start = Instant::now();
-    let out = launch("gloo_peer_killed_mid_run", "killed", 3, &[], Duration::from_secs(60));
-    let all = || out.iter().map(|o| o.describe()).collect::<Vec<_>>().join("\n");
+    let out = launch(
+        "gloo_peer_killed_mid_run",
+        "killed",
+        3,
+        &[],
+        Duration::from_secs(60),
+    );
+    let all = || {
+        out.iter()
+            .map(|o| o.describe())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
     assert_eq!(out[2].signal(), Some(libc::SIGKILL), "{}", all());
     for o in &out[..2] {
-        assert_ne!(o.signal(), Some(libc::SIGPIPE), "rank {} died of SIGPIPE: {}", o.rank, all());
+        assert_ne!(
+            o.signal(),
+            Some(libc::SIGPIPE),
+            "rank {} died of SIGPIPE: {}",
+            o.rank,
+            all()
+        );
         assert!(o.ok(), "{}", all());
         assert_eq!(o.results().len(), 2, "{}", o.describe());
         eprintln!("rank {}: {:?}", o.rank, o.results());
@@ -100,7 +161,9 @@ fn gloo_peer_stopped_times_out() {
         let comm = child_comm("stopped", TIMEOUT);
         let hook_calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let calls = hook_calls.clone();
-        comm.set_abort_hook(Some(Box::new(move |e| calls.lock().unwrap().push((e.kind, e.message.clone())))));
+        comm.set_abort_hook(Some(Box::new(move |e| {
+            calls.lock().unwrap().push((e.kind, e.message.clone()))
+        })));
         run(&comm, Op::Barrier).unwrap();
         if comm.rank() == 2 {
             unsafe { libc::raise(libc::SIGSTOP) };
@@ -108,45 +171,88 @@ fn gloo_peer_stopped_times_out() {
         }
         let (kind, took, msg) = survive(&comm, 1 << 16);
         println!("RESULT kind={kind:?} ms={} msg={msg}", took.as_millis());
-        assert!(matches!(kind, ErrorKind::Remote | ErrorKind::Timeout), "{kind:?}: {msg}");
-        assert!(took < TIMEOUT + Duration::from_secs(1), "took {took:?}: {msg}");
+        assert!(
+            matches!(kind, ErrorKind::Remote | ErrorKind::Timeout),
+            "{kind:?}: {msg}"
+        );
+        assert!(
+            took < TIMEOUT + Duration::from_secs(1),
+            "took {took:?}: {msg}"
+        );
         // The survivors' reports in the store single out the stopped rank.
-        assert!(msg.contains("no failure report from rank 2 within"), "{msg}");
+        assert!(
+            msg.contains("no failure report from rank 2 within"),
+            "{msg}"
+        );
         // The flight recorder: the barrier completed, the all_reduce after
         // it is the one that failed, and its sequence number is the same on
         // both survivors (checked by the parent).
         let dump = comm.dump_flight_recorder();
-        let rows: Vec<Vec<&str>> = dump.lines().skip(2).map(|l| l.split_whitespace().collect()).collect();
-        assert!(dump.starts_with("flight recorder of comm 'stopped' (rank "), "{dump}");
+        let rows: Vec<Vec<&str>> = dump
+            .lines()
+            .skip(2)
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert!(
+            dump.starts_with("flight recorder of comm 'stopped' (rank "),
+            "{dump}"
+        );
         assert_eq!(rows.len(), 2, "{dump}");
         assert_eq!(&rows[0][..2], ["1", "barrier"], "{dump}");
         assert!(dump.lines().nth(2).unwrap().contains("completed"), "{dump}");
-        assert_eq!(&rows[1][..4], ["2", "all_reduce", "float32", "65536"], "{dump}");
+        assert_eq!(
+            &rows[1][..4],
+            ["2", "all_reduce", "float32", "65536"],
+            "{dump}"
+        );
         let last = dump.lines().nth(3).unwrap();
-        assert!(last.contains("timed out") || last.contains("failed"), "{dump}");
+        assert!(
+            last.contains("timed out") || last.contains("failed"),
+            "{dump}"
+        );
         println!("RESULT failed_seq={}", rows[1][0]);
         // The abort hook ran once, with the failure that aborted the comm.
         let calls = hook_calls.lock().unwrap().clone();
         assert_eq!(calls.len(), 1, "{calls:?}");
         assert_eq!(calls[0].0, kind, "{calls:?}");
-        assert!(calls[0].1.contains("no failure report from rank 2"), "{calls:?}");
+        assert!(
+            calls[0].1.contains("no failure report from rank 2"),
+            "{calls:?}"
+        );
         comm.abort();
-        assert_eq!(hook_calls.lock().unwrap().len(), 1, "an abort of an aborted comm runs no hook");
+        assert_eq!(
+            hook_calls.lock().unwrap().len(),
+            1,
+            "an abort of an aborted comm runs no hook"
+        );
         return;
     }
-    let out = launch_with("gloo_peer_stopped_times_out", "stopped", 3, &[], Duration::from_secs(60), |_, children| {
-        // Once both survivors are done, end the stopped rank.
-        let done = children[..2].iter_mut().all(|c| matches!(c.try_wait(), Ok(Some(_))));
-        if done {
-            let _ = children[2].kill();
-        }
-    });
+    let out = launch_with(
+        "gloo_peer_stopped_times_out",
+        "stopped",
+        3,
+        &[],
+        Duration::from_secs(60),
+        |_, children| {
+            // Once both survivors are done, end the stopped rank.
+            let done = children[..2]
+                .iter_mut()
+                .all(|c| matches!(c.try_wait(), Ok(Some(_))));
+            if done {
+                let _ = children[2].kill();
+            }
+        },
+    );
     for o in &out[..2] {
         assert!(o.ok(), "{}", o.describe());
         assert_eq!(o.results().len(), 2, "{}", o.describe());
         assert_eq!(o.results()[1], "failed_seq=2", "{}", o.describe());
         // The comm logged its flight recorder with the failure.
-        assert!(o.stderr.contains("flight recorder of comm 'stopped'"), "{}", o.describe());
+        assert!(
+            o.stderr.contains("flight recorder of comm 'stopped'"),
+            "{}",
+            o.describe()
+        );
         eprintln!("rank {}: {:?}", o.rank, o.results());
     }
 }
@@ -165,7 +271,8 @@ fn gloo_store_host_stopped_times_out() {
         } else {
             torchcomm::store::TcpStoreOptions::client("127.0.0.1", port, Duration::from_secs(30))
         };
-        let store: torchcomm::store::StoreRef = std::sync::Arc::new(torchcomm::store::TcpStore::new(&opts).unwrap());
+        let store: torchcomm::store::StoreRef =
+            std::sync::Arc::new(torchcomm::store::TcpStore::new(&opts).unwrap());
         let comm = child_comm_on(store, "host_stopped", me, 3, TIMEOUT).unwrap();
         run(&comm, Op::Barrier).unwrap();
         if me == 0 {
@@ -174,19 +281,39 @@ fn gloo_store_host_stopped_times_out() {
         }
         let (kind, took, msg) = survive(&comm, 1 << 16);
         println!("RESULT kind={kind:?} ms={} msg={msg}", took.as_millis());
-        assert!(matches!(kind, ErrorKind::Remote | ErrorKind::Timeout), "{kind:?}: {msg}");
-        assert!(took < TIMEOUT + Duration::from_secs(1), "took {took:?}: {msg}");
+        assert!(
+            matches!(kind, ErrorKind::Remote | ErrorKind::Timeout),
+            "{kind:?}: {msg}"
+        );
+        assert!(
+            took < TIMEOUT + Duration::from_secs(1),
+            "took {took:?}: {msg}"
+        );
         assert!(msg.contains("state is unknown"), "{msg}");
         return;
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
     let env = [("TC_TEST_HOST_PORT", port.as_str())];
-    let out = launch_with("gloo_store_host_stopped_times_out", "host_stopped", 3, &env, Duration::from_secs(60), |_, children| {
-        let done = children[1..].iter_mut().all(|c| matches!(c.try_wait(), Ok(Some(_))));
-        if done {
-            let _ = children[0].kill();
-        }
-    });
+    let out = launch_with(
+        "gloo_store_host_stopped_times_out",
+        "host_stopped",
+        3,
+        &env,
+        Duration::from_secs(60),
+        |_, children| {
+            let done = children[1..]
+                .iter_mut()
+                .all(|c| matches!(c.try_wait(), Ok(Some(_))));
+            if done {
+                let _ = children[0].kill();
+            }
+        },
+    );
     for o in &out[1..] {
         assert!(o.ok(), "{}", o.describe());
         assert_eq!(o.results().len(), 1, "{}", o.describe());
@@ -204,18 +331,40 @@ fn gloo_mismatched_sizes_fail_cleanly() {
         let comm = child_comm_on(store.clone(), "p2p", me, 2, t).unwrap();
         let mut buf = vec![0f32; 12];
         let op = if me == 0 {
-            Op::Send { buf: ptr(&mut buf), count: 10, dtype: DType::F32, peer: 1 }
+            Op::Send {
+                buf: ptr(&mut buf),
+                count: 10,
+                dtype: DType::F32,
+                peer: 1,
+            }
         } else {
-            Op::Recv { buf: ptr(&mut buf), count: 12, dtype: DType::F32, peer: 0 }
+            Op::Recv {
+                buf: ptr(&mut buf),
+                count: 12,
+                dtype: DType::F32,
+                peer: 0,
+            }
         };
         let e = run(&comm, op).unwrap_err();
         println!("RESULT p2p {e}");
         assert_eq!(e.kind, ErrorKind::InvalidUsage, "{e}");
         assert!(e.message.contains("does not match"), "{e}");
-        assert!(e.message.contains("10 float32") && e.message.contains("12 float32"), "{e}");
+        assert!(
+            e.message.contains("10 float32") && e.message.contains("12 float32"),
+            "{e}"
+        );
         // Both ranks saw the mismatch before any data moved: the comm stays usable.
         let mut sum = vec![me as f32 + 1.0; 4];
-        run(&comm, Op::AllReduce { buf: ptr(&mut sum), count: 4, dtype: DType::F32, op: ReduceOp::SUM }).unwrap();
+        run(
+            &comm,
+            Op::AllReduce {
+                buf: ptr(&mut sum),
+                count: 4,
+                dtype: DType::F32,
+                op: ReduceOp::SUM,
+            },
+        )
+        .unwrap();
         assert_eq!(sum, vec![3.0; 4]);
         // A batch where one transfer disagrees: the others still complete.
         let comm = child_comm_on(store.clone(), "batch", me, 2, t).unwrap();
@@ -224,36 +373,89 @@ fn gloo_mismatched_sizes_fail_cleanly() {
         let mut c = vec![0i32; 3];
         let peer = 1 - me;
         let ops = vec![
-            P2p { is_send: true, buf: ptr(&mut a), count: 5, dtype: DType::I32, peer },
-            P2p { is_send: false, buf: ptr(&mut b), count: 5, dtype: DType::I32, peer },
-            P2p { is_send: me == 0, buf: ptr(&mut c), count: 3, dtype: if me == 0 { DType::I32 } else { DType::U32 }, peer },
+            P2p {
+                is_send: true,
+                buf: ptr(&mut a),
+                count: 5,
+                dtype: DType::I32,
+                peer,
+            },
+            P2p {
+                is_send: false,
+                buf: ptr(&mut b),
+                count: 5,
+                dtype: DType::I32,
+                peer,
+            },
+            P2p {
+                is_send: me == 0,
+                buf: ptr(&mut c),
+                count: 3,
+                dtype: if me == 0 { DType::I32 } else { DType::U32 },
+                peer,
+            },
         ];
         let e = run(&comm, Op::Batch { ops }).unwrap_err();
-        assert!(e.message.contains("int32") && e.message.contains("uint32"), "{e}");
+        assert!(
+            e.message.contains("int32") && e.message.contains("uint32"),
+            "{e}"
+        );
         assert_eq!(b, vec![peer + 1; 5]);
         // v-variants: ranks disagree on the counts.
         let comm = child_comm_on(store.clone(), "v", me, 2, t).unwrap();
         let counts = if me == 0 { vec![2, 3] } else { vec![2, 4] };
         let mut input = vec![0f64; 4];
         let mut output = vec![0f64; 6];
-        let e = run(&comm, Op::AllGatherV { output: ptr(&mut output), input: ptr(&mut input), counts, dtype: DType::F64 }).unwrap_err();
+        let e = run(
+            &comm,
+            Op::AllGatherV {
+                output: ptr(&mut output),
+                input: ptr(&mut input),
+                counts,
+                dtype: DType::F64,
+            },
+        )
+        .unwrap_err();
         println!("RESULT v {e}");
         assert_eq!(e.kind, ErrorKind::InvalidUsage, "{e}");
-        assert!(e.message.contains("rank 1") && e.message.contains("counts"), "{e}");
+        assert!(
+            e.message.contains("rank 1") && e.message.contains("counts"),
+            "{e}"
+        );
         let comm = child_comm_on(store.clone(), "a2av", me, 2, t).unwrap();
-        let (ins, outs) = if me == 0 { (vec![1, 2], vec![1, 1]) } else { (vec![1, 1], vec![1, 1]) };
+        let (ins, outs) = if me == 0 {
+            (vec![1, 2], vec![1, 1])
+        } else {
+            (vec![1, 1], vec![1, 1])
+        };
         let mut input = vec![0u8; 4];
         let mut output = vec![0u8; 4];
         let e = run(
             &comm,
-            Op::AllToAllVSingle { output: ptr(&mut output), output_counts: outs, input: ptr(&mut input), input_counts: ins, dtype: DType::U8 },
+            Op::AllToAllVSingle {
+                output: ptr(&mut output),
+                output_counts: outs,
+                input: ptr(&mut input),
+                input_counts: ins,
+                dtype: DType::U8,
+            },
         )
         .unwrap_err();
         println!("RESULT a2av {e}");
-        assert!(e.message.contains("rank 0 sends 2 elements to rank 1, which expects 1"), "{e}");
+        assert!(
+            e.message
+                .contains("rank 0 sends 2 elements to rank 1, which expects 1"),
+            "{e}"
+        );
         return;
     }
-    let out = launch("gloo_mismatched_sizes_fail_cleanly", "mismatch", 2, &[], Duration::from_secs(60));
+    let out = launch(
+        "gloo_mismatched_sizes_fail_cleanly",
+        "mismatch",
+        2,
+        &[],
+        Duration::from_secs(60),
+    );
     assert_all_ok(&out);
     for o in &out {
         assert_eq!(o.results().len(), 3, "{}", o.describe());
@@ -270,27 +472,76 @@ fn gloo_check_collectives_reports_the_differing_rank() {
         let t = Duration::from_secs(10);
         let comm = child_comm_on(store.clone(), "agree", me, 2, t).unwrap();
         let mut x = vec![1i64; 10];
-        run(&comm, Op::AllReduce { buf: ptr(&mut x), count: 10, dtype: DType::I64, op: ReduceOp::SUM }).unwrap();
+        run(
+            &comm,
+            Op::AllReduce {
+                buf: ptr(&mut x),
+                count: 10,
+                dtype: DType::I64,
+                op: ReduceOp::SUM,
+            },
+        )
+        .unwrap();
         assert_eq!(x, vec![2; 10]);
         let count = if me == 0 { 10 } else { 8 };
-        let e = run(&comm, Op::AllReduce { buf: ptr(&mut x), count, dtype: DType::I64, op: ReduceOp::SUM }).unwrap_err();
+        let e = run(
+            &comm,
+            Op::AllReduce {
+                buf: ptr(&mut x),
+                count,
+                dtype: DType::I64,
+                op: ReduceOp::SUM,
+            },
+        )
+        .unwrap_err();
         println!("RESULT count {e}");
         assert_eq!(e.kind, ErrorKind::InvalidUsage, "{e}");
         let other = 1 - me;
-        assert!(e.message.contains(&format!("rank {other} called all_reduce(dtype int64, count {}", if me == 0 { 8 } else { 10 })), "{e}");
+        assert!(
+            e.message.contains(&format!(
+                "rank {other} called all_reduce(dtype int64, count {}",
+                if me == 0 { 8 } else { 10 }
+            )),
+            "{e}"
+        );
         let comm = child_comm_on(store.clone(), "ops", me, 2, t).unwrap();
         let op = if me == 0 {
-            Op::Broadcast { buf: ptr(&mut x), count: 4, dtype: DType::I64, root: 0 }
+            Op::Broadcast {
+                buf: ptr(&mut x),
+                count: 4,
+                dtype: DType::I64,
+                root: 0,
+            }
         } else {
-            Op::AllReduce { buf: ptr(&mut x), count: 4, dtype: DType::I64, op: ReduceOp::SUM }
+            Op::AllReduce {
+                buf: ptr(&mut x),
+                count: 4,
+                dtype: DType::I64,
+                op: ReduceOp::SUM,
+            }
         };
         let e = run(&comm, op).unwrap_err();
         println!("RESULT op {e}");
-        assert!(e.message.contains("broadcast(") && e.message.contains("all_reduce("), "{e}");
+        assert!(
+            e.message.contains("broadcast(") && e.message.contains("all_reduce("),
+            "{e}"
+        );
         let comm = child_comm_on(store, "roots", me, 2, t).unwrap();
-        let e = run(&comm, Op::Broadcast { buf: ptr(&mut x), count: 4, dtype: DType::I64, root: me }).unwrap_err();
+        let e = run(
+            &comm,
+            Op::Broadcast {
+                buf: ptr(&mut x),
+                count: 4,
+                dtype: DType::I64,
+                root: me,
+            },
+        )
+        .unwrap_err();
         println!("RESULT root {e}");
-        assert!(e.message.contains("root 0") && e.message.contains("root 1"), "{e}");
+        assert!(
+            e.message.contains("root 0") && e.message.contains("root 1"),
+            "{e}"
+        );
         return;
     }
     let out = launch(
@@ -309,7 +560,9 @@ fn gloo_check_collectives_reports_the_differing_rank() {
 #[test]
 fn gloo_missing_module_is_unavailable() {
     if role().is_some() {
-        let e = child_comm_on(child_store(), "nomodule", 0, 1, Duration::from_secs(5)).err().unwrap();
+        let e = child_comm_on(child_store(), "nomodule", 0, 1, Duration::from_secs(5))
+            .err()
+            .unwrap();
         println!("RESULT {e}");
         assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
         assert!(e.message.contains("apt-get install libgloo-dev"), "{e}");
@@ -319,7 +572,10 @@ fn gloo_missing_module_is_unavailable() {
         "gloo_missing_module_is_unavailable",
         "nomodule",
         1,
-        &[("TORCHCOMM_GLOO_LIBRARY", "/nonexistent/libtorchcomm-gloo.so")],
+        &[(
+            "TORCHCOMM_GLOO_LIBRARY",
+            "/nonexistent/libtorchcomm-gloo.so",
+        )],
         Duration::from_secs(30),
     );
     assert_all_ok(&out);
@@ -346,29 +602,80 @@ fn gloo_abort_on_error_aborts_the_survivor() {
         )
         .unwrap();
         // The hook runs before the process aborts.
-        comm.set_abort_hook(Some(Box::new(|e| println!("RESULT hook kind={:?}", e.kind))));
+        comm.set_abort_hook(Some(Box::new(|e| {
+            println!("RESULT hook kind={:?}", e.kind)
+        })));
         let mut buf = vec![1f32; 1024];
-        run(&comm, Op::AllReduce { buf: ptr(&mut buf), count: 1024, dtype: DType::F32, op: ReduceOp::SUM }).unwrap();
+        run(
+            &comm,
+            Op::AllReduce {
+                buf: ptr(&mut buf),
+                count: 1024,
+                dtype: DType::F32,
+                op: ReduceOp::SUM,
+            },
+        )
+        .unwrap();
         if me == 1 {
             std::process::exit(0); // vanishes without finalizing
         }
         std::thread::sleep(Duration::from_millis(200));
-        let r = run(&comm, Op::AllReduce { buf: ptr(&mut buf), count: 1024, dtype: DType::F32, op: ReduceOp::SUM });
+        let r = run(
+            &comm,
+            Op::AllReduce {
+                buf: ptr(&mut buf),
+                count: 1024,
+                dtype: DType::F32,
+                op: ReduceOp::SUM,
+            },
+        );
         println!("RESULT survived {r:?}");
         return;
     }
-    let out = launch("gloo_abort_on_error_aborts_the_survivor", "abort", 2, &[("TORCHCOMM_ABORT_ON_ERROR", "1")], Duration::from_secs(30));
+    let out = launch(
+        "gloo_abort_on_error_aborts_the_survivor",
+        "abort",
+        2,
+        &[("TORCHCOMM_ABORT_ON_ERROR", "1")],
+        Duration::from_secs(30),
+    );
     assert!(out[1].ok(), "{}", out[1].describe());
-    assert_eq!(out[0].signal(), Some(libc::SIGABRT), "{}", out[0].describe());
+    assert_eq!(
+        out[0].signal(),
+        Some(libc::SIGABRT),
+        "{}",
+        out[0].describe()
+    );
     let results = out[0].results();
-    assert_eq!(results.len(), 1, "only the hook printed: {}", out[0].describe());
-    assert!(results[0] == "hook kind=Remote" || results[0] == "hook kind=Timeout", "{}", out[0].describe());
-    assert!(out[0].stderr.contains("aborting the process"), "{}", out[0].describe());
+    assert_eq!(
+        results.len(),
+        1,
+        "only the hook printed: {}",
+        out[0].describe()
+    );
+    assert!(
+        results[0] == "hook kind=Remote" || results[0] == "hook kind=Timeout",
+        "{}",
+        out[0].describe()
+    );
+    assert!(
+        out[0].stderr.contains("aborting the process"),
+        "{}",
+        out[0].describe()
+    );
     // Before aborting, the process logged its recent operations: the first
     // all_reduce completed, the second is the one that failed.
     let err = &out[0].stderr;
-    let table = &err[err.find("flight recorder of comm 'aborting' (rank 0/2): last 2 of 2 operations").unwrap_or_else(|| panic!("{}", out[0].describe()))..];
+    let table = &err[err
+        .find("flight recorder of comm 'aborting' (rank 0/2): last 2 of 2 operations")
+        .unwrap_or_else(|| panic!("{}", out[0].describe()))..];
     let rows: Vec<&str> = table.lines().skip(2).take(2).collect();
-    assert!(rows[0].trim_start().starts_with("1  all_reduce") && rows[0].contains("completed"), "{table}");
-    assert!(rows[1].trim_start().starts_with("2  all_reduce") && !rows[1].contains("completed"), "{table}");
+    assert!(
+        rows[0].trim_start().starts_with("1  all_reduce") && rows[0].contains("completed"),
+        "{table}"
+    );
+    assert!(
+        rows[1].trim_start().starts_with("2  all_reduce") && !rows[1].contains("completed"),
+        "{table}"
+    );
 }

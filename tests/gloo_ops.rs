@@ -24,7 +24,11 @@ struct Buf {
 
 impl Buf {
     fn poisoned(dt: DType, n: usize) -> Buf {
-        let mut b = Buf { words: vec![0; (n * dt.size()).div_ceil(8) + 1], dt, n };
+        let mut b = Buf {
+            words: vec![0; (n * dt.size()).div_ceil(8) + 1],
+            dt,
+            n,
+        };
         b.bytes_mut().fill(POISON);
         b
     }
@@ -47,7 +51,10 @@ impl Buf {
         Ptr(self.words.as_mut_ptr() as *mut std::ffi::c_void)
     }
     fn at(&mut self, elem: usize) -> Ptr {
-        Ptr(unsafe { (self.words.as_mut_ptr() as *mut u8).add(elem * self.dt.size()) } as *mut std::ffi::c_void)
+        Ptr(
+            unsafe { (self.words.as_mut_ptr() as *mut u8).add(elem * self.dt.size()) }
+                as *mut std::ffi::c_void,
+        )
     }
     fn set(&mut self, i: usize, x: f64) {
         let s = self.dt.size();
@@ -171,13 +178,20 @@ fn valid(dt: DType, kind: RedKind) -> bool {
 }
 
 fn red(kind: RedKind) -> ReduceOp {
-    ReduceOp { kind, factor: PremulFactor::Host(0.5) }
+    ReduceOp {
+        kind,
+        factor: PremulFactor::Host(0.5),
+    }
 }
 
 fn check(buf: &Buf, what: &str, expected: impl Fn(usize) -> f64) {
     for i in 0..buf.n {
         let (got, want) = (buf.get(i), expected(i));
-        assert!(got == want, "{what} [{}]: element {i} is {got}, expected {want}", buf.dt.name());
+        assert!(
+            got == want,
+            "{what} [{}]: element {i} is {got}, expected {want}",
+            buf.dt.name()
+        );
     }
 }
 
@@ -191,26 +205,64 @@ fn movement(comm: &Comm, dt: DType) {
     let (n, me) = (comm.size() as usize, comm.rank() as usize);
     let c = 7; // not a multiple of any world size here
     for root in 0..n {
-        let mut b = if me == root { Buf::from_fn(dt, c, |i| datum(dt, root, i)) } else { Buf::poisoned(dt, c) };
-        ok(comm, Op::Broadcast { buf: b.ptr(), count: c, dtype: dt, root: root as i32 });
+        let mut b = if me == root {
+            Buf::from_fn(dt, c, |i| datum(dt, root, i))
+        } else {
+            Buf::poisoned(dt, c)
+        };
+        ok(
+            comm,
+            Op::Broadcast {
+                buf: b.ptr(),
+                count: c,
+                dtype: dt,
+                root: root as i32,
+            },
+        );
         check(&b, "broadcast", |i| datum(dt, root, i));
     }
     // all_gather_single, out of place and in place.
     let mut input = Buf::from_fn(dt, c, |i| datum(dt, me, i));
     let mut out = Buf::poisoned(dt, c * n);
-    ok(comm, Op::AllGatherSingle { output: out.ptr(), input: input.ptr(), count: c, dtype: dt });
+    ok(
+        comm,
+        Op::AllGatherSingle {
+            output: out.ptr(),
+            input: input.ptr(),
+            count: c,
+            dtype: dt,
+        },
+    );
     check(&out, "all_gather_single", |i| datum(dt, i / c, i % c));
     let mut out = Buf::poisoned(dt, c * n);
     for i in 0..c {
         out.set(me * c + i, datum(dt, me, i));
     }
     let inp = out.at(me * c);
-    ok(comm, Op::AllGatherSingle { output: out.ptr(), input: inp, count: c, dtype: dt });
-    check(&out, "all_gather_single in place", |i| datum(dt, i / c, i % c));
+    ok(
+        comm,
+        Op::AllGatherSingle {
+            output: out.ptr(),
+            input: inp,
+            count: c,
+            dtype: dt,
+        },
+    );
+    check(&out, "all_gather_single in place", |i| {
+        datum(dt, i / c, i % c)
+    });
     // all_gather (list).
     let mut outs: Vec<Buf> = (0..n).map(|_| Buf::poisoned(dt, c)).collect();
     let ptrs = outs.iter_mut().map(|b| b.ptr()).collect();
-    ok(comm, Op::AllGather { outputs: ptrs, input: input.ptr(), count: c, dtype: dt });
+    ok(
+        comm,
+        Op::AllGather {
+            outputs: ptrs,
+            input: input.ptr(),
+            count: c,
+            dtype: dt,
+        },
+    );
     for (r, b) in outs.iter().enumerate() {
         check(b, "all_gather", |i| datum(dt, r, i));
     }
@@ -220,24 +272,68 @@ fn movement(comm: &Comm, dt: DType) {
     let total: usize = counts.iter().sum();
     let mut input = Buf::from_fn(dt, counts[me], |i| datum(dt, me, i));
     let mut out = Buf::poisoned(dt, total);
-    ok(comm, Op::AllGatherV { output: out.ptr(), input: input.ptr(), counts: counts.clone(), dtype: dt });
+    ok(
+        comm,
+        Op::AllGatherV {
+            output: out.ptr(),
+            input: input.ptr(),
+            counts: counts.clone(),
+            dtype: dt,
+        },
+    );
     check(&out, "all_gather_v", |i| {
-        let r = (0..n).rev().find(|r| offs[*r] <= i && counts[*r] > 0).unwrap();
+        let r = (0..n)
+            .rev()
+            .find(|r| offs[*r] <= i && counts[*r] > 0)
+            .unwrap();
         datum(dt, r, i - offs[r])
     });
     // all_to_all_single, out of place and in place; all_to_all (list).
     let mut input = Buf::from_fn(dt, c * n, |i| datum(dt, me, i) + (i / c) as f64 * 0.0);
     let mut out = Buf::poisoned(dt, c * n);
-    ok(comm, Op::AllToAllSingle { output: out.ptr(), input: input.ptr(), count: c, dtype: dt });
+    ok(
+        comm,
+        Op::AllToAllSingle {
+            output: out.ptr(),
+            input: input.ptr(),
+            count: c,
+            dtype: dt,
+        },
+    );
     // Rank r sent me its block `me`: elements me*c..me*c+c of its input.
-    check(&out, "all_to_all_single", |i| datum(dt, i / c, me * c + i % c));
+    check(&out, "all_to_all_single", |i| {
+        datum(dt, i / c, me * c + i % c)
+    });
     let p = input.ptr();
-    ok(comm, Op::AllToAllSingle { output: p, input: p, count: c, dtype: dt });
-    check(&input, "all_to_all_single in place", |i| datum(dt, i / c, me * c + i % c));
-    let mut ins: Vec<Buf> = (0..n).map(|d| Buf::from_fn(dt, c, |i| datum(dt, me, d * c + i))).collect();
+    ok(
+        comm,
+        Op::AllToAllSingle {
+            output: p,
+            input: p,
+            count: c,
+            dtype: dt,
+        },
+    );
+    check(&input, "all_to_all_single in place", |i| {
+        datum(dt, i / c, me * c + i % c)
+    });
+    let mut ins: Vec<Buf> = (0..n)
+        .map(|d| Buf::from_fn(dt, c, |i| datum(dt, me, d * c + i)))
+        .collect();
     let mut outs: Vec<Buf> = (0..n).map(|_| Buf::poisoned(dt, c)).collect();
-    let (ip, op) = (ins.iter_mut().map(|b| b.ptr()).collect(), outs.iter_mut().map(|b| b.ptr()).collect());
-    ok(comm, Op::AllToAll { outputs: op, inputs: ip, count: c, dtype: dt });
+    let (ip, op) = (
+        ins.iter_mut().map(|b| b.ptr()).collect(),
+        outs.iter_mut().map(|b| b.ptr()).collect(),
+    );
+    ok(
+        comm,
+        Op::AllToAll {
+            outputs: op,
+            inputs: ip,
+            count: c,
+            dtype: dt,
+        },
+    );
     for (r, b) in outs.iter().enumerate() {
         check(b, "all_to_all", |i| datum(dt, r, me * c + i));
     }
@@ -248,27 +344,69 @@ fn movement(comm: &Comm, dt: DType) {
     let in_offs: Vec<usize> = (0..n).map(|d| in_counts[..d].iter().sum()).collect();
     let mut input = Buf::from_fn(dt, in_counts.iter().sum(), |i| datum(dt, me, i));
     let mut out = Buf::poisoned(dt, out_counts.iter().sum());
-    ok(comm, Op::AllToAllVSingle { output: out.ptr(), output_counts: out_counts.clone(), input: input.ptr(), input_counts: in_counts.clone(), dtype: dt });
+    ok(
+        comm,
+        Op::AllToAllVSingle {
+            output: out.ptr(),
+            output_counts: out_counts.clone(),
+            input: input.ptr(),
+            input_counts: in_counts.clone(),
+            dtype: dt,
+        },
+    );
     let mut k = 0;
     for s in 0..n {
         let s_offset: usize = (0..me).map(|d| split(s, d)).sum();
         for j in 0..split(s, me) {
-            assert_eq!(out.get(k), datum(dt, s, s_offset + j), "all_to_all_v_single [{}] from rank {s}", dt.name());
+            assert_eq!(
+                out.get(k),
+                datum(dt, s, s_offset + j),
+                "all_to_all_v_single [{}] from rank {s}",
+                dt.name()
+            );
             k += 1;
         }
     }
     let _ = in_offs;
     // scatter and gather from every root.
     for root in 0..n {
-        let mut ins: Vec<Buf> = (0..n).map(|d| Buf::from_fn(dt, c, |i| datum(dt, root, d * c + i))).collect();
-        let ptrs = if me == root { ins.iter_mut().map(|b| b.ptr()).collect() } else { Vec::new() };
+        let mut ins: Vec<Buf> = (0..n)
+            .map(|d| Buf::from_fn(dt, c, |i| datum(dt, root, d * c + i)))
+            .collect();
+        let ptrs = if me == root {
+            ins.iter_mut().map(|b| b.ptr()).collect()
+        } else {
+            Vec::new()
+        };
         let mut out = Buf::poisoned(dt, c);
-        ok(comm, Op::Scatter { output: out.ptr(), inputs: ptrs, count: c, dtype: dt, root: root as i32 });
+        ok(
+            comm,
+            Op::Scatter {
+                output: out.ptr(),
+                inputs: ptrs,
+                count: c,
+                dtype: dt,
+                root: root as i32,
+            },
+        );
         check(&out, "scatter", |i| datum(dt, root, me * c + i));
         let mut input = Buf::from_fn(dt, c, |i| datum(dt, me, i));
         let mut outs: Vec<Buf> = (0..n).map(|_| Buf::poisoned(dt, c)).collect();
-        let ptrs = if me == root { outs.iter_mut().map(|b| b.ptr()).collect() } else { Vec::new() };
-        ok(comm, Op::Gather { outputs: ptrs, input: input.ptr(), count: c, dtype: dt, root: root as i32 });
+        let ptrs = if me == root {
+            outs.iter_mut().map(|b| b.ptr()).collect()
+        } else {
+            Vec::new()
+        };
+        ok(
+            comm,
+            Op::Gather {
+                outputs: ptrs,
+                input: input.ptr(),
+                count: c,
+                dtype: dt,
+                root: root as i32,
+            },
+        );
         if me == root {
             for (r, b) in outs.iter().enumerate() {
                 check(b, "gather", |i| datum(dt, r, i));
@@ -282,25 +420,83 @@ fn movement(comm: &Comm, dt: DType) {
     let mut rbuf = Buf::poisoned(dt, c);
     if n == 1 {
         let ops = vec![
-            P2p { is_send: true, buf: sbuf.ptr(), count: c, dtype: dt, peer: 0 },
-            P2p { is_send: false, buf: rbuf.ptr(), count: c, dtype: dt, peer: 0 },
+            P2p {
+                is_send: true,
+                buf: sbuf.ptr(),
+                count: c,
+                dtype: dt,
+                peer: 0,
+            },
+            P2p {
+                is_send: false,
+                buf: rbuf.ptr(),
+                count: c,
+                dtype: dt,
+                peer: 0,
+            },
         ];
         ok(comm, Op::Batch { ops });
     } else if me % 2 == 0 {
-        ok(comm, Op::Send { buf: sbuf.ptr(), count: c, dtype: dt, peer: next as i32 });
-        ok(comm, Op::Recv { buf: rbuf.ptr(), count: c, dtype: dt, peer: prev as i32 });
+        ok(
+            comm,
+            Op::Send {
+                buf: sbuf.ptr(),
+                count: c,
+                dtype: dt,
+                peer: next as i32,
+            },
+        );
+        ok(
+            comm,
+            Op::Recv {
+                buf: rbuf.ptr(),
+                count: c,
+                dtype: dt,
+                peer: prev as i32,
+            },
+        );
     } else {
-        ok(comm, Op::Recv { buf: rbuf.ptr(), count: c, dtype: dt, peer: prev as i32 });
-        ok(comm, Op::Send { buf: sbuf.ptr(), count: c, dtype: dt, peer: next as i32 });
+        ok(
+            comm,
+            Op::Recv {
+                buf: rbuf.ptr(),
+                count: c,
+                dtype: dt,
+                peer: prev as i32,
+            },
+        );
+        ok(
+            comm,
+            Op::Send {
+                buf: sbuf.ptr(),
+                count: c,
+                dtype: dt,
+                peer: next as i32,
+            },
+        );
     }
     check(&rbuf, "send/recv", |i| datum(dt, prev, i));
     let pair = |s: usize, d: usize| (s * 5 + d * 3) % 4 + 1;
-    let mut sends: Vec<Buf> = (0..n).map(|d| Buf::from_fn(dt, pair(me, d), |i| datum(dt, me, d * 10 + i))).collect();
+    let mut sends: Vec<Buf> = (0..n)
+        .map(|d| Buf::from_fn(dt, pair(me, d), |i| datum(dt, me, d * 10 + i)))
+        .collect();
     let mut recvs: Vec<Buf> = (0..n).map(|s| Buf::poisoned(dt, pair(s, me))).collect();
     let mut ops = Vec::new();
     for d in 0..n {
-        ops.push(P2p { is_send: true, buf: sends[d].ptr(), count: pair(me, d), dtype: dt, peer: d as i32 });
-        ops.push(P2p { is_send: false, buf: recvs[d].ptr(), count: pair(d, me), dtype: dt, peer: d as i32 });
+        ops.push(P2p {
+            is_send: true,
+            buf: sends[d].ptr(),
+            count: pair(me, d),
+            dtype: dt,
+            peer: d as i32,
+        });
+        ops.push(P2p {
+            is_send: false,
+            buf: recvs[d].ptr(),
+            count: pair(d, me),
+            dtype: dt,
+            peer: d as i32,
+        });
     }
     ok(comm, Op::Batch { ops });
     for (s, b) in recvs.iter().enumerate() {
@@ -315,15 +511,36 @@ fn reductions(comm: &Comm, dt: DType, kind: RedKind) {
     let what = format!("{} {}", kind.name(), dt.name());
     let expect = |i: usize| dec(dt, &enc(dt, reference(dt, kind, n, i, 0.5)));
     let mut b = Buf::from_fn(dt, c, |i| operand(dt, me, i));
-    ok(comm, Op::AllReduce { buf: b.ptr(), count: c, dtype: dt, op: red(kind) });
+    ok(
+        comm,
+        Op::AllReduce {
+            buf: b.ptr(),
+            count: c,
+            dtype: dt,
+            op: red(kind),
+        },
+    );
     check(&b, &format!("all_reduce {what}"), expect);
     for root in 0..n {
         let mut b = Buf::from_fn(dt, c, |i| operand(dt, me, i));
-        ok(comm, Op::Reduce { buf: b.ptr(), count: c, dtype: dt, root: root as i32, op: red(kind) });
+        ok(
+            comm,
+            Op::Reduce {
+                buf: b.ptr(),
+                count: c,
+                dtype: dt,
+                root: root as i32,
+                op: red(kind),
+            },
+        );
         if me == root {
             check(&b, &format!("reduce {what} root {root}"), expect);
         } else {
-            check(&b, &format!("reduce {what} non-root input untouched"), |i| operand(dt, me, i));
+            check(
+                &b,
+                &format!("reduce {what} non-root input untouched"),
+                |i| operand(dt, me, i),
+            );
         }
     }
     if kind == RedKind::Sum && matches!(dt, DType::F16 | DType::BF16) && n >= 3 {
@@ -333,47 +550,137 @@ fn reductions(comm: &Comm, dt: DType, kind: RedKind) {
         let x = |r: usize| if r == 0 { big } else { 1.0 };
         let want = dec(dt, &enc(dt, big + (n - 1) as f64));
         let mut b = Buf::from_fn(dt, c, |_| x(me));
-        ok(comm, Op::AllReduce { buf: b.ptr(), count: c, dtype: dt, op: red(kind) });
+        ok(
+            comm,
+            Op::AllReduce {
+                buf: b.ptr(),
+                count: c,
+                dtype: dt,
+                op: red(kind),
+            },
+        );
         check(&b, &format!("all_reduce rounds once {what}"), |_| want);
         for root in 0..n {
             let mut b = Buf::from_fn(dt, c, |_| x(me));
-            ok(comm, Op::Reduce { buf: b.ptr(), count: c, dtype: dt, root: root as i32, op: red(kind) });
+            ok(
+                comm,
+                Op::Reduce {
+                    buf: b.ptr(),
+                    count: c,
+                    dtype: dt,
+                    root: root as i32,
+                    op: red(kind),
+                },
+            );
             if me == root {
-                check(&b, &format!("reduce rounds once {what} root {root}"), |_| want);
+                check(
+                    &b,
+                    &format!("reduce rounds once {what} root {root}"),
+                    |_| want,
+                );
             } else {
-                check(&b, &format!("reduce {what} non-root input untouched"), |_| x(me));
+                check(
+                    &b,
+                    &format!("reduce {what} non-root input untouched"),
+                    |_| x(me),
+                );
             }
         }
         let mut input = Buf::from_fn(dt, c * n, |_| x(me));
         let mut out = Buf::poisoned(dt, c);
-        ok(comm, Op::ReduceScatterSingle { output: out.ptr(), input: input.ptr(), count: c, dtype: dt, op: red(kind) });
-        check(&out, &format!("reduce_scatter_single rounds once {what}"), |_| want);
+        ok(
+            comm,
+            Op::ReduceScatterSingle {
+                output: out.ptr(),
+                input: input.ptr(),
+                count: c,
+                dtype: dt,
+                op: red(kind),
+            },
+        );
+        check(
+            &out,
+            &format!("reduce_scatter_single rounds once {what}"),
+            |_| want,
+        );
     }
     // reduce_scatter_single: block r of rank s holds operand(s, r*c + i).
     let mut input = Buf::from_fn(dt, c * n, |i| operand(dt, me, i));
     let mut out = Buf::poisoned(dt, c);
-    ok(comm, Op::ReduceScatterSingle { output: out.ptr(), input: input.ptr(), count: c, dtype: dt, op: red(kind) });
-    check(&out, &format!("reduce_scatter_single {what}"), |i| dec(dt, &enc(dt, reference(dt, kind, n, me * c + i, 0.5))));
-    check(&input, "reduce_scatter_single input untouched", |i| operand(dt, me, i));
+    ok(
+        comm,
+        Op::ReduceScatterSingle {
+            output: out.ptr(),
+            input: input.ptr(),
+            count: c,
+            dtype: dt,
+            op: red(kind),
+        },
+    );
+    check(&out, &format!("reduce_scatter_single {what}"), |i| {
+        dec(dt, &enc(dt, reference(dt, kind, n, me * c + i, 0.5)))
+    });
+    check(&input, "reduce_scatter_single input untouched", |i| {
+        operand(dt, me, i)
+    });
     // In place: the output is this rank's block of the input.
     let mut input = Buf::from_fn(dt, c * n, |i| operand(dt, me, i));
     let own_block = input.at(me * c);
-    ok(comm, Op::ReduceScatterSingle { output: own_block, input: input.ptr(), count: c, dtype: dt, op: red(kind) });
+    ok(
+        comm,
+        Op::ReduceScatterSingle {
+            output: own_block,
+            input: input.ptr(),
+            count: c,
+            dtype: dt,
+            op: red(kind),
+        },
+    );
     for i in 0..c {
-        let (got, want) = (input.get(me * c + i), dec(dt, &enc(dt, reference(dt, kind, n, me * c + i, 0.5))));
-        assert!(got == want, "reduce_scatter_single in place {what}: element {i} is {got}, expected {want}");
+        let (got, want) = (
+            input.get(me * c + i),
+            dec(dt, &enc(dt, reference(dt, kind, n, me * c + i, 0.5))),
+        );
+        assert!(
+            got == want,
+            "reduce_scatter_single in place {what}: element {i} is {got}, expected {want}"
+        );
     }
-    let mut ins: Vec<Buf> = (0..n).map(|r| Buf::from_fn(dt, c, |i| operand(dt, me, r * c + i))).collect();
+    let mut ins: Vec<Buf> = (0..n)
+        .map(|r| Buf::from_fn(dt, c, |i| operand(dt, me, r * c + i)))
+        .collect();
     let ptrs = ins.iter_mut().map(|b| b.ptr()).collect();
     let mut out = Buf::poisoned(dt, c);
-    ok(comm, Op::ReduceScatter { output: out.ptr(), inputs: ptrs, count: c, dtype: dt, op: red(kind) });
-    check(&out, &format!("reduce_scatter {what}"), |i| dec(dt, &enc(dt, reference(dt, kind, n, me * c + i, 0.5))));
+    ok(
+        comm,
+        Op::ReduceScatter {
+            output: out.ptr(),
+            inputs: ptrs,
+            count: c,
+            dtype: dt,
+            op: red(kind),
+        },
+    );
+    check(&out, &format!("reduce_scatter {what}"), |i| {
+        dec(dt, &enc(dt, reference(dt, kind, n, me * c + i, 0.5)))
+    });
     let counts: Vec<usize> = (0..n).map(|r| (r * 3 + 2) % 5).collect();
     let off: usize = counts[..me].iter().sum();
     let mut input = Buf::from_fn(dt, counts.iter().sum(), |i| operand(dt, me, i));
     let mut out = Buf::poisoned(dt, counts[me]);
-    ok(comm, Op::ReduceScatterV { output: out.ptr(), input: input.ptr(), counts, dtype: dt, op: red(kind) });
-    check(&out, &format!("reduce_scatter_v {what}"), |i| dec(dt, &enc(dt, reference(dt, kind, n, off + i, 0.5))));
+    ok(
+        comm,
+        Op::ReduceScatterV {
+            output: out.ptr(),
+            input: input.ptr(),
+            counts,
+            dtype: dt,
+            op: red(kind),
+        },
+    );
+    check(&out, &format!("reduce_scatter_v {what}"), |i| {
+        dec(dt, &enc(dt, reference(dt, kind, n, off + i, 0.5)))
+    });
 }
 
 fn matrix_child() {
@@ -390,18 +697,57 @@ fn matrix_child() {
     // A large all_reduce: several Gloo segments per rank.
     let big = 300_007;
     let mut b = Buf::from_fn(DType::F32, big, |i| (me * 3 + i % 17) as f64);
-    ok(&comm, Op::AllReduce { buf: b.ptr(), count: big, dtype: DType::F32, op: ReduceOp::SUM });
-    check(&b, "large all_reduce", |i| (0..n).map(|r| (r * 3 + i % 17) as f64).sum());
+    ok(
+        &comm,
+        Op::AllReduce {
+            buf: b.ptr(),
+            count: big,
+            dtype: DType::F32,
+            op: ReduceOp::SUM,
+        },
+    );
+    check(&b, "large all_reduce", |i| {
+        (0..n).map(|r| (r * 3 + i % 17) as f64).sum()
+    });
     // PREMUL_SUM with the factor behind a host pointer.
     let factor: f64 = 0.25;
     let mut b = Buf::from_fn(DType::F64, 5, |i| operand(DType::F64, me, i));
-    let op = ReduceOp { kind: RedKind::PremulSum, factor: PremulFactor::Pointer(&factor as *const f64 as *const _) };
-    ok(&comm, Op::AllReduce { buf: b.ptr(), count: 5, dtype: DType::F64, op });
-    check(&b, "premul_sum through a pointer", |i| reference(DType::F64, RedKind::PremulSum, n, i, 0.25));
+    let op = ReduceOp {
+        kind: RedKind::PremulSum,
+        factor: PremulFactor::Pointer(&factor as *const f64 as *const _),
+    };
+    ok(
+        &comm,
+        Op::AllReduce {
+            buf: b.ptr(),
+            count: 5,
+            dtype: DType::F64,
+            op,
+        },
+    );
+    check(&b, "premul_sum through a pointer", |i| {
+        reference(DType::F64, RedKind::PremulSum, n, i, 0.25)
+    });
     // Zero-element operations complete.
     let mut z = Buf::poisoned(DType::F32, 0);
-    ok(&comm, Op::AllReduce { buf: z.ptr(), count: 0, dtype: DType::F32, op: ReduceOp::SUM });
-    ok(&comm, Op::Broadcast { buf: z.ptr(), count: 0, dtype: DType::F32, root: 0 });
+    ok(
+        &comm,
+        Op::AllReduce {
+            buf: z.ptr(),
+            count: 0,
+            dtype: DType::F32,
+            op: ReduceOp::SUM,
+        },
+    );
+    ok(
+        &comm,
+        Op::Broadcast {
+            buf: z.ptr(),
+            count: 0,
+            dtype: DType::F32,
+            root: 0,
+        },
+    );
     ok(&comm, Op::Barrier);
     comm.finalize().unwrap();
     println!("RESULT matrix ok rank {me}");
@@ -450,18 +796,46 @@ fn gloo_unsupported_reductions() {
                 if valid(dt, kind) {
                     continue;
                 }
-                let comm = child_comm_on(store.clone(), &format!("unsup{k}"), 0, 1, Duration::from_secs(10)).unwrap();
+                let comm = child_comm_on(
+                    store.clone(),
+                    &format!("unsup{k}"),
+                    0,
+                    1,
+                    Duration::from_secs(10),
+                )
+                .unwrap();
                 k += 1;
                 let mut b = Buf::from_fn(dt, 3, |i| i as f64);
-                let err = run(&comm, Op::AllReduce { buf: b.ptr(), count: 3, dtype: dt, op: red(kind) }).unwrap_err();
-                assert_eq!(err.kind, ErrorKind::Unsupported, "{} {}: {err}", kind.name(), dt.name());
+                let err = run(
+                    &comm,
+                    Op::AllReduce {
+                        buf: b.ptr(),
+                        count: 3,
+                        dtype: dt,
+                        op: red(kind),
+                    },
+                )
+                .unwrap_err();
+                assert_eq!(
+                    err.kind,
+                    ErrorKind::Unsupported,
+                    "{} {}: {err}",
+                    kind.name(),
+                    dt.name()
+                );
                 assert!(err.message.contains(kind.name()), "{err}");
             }
         }
         println!("RESULT unsupported ok {k}");
         return;
     }
-    let out = launch("gloo_unsupported_reductions", "unsupported", 1, &[], Duration::from_secs(60));
+    let out = launch(
+        "gloo_unsupported_reductions",
+        "unsupported",
+        1,
+        &[],
+        Duration::from_secs(60),
+    );
     assert_all_ok(&out);
 }
 
@@ -472,23 +846,62 @@ fn gloo_split_concurrent_with_parent() {
     if role().is_some() {
         let parent = child_comm("parent", Duration::from_secs(60));
         let (n, me) = (parent.size() as usize, parent.rank() as usize);
-        let group: Vec<i32> = (0..n as i32).filter(|r| (*r as usize) % 2 == me % 2).collect();
-        let child = parent.split(&group, if me % 2 == 0 { "even" } else { "odd" }, Default::default()).unwrap().unwrap();
+        let group: Vec<i32> = (0..n as i32)
+            .filter(|r| (*r as usize) % 2 == me % 2)
+            .collect();
+        let child = parent
+            .split(
+                &group,
+                if me % 2 == 0 { "even" } else { "odd" },
+                Default::default(),
+            )
+            .unwrap()
+            .unwrap();
         assert_eq!(child.size() as usize, group.len());
         assert_eq!(child.rank() as usize, me / 2);
-        let asynch = OpOptions { async_op: true, ..Default::default() };
+        let asynch = OpOptions {
+            async_op: true,
+            ..Default::default()
+        };
         for iter in 0..20 {
             let mut a = Buf::from_fn(DType::I64, 1000, |i| (me + i + iter) as f64);
             let mut b = Buf::from_fn(DType::I64, 1000, |i| (me * 2 + i) as f64);
-            let wa = parent.submit(Op::AllReduce { buf: a.ptr(), count: 1000, dtype: DType::I64, op: ReduceOp::SUM }, &asynch).unwrap();
-            let wb = child.submit(Op::AllReduce { buf: b.ptr(), count: 1000, dtype: DType::I64, op: ReduceOp::SUM }, &asynch).unwrap();
+            let wa = parent
+                .submit(
+                    Op::AllReduce {
+                        buf: a.ptr(),
+                        count: 1000,
+                        dtype: DType::I64,
+                        op: ReduceOp::SUM,
+                    },
+                    &asynch,
+                )
+                .unwrap();
+            let wb = child
+                .submit(
+                    Op::AllReduce {
+                        buf: b.ptr(),
+                        count: 1000,
+                        dtype: DType::I64,
+                        op: ReduceOp::SUM,
+                    },
+                    &asynch,
+                )
+                .unwrap();
             wb.wait_blocking().unwrap();
             wa.wait_blocking().unwrap();
-            check(&a, "parent all_reduce", |i| (0..n).map(|r| (r + i + iter) as f64).sum());
-            check(&b, "child all_reduce", |i| group.iter().map(|r| (*r as usize * 2 + i) as f64).sum());
+            check(&a, "parent all_reduce", |i| {
+                (0..n).map(|r| (r + i + iter) as f64).sum()
+            });
+            check(&b, "child all_reduce", |i| {
+                group.iter().map(|r| (*r as usize * 2 + i) as f64).sum()
+            });
         }
         // An empty list opts out; a list without the caller is an error.
-        assert!(parent.split(&[], "none", Default::default()).unwrap().is_none());
+        assert!(parent
+            .split(&[], "none", Default::default())
+            .unwrap()
+            .is_none());
         let others: Vec<i32> = (0..n as i32).filter(|r| *r as usize != me).collect();
         assert!(parent.split(&others, "bad", Default::default()).is_err());
         child.finalize().unwrap();
@@ -496,7 +909,13 @@ fn gloo_split_concurrent_with_parent() {
         println!("RESULT split ok");
         return;
     }
-    let out = launch("gloo_split_concurrent_with_parent", "split", 4, &[], Duration::from_secs(60));
+    let out = launch(
+        "gloo_split_concurrent_with_parent",
+        "split",
+        4,
+        &[],
+        Duration::from_secs(60),
+    );
     assert_all_ok(&out);
 }
 
@@ -509,14 +928,30 @@ fn gloo_comm_recreated_under_same_name() {
             let comm = child_comm("again", Duration::from_secs(60));
             let (n, me) = (comm.size() as usize, comm.rank() as usize);
             let mut a = Buf::from_fn(DType::I32, 64, |i| (me + i + round) as f64);
-            ok(&comm, Op::AllReduce { buf: a.ptr(), count: 64, dtype: DType::I32, op: ReduceOp::SUM });
-            check(&a, "all_reduce", |i| (0..n).map(|r| (r + i + round) as f64).sum());
+            ok(
+                &comm,
+                Op::AllReduce {
+                    buf: a.ptr(),
+                    count: 64,
+                    dtype: DType::I32,
+                    op: ReduceOp::SUM,
+                },
+            );
+            check(&a, "all_reduce", |i| {
+                (0..n).map(|r| (r + i + round) as f64).sum()
+            });
             comm.finalize().unwrap();
             comm.release();
         }
         println!("RESULT recreate ok");
         return;
     }
-    let out = launch("gloo_comm_recreated_under_same_name", "recreate", 3, &[], Duration::from_secs(60));
+    let out = launch(
+        "gloo_comm_recreated_under_same_name",
+        "recreate",
+        3,
+        &[],
+        Duration::from_secs(60),
+    );
     assert_all_ok(&out);
 }

@@ -21,7 +21,11 @@ fn size_of(r: i32) -> usize {
 }
 
 fn byte(origin: i32, i: usize, round: u8) -> u8 {
-    (origin as u8).wrapping_mul(53).wrapping_add(i as u8).wrapping_add(round) | 1
+    (origin as u8)
+        .wrapping_mul(53)
+        .wrapping_add(i as u8)
+        .wrapping_add(round)
+        | 1
 }
 
 /// `plain_rank`: the rank that registers ordinary heap memory (or -1).
@@ -37,7 +41,9 @@ fn shm_child(plain_rank: i32) {
     } else {
         let p = comm.alloc_memory(bytes + 100).unwrap() as *mut u8;
         // tc_mem_alloc memory is zeroed; the window starts 100 bytes in.
-        assert!(unsafe { std::slice::from_raw_parts(p, bytes + 100) }.iter().all(|b| *b == 0));
+        assert!(unsafe { std::slice::from_raw_parts(p, bytes + 100) }
+            .iter()
+            .all(|b| *b == 0));
         unsafe { std::ptr::write_bytes(p, 0xee, bytes + 100) };
         unsafe { p.add(100) }
     };
@@ -51,11 +57,17 @@ fn shm_child(plain_rank: i32) {
     for q in (0..n).filter(|q| *q != me) {
         match win.map_remote(q) {
             Ok(p) => {
-                assert!(q != plain_rank, "rank {q} registered heap memory, yet was mapped");
+                assert!(
+                    q != plain_rank,
+                    "rank {q} registered heap memory, yet was mapped"
+                );
                 assert!(!p.is_null());
             }
             Err(e) => {
-                assert_eq!(q, plain_rank, "rank {q}'s shared buffer was not mapped: {e}");
+                assert_eq!(
+                    q, plain_rank,
+                    "rank {q}'s shared buffer was not mapped: {e}"
+                );
                 assert_eq!(e.kind, ErrorKind::Unsupported, "{e}");
                 assert!(e.message.contains("tc_mem_alloc"), "{e}");
             }
@@ -66,18 +78,39 @@ fn shm_child(plain_rank: i32) {
     // 1 MiB after it), then a signal; checked at the target.
     let small: Vec<u8> = (0..1000).map(|i| byte(me, i, 1)).collect();
     let large: Vec<u8> = (0..1 << 20).map(|i| byte(me, i, 2)).collect();
-    win.put(small.as_ptr() as *const c_void, small.len(), next, 8 * me as usize, &Default::default()).unwrap();
-    win.put(large.as_ptr() as *const c_void, large.len(), next, 4096, &Default::default()).unwrap();
+    win.put(
+        small.as_ptr() as *const c_void,
+        small.len(),
+        next,
+        8 * me as usize,
+        &Default::default(),
+    )
+    .unwrap();
+    win.put(
+        large.as_ptr() as *const c_void,
+        large.len(),
+        next,
+        4096,
+        &Default::default(),
+    )
+    .unwrap();
     win.signal(next, &Default::default()).unwrap();
     win.wait_signal(prev, &Default::default()).unwrap();
     let at = 8 * prev as usize;
     for i in 0..1000 {
-        assert_eq!(mem[at + i], byte(prev, i, 1), "small put from rank {prev}, byte {i}");
+        assert_eq!(
+            mem[at + i],
+            byte(prev, i, 1),
+            "small put from rank {prev}, byte {i}"
+        );
     }
     for (i, b) in mem[4096..4096 + (1 << 20)].iter().enumerate() {
         assert_eq!(*b, byte(prev, i, 2), "large put from rank {prev}, byte {i}");
     }
-    assert!(mem[4096 + (1 << 20)..].iter().all(|b| *b == 0xee), "bytes past the large put untouched");
+    assert!(
+        mem[4096 + (1 << 20)..].iter().all(|b| *b == 0xee),
+        "bytes past the large put untouched"
+    );
 
     // Round 2: stores straight through the mapping of the next rank's
     // buffer, published by a signal.
@@ -88,20 +121,35 @@ fn shm_child(plain_rank: i32) {
         }
     } else {
         let v: Vec<u8> = (0..500).map(|i| byte(me, i, 3)).collect();
-        win.put(v.as_ptr() as *const c_void, v.len(), next, 2000, &Default::default()).unwrap();
+        win.put(
+            v.as_ptr() as *const c_void,
+            v.len(),
+            next,
+            2000,
+            &Default::default(),
+        )
+        .unwrap();
     }
     win.signal(next, &Default::default()).unwrap();
     win.wait_signal(prev, &Default::default()).unwrap();
     for i in 0..500 {
-        assert_eq!(mem[2000 + i], byte(prev, i, 3), "store from rank {prev}, byte {i}");
+        assert_eq!(
+            mem[2000 + i],
+            byte(prev, i, 3),
+            "store from rank {prev}, byte {i}"
+        );
     }
 
     // Nobody deregisters while another still reads its own buffer.
     torchcomm_run_barrier(&comm);
     win.deregister().unwrap();
-    assert_eq!(win.map_remote(next).unwrap_err().kind, ErrorKind::InvalidUsage);
+    assert_eq!(
+        win.map_remote(next).unwrap_err().kind,
+        ErrorKind::InvalidUsage
+    );
     if me != plain_rank {
-        comm.free_memory(unsafe { buf.sub(100) } as *mut c_void).unwrap();
+        comm.free_memory(unsafe { buf.sub(100) } as *mut c_void)
+            .unwrap();
     }
     drop(win);
     comm.finalize().unwrap();
@@ -146,16 +194,27 @@ fn gloo_mem_free_checks_its_pointer() {
         let comm = child_comm("shm-free", TIMEOUT);
         let p = comm.alloc_memory(4096).unwrap();
         let mut other = [0u8; 8];
-        let e = comm.free_memory(other.as_mut_ptr() as *mut c_void).unwrap_err();
+        let e = comm
+            .free_memory(other.as_mut_ptr() as *mut c_void)
+            .unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidArgument, "{e}");
         assert!(e.message.contains("not allocated by tc_mem_alloc"), "{e}");
         comm.free_memory(p).unwrap();
-        assert_eq!(comm.free_memory(p).unwrap_err().kind, ErrorKind::InvalidArgument);
+        assert_eq!(
+            comm.free_memory(p).unwrap_err().kind,
+            ErrorKind::InvalidArgument
+        );
         comm.finalize().unwrap();
         println!("RESULT ok");
         return;
     }
-    let out = launch("gloo_mem_free_checks_its_pointer", "shm-free", 1, &[], Duration::from_secs(30));
+    let out = launch(
+        "gloo_mem_free_checks_its_pointer",
+        "shm-free",
+        1,
+        &[],
+        Duration::from_secs(30),
+    );
     assert_all_ok(&out);
     assert_eq!(out[0].results(), ["ok"], "{}", out[0].describe());
 }
@@ -173,8 +232,14 @@ fn gloo_shm_signals_counted_and_peer_death_seen() {
         let buf = comm.alloc_memory(bytes).unwrap();
         let win = Window::new(&comm).unwrap();
         win.register(buf, bytes).unwrap();
-        assert!(win.map_remote(1 - me).is_ok(), "the peer's buffer is shared");
-        let quick = |ms| torchcomm::comm::OpOptions { timeout: Some(Duration::from_millis(ms)), ..Default::default() };
+        assert!(
+            win.map_remote(1 - me).is_ok(),
+            "the peer's buffer is shared"
+        );
+        let quick = |ms| torchcomm::comm::OpOptions {
+            timeout: Some(Duration::from_millis(ms)),
+            ..Default::default()
+        };
         if me == 1 {
             for _ in 0..3 {
                 win.signal(0, &Default::default()).unwrap();
@@ -190,19 +255,46 @@ fn gloo_shm_signals_counted_and_peer_death_seen() {
         let e = win.wait_signal(1, &quick(300)).map(drop).unwrap_err();
         let took = t.elapsed();
         assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
-        assert!(took >= Duration::from_millis(290) && took < Duration::from_millis(1500), "{took:?}");
+        assert!(
+            took >= Duration::from_millis(290) && took < Duration::from_millis(1500),
+            "{took:?}"
+        );
         win.signal(1, &Default::default()).unwrap();
         let t = std::time::Instant::now();
         let e = win.wait_signal(1, &quick(15_000)).map(drop).unwrap_err();
         let took = t.elapsed();
-        assert!(matches!(e.kind, ErrorKind::Remote | ErrorKind::Aborted), "{e}");
-        assert!(took < Duration::from_secs(5), "the death was seen after {took:?}: {e}");
+        assert!(
+            matches!(e.kind, ErrorKind::Remote | ErrorKind::Aborted),
+            "{e}"
+        );
+        assert!(
+            took < Duration::from_secs(5),
+            "the death was seen after {took:?}: {e}"
+        );
         println!("RESULT ok {}ms", took.as_millis());
         return;
     }
-    let out = launch("gloo_shm_signals_counted_and_peer_death_seen", "shm-signals", 2, &[], Duration::from_secs(60));
-    assert_eq!(out[1].signal(), Some(libc::SIGKILL), "{}", out[1].describe());
+    let out = launch(
+        "gloo_shm_signals_counted_and_peer_death_seen",
+        "shm-signals",
+        2,
+        &[],
+        Duration::from_secs(60),
+    );
+    assert_eq!(
+        out[1].signal(),
+        Some(libc::SIGKILL),
+        "{}",
+        out[1].describe()
+    );
     assert!(out[0].ok(), "{}", out[0].describe());
-    assert!(out[0].results().first().is_some_and(|r| r.starts_with("ok")), "{}", out[0].describe());
+    assert!(
+        out[0]
+            .results()
+            .first()
+            .is_some_and(|r| r.starts_with("ok")),
+        "{}",
+        out[0].describe()
+    );
     eprintln!("rank 0: {:?}", out[0].results());
 }

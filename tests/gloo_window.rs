@@ -28,7 +28,10 @@ const TIMEOUT: Duration = Duration::from_secs(20);
 const FILL: u8 = 0xee;
 
 fn quick(ms: u64) -> OpOptions {
-    OpOptions { timeout: Some(Duration::from_millis(ms)), ..OpOptions::default() }
+    OpOptions {
+        timeout: Some(Duration::from_millis(ms)),
+        ..OpOptions::default()
+    }
 }
 
 fn ptr(v: &mut [u8]) -> *mut c_void {
@@ -42,7 +45,10 @@ fn first_size(r: i32) -> usize {
 
 /// Byte i of the ring block rank r puts into its successor.
 fn ring_byte(r: i32, i: usize) -> u8 {
-    (r as u8).wrapping_mul(31).wrapping_add(i as u8).wrapping_add(1)
+    (r as u8)
+        .wrapping_mul(31)
+        .wrapping_add(i as u8)
+        .wrapping_add(1)
 }
 
 /// Byte i of the small puts rank r makes into its successor.
@@ -68,11 +74,25 @@ fn ring_child() {
 
     // -- ring put of a 16-byte block at this rank's own offset, then signal
     let block: Vec<u8> = (0..16).map(|i| ring_byte(me, i)).collect();
-    win.put(block.as_ptr() as *const c_void, 16, next, 16 * me as usize, &OpOptions::default()).unwrap();
+    win.put(
+        block.as_ptr() as *const c_void,
+        16,
+        next,
+        16 * me as usize,
+        &OpOptions::default(),
+    )
+    .unwrap();
     // -- many small puts, one signal for all of them
     for i in 0..SMALL_N {
         let b = [small_byte(me, i)];
-        win.put(b.as_ptr() as *const c_void, 1, next, SMALL_AT + i, &OpOptions::default()).unwrap();
+        win.put(
+            b.as_ptr() as *const c_void,
+            1,
+            next,
+            SMALL_AT + i,
+            &OpOptions::default(),
+        )
+        .unwrap();
     }
     win.signal(next, &OpOptions::default()).unwrap();
     win.wait_signal(prev, &OpOptions::default()).unwrap();
@@ -86,12 +106,22 @@ fn ring_child() {
         } else {
             FILL
         };
-        assert_eq!(*b, want, "rank {me}: byte {i} after the ring puts from rank {prev}");
+        assert_eq!(
+            *b, want,
+            "rank {me}: byte {i} after the ring puts from rank {prev}"
+        );
     }
 
     // -- put to self: synchronous memcpy; a signal to self counts too
     let mine = [0x5au8; 8];
-    win.put(mine.as_ptr() as *const c_void, 8, me, SELF_AT, &OpOptions::default()).unwrap();
+    win.put(
+        mine.as_ptr() as *const c_void,
+        8,
+        me,
+        SELF_AT,
+        &OpOptions::default(),
+    )
+    .unwrap();
     assert_eq!(&mem[SELF_AT..SELF_AT + 8], &mine);
     win.signal(me, &OpOptions::default()).unwrap();
     win.wait_signal(me, &OpOptions::default()).unwrap();
@@ -102,19 +132,35 @@ fn ring_child() {
         win.signal(next, &OpOptions::default()).unwrap();
     }
     for k in 0..3 {
-        win.wait_signal(prev, &OpOptions::default()).unwrap_or_else(|e| panic!("rank {me}: wait {k}: {e}"));
+        win.wait_signal(prev, &OpOptions::default())
+            .unwrap_or_else(|e| panic!("rank {me}: wait {k}: {e}"));
     }
     let start = Instant::now();
     let e = win.wait_signal(prev, &quick(400)).map(drop).unwrap_err();
     let took = start.elapsed();
     assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
-    assert!(took >= Duration::from_millis(390) && took < Duration::from_millis(1400), "took {took:?}");
-    assert!(e.message.contains("wait_signal") && e.message.contains(&format!("rank {prev}")), "{e}");
+    assert!(
+        took >= Duration::from_millis(390) && took < Duration::from_millis(1400),
+        "took {took:?}"
+    );
+    assert!(
+        e.message.contains("wait_signal") && e.message.contains(&format!("rank {prev}")),
+        "{e}"
+    );
 
     // -- out of bounds, refused at the origin and naming the offset; the
     //    window stays usable
     let far = first_size(next) - 4;
-    let e = win.put(block.as_ptr() as *const c_void, 8, next, far, &OpOptions::default()).map(drop).unwrap_err();
+    let e = win
+        .put(
+            block.as_ptr() as *const c_void,
+            8,
+            next,
+            far,
+            &OpOptions::default(),
+        )
+        .map(drop)
+        .unwrap_err();
     assert_eq!(e.kind, ErrorKind::InvalidArgument, "{e}");
     assert!(e.message.contains(&far.to_string()), "{e}");
 
@@ -129,13 +175,29 @@ fn ring_child() {
     //    barrier keeps the predecessor's next signal out of the timed wait)
     run(&comm, Op::Barrier).unwrap();
     let tail = [0x77u8; 4];
-    win.put(tail.as_ptr() as *const c_void, 4, next, 240, &OpOptions::default()).unwrap();
+    win.put(
+        tail.as_ptr() as *const c_void,
+        4,
+        next,
+        240,
+        &OpOptions::default(),
+    )
+    .unwrap();
     win.signal(next, &OpOptions::default()).unwrap();
     win.wait_signal(prev, &OpOptions::default()).unwrap();
     assert_eq!(&mem[240..244], &[0x77; 4]);
     win.deregister().unwrap();
     // After deregister the buffer is not the window's any more.
-    let e = win.put(tail.as_ptr() as *const c_void, 4, next, 0, &OpOptions::default()).map(drop).unwrap_err();
+    let e = win
+        .put(
+            tail.as_ptr() as *const c_void,
+            4,
+            next,
+            0,
+            &OpOptions::default(),
+        )
+        .map(drop)
+        .unwrap_err();
     assert_eq!(e.kind, ErrorKind::InvalidUsage, "{e}");
 
     // -- register again, another buffer and other sizes; a full all-to-all
@@ -145,21 +207,39 @@ fn ring_child() {
     win.register(ptr(&mut mem2), mem2.len()).unwrap();
     for dst in 0..n {
         let b = [me as u8 + 1; 8];
-        win.put(b.as_ptr() as *const c_void, 8, dst, 8 * me as usize, &OpOptions::default()).unwrap();
+        win.put(
+            b.as_ptr() as *const c_void,
+            8,
+            dst,
+            8 * me as usize,
+            &OpOptions::default(),
+        )
+        .unwrap();
         win.signal(dst, &OpOptions::default()).unwrap();
     }
     for src in 0..n {
         win.wait_signal(src, &OpOptions::default()).unwrap();
     }
     for src in 0..n as usize {
-        assert_eq!(&mem2[8 * src..8 * src + 8], &[src as u8 + 1; 8], "rank {me}: second registration, block of rank {src}");
+        assert_eq!(
+            &mem2[8 * src..8 * src + 8],
+            &[src as u8 + 1; 8],
+            "rank {me}: second registration, block of rank {src}"
+        );
     }
     assert!(mem2[8 * n as usize..].iter().all(|b| *b == 0));
     win.deregister().unwrap();
     // And a third time, to be sure the service restarts cleanly twice.
     win.register(ptr(&mut mem2), mem2.len()).unwrap();
     let b = [0xabu8];
-    win.put(b.as_ptr() as *const c_void, 1, next, second(next) - 1, &OpOptions::default()).unwrap();
+    win.put(
+        b.as_ptr() as *const c_void,
+        1,
+        next,
+        second(next) - 1,
+        &OpOptions::default(),
+    )
+    .unwrap();
     win.signal(next, &OpOptions::default()).unwrap();
     win.wait_signal(prev, &OpOptions::default()).unwrap();
     assert_eq!(mem2[second(me) - 1], 0xab);
@@ -175,10 +255,18 @@ fn ring(test: &str, n: usize) {
         return;
     }
     let out = launch(test, "ring", n, &[], Duration::from_secs(90));
-    let failed: Vec<String> = out.iter().filter(|o| !o.ok()).map(|o| o.describe()).collect();
+    let failed: Vec<String> = out
+        .iter()
+        .filter(|o| !o.ok())
+        .map(|o| o.describe())
+        .collect();
     assert!(failed.is_empty(), "{}", failed.join("\n"));
     for o in &out {
-        assert!(o.results().iter().any(|r| r.starts_with("ok")), "{}", o.describe());
+        assert!(
+            o.results().iter().any(|r| r.starts_with("ok")),
+            "{}",
+            o.describe()
+        );
     }
 }
 
@@ -227,10 +315,24 @@ fn gloo_window_large_puts() {
                     }
                 })
             });
-            win.put(src.as_ptr() as *const c_void, BLOCK, 0, BLOCK * me as usize, &OpOptions::default()).unwrap();
+            win.put(
+                src.as_ptr() as *const c_void,
+                BLOCK,
+                0,
+                BLOCK * me as usize,
+                &OpOptions::default(),
+            )
+            .unwrap();
             win.signal(0, &OpOptions::default()).unwrap();
             let small = [me as u8 + 10; 4];
-            win2.put(small.as_ptr() as *const c_void, 4, 0, 4 * me as usize, &OpOptions::default()).unwrap();
+            win2.put(
+                small.as_ptr() as *const c_void,
+                4,
+                0,
+                4 * me as usize,
+                &OpOptions::default(),
+            )
+            .unwrap();
             win2.signal(0, &OpOptions::default()).unwrap();
             if let Some(w) = waiter {
                 w.join().unwrap();
@@ -241,19 +343,35 @@ fn gloo_window_large_puts() {
                 win.wait_signal(r, &OpOptions::default()).unwrap();
             }
             for r in 0..n as usize {
-                let ok = mem[BLOCK * r..BLOCK * (r + 1)].iter().enumerate().all(|(i, b)| *b == (i % 251) as u8 ^ r as u8);
+                let ok = mem[BLOCK * r..BLOCK * (r + 1)]
+                    .iter()
+                    .enumerate()
+                    .all(|(i, b)| *b == (i % 251) as u8 ^ r as u8);
                 assert!(ok, "block of rank {r}");
-                assert_eq!(&mem2[4 * r..4 * r + 4], &[r as u8 + 10; 4], "second window, rank {r}");
+                assert_eq!(
+                    &mem2[4 * r..4 * r + 4],
+                    &[r as u8 + 10; 4],
+                    "second window, rank {r}"
+                );
             }
         }
         // Around the size where a put stops travelling inside its header
         // (4064 bytes): both sides of it land whole (after rank 0 checked
         // the blocks above).
         run(&comm, Op::Barrier).unwrap();
-        let edge: Vec<u8> = (0..4100).map(|i| (i % 249) as u8 ^ 0x5a ^ me as u8).collect();
+        let edge: Vec<u8> = (0..4100)
+            .map(|i| (i % 249) as u8 ^ 0x5a ^ me as u8)
+            .collect();
         for (k, len) in [4063usize, 4064, 4065, 4100].into_iter().enumerate() {
             let at = BLOCK * me as usize + 8192 * k;
-            win.put(edge.as_ptr() as *const c_void, len, 0, at, &OpOptions::default()).unwrap();
+            win.put(
+                edge.as_ptr() as *const c_void,
+                len,
+                0,
+                at,
+                &OpOptions::default(),
+            )
+            .unwrap();
         }
         win.signal(0, &OpOptions::default()).unwrap();
         if me == 0 {
@@ -263,10 +381,17 @@ fn gloo_window_large_puts() {
             for r in 0..n as usize {
                 for (k, len) in [4063usize, 4064, 4065, 4100].into_iter().enumerate() {
                     let at = BLOCK * r + 8192 * k;
-                    let ok = mem[at..at + len].iter().enumerate().all(|(i, b)| *b == (i % 249) as u8 ^ 0x5a ^ r as u8);
+                    let ok = mem[at..at + len]
+                        .iter()
+                        .enumerate()
+                        .all(|(i, b)| *b == (i % 249) as u8 ^ 0x5a ^ r as u8);
                     assert!(ok, "put of {len} bytes from rank {r}");
                     // The byte after it still holds the large put's data.
-                    assert_eq!(mem[at + len], ((at + len - BLOCK * r) % 251) as u8 ^ r as u8, "after the put of {len} from rank {r}");
+                    assert_eq!(
+                        mem[at + len],
+                        ((at + len - BLOCK * r) % 251) as u8 ^ r as u8,
+                        "after the put of {len} from rank {r}"
+                    );
                 }
             }
         }
@@ -275,7 +400,13 @@ fn gloo_window_large_puts() {
         println!("RESULT ok");
         return;
     }
-    let out = launch("gloo_window_large_puts", "large", 3, &[], Duration::from_secs(90));
+    let out = launch(
+        "gloo_window_large_puts",
+        "large",
+        3,
+        &[],
+        Duration::from_secs(90),
+    );
     assert_all_ok(&out);
 }
 
@@ -299,24 +430,59 @@ fn gloo_window_peer_killed() {
             unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
         }
         let start = Instant::now();
-        let opts = OpOptions { timeout: Some(WAIT), ..OpOptions::default() };
+        let opts = OpOptions {
+            timeout: Some(WAIT),
+            ..OpOptions::default()
+        };
         let e = win.wait_signal(2, &opts).map(drop).unwrap_err();
         let took = start.elapsed();
-        println!("RESULT kind={:?} ms={} msg={}", e.kind, took.as_millis(), e.message);
-        assert!(matches!(e.kind, ErrorKind::Remote | ErrorKind::Timeout), "{e}");
+        println!(
+            "RESULT kind={:?} ms={} msg={}",
+            e.kind,
+            took.as_millis(),
+            e.message
+        );
+        assert!(
+            matches!(e.kind, ErrorKind::Remote | ErrorKind::Timeout),
+            "{e}"
+        );
         assert!(took < WAIT + Duration::from_secs(1), "took {took:?}: {e}");
         let b = [1u8; 4];
         let start = Instant::now();
-        let e = win.put(b.as_ptr() as *const c_void, 4, 2, 0, &opts).map(drop).unwrap_err();
-        assert!(matches!(e.kind, ErrorKind::Remote | ErrorKind::Timeout), "{e}");
+        let e = win
+            .put(b.as_ptr() as *const c_void, 4, 2, 0, &opts)
+            .map(drop)
+            .unwrap_err();
+        assert!(
+            matches!(e.kind, ErrorKind::Remote | ErrorKind::Timeout),
+            "{e}"
+        );
         assert!(start.elapsed() < WAIT + Duration::from_secs(1), "{e}");
         // Asynchronously: the call itself succeeds (its arguments are
         // fine), and its work reports the failure.
         let start = Instant::now();
-        let w = win.put(b.as_ptr() as *const c_void, 4, 2, 0, &OpOptions { async_op: true, ..opts.clone() }).unwrap();
+        let w = win
+            .put(
+                b.as_ptr() as *const c_void,
+                4,
+                2,
+                0,
+                &OpOptions {
+                    async_op: true,
+                    ..opts.clone()
+                },
+            )
+            .unwrap();
         let e = w.wait_blocking().unwrap_err();
-        assert!(matches!(e.kind, ErrorKind::Remote | ErrorKind::Timeout), "{e}");
-        assert!(matches!(w.status(), WorkStatus::Error | WorkStatus::TimedOut), "{:?}", w.status());
+        assert!(
+            matches!(e.kind, ErrorKind::Remote | ErrorKind::Timeout),
+            "{e}"
+        );
+        assert!(
+            matches!(w.status(), WorkStatus::Error | WorkStatus::TimedOut),
+            "{:?}",
+            w.status()
+        );
         assert!(start.elapsed() < WAIT + Duration::from_secs(1), "{e}");
         let start = Instant::now();
         let _ = win.deregister();
@@ -325,8 +491,19 @@ fn gloo_window_peer_killed() {
         println!("RESULT survived");
         return;
     }
-    let out = launch("gloo_window_peer_killed", "killed", 3, &[], Duration::from_secs(90));
-    assert_eq!(out[2].signal(), Some(libc::SIGKILL), "{}", out[2].describe());
+    let out = launch(
+        "gloo_window_peer_killed",
+        "killed",
+        3,
+        &[],
+        Duration::from_secs(90),
+    );
+    assert_eq!(
+        out[2].signal(),
+        Some(libc::SIGKILL),
+        "{}",
+        out[2].describe()
+    );
     for o in &out[..2] {
         for r in o.results() {
             eprintln!("rank {}: {r}", o.rank);
@@ -334,7 +511,11 @@ fn gloo_window_peer_killed() {
     }
     for o in &out[..2] {
         assert!(o.ok(), "{}", o.describe());
-        assert!(o.results().iter().any(|r| r == "survived"), "{}", o.describe());
+        assert!(
+            o.results().iter().any(|r| r == "survived"),
+            "{}",
+            o.describe()
+        );
     }
 }
 
@@ -355,27 +536,50 @@ fn gloo_window_deregister_timeout() {
             std::thread::sleep(T + Duration::from_secs(2));
             let e = win.deregister().unwrap_err();
             println!("RESULT late kind={:?} msg={}", e.kind, e.message);
-            assert!(matches!(e.kind, ErrorKind::Remote | ErrorKind::Timeout), "{e}");
+            assert!(
+                matches!(e.kind, ErrorKind::Remote | ErrorKind::Timeout),
+                "{e}"
+            );
         } else {
             let start = Instant::now();
             let e = win.deregister().unwrap_err();
             let took = start.elapsed();
-            println!("RESULT kind={:?} ms={} msg={}", e.kind, took.as_millis(), e.message);
+            println!(
+                "RESULT kind={:?} ms={} msg={}",
+                e.kind,
+                took.as_millis(),
+                e.message
+            );
             // TC_ERR_REMOTE when the other waiting rank closed its
             // connections first and Gloo's message did not name it.
-            assert!(matches!(e.kind, ErrorKind::Timeout | ErrorKind::Remote), "{e}");
-            assert!(e.message.contains("deregister") && e.message.contains("rank(s) 2 "), "{e}");
+            assert!(
+                matches!(e.kind, ErrorKind::Timeout | ErrorKind::Remote),
+                "{e}"
+            );
+            assert!(
+                e.message.contains("deregister") && e.message.contains("rank(s) 2 "),
+                "{e}"
+            );
             assert!(took < T + Duration::from_secs(1), "took {took:?}");
             // The buffer is released: registering again is refused now that
             // the window is unusable, with a clear error, not a hang.
             let e = win.register(ptr(&mut mem), mem.len()).unwrap_err();
-            assert!(matches!(e.kind, ErrorKind::Timeout | ErrorKind::Remote), "{e}");
+            assert!(
+                matches!(e.kind, ErrorKind::Timeout | ErrorKind::Remote),
+                "{e}"
+            );
         }
         drop(win);
         println!("RESULT done");
         return;
     }
-    let out = launch("gloo_window_deregister_timeout", "late", 3, &[], Duration::from_secs(60));
+    let out = launch(
+        "gloo_window_deregister_timeout",
+        "late",
+        3,
+        &[],
+        Duration::from_secs(60),
+    );
     for o in &out {
         assert!(o.ok(), "{}", o.describe());
         assert!(o.results().iter().any(|r| r == "done"), "{}", o.describe());
@@ -402,14 +606,31 @@ fn gloo_window_put_to_stopped_peer() {
         // Let the parent stop rank 1 first.
         std::thread::sleep(Duration::from_millis(1500));
         let src = vec![3u8; 1 << 16];
-        let opts = OpOptions { timeout: Some(T), ..OpOptions::default() };
+        let opts = OpOptions {
+            timeout: Some(T),
+            ..OpOptions::default()
+        };
         let start = Instant::now();
-        let e = win.put(src.as_ptr() as *const c_void, src.len(), 1, 0, &opts).map(drop).unwrap_err();
+        let e = win
+            .put(src.as_ptr() as *const c_void, src.len(), 1, 0, &opts)
+            .map(drop)
+            .unwrap_err();
         let took = start.elapsed();
-        println!("RESULT kind={:?} ms={} msg={}", e.kind, took.as_millis(), e.message);
+        println!(
+            "RESULT kind={:?} ms={} msg={}",
+            e.kind,
+            took.as_millis(),
+            e.message
+        );
         assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
-        assert!(e.message.contains("put") && e.message.contains("rank 1"), "{e}");
-        assert!(took + Duration::from_millis(50) >= T && took < T + Duration::from_secs(1), "took {took:?}");
+        assert!(
+            e.message.contains("put") && e.message.contains("rank 1"),
+            "{e}"
+        );
+        assert!(
+            took + Duration::from_millis(50) >= T && took < T + Duration::from_secs(1),
+            "took {took:?}"
+        );
         // The window is unusable now, and says so at once.
         let start = Instant::now();
         let e = win.signal(1, &opts).map(drop).unwrap_err();
@@ -419,17 +640,28 @@ fn gloo_window_put_to_stopped_peer() {
         return;
     }
     let mut stopped = false;
-    let out = launch_with("gloo_window_put_to_stopped_peer", "stopped", 2, &[], Duration::from_secs(60), |t, children| {
-        if !stopped && t > Duration::from_millis(800) {
-            unsafe { libc::kill(children[1].id() as i32, libc::SIGSTOP) };
-            stopped = true;
-        }
-        if t > Duration::from_secs(6) {
-            let _ = children[1].kill();
-        }
-    });
+    let out = launch_with(
+        "gloo_window_put_to_stopped_peer",
+        "stopped",
+        2,
+        &[],
+        Duration::from_secs(60),
+        |t, children| {
+            if !stopped && t > Duration::from_millis(800) {
+                unsafe { libc::kill(children[1].id() as i32, libc::SIGSTOP) };
+                stopped = true;
+            }
+            if t > Duration::from_secs(6) {
+                let _ = children[1].kill();
+            }
+        },
+    );
     assert!(out[0].ok(), "{}", out[0].describe());
-    assert!(out[0].results().iter().any(|r| r == "done"), "{}", out[0].describe());
+    assert!(
+        out[0].results().iter().any(|r| r == "done"),
+        "{}",
+        out[0].describe()
+    );
 }
 
 /// Rank 2 dies while ranks 0 and 1 are deregistering (they wait for its
@@ -454,18 +686,41 @@ fn gloo_window_peer_killed_during_deregister() {
         let start = Instant::now();
         let e = win.deregister().unwrap_err();
         let took = start.elapsed();
-        println!("RESULT kind={:?} ms={} msg={}", e.kind, took.as_millis(), e.message);
-        assert!(matches!(e.kind, ErrorKind::Remote | ErrorKind::Timeout), "{e}");
+        println!(
+            "RESULT kind={:?} ms={} msg={}",
+            e.kind,
+            took.as_millis(),
+            e.message
+        );
+        assert!(
+            matches!(e.kind, ErrorKind::Remote | ErrorKind::Timeout),
+            "{e}"
+        );
         assert!(took < T + Duration::from_secs(1), "took {took:?}: {e}");
         drop(win);
         println!("RESULT survived");
         return;
     }
-    let out = launch("gloo_window_peer_killed_during_deregister", "killed_dereg", 3, &[], Duration::from_secs(60));
-    assert_eq!(out[2].signal(), Some(libc::SIGKILL), "{}", out[2].describe());
+    let out = launch(
+        "gloo_window_peer_killed_during_deregister",
+        "killed_dereg",
+        3,
+        &[],
+        Duration::from_secs(60),
+    );
+    assert_eq!(
+        out[2].signal(),
+        Some(libc::SIGKILL),
+        "{}",
+        out[2].describe()
+    );
     for o in &out[..2] {
         assert!(o.ok(), "{}", o.describe());
-        assert!(o.results().iter().any(|r| r == "survived"), "{}", o.describe());
+        assert!(
+            o.results().iter().any(|r| r == "survived"),
+            "{}",
+            o.describe()
+        );
         for r in o.results() {
             eprintln!("rank {}: {r}", o.rank);
         }
@@ -475,16 +730,37 @@ fn gloo_window_peer_killed_during_deregister() {
 // ---- asynchronous calls (async_op) ------------------------------------------
 
 fn async_opts() -> OpOptions {
-    OpOptions { async_op: true, ..OpOptions::default() }
+    OpOptions {
+        async_op: true,
+        ..OpOptions::default()
+    }
 }
 
 fn async_quick(ms: u64) -> OpOptions {
-    OpOptions { async_op: true, ..quick(ms) }
+    OpOptions {
+        async_op: true,
+        ..quick(ms)
+    }
 }
 
 /// Sizes of the asynchronous puts: inline ones (up to 4064 bytes, inside
 /// their header message) mixed with large ones (1 MiB).
-const ASYNC_SIZES: [usize; 14] = [1, 4064, 1 << 20, 100, 4065, 3000, 1 << 20, 7, 65536, 4064, 1 << 20, 513, 4096, 2];
+const ASYNC_SIZES: [usize; 14] = [
+    1,
+    4064,
+    1 << 20,
+    100,
+    4065,
+    3000,
+    1 << 20,
+    7,
+    65536,
+    4064,
+    1 << 20,
+    513,
+    4096,
+    2,
+];
 /// Untouched bytes between two puts.
 const GAP: usize = 8;
 
@@ -520,7 +796,10 @@ fn check_async_round(mem: &[u8], me: i32, src: i32, round: usize) {
     }
     for (i, b) in mem.iter().enumerate() {
         if !covered[i] {
-            assert_eq!(*b, FILL, "rank {me}, round {round}: byte {i} is outside every put");
+            assert_eq!(
+                *b, FILL,
+                "rank {me}, round {round}: byte {i} is outside every put"
+            );
         }
     }
 }
@@ -537,11 +816,24 @@ fn async_puts_child() {
 
     // -- round 0: every put and the signal asynchronous, and an
     //    asynchronous wait for the predecessor's signal
-    let srcs: Vec<Vec<u8>> = layout.iter().enumerate().map(|(k, (_, len))| (0..*len).map(|i| async_byte(me, 0, k, i)).collect()).collect();
+    let srcs: Vec<Vec<u8>> = layout
+        .iter()
+        .enumerate()
+        .map(|(k, (_, len))| (0..*len).map(|i| async_byte(me, 0, k, i)).collect())
+        .collect();
     let puts: Vec<Arc<dyn Work>> = layout
         .iter()
         .zip(&srcs)
-        .map(|((off, len), src)| win.put(src.as_ptr() as *const c_void, *len, next, *off, &async_opts()).unwrap())
+        .map(|((off, len), src)| {
+            win.put(
+                src.as_ptr() as *const c_void,
+                *len,
+                next,
+                *off,
+                &async_opts(),
+            )
+            .unwrap()
+        })
         .collect();
     let sig = win.signal(next, &async_opts()).unwrap();
     let wait = win.wait_signal(prev, &async_opts()).unwrap();
@@ -550,7 +842,11 @@ fn async_puts_child() {
     sig.wait_blocking().unwrap();
     assert_eq!(sig.status(), WorkStatus::Completed);
     for (k, w) in puts.iter().enumerate() {
-        assert_eq!(w.status(), WorkStatus::Completed, "rank {me}: put {k} not complete when the signal issued after it was");
+        assert_eq!(
+            w.status(),
+            WorkStatus::Completed,
+            "rank {me}: put {k} not complete when the signal issued after it was"
+        );
     }
     wait.wait_blocking().unwrap();
     assert_eq!(wait.status(), WorkStatus::Completed);
@@ -562,15 +858,32 @@ fn async_puts_child() {
     // -- round 1: asynchronous puts, no signal, not waited for: deregister
     //    waits for them (every put lands before deregistration ends)
     run(&comm, Op::Barrier).unwrap();
-    let srcs1: Vec<Vec<u8>> = layout.iter().enumerate().map(|(k, (_, len))| (0..*len).map(|i| async_byte(me, 1, k, i)).collect()).collect();
+    let srcs1: Vec<Vec<u8>> = layout
+        .iter()
+        .enumerate()
+        .map(|(k, (_, len))| (0..*len).map(|i| async_byte(me, 1, k, i)).collect())
+        .collect();
     let puts1: Vec<Arc<dyn Work>> = layout
         .iter()
         .zip(&srcs1)
-        .map(|((off, len), src)| win.put(src.as_ptr() as *const c_void, *len, next, *off, &async_opts()).unwrap())
+        .map(|((off, len), src)| {
+            win.put(
+                src.as_ptr() as *const c_void,
+                *len,
+                next,
+                *off,
+                &async_opts(),
+            )
+            .unwrap()
+        })
         .collect();
     win.deregister().unwrap();
     for (k, w) in puts1.iter().enumerate() {
-        assert_eq!(w.status(), WorkStatus::Completed, "rank {me}: put {k} of round 1 not complete after deregister");
+        assert_eq!(
+            w.status(),
+            WorkStatus::Completed,
+            "rank {me}: put {k} of round 1 not complete after deregister"
+        );
     }
     check_async_round(&mem, me, prev, 1);
     drop(win);
@@ -586,7 +899,11 @@ fn async_puts(test: &str, n: usize) {
     let out = launch(test, "async", n, &[], Duration::from_secs(90));
     assert_all_ok(&out);
     for o in &out {
-        assert!(o.results().iter().any(|r| r.starts_with("ok")), "{}", o.describe());
+        assert!(
+            o.results().iter().any(|r| r.starts_with("ok")),
+            "{}",
+            o.describe()
+        );
     }
 }
 
@@ -622,33 +939,64 @@ fn gloo_window_async_wait_ring_3() {
         let mut mem = vec![FILL; ROUNDS * REGION];
         win.register(ptr(&mut mem), mem.len()).unwrap();
         let len = |round: usize| if round % 2 == 0 { 64 } else { 5000 };
-        let data = |r: i32, round: usize| -> Vec<u8> { (0..len(round)).map(|i| async_byte(r, round, 0, i)).collect() };
+        let data = |r: i32, round: usize| -> Vec<u8> {
+            (0..len(round))
+                .map(|i| async_byte(r, round, 0, i))
+                .collect()
+        };
         let srcs: Vec<Vec<u8>> = (0..ROUNDS).map(|round| data(me, round)).collect();
         let mut works = Vec::new();
         let start = Instant::now();
         for round in 0..ROUNDS {
             let wait = win.wait_signal(prev, &async_quick(5000)).unwrap();
             let src = srcs[round].as_ptr() as *const c_void;
-            let opts = if round % 2 == 0 { quick(5000) } else { async_quick(5000) };
-            works.push(win.put(src, len(round), next, round * REGION, &opts).unwrap());
+            let opts = if round % 2 == 0 {
+                quick(5000)
+            } else {
+                async_quick(5000)
+            };
+            works.push(
+                win.put(src, len(round), next, round * REGION, &opts)
+                    .unwrap(),
+            );
             works.push(win.signal(next, &opts).unwrap());
-            wait.wait_blocking().unwrap_or_else(|e| panic!("rank {me}, round {round}: the wait failed: {e}"));
-            assert_eq!(&mem[round * REGION..round * REGION + len(round)], &data(prev, round)[..], "rank {me}, round {round}");
-            assert!(mem[round * REGION + len(round)..(round + 1) * REGION].iter().all(|b| *b == FILL));
+            wait.wait_blocking()
+                .unwrap_or_else(|e| panic!("rank {me}, round {round}: the wait failed: {e}"));
+            assert_eq!(
+                &mem[round * REGION..round * REGION + len(round)],
+                &data(prev, round)[..],
+                "rank {me}, round {round}"
+            );
+            assert!(mem[round * REGION + len(round)..(round + 1) * REGION]
+                .iter()
+                .all(|b| *b == FILL));
         }
         for w in &works {
             w.wait_blocking().unwrap();
         }
         let took = start.elapsed();
         println!("RESULT ok ms={}", took.as_millis());
-        assert!(took < Duration::from_secs(5), "{ROUNDS} rounds took {took:?}");
+        assert!(
+            took < Duration::from_secs(5),
+            "{ROUNDS} rounds took {took:?}"
+        );
         win.deregister().unwrap();
         return;
     }
-    let out = launch("gloo_window_async_wait_ring_3", "async_ring", 3, &[], Duration::from_secs(60));
+    let out = launch(
+        "gloo_window_async_wait_ring_3",
+        "async_ring",
+        3,
+        &[],
+        Duration::from_secs(60),
+    );
     assert_all_ok(&out);
     for o in &out {
-        assert!(o.results().iter().any(|r| r.starts_with("ok")), "{}", o.describe());
+        assert!(
+            o.results().iter().any(|r| r.starts_with("ok")),
+            "{}",
+            o.describe()
+        );
     }
 }
 
@@ -669,17 +1017,40 @@ fn gloo_window_sync_put_after_async() {
         let mut mem = vec![0u8; BIG + 64];
         win.register(ptr(&mut mem), mem.len()).unwrap();
         let srcs: Vec<Vec<u8>> = (0..K).map(|k| vec![k as u8 + 1; BIG]).collect();
-        let works: Vec<Arc<dyn Work>> =
-            srcs.iter().map(|s| win.put(s.as_ptr() as *const c_void, BIG, next, 0, &async_opts()).unwrap()).collect();
+        let works: Vec<Arc<dyn Work>> = srcs
+            .iter()
+            .map(|s| {
+                win.put(s.as_ptr() as *const c_void, BIG, next, 0, &async_opts())
+                    .unwrap()
+            })
+            .collect();
         let unfinished = works.iter().filter(|w| !w.status().is_finished()).count();
         let inline = [0x11u8; 8];
         let large = vec![0x22u8; 5000];
-        win.put(inline.as_ptr() as *const c_void, 8, next, 10, &OpOptions::default()).unwrap();
+        win.put(
+            inline.as_ptr() as *const c_void,
+            8,
+            next,
+            10,
+            &OpOptions::default(),
+        )
+        .unwrap();
         // The blocking put returned after every put queued before it.
         for (k, w) in works.iter().enumerate() {
-            assert_eq!(w.status(), WorkStatus::Completed, "rank {me}: async put {k} not complete after a later blocking put returned");
+            assert_eq!(
+                w.status(),
+                WorkStatus::Completed,
+                "rank {me}: async put {k} not complete after a later blocking put returned"
+            );
         }
-        win.put(large.as_ptr() as *const c_void, large.len(), next, BIG / 2, &OpOptions::default()).unwrap();
+        win.put(
+            large.as_ptr() as *const c_void,
+            large.len(),
+            next,
+            BIG / 2,
+            &OpOptions::default(),
+        )
+        .unwrap();
         win.signal(next, &OpOptions::default()).unwrap();
         win.wait_signal(prev, &OpOptions::default()).unwrap();
         for (i, b) in mem.iter().enumerate() {
@@ -696,14 +1067,27 @@ fn gloo_window_sync_put_after_async() {
         }
         println!("RESULT ok unfinished_at_issue={unfinished}");
         // The asynchronous calls returned before their puts were done.
-        assert!(unfinished >= 1, "all {K} asynchronous 1 MiB puts were finished as soon as issued");
+        assert!(
+            unfinished >= 1,
+            "all {K} asynchronous 1 MiB puts were finished as soon as issued"
+        );
         win.deregister().unwrap();
         return;
     }
-    let out = launch("gloo_window_sync_put_after_async", "sync_after", 2, &[], Duration::from_secs(60));
+    let out = launch(
+        "gloo_window_sync_put_after_async",
+        "sync_after",
+        2,
+        &[],
+        Duration::from_secs(60),
+    );
     assert_all_ok(&out);
     for o in &out {
-        assert!(o.results().iter().any(|r| r.starts_with("ok")), "{}", o.describe());
+        assert!(
+            o.results().iter().any(|r| r.starts_with("ok")),
+            "{}",
+            o.describe()
+        );
     }
 }
 
@@ -711,12 +1095,19 @@ fn gloo_window_sync_put_after_async() {
 /// barrier and is killed once rank 0 has exited. Returns rank 0's outcome.
 fn with_stopped_rank_1(test: &str, role: &str) -> Outcome {
     let mut killed = false;
-    let mut out = launch_with(test, role, 2, &[], Duration::from_secs(60), |_, children| {
-        if !killed && matches!(children[0].try_wait(), Ok(Some(_))) {
-            let _ = children[1].kill();
-            killed = true;
-        }
-    });
+    let mut out = launch_with(
+        test,
+        role,
+        2,
+        &[],
+        Duration::from_secs(60),
+        |_, children| {
+            if !killed && matches!(children[0].try_wait(), Ok(Some(_))) {
+                let _ = children[1].kill();
+                killed = true;
+            }
+        },
+    );
     out.swap_remove(0)
 }
 
@@ -749,10 +1140,26 @@ fn gloo_window_free_with_queued_work() {
         stopped_child(&comm, &win);
         let big = vec![1u8; 4 << 20];
         let small = [2u8; 16];
-        let first = win.put(big.as_ptr() as *const c_void, big.len(), 1, 0, &async_opts()).unwrap();
+        let first = win
+            .put(
+                big.as_ptr() as *const c_void,
+                big.len(),
+                1,
+                0,
+                &async_opts(),
+            )
+            .unwrap();
         let queued = [
-            win.put(small.as_ptr() as *const c_void, 16, 1, 0, &async_opts()).unwrap(),
-            win.put(big.as_ptr() as *const c_void, big.len(), 1, 0, &async_opts()).unwrap(),
+            win.put(small.as_ptr() as *const c_void, 16, 1, 0, &async_opts())
+                .unwrap(),
+            win.put(
+                big.as_ptr() as *const c_void,
+                big.len(),
+                1,
+                0,
+                &async_opts(),
+            )
+            .unwrap(),
             win.signal(1, &async_opts()).unwrap(),
         ];
         let wait = win.wait_signal(1, &async_opts()).unwrap();
@@ -766,9 +1173,17 @@ fn gloo_window_free_with_queued_work() {
         drop(win);
         let took = start.elapsed();
         let e = first.wait_blocking().unwrap_err();
-        println!("RESULT free_ms={} first={:?} {}", took.as_millis(), e.kind, e.message);
+        println!(
+            "RESULT free_ms={} first={:?} {}",
+            took.as_millis(),
+            e.kind,
+            e.message
+        );
         assert!(took < Duration::from_secs(2), "freeing took {took:?}");
-        assert!(matches!(e.kind, ErrorKind::Aborted | ErrorKind::Remote), "{e}");
+        assert!(
+            matches!(e.kind, ErrorKind::Aborted | ErrorKind::Remote),
+            "{e}"
+        );
         assert_eq!(first.status(), WorkStatus::Error);
         for (k, w) in queued.iter().enumerate() {
             assert_eq!(w.status(), WorkStatus::Error, "queued call {k}");
@@ -803,23 +1218,50 @@ fn gloo_window_async_put_to_stopped_peer() {
         stopped_child(&comm, &win);
         let src = vec![3u8; 1 << 16];
         let start = Instant::now();
-        let w = win.put(src.as_ptr() as *const c_void, src.len(), 1, 0, &async_quick(T)).unwrap();
+        let w = win
+            .put(
+                src.as_ptr() as *const c_void,
+                src.len(),
+                1,
+                0,
+                &async_quick(T),
+            )
+            .unwrap();
         let issued = start.elapsed();
         assert!(!w.status().is_finished(), "{:?}", w.status());
         let e = w.wait_blocking().unwrap_err();
         let took = start.elapsed();
-        println!("RESULT issued_us={} ms={} kind={:?} msg={}", issued.as_micros(), took.as_millis(), e.kind, e.message);
-        assert!(issued < Duration::from_millis(100), "the asynchronous call took {issued:?}");
+        println!(
+            "RESULT issued_us={} ms={} kind={:?} msg={}",
+            issued.as_micros(),
+            took.as_millis(),
+            e.kind,
+            e.message
+        );
+        assert!(
+            issued < Duration::from_millis(100),
+            "the asynchronous call took {issued:?}"
+        );
         assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
         assert_eq!(w.status(), WorkStatus::TimedOut);
-        assert!(e.message.contains("put") && e.message.contains("rank 1"), "{e}");
+        assert!(
+            e.message.contains("put") && e.message.contains("rank 1"),
+            "{e}"
+        );
         let t = Duration::from_millis(T);
-        assert!(took + Duration::from_millis(50) >= t && took < t + Duration::from_secs(1), "took {took:?}");
+        assert!(
+            took + Duration::from_millis(50) >= t && took < t + Duration::from_secs(1),
+            "took {took:?}"
+        );
         let start = Instant::now();
         let s = win.signal(1, &async_quick(T)).unwrap();
         let e = s.wait_blocking().unwrap_err();
         assert!(start.elapsed() < Duration::from_millis(500), "{e}");
-        assert!(matches!(s.status(), WorkStatus::Error | WorkStatus::TimedOut), "{:?}", s.status());
+        assert!(
+            matches!(s.status(), WorkStatus::Error | WorkStatus::TimedOut),
+            "{:?}",
+            s.status()
+        );
         drop(win);
         println!("RESULT done");
         return;
@@ -867,9 +1309,23 @@ fn gloo_window_finalize_waits_for_async_work() {
         let mut mem = vec![0u8; K * BIG];
         win.register(ptr(&mut mem), mem.len()).unwrap();
         run(&comm, Op::Barrier).unwrap();
-        let srcs: Vec<Vec<u8>> = (0..K).map(|k| (0..BIG).map(|i| async_byte(me, ROUND, k, i)).collect()).collect();
-        let mut works: Vec<Arc<dyn Work>> =
-            srcs.iter().enumerate().map(|(k, s)| win.put(s.as_ptr() as *const c_void, BIG, peer, k * BIG, &async_opts()).unwrap()).collect();
+        let srcs: Vec<Vec<u8>> = (0..K)
+            .map(|k| (0..BIG).map(|i| async_byte(me, ROUND, k, i)).collect())
+            .collect();
+        let mut works: Vec<Arc<dyn Work>> = srcs
+            .iter()
+            .enumerate()
+            .map(|(k, s)| {
+                win.put(
+                    s.as_ptr() as *const c_void,
+                    BIG,
+                    peer,
+                    k * BIG,
+                    &async_opts(),
+                )
+                .unwrap()
+            })
+            .collect();
         works.push(win.signal(peer, &async_opts()).unwrap());
         works.push(win.wait_signal(peer, &async_opts()).unwrap());
         let unfinished = works.iter().filter(|w| !w.status().is_finished()).count();
@@ -879,13 +1335,27 @@ fn gloo_window_finalize_waits_for_async_work() {
         let statuses: Vec<WorkStatus> = works.iter().map(|w| w.status()).collect();
         println!("RESULT rank={me} unfinished_at_finalize={unfinished} finalize_us={} statuses={statuses:?}", took.as_micros());
         for (k, s) in statuses.iter().enumerate() {
-            assert_eq!(*s, WorkStatus::Completed, "rank {me}: work {k} of {} when finalize returned", works.len());
+            assert_eq!(
+                *s,
+                WorkStatus::Completed,
+                "rank {me}: work {k} of {} when finalize returned",
+                works.len()
+            );
         }
         for k in 0..K {
-            let ok = mem[k * BIG..(k + 1) * BIG].iter().enumerate().all(|(i, b)| *b == async_byte(peer, ROUND, k, i));
-            assert!(ok, "rank {me}: put {k} from rank {peer} incomplete after finalize");
+            let ok = mem[k * BIG..(k + 1) * BIG]
+                .iter()
+                .enumerate()
+                .all(|(i, b)| *b == async_byte(peer, ROUND, k, i));
+            assert!(
+                ok,
+                "rank {me}: put {k} from rank {peer} incomplete after finalize"
+            );
         }
-        assert!(unfinished >= 1, "rank {me}: every work was finished before finalize began: the test proves nothing");
+        assert!(
+            unfinished >= 1,
+            "rank {me}: every work was finished before finalize began: the test proves nothing"
+        );
         // The window is still registered (deregister needs an active comm);
         // freeing it resets its connections, which could drop the signal
         // this rank sent before the peer has read it: free it once both
@@ -909,16 +1379,35 @@ fn gloo_window_finalize_waits_for_async_work() {
         let start = Instant::now();
         let e = solo.finalize().unwrap_err();
         let took = start.elapsed();
-        println!("RESULT solo ms={} kind={:?} msg={}", took.as_millis(), e.kind, e.message);
+        println!(
+            "RESULT solo ms={} kind={:?} msg={}",
+            took.as_millis(),
+            e.kind,
+            e.message
+        );
         assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
-        assert!(e.message.contains("window") && e.message.contains("wait_signal") && e.message.contains("300 ms"), "{e}");
+        assert!(
+            e.message.contains("window")
+                && e.message.contains("wait_signal")
+                && e.message.contains("300 ms"),
+            "{e}"
+        );
         assert_eq!(w2.status(), WorkStatus::TimedOut);
-        assert!(took >= Duration::from_millis(200), "finalize took {took:?}: it did not wait for the pending wait");
+        assert!(
+            took >= Duration::from_millis(200),
+            "finalize took {took:?}: it did not wait for the pending wait"
+        );
         drop(live);
         println!("RESULT ok");
         return;
     }
-    let out = launch("gloo_window_finalize_waits_for_async_work", "fin_async", 2, &[], Duration::from_secs(90));
+    let out = launch(
+        "gloo_window_finalize_waits_for_async_work",
+        "fin_async",
+        2,
+        &[],
+        Duration::from_secs(90),
+    );
     for o in &out {
         for r in o.results() {
             eprintln!("rank {}: {r}", o.rank);
@@ -933,17 +1422,49 @@ fn gloo_window_finalize_waits_for_async_work() {
 /// Queues on `win` (whose peer, rank 1, is stopped) a 4 MiB put (in
 /// flight, never taken), two puts and a signal behind it, and a wait for
 /// rank 1's signal; checks that they are in progress or queued.
-fn queue_stuck_work(win: &Window, big: &[u8], small: &[u8; 16]) -> Vec<(&'static str, Arc<dyn Work>)> {
+fn queue_stuck_work(
+    win: &Window,
+    big: &[u8],
+    small: &[u8; 16],
+) -> Vec<(&'static str, Arc<dyn Work>)> {
     let works = vec![
-        ("in-flight put", win.put(big.as_ptr() as *const c_void, big.len(), 1, 0, &async_opts()).unwrap()),
-        ("queued put", win.put(small.as_ptr() as *const c_void, 16, 1, 0, &async_opts()).unwrap()),
-        ("queued large put", win.put(big.as_ptr() as *const c_void, big.len(), 1, 0, &async_opts()).unwrap()),
+        (
+            "in-flight put",
+            win.put(
+                big.as_ptr() as *const c_void,
+                big.len(),
+                1,
+                0,
+                &async_opts(),
+            )
+            .unwrap(),
+        ),
+        (
+            "queued put",
+            win.put(small.as_ptr() as *const c_void, 16, 1, 0, &async_opts())
+                .unwrap(),
+        ),
+        (
+            "queued large put",
+            win.put(
+                big.as_ptr() as *const c_void,
+                big.len(),
+                1,
+                0,
+                &async_opts(),
+            )
+            .unwrap(),
+        ),
         ("queued signal", win.signal(1, &async_opts()).unwrap()),
         ("pending wait", win.wait_signal(1, &async_opts()).unwrap()),
     ];
     std::thread::sleep(Duration::from_millis(300));
     for (what, w) in &works {
-        let want = if what.starts_with("queued") { WorkStatus::NotStarted } else { WorkStatus::InProgress };
+        let want = if what.starts_with("queued") {
+            WorkStatus::NotStarted
+        } else {
+            WorkStatus::InProgress
+        };
         assert_eq!(w.status(), want, "{what} before the abort");
     }
     works
@@ -999,28 +1520,52 @@ fn gloo_window_comm_abort_ends_async_work() {
         let abort_took = start.elapsed();
         expect_all_aborted(&works, "comm 'abort_app' was aborted by the application");
         let all_took = start.elapsed();
-        println!("RESULT app abort_us={} all_ended_us={}", abort_took.as_micros(), all_took.as_micros());
+        println!(
+            "RESULT app abort_us={} all_ended_us={}",
+            abort_took.as_micros(),
+            all_took.as_micros()
+        );
         assert!(abort_took < PROMPT, "abort took {abort_took:?}");
-        assert!(all_took < PROMPT, "the works ended {all_took:?} after the abort began");
-        let e = wa.put(small.as_ptr() as *const c_void, 16, 1, 0, &async_opts()).map(drop).unwrap_err();
+        assert!(
+            all_took < PROMPT,
+            "the works ended {all_took:?} after the abort began"
+        );
+        let e = wa
+            .put(small.as_ptr() as *const c_void, 16, 1, 0, &async_opts())
+            .map(drop)
+            .unwrap_err();
         assert_eq!(e.kind, ErrorKind::Aborted, "{e}");
         assert_eq!(app.finalize().unwrap_err().kind, ErrorKind::Aborted);
         let start = Instant::now();
         drop(wa);
-        assert!(start.elapsed() < PROMPT, "freeing took {:?}", start.elapsed());
+        assert!(
+            start.elapsed() < PROMPT,
+            "freeing took {:?}",
+            start.elapsed()
+        );
 
         // -- the comm aborted by a failure of its own operation
         let works = queue_stuck_work(&wf, &big, &small);
-        let e = failing.submit(Op::Barrier, &quick(1000)).map(drop).unwrap_err();
+        let e = failing
+            .submit(Op::Barrier, &quick(1000))
+            .map(drop)
+            .unwrap_err();
         let start = Instant::now();
         assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
         expect_all_aborted(&works, "comm 'abort_fail' was aborted: barrier");
         let all_took = start.elapsed();
         println!("RESULT failure all_ended_us={}", all_took.as_micros());
-        assert!(all_took < PROMPT, "the works ended {all_took:?} after the barrier failed");
+        assert!(
+            all_took < PROMPT,
+            "the works ended {all_took:?} after the barrier failed"
+        );
         let start = Instant::now();
         drop(wf);
-        assert!(start.elapsed() < PROMPT, "freeing took {:?}", start.elapsed());
+        assert!(
+            start.elapsed() < PROMPT,
+            "freeing took {:?}",
+            start.elapsed()
+        );
         println!("RESULT done");
         return;
     }

@@ -19,12 +19,18 @@ use torchcomm::types::Device;
 
 fn child(test: &str, role: &str, env: &[(&str, &str)]) -> String {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"]).env("TC_NCCL_ROLE", role).env_remove("TORCHCOMM_NCCL_LIBRARY");
+    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env("TC_NCCL_ROLE", role)
+        .env_remove("TORCHCOMM_NCCL_LIBRARY");
     for (k, v) in env {
         cmd.env(k, v);
     }
     let out = cmd.output().unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(out.status.success(), "child {role} failed:\n{text}");
     text
 }
@@ -56,7 +62,11 @@ fn role() -> Option<String> {
 fn no_driver_or_library_is_unavailable_and_says_what_was_looked_for() {
     match role().as_deref() {
         None => {
-            let out = child("no_driver_or_library_is_unavailable_and_says_what_was_looked_for", "default", &[]);
+            let out = child(
+                "no_driver_or_library_is_unavailable_and_says_what_was_looked_for",
+                "default",
+                &[],
+            );
             assert!(out.contains("CHILD OK"), "{out}");
         }
         Some(_) => {
@@ -98,7 +108,12 @@ fn explicit_library_path_that_does_not_load_is_named() {
         Some(_) => {
             let e = new_nccl_comm().err().expect("no NCCL at /nonexistent");
             assert_eq!(e.kind, ErrorKind::Unavailable, "{}", e.message);
-            assert!(e.message.contains("TORCHCOMM_NCCL_LIBRARY=/nonexistent/libnccl.so.2"), "{}", e.message);
+            assert!(
+                e.message
+                    .contains("TORCHCOMM_NCCL_LIBRARY=/nonexistent/libnccl.so.2"),
+                "{}",
+                e.message
+            );
             println!("CHILD OK: {}", e.message);
         }
     }
@@ -108,19 +123,33 @@ fn explicit_library_path_that_does_not_load_is_named() {
 fn a_real_libnccl_loads_and_makes_a_unique_id() {
     match role().as_deref() {
         None => {
-            let Some(lib) = std::env::var("TORCHCOMM_TEST_NCCL_LIBRARY").ok().filter(|p| !p.is_empty()) else {
+            let Some(lib) = std::env::var("TORCHCOMM_TEST_NCCL_LIBRARY")
+                .ok()
+                .filter(|p| !p.is_empty())
+            else {
                 println!("SKIPPED a_real_libnccl_loads_and_makes_a_unique_id: TORCHCOMM_TEST_NCCL_LIBRARY is not set");
                 return;
             };
-            let out = child("a_real_libnccl_loads_and_makes_a_unique_id", "real", &[("TORCHCOMM_NCCL_LIBRARY", &lib)]);
+            let out = child(
+                "a_real_libnccl_loads_and_makes_a_unique_id",
+                "real",
+                &[("TORCHCOMM_NCCL_LIBRARY", &lib)],
+            );
             assert!(out.contains("CHILD OK"), "{out}");
-            println!("{}", out.lines().filter(|l| l.contains("CHILD OK")).collect::<Vec<_>>().join("\n"));
+            println!(
+                "{}",
+                out.lines()
+                    .filter(|l| l.contains("CHILD OK"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
         }
         Some(_) => {
             let lib = loader::nccl().unwrap_or_else(|e| panic!("{}", e.message));
             let mut id = loader::UniqueId { internal: [0; 128] };
             let r = unsafe { (lib.get_unique_id)(&mut id) };
-            lib.check(r, "ncclGetUniqueId", std::ptr::null_mut()).unwrap();
+            lib.check(r, "ncclGetUniqueId", std::ptr::null_mut())
+                .unwrap();
             assert!(id.internal.iter().any(|b| *b != 0));
             // The optional entry points this version has are found under
             // the names the table uses (a misspelt name would read as
@@ -130,14 +159,34 @@ fn a_real_libnccl_loads_and_makes_a_unique_id() {
             let optional = [
                 ("ncclGetLastError", lib.get_last_error.is_some(), true),
                 ("ncclCommSplit", lib.comm_split.is_some(), true),
-                ("ncclRedOpCreatePreMulSum", lib.red_op_create_pre_mul_sum.is_some(), true),
+                (
+                    "ncclRedOpCreatePreMulSum",
+                    lib.red_op_create_pre_mul_sum.is_some(),
+                    true,
+                ),
                 ("ncclRedOpDestroy", lib.red_op_destroy.is_some(), true),
-                ("ncclCommRegister", lib.comm_register.is_some(), since(2, 19)),
-                ("ncclCommDeregister", lib.comm_deregister.is_some(), since(2, 19)),
+                (
+                    "ncclCommRegister",
+                    lib.comm_register.is_some(),
+                    since(2, 19),
+                ),
+                (
+                    "ncclCommDeregister",
+                    lib.comm_deregister.is_some(),
+                    since(2, 19),
+                ),
                 ("ncclMemAlloc", lib.mem_alloc.is_some(), since(2, 19)),
                 ("ncclMemFree", lib.mem_free.is_some(), since(2, 19)),
-                ("ncclCommWindowRegister", lib.comm_window_register.is_some(), since(2, 27)),
-                ("ncclCommWindowDeregister", lib.comm_window_deregister.is_some(), since(2, 27)),
+                (
+                    "ncclCommWindowRegister",
+                    lib.comm_window_register.is_some(),
+                    since(2, 27),
+                ),
+                (
+                    "ncclCommWindowDeregister",
+                    lib.comm_window_deregister.is_some(),
+                    since(2, 27),
+                ),
                 ("ncclAlltoAll", lib.all_to_all.is_some(), since(2, 28)),
                 ("ncclGather", lib.gather.is_some(), since(2, 28)),
                 ("ncclScatter", lib.scatter.is_some(), since(2, 28)),
@@ -146,7 +195,11 @@ fn a_real_libnccl_loads_and_makes_a_unique_id() {
                 ("ncclWaitSignal", lib.wait_signal.is_some(), since(2, 29)),
             ];
             for (name, found, expected) in optional {
-                assert!(found || !expected, "NCCL {} should export {name}, but the table did not resolve it", lib.version_string());
+                assert!(
+                    found || !expected,
+                    "NCCL {} should export {name}, but the table did not resolve it",
+                    lib.version_string()
+                );
             }
             // Without a driver, creation still fails cleanly and names both
             // the NCCL that was found and what is missing on the CUDA side.
@@ -154,8 +207,17 @@ fn a_real_libnccl_loads_and_makes_a_unique_id() {
             if torchcomm::cuda::available().is_err() {
                 let e = new_nccl_comm().err().expect("no driver");
                 assert_eq!(e.kind, ErrorKind::Unavailable, "{}", e.message);
-                assert!(e.message.contains("libcuda") && !e.message.contains("libnccl.so.2 on"), "{}", e.message);
-                assert!(e.message.contains(&format!("NCCL {}", lib.version_string())), "{}", e.message);
+                assert!(
+                    e.message.contains("libcuda") && !e.message.contains("libnccl.so.2 on"),
+                    "{}",
+                    e.message
+                );
+                assert!(
+                    e.message
+                        .contains(&format!("NCCL {}", lib.version_string())),
+                    "{}",
+                    e.message
+                );
                 assert!(e.message.contains(&lib.origin), "{}", e.message);
                 outcome = e.message;
             }

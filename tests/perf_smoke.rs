@@ -15,12 +15,34 @@ fn tc_perf_all_reduce_sweep_under_tc_run() {
     let launcher = env!("CARGO_BIN_EXE_tc-run");
     let start = Instant::now();
     let out = Command::new(launcher)
-        .args(["-n", "2", "--", perf, "-b", "8", "-e", "1024", "-f", "4", "-n", "2", "-w", "1", "-o", "all_reduce", "-B", "gloo"])
+        .args([
+            "-n",
+            "2",
+            "--",
+            perf,
+            "-b",
+            "8",
+            "-e",
+            "1024",
+            "-f",
+            "4",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "-o",
+            "all_reduce",
+            "-B",
+            "gloo",
+        ])
         .output()
         .expect("running tc-run");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let all = format!("status {:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}", out.status);
+    let all = format!(
+        "status {:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        out.status
+    );
     assert!(out.status.success(), "{all}");
     assert!(start.elapsed() < Duration::from_secs(60), "{all}");
 
@@ -55,7 +77,9 @@ fn tc_perf_all_reduce_sweep_under_tc_run() {
 fn gpu_stack_present() -> bool {
     torchcomm::cuda::available().is_ok()
         && torchcomm::backends::nccl::load().is_ok()
-        && torchcomm::cuda::device_count().map(|n| n > 0).unwrap_or(false)
+        && torchcomm::cuda::device_count()
+            .map(|n| n > 0)
+            .unwrap_or(false)
 }
 
 #[test]
@@ -70,17 +94,31 @@ fn tc_perf_nccl_without_gpu_fails_cleanly() {
     let runs: [Vec<&str>; 3] = [
         vec![perf, "-B", "nccl", "-b", "8", "-e", "8"],
         vec![perf, "-B", "nccl", "-G", "2", "-C", "1"],
-        vec![launcher, "-n", "1", "--", perf, "-B", "nccl", "-b", "8", "-e", "64"],
+        vec![
+            launcher, "-n", "1", "--", perf, "-B", "nccl", "-b", "8", "-e", "64",
+        ],
     ];
     for argv in runs {
-        let out = Command::new(argv[0]).args(&argv[1..]).output().expect("running tc-perf");
+        let out = Command::new(argv[0])
+            .args(&argv[1..])
+            .output()
+            .expect("running tc-perf");
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        let all = format!("{argv:?}: status {:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}", out.status);
+        let all = format!(
+            "{argv:?}: status {:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+            out.status
+        );
         assert_eq!(out.status.code(), Some(1), "{all}");
-        assert!(stderr.contains("tc-perf: -B nccl: TC_ERR_UNAVAILABLE (library or device unavailable)"), "{all}");
+        assert!(
+            stderr.contains("tc-perf: -B nccl: TC_ERR_UNAVAILABLE (library or device unavailable)"),
+            "{all}"
+        );
         assert!(stderr.contains("the nccl backend is unavailable"), "{all}");
-        assert!(!stderr.contains("panicked") && !stderr.contains("RUST_BACKTRACE"), "{all}");
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("RUST_BACKTRACE"),
+            "{all}"
+        );
         // No table was started.
         assert!(!stdout.contains("# Out of bounds"), "{all}");
     }
@@ -89,10 +127,16 @@ fn tc_perf_nccl_without_gpu_fails_cleanly() {
 #[test]
 fn tc_perf_graphs_need_the_nccl_backend() {
     let perf = env!("CARGO_BIN_EXE_tc-perf");
-    let out = Command::new(perf).args(["-B", "gloo", "-G", "3"]).output().expect("running tc-perf");
+    let out = Command::new(perf)
+        .args(["-B", "gloo", "-G", "3"])
+        .output()
+        .expect("running tc-perf");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("-G (CUDA graph replays) needs -B nccl"), "{stderr}");
+    assert!(
+        stderr.contains("-G (CUDA graph replays) needs -B nccl"),
+        "{stderr}"
+    );
 }
 
 /// The GPU baselines ship as sources compiled on the GPU machine: they must
@@ -101,15 +145,34 @@ fn tc_perf_graphs_need_the_nccl_backend() {
 fn gpu_bench_sources_compile() {
     let root = env!("CARGO_MANIFEST_DIR");
     let c = format!("{root}/bench/nccl_raw.c");
-    match Command::new("cc").args(["-std=c11", "-Wall", "-Wextra", "-pedantic", "-Werror", "-fsyntax-only", &c]).output() {
-        Ok(out) => assert!(out.status.success(), "cc -fsyntax-only {c}:\n{}", String::from_utf8_lossy(&out.stderr)),
+    match Command::new("cc")
+        .args([
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-pedantic",
+            "-Werror",
+            "-fsyntax-only",
+            &c,
+        ])
+        .output()
+    {
+        Ok(out) => assert!(
+            out.status.success(),
+            "cc -fsyntax-only {c}:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
         Err(e) => println!("SKIPPED: no C compiler ({e})"),
     }
     for py in ["torch_dist.py", "gpu_compare.py"] {
         let path = format!("{root}/bench/{py}");
         let code = "import ast,sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])";
         match Command::new("python3").args(["-c", code, &path]).output() {
-            Ok(out) => assert!(out.status.success(), "{path}:\n{}", String::from_utf8_lossy(&out.stderr)),
+            Ok(out) => assert!(
+                out.status.success(),
+                "{path}:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
             Err(e) => println!("SKIPPED: no python3 ({e})"),
         }
     }

@@ -31,7 +31,10 @@ fn operations_across_handles() {
     assert!(!a.check(&["cs"]).unwrap());
     assert_eq!(a.num_keys().unwrap(), 3);
     a.multi_set(&[("m1", b"1"), ("m2", b"2")]).unwrap();
-    assert_eq!(b.multi_get(&["m2", "m1"]).unwrap(), vec![b"2".to_vec(), b"1".to_vec()]);
+    assert_eq!(
+        b.multi_get(&["m2", "m1"]).unwrap(),
+        vec![b"2".to_vec(), b"1".to_vec()]
+    );
     let pre = PrefixStore::new("pg", b.clone_store().unwrap());
     pre.set("k", b"v").unwrap();
     assert_eq!(a.get("pg/k").unwrap(), b"v");
@@ -47,9 +50,15 @@ fn wait_times_out_and_wakes() {
     let p = path("wait");
     let a = FileStore::new(&p, 1, Duration::from_secs(10)).unwrap();
     let start = Instant::now();
-    let err = a.wait(&["missing"], Some(Duration::from_millis(250))).unwrap_err();
+    let err = a
+        .wait(&["missing"], Some(Duration::from_millis(250)))
+        .unwrap_err();
     assert_eq!(err.kind, ErrorKind::Timeout);
-    assert!(err.message.starts_with("wait timeout after 250ms"), "{}", err.message);
+    assert!(
+        err.message.starts_with("wait timeout after 250ms"),
+        "{}",
+        err.message
+    );
     assert!(start.elapsed() < Duration::from_secs(2));
     let b = FileStore::new(&p, -1, Duration::from_secs(10)).unwrap();
     let t = std::thread::spawn(move || b.get("late").unwrap());
@@ -73,8 +82,18 @@ fn concurrent_adds_are_exact() {
             })
         })
         .collect();
-    let max = threads.into_iter().map(|t| t.join().unwrap()).max().unwrap();
+    let max = threads
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .max()
+        .unwrap();
     assert_eq!(max, 1600);
     assert!(!p.exists());
-    assert_eq!(FileStore::new(&p, 0, Duration::from_secs(1)).err().unwrap().kind, ErrorKind::InvalidArgument);
+    assert_eq!(
+        FileStore::new(&p, 0, Duration::from_secs(1))
+            .err()
+            .unwrap()
+            .kind,
+        ErrorKind::InvalidArgument
+    );
 }

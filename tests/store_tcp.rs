@@ -36,7 +36,10 @@ fn set_add_get_as_torch() {
     assert!(!s.delete("key0").unwrap());
     assert_eq!(s.num_keys().unwrap(), 3);
     let keys = s.list_keys().unwrap();
-    assert!(keys.contains(&b"init/".to_vec()) && keys.contains(&b"/key1".to_vec()), "{keys:?}");
+    assert!(
+        keys.contains(&b"init/".to_vec()) && keys.contains(&b"/key1".to_vec()),
+        "{keys:?}"
+    );
 }
 
 #[test]
@@ -56,11 +59,16 @@ fn compare_set_including_missing_key_quirk() {
 fn wait_times_out_within_bound_and_client_stays_usable() {
     let s = server_store(None);
     let start = Instant::now();
-    let err = s.wait(&["missing"], Some(Duration::from_millis(250))).unwrap_err();
+    let err = s
+        .wait(&["missing"], Some(Duration::from_millis(250)))
+        .unwrap_err();
     let el = start.elapsed();
     assert_eq!(err.kind, ErrorKind::Timeout);
     assert_eq!(err.message, "wait timeout after 250ms, keys: /missing");
-    assert!(el >= Duration::from_millis(240) && el < Duration::from_secs(2), "{el:?}");
+    assert!(
+        el >= Duration::from_millis(240) && el < Duration::from_secs(2),
+        "{el:?}"
+    );
     s.set("after", b"1").unwrap();
     assert_eq!(s.get("after").unwrap(), b"1");
     // The cancelled wait must not fire later on this connection.
@@ -89,7 +97,9 @@ fn wait_is_woken_by_every_kind_of_write() {
         let t = std::thread::spawn(move || waiter.wait(&["w"], Some(Duration::from_secs(10))));
         std::thread::sleep(Duration::from_millis(50));
         w(&s);
-        t.join().unwrap().unwrap_or_else(|e| panic!("write kind {i}: {e}"));
+        t.join()
+            .unwrap()
+            .unwrap_or_else(|e| panic!("write kind {i}: {e}"));
     }
 }
 
@@ -100,7 +110,10 @@ fn append_multi_and_queues() {
     s.append_bytes("a", b"tato").unwrap();
     assert_eq!(s.get("a").unwrap(), b"potato");
     s.multi_set(&[("m1", b"one"), ("m2", b"two")]).unwrap();
-    assert_eq!(s.multi_get(&["m2", "m1", "a"]).unwrap(), vec![b"two".to_vec(), b"one".to_vec(), b"potato".to_vec()]);
+    assert_eq!(
+        s.multi_get(&["m2", "m1", "a"]).unwrap(),
+        vec![b"two".to_vec(), b"one".to_vec(), b"potato".to_vec()]
+    );
     for v in [b"q1", b"q2", b"q3"] {
         s.queue_push("q", v).unwrap();
     }
@@ -130,7 +143,10 @@ fn clone_and_prefix_share_one_namespace() {
     // the listing made on another connection.
     assert_eq!(p.get("key").unwrap(), b"1");
     // On the wire: "/x/default_pg/key"
-    assert!(s.list_keys().unwrap().contains(&b"/x/default_pg/key".to_vec()));
+    assert!(s
+        .list_keys()
+        .unwrap()
+        .contains(&b"/x/default_pg/key".to_vec()));
     assert_eq!(s.get("x/default_pg/key").unwrap(), b"1");
     let pc = p.clone_store().unwrap();
     assert_eq!(pc.get("key").unwrap(), b"1");
@@ -140,10 +156,17 @@ fn clone_and_prefix_share_one_namespace() {
 fn address_already_in_use_and_bad_world_size() {
     let a = TcpStoreServer::start(0).unwrap();
     let err = TcpStoreServer::start(a.port()).err().unwrap();
-    assert!(err.message.contains("address already in use"), "{}", err.message);
+    assert!(
+        err.message.contains("address already in use"),
+        "{}",
+        err.message
+    );
     let mut o = TcpStoreOptions::server(0, T);
     o.world_size = Some(0);
-    assert_eq!(TcpStore::new(&o).err().unwrap().kind, ErrorKind::InvalidArgument);
+    assert_eq!(
+        TcpStore::new(&o).err().unwrap().kind,
+        ErrorKind::InvalidArgument
+    );
 }
 
 #[test]
@@ -152,16 +175,31 @@ fn clients_joined_timeout_and_connect_failure_messages() {
     o.world_size = Some(3);
     let err = TcpStore::new(&o).err().unwrap();
     assert_eq!(err.kind, ErrorKind::Timeout);
-    assert!(err.message.contains("waiting for clients. 1/3 clients joined."), "{}", err.message);
+    assert!(
+        err.message
+            .contains("waiting for clients. 1/3 clients joined."),
+        "{}",
+        err.message
+    );
 
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
     let start = Instant::now();
-    let err = TcpStore::new(&TcpStoreOptions::client("127.0.0.1", port, Duration::from_millis(300))).err().unwrap();
+    let err = TcpStore::new(&TcpStoreOptions::client(
+        "127.0.0.1",
+        port,
+        Duration::from_millis(300),
+    ))
+    .err()
+    .unwrap();
     assert!(start.elapsed() < Duration::from_secs(3));
-    assert!(err.message.contains(&format!("127.0.0.1:{port}")), "{}", err.message);
+    assert!(
+        err.message.contains(&format!("127.0.0.1:{port}")),
+        "{}",
+        err.message
+    );
 }
 
 #[test]
@@ -170,7 +208,11 @@ fn many_workers_fixed_and_unset_world_size() {
         let mut o = TcpStoreOptions::server(0, T);
         o.world_size = ws;
         // The host waits for workers: create it on a thread.
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         o.port = port;
         let host = std::thread::spawn(move || TcpStore::new(&o).unwrap());
         let workers: Vec<_> = (1..8)
@@ -187,7 +229,8 @@ fn many_workers_fixed_and_unset_world_size() {
         let host = host.join().unwrap();
         let _ws: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
         let keys: Vec<String> = (1..8).map(|i| format!("w{i}")).collect();
-        host.wait(&keys.iter().map(|s| s.as_str()).collect::<Vec<_>>(), None).unwrap();
+        host.wait(&keys.iter().map(|s| s.as_str()).collect::<Vec<_>>(), None)
+            .unwrap();
         if ws.is_some() {
             assert_eq!(host.get_raw(b"init/").unwrap(), b"8");
         }
@@ -200,7 +243,11 @@ fn sixteen_threads_times_1000_adds() {
     let threads: Vec<_> = (0..16)
         .map(|i| {
             // Half share one connection, half have their own.
-            let c: Arc<dyn Store> = if i % 2 == 0 { s.clone() } else { Arc::new(s.clone_store().unwrap()) };
+            let c: Arc<dyn Store> = if i % 2 == 0 {
+                s.clone()
+            } else {
+                Arc::new(s.clone_store().unwrap())
+            };
             std::thread::spawn(move || {
                 for _ in 0..1000 {
                     c.add("counter", 1).unwrap();
@@ -220,7 +267,10 @@ fn clean_shutdown_while_client_parked_in_wait() {
     let c = client(server.port());
     let t = std::thread::spawn(move || {
         let start = Instant::now();
-        (c.wait(&["never"], Some(Duration::from_secs(30))), start.elapsed())
+        (
+            c.wait(&["never"], Some(Duration::from_secs(30))),
+            start.elapsed(),
+        )
     });
     std::thread::sleep(Duration::from_millis(100));
     server.shutdown();

@@ -54,7 +54,12 @@ impl Raw {
 }
 
 fn healthy(port: u16) {
-    let c = TcpStore::new(&TcpStoreOptions::client("127.0.0.1", port, Duration::from_secs(10))).unwrap();
+    let c = TcpStore::new(&TcpStoreOptions::client(
+        "127.0.0.1",
+        port,
+        Duration::from_secs(10),
+    ))
+    .unwrap();
     c.set("health", b"ok").unwrap();
     assert_eq!(c.get("health").unwrap(), b"ok");
 }
@@ -105,7 +110,14 @@ fn raw_client_does_every_operation() {
     r.send(&[&[9], &lp(b"/ap"), &lp(b"ab")]);
     r.send(&[&[9], &lp(b"/ap"), &lp(b"cd")]);
     // MULTI_SET, MULTI_GET
-    r.send(&[&[11], &n64(2), &lp(b"/m1"), &lp(b"x"), &lp(b"/m2"), &lp(b"yy")]);
+    r.send(&[
+        &[11],
+        &n64(2),
+        &lp(b"/m1"),
+        &lp(b"x"),
+        &lp(b"/m2"),
+        &lp(b"yy"),
+    ]);
     r.send(&[&[10], &n64(3), &lp(b"/m2"), &lp(b"/ap"), &lp(b"/m1")]);
     assert_eq!(r.read_value(), b"yy");
     assert_eq!(r.read_value(), b"abcd");
@@ -131,16 +143,29 @@ fn raw_client_does_every_operation() {
     let n = r.read_u64();
     let mut keys: Vec<Vec<u8>> = (0..n).map(|_| r.read_value()).collect();
     keys.sort();
-    assert_eq!(keys, vec![b"/a".to_vec(), b"/ap".to_vec(), b"/m1".to_vec(), b"/m2".to_vec(), b"/n".to_vec()]);
+    assert_eq!(
+        keys,
+        vec![
+            b"/a".to_vec(),
+            b"/ap".to_vec(),
+            b"/m1".to_vec(),
+            b"/m2".to_vec(),
+            b"/n".to_vec()
+        ]
+    );
     // WAIT parks until another connection writes; then BARRIER for 2.
     let mut other = Raw::validated(server.port());
     r.send(&[&[6], &n64(2), &lp(b"/w1"), &lp(b"/w2")]);
     other.send(&[&[1], &lp(b"/w1"), &lp(b"1")]);
     other.send(&[&[7]]);
     assert_eq!(other.read(8), 6i64.to_le_bytes());
-    r.0.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    r.0.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
     let mut b = [0u8; 1];
-    assert!(r.0.read(&mut b).is_err(), "WAIT answered before its last key appeared");
+    assert!(
+        r.0.read(&mut b).is_err(),
+        "WAIT answered before its last key appeared"
+    );
     r.0.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     other.send(&[&[1], &lp(b"/w2"), &lp(b"2")]);
     assert_eq!(r.read(1), [0]);
@@ -167,7 +192,11 @@ fn our_client_against_an_independent_server() {
         assert_eq!(r.read(5), [0x00, 0xCE, 0xF7, 0x85, 0x3C], "VALIDATE bytes");
         let ping = r.read(5);
         assert_eq!(ping[0], 13);
-        assert_eq!(&ping[1..], std::process::id().to_le_bytes(), "PING carries the pid");
+        assert_eq!(
+            &ping[1..],
+            std::process::id().to_le_bytes(),
+            "PING carries the pid"
+        );
         r.send(&[&ping[1..]]);
         let mut kv = std::collections::HashMap::<Vec<u8>, Vec<u8>>::new();
         let mut seen = Vec::new();
@@ -191,14 +220,19 @@ fn our_client_against_an_independent_server() {
                 4 => {
                     let k = r.read_value();
                     let d = i64::from_le_bytes(r.read(8).try_into().unwrap());
-                    let cur: i64 = kv.get(&k).map_or(0, |v| std::str::from_utf8(v).unwrap().parse().unwrap());
+                    let cur: i64 = kv
+                        .get(&k)
+                        .map_or(0, |v| std::str::from_utf8(v).unwrap().parse().unwrap());
                     kv.insert(k, (cur + d).to_string().into_bytes());
                     r.send(&[&(cur + d).to_le_bytes()]);
                 }
                 6 => {
                     let n = r.read_u64();
                     let keys: Vec<_> = (0..n).map(|_| r.read_value()).collect();
-                    assert!(keys.iter().all(|k| kv.contains_key(k)), "test only waits on present keys");
+                    assert!(
+                        keys.iter().all(|k| kv.contains_key(k)),
+                        "test only waits on present keys"
+                    );
                     r.send(&[&[0]]);
                 }
                 c => panic!("unexpected query code {c}"),
@@ -206,11 +240,20 @@ fn our_client_against_an_independent_server() {
         }
     });
     {
-        let c = TcpStore::new(&TcpStoreOptions::client("localhost", port, Duration::from_secs(10))).unwrap();
+        let c = TcpStore::new(&TcpStoreOptions::client(
+            "localhost",
+            port,
+            Duration::from_secs(10),
+        ))
+        .unwrap();
         c.set("k", b"v").unwrap();
         assert_eq!(c.get("k").unwrap(), b"v");
         assert_eq!(c.add("n", 5).unwrap(), 5);
-        assert_eq!(c.get_raw(b"/n").unwrap(), b"5", "user keys go out with a leading '/'");
+        assert_eq!(
+            c.get_raw(b"/n").unwrap(),
+            b"5",
+            "user keys go out with a leading '/'"
+        );
     }
     // SET, then GET preceded by WAIT, ADD, GET.
     assert_eq!(fake.join().unwrap(), vec![1, 6, 3, 4, 3]);
@@ -222,16 +265,48 @@ fn bad_requests_close_only_their_connection() {
     let port = server.port();
     let mut bystander = Raw::validated(port);
     let cases: Vec<(&str, Vec<u8>, bool)> = vec![
-        ("first message not VALIDATE", [&[1u8][..], &lp(b"/k"), &lp(b"v")].concat(), false),
+        (
+            "first message not VALIDATE",
+            [&[1u8][..], &lp(b"/k"), &lp(b"v")].concat(),
+            false,
+        ),
         ("bad magic", vec![0, 1, 2, 3, 4], false),
         ("unknown opcode", vec![19], true),
-        ("key over 8 KiB", [&[1u8][..], &n64(8 * 1024 + 1)].concat(), true),
-        ("value over 8 MiB", [&[1u8][..], &lp(b"/k"), &n64(8 * 1024 * 1024 + 1)].concat(), true),
-        ("too many keys", [&[6u8][..], &n64(128 * 1024 + 1)].concat(), true),
-        ("ADD on a non-number", [&[1u8][..], &lp(b"/s"), &lp(b"abc"), &[4], &lp(b"/s"), &1i64.to_le_bytes()].concat(), true),
+        (
+            "key over 8 KiB",
+            [&[1u8][..], &n64(8 * 1024 + 1)].concat(),
+            true,
+        ),
+        (
+            "value over 8 MiB",
+            [&[1u8][..], &lp(b"/k"), &n64(8 * 1024 * 1024 + 1)].concat(),
+            true,
+        ),
+        (
+            "too many keys",
+            [&[6u8][..], &n64(128 * 1024 + 1)].concat(),
+            true,
+        ),
+        (
+            "ADD on a non-number",
+            [
+                &[1u8][..],
+                &lp(b"/s"),
+                &lp(b"abc"),
+                &[4],
+                &lp(b"/s"),
+                &1i64.to_le_bytes(),
+            ]
+            .concat(),
+            true,
+        ),
     ];
     for (what, bytes, validate_first) in cases {
-        let mut r = if validate_first { Raw::validated(port) } else { Raw::open(port) };
+        let mut r = if validate_first {
+            Raw::validated(port)
+        } else {
+            Raw::open(port)
+        };
         r.send(&[&bytes]);
         assert!(r.closed(), "{what}: connection should be closed");
         bystander.send(&[&[13], &9u32.to_le_bytes()]);
@@ -248,7 +323,12 @@ fn a_half_sent_request_does_not_stall_others() {
     // SET "/slow" = "1", sent up to the middle of the key.
     let full = [&[1u8][..], &lp(b"/slow"), &lp(b"1")].concat();
     slow.send(&[&full[..4]]);
-    let c = TcpStore::new(&TcpStoreOptions::client("127.0.0.1", port, Duration::from_secs(5))).unwrap();
+    let c = TcpStore::new(&TcpStoreOptions::client(
+        "127.0.0.1",
+        port,
+        Duration::from_secs(5),
+    ))
+    .unwrap();
     for i in 0..100 {
         c.set(&format!("k{i}"), b"v").unwrap();
     }
@@ -286,7 +366,12 @@ fn holds_1024_connections() {
     }
     conns[1023].send(&[&[1], &lp(b"/release"), &lp(b"x")]);
     assert_eq!(conns[0].read(1), [0]);
-    let c = TcpStore::new(&TcpStoreOptions::client("127.0.0.1", port, Duration::from_secs(10))).unwrap();
+    let c = TcpStore::new(&TcpStoreOptions::client(
+        "127.0.0.1",
+        port,
+        Duration::from_secs(10),
+    ))
+    .unwrap();
     assert_eq!(c.get("count").unwrap(), b"1023");
 }
 
@@ -313,24 +398,43 @@ fn random_request(rng: &mut Rng) -> Vec<u8> {
     };
     let req = match rng.below(19) {
         0 => Request::Validate(0x3C85_F7CE),
-        1 => Request::Set { key: key(rng), value: val(rng) },
-        2 => Request::CompareSet { key: key(rng), expected: val(rng), desired: val(rng) },
+        1 => Request::Set {
+            key: key(rng),
+            value: val(rng),
+        },
+        2 => Request::CompareSet {
+            key: key(rng),
+            expected: val(rng),
+            desired: val(rng),
+        },
         3 => Request::Get(key(rng)),
-        4 => Request::Add { key: b"/counter".to_vec(), delta: rng.below(10) as i64 },
+        4 => Request::Add {
+            key: b"/counter".to_vec(),
+            delta: rng.below(10) as i64,
+        },
         5 => Request::Check(vec![key(rng), key(rng)]),
         6 => Request::Wait(vec![key(rng)]),
         7 => Request::GetNumKeys,
         8 => Request::DeleteKey(key(rng)),
-        9 => Request::Append { key: key(rng), value: val(rng) },
+        9 => Request::Append {
+            key: key(rng),
+            value: val(rng),
+        },
         10 => Request::MultiGet(vec![key(rng)]),
         11 => Request::MultiSet(vec![(key(rng), val(rng))]),
         12 => Request::CancelWait,
         13 => Request::Ping(rng.next() as u32),
-        14 => Request::QueuePush { key: key(rng), value: val(rng) },
+        14 => Request::QueuePush {
+            key: key(rng),
+            value: val(rng),
+        },
         15 => Request::QueuePop(key(rng)),
         16 => Request::QueueLen(key(rng)),
         17 => Request::ListKeys,
-        _ => Request::Barrier { key: b"/barrier".to_vec(), world_size: rng.below(4) as i64 },
+        _ => Request::Barrier {
+            key: b"/barrier".to_vec(),
+            world_size: rng.below(4) as i64,
+        },
     };
     req.to_bytes()
 }
@@ -342,7 +446,11 @@ fn fuzz_random_and_truncated_frames() {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut open: Vec<Raw> = Vec::new();
     for round in 0..600 {
-        let mut r = if rng.below(10) == 0 { Raw::open(port) } else { Raw::validated(port) };
+        let mut r = if rng.below(10) == 0 {
+            Raw::open(port)
+        } else {
+            Raw::validated(port)
+        };
         let mut bytes = Vec::new();
         for _ in 0..rng.below(6) {
             bytes.extend(random_request(&mut rng));

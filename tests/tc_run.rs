@@ -31,7 +31,10 @@ fn environment_and_prefixed_output() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     for r in 0..3 {
-        assert!(stdout.contains(&format!("[{r}] env {r} 3 {r} 3 127.0.0.1 True\n")), "{stdout}");
+        assert!(
+            stdout.contains(&format!("[{r}] env {r} 3 {r} 3 127.0.0.1 True\n")),
+            "{stdout}"
+        );
         assert!(stdout.contains(&format!("[{r}] partial\n")), "{stdout}");
         assert!(text(&out.stderr).contains(&format!("[{r}] err\n")));
     }
@@ -52,20 +55,40 @@ fn exit_rank_names_failed_ranks() {
 
 #[test]
 fn a_rank_exiting_3_stops_the_others() {
-    let (out, el) = run(&["-n", "3", "--", "sh", "-c", "if [ $RANK = 1 ]; then exit 3; fi; sleep 30"]);
+    let (out, el) = run(&[
+        "-n",
+        "3",
+        "--",
+        "sh",
+        "-c",
+        "if [ $RANK = 1 ]; then exit 3; fi; sleep 30",
+    ]);
     assert_eq!(out.status.code(), Some(3));
     let err = text(&out.stderr);
     assert!(err.contains("rank 1: failed with exit code 3"), "{err}");
-    assert!(err.contains("rank 0: stopped by tc-run") && err.contains("rank 2: stopped by tc-run"), "{err}");
+    assert!(
+        err.contains("rank 0: stopped by tc-run") && err.contains("rank 2: stopped by tc-run"),
+        "{err}"
+    );
     assert!(el < Duration::from_secs(10), "{el:?}");
 }
 
 #[test]
 fn a_rank_killed_by_a_signal_is_named() {
-    let (out, el) = run(&["-n", "2", "--", "sh", "-c", "if [ $RANK = 1 ]; then kill -9 $$; fi; sleep 30"]);
+    let (out, el) = run(&[
+        "-n",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        "if [ $RANK = 1 ]; then kill -9 $$; fi; sleep 30",
+    ]);
     assert_eq!(out.status.code(), Some(128 + 9));
     let err = text(&out.stderr);
-    assert!(err.contains("rank 1: failed with signal 9 (SIGKILL)"), "{err}");
+    assert!(
+        err.contains("rank 1: failed with signal 9 (SIGKILL)"),
+        "{err}"
+    );
     assert!(el < Duration::from_secs(10), "{el:?}");
 }
 
@@ -79,18 +102,37 @@ fn ranks_ignoring_sigterm_are_killed_after_the_grace_period() {
          touch $F; while :; do sleep 0.1; done",
         flag.display()
     );
-    let (out, el) = run(&["-n", "2", "--grace-period", "0.5", "--", "sh", "-c", &script]);
+    let (out, el) = run(&[
+        "-n",
+        "2",
+        "--grace-period",
+        "0.5",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
     let _ = std::fs::remove_file(&flag);
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
-    assert!(err.contains("rank 1: stopped by tc-run (signal 9 (SIGKILL))"), "{err}");
+    assert!(
+        err.contains("rank 1: stopped by tc-run (signal 9 (SIGKILL))"),
+        "{err}"
+    );
     assert!(el < Duration::from_secs(8), "{el:?}");
 }
 
 #[test]
 fn sigterm_is_forwarded_to_every_rank() {
     let mut child = Command::new(TC_RUN)
-        .args(["-n", "2", "--", "sh", "-c", "trap 'echo got-term; exit 0' TERM; echo ready; while :; do sleep 0.1; done"])
+        .args([
+            "-n",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            "trap 'echo got-term; exit 0' TERM; echo ready; while :; do sleep 0.1; done",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -104,8 +146,15 @@ fn sigterm_is_forwarded_to_every_rank() {
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
     let st = child.wait().unwrap();
-    assert_eq!(st.code(), Some(128 + libc::SIGTERM), "interrupted runs exit non-zero");
-    assert!(rest.iter().any(|l| l == "[0] got-term") && rest.iter().any(|l| l == "[1] got-term"), "{rest:?}");
+    assert_eq!(
+        st.code(),
+        Some(128 + libc::SIGTERM),
+        "interrupted runs exit non-zero"
+    );
+    assert!(
+        rest.iter().any(|l| l == "[0] got-term") && rest.iter().any(|l| l == "[1] got-term"),
+        "{rest:?}"
+    );
 }
 
 #[test]
@@ -130,15 +179,29 @@ s.sendall(b'\x06' + struct.pack('<Q', 1) + lp(b'/k%d' % o)); assert recv(1) == b
 s.sendall(b'\x03' + lp(b'/k%d' % o)); (l,) = struct.unpack('<Q', recv(8))
 print(recv(l).decode())
 "#;
-    if Command::new("python3").arg("-c").arg("1").output().map(|o| !o.status.success()).unwrap_or(true) {
+    if Command::new("python3")
+        .arg("-c")
+        .arg("1")
+        .output()
+        .map(|o| !o.status.success())
+        .unwrap_or(true)
+    {
         eprintln!("python3 not available; skipping");
         return;
     }
     let (out, _) = run(&["-n", "3", "--", "python3", "-c", py]);
-    assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
     let stdout = text(&out.stdout);
     for r in 0..3 {
-        assert!(stdout.contains(&format!("[{r}] hello from {}", (r + 1) % 3)), "{stdout}");
+        assert!(
+            stdout.contains(&format!("[{r}] hello from {}", (r + 1) % 3)),
+            "{stdout}"
+        );
     }
 }
 

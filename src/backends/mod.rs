@@ -39,7 +39,12 @@ pub trait Backend: Send + Sync {
     /// Device backends enqueue `op` and return its work; host backends return
     /// `Ok(None)` and the comm schedules [`Backend::run`] on its progress
     /// thread.
-    fn enqueue(&self, _op: &Op, _opts: &OpOptions, _timeout: Duration) -> Result<Option<Arc<dyn Work>>> {
+    fn enqueue(
+        &self,
+        _op: &Op,
+        _opts: &OpOptions,
+        _timeout: Duration,
+    ) -> Result<Option<Arc<dyn Work>>> {
         Ok(None)
     }
 
@@ -84,7 +89,9 @@ pub trait Backend: Send + Sync {
     /// rank (see [`WindowBackend`]). Backends without windows answer
     /// `TC_ERR_UNSUPPORTED`.
     fn new_window(&self, _timeout: Duration) -> Result<Box<dyn WindowBackend>> {
-        Err(Error::unsupported("windows (RMA) are not implemented for this backend yet"))
+        Err(Error::unsupported(
+            "windows (RMA) are not implemented for this backend yet",
+        ))
     }
 
     /// A failure found asynchronously (e.g. NCCL's async error), polled by
@@ -140,7 +147,14 @@ pub trait WindowBackend: Send + Sync {
     /// Size of `rank`'s registered buffer.
     fn remote_size(&self, rank: i32) -> usize;
     /// Writes `bytes` from `src` at `dst_offset` in `dst_rank`'s buffer.
-    fn put(&self, src: *const c_void, bytes: usize, dst_rank: i32, dst_offset: usize, timeout: Duration) -> Result<()>;
+    fn put(
+        &self,
+        src: *const c_void,
+        bytes: usize,
+        dst_rank: i32,
+        dst_offset: usize,
+        timeout: Duration,
+    ) -> Result<()>;
     /// Notifies `peer` (after this rank's earlier puts to it).
     fn signal(&self, peer: i32, timeout: Duration) -> Result<()>;
     /// Waits for (and consumes) one signal from `peer`.

@@ -27,66 +27,146 @@ pub enum Use {
 /// Calls `f(buffer, bytes, use)` for every buffer of `op` as seen by `rank`
 /// of `size` (lists that are empty off the root are skipped). `op` must have
 /// been validated, so the sizes cannot overflow.
-pub fn for_each_buffer(op: &mut Op, rank: i32, size: i32, f: &mut dyn FnMut(&mut Ptr, usize, Use) -> Result<()>) -> Result<()> {
+pub fn for_each_buffer(
+    op: &mut Op,
+    rank: i32,
+    size: i32,
+    f: &mut dyn FnMut(&mut Ptr, usize, Use) -> Result<()>,
+) -> Result<()> {
     let n = size as usize;
     let me = rank as usize;
     let sum = |c: &[usize]| c.iter().sum::<usize>();
     match op {
-        Op::Send { buf, count, dtype, .. } => f(buf, *count * dtype.size(), Use::In),
-        Op::Recv { buf, count, dtype, .. } => f(buf, *count * dtype.size(), Use::Out),
+        Op::Send {
+            buf, count, dtype, ..
+        } => f(buf, *count * dtype.size(), Use::In),
+        Op::Recv {
+            buf, count, dtype, ..
+        } => f(buf, *count * dtype.size(), Use::Out),
         Op::Batch { ops } => ops.iter_mut().try_for_each(|p| {
             let bytes = p.count * p.dtype.size();
-            f(&mut p.buf, bytes, if p.is_send { Use::In } else { Use::Out })
+            f(
+                &mut p.buf,
+                bytes,
+                if p.is_send { Use::In } else { Use::Out },
+            )
         }),
-        Op::Broadcast { buf, count, dtype, .. } | Op::Reduce { buf, count, dtype, .. } | Op::AllReduce { buf, count, dtype, .. } => {
-            f(buf, *count * dtype.size(), Use::InOut)
+        Op::Broadcast {
+            buf, count, dtype, ..
         }
-        Op::AllGather { outputs, input, count, dtype } => {
+        | Op::Reduce {
+            buf, count, dtype, ..
+        }
+        | Op::AllReduce {
+            buf, count, dtype, ..
+        } => f(buf, *count * dtype.size(), Use::InOut),
+        Op::AllGather {
+            outputs,
+            input,
+            count,
+            dtype,
+        } => {
             let b = *count * dtype.size();
             f(input, b, Use::In)?;
             outputs.iter_mut().try_for_each(|o| f(o, b, Use::Out))
         }
-        Op::AllGatherSingle { output, input, count, dtype } => {
+        Op::AllGatherSingle {
+            output,
+            input,
+            count,
+            dtype,
+        } => {
             f(input, *count * dtype.size(), Use::In)?;
             f(output, *count * n * dtype.size(), Use::Out)
         }
-        Op::AllGatherV { output, input, counts, dtype } => {
+        Op::AllGatherV {
+            output,
+            input,
+            counts,
+            dtype,
+        } => {
             f(input, counts[me] * dtype.size(), Use::In)?;
             f(output, sum(counts) * dtype.size(), Use::Out)
         }
-        Op::ReduceScatter { output, inputs, count, dtype, .. } => {
+        Op::ReduceScatter {
+            output,
+            inputs,
+            count,
+            dtype,
+            ..
+        } => {
             let b = *count * dtype.size();
             inputs.iter_mut().try_for_each(|i| f(i, b, Use::In))?;
             f(output, b, Use::Out)
         }
-        Op::ReduceScatterSingle { output, input, count, dtype, .. } => {
+        Op::ReduceScatterSingle {
+            output,
+            input,
+            count,
+            dtype,
+            ..
+        } => {
             f(input, *count * n * dtype.size(), Use::In)?;
             f(output, *count * dtype.size(), Use::Out)
         }
-        Op::ReduceScatterV { output, input, counts, dtype, .. } => {
+        Op::ReduceScatterV {
+            output,
+            input,
+            counts,
+            dtype,
+            ..
+        } => {
             f(input, sum(counts) * dtype.size(), Use::In)?;
             f(output, counts[me] * dtype.size(), Use::Out)
         }
-        Op::AllToAll { outputs, inputs, count, dtype } => {
+        Op::AllToAll {
+            outputs,
+            inputs,
+            count,
+            dtype,
+        } => {
             let b = *count * dtype.size();
             inputs.iter_mut().try_for_each(|i| f(i, b, Use::In))?;
             outputs.iter_mut().try_for_each(|o| f(o, b, Use::Out))
         }
-        Op::AllToAllSingle { output, input, count, dtype } => {
+        Op::AllToAllSingle {
+            output,
+            input,
+            count,
+            dtype,
+        } => {
             f(input, *count * n * dtype.size(), Use::In)?;
             f(output, *count * n * dtype.size(), Use::Out)
         }
-        Op::AllToAllVSingle { output, output_counts, input, input_counts, dtype } => {
+        Op::AllToAllVSingle {
+            output,
+            output_counts,
+            input,
+            input_counts,
+            dtype,
+        } => {
             f(input, sum(input_counts) * dtype.size(), Use::In)?;
             f(output, sum(output_counts) * dtype.size(), Use::Out)
         }
         Op::Barrier => Ok(()),
-        Op::Scatter { output, inputs, count, dtype, .. } => {
+        Op::Scatter {
+            output,
+            inputs,
+            count,
+            dtype,
+            ..
+        } => {
             let b = *count * dtype.size();
             inputs.iter_mut().try_for_each(|i| f(i, b, Use::In))?;
             f(output, b, Use::Out)
         }
-        Op::Gather { outputs, input, count, dtype, .. } => {
+        Op::Gather {
+            outputs,
+            input,
+            count,
+            dtype,
+            ..
+        } => {
             let b = *count * dtype.size();
             f(input, b, Use::In)?;
             outputs.iter_mut().try_for_each(|o| f(o, b, Use::Out))
@@ -107,7 +187,13 @@ fn pointer_device(ptr: *const c_void) -> Result<i32> {
     let attr = sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL;
     // SAFETY: the attribute is an int; `ptr` is only inspected.
     cuda::check(
-        unsafe { cuda::drv::cuPointerGetAttribute(&mut ordinal as *mut i32 as *mut c_void, attr as u32, ptr as sys::CUdeviceptr) },
+        unsafe {
+            cuda::drv::cuPointerGetAttribute(
+                &mut ordinal as *mut i32 as *mut c_void,
+                attr as u32,
+                ptr as sys::CUdeviceptr,
+            )
+        },
         "cuPointerGetAttribute(DEVICE_ORDINAL)",
     )?;
     Ok(ordinal)
@@ -132,7 +218,9 @@ pub fn stage_in(op: &mut Op, rank: i32, size: i32, stream: *mut c_void) -> Resul
         }
         Ok(())
     })?;
-    let Some(ordinal) = on_device else { return Ok(None) };
+    let Some(ordinal) = on_device else {
+        return Ok(None);
+    };
     let device = cuda::Device::open(ordinal)?;
     let _current = device.scoped()?;
     let stream = stream as sys::CUstream;
@@ -160,7 +248,11 @@ pub fn stage_in(op: &mut Op, rank: i32, size: i32, stream: *mut c_void) -> Resul
         Ok(())
     })?;
     synchronize(stream)?;
-    Ok(Some(Staged { copies, stream, device }))
+    Ok(Some(Staged {
+        copies,
+        stream,
+        device,
+    }))
 }
 
 impl Staged {
@@ -198,15 +290,49 @@ mod tests {
 
     #[test]
     fn buffer_map_gives_sizes_and_directions() {
-        let ag = Op::AllGatherV { output: p(1), input: p(2), counts: vec![1, 2, 3], dtype: DType::F32 };
+        let ag = Op::AllGatherV {
+            output: p(1),
+            input: p(2),
+            counts: vec![1, 2, 3],
+            dtype: DType::F32,
+        };
         assert_eq!(buffers(ag, 1, 3), vec![(2, 8, Use::In), (1, 24, Use::Out)]);
-        let rs = Op::ReduceScatterSingle { output: p(1), input: p(2), count: 5, dtype: DType::F64, op: crate::types::ReduceOp::SUM };
-        assert_eq!(buffers(rs, 0, 4), vec![(2, 160, Use::In), (1, 40, Use::Out)]);
-        let ar = Op::AllReduce { buf: p(9), count: 3, dtype: DType::BF16, op: crate::types::ReduceOp::SUM };
+        let rs = Op::ReduceScatterSingle {
+            output: p(1),
+            input: p(2),
+            count: 5,
+            dtype: DType::F64,
+            op: crate::types::ReduceOp::SUM,
+        };
+        assert_eq!(
+            buffers(rs, 0, 4),
+            vec![(2, 160, Use::In), (1, 40, Use::Out)]
+        );
+        let ar = Op::AllReduce {
+            buf: p(9),
+            count: 3,
+            dtype: DType::BF16,
+            op: crate::types::ReduceOp::SUM,
+        };
         assert_eq!(buffers(ar, 0, 2), vec![(9, 6, Use::InOut)]);
-        let a2av = Op::AllToAllVSingle { output: p(1), output_counts: vec![1, 1], input: p(2), input_counts: vec![2, 3], dtype: DType::I64 };
-        assert_eq!(buffers(a2av, 0, 2), vec![(2, 40, Use::In), (1, 16, Use::Out)]);
-        let gather_off_root = Op::Gather { outputs: vec![], input: p(3), count: 4, dtype: DType::U8, root: 0 };
+        let a2av = Op::AllToAllVSingle {
+            output: p(1),
+            output_counts: vec![1, 1],
+            input: p(2),
+            input_counts: vec![2, 3],
+            dtype: DType::I64,
+        };
+        assert_eq!(
+            buffers(a2av, 0, 2),
+            vec![(2, 40, Use::In), (1, 16, Use::Out)]
+        );
+        let gather_off_root = Op::Gather {
+            outputs: vec![],
+            input: p(3),
+            count: 4,
+            dtype: DType::U8,
+            root: 0,
+        };
         assert_eq!(buffers(gather_off_root, 1, 2), vec![(3, 4, Use::In)]);
         assert!(buffers(Op::Barrier, 0, 2).is_empty());
     }
@@ -224,9 +350,21 @@ mod tests {
         let stream = cuda::Stream::new(&dev, 0).unwrap();
         let buf = cuda::DeviceBuffer::zeroed(&dev, 64).unwrap();
         cuda::begin_capture(stream.raw()).unwrap();
-        let mut op = Op::AllReduce { buf: Ptr(buf.ptr()), count: 16, dtype: DType::F32, op: crate::types::ReduceOp::SUM };
-        let e = stage_in(&mut op, 0, 1, stream.raw() as *mut c_void).err().expect("staging under capture must fail");
-        assert_eq!(e.kind, crate::error::ErrorKind::Unsupported, "{}", e.message);
+        let mut op = Op::AllReduce {
+            buf: Ptr(buf.ptr()),
+            count: 16,
+            dtype: DType::F32,
+            op: crate::types::ReduceOp::SUM,
+        };
+        let e = stage_in(&mut op, 0, 1, stream.raw() as *mut c_void)
+            .err()
+            .expect("staging under capture must fail");
+        assert_eq!(
+            e.kind,
+            crate::error::ErrorKind::Unsupported,
+            "{}",
+            e.message
+        );
         assert!(e.message.contains("captur"), "{}", e.message);
         cuda::GraphExec::end_capture(&dev, stream.raw()).expect("the capture must still be valid");
     }
@@ -237,7 +375,14 @@ mod tests {
             return; // a machine with a GPU stack: covered by the GPU suite
         }
         let mut data = [1.0f32; 4];
-        let mut op = Op::AllReduce { buf: Ptr(data.as_mut_ptr().cast()), count: 4, dtype: DType::F32, op: crate::types::ReduceOp::SUM };
-        assert!(stage_in(&mut op, 0, 1, std::ptr::null_mut()).unwrap().is_none());
+        let mut op = Op::AllReduce {
+            buf: Ptr(data.as_mut_ptr().cast()),
+            count: 4,
+            dtype: DType::F32,
+            op: crate::types::ReduceOp::SUM,
+        };
+        assert!(stage_in(&mut op, 0, 1, std::ptr::null_mut())
+            .unwrap()
+            .is_none());
     }
 }

@@ -99,27 +99,50 @@ impl Coll {
         matches!(self, Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce)
     }
     fn rooted(self) -> bool {
-        matches!(self, Coll::Broadcast | Coll::Reduce | Coll::Gather | Coll::Scatter)
+        matches!(
+            self,
+            Coll::Broadcast | Coll::Reduce | Coll::Gather | Coll::Scatter
+        )
     }
     /// The size names the whole n-rank buffer (each rank holds size / n).
     fn size_is_total(self) -> bool {
-        matches!(self, Coll::AllGather | Coll::ReduceScatter | Coll::AllToAll | Coll::Gather | Coll::Scatter)
+        matches!(
+            self,
+            Coll::AllGather | Coll::ReduceScatter | Coll::AllToAll | Coll::Gather | Coll::Scatter
+        )
     }
     fn has_out_of_place(self) -> bool {
         matches!(
             self,
-            Coll::AllGather | Coll::ReduceScatter | Coll::AllToAll | Coll::SendRecv | Coll::Gather | Coll::Scatter
+            Coll::AllGather
+                | Coll::ReduceScatter
+                | Coll::AllToAll
+                | Coll::SendRecv
+                | Coll::Gather
+                | Coll::Scatter
         )
     }
     fn has_in_place(self) -> bool {
-        matches!(self, Coll::AllReduce | Coll::AllGather | Coll::ReduceScatter | Coll::Broadcast | Coll::Reduce | Coll::AllToAll)
+        matches!(
+            self,
+            Coll::AllReduce
+                | Coll::AllGather
+                | Coll::ReduceScatter
+                | Coll::Broadcast
+                | Coll::Reduce
+                | Coll::AllToAll
+        )
     }
     /// nccl-tests' bus bandwidth factor.
     fn bus_factor(self, n: usize) -> f64 {
         let n = n as f64;
         match self {
             Coll::AllReduce => 2.0 * (n - 1.0) / n,
-            Coll::AllGather | Coll::ReduceScatter | Coll::AllToAll | Coll::Gather | Coll::Scatter => (n - 1.0) / n,
+            Coll::AllGather
+            | Coll::ReduceScatter
+            | Coll::AllToAll
+            | Coll::Gather
+            | Coll::Scatter => (n - 1.0) / n,
             Coll::Broadcast | Coll::Reduce | Coll::SendRecv | Coll::Barrier => 1.0,
         }
     }
@@ -141,8 +164,18 @@ fn parse_dtype(s: &str) -> Option<DType> {
     })
 }
 
-const ALL_DTYPES: [DType; 10] =
-    [DType::I8, DType::U8, DType::I32, DType::U32, DType::I64, DType::U64, DType::F16, DType::F32, DType::F64, DType::BF16];
+const ALL_DTYPES: [DType; 10] = [
+    DType::I8,
+    DType::U8,
+    DType::I32,
+    DType::U32,
+    DType::I64,
+    DType::U64,
+    DType::F16,
+    DType::F32,
+    DType::F64,
+    DType::BF16,
+];
 
 fn parse_redop(s: &str) -> Option<RedKind> {
     Some(match s {
@@ -155,7 +188,13 @@ fn parse_redop(s: &str) -> Option<RedKind> {
     })
 }
 
-const ALL_REDOPS: [RedKind; 5] = [RedKind::Sum, RedKind::Product, RedKind::Max, RedKind::Min, RedKind::Avg];
+const ALL_REDOPS: [RedKind; 5] = [
+    RedKind::Sum,
+    RedKind::Product,
+    RedKind::Max,
+    RedKind::Min,
+    RedKind::Avg,
+];
 
 fn parse_size(s: &str) -> Option<usize> {
     let s = s.trim();
@@ -289,10 +328,17 @@ fn parse_args() -> Args {
         exit(2);
     }
     if a.backend.is_empty() {
-        a.backend = if gpu_usable().is_ok() { "nccl".into() } else { "gloo".into() };
+        a.backend = if gpu_usable().is_ok() {
+            "nccl".into()
+        } else {
+            "gloo".into()
+        };
     }
     if a.graphs > 0 && a.backend != "nccl" {
-        eprintln!("tc-perf: -G (CUDA graph replays) needs -B nccl (backend here: {})", a.backend);
+        eprintln!(
+            "tc-perf: -G (CUDA graph replays) needs -B nccl (backend here: {})",
+            a.backend
+        );
         exit(2);
     }
     a
@@ -307,14 +353,18 @@ fn gpu_usable() -> torchcomm::error::Result<i32> {
     torchcomm::backends::nccl::load()?;
     let count = cuda::device_count()?;
     if count < 1 {
-        return Err(torchcomm::error::Error::unavailable("the nccl backend is unavailable: no CUDA device is visible"));
+        return Err(torchcomm::error::Error::unavailable(
+            "the nccl backend is unavailable: no CUDA device is visible",
+        ));
     }
     Ok(count)
 }
 
 /// The first of `vars` that is set, as an integer.
 fn env_int(vars: &[&str]) -> Option<i32> {
-    vars.iter().find_map(|v| std::env::var(v).ok()).and_then(|s| s.trim().parse().ok())
+    vars.iter()
+        .find_map(|v| std::env::var(v).ok())
+        .and_then(|s| s.trim().parse().ok())
 }
 
 // ---- data -------------------------------------------------------------------
@@ -449,7 +499,16 @@ fn bytes_of(b: &mut Buf) -> &mut [u8] {
 }
 
 impl Case {
-    fn new(coll: Coll, dt: DType, red: RedKind, in_place: bool, rank: usize, n: usize, root: usize, count: usize) -> Case {
+    fn new(
+        coll: Coll,
+        dt: DType,
+        red: RedKind,
+        in_place: bool,
+        rank: usize,
+        n: usize,
+        root: usize,
+        count: usize,
+    ) -> Case {
         let es = dt.size();
         let (in_elems, out_elems) = match coll {
             Coll::AllReduce | Coll::Broadcast | Coll::Reduce | Coll::SendRecv => (count, count),
@@ -460,9 +519,29 @@ impl Case {
         };
         let input = Buf::new(in_elems * es);
         // In place: one allocation holds both (the larger one).
-        let output = if in_place { Buf::new(0) } else { Buf::new(out_elems * es) };
-        let input = if in_place { Buf::new(in_elems.max(out_elems) * es) } else { input };
-        Case { coll, dt, red, in_place, rank, n, root, count, input, output, dev: None }
+        let output = if in_place {
+            Buf::new(0)
+        } else {
+            Buf::new(out_elems * es)
+        };
+        let input = if in_place {
+            Buf::new(in_elems.max(out_elems) * es)
+        } else {
+            input
+        };
+        Case {
+            coll,
+            dt,
+            red,
+            in_place,
+            rank,
+            n,
+            root,
+            count,
+            input,
+            output,
+            dev: None,
+        }
     }
 
     /// Allocates device copies of the buffers (same sizes) on `device`.
@@ -495,7 +574,10 @@ impl Case {
     }
 
     fn reduce_op(&self) -> ReduceOp {
-        ReduceOp { kind: self.red, factor: PremulFactor::Host(1.0) }
+        ReduceOp {
+            kind: self.red,
+            factor: PremulFactor::Host(1.0),
+        }
     }
 
     /// (where this rank's input starts, where its output starts) in the
@@ -538,37 +620,97 @@ impl Case {
         let es = dtype.size();
         let n = self.n;
         match self.coll {
-            Coll::AllReduce => Op::AllReduce { buf: inp, count, dtype, op: self.reduce_op() },
-            Coll::Broadcast => Op::Broadcast { buf: inp, count, dtype, root },
-            Coll::Reduce => Op::Reduce { buf: inp, count, dtype, root, op: self.reduce_op() },
-            Coll::AllGather => Op::AllGatherSingle { output: out, input: inp, count, dtype },
-            Coll::ReduceScatter => Op::ReduceScatterSingle { output: out, input: inp, count, dtype, op: self.reduce_op() },
-            Coll::AllToAll => Op::AllToAllSingle { output: out, input: inp, count, dtype },
+            Coll::AllReduce => Op::AllReduce {
+                buf: inp,
+                count,
+                dtype,
+                op: self.reduce_op(),
+            },
+            Coll::Broadcast => Op::Broadcast {
+                buf: inp,
+                count,
+                dtype,
+                root,
+            },
+            Coll::Reduce => Op::Reduce {
+                buf: inp,
+                count,
+                dtype,
+                root,
+                op: self.reduce_op(),
+            },
+            Coll::AllGather => Op::AllGatherSingle {
+                output: out,
+                input: inp,
+                count,
+                dtype,
+            },
+            Coll::ReduceScatter => Op::ReduceScatterSingle {
+                output: out,
+                input: inp,
+                count,
+                dtype,
+                op: self.reduce_op(),
+            },
+            Coll::AllToAll => Op::AllToAllSingle {
+                output: out,
+                input: inp,
+                count,
+                dtype,
+            },
             Coll::SendRecv => {
                 let next = ((self.rank + 1) % n) as i32;
                 let prev = ((self.rank + n - 1) % n) as i32;
                 Op::Batch {
                     ops: vec![
-                        P2p { is_send: true, buf: inp, count, dtype, peer: next },
-                        P2p { is_send: false, buf: out, count, dtype, peer: prev },
+                        P2p {
+                            is_send: true,
+                            buf: inp,
+                            count,
+                            dtype,
+                            peer: next,
+                        },
+                        P2p {
+                            is_send: false,
+                            buf: out,
+                            count,
+                            dtype,
+                            peer: prev,
+                        },
                     ],
                 }
             }
             Coll::Gather => {
                 let outputs = if self.rank == self.root {
-                    (0..n).map(|r| Ptr(unsafe { out.as_u8().add(r * count * es) } as *mut _)).collect()
+                    (0..n)
+                        .map(|r| Ptr(unsafe { out.as_u8().add(r * count * es) } as *mut _))
+                        .collect()
                 } else {
                     Vec::new()
                 };
-                Op::Gather { outputs, input: inp, count, dtype, root }
+                Op::Gather {
+                    outputs,
+                    input: inp,
+                    count,
+                    dtype,
+                    root,
+                }
             }
             Coll::Scatter => {
                 let inputs = if self.rank == self.root {
-                    (0..n).map(|r| Ptr(unsafe { inp.as_u8().add(r * count * es) } as *mut _)).collect()
+                    (0..n)
+                        .map(|r| Ptr(unsafe { inp.as_u8().add(r * count * es) } as *mut _))
+                        .collect()
                 } else {
                     Vec::new()
                 };
-                Op::Scatter { output: out, inputs, count, dtype, root }
+                Op::Scatter {
+                    output: out,
+                    inputs,
+                    count,
+                    dtype,
+                    root,
+                }
             }
             Coll::Barrier => Op::Barrier,
         }
@@ -615,13 +757,16 @@ impl Case {
             let v = self.v(self.rank, i, seed);
             unsafe { put(dt, inp, i, v) };
         }
-        self.upload().unwrap_or_else(|e| die("copying the input to the device", e));
+        self.upload()
+            .unwrap_or_else(|e| die("copying the input to the device", e));
     }
 
     /// Number of wrong elements of this rank's result.
     fn check(&mut self, seed: usize) -> u64 {
-        self.download().unwrap_or_else(|e| die("copying the result from the device", e));
-        let (n, me, c, root, dt, red) = (self.n, self.rank, self.count, self.root, self.dt, self.red);
+        self.download()
+            .unwrap_or_else(|e| die("copying the result from the device", e));
+        let (n, me, c, root, dt, red) =
+            (self.n, self.rank, self.count, self.root, self.dt, self.red);
         let (_, out) = self.ptrs();
         let out = out as *const u8;
         let mut wrong = 0u64;
@@ -667,7 +812,10 @@ impl Case {
             }
             Coll::ReduceScatter => {
                 for j in 0..c {
-                    expect(j, reduce_values(red, (0..n).map(|r| self.v(r, me * c + j, seed)), n));
+                    expect(
+                        j,
+                        reduce_values(red, (0..n).map(|r| self.v(r, me * c + j, seed)), n),
+                    );
                 }
             }
             Coll::Scatter => {
@@ -720,7 +868,13 @@ impl Gpu {
         let start = cuda::TimingEvent::new(&device)?;
         let end = cuda::TimingEvent::new(&device)?;
         let scratch = cuda::DeviceBuffer::zeroed(&device, 8)?;
-        Ok(Gpu { device, stream, start, end, scratch })
+        Ok(Gpu {
+            device,
+            stream,
+            start,
+            end,
+            scratch,
+        })
     }
 }
 
@@ -746,18 +900,27 @@ struct Bench {
 
 impl Bench {
     fn stream(&self) -> *mut std::ffi::c_void {
-        self.gpu.as_ref().map_or(std::ptr::null_mut(), |g| g.stream.raw() as *mut _)
+        self.gpu
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |g| g.stream.raw() as *mut _)
     }
 
     fn submit(&self, op: Op, async_op: bool) -> Arc<dyn Work> {
-        let opts = OpOptions { async_op, stream: self.stream(), ..Default::default() };
-        self.comm.submit(op, &opts).unwrap_or_else(|e| die("operation failed", e))
+        let opts = OpOptions {
+            async_op,
+            stream: self.stream(),
+            ..Default::default()
+        };
+        self.comm
+            .submit(op, &opts)
+            .unwrap_or_else(|e| die("operation failed", e))
     }
 
     /// Waits for everything on the benchmark's stream (GPU backends).
     fn sync(&self) {
         if let Some(g) = &self.gpu {
-            cuda::stream_synchronize(g.stream.raw()).unwrap_or_else(|e| die("synchronizing the stream", e));
+            cuda::stream_synchronize(g.stream.raw())
+                .unwrap_or_else(|e| die("synchronizing the stream", e));
         }
     }
 
@@ -771,17 +934,24 @@ impl Bench {
         let mut x = [v];
         let buf = match &self.gpu {
             Some(g) => {
-                cuda::copy_to_device(g.scratch.ptr(), &v.to_ne_bytes()).unwrap_or_else(|e| die("copy to the device", e));
+                cuda::copy_to_device(g.scratch.ptr(), &v.to_ne_bytes())
+                    .unwrap_or_else(|e| die("copy to the device", e));
                 g.scratch.ptr()
             }
             None => x.as_mut_ptr() as *mut _,
         };
-        let op = Op::AllReduce { buf: Ptr(buf), count: 1, dtype: DType::F64, op: ReduceOp::SUM };
+        let op = Op::AllReduce {
+            buf: Ptr(buf),
+            count: 1,
+            dtype: DType::F64,
+            op: ReduceOp::SUM,
+        };
         self.submit(op, false);
         if let Some(g) = &self.gpu {
             self.sync();
             let mut b = [0u8; 8];
-            cuda::copy_to_host(&mut b, g.scratch.ptr()).unwrap_or_else(|e| die("copy from the device", e));
+            cuda::copy_to_host(&mut b, g.scratch.ptr())
+                .unwrap_or_else(|e| die("copy from the device", e));
             x[0] = f64::from_ne_bytes(b);
         }
         x[0]
@@ -793,7 +963,8 @@ impl Bench {
             return self.measure_gpu(case);
         }
         let a = &self.args;
-        let (iters, warmup, async_op, blocking, cpu_time) = (a.iters, a.warmup, a.async_op, a.blocking, a.cpu_time);
+        let (iters, warmup, async_op, blocking, cpu_time) =
+            (a.iters, a.warmup, a.async_op, a.blocking, a.cpu_time);
         self.seed += 1;
         case.fill(self.seed);
         for _ in 0..warmup {
@@ -808,7 +979,8 @@ impl Bench {
             let w = self.submit(op, async_op);
             if async_op {
                 if blocking {
-                    w.wait_blocking().unwrap_or_else(|e| die("operation failed", e));
+                    w.wait_blocking()
+                        .unwrap_or_else(|e| die("operation failed", e));
                 } else {
                     works.push(w);
                 }
@@ -816,14 +988,20 @@ impl Bench {
         }
         let issued = start.elapsed();
         for w in works {
-            w.wait_blocking().unwrap_or_else(|e| die("operation failed", e));
+            w.wait_blocking()
+                .unwrap_or_else(|e| die("operation failed", e));
         }
         let elapsed = if cpu_time { issued } else { start.elapsed() };
         let us = elapsed.as_secs_f64() * 1e6 / iters as f64;
         let time = self.sum_over_ranks(us) / self.n as f64;
         let host = self.sum_over_ranks(issued.as_secs_f64() * 1e6 / iters as f64) / self.n as f64;
         let wrong = self.checked_run(case);
-        Figures { time, host, device: None, wrong }
+        Figures {
+            time,
+            host,
+            device: None,
+            wrong,
+        }
     }
 
     /// A run on fresh data, every element checked (unless -c 0): wrong
@@ -845,7 +1023,9 @@ impl Bench {
     /// alone. With -G the loop is captured once and the graph replayed.
     fn measure_gpu(&mut self, case: &mut Case) -> Figures {
         let a = &self.args;
-        let (iters, warmup, async_op, blocking, cpu_time, graphs) = (a.iters, a.warmup, a.async_op, a.blocking, a.cpu_time, a.graphs);
+        let (iters, warmup, async_op, blocking, cpu_time, graphs) = (
+            a.iters, a.warmup, a.async_op, a.blocking, a.cpu_time, a.graphs,
+        );
         let gpu = self.gpu.as_ref().expect("GPU state");
         let s = gpu.stream.raw();
         self.seed += 1;
@@ -866,30 +1046,45 @@ impl Bench {
                 // Captured work joins the capturing stream: nothing to wait for.
                 self.submit(op, async_op);
             }
-            let graph = cuda::GraphExec::end_capture(&gpu.device, s).unwrap_or_else(|e| die("capturing the graph", e));
+            let graph = cuda::GraphExec::end_capture(&gpu.device, s)
+                .unwrap_or_else(|e| die("capturing the graph", e));
             // One untimed replay (uploads the graph).
-            graph.launch(s).unwrap_or_else(|e| die("replaying the graph", e));
+            graph
+                .launch(s)
+                .unwrap_or_else(|e| die("replaying the graph", e));
             self.barrier();
-            gpu.start.record(s).unwrap_or_else(|e| die("recording an event", e));
+            gpu.start
+                .record(s)
+                .unwrap_or_else(|e| die("recording an event", e));
             let t0 = Instant::now();
             for _ in 0..graphs {
-                graph.launch(s).unwrap_or_else(|e| die("replaying the graph", e));
+                graph
+                    .launch(s)
+                    .unwrap_or_else(|e| die("replaying the graph", e));
             }
             let issued = t0.elapsed();
-            gpu.end.record(s).unwrap_or_else(|e| die("recording an event", e));
-            gpu.end.synchronize().unwrap_or_else(|e| die("waiting for the replays", e));
+            gpu.end
+                .record(s)
+                .unwrap_or_else(|e| die("recording an event", e));
+            gpu.end
+                .synchronize()
+                .unwrap_or_else(|e| die("waiting for the replays", e));
             (issued, iters * graphs)
         } else {
             self.barrier();
-            gpu.start.record(s).unwrap_or_else(|e| die("recording an event", e));
+            gpu.start
+                .record(s)
+                .unwrap_or_else(|e| die("recording an event", e));
             let t0 = Instant::now();
             for op in ops {
                 let w = self.submit(op, async_op);
                 if blocking {
                     if async_op {
-                        w.wait_blocking().unwrap_or_else(|e| die("operation failed", e));
+                        w.wait_blocking()
+                            .unwrap_or_else(|e| die("operation failed", e));
                     } else {
-                        cuda::stream_synchronize(s).unwrap_or_else(|e| die("synchronizing the stream", e));
+                        cuda::stream_synchronize(s)
+                            .unwrap_or_else(|e| die("synchronizing the stream", e));
                     }
                 } else if async_op {
                     works.push(w);
@@ -898,20 +1093,33 @@ impl Bench {
             let issued = t0.elapsed();
             // async_op = 1 ran on the comm's stream: ours waits for it.
             for w in works.drain(..) {
-                w.wait(s as *mut _).unwrap_or_else(|e| die("operation failed", e));
+                w.wait(s as *mut _)
+                    .unwrap_or_else(|e| die("operation failed", e));
             }
-            gpu.end.record(s).unwrap_or_else(|e| die("recording an event", e));
-            gpu.end.synchronize().unwrap_or_else(|e| die("waiting for the stream", e));
+            gpu.end
+                .record(s)
+                .unwrap_or_else(|e| die("recording an event", e));
+            gpu.end
+                .synchronize()
+                .unwrap_or_else(|e| die("waiting for the stream", e));
             (issued, iters)
         };
-        let ms = gpu.start.elapsed_ms(&gpu.end).unwrap_or_else(|e| die("reading the events", e));
+        let ms = gpu
+            .start
+            .elapsed_ms(&gpu.end)
+            .unwrap_or_else(|e| die("reading the events", e));
         let host = issued.as_secs_f64() * 1e6 / calls as f64;
         let device = ms as f64 * 1e3 / calls as f64;
         let n = self.n as f64;
         let host = self.sum_over_ranks(host) / n;
         let device = self.sum_over_ranks(device) / n;
         let wrong = self.checked_run(case);
-        Figures { time: if cpu_time { host } else { device }, host, device: Some(device), wrong }
+        Figures {
+            time: if cpu_time { host } else { device },
+            host,
+            device: Some(device),
+            wrong,
+        }
     }
 }
 
@@ -933,20 +1141,28 @@ fn main() {
             .unwrap_or(0)
             .max(0);
         let ordinal = local % count;
-        let gpu = Gpu::new(ordinal).unwrap_or_else(|e| die(&format!("setting up CUDA device {ordinal}"), e));
+        let gpu = Gpu::new(ordinal)
+            .unwrap_or_else(|e| die(&format!("setting up CUDA device {ordinal}"), e));
         (Device::Cuda(Some(ordinal as u32)), Some(gpu))
     } else {
         (Device::Cpu, None)
     };
-    let opts = CommOptions { name: Some("tc-perf".into()), ..Default::default() };
-    let comm = Comm::new(&args.backend, device, opts).unwrap_or_else(|e| die("creating the communicator", e));
+    let opts = CommOptions {
+        name: Some("tc-perf".into()),
+        ..Default::default()
+    };
+    let comm = Comm::new(&args.backend, device, opts)
+        .unwrap_or_else(|e| die("creating the communicator", e));
     let rank = comm.rank() as usize;
     let n = comm.size() as usize;
     if args.root < 0 || args.root as usize >= n {
         eprintln!("tc-perf: --root {} is outside [0, {n})", args.root);
         exit(2);
     }
-    let label = args.label.clone().unwrap_or_else(|| format!("torchcomm-{}", args.backend));
+    let label = args
+        .label
+        .clone()
+        .unwrap_or_else(|| format!("torchcomm-{}", args.backend));
     let mut csv = if rank == 0 {
         args.csv.as_ref().map(|path| {
             let new = std::fs::metadata(path).map(|m| m.len() == 0).unwrap_or(true);
@@ -979,9 +1195,21 @@ fn main() {
                 _ => -1,
             },
             a as u8,
-            if z { ", stream synchronized after each call" } else { "" },
-            if args.graphs > 0 { format!(", CUDA graph of the loop replayed {} times", args.graphs) } else { String::new() },
-            if args.cpu_time { "host time issuing per call (-C)" } else { "device time per call (CUDA events)" }
+            if z {
+                ", stream synchronized after each call"
+            } else {
+                ""
+            },
+            if args.graphs > 0 {
+                format!(", CUDA graph of the loop replayed {} times", args.graphs)
+            } else {
+                String::new()
+            },
+            if args.cpu_time {
+                "host time issuing per call (-C)"
+            } else {
+                "device time per call (CUDA events)"
+            }
         ),
     };
     if rank == 0 {
@@ -995,7 +1223,11 @@ fn main() {
             args.warmup,
             args.check as u8,
             mode,
-            if args.cpu_time && device == Device::Cpu { ", time = host time issuing (-C)" } else { "" }
+            if args.cpu_time && device == Device::Cpu {
+                ", time = host time issuing (-C)"
+            } else {
+                ""
+            }
         );
         println!("#");
         println!(
@@ -1004,19 +1236,57 @@ fn main() {
         );
         println!(
             "# {:>10} {:>12} {:>9} {:>6} {:>5}   {:>9} {:>7} {:>7} {:>6}   {:>9} {:>7} {:>7} {:>6}",
-            "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong"
+            "size",
+            "count",
+            "type",
+            "redop",
+            "root",
+            "time",
+            "algbw",
+            "busbw",
+            "#wrong",
+            "time",
+            "algbw",
+            "busbw",
+            "#wrong"
         );
         println!(
             "# {:>10} {:>12} {:>9} {:>6} {:>5}   {:>9} {:>7} {:>7} {:>6}   {:>9} {:>7} {:>7} {:>6}",
-            "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", ""
+            "(B)",
+            "(elements)",
+            "",
+            "",
+            "",
+            "(us)",
+            "(GB/s)",
+            "(GB/s)",
+            "",
+            "(us)",
+            "(GB/s)",
+            "(GB/s)",
+            ""
         );
     }
-    let mut bench = Bench { comm: comm.clone(), args, n, seed: 0, gpu };
+    let mut bench = Bench {
+        comm: comm.clone(),
+        args,
+        n,
+        seed: 0,
+        gpu,
+    };
     let mut busbw_sum = 0.0;
     let mut busbw_count = 0usize;
     let mut wrong_total = 0u64;
-    let redops: Vec<RedKind> = if coll.reduces() { bench.args.redops.clone() } else { vec![RedKind::Sum] };
-    let dtypes: Vec<DType> = if coll == Coll::Barrier { vec![DType::U8] } else { bench.args.dtypes.clone() };
+    let redops: Vec<RedKind> = if coll.reduces() {
+        bench.args.redops.clone()
+    } else {
+        vec![RedKind::Sum]
+    };
+    let dtypes: Vec<DType> = if coll == Coll::Barrier {
+        vec![DType::U8]
+    } else {
+        bench.args.dtypes.clone()
+    };
     // Sizes in the sweep.
     let mut sizes = Vec::new();
     if coll == Coll::Barrier {
@@ -1028,7 +1298,9 @@ fn main() {
             if s >= bench.args.max_bytes {
                 break;
             }
-            s = s.saturating_mul(bench.args.factor).min(bench.args.max_bytes);
+            s = s
+                .saturating_mul(bench.args.factor)
+                .min(bench.args.max_bytes);
         }
     }
     for &dt in &dtypes {
@@ -1047,20 +1319,57 @@ fn main() {
                 }
                 last_bytes = bytes;
                 let mut line = String::new();
-                let total_count = if coll.size_is_total() { count * n } else { count };
+                let total_count = if coll.size_is_total() {
+                    count * n
+                } else {
+                    count
+                };
                 let redname = if coll.reduces() { red.name() } else { "none" };
-                let root = if coll.rooted() { bench.args.root.to_string() } else { "-1".into() };
-                let type_name = if coll == Coll::Barrier { "none" } else { dt.name() };
-                let _ = write!(line, "  {:>10} {:>12} {:>9} {:>6} {:>5}", bytes, total_count, type_name, redname, root);
+                let root = if coll.rooted() {
+                    bench.args.root.to_string()
+                } else {
+                    "-1".into()
+                };
+                let type_name = if coll == Coll::Barrier {
+                    "none"
+                } else {
+                    dt.name()
+                };
+                let _ = write!(
+                    line,
+                    "  {:>10} {:>12} {:>9} {:>6} {:>5}",
+                    bytes, total_count, type_name, redname, root
+                );
                 for in_place in [false, true] {
-                    let supported = if coll == Coll::Barrier { !in_place } else if in_place { coll.has_in_place() } else { coll.has_out_of_place() };
+                    let supported = if coll == Coll::Barrier {
+                        !in_place
+                    } else if in_place {
+                        coll.has_in_place()
+                    } else {
+                        coll.has_out_of_place()
+                    };
                     if !supported {
-                        let _ = write!(line, "   {:>9} {:>7} {:>7} {:>6}", "N/A", "N/A", "N/A", "N/A");
+                        let _ = write!(
+                            line,
+                            "   {:>9} {:>7} {:>7} {:>6}",
+                            "N/A", "N/A", "N/A", "N/A"
+                        );
                         continue;
                     }
-                    let mut case = Case::new(coll, dt, red, in_place, rank, n, bench.args.root as usize, count);
+                    let mut case = Case::new(
+                        coll,
+                        dt,
+                        red,
+                        in_place,
+                        rank,
+                        n,
+                        bench.args.root as usize,
+                        count,
+                    );
                     if let Some(g) = &bench.gpu {
-                        case = case.on_device(&g.device).unwrap_or_else(|e| die("allocating device buffers", e));
+                        case = case
+                            .on_device(&g.device)
+                            .unwrap_or_else(|e| die("allocating device buffers", e));
                     }
                     let fig = bench.measure(&mut case);
                     let (us, wrong) = (fig.time, fig.wrong);
@@ -1072,7 +1381,11 @@ fn main() {
                     }
                     wrong_total += wrong.unwrap_or(0);
                     let wrong_s = wrong.map_or("N/A".to_string(), |w| w.to_string());
-                    let _ = write!(line, "   {:>9.2} {:>7.3} {:>7.3} {:>6}", us, algbw, busbw, wrong_s);
+                    let _ = write!(
+                        line,
+                        "   {:>9.2} {:>7.3} {:>7.3} {:>6}",
+                        us, algbw, busbw, wrong_s
+                    );
                     if let Some(f) = csv.as_mut() {
                         writeln!(
                             f,
@@ -1096,9 +1409,15 @@ fn main() {
         }
     }
     if rank == 0 {
-        println!("# Out of bounds values : {wrong_total} {}", if wrong_total == 0 { "OK" } else { "FAILED" });
+        println!(
+            "# Out of bounds values : {wrong_total} {}",
+            if wrong_total == 0 { "OK" } else { "FAILED" }
+        );
         if busbw_count > 0 {
-            println!("# Avg bus bandwidth    : {:.6} ", busbw_sum / busbw_count as f64);
+            println!(
+                "# Avg bus bandwidth    : {:.6} ",
+                busbw_sum / busbw_count as f64
+            );
         }
         println!("#");
         let _ = std::io::stdout().flush();

@@ -23,7 +23,8 @@ extern "C" fn on_signal(sig: libc::c_int) {
     PENDING_SIGNAL.store(sig, Ordering::SeqCst);
 }
 
-const USAGE: &str = "usage: tc-run -n N [--master-port PORT] [--grace-period SECONDS] -- PROGRAM [ARGS...]";
+const USAGE: &str =
+    "usage: tc-run -n N [--master-port PORT] [--grace-period SECONDS] -- PROGRAM [ARGS...]";
 
 struct Args {
     n: usize,
@@ -41,15 +42,26 @@ fn parse_args() -> Result<Args, String> {
         match a.as_str() {
             "-n" | "--nproc" | "--nproc-per-node" | "--nproc_per_node" => {
                 let v = value(&a)?;
-                n = Some(v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| format!("-n {v}: not a positive count"))?);
+                n = Some(
+                    v.parse::<usize>()
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .ok_or_else(|| format!("-n {v}: not a positive count"))?,
+                );
             }
             "--master-port" | "--master_port" => {
                 let v = value(&a)?;
-                master_port = v.parse().map_err(|_| format!("--master-port {v}: not a port number"))?;
+                master_port = v
+                    .parse()
+                    .map_err(|_| format!("--master-port {v}: not a port number"))?;
             }
             "--grace-period" => {
                 let v = value(&a)?;
-                let s: f64 = v.parse().ok().filter(|s: &f64| *s >= 0.0).ok_or_else(|| format!("--grace-period {v}: not a number of seconds"))?;
+                let s: f64 = v
+                    .parse()
+                    .ok()
+                    .filter(|s: &f64| *s >= 0.0)
+                    .ok_or_else(|| format!("--grace-period {v}: not a number of seconds"))?;
                 grace = Duration::from_secs_f64(s);
             }
             "-h" | "--help" => {
@@ -72,11 +84,20 @@ fn parse_args() -> Result<Args, String> {
     if program.is_empty() {
         return Err("missing the program to run".into());
     }
-    Ok(Args { n, master_port, grace, program })
+    Ok(Args {
+        n,
+        master_port,
+        grace,
+        program,
+    })
 }
 
 /// Copies `src` to our stdout or stderr line by line, prefixed `[rank] `.
-fn pump(rank: usize, src: impl Read + Send + 'static, to_stderr: bool) -> std::thread::JoinHandle<()> {
+fn pump(
+    rank: usize,
+    src: impl Read + Send + 'static,
+    to_stderr: bool,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let mut r = BufReader::new(src);
         let mut line = Vec::new();
@@ -91,7 +112,11 @@ fn pump(rank: usize, src: impl Read + Send + 'static, to_stderr: bool) -> std::t
                         out.push(b'\n');
                     }
                     // One write per line so lines of different ranks never mix.
-                    let _ = if to_stderr { std::io::stderr().lock().write_all(&out) } else { std::io::stdout().lock().write_all(&out) };
+                    let _ = if to_stderr {
+                        std::io::stderr().lock().write_all(&out)
+                    } else {
+                        std::io::stdout().lock().write_all(&out)
+                    };
                 }
             }
         }
@@ -179,7 +204,10 @@ fn main() {
                 children.push(c);
             }
             Err(e) => {
-                eprintln!("tc-run: cannot start rank {rank} ({}): {e}", args.program[0]);
+                eprintln!(
+                    "tc-run: cannot start rank {rank} ({}): {e}",
+                    args.program[0]
+                );
                 for c in &children {
                     signal_group(c.id(), libc::SIGKILL);
                 }
@@ -201,7 +229,10 @@ fn main() {
     loop {
         let sig = PENDING_SIGNAL.swap(0, Ordering::SeqCst);
         if sig != 0 {
-            eprintln!("tc-run: got {}, forwarding it to every rank", signal_name(sig));
+            eprintln!(
+                "tc-run: got {}, forwarding it to every rank",
+                signal_name(sig)
+            );
             interrupted = Some(sig);
             for (r, c) in children.iter().enumerate() {
                 if status[r].is_none() {
@@ -219,7 +250,10 @@ fn main() {
                 status[r] = Some(st);
                 if !st.success() && first_failure.is_none() && interrupted.is_none() {
                     first_failure = Some(r);
-                    eprintln!("tc-run: rank {r} failed ({}); stopping the other ranks", describe(&st));
+                    eprintln!(
+                        "tc-run: rank {r} failed ({}); stopping the other ranks",
+                        describe(&st)
+                    );
                     for (o, c) in children.iter().enumerate() {
                         if status[o].is_none() {
                             signal_group(c.id(), libc::SIGTERM);
@@ -238,7 +272,9 @@ fn main() {
                 killed = true;
                 for (r, c) in children.iter().enumerate() {
                     if status[r].is_none() {
-                        eprintln!("tc-run: rank {r} still running after the grace period; killing it");
+                        eprintln!(
+                            "tc-run: rank {r} still running after the grace period; killing it"
+                        );
                         signal_group(c.id(), libc::SIGKILL);
                     }
                 }
@@ -265,7 +301,8 @@ fn main() {
         if st.success() {
             continue;
         }
-        let stopped = signalled[r] && matches!(st.signal(), Some(s) if s == libc::SIGTERM || s == libc::SIGKILL || Some(s) == interrupted);
+        let stopped = signalled[r]
+            && matches!(st.signal(), Some(s) if s == libc::SIGTERM || s == libc::SIGKILL || Some(s) == interrupted);
         if stopped {
             eprintln!("tc-run:   rank {r}: stopped by tc-run ({})", describe(st));
         } else {

@@ -15,7 +15,8 @@ use torchcomm::store::{Store, TcpStore, TcpStoreOptions, TcpStoreServer};
 const TIMEOUT: Duration = Duration::from_secs(120);
 
 fn client(port: u16) -> TcpStore {
-    TcpStore::new(&TcpStoreOptions::client("127.0.0.1", port, TIMEOUT)).expect("connecting to the bench server")
+    TcpStore::new(&TcpStoreOptions::client("127.0.0.1", port, TIMEOUT))
+        .expect("connecting to the bench server")
 }
 
 #[derive(Clone, Copy)]
@@ -101,7 +102,10 @@ fn main() {
     while let Some(a) = args.next() {
         match a.as_str() {
             "--duration" => {
-                let v = args.next().and_then(|v| v.parse::<f64>().ok()).filter(|v| *v > 0.0);
+                let v = args
+                    .next()
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .filter(|v| *v > 0.0);
                 duration = Duration::from_secs_f64(v.unwrap_or_else(|| {
                     eprintln!("--duration needs a positive number of seconds");
                     std::process::exit(2)
@@ -121,7 +125,10 @@ fn main() {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("TCP store benchmark ({cpus} CPUs, {:.1} s per measurement; set has no reply so it pipelines; get = WAIT + GET as torch sends it)", duration.as_secs_f64());
     println!();
-    println!("{:<10}{:>14}{:>14}{:>14}", "op/s", "1 client", "16 clients", "256 clients");
+    println!(
+        "{:<10}{:>14}{:>14}{:>14}",
+        "op/s", "1 client", "16 clients", "256 clients"
+    );
     for (name, op) in [("set", Op::Set), ("get", Op::Get), ("add", Op::Add)] {
         let mut row = format!("{name:<10}");
         for clients in [1, 16, 256] {
@@ -133,6 +140,10 @@ fn main() {
     println!("{:<26}{:>14}", "rendezvous", "time (ms)");
     for n in [64, 256, 1024] {
         let t = rendezvous(n);
-        println!("{:<26}{:>14.1}", format!("{n} connections"), t.as_secs_f64() * 1e3);
+        println!(
+            "{:<26}{:>14.1}",
+            format!("{n} connections"),
+            t.as_secs_f64() * 1e3
+        );
     }
 }

@@ -7,9 +7,13 @@
 use crate::comm::{Comm, CommOptions, Op, OpOptions, P2p, Ptr};
 use crate::error::{tc_result_t, Error, Result};
 use crate::ffi::work::tc_work_t;
-use crate::ffi::{arg_out, arg_ref, arg_slice, boundary, boundary_void, into_handle, malloc_copy, take_handle};
-use crate::options::{read_versioned, timeout_from_ms, tc_comm_options_t, tc_op_options_t};
-use crate::types::{c_string, hints_from_c, tc_device_t, tc_dtype_t, tc_reduce_op_t, DType, Device, ReduceOp};
+use crate::ffi::{
+    arg_out, arg_ref, arg_slice, boundary, boundary_void, into_handle, malloc_copy, take_handle,
+};
+use crate::options::{read_versioned, tc_comm_options_t, tc_op_options_t, timeout_from_ms};
+use crate::types::{
+    c_string, hints_from_c, tc_device_t, tc_dtype_t, tc_reduce_op_t, DType, Device, ReduceOp,
+};
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::sync::Arc;
 
@@ -35,18 +39,32 @@ pub type tc_batch_t = tc_batch;
 
 unsafe fn comm_options(p: *const tc_comm_options_t) -> Result<CommOptions> {
     let o = read_versioned(p, "opts")?;
-    let name = if o.name.is_null() { None } else { Some(c_string(o.name, "opts.name")?.to_string()) };
-    let store = if o.store.is_null() { None } else { Some((*o.store).inner.clone()) };
+    let name = if o.name.is_null() {
+        None
+    } else {
+        Some(c_string(o.name, "opts.name")?.to_string())
+    };
+    let store = if o.store.is_null() {
+        None
+    } else {
+        Some((*o.store).inner.clone())
+    };
     let abort_on_error = match o.abort_on_error {
         v if v < 0 => None,
         0 => Some(false),
         1 => Some(true),
-        v => return Err(Error::invalid_argument(format!("argument 'opts.abort_on_error': {v} is not 0, 1 or TC_UNSET"))),
+        v => {
+            return Err(Error::invalid_argument(format!(
+                "argument 'opts.abort_on_error': {v} is not 0, 1 or TC_UNSET"
+            )))
+        }
     };
     let explicit = |v: i32, arg: &str| -> Result<Option<i32>> {
         match v {
             -1 => Ok(None),
-            v if v < -1 => Err(Error::invalid_argument(format!("argument '{arg}': {v} is negative"))),
+            v if v < -1 => Err(Error::invalid_argument(format!(
+                "argument '{arg}': {v} is negative"
+            ))),
             v => Ok(Some(v)),
         }
     };
@@ -66,7 +84,11 @@ pub(crate) unsafe fn op_options(p: *const tc_op_options_t) -> Result<OpOptions> 
     let async_op = match o.async_op {
         0 => false,
         1 => true,
-        v => return Err(Error::invalid_argument(format!("argument 'opts.async_op': {v} is not 0 or 1"))),
+        v => {
+            return Err(Error::invalid_argument(format!(
+                "argument 'opts.async_op': {v} is not 0 or 1"
+            )))
+        }
     };
     Ok(OpOptions {
         async_op,
@@ -79,7 +101,11 @@ pub(crate) unsafe fn op_options(p: *const tc_op_options_t) -> Result<OpOptions> 
 fn comm_handle(inner: Arc<Comm>) -> *mut tc_comm_t {
     let name = CString::new(inner.name()).unwrap_or_default();
     let backend = CString::new(inner.backend_name()).unwrap_or_default();
-    into_handle(tc_comm { inner, name, backend })
+    into_handle(tc_comm {
+        inner,
+        name,
+        backend,
+    })
 }
 
 /// Creates a communicator over `backend` ("gloo" for host memory, "nccl" for
@@ -129,7 +155,10 @@ pub extern "C" fn tc_comm_get_size(comm: *const tc_comm_t, size: *mut c_int) -> 
 /// Writes the comm's name; the string is owned by the comm and valid until
 /// `tc_comm_destroy`. Thread-safe.
 #[no_mangle]
-pub extern "C" fn tc_comm_get_name(comm: *const tc_comm_t, name: *mut *const c_char) -> tc_result_t {
+pub extern "C" fn tc_comm_get_name(
+    comm: *const tc_comm_t,
+    name: *mut *const c_char,
+) -> tc_result_t {
     boundary("tc_comm_get_name", || {
         let (comm, name) = unsafe { (arg_ref(comm, "comm")?, arg_out(name, "name")?) };
         *name = comm.name.as_ptr();
@@ -140,7 +169,10 @@ pub extern "C" fn tc_comm_get_name(comm: *const tc_comm_t, name: *mut *const c_c
 /// Writes the comm's backend name ("gloo", "nccl"); owned by the comm, valid
 /// until `tc_comm_destroy`. Thread-safe.
 #[no_mangle]
-pub extern "C" fn tc_comm_get_backend(comm: *const tc_comm_t, backend: *mut *const c_char) -> tc_result_t {
+pub extern "C" fn tc_comm_get_backend(
+    comm: *const tc_comm_t,
+    backend: *mut *const c_char,
+) -> tc_result_t {
     boundary("tc_comm_get_backend", || {
         let (comm, backend) = unsafe { (arg_ref(comm, "comm")?, arg_out(backend, "backend")?) };
         *backend = comm.backend.as_ptr();
@@ -150,7 +182,10 @@ pub extern "C" fn tc_comm_get_backend(comm: *const tc_comm_t, backend: *mut *con
 
 /// Writes the comm's device. Thread-safe.
 #[no_mangle]
-pub extern "C" fn tc_comm_get_device(comm: *const tc_comm_t, device: *mut tc_device_t) -> tc_result_t {
+pub extern "C" fn tc_comm_get_device(
+    comm: *const tc_comm_t,
+    device: *mut tc_device_t,
+) -> tc_result_t {
     boundary("tc_comm_get_device", || {
         let (comm, device) = unsafe { (arg_ref(comm, "comm")?, arg_out(device, "device")?) };
         *device = comm.inner.device().to_c();
@@ -183,7 +218,10 @@ pub extern "C" fn tc_comm_get_async_error(comm: *const tc_comm_t) -> tc_result_t
 /// `text` must not be NULL; untouched on failure. Thread-safe; the status
 /// of each operation is read at the call, without waiting for any.
 #[no_mangle]
-pub extern "C" fn tc_comm_dump_flight_recorder(comm: *const tc_comm_t, text: *mut *mut c_char) -> tc_result_t {
+pub extern "C" fn tc_comm_dump_flight_recorder(
+    comm: *const tc_comm_t,
+    text: *mut *mut c_char,
+) -> tc_result_t {
     boundary("tc_comm_dump_flight_recorder", || {
         let (comm, out) = unsafe { (arg_ref(comm, "comm")?, arg_out(text, "text")?) };
         let mut bytes = comm.inner.dump_flight_recorder().into_bytes();
@@ -196,7 +234,8 @@ pub extern "C" fn tc_comm_dump_flight_recorder(comm: *const tc_comm_t, text: *mu
 /// Function called when a comm becomes aborted: `code` is the failure's
 /// result code (`TC_ERR_TIMEOUT`, `TC_ERR_REMOTE`, ... or `TC_ERR_ABORTED`
 /// for `tc_comm_abort`), `message` its detail, valid only during the call.
-pub type tc_abort_hook_t = Option<extern "C" fn(code: tc_result_t, message: *const c_char, user_data: *mut c_void)>;
+pub type tc_abort_hook_t =
+    Option<extern "C" fn(code: tc_result_t, message: *const c_char, user_data: *mut c_void)>;
 
 /// The application's hook and its data, called from the comm's threads.
 struct CAbortHook {
@@ -226,7 +265,11 @@ impl CAbortHook {
 /// `tc_comm_dump_flight_recorder`) but must not destroy it. `user_data` is
 /// passed through untouched. Thread-safe.
 #[no_mangle]
-pub extern "C" fn tc_comm_set_abort_hook(comm: *mut tc_comm_t, hook: tc_abort_hook_t, user_data: *mut c_void) -> tc_result_t {
+pub extern "C" fn tc_comm_set_abort_hook(
+    comm: *mut tc_comm_t,
+    hook: tc_abort_hook_t,
+    user_data: *mut c_void,
+) -> tc_result_t {
     boundary("tc_comm_set_abort_hook", || {
         let comm = unsafe { arg_ref(comm, "comm")? };
         comm.inner.set_abort_hook(hook.map(|hook| {
@@ -277,7 +320,9 @@ pub extern "C" fn tc_comm_split(
 /// not reported). Call `tc_comm_destroy` afterwards.
 #[no_mangle]
 pub extern "C" fn tc_comm_finalize(comm: *mut tc_comm_t) -> tc_result_t {
-    boundary("tc_comm_finalize", || unsafe { arg_ref(comm, "comm")? }.inner.finalize())
+    boundary("tc_comm_finalize", || {
+        unsafe { arg_ref(comm, "comm")? }.inner.finalize()
+    })
 }
 
 /// Aborts the comm without waiting for peers: running and pending operations
@@ -327,9 +372,18 @@ fn issue(
 
 /// Gives the caller a handle to `w` when it asked for one (`out` non-NULL);
 /// the handle keeps `comm` alive.
-pub(crate) fn hand_out_work(out: *mut *mut tc_work_t, w: Arc<dyn crate::work::Work>, comm: &Arc<Comm>) {
+pub(crate) fn hand_out_work(
+    out: *mut *mut tc_work_t,
+    w: Arc<dyn crate::work::Work>,
+    comm: &Arc<Comm>,
+) {
     if !out.is_null() {
-        unsafe { *out = into_handle(crate::ffi::work::tc_work { inner: w, _comm: comm.clone() }) };
+        unsafe {
+            *out = into_handle(crate::ffi::work::tc_work {
+                inner: w,
+                _comm: comm.clone(),
+            })
+        };
     }
 }
 
@@ -343,7 +397,10 @@ fn reduce_op(op: &tc_reduce_op_t) -> Result<ReduceOp> {
 
 /// Reads one pointer per rank.
 unsafe fn ptr_list<T>(p: *const *mut T, n: usize, arg: &str) -> Result<Vec<Ptr>> {
-    Ok(arg_slice(p, n, arg)?.iter().map(|b| Ptr(*b as *mut c_void)).collect())
+    Ok(arg_slice(p, n, arg)?
+        .iter()
+        .map(|b| Ptr(*b as *mut c_void))
+        .collect())
 }
 
 unsafe fn count_list(p: *const usize, n: usize, arg: &str) -> Result<Vec<usize>> {
@@ -362,7 +419,14 @@ pub extern "C" fn tc_send(
     opts: *const tc_op_options_t,
     work: *mut *mut tc_work_t,
 ) -> tc_result_t {
-    issue("tc_send", comm, opts, work, |_| Ok(Op::Send { buf: Ptr(buf as *mut c_void), count, dtype: dtype(dt)?, peer }))
+    issue("tc_send", comm, opts, work, |_| {
+        Ok(Op::Send {
+            buf: Ptr(buf as *mut c_void),
+            count,
+            dtype: dtype(dt)?,
+            peer,
+        })
+    })
 }
 
 /// Receives `count` elements from rank `peer` into `buf`. The sizes of a
@@ -377,7 +441,14 @@ pub extern "C" fn tc_recv(
     opts: *const tc_op_options_t,
     work: *mut *mut tc_work_t,
 ) -> tc_result_t {
-    issue("tc_recv", comm, opts, work, |_| Ok(Op::Recv { buf: Ptr(buf), count, dtype: dtype(dt)? , peer }))
+    issue("tc_recv", comm, opts, work, |_| {
+        Ok(Op::Recv {
+            buf: Ptr(buf),
+            count,
+            dtype: dtype(dt)?,
+            peer,
+        })
+    })
 }
 
 /// Starts an empty batch of point-to-point operations on `comm`. Free it with
@@ -386,28 +457,65 @@ pub extern "C" fn tc_recv(
 pub extern "C" fn tc_batch_begin(comm: *mut tc_comm_t, batch: *mut *mut tc_batch_t) -> tc_result_t {
     boundary("tc_batch_begin", || {
         let (comm, out) = unsafe { (arg_ref(comm, "comm")?, arg_out(batch, "batch")?) };
-        *out = into_handle(tc_batch { comm: comm.inner.clone(), ops: Vec::new() });
+        *out = into_handle(tc_batch {
+            comm: comm.inner.clone(),
+            ops: Vec::new(),
+        });
         Ok(())
     })
 }
 
-fn batch_add(func: &'static str, batch: *mut tc_batch_t, is_send: bool, buf: *mut c_void, count: usize, dt: tc_dtype_t, peer: c_int) -> tc_result_t {
+fn batch_add(
+    func: &'static str,
+    batch: *mut tc_batch_t,
+    is_send: bool,
+    buf: *mut c_void,
+    count: usize,
+    dt: tc_dtype_t,
+    peer: c_int,
+) -> tc_result_t {
     boundary(func, || {
         let batch = unsafe { batch.as_mut() }.ok_or_else(|| Error::null_argument("batch"))?;
-        batch.ops.push(P2p { is_send, buf: Ptr(buf), count, dtype: dtype(dt)?, peer });
+        batch.ops.push(P2p {
+            is_send,
+            buf: Ptr(buf),
+            count,
+            dtype: dtype(dt)?,
+            peer,
+        });
         Ok(())
     })
 }
 
 /// Adds a send of `count` elements at `buf` to `peer` to the batch.
 #[no_mangle]
-pub extern "C" fn tc_batch_send(batch: *mut tc_batch_t, buf: *const c_void, count: usize, dt: tc_dtype_t, peer: c_int) -> tc_result_t {
-    batch_add("tc_batch_send", batch, true, buf as *mut c_void, count, dt, peer)
+pub extern "C" fn tc_batch_send(
+    batch: *mut tc_batch_t,
+    buf: *const c_void,
+    count: usize,
+    dt: tc_dtype_t,
+    peer: c_int,
+) -> tc_result_t {
+    batch_add(
+        "tc_batch_send",
+        batch,
+        true,
+        buf as *mut c_void,
+        count,
+        dt,
+        peer,
+    )
 }
 
 /// Adds a receive of `count` elements from `peer` into `buf` to the batch.
 #[no_mangle]
-pub extern "C" fn tc_batch_recv(batch: *mut tc_batch_t, buf: *mut c_void, count: usize, dt: tc_dtype_t, peer: c_int) -> tc_result_t {
+pub extern "C" fn tc_batch_recv(
+    batch: *mut tc_batch_t,
+    buf: *mut c_void,
+    count: usize,
+    dt: tc_dtype_t,
+    peer: c_int,
+) -> tc_result_t {
     batch_add("tc_batch_recv", batch, false, buf, count, dt, peer)
 }
 
@@ -415,11 +523,20 @@ pub extern "C" fn tc_batch_recv(batch: *mut tc_batch_t, buf: *mut c_void, count:
 /// batch stays owned by the caller (free it with `tc_batch_free`) and is
 /// emptied.
 #[no_mangle]
-pub extern "C" fn tc_batch_issue(batch: *mut tc_batch_t, opts: *const tc_op_options_t, work: *mut *mut tc_work_t) -> tc_result_t {
+pub extern "C" fn tc_batch_issue(
+    batch: *mut tc_batch_t,
+    opts: *const tc_op_options_t,
+    work: *mut *mut tc_work_t,
+) -> tc_result_t {
     boundary("tc_batch_issue", || {
         let batch = unsafe { batch.as_mut() }.ok_or_else(|| Error::null_argument("batch"))?;
         let op_opts = unsafe { op_options(opts)? };
-        let w = batch.comm.submit(Op::Batch { ops: std::mem::take(&mut batch.ops) }, &op_opts)?;
+        let w = batch.comm.submit(
+            Op::Batch {
+                ops: std::mem::take(&mut batch.ops),
+            },
+            &op_opts,
+        )?;
         hand_out_work(work, w, &batch.comm);
         Ok(())
     })
@@ -445,7 +562,14 @@ pub extern "C" fn tc_broadcast(
     opts: *const tc_op_options_t,
     work: *mut *mut tc_work_t,
 ) -> tc_result_t {
-    issue("tc_broadcast", comm, opts, work, |_| Ok(Op::Broadcast { buf: Ptr(buf), count, dtype: dtype(dt)?, root }))
+    issue("tc_broadcast", comm, opts, work, |_| {
+        Ok(Op::Broadcast {
+            buf: Ptr(buf),
+            count,
+            dtype: dtype(dt)?,
+            root,
+        })
+    })
 }
 
 /// Reduces `buf` across ranks with `op`, in place; the result is defined on
@@ -462,7 +586,13 @@ pub extern "C" fn tc_reduce(
     work: *mut *mut tc_work_t,
 ) -> tc_result_t {
     issue("tc_reduce", comm, opts, work, |_| {
-        Ok(Op::Reduce { buf: Ptr(buf), count, dtype: dtype(dt)?, root, op: reduce_op(&op)? })
+        Ok(Op::Reduce {
+            buf: Ptr(buf),
+            count,
+            dtype: dtype(dt)?,
+            root,
+            op: reduce_op(&op)?,
+        })
     })
 }
 
@@ -478,7 +608,12 @@ pub extern "C" fn tc_all_reduce(
     work: *mut *mut tc_work_t,
 ) -> tc_result_t {
     issue("tc_all_reduce", comm, opts, work, |_| {
-        Ok(Op::AllReduce { buf: Ptr(buf), count, dtype: dtype(dt)?, op: reduce_op(&op)? })
+        Ok(Op::AllReduce {
+            buf: Ptr(buf),
+            count,
+            dtype: dtype(dt)?,
+            op: reduce_op(&op)?,
+        })
     })
 }
 
@@ -496,7 +631,12 @@ pub extern "C" fn tc_all_gather(
 ) -> tc_result_t {
     issue("tc_all_gather", comm, opts, work, |c| {
         let outputs = unsafe { ptr_list(outputs, c.size() as usize, "outputs")? };
-        Ok(Op::AllGather { outputs, input: Ptr(input as *mut c_void), count, dtype: dtype(dt)? })
+        Ok(Op::AllGather {
+            outputs,
+            input: Ptr(input as *mut c_void),
+            count,
+            dtype: dtype(dt)?,
+        })
     })
 }
 
@@ -513,7 +653,12 @@ pub extern "C" fn tc_all_gather_single(
     work: *mut *mut tc_work_t,
 ) -> tc_result_t {
     issue("tc_all_gather_single", comm, opts, work, |_| {
-        Ok(Op::AllGatherSingle { output: Ptr(output), input: Ptr(input as *mut c_void), count, dtype: dtype(dt)? })
+        Ok(Op::AllGatherSingle {
+            output: Ptr(output),
+            input: Ptr(input as *mut c_void),
+            count,
+            dtype: dtype(dt)?,
+        })
     })
 }
 
@@ -532,7 +677,12 @@ pub extern "C" fn tc_all_gather_v(
 ) -> tc_result_t {
     issue("tc_all_gather_v", comm, opts, work, |c| {
         let counts = unsafe { count_list(counts, c.size() as usize, "counts")? };
-        Ok(Op::AllGatherV { output: Ptr(output), input: Ptr(input as *mut c_void), counts, dtype: dtype(dt)? })
+        Ok(Op::AllGatherV {
+            output: Ptr(output),
+            input: Ptr(input as *mut c_void),
+            counts,
+            dtype: dtype(dt)?,
+        })
     })
 }
 
@@ -550,8 +700,15 @@ pub extern "C" fn tc_reduce_scatter(
     work: *mut *mut tc_work_t,
 ) -> tc_result_t {
     issue("tc_reduce_scatter", comm, opts, work, |c| {
-        let inputs = unsafe { ptr_list(inputs as *const *mut c_void, c.size() as usize, "inputs")? };
-        Ok(Op::ReduceScatter { output: Ptr(output), inputs, count, dtype: dtype(dt)?, op: reduce_op(&op)? })
+        let inputs =
+            unsafe { ptr_list(inputs as *const *mut c_void, c.size() as usize, "inputs")? };
+        Ok(Op::ReduceScatter {
+            output: Ptr(output),
+            inputs,
+            count,
+            dtype: dtype(dt)?,
+            op: reduce_op(&op)?,
+        })
     })
 }
 
@@ -595,7 +752,13 @@ pub extern "C" fn tc_reduce_scatter_v(
 ) -> tc_result_t {
     issue("tc_reduce_scatter_v", comm, opts, work, |c| {
         let counts = unsafe { count_list(counts, c.size() as usize, "counts")? };
-        Ok(Op::ReduceScatterV { output: Ptr(output), input: Ptr(input as *mut c_void), counts, dtype: dtype(dt)?, op: reduce_op(&op)? })
+        Ok(Op::ReduceScatterV {
+            output: Ptr(output),
+            input: Ptr(input as *mut c_void),
+            counts,
+            dtype: dtype(dt)?,
+            op: reduce_op(&op)?,
+        })
     })
 }
 
@@ -615,7 +778,12 @@ pub extern "C" fn tc_all_to_all(
         let n = c.size() as usize;
         let outputs = unsafe { ptr_list(outputs, n, "outputs")? };
         let inputs = unsafe { ptr_list(inputs as *const *mut c_void, n, "inputs")? };
-        Ok(Op::AllToAll { outputs, inputs, count, dtype: dtype(dt)? })
+        Ok(Op::AllToAll {
+            outputs,
+            inputs,
+            count,
+            dtype: dtype(dt)?,
+        })
     })
 }
 
@@ -632,7 +800,12 @@ pub extern "C" fn tc_all_to_all_single(
     work: *mut *mut tc_work_t,
 ) -> tc_result_t {
     issue("tc_all_to_all_single", comm, opts, work, |_| {
-        Ok(Op::AllToAllSingle { output: Ptr(output), input: Ptr(input as *mut c_void), count, dtype: dtype(dt)? })
+        Ok(Op::AllToAllSingle {
+            output: Ptr(output),
+            input: Ptr(input as *mut c_void),
+            count,
+            dtype: dtype(dt)?,
+        })
     })
 }
 
@@ -665,7 +838,11 @@ pub extern "C" fn tc_all_to_all_v_single(
 
 /// Returns (or completes its work) when every rank has entered the barrier.
 #[no_mangle]
-pub extern "C" fn tc_barrier(comm: *mut tc_comm_t, opts: *const tc_op_options_t, work: *mut *mut tc_work_t) -> tc_result_t {
+pub extern "C" fn tc_barrier(
+    comm: *mut tc_comm_t,
+    opts: *const tc_op_options_t,
+    work: *mut *mut tc_work_t,
+) -> tc_result_t {
     issue("tc_barrier", comm, opts, work, |_| Ok(Op::Barrier))
 }
 
@@ -683,8 +860,18 @@ pub extern "C" fn tc_scatter(
     work: *mut *mut tc_work_t,
 ) -> tc_result_t {
     issue("tc_scatter", comm, opts, work, |c| {
-        let inputs = if c.rank() == root { unsafe { ptr_list(inputs as *const *mut c_void, c.size() as usize, "inputs")? } } else { Vec::new() };
-        Ok(Op::Scatter { output: Ptr(output), inputs, count, dtype: dtype(dt)?, root })
+        let inputs = if c.rank() == root {
+            unsafe { ptr_list(inputs as *const *mut c_void, c.size() as usize, "inputs")? }
+        } else {
+            Vec::new()
+        };
+        Ok(Op::Scatter {
+            output: Ptr(output),
+            inputs,
+            count,
+            dtype: dtype(dt)?,
+            root,
+        })
     })
 }
 
@@ -702,7 +889,17 @@ pub extern "C" fn tc_gather(
     work: *mut *mut tc_work_t,
 ) -> tc_result_t {
     issue("tc_gather", comm, opts, work, |c| {
-        let outputs = if c.rank() == root { unsafe { ptr_list(outputs, c.size() as usize, "outputs")? } } else { Vec::new() };
-        Ok(Op::Gather { outputs, input: Ptr(input as *mut c_void), count, dtype: dtype(dt)?, root })
+        let outputs = if c.rank() == root {
+            unsafe { ptr_list(outputs, c.size() as usize, "outputs")? }
+        } else {
+            Vec::new()
+        };
+        Ok(Op::Gather {
+            outputs,
+            input: Ptr(input as *mut c_void),
+            count,
+            dtype: dtype(dt)?,
+            root,
+        })
     })
 }

@@ -32,9 +32,19 @@ pub extern "C" fn tc_last_error() -> *const c_char {
 /// may differ from the header's `TC_VERSION_*`). All three pointers must be
 /// non-NULL; nothing is written on failure. Thread-safe.
 #[no_mangle]
-pub extern "C" fn tc_get_version(major: *mut c_int, minor: *mut c_int, patch: *mut c_int) -> tc_result_t {
+pub extern "C" fn tc_get_version(
+    major: *mut c_int,
+    minor: *mut c_int,
+    patch: *mut c_int,
+) -> tc_result_t {
     boundary("tc_get_version", || {
-        let (major, minor, patch) = unsafe { (arg_out(major, "major")?, arg_out(minor, "minor")?, arg_out(patch, "patch")?) };
+        let (major, minor, patch) = unsafe {
+            (
+                arg_out(major, "major")?,
+                arg_out(minor, "minor")?,
+                arg_out(patch, "patch")?,
+            )
+        };
         *major = TC_VERSION_MAJOR;
         *minor = TC_VERSION_MINOR;
         *patch = TC_VERSION_PATCH;
@@ -48,9 +58,18 @@ mod tests {
 
     #[test]
     fn header_version_matches_cargo() {
-        assert_eq!(TC_VERSION_MAJOR.to_string(), env!("CARGO_PKG_VERSION_MAJOR"));
-        assert_eq!(TC_VERSION_MINOR.to_string(), env!("CARGO_PKG_VERSION_MINOR"));
-        assert_eq!(TC_VERSION_PATCH.to_string(), env!("CARGO_PKG_VERSION_PATCH"));
+        assert_eq!(
+            TC_VERSION_MAJOR.to_string(),
+            env!("CARGO_PKG_VERSION_MAJOR")
+        );
+        assert_eq!(
+            TC_VERSION_MINOR.to_string(),
+            env!("CARGO_PKG_VERSION_MINOR")
+        );
+        assert_eq!(
+            TC_VERSION_PATCH.to_string(),
+            env!("CARGO_PKG_VERSION_PATCH")
+        );
     }
 
     #[test]

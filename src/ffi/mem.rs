@@ -14,7 +14,9 @@ use std::ffi::c_void;
 
 fn nonzero(bytes: usize) -> crate::error::Result<()> {
     if bytes == 0 {
-        return Err(Error::invalid_argument("argument 'bytes': must be greater than 0"));
+        return Err(Error::invalid_argument(
+            "argument 'bytes': must be greater than 0",
+        ));
     }
     Ok(())
 }
@@ -34,7 +36,12 @@ fn nonzero(bytes: usize) -> crate::error::Result<()> {
 /// comm's operations. Not stream-ordered: call it outside graph capture,
 /// before the operations that use the buffer.
 #[no_mangle]
-pub extern "C" fn tc_comm_register(comm: *mut tc_comm_t, buf: *mut c_void, bytes: usize, handle: *mut *mut c_void) -> tc_result_t {
+pub extern "C" fn tc_comm_register(
+    comm: *mut tc_comm_t,
+    buf: *mut c_void,
+    bytes: usize,
+    handle: *mut *mut c_void,
+) -> tc_result_t {
     boundary("tc_comm_register", || {
         let (comm, handle) = unsafe { (arg_ref(comm, "comm")?, arg_out(handle, "handle")?) };
         if buf.is_null() {
@@ -82,7 +89,11 @@ pub extern "C" fn tc_comm_deregister(comm: *mut tc_comm_t, handle: *mut c_void) 
 /// `*ptr` is written only on success. Thread-safe. Synchronous: the memory
 /// is usable on any stream once this returns.
 #[no_mangle]
-pub extern "C" fn tc_mem_alloc(comm: *mut tc_comm_t, bytes: usize, ptr: *mut *mut c_void) -> tc_result_t {
+pub extern "C" fn tc_mem_alloc(
+    comm: *mut tc_comm_t,
+    bytes: usize,
+    ptr: *mut *mut c_void,
+) -> tc_result_t {
     boundary("tc_mem_alloc", || {
         let (comm, ptr) = unsafe { (arg_ref(comm, "comm")?, arg_out(ptr, "ptr")?) };
         nonzero(bytes)?;

@@ -34,7 +34,10 @@ pub fn boundary(func: &'static str, body: impl FnOnce() -> Result<()>) -> tc_res
     let err = match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => return TC_SUCCESS,
         Ok(Err(e)) => e,
-        Err(payload) => Error::new(ErrorKind::Panic, format!("internal panic: {}", panic_message(&*payload))),
+        Err(payload) => Error::new(
+            ErrorKind::Panic,
+            format!("internal panic: {}", panic_message(&*payload)),
+        ),
     };
     set_last_error(&format!("{func}: {}", err.message));
     crate::log_info!("{func} failed: {} ({})", err.message, err.code());
@@ -46,7 +49,10 @@ pub fn boundary(func: &'static str, body: impl FnOnce() -> Result<()>) -> tc_res
 pub fn boundary_void(func: &'static str, body: impl FnOnce() -> Result<()>) {
     let rc = boundary(func, body);
     if rc != TC_SUCCESS {
-        crate::log_warn!("{}", unsafe { std::ffi::CStr::from_ptr(crate::error::last_error_ptr()) }.to_string_lossy());
+        crate::log_warn!(
+            "{}",
+            unsafe { std::ffi::CStr::from_ptr(crate::error::last_error_ptr()) }.to_string_lossy()
+        );
     }
 }
 
@@ -114,19 +120,27 @@ mod tests {
     use crate::error::{TC_ERR_NULL_ARGUMENT, TC_ERR_PANIC};
 
     fn last_error() -> String {
-        unsafe { std::ffi::CStr::from_ptr(crate::error::last_error_ptr()) }.to_string_lossy().into_owned()
+        unsafe { std::ffi::CStr::from_ptr(crate::error::last_error_ptr()) }
+            .to_string_lossy()
+            .into_owned()
     }
 
     #[test]
     fn panic_becomes_an_error_code() {
         let rc = boundary("tc_test_panic", || panic!("boom {}", 42));
         assert_eq!(rc, TC_ERR_PANIC);
-        assert!(last_error().contains("tc_test_panic") && last_error().contains("boom 42"), "{}", last_error());
+        assert!(
+            last_error().contains("tc_test_panic") && last_error().contains("boom 42"),
+            "{}",
+            last_error()
+        );
     }
 
     #[test]
     fn null_argument_is_named() {
-        let rc = boundary("tc_test_null", || unsafe { arg_ref::<i32>(std::ptr::null(), "thing").map(|_| ()) });
+        let rc = boundary("tc_test_null", || unsafe {
+            arg_ref::<i32>(std::ptr::null(), "thing").map(|_| ())
+        });
         assert_eq!(rc, TC_ERR_NULL_ARGUMENT);
         assert!(last_error().contains("'thing'"), "{}", last_error());
     }

@@ -5,7 +5,9 @@
 //! sees them; values are byte buffers. Every handle is thread-safe.
 
 use crate::error::{tc_result_t, Error, Result};
-use crate::ffi::{arg_out, arg_ref, arg_slice, boundary, boundary_void, into_handle, malloc_copy, take_handle};
+use crate::ffi::{
+    arg_out, arg_ref, arg_slice, boundary, boundary_void, into_handle, malloc_copy, take_handle,
+};
 use crate::options::timeout_from_ms;
 use crate::store::{FileStore, PrefixStore, StoreRef, TcpStore, TcpStoreOptions};
 use crate::types::c_string;
@@ -31,7 +33,10 @@ impl tc_store {
 
 unsafe fn keys_from_c<'a>(keys: *const *const c_char, n: usize) -> Result<Vec<&'a str>> {
     let ptrs = arg_slice(keys, n, "keys")?;
-    ptrs.iter().enumerate().map(|(i, k)| c_string(*k, &format!("keys[{i}]"))).collect()
+    ptrs.iter()
+        .enumerate()
+        .map(|(i, k)| c_string(*k, &format!("keys[{i}]")))
+        .collect()
 }
 
 /// Frees memory the library allocated for the caller (values from
@@ -71,10 +76,16 @@ pub extern "C" fn tc_store_tcp_new(
         let world_size = match world_size {
             -1 => None,
             n if n > 0 => Some(n as u32),
-            n => return Err(Error::invalid_argument(format!("argument 'world_size': {n} is neither positive nor -1"))),
+            n => {
+                return Err(Error::invalid_argument(format!(
+                    "argument 'world_size': {n} is neither positive nor -1"
+                )))
+            }
         };
         if is_server == 0 && port == 0 {
-            return Err(Error::invalid_argument("argument 'port': 0 is only valid with is_server"));
+            return Err(Error::invalid_argument(
+                "argument 'port': 0 is only valid with is_server",
+            ));
         }
         let opts = TcpStoreOptions {
             host: host.to_string(),
@@ -86,7 +97,10 @@ pub extern "C" fn tc_store_tcp_new(
         };
         let store = TcpStore::new(&opts)?;
         let port = store.port();
-        *out = into_handle(tc_store { inner: Arc::new(store), port });
+        *out = into_handle(tc_store {
+            inner: Arc::new(store),
+            port,
+        });
         Ok(())
     })
 }
@@ -112,7 +126,11 @@ pub extern "C" fn tc_store_tcp_port(store: *const tc_store_t, port: *mut u16) ->
 /// of get and wait is the library default. On success `*out` receives a
 /// handle to free with `tc_store_free`; on failure it is untouched.
 #[no_mangle]
-pub extern "C" fn tc_store_file_new(path: *const c_char, world_size: i32, out: *mut *mut tc_store_t) -> tc_result_t {
+pub extern "C" fn tc_store_file_new(
+    path: *const c_char,
+    world_size: i32,
+    out: *mut *mut tc_store_t,
+) -> tc_result_t {
     boundary("tc_store_file_new", || {
         let out = unsafe { arg_out(out, "out")? };
         let path = unsafe { c_string(path, "path")? };
@@ -127,13 +145,20 @@ pub extern "C" fn tc_store_file_new(path: *const c_char, world_size: i32, out: *
 /// freed first. `prefix` is copied. On success `*out` receives a handle to
 /// free with `tc_store_free`; on failure it is untouched.
 #[no_mangle]
-pub extern "C" fn tc_store_prefix_new(base: *mut tc_store_t, prefix: *const c_char, out: *mut *mut tc_store_t) -> tc_result_t {
+pub extern "C" fn tc_store_prefix_new(
+    base: *mut tc_store_t,
+    prefix: *const c_char,
+    out: *mut *mut tc_store_t,
+) -> tc_result_t {
     boundary("tc_store_prefix_new", || {
         let out = unsafe { arg_out(out, "out")? };
         let base = unsafe { arg_ref(base, "base")? };
         let prefix = unsafe { c_string(prefix, "prefix")? };
         let inner: StoreRef = Arc::new(PrefixStore::new(prefix, base.inner.clone()));
-        *out = into_handle(tc_store { inner, port: base.port });
+        *out = into_handle(tc_store {
+            inner,
+            port: base.port,
+        });
         Ok(())
     })
 }
@@ -141,7 +166,12 @@ pub extern "C" fn tc_store_prefix_new(base: *mut tc_store_t, prefix: *const c_ch
 /// Sets `key` to the `len` bytes at `value` (NULL allowed when `len` is 0),
 /// waking processes waiting for it. Thread-safe.
 #[no_mangle]
-pub extern "C" fn tc_store_set(store: *mut tc_store_t, key: *const c_char, value: *const c_void, len: usize) -> tc_result_t {
+pub extern "C" fn tc_store_set(
+    store: *mut tc_store_t,
+    key: *const c_char,
+    value: *const c_void,
+    len: usize,
+) -> tc_result_t {
     boundary("tc_store_set", || {
         let store = unsafe { arg_ref(store, "store")? };
         let key = unsafe { c_string(key, "key")? };
@@ -177,7 +207,10 @@ pub extern "C" fn tc_store_get(
         if value.len() > buf_len {
             return Err(Error::new(
                 crate::error::ErrorKind::BufferTooSmall,
-                format!("the value of key {key:?} has {} bytes; buf_len is {buf_len}", value.len()),
+                format!(
+                    "the value of key {key:?} has {} bytes; buf_len is {buf_len}",
+                    value.len()
+                ),
             ));
         }
         if !value.is_empty() {
@@ -192,7 +225,12 @@ pub extern "C" fn tc_store_get(
 /// for an empty value) and its size to `*len`. Both out-pointers must be
 /// non-NULL and are untouched on failure. Thread-safe.
 #[no_mangle]
-pub extern "C" fn tc_store_get_alloc(store: *mut tc_store_t, key: *const c_char, value: *mut *mut c_void, len: *mut usize) -> tc_result_t {
+pub extern "C" fn tc_store_get_alloc(
+    store: *mut tc_store_t,
+    key: *const c_char,
+    value: *mut *mut c_void,
+    len: *mut usize,
+) -> tc_result_t {
     boundary("tc_store_get_alloc", || {
         let (value_out, len_out) = unsafe { (arg_out(value, "value")?, arg_out(len, "len")?) };
         let store = unsafe { arg_ref(store, "store")? };
@@ -208,7 +246,12 @@ pub extern "C" fn tc_store_get_alloc(store: *mut tc_store_t, key: *const c_char,
 /// as 0) and writes the result to `*new_value` (may be NULL). The stored
 /// value is ASCII decimal, so a get returns e.g. "6". Thread-safe.
 #[no_mangle]
-pub extern "C" fn tc_store_add(store: *mut tc_store_t, key: *const c_char, delta: i64, new_value: *mut i64) -> tc_result_t {
+pub extern "C" fn tc_store_add(
+    store: *mut tc_store_t,
+    key: *const c_char,
+    delta: i64,
+    new_value: *mut i64,
+) -> tc_result_t {
     boundary("tc_store_add", || {
         let store = unsafe { arg_ref(store, "store")? };
         let key = unsafe { c_string(key, "key")? };
@@ -238,7 +281,12 @@ pub extern "C" fn tc_store_compare_set(
     current_len: *mut usize,
 ) -> tc_result_t {
     boundary("tc_store_compare_set", || {
-        let (cur_out, len_out) = unsafe { (arg_out(current, "current")?, arg_out(current_len, "current_len")?) };
+        let (cur_out, len_out) = unsafe {
+            (
+                arg_out(current, "current")?,
+                arg_out(current_len, "current_len")?,
+            )
+        };
         let store = unsafe { arg_ref(store, "store")? };
         let key = unsafe { c_string(key, "key")? };
         let expected = unsafe { arg_slice(expected.cast::<u8>(), expected_len, "expected")? };
@@ -253,7 +301,12 @@ pub extern "C" fn tc_store_compare_set(
 /// Writes 1 to `*ready` when all `n` keys exist, else 0, without waiting.
 /// `keys` may be NULL when `n` is 0. Thread-safe.
 #[no_mangle]
-pub extern "C" fn tc_store_check(store: *mut tc_store_t, keys: *const *const c_char, n: usize, ready: *mut c_int) -> tc_result_t {
+pub extern "C" fn tc_store_check(
+    store: *mut tc_store_t,
+    keys: *const *const c_char,
+    n: usize,
+    ready: *mut c_int,
+) -> tc_result_t {
     boundary("tc_store_check", || {
         let ready = unsafe { arg_out(ready, "ready")? };
         let store = unsafe { arg_ref(store, "store")? };
@@ -269,7 +322,12 @@ pub extern "C" fn tc_store_check(store: *mut tc_store_t, keys: *const *const c_c
 /// its TCP connection, so other threads' calls on the same handle queue
 /// behind it.
 #[no_mangle]
-pub extern "C" fn tc_store_wait(store: *mut tc_store_t, keys: *const *const c_char, n: usize, timeout_ms: i64) -> tc_result_t {
+pub extern "C" fn tc_store_wait(
+    store: *mut tc_store_t,
+    keys: *const *const c_char,
+    n: usize,
+    timeout_ms: i64,
+) -> tc_result_t {
     boundary("tc_store_wait", || {
         let store = unsafe { arg_ref(store, "store")? };
         let keys = unsafe { keys_from_c(keys, n)? };
@@ -280,7 +338,11 @@ pub extern "C" fn tc_store_wait(store: *mut tc_store_t, keys: *const *const c_ch
 /// Deletes `key`; `*deleted` (may be NULL) receives 1 when it existed, else
 /// 0. Thread-safe.
 #[no_mangle]
-pub extern "C" fn tc_store_delete(store: *mut tc_store_t, key: *const c_char, deleted: *mut c_int) -> tc_result_t {
+pub extern "C" fn tc_store_delete(
+    store: *mut tc_store_t,
+    key: *const c_char,
+    deleted: *mut c_int,
+) -> tc_result_t {
     boundary("tc_store_delete", || {
         let store = unsafe { arg_ref(store, "store")? };
         let key = unsafe { c_string(key, "key")? };

@@ -65,7 +65,10 @@ fn window_op(
 /// `TC_ERR_UNSUPPORTED` on backends without windows (`nccl` for now), and
 /// on a finalized or aborted comm. `*window` is written only on success.
 #[no_mangle]
-pub extern "C" fn tc_window_new(comm: *mut tc_comm_t, window: *mut *mut tc_window_t) -> tc_result_t {
+pub extern "C" fn tc_window_new(
+    comm: *mut tc_comm_t,
+    window: *mut *mut tc_window_t,
+) -> tc_result_t {
     boundary("tc_window_new", || {
         let (comm, out) = unsafe { (arg_ref(comm, "comm")?, arg_out(window, "window")?) };
         let inner = Window::new(&comm.inner)?;
@@ -83,7 +86,11 @@ pub extern "C" fn tc_window_new(comm: *mut tc_comm_t, window: *mut *mut tc_windo
 /// stay valid until `tc_window_deregister` (or `tc_window_free`) returns.
 /// `buf` must not be NULL and `bytes` must not be 0.
 #[no_mangle]
-pub extern "C" fn tc_window_register(window: *mut tc_window_t, buf: *mut c_void, bytes: usize) -> tc_result_t {
+pub extern "C" fn tc_window_register(
+    window: *mut tc_window_t,
+    buf: *mut c_void,
+    bytes: usize,
+) -> tc_result_t {
     boundary("tc_window_register", || {
         let w = unsafe { arg_ref(window, "window")? };
         if buf.is_null() {
@@ -164,7 +171,9 @@ pub extern "C" fn tc_window_signal(
     opts: *const tc_op_options_t,
     work: *mut *mut tc_work_t,
 ) -> tc_result_t {
-    window_op("tc_window_signal", window, opts, work, |w, o| w.signal(peer, o))
+    window_op("tc_window_signal", window, opts, work, |w, o| {
+        w.signal(peer, o)
+    })
 }
 
 /// Waits for one signal from `peer` and consumes it; when it returns, every
@@ -188,7 +197,9 @@ pub extern "C" fn tc_window_wait_signal(
     opts: *const tc_op_options_t,
     work: *mut *mut tc_work_t,
 ) -> tc_result_t {
-    window_op("tc_window_wait_signal", window, opts, work, |w, o| w.wait_signal(peer, o))
+    window_op("tc_window_wait_signal", window, opts, work, |w, o| {
+        w.wait_signal(peer, o)
+    })
 }
 
 /// Gives a local pointer to `rank`'s registered buffer, where the memory is
@@ -197,7 +208,11 @@ pub extern "C" fn tc_window_wait_signal(
 /// memory). `*ptr` is written only on success and stays valid until the
 /// buffer is deregistered.
 #[no_mangle]
-pub extern "C" fn tc_window_map_remote(window: *mut tc_window_t, rank: i32, ptr: *mut *mut c_void) -> tc_result_t {
+pub extern "C" fn tc_window_map_remote(
+    window: *mut tc_window_t,
+    rank: i32,
+    ptr: *mut *mut c_void,
+) -> tc_result_t {
     boundary("tc_window_map_remote", || {
         let (w, out) = unsafe { (arg_ref(window, "window")?, arg_out(ptr, "ptr")?) };
         *out = w.inner.map_remote(rank)?;

@@ -51,7 +51,10 @@ pub extern "C" fn tc_work_status(work: *const tc_work_t, status: *mut i32) -> tc
 /// for it and returns at once. Returns the operation's error if it failed
 /// (`TC_ERR_TIMEOUT`, `TC_ERR_REMOTE`, `TC_ERR_ABORTED`, ...). Thread-safe.
 #[no_mangle]
-pub extern "C" fn tc_work_wait(work: *const tc_work_t, stream: *mut std::ffi::c_void) -> tc_result_t {
+pub extern "C" fn tc_work_wait(
+    work: *const tc_work_t,
+    stream: *mut std::ffi::c_void,
+) -> tc_result_t {
     boundary("tc_work_wait", || {
         let work = unsafe { arg_ref(work, "work")? };
         work.inner.wait(stream)

@@ -31,10 +31,24 @@ pub struct TcpStoreOptions {
 
 impl TcpStoreOptions {
     pub fn client(host: &str, port: u16, timeout: Duration) -> TcpStoreOptions {
-        TcpStoreOptions { host: host.into(), port, is_server: false, world_size: None, wait_for_workers: true, timeout }
+        TcpStoreOptions {
+            host: host.into(),
+            port,
+            is_server: false,
+            world_size: None,
+            wait_for_workers: true,
+            timeout,
+        }
     }
     pub fn server(port: u16, timeout: Duration) -> TcpStoreOptions {
-        TcpStoreOptions { host: "127.0.0.1".into(), port, is_server: true, world_size: None, wait_for_workers: true, timeout }
+        TcpStoreOptions {
+            host: "127.0.0.1".into(),
+            port,
+            is_server: true,
+            world_size: None,
+            wait_for_workers: true,
+            timeout,
+        }
     }
 }
 
@@ -76,7 +90,9 @@ fn connect_with_retry(host: &str, port: u16, timeout: Duration) -> Result<TcpStr
         match resolve(host, port) {
             Ok(addrs) => {
                 for a in &addrs {
-                    let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(10));
+                    let left = deadline
+                        .saturating_duration_since(Instant::now())
+                        .max(Duration::from_millis(10));
                     match TcpStream::connect_timeout(a, left.min(Duration::from_secs(30))) {
                         Ok(s) => return Ok(s),
                         Err(e) => last = Some(e),
@@ -101,16 +117,30 @@ fn connect_with_retry(host: &str, port: u16, timeout: Duration) -> Result<TcpStr
 fn io_err(host: &str, port: u16, what: &str, e: std::io::Error) -> Error {
     let kind = match e.kind() {
         IoKind::WouldBlock | IoKind::TimedOut => ErrorKind::Timeout,
-        IoKind::UnexpectedEof | IoKind::ConnectionReset | IoKind::ConnectionAborted | IoKind::BrokenPipe => ErrorKind::Remote,
+        IoKind::UnexpectedEof
+        | IoKind::ConnectionReset
+        | IoKind::ConnectionAborted
+        | IoKind::BrokenPipe => ErrorKind::Remote,
         _ => ErrorKind::System,
     };
-    let detail = if e.kind() == IoKind::UnexpectedEof { "the server closed the connection".to_string() } else { e.to_string() };
+    let detail = if e.kind() == IoKind::UnexpectedEof {
+        "the server closed the connection".to_string()
+    } else {
+        e.to_string()
+    };
     Error::new(kind, format!("store {host}:{port}: {what}: {detail}"))
 }
 
 fn wait_timeout_error(timeout: Duration, keys: &[Vec<u8>]) -> Error {
-    let keys: Vec<String> = keys.iter().map(|k| String::from_utf8_lossy(k).into_owned()).collect();
-    Error::timeout(format!("wait timeout after {}ms, keys: {}", timeout.as_millis(), keys.join(", ")))
+    let keys: Vec<String> = keys
+        .iter()
+        .map(|k| String::from_utf8_lossy(k).into_owned())
+        .collect();
+    Error::timeout(format!(
+        "wait timeout after {}ms, keys: {}",
+        timeout.as_millis(),
+        keys.join(", ")
+    ))
 }
 
 impl TcpStore {
@@ -118,7 +148,9 @@ impl TcpStore {
     /// handshake, then waits for workers when asked to.
     pub fn new(opts: &TcpStoreOptions) -> Result<TcpStore> {
         if opts.world_size == Some(0) {
-            return Err(Error::invalid_argument("world_size must be positive (or unknown), not 0"));
+            return Err(Error::invalid_argument(
+                "world_size must be positive (or unknown), not 0",
+            ));
         }
         let mut port = opts.port;
         let server = if opts.is_server {
@@ -128,7 +160,11 @@ impl TcpStore {
         } else {
             None
         };
-        let host = if opts.is_server && opts.host.is_empty() { "127.0.0.1".to_string() } else { opts.host.clone() };
+        let host = if opts.is_server && opts.host.is_empty() {
+            "127.0.0.1".to_string()
+        } else {
+            opts.host.clone()
+        };
         let store = TcpStore::connect(&host, port, opts.timeout, server)?;
         if let (Some(n), true) = (opts.world_size, opts.wait_for_workers) {
             store.wait_for_workers(n, opts.is_server)?;
@@ -136,21 +172,47 @@ impl TcpStore {
         Ok(store)
     }
 
-    fn connect(host: &str, port: u16, timeout: Duration, server: Option<Arc<TcpStoreServer>>) -> Result<TcpStore> {
+    fn connect(
+        host: &str,
+        port: u16,
+        timeout: Duration,
+        server: Option<Arc<TcpStoreServer>>,
+    ) -> Result<TcpStore> {
         let mut stream = connect_with_retry(host, port, timeout)?;
-        stream.set_nodelay(true).map_err(|e| io_err(host, port, "TCP_NODELAY", e))?;
-        stream.set_read_timeout(Some(timeout.max(Duration::from_millis(1)))).map_err(|e| io_err(host, port, "timeout", e))?;
+        stream
+            .set_nodelay(true)
+            .map_err(|e| io_err(host, port, "TCP_NODELAY", e))?;
+        stream
+            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
+            .map_err(|e| io_err(host, port, "timeout", e))?;
         let nonce = std::process::id();
         let mut hello = Request::Validate(wire::VALIDATION_MAGIC).to_bytes();
-        stream.write_all(&hello).map_err(|e| io_err(host, port, "VALIDATE", e))?;
+        stream
+            .write_all(&hello)
+            .map_err(|e| io_err(host, port, "VALIDATE", e))?;
         hello.clear();
         Request::Ping(nonce).encode(&mut hello);
-        stream.write_all(&hello).map_err(|e| io_err(host, port, "PING", e))?;
-        let echo = ReplyReader { inner: &mut stream }.u32().map_err(|e| io_err(host, port, "PING reply", e))?;
+        stream
+            .write_all(&hello)
+            .map_err(|e| io_err(host, port, "PING", e))?;
+        let echo = ReplyReader { inner: &mut stream }
+            .u32()
+            .map_err(|e| io_err(host, port, "PING reply", e))?;
         if echo != nonce {
-            return Err(Error::remote(format!("store {host}:{port}: PING returned {echo:#x}, expected {nonce:#x}")));
+            return Err(Error::remote(format!(
+                "store {host}:{port}: PING returned {echo:#x}, expected {nonce:#x}"
+            )));
         }
-        Ok(TcpStore { host: host.into(), port, timeout, conn: Mutex::new(Conn { stream, broken: None }), server })
+        Ok(TcpStore {
+            host: host.into(),
+            port,
+            timeout,
+            conn: Mutex::new(Conn {
+                stream,
+                broken: None,
+            }),
+            server,
+        })
     }
 
     /// A second connection to the same server (torch's `clone`); it shares
@@ -187,7 +249,11 @@ impl TcpStore {
     }
 
     /// Sends `req` and reads its reply with `read`, holding the connection.
-    fn call<T>(&self, req: &Request, read: impl FnOnce(&mut ReplyReader<TcpStream>) -> std::io::Result<T>) -> Result<T> {
+    fn call<T>(
+        &self,
+        req: &Request,
+        read: impl FnOnce(&mut ReplyReader<TcpStream>) -> std::io::Result<T>,
+    ) -> Result<T> {
         let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         self.call_locked(&mut conn, req, read)
     }
@@ -199,10 +265,17 @@ impl TcpStore {
         read: impl FnOnce(&mut ReplyReader<TcpStream>) -> std::io::Result<T>,
     ) -> Result<T> {
         if let Some(why) = &conn.broken {
-            return Err(Error::remote(format!("store {}:{}: connection unusable after an earlier failure: {why}", self.host, self.port)));
+            return Err(Error::remote(format!(
+                "store {}:{}: connection unusable after an earlier failure: {why}",
+                self.host, self.port
+            )));
         }
         let bytes = req.to_bytes();
-        let res = conn.stream.write_all(&bytes).and_then(|_| read(&mut ReplyReader { inner: &mut conn.stream }));
+        let res = conn.stream.write_all(&bytes).and_then(|_| {
+            read(&mut ReplyReader {
+                inner: &mut conn.stream,
+            })
+        });
         res.map_err(|e| {
             let err = io_err(&self.host, self.port, &format!("query {}", req.code()), e);
             conn.broken = Some(err.message.clone());
@@ -211,7 +284,13 @@ impl TcpStore {
     }
 
     fn add_raw(&self, key: &[u8], delta: i64) -> Result<i64> {
-        self.call(&Request::Add { key: key.to_vec(), delta }, |r| r.i64())
+        self.call(
+            &Request::Add {
+                key: key.to_vec(),
+                delta,
+            },
+            |r| r.i64(),
+        )
     }
 
     /// WAIT on wire keys; on a local timeout sends CANCEL_WAIT as torch does
@@ -220,7 +299,10 @@ impl TcpStore {
         let mut guard = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         let conn = &mut *guard;
         if let Some(why) = &conn.broken {
-            return Err(Error::remote(format!("store {}:{}: connection unusable after an earlier failure: {why}", self.host, self.port)));
+            return Err(Error::remote(format!(
+                "store {}:{}: connection unusable after an earlier failure: {why}",
+                self.host, self.port
+            )));
         }
         let req = Request::Wait(keys.clone());
         if let Err(e) = conn.stream.write_all(&req.to_bytes()) {
@@ -228,26 +310,41 @@ impl TcpStore {
             conn.broken = Some(err.message.clone());
             return Err(err);
         }
-        let _ = conn.stream.set_read_timeout(Some(timeout.max(Duration::from_millis(1))));
-        let first = ReplyReader { inner: &mut conn.stream }.u8();
-        let _ = conn.stream.set_read_timeout(Some(self.timeout.max(Duration::from_millis(1))));
+        let _ = conn
+            .stream
+            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))));
+        let first = ReplyReader {
+            inner: &mut conn.stream,
+        }
+        .u8();
+        let _ = conn
+            .stream
+            .set_read_timeout(Some(self.timeout.max(Duration::from_millis(1))));
         match first {
             Ok(wire::STOP_WAITING) => Ok(()),
             Ok(other) => {
                 conn.broken = Some(format!("unexpected WAIT reply {other}"));
-                Err(Error::remote(format!("store {}:{}: unexpected WAIT reply {other}", self.host, self.port)))
+                Err(Error::remote(format!(
+                    "store {}:{}: unexpected WAIT reply {other}",
+                    self.host, self.port
+                )))
             }
             Err(e) if matches!(e.kind(), IoKind::WouldBlock | IoKind::TimedOut) => {
                 // Cancel; a STOP_WAITING that raced with us comes first.
                 let cancel = Request::CancelWait.to_bytes();
                 let res = conn.stream.write_all(&cancel).and_then(|_| {
-                    let mut r = ReplyReader { inner: &mut conn.stream };
+                    let mut r = ReplyReader {
+                        inner: &mut conn.stream,
+                    };
                     let mut b = r.u8()?;
                     if b == wire::STOP_WAITING {
                         b = r.u8()?;
                     }
                     if b != wire::WAIT_CANCELED {
-                        return Err(std::io::Error::new(IoKind::InvalidData, format!("CANCEL_WAIT answered {b}")));
+                        return Err(std::io::Error::new(
+                            IoKind::InvalidData,
+                            format!("CANCEL_WAIT answered {b}"),
+                        ));
                     }
                     Ok(())
                 });
@@ -267,11 +364,23 @@ impl TcpStore {
 
     /// APPEND: adds `value` to the end of `key`'s value (creating it).
     pub fn append_bytes(&self, key: &str, value: &[u8]) -> Result<()> {
-        self.call(&Request::Append { key: user_key(key), value: value.to_vec() }, |_| Ok(()))
+        self.call(
+            &Request::Append {
+                key: user_key(key),
+                value: value.to_vec(),
+            },
+            |_| Ok(()),
+        )
     }
 
     pub fn queue_push(&self, key: &str, value: &[u8]) -> Result<()> {
-        self.call(&Request::QueuePush { key: user_key(key), value: value.to_vec() }, |_| Ok(()))
+        self.call(
+            &Request::QueuePush {
+                key: user_key(key),
+                value: value.to_vec(),
+            },
+            |_| Ok(()),
+        )
     }
 
     /// Pops the oldest value of queue `key`; `block`: wait for one first
@@ -310,7 +419,14 @@ impl TcpStore {
 
     /// BARRIER on `key` for `world_size` arrivals.
     pub fn barrier(&self, key: &str, world_size: i64) -> Result<()> {
-        self.call(&Request::Barrier { key: user_key(key), world_size }, |r| r.u8()).map(|_| ())
+        self.call(
+            &Request::Barrier {
+                key: user_key(key),
+                world_size,
+            },
+            |r| r.u8(),
+        )
+        .map(|_| ())
     }
 
     /// GET of a raw wire key without waiting (empty when missing).
@@ -321,7 +437,13 @@ impl TcpStore {
 
 impl Store for TcpStore {
     fn set(&self, key: &str, value: &[u8]) -> Result<()> {
-        self.call(&Request::Set { key: user_key(key), value: value.to_vec() }, |_| Ok(()))
+        self.call(
+            &Request::Set {
+                key: user_key(key),
+                value: value.to_vec(),
+            },
+            |_| Ok(()),
+        )
     }
     fn get(&self, key: &str) -> Result<Vec<u8>> {
         self.wait_raw(vec![user_key(key)], self.timeout)?;
@@ -331,7 +453,11 @@ impl Store for TcpStore {
         self.add_raw(&user_key(key), delta)
     }
     fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>> {
-        let req = Request::CompareSet { key: user_key(key), expected: expected.to_vec(), desired: desired.to_vec() };
+        let req = Request::CompareSet {
+            key: user_key(key),
+            expected: expected.to_vec(),
+            desired: desired.to_vec(),
+        };
         self.call(&req, |r| r.bytes())
     }
     fn check(&self, keys: &[&str]) -> Result<bool> {
@@ -339,10 +465,14 @@ impl Store for TcpStore {
         self.call(&req, |r| r.u8()).map(|b| b == wire::READY)
     }
     fn wait(&self, keys: &[&str], timeout: Option<Duration>) -> Result<()> {
-        self.wait_raw(keys.iter().map(|k| user_key(k)).collect(), timeout.unwrap_or(self.timeout))
+        self.wait_raw(
+            keys.iter().map(|k| user_key(k)).collect(),
+            timeout.unwrap_or(self.timeout),
+        )
     }
     fn delete(&self, key: &str) -> Result<bool> {
-        self.call(&Request::DeleteKey(user_key(key)), |r| r.i64()).map(|n| n > 0)
+        self.call(&Request::DeleteKey(user_key(key)), |r| r.i64())
+            .map(|n| n > 0)
     }
     fn num_keys(&self) -> Result<i64> {
         self.call(&Request::GetNumKeys, |r| r.i64())
@@ -357,7 +487,9 @@ impl Store for TcpStore {
         let wire_keys: Vec<Vec<u8>> = keys.iter().map(|k| user_key(k)).collect();
         self.wait_raw(wire_keys.clone(), self.timeout)?;
         let n = wire_keys.len();
-        self.call(&Request::MultiGet(wire_keys), |r| (0..n).map(|_| r.bytes()).collect())
+        self.call(&Request::MultiGet(wire_keys), |r| {
+            (0..n).map(|_| r.bytes()).collect()
+        })
     }
     fn multi_set(&self, kvs: &[(&str, &[u8])]) -> Result<()> {
         let req = Request::MultiSet(kvs.iter().map(|(k, v)| (user_key(k), v.to_vec())).collect());

@@ -36,7 +36,11 @@ pub struct FileStore {
 struct Lock<'a>(&'a File);
 impl<'a> Lock<'a> {
     fn new(file: &'a File, exclusive: bool) -> Result<Lock<'a>> {
-        let op = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH };
+        let op = if exclusive {
+            libc::LOCK_EX
+        } else {
+            libc::LOCK_SH
+        };
         loop {
             if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
                 return Ok(Lock(file));
@@ -62,8 +66,12 @@ impl Inner {
     /// Replays records appended since the last call.
     fn catch_up(&mut self, path: &Path) -> Result<()> {
         let mut buf = Vec::new();
-        self.file.seek(SeekFrom::Start(self.pos)).map_err(|e| Error::system(format!("FileStore {}", path.display()), e))?;
-        self.file.read_to_end(&mut buf).map_err(|e| Error::system(format!("FileStore {}", path.display()), e))?;
+        self.file
+            .seek(SeekFrom::Start(self.pos))
+            .map_err(|e| Error::system(format!("FileStore {}", path.display()), e))?;
+        self.file
+            .read_to_end(&mut buf)
+            .map_err(|e| Error::system(format!("FileStore {}", path.display()), e))?;
         let mut at = 0usize;
         let rd = |b: &[u8], at: usize| -> Option<(Vec<u8>, usize)> {
             let len = u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?) as usize;
@@ -72,8 +80,12 @@ impl Inner {
         };
         while at < buf.len() {
             let op = buf[at];
-            let Some((k, next)) = rd(&buf, at + 1) else { break };
-            let Some((v, next)) = rd(&buf, next) else { break };
+            let Some((k, next)) = rd(&buf, at + 1) else {
+                break;
+            };
+            let Some((v, next)) = rd(&buf, next) else {
+                break;
+            };
             let key = String::from_utf8_lossy(&k).into_owned();
             match op {
                 b'S' => {
@@ -82,7 +94,13 @@ impl Inner {
                 b'D' => {
                     self.map.remove(&key);
                 }
-                _ => return Err(Error::internal(format!("FileStore {}: corrupt record at byte {}", path.display(), self.pos + at as u64))),
+                _ => {
+                    return Err(Error::internal(format!(
+                        "FileStore {}: corrupt record at byte {}",
+                        path.display(),
+                        self.pos + at as u64
+                    )))
+                }
             }
             at = next;
         }
@@ -97,8 +115,12 @@ impl Inner {
         rec.extend_from_slice(key.as_bytes());
         rec.extend_from_slice(&(value.len() as u64).to_le_bytes());
         rec.extend_from_slice(value);
-        self.file.seek(SeekFrom::End(0)).map_err(|e| Error::system(format!("FileStore {}", path.display()), e))?;
-        self.file.write_all(&rec).map_err(|e| Error::system(format!("FileStore {}: write", path.display()), e))?;
+        self.file
+            .seek(SeekFrom::End(0))
+            .map_err(|e| Error::system(format!("FileStore {}", path.display()), e))?;
+        self.file
+            .write_all(&rec)
+            .map_err(|e| Error::system(format!("FileStore {}: write", path.display()), e))?;
         self.file.flush().ok();
         self.catch_up(path)
     }
@@ -109,7 +131,9 @@ impl FileStore {
     /// many stores to be dropped removes the file; -1: never removed.
     pub fn new(path: impl AsRef<Path>, world_size: i32, timeout: Duration) -> Result<FileStore> {
         if world_size == 0 || world_size < -1 {
-            return Err(Error::invalid_argument(format!("world_size must be positive or -1, not {world_size}")));
+            return Err(Error::invalid_argument(format!(
+                "world_size must be positive or -1, not {world_size}"
+            )));
         }
         let path = path.as_ref().to_path_buf();
         let file = OpenOptions::new()
@@ -118,12 +142,18 @@ impl FileStore {
             .create(true)
             .truncate(false)
             .open(&path)
-            .map_err(|e| Error::system(format!("cannot open FileStore file {}", path.display()), e))?;
+            .map_err(|e| {
+                Error::system(format!("cannot open FileStore file {}", path.display()), e)
+            })?;
         Ok(FileStore {
             path,
             world_size,
             timeout,
-            inner: Mutex::new(Inner { file, pos: 0, map: HashMap::new() }),
+            inner: Mutex::new(Inner {
+                file,
+                pos: 0,
+                map: HashMap::new(),
+            }),
             is_clone: false,
         })
     }
@@ -133,9 +163,16 @@ impl FileStore {
     }
 
     /// Runs `f` on the up-to-date map under the file lock.
-    fn with<T>(&self, exclusive: bool, f: impl FnOnce(&mut Inner, &Path) -> Result<T>) -> Result<T> {
+    fn with<T>(
+        &self,
+        exclusive: bool,
+        f: impl FnOnce(&mut Inner, &Path) -> Result<T>,
+    ) -> Result<T> {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let file = inner.file.try_clone().map_err(|e| Error::system("FileStore: dup", e))?;
+        let file = inner
+            .file
+            .try_clone()
+            .map_err(|e| Error::system("FileStore: dup", e))?;
         let _lock = Lock::new(&file, exclusive)?;
         inner.catch_up(&self.path)?;
         f(&mut inner, &self.path)
@@ -145,9 +182,13 @@ impl FileStore {
         self.with(true, |inner, path| {
             let cur = match inner.map.get(key) {
                 None => 0,
-                Some(v) => parse_int(v).ok_or_else(|| Error::invalid_usage(format!("add: the value of key {key:?} is not an integer")))?,
+                Some(v) => parse_int(v).ok_or_else(|| {
+                    Error::invalid_usage(format!("add: the value of key {key:?} is not an integer"))
+                })?,
             };
-            let new = cur.checked_add(delta).ok_or_else(|| Error::invalid_argument(format!("add: key {key:?} overflows")))?;
+            let new = cur
+                .checked_add(delta)
+                .ok_or_else(|| Error::invalid_argument(format!("add: key {key:?} overflows")))?;
             inner.append(path, b'S', key, new.to_string().as_bytes())?;
             Ok(new)
         })
@@ -173,7 +214,9 @@ impl Store for FileStore {
     }
     fn get(&self, key: &str) -> Result<Vec<u8>> {
         self.wait(&[key], None)?;
-        self.with(false, |inner, _| Ok(inner.map.get(key).cloned().unwrap_or_default()))
+        self.with(false, |inner, _| {
+            Ok(inner.map.get(key).cloned().unwrap_or_default())
+        })
     }
     fn add(&self, key: &str, delta: i64) -> Result<i64> {
         self.add_key(key, delta)
@@ -193,7 +236,9 @@ impl Store for FileStore {
         })
     }
     fn check(&self, keys: &[&str]) -> Result<bool> {
-        self.with(false, |inner, _| Ok(keys.iter().all(|k| inner.map.contains_key(*k))))
+        self.with(false, |inner, _| {
+            Ok(keys.iter().all(|k| inner.map.contains_key(*k)))
+        })
     }
     fn wait(&self, keys: &[&str], timeout: Option<Duration>) -> Result<()> {
         let timeout = timeout.unwrap_or(self.timeout);
@@ -204,9 +249,15 @@ impl Store for FileStore {
             }
             if start.elapsed() >= timeout {
                 let shown: Vec<String> = keys.iter().map(|k| format!("/{k}")).collect();
-                return Err(Error::timeout(format!("wait timeout after {}ms, keys: {}", timeout.as_millis(), shown.join(", "))));
+                return Err(Error::timeout(format!(
+                    "wait timeout after {}ms, keys: {}",
+                    timeout.as_millis(),
+                    shown.join(", ")
+                )));
             }
-            std::thread::sleep(Duration::from_millis(5).min(timeout.saturating_sub(start.elapsed())));
+            std::thread::sleep(
+                Duration::from_millis(5).min(timeout.saturating_sub(start.elapsed())),
+            );
         }
     }
     fn delete(&self, key: &str) -> Result<bool> {
@@ -220,7 +271,13 @@ impl Store for FileStore {
         })
     }
     fn num_keys(&self) -> Result<i64> {
-        self.with(false, |inner, _| Ok(inner.map.keys().filter(|k| k.as_str() != CLEANUP_KEY).count() as i64))
+        self.with(false, |inner, _| {
+            Ok(inner
+                .map
+                .keys()
+                .filter(|k| k.as_str() != CLEANUP_KEY)
+                .count() as i64)
+        })
     }
     fn timeout(&self) -> Duration {
         self.timeout

@@ -45,7 +45,9 @@ pub trait Store: Send + Sync {
     fn timeout(&self) -> Duration;
     /// Appends `value` to `key`'s value, creating the key when missing.
     fn append(&self, key: &str, _value: &[u8]) -> Result<()> {
-        Err(Error::unsupported(format!("append (key {key:?}) is not supported by this store")))
+        Err(Error::unsupported(format!(
+            "append (key {key:?}) is not supported by this store"
+        )))
     }
     /// Waits for every key, then returns their values in order.
     fn multi_get(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>> {

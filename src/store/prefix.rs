@@ -14,7 +14,10 @@ pub struct PrefixStore {
 
 impl PrefixStore {
     pub fn new(prefix: &str, base: StoreRef) -> PrefixStore {
-        PrefixStore { prefix: prefix.to_string(), base }
+        PrefixStore {
+            prefix: prefix.to_string(),
+            base,
+        }
     }
 
     pub fn prefix(&self) -> &str {
@@ -42,15 +45,20 @@ impl Store for PrefixStore {
         self.base.add(&self.full_key(key), delta)
     }
     fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>> {
-        self.base.compare_set(&self.full_key(key), expected, desired)
+        self.base
+            .compare_set(&self.full_key(key), expected, desired)
     }
     fn check(&self, keys: &[&str]) -> Result<bool> {
         let full: Vec<String> = keys.iter().map(|k| self.full_key(k)).collect();
-        self.base.check(&full.iter().map(|s| s.as_str()).collect::<Vec<_>>())
+        self.base
+            .check(&full.iter().map(|s| s.as_str()).collect::<Vec<_>>())
     }
     fn wait(&self, keys: &[&str], timeout: Option<Duration>) -> Result<()> {
         let full: Vec<String> = keys.iter().map(|k| self.full_key(k)).collect();
-        self.base.wait(&full.iter().map(|s| s.as_str()).collect::<Vec<_>>(), timeout)
+        self.base.wait(
+            &full.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+            timeout,
+        )
     }
     fn delete(&self, key: &str) -> Result<bool> {
         self.base.delete(&self.full_key(key))
@@ -67,13 +75,22 @@ impl Store for PrefixStore {
     }
     fn multi_get(&self, keys: &[&str]) -> Result<Vec<Vec<u8>>> {
         let full: Vec<String> = keys.iter().map(|k| self.full_key(k)).collect();
-        self.base.multi_get(&full.iter().map(|s| s.as_str()).collect::<Vec<_>>())
+        self.base
+            .multi_get(&full.iter().map(|s| s.as_str()).collect::<Vec<_>>())
     }
     fn multi_set(&self, kvs: &[(&str, &[u8])]) -> Result<()> {
         let full: Vec<(String, &[u8])> = kvs.iter().map(|(k, v)| (self.full_key(k), *v)).collect();
-        self.base.multi_set(&full.iter().map(|(k, v)| (k.as_str(), *v)).collect::<Vec<_>>())
+        self.base.multi_set(
+            &full
+                .iter()
+                .map(|(k, v)| (k.as_str(), *v))
+                .collect::<Vec<_>>(),
+        )
     }
     fn clone_store(&self) -> Result<StoreRef> {
-        Ok(Arc::new(PrefixStore::new(&self.prefix, self.base.clone_store()?)))
+        Ok(Arc::new(PrefixStore::new(
+            &self.prefix,
+            self.base.clone_store()?,
+        )))
     }
 }

@@ -56,23 +56,37 @@ impl TcpStoreServer {
         raise_nofile_limit();
         let listener = bind_listener(port).map_err(|e| {
             if e.kind() == IoKind::AddrInUse {
-                Error::new(ErrorKind::System, format!("cannot start the store server on port {port}: address already in use"))
+                Error::new(
+                    ErrorKind::System,
+                    format!("cannot start the store server on port {port}: address already in use"),
+                )
             } else {
                 Error::system(format!("cannot start the store server on port {port}"), e)
             }
         })?;
-        let port = listener.local_addr().map_err(|e| Error::system("store server: local_addr", e))?.port();
+        let port = listener
+            .local_addr()
+            .map_err(|e| Error::system("store server: local_addr", e))?
+            .port();
         let mut fds = [0 as RawFd; 2];
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-            return Err(Error::system("store server: pipe", std::io::Error::last_os_error()));
+            return Err(Error::system(
+                "store server: pipe",
+                std::io::Error::last_os_error(),
+            ));
         }
-        let (wake_r, wake_w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (wake_r, wake_w) =
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         let thread = std::thread::Builder::new()
             .name("tc-store-server".into())
             .spawn(move || EventLoop::new(listener, wake_r).run())
             .map_err(|e| Error::system("store server: spawning its thread", e))?;
         crate::log_info!("store server listening on port {port}");
-        Ok(TcpStoreServer { port, wake: Some(wake_w), thread: Some(thread) })
+        Ok(TcpStoreServer {
+            port,
+            wake: Some(wake_w),
+            thread: Some(thread),
+        })
     }
 
     pub fn port(&self) -> u16 {
@@ -142,7 +156,9 @@ impl State {
 
     /// Wakes the waits that needed `key`.
     fn wake(&mut self, conns: &mut HashMap<u64, Conn>, key: &[u8]) {
-        let Some(ids) = self.waiters.remove(key) else { return };
+        let Some(ids) = self.waiters.remove(key) else {
+            return;
+        };
         for wid in ids {
             let done = match self.waits.get_mut(&wid) {
                 Some(w) => {
@@ -188,7 +204,12 @@ impl State {
     }
 
     /// Executes one request of connection `id`; an error closes it.
-    fn handle(&mut self, conns: &mut HashMap<u64, Conn>, id: u64, req: Request) -> std::result::Result<(), String> {
+    fn handle(
+        &mut self,
+        conns: &mut HashMap<u64, Conn>,
+        id: u64,
+        req: Request,
+    ) -> std::result::Result<(), String> {
         let mut out = Vec::new();
         match req {
             Request::Validate(m) => {
@@ -200,7 +221,11 @@ impl State {
                 self.kv.insert(key.clone(), value);
                 self.wake(conns, &key);
             }
-            Request::CompareSet { key, expected, desired } => {
+            Request::CompareSet {
+                key,
+                expected,
+                desired,
+            } => {
                 let reply = match self.kv.get(&key) {
                     None if expected.is_empty() => {
                         self.kv.insert(key.clone(), desired.clone());
@@ -217,13 +242,22 @@ impl State {
                 };
                 wire::put_bytes(&mut out, &reply);
             }
-            Request::Get(key) => wire::put_bytes(&mut out, self.kv.get(&key).map_or(&[][..], |v| v)),
+            Request::Get(key) => {
+                wire::put_bytes(&mut out, self.kv.get(&key).map_or(&[][..], |v| v))
+            }
             Request::Add { key, delta } => {
                 let cur = match self.kv.get(&key) {
                     None => 0,
-                    Some(v) => parse_int(v).ok_or_else(|| format!("ADD on key {:?} whose value is not an integer", show_key(&key)))?,
+                    Some(v) => parse_int(v).ok_or_else(|| {
+                        format!(
+                            "ADD on key {:?} whose value is not an integer",
+                            show_key(&key)
+                        )
+                    })?,
                 };
-                let new = cur.checked_add(delta).ok_or_else(|| format!("ADD on key {:?} overflows", show_key(&key)))?;
+                let new = cur
+                    .checked_add(delta)
+                    .ok_or_else(|| format!("ADD on key {:?} overflows", show_key(&key)))?;
                 self.kv.insert(key.clone(), new.to_string().into_bytes());
                 self.wake(conns, &key);
                 wire::put_i64(&mut out, new);
@@ -242,7 +276,14 @@ impl State {
                     for k in &missing {
                         self.waiters.entry(k.clone()).or_default().push(wid);
                     }
-                    self.waits.insert(wid, Wait { conn: id, remaining: missing.len(), keys: missing });
+                    self.waits.insert(
+                        wid,
+                        Wait {
+                            conn: id,
+                            remaining: missing.len(),
+                            keys: missing,
+                        },
+                    );
                     if let Some(c) = conns.get_mut(&id) {
                         c.waits.push(wid);
                     }
@@ -255,7 +296,10 @@ impl State {
                 wire::put_i64(&mut out, n);
             }
             Request::Append { key, value } => {
-                self.kv.entry(key.clone()).or_default().extend_from_slice(&value);
+                self.kv
+                    .entry(key.clone())
+                    .or_default()
+                    .extend_from_slice(&value);
                 self.wake(conns, &key);
             }
             Request::MultiGet(keys) => {
@@ -291,7 +335,10 @@ impl State {
                     }
                 }
             }
-            Request::QueueLen(key) => wire::put_i64(&mut out, self.queues.get(&key).map_or(0, |q| q.len()) as i64),
+            Request::QueueLen(key) => wire::put_i64(
+                &mut out,
+                self.queues.get(&key).map_or(0, |q| q.len()) as i64,
+            ),
             Request::ListKeys => {
                 wire::put_u64(&mut out, self.kv.len() as u64);
                 for k in self.kv.keys() {
@@ -301,7 +348,12 @@ impl State {
             Request::Barrier { key, world_size } => {
                 let cur = match self.kv.get(&key) {
                     None => 0,
-                    Some(v) => parse_int(v).ok_or_else(|| format!("BARRIER on key {:?} whose value is not an integer", show_key(&key)))?,
+                    Some(v) => parse_int(v).ok_or_else(|| {
+                        format!(
+                            "BARRIER on key {:?} whose value is not an integer",
+                            show_key(&key)
+                        )
+                    })?,
                 };
                 let new = cur.saturating_add(1);
                 self.kv.insert(key.clone(), new.to_string().into_bytes());
@@ -335,7 +387,13 @@ struct EventLoop {
 
 impl EventLoop {
     fn new(listener: TcpListener, wake: OwnedFd) -> EventLoop {
-        EventLoop { listener, wake, conns: HashMap::new(), state: State::default(), next_conn: 0 }
+        EventLoop {
+            listener,
+            wake,
+            conns: HashMap::new(),
+            state: State::default(),
+            next_conn: 0,
+        }
     }
 
     fn run(mut self) {
@@ -344,8 +402,16 @@ impl EventLoop {
         loop {
             pfds.clear();
             ids.clear();
-            pfds.push(libc::pollfd { fd: self.wake.as_raw_fd(), events: libc::POLLIN, revents: 0 });
-            pfds.push(libc::pollfd { fd: self.listener.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+            pfds.push(libc::pollfd {
+                fd: self.wake.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+            pfds.push(libc::pollfd {
+                fd: self.listener.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
             for (id, c) in &self.conns {
                 let mut ev = 0;
                 if !c.eof {
@@ -354,7 +420,11 @@ impl EventLoop {
                 if c.out_pos < c.out.len() {
                     ev |= libc::POLLOUT;
                 }
-                pfds.push(libc::pollfd { fd: c.stream.as_raw_fd(), events: ev, revents: 0 });
+                pfds.push(libc::pollfd {
+                    fd: c.stream.as_raw_fd(),
+                    events: ev,
+                    revents: 0,
+                });
                 ids.push(*id);
             }
             let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, -1) };
@@ -367,7 +437,10 @@ impl EventLoop {
                 return;
             }
             if pfds[0].revents != 0 {
-                crate::log_info!("store server: shutting down with {} connections", self.conns.len());
+                crate::log_info!(
+                    "store server: shutting down with {} connections",
+                    self.conns.len()
+                );
                 return;
             }
             if pfds[1].revents != 0 {
@@ -383,8 +456,12 @@ impl EventLoop {
                 }
             }
             // Flush every connection that has output (replies and wakeups).
-            let pending: Vec<u64> =
-                self.conns.iter().filter(|(_, c)| c.out_pos < c.out.len() || c.eof).map(|(id, _)| *id).collect();
+            let pending: Vec<u64> = self
+                .conns
+                .iter()
+                .filter(|(_, c)| c.out_pos < c.out.len() || c.eof)
+                .map(|(id, _)| *id)
+                .collect();
             for id in pending {
                 self.flush(id);
             }
@@ -416,7 +493,11 @@ impl EventLoop {
                     );
                 }
                 Err(e) if e.kind() == IoKind::WouldBlock => return,
-                Err(e) if e.kind() == IoKind::Interrupted || e.kind() == IoKind::ConnectionAborted => continue,
+                Err(e)
+                    if e.kind() == IoKind::Interrupted || e.kind() == IoKind::ConnectionAborted =>
+                {
+                    continue
+                }
                 Err(e) => {
                     // Out of descriptors: back off instead of spinning.
                     crate::log_warn!("store server: accept failed: {e}");
@@ -439,7 +520,9 @@ impl EventLoop {
         let mut chunk = [0u8; 64 * 1024];
         let mut budget = READ_BUDGET;
         {
-            let Some(c) = self.conns.get_mut(&id) else { return };
+            let Some(c) = self.conns.get_mut(&id) else {
+                return;
+            };
             while budget > 0 {
                 match c.stream.read(&mut chunk) {
                     Ok(0) => {
@@ -475,7 +558,10 @@ impl EventLoop {
         while pos < inbuf.len() {
             let validated = self.conns.get(&id).is_some_and(|c| c.validated);
             if !validated && inbuf[pos] != wire::VALIDATE {
-                failure = Some(format!("first message has query code {}, not VALIDATE", inbuf[pos]));
+                failure = Some(format!(
+                    "first message has query code {}, not VALIDATE",
+                    inbuf[pos]
+                ));
                 break;
             }
             match wire::decode_request(&inbuf[pos..]) {
@@ -505,7 +591,10 @@ impl EventLoop {
         inbuf.drain(..pos);
         if let Some(c) = self.conns.get_mut(&id) {
             if c.eof && !inbuf.is_empty() {
-                let reason = format!("connection closed in the middle of a request ({} bytes pending)", inbuf.len());
+                let reason = format!(
+                    "connection closed in the middle of a request ({} bytes pending)",
+                    inbuf.len()
+                );
                 self.close(id, Some(&reason));
                 return;
             }
@@ -514,7 +603,9 @@ impl EventLoop {
     }
 
     fn flush(&mut self, id: u64) {
-        let Some(c) = self.conns.get_mut(&id) else { return };
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
         while c.out_pos < c.out.len() {
             match c.stream.write(&c.out[c.out_pos..]) {
                 Ok(0) => break,

@@ -44,24 +44,43 @@ pub(crate) const MAX_KEYS_PER_REQUEST: usize = 128 * 1024;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
     Validate(u32),
-    Set { key: Vec<u8>, value: Vec<u8> },
-    CompareSet { key: Vec<u8>, expected: Vec<u8>, desired: Vec<u8> },
+    Set {
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
+    CompareSet {
+        key: Vec<u8>,
+        expected: Vec<u8>,
+        desired: Vec<u8>,
+    },
     Get(Vec<u8>),
-    Add { key: Vec<u8>, delta: i64 },
+    Add {
+        key: Vec<u8>,
+        delta: i64,
+    },
     Check(Vec<Vec<u8>>),
     Wait(Vec<Vec<u8>>),
     GetNumKeys,
     DeleteKey(Vec<u8>),
-    Append { key: Vec<u8>, value: Vec<u8> },
+    Append {
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
     MultiGet(Vec<Vec<u8>>),
     MultiSet(Vec<(Vec<u8>, Vec<u8>)>),
     CancelWait,
     Ping(u32),
-    QueuePush { key: Vec<u8>, value: Vec<u8> },
+    QueuePush {
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
     QueuePop(Vec<u8>),
     QueueLen(Vec<u8>),
     ListKeys,
-    Barrier { key: Vec<u8>, world_size: i64 },
+    Barrier {
+        key: Vec<u8>,
+        world_size: i64,
+    },
 }
 
 pub fn put_u8(out: &mut Vec<u8>, v: u8) {
@@ -117,21 +136,32 @@ impl Request {
         put_u8(out, self.code());
         match self {
             Request::Validate(m) | Request::Ping(m) => put_u32(out, *m),
-            Request::Set { key, value } | Request::Append { key, value } | Request::QueuePush { key, value } => {
+            Request::Set { key, value }
+            | Request::Append { key, value }
+            | Request::QueuePush { key, value } => {
                 put_bytes(out, key);
                 put_bytes(out, value);
             }
-            Request::CompareSet { key, expected, desired } => {
+            Request::CompareSet {
+                key,
+                expected,
+                desired,
+            } => {
                 put_bytes(out, key);
                 put_bytes(out, expected);
                 put_bytes(out, desired);
             }
-            Request::Get(k) | Request::DeleteKey(k) | Request::QueuePop(k) | Request::QueueLen(k) => put_bytes(out, k),
+            Request::Get(k)
+            | Request::DeleteKey(k)
+            | Request::QueuePop(k)
+            | Request::QueueLen(k) => put_bytes(out, k),
             Request::Add { key, delta } => {
                 put_bytes(out, key);
                 put_i64(out, *delta);
             }
-            Request::Check(keys) | Request::Wait(keys) | Request::MultiGet(keys) => put_keys(out, keys),
+            Request::Check(keys) | Request::Wait(keys) | Request::MultiGet(keys) => {
+                put_keys(out, keys)
+            }
             Request::MultiSet(kvs) => {
                 put_u64(out, kvs.len() as u64);
                 for (k, v) in kvs {
@@ -189,7 +219,9 @@ impl<'a> Cursor<'a> {
     fn bytes(&mut self, max: usize, what: &str) -> Result<Vec<u8>, Decode> {
         let len = self.u64()?;
         if len > max as u64 {
-            return Err(Decode::Malformed(format!("{what} of {len} bytes exceeds the limit of {max}")));
+            return Err(Decode::Malformed(format!(
+                "{what} of {len} bytes exceeds the limit of {max}"
+            )));
         }
         Ok(self.take(len as usize)?.to_vec())
     }
@@ -202,7 +234,9 @@ impl<'a> Cursor<'a> {
     fn count(&mut self) -> Result<usize, Decode> {
         let n = self.u64()?;
         if n > MAX_KEYS_PER_REQUEST as u64 {
-            return Err(Decode::Malformed(format!("{n} keys in one request exceed the limit of {MAX_KEYS_PER_REQUEST}")));
+            return Err(Decode::Malformed(format!(
+                "{n} keys in one request exceed the limit of {MAX_KEYS_PER_REQUEST}"
+            )));
         }
         Ok(n as usize)
     }
@@ -224,15 +258,28 @@ pub fn decode_request(buf: &[u8]) -> Result<(Request, usize), Decode> {
     let code = c.take(1)?[0];
     let req = match code {
         VALIDATE => Request::Validate(c.u32()?),
-        SET => Request::Set { key: c.key()?, value: c.value()? },
-        COMPARE_SET => Request::CompareSet { key: c.key()?, expected: c.value()?, desired: c.value()? },
+        SET => Request::Set {
+            key: c.key()?,
+            value: c.value()?,
+        },
+        COMPARE_SET => Request::CompareSet {
+            key: c.key()?,
+            expected: c.value()?,
+            desired: c.value()?,
+        },
         GET => Request::Get(c.key()?),
-        ADD => Request::Add { key: c.key()?, delta: c.i64()? },
+        ADD => Request::Add {
+            key: c.key()?,
+            delta: c.i64()?,
+        },
         CHECK => Request::Check(c.keys()?),
         WAIT => Request::Wait(c.keys()?),
         GETNUMKEYS => Request::GetNumKeys,
         DELETE_KEY => Request::DeleteKey(c.key()?),
-        APPEND => Request::Append { key: c.key()?, value: c.value()? },
+        APPEND => Request::Append {
+            key: c.key()?,
+            value: c.value()?,
+        },
         MULTI_GET => Request::MultiGet(c.keys()?),
         MULTI_SET => {
             let n = c.count()?;
@@ -246,11 +293,17 @@ pub fn decode_request(buf: &[u8]) -> Result<(Request, usize), Decode> {
         }
         CANCEL_WAIT => Request::CancelWait,
         PING => Request::Ping(c.u32()?),
-        QUEUE_PUSH => Request::QueuePush { key: c.key()?, value: c.value()? },
+        QUEUE_PUSH => Request::QueuePush {
+            key: c.key()?,
+            value: c.value()?,
+        },
         QUEUE_POP => Request::QueuePop(c.key()?),
         QUEUE_LEN => Request::QueueLen(c.key()?),
         LIST_KEYS => Request::ListKeys,
-        BARRIER => Request::Barrier { key: c.key()?, world_size: c.i64()? },
+        BARRIER => Request::Barrier {
+            key: c.key()?,
+            world_size: c.i64()?,
+        },
         other => return Err(Decode::Malformed(format!("unknown query code {other}"))),
     };
     Ok((req, c.pos))
@@ -286,7 +339,10 @@ impl<R: Read> ReplyReader<'_, R> {
     pub fn bytes(&mut self) -> std::io::Result<Vec<u8>> {
         let len = self.u64()?;
         if len > MAX_REPLY_LEN {
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("reply length {len} is implausible")));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("reply length {len} is implausible"),
+            ));
         }
         let mut v = vec![0u8; len as usize];
         self.inner.read_exact(&mut v)?;
@@ -313,12 +369,18 @@ mod tests {
 
     #[test]
     fn validate_is_exact_bytes() {
-        assert_eq!(Request::Validate(VALIDATION_MAGIC).to_bytes(), vec![0x00, 0xCE, 0xF7, 0x85, 0x3C]);
+        assert_eq!(
+            Request::Validate(VALIDATION_MAGIC).to_bytes(),
+            vec![0x00, 0xCE, 0xF7, 0x85, 0x3C]
+        );
     }
 
     #[test]
     fn ping_is_code_13_and_le_nonce() {
-        assert_eq!(Request::Ping(0x0102_0304).to_bytes(), vec![13, 0x04, 0x03, 0x02, 0x01]);
+        assert_eq!(
+            Request::Ping(0x0102_0304).to_bytes(),
+            vec![13, 0x04, 0x03, 0x02, 0x01]
+        );
     }
 
     fn golden() -> Vec<(Request, Vec<u8>)> {
@@ -326,28 +388,77 @@ mod tests {
         let v = lp(b"val");
         let e = lp(b"");
         vec![
-            (Request::Validate(VALIDATION_MAGIC), vec![0, 0xCE, 0xF7, 0x85, 0x3C]),
-            (Request::Set { key: s(b"/k"), value: s(b"val") }, cat(&[&[1], &k, &v])),
             (
-                Request::CompareSet { key: s(b"/k"), expected: vec![], desired: s(b"val") },
+                Request::Validate(VALIDATION_MAGIC),
+                vec![0, 0xCE, 0xF7, 0x85, 0x3C],
+            ),
+            (
+                Request::Set {
+                    key: s(b"/k"),
+                    value: s(b"val"),
+                },
+                cat(&[&[1], &k, &v]),
+            ),
+            (
+                Request::CompareSet {
+                    key: s(b"/k"),
+                    expected: vec![],
+                    desired: s(b"val"),
+                },
                 cat(&[&[2], &k, &e, &v]),
             ),
             (Request::Get(s(b"/k")), cat(&[&[3], &k])),
-            (Request::Add { key: s(b"/k"), delta: -2 }, cat(&[&[4], &k, &(-2i64).to_le_bytes()])),
-            (Request::Check(vec![s(b"/k"), s(b"/k")]), cat(&[&[5], &2u64.to_le_bytes(), &k, &k])),
-            (Request::Wait(vec![s(b"/k")]), cat(&[&[6], &1u64.to_le_bytes(), &k])),
+            (
+                Request::Add {
+                    key: s(b"/k"),
+                    delta: -2,
+                },
+                cat(&[&[4], &k, &(-2i64).to_le_bytes()]),
+            ),
+            (
+                Request::Check(vec![s(b"/k"), s(b"/k")]),
+                cat(&[&[5], &2u64.to_le_bytes(), &k, &k]),
+            ),
+            (
+                Request::Wait(vec![s(b"/k")]),
+                cat(&[&[6], &1u64.to_le_bytes(), &k]),
+            ),
             (Request::GetNumKeys, vec![7]),
             (Request::DeleteKey(s(b"/k")), cat(&[&[8], &k])),
-            (Request::Append { key: s(b"/k"), value: s(b"val") }, cat(&[&[9], &k, &v])),
-            (Request::MultiGet(vec![s(b"/k")]), cat(&[&[10], &1u64.to_le_bytes(), &k])),
-            (Request::MultiSet(vec![(s(b"/k"), s(b"val"))]), cat(&[&[11], &1u64.to_le_bytes(), &k, &v])),
+            (
+                Request::Append {
+                    key: s(b"/k"),
+                    value: s(b"val"),
+                },
+                cat(&[&[9], &k, &v]),
+            ),
+            (
+                Request::MultiGet(vec![s(b"/k")]),
+                cat(&[&[10], &1u64.to_le_bytes(), &k]),
+            ),
+            (
+                Request::MultiSet(vec![(s(b"/k"), s(b"val"))]),
+                cat(&[&[11], &1u64.to_le_bytes(), &k, &v]),
+            ),
             (Request::CancelWait, vec![12]),
             (Request::Ping(7), vec![13, 7, 0, 0, 0]),
-            (Request::QueuePush { key: s(b"/k"), value: s(b"val") }, cat(&[&[14], &k, &v])),
+            (
+                Request::QueuePush {
+                    key: s(b"/k"),
+                    value: s(b"val"),
+                },
+                cat(&[&[14], &k, &v]),
+            ),
             (Request::QueuePop(s(b"/k")), cat(&[&[15], &k])),
             (Request::QueueLen(s(b"/k")), cat(&[&[16], &k])),
             (Request::ListKeys, vec![17]),
-            (Request::Barrier { key: s(b"/k"), world_size: 4 }, cat(&[&[18], &k, &4i64.to_le_bytes()])),
+            (
+                Request::Barrier {
+                    key: s(b"/k"),
+                    world_size: 4,
+                },
+                cat(&[&[18], &k, &4i64.to_le_bytes()]),
+            ),
         ]
     }
 
@@ -363,7 +474,11 @@ mod tests {
             assert_eq!(used, bytes.len());
             // Every strict prefix is incomplete, never malformed.
             for cut in 0..bytes.len() {
-                assert_eq!(decode_request(&bytes[..cut]).unwrap_err(), Decode::Incomplete, "{req:?} cut at {cut}");
+                assert_eq!(
+                    decode_request(&bytes[..cut]).unwrap_err(),
+                    Decode::Incomplete,
+                    "{req:?} cut at {cut}"
+                );
             }
         }
     }
@@ -371,8 +486,17 @@ mod tests {
     #[test]
     fn literal_set_bytes() {
         // SET "/a" = "xy", spelled out byte by byte.
-        let expect = [1, 2, 0, 0, 0, 0, 0, 0, 0, b'/', b'a', 2, 0, 0, 0, 0, 0, 0, 0, b'x', b'y'];
-        assert_eq!(Request::Set { key: s(b"/a"), value: s(b"xy") }.to_bytes(), expect);
+        let expect = [
+            1, 2, 0, 0, 0, 0, 0, 0, 0, b'/', b'a', 2, 0, 0, 0, 0, 0, 0, 0, b'x', b'y',
+        ];
+        assert_eq!(
+            Request::Set {
+                key: s(b"/a"),
+                value: s(b"xy")
+            }
+            .to_bytes(),
+            expect
+        );
     }
 
     #[test]
@@ -382,7 +506,15 @@ mod tests {
         put_i64(&mut bytes, 21);
         put_bytes(&mut bytes, b"6");
         put_u32(&mut bytes, 0xdead_beef);
-        assert_eq!(bytes, cat(&[&[0], &21i64.to_le_bytes(), &lp(b"6"), &[0xef, 0xbe, 0xad, 0xde]]));
+        assert_eq!(
+            bytes,
+            cat(&[
+                &[0],
+                &21i64.to_le_bytes(),
+                &lp(b"6"),
+                &[0xef, 0xbe, 0xad, 0xde]
+            ])
+        );
         let mut src = &bytes[..];
         let mut r = ReplyReader { inner: &mut src };
         assert_eq!(r.u8().unwrap(), READY);
@@ -397,11 +529,17 @@ mod tests {
         assert!(matches!(decode_request(&[255]), Err(Decode::Malformed(_))));
         let mut big_key = vec![SET];
         put_u64(&mut big_key, MAX_KEY_LEN as u64 + 1);
-        assert!(matches!(decode_request(&big_key), Err(Decode::Malformed(_))));
+        assert!(matches!(
+            decode_request(&big_key),
+            Err(Decode::Malformed(_))
+        ));
         let mut big_val = vec![SET];
         put_bytes(&mut big_val, b"k");
         put_u64(&mut big_val, MAX_VALUE_LEN as u64 + 1);
-        assert!(matches!(decode_request(&big_val), Err(Decode::Malformed(_))));
+        assert!(matches!(
+            decode_request(&big_val),
+            Err(Decode::Malformed(_))
+        ));
         let mut many = vec![WAIT];
         put_u64(&mut many, MAX_KEYS_PER_REQUEST as u64 + 1);
         assert!(matches!(decode_request(&many), Err(Decode::Malformed(_))));

@@ -30,10 +30,16 @@ impl Outcome {
     }
     /// Lines the child printed as `RESULT key=value ...`.
     pub fn results(&self) -> Vec<String> {
-        self.stdout.lines().filter_map(|l| l.find("RESULT ").map(|p| l[p + 7..].to_string())).collect()
+        self.stdout
+            .lines()
+            .filter_map(|l| l.find("RESULT ").map(|p| l[p + 7..].to_string()))
+            .collect()
     }
     pub fn describe(&self) -> String {
-        format!("rank {} status {:?}\n--- stdout\n{}\n--- stderr\n{}", self.rank, self.status, self.stdout, self.stderr)
+        format!(
+            "rank {} status {:?}\n--- stdout\n{}\n--- stderr\n{}",
+            self.rank, self.status, self.stdout, self.stderr
+        )
     }
 }
 
@@ -58,7 +64,13 @@ fn out_dir(test: &str) -> PathBuf {
 
 /// Runs `size` ranks of `test` (this binary's test of that name) in role
 /// `role`; kills what is still running after `limit`.
-pub fn launch(test: &str, role: &str, size: usize, env: &[(&str, &str)], limit: Duration) -> Vec<Outcome> {
+pub fn launch(
+    test: &str,
+    role: &str,
+    size: usize,
+    env: &[(&str, &str)],
+    limit: Duration,
+) -> Vec<Outcome> {
     launch_with(test, role, size, env, limit, |_, _| {})
 }
 
@@ -120,8 +132,10 @@ pub fn launch_with(
         .map(|r| Outcome {
             rank: r,
             status: status[r],
-            stdout: std::fs::read_to_string(dir.join(format!("{role}-{r}.out"))).unwrap_or_default(),
-            stderr: std::fs::read_to_string(dir.join(format!("{role}-{r}.err"))).unwrap_or_default(),
+            stdout: std::fs::read_to_string(dir.join(format!("{role}-{r}.out")))
+                .unwrap_or_default(),
+            stderr: std::fs::read_to_string(dir.join(format!("{role}-{r}.err")))
+                .unwrap_or_default(),
         })
         .collect();
     let _ = std::fs::remove_dir_all(&dir);
@@ -138,12 +152,25 @@ pub fn assert_all_ok(outcomes: &[Outcome]) {
 /// The store of this child (a client of the parent's server).
 pub fn child_store() -> StoreRef {
     let port: u16 = std::env::var("TC_GLOO_PORT").unwrap().parse().unwrap();
-    Arc::new(TcpStore::new(&TcpStoreOptions::client("127.0.0.1", port, Duration::from_secs(30))).unwrap())
+    Arc::new(
+        TcpStore::new(&TcpStoreOptions::client(
+            "127.0.0.1",
+            port,
+            Duration::from_secs(30),
+        ))
+        .unwrap(),
+    )
 }
 
 /// A gloo comm over `store` for this child's rank, failing calls (not the
 /// process) on errors.
-pub fn child_comm_on(store: StoreRef, name: &str, rank: i32, size: i32, timeout: Duration) -> Result<Arc<Comm>> {
+pub fn child_comm_on(
+    store: StoreRef,
+    name: &str,
+    rank: i32,
+    size: i32,
+    timeout: Duration,
+) -> Result<Arc<Comm>> {
     Comm::new(
         "gloo",
         Device::Cpu,

@@ -51,9 +51,9 @@ use super::shm::{file_id, futex_wait, futex_wake, host_id, shared_file, PeerMapp
 use super::{copy, Deadline, Scratch};
 use crate::error::{Error, Result};
 use crate::types::DType;
+use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -137,7 +137,11 @@ fn watch_process(pid: u32) -> Option<Arc<OwnedFd>> {
 
 /// Whether the process behind `pidfd` has exited.
 fn exited(pidfd: &OwnedFd) -> bool {
-    let mut p = libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    let mut p = libc::pollfd {
+        fd: pidfd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
     // SAFETY: one valid pollfd, no wait.
     unsafe { libc::poll(&mut p, 1, 0) > 0 }
 }
@@ -155,25 +159,55 @@ impl IntraHost {
         label: &str,
         all_gather: &dyn Fn(&[u64]) -> Result<Vec<u64>>,
     ) -> Result<Option<IntraHost>> {
-        let wanted = !matches!(std::env::var("TORCHCOMM_GLOO_SHM").as_deref().map(str::trim), Ok("0" | "false" | "off" | "no"));
-        let own = if wanted { create_segment().map_err(|e| crate::log_info!("{label}: no shared segment ({e})")).ok() } else { None };
+        let wanted = !matches!(
+            std::env::var("TORCHCOMM_GLOO_SHM")
+                .as_deref()
+                .map(str::trim),
+            Ok("0" | "false" | "off" | "no")
+        );
+        let own = if wanted {
+            create_segment()
+                .map_err(|e| crate::log_info!("{label}: no shared segment ({e})"))
+                .ok()
+        } else {
+            None
+        };
         let mut offer = [0u64; OFFER];
         if let Some(fd) = own.as_ref().and_then(|o| o.fd.as_ref()) {
             let (dev, ino) = file_id(fd.as_raw_fd()).unwrap_or((0, 0));
             let host = host_id();
-            offer = [1, std::process::id() as u64, fd.as_raw_fd() as u64, dev, ino, SEGMENT as u64, host[0], host[1]];
+            offer = [
+                1,
+                std::process::id() as u64,
+                fd.as_raw_fd() as u64,
+                dev,
+                ino,
+                SEGMENT as u64,
+                host[0],
+                host[1],
+            ];
         }
         let all = all_gather(&offer)?;
         let offers: Vec<&[u64]> = all.chunks(OFFER).collect();
         let mut peers = Vec::new();
         let mut bases = vec![std::ptr::null_mut(); size];
         let mut pidfds: Vec<Option<Arc<OwnedFd>>> = (0..size).map(|_| None).collect();
-        let mut ok = own.is_some() && offers.iter().all(|o| o[0] == 1 && o[6..8] == offer[6..8] && offer[6..8] != [0, 0]);
+        let mut ok = own.is_some()
+            && offers
+                .iter()
+                .all(|o| o[0] == 1 && o[6..8] == offer[6..8] && offer[6..8] != [0, 0]);
         for (q, o) in offers.iter().enumerate().filter(|(q, _)| *q != rank) {
             if !ok {
                 break;
             }
-            let at = Placement { pid: o[1], fd: o[2], offset: 0, len: o[5], dev: o[3], ino: o[4] };
+            let at = Placement {
+                pid: o[1],
+                fd: o[2],
+                offset: 0,
+                len: o[5],
+                dev: o[3],
+                ino: o[4],
+            };
             match PeerMapping::map(&at) {
                 Ok(m) if at.len as usize == SEGMENT => {
                     bases[q] = m.ptr;
@@ -189,12 +223,20 @@ impl IntraHost {
         }
         let votes = all_gather(&[ok as u64])?;
         if !votes.iter().all(|v| *v == 1) {
-            let why = if wanted { "not every rank can map every other's memory (another host?)" } else { "TORCHCOMM_GLOO_SHM=0" };
-            crate::log_info!("{label}: shared-memory collectives off ({why}); all operations use Gloo");
+            let why = if wanted {
+                "not every rank can map every other's memory (another host?)"
+            } else {
+                "TORCHCOMM_GLOO_SHM=0"
+            };
+            crate::log_info!(
+                "{label}: shared-memory collectives off ({why}); all operations use Gloo"
+            );
             return Ok(None);
         }
         let Some(mut own) = own else {
-            return Err(Error::internal("shared-memory collectives agreed without a segment"));
+            return Err(Error::internal(
+                "shared-memory collectives agreed without a segment",
+            ));
         };
         // Every peer has mapped it (they voted after mapping).
         own.fd = None;
@@ -237,10 +279,13 @@ impl IntraHost {
 
     /// Publishes this rank's `counts` (before a sync) ...
     fn publish_counts(&self, counts: &[usize]) -> u64 {
-        let digest = counts.iter().fold(0xcbf2_9ce4_8422_2325u64 ^ counts.len() as u64, |h, c| {
-            (h ^ *c as u64).wrapping_mul(0x0100_0000_01b3)
-        });
-        self.counts_digest_of(self.rank).store(digest, Ordering::Relaxed);
+        let digest = counts
+            .iter()
+            .fold(0xcbf2_9ce4_8422_2325u64 ^ counts.len() as u64, |h, c| {
+                (h ^ *c as u64).wrapping_mul(0x0100_0000_01b3)
+            });
+        self.counts_digest_of(self.rank)
+            .store(digest, Ordering::Relaxed);
         digest
     }
 
@@ -251,8 +296,10 @@ impl IntraHost {
             None => Ok(()),
             Some(_) => {
                 let first = self.counts_digest_of(0).load(Ordering::Relaxed);
-                let differ: Vec<String> =
-                    (1..self.size).filter(|r| self.counts_digest_of(*r).load(Ordering::Relaxed) != first).map(|r| r.to_string()).collect();
+                let differ: Vec<String> = (1..self.size)
+                    .filter(|r| self.counts_digest_of(*r).load(Ordering::Relaxed) != first)
+                    .map(|r| r.to_string())
+                    .collect();
                 let who = match differ.as_slice() {
                     [one] => format!("rank {one} passed counts that differ"),
                     many => format!("ranks {} passed counts that differ", many.join(", ")),
@@ -303,7 +350,11 @@ impl IntraHost {
         }
         // SeqCst: the re-check after raising `sleeping` must not be ordered
         // before it (a waker that saw `sleeping` clear relies on it).
-        let missing = || (0..self.size).filter(|r| self.phase_of(*r).load(Ordering::SeqCst) < p).collect::<Vec<_>>();
+        let missing = || {
+            (0..self.size)
+                .filter(|r| self.phase_of(*r).load(Ordering::SeqCst) < p)
+                .collect::<Vec<_>>()
+        };
         let mut spins = 0;
         loop {
             let seen = self.bell_of(me).load(Ordering::SeqCst);
@@ -324,8 +375,16 @@ impl IntraHost {
                 continue;
             }
             alive()?;
-            let names = || late.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ");
-            if let Some(q) = late.iter().find(|q| self.pidfds[**q].as_deref().is_some_and(exited)) {
+            let names = || {
+                late.iter()
+                    .map(|r| r.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            if let Some(q) = late
+                .iter()
+                .find(|q| self.pidfds[**q].as_deref().is_some_and(exited))
+            {
                 return Err(Error::remote(format!(
                     "{what} through shared memory on rank {me}: rank {q}'s process exited before reaching it"
                 )));
@@ -368,18 +427,42 @@ pub type SyncAll<'a> = dyn Fn(&str) -> Result<()> + 'a;
 impl IntraHost {
     /// Reduces `len` elements at byte `at` of half `h` of every segment,
     /// in rank order, into `out`.
-    unsafe fn combine(&self, red: &Reduction, h: usize, at: usize, len: usize, out: *mut u8, blocks: &mut Scratch) -> Result<()> {
+    unsafe fn combine(
+        &self,
+        red: &Reduction,
+        h: usize,
+        at: usize,
+        len: usize,
+        out: *mut u8,
+        blocks: &mut Scratch,
+    ) -> Result<()> {
         let es = red.dtype.size();
         if red.halves {
             for r in 0..self.size {
-                copy(blocks.ptr().add(r * len * es), self.half(r, h).add(at), len * es);
+                copy(
+                    blocks.ptr().add(r * len * es),
+                    self.half(r, h).add(at),
+                    len * es,
+                );
             }
-            reduce::sum_half_blocks(red.dtype, out, blocks.ptr(), self.size, len, red.avg.then_some(self.size as u64));
+            reduce::sum_half_blocks(
+                red.dtype,
+                out,
+                blocks.ptr(),
+                self.size,
+                len,
+                red.avg.then_some(self.size as u64),
+            );
             return Ok(());
         }
         copy(out, self.half(0, h).add(at), len * es);
         for r in 1..self.size {
-            (red.f)(out as *mut c_void, out as *const c_void, self.half(r, h).add(at) as *const c_void, len);
+            (red.f)(
+                out as *mut c_void,
+                out as *const c_void,
+                self.half(r, h).add(at) as *const c_void,
+                len,
+            );
         }
         if red.avg {
             reduce::scale(red.dtype, out, out, len, Scale::Div(self.size as u64))?;
@@ -389,18 +472,33 @@ impl IntraHost {
 
     /// Scratch for [`IntraHost::combine`] of up to `len` elements.
     fn blocks_for(&self, red: &Reduction, len: usize) -> Scratch {
-        Scratch::new(if red.halves { self.size * len * red.dtype.size() } else { 0 })
+        Scratch::new(if red.halves {
+            self.size * len * red.dtype.size()
+        } else {
+            0
+        })
     }
 
     /// all_reduce of `count` elements in place; with `root`, a reduce (the
     /// result lands on the root only).
-    pub unsafe fn reduce(&self, buf: *mut u8, count: usize, red: &Reduction, root: Option<usize>, sync: &SyncAll) -> Result<()> {
+    pub unsafe fn reduce(
+        &self,
+        buf: *mut u8,
+        count: usize,
+        red: &Reduction,
+        root: Option<usize>,
+        sync: &SyncAll,
+    ) -> Result<()> {
         let (n, me, es) = (self.size, self.rank, red.dtype.size());
         let per_chunk = HALF / es;
         let share_max = count.min(per_chunk).div_ceil(n);
         let mut acc = Scratch::new(share_max * es);
         let mut blocks = self.blocks_for(red, share_max);
-        let what = if root.is_some() { "reduce" } else { "all_reduce" };
+        let what = if root.is_some() {
+            "reduce"
+        } else {
+            "all_reduce"
+        };
         for c0 in (0..count).step_by(per_chunk) {
             let (m, h) = ((count - c0).min(per_chunk), self.next_half());
             let mine = self.half(me, h);
@@ -426,7 +524,13 @@ impl IntraHost {
     }
 
     /// `bytes` from `root` to every rank.
-    pub unsafe fn broadcast(&self, buf: *mut u8, bytes: usize, root: usize, sync: &SyncAll) -> Result<()> {
+    pub unsafe fn broadcast(
+        &self,
+        buf: *mut u8,
+        bytes: usize,
+        root: usize,
+        sync: &SyncAll,
+    ) -> Result<()> {
         for c0 in (0..bytes).step_by(HALF) {
             let (m, h) = ((bytes - c0).min(HALF), self.next_half());
             if self.rank == root {
@@ -441,7 +545,13 @@ impl IntraHost {
     }
 
     /// Every rank's `bytes` from `input` into `out`, in rank order.
-    pub unsafe fn all_gather(&self, out: *mut u8, input: *const u8, bytes: usize, sync: &SyncAll) -> Result<()> {
+    pub unsafe fn all_gather(
+        &self,
+        out: *mut u8,
+        input: *const u8,
+        bytes: usize,
+        sync: &SyncAll,
+    ) -> Result<()> {
         for c0 in (0..bytes).step_by(HALF) {
             let (m, h) = ((bytes - c0).min(HALF), self.next_half());
             copy(self.half(self.rank, h), input.add(c0), m);
@@ -455,7 +565,14 @@ impl IntraHost {
 
     /// Block `me` (`count` elements) of the reduction of every rank's
     /// `input` of `size` blocks.
-    pub unsafe fn reduce_scatter(&self, out: *mut u8, input: *const u8, count: usize, red: &Reduction, sync: &SyncAll) -> Result<()> {
+    pub unsafe fn reduce_scatter(
+        &self,
+        out: *mut u8,
+        input: *const u8,
+        count: usize,
+        red: &Reduction,
+        sync: &SyncAll,
+    ) -> Result<()> {
         let (n, me, es) = (self.size, self.rank, red.dtype.size());
         let per_block = HALF / es / n;
         let mut blocks = self.blocks_for(red, count.min(per_block));
@@ -463,7 +580,11 @@ impl IntraHost {
             let (m, h) = ((count - c0).min(per_block), self.next_half());
             let mine = self.half(me, h);
             for r in 0..n {
-                copy(mine.add(r * m * es), input.add((r * count + c0) * es), m * es);
+                copy(
+                    mine.add(r * m * es),
+                    input.add((r * count + c0) * es),
+                    m * es,
+                );
             }
             if let Some(k) = red.premul {
                 reduce::scale(red.dtype, mine, mine, n * m, Scale::Mul(k))?;
@@ -476,7 +597,14 @@ impl IntraHost {
 
     /// Every rank's `bytes` from `input` into `outputs[r]` on `root`
     /// (`outputs` is empty elsewhere).
-    pub unsafe fn gather(&self, outputs: &[*mut u8], input: *const u8, bytes: usize, root: usize, sync: &SyncAll) -> Result<()> {
+    pub unsafe fn gather(
+        &self,
+        outputs: &[*mut u8],
+        input: *const u8,
+        bytes: usize,
+        root: usize,
+        sync: &SyncAll,
+    ) -> Result<()> {
         for c0 in (0..bytes).step_by(HALF) {
             let (m, h) = ((bytes - c0).min(HALF), self.next_half());
             copy(self.half(self.rank, h), input.add(c0), m);
@@ -492,7 +620,14 @@ impl IntraHost {
 
     /// `inputs[r]` on `root` (empty elsewhere) into rank `r`'s `out`, `bytes`
     /// each.
-    pub unsafe fn scatter(&self, out: *mut u8, inputs: &[*const u8], bytes: usize, root: usize, sync: &SyncAll) -> Result<()> {
+    pub unsafe fn scatter(
+        &self,
+        out: *mut u8,
+        inputs: &[*const u8],
+        bytes: usize,
+        root: usize,
+        sync: &SyncAll,
+    ) -> Result<()> {
         let per_block = HALF / self.size;
         for c0 in (0..bytes).step_by(per_block) {
             let (m, h) = ((bytes - c0).min(per_block), self.next_half());
@@ -507,15 +642,35 @@ impl IntraHost {
 
     /// Rank `r`'s `counts[r]` elements into `out` at the sum of the counts
     /// before it. Every rank passes the same `counts` (checked).
-    pub unsafe fn all_gather_v(&self, out: *mut u8, input: *const u8, counts: &[usize], es: usize, sync: &SyncAll) -> Result<()> {
+    pub unsafe fn all_gather_v(
+        &self,
+        out: *mut u8,
+        input: *const u8,
+        counts: &[usize],
+        es: usize,
+        sync: &SyncAll,
+    ) -> Result<()> {
         let step = HALF / es;
         let digest = self.publish_counts(counts);
-        let chunks = counts.iter().max().copied().unwrap_or(0).div_ceil(step).max(1);
-        let starts: Vec<usize> = counts.iter().scan(0, |at, c| Some(std::mem::replace(at, *at + c))).collect();
+        let chunks = counts
+            .iter()
+            .max()
+            .copied()
+            .unwrap_or(0)
+            .div_ceil(step)
+            .max(1);
+        let starts: Vec<usize> = counts
+            .iter()
+            .scan(0, |at, c| Some(std::mem::replace(at, *at + c)))
+            .collect();
         for k in 0..chunks {
             let (c0, h) = (k * step, self.next_half());
             let part = |r: usize| counts[r].saturating_sub(c0).min(step);
-            copy(self.half(self.rank, h), input.add(c0 * es), part(self.rank) * es);
+            copy(
+                self.half(self.rank, h),
+                input.add(c0 * es),
+                part(self.rank) * es,
+            );
             sync("all_gather_v")?;
             if k == 0 {
                 self.check_counts("all_gather_v", digest)?;
@@ -530,12 +685,28 @@ impl IntraHost {
     /// Block `me` (`counts[me]` elements, at the sum of the counts before
     /// it) of the reduction of every rank's `input`. Every rank passes the
     /// same `counts` (checked).
-    pub unsafe fn reduce_scatter_v(&self, out: *mut u8, input: *const u8, counts: &[usize], red: &Reduction, sync: &SyncAll) -> Result<()> {
+    pub unsafe fn reduce_scatter_v(
+        &self,
+        out: *mut u8,
+        input: *const u8,
+        counts: &[usize],
+        red: &Reduction,
+        sync: &SyncAll,
+    ) -> Result<()> {
         let (n, me, es) = (self.size, self.rank, red.dtype.size());
         let step = HALF / es / n;
         let digest = self.publish_counts(counts);
-        let chunks = counts.iter().max().copied().unwrap_or(0).div_ceil(step).max(1);
-        let starts: Vec<usize> = counts.iter().scan(0, |at, c| Some(std::mem::replace(at, *at + c))).collect();
+        let chunks = counts
+            .iter()
+            .max()
+            .copied()
+            .unwrap_or(0)
+            .div_ceil(step)
+            .max(1);
+        let starts: Vec<usize> = counts
+            .iter()
+            .scan(0, |at, c| Some(std::mem::replace(at, *at + c)))
+            .collect();
         let mut blocks = self.blocks_for(red, counts[me].min(step));
         for k in 0..chunks {
             let (c0, h) = (k * step, self.next_half());
@@ -552,7 +723,14 @@ impl IntraHost {
             if k == 0 {
                 self.check_counts("reduce_scatter_v", digest)?;
             }
-            self.combine(red, h, me * step * es, part(me), out.add(c0 * es), &mut blocks)?;
+            self.combine(
+                red,
+                h,
+                me * step * es,
+                part(me),
+                out.add(c0 * es),
+                &mut blocks,
+            )?;
         }
         Ok(())
     }
@@ -592,17 +770,29 @@ impl IntraHost {
             }
         }
         let step = HALF / es / n;
-        let starts = |c: &[usize]| c.iter().scan(0, |at, c| Some(std::mem::replace(at, *at + c))).collect::<Vec<usize>>();
+        let starts = |c: &[usize]| {
+            c.iter()
+                .scan(0, |at, c| Some(std::mem::replace(at, *at + c)))
+                .collect::<Vec<usize>>()
+        };
         let (in_starts, out_starts) = (starts(in_counts), starts(out_counts));
         for k in 0..largest.div_ceil(step) {
             let (c0, h) = (k * step, self.next_half());
             let part = |c: usize| c.saturating_sub(c0).min(step) * es;
             for (r, start) in in_starts.iter().enumerate() {
-                copy(self.half(me, h).add(r * step * es), input.add((start + c0) * es), part(in_counts[r]));
+                copy(
+                    self.half(me, h).add(r * step * es),
+                    input.add((start + c0) * es),
+                    part(in_counts[r]),
+                );
             }
             sync("all_to_all_v_single")?;
             for (q, start) in out_starts.iter().enumerate() {
-                copy(out.add((start + c0) * es), self.half(q, h).add(me * step * es), part(out_counts[q]));
+                copy(
+                    out.add((start + c0) * es),
+                    self.half(q, h).add(me * step * es),
+                    part(out_counts[q]),
+                );
             }
         }
         Ok(())
@@ -610,7 +800,13 @@ impl IntraHost {
 
     /// Block `r` of this rank's `input` to rank `r`; block `r` of `out` from
     /// rank `r`; blocks of `block` bytes.
-    pub unsafe fn all_to_all(&self, out: *mut u8, input: *const u8, block: usize, sync: &SyncAll) -> Result<()> {
+    pub unsafe fn all_to_all(
+        &self,
+        out: *mut u8,
+        input: *const u8,
+        block: usize,
+        sync: &SyncAll,
+    ) -> Result<()> {
         let (n, me) = (self.size, self.rank);
         let per_block = HALF / n;
         for c0 in (0..block).step_by(per_block) {

@@ -22,9 +22,9 @@
 //!   received blocks in rank order; the list forms go through contiguous
 //!   scratch buffers.
 
+mod intra_host;
 pub mod reduce;
 pub mod shim;
-mod intra_host;
 mod shm;
 mod window;
 
@@ -153,7 +153,9 @@ fn store_call(err: *mut c_char, errlen: usize, f: impl FnOnce() -> Result<()>) -
 }
 
 unsafe fn key_str<'a>(key: *const c_char) -> Result<&'a str> {
-    CStr::from_ptr(key).to_str().map_err(|_| Error::internal("store key is not UTF-8"))
+    CStr::from_ptr(key)
+        .to_str()
+        .map_err(|_| Error::internal("store key is not UTF-8"))
 }
 
 unsafe extern "C" fn store_set(
@@ -166,7 +168,11 @@ unsafe extern "C" fn store_set(
 ) -> c_int {
     store_call(err, errlen, || {
         let store = &*(user as *const StoreRef);
-        let value = if len == 0 { &[][..] } else { std::slice::from_raw_parts(data as *const u8, len) };
+        let value = if len == 0 {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts(data as *const u8, len)
+        };
         store.set(key_str(key)?, value)
     })
 }
@@ -221,7 +227,11 @@ impl Scratch {
 
 /// `bytes` at `input`, or a private copy of them when `needed` (the copy
 /// must be kept alive while the returned pointer is used).
-unsafe fn private_input(input: *const u8, bytes: usize, needed: bool) -> (Option<Scratch>, *const u8) {
+unsafe fn private_input(
+    input: *const u8,
+    bytes: usize,
+    needed: bool,
+) -> (Option<Scratch>, *const u8) {
     if !needed {
         return (None, input);
     }
@@ -262,15 +272,26 @@ fn describe_sig(v: &[u64]) -> String {
     let dtype = if v[1] == 0 {
         "-".to_string()
     } else {
-        DType::ALL.get(v[1] as usize - 1).map_or("?".into(), |d| d.name().to_string())
+        DType::ALL
+            .get(v[1] as usize - 1)
+            .map_or("?".into(), |d| d.name().to_string())
     };
     let red = if v[4] == 0 {
         String::new()
     } else {
-        format!(", op {}", RedKind::ALL.get(v[4] as usize - 1).map_or("?", |k| k.name()))
+        format!(
+            ", op {}",
+            RedKind::ALL
+                .get(v[4] as usize - 1)
+                .map_or("?", |k| k.name())
+        )
     };
     let root = v[3] as i64;
-    let root = if root >= 0 { format!(", root {root}") } else { String::new() };
+    let root = if root >= 0 {
+        format!(", root {root}")
+    } else {
+        String::new()
+    };
     format!("{op}(dtype {dtype}, count {}{root}{red})", v[2])
 }
 
@@ -291,10 +312,17 @@ impl GlooBackend {
         let module = shim::module()?;
         let check = crate::config::config().check_collectives;
         let n = init.size as usize;
-        let hint = |k: &str| init.hints.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
+        let hint = |k: &str| {
+            init.hints
+                .iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.clone())
+        };
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let hostname = hint("gloo.hostname").or_else(|| env("TORCHCOMM_GLOO_HOSTNAME"));
-        let iface = hint("gloo.iface").or_else(|| env("TORCHCOMM_GLOO_IFACE")).or_else(|| env("GLOO_SOCKET_IFNAME"));
+        let iface = hint("gloo.iface")
+            .or_else(|| env("TORCHCOMM_GLOO_IFACE"))
+            .or_else(|| env("GLOO_SOCKET_IFNAME"));
         let ctx = if init.size > 1 {
             let store: StoreRef = init.store.clone();
             let vt = shim::StoreVtable {
@@ -315,7 +343,10 @@ impl GlooBackend {
             .map_err(|e| {
                 Error::new(
                     e.kind(),
-                    format!("gloo: connecting rank {} of {} for comm '{}': {}", init.rank, init.size, init.name, e.message),
+                    format!(
+                        "gloo: connecting rank {} of {} for comm '{}': {}",
+                        init.rank, init.size, init.name, e.message
+                    ),
                 )
             })?;
             Some(ctx)
@@ -327,7 +358,11 @@ impl GlooBackend {
             size: init.size,
             name: init.name.clone(),
             ctx,
-            seqs: Mutex::new(Seqs { tag: 1, send: vec![0; n], recv: vec![0; n] }),
+            seqs: Mutex::new(Seqs {
+                tag: 1,
+                send: vec![0; n],
+                recv: vec![0; n],
+            }),
             broken: Mutex::new(None),
             check_collectives: check,
             peer_addresses: Vec::new(),
@@ -346,11 +381,22 @@ impl GlooBackend {
         if init.size > 1 {
             let deadline = Deadline(Instant::now() + init.timeout);
             let label = format!("gloo comm '{}' rank {}/{}", init.name, init.rank, init.size);
-            backend.intra = intra_host::IntraHost::setup(init.rank as usize, init.size as usize, &label, &|words| {
-                backend.all_gather_words(words, &deadline, "connect (shared-memory setup)")
-            })?;
+            backend.intra = intra_host::IntraHost::setup(
+                init.rank as usize,
+                init.size as usize,
+                &label,
+                &|words| {
+                    backend.all_gather_words(words, &deadline, "connect (shared-memory setup)")
+                },
+            )?;
         }
-        crate::log_info!("gloo: comm '{}' rank {}/{} connected (module {})", init.name, init.rank, init.size, module.path);
+        crate::log_info!(
+            "gloo: comm '{}' rank {}/{} connected (module {})",
+            init.name,
+            init.rank,
+            init.size,
+            module.path
+        );
         Ok(backend)
     }
 
@@ -358,11 +404,18 @@ impl GlooBackend {
     /// collective-check setting (a rank checking alone would desynchronise).
     fn hello(&self, timeout: Duration) -> Result<()> {
         let deadline = Deadline(Instant::now() + timeout);
-        let mine = [HELLO_MAGIC, self.check_collectives as u64, self.size as u64, 0];
+        let mine = [
+            HELLO_MAGIC,
+            self.check_collectives as u64,
+            self.size as u64,
+            0,
+        ];
         let all = self.all_gather_words(&mine, &deadline, "connect")?;
         for (r, theirs) in all.chunks(4).enumerate() {
             if theirs[0] != HELLO_MAGIC || theirs[2] != self.size as u64 {
-                return Err(Error::invalid_usage(format!("gloo: rank {r} runs an incompatible torchcomm gloo module")));
+                return Err(Error::invalid_usage(format!(
+                    "gloo: rank {r} runs an incompatible torchcomm gloo module"
+                )));
             }
             if theirs[1] != mine[1] {
                 return Err(Error::invalid_usage(format!(
@@ -387,9 +440,14 @@ impl GlooBackend {
         }
         let mut mine = vec![0u64; n * WORDS];
         for j in (0..n).filter(|j| *j != me) {
-            let a = self.ctx().pair_address(j as i32).map_err(|e| self.fail("connect", e))?;
+            let a = self
+                .ctx()
+                .pair_address(j as i32)
+                .map_err(|e| self.fail("connect", e))?;
             let bytes = a.as_bytes();
-            let dst = unsafe { std::slice::from_raw_parts_mut(mine[j * WORDS..].as_mut_ptr() as *mut u8, WORDS * 8) };
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(mine[j * WORDS..].as_mut_ptr() as *mut u8, WORDS * 8)
+            };
             let len = bytes.len().min(WORDS * 8);
             dst[..len].copy_from_slice(&bytes[..len]);
         }
@@ -398,7 +456,8 @@ impl GlooBackend {
         Ok((0..n)
             .map(|j| {
                 let words = &all[(j * n + me) * WORDS..(j * n + me + 1) * WORDS];
-                let bytes = unsafe { std::slice::from_raw_parts(words.as_ptr() as *const u8, WORDS * 8) };
+                let bytes =
+                    unsafe { std::slice::from_raw_parts(words.as_ptr() as *const u8, WORDS * 8) };
                 let end = bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len());
                 String::from_utf8_lossy(&bytes[..end]).into_owned()
             })
@@ -424,8 +483,15 @@ impl GlooBackend {
         match &*lock(&self.broken) {
             None => Ok(()),
             Some(e) => Err(Error::new(
-                if e.kind == ErrorKind::Aborted { ErrorKind::Aborted } else { e.kind },
-                format!("gloo context of comm '{}' is unusable after an earlier failure: {}", self.name, e.message),
+                if e.kind == ErrorKind::Aborted {
+                    ErrorKind::Aborted
+                } else {
+                    e.kind
+                },
+                format!(
+                    "gloo context of comm '{}' is unusable after an earlier failure: {}",
+                    self.name, e.message
+                ),
             )),
         }
     }
@@ -463,8 +529,17 @@ impl GlooBackend {
             ErrorKind::Remote => "; a peer failed or closed its connection",
             _ => "",
         };
-        let err = Error::new(kind, format!("gloo {what} on rank {}{peer}: {}{hint}", self.rank, e.message));
-        if matches!(kind, ErrorKind::Timeout | ErrorKind::Remote | ErrorKind::Internal) {
+        let err = Error::new(
+            kind,
+            format!(
+                "gloo {what} on rank {}{peer}: {}{hint}",
+                self.rank, e.message
+            ),
+        );
+        if matches!(
+            kind,
+            ErrorKind::Timeout | ErrorKind::Remote | ErrorKind::Internal
+        ) {
             self.mark_broken(&err);
         }
         err
@@ -483,42 +558,63 @@ impl GlooBackend {
         let store = self.store.clone();
         let mine = format!("{seq} {op_name} {kind:?}");
         let (tx, rx) = mpsc::channel();
-        let spawned = std::thread::Builder::new().name("tc-gloo-diag".into()).spawn(move || {
-            let key = |r: usize| format!("failure_report/{r}");
-            let collect = || -> Result<Vec<Option<String>>> {
-                let store = store.clone_store().unwrap_or(store);
-                store.set(&key(me), mine.as_bytes())?;
-                let deadline = Instant::now() + DIAGNOSIS_WINDOW;
-                let mut reports: Vec<Option<String>> = vec![None; n];
-                loop {
-                    for (r, slot) in reports.iter_mut().enumerate() {
-                        if r != me && slot.is_none() && store.check(&[&key(r)])? {
-                            *slot = Some(String::from_utf8_lossy(&store.get(&key(r))?).into_owned());
+        let spawned = std::thread::Builder::new()
+            .name("tc-gloo-diag".into())
+            .spawn(move || {
+                let key = |r: usize| format!("failure_report/{r}");
+                let collect = || -> Result<Vec<Option<String>>> {
+                    let store = store.clone_store().unwrap_or(store);
+                    store.set(&key(me), mine.as_bytes())?;
+                    let deadline = Instant::now() + DIAGNOSIS_WINDOW;
+                    let mut reports: Vec<Option<String>> = vec![None; n];
+                    loop {
+                        for (r, slot) in reports.iter_mut().enumerate() {
+                            if r != me && slot.is_none() && store.check(&[&key(r)])? {
+                                *slot = Some(
+                                    String::from_utf8_lossy(&store.get(&key(r))?).into_owned(),
+                                );
+                            }
                         }
+                        let missing = reports
+                            .iter()
+                            .enumerate()
+                            .any(|(r, v)| r != me && v.is_none());
+                        if !missing || Instant::now() >= deadline {
+                            return Ok(reports);
+                        }
+                        std::thread::sleep(Duration::from_millis(40));
                     }
-                    let missing = reports.iter().enumerate().any(|(r, v)| r != me && v.is_none());
-                    if !missing || Instant::now() >= deadline {
-                        return Ok(reports);
-                    }
-                    std::thread::sleep(Duration::from_millis(40));
-                }
-            };
-            let _ = tx.send(collect());
-        });
+                };
+                let _ = tx.send(collect());
+            });
         if spawned.is_err() {
             return String::new();
         }
         let reports = match rx.recv_timeout(DIAGNOSIS_WINDOW + Duration::from_millis(150)) {
             Ok(Ok(reports)) => reports,
-            Ok(Err(e)) => return format!("; the other ranks' state is unknown (store: {})", e.message),
-            Err(_) => return "; the other ranks' state is unknown (the store did not answer)".into(),
+            Ok(Err(e)) => {
+                return format!("; the other ranks' state is unknown (store: {})", e.message)
+            }
+            Err(_) => {
+                return "; the other ranks' state is unknown (the store did not answer)".into()
+            }
         };
         let list = |v: &[usize]| {
             let shown: Vec<String> = v.iter().take(8).map(|r| r.to_string()).collect();
-            let more = if v.len() > 8 { format!(" and {} more", v.len() - 8) } else { String::new() };
-            format!("{} {}{more}", if v.len() == 1 { "rank" } else { "ranks" }, shown.join(", "))
+            let more = if v.len() > 8 {
+                format!(" and {} more", v.len() - 8)
+            } else {
+                String::new()
+            };
+            format!(
+                "{} {}{more}",
+                if v.len() == 1 { "rank" } else { "ranks" },
+                shown.join(", ")
+            )
         };
-        let silent: Vec<usize> = (0..n).filter(|r| *r != me && reports[*r].is_none()).collect();
+        let silent: Vec<usize> = (0..n)
+            .filter(|r| *r != me && reports[*r].is_none())
+            .collect();
         let mut parts = Vec::new();
         if !silent.is_empty() {
             parts.push(format!(
@@ -570,23 +666,54 @@ impl GlooBackend {
         Ok(all)
     }
 
-    unsafe fn g_allreduce(&self, buf: *mut u8, count: usize, dtype: DType, f: reduce::ReduceFn, d: &Deadline) -> Result<()> {
+    unsafe fn g_allreduce(
+        &self,
+        buf: *mut u8,
+        count: usize,
+        dtype: DType,
+        f: reduce::ReduceFn,
+        d: &Deadline,
+    ) -> Result<()> {
         if self.size == 1 || count == 0 {
             return Ok(());
         }
         let tag = self.next_tag();
         self.ctx()
-            .allreduce(std::ptr::null(), buf, count, dtype.size(), f, tag, d.left()?)
+            .allreduce(
+                std::ptr::null(),
+                buf,
+                count,
+                dtype.size(),
+                f,
+                tag,
+                d.left()?,
+            )
             .map_err(|e| self.fail("all_reduce", e))
     }
 
     // ---- checks -----------------------------------------------------------------
 
     fn check_collective(&self, op: &Op, d: &Deadline) -> Result<()> {
-        let Some((dtype, count, root)) = op.signature() else { return Ok(()) };
-        let code = OP_NAMES.iter().position(|n| *n == op.name()).unwrap_or(usize::MAX) as u64;
-        let red = op.reduce_op().map_or(0, |r| RedKind::ALL.iter().position(|k| *k == r.kind).unwrap_or(0) as u64 + 1);
-        let mine = [code, dtype.map_or(0, |d| d.to_c() as u64 + 1), count as u64, root as i64 as u64, red, 0, 0, 0];
+        let Some((dtype, count, root)) = op.signature() else {
+            return Ok(());
+        };
+        let code = OP_NAMES
+            .iter()
+            .position(|n| *n == op.name())
+            .unwrap_or(usize::MAX) as u64;
+        let red = op.reduce_op().map_or(0, |r| {
+            RedKind::ALL.iter().position(|k| *k == r.kind).unwrap_or(0) as u64 + 1
+        });
+        let mine = [
+            code,
+            dtype.map_or(0, |d| d.to_c() as u64 + 1),
+            count as u64,
+            root as i64 as u64,
+            red,
+            0,
+            0,
+            0,
+        ];
         let all = self.all_gather_words(&mine, d, "collective check")?;
         let me = self.rank as usize;
         for (r, theirs) in all.chunks(8).enumerate() {
@@ -629,7 +756,12 @@ impl GlooBackend {
                 // errors come before any sync, and counts that differ are
                 // found by all ranks at the same sync: those stay in step.
                 return result.inspect_err(|e| {
-                    if !matches!(e.kind, ErrorKind::InvalidUsage | ErrorKind::InvalidArgument | ErrorKind::Unsupported) {
+                    if !matches!(
+                        e.kind,
+                        ErrorKind::InvalidUsage
+                            | ErrorKind::InvalidArgument
+                            | ErrorKind::Unsupported
+                    ) {
                         self.mark_broken(e)
                     }
                 });
@@ -641,36 +773,88 @@ impl GlooBackend {
         // count, and the caller keeps the buffers alive until completion.
         unsafe {
             match op {
-                Op::Send { buf, count, dtype, peer } => {
-                    self.p2p(&[P2p { is_send: true, buf: *buf, count: *count, dtype: *dtype, peer: *peer }], d)
-                }
-                Op::Recv { buf, count, dtype, peer } => {
-                    self.p2p(&[P2p { is_send: false, buf: *buf, count: *count, dtype: *dtype, peer: *peer }], d)
-                }
+                Op::Send {
+                    buf,
+                    count,
+                    dtype,
+                    peer,
+                } => self.p2p(
+                    &[P2p {
+                        is_send: true,
+                        buf: *buf,
+                        count: *count,
+                        dtype: *dtype,
+                        peer: *peer,
+                    }],
+                    d,
+                ),
+                Op::Recv {
+                    buf,
+                    count,
+                    dtype,
+                    peer,
+                } => self.p2p(
+                    &[P2p {
+                        is_send: false,
+                        buf: *buf,
+                        count: *count,
+                        dtype: *dtype,
+                        peer: *peer,
+                    }],
+                    d,
+                ),
                 Op::Batch { ops } => self.p2p(ops, d),
-                Op::Broadcast { buf, count, dtype, root } => {
+                Op::Broadcast {
+                    buf,
+                    count,
+                    dtype,
+                    root,
+                } => {
                     let bytes = count * dtype.size();
                     if n == 1 || bytes == 0 {
                         return Ok(());
                     }
                     let tag = self.next_tag();
-                    self.ctx().broadcast(buf.as_u8(), bytes, *root, tag, d.left()?).map_err(|e| self.fail("broadcast", e))
+                    self.ctx()
+                        .broadcast(buf.as_u8(), bytes, *root, tag, d.left()?)
+                        .map_err(|e| self.fail("broadcast", e))
                 }
-                Op::AllReduce { buf, count, dtype, op } if self.sums_halves(*dtype, op.kind) && *count >= n => {
+                Op::AllReduce {
+                    buf,
+                    count,
+                    dtype,
+                    op,
+                } if self.sums_halves(*dtype, op.kind) && *count >= n => {
                     // A reduce-scatter (summing in f32, rounding once) and an
                     // all-gather: the data volume of a ring all-reduce, the
                     // precision of one rounding instead of one per rank.
-                    let counts: Vec<usize> = (0..n).map(|r| *count / n + usize::from(r < *count % n)).collect();
+                    let counts: Vec<usize> = (0..n)
+                        .map(|r| *count / n + usize::from(r < *count % n))
+                        .collect();
                     let es = dtype.size();
                     let offset = counts[..me].iter().sum::<usize>() * es;
-                    self.reduce_scatter_blocks(buf.as_u8(), buf.as_u8().add(offset), &counts, *dtype, op, d)?;
+                    self.reduce_scatter_blocks(
+                        buf.as_u8(),
+                        buf.as_u8().add(offset),
+                        &counts,
+                        *dtype,
+                        op,
+                        d,
+                    )?;
                     let sizes: Vec<usize> = counts.iter().map(|c| c * es).collect();
                     let mut own = Scratch::new(sizes[me]);
                     copy(own.ptr(), buf.as_u8().add(offset), sizes[me]);
                     let tag = self.next_tag();
-                    self.ctx().allgatherv(own.ptr(), buf.as_u8(), &sizes, tag, d.left()?).map_err(|e| self.fail("all_reduce", e))
+                    self.ctx()
+                        .allgatherv(own.ptr(), buf.as_u8(), &sizes, tag, d.left()?)
+                        .map_err(|e| self.fail("all_reduce", e))
                 }
-                Op::AllReduce { buf, count, dtype, op } => {
+                Op::AllReduce {
+                    buf,
+                    count,
+                    dtype,
+                    op,
+                } => {
                     let f = reduce::kernel(*dtype, op.kind)?;
                     if op.kind == RedKind::PremulSum {
                         let k = premul_factor(op, *dtype)?;
@@ -678,15 +862,38 @@ impl GlooBackend {
                     }
                     self.g_allreduce(buf.as_u8(), *count, *dtype, f, d)?;
                     if op.kind == RedKind::Avg {
-                        reduce::scale(*dtype, buf.as_u8(), buf.as_u8(), *count, Scale::Div(n as u64))?;
+                        reduce::scale(
+                            *dtype,
+                            buf.as_u8(),
+                            buf.as_u8(),
+                            *count,
+                            Scale::Div(n as u64),
+                        )?;
                     }
                     Ok(())
                 }
-                Op::Reduce { buf, count, dtype, root, op } if self.sums_halves(*dtype, op.kind) && *count >= n => {
+                Op::Reduce {
+                    buf,
+                    count,
+                    dtype,
+                    root,
+                    op,
+                } if self.sums_halves(*dtype, op.kind) && *count >= n => {
                     self.reduce_halves(buf.as_u8(), *count, *dtype, *root, op, d)
                 }
-                Op::Reduce { buf, count, dtype, root, op } => self.reduce(buf.as_u8(), *count, *dtype, *root, op, d),
-                Op::AllGather { outputs, input, count, dtype } => {
+                Op::Reduce {
+                    buf,
+                    count,
+                    dtype,
+                    root,
+                    op,
+                } => self.reduce(buf.as_u8(), *count, *dtype, *root, op, d),
+                Op::AllGather {
+                    outputs,
+                    input,
+                    count,
+                    dtype,
+                } => {
                     let bytes = count * dtype.size();
                     let mut tmp = Scratch::new(bytes * n);
                     self.all_gather_into(input.as_u8(), tmp.ptr(), bytes, d)?;
@@ -695,7 +902,12 @@ impl GlooBackend {
                     }
                     Ok(())
                 }
-                Op::AllGatherSingle { output, input, count, dtype } => {
+                Op::AllGatherSingle {
+                    output,
+                    input,
+                    count,
+                    dtype,
+                } => {
                     let bytes = count * dtype.size();
                     let out = output.as_u8();
                     if input.as_u8() == out.add(me * bytes) {
@@ -708,7 +920,12 @@ impl GlooBackend {
                         self.all_gather_into(input.as_u8(), out, bytes, d)
                     }
                 }
-                Op::AllGatherV { output, input, counts, dtype } => {
+                Op::AllGatherV {
+                    output,
+                    input,
+                    counts,
+                    dtype,
+                } => {
                     self.agree_counts("all_gather_v", counts, d)?;
                     let es = dtype.size();
                     let sizes: Vec<usize> = counts.iter().map(|c| c * es).collect();
@@ -725,25 +942,62 @@ impl GlooBackend {
                     let mut tmp = Scratch::new(mine);
                     copy(tmp.ptr(), input.as_u8(), mine);
                     let tag = self.next_tag();
-                    self.ctx().allgatherv(tmp.ptr(), out, &sizes, tag, d.left()?).map_err(|e| self.fail("all_gather_v", e))?;
+                    self.ctx()
+                        .allgatherv(tmp.ptr(), out, &sizes, tag, d.left()?)
+                        .map_err(|e| self.fail("all_gather_v", e))?;
                     Ok(())
                 }
-                Op::ReduceScatter { output, inputs, count, dtype, op } => {
+                Op::ReduceScatter {
+                    output,
+                    inputs,
+                    count,
+                    dtype,
+                    op,
+                } => {
                     let bytes = count * dtype.size();
                     let mut tmp = Scratch::new(bytes * n);
                     for (r, p) in inputs.iter().enumerate() {
                         copy(tmp.ptr().add(r * bytes), p.as_u8(), bytes);
                     }
-                    self.reduce_scatter_blocks(tmp.ptr(), output.as_u8(), &vec![*count; n], *dtype, op, d)
+                    self.reduce_scatter_blocks(
+                        tmp.ptr(),
+                        output.as_u8(),
+                        &vec![*count; n],
+                        *dtype,
+                        op,
+                        d,
+                    )
                 }
-                Op::ReduceScatterSingle { output, input, count, dtype, op } => {
-                    self.reduce_scatter_blocks(input.as_u8(), output.as_u8(), &vec![*count; n], *dtype, op, d)
-                }
-                Op::ReduceScatterV { output, input, counts, dtype, op } => {
+                Op::ReduceScatterSingle {
+                    output,
+                    input,
+                    count,
+                    dtype,
+                    op,
+                } => self.reduce_scatter_blocks(
+                    input.as_u8(),
+                    output.as_u8(),
+                    &vec![*count; n],
+                    *dtype,
+                    op,
+                    d,
+                ),
+                Op::ReduceScatterV {
+                    output,
+                    input,
+                    counts,
+                    dtype,
+                    op,
+                } => {
                     self.agree_counts("reduce_scatter_v", counts, d)?;
                     self.reduce_scatter_blocks(input.as_u8(), output.as_u8(), counts, *dtype, op, d)
                 }
-                Op::AllToAll { outputs, inputs, count, dtype } => {
+                Op::AllToAll {
+                    outputs,
+                    inputs,
+                    count,
+                    dtype,
+                } => {
                     let bytes = count * dtype.size();
                     let mut tin = Scratch::new(bytes * n);
                     let mut tout = Scratch::new(bytes * n);
@@ -756,7 +1010,12 @@ impl GlooBackend {
                     }
                     Ok(())
                 }
-                Op::AllToAllSingle { output, input, count, dtype } => {
+                Op::AllToAllSingle {
+                    output,
+                    input,
+                    count,
+                    dtype,
+                } => {
                     let bytes = count * dtype.size();
                     if overlaps(input.as_u8(), bytes * n, output.as_u8(), bytes * n) {
                         let mut tin = Scratch::new(bytes * n);
@@ -766,17 +1025,36 @@ impl GlooBackend {
                         self.all_to_all(input.as_u8(), output.as_u8(), bytes, d)
                     }
                 }
-                Op::AllToAllVSingle { output, output_counts, input, input_counts, dtype } => {
-                    self.all_to_all_v(output.as_u8(), output_counts, input.as_u8(), input_counts, *dtype, d)
-                }
+                Op::AllToAllVSingle {
+                    output,
+                    output_counts,
+                    input,
+                    input_counts,
+                    dtype,
+                } => self.all_to_all_v(
+                    output.as_u8(),
+                    output_counts,
+                    input.as_u8(),
+                    input_counts,
+                    *dtype,
+                    d,
+                ),
                 Op::Barrier => {
                     if n == 1 {
                         return Ok(());
                     }
                     let tag = self.next_tag();
-                    self.ctx().barrier(tag, d.left()?).map_err(|e| self.fail("barrier", e))
+                    self.ctx()
+                        .barrier(tag, d.left()?)
+                        .map_err(|e| self.fail("barrier", e))
                 }
-                Op::Scatter { output, inputs, count, dtype, root } => {
+                Op::Scatter {
+                    output,
+                    inputs,
+                    count,
+                    dtype,
+                    root,
+                } => {
                     let bytes = count * dtype.size();
                     if n == 1 {
                         copy(output.as_u8(), inputs[0].as_u8(), bytes);
@@ -796,11 +1074,20 @@ impl GlooBackend {
                         }
                     }
                     let tag = self.next_tag();
-                    let r = self.ctx().scatter(&ins, output.as_u8(), bytes, *root, tag, d.left()?).map_err(|e| self.fail("scatter", e));
+                    let r = self
+                        .ctx()
+                        .scatter(&ins, output.as_u8(), bytes, *root, tag, d.left()?)
+                        .map_err(|e| self.fail("scatter", e));
                     drop(own);
                     r
                 }
-                Op::Gather { outputs, input, count, dtype, root } => {
+                Op::Gather {
+                    outputs,
+                    input,
+                    count,
+                    dtype,
+                    root,
+                } => {
                     let bytes = count * dtype.size();
                     if n == 1 {
                         copy(outputs[0].as_u8(), input.as_u8(), bytes);
@@ -836,7 +1123,12 @@ impl GlooBackend {
     ///
     /// # Safety
     /// The comm validated the operation's buffers against its counts.
-    unsafe fn intra_host_op(&self, ih: &intra_host::IntraHost, op: &Op, d: &Deadline) -> Option<Result<()>> {
+    unsafe fn intra_host_op(
+        &self,
+        ih: &intra_host::IntraHost,
+        op: &Op,
+        d: &Deadline,
+    ) -> Option<Result<()>> {
         let (n, me) = (ih.size(), ih.rank());
         let alive = || self.check_not_broken();
         let sync = |what: &str| ih.sync(what, d, &alive);
@@ -844,126 +1136,247 @@ impl GlooBackend {
             Ok(intra_host::Reduction {
                 dtype,
                 f: reduce::kernel(dtype, op.kind)?,
-                premul: if op.kind == RedKind::PremulSum { Some(premul_factor(op, dtype)?) } else { None },
+                premul: if op.kind == RedKind::PremulSum {
+                    Some(premul_factor(op, dtype)?)
+                } else {
+                    None
+                },
                 avg: op.kind == RedKind::Avg,
                 halves: self.sums_halves(dtype, op.kind),
             })
         };
         match op {
             Op::Barrier => Some(sync("barrier")),
-            Op::Broadcast { buf, count, dtype, root } => Some(ih.broadcast(buf.as_u8(), count * dtype.size(), *root as usize, &sync)),
-            Op::AllReduce { buf, count, dtype, op } => {
-                Some(reduction(*dtype, op).and_then(|r| ih.reduce(buf.as_u8(), *count, &r, None, &sync)))
-            }
-            Op::Reduce { buf, count, dtype, root, op } => {
-                Some(reduction(*dtype, op).and_then(|r| ih.reduce(buf.as_u8(), *count, &r, Some(*root as usize), &sync)))
-            }
-            Op::AllGatherSingle { output, input, count, dtype } => {
+            Op::Broadcast {
+                buf,
+                count,
+                dtype,
+                root,
+            } => Some(ih.broadcast(buf.as_u8(), count * dtype.size(), *root as usize, &sync)),
+            Op::AllReduce {
+                buf,
+                count,
+                dtype,
+                op,
+            } => Some(
+                reduction(*dtype, op).and_then(|r| ih.reduce(buf.as_u8(), *count, &r, None, &sync)),
+            ),
+            Op::Reduce {
+                buf,
+                count,
+                dtype,
+                root,
+                op,
+            } => Some(
+                reduction(*dtype, op)
+                    .and_then(|r| ih.reduce(buf.as_u8(), *count, &r, Some(*root as usize), &sync)),
+            ),
+            Op::AllGatherSingle {
+                output,
+                input,
+                count,
+                dtype,
+            } => {
                 let bytes = count * dtype.size();
                 let out = output.as_u8();
                 // Later chunks read the input after earlier ones wrote the
                 // output: fine in place or apart, else read a copy.
                 let in_place = std::ptr::eq(input.as_u8(), out.add(me * bytes));
-                let (_copy, input) = private_input(input.as_u8(), bytes, !in_place && overlaps(input.as_u8(), bytes, out, bytes * n));
+                let (_copy, input) = private_input(
+                    input.as_u8(),
+                    bytes,
+                    !in_place && overlaps(input.as_u8(), bytes, out, bytes * n),
+                );
                 Some(ih.all_gather(out, input, bytes, &sync))
             }
-            Op::ReduceScatterSingle { output, input, count, dtype, op } => {
+            Op::ReduceScatterSingle {
+                output,
+                input,
+                count,
+                dtype,
+                op,
+            } => {
                 let (es, out) = (dtype.size(), output.as_u8());
                 let in_place = std::ptr::eq(out, input.as_u8().add(me * count * es));
                 let clash = !in_place && overlaps(input.as_u8(), count * es * n, out, count * es);
                 let (_copy, input) = private_input(input.as_u8(), count * es * n, clash);
-                Some(reduction(*dtype, op).and_then(|r| ih.reduce_scatter(out, input, *count, &r, &sync)))
+                Some(
+                    reduction(*dtype, op)
+                        .and_then(|r| ih.reduce_scatter(out, input, *count, &r, &sync)),
+                )
             }
-            Op::AllToAllSingle { output, input, count, dtype } => {
+            Op::AllToAllSingle {
+                output,
+                input,
+                count,
+                dtype,
+            } => {
                 let (block, out) = (count * dtype.size(), output.as_u8());
                 // Each chunk is read whole before any of it is written.
-                let clash = !std::ptr::eq(out, input.as_u8()) && overlaps(input.as_u8(), block * n, out, block * n);
+                let clash = !std::ptr::eq(out, input.as_u8())
+                    && overlaps(input.as_u8(), block * n, out, block * n);
                 let (_copy, input) = private_input(input.as_u8(), block * n, clash);
                 Some(ih.all_to_all(out, input, block, &sync))
             }
-            Op::AllGather { outputs, input, count, dtype } => {
+            Op::AllGather {
+                outputs,
+                input,
+                count,
+                dtype,
+            } => {
                 let bytes = count * dtype.size();
                 let mut all = Scratch::new(bytes * n);
-                Some(ih.all_gather(all.ptr(), input.as_u8(), bytes, &sync).map(|()| {
-                    for (r, out) in outputs.iter().enumerate() {
-                        copy(out.as_u8(), all.ptr().add(r * bytes), bytes);
-                    }
-                }))
+                Some(
+                    ih.all_gather(all.ptr(), input.as_u8(), bytes, &sync)
+                        .map(|()| {
+                            for (r, out) in outputs.iter().enumerate() {
+                                copy(out.as_u8(), all.ptr().add(r * bytes), bytes);
+                            }
+                        }),
+                )
             }
-            Op::ReduceScatter { output, inputs, count, dtype, op } => {
+            Op::ReduceScatter {
+                output,
+                inputs,
+                count,
+                dtype,
+                op,
+            } => {
                 let bytes = count * dtype.size();
                 let mut packed = Scratch::new(bytes * n);
                 for (r, p) in inputs.iter().enumerate() {
                     copy(packed.ptr().add(r * bytes), p.as_u8(), bytes);
                 }
-                Some(reduction(*dtype, op).and_then(|r| ih.reduce_scatter(output.as_u8(), packed.ptr(), *count, &r, &sync)))
+                Some(reduction(*dtype, op).and_then(|r| {
+                    ih.reduce_scatter(output.as_u8(), packed.ptr(), *count, &r, &sync)
+                }))
             }
-            Op::AllToAll { outputs, inputs, count, dtype } => {
+            Op::AllToAll {
+                outputs,
+                inputs,
+                count,
+                dtype,
+            } => {
                 let bytes = count * dtype.size();
                 let (mut packed, mut received) = (Scratch::new(bytes * n), Scratch::new(bytes * n));
                 for (r, p) in inputs.iter().enumerate() {
                     copy(packed.ptr().add(r * bytes), p.as_u8(), bytes);
                 }
-                Some(ih.all_to_all(received.ptr(), packed.ptr(), bytes, &sync).map(|()| {
-                    for (r, out) in outputs.iter().enumerate() {
-                        copy(out.as_u8(), received.ptr().add(r * bytes), bytes);
-                    }
-                }))
+                Some(
+                    ih.all_to_all(received.ptr(), packed.ptr(), bytes, &sync)
+                        .map(|()| {
+                            for (r, out) in outputs.iter().enumerate() {
+                                copy(out.as_u8(), received.ptr().add(r * bytes), bytes);
+                            }
+                        }),
+                )
             }
-            Op::AllGatherV { output, input, counts, dtype } => {
+            Op::AllGatherV {
+                output,
+                input,
+                counts,
+                dtype,
+            } => {
                 let es = dtype.size();
-                let (total, before) = (counts.iter().sum::<usize>(), counts[..me].iter().sum::<usize>());
+                let (total, before) = (
+                    counts.iter().sum::<usize>(),
+                    counts[..me].iter().sum::<usize>(),
+                );
                 let in_place = std::ptr::eq(input.as_u8(), output.as_u8().add(before * es));
-                let clash = !in_place && overlaps(input.as_u8(), counts[me] * es, output.as_u8(), total * es);
+                let clash = !in_place
+                    && overlaps(input.as_u8(), counts[me] * es, output.as_u8(), total * es);
                 let (_copy, input) = private_input(input.as_u8(), counts[me] * es, clash);
                 Some(ih.all_gather_v(output.as_u8(), input, counts, es, &sync))
             }
-            Op::ReduceScatterV { output, input, counts, dtype, op } => {
+            Op::ReduceScatterV {
+                output,
+                input,
+                counts,
+                dtype,
+                op,
+            } => {
                 let (es, out) = (dtype.size(), output.as_u8());
-                let (total, before) = (counts.iter().sum::<usize>(), counts[..me].iter().sum::<usize>());
+                let (total, before) = (
+                    counts.iter().sum::<usize>(),
+                    counts[..me].iter().sum::<usize>(),
+                );
                 let in_place = std::ptr::eq(out, input.as_u8().add(before * es));
                 let clash = !in_place && overlaps(input.as_u8(), total * es, out, counts[me] * es);
                 let (_copy, input) = private_input(input.as_u8(), total * es, clash);
-                Some(reduction(*dtype, op).and_then(|r| ih.reduce_scatter_v(out, input, counts, &r, &sync)))
+                Some(
+                    reduction(*dtype, op)
+                        .and_then(|r| ih.reduce_scatter_v(out, input, counts, &r, &sync)),
+                )
             }
-            Op::AllToAllVSingle { output, output_counts, input, input_counts, dtype } => {
+            Op::AllToAllVSingle {
+                output,
+                output_counts,
+                input,
+                input_counts,
+                dtype,
+            } => {
                 let es = dtype.size();
-                let (in_total, out_total) = (input_counts.iter().sum::<usize>(), output_counts.iter().sum::<usize>());
+                let (in_total, out_total) = (
+                    input_counts.iter().sum::<usize>(),
+                    output_counts.iter().sum::<usize>(),
+                );
                 // In place with the same splits, each chunk is read before it
                 // is written; any other overlap reads a copy.
                 let same_layout = output.0 == input.0 && input_counts == output_counts;
-                let clash = !same_layout && overlaps(input.as_u8(), in_total * es, output.as_u8(), out_total * es);
+                let clash = !same_layout
+                    && overlaps(input.as_u8(), in_total * es, output.as_u8(), out_total * es);
                 let (_copy, input) = private_input(input.as_u8(), in_total * es, clash);
-                Some(ih.all_to_all_v(output.as_u8(), output_counts, input, input_counts, es, &sync))
+                Some(ih.all_to_all_v(
+                    output.as_u8(),
+                    output_counts,
+                    input,
+                    input_counts,
+                    es,
+                    &sync,
+                ))
             }
-            Op::Gather { outputs, input, count, dtype, root } => {
+            Op::Gather {
+                outputs,
+                input,
+                count,
+                dtype,
+                root,
+            } => {
                 let bytes = count * dtype.size();
                 // The root writes outputs while later chunks of its input are
                 // still to be read: its own block in place, or apart, or a copy.
-                let clash = outputs
-                    .iter()
-                    .enumerate()
-                    .any(|(r, o)| overlaps(input.as_u8(), bytes, o.as_u8(), bytes) && !(r == me && o.0 == input.0));
+                let clash = outputs.iter().enumerate().any(|(r, o)| {
+                    overlaps(input.as_u8(), bytes, o.as_u8(), bytes) && !(r == me && o.0 == input.0)
+                });
                 let (_copy, input) = private_input(input.as_u8(), bytes, clash);
                 let outs: Vec<*mut u8> = outputs.iter().map(|o| o.as_u8()).collect();
                 Some(ih.gather(&outs, input, bytes, *root as usize, &sync))
             }
-            Op::Scatter { output, inputs, count, dtype, root } => {
+            Op::Scatter {
+                output,
+                inputs,
+                count,
+                dtype,
+                root,
+            } => {
                 let bytes = count * dtype.size();
                 // The root's output written while later chunks of its inputs
                 // are still to be read: received into a copy instead.
-                let clash = inputs
-                    .iter()
-                    .enumerate()
-                    .any(|(r, i)| overlaps(i.as_u8(), bytes, output.as_u8(), bytes) && !(r == me && i.0 == output.0));
+                let clash = inputs.iter().enumerate().any(|(r, i)| {
+                    overlaps(i.as_u8(), bytes, output.as_u8(), bytes)
+                        && !(r == me && i.0 == output.0)
+                });
                 let mut landing = Scratch::new(if clash { bytes } else { 0 });
                 let out = if clash { landing.ptr() } else { output.as_u8() };
                 let ins: Vec<*const u8> = inputs.iter().map(|i| i.as_u8() as *const u8).collect();
-                Some(ih.scatter(out, &ins, bytes, *root as usize, &sync).map(|()| {
-                    if clash {
-                        copy(output.as_u8(), landing.ptr(), bytes);
-                    }
-                }))
+                Some(
+                    ih.scatter(out, &ins, bytes, *root as usize, &sync)
+                        .map(|()| {
+                            if clash {
+                                copy(output.as_u8(), landing.ptr(), bytes);
+                            }
+                        }),
+                )
             }
             _ => None,
         }
@@ -977,7 +1390,13 @@ impl GlooBackend {
 
     /// All-gather of `bytes` per rank into `out`; `input` NULL means the
     /// caller's block is already in place.
-    unsafe fn all_gather_into(&self, input: *const u8, out: *mut u8, bytes: usize, d: &Deadline) -> Result<()> {
+    unsafe fn all_gather_into(
+        &self,
+        input: *const u8,
+        out: *mut u8,
+        bytes: usize,
+        d: &Deadline,
+    ) -> Result<()> {
         let me = self.rank as usize;
         if self.size == 1 || bytes == 0 {
             if !input.is_null() {
@@ -986,10 +1405,18 @@ impl GlooBackend {
             return Ok(());
         }
         let tag = self.next_tag();
-        self.ctx().allgather(input, out, bytes, tag, d.left()?).map_err(|e| self.fail("all_gather", e))
+        self.ctx()
+            .allgather(input, out, bytes, tag, d.left()?)
+            .map_err(|e| self.fail("all_gather", e))
     }
 
-    unsafe fn all_to_all(&self, input: *const u8, out: *mut u8, bytes: usize, d: &Deadline) -> Result<()> {
+    unsafe fn all_to_all(
+        &self,
+        input: *const u8,
+        out: *mut u8,
+        bytes: usize,
+        d: &Deadline,
+    ) -> Result<()> {
         if self.size == 1 {
             copy(out, input, bytes);
             return Ok(());
@@ -998,7 +1425,9 @@ impl GlooBackend {
             return Ok(());
         }
         let tag = self.next_tag();
-        self.ctx().alltoall(input, out, bytes, tag, d.left()?).map_err(|e| self.fail("all_to_all", e))
+        self.ctx()
+            .alltoall(input, out, bytes, tag, d.left()?)
+            .map_err(|e| self.fail("all_to_all", e))
     }
 
     unsafe fn all_to_all_v(
@@ -1115,7 +1544,12 @@ impl GlooBackend {
         let block = mine * es;
         copy(output, received.ptr(), block);
         for r in 1..n {
-            f(output as *mut c_void, output as *const c_void, received.ptr().add(r * block) as *const c_void, mine);
+            f(
+                output as *mut c_void,
+                output as *const c_void,
+                received.ptr().add(r * block) as *const c_void,
+                mine,
+            );
         }
         if let Some(k) = divide {
             reduce::scale(dtype, output, output, mine, Scale::Div(k))?;
@@ -1126,17 +1560,29 @@ impl GlooBackend {
     /// Reduce of float16/bfloat16 sums: a reduce-scatter (summing in f32,
     /// rounding once) into scratch, then a gather of the blocks to the root
     /// (padded to the largest block: Gloo's gather takes equal sizes).
-    unsafe fn reduce_halves(&self, buf: *mut u8, count: usize, dtype: DType, root: i32, op: &ReduceOp, d: &Deadline) -> Result<()> {
+    unsafe fn reduce_halves(
+        &self,
+        buf: *mut u8,
+        count: usize,
+        dtype: DType,
+        root: i32,
+        op: &ReduceOp,
+        d: &Deadline,
+    ) -> Result<()> {
         let n = self.size as usize;
         let es = dtype.size();
-        let counts: Vec<usize> = (0..n).map(|r| count / n + usize::from(r < count % n)).collect();
+        let counts: Vec<usize> = (0..n)
+            .map(|r| count / n + usize::from(r < count % n))
+            .collect();
         let padded = counts[0] * es;
         let mut own = Scratch::new(padded);
         self.reduce_scatter_blocks(buf, own.ptr(), &counts, dtype, op, d)?;
         let is_root = self.rank == root;
         let mut all = Scratch::new(if is_root { padded * n } else { 0 });
         let tag = self.next_tag();
-        self.ctx().gather(own.ptr(), all.ptr(), padded, root, tag, d.left()?).map_err(|e| self.fail("reduce", e))?;
+        self.ctx()
+            .gather(own.ptr(), all.ptr(), padded, root, tag, d.left()?)
+            .map_err(|e| self.fail("reduce", e))?;
         if is_root {
             let mut offset = 0;
             for (r, c) in counts.iter().enumerate() {
@@ -1147,7 +1593,15 @@ impl GlooBackend {
         Ok(())
     }
 
-    unsafe fn reduce(&self, buf: *mut u8, count: usize, dtype: DType, root: i32, op: &ReduceOp, d: &Deadline) -> Result<()> {
+    unsafe fn reduce(
+        &self,
+        buf: *mut u8,
+        count: usize,
+        dtype: DType,
+        root: i32,
+        op: &ReduceOp,
+        d: &Deadline,
+    ) -> Result<()> {
         let f = reduce::kernel(dtype, op.kind)?;
         let bytes = count * dtype.size();
         let is_root = self.rank == root;
@@ -1168,7 +1622,11 @@ impl GlooBackend {
             // rank: give non-roots scratch so their buffer stays untouched.
             let mut out_tmp = Scratch::new(if is_root { 0 } else { bytes });
             let out = if is_root { buf } else { out_tmp.ptr() };
-            let inp = if std::ptr::eq(input, out) { std::ptr::null() } else { input };
+            let inp = if std::ptr::eq(input, out) {
+                std::ptr::null()
+            } else {
+                input
+            };
             let tag = self.next_tag();
             self.ctx()
                 .reduce(inp, out, count, dtype.size(), root, f, tag, d.left()?)
@@ -1218,7 +1676,11 @@ impl GlooBackend {
         }
         let remote: Vec<&P2p> = ops.iter().filter(|o| o.peer != me).collect();
         if remote.is_empty() {
-            return if errors.is_empty() { Ok(()) } else { Err(Error::invalid_usage(errors.join("; "))) };
+            return if errors.is_empty() {
+                Ok(())
+            } else {
+                Err(Error::invalid_usage(errors.join("; ")))
+            };
         }
         self.check_not_broken()?;
         // Sequence numbers per peer and direction.
@@ -1234,7 +1696,10 @@ impl GlooBackend {
                 })
                 .collect()
         };
-        let mut my_desc: Vec<[u64; 2]> = remote.iter().map(|o| [o.count as u64, o.dtype.to_c() as u64]).collect();
+        let mut my_desc: Vec<[u64; 2]> = remote
+            .iter()
+            .map(|o| [o.count as u64, o.dtype.to_c() as u64])
+            .collect();
         let mut their_desc: Vec<[u64; 2]> = vec![[u64::MAX; 2]; remote.len()];
         let mut transfers = Vec::with_capacity(remote.len() * 2);
         for (i, o) in remote.iter().enumerate() {
@@ -1258,12 +1723,18 @@ impl GlooBackend {
                 slot: Self::slot(theirs_kind, seqs[i]),
             });
         }
-        self.ctx().p2p(&transfers, d.left()?).map_err(|e| self.fail("point-to-point size exchange", e))?;
+        self.ctx()
+            .p2p(&transfers, d.left()?)
+            .map_err(|e| self.fail("point-to-point size exchange", e))?;
         transfers.clear();
         for (i, o) in remote.iter().enumerate() {
             if my_desc[i] != their_desc[i] {
                 let dt = |v: u64| DType::ALL.get(v as usize).map_or("?", |d| d.name());
-                let (verb, their_verb) = if o.is_send { ("send of", "receive of") } else { ("receive of", "send of") };
+                let (verb, their_verb) = if o.is_send {
+                    ("send of", "receive of")
+                } else {
+                    ("receive of", "send of")
+                };
                 errors.push(format!(
                     "{verb} {} {} {} rank {} does not match that rank's {their_verb} {} {}",
                     my_desc[i][0],
@@ -1288,7 +1759,9 @@ impl GlooBackend {
             });
         }
         if !transfers.is_empty() {
-            self.ctx().p2p(&transfers, d.left()?).map_err(|e| self.fail("point-to-point transfer", e))?;
+            self.ctx()
+                .p2p(&transfers, d.left()?)
+                .map_err(|e| self.fail("point-to-point transfer", e))?;
         }
         if errors.is_empty() {
             Ok(())
@@ -1344,11 +1817,13 @@ impl Backend for GlooBackend {
     /// Host memory that the comm's same-host peers can map (see [`shm`]):
     /// windows registered on it take puts as memory copies.
     fn mem_alloc(&self, bytes: usize) -> Result<*mut c_void> {
-        self.shared_memory.alloc(bytes, &format!("comm '{}'", self.name))
+        self.shared_memory
+            .alloc(bytes, &format!("comm '{}'", self.name))
     }
 
     fn mem_free(&self, ptr: *mut c_void) -> Result<()> {
-        self.shared_memory.free(ptr, &format!("gloo comm '{}'", self.name))
+        self.shared_memory
+            .free(ptr, &format!("gloo comm '{}'", self.name))
     }
 }
 

@@ -13,7 +13,8 @@ use crate::types::{DType, RedKind};
 use std::ffi::c_void;
 
 /// The C signature of a reduction: `n` elements at `c`, `a` and `b`.
-pub type ReduceFn = unsafe extern "C" fn(c: *mut c_void, a: *const c_void, b: *const c_void, n: usize);
+pub type ReduceFn =
+    unsafe extern "C" fn(c: *mut c_void, a: *const c_void, b: *const c_void, n: usize);
 
 // ---- float16 / bfloat16 conversions (round to nearest even) --------------
 
@@ -59,7 +60,9 @@ pub fn f32_to_f16(f: f32) -> u16 {
     } else {
         let odd = (u >> 13) & 1;
         // Rebias the exponent from 127 to 15 and add the rounding bias.
-        let v = u.wrapping_add(15u32.wrapping_sub(127) << 23).wrapping_add(0xfff + odd);
+        let v = u
+            .wrapping_add(15u32.wrapping_sub(127) << 23)
+            .wrapping_add(0xfff + odd);
         v >> 13
     };
     (r | sign) as u16
@@ -88,13 +91,20 @@ pub fn f32_to_bf16(f: f32) -> u16 {
 /// aligned and `c` is either distinct from both inputs or equal to one of
 /// them; raw unaligned accesses otherwise.
 #[inline(always)]
-unsafe fn apply<T: Copy>(c: *mut c_void, a: *const c_void, b: *const c_void, n: usize, f: impl Fn(T, T) -> T) {
+unsafe fn apply<T: Copy>(
+    c: *mut c_void,
+    a: *const c_void,
+    b: *const c_void,
+    n: usize,
+    f: impl Fn(T, T) -> T,
+) {
     if n == 0 {
         return;
     }
     let (c, a, b) = (c as *mut T, a as *const T, b as *const T);
     let align = std::mem::align_of::<T>();
-    let aligned = (c as usize) % align == 0 && (a as usize) % align == 0 && (b as usize) % align == 0;
+    let aligned =
+        (c as usize) % align == 0 && (a as usize) % align == 0 && (b as usize) % align == 0;
     if aligned && a != b {
         if std::ptr::eq(c, a) {
             let cs = std::slice::from_raw_parts_mut(c, n);
@@ -266,7 +276,10 @@ mod f16c {
         let mut i = 0;
         while i + 8 <= n {
             let v = _mm256_loadu_ps(src.as_ptr().add(i));
-            _mm_storeu_si128(dst.add(i) as *mut __m128i, _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v));
+            _mm_storeu_si128(
+                dst.add(i) as *mut __m128i,
+                _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v),
+            );
             i += 8;
         }
         for (j, v) in src.iter().enumerate().skip(i) {
@@ -338,12 +351,29 @@ macro_rules! half_kernels {
     };
 }
 
-half_kernels!(f16_run_to_f32, f32_run_to_f16, f16_sum, f16_prod, f16_min, f16_max);
+half_kernels!(
+    f16_run_to_f32,
+    f32_run_to_f16,
+    f16_sum,
+    f16_prod,
+    f16_min,
+    f16_max
+);
 // bfloat16 converts with shifts, which the compiler vectorises in place.
-kernel!(bf16_sum, u16, |x, y| f32_to_bf16(bf16_to_f32(x) + bf16_to_f32(y)));
-kernel!(bf16_prod, u16, |x, y| f32_to_bf16(bf16_to_f32(x) * bf16_to_f32(y)));
-kernel!(bf16_min, u16, |x, y| f32_to_bf16(fmin(bf16_to_f32(x), bf16_to_f32(y))));
-kernel!(bf16_max, u16, |x, y| f32_to_bf16(fmax(bf16_to_f32(x), bf16_to_f32(y))));
+kernel!(bf16_sum, u16, |x, y| f32_to_bf16(
+    bf16_to_f32(x) + bf16_to_f32(y)
+));
+kernel!(bf16_prod, u16, |x, y| f32_to_bf16(
+    bf16_to_f32(x) * bf16_to_f32(y)
+));
+kernel!(bf16_min, u16, |x, y| f32_to_bf16(fmin(
+    bf16_to_f32(x),
+    bf16_to_f32(y)
+)));
+kernel!(bf16_max, u16, |x, y| f32_to_bf16(fmax(
+    bf16_to_f32(x),
+    bf16_to_f32(y)
+)));
 
 /// The elementwise kernel that combines two partial results of `kind` on
 /// `dtype`: AVG and PREMUL_SUM combine by SUM (their scaling is applied
@@ -385,7 +415,10 @@ pub fn kernel(dtype: DType, kind: RedKind) -> Result<ReduceFn> {
         U64 => pick!(u64_sum, u64_prod, u64_min, u64_max, u64_and, u64_or, u64_xor),
         Bool => {
             if kind == Avg || kind == PremulSum {
-                return Err(Error::unsupported(format!("reduce op {} is not defined on bool", kind.name())));
+                return Err(Error::unsupported(format!(
+                    "reduce op {} is not defined on bool",
+                    kind.name()
+                )));
             }
             pick!(bool_or, bool_and, bool_and, bool_or, bool_and, bool_or, bool_xor)
         }
@@ -402,7 +435,10 @@ pub fn kernel(dtype: DType, kind: RedKind) -> Result<ReduceFn> {
         }
     };
     if kind == PremulSum && !dtype.is_floating() {
-        return Err(Error::unsupported(format!("reduce op premul_sum is defined on floating dtypes only, not {}", dtype.name())));
+        return Err(Error::unsupported(format!(
+            "reduce op premul_sum is defined on floating dtypes only, not {}",
+            dtype.name()
+        )));
     }
     Ok(f)
 }
@@ -414,7 +450,14 @@ pub fn kernel(dtype: DType, kind: RedKind) -> Result<ReduceFn> {
 ///
 /// # Safety
 /// `blocks` holds `nblocks * count` elements and `out` holds `count`.
-pub unsafe fn sum_half_blocks(dtype: DType, out: *mut u8, blocks: *const u8, nblocks: usize, count: usize, divide: Option<u64>) -> bool {
+pub unsafe fn sum_half_blocks(
+    dtype: DType,
+    out: *mut u8,
+    blocks: *const u8,
+    nblocks: usize,
+    count: usize,
+    divide: Option<u64>,
+) -> bool {
     let (to, from): (HalfToF32, F32ToHalf) = match dtype {
         DType::F16 => (f16_run_to_f32, f32_run_to_f16),
         DType::BF16 => (bf16_run_to_f32, f32_run_to_bf16),
@@ -452,7 +495,13 @@ pub enum Scale {
 ///
 /// # Safety
 /// `src` and `dst` must hold `n` elements; they are equal or disjoint.
-pub unsafe fn scale(dtype: DType, dst: *mut u8, src: *const u8, n: usize, how: Scale) -> Result<()> {
+pub unsafe fn scale(
+    dtype: DType,
+    dst: *mut u8,
+    src: *const u8,
+    n: usize,
+    how: Scale,
+) -> Result<()> {
     unsafe fn each<T: Copy>(dst: *mut u8, src: *const u8, n: usize, f: impl Fn(T) -> T) {
         let (d, s) = (dst as *mut T, src as *const T);
         for i in 0..n {
@@ -487,11 +536,15 @@ pub unsafe fn scale(dtype: DType, dst: *mut u8, src: *const u8, n: usize, how: S
         },
         DType::F16 => match how {
             Scale::Div(k) => each::<u16>(dst, src, n, |x| f32_to_f16(f16_to_f32(x) / k as f32)),
-            Scale::Mul(_) => each::<u16>(dst, src, n, |x| f32_to_f16(f16_to_f32(x) * factor as f32)),
+            Scale::Mul(_) => {
+                each::<u16>(dst, src, n, |x| f32_to_f16(f16_to_f32(x) * factor as f32))
+            }
         },
         DType::BF16 => match how {
             Scale::Div(k) => each::<u16>(dst, src, n, |x| f32_to_bf16(bf16_to_f32(x) / k as f32)),
-            Scale::Mul(_) => each::<u16>(dst, src, n, |x| f32_to_bf16(bf16_to_f32(x) * factor as f32)),
+            Scale::Mul(_) => {
+                each::<u16>(dst, src, n, |x| f32_to_bf16(bf16_to_f32(x) * factor as f32))
+            }
         },
         DType::I8 => int!(i8),
         DType::U8 => int!(u8),
@@ -500,7 +553,10 @@ pub unsafe fn scale(dtype: DType, dst: *mut u8, src: *const u8, n: usize, how: S
         DType::U32 => int!(u32),
         DType::U64 => int!(u64),
         DType::Bool | DType::F8E4M3 | DType::F8E5M2 => {
-            return Err(Error::unsupported(format!("the gloo backend cannot scale {} values", dtype.name())))
+            return Err(Error::unsupported(format!(
+                "the gloo backend cannot scale {} values",
+                dtype.name()
+            )))
         }
     }
     Ok(())
@@ -523,7 +579,10 @@ pub unsafe fn read_scalar(dtype: DType, p: *const u8) -> Result<f64> {
         DType::U32 => (p as *const u32).read_unaligned() as f64,
         DType::U64 => (p as *const u64).read_unaligned() as f64,
         DType::F8E4M3 | DType::F8E5M2 => {
-            return Err(Error::unsupported(format!("a {} premul_sum factor is not supported", dtype.name())))
+            return Err(Error::unsupported(format!(
+                "a {} premul_sum factor is not supported",
+                dtype.name()
+            )))
         }
     })
 }
@@ -536,8 +595,16 @@ mod tests {
         let n = 1300; // two full chunks and a tail
         let val = |i: usize, k: usize| ((i * 7 + k) % 23) as f32 - 11.0;
         for dt in [DType::F16, DType::BF16] {
-            let enc = if dt == DType::F16 { f32_to_f16 } else { f32_to_bf16 };
-            let dec = if dt == DType::F16 { f16_to_f32 } else { bf16_to_f32 };
+            let enc = if dt == DType::F16 {
+                f32_to_f16
+            } else {
+                f32_to_bf16
+            };
+            let dec = if dt == DType::F16 {
+                f16_to_f32
+            } else {
+                bf16_to_f32
+            };
             let f = kernel(dt, RedKind::Sum).unwrap();
             let a: Vec<u16> = (0..n).map(|i| enc(val(i, 1))).collect();
             let b: Vec<u16> = (0..n).map(|i| enc(val(i, 5))).collect();
@@ -571,7 +638,9 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn f16c_conversions_match_the_portable_ones() {
-        if !(std::arch::is_x86_feature_detected!("f16c") && std::arch::is_x86_feature_detected!("avx")) {
+        if !(std::arch::is_x86_feature_detected!("f16c")
+            && std::arch::is_x86_feature_detected!("avx"))
+        {
             println!("SKIPPED: this CPU has no F16C");
             return;
         }
@@ -583,11 +652,16 @@ mod tests {
         }
         for (h, w) in halves.iter().zip(&wide) {
             let want = f16_to_f32(*h);
-            assert!(want.to_bits() == w.to_bits() || (want.is_nan() && w.is_nan()), "{h:#06x}: {w} vs {want}");
+            assert!(
+                want.to_bits() == w.to_bits() || (want.is_nan() && w.is_nan()),
+                "{h:#06x}: {w} vs {want}"
+            );
         }
         // A sweep of f32 bit patterns (every exponent, ties, subnormal
         // results, overflow) back to half.
-        let floats: Vec<f32> = (0..=u32::MAX / 4099).map(|k| f32::from_bits(k.wrapping_mul(4099))).collect();
+        let floats: Vec<f32> = (0..=u32::MAX / 4099)
+            .map(|k| f32::from_bits(k.wrapping_mul(4099)))
+            .collect();
         let mut narrow = vec![0u16; floats.len()];
         for (i, run) in floats.chunks(13).enumerate() {
             unsafe { f16c::from_f32(narrow.as_mut_ptr().add(i * 13), run) };
@@ -595,7 +669,11 @@ mod tests {
         for (f, h) in floats.iter().zip(&narrow) {
             let want = f32_to_f16(*f);
             let nan = |b: u16| b & 0x7c00 == 0x7c00 && b & 0x3ff != 0;
-            assert!(want == *h || (nan(want) && nan(*h)), "{f:e} ({:#010x}): {h:#06x} vs {want:#06x}", f.to_bits());
+            assert!(
+                want == *h || (nan(want) && nan(*h)),
+                "{f:e} ({:#010x}): {h:#06x} vs {want:#06x}",
+                f.to_bits()
+            );
         }
     }
 
@@ -603,9 +681,21 @@ mod tests {
     fn half_blocks_are_summed_in_f32_and_rounded_once() {
         // 2048 + 1 + 1 in float16: adding one at a time rounds back to 2048
         // each step (the spacing at 2048 is 2); summing in f32 gives 2050.
-        let blocks: Vec<u16> = [2048.0f32, 1.0, 1.0].iter().map(|v| f32_to_f16(*v)).collect();
+        let blocks: Vec<u16> = [2048.0f32, 1.0, 1.0]
+            .iter()
+            .map(|v| f32_to_f16(*v))
+            .collect();
         let mut out = 0u16;
-        assert!(unsafe { sum_half_blocks(DType::F16, &mut out as *mut u16 as *mut u8, blocks.as_ptr() as *const u8, 3, 1, None) });
+        assert!(unsafe {
+            sum_half_blocks(
+                DType::F16,
+                &mut out as *mut u16 as *mut u8,
+                blocks.as_ptr() as *const u8,
+                3,
+                1,
+                None,
+            )
+        });
         assert_eq!(f16_to_f32(out), 2050.0);
         let mut pairwise = blocks[0];
         for b in &blocks[1..] {
@@ -613,16 +703,39 @@ mod tests {
         }
         assert_eq!(f16_to_f32(pairwise), 2048.0, "the pairwise sum this avoids");
         let b: Vec<u16> = [3.0f32, 4.0].iter().map(|v| f32_to_bf16(*v)).collect();
-        assert!(unsafe { sum_half_blocks(DType::BF16, &mut out as *mut u16 as *mut u8, b.as_ptr() as *const u8, 2, 1, Some(2)) });
+        assert!(unsafe {
+            sum_half_blocks(
+                DType::BF16,
+                &mut out as *mut u16 as *mut u8,
+                b.as_ptr() as *const u8,
+                2,
+                1,
+                Some(2),
+            )
+        });
         assert_eq!(bf16_to_f32(out), 3.5);
-        assert!(!unsafe { sum_half_blocks(DType::F32, &mut out as *mut u16 as *mut u8, b.as_ptr() as *const u8, 1, 1, None) });
+        assert!(!unsafe {
+            sum_half_blocks(
+                DType::F32,
+                &mut out as *mut u16 as *mut u8,
+                b.as_ptr() as *const u8,
+                1,
+                1,
+                None,
+            )
+        });
     }
     use super::*;
 
     unsafe fn run<T: Copy>(f: ReduceFn, a: &[T], b: &[T]) -> Vec<T> {
         let mut c = a.to_vec();
         // Out of place.
-        f(c.as_mut_ptr() as *mut c_void, a.as_ptr() as *const c_void, b.as_ptr() as *const c_void, a.len());
+        f(
+            c.as_mut_ptr() as *mut c_void,
+            a.as_ptr() as *const c_void,
+            b.as_ptr() as *const c_void,
+            a.len(),
+        );
         let out_of_place = c.clone();
         // In place, c == a, as Gloo calls it.
         let mut d = a.to_vec();
@@ -630,7 +743,10 @@ mod tests {
         f(p, p, b.as_ptr() as *const c_void, a.len());
         assert_eq!(
             std::slice::from_raw_parts(d.as_ptr() as *const u8, d.len() * std::mem::size_of::<T>()),
-            std::slice::from_raw_parts(out_of_place.as_ptr() as *const u8, d.len() * std::mem::size_of::<T>())
+            std::slice::from_raw_parts(
+                out_of_place.as_ptr() as *const u8,
+                d.len() * std::mem::size_of::<T>()
+            )
         );
         // In place, c == b.
         let mut e = b.to_vec();
@@ -638,7 +754,10 @@ mod tests {
         f(p, a.as_ptr() as *const c_void, p, a.len());
         assert_eq!(
             std::slice::from_raw_parts(e.as_ptr() as *const u8, e.len() * std::mem::size_of::<T>()),
-            std::slice::from_raw_parts(out_of_place.as_ptr() as *const u8, e.len() * std::mem::size_of::<T>())
+            std::slice::from_raw_parts(
+                out_of_place.as_ptr() as *const u8,
+                e.len() * std::mem::size_of::<T>()
+            )
         );
         out_of_place
     }
@@ -693,31 +812,76 @@ mod tests {
         unsafe {
             let a: Vec<i32> = vec![1, -5, i32::MAX, 6];
             let b: Vec<i32> = vec![2, 7, 1, 3];
-            assert_eq!(run(kernel(DType::I32, RedKind::Sum).unwrap(), &a, &b), vec![3, 2, i32::MIN, 9]);
-            assert_eq!(run(kernel(DType::I32, RedKind::Product).unwrap(), &a, &b), vec![2, -35, i32::MAX, 18]);
-            assert_eq!(run(kernel(DType::I32, RedKind::Min).unwrap(), &a, &b), vec![1, -5, 1, 3]);
-            assert_eq!(run(kernel(DType::I32, RedKind::Max).unwrap(), &a, &b), vec![2, 7, i32::MAX, 6]);
-            assert_eq!(run(kernel(DType::I32, RedKind::BAnd).unwrap(), &a, &b), vec![0, 3, 1, 2]);
-            assert_eq!(run(kernel(DType::I32, RedKind::BOr).unwrap(), &a, &b), vec![3, -1, i32::MAX, 7]);
-            assert_eq!(run(kernel(DType::I32, RedKind::BXor).unwrap(), &a, &b), vec![3, -4, i32::MAX - 1, 5]);
+            assert_eq!(
+                run(kernel(DType::I32, RedKind::Sum).unwrap(), &a, &b),
+                vec![3, 2, i32::MIN, 9]
+            );
+            assert_eq!(
+                run(kernel(DType::I32, RedKind::Product).unwrap(), &a, &b),
+                vec![2, -35, i32::MAX, 18]
+            );
+            assert_eq!(
+                run(kernel(DType::I32, RedKind::Min).unwrap(), &a, &b),
+                vec![1, -5, 1, 3]
+            );
+            assert_eq!(
+                run(kernel(DType::I32, RedKind::Max).unwrap(), &a, &b),
+                vec![2, 7, i32::MAX, 6]
+            );
+            assert_eq!(
+                run(kernel(DType::I32, RedKind::BAnd).unwrap(), &a, &b),
+                vec![0, 3, 1, 2]
+            );
+            assert_eq!(
+                run(kernel(DType::I32, RedKind::BOr).unwrap(), &a, &b),
+                vec![3, -1, i32::MAX, 7]
+            );
+            assert_eq!(
+                run(kernel(DType::I32, RedKind::BXor).unwrap(), &a, &b),
+                vec![3, -4, i32::MAX - 1, 5]
+            );
             let a: Vec<u8> = vec![200, 3];
             let b: Vec<u8> = vec![100, 5];
-            assert_eq!(run(kernel(DType::U8, RedKind::Sum).unwrap(), &a, &b), vec![44, 8]);
-            assert_eq!(run(kernel(DType::U8, RedKind::Max).unwrap(), &a, &b), vec![200, 5]);
+            assert_eq!(
+                run(kernel(DType::U8, RedKind::Sum).unwrap(), &a, &b),
+                vec![44, 8]
+            );
+            assert_eq!(
+                run(kernel(DType::U8, RedKind::Max).unwrap(), &a, &b),
+                vec![200, 5]
+            );
             let a: Vec<i8> = vec![-100, 3];
             let b: Vec<i8> = vec![-100, -5];
-            assert_eq!(run(kernel(DType::I8, RedKind::Sum).unwrap(), &a, &b), vec![56, -2]);
-            assert_eq!(run(kernel(DType::I8, RedKind::Min).unwrap(), &a, &b), vec![-100, -5]);
+            assert_eq!(
+                run(kernel(DType::I8, RedKind::Sum).unwrap(), &a, &b),
+                vec![56, -2]
+            );
+            assert_eq!(
+                run(kernel(DType::I8, RedKind::Min).unwrap(), &a, &b),
+                vec![-100, -5]
+            );
             let a: Vec<u64> = vec![u64::MAX, 1 << 40];
             let b: Vec<u64> = vec![2, 1 << 41];
-            assert_eq!(run(kernel(DType::U64, RedKind::Sum).unwrap(), &a, &b), vec![1, 3 << 40]);
-            assert_eq!(run(kernel(DType::U64, RedKind::Min).unwrap(), &a, &b), vec![2, 1 << 40]);
+            assert_eq!(
+                run(kernel(DType::U64, RedKind::Sum).unwrap(), &a, &b),
+                vec![1, 3 << 40]
+            );
+            assert_eq!(
+                run(kernel(DType::U64, RedKind::Min).unwrap(), &a, &b),
+                vec![2, 1 << 40]
+            );
             let a: Vec<i64> = vec![-3, 1 << 50];
             let b: Vec<i64> = vec![4, 2];
-            assert_eq!(run(kernel(DType::I64, RedKind::Product).unwrap(), &a, &b), vec![-12, 1 << 51]);
+            assert_eq!(
+                run(kernel(DType::I64, RedKind::Product).unwrap(), &a, &b),
+                vec![-12, 1 << 51]
+            );
             let a: Vec<u32> = vec![0xf0f0, 7];
             let b: Vec<u32> = vec![0x0ff0, 9];
-            assert_eq!(run(kernel(DType::U32, RedKind::BXor).unwrap(), &a, &b), vec![0xff00, 14]);
+            assert_eq!(
+                run(kernel(DType::U32, RedKind::BXor).unwrap(), &a, &b),
+                vec![0xff00, 14]
+            );
         }
     }
 
@@ -753,10 +917,16 @@ mod tests {
             assert!(m[2].is_nan() && m[3].is_nan());
             let a: Vec<f64> = vec![1.5, -2.0];
             let b: Vec<f64> = vec![2.0, 4.0];
-            assert_eq!(run(kernel(DType::F64, RedKind::Product).unwrap(), &a, &b), vec![3.0, -8.0]);
+            assert_eq!(
+                run(kernel(DType::F64, RedKind::Product).unwrap(), &a, &b),
+                vec![3.0, -8.0]
+            );
             for dt in [DType::F32, DType::F64, DType::F16, DType::BF16] {
                 for k in [RedKind::BAnd, RedKind::BOr, RedKind::BXor] {
-                    assert_eq!(kernel(dt, k).err().unwrap().kind, crate::error::ErrorKind::Unsupported);
+                    assert_eq!(
+                        kernel(dt, k).err().unwrap().kind,
+                        crate::error::ErrorKind::Unsupported
+                    );
                 }
             }
             assert!(kernel(DType::F8E4M3, RedKind::Sum).is_err());
@@ -768,18 +938,46 @@ mod tests {
     fn half_kernels_compute_in_f32() {
         unsafe {
             for (to, from, dt) in [
-                (f16_to_f32 as fn(u16) -> f32, f32_to_f16 as fn(f32) -> u16, DType::F16),
+                (
+                    f16_to_f32 as fn(u16) -> f32,
+                    f32_to_f16 as fn(f32) -> u16,
+                    DType::F16,
+                ),
                 (bf16_to_f32, f32_to_bf16, DType::BF16),
             ] {
-                let a: Vec<u16> = [1.0f32, 2.5, -3.0, 100.0].iter().map(|x| from(*x)).collect();
-                let b: Vec<u16> = [0.5f32, 0.25, 4.0, -100.0].iter().map(|x| from(*x)).collect();
-                let s: Vec<f32> = run(kernel(dt, RedKind::Sum).unwrap(), &a, &b).into_iter().map(to).collect();
+                let a: Vec<u16> = [1.0f32, 2.5, -3.0, 100.0]
+                    .iter()
+                    .map(|x| from(*x))
+                    .collect();
+                let b: Vec<u16> = [0.5f32, 0.25, 4.0, -100.0]
+                    .iter()
+                    .map(|x| from(*x))
+                    .collect();
+                let s: Vec<f32> = run(kernel(dt, RedKind::Sum).unwrap(), &a, &b)
+                    .into_iter()
+                    .map(to)
+                    .collect();
                 assert_eq!(s, vec![1.5, 2.75, 1.0, 0.0]);
-                let p: Vec<f32> = run(kernel(dt, RedKind::Product).unwrap(), &a, &b).into_iter().map(to).collect();
-                assert_eq!(p, [0.5, 0.625, -12.0, -10000.0f32].iter().map(|x| to(from(*x))).collect::<Vec<_>>());
-                let m: Vec<f32> = run(kernel(dt, RedKind::Min).unwrap(), &a, &b).into_iter().map(to).collect();
+                let p: Vec<f32> = run(kernel(dt, RedKind::Product).unwrap(), &a, &b)
+                    .into_iter()
+                    .map(to)
+                    .collect();
+                assert_eq!(
+                    p,
+                    [0.5, 0.625, -12.0, -10000.0f32]
+                        .iter()
+                        .map(|x| to(from(*x)))
+                        .collect::<Vec<_>>()
+                );
+                let m: Vec<f32> = run(kernel(dt, RedKind::Min).unwrap(), &a, &b)
+                    .into_iter()
+                    .map(to)
+                    .collect();
                 assert_eq!(m, vec![0.5, 0.25, -3.0, -100.0]);
-                let m: Vec<f32> = run(kernel(dt, RedKind::Max).unwrap(), &a, &b).into_iter().map(to).collect();
+                let m: Vec<f32> = run(kernel(dt, RedKind::Max).unwrap(), &a, &b)
+                    .into_iter()
+                    .map(to)
+                    .collect();
                 assert_eq!(m, vec![1.0, 2.5, 4.0, 100.0]);
             }
             // A long vector through the aligned fast path and an unaligned one.
@@ -792,7 +990,12 @@ mod tests {
             }
             let mut raw = vec![0u8; 2 * n + 1];
             let f = kernel(DType::F16, RedKind::Sum).unwrap();
-            f(raw.as_mut_ptr().add(1) as *mut c_void, a.as_ptr() as *const c_void, b.as_ptr() as *const c_void, n);
+            f(
+                raw.as_mut_ptr().add(1) as *mut c_void,
+                a.as_ptr() as *const c_void,
+                b.as_ptr() as *const c_void,
+                n,
+            );
             for i in 0..n {
                 let v = u16::from_ne_bytes([raw[1 + 2 * i], raw[2 + 2 * i]]);
                 assert_eq!(v, s[i]);
@@ -813,7 +1016,14 @@ mod tests {
             assert_eq!(f, vec![0.5, 1.5]);
             let src: Vec<u16> = vec![f32_to_bf16(3.0), f32_to_bf16(-1.0)];
             let mut dst = vec![0u16; 2];
-            scale(DType::BF16, dst.as_mut_ptr() as *mut u8, src.as_ptr() as *const u8, 2, Scale::Div(4)).unwrap();
+            scale(
+                DType::BF16,
+                dst.as_mut_ptr() as *mut u8,
+                src.as_ptr() as *const u8,
+                2,
+                Scale::Div(4),
+            )
+            .unwrap();
             assert_eq!(dst, vec![f32_to_bf16(0.75), f32_to_bf16(-0.25)]);
             let mut h: Vec<u16> = vec![f32_to_f16(3.0)];
             let p = h.as_mut_ptr() as *mut u8;
@@ -825,7 +1035,10 @@ mod tests {
             assert_eq!(u, vec![u64::MAX / 3]);
             assert!(scale(DType::I32, p, p, 1, Scale::Mul(2.0)).is_err());
             let x: f64 = 2.5;
-            assert_eq!(read_scalar(DType::F64, &x as *const f64 as *const u8).unwrap(), 2.5);
+            assert_eq!(
+                read_scalar(DType::F64, &x as *const f64 as *const u8).unwrap(),
+                2.5
+            );
         }
     }
 }
@@ -844,10 +1057,21 @@ mod throughput {
             let mut c = vec![0u8; n * dt.size()];
             let t = std::time::Instant::now();
             for _ in 0..50 {
-                unsafe { f(c.as_mut_ptr() as *mut c_void, c.as_ptr() as *const c_void, a.as_ptr() as *const c_void, n) };
+                unsafe {
+                    f(
+                        c.as_mut_ptr() as *mut c_void,
+                        c.as_ptr() as *const c_void,
+                        a.as_ptr() as *const c_void,
+                        n,
+                    )
+                };
             }
             let s = t.elapsed().as_secs_f64() / 50.0;
-            println!("{}: {:.2} GB/s of input", dt.name(), (n * dt.size()) as f64 / s / 1e9);
+            println!(
+                "{}: {:.2} GB/s of input",
+                dt.name(),
+                (n * dt.size()) as f64 / s / 1e9
+            );
         }
     }
 }

@@ -41,9 +41,30 @@ pub type SinkFn = unsafe extern "C" fn(sink: *mut c_void, data: *const c_void, l
 #[repr(C)]
 pub struct StoreVtable {
     pub user: *mut c_void,
-    pub set: unsafe extern "C" fn(*mut c_void, *const c_char, *const c_void, usize, *mut c_char, usize) -> c_int,
-    pub get: unsafe extern "C" fn(*mut c_void, *const c_char, *mut c_void, SinkFn, *mut c_char, usize) -> c_int,
-    pub wait: unsafe extern "C" fn(*mut c_void, *const *const c_char, usize, i64, *mut c_char, usize) -> c_int,
+    pub set: unsafe extern "C" fn(
+        *mut c_void,
+        *const c_char,
+        *const c_void,
+        usize,
+        *mut c_char,
+        usize,
+    ) -> c_int,
+    pub get: unsafe extern "C" fn(
+        *mut c_void,
+        *const c_char,
+        *mut c_void,
+        SinkFn,
+        *mut c_char,
+        usize,
+    ) -> c_int,
+    pub wait: unsafe extern "C" fn(
+        *mut c_void,
+        *const *const c_char,
+        usize,
+        i64,
+        *mut c_char,
+        usize,
+    ) -> c_int,
 }
 
 #[repr(C)]
@@ -77,8 +98,18 @@ pub struct Module {
     ) -> c_int,
     pub context_close: unsafe extern "C" fn(*mut Ctx),
     pub context_free: unsafe extern "C" fn(*mut Ctx),
-    pair_address: unsafe extern "C" fn(*mut Ctx, c_int, *mut c_char, usize, *mut c_char, usize) -> c_int,
-    broadcast: unsafe extern "C" fn(*mut Ctx, *mut c_void, usize, c_int, u32, i64, *mut c_char, usize) -> c_int,
+    pair_address:
+        unsafe extern "C" fn(*mut Ctx, c_int, *mut c_char, usize, *mut c_char, usize) -> c_int,
+    broadcast: unsafe extern "C" fn(
+        *mut Ctx,
+        *mut c_void,
+        usize,
+        c_int,
+        u32,
+        i64,
+        *mut c_char,
+        usize,
+    ) -> c_int,
     allreduce: unsafe extern "C" fn(
         *mut Ctx,
         *const c_void,
@@ -104,11 +135,37 @@ pub struct Module {
         *mut c_char,
         usize,
     ) -> c_int,
-    allgather: unsafe extern "C" fn(*mut Ctx, *const c_void, *mut c_void, usize, u32, i64, *mut c_char, usize) -> c_int,
-    allgatherv:
-        unsafe extern "C" fn(*mut Ctx, *const c_void, *mut c_void, *const usize, u32, i64, *mut c_char, usize) -> c_int,
-    gather:
-        unsafe extern "C" fn(*mut Ctx, *const c_void, *mut c_void, usize, c_int, u32, i64, *mut c_char, usize) -> c_int,
+    allgather: unsafe extern "C" fn(
+        *mut Ctx,
+        *const c_void,
+        *mut c_void,
+        usize,
+        u32,
+        i64,
+        *mut c_char,
+        usize,
+    ) -> c_int,
+    allgatherv: unsafe extern "C" fn(
+        *mut Ctx,
+        *const c_void,
+        *mut c_void,
+        *const usize,
+        u32,
+        i64,
+        *mut c_char,
+        usize,
+    ) -> c_int,
+    gather: unsafe extern "C" fn(
+        *mut Ctx,
+        *const c_void,
+        *mut c_void,
+        usize,
+        c_int,
+        u32,
+        i64,
+        *mut c_char,
+        usize,
+    ) -> c_int,
     scatter: unsafe extern "C" fn(
         *mut Ctx,
         *const *const c_void,
@@ -120,7 +177,16 @@ pub struct Module {
         *mut c_char,
         usize,
     ) -> c_int,
-    alltoall: unsafe extern "C" fn(*mut Ctx, *const c_void, *mut c_void, usize, u32, i64, *mut c_char, usize) -> c_int,
+    alltoall: unsafe extern "C" fn(
+        *mut Ctx,
+        *const c_void,
+        *mut c_void,
+        usize,
+        u32,
+        i64,
+        *mut c_char,
+        usize,
+    ) -> c_int,
     alltoallv: unsafe extern "C" fn(
         *mut Ctx,
         *const c_void,
@@ -133,13 +199,38 @@ pub struct Module {
         usize,
     ) -> c_int,
     barrier: unsafe extern "C" fn(*mut Ctx, u32, i64, *mut c_char, usize) -> c_int,
-    p2p: unsafe extern "C" fn(*mut Ctx, *const Transfer, usize, i64, *mut c_int, *mut c_char, usize) -> c_int,
-    ubuf_new: unsafe extern "C" fn(*mut Ctx, *mut c_void, usize, *mut *mut Ubuf, *mut c_char, usize) -> c_int,
+    p2p: unsafe extern "C" fn(
+        *mut Ctx,
+        *const Transfer,
+        usize,
+        i64,
+        *mut c_int,
+        *mut c_char,
+        usize,
+    ) -> c_int,
+    ubuf_new: unsafe extern "C" fn(
+        *mut Ctx,
+        *mut c_void,
+        usize,
+        *mut *mut Ubuf,
+        *mut c_char,
+        usize,
+    ) -> c_int,
     ubuf_free: unsafe extern "C" fn(*mut Ubuf),
-    ubuf_send: unsafe extern "C" fn(*mut Ubuf, c_int, u64, usize, usize, *mut c_char, usize) -> c_int,
-    ubuf_recv: unsafe extern "C" fn(*mut Ubuf, c_int, u64, usize, usize, *mut c_char, usize) -> c_int,
-    ubuf_recv_any:
-        unsafe extern "C" fn(*mut Ubuf, *const c_int, usize, u64, usize, usize, *mut c_char, usize) -> c_int,
+    ubuf_send:
+        unsafe extern "C" fn(*mut Ubuf, c_int, u64, usize, usize, *mut c_char, usize) -> c_int,
+    ubuf_recv:
+        unsafe extern "C" fn(*mut Ubuf, c_int, u64, usize, usize, *mut c_char, usize) -> c_int,
+    ubuf_recv_any: unsafe extern "C" fn(
+        *mut Ubuf,
+        *const c_int,
+        usize,
+        u64,
+        usize,
+        usize,
+        *mut c_char,
+        usize,
+    ) -> c_int,
     ubuf_wait_send: unsafe extern "C" fn(*mut Ubuf, i64, *mut c_int, *mut c_char, usize) -> c_int,
     ubuf_wait_recv: unsafe extern "C" fn(*mut Ubuf, i64, *mut c_int, *mut c_char, usize) -> c_int,
     ubuf_abort_wait_send: unsafe extern "C" fn(*mut Ubuf),
@@ -176,7 +267,9 @@ fn own_object_dir() -> Option<PathBuf> {
     if rc == 0 || info.dli_fname.is_null() {
         return None;
     }
-    let name = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
+    let name = unsafe { CStr::from_ptr(info.dli_fname) }
+        .to_string_lossy()
+        .into_owned();
     let path = std::fs::canonicalize(&name).unwrap_or_else(|_| PathBuf::from(name));
     path.parent().map(|p| p.to_path_buf())
 }
@@ -253,7 +346,10 @@ fn load() -> std::result::Result<Module, Error> {
             // the one declared in tc_gloo.h.
             let p = unsafe { libc::dlsym(handle, c.as_ptr() as *const c_char) };
             if p.is_null() {
-                return Err(Error::unavailable(format!("{path_used} lacks symbol {} (stale build?)", $name)));
+                return Err(Error::unavailable(format!(
+                    "{path_used} lacks symbol {} (stale build?)",
+                    $name
+                )));
             }
             // The target type is the field's: the declared C signature.
             #[allow(clippy::missing_transmute_annotations)]
@@ -292,7 +388,9 @@ fn load() -> std::result::Result<Module, Error> {
     // SAFETY: resolved above.
     let v = unsafe { (m.abi_version)() };
     if v != ABI_VERSION {
-        return Err(Error::unavailable(format!("{path_used} has ABI version {v}, this library needs {ABI_VERSION}")));
+        return Err(Error::unavailable(format!(
+            "{path_used} has ABI version {v}, this library needs {ABI_VERSION}"
+        )));
     }
     Ok(m)
 }
@@ -328,8 +426,14 @@ fn call(f: impl FnOnce(Err) -> c_int) -> CallResult {
     if rc == OK {
         return Ok(());
     }
-    let message = unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned();
-    Err(CallError { code: rc, message, peer: None })
+    let message = unsafe { CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned();
+    Err(CallError {
+        code: rc,
+        message,
+        peer: None,
+    })
 }
 
 /// An owned Gloo context.
@@ -389,8 +493,12 @@ impl Context {
     /// This rank's local address of its connection to `peer`.
     pub fn pair_address(&self, peer: i32) -> std::result::Result<String, CallError> {
         let mut out = vec![0 as c_char; 256];
-        call(|(e, l)| unsafe { (self.module.pair_address)(self.ptr, peer, out.as_mut_ptr(), out.len(), e, l) })?;
-        Ok(unsafe { CStr::from_ptr(out.as_ptr()) }.to_string_lossy().into_owned())
+        call(|(e, l)| unsafe {
+            (self.module.pair_address)(self.ptr, peer, out.as_mut_ptr(), out.len(), e, l)
+        })?;
+        Ok(unsafe { CStr::from_ptr(out.as_ptr()) }
+            .to_string_lossy()
+            .into_owned())
     }
 
     pub fn close(&self) {
@@ -399,8 +507,17 @@ impl Context {
 
     /// # Safety (for all operations below)
     /// Buffers must be valid for the sizes given for the call's duration.
-    pub unsafe fn broadcast(&self, buf: *mut u8, nbytes: usize, root: i32, tag: u32, t: std::time::Duration) -> CallResult {
-        call(|(e, l)| (self.module.broadcast)(self.ptr, buf as *mut c_void, nbytes, root, tag, ms(t), e, l))
+    pub unsafe fn broadcast(
+        &self,
+        buf: *mut u8,
+        nbytes: usize,
+        root: i32,
+        tag: u32,
+        t: std::time::Duration,
+    ) -> CallResult {
+        call(|(e, l)| {
+            (self.module.broadcast)(self.ptr, buf as *mut c_void, nbytes, root, tag, ms(t), e, l)
+        })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -415,7 +532,18 @@ impl Context {
         t: std::time::Duration,
     ) -> CallResult {
         call(|(e, l)| {
-            (self.module.allreduce)(self.ptr, input as *const c_void, out as *mut c_void, count, elem, f, tag, ms(t), e, l)
+            (self.module.allreduce)(
+                self.ptr,
+                input as *const c_void,
+                out as *mut c_void,
+                count,
+                elem,
+                f,
+                tag,
+                ms(t),
+                e,
+                l,
+            )
         })
     }
 
@@ -432,32 +560,140 @@ impl Context {
         t: std::time::Duration,
     ) -> CallResult {
         call(|(e, l)| {
-            (self.module.reduce)(self.ptr, input as *const c_void, out as *mut c_void, count, elem, root, f, tag, ms(t), e, l)
+            (self.module.reduce)(
+                self.ptr,
+                input as *const c_void,
+                out as *mut c_void,
+                count,
+                elem,
+                root,
+                f,
+                tag,
+                ms(t),
+                e,
+                l,
+            )
         })
     }
 
-    pub unsafe fn allgather(&self, input: *const u8, out: *mut u8, nbytes: usize, tag: u32, t: std::time::Duration) -> CallResult {
-        call(|(e, l)| (self.module.allgather)(self.ptr, input as *const c_void, out as *mut c_void, nbytes, tag, ms(t), e, l))
-    }
-
-    pub unsafe fn allgatherv(&self, input: *const u8, out: *mut u8, sizes: &[usize], tag: u32, t: std::time::Duration) -> CallResult {
+    pub unsafe fn allgather(
+        &self,
+        input: *const u8,
+        out: *mut u8,
+        nbytes: usize,
+        tag: u32,
+        t: std::time::Duration,
+    ) -> CallResult {
         call(|(e, l)| {
-            (self.module.allgatherv)(self.ptr, input as *const c_void, out as *mut c_void, sizes.as_ptr(), tag, ms(t), e, l)
+            (self.module.allgather)(
+                self.ptr,
+                input as *const c_void,
+                out as *mut c_void,
+                nbytes,
+                tag,
+                ms(t),
+                e,
+                l,
+            )
         })
     }
 
-    pub unsafe fn gather(&self, input: *const u8, out: *mut u8, nbytes: usize, root: i32, tag: u32, t: std::time::Duration) -> CallResult {
-        call(|(e, l)| (self.module.gather)(self.ptr, input as *const c_void, out as *mut c_void, nbytes, root, tag, ms(t), e, l))
+    pub unsafe fn allgatherv(
+        &self,
+        input: *const u8,
+        out: *mut u8,
+        sizes: &[usize],
+        tag: u32,
+        t: std::time::Duration,
+    ) -> CallResult {
+        call(|(e, l)| {
+            (self.module.allgatherv)(
+                self.ptr,
+                input as *const c_void,
+                out as *mut c_void,
+                sizes.as_ptr(),
+                tag,
+                ms(t),
+                e,
+                l,
+            )
+        })
     }
 
-    pub unsafe fn scatter(&self, inputs: &[*const u8], out: *mut u8, nbytes: usize, root: i32, tag: u32, t: std::time::Duration) -> CallResult {
+    pub unsafe fn gather(
+        &self,
+        input: *const u8,
+        out: *mut u8,
+        nbytes: usize,
+        root: i32,
+        tag: u32,
+        t: std::time::Duration,
+    ) -> CallResult {
+        call(|(e, l)| {
+            (self.module.gather)(
+                self.ptr,
+                input as *const c_void,
+                out as *mut c_void,
+                nbytes,
+                root,
+                tag,
+                ms(t),
+                e,
+                l,
+            )
+        })
+    }
+
+    pub unsafe fn scatter(
+        &self,
+        inputs: &[*const u8],
+        out: *mut u8,
+        nbytes: usize,
+        root: i32,
+        tag: u32,
+        t: std::time::Duration,
+    ) -> CallResult {
         let ptrs: Vec<*const c_void> = inputs.iter().map(|p| *p as *const c_void).collect();
-        let pp = if ptrs.is_empty() { std::ptr::null() } else { ptrs.as_ptr() };
-        call(|(e, l)| (self.module.scatter)(self.ptr, pp, out as *mut c_void, nbytes, root, tag, ms(t), e, l))
+        let pp = if ptrs.is_empty() {
+            std::ptr::null()
+        } else {
+            ptrs.as_ptr()
+        };
+        call(|(e, l)| {
+            (self.module.scatter)(
+                self.ptr,
+                pp,
+                out as *mut c_void,
+                nbytes,
+                root,
+                tag,
+                ms(t),
+                e,
+                l,
+            )
+        })
     }
 
-    pub unsafe fn alltoall(&self, input: *const u8, out: *mut u8, nbytes: usize, tag: u32, t: std::time::Duration) -> CallResult {
-        call(|(e, l)| (self.module.alltoall)(self.ptr, input as *const c_void, out as *mut c_void, nbytes, tag, ms(t), e, l))
+    pub unsafe fn alltoall(
+        &self,
+        input: *const u8,
+        out: *mut u8,
+        nbytes: usize,
+        tag: u32,
+        t: std::time::Duration,
+    ) -> CallResult {
+        call(|(e, l)| {
+            (self.module.alltoall)(
+                self.ptr,
+                input as *const c_void,
+                out as *mut c_void,
+                nbytes,
+                tag,
+                ms(t),
+                e,
+                l,
+            )
+        })
     }
 
     pub unsafe fn alltoallv(
@@ -490,10 +726,11 @@ impl Context {
 
     pub unsafe fn p2p(&self, ops: &[Transfer], t: std::time::Duration) -> CallResult {
         let mut peer: c_int = -1;
-        call(|(e, l)| (self.module.p2p)(self.ptr, ops.as_ptr(), ops.len(), ms(t), &mut peer, e, l)).map_err(|mut err| {
-            err.peer = (peer >= 0).then_some(peer);
-            err
-        })
+        call(|(e, l)| (self.module.p2p)(self.ptr, ops.as_ptr(), ops.len(), ms(t), &mut peer, e, l))
+            .map_err(|mut err| {
+                err.peer = (peer >= 0).then_some(peer);
+                err
+            })
     }
 }
 
@@ -534,27 +771,48 @@ impl UnboundBuffer {
     /// # Safety
     /// `ptr` must stay valid for `size` bytes until the buffer is dropped
     /// and no transfer into it is pending.
-    pub unsafe fn new(ctx: &Context, ptr: *mut u8, size: usize) -> std::result::Result<UnboundBuffer, CallError> {
+    pub unsafe fn new(
+        ctx: &Context,
+        ptr: *mut u8,
+        size: usize,
+    ) -> std::result::Result<UnboundBuffer, CallError> {
         let mut out = std::ptr::null_mut();
         call(|(e, l)| (ctx.module.ubuf_new)(ctx.ptr, ptr as *mut c_void, size, &mut out, e, l))?;
-        Ok(UnboundBuffer { module: ctx.module, ptr: out })
+        Ok(UnboundBuffer {
+            module: ctx.module,
+            ptr: out,
+        })
     }
 
     pub fn send(&self, peer: i32, slot: u64, offset: usize, nbytes: usize) -> CallResult {
-        call(|(e, l)| unsafe { (self.module.ubuf_send)(self.ptr, peer, slot, offset, nbytes, e, l) })
+        call(|(e, l)| unsafe {
+            (self.module.ubuf_send)(self.ptr, peer, slot, offset, nbytes, e, l)
+        })
     }
 
     pub fn recv(&self, peer: i32, slot: u64, offset: usize, nbytes: usize) -> CallResult {
-        call(|(e, l)| unsafe { (self.module.ubuf_recv)(self.ptr, peer, slot, offset, nbytes, e, l) })
+        call(|(e, l)| unsafe {
+            (self.module.ubuf_recv)(self.ptr, peer, slot, offset, nbytes, e, l)
+        })
     }
 
     /// From whichever of `srcs` sends first (empty: every other rank).
     pub fn recv_any(&self, srcs: &[i32], slot: u64, offset: usize, nbytes: usize) -> CallResult {
-        let p = if srcs.is_empty() { std::ptr::null() } else { srcs.as_ptr() };
-        call(|(e, l)| unsafe { (self.module.ubuf_recv_any)(self.ptr, p, srcs.len(), slot, offset, nbytes, e, l) })
+        let p = if srcs.is_empty() {
+            std::ptr::null()
+        } else {
+            srcs.as_ptr()
+        };
+        call(|(e, l)| unsafe {
+            (self.module.ubuf_recv_any)(self.ptr, p, srcs.len(), slot, offset, nbytes, e, l)
+        })
     }
 
-    fn wait(&self, f: unsafe extern "C" fn(*mut Ubuf, i64, *mut c_int, *mut c_char, usize) -> c_int, t: Option<std::time::Duration>) -> std::result::Result<Waited, CallError> {
+    fn wait(
+        &self,
+        f: unsafe extern "C" fn(*mut Ubuf, i64, *mut c_int, *mut c_char, usize) -> c_int,
+        t: Option<std::time::Duration>,
+    ) -> std::result::Result<Waited, CallError> {
         let mut peer: c_int = -1;
         let mut aborted = false;
         call(|(e, l)| {
@@ -565,16 +823,26 @@ impl UnboundBuffer {
             }
             rc
         })?;
-        Ok(if aborted { Waited::Aborted } else { Waited::Done(peer) })
+        Ok(if aborted {
+            Waited::Aborted
+        } else {
+            Waited::Done(peer)
+        })
     }
 
     /// Waits for one send; `None`: no timeout (a Gloo timeout closes the
     /// context's connections).
-    pub fn wait_send(&self, t: Option<std::time::Duration>) -> std::result::Result<Waited, CallError> {
+    pub fn wait_send(
+        &self,
+        t: Option<std::time::Duration>,
+    ) -> std::result::Result<Waited, CallError> {
         self.wait(self.module.ubuf_wait_send, t)
     }
 
-    pub fn wait_recv(&self, t: Option<std::time::Duration>) -> std::result::Result<Waited, CallError> {
+    pub fn wait_recv(
+        &self,
+        t: Option<std::time::Duration>,
+    ) -> std::result::Result<Waited, CallError> {
         self.wait(self.module.ubuf_wait_recv, t)
     }
 

@@ -76,13 +76,23 @@ pub(super) fn shared_file(name: &str, len: usize) -> std::io::Result<(OwnedFd, *
     }
     // SAFETY: a fresh descriptor we own.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let size = i64::try_from(len).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let size =
+        i64::try_from(len).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
     // SAFETY: valid descriptor.
     if unsafe { libc::ftruncate(fd.as_raw_fd(), size) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: maps the whole file; checked below.
-    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
     if p == libc::MAP_FAILED {
         return Err(std::io::Error::last_os_error());
     }
@@ -92,8 +102,12 @@ pub(super) fn shared_file(name: &str, len: usize) -> std::io::Result<(OwnedFd, *
 impl SharedAllocations {
     /// `bytes` of zeroed memory that same-host peers can map.
     pub fn alloc(&self, bytes: usize, label: &str) -> Result<*mut c_void> {
-        let (fd, p) = shared_file(label, bytes)
-            .map_err(|e| Error::system(format!("tc_mem_alloc: a shared mapping of {bytes} bytes"), e))?;
+        let (fd, p) = shared_file(label, bytes).map_err(|e| {
+            Error::system(
+                format!("tc_mem_alloc: a shared mapping of {bytes} bytes"),
+                e,
+            )
+        })?;
         lock(&self.regions).insert(p as usize, Region { fd, len: bytes });
         Ok(p as *mut c_void)
     }
@@ -179,13 +193,28 @@ impl PeerMapping {
     /// host; an error says why it cannot be (then puts travel as messages).
     pub fn map(at: &Placement) -> std::io::Result<PeerMapping> {
         let path = format!("/proc/{}/fd/{}", at.pid, at.fd);
-        let file = std::fs::OpenOptions::new().read(true).write(true).open(&path)?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)?;
         if file_id(file.as_raw_fd())? != (at.dev, at.ino) {
-            return Err(std::io::Error::new(std::io::ErrorKind::NotFound, format!("{path} is not the peer's buffer (another PID namespace?)")));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("{path} is not the peer's buffer (another PID namespace?)"),
+            ));
         }
         let len = at.len as usize;
         // SAFETY: maps the whole file, of the length its owner gave it.
-        let base = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, file.as_raw_fd(), 0) };
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
         if base == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
@@ -226,22 +255,48 @@ impl SignalArea {
     pub fn new(ranks: usize) -> Result<SignalArea> {
         let len = area_len(ranks);
         if let Ok((fd, base)) = shared_file("window signals", len) {
-            return Ok(SignalArea { base: base as *mut c_void, len, fd: Some(fd), ranks });
+            return Ok(SignalArea {
+                base: base as *mut c_void,
+                len,
+                fd: Some(fd),
+                ranks,
+            });
         }
         let flags = libc::MAP_SHARED | libc::MAP_ANONYMOUS;
         // SAFETY: maps `len` private bytes; checked below.
-        let base = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                -1,
+                0,
+            )
+        };
         if base == libc::MAP_FAILED {
             return Err(os_error("mapping a window's signal area"));
         }
-        Ok(SignalArea { base, len, fd: None, ranks })
+        Ok(SignalArea {
+            base,
+            len,
+            fd: None,
+            ranks,
+        })
     }
 
     /// Where peers find the area (None when it is private).
     pub fn placement(&self) -> Option<Placement> {
         let fd = self.fd.as_ref()?;
         let (dev, ino) = file_id(fd.as_raw_fd()).ok()?;
-        Some(Placement { pid: std::process::id() as u64, fd: fd.as_raw_fd() as u64, offset: 0, len: self.len as u64, dev, ino })
+        Some(Placement {
+            pid: std::process::id() as u64,
+            fd: fd.as_raw_fd() as u64,
+            offset: 0,
+            len: self.len as u64,
+            dev,
+            ino,
+        })
     }
 
     fn seq(&self) -> &AtomicU32 {
@@ -291,9 +346,15 @@ pub struct PeerSignals {
 impl PeerSignals {
     pub fn map(at: &Placement, ranks: usize) -> std::io::Result<PeerSignals> {
         if at.len as usize != area_len(ranks) {
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "the peer's signal area has another size"));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "the peer's signal area has another size",
+            ));
         }
-        Ok(PeerSignals { mapping: PeerMapping::map(at)?, ranks })
+        Ok(PeerSignals {
+            mapping: PeerMapping::map(at)?,
+            ranks,
+        })
     }
 
     /// One signal from `origin`, after everything this thread wrote before.
@@ -301,8 +362,12 @@ impl PeerSignals {
         assert!(origin < self.ranks);
         let base = self.mapping.ptr;
         // SAFETY: in bounds and aligned (the size was checked at mapping).
-        let (seq, counter) =
-            unsafe { (&*(base as *const AtomicU32), &*(base.add(8 + 8 * origin) as *const AtomicU64)) };
+        let (seq, counter) = unsafe {
+            (
+                &*(base as *const AtomicU32),
+                &*(base.add(8 + 8 * origin) as *const AtomicU64),
+            )
+        };
         counter.fetch_add(1, Ordering::Release);
         seq.fetch_add(1, Ordering::Release);
         futex_wake(seq);
@@ -312,14 +377,37 @@ impl PeerSignals {
 /// Wakes every process sleeping on `word` (a shared futex: not PRIVATE).
 pub(super) fn futex_wake(word: &AtomicU32) {
     // SAFETY: a valid, aligned word.
-    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX, std::ptr::null::<libc::timespec>(), 0, 0) };
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            std::ptr::null::<libc::timespec>(),
+            0,
+            0,
+        )
+    };
 }
 
 pub(super) fn futex_wait(word: &AtomicU32, seen: u32, timeout: Duration) {
-    let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
     // SAFETY: a valid, aligned word and timespec; returns at once when the
     // word no longer holds `seen`.
-    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, seen, &ts as *const libc::timespec, 0, 0) };
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            seen,
+            &ts as *const libc::timespec,
+            0,
+            0,
+        )
+    };
 }
 
 #[cfg(test)]
@@ -330,7 +418,9 @@ mod tests {
     fn alloc_place_map_free() {
         let a = SharedAllocations::default();
         let p = a.alloc(8192, "test").unwrap() as usize;
-        assert!(a.placement(p + 100, 200).is_some_and(|x| x.offset == 100 && x.len == 8192));
+        assert!(a
+            .placement(p + 100, 200)
+            .is_some_and(|x| x.offset == 100 && x.len == 8192));
         assert!(a.placement(p + 8000, 200).is_none(), "crosses the end");
         assert!(a.placement(p - 1, 2).is_none(), "starts before");
         let at = a.placement(p + 16, 64).unwrap();
@@ -338,7 +428,10 @@ mod tests {
         let m = PeerMapping::map(&at).unwrap();
         unsafe { *m.ptr = 0x5a };
         assert_eq!(unsafe { *((p + 16) as *const u8) }, 0x5a, "the same memory");
-        let wrong = Placement { ino: at.ino + 1, ..at };
+        let wrong = Placement {
+            ino: at.ino + 1,
+            ..at
+        };
         assert!(PeerMapping::map(&wrong).is_err(), "another file is refused");
         drop(m);
         a.free(p as *mut c_void, "test").unwrap();
@@ -351,7 +444,10 @@ mod tests {
         let area = std::sync::Arc::new(SignalArea::new(3).unwrap());
         let at = area.placement().expect("a shared area");
         let peer = PeerSignals::map(&at, 3).unwrap();
-        assert!(PeerSignals::map(&at, 4).is_err(), "a size mismatch is refused");
+        assert!(
+            PeerSignals::map(&at, 4).is_err(),
+            "a size mismatch is refused"
+        );
         let seen = area.arrivals();
         let waiter = {
             let area = area.clone();
@@ -366,7 +462,10 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         peer.signal(2);
         let took = waiter.join().unwrap();
-        assert!(took < Duration::from_secs(2), "woken by the signal, not the timeout: {took:?}");
+        assert!(
+            took < Duration::from_secs(2),
+            "woken by the signal, not the timeout: {took:?}"
+        );
         assert_eq!(area.counter(2).load(Ordering::Acquire), 1);
         assert_eq!(area.counter(0).load(Ordering::Acquire), 0);
         // A wait whose word already moved returns at once.

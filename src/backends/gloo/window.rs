@@ -76,22 +76,42 @@ pub(super) fn create(backend: &GlooBackend, timeout: Duration) -> Result<Box<dyn
     let (rank, size) = (backend.rank, backend.size);
     let ctx = if size > 1 {
         let module = shim::module()?;
-        let store: StoreRef = Arc::new(PrefixStore::new(&format!("window/{k}"), backend.store.clone()));
+        let store: StoreRef = Arc::new(PrefixStore::new(
+            &format!("window/{k}"),
+            backend.store.clone(),
+        ));
         let vt = shim::StoreVtable {
             user: &store as *const StoreRef as *mut c_void,
             set: store_set,
             get: store_get,
             wait: store_wait,
         };
-        let ctx = shim::Context::new(module, rank, size, &vt, timeout, backend.hostname.as_deref(), backend.iface.as_deref())
-            .map_err(|e| Error::new(e.kind(), format!("gloo {label}: connecting rank {rank} of {size}: {}", e.message)))?;
+        let ctx = shim::Context::new(
+            module,
+            rank,
+            size,
+            &vt,
+            timeout,
+            backend.hostname.as_deref(),
+            backend.iface.as_deref(),
+        )
+        .map_err(|e| {
+            Error::new(
+                e.kind(),
+                format!(
+                    "gloo {label}: connecting rank {rank} of {size}: {}",
+                    e.message
+                ),
+            )
+        })?;
         Some(ctx)
     } else {
         None
     };
     let n = size as usize;
     let peer_addresses = match &ctx {
-        Some(c) => exchange_addresses(c, rank, size, timeout).map_err(|e| Error::new(e.kind(), format!("gloo {label}: {}", e.message)))?,
+        Some(c) => exchange_addresses(c, rank, size, timeout)
+            .map_err(|e| Error::new(e.kind(), format!("gloo {label}: {}", e.message)))?,
         None => vec![String::new()],
     };
     let inner = Arc::new(Inner {
@@ -144,7 +164,12 @@ const TAG_FIRST_REGISTER: u32 = 2;
 /// that a Gloo message naming a peer's address names its rank here (where
 /// Gloo knows the address: a connection this rank accepted may be reported
 /// by the peer's listening address, and then stays unnamed).
-fn exchange_addresses(ctx: &shim::Context, rank: i32, size: i32, timeout: Duration) -> std::result::Result<Vec<String>, shim::CallError> {
+fn exchange_addresses(
+    ctx: &shim::Context,
+    rank: i32,
+    size: i32,
+    timeout: Duration,
+) -> std::result::Result<Vec<String>, shim::CallError> {
     const LEN: usize = 64;
     let (n, me) = (size as usize, rank as usize);
     let mut mine = vec![0u8; n * LEN];
@@ -155,7 +180,15 @@ fn exchange_addresses(ctx: &shim::Context, rank: i32, size: i32, timeout: Durati
     }
     let mut all = vec![0u8; n * n * LEN];
     // SAFETY: both buffers hold the sizes given.
-    unsafe { ctx.allgather(mine.as_ptr(), all.as_mut_ptr(), n * LEN, TAG_ADDRESSES, timeout)? };
+    unsafe {
+        ctx.allgather(
+            mine.as_ptr(),
+            all.as_mut_ptr(),
+            n * LEN,
+            TAG_ADDRESSES,
+            timeout,
+        )?
+    };
     Ok((0..n)
         .map(|j| {
             let bytes = &all[(j * n + me) * LEN..(j * n + me + 1) * LEN];
@@ -181,11 +214,26 @@ const RECORD: usize = 17;
 
 fn encode_placement(p: Option<Placement>) -> [u64; 7] {
     let q = p.unwrap_or_default();
-    [p.is_some() as u64, q.pid, q.fd, q.offset, q.len, q.dev, q.ino]
+    [
+        p.is_some() as u64,
+        q.pid,
+        q.fd,
+        q.offset,
+        q.len,
+        q.dev,
+        q.ino,
+    ]
 }
 
 fn decode_placement(w: &[u64]) -> Option<Placement> {
-    (w[0] == 1).then(|| Placement { pid: w[1], fd: w[2], offset: w[3], len: w[4], dev: w[5], ino: w[6] })
+    (w[0] == 1).then(|| Placement {
+        pid: w[1],
+        fd: w[2],
+        offset: w[3],
+        len: w[4],
+        dev: w[5],
+        ino: w[6],
+    })
 }
 
 impl Registration {
@@ -199,7 +247,12 @@ impl Registration {
     }
 
     fn decode(w: &[u64]) -> Registration {
-        Registration { bytes: w[0], shared: decode_placement(&w[1..8]), signals: decode_placement(&w[8..15]), host: [w[15], w[16]] }
+        Registration {
+            bytes: w[0],
+            shared: decode_placement(&w[1..8]),
+            signals: decode_placement(&w[8..15]),
+            host: [w[15], w[16]],
+        }
     }
 }
 
@@ -313,7 +366,9 @@ impl Deadline {
         Deadline(Instant::now() + t, t)
     }
     fn left(&self) -> Duration {
-        self.0.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))
+        self.0
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1))
     }
     fn passed(&self) -> bool {
         Instant::now() >= self.0
@@ -322,16 +377,23 @@ impl Deadline {
 
 impl Inner {
     fn ctx(&self) -> &shim::Context {
-        self.ctx.as_ref().expect("a window context exists for more than one rank")
+        self.ctx
+            .as_ref()
+            .expect("a window context exists for more than one rank")
     }
 
     /// The rank whose address a Gloo message names, if known.
     fn peer_in_message(&self, message: &str) -> Option<i32> {
         let named = |a: &str| {
             // A whole address: "[ip]:port" not followed by more digits.
-            message.match_indices(a).any(|(i, _)| !message[i + a.len()..].starts_with(|c: char| c.is_ascii_digit()))
+            message
+                .match_indices(a)
+                .any(|(i, _)| !message[i + a.len()..].starts_with(|c: char| c.is_ascii_digit()))
         };
-        self.peer_addresses.iter().position(|a| !a.is_empty() && named(a)).map(|j| j as i32)
+        self.peer_addresses
+            .iter()
+            .position(|a| !a.is_empty() && named(a))
+            .map(|j| j as i32)
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -342,14 +404,23 @@ impl Inner {
     fn usable_fresh(&self, st: &State, what: &str) -> Result<()> {
         self.usable(st, what)?;
         if let Some(e) = &st.lost {
-            return Err(Error::new(e.kind, format!("gloo {} {what} on rank {}: {}", self.label, self.rank, e.message)));
+            return Err(Error::new(
+                e.kind,
+                format!(
+                    "gloo {} {what} on rank {}: {}",
+                    self.label, self.rank, e.message
+                ),
+            ));
         }
         Ok(())
     }
 
     fn usable(&self, st: &State, what: &str) -> Result<()> {
         if st.closed {
-            return Err(Error::new(ErrorKind::Aborted, format!("gloo {} {what}: the window is closed", self.label)));
+            return Err(Error::new(
+                ErrorKind::Aborted,
+                format!("gloo {} {what}: the window is closed", self.label),
+            ));
         }
         if let Some(e) = &st.broken {
             return Err(Error::new(
@@ -371,7 +442,11 @@ impl Inner {
                 st.broken = Some(err);
             }
             self.wake();
-            (first, st.service.as_ref().map(|s| s.bufs.clone()), st.watch.as_ref().map(|w| w.buf.clone()))
+            (
+                first,
+                st.service.as_ref().map(|s| s.bufs.clone()),
+                st.watch.as_ref().map(|w| w.buf.clone()),
+            )
         };
         if !first {
             return;
@@ -397,9 +472,22 @@ impl Inner {
             ErrorKind::Remote => "; the peer failed or closed its connection",
             _ => "",
         };
-        let peer = if peer >= 0 { format!(" (peer rank {peer})") } else { String::new() };
-        let err = Error::new(kind, format!("gloo {} {what} on rank {}{peer}: {}{hint}", self.label, self.rank, e.message));
-        if matches!(kind, ErrorKind::Timeout | ErrorKind::Remote | ErrorKind::Internal) {
+        let peer = if peer >= 0 {
+            format!(" (peer rank {peer})")
+        } else {
+            String::new()
+        };
+        let err = Error::new(
+            kind,
+            format!(
+                "gloo {} {what} on rank {}{peer}: {}{hint}",
+                self.label, self.rank, e.message
+            ),
+        );
+        if matches!(
+            kind,
+            ErrorKind::Timeout | ErrorKind::Remote | ErrorKind::Internal
+        ) {
             self.mark_broken(err.clone());
         }
         err
@@ -416,7 +504,8 @@ impl Inner {
             .map_err(|e| Error::new(e.kind(), format!("gloo {}: {}", self.label, e.message)))?;
         let buf = Arc::new(buf);
         for p in (0..self.size).filter(|p| *p != self.rank) {
-            buf.recv(p, SLOT_WATCH, p as usize, 1).map_err(|e| self.fail("watch", p, e))?;
+            buf.recv(p, SLOT_WATCH, p as usize, 1)
+                .map_err(|e| self.fail("watch", p, e))?;
         }
         let me = self.clone();
         let b = buf.clone();
@@ -424,7 +513,11 @@ impl Inner {
             .name("tc-gloo-win-watch".into())
             .spawn(move || me.watch(b))
             .map_err(|e| Error::system("starting the window's watcher thread", e))?;
-        self.state().watch = Some(Watch { buf, _mem: mem, thread: Some(thread) });
+        self.state().watch = Some(Watch {
+            buf,
+            _mem: mem,
+            thread: Some(thread),
+        });
         Ok(())
     }
 
@@ -436,7 +529,9 @@ impl Inner {
                 Ok(Waited::Done(_)) => continue, // nobody sends on this slot
                 Err(e) => {
                     let peer = self.peer_in_message(&e.message);
-                    let who = peer.map_or("a peer's connection".to_string(), |p| format!("the connection to rank {p}"));
+                    let who = peer.map_or("a peer's connection".to_string(), |p| {
+                        format!("the connection to rank {p}")
+                    });
                     let msg = format!(
                         "gloo {} on rank {}: {who} failed (the peer died, was killed, or freed the window): {}",
                         self.label, self.rank, e.message
@@ -452,8 +547,15 @@ impl Inner {
                         // closed. Give the service a moment to count it.
                         if let Some(p) = peer {
                             let grace = Instant::now() + Duration::from_millis(500);
-                            while !st.stopped[p as usize] && !st.service_done && Instant::now() < grace {
-                                st = self.cv.wait_timeout(st, Duration::from_millis(20)).unwrap_or_else(|e| e.into_inner()).0;
+                            while !st.stopped[p as usize]
+                                && !st.service_done
+                                && Instant::now() < grace
+                            {
+                                st = self
+                                    .cv
+                                    .wait_timeout(st, Duration::from_millis(20))
+                                    .unwrap_or_else(|e| e.into_inner())
+                                    .0;
                             }
                             if !st.stopped[p as usize] && !st.service_done {
                                 drop(st);
@@ -497,7 +599,8 @@ impl Inner {
             };
             // SAFETY: the completed receive wrote the header (Gloo's buffer
             // lock orders it before the wait's return).
-            let h: [u64; 4] = unsafe { std::ptr::read_volatile(bufs.header_mem.as_ptr() as *const [u64; 4]) };
+            let h: [u64; 4] =
+                unsafe { std::ptr::read_volatile(bufs.header_mem.as_ptr() as *const [u64; 4]) };
             if src < 0 || src as usize >= n || h[0] & !0xff != MAGIC {
                 break Err(Error::internal(format!(
                     "gloo {} service on rank {}: malformed header {:#x} from rank {src}",
@@ -540,7 +643,11 @@ impl Inner {
                         // message just received.
                         unsafe {
                             let from = (bufs.header_mem.as_ptr() as *const u8).add(HEADER_BYTES);
-                            std::ptr::copy_nonoverlapping(from, (bufs.data_ptr as *mut u8).add(off), len);
+                            std::ptr::copy_nonoverlapping(
+                                from,
+                                (bufs.data_ptr as *mut u8).add(off),
+                                len,
+                            );
                         }
                     } else {
                         let msg = format!(
@@ -583,14 +690,20 @@ impl Inner {
     fn drain(&self, src: i32, len: usize) -> Result<()> {
         let mut scratch: Vec<u8> = Vec::new();
         scratch.try_reserve_exact(len).map_err(|_| {
-            Error::internal(format!("gloo {}: no memory to drain a refused put of {len} bytes from rank {src}", self.label))
+            Error::internal(format!(
+                "gloo {}: no memory to drain a refused put of {len} bytes from rank {src}",
+                self.label
+            ))
         })?;
         scratch.resize(len, 0);
         // SAFETY: scratch outlives the buffer (dropped at the end of scope,
         // after the receive completed or the window broke).
-        let ub = unsafe { UnboundBuffer::new(self.ctx(), scratch.as_mut_ptr(), len) }.map_err(|e| self.fail("service", src, e))?;
-        ub.recv(src, SLOT_DATA, 0, len).map_err(|e| self.fail("service (draining a refused put)", src, e))?;
-        ub.wait_recv(Some(self.timeout)).map_err(|e| self.fail("service (draining a refused put)", src, e))?;
+        let ub = unsafe { UnboundBuffer::new(self.ctx(), scratch.as_mut_ptr(), len) }
+            .map_err(|e| self.fail("service", src, e))?;
+        ub.recv(src, SLOT_DATA, 0, len)
+            .map_err(|e| self.fail("service (draining a refused put)", src, e))?;
+        ub.wait_recv(Some(self.timeout))
+            .map_err(|e| self.fail("service (draining a refused put)", src, e))?;
         Ok(())
     }
 
@@ -603,7 +716,9 @@ impl Inner {
         if r.host != host_id() || r.host == [0, 0] {
             return None;
         }
-        match PeerMapping::map(buf).and_then(|m| Ok((m, PeerSignals::map(signals, self.size as usize)?))) {
+        match PeerMapping::map(buf)
+            .and_then(|m| Ok((m, PeerSignals::map(signals, self.size as usize)?)))
+        {
             Ok(both) => Some(both),
             Err(e) => {
                 crate::log_info!(
@@ -641,17 +756,21 @@ impl Inner {
         msg[..4].copy_from_slice(&header);
         if let Some((p, n)) = inline {
             // SAFETY: the caller's source holds n bytes; msg has room.
-            unsafe { std::ptr::copy_nonoverlapping(p, (msg.as_mut_ptr() as *mut u8).add(HEADER_BYTES), n) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(p, (msg.as_mut_ptr() as *mut u8).add(HEADER_BYTES), n)
+            };
         }
         let msg_bytes = HEADER_BYTES + extra;
         // SAFETY: msg and the payload outlive the buffers (dropped below,
         // after the waits; on failure the context is closed first).
         let h = Arc::new(
-            unsafe { UnboundBuffer::new(self.ctx(), msg.as_mut_ptr() as *mut u8, msg_bytes) }.map_err(|e| self.fail(what, peer, e))?,
+            unsafe { UnboundBuffer::new(self.ctx(), msg.as_mut_ptr() as *mut u8, msg_bytes) }
+                .map_err(|e| self.fail(what, peer, e))?,
         );
         let p = match payload {
             Some((ptr, len)) => Some(Arc::new(
-                unsafe { UnboundBuffer::new(self.ctx(), ptr as *mut u8, len) }.map_err(|e| self.fail(what, peer, e))?,
+                unsafe { UnboundBuffer::new(self.ctx(), ptr as *mut u8, len) }
+                    .map_err(|e| self.fail(what, peer, e))?,
             )),
             None => None,
         };
@@ -664,15 +783,23 @@ impl Inner {
             }
         }
         let result = (|| {
-            h.send(peer, SLOT_HEADER, 0, msg_bytes).map_err(|e| self.fail(what, peer, e))?;
+            h.send(peer, SLOT_HEADER, 0, msg_bytes)
+                .map_err(|e| self.fail(what, peer, e))?;
             if let (Some(p), Some((_, len))) = (&p, payload) {
-                p.send(peer, SLOT_DATA, 0, len).map_err(|e| self.fail(what, peer, e))?;
+                p.send(peer, SLOT_DATA, 0, len)
+                    .map_err(|e| self.fail(what, peer, e))?;
             }
             for b in std::iter::once(&h).chain(p.as_ref()) {
                 match b.wait_send(Some(d.left())) {
                     Ok(Waited::Done(_)) => {}
                     Ok(Waited::Aborted) => {
-                        return Err(Error::new(ErrorKind::Aborted, format!("gloo {} {what} to rank {peer}: the window was closed", self.label)))
+                        return Err(Error::new(
+                            ErrorKind::Aborted,
+                            format!(
+                                "gloo {} {what} to rank {peer}: the window was closed",
+                                self.label
+                            ),
+                        ))
                     }
                     Err(e) => {
                         let e = if e.kind() == ErrorKind::Timeout {
@@ -695,7 +822,8 @@ impl Inner {
             Ok(())
         })();
         let mut st = self.state();
-        st.inflight.retain(|b| !Arc::ptr_eq(b, &h) && p.as_ref().map_or(true, |p| !Arc::ptr_eq(b, p)));
+        st.inflight
+            .retain(|b| !Arc::ptr_eq(b, &h) && p.as_ref().map_or(true, |p| !Arc::ptr_eq(b, p)));
         drop(st);
         if result.is_err() {
             // Gloo may still hold the send: make sure it never reads the
@@ -756,9 +884,16 @@ impl WindowBackend for GlooWindow {
         let mut make = || -> std::result::Result<ServiceBufs, shim::CallError> {
             // SAFETY: header_mem is moved into the same struct (a Box: the
             // address stays); the caller keeps `buf` valid while registered.
-            let header = unsafe { UnboundBuffer::new(w.ctx(), header_mem.as_mut_ptr() as *mut u8, MESSAGE_MAX)? };
+            let header = unsafe {
+                UnboundBuffer::new(w.ctx(), header_mem.as_mut_ptr() as *mut u8, MESSAGE_MAX)?
+            };
             let data = unsafe { UnboundBuffer::new(w.ctx(), buf as *mut u8, bytes)? };
-            Ok(ServiceBufs { header, header_mem: std::mem::replace(&mut header_mem, Box::new([0u64; MESSAGE_MAX / 8])), data, data_ptr: buf as usize })
+            Ok(ServiceBufs {
+                header,
+                header_mem: std::mem::replace(&mut header_mem, Box::new([0u64; MESSAGE_MAX / 8])),
+                data,
+                data_ptr: buf as usize,
+            })
         };
         let bufs = Arc::new(make().map_err(|e| w.fail("register", -1, e))?);
         {
@@ -770,7 +905,10 @@ impl WindowBackend for GlooWindow {
                 .name("tc-gloo-win".into())
                 .spawn(move || me.serve(b, bytes))
                 .map_err(|e| Error::system("starting the window's service thread", e))?;
-            st.service = Some(Service { bufs, thread: Some(thread) });
+            st.service = Some(Service {
+                bufs,
+                thread: Some(thread),
+            });
         }
         let mine = Registration {
             bytes: bytes as u64,
@@ -782,7 +920,15 @@ impl WindowBackend for GlooWindow {
         let mut all = vec![0u64; n * RECORD];
         let tag = w.tag.fetch_add(1, Ordering::SeqCst);
         // SAFETY: both buffers hold the sizes given.
-        let r = unsafe { w.ctx().allgather(mine.as_ptr() as *const u8, all.as_mut_ptr() as *mut u8, RECORD * 8, tag, d.left()) };
+        let r = unsafe {
+            w.ctx().allgather(
+                mine.as_ptr() as *const u8,
+                all.as_mut_ptr() as *mut u8,
+                RECORD * 8,
+                tag,
+                d.left(),
+            )
+        };
         if let Err(e) = r {
             let err = w.fail("register (size exchange)", -1, e);
             w.mark_broken(err.clone());
@@ -791,8 +937,18 @@ impl WindowBackend for GlooWindow {
             return Err(err);
         }
         let regs: Vec<Registration> = all.chunks(RECORD).map(Registration::decode).collect();
-        let (mapped, peer_signals) =
-            regs.iter().enumerate().map(|(q, r)| if q == w.rank as usize { None } else { w.map_peer(q, r) }).map(Option::unzip).unzip();
+        let (mapped, peer_signals) = regs
+            .iter()
+            .enumerate()
+            .map(|(q, r)| {
+                if q == w.rank as usize {
+                    None
+                } else {
+                    w.map_peer(q, r)
+                }
+            })
+            .map(Option::unzip)
+            .unzip();
         let mut st = w.state();
         st.sizes = regs.iter().map(|r| r.bytes as usize).collect();
         st.mapped = mapped;
@@ -808,7 +964,10 @@ impl WindowBackend for GlooWindow {
         {
             let mut st = w.state();
             if !st.registered {
-                return Err(Error::invalid_usage(format!("gloo {} deregister: rank {} has no registered buffer", w.label, w.rank)));
+                return Err(Error::invalid_usage(format!(
+                    "gloo {} deregister: rank {} has no registered buffer",
+                    w.label, w.rank
+                )));
             }
             st.deregistering = true;
         }
@@ -830,7 +989,14 @@ impl WindowBackend for GlooWindow {
         // STOP follows this rank's earlier puts and signals on each
         // connection, so each peer's service has taken them when it sees it.
         for p in (0..w.size).filter(|p| *p != w.rank) {
-            if let Err(e) = w.send_message("deregister", p, [MAGIC | KIND_STOP, 0, 0, 0], None, None, &d) {
+            if let Err(e) = w.send_message(
+                "deregister",
+                p,
+                [MAGIC | KIND_STOP, 0, 0, 0],
+                None,
+                None,
+                &d,
+            ) {
                 result = Err(e);
                 break;
             }
@@ -839,13 +1005,24 @@ impl WindowBackend for GlooWindow {
             // This rank's service ends after STOP from every peer.
             let mut st = w.state();
             while !st.service_done && st.broken.is_none() && !d.passed() {
-                st = w.cv.wait_timeout(st, d.left()).unwrap_or_else(|e| e.into_inner()).0;
+                st =
+                    w.cv.wait_timeout(st, d.left())
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
             }
             if let Some(e) = &st.broken {
-                result = Err(Error::new(e.kind, format!("gloo {} deregister on rank {}: {}", w.label, w.rank, e.message)));
+                result = Err(Error::new(
+                    e.kind,
+                    format!(
+                        "gloo {} deregister on rank {}: {}",
+                        w.label, w.rank, e.message
+                    ),
+                ));
             } else if !st.service_done {
-                let missing: Vec<String> =
-                    (0..n).filter(|r| *r != w.rank as usize && !st.stopped[*r]).map(|r| r.to_string()).collect();
+                let missing: Vec<String> = (0..n)
+                    .filter(|r| *r != w.rank as usize && !st.stopped[*r])
+                    .map(|r| r.to_string())
+                    .collect();
                 let msg = format!(
                     "gloo {} deregister on rank {}: rank(s) {} did not deregister within {} ms (slow, stopped or gone)",
                     w.label,
@@ -857,7 +1034,9 @@ impl WindowBackend for GlooWindow {
                 // did not let us name) is the likelier cause.
                 let unnamed = st.lost_peer.map_or(true, |p| !st.stopped[p as usize]);
                 result = Err(match &st.lost {
-                    Some(lost) if unnamed => Error::remote(format!("{msg}; meanwhile {}", lost.message)),
+                    Some(lost) if unnamed => {
+                        Error::remote(format!("{msg}; meanwhile {}", lost.message))
+                    }
                     _ => Error::timeout(msg),
                 });
             }
@@ -880,7 +1059,14 @@ impl WindowBackend for GlooWindow {
         st.sizes.get(rank as usize).copied().unwrap_or(0)
     }
 
-    fn put(&self, src: *const c_void, bytes: usize, dst_rank: i32, dst_offset: usize, timeout: Duration) -> Result<()> {
+    fn put(
+        &self,
+        src: *const c_void,
+        bytes: usize,
+        dst_rank: i32,
+        dst_offset: usize,
+        timeout: Duration,
+    ) -> Result<()> {
         let w = &self.inner;
         let d = Deadline::new(timeout);
         let (own, size, mapped) = {
@@ -893,9 +1079,19 @@ impl WindowBackend for GlooWindow {
                 )));
             }
             if dst_rank < 0 || dst_rank >= w.size {
-                return Err(Error::invalid_argument(format!("argument 'dst_rank': {dst_rank} is outside the window's {} ranks", w.size)));
+                return Err(Error::invalid_argument(format!(
+                    "argument 'dst_rank': {dst_rank} is outside the window's {} ranks",
+                    w.size
+                )));
             }
-            (st.buf, st.sizes[dst_rank as usize], st.mapped.get(dst_rank as usize).and_then(|m| m.as_ref()).map(|m| m.ptr as usize))
+            (
+                st.buf,
+                st.sizes[dst_rank as usize],
+                st.mapped
+                    .get(dst_rank as usize)
+                    .and_then(|m| m.as_ref())
+                    .map(|m| m.ptr as usize),
+            )
         };
         match dst_offset.checked_add(bytes) {
             Some(end) if end <= size => {}
@@ -919,15 +1115,39 @@ impl WindowBackend for GlooWindow {
             // signal that follows is a message, sent after the copy.
             // SAFETY: in bounds of the mapping (checked above); memmove
             // semantics for a source inside it.
-            unsafe { std::ptr::copy(src as *const u8, (peer_buf as *mut u8).add(dst_offset), bytes) };
+            unsafe {
+                std::ptr::copy(
+                    src as *const u8,
+                    (peer_buf as *mut u8).add(dst_offset),
+                    bytes,
+                )
+            };
             std::sync::atomic::fence(Ordering::SeqCst);
             return Ok(());
         }
-        let (off, n, src) = (dst_offset as u64, bytes as u64, Some((src as *const u8, bytes)));
+        let (off, n, src) = (
+            dst_offset as u64,
+            bytes as u64,
+            Some((src as *const u8, bytes)),
+        );
         if bytes <= INLINE_MAX {
-            w.send_message("put", dst_rank, [MAGIC | KIND_PUT_INLINE, off, n, 0], src, None, &d)
+            w.send_message(
+                "put",
+                dst_rank,
+                [MAGIC | KIND_PUT_INLINE, off, n, 0],
+                src,
+                None,
+                &d,
+            )
         } else {
-            w.send_message("put", dst_rank, [MAGIC | KIND_PUT, off, n, 0], None, src, &d)
+            w.send_message(
+                "put",
+                dst_rank,
+                [MAGIC | KIND_PUT, off, n, 0],
+                None,
+                src,
+                &d,
+            )
         }
     }
 
@@ -938,7 +1158,10 @@ impl WindowBackend for GlooWindow {
             let mut st = w.state();
             w.usable_fresh(&st, "signal")?;
             if peer < 0 || peer >= w.size {
-                return Err(Error::invalid_argument(format!("argument 'peer': {peer} is outside the window's {} ranks", w.size)));
+                return Err(Error::invalid_argument(format!(
+                    "argument 'peer': {peer} is outside the window's {} ranks",
+                    w.size
+                )));
             }
             if peer == w.rank {
                 st.signals[peer as usize] += 1;
@@ -952,14 +1175,24 @@ impl WindowBackend for GlooWindow {
                 return Ok(());
             }
         }
-        w.send_message("signal", peer, [MAGIC | KIND_SIGNAL, 0, 0, 0], None, None, &d)
+        w.send_message(
+            "signal",
+            peer,
+            [MAGIC | KIND_SIGNAL, 0, 0, 0],
+            None,
+            None,
+            &d,
+        )
     }
 
     fn wait_signal(&self, peer: i32, timeout: Duration) -> Result<()> {
         let w = &self.inner;
         let d = Deadline::new(timeout);
         if peer < 0 || peer >= w.size {
-            return Err(Error::invalid_argument(format!("argument 'peer': {peer} is outside the window's {} ranks", w.size)));
+            return Err(Error::invalid_argument(format!(
+                "argument 'peer': {peer} is outside the window's {} ranks",
+                w.size
+            )));
         }
         let p = peer as usize;
         loop {
@@ -968,7 +1201,10 @@ impl WindowBackend for GlooWindow {
             let seen = w.area.arrivals();
             let mut st = w.state();
             if let Some(msg) = st.refused[p].take() {
-                return Err(Error::invalid_argument(format!("gloo {} wait_signal from rank {peer}: {msg}", w.label)));
+                return Err(Error::invalid_argument(format!(
+                    "gloo {} wait_signal from rank {peer}: {msg}",
+                    w.label
+                )));
             }
             if st.signals[p] > 0 {
                 st.signals[p] -= 1;
@@ -998,7 +1234,10 @@ impl WindowBackend for GlooWindow {
         let w = &self.inner;
         let st = w.state();
         if !st.registered {
-            return Err(Error::invalid_usage(format!("gloo {} map_remote: rank {} has no registered buffer", w.label, w.rank)));
+            return Err(Error::invalid_usage(format!(
+                "gloo {} map_remote: rank {} has no registered buffer",
+                w.label, w.rank
+            )));
         }
         if rank == w.rank {
             return Ok(st.buf as *mut c_void);
@@ -1022,7 +1261,11 @@ impl WindowBackend for GlooWindow {
             }
             st.closed = true;
             w.wake();
-            (std::mem::take(&mut st.inflight), st.watch.take(), st.registered || st.broken.is_some())
+            (
+                std::mem::take(&mut st.inflight),
+                st.watch.take(),
+                st.registered || st.broken.is_some(),
+            )
         };
         // Still registered (or broken): close the connections now, so that
         // nothing lands any more and the peers fail fast. After a clean

@@ -22,7 +22,6 @@
 //! 2.32.3 headers.
 
 #![allow(dead_code)]
-
 // Stream, event and comm handles are opaque: passed to the driver or NCCL,
 // never dereferenced here.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
@@ -174,28 +173,65 @@ impl Config {
 
 type FnGetVersion = unsafe extern "C" fn(*mut c_int) -> NcclResult;
 type FnGetUniqueId = unsafe extern "C" fn(*mut UniqueId) -> NcclResult;
-type FnInitRankConfig = unsafe extern "C" fn(*mut NcclComm, c_int, UniqueId, c_int, *mut Config) -> NcclResult;
+type FnInitRankConfig =
+    unsafe extern "C" fn(*mut NcclComm, c_int, UniqueId, c_int, *mut Config) -> NcclResult;
 type FnComm = unsafe extern "C" fn(NcclComm) -> NcclResult;
 type FnAsyncError = unsafe extern "C" fn(NcclComm, *mut NcclResult) -> NcclResult;
 /// ncclCommCount and ncclCommUserRank.
 type FnCommInt = unsafe extern "C" fn(NcclComm, *mut c_int) -> NcclResult;
 type FnErrorString = unsafe extern "C" fn(NcclResult) -> *const c_char;
 type FnLastError = unsafe extern "C" fn(NcclComm) -> *const c_char;
-type FnSplit = unsafe extern "C" fn(NcclComm, c_int, c_int, *mut NcclComm, *mut Config) -> NcclResult;
-type FnPreMulSum = unsafe extern "C" fn(*mut NcclRedOp, *mut c_void, NcclDataType, c_int, NcclComm) -> NcclResult;
+type FnSplit =
+    unsafe extern "C" fn(NcclComm, c_int, c_int, *mut NcclComm, *mut Config) -> NcclResult;
+type FnPreMulSum =
+    unsafe extern "C" fn(*mut NcclRedOp, *mut c_void, NcclDataType, c_int, NcclComm) -> NcclResult;
 type FnRedOpDestroy = unsafe extern "C" fn(NcclRedOp, NcclComm) -> NcclResult;
-type FnReduce =
-    unsafe extern "C" fn(*const c_void, *mut c_void, usize, NcclDataType, NcclRedOp, c_int, NcclComm, Stream) -> NcclResult;
-type FnBroadcast = unsafe extern "C" fn(*const c_void, *mut c_void, usize, NcclDataType, c_int, NcclComm, Stream) -> NcclResult;
-type FnAllReduce = unsafe extern "C" fn(*const c_void, *mut c_void, usize, NcclDataType, NcclRedOp, NcclComm, Stream) -> NcclResult;
-type FnAllGather = unsafe extern "C" fn(*const c_void, *mut c_void, usize, NcclDataType, NcclComm, Stream) -> NcclResult;
-type FnSendRecv = unsafe extern "C" fn(*mut c_void, usize, NcclDataType, c_int, NcclComm, Stream) -> NcclResult;
+type FnReduce = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    NcclDataType,
+    NcclRedOp,
+    c_int,
+    NcclComm,
+    Stream,
+) -> NcclResult;
+type FnBroadcast = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    NcclDataType,
+    c_int,
+    NcclComm,
+    Stream,
+) -> NcclResult;
+type FnAllReduce = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    NcclDataType,
+    NcclRedOp,
+    NcclComm,
+    Stream,
+) -> NcclResult;
+type FnAllGather = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    NcclDataType,
+    NcclComm,
+    Stream,
+) -> NcclResult;
+type FnSendRecv =
+    unsafe extern "C" fn(*mut c_void, usize, NcclDataType, c_int, NcclComm, Stream) -> NcclResult;
 type FnGroup = unsafe extern "C" fn() -> NcclResult;
-type FnRegister = unsafe extern "C" fn(NcclComm, *mut c_void, usize, *mut *mut c_void) -> NcclResult;
+type FnRegister =
+    unsafe extern "C" fn(NcclComm, *mut c_void, usize, *mut *mut c_void) -> NcclResult;
 type FnDeregister = unsafe extern "C" fn(NcclComm, *mut c_void) -> NcclResult;
 type FnMemAlloc = unsafe extern "C" fn(*mut *mut c_void, usize) -> NcclResult;
 type FnMemFree = unsafe extern "C" fn(*mut c_void) -> NcclResult;
-type FnWindowRegister = unsafe extern "C" fn(NcclComm, *mut c_void, usize, *mut NcclWindow, c_int) -> NcclResult;
+type FnWindowRegister =
+    unsafe extern "C" fn(NcclComm, *mut c_void, usize, *mut NcclWindow, c_int) -> NcclResult;
 type FnWindowDeregister = unsafe extern "C" fn(NcclComm, NcclWindow) -> NcclResult;
 type FnPutSignal = unsafe extern "C" fn(
     *const c_void,
@@ -211,7 +247,8 @@ type FnPutSignal = unsafe extern "C" fn(
     Stream,
 ) -> NcclResult;
 type FnSignal = unsafe extern "C" fn(c_int, c_int, c_int, c_uint, NcclComm, Stream) -> NcclResult;
-type FnWaitSignal = unsafe extern "C" fn(c_int, *mut WaitSignalDesc, NcclComm, Stream) -> NcclResult;
+type FnWaitSignal =
+    unsafe extern "C" fn(c_int, *mut WaitSignalDesc, NcclComm, Stream) -> NcclResult;
 
 /// ncclWaitSignalDesc_t (NCCL 2.29+): wait for `op_cnt` signals from `peer`
 /// on signal index `sig_idx` of context `ctx`.
@@ -305,9 +342,13 @@ pub fn open(explicit: Option<&str>) -> Result<(*mut c_void, String)> {
         }
     }
     if let Some(path) = explicit.filter(|p| !p.is_empty()) {
-        return dlopen(path, libc::RTLD_NOW | libc::RTLD_LOCAL).map(|h| (h, path.to_string())).map_err(|e| {
-            Error::unavailable(format!("NCCL library TORCHCOMM_NCCL_LIBRARY={path} could not be loaded: {e}"))
-        });
+        return dlopen(path, libc::RTLD_NOW | libc::RTLD_LOCAL)
+            .map(|h| (h, path.to_string()))
+            .map_err(|e| {
+                Error::unavailable(format!(
+                    "NCCL library TORCHCOMM_NCCL_LIBRARY={path} could not be loaded: {e}"
+                ))
+            });
     }
     let mut tried = Vec::new();
     for name in ["libnccl.so.2", "libnccl.so"] {
@@ -343,7 +384,11 @@ impl Nccl {
     /// closed.
     pub unsafe fn from_handle(h: *mut c_void, origin: String) -> Result<Nccl> {
         let o = origin.clone();
-        let missing = move |name: &str| Error::unavailable(format!("{o} is not a usable NCCL: symbol {name} is missing"));
+        let missing = move |name: &str| {
+            Error::unavailable(format!(
+                "{o} is not a usable NCCL: symbol {name} is missing"
+            ))
+        };
         macro_rules! req {
             ($name:literal) => {
                 sym(h, $name).ok_or_else(|| missing($name))?
@@ -353,7 +398,9 @@ impl Nccl {
         let mut version = 0;
         let r = get_version(&mut version);
         if r != NCCL_SUCCESS {
-            return Err(Error::unavailable(format!("{origin}: ncclGetVersion failed with NCCL result {r}")));
+            return Err(Error::unavailable(format!(
+                "{origin}: ncclGetVersion failed with NCCL result {r}"
+            )));
         }
         if version < version_code(2, 18, 0) {
             return Err(Error::unavailable(format!(
@@ -429,7 +476,10 @@ impl Nccl {
         if p.is_null() {
             return None;
         }
-        let s = unsafe { CStr::from_ptr(p) }.to_string_lossy().trim().to_string();
+        let s = unsafe { CStr::from_ptr(p) }
+            .to_string_lossy()
+            .trim()
+            .to_string();
         (!s.is_empty()).then_some(s)
     }
 
@@ -442,8 +492,17 @@ impl Nccl {
             NCCL_TIMEOUT => ErrorKind::Timeout,
             _ => ErrorKind::Nccl,
         };
-        let detail = self.last_error(comm).map(|d| format!(": {d}")).unwrap_or_default();
-        Error::new(kind, format!("{what} failed: {} (NCCL result {r}){detail}", self.error_string(r)))
+        let detail = self
+            .last_error(comm)
+            .map(|d| format!(": {d}"))
+            .unwrap_or_default();
+        Error::new(
+            kind,
+            format!(
+                "{what} failed: {} (NCCL result {r}){detail}",
+                self.error_string(r)
+            ),
+        )
     }
 
     /// Ok for ncclSuccess, else [`Nccl::error`].
@@ -566,7 +625,11 @@ mod abi {
             ("ncclGather", sig::<FnBroadcast>(), false),
             ("ncclScatter", sig::<FnBroadcast>(), false),
             ("ncclCommWindowRegister", sig::<FnWindowRegister>(), false),
-            ("ncclCommWindowDeregister", sig::<FnWindowDeregister>(), false),
+            (
+                "ncclCommWindowDeregister",
+                sig::<FnWindowDeregister>(),
+                false,
+            ),
             ("ncclPutSignal", sig::<FnPutSignal>(), false),
             ("ncclSignal", sig::<FnSignal>(), false),
             ("ncclWaitSignal", sig::<FnWaitSignal>(), false),
@@ -581,7 +644,9 @@ mod abi {
         }
         let words: Vec<&str> = ty.split_whitespace().filter(|w| *w != "const").collect();
         Some(match words.join(" ").as_str() {
-            "int" | "ncclResult_t" | "ncclDataType_t" | "ncclRedOp_t" | "ncclScalarResidence_t" => "i",
+            "int" | "ncclResult_t" | "ncclDataType_t" | "ncclRedOp_t" | "ncclScalarResidence_t" => {
+                "i"
+            }
             "unsigned int" | "unsigned" => "u",
             "size_t" => "z",
             "ncclComm_t" | "cudaStream_t" | "ncclWindow_t" => "p",
@@ -606,16 +671,26 @@ mod abi {
             }
             let line_start = header[..i].rfind('\n').map_or(0, |n| n + 1);
             let ret = header[line_start..i].trim();
-            let Some(close) = header[from..].find(')').map(|c| c + from) else { continue };
+            let Some(close) = header[from..].find(')').map(|c| c + from) else {
+                continue;
+            };
             if !header[close + 1..].trim_start().starts_with(';') {
                 continue;
             }
-            let ret_code = match ret.split_whitespace().collect::<Vec<_>>().join(" ").as_str() {
+            let ret_code = match ret
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .as_str()
+            {
                 "ncclResult_t" => "i",
                 "const char*" | "const char *" => "p",
                 _ => continue,
             };
-            let args = header[from..close].split_whitespace().collect::<Vec<_>>().join(" ");
+            let args = header[from..close]
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ");
             let mut codes = Vec::new();
             if !(args.is_empty() || args == "void") {
                 for a in args.split(',') {
@@ -623,12 +698,16 @@ mod abi {
                     // Drop the parameter name: the last word, unless the
                     // parameter is a bare type ("void*", "int").
                     let ty = match a.rfind([' ', '*']) {
-                        Some(k) if !a[k + 1..].is_empty() && c_type_code(&a[k + 1..]).is_none() => &a[..=k],
+                        Some(k) if !a[k + 1..].is_empty() && c_type_code(&a[k + 1..]).is_none() => {
+                            &a[..=k]
+                        }
                         _ => a,
                     };
                     match c_type_code(ty) {
                         Some(c) => codes.push(c),
-                        None => return Some(Err(format!("{name}: unknown C type {ty:?} in ({args})"))),
+                        None => {
+                            return Some(Err(format!("{name}: unknown C type {ty:?} in ({args})")))
+                        }
                     }
                 }
             }
@@ -685,7 +764,11 @@ mod tests {
         assert_eq!(resolved, table);
         // Required symbols are the ones resolved with req!.
         for (name, _, required) in abi::table() {
-            assert_eq!(src[start..end].contains(&format!("req!(\"{name}\")")), required, "{name}");
+            assert_eq!(
+                src[start..end].contains(&format!("req!(\"{name}\")")),
+                required,
+                "{name}"
+            );
         }
     }
 
@@ -701,7 +784,14 @@ mod tests {
         assert_eq!(get("ncclGetLastError").as_deref(), Some("p(p)"));
         assert_eq!(get("ncclSignal").as_deref(), Some("i(i,u,id,p)"));
         assert_eq!(get("ncclBroadcast"), None);
-        assert_eq!(abi::table().iter().find(|t| t.0 == "ncclAllReduce").unwrap().1, "i(p,p,z,i,i,p,p)");
+        assert_eq!(
+            abi::table()
+                .iter()
+                .find(|t| t.0 == "ncclAllReduce")
+                .unwrap()
+                .1,
+            "i(p,p,z,i,i,p,p)"
+        );
     }
 
     /// Compiles tests/nccl_abi/nccl_abi.c against the nccl.h named by
@@ -712,12 +802,16 @@ mod tests {
     /// nvidia-nccl-cu13 wheel.
     #[test]
     fn abi_matches_the_nccl_header() {
-        let Some(header) = std::env::var("TORCHCOMM_TEST_NCCL_HEADER").ok().filter(|p| !p.is_empty()) else {
+        let Some(header) = std::env::var("TORCHCOMM_TEST_NCCL_HEADER")
+            .ok()
+            .filter(|p| !p.is_empty())
+        else {
             println!("SKIPPED abi_matches_the_nccl_header: TORCHCOMM_TEST_NCCL_HEADER is not set (make nccl-wheel fetches nccl.h)");
             return;
         };
         let header = std::path::PathBuf::from(header);
-        let text = std::fs::read_to_string(&header).unwrap_or_else(|e| panic!("{}: {e}", header.display()));
+        let text = std::fs::read_to_string(&header)
+            .unwrap_or_else(|e| panic!("{}: {e}", header.display()));
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/nccl_abi");
         let exe = std::env::temp_dir().join(format!("tc-nccl-abi-{}", std::process::id()));
         let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
@@ -731,7 +825,11 @@ mod tests {
             .arg(&exe)
             .output()
             .unwrap_or_else(|e| panic!("{cc}: {e}"));
-        assert!(out.status.success(), "compiling nccl_abi.c failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "compiling nccl_abi.c failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let run = std::process::Command::new(&exe).output().unwrap();
         let _ = std::fs::remove_file(&exe);
         assert!(run.status.success());
@@ -746,12 +844,24 @@ mod tests {
         let mut same = |what: &str, c_value: i64, ours: i64, bad: &mut Vec<String>| {
             checked += 1;
             if c_value != ours {
-                bad.push(format!("{what}: nccl.h has {c_value}, loader.rs has {ours}"));
+                bad.push(format!(
+                    "{what}: nccl.h has {c_value}, loader.rs has {ours}"
+                ));
             }
         };
 
-        same("NCCL_VERSION(2,28,9)", c["header NCCL_VERSION(2,28,9)"], version_code(2, 28, 9) as i64, &mut bad);
-        same("NCCL_VERSION(2,8,4)", c["header NCCL_VERSION(2,8,4)"], version_code(2, 8, 4) as i64, &mut bad);
+        same(
+            "NCCL_VERSION(2,28,9)",
+            c["header NCCL_VERSION(2,28,9)"],
+            version_code(2, 28, 9) as i64,
+            &mut bad,
+        );
+        same(
+            "NCCL_VERSION(2,8,4)",
+            c["header NCCL_VERSION(2,8,4)"],
+            version_code(2, 8, 4) as i64,
+            &mut bad,
+        );
         let sizes: [(&str, usize); 6] = [
             ("ncclUniqueId", std::mem::size_of::<UniqueId>()),
             ("ncclComm_t", std::mem::size_of::<NcclComm>()),
@@ -761,20 +871,40 @@ mod tests {
             ("ncclScalarResidence_t", std::mem::size_of::<c_int>()),
         ];
         for (name, ours) in sizes {
-            same(&format!("sizeof({name})"), c[&format!("sizeof {name}")], ours as i64, &mut bad);
+            same(
+                &format!("sizeof({name})"),
+                c[&format!("sizeof {name}")],
+                ours as i64,
+                &mut bad,
+            );
         }
         if let Some(v) = c.get("sizeof ncclWindow_t") {
-            same("sizeof(ncclWindow_t)", *v, std::mem::size_of::<NcclWindow>() as i64, &mut bad);
+            same(
+                "sizeof(ncclWindow_t)",
+                *v,
+                std::mem::size_of::<NcclWindow>() as i64,
+                &mut bad,
+            );
         }
         if let Some(v) = c.get("sizeof ncclWaitSignalDesc_t") {
-            same("sizeof(ncclWaitSignalDesc_t)", *v, std::mem::size_of::<WaitSignalDesc>() as i64, &mut bad);
+            same(
+                "sizeof(ncclWaitSignalDesc_t)",
+                *v,
+                std::mem::size_of::<WaitSignalDesc>() as i64,
+                &mut bad,
+            );
             for (f, ours) in [
                 ("opCnt", std::mem::offset_of!(WaitSignalDesc, op_cnt)),
                 ("peer", std::mem::offset_of!(WaitSignalDesc, peer)),
                 ("sigIdx", std::mem::offset_of!(WaitSignalDesc, sig_idx)),
                 ("ctx", std::mem::offset_of!(WaitSignalDesc, ctx)),
             ] {
-                same(&format!("offsetof(ncclWaitSignalDesc_t, {f})"), c[&format!("offsetof ncclWaitSignalDesc_t.{f}")], ours as i64, &mut bad);
+                same(
+                    &format!("offsetof(ncclWaitSignalDesc_t, {f})"),
+                    c[&format!("offsetof ncclWaitSignalDesc_t.{f}")],
+                    ours as i64,
+                    &mut bad,
+                );
             }
         }
 
@@ -789,26 +919,87 @@ mod tests {
             ("size", offset_of!(Config, size), init.size as i64),
             ("magic", offset_of!(Config, magic), init.magic as i64),
             ("version", offset_of!(Config, version), init.version as i64),
-            ("blocking", offset_of!(Config, blocking), init.blocking as i64),
-            ("cgaClusterSize", offset_of!(Config, cga_cluster_size), init.cga_cluster_size as i64),
-            ("minCTAs", offset_of!(Config, min_ctas), init.min_ctas as i64),
-            ("maxCTAs", offset_of!(Config, max_ctas), init.max_ctas as i64),
-            ("netName", offset_of!(Config, net_name), !init.net_name.is_null() as i64),
-            ("splitShare", offset_of!(Config, split_share), init.split_share as i64),
-            ("trafficClass", offset_of!(Config, traffic_class), init.traffic_class as i64),
-            ("commName", offset_of!(Config, comm_name), !init.comm_name.is_null() as i64),
-            ("collnetEnable", offset_of!(Config, collnet_enable), init.collnet_enable as i64),
-            ("CTAPolicy", offset_of!(Config, cta_policy), init.cta_policy as i64),
-            ("shrinkShare", offset_of!(Config, shrink_share), init.shrink_share as i64),
-            ("nvlsCTAs", offset_of!(Config, nvls_ctas), init.nvls_ctas as i64),
-            ("nChannelsPerNetPeer", offset_of!(Config, n_channels_per_net_peer), init.n_channels_per_net_peer as i64),
-            ("nvlinkCentricSched", offset_of!(Config, nvlink_centric_sched), init.nvlink_centric_sched as i64),
+            (
+                "blocking",
+                offset_of!(Config, blocking),
+                init.blocking as i64,
+            ),
+            (
+                "cgaClusterSize",
+                offset_of!(Config, cga_cluster_size),
+                init.cga_cluster_size as i64,
+            ),
+            (
+                "minCTAs",
+                offset_of!(Config, min_ctas),
+                init.min_ctas as i64,
+            ),
+            (
+                "maxCTAs",
+                offset_of!(Config, max_ctas),
+                init.max_ctas as i64,
+            ),
+            (
+                "netName",
+                offset_of!(Config, net_name),
+                !init.net_name.is_null() as i64,
+            ),
+            (
+                "splitShare",
+                offset_of!(Config, split_share),
+                init.split_share as i64,
+            ),
+            (
+                "trafficClass",
+                offset_of!(Config, traffic_class),
+                init.traffic_class as i64,
+            ),
+            (
+                "commName",
+                offset_of!(Config, comm_name),
+                !init.comm_name.is_null() as i64,
+            ),
+            (
+                "collnetEnable",
+                offset_of!(Config, collnet_enable),
+                init.collnet_enable as i64,
+            ),
+            (
+                "CTAPolicy",
+                offset_of!(Config, cta_policy),
+                init.cta_policy as i64,
+            ),
+            (
+                "shrinkShare",
+                offset_of!(Config, shrink_share),
+                init.shrink_share as i64,
+            ),
+            (
+                "nvlsCTAs",
+                offset_of!(Config, nvls_ctas),
+                init.nvls_ctas as i64,
+            ),
+            (
+                "nChannelsPerNetPeer",
+                offset_of!(Config, n_channels_per_net_peer),
+                init.n_channels_per_net_peer as i64,
+            ),
+            (
+                "nvlinkCentricSched",
+                offset_of!(Config, nvlink_centric_sched),
+                init.nvlink_centric_sched as i64,
+            ),
         ];
         let mut beyond = Vec::new();
         for (f, off, value) in fields {
             match c.get(&format!("offsetof ncclConfig_t.{f}")) {
                 Some(c_off) => {
-                    same(&format!("offsetof(ncclConfig_t, {f})"), *c_off, off as i64, &mut bad);
+                    same(
+                        &format!("offsetof(ncclConfig_t, {f})"),
+                        *c_off,
+                        off as i64,
+                        &mut bad,
+                    );
                     let c_init = c[&format!("init ncclConfig_t.{f}")];
                     match f {
                         // Ours describes our struct: its size, and the
@@ -823,26 +1014,48 @@ mod tests {
                             value,
                             &mut bad,
                         ),
-                        _ => same(&format!("NCCL_CONFIG_INITIALIZER.{f}"), c_init, value, &mut bad),
+                        _ => same(
+                            &format!("NCCL_CONFIG_INITIALIZER.{f}"),
+                            c_init,
+                            value,
+                            &mut bad,
+                        ),
                     }
                 }
                 None if (off as i64) >= c_size => beyond.push(f),
-                None => bad.push(format!("ncclConfig_t.{f}: not in nccl.h, yet inside its {c_size}-byte struct")),
+                None => bad.push(format!(
+                    "ncclConfig_t.{f}: not in nccl.h, yet inside its {c_size}-byte struct"
+                )),
             }
         }
         if hv / 100 == CONFIG_LAYOUT_VERSION / 100 {
-            same("sizeof(ncclConfig_t) (the layout's own version)", c_size, ours_size, &mut bad);
+            same(
+                "sizeof(ncclConfig_t) (the layout's own version)",
+                c_size,
+                ours_size,
+                &mut bad,
+            );
         } else if c_size < ours_size && beyond.is_empty() {
-            bad.push(format!("sizeof(ncclConfig_t) is {c_size} but no field of ours lies past it"));
+            bad.push(format!(
+                "sizeof(ncclConfig_t) is {c_size} but no field of ours lies past it"
+            ));
         }
 
         // Constants. Some exist only from some version on.
         let consts: [(&str, i64, i32); 29] = [
             ("NCCL_CONFIG_UNDEF_INT", NCCL_CONFIG_UNDEF_INT as i64, 0),
             ("NCCL_SPLIT_NOCOLOR", NCCL_SPLIT_NOCOLOR as i64, 0),
-            ("NCCL_API_MAGIC", NCCL_API_MAGIC as i64, version_code(2, 29, 0)),
+            (
+                "NCCL_API_MAGIC",
+                NCCL_API_MAGIC as i64,
+                version_code(2, 29, 0),
+            ),
             ("ncclSuccess", NCCL_SUCCESS as i64, 0),
-            ("ncclUnhandledCudaError", NCCL_UNHANDLED_CUDA_ERROR as i64, 0),
+            (
+                "ncclUnhandledCudaError",
+                NCCL_UNHANDLED_CUDA_ERROR as i64,
+                0,
+            ),
             ("ncclSystemError", NCCL_SYSTEM_ERROR as i64, 0),
             ("ncclInternalError", NCCL_INTERNAL_ERROR as i64, 0),
             ("ncclInvalidArgument", NCCL_INVALID_ARGUMENT as i64, 0),
@@ -860,8 +1073,16 @@ mod tests {
             ("ncclFloat32", NCCL_FLOAT32 as i64, 0),
             ("ncclFloat64", NCCL_FLOAT64 as i64, 0),
             ("ncclBfloat16", NCCL_BFLOAT16 as i64, 0),
-            ("ncclFloat8e4m3", NCCL_FLOAT8_E4M3 as i64, version_code(2, 24, 0)),
-            ("ncclFloat8e5m2", NCCL_FLOAT8_E5M2 as i64, version_code(2, 24, 0)),
+            (
+                "ncclFloat8e4m3",
+                NCCL_FLOAT8_E4M3 as i64,
+                version_code(2, 24, 0),
+            ),
+            (
+                "ncclFloat8e5m2",
+                NCCL_FLOAT8_E5M2 as i64,
+                version_code(2, 24, 0),
+            ),
             ("ncclSum", NCCL_SUM as i64, 0),
             ("ncclProd", NCCL_PROD as i64, 0),
             ("ncclMax", NCCL_MAX as i64, 0),
@@ -872,19 +1093,47 @@ mod tests {
             match c.get(&format!("const {name}")) {
                 Some(v) => same(name, *v, ours, &mut bad),
                 None if hv < since => {}
-                None => bad.push(format!("{name}: missing from NCCL {} header", version_string(hv))),
+                None => bad.push(format!(
+                    "{name}: missing from NCCL {} header",
+                    version_string(hv)
+                )),
             }
         }
         if !c.contains_key("const NCCL_API_MAGIC") {
-            same("NCCL_CONFIG_INITIALIZER.magic", c["init ncclConfig_t.magic"], NCCL_API_MAGIC as i64, &mut bad);
+            same(
+                "NCCL_CONFIG_INITIALIZER.magic",
+                c["init ncclConfig_t.magic"],
+                NCCL_API_MAGIC as i64,
+                &mut bad,
+            );
         }
-        same("ncclScalarDevice", c["const ncclScalarDevice"], NCCL_SCALAR_DEVICE as i64, &mut bad);
-        same("ncclScalarHostImmediate", c["const ncclScalarHostImmediate"], NCCL_SCALAR_HOST_IMMEDIATE as i64, &mut bad);
+        same(
+            "ncclScalarDevice",
+            c["const ncclScalarDevice"],
+            NCCL_SCALAR_DEVICE as i64,
+            &mut bad,
+        );
+        same(
+            "ncclScalarHostImmediate",
+            c["const ncclScalarHostImmediate"],
+            NCCL_SCALAR_HOST_IMMEDIATE as i64,
+            &mut bad,
+        );
         // PreMulSum ops are numbered from ncclNumOps: the built-in list is ours.
-        same("ncclNumOps", c["const ncclNumOps"], NCCL_AVG as i64 + 1, &mut bad);
+        same(
+            "ncclNumOps",
+            c["const ncclNumOps"],
+            NCCL_AVG as i64 + 1,
+            &mut bad,
+        );
         if let Some(v) = c.get("const NCCL_WIN_DEFAULT") {
             same("NCCL_WIN_DEFAULT", *v, NCCL_WIN_DEFAULT as i64, &mut bad);
-            same("NCCL_WIN_COLL_SYMMETRIC", c["const NCCL_WIN_COLL_SYMMETRIC"], NCCL_WIN_COLL_SYMMETRIC as i64, &mut bad);
+            same(
+                "NCCL_WIN_COLL_SYMMETRIC",
+                c["const NCCL_WIN_COLL_SYMMETRIC"],
+                NCCL_WIN_COLL_SYMMETRIC as i64,
+                &mut bad,
+            );
         }
         let constants = checked;
 
@@ -896,11 +1145,15 @@ mod tests {
                 Some(Ok(theirs)) => {
                     functions += 1;
                     if theirs != ours {
-                        bad.push(format!("{name}: nccl.h declares {theirs}, loader.rs calls it as {ours}"));
+                        bad.push(format!(
+                            "{name}: nccl.h declares {theirs}, loader.rs calls it as {ours}"
+                        ));
                     }
                 }
                 Some(Err(e)) => bad.push(e),
-                None if required => bad.push(format!("{name}: required by loader.rs, not declared in nccl.h")),
+                None if required => bad.push(format!(
+                    "{name}: required by loader.rs, not declared in nccl.h"
+                )),
                 None => absent.push(name),
             }
         }
@@ -937,7 +1190,12 @@ mod tests {
         }
         let e = open(Some("/nonexistent/libnccl.so.2")).expect_err("must fail");
         assert_eq!(e.kind, ErrorKind::Unavailable);
-        assert!(e.message.contains("TORCHCOMM_NCCL_LIBRARY=/nonexistent/libnccl.so.2"), "{}", e.message);
+        assert!(
+            e.message
+                .contains("TORCHCOMM_NCCL_LIBRARY=/nonexistent/libnccl.so.2"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]
@@ -946,7 +1204,9 @@ mod tests {
             Ok(h) => (h, "libc.so.6".to_string()),
             Err(_) => return,
         };
-        let e = unsafe { Nccl::from_handle(h, origin) }.err().expect("libc is not NCCL");
+        let e = unsafe { Nccl::from_handle(h, origin) }
+            .err()
+            .expect("libc is not NCCL");
         assert_eq!(e.kind, ErrorKind::Unavailable);
         assert!(e.message.contains("ncclGetVersion"), "{}", e.message);
     }
@@ -955,12 +1215,18 @@ mod tests {
     fn default_search_either_loads_or_says_what_it_looked_for() {
         match open(None) {
             Ok((h, origin)) => {
-                let lib = unsafe { Nccl::from_handle(h, origin) }.expect("a found libnccl must resolve");
+                let lib =
+                    unsafe { Nccl::from_handle(h, origin) }.expect("a found libnccl must resolve");
                 assert!(lib.version >= version_code(2, 18, 0));
             }
             Err(e) => {
                 assert_eq!(e.kind, ErrorKind::Unavailable);
-                assert!(e.message.contains("libnccl.so.2") && e.message.contains("TORCHCOMM_NCCL_LIBRARY"), "{}", e.message);
+                assert!(
+                    e.message.contains("libnccl.so.2")
+                        && e.message.contains("TORCHCOMM_NCCL_LIBRARY"),
+                    "{}",
+                    e.message
+                );
             }
         }
     }

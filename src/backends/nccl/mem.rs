@@ -47,7 +47,9 @@ impl NcclBackend {
         let mut handle: *mut c_void = std::ptr::null_mut();
         // SAFETY: the comm is held by `_use`; the caller keeps `buf` valid
         // for `bytes` until it deregisters; valid out-pointer.
-        self.call("ncclCommRegister", |c: NcclComm| unsafe { register(c, buf, bytes, &mut handle) })?;
+        self.call("ncclCommRegister", |c: NcclComm| unsafe {
+            register(c, buf, bytes, &mut handle)
+        })?;
         if !handle.is_null() {
             lock(&self.registrations).insert(handle as usize);
         }
@@ -67,14 +69,15 @@ impl NcclBackend {
             // the comm.
             return Ok(());
         };
-        let deregister = self
-            .lib
-            .comm_deregister
-            .ok_or_else(|| Error::internal("the loaded NCCL has ncclCommRegister but not ncclCommDeregister"))?;
+        let deregister = self.lib.comm_deregister.ok_or_else(|| {
+            Error::internal("the loaded NCCL has ncclCommRegister but not ncclCommDeregister")
+        })?;
         let _ctx = self.device.scoped()?;
         // SAFETY: a handle this comm's ncclCommRegister returned, released
         // once (removed from the table above); the comm is held by `_use`.
-        self.call("ncclCommDeregister", |c: NcclComm| unsafe { deregister(c, handle) })
+        self.call("ncclCommDeregister", |c: NcclComm| unsafe {
+            deregister(c, handle)
+        })
     }
 
     pub(super) fn alloc_memory(&self, bytes: usize) -> Result<*mut c_void> {
@@ -86,7 +89,11 @@ impl NcclBackend {
                 // SAFETY: valid out-pointer; the device's context is current
                 // (ncclMemAlloc allocates on the current device).
                 let r = unsafe { alloc(&mut p, bytes) };
-                self.lib.check(r, &format!("ncclMemAlloc({bytes} bytes)"), std::ptr::null_mut())?;
+                self.lib.check(
+                    r,
+                    &format!("ncclMemAlloc({bytes} bytes)"),
+                    std::ptr::null_mut(),
+                )?;
                 (p, Allocator::Nccl)
             }
             None => {
@@ -117,8 +124,13 @@ impl NcclBackend {
         match (kind, self.lib.mem_free) {
             // SAFETY: a pointer ncclMemAlloc returned, freed once (it was
             // removed from the table by the caller).
-            (Allocator::Nccl, Some(free)) => self.lib.check(unsafe { free(ptr) }, "ncclMemFree", std::ptr::null_mut()),
-            (Allocator::Nccl, None) => Err(Error::internal("the loaded NCCL has ncclMemAlloc but not ncclMemFree")),
+            (Allocator::Nccl, Some(free)) => {
+                self.lib
+                    .check(unsafe { free(ptr) }, "ncclMemFree", std::ptr::null_mut())
+            }
+            (Allocator::Nccl, None) => Err(Error::internal(
+                "the loaded NCCL has ncclMemAlloc but not ncclMemFree",
+            )),
             (Allocator::Driver, _) => cuda::device_free(ptr),
         }
     }

@@ -113,7 +113,10 @@ impl InitGuard {
                 let _ = finished.recv();
             })
             .ok();
-        InitGuard { done: Some(done), thread }
+        InitGuard {
+            done: Some(done),
+            thread,
+        }
     }
 }
 
@@ -145,7 +148,10 @@ pub fn load() -> Result<&'static Nccl> {
         ))),
         (Err(a), Err(b)) => Err(Error::new(
             ErrorKind::Unavailable,
-            format!("the nccl backend is unavailable: {}; and {}", b.message, a.message),
+            format!(
+                "the nccl backend is unavailable: {}; and {}",
+                b.message, a.message
+            ),
         )),
     }
 }
@@ -162,7 +168,8 @@ fn parse_hints(hints: &Hints, version: i32, comm_name: &str) -> Result<Settings>
     let mut config = Config::new(version);
     let mut strings = Vec::new();
     let mut high_priority_stream = false;
-    let name = CString::new(comm_name).map_err(|_| Error::invalid_argument("comm name contains a NUL byte"))?;
+    let name = CString::new(comm_name)
+        .map_err(|_| Error::invalid_argument("comm name contains a NUL byte"))?;
     config.comm_name = name.as_ptr();
     strings.push(name);
     for (key, value) in hints {
@@ -178,7 +185,11 @@ fn parse_hints(hints: &Hints, version: i32, comm_name: &str) -> Result<Settings>
                 .parse::<i32>()
                 .ok()
                 .filter(|v| (min..=max).contains(v))
-                .ok_or_else(|| Error::invalid_argument(format!("hint {key}={value:?}: expected an integer in [{min}, {max}]")))
+                .ok_or_else(|| {
+                    Error::invalid_argument(format!(
+                        "hint {key}={value:?}: expected an integer in [{min}, {max}]"
+                    ))
+                })
         };
         match k {
             "blocking" => config.blocking = int(0, 1)?,
@@ -194,8 +205,9 @@ fn parse_hints(hints: &Hints, version: i32, comm_name: &str) -> Result<Settings>
             "n_channels_per_net_peer" => config.n_channels_per_net_peer = int(1, 64)?,
             "nvlink_centric_sched" => config.nvlink_centric_sched = int(0, 1)?,
             "net_name" => {
-                let s = CString::new(value.as_str())
-                    .map_err(|_| Error::invalid_argument(format!("hint {key}: value contains a NUL byte")))?;
+                let s = CString::new(value.as_str()).map_err(|_| {
+                    Error::invalid_argument(format!("hint {key}: value contains a NUL byte"))
+                })?;
                 config.net_name = s.as_ptr();
                 strings.push(s);
             }
@@ -203,7 +215,11 @@ fn parse_hints(hints: &Hints, version: i32, comm_name: &str) -> Result<Settings>
             _ => crate::log_warn!("nccl backend: unknown hint {key:?} ignored"),
         }
     }
-    Ok(Settings { config, _strings: strings, high_priority_stream })
+    Ok(Settings {
+        config,
+        _strings: strings,
+        high_priority_stream,
+    })
 }
 
 /// A reduction op for one call; a PreMulSum op is destroyed on drop (the
@@ -312,72 +328,157 @@ fn hazardous_inputs(op: &Op, n: usize, me: usize) -> Vec<(Ptr, usize)> {
     let sum = |c: &[usize]| c.iter().sum::<usize>();
     let before = |c: &[usize]| c[..me].iter().sum::<usize>();
     match op {
-        Op::AllGatherSingle { output, input, count, dtype } => {
+        Op::AllGatherSingle {
+            output,
+            input,
+            count,
+            dtype,
+        } => {
             let b = count * dtype.size();
             if overlaps(*input, b, *output, b * n) && input.0 != offset(*output, b * me).0 {
                 return vec![(*input, b)];
             }
         }
-        Op::AllGather { outputs, input, count, dtype } => {
+        Op::AllGather {
+            outputs,
+            input,
+            count,
+            dtype,
+        } => {
             let b = count * dtype.size();
-            if outputs.iter().enumerate().any(|(q, o)| overlaps(*input, b, *o, b) && !(q == me && o.0 == input.0)) {
+            if outputs
+                .iter()
+                .enumerate()
+                .any(|(q, o)| overlaps(*input, b, *o, b) && !(q == me && o.0 == input.0))
+            {
                 return vec![(*input, b)];
             }
         }
-        Op::AllGatherV { output, input, counts, dtype } => {
+        Op::AllGatherV {
+            output,
+            input,
+            counts,
+            dtype,
+        } => {
             let es = dtype.size();
             let b = counts[me] * es;
-            if overlaps(*input, b, *output, sum(counts) * es) && input.0 != offset(*output, before(counts) * es).0 {
+            if overlaps(*input, b, *output, sum(counts) * es)
+                && input.0 != offset(*output, before(counts) * es).0
+            {
                 return vec![(*input, b)];
             }
         }
-        Op::ReduceScatterSingle { output, input, count, dtype, .. } => {
+        Op::ReduceScatterSingle {
+            output,
+            input,
+            count,
+            dtype,
+            ..
+        } => {
             let b = count * dtype.size();
             if overlaps(*input, b * n, *output, b) && output.0 != offset(*input, b * me).0 {
                 return vec![(*input, b * n)];
             }
         }
-        Op::ReduceScatter { output, inputs, count, dtype, .. } => {
+        Op::ReduceScatter {
+            output,
+            inputs,
+            count,
+            dtype,
+            ..
+        } => {
             let b = count * dtype.size();
-            if inputs.iter().enumerate().any(|(q, i)| overlaps(*i, b, *output, b) && !(q == me && i.0 == output.0)) {
+            if inputs
+                .iter()
+                .enumerate()
+                .any(|(q, i)| overlaps(*i, b, *output, b) && !(q == me && i.0 == output.0))
+            {
                 return inputs.iter().map(|i| (*i, b)).collect();
             }
         }
-        Op::ReduceScatterV { output, input, counts, dtype, .. } => {
+        Op::ReduceScatterV {
+            output,
+            input,
+            counts,
+            dtype,
+            ..
+        } => {
             let es = dtype.size();
-            if overlaps(*input, sum(counts) * es, *output, counts[me] * es) && output.0 != offset(*input, before(counts) * es).0 {
+            if overlaps(*input, sum(counts) * es, *output, counts[me] * es)
+                && output.0 != offset(*input, before(counts) * es).0
+            {
                 return vec![(*input, sum(counts) * es)];
             }
         }
-        Op::AllToAll { outputs, inputs, count, dtype } => {
+        Op::AllToAll {
+            outputs,
+            inputs,
+            count,
+            dtype,
+        } => {
             let b = count * dtype.size();
-            if inputs.iter().any(|i| outputs.iter().any(|o| overlaps(*i, b, *o, b))) {
+            if inputs
+                .iter()
+                .any(|i| outputs.iter().any(|o| overlaps(*i, b, *o, b)))
+            {
                 return inputs.iter().map(|i| (*i, b)).collect();
             }
         }
-        Op::AllToAllSingle { output, input, count, dtype } => {
+        Op::AllToAllSingle {
+            output,
+            input,
+            count,
+            dtype,
+        } => {
             let b = count * dtype.size() * n;
             if overlaps(*input, b, *output, b) {
                 return vec![(*input, b)];
             }
         }
-        Op::AllToAllVSingle { output, output_counts, input, input_counts, dtype } => {
+        Op::AllToAllVSingle {
+            output,
+            output_counts,
+            input,
+            input_counts,
+            dtype,
+        } => {
             let es = dtype.size();
-            if overlaps(*input, sum(input_counts) * es, *output, sum(output_counts) * es) {
+            if overlaps(
+                *input,
+                sum(input_counts) * es,
+                *output,
+                sum(output_counts) * es,
+            ) {
                 return vec![(*input, sum(input_counts) * es)];
             }
         }
         // The root receives into its outputs while the group runs, and
         // copies its own input after it.
-        Op::Gather { outputs, input, count, dtype, .. } if !outputs.is_empty() => {
+        Op::Gather {
+            outputs,
+            input,
+            count,
+            dtype,
+            ..
+        } if !outputs.is_empty() => {
             let b = count * dtype.size();
-            if outputs.iter().enumerate().any(|(q, o)| overlaps(*input, b, *o, b) && !(q == me && o.0 == input.0)) {
+            if outputs
+                .iter()
+                .enumerate()
+                .any(|(q, o)| overlaps(*input, b, *o, b) && !(q == me && o.0 == input.0))
+            {
                 return vec![(*input, b)];
             }
         }
         // The root copies its own block after the group; a copy between
         // partly overlapping buffers is undefined.
-        Op::Scatter { output, inputs, count, dtype, .. } if !inputs.is_empty() => {
+        Op::Scatter {
+            output,
+            inputs,
+            count,
+            dtype,
+            ..
+        } if !inputs.is_empty() => {
             let b = count * dtype.size();
             if overlaps(inputs[me], b, *output, b) && inputs[me].0 != output.0 {
                 return inputs.iter().map(|i| (*i, b)).collect();
@@ -399,7 +500,10 @@ fn hazardous_inputs(op: &Op, n: usize, me: usize) -> Vec<(Ptr, usize)> {
 /// Whether `p` is a send whose buffer overlaps a receive buffer of `batch`.
 fn send_overlaps_a_recv(p: &P2p, batch: &[P2p]) -> bool {
     let bytes = |q: &P2p| q.count * q.dtype.size();
-    p.is_send && batch.iter().any(|r| !r.is_send && overlaps(p.buf, bytes(p), r.buf, bytes(r)))
+    p.is_send
+        && batch
+            .iter()
+            .any(|r| !r.is_send && overlaps(p.buf, bytes(p), r.buf, bytes(r)))
 }
 
 /// `op` with its input blocks (in the order [`hazardous_inputs`] lists
@@ -415,9 +519,9 @@ fn with_inputs(op: &Op, staged: &[Ptr]) -> Op {
         | Op::AllToAllSingle { input, .. }
         | Op::AllToAllVSingle { input, .. }
         | Op::Gather { input, .. } => *input = staged[0],
-        Op::ReduceScatter { inputs, .. } | Op::AllToAll { inputs, .. } | Op::Scatter { inputs, .. } => {
-            inputs.copy_from_slice(staged)
-        }
+        Op::ReduceScatter { inputs, .. }
+        | Op::AllToAll { inputs, .. }
+        | Op::Scatter { inputs, .. } => inputs.copy_from_slice(staged),
         Op::Batch { ops } => {
             let hazardous: Vec<bool> = ops.iter().map(|p| send_overlaps_a_recv(p, ops)).collect();
             let mut copies = staged.iter();
@@ -445,7 +549,9 @@ impl NcclBackend {
         let lib = load()?;
         let count = cuda::device_count()?;
         if count < 1 {
-            return Err(Error::unavailable("the nccl backend found no CUDA device (cuDeviceGetCount = 0)"));
+            return Err(Error::unavailable(
+                "the nccl backend found no CUDA device (cuDeviceGetCount = 0)",
+            ));
         }
         let ordinal = match init.device {
             Device::Cuda(Some(i)) if (i as i32) < count => i as i32,
@@ -463,9 +569,13 @@ impl NcclBackend {
         let id = Self::exchange_unique_id(lib, &init)?;
         let (size, rank) = (init.size, init.rank);
         // SAFETY: valid out-pointer and config (its strings outlive the call).
-        Self::build(lib, device, init, "ncclCommInitRankConfig", |comm, config| unsafe {
-            (lib.comm_init_rank_config)(comm, size, id, rank, config)
-        })
+        Self::build(
+            lib,
+            device,
+            init,
+            "ncclCommInitRankConfig",
+            |comm, config| unsafe { (lib.comm_init_rank_config)(comm, size, id, rank, config) },
+        )
     }
 
     /// Makes the backend around the NCCL comm that `make_comm` creates (by
@@ -481,7 +591,11 @@ impl NcclBackend {
         let settings = parse_hints(&init.hints, lib.version, &init.name)?;
         let _ctx = device.scoped()?;
         let ordinal = device.ordinal;
-        let priority = if settings.high_priority_stream { device.stream_priority_range()?.1 } else { 0 };
+        let priority = if settings.high_priority_stream {
+            device.stream_priority_range()?.1
+        } else {
+            0
+        };
         let stream = CudaStream::new(&device, priority)?;
         let events = EventPool::new(&device);
         let scratch = DeviceBuffer::zeroed(&device, 4)?;
@@ -490,11 +604,18 @@ impl NcclBackend {
         let nonblocking = config.blocking == 0;
         let mut comm: NcclComm = std::ptr::null_mut();
         let started = Instant::now();
-        let what = format!("{call} (comm '{}', rank {}/{}, device {ordinal}, NCCL {})", init.name, init.rank, init.size, lib.version_string());
+        let what = format!(
+            "{call} (comm '{}', rank {}/{}, device {ordinal}, NCCL {})",
+            init.name,
+            init.rank,
+            init.size,
+            lib.version_string()
+        );
         // A blocking creation waits inside NCCL for every rank and cannot be
         // interrupted; the guard makes a missing rank visible (and, with
         // abort-on-error, ends the process) instead of a silent hang.
-        let guard = (!nonblocking).then(|| InitGuard::start(&what, init.timeout, init.abort_on_error));
+        let guard =
+            (!nonblocking).then(|| InitGuard::start(&what, init.timeout, init.abort_on_error));
         let r = make_comm(&mut comm, &mut config);
         drop(guard);
         if r != NCCL_SUCCESS && !(nonblocking && r == NCCL_IN_PROGRESS) {
@@ -514,7 +635,11 @@ impl NcclBackend {
             rank: init.rank,
             size: init.size,
             name: init.name.clone(),
-            label: format!("nccl comm '{}' (rank {}/{})", init.name, init.rank, init.size).into(),
+            label: format!(
+                "nccl comm '{}' (rank {}/{})",
+                init.name, init.rank, init.size
+            )
+            .into(),
             timeout: init.timeout,
             nonblocking,
             device,
@@ -548,8 +673,12 @@ impl NcclBackend {
     fn count_and_rank(&self) -> Result<(i32, i32)> {
         let (mut count, mut rank) = (0, 0);
         // SAFETY: a live comm (the caller holds a use); valid out-pointers.
-        self.call("ncclCommCount", |c| unsafe { (self.lib.comm_count)(c, &mut count) })?;
-        self.call("ncclCommUserRank", |c| unsafe { (self.lib.comm_user_rank)(c, &mut rank) })?;
+        self.call("ncclCommCount", |c| unsafe {
+            (self.lib.comm_count)(c, &mut count)
+        })?;
+        self.call("ncclCommUserRank", |c| unsafe {
+            (self.lib.comm_user_rank)(c, &mut rank)
+        })?;
         Ok((count, rank))
     }
 
@@ -557,15 +686,27 @@ impl NcclBackend {
         let mut id = UniqueId { internal: [0; 128] };
         if init.rank == 0 {
             // SAFETY: valid out-pointer.
-            lib.check(unsafe { (lib.get_unique_id)(&mut id) }, "ncclGetUniqueId", std::ptr::null_mut())?;
+            lib.check(
+                unsafe { (lib.get_unique_id)(&mut id) },
+                "ncclGetUniqueId",
+                std::ptr::null_mut(),
+            )?;
             init.store.set(UNIQUE_ID_KEY, &id.internal)?;
         } else {
             init.store
                 .wait(&[UNIQUE_ID_KEY], Some(init.timeout))
-                .map_err(|e| e.context(format!("rank {} waiting for rank 0's NCCL unique id of comm '{}'", init.rank, init.name)))?;
+                .map_err(|e| {
+                    e.context(format!(
+                        "rank {} waiting for rank 0's NCCL unique id of comm '{}'",
+                        init.rank, init.name
+                    ))
+                })?;
             let v = init.store.get(UNIQUE_ID_KEY)?;
             if v.len() != id.internal.len() {
-                return Err(Error::internal(format!("the NCCL unique id in the store has {} bytes, not 128", v.len())));
+                return Err(Error::internal(format!(
+                    "the NCCL unique id in the store has {} bytes, not 128",
+                    v.len()
+                )));
             }
             id.internal.copy_from_slice(&v);
         }
@@ -581,9 +722,12 @@ impl NcclBackend {
     }
 
     fn closed_error(&self) -> Error {
-        self.shared
-            .failure()
-            .unwrap_or_else(|| Error::new(ErrorKind::Aborted, format!("nccl comm '{}' was aborted or finalized", self.name)))
+        self.shared.failure().unwrap_or_else(|| {
+            Error::new(
+                ErrorKind::Aborted,
+                format!("nccl comm '{}' was aborted or finalized", self.name),
+            )
+        })
     }
 
     /// Counts the caller as a user of the comm until the guard drops; fails
@@ -632,10 +776,18 @@ impl NcclBackend {
             let mut state = NCCL_SUCCESS;
             // SAFETY: the caller holds a use of the comm; valid out-pointer.
             let r2 = unsafe { (self.lib.comm_get_async_error)(self.comm(), &mut state) };
-            self.lib.check(r2, "ncclCommGetAsyncError", self.detail_comm())?;
+            self.lib
+                .check(r2, "ncclCommGetAsyncError", self.detail_comm())?;
             match state {
-                NCCL_IN_PROGRESS if Instant::now() < deadline => std::thread::sleep(Duration::from_micros(50)),
-                NCCL_IN_PROGRESS => return Err(Error::timeout(format!("{what} still in progress after {} ms", self.timeout.as_millis()))),
+                NCCL_IN_PROGRESS if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_micros(50))
+                }
+                NCCL_IN_PROGRESS => {
+                    return Err(Error::timeout(format!(
+                        "{what} still in progress after {} ms",
+                        self.timeout.as_millis()
+                    )))
+                }
                 s => return self.lib.check(s, what, self.detail_comm()),
             }
         }
@@ -668,12 +820,22 @@ impl NcclBackend {
     /// The built-in NCCL op for `op` on `dtype`, or None for PREMUL_SUM;
     /// errors for what NCCL cannot do.
     fn builtin_op(&self, op: &ReduceOp, dtype: DType) -> Result<Option<NcclRedOp>> {
-        let unsupported = |why: &str| Err(Error::unsupported(format!("reduce op {} on {}: {why}", op.kind.name(), dtype.name())));
+        let unsupported = |why: &str| {
+            Err(Error::unsupported(format!(
+                "reduce op {} on {}: {why}",
+                op.kind.name(),
+                dtype.name()
+            )))
+        };
         Ok(Some(match (op.kind, dtype) {
-            (RedKind::BAnd | RedKind::BOr | RedKind::BXor, _) => return unsupported("NCCL has no bitwise reductions"),
+            (RedKind::BAnd | RedKind::BOr | RedKind::BXor, _) => {
+                return unsupported("NCCL has no bitwise reductions")
+            }
             (RedKind::Sum | RedKind::Max, DType::Bool) => NCCL_MAX,
             (RedKind::Product | RedKind::Min, DType::Bool) => NCCL_MIN,
-            (RedKind::Avg | RedKind::PremulSum, DType::Bool) => return unsupported("not defined on bool"),
+            (RedKind::Avg | RedKind::PremulSum, DType::Bool) => {
+                return unsupported("not defined on bool")
+            }
             (RedKind::Sum, _) => NCCL_SUM,
             (RedKind::Product, _) => NCCL_PROD,
             (RedKind::Min, _) => NCCL_MIN,
@@ -685,7 +847,11 @@ impl NcclBackend {
                 }
                 return Ok(None);
             }
-            (RedKind::PremulSum, _) => return unsupported("NCCL pre-multiplies float16, bfloat16, float32 and float64 only"),
+            (RedKind::PremulSum, _) => {
+                return unsupported(
+                    "NCCL pre-multiplies float16, bfloat16, float32 and float64 only",
+                )
+            }
         }))
     }
 
@@ -694,14 +860,21 @@ impl NcclBackend {
         if let Some(b) = self.builtin_op(op, dtype)? {
             return Ok(RedOp { op: b, owned: None });
         }
-        let create = self.lib.red_op_create_pre_mul_sum.ok_or_else(|| Error::unsupported("ncclRedOpCreatePreMulSum missing"))?;
+        let create = self
+            .lib
+            .red_op_create_pre_mul_sum
+            .ok_or_else(|| Error::unsupported("ncclRedOpCreatePreMulSum missing"))?;
         let dt = self.dtype(dtype)?;
         let mut host = [0u8; 8];
         let host_value = |f: f64, host: &mut [u8; 8]| match dtype {
             DType::F64 => host.copy_from_slice(&f.to_ne_bytes()),
             DType::F32 => host[..4].copy_from_slice(&(f as f32).to_ne_bytes()),
-            DType::F16 => host[..2].copy_from_slice(&crate::backends::gloo::reduce::f32_to_f16(f as f32).to_ne_bytes()),
-            _ => host[..2].copy_from_slice(&crate::backends::gloo::reduce::f32_to_bf16(f as f32).to_ne_bytes()),
+            DType::F16 => host[..2].copy_from_slice(
+                &crate::backends::gloo::reduce::f32_to_f16(f as f32).to_ne_bytes(),
+            ),
+            _ => host[..2].copy_from_slice(
+                &crate::backends::gloo::reduce::f32_to_bf16(f as f32).to_ne_bytes(),
+            ),
         };
         let (scalar, residence) = match op.factor {
             PremulFactor::Host(f) => {
@@ -711,7 +884,13 @@ impl NcclBackend {
             PremulFactor::Pointer(p) => match cuda::memory_type(p)? {
                 cuda::MemoryType::Host => {
                     // SAFETY: the caller passes one element of `dtype` at `p`.
-                    unsafe { std::ptr::copy_nonoverlapping(p as *const u8, host.as_mut_ptr(), dtype.size()) };
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            p as *const u8,
+                            host.as_mut_ptr(),
+                            dtype.size(),
+                        )
+                    };
                     (host.as_mut_ptr() as *mut c_void, NCCL_SCALAR_HOST_IMMEDIATE)
                 }
                 _ => (p as *mut c_void, NCCL_SCALAR_DEVICE),
@@ -720,14 +899,23 @@ impl NcclBackend {
         let mut handle: NcclRedOp = 0;
         // SAFETY: `scalar` is read now (host) or by the kernel (device, the
         // caller keeps it alive); valid out-pointer.
-        self.call("ncclRedOpCreatePreMulSum", |c| unsafe { create(&mut handle, scalar, dt, residence, c) })?;
-        Ok(RedOp { op: handle, owned: Some(self) })
+        self.call("ncclRedOpCreatePreMulSum", |c| unsafe {
+            create(&mut handle, scalar, dt, residence, c)
+        })?;
+        Ok(RedOp {
+            op: handle,
+            owned: Some(self),
+        })
     }
 
     /// Runs `body` between ncclGroupStart and ncclGroupEnd (always ended).
     fn group(&self, body: impl FnOnce() -> Result<()>) -> Result<()> {
         // SAFETY: group calls take no arguments.
-        self.lib.check(unsafe { (self.lib.group_start)() }, "ncclGroupStart", self.detail_comm())?;
+        self.lib.check(
+            unsafe { (self.lib.group_start)() },
+            "ncclGroupStart",
+            self.detail_comm(),
+        )?;
         let r = body();
         let end = unsafe { (self.lib.group_end)() };
         r?;
@@ -737,7 +925,9 @@ impl NcclBackend {
     /// Issues `op` on stream `s`. The device's context is current.
     fn issue(&self, op: &Op, s: *mut c_void) -> Result<()> {
         let (l, n, me) = (self.lib, self.size as usize, self.rank);
-        let at = |p: Ptr, elems: usize, d: DType| -> *mut c_void { unsafe { p.as_u8().add(elems * d.size()) as *mut c_void } };
+        let at = |p: Ptr, elems: usize, d: DType| -> *mut c_void {
+            unsafe { p.as_u8().add(elems * d.size()) as *mut c_void }
+        };
         let offsets = |counts: &[usize]| -> Vec<usize> {
             let mut acc = 0;
             counts
@@ -755,48 +945,109 @@ impl NcclBackend {
         // by `call` just before each call.
         unsafe {
             match op {
-                Op::Send { buf, count, dtype, peer } => { let dt = self.dtype(*dtype)?; self.call("ncclSend", |c| (l.send)(buf.0, *count, dt, *peer, c, s)) },
-                Op::Recv { buf, count, dtype, peer } => { let dt = self.dtype(*dtype)?; self.call("ncclRecv", |c| (l.recv)(buf.0, *count, dt, *peer, c, s)) },
+                Op::Send {
+                    buf,
+                    count,
+                    dtype,
+                    peer,
+                } => {
+                    let dt = self.dtype(*dtype)?;
+                    self.call("ncclSend", |c| (l.send)(buf.0, *count, dt, *peer, c, s))
+                }
+                Op::Recv {
+                    buf,
+                    count,
+                    dtype,
+                    peer,
+                } => {
+                    let dt = self.dtype(*dtype)?;
+                    self.call("ncclRecv", |c| (l.recv)(buf.0, *count, dt, *peer, c, s))
+                }
                 Op::Batch { ops } => self.group(|| {
                     for p in ops {
                         let dt = self.dtype(p.dtype)?;
                         if p.is_send {
-                            self.call("ncclSend", |c| (l.send)(p.buf.0, p.count, dt, p.peer, c, s))?;
+                            self.call("ncclSend", |c| {
+                                (l.send)(p.buf.0, p.count, dt, p.peer, c, s)
+                            })?;
                         } else {
-                            self.call("ncclRecv", |c| (l.recv)(p.buf.0, p.count, dt, p.peer, c, s))?;
+                            self.call("ncclRecv", |c| {
+                                (l.recv)(p.buf.0, p.count, dt, p.peer, c, s)
+                            })?;
                         }
                     }
                     Ok(())
                 }),
-                Op::Broadcast { buf, count, dtype, root } => {
+                Op::Broadcast {
+                    buf,
+                    count,
+                    dtype,
+                    root,
+                } => {
                     let dt = self.dtype(*dtype)?;
-                    self.call("ncclBroadcast", |c| (l.broadcast)(buf.0, buf.0, *count, dt, *root, c, s))
+                    self.call("ncclBroadcast", |c| {
+                        (l.broadcast)(buf.0, buf.0, *count, dt, *root, c, s)
+                    })
                 }
-                Op::Reduce { buf, count, dtype, root, op } => {
+                Op::Reduce {
+                    buf,
+                    count,
+                    dtype,
+                    root,
+                    op,
+                } => {
                     let rop = self.red_op(op, *dtype)?;
                     let dt = self.dtype(*dtype)?;
-                    self.call("ncclReduce", |c| (l.reduce)(buf.0, buf.0, *count, dt, rop.op, *root, c, s))
+                    self.call("ncclReduce", |c| {
+                        (l.reduce)(buf.0, buf.0, *count, dt, rop.op, *root, c, s)
+                    })
                 }
-                Op::AllReduce { buf, count, dtype, op } => {
+                Op::AllReduce {
+                    buf,
+                    count,
+                    dtype,
+                    op,
+                } => {
                     let rop = self.red_op(op, *dtype)?;
                     let dt = self.dtype(*dtype)?;
-                    self.call("ncclAllReduce", |c| (l.all_reduce)(buf.0, buf.0, *count, dt, rop.op, c, s))
+                    self.call("ncclAllReduce", |c| {
+                        (l.all_reduce)(buf.0, buf.0, *count, dt, rop.op, c, s)
+                    })
                 }
-                Op::AllGather { outputs, input, count, dtype } => {
+                Op::AllGather {
+                    outputs,
+                    input,
+                    count,
+                    dtype,
+                } => {
                     let dt = self.dtype(*dtype)?;
                     self.group(|| {
                         for (q, out) in outputs.iter().enumerate() {
                             let src = if q as i32 == me { input.0 } else { out.0 };
-                            self.call("ncclBroadcast", |c| (l.broadcast)(src, out.0, *count, dt, q as c_int, c, s))?;
+                            self.call("ncclBroadcast", |c| {
+                                (l.broadcast)(src, out.0, *count, dt, q as c_int, c, s)
+                            })?;
                         }
                         Ok(())
                     })
                 }
-                Op::AllGatherSingle { output, input, count, dtype } => {
+                Op::AllGatherSingle {
+                    output,
+                    input,
+                    count,
+                    dtype,
+                } => {
                     let dt = self.dtype(*dtype)?;
-                    self.call("ncclAllGather", |c| (l.all_gather)(input.0, output.0, *count, dt, c, s))
+                    self.call("ncclAllGather", |c| {
+                        (l.all_gather)(input.0, output.0, *count, dt, c, s)
+                    })
                 }
-                Op::AllGatherV { output, input, counts, dtype } => {
+                Op::AllGatherV {
+                    output,
+                    input,
+                    counts,
+                    dtype,
+                } => {
                     let dt = self.dtype(*dtype)?;
                     let offs = offsets(counts);
                     self.group(|| {
@@ -806,28 +1057,56 @@ impl NcclBackend {
                             }
                             let dst = at(*output, offs[q], *dtype);
                             let src = if q as i32 == me { input.0 } else { dst };
-                            self.call("ncclBroadcast", |c| (l.broadcast)(src, dst, counts[q], dt, q as c_int, c, s))?;
+                            self.call("ncclBroadcast", |c| {
+                                (l.broadcast)(src, dst, counts[q], dt, q as c_int, c, s)
+                            })?;
                         }
                         Ok(())
                     })
                 }
-                Op::ReduceScatter { output, inputs, count, dtype, op } => {
+                Op::ReduceScatter {
+                    output,
+                    inputs,
+                    count,
+                    dtype,
+                    op,
+                } => {
                     let dt = self.dtype(*dtype)?;
                     let rop = self.red_op(op, *dtype)?;
                     self.group(|| {
                         for (q, inp) in inputs.iter().enumerate() {
-                            let dst = if q as i32 == me { output.0 } else { std::ptr::null_mut() };
-                            self.call("ncclReduce", |c| (l.reduce)(inp.0, dst, *count, dt, rop.op, q as c_int, c, s))?;
+                            let dst = if q as i32 == me {
+                                output.0
+                            } else {
+                                std::ptr::null_mut()
+                            };
+                            self.call("ncclReduce", |c| {
+                                (l.reduce)(inp.0, dst, *count, dt, rop.op, q as c_int, c, s)
+                            })?;
                         }
                         Ok(())
                     })
                 }
-                Op::ReduceScatterSingle { output, input, count, dtype, op } => {
+                Op::ReduceScatterSingle {
+                    output,
+                    input,
+                    count,
+                    dtype,
+                    op,
+                } => {
                     let rop = self.red_op(op, *dtype)?;
                     let dt = self.dtype(*dtype)?;
-                    self.call("ncclReduceScatter", |c| (l.reduce_scatter)(input.0, output.0, *count, dt, rop.op, c, s))
+                    self.call("ncclReduceScatter", |c| {
+                        (l.reduce_scatter)(input.0, output.0, *count, dt, rop.op, c, s)
+                    })
                 }
-                Op::ReduceScatterV { output, input, counts, dtype, op } => {
+                Op::ReduceScatterV {
+                    output,
+                    input,
+                    counts,
+                    dtype,
+                    op,
+                } => {
                     let dt = self.dtype(*dtype)?;
                     let rop = self.red_op(op, *dtype)?;
                     let offs = offsets(counts);
@@ -836,45 +1115,117 @@ impl NcclBackend {
                             if counts[q] == 0 {
                                 continue;
                             }
-                            let dst = if q as i32 == me { output.0 } else { std::ptr::null_mut() };
-                            self.call("ncclReduce", |c| (l.reduce)(at(*input, offs[q], *dtype), dst, counts[q], dt, rop.op, q as c_int, c, s))?;
+                            let dst = if q as i32 == me {
+                                output.0
+                            } else {
+                                std::ptr::null_mut()
+                            };
+                            self.call("ncclReduce", |c| {
+                                (l.reduce)(
+                                    at(*input, offs[q], *dtype),
+                                    dst,
+                                    counts[q],
+                                    dt,
+                                    rop.op,
+                                    q as c_int,
+                                    c,
+                                    s,
+                                )
+                            })?;
                         }
                         Ok(())
                     })
                 }
-                Op::AllToAll { outputs, inputs, count, dtype } => {
+                Op::AllToAll {
+                    outputs,
+                    inputs,
+                    count,
+                    dtype,
+                } => {
                     let dt = self.dtype(*dtype)?;
                     self.group(|| {
                         for q in 0..n {
-                            self.call("ncclSend", |c| (l.send)(inputs[q].0, *count, dt, q as c_int, c, s))?;
-                            self.call("ncclRecv", |c| (l.recv)(outputs[q].0, *count, dt, q as c_int, c, s))?;
+                            self.call("ncclSend", |c| {
+                                (l.send)(inputs[q].0, *count, dt, q as c_int, c, s)
+                            })?;
+                            self.call("ncclRecv", |c| {
+                                (l.recv)(outputs[q].0, *count, dt, q as c_int, c, s)
+                            })?;
                         }
                         Ok(())
                     })
                 }
-                Op::AllToAllSingle { output, input, count, dtype } => {
+                Op::AllToAllSingle {
+                    output,
+                    input,
+                    count,
+                    dtype,
+                } => {
                     let dt = self.dtype(*dtype)?;
                     if let Some(a2a) = l.all_to_all {
-                        return self.call("ncclAlltoAll", |c| a2a(input.0, output.0, *count, dt, c, s));
+                        return self
+                            .call("ncclAlltoAll", |c| a2a(input.0, output.0, *count, dt, c, s));
                     }
                     self.group(|| {
                         for q in 0..n {
-                            self.call("ncclSend", |c| (l.send)(at(*input, q * count, *dtype), *count, dt, q as c_int, c, s))?;
-                            self.call("ncclRecv", |c| (l.recv)(at(*output, q * count, *dtype), *count, dt, q as c_int, c, s))?;
+                            self.call("ncclSend", |c| {
+                                (l.send)(
+                                    at(*input, q * count, *dtype),
+                                    *count,
+                                    dt,
+                                    q as c_int,
+                                    c,
+                                    s,
+                                )
+                            })?;
+                            self.call("ncclRecv", |c| {
+                                (l.recv)(
+                                    at(*output, q * count, *dtype),
+                                    *count,
+                                    dt,
+                                    q as c_int,
+                                    c,
+                                    s,
+                                )
+                            })?;
                         }
                         Ok(())
                     })
                 }
-                Op::AllToAllVSingle { output, output_counts, input, input_counts, dtype } => {
+                Op::AllToAllVSingle {
+                    output,
+                    output_counts,
+                    input,
+                    input_counts,
+                    dtype,
+                } => {
                     let dt = self.dtype(*dtype)?;
                     let (oo, io) = (offsets(output_counts), offsets(input_counts));
                     self.group(|| {
                         for q in 0..n {
                             if input_counts[q] > 0 {
-                                self.call("ncclSend", |c| (l.send)(at(*input, io[q], *dtype), input_counts[q], dt, q as c_int, c, s))?;
+                                self.call("ncclSend", |c| {
+                                    (l.send)(
+                                        at(*input, io[q], *dtype),
+                                        input_counts[q],
+                                        dt,
+                                        q as c_int,
+                                        c,
+                                        s,
+                                    )
+                                })?;
                             }
                             if output_counts[q] > 0 {
-                                self.call("ncclRecv", |c| (l.recv)(at(*output, oo[q], *dtype), output_counts[q], dt, q as c_int, c, s))?;
+                                self.call("ncclRecv", |c| {
+                                    (l.recv)(
+                                        at(*output, oo[q], *dtype),
+                                        output_counts[q],
+                                        dt,
+                                        q as c_int,
+                                        c,
+                                        s,
+                                    )
+                                })?;
                             }
                         }
                         Ok(())
@@ -882,15 +1233,25 @@ impl NcclBackend {
                 }
                 Op::Barrier => {
                     let p = self.scratch.ptr();
-                    self.call("ncclAllReduce (barrier)", |c| (l.all_reduce)(p, p, 1, NCCL_FLOAT32, NCCL_SUM, c, s))
+                    self.call("ncclAllReduce (barrier)", |c| {
+                        (l.all_reduce)(p, p, 1, NCCL_FLOAT32, NCCL_SUM, c, s)
+                    })
                 }
-                Op::Scatter { output, inputs, count, dtype, root } => {
+                Op::Scatter {
+                    output,
+                    inputs,
+                    count,
+                    dtype,
+                    root,
+                } => {
                     let dt = self.dtype(*dtype)?;
                     self.group(|| {
                         if me == *root {
                             for (q, inp) in inputs.iter().enumerate() {
                                 if q as i32 != me {
-                                    self.call("ncclSend", |c| (l.send)(inp.0, *count, dt, q as c_int, c, s))?;
+                                    self.call("ncclSend", |c| {
+                                        (l.send)(inp.0, *count, dt, q as c_int, c, s)
+                                    })?;
                                 }
                             }
                         } else {
@@ -899,17 +1260,30 @@ impl NcclBackend {
                         Ok(())
                     })?;
                     if me == *root && output.0 != inputs[me as usize].0 {
-                        cuda::memcpy_async(output.0, inputs[me as usize].0, count * dtype.size(), s as cuda::RawStream)?;
+                        cuda::memcpy_async(
+                            output.0,
+                            inputs[me as usize].0,
+                            count * dtype.size(),
+                            s as cuda::RawStream,
+                        )?;
                     }
                     Ok(())
                 }
-                Op::Gather { outputs, input, count, dtype, root } => {
+                Op::Gather {
+                    outputs,
+                    input,
+                    count,
+                    dtype,
+                    root,
+                } => {
                     let dt = self.dtype(*dtype)?;
                     self.group(|| {
                         if me == *root {
                             for (q, out) in outputs.iter().enumerate() {
                                 if q as i32 != me {
-                                    self.call("ncclRecv", |c| (l.recv)(out.0, *count, dt, q as c_int, c, s))?;
+                                    self.call("ncclRecv", |c| {
+                                        (l.recv)(out.0, *count, dt, q as c_int, c, s)
+                                    })?;
                                 }
                             }
                         } else {
@@ -918,7 +1292,12 @@ impl NcclBackend {
                         Ok(())
                     })?;
                     if me == *root && outputs[me as usize].0 != input.0 {
-                        cuda::memcpy_async(outputs[me as usize].0, input.0, count * dtype.size(), s as cuda::RawStream)?;
+                        cuda::memcpy_async(
+                            outputs[me as usize].0,
+                            input.0,
+                            count * dtype.size(),
+                            s as cuda::RawStream,
+                        )?;
                     }
                     Ok(())
                 }
@@ -941,7 +1320,11 @@ impl NcclBackend {
             if now >= deadline {
                 break;
             }
-            s = self.idle.wait_timeout(s, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+            s = self
+                .idle
+                .wait_timeout(s, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
         // Two closers may have waited together: the first one here takes it.
         let c = self.comm.swap(std::ptr::null_mut(), Ordering::AcqRel);
@@ -952,7 +1335,9 @@ impl NcclBackend {
     /// Aborts the NCCL comm (not waiting for peers); see "Abort and
     /// concurrent users" on [`NcclBackend`].
     fn abort_comm(&self) -> Result<()> {
-        let Some((c, inside)) = self.close(ABORT_GRACE) else { return Ok(()) };
+        let Some((c, inside)) = self.close(ABORT_GRACE) else {
+            return Ok(());
+        };
         if inside > 0 {
             crate::log_warn!(
                 "nccl comm '{}': {inside} call(s) still inside NCCL after {} ms; calling ncclCommAbort to unblock them",
@@ -963,13 +1348,19 @@ impl NcclBackend {
         let _ctx = self.device.scoped();
         // SAFETY: `c` was taken out of the backend by `close` (freed once);
         // no user is inside except one blocked in NCCL, which NCCL allows.
-        self.lib.check(unsafe { (self.lib.comm_abort)(c) }, "ncclCommAbort", std::ptr::null_mut())
+        self.lib.check(
+            unsafe { (self.lib.comm_abort)(c) },
+            "ncclCommAbort",
+            std::ptr::null_mut(),
+        )
     }
 
     /// Finalizes and destroys the NCCL comm, after the users left (waiting
     /// up to the comm's timeout; one still inside then means abort).
     fn finalize_comm(&self) -> Result<()> {
-        let Some((c, inside)) = self.close(self.timeout) else { return Ok(()) };
+        let Some((c, inside)) = self.close(self.timeout) else {
+            return Ok(());
+        };
         let _ctx = self.device.scoped();
         if inside > 0 {
             // SAFETY: as in `abort_comm`.
@@ -1001,7 +1392,11 @@ impl NcclBackend {
                 (self.lib.comm_abort)(c);
                 return Err(e);
             }
-            self.lib.check((self.lib.comm_destroy)(c), "ncclCommDestroy", std::ptr::null_mut())
+            self.lib.check(
+                (self.lib.comm_destroy)(c),
+                "ncclCommDestroy",
+                std::ptr::null_mut(),
+            )
         }
     }
 }
@@ -1013,7 +1408,12 @@ impl NcclBackend {
     /// the copy; the caller records `staging.done` after issuing it. Under
     /// graph capture there is no buffer whose lifetime matches the graph's,
     /// so such an operation is refused there.
-    fn stage_overlapping(&self, op: &Op, stream: cuda::RawStream, captured: bool) -> Result<Option<Op>> {
+    fn stage_overlapping(
+        &self,
+        op: &Op,
+        stream: cuda::RawStream,
+        captured: bool,
+    ) -> Result<Option<Op>> {
         let blocks = hazardous_inputs(op, self.size as usize, self.rank as usize);
         if blocks.is_empty() {
             return Ok(None);
@@ -1033,12 +1433,19 @@ impl NcclBackend {
                 done.synchronize()?;
             }
             st.buf = None;
-            st.buf = Some(DeviceBuffer::uninit(&self.device, total.next_power_of_two())?);
+            st.buf = Some(DeviceBuffer::uninit(
+                &self.device,
+                total.next_power_of_two(),
+            )?);
         }
         if let Some(done) = &st.done {
             cuda::stream_wait_event(stream, done)?;
         }
-        let base = Ptr(st.buf.as_ref().map(|b| b.ptr()).unwrap_or(std::ptr::null_mut()));
+        let base = Ptr(st
+            .buf
+            .as_ref()
+            .map(|b| b.ptr())
+            .unwrap_or(std::ptr::null_mut()));
         let mut staged = Vec::with_capacity(blocks.len());
         let mut at = 0;
         for (p, bytes) in &blocks {
@@ -1055,16 +1462,21 @@ impl NcclBackend {
     /// illegal-address fault poisons the process's CUDA context for good.
     fn check_buffers(&self, op: &Op) -> Result<()> {
         let mut op = op.clone();
-        crate::backends::staging::for_each_buffer(&mut op, self.rank, self.size, &mut |p, bytes, _| {
-            if bytes > 0 && !cuda::device_accessible(p.0)? {
-                return Err(Error::invalid_argument(format!(
+        crate::backends::staging::for_each_buffer(
+            &mut op,
+            self.rank,
+            self.size,
+            &mut |p, bytes, _| {
+                if bytes > 0 && !cuda::device_accessible(p.0)? {
+                    return Err(Error::invalid_argument(format!(
                     "buffer {:p} is host memory unknown to CUDA: the nccl backend needs device memory (or pinned or \
                      registered host memory); use the gloo backend for host buffers",
                     p.0
                 )));
-            }
-            Ok(())
-        })
+                }
+                Ok(())
+            },
+        )
     }
 }
 
@@ -1093,7 +1505,12 @@ impl Backend for NcclBackend {
         Ok(())
     }
 
-    fn enqueue(&self, op: &Op, opts: &OpOptions, timeout: Duration) -> Result<Option<Arc<dyn Work>>> {
+    fn enqueue(
+        &self,
+        op: &Op,
+        opts: &OpOptions,
+        timeout: Duration,
+    ) -> Result<Option<Arc<dyn Work>>> {
         let _serial = lock(&self.issue);
         let _use = self.acquire()?;
         let _ctx = self.device.scoped()?;
@@ -1102,7 +1519,9 @@ impl Backend for NcclBackend {
             cuda::Capture::None => false,
             cuda::Capture::Active => true,
             cuda::Capture::Invalidated => {
-                return Err(Error::invalid_usage("the stream's graph capture was invalidated by an earlier error"))
+                return Err(Error::invalid_usage(
+                    "the stream's graph capture was invalidated by an earlier error",
+                ))
             }
         };
         let end = self.events.get()?;
@@ -1135,15 +1554,29 @@ impl Backend for NcclBackend {
             None => self.issue(op, stream as *mut c_void)?,
         }
         end.record(stream)?;
-        Ok(Some(Arc::new(CudaWork::new(op.name(), self.label.clone(), timeout, captured, start, end, self.shared.clone()))))
+        Ok(Some(Arc::new(CudaWork::new(
+            op.name(),
+            self.label.clone(),
+            timeout,
+            captured,
+            start,
+            end,
+            self.shared.clone(),
+        ))))
     }
 
     fn run(&self, op: &Op, _timeout: Duration) -> Result<()> {
-        Err(Error::internal(format!("{} reached the host path of the nccl backend", op.name())))
+        Err(Error::internal(format!(
+            "{} reached the host path of the nccl backend",
+            op.name()
+        )))
     }
 
     fn abort(&self) {
-        self.shared.fail(Error::new(ErrorKind::Aborted, format!("nccl comm '{}' was aborted", self.name)));
+        self.shared.fail(Error::new(
+            ErrorKind::Aborted,
+            format!("nccl comm '{}' was aborted", self.name),
+        ));
         if let Err(e) = self.abort_comm() {
             crate::log_warn!("{}", e.message);
         }
@@ -1180,7 +1613,10 @@ impl Backend for NcclBackend {
     /// the call fails.
     fn split(&self, member: Option<(i32, i32, BackendInit)>) -> Result<Option<Box<dyn Backend>>> {
         let split = self.lib.comm_split.ok_or_else(|| {
-            Error::unsupported(format!("ncclCommSplit is missing from the loaded NCCL {}", self.lib.version_string()))
+            Error::unsupported(format!(
+                "ncclCommSplit is missing from the loaded NCCL {}",
+                self.lib.version_string()
+            ))
         })?;
         let _use = self.acquire()?;
         let _issuing = lock(&self.issue);
@@ -1189,7 +1625,13 @@ impl Backend for NcclBackend {
             let mut none: NcclComm = std::ptr::null_mut();
             // SAFETY: a live comm; NCCL returns no comm for NOCOLOR.
             self.call("ncclCommSplit (opting out)", |c| unsafe {
-                split(c, NCCL_SPLIT_NOCOLOR, self.rank, &mut none, std::ptr::null_mut())
+                split(
+                    c,
+                    NCCL_SPLIT_NOCOLOR,
+                    self.rank,
+                    &mut none,
+                    std::ptr::null_mut(),
+                )
             })?;
             return Ok(None);
         };
@@ -1199,9 +1641,13 @@ impl Backend for NcclBackend {
             return Err(self.closed_error().context("ncclCommSplit"));
         }
         // SAFETY: a live parent comm (held above); valid out-pointer and config.
-        let child = Self::build(self.lib, self.device.clone(), init, "ncclCommSplit", |comm, config| unsafe {
-            split(parent, color, key, comm, config)
-        })?;
+        let child = Self::build(
+            self.lib,
+            self.device.clone(),
+            init,
+            "ncclCommSplit",
+            |comm, config| unsafe { split(parent, color, key, comm, config) },
+        )?;
         let (size, rank) = {
             let _child_use = child.acquire()?;
             child.count_and_rank()?
@@ -1225,7 +1671,14 @@ impl Backend for NcclBackend {
         if code == NCCL_SUCCESS || code == NCCL_IN_PROGRESS {
             return None;
         }
-        let mut e = self.lib.error(code, &format!("nccl comm '{}' (rank {}/{})", self.name, self.rank, self.size), self.comm());
+        let mut e = self.lib.error(
+            code,
+            &format!(
+                "nccl comm '{}' (rank {}/{})",
+                self.name, self.rank, self.size
+            ),
+            self.comm(),
+        );
         if matches!(e.kind, ErrorKind::InvalidArgument | ErrorKind::InvalidUsage) {
             // An asynchronous failure breaks the comm whatever its code.
             e.kind = ErrorKind::Nccl;
@@ -1275,54 +1728,149 @@ mod tests {
         let (n, me, count, dtype) = (4, 1, 8, DType::F32); // 32-byte blocks
         let b = 32;
         // all_to_all_single: any overlap, in place included
-        let a2a = |o, i| Op::AllToAllSingle { output: p(o), input: p(i), count, dtype };
+        let a2a = |o, i| Op::AllToAllSingle {
+            output: p(o),
+            input: p(i),
+            count,
+            dtype,
+        };
         assert_eq!(hazardous_inputs(&a2a(0x1000, 0x1000), n, me).len(), 1);
-        assert_eq!(hazardous_inputs(&a2a(0x1000, 0x1000 + 4 * b - 4), n, me).len(), 1);
+        assert_eq!(
+            hazardous_inputs(&a2a(0x1000, 0x1000 + 4 * b - 4), n, me).len(),
+            1
+        );
         assert!(hazardous_inputs(&a2a(0x1000, 0x1000 + 4 * b), n, me).is_empty());
         // all_gather_single: in place is the input at this rank's block
-        let ag = |o, i| Op::AllGatherSingle { output: p(o), input: p(i), count, dtype };
+        let ag = |o, i| Op::AllGatherSingle {
+            output: p(o),
+            input: p(i),
+            count,
+            dtype,
+        };
         assert!(hazardous_inputs(&ag(0x1000, 0x1000 + b), n, me).is_empty());
-        assert_eq!(hazardous_inputs(&ag(0x1000, 0x1000), n, me), vec![(p(0x1000), b)]);
+        assert_eq!(
+            hazardous_inputs(&ag(0x1000, 0x1000), n, me),
+            vec![(p(0x1000), b)]
+        );
         // reduce_scatter_single: in place is the output at this rank's block
-        let rs = |o, i| Op::ReduceScatterSingle { output: p(o), input: p(i), count, dtype, op: ReduceOp { kind: RedKind::Sum, factor: PremulFactor::Host(1.0) } };
+        let rs = |o, i| Op::ReduceScatterSingle {
+            output: p(o),
+            input: p(i),
+            count,
+            dtype,
+            op: ReduceOp {
+                kind: RedKind::Sum,
+                factor: PremulFactor::Host(1.0),
+            },
+        };
         assert!(hazardous_inputs(&rs(0x1000 + b, 0x1000), n, me).is_empty());
-        assert_eq!(hazardous_inputs(&rs(0x1000, 0x1000), n, me), vec![(p(0x1000), 4 * b)]);
+        assert_eq!(
+            hazardous_inputs(&rs(0x1000, 0x1000), n, me),
+            vec![(p(0x1000), 4 * b)]
+        );
         // all_to_all_v_single: overlap of the used lengths only
-        let v = |o, i| Op::AllToAllVSingle { output: p(o), output_counts: vec![1, 0, 2, 1], input: p(i), input_counts: vec![2, 2, 0, 0], dtype };
-        assert_eq!(hazardous_inputs(&v(0x1000, 0x1000), n, me), vec![(p(0x1000), 16)]);
+        let v = |o, i| Op::AllToAllVSingle {
+            output: p(o),
+            output_counts: vec![1, 0, 2, 1],
+            input: p(i),
+            input_counts: vec![2, 2, 0, 0],
+            dtype,
+        };
+        assert_eq!(
+            hazardous_inputs(&v(0x1000, 0x1000), n, me),
+            vec![(p(0x1000), 16)]
+        );
         assert!(hazardous_inputs(&v(0x1000, 0x1000 + 16), n, me).is_empty());
         // lists: every input block is staged, and replaced in order
-        let l = Op::AllToAll { outputs: (0..4).map(|q| p(0x1000 + q * b)).collect(), inputs: (0..4).map(|q| p(0x1000 + q * b)).collect(), count, dtype };
+        let l = Op::AllToAll {
+            outputs: (0..4).map(|q| p(0x1000 + q * b)).collect(),
+            inputs: (0..4).map(|q| p(0x1000 + q * b)).collect(),
+            count,
+            dtype,
+        };
         let h = hazardous_inputs(&l, n, me);
         assert_eq!(h.len(), 4);
         let staged: Vec<Ptr> = (0..4).map(|q| p(0x9000 + q * b)).collect();
         match with_inputs(&l, &staged) {
-            Op::AllToAll { inputs, outputs, .. } => {
-                assert_eq!(inputs.iter().map(|x| x.0 as usize).collect::<Vec<_>>(), vec![0x9000, 0x9020, 0x9040, 0x9060]);
+            Op::AllToAll {
+                inputs, outputs, ..
+            } => {
+                assert_eq!(
+                    inputs.iter().map(|x| x.0 as usize).collect::<Vec<_>>(),
+                    vec![0x9000, 0x9020, 0x9040, 0x9060]
+                );
                 assert_eq!(outputs[0].0 as usize, 0x1000);
             }
             _ => unreachable!(),
         }
         // gather/scatter: the root's own block in place is fine; partial overlap is not
-        let g = |i| Op::Gather { outputs: (0..4).map(|q| p(0x1000 + q * b)).collect(), input: p(i), count, dtype, root: 1 };
+        let g = |i| Op::Gather {
+            outputs: (0..4).map(|q| p(0x1000 + q * b)).collect(),
+            input: p(i),
+            count,
+            dtype,
+            root: 1,
+        };
         assert!(hazardous_inputs(&g(0x1000 + b), n, me).is_empty());
         assert_eq!(hazardous_inputs(&g(0x1000 + 2 * b), n, me).len(), 1);
-        let sc = |o| Op::Scatter { output: p(o), inputs: (0..4).map(|q| p(0x1000 + q * b)).collect(), count, dtype, root: 1 };
+        let sc = |o| Op::Scatter {
+            output: p(o),
+            inputs: (0..4).map(|q| p(0x1000 + q * b)).collect(),
+            count,
+            dtype,
+            root: 1,
+        };
         assert!(hazardous_inputs(&sc(0x1000 + b), n, me).is_empty());
-        assert!(hazardous_inputs(&sc(0x1000 + 2 * b), n, me).is_empty(), "another block is sent before the root's copy");
+        assert!(
+            hazardous_inputs(&sc(0x1000 + 2 * b), n, me).is_empty(),
+            "another block is sent before the root's copy"
+        );
         assert_eq!(hazardous_inputs(&sc(0x1000 + b + 4), n, me).len(), 4);
         // non-root gather/scatter pass empty lists
-        assert!(hazardous_inputs(&Op::Gather { outputs: vec![], input: p(0x1000), count, dtype, root: 0 }, n, me).is_empty());
+        assert!(hazardous_inputs(
+            &Op::Gather {
+                outputs: vec![],
+                input: p(0x1000),
+                count,
+                dtype,
+                root: 0
+            },
+            n,
+            me
+        )
+        .is_empty());
         // batch: only the sends that overlap a receive of the same batch
-        let send = |a, peer| P2p { is_send: true, buf: p(a), count, dtype, peer };
-        let recv = |a, peer| P2p { is_send: false, buf: p(a), count, dtype, peer };
-        let ok = Op::Batch { ops: vec![send(0x1000, 2), send(0x1000, 3), recv(0x1000 + b, 0)] };
-        assert!(hazardous_inputs(&ok, n, me).is_empty(), "sends may share a buffer; a receive apart is fine");
-        let ring = Op::Batch { ops: vec![send(0x2000, 2), recv(0x1000, 0), send(0x1000 + b - 4, 3)] };
+        let send = |a, peer| P2p {
+            is_send: true,
+            buf: p(a),
+            count,
+            dtype,
+            peer,
+        };
+        let recv = |a, peer| P2p {
+            is_send: false,
+            buf: p(a),
+            count,
+            dtype,
+            peer,
+        };
+        let ok = Op::Batch {
+            ops: vec![send(0x1000, 2), send(0x1000, 3), recv(0x1000 + b, 0)],
+        };
+        assert!(
+            hazardous_inputs(&ok, n, me).is_empty(),
+            "sends may share a buffer; a receive apart is fine"
+        );
+        let ring = Op::Batch {
+            ops: vec![send(0x2000, 2), recv(0x1000, 0), send(0x1000 + b - 4, 3)],
+        };
         assert_eq!(hazardous_inputs(&ring, n, me), vec![(p(0x1000 + b - 4), b)]);
         match with_inputs(&ring, &[p(0x9000)]) {
             Op::Batch { ops } => {
-                assert_eq!(ops.iter().map(|x| x.buf.0 as usize).collect::<Vec<_>>(), vec![0x2000, 0x1000, 0x9000]);
+                assert_eq!(
+                    ops.iter().map(|x| x.buf.0 as usize).collect::<Vec<_>>(),
+                    vec![0x2000, 0x1000, 0x9000]
+                );
             }
             _ => unreachable!(),
         }
@@ -1330,8 +1878,15 @@ mod tests {
 
     #[test]
     fn malformed_hint_is_an_invalid_argument() {
-        for (k, v) in [("blocking", "yes"), ("min_ctas", "0"), ("nccl.split_share", "2"), ("high_priority_stream", "")] {
-            let e = parse_hints(&vec![(k.to_string(), v.to_string())], 22809, "c").err().expect("must fail");
+        for (k, v) in [
+            ("blocking", "yes"),
+            ("min_ctas", "0"),
+            ("nccl.split_share", "2"),
+            ("high_priority_stream", ""),
+        ] {
+            let e = parse_hints(&vec![(k.to_string(), v.to_string())], 22809, "c")
+                .err()
+                .expect("must fail");
             assert_eq!(e.kind, ErrorKind::InvalidArgument, "{k}={v}");
             assert!(e.message.contains(k), "{}", e.message);
         }

@@ -26,10 +26,16 @@ pub struct Shared {
 
 impl Shared {
     pub fn fail(&self, e: Error) {
-        self.failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+        self.failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(e);
     }
     pub fn failure(&self) -> Option<Error> {
-        self.failure.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 
@@ -64,8 +70,25 @@ impl CudaWork {
         end: Event,
         shared: Arc<Shared>,
     ) -> CudaWork {
-        let status = if captured { WorkStatus::Completed } else { WorkStatus::NotStarted };
-        CudaWork { op_name, comm_label, timeout, captured, start, end, shared, state: Mutex::new(State { status, started: None, error: None }) }
+        let status = if captured {
+            WorkStatus::Completed
+        } else {
+            WorkStatus::NotStarted
+        };
+        CudaWork {
+            op_name,
+            comm_label,
+            timeout,
+            captured,
+            start,
+            end,
+            shared,
+            state: Mutex::new(State {
+                status,
+                started: None,
+                error: None,
+            }),
+        }
     }
 
     fn description(&self) -> String {
@@ -132,7 +155,8 @@ impl Work for CudaWork {
             }
         }
         let _g = self.end.pool_device().scoped()?;
-        cuda::stream_wait_event(stream as cuda::RawStream, &self.end).map_err(|e| e.context(self.description()))
+        cuda::stream_wait_event(stream as cuda::RawStream, &self.end)
+            .map_err(|e| e.context(self.description()))
     }
 
     fn wait_blocking(&self) -> Result<()> {
