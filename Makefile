@@ -16,7 +16,7 @@ CAPI_SRCS := $(wildcard capi_tests/test_*.c)
 CAPI_BINS := $(patsubst capi_tests/%.c,$(BUILD)/capi/%,$(CAPI_SRCS))
 DEB_PACKAGES := libgloo-dev pkg-config cmake valgrind g++ python3 ca-certificates
 
-.PHONY: all build deps header header-check header-compile symbols-check \
+.PHONY: all build deps lint header header-check header-compile symbols-check \
         cargo-test capi-test capi-valgrind install uninstall install-check \
         test run bench bench-store bench-deps bench-host bench-window clean
 
@@ -42,6 +42,10 @@ deps:
 	  fi; \
 	fi
 BUILD_LOG := /tmp/torchcomm-deps.log
+
+# cargo fmt --check, clippy -D warnings, no new module import cycle.
+lint:
+	CARGO=$(CARGO) scripts/lint.sh
 
 header:
 	$(CARGO) run --quiet --example gen_header -- include/torchcomm.h
@@ -138,7 +142,7 @@ install-check: build
 	LD_LIBRARY_PATH=$(BUILD)/stage/lib $(BUILD)/cmake-user/version_cmake $(VERSION)
 	@echo "install-check: pkg-config and CMake users build and run against the installed library"
 
-test: deps build header-check header-compile symbols-check cargo-test nccl-real-test capi-test sim-gpu-test capi-valgrind install-check
+test: deps lint build header-check header-compile symbols-check cargo-test nccl-real-test capi-test sim-gpu-test capi-valgrind install-check
 	@echo "make test: all checks passed"
 
 # The main job: a multi-process demo of the library at work.

@@ -80,7 +80,8 @@ fn wait_times_out_within_bound_and_client_stays_usable() {
 #[test]
 fn wait_is_woken_by_every_kind_of_write() {
     let s = Arc::new(server_store(None));
-    let writes: Vec<Box<dyn Fn(&TcpStore) + Send>> = vec![
+    type Write = Box<dyn Fn(&TcpStore) + Send>;
+    let writes: Vec<Write> = vec![
         Box::new(|c| c.set("w", b"1").unwrap()),
         Box::new(|c| {
             c.add("w", 1).unwrap();

@@ -498,17 +498,23 @@ fn bytes_of(b: &mut Buf) -> &mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(b.ptr(), len) }
 }
 
+/// This rank, the world size and the root of a measured case.
+struct Ranks {
+    rank: usize,
+    n: usize,
+    root: usize,
+}
+
 impl Case {
     fn new(
         coll: Coll,
         dt: DType,
         red: RedKind,
         in_place: bool,
-        rank: usize,
-        n: usize,
-        root: usize,
+        ranks: Ranks,
         count: usize,
     ) -> Case {
+        let Ranks { rank, n, root } = ranks;
         let es = dt.size();
         let (in_elems, out_elems) = match coll {
             Coll::AllReduce | Coll::Broadcast | Coll::Reduce | Coll::SendRecv => (count, count),
@@ -1361,9 +1367,11 @@ fn main() {
                         dt,
                         red,
                         in_place,
-                        rank,
-                        n,
-                        bench.args.root as usize,
+                        Ranks {
+                            rank,
+                            n,
+                            root: bench.args.root as usize,
+                        },
                         count,
                     );
                     if let Some(g) = &bench.gpu {
