@@ -197,15 +197,27 @@ int main(void) {
     /* the flight recorder: the comm's recent operations, as a hang
        diagnosis would read them (here: the last three) */
     if (rank == 0) {
+        enum { SHOWN = 3 };
         char *recent = NULL;
         TRY(tc_comm_dump_flight_recorder(comm, &recent));
-        const char *nl = strchr(recent, '\n');
-        nl = nl ? strchr(nl + 1, '\n') : NULL; /* the title and column names */
-        printf("%.*s\n", (int)(nl ? nl - recent : (long)strlen(recent)), recent);
-        const char *end = recent + strlen(recent), *p = end;
-        for (int lines = 0; p > recent && lines < 4; p--)
-            if (p[-1] == '\n') lines++;
-        printf("%s", p == recent ? p : p + 1);
+        /* a title line, the column names, then one line per operation */
+        const char *title_end = strchr(recent, '\n');
+        if (!title_end) title_end = recent + strlen(recent) - 1; /* never: it ends in a newline */
+        const char *rows_start = strchr(title_end + 1, '\n');
+        rows_start = rows_start ? rows_start + 1 : recent + strlen(recent);
+        const char *tail = recent + strlen(recent);
+        int rows = 0;
+        for (; rows < SHOWN && tail > rows_start; rows++)
+            for (tail--; tail > rows_start && tail[-1] != '\n'; tail--) {}
+        /* The title says how many operations the recorder keeps ("last K of
+           N operations"); say how many of them are printed here instead. */
+        const char *last = strstr(recent, ": last ");
+        const char *of = last && last < title_end ? strstr(last, " of ") : NULL;
+        if (of && of < title_end)
+            printf("%.*s: last %d%.*s\n", (int)(last - recent), recent, rows, (int)(title_end - of), of);
+        else
+            printf("%.*s\n", (int)(rows_start - recent - 1), recent);
+        printf("%.*s%s", (int)(rows_start - title_end - 1), title_end + 1, tail);
         tc_free(recent);
     }
 

@@ -566,6 +566,12 @@ fn gloo_missing_module_is_unavailable() {
         println!("RESULT {e}");
         assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
         assert!(e.message.contains("apt-get install libgloo-dev"), "{e}");
+        // It names where it looked (here the one path the variable gave).
+        assert!(
+            e.message
+                .contains("TORCHCOMM_GLOO_LIBRARY=/nonexistent/libtorchcomm-gloo.so"),
+            "{e}"
+        );
         return;
     }
     let out = launch(

@@ -177,3 +177,43 @@ fn gpu_bench_sources_compile() {
         }
     }
 }
+
+/// `tc-perf --help` is the manual: on stdout, exit 0, and every flag the
+/// parser accepts (read from the source's match arms) is explained.
+#[test]
+fn tc_perf_help_explains_every_flag() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tc-perf"))
+        .arg("--help")
+        .output()
+        .expect("running tc-perf --help");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(out.stderr.is_empty(), "{out:?}");
+    let source = include_str!("../src/bin/tc-perf.rs");
+    let mut flags: Vec<&str> = Vec::new();
+    for line in source.lines() {
+        let arm = line.trim_start();
+        if !arm.starts_with("\"-") || !arm.contains("=>") {
+            continue;
+        }
+        let pattern = arm.split("=>").next().unwrap();
+        flags.extend(pattern.split('|').map(|f| f.trim().trim_matches('"')));
+    }
+    assert!(flags.len() >= 30, "flags read from the source: {flags:?}");
+    for flag in flags {
+        let explained = stdout.lines().any(|l| {
+            l.split(|c: char| c == ',' || c.is_whitespace())
+                .any(|w| w == flag)
+        });
+        assert!(
+            explained,
+            "tc-perf --help does not explain {flag}:\n{stdout}"
+        );
+    }
+    let short = Command::new(env!("CARGO_BIN_EXE_tc-perf"))
+        .arg("-h")
+        .output()
+        .expect("running tc-perf -h");
+    assert_eq!(short.status.code(), Some(0));
+    assert_eq!(short.stdout, out.stdout);
+}

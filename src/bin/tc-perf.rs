@@ -3,42 +3,8 @@
 //! Run under any launcher (`tc-run -n 2 -- tc-perf -o all_reduce`); every rank
 //! runs the same sweep and rank 0 prints the table.
 //!
-//! Flags (nccl-tests' where they exist):
-//!   -b SIZE  -e SIZE  -f FACTOR   sizes in bytes (K, M, G suffixes), from -b to -e, x FACTOR
-//!   -n ITERS -w WARMUP            timed and warm-up iterations per size
-//!   -c 0|1                        check every element of every result (default 1)
-//!   -o OP      all_reduce all_gather reduce_scatter broadcast reduce all_to_all
-//!              sendrecv gather scatter barrier
-//!   -d DTYPE   float32 (float) float64 (double) float16 (half) bfloat16 int8 uint8
-//!              int32 uint32 int64 uint64, or all
-//!   -r REDOP   sum prod min max avg, or all
-//!   -a 0|1     issue with async_op = 1 and wait for all works after the loop
-//!              (nccl-tests' pipelined mode); default 0: each call blocks until done
-//!              (on nccl: is enqueued on the benchmark's stream)
-//!   -z 0|1     with -a 1: wait for each work before issuing the next (on nccl
-//!              also with -a 0: synchronize the stream after each call)
-//!   -C 0|1     report host time per call spent issuing (with -a 1: enqueue cost)
-//!   -G N       nccl only: capture the timed loop into a CUDA graph on the
-//!              stream and replay it N times (time per call = total / (n x N))
-//!   -B NAME    backend: gloo or nccl (default nccl when a CUDA device, the
-//!              driver and NCCL are usable, else gloo)
-//!   --root R   root of broadcast, reduce, gather, scatter (default 0)
-//!   --csv FILE append one line per measurement (header when the file is new)
-//!   --label S  system name in the CSV (default torchcomm-BACKEND)
-//!
-//! Sizes are the bytes of one rank's buffer as nccl-tests counts them: for
-//! all_gather, reduce_scatter, all_to_all, gather and scatter the whole
-//! n-rank buffer (each rank contributes size / n). Time is the mean over
-//! ranks of (elapsed / iterations); algbw = size / time; busbw = algbw x
-//! nccl-tests' factor. all_reduce, broadcast and reduce exist only in place
-//! in this API; sendrecv, gather and scatter only out of place: the other
-//! column shows N/A.
-//!
-//! On nccl the buffers are CUDA device memory (filled and checked through
-//! host copies) and every call goes to one non-blocking stream of the
-//! benchmark's own; time is device time from CUDA events recorded on that
-//! stream around the timed loop (with -C: host time issuing). The CSV holds
-//! both (host_us, device_us) whatever -C says.
+//! Every flag, the columns and how time is measured: `HELP` below, printed
+//! by `tc-perf --help`.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -227,13 +193,64 @@ struct Args {
     label: Option<String>,
 }
 
+/// `tc-perf --help` (stdout, exit 0). tests/perf_smoke.rs checks that every
+/// flag parse_args accepts is named here.
+const HELP: &str = "\
+tc-perf: bandwidth and latency of every operation, in nccl-tests' columns.
+Run under a launcher; every rank runs the same sweep and rank 0 prints the table:
+  tc-run -n 2 -- tc-perf -b 8 -e 128M -f 2 -o all_reduce
+
+Flags (nccl-tests' names where they exist; every flag takes a value):
+  -b, --minbytes SIZE      smallest size in bytes, K/M/G suffixes allowed (default 32M)
+  -e, --maxbytes SIZE      largest size in bytes (default 32M)
+  -f, --stepfactor N       multiply the size by N from -b to -e (N >= 2, default 2)
+  -n, --iters N            timed iterations per size (default 20)
+  -w, --warmup_iters N     warm-up iterations per size, not timed (default 5)
+  -c, --check 0|1          check every element of every result (default 1)
+  -o, --op OP              all_reduce (default), all_gather, reduce_scatter, broadcast,
+                           reduce, all_to_all, sendrecv, gather, scatter or barrier
+  -d, --datatype DTYPE     float32 (float, default), float64 (double), float16 (half),
+                           bfloat16, int8, uint8, int32, uint32, int64, uint64, or all
+  -r, --redop OP           sum (default), prod, min, max, avg, or all
+  -a, --async 0|1          1: issue with async_op = 1 and wait for all works after the
+                           loop (nccl-tests' pipelined mode); 0 (default): each call
+                           blocks until done (on nccl: until enqueued on the stream)
+  -z, --blocking 0|1       with -a 1: wait for each work before issuing the next (on
+                           nccl also with -a 0: synchronize the stream after each call)
+  -C, --report_cputime 0|1 report host time per call spent issuing (with -a 1: the
+                           enqueue cost) instead of the elapsed time
+  -G, --cudagraph N        nccl only: capture the timed loop into a CUDA graph and
+                           replay it N times (time per call = total / (iters x N))
+  -B, --backend NAME       gloo or nccl (default nccl when a CUDA device, the driver
+                           and NCCL are usable, else gloo)
+  --root R                 root rank of broadcast, reduce, gather, scatter (default 0)
+  --csv FILE               append one line per measurement (a header when the file is
+                           new); it holds host_us and device_us whatever -C says
+  --label NAME             system name in the CSV (default torchcomm-BACKEND)
+  -h, --help               this text
+
+Sizes are the bytes of one rank's buffer as nccl-tests counts them: for all_gather,
+reduce_scatter, all_to_all, gather and scatter the whole n-rank buffer (each rank
+contributes size / n). Time is the mean over ranks of (elapsed / iterations);
+algbw = size / time; busbw = algbw x nccl-tests' factor. all_reduce, broadcast and
+reduce exist only in place in this API; sendrecv, gather and scatter only out of
+place: the other column shows N/A.
+
+On nccl the buffers are CUDA device memory (filled and checked through host copies)
+and every call goes to one non-blocking stream of the benchmark's own; time is device
+time from CUDA events recorded on that stream around the timed loop (with -C: host
+time issuing).
+";
+
+/// A bad command line: the synopsis on stderr, exit 2.
 fn usage() -> ! {
     eprintln!(
         "usage: tc-perf [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1]\n\
          \x20              [-o all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all|sendrecv|gather|scatter|barrier]\n\
          \x20              [-d DTYPE|all] [-r sum|prod|min|max|avg|all] [-a 0|1] [-z 0|1] [-C 0|1]\n\
          \x20              [-G REPLAYS] [-B gloo|nccl] [--root R] [--csv FILE] [--label NAME]\n\
-         Run under a launcher, e.g. tc-run -n 2 -- tc-perf -b 8 -e 128M -f 2 -o all_reduce"
+         Run under a launcher, e.g. tc-run -n 2 -- tc-perf -b 8 -e 128M -f 2 -o all_reduce\n\
+         tc-perf --help explains every flag."
     );
     exit(2)
 }
@@ -268,7 +285,8 @@ fn parse_args() -> Args {
     while i < argv.len() {
         let flag = argv[i].as_str();
         if flag == "-h" || flag == "--help" {
-            usage();
+            print!("{HELP}");
+            exit(0);
         }
         let Some(v) = argv.get(i + 1).map(|s| s.as_str()) else {
             eprintln!("tc-perf: {flag} needs a value");

@@ -4,9 +4,10 @@
 //!
 //! The module is looked up, in order: `TORCHCOMM_GLOO_LIBRARY` (a path); the
 //! directory of the loaded libtorchcomm (found with dladdr), for an
-//! installed library; the directory of the running executable and its
-//! parent, for Rust tests under target/<profile>/deps; then the dynamic
-//! loader's own search path. It is loaded once per process.
+//! installed library; the directory of the running executable, its parent
+//! (Rust tests under target/<profile>/deps) and `../lib` beside it (the
+//! installed tc-perf in PREFIX/bin); then the dynamic loader's own search
+//! path. It is loaded once per process.
 
 use crate::error::{Error, ErrorKind, Result};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
@@ -274,20 +275,19 @@ fn own_object_dir() -> Option<PathBuf> {
     path.parent().map(|p| p.to_path_buf())
 }
 
+/// Where the module may lie: beside libtorchcomm.so (or the executable), one
+/// level up (Rust tests under target/<profile>/deps), and in `../lib`, where
+/// `make install` puts it for the installed binaries in PREFIX/bin.
 fn candidates() -> Vec<PathBuf> {
+    let exe_dir = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.to_path_buf()));
     let mut out = Vec::new();
-    if let Some(dir) = own_object_dir() {
+    for dir in [own_object_dir(), exe_dir].into_iter().flatten() {
         out.push(dir.join(MODULE_NAME));
         if let Some(parent) = dir.parent() {
             out.push(parent.join(MODULE_NAME));
-        }
-    }
-    if let Ok(exe) = std::env::current_exe() {
-        if let Some(dir) = exe.parent() {
-            out.push(dir.join(MODULE_NAME));
-            if let Some(parent) = dir.parent() {
-                out.push(parent.join(MODULE_NAME));
-            }
+            out.push(parent.join("lib").join(MODULE_NAME));
         }
     }
     out.dedup();
@@ -299,6 +299,7 @@ fn load() -> std::result::Result<Module, Error> {
     let mut tried = Vec::new();
     let mut handle = std::ptr::null_mut();
     let mut path_used = String::new();
+    let looked_in;
     let try_open = |p: &str, tried: &mut Vec<String>| -> *mut c_void {
         let c = match CString::new(p) {
             Ok(c) => c,
@@ -313,10 +314,18 @@ fn load() -> std::result::Result<Module, Error> {
     };
     if let Some(p) = explicit {
         let p = p.to_string_lossy().into_owned();
+        looked_in = format!("TORCHCOMM_GLOO_LIBRARY={p}");
         handle = try_open(&p, &mut tried);
         path_used = p;
     } else {
-        for c in candidates() {
+        let searched = candidates();
+        looked_in = searched
+            .iter()
+            .map(|c| c.display().to_string())
+            .chain(["the loader's path".to_string()])
+            .collect::<Vec<_>>()
+            .join(", ");
+        for c in searched {
             if !c.exists() {
                 continue;
             }
@@ -334,8 +343,10 @@ fn load() -> std::result::Result<Module, Error> {
     }
     if handle.is_null() {
         return Err(Error::unavailable(format!(
-            "the gloo backend needs {MODULE_NAME} (built with libtorchcomm when Gloo is installed: \
-             apt-get install libgloo-dev, then rebuild; or set TORCHCOMM_GLOO_LIBRARY): {}",
+            "the gloo backend needs {MODULE_NAME}, which was not found or did not load \
+             (looked in: {looked_in}): {}. It is built beside libtorchcomm.so only when Gloo's \
+             headers are present at build time (apt-get install libgloo-dev, then rebuild), \
+             `make install` puts it in PREFIX/lib, and TORCHCOMM_GLOO_LIBRARY names it",
             tried.join("; ")
         )));
     }
