@@ -6,9 +6,11 @@
 
 use crate::comm::{Comm, CommOptions, Op, OpOptions, P2p, Ptr};
 use crate::error::{tc_result_t, Error, Result};
+use crate::ffi::handle::{Handle, HandleType};
 use crate::ffi::work::tc_work_t;
 use crate::ffi::{
-    arg_out, arg_ref, arg_slice, boundary, boundary_void, into_handle, malloc_copy, take_handle,
+    arg_out, arg_slice, boundary, boundary_void, handle_mut, handle_ref, into_handle, malloc_copy,
+    take_handle,
 };
 use crate::options::{read_versioned, tc_comm_options_t, tc_op_options_t, timeout_from_ms};
 use crate::types::{
@@ -28,6 +30,10 @@ pub struct tc_comm {
 
 pub type tc_comm_t = tc_comm;
 
+impl Handle for tc_comm {
+    const TYPE: HandleType = HandleType::Comm;
+}
+
 /// A batch of sends and receives issued together by `tc_batch_issue`.
 /// Not thread-safe: build a batch from one thread.
 pub struct tc_batch {
@@ -36,6 +42,10 @@ pub struct tc_batch {
 }
 
 pub type tc_batch_t = tc_batch;
+
+impl Handle for tc_batch {
+    const TYPE: HandleType = HandleType::Batch;
+}
 
 unsafe fn comm_options(p: *const tc_comm_options_t) -> Result<CommOptions> {
     let o = read_versioned(p, "opts")?;
@@ -47,7 +57,7 @@ unsafe fn comm_options(p: *const tc_comm_options_t) -> Result<CommOptions> {
     let store = if o.store.is_null() {
         None
     } else {
-        Some((*o.store).inner.clone())
+        Some(handle_ref(o.store, "opts.store")?.inner.clone())
     };
     let abort_on_error = match o.abort_on_error {
         v if v < 0 => None,
@@ -136,7 +146,7 @@ pub extern "C" fn tc_comm_new(
 #[no_mangle]
 pub extern "C" fn tc_comm_get_rank(comm: *const tc_comm_t, rank: *mut c_int) -> tc_result_t {
     boundary("tc_comm_get_rank", || {
-        let (comm, rank) = unsafe { (arg_ref(comm, "comm")?, arg_out(rank, "rank")?) };
+        let (comm, rank) = unsafe { (handle_ref(comm, "comm")?, arg_out(rank, "rank")?) };
         *rank = comm.inner.rank();
         Ok(())
     })
@@ -146,7 +156,7 @@ pub extern "C" fn tc_comm_get_rank(comm: *const tc_comm_t, rank: *mut c_int) -> 
 #[no_mangle]
 pub extern "C" fn tc_comm_get_size(comm: *const tc_comm_t, size: *mut c_int) -> tc_result_t {
     boundary("tc_comm_get_size", || {
-        let (comm, size) = unsafe { (arg_ref(comm, "comm")?, arg_out(size, "size")?) };
+        let (comm, size) = unsafe { (handle_ref(comm, "comm")?, arg_out(size, "size")?) };
         *size = comm.inner.size();
         Ok(())
     })
@@ -160,7 +170,7 @@ pub extern "C" fn tc_comm_get_name(
     name: *mut *const c_char,
 ) -> tc_result_t {
     boundary("tc_comm_get_name", || {
-        let (comm, name) = unsafe { (arg_ref(comm, "comm")?, arg_out(name, "name")?) };
+        let (comm, name) = unsafe { (handle_ref(comm, "comm")?, arg_out(name, "name")?) };
         *name = comm.name.as_ptr();
         Ok(())
     })
@@ -174,7 +184,7 @@ pub extern "C" fn tc_comm_get_backend(
     backend: *mut *const c_char,
 ) -> tc_result_t {
     boundary("tc_comm_get_backend", || {
-        let (comm, backend) = unsafe { (arg_ref(comm, "comm")?, arg_out(backend, "backend")?) };
+        let (comm, backend) = unsafe { (handle_ref(comm, "comm")?, arg_out(backend, "backend")?) };
         *backend = comm.backend.as_ptr();
         Ok(())
     })
@@ -187,7 +197,7 @@ pub extern "C" fn tc_comm_get_device(
     device: *mut tc_device_t,
 ) -> tc_result_t {
     boundary("tc_comm_get_device", || {
-        let (comm, device) = unsafe { (arg_ref(comm, "comm")?, arg_out(device, "device")?) };
+        let (comm, device) = unsafe { (handle_ref(comm, "comm")?, arg_out(device, "device")?) };
         *device = comm.inner.device().to_c();
         Ok(())
     })
@@ -199,7 +209,7 @@ pub extern "C" fn tc_comm_get_device(
 #[no_mangle]
 pub extern "C" fn tc_comm_get_async_error(comm: *const tc_comm_t) -> tc_result_t {
     boundary("tc_comm_get_async_error", || {
-        let comm = unsafe { arg_ref(comm, "comm")? };
+        let comm = unsafe { handle_ref(comm, "comm")? };
         comm.inner.async_error().map_or(Ok(()), Err)
     })
 }
@@ -223,7 +233,7 @@ pub extern "C" fn tc_comm_dump_flight_recorder(
     text: *mut *mut c_char,
 ) -> tc_result_t {
     boundary("tc_comm_dump_flight_recorder", || {
-        let (comm, out) = unsafe { (arg_ref(comm, "comm")?, arg_out(text, "text")?) };
+        let (comm, out) = unsafe { (handle_ref(comm, "comm")?, arg_out(text, "text")?) };
         let mut bytes = comm.inner.dump_flight_recorder().into_bytes();
         bytes.push(0);
         *out = malloc_copy(&bytes)?.cast::<c_char>();
@@ -271,7 +281,7 @@ pub extern "C" fn tc_comm_set_abort_hook(
     user_data: *mut c_void,
 ) -> tc_result_t {
     boundary("tc_comm_set_abort_hook", || {
-        let comm = unsafe { arg_ref(comm, "comm")? };
+        let comm = unsafe { handle_ref(comm, "comm")? };
         comm.inner.set_abort_hook(hook.map(|hook| {
             let c = CAbortHook { hook, user_data };
             Box::new(move |e: &Error| c.call(e)) as crate::comm::AbortHook
@@ -297,7 +307,7 @@ pub extern "C" fn tc_comm_split(
     out: *mut *mut tc_comm_t,
 ) -> tc_result_t {
     boundary("tc_comm_split", || {
-        let (comm, out) = unsafe { (arg_ref(comm, "comm")?, arg_out(out, "out")?) };
+        let (comm, out) = unsafe { (handle_ref(comm, "comm")?, arg_out(out, "out")?) };
         let ranks = unsafe { arg_slice(ranks, n, "ranks")? };
         let name = unsafe { c_string(name, "name")? };
         let opts = unsafe { comm_options(opts)? };
@@ -321,7 +331,7 @@ pub extern "C" fn tc_comm_split(
 #[no_mangle]
 pub extern "C" fn tc_comm_finalize(comm: *mut tc_comm_t) -> tc_result_t {
     boundary("tc_comm_finalize", || {
-        unsafe { arg_ref(comm, "comm")? }.inner.finalize()
+        unsafe { handle_ref(comm, "comm")? }.inner.finalize()
     })
 }
 
@@ -333,18 +343,20 @@ pub extern "C" fn tc_comm_finalize(comm: *mut tc_comm_t) -> tc_result_t {
 #[no_mangle]
 pub extern "C" fn tc_comm_abort(comm: *mut tc_comm_t) -> tc_result_t {
     boundary("tc_comm_abort", || {
-        unsafe { arg_ref(comm, "comm")? }.inner.abort();
+        unsafe { handle_ref(comm, "comm")? }.inner.abort();
         Ok(())
     })
 }
 
 /// Destroys the handle. NULL is ignored. A comm that was not finalized is
 /// aborted first, with a warning. Outstanding work handles stay valid. No
-/// other call may use the handle during or after this one.
+/// other call may use the handle during or after this one; one that does
+/// anyway (a second destroy, say) gets `TC_ERR_INVALID_ARGUMENT` ("not a
+/// live tc_comm_t"), here a warning with `tc_last_error` set.
 #[no_mangle]
 pub extern "C" fn tc_comm_destroy(comm: *mut tc_comm_t) {
     boundary_void("tc_comm_destroy", || {
-        if let Some(comm) = unsafe { take_handle(comm) } {
+        if let Some(comm) = unsafe { take_handle(comm, "comm")? } {
             comm.inner.release();
         }
         Ok(())
@@ -361,7 +373,7 @@ fn issue(
     build: impl FnOnce(&Comm) -> Result<Op>,
 ) -> tc_result_t {
     boundary(func, || {
-        let comm = unsafe { arg_ref(comm, "comm")? };
+        let comm = unsafe { handle_ref(comm, "comm")? };
         let opts = unsafe { op_options(opts)? };
         let op = build(&comm.inner)?;
         let w = comm.inner.submit(op, &opts)?;
@@ -456,7 +468,7 @@ pub extern "C" fn tc_recv(
 #[no_mangle]
 pub extern "C" fn tc_batch_begin(comm: *mut tc_comm_t, batch: *mut *mut tc_batch_t) -> tc_result_t {
     boundary("tc_batch_begin", || {
-        let (comm, out) = unsafe { (arg_ref(comm, "comm")?, arg_out(batch, "batch")?) };
+        let (comm, out) = unsafe { (handle_ref(comm, "comm")?, arg_out(batch, "batch")?) };
         *out = into_handle(tc_batch {
             comm: comm.inner.clone(),
             ops: Vec::new(),
@@ -475,7 +487,7 @@ fn batch_add(
     peer: c_int,
 ) -> tc_result_t {
     boundary(func, || {
-        let batch = unsafe { batch.as_mut() }.ok_or_else(|| Error::null_argument("batch"))?;
+        let batch = unsafe { handle_mut(batch, "batch")? };
         batch.ops.push(P2p {
             is_send,
             buf: Ptr(buf),
@@ -529,7 +541,7 @@ pub extern "C" fn tc_batch_issue(
     work: *mut *mut tc_work_t,
 ) -> tc_result_t {
     boundary("tc_batch_issue", || {
-        let batch = unsafe { batch.as_mut() }.ok_or_else(|| Error::null_argument("batch"))?;
+        let batch = unsafe { handle_mut(batch, "batch")? };
         let op_opts = unsafe { op_options(opts)? };
         let w = batch.comm.submit(
             Op::Batch {
@@ -542,11 +554,12 @@ pub extern "C" fn tc_batch_issue(
     })
 }
 
-/// Frees a batch. NULL is ignored.
+/// Frees a batch. NULL is ignored; a handle that is not a live batch (freed
+/// already) is left alone with a warning and `tc_last_error` set.
 #[no_mangle]
 pub extern "C" fn tc_batch_free(batch: *mut tc_batch_t) {
     boundary_void("tc_batch_free", || {
-        drop(unsafe { take_handle(batch) });
+        drop(unsafe { take_handle(batch, "batch")? });
         Ok(())
     })
 }
