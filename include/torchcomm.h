@@ -151,8 +151,11 @@ typedef struct {
      */
     uint32_t version;
     /*
-     Communicator name, unique among live comms; keys in the store are
-     scoped by it. NULL: a generated name. Copied during the call.
+     Communicator name, unique among the live comms of this process
+     (`tc_comm_new` refuses a name in use with `TC_ERR_INVALID_ARGUMENT`;
+     `tc_comm_destroy` frees it); keys in the store are scoped by it.
+     NULL: a generated name, the first `comm<N>` not in use. Copied during
+     the call. `tc_comm_split` takes the name as an argument instead.
      */
     const char *name;
     /*
@@ -503,8 +506,10 @@ tc_result_t tc_comm_set_abort_hook(tc_comm_t *comm, tc_abort_hook_t hook, void *
  Collective: every rank of `comm` calls it with the same list and name.
  An empty list (`n == 0`, `ranks` may be NULL) opts out: `*out = NULL`.
  A non-empty list without the caller is `TC_ERR_INVALID_ARGUMENT`. `name`
- must be unique among live comms; `opts` may be NULL (inherit timeout and
- abort-on-error from the parent).
+ must be unique among the live comms of this process (parent included):
+ a name in use is `TC_ERR_INVALID_ARGUMENT`, refused before any
+ communication. `opts` may be NULL (inherit timeout and abort-on-error
+ from the parent); its `name` is ignored.
  */
 tc_result_t tc_comm_split(tc_comm_t *comm, const int *ranks, size_t n, const char *name, const tc_comm_options_t *opts, tc_comm_t **out);
 
@@ -535,7 +540,8 @@ tc_result_t tc_comm_abort(tc_comm_t *comm);
  aborted first, with a warning. Outstanding work handles stay valid. No
  other call may use the handle during or after this one; one that does
  anyway (a second destroy, say) gets `TC_ERR_INVALID_ARGUMENT` ("not a
- live tc_comm_t"), here a warning with `tc_last_error` set.
+ live tc_comm_t"), here a warning with `tc_last_error` set. Its name is
+ free for a new comm once this returns.
  */
 void tc_comm_destroy(tc_comm_t *comm);
 

@@ -31,8 +31,11 @@ pub struct tc_comm_options_t {
     pub magic: u32,
     /// `TC_COMM_OPTIONS_VERSION` as the caller compiled it.
     pub version: u32,
-    /// Communicator name, unique among live comms; keys in the store are
-    /// scoped by it. NULL: a generated name. Copied during the call.
+    /// Communicator name, unique among the live comms of this process
+    /// (`tc_comm_new` refuses a name in use with `TC_ERR_INVALID_ARGUMENT`;
+    /// `tc_comm_destroy` frees it); keys in the store are scoped by it.
+    /// NULL: a generated name, the first `comm<N>` not in use. Copied during
+    /// the call. `tc_comm_split` takes the name as an argument instead.
     pub name: *const c_char,
     /// Default timeout of every operation, in milliseconds. `TC_UNSET`:
     /// `TORCHCOMM_TIMEOUT_SECONDS`, else 600 s.

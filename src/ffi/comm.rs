@@ -6,6 +6,7 @@
 
 use crate::comm::{Comm, CommOptions, Op, OpOptions, P2p, Ptr};
 use crate::error::{tc_result_t, Error, Result};
+use crate::ffi::comm_names::{self, NameLease};
 use crate::ffi::handle::{Handle, HandleType};
 use crate::ffi::work::tc_work_t;
 use crate::ffi::{
@@ -26,6 +27,8 @@ pub struct tc_comm {
     pub(crate) inner: Arc<Comm>,
     name: CString,
     backend: CString,
+    /// Keeps the name taken until `tc_comm_destroy`.
+    _name_lease: NameLease,
 }
 
 pub type tc_comm_t = tc_comm;
@@ -108,13 +111,14 @@ pub(crate) unsafe fn op_options(p: *const tc_op_options_t) -> Result<OpOptions> 
     })
 }
 
-fn comm_handle(inner: Arc<Comm>) -> *mut tc_comm_t {
+fn comm_handle(inner: Arc<Comm>, name_lease: NameLease) -> *mut tc_comm_t {
     let name = CString::new(inner.name()).unwrap_or_default();
     let backend = CString::new(inner.backend_name()).unwrap_or_default();
     into_handle(tc_comm {
         inner,
         name,
         backend,
+        _name_lease: name_lease,
     })
 }
 
@@ -136,8 +140,13 @@ pub extern "C" fn tc_comm_new(
         let out = unsafe { arg_out(comm, "comm")? };
         let backend = unsafe { c_string(backend, "backend")? };
         let device = Device::from_c(device, "device")?;
-        let opts = unsafe { comm_options(opts)? };
-        *out = comm_handle(Comm::new(backend, device, opts)?);
+        let mut opts = unsafe { comm_options(opts)? };
+        let lease = match &opts.name {
+            Some(name) => comm_names::lease(name, "opts.name")?,
+            None => comm_names::lease_generated(),
+        };
+        opts.name = Some(lease.name().to_string());
+        *out = comm_handle(Comm::new(backend, device, opts)?, lease);
         Ok(())
     })
 }
@@ -295,8 +304,10 @@ pub extern "C" fn tc_comm_set_abort_hook(
 /// Collective: every rank of `comm` calls it with the same list and name.
 /// An empty list (`n == 0`, `ranks` may be NULL) opts out: `*out = NULL`.
 /// A non-empty list without the caller is `TC_ERR_INVALID_ARGUMENT`. `name`
-/// must be unique among live comms; `opts` may be NULL (inherit timeout and
-/// abort-on-error from the parent).
+/// must be unique among the live comms of this process (parent included):
+/// a name in use is `TC_ERR_INVALID_ARGUMENT`, refused before any
+/// communication. `opts` may be NULL (inherit timeout and abort-on-error
+/// from the parent); its `name` is ignored.
 #[no_mangle]
 pub extern "C" fn tc_comm_split(
     comm: *mut tc_comm_t,
@@ -311,8 +322,14 @@ pub extern "C" fn tc_comm_split(
         let ranks = unsafe { arg_slice(ranks, n, "ranks")? };
         let name = unsafe { c_string(name, "name")? };
         let opts = unsafe { comm_options(opts)? };
+        if ranks.is_empty() {
+            comm.inner.split(ranks, name, opts)?;
+            *out = std::ptr::null_mut();
+            return Ok(());
+        }
+        let lease = comm_names::lease(name, "name")?;
         *out = match comm.inner.split(ranks, name, opts)? {
-            Some(child) => comm_handle(child),
+            Some(child) => comm_handle(child, lease),
             None => std::ptr::null_mut(),
         };
         Ok(())
@@ -352,7 +369,8 @@ pub extern "C" fn tc_comm_abort(comm: *mut tc_comm_t) -> tc_result_t {
 /// aborted first, with a warning. Outstanding work handles stay valid. No
 /// other call may use the handle during or after this one; one that does
 /// anyway (a second destroy, say) gets `TC_ERR_INVALID_ARGUMENT` ("not a
-/// live tc_comm_t"), here a warning with `tc_last_error` set.
+/// live tc_comm_t"), here a warning with `tc_last_error` set. Its name is
+/// free for a new comm once this returns.
 #[no_mangle]
 pub extern "C" fn tc_comm_destroy(comm: *mut tc_comm_t) {
     boundary_void("tc_comm_destroy", || {

@@ -10,6 +10,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod comm;
+pub mod comm_names;
 pub mod errors;
 pub mod handle;
 pub mod log;
