@@ -147,7 +147,9 @@ typedef struct {
      */
     uint32_t magic;
     /*
-     `TC_COMM_OPTIONS_VERSION` as the caller compiled it.
+     `TC_COMM_OPTIONS_VERSION` as the caller compiled it. Fields added after
+     that version keep their defaults; a newer version than the library's
+     is accepted and its unknown fields ignored; 0 is refused.
      */
     uint32_t version;
     /*
@@ -216,7 +218,9 @@ typedef struct {
      */
     uint32_t magic;
     /*
-     `TC_OP_OPTIONS_VERSION` as the caller compiled it.
+     `TC_OP_OPTIONS_VERSION` as the caller compiled it. Fields added after
+     that version keep their defaults; a newer version than the library's
+     is accepted and its unknown fields ignored; 0 is refused.
      */
     uint32_t version;
     /*
