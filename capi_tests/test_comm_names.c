@@ -3,8 +3,12 @@
    live "world" is refused on every rank before any communication, as are a
    split child named like a live comm and a second live child "pair" (ranks
    0 and 1; rank 2 opts out); a name is free again once its comm is
-   destroyed, and the comm made under it then works. In this process: an
-   unnamed comm never gets the name of a live named one. */
+   destroyed, and the comm made under it then works. In this process, with
+   one-rank comms: the same rules for tc_comm_new and tc_comm_split, and an
+   unnamed comm never gets the name of a live named one. Under valgrind
+   (TC_UNDER_VALGRIND set) only this process's part runs: gloo's multi-rank
+   rendezvous hands the store address bytes with uninitialised padding,
+   which valgrind reports outside this library's code. */
 #include "capi_util.h"
 #include <stdint.h>
 #include <sys/wait.h>
@@ -83,18 +87,35 @@ static int rank_main(const char *path, int rank) {
     return capi_failures ? 1 : 0;
 }
 
-/* An unnamed comm made while a comm named like a generated name lives. */
-static void generated_names(void) {
+/* One-rank comms: a duplicate name refused and free again after destroy,
+   for new comms and split children; an unnamed comm made while a comm named
+   like a generated name lives. */
+static void one_process_names(void) {
     char path[32];
     tc_store_t *store = capi_temp_store(path);
+    tc_comm_t *solo = capi_one_rank_comm("solo", store), *refused = (tc_comm_t *)&capi_failures;
+    tc_comm_options_t o = options("solo", 0, 1, store);
+    EXPECT_RC(tc_comm_new("gloo", cpu, &o, &refused), TC_ERR_INVALID_ARGUMENT, "\"solo\"");
+    int ranks[1] = {0};
+    tc_comm_t *child = NULL;
+    if (solo) EXPECT_OK(tc_comm_split(solo, ranks, 1, "solo-child", NULL, &child));
+    if (child) {
+        EXPECT_RC(tc_comm_split(solo, ranks, 1, "solo-child", NULL, &refused), TC_ERR_INVALID_ARGUMENT,
+                  "\"solo-child\"");
+        close_comm(child);
+    }
+    if (solo) close_comm(solo);
+    CHECK(refused == (tc_comm_t *)&capi_failures);
+    solo = capi_one_rank_comm("solo", store);
+    if (solo) close_comm(solo);
+
     tc_comm_t *named = capi_one_rank_comm("comm0", store);
     tc_comm_t *unnamed = capi_one_rank_comm(NULL, store);
     const char *name = NULL;
     if (unnamed && tc_comm_get_name(unnamed, &name) == TC_SUCCESS) {
         CHECK(strncmp(name, "comm", 4) == 0 && strcmp(name, "comm0") != 0);
-        tc_comm_t *same = (tc_comm_t *)&capi_failures;
-        tc_comm_options_t o = options(name, 0, 1, store);
-        EXPECT_RC(tc_comm_new("gloo", cpu, &o, &same), TC_ERR_INVALID_ARGUMENT, name);
+        o = options(name, 0, 1, store);
+        EXPECT_RC(tc_comm_new("gloo", cpu, &o, &refused), TC_ERR_INVALID_ARGUMENT, name);
     }
     if (named) close_comm(named);
     if (unnamed) close_comm(unnamed);
@@ -102,11 +123,11 @@ static void generated_names(void) {
     unlink(path);
 }
 
-int main(void) {
+static void three_ranks(void) {
     char path[32];
     strcpy(path, "/tmp/tc_names_XXXXXX");
     int fd = mkstemp(path);
-    if (fd < 0) return 2;
+    if (fd < 0) exit(2);
     close(fd);
     unlink(path);
     pid_t pids[SIZE];
@@ -123,6 +144,13 @@ int main(void) {
         }
     }
     unlink(path);
-    generated_names();
+}
+
+int main(void) {
+    if (getenv("TC_UNDER_VALGRIND") == NULL)
+        three_ranks();
+    else
+        fprintf(stderr, "test_comm_names: three-rank part SKIPPED under valgrind (see the file's comment)\n");
+    one_process_names();
     CAPI_DONE("test_comm_names");
 }
