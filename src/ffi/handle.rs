@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use std::alloc::Layout;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::{LazyLock, Mutex, PoisonError, RwLock};
+use std::sync::{LazyLock, PoisonError, RwLock};
 
 /// The C type of a handle, as the registry records it.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -76,8 +76,14 @@ impl Hasher for AddressHasher {
 
 type LiveHandles = HashMap<usize, HandleType, BuildHasherDefault<AddressHasher>>;
 
-static LIVE: LazyLock<RwLock<LiveHandles>> = LazyLock::new(Default::default);
-static FREED: Mutex<VecDeque<(usize, Layout)>> = Mutex::new(VecDeque::new());
+#[derive(Default)]
+struct Registry {
+    live: LiveHandles,
+    /// Freed allocations (address, layout), oldest first.
+    quarantine: VecDeque<(usize, Layout)>,
+}
+
+static REGISTRY: LazyLock<RwLock<Registry>> = LazyLock::new(Default::default);
 
 /// The registry's key of an address: its complement, so that the table holds
 /// no pointer to the handle and a leak checker still sees a leaked handle as
@@ -102,8 +108,8 @@ fn check<T: Handle>(p: *const T, arg: &str) -> Result<()> {
     if p.is_null() {
         return Err(Error::null_argument(arg));
     }
-    let live = LIVE.read().unwrap_or_else(PoisonError::into_inner);
-    match live.get(&key(p)) {
+    let registry = REGISTRY.read().unwrap_or_else(PoisonError::into_inner);
+    match registry.live.get(&key(p)) {
         Some(t) if *t == T::TYPE => Ok(()),
         found => Err(not_live::<T>(arg, found.copied())),
     }
@@ -112,8 +118,10 @@ fn check<T: Handle>(p: *const T, arg: &str) -> Result<()> {
 /// Moves a Rust object to the C side as an owned, registered handle.
 pub fn into_handle<T: Handle>(value: T) -> *mut T {
     let p = Box::into_raw(Box::new(value));
-    LIVE.write()
+    REGISTRY
+        .write()
         .unwrap_or_else(PoisonError::into_inner)
+        .live
         .insert(key(p), T::TYPE);
     p
 }
@@ -137,9 +145,9 @@ pub unsafe fn handle_mut<'a, T: Handle>(p: *mut T, arg: &str) -> Result<&'a mut 
     Ok(&mut *p)
 }
 
-/// Takes back the live handle `p` for destruction: NULL gives `None`; the
+/// Takes back the live handle `p` for destruction: NULL gives `None`. The
 /// handle is dead (unregistered) before its object is dropped, and its
-/// memory goes to the quarantine.
+/// allocation goes to the quarantine, whose oldest entry is released.
 ///
 /// # Safety
 /// No other thread may use `p` during the call (the API's contract).
@@ -147,35 +155,34 @@ pub unsafe fn take_handle<T: Handle>(p: *mut T, arg: &str) -> Result<Option<T>> 
     if p.is_null() {
         return Ok(None);
     }
-    {
-        let mut live = LIVE.write().unwrap_or_else(PoisonError::into_inner);
-        match live.get(&key(p)) {
-            Some(t) if *t == T::TYPE => live.remove(&key(p)),
-            found => return Err(not_live::<T>(arg, found.copied())),
-        };
-    }
-    let value = std::ptr::read(p);
-    quarantine(p.cast::<u8>(), Layout::new::<T>());
-    Ok(Some(value))
-}
-
-/// Keeps a freed handle's allocation (its object already moved out) from
-/// reuse until [`QUARANTINE`] later frees, then releases it.
-unsafe fn quarantine(p: *mut u8, layout: Layout) {
-    let oldest = {
-        let mut freed = FREED.lock().unwrap_or_else(PoisonError::into_inner);
-        freed.push_back((p as usize, layout));
-        if freed.len() > QUARANTINE {
-            freed.pop_front()
-        } else {
-            None
+    let (value, oldest) = {
+        let mut registry = REGISTRY.write().unwrap_or_else(PoisonError::into_inner);
+        match registry.live.remove(&key(p)) {
+            Some(t) if t == T::TYPE => {}
+            found => {
+                if let Some(other) = found {
+                    registry.live.insert(key(p), other);
+                }
+                return Err(not_live::<T>(arg, found));
+            }
         }
+        // Moved out under the lock: once queued, the allocation is released
+        // by the QUARANTINE-th free after this one, whichever thread makes it.
+        let value = std::ptr::read(p);
+        registry
+            .quarantine
+            .push_back((p as usize, Layout::new::<T>()));
+        let oldest = (registry.quarantine.len() > QUARANTINE)
+            .then(|| registry.quarantine.pop_front())
+            .flatten();
+        (value, oldest)
     };
     if let Some((addr, layout)) = oldest {
         // Allocated by Box::new with the layout of its type, which is what
         // was recorded; handle types are never zero-sized.
         std::alloc::dealloc(addr as *mut u8, layout);
     }
+    Ok(Some(value))
 }
 
 #[cfg(test)]
