@@ -103,16 +103,30 @@ fn not_live<T: Handle>(arg: &str, found: Option<HandleType>) -> Error {
     ))
 }
 
-/// Checks that `p` is a live handle of type `T`.
-fn check<T: Handle>(p: *const T, arg: &str) -> Result<()> {
-    if p.is_null() {
-        return Err(Error::null_argument(arg));
-    }
+/// The type of the live handle at `addr`, if there is one.
+fn live_type<T>(p: *const T) -> Option<HandleType> {
     let registry = REGISTRY.read().unwrap_or_else(PoisonError::into_inner);
-    match registry.live.get(&key(p)) {
-        Some(t) if *t == T::TYPE => Ok(()),
-        found => Err(not_live::<T>(arg, found.copied())),
+    registry.live.get(&key(p)).copied()
+}
+
+/// The error for `p`, which is not a live `T`; kept out of line so that the
+/// check every call makes stays small.
+#[cold]
+#[inline(never)]
+fn refusal<T: Handle>(p: *const T, arg: &str) -> Error {
+    if p.is_null() {
+        return Error::null_argument(arg);
     }
+    not_live::<T>(arg, live_type(p))
+}
+
+/// Checks that `p` is a live handle of type `T`.
+#[inline]
+fn check<T: Handle>(p: *const T, arg: &str) -> Result<()> {
+    if !p.is_null() && live_type(p) == Some(T::TYPE) {
+        return Ok(());
+    }
+    Err(refusal(p, arg))
 }
 
 /// Moves a Rust object to the C side as an owned, registered handle.
@@ -131,6 +145,7 @@ pub fn into_handle<T: Handle>(value: T) -> *mut T {
 ///
 /// # Safety
 /// No other thread may free `p` while the borrow lasts (the API's contract).
+#[inline]
 pub unsafe fn handle_ref<'a, T: Handle>(p: *const T, arg: &str) -> Result<&'a T> {
     check(p, arg)?;
     Ok(&*p)
@@ -140,6 +155,7 @@ pub unsafe fn handle_ref<'a, T: Handle>(p: *const T, arg: &str) -> Result<&'a T>
 ///
 /// # Safety
 /// As [`handle_ref`], and no other borrow of `p` may be in use.
+#[inline]
 pub unsafe fn handle_mut<'a, T: Handle>(p: *mut T, arg: &str) -> Result<&'a mut T> {
     check(p, arg)?;
     Ok(&mut *p)
