@@ -11,6 +11,7 @@
 
 pub mod comm;
 pub mod comm_names;
+pub mod comm_ops;
 pub mod errors;
 pub mod handle;
 pub mod log;

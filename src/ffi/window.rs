@@ -24,7 +24,8 @@
 //! does), and the window then only accepts `tc_window_free`.
 
 use crate::error::{tc_result_t, Result};
-use crate::ffi::comm::{hand_out_work, op_options, tc_comm_t};
+use crate::ffi::comm::tc_comm_t;
+use crate::ffi::comm_ops::{hand_out_work, op_options};
 use crate::ffi::handle::{Handle, HandleType};
 use crate::ffi::work::tc_work_t;
 use crate::ffi::{arg_out, boundary, boundary_void, handle_ref, into_handle, take_handle};
