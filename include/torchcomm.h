@@ -6,7 +6,9 @@
  * records per-thread detail for tc_last_error(). Out-parameters are written
  * only on success. Destroy/free functions accept NULL. Operations return when
  * enqueued; buffers must stay valid until their work completes. A `const`
- * handle argument means the call does not change the object.
+ * handle argument means the call does not change the object. Handles are
+ * checked on entry: one that is not live (freed or destroyed, of another
+ * type, never made by the library) gives TC_ERR_INVALID_ARGUMENT.
  */
 
 #ifndef TORCHCOMM_H
@@ -145,12 +147,17 @@ typedef struct {
      */
     uint32_t magic;
     /*
-     `TC_COMM_OPTIONS_VERSION` as the caller compiled it.
+     `TC_COMM_OPTIONS_VERSION` as the caller compiled it. Fields added after
+     that version keep their defaults; a newer version than the library's
+     is accepted and its unknown fields ignored; 0 is refused.
      */
     uint32_t version;
     /*
-     Communicator name, unique among live comms; keys in the store are
-     scoped by it. NULL: a generated name. Copied during the call.
+     Communicator name, unique among the live comms of this process
+     (`tc_comm_new` refuses a name in use with `TC_ERR_INVALID_ARGUMENT`;
+     `tc_comm_destroy` frees it); keys in the store are scoped by it.
+     NULL: a generated name, the first `comm<N>` not in use. Copied during
+     the call. `tc_comm_split` takes the name as an argument instead.
      */
     const char *name;
     /*
@@ -211,7 +218,9 @@ typedef struct {
      */
     uint32_t magic;
     /*
-     `TC_OP_OPTIONS_VERSION` as the caller compiled it.
+     `TC_OP_OPTIONS_VERSION` as the caller compiled it. Fields added after
+     that version keep their defaults; a newer version than the library's
+     is accepted and its unknown fields ignored; 0 is refused.
      */
     uint32_t version;
     /*
@@ -501,8 +510,10 @@ tc_result_t tc_comm_set_abort_hook(tc_comm_t *comm, tc_abort_hook_t hook, void *
  Collective: every rank of `comm` calls it with the same list and name.
  An empty list (`n == 0`, `ranks` may be NULL) opts out: `*out = NULL`.
  A non-empty list without the caller is `TC_ERR_INVALID_ARGUMENT`. `name`
- must be unique among live comms; `opts` may be NULL (inherit timeout and
- abort-on-error from the parent).
+ must be unique among the live comms of this process (parent included):
+ a name in use is `TC_ERR_INVALID_ARGUMENT`, refused before any
+ communication. `opts` may be NULL (inherit timeout and abort-on-error
+ from the parent); its `name` is ignored.
  */
 tc_result_t tc_comm_split(tc_comm_t *comm, const int *ranks, size_t n, const char *name, const tc_comm_options_t *opts, tc_comm_t **out);
 
@@ -531,7 +542,10 @@ tc_result_t tc_comm_abort(tc_comm_t *comm);
 /*
  Destroys the handle. NULL is ignored. A comm that was not finalized is
  aborted first, with a warning. Outstanding work handles stay valid. No
- other call may use the handle during or after this one.
+ other call may use the handle during or after this one; one that does
+ anyway (a second destroy, say) gets `TC_ERR_INVALID_ARGUMENT` ("not a
+ live tc_comm_t"), here a warning with `tc_last_error` set. Its name is
+ free for a new comm once this returns.
  */
 void tc_comm_destroy(tc_comm_t *comm);
 
@@ -571,7 +585,8 @@ tc_result_t tc_batch_recv(tc_batch_t *batch, void *buf, size_t count, tc_dtype_t
 tc_result_t tc_batch_issue(tc_batch_t *batch, const tc_op_options_t *opts, tc_work_t **work);
 
 /*
- Frees a batch. NULL is ignored.
+ Frees a batch. NULL is ignored; a handle that is not a live batch (freed
+ already) is left alone with a warning and `tc_last_error` set.
  */
 void tc_batch_free(tc_batch_t *batch);
 
@@ -875,7 +890,9 @@ tc_result_t tc_store_num_keys(tc_store_t *store, int64_t *n);
 /*
  Frees a store handle; NULL is ignored. A hosted server stays up while
  prefix stores or comms created from this handle still use it. Must not
- race with other calls on the same handle.
+ race with other calls on the same handle. A handle that is not a live
+ store (freed already) is left alone with a warning and `tc_last_error`
+ set.
  */
 void tc_store_free(tc_store_t *store);
 
@@ -993,7 +1010,9 @@ tc_result_t tc_window_map_remote(tc_window_t *window, int32_t rank, void **ptr);
  with `TC_ERR_ABORTED` (the window was freed, or closed), a put or signal
  in flight with `TC_ERR_ABORTED` or the error its closed connection
  gave. Their work handles stay valid until freed. Not to be called while
- another thread is inside a call on the same window. NULL is ignored.
+ another thread is inside a call on the same window. NULL is ignored; a
+ handle that is not a live window (freed already) is left alone with a
+ warning and `tc_last_error` set.
  */
 void tc_window_free(tc_window_t *window);
 
@@ -1024,7 +1043,9 @@ tc_result_t tc_work_wait(const tc_work_t *work, void *stream);
 tc_result_t tc_work_wait_blocking(const tc_work_t *work);
 
 /*
- Releases the handle. NULL is ignored. The operation itself still runs to
+ Releases the handle. NULL is ignored; a handle that is not a live work
+ (freed already, another handle type) is left alone with a warning and
+ `tc_last_error` set ("not a live tc_work_t"). The operation itself still runs to
  completion; its buffers must stay valid until it does.
  */
 void tc_work_free(tc_work_t *work);

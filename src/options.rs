@@ -1,9 +1,16 @@
 //! Versioned option structs (NCCL's config convention).
 //!
 //! Each struct starts with `size`, `magic`, `version`; callers fill it with
-//! `TC_*_OPTIONS_INIT`. The library copies `min(size, sizeof)` bytes over its
-//! own defaults, so fields newer than the caller's struct keep their defaults,
-//! and rejects a wrong magic. Fields are only ever appended.
+//! `TC_*_OPTIONS_INIT`. Fields are only ever appended, and a version's struct
+//! is a prefix of the next one's. The library rejects a wrong magic and
+//! version 0 (no struct ever had it), then copies over its own defaults the
+//! caller's bytes up to the smallest of `size`, its own `sizeof` and the end
+//! of the last field the caller's `version` has: fields newer than the
+//! caller's version or struct keep their defaults. A version newer than the
+//! library's is accepted, as NCCL accepts a newer `ncclConfig_t`: only the
+//! fields this library knows are read, and later fields (whose defaults
+//! must mean "as before") are ignored; callers that need a newer field's
+//! behaviour check `tc_get_version`.
 
 #![allow(non_camel_case_types)]
 
@@ -29,10 +36,15 @@ pub struct tc_comm_options_t {
     pub size: usize,
     /// Must be `TC_COMM_OPTIONS_MAGIC`.
     pub magic: u32,
-    /// `TC_COMM_OPTIONS_VERSION` as the caller compiled it.
+    /// `TC_COMM_OPTIONS_VERSION` as the caller compiled it. Fields added after
+    /// that version keep their defaults; a newer version than the library's
+    /// is accepted and its unknown fields ignored; 0 is refused.
     pub version: u32,
-    /// Communicator name, unique among live comms; keys in the store are
-    /// scoped by it. NULL: a generated name. Copied during the call.
+    /// Communicator name, unique among the live comms of this process
+    /// (`tc_comm_new` refuses a name in use with `TC_ERR_INVALID_ARGUMENT`;
+    /// `tc_comm_destroy` frees it); keys in the store are scoped by it.
+    /// NULL: a generated name, the first `comm<N>` not in use. Copied during
+    /// the call. `tc_comm_split` takes the name as an argument instead.
     pub name: *const c_char,
     /// Default timeout of every operation, in milliseconds. `TC_UNSET`:
     /// `TORCHCOMM_TIMEOUT_SECONDS`, else 600 s.
@@ -61,7 +73,9 @@ pub struct tc_op_options_t {
     pub size: usize,
     /// Must be `TC_OP_OPTIONS_MAGIC`.
     pub magic: u32,
-    /// `TC_OP_OPTIONS_VERSION` as the caller compiled it.
+    /// `TC_OP_OPTIONS_VERSION` as the caller compiled it. Fields added after
+    /// that version keep their defaults; a newer version than the library's
+    /// is accepted and its unknown fields ignored; 0 is refused.
     pub version: u32,
     /// 0: the call returns when the operation is complete (CPU) or enqueued
     /// on `stream` (CUDA). 1: asynchronous; use the work handle.
@@ -76,11 +90,18 @@ pub struct tc_op_options_t {
     pub num_hints: usize,
 }
 
-/// A struct with the size/magic/version header and defaults.
+/// A struct with the size/magic/version header and defaults (whose
+/// `version` is the library's).
 pub trait Versioned: Copy {
     const MAGIC: u32;
     const NAME: &'static str;
     fn defaults() -> Self;
+    /// Bytes of the struct as `version` (1 up to the library's) defined it.
+    /// Override when a version appends fields: every field of today's
+    /// structs dates from version 1.
+    fn size_in_version(_version: u32) -> usize {
+        size_of::<Self>()
+    }
 }
 
 impl Versioned for tc_comm_options_t {
@@ -129,7 +150,8 @@ struct Header {
 }
 
 /// Reads a versioned struct from C: NULL gives the defaults; otherwise the
-/// caller's `min(size, sizeof)` bytes are copied over the defaults.
+/// caller's bytes up to `min(size, sizeof, size in the caller's version)`
+/// are copied over the defaults (see the module's documentation).
 ///
 /// # Safety
 /// `p` must be NULL or point to at least `p->size` readable bytes.
@@ -155,7 +177,15 @@ pub unsafe fn read_versioned<T: Versioned>(p: *const T, arg: &str) -> Result<T> 
             T::NAME
         )));
     }
-    let n = header.size.min(size_of::<T>());
+    if header.version == 0 {
+        return Err(Error::invalid_argument(format!(
+            "argument '{arg}': version 0 is not a version of {}; initialize it with its _INIT macro",
+            T::NAME
+        )));
+    }
+    let library_version = std::ptr::read_unaligned(&out as *const T as *const Header).version;
+    let known = T::size_in_version(header.version.min(library_version));
+    let n = header.size.min(size_of::<T>()).min(known);
     std::ptr::copy_nonoverlapping(p as *const u8, &mut out as *mut T as *mut u8, n);
     Ok(out)
 }
@@ -223,5 +253,74 @@ mod tests {
         n.base.async_op = 1;
         let read = unsafe { read_versioned(&n.base as *const tc_op_options_t, "opts") }.unwrap();
         assert_eq!(read.async_op, 1);
+    }
+
+    /// A struct of two versions: `added` came with version 2.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug)]
+    struct TwoVersions {
+        size: usize,
+        magic: u32,
+        version: u32,
+        first: i32,
+        added: i32,
+    }
+
+    impl Versioned for TwoVersions {
+        const MAGIC: u32 = 0x7e57_0002;
+        const NAME: &'static str = "TwoVersions";
+        fn defaults() -> Self {
+            TwoVersions {
+                size: size_of::<Self>(),
+                magic: Self::MAGIC,
+                version: 2,
+                first: -1,
+                added: -1,
+            }
+        }
+        fn size_in_version(version: u32) -> usize {
+            match version {
+                1 => std::mem::offset_of!(TwoVersions, added),
+                _ => size_of::<Self>(),
+            }
+        }
+    }
+
+    fn caller(version: u32) -> TwoVersions {
+        TwoVersions {
+            version,
+            first: 5,
+            added: 6,
+            ..TwoVersions::defaults()
+        }
+    }
+
+    #[test]
+    fn fields_newer_than_the_callers_version_keep_their_defaults() {
+        // Full size, but version 1 had no `added`: its bytes are not read.
+        let v1 = unsafe { read_versioned(&caller(1), "opts") }.unwrap();
+        assert_eq!((v1.first, v1.added), (5, -1));
+        let v2 = unsafe { read_versioned(&caller(2), "opts") }.unwrap();
+        assert_eq!((v2.first, v2.added), (5, 6));
+    }
+
+    #[test]
+    fn a_version_newer_than_the_librarys_reads_the_known_fields() {
+        let v3 = unsafe { read_versioned(&caller(3), "opts") }.unwrap();
+        assert_eq!((v3.first, v3.added), (5, 6));
+        let mut o = tc_comm_options_t::defaults();
+        o.version = TC_COMM_OPTIONS_VERSION + 1;
+        o.rank = 3;
+        assert_eq!(unsafe { read_versioned(&o, "opts") }.unwrap().rank, 3);
+    }
+
+    #[test]
+    fn version_zero_is_refused() {
+        let e = unsafe { read_versioned(&caller(0), "opts") }.unwrap_err();
+        assert_eq!(e.kind, crate::error::ErrorKind::InvalidArgument);
+        assert!(e.message.contains("'opts': version 0"), "{}", e.message);
+        let mut o = tc_op_options_t::defaults();
+        o.version = 0;
+        assert!(unsafe { read_versioned(&o, "opts") }.is_err());
     }
 }

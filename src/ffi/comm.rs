@@ -1,19 +1,15 @@
-//! `tc_comm_*` and the operations (`tc_send`, `tc_all_reduce`, ...).
-//!
-//! Every operation returns when it is enqueued (`async_op = 1`) or, with
-//! `async_op = 0`, when host buffers are complete / device work is on the
-//! caller's stream. Buffers must stay valid until the work completes.
+//! `tc_comm_*`: creating, querying, splitting and ending communicators
+//! (the operations on them are in `comm_ops`).
 
-use crate::comm::{Comm, CommOptions, Op, OpOptions, P2p, Ptr};
+use crate::comm::{Comm, CommOptions};
 use crate::error::{tc_result_t, Error, Result};
-use crate::ffi::work::tc_work_t;
+use crate::ffi::comm_names::{self, NameLease};
+use crate::ffi::handle::{Handle, HandleType};
 use crate::ffi::{
-    arg_out, arg_ref, arg_slice, boundary, boundary_void, into_handle, malloc_copy, take_handle,
+    arg_out, arg_slice, boundary, boundary_void, handle_ref, into_handle, malloc_copy, take_handle,
 };
-use crate::options::{read_versioned, tc_comm_options_t, tc_op_options_t, timeout_from_ms};
-use crate::types::{
-    c_string, hints_from_c, tc_device_t, tc_dtype_t, tc_reduce_op_t, DType, Device, ReduceOp,
-};
+use crate::options::{read_versioned, tc_comm_options_t, timeout_from_ms};
+use crate::types::{c_string, hints_from_c, tc_device_t, Device};
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::sync::Arc;
 
@@ -24,18 +20,15 @@ pub struct tc_comm {
     pub(crate) inner: Arc<Comm>,
     name: CString,
     backend: CString,
+    /// Keeps the name taken until `tc_comm_destroy`.
+    _name_lease: NameLease,
 }
 
 pub type tc_comm_t = tc_comm;
 
-/// A batch of sends and receives issued together by `tc_batch_issue`.
-/// Not thread-safe: build a batch from one thread.
-pub struct tc_batch {
-    comm: Arc<Comm>,
-    ops: Vec<P2p>,
+impl Handle for tc_comm {
+    const TYPE: HandleType = HandleType::Comm;
 }
-
-pub type tc_batch_t = tc_batch;
 
 unsafe fn comm_options(p: *const tc_comm_options_t) -> Result<CommOptions> {
     let o = read_versioned(p, "opts")?;
@@ -47,7 +40,7 @@ unsafe fn comm_options(p: *const tc_comm_options_t) -> Result<CommOptions> {
     let store = if o.store.is_null() {
         None
     } else {
-        Some((*o.store).inner.clone())
+        Some(handle_ref(o.store, "opts.store")?.inner.clone())
     };
     let abort_on_error = match o.abort_on_error {
         v if v < 0 => None,
@@ -79,32 +72,14 @@ unsafe fn comm_options(p: *const tc_comm_options_t) -> Result<CommOptions> {
     })
 }
 
-pub(crate) unsafe fn op_options(p: *const tc_op_options_t) -> Result<OpOptions> {
-    let o = read_versioned(p, "opts")?;
-    let async_op = match o.async_op {
-        0 => false,
-        1 => true,
-        v => {
-            return Err(Error::invalid_argument(format!(
-                "argument 'opts.async_op': {v} is not 0 or 1"
-            )))
-        }
-    };
-    Ok(OpOptions {
-        async_op,
-        timeout: timeout_from_ms(o.timeout_ms),
-        stream: o.stream,
-        hints: hints_from_c(o.hints, o.num_hints, "opts.hints")?,
-    })
-}
-
-fn comm_handle(inner: Arc<Comm>) -> *mut tc_comm_t {
+fn comm_handle(inner: Arc<Comm>, name_lease: NameLease) -> *mut tc_comm_t {
     let name = CString::new(inner.name()).unwrap_or_default();
     let backend = CString::new(inner.backend_name()).unwrap_or_default();
     into_handle(tc_comm {
         inner,
         name,
         backend,
+        _name_lease: name_lease,
     })
 }
 
@@ -126,8 +101,13 @@ pub extern "C" fn tc_comm_new(
         let out = unsafe { arg_out(comm, "comm")? };
         let backend = unsafe { c_string(backend, "backend")? };
         let device = Device::from_c(device, "device")?;
-        let opts = unsafe { comm_options(opts)? };
-        *out = comm_handle(Comm::new(backend, device, opts)?);
+        let mut opts = unsafe { comm_options(opts)? };
+        let lease = match &opts.name {
+            Some(name) => comm_names::lease(name, "opts.name")?,
+            None => comm_names::lease_generated(),
+        };
+        opts.name = Some(lease.name().to_string());
+        *out = comm_handle(Comm::new(backend, device, opts)?, lease);
         Ok(())
     })
 }
@@ -136,7 +116,7 @@ pub extern "C" fn tc_comm_new(
 #[no_mangle]
 pub extern "C" fn tc_comm_get_rank(comm: *const tc_comm_t, rank: *mut c_int) -> tc_result_t {
     boundary("tc_comm_get_rank", || {
-        let (comm, rank) = unsafe { (arg_ref(comm, "comm")?, arg_out(rank, "rank")?) };
+        let (comm, rank) = unsafe { (handle_ref(comm, "comm")?, arg_out(rank, "rank")?) };
         *rank = comm.inner.rank();
         Ok(())
     })
@@ -146,7 +126,7 @@ pub extern "C" fn tc_comm_get_rank(comm: *const tc_comm_t, rank: *mut c_int) -> 
 #[no_mangle]
 pub extern "C" fn tc_comm_get_size(comm: *const tc_comm_t, size: *mut c_int) -> tc_result_t {
     boundary("tc_comm_get_size", || {
-        let (comm, size) = unsafe { (arg_ref(comm, "comm")?, arg_out(size, "size")?) };
+        let (comm, size) = unsafe { (handle_ref(comm, "comm")?, arg_out(size, "size")?) };
         *size = comm.inner.size();
         Ok(())
     })
@@ -160,7 +140,7 @@ pub extern "C" fn tc_comm_get_name(
     name: *mut *const c_char,
 ) -> tc_result_t {
     boundary("tc_comm_get_name", || {
-        let (comm, name) = unsafe { (arg_ref(comm, "comm")?, arg_out(name, "name")?) };
+        let (comm, name) = unsafe { (handle_ref(comm, "comm")?, arg_out(name, "name")?) };
         *name = comm.name.as_ptr();
         Ok(())
     })
@@ -174,7 +154,7 @@ pub extern "C" fn tc_comm_get_backend(
     backend: *mut *const c_char,
 ) -> tc_result_t {
     boundary("tc_comm_get_backend", || {
-        let (comm, backend) = unsafe { (arg_ref(comm, "comm")?, arg_out(backend, "backend")?) };
+        let (comm, backend) = unsafe { (handle_ref(comm, "comm")?, arg_out(backend, "backend")?) };
         *backend = comm.backend.as_ptr();
         Ok(())
     })
@@ -187,7 +167,7 @@ pub extern "C" fn tc_comm_get_device(
     device: *mut tc_device_t,
 ) -> tc_result_t {
     boundary("tc_comm_get_device", || {
-        let (comm, device) = unsafe { (arg_ref(comm, "comm")?, arg_out(device, "device")?) };
+        let (comm, device) = unsafe { (handle_ref(comm, "comm")?, arg_out(device, "device")?) };
         *device = comm.inner.device().to_c();
         Ok(())
     })
@@ -199,7 +179,7 @@ pub extern "C" fn tc_comm_get_device(
 #[no_mangle]
 pub extern "C" fn tc_comm_get_async_error(comm: *const tc_comm_t) -> tc_result_t {
     boundary("tc_comm_get_async_error", || {
-        let comm = unsafe { arg_ref(comm, "comm")? };
+        let comm = unsafe { handle_ref(comm, "comm")? };
         comm.inner.async_error().map_or(Ok(()), Err)
     })
 }
@@ -223,7 +203,7 @@ pub extern "C" fn tc_comm_dump_flight_recorder(
     text: *mut *mut c_char,
 ) -> tc_result_t {
     boundary("tc_comm_dump_flight_recorder", || {
-        let (comm, out) = unsafe { (arg_ref(comm, "comm")?, arg_out(text, "text")?) };
+        let (comm, out) = unsafe { (handle_ref(comm, "comm")?, arg_out(text, "text")?) };
         let mut bytes = comm.inner.dump_flight_recorder().into_bytes();
         bytes.push(0);
         *out = malloc_copy(&bytes)?.cast::<c_char>();
@@ -271,7 +251,7 @@ pub extern "C" fn tc_comm_set_abort_hook(
     user_data: *mut c_void,
 ) -> tc_result_t {
     boundary("tc_comm_set_abort_hook", || {
-        let comm = unsafe { arg_ref(comm, "comm")? };
+        let comm = unsafe { handle_ref(comm, "comm")? };
         comm.inner.set_abort_hook(hook.map(|hook| {
             let c = CAbortHook { hook, user_data };
             Box::new(move |e: &Error| c.call(e)) as crate::comm::AbortHook
@@ -285,8 +265,10 @@ pub extern "C" fn tc_comm_set_abort_hook(
 /// Collective: every rank of `comm` calls it with the same list and name.
 /// An empty list (`n == 0`, `ranks` may be NULL) opts out: `*out = NULL`.
 /// A non-empty list without the caller is `TC_ERR_INVALID_ARGUMENT`. `name`
-/// must be unique among live comms; `opts` may be NULL (inherit timeout and
-/// abort-on-error from the parent).
+/// must be unique among the live comms of this process (parent included):
+/// a name in use is `TC_ERR_INVALID_ARGUMENT`, refused before any
+/// communication. `opts` may be NULL (inherit timeout and abort-on-error
+/// from the parent); its `name` is ignored.
 #[no_mangle]
 pub extern "C" fn tc_comm_split(
     comm: *mut tc_comm_t,
@@ -297,12 +279,18 @@ pub extern "C" fn tc_comm_split(
     out: *mut *mut tc_comm_t,
 ) -> tc_result_t {
     boundary("tc_comm_split", || {
-        let (comm, out) = unsafe { (arg_ref(comm, "comm")?, arg_out(out, "out")?) };
+        let (comm, out) = unsafe { (handle_ref(comm, "comm")?, arg_out(out, "out")?) };
         let ranks = unsafe { arg_slice(ranks, n, "ranks")? };
         let name = unsafe { c_string(name, "name")? };
         let opts = unsafe { comm_options(opts)? };
+        if ranks.is_empty() {
+            comm.inner.split(ranks, name, opts)?;
+            *out = std::ptr::null_mut();
+            return Ok(());
+        }
+        let lease = comm_names::lease(name, "name")?;
         *out = match comm.inner.split(ranks, name, opts)? {
-            Some(child) => comm_handle(child),
+            Some(child) => comm_handle(child, lease),
             None => std::ptr::null_mut(),
         };
         Ok(())
@@ -321,7 +309,7 @@ pub extern "C" fn tc_comm_split(
 #[no_mangle]
 pub extern "C" fn tc_comm_finalize(comm: *mut tc_comm_t) -> tc_result_t {
     boundary("tc_comm_finalize", || {
-        unsafe { arg_ref(comm, "comm")? }.inner.finalize()
+        unsafe { handle_ref(comm, "comm")? }.inner.finalize()
     })
 }
 
@@ -333,573 +321,23 @@ pub extern "C" fn tc_comm_finalize(comm: *mut tc_comm_t) -> tc_result_t {
 #[no_mangle]
 pub extern "C" fn tc_comm_abort(comm: *mut tc_comm_t) -> tc_result_t {
     boundary("tc_comm_abort", || {
-        unsafe { arg_ref(comm, "comm")? }.inner.abort();
+        unsafe { handle_ref(comm, "comm")? }.inner.abort();
         Ok(())
     })
 }
 
 /// Destroys the handle. NULL is ignored. A comm that was not finalized is
 /// aborted first, with a warning. Outstanding work handles stay valid. No
-/// other call may use the handle during or after this one.
+/// other call may use the handle during or after this one; one that does
+/// anyway (a second destroy, say) gets `TC_ERR_INVALID_ARGUMENT` ("not a
+/// live tc_comm_t"), here a warning with `tc_last_error` set. Its name is
+/// free for a new comm once this returns.
 #[no_mangle]
 pub extern "C" fn tc_comm_destroy(comm: *mut tc_comm_t) {
     boundary_void("tc_comm_destroy", || {
-        if let Some(comm) = unsafe { take_handle(comm) } {
+        if let Some(comm) = unsafe { take_handle(comm, "comm")? } {
             comm.inner.release();
         }
         Ok(())
-    })
-}
-
-/// Shared body of every operation: reads the options, builds and submits
-/// the operation, hands out the work handle if asked.
-fn issue(
-    func: &'static str,
-    comm: *mut tc_comm_t,
-    opts: *const tc_op_options_t,
-    work: *mut *mut tc_work_t,
-    build: impl FnOnce(&Comm) -> Result<Op>,
-) -> tc_result_t {
-    boundary(func, || {
-        let comm = unsafe { arg_ref(comm, "comm")? };
-        let opts = unsafe { op_options(opts)? };
-        let op = build(&comm.inner)?;
-        let w = comm.inner.submit(op, &opts)?;
-        hand_out_work(work, w, &comm.inner);
-        Ok(())
-    })
-}
-
-/// Gives the caller a handle to `w` when it asked for one (`out` non-NULL);
-/// the handle keeps `comm` alive.
-pub(crate) fn hand_out_work(
-    out: *mut *mut tc_work_t,
-    w: Arc<dyn crate::work::Work>,
-    comm: &Arc<Comm>,
-) {
-    if !out.is_null() {
-        unsafe {
-            *out = into_handle(crate::ffi::work::tc_work {
-                inner: w,
-                _comm: comm.clone(),
-            })
-        };
-    }
-}
-
-fn dtype(dt: tc_dtype_t) -> Result<DType> {
-    DType::from_c(dt, "dtype")
-}
-
-fn reduce_op(op: &tc_reduce_op_t) -> Result<ReduceOp> {
-    ReduceOp::from_c(op, "op")
-}
-
-/// Reads one pointer per rank.
-unsafe fn ptr_list<T>(p: *const *mut T, n: usize, arg: &str) -> Result<Vec<Ptr>> {
-    Ok(arg_slice(p, n, arg)?
-        .iter()
-        .map(|b| Ptr(*b as *mut c_void))
-        .collect())
-}
-
-unsafe fn count_list(p: *const usize, n: usize, arg: &str) -> Result<Vec<usize>> {
-    Ok(arg_slice(p, n, arg)?.to_vec())
-}
-
-/// Sends `count` elements at `buf` to rank `peer`; pairs with its `tc_recv`.
-/// `work` may be NULL. `opts` may be NULL (defaults).
-#[no_mangle]
-pub extern "C" fn tc_send(
-    comm: *mut tc_comm_t,
-    buf: *const c_void,
-    count: usize,
-    dt: tc_dtype_t,
-    peer: c_int,
-    opts: *const tc_op_options_t,
-    work: *mut *mut tc_work_t,
-) -> tc_result_t {
-    issue("tc_send", comm, opts, work, |_| {
-        Ok(Op::Send {
-            buf: Ptr(buf as *mut c_void),
-            count,
-            dtype: dtype(dt)?,
-            peer,
-        })
-    })
-}
-
-/// Receives `count` elements from rank `peer` into `buf`. The sizes of a
-/// send/recv pair must agree (`TC_ERR_INVALID_USAGE` otherwise).
-#[no_mangle]
-pub extern "C" fn tc_recv(
-    comm: *mut tc_comm_t,
-    buf: *mut c_void,
-    count: usize,
-    dt: tc_dtype_t,
-    peer: c_int,
-    opts: *const tc_op_options_t,
-    work: *mut *mut tc_work_t,
-) -> tc_result_t {
-    issue("tc_recv", comm, opts, work, |_| {
-        Ok(Op::Recv {
-            buf: Ptr(buf),
-            count,
-            dtype: dtype(dt)?,
-            peer,
-        })
-    })
-}
-
-/// Starts an empty batch of point-to-point operations on `comm`. Free it with
-/// `tc_batch_free` (after `tc_batch_issue` or instead of it).
-#[no_mangle]
-pub extern "C" fn tc_batch_begin(comm: *mut tc_comm_t, batch: *mut *mut tc_batch_t) -> tc_result_t {
-    boundary("tc_batch_begin", || {
-        let (comm, out) = unsafe { (arg_ref(comm, "comm")?, arg_out(batch, "batch")?) };
-        *out = into_handle(tc_batch {
-            comm: comm.inner.clone(),
-            ops: Vec::new(),
-        });
-        Ok(())
-    })
-}
-
-fn batch_add(
-    func: &'static str,
-    batch: *mut tc_batch_t,
-    is_send: bool,
-    buf: *mut c_void,
-    count: usize,
-    dt: tc_dtype_t,
-    peer: c_int,
-) -> tc_result_t {
-    boundary(func, || {
-        let batch = unsafe { batch.as_mut() }.ok_or_else(|| Error::null_argument("batch"))?;
-        batch.ops.push(P2p {
-            is_send,
-            buf: Ptr(buf),
-            count,
-            dtype: dtype(dt)?,
-            peer,
-        });
-        Ok(())
-    })
-}
-
-/// Adds a send of `count` elements at `buf` to `peer` to the batch.
-#[no_mangle]
-pub extern "C" fn tc_batch_send(
-    batch: *mut tc_batch_t,
-    buf: *const c_void,
-    count: usize,
-    dt: tc_dtype_t,
-    peer: c_int,
-) -> tc_result_t {
-    batch_add(
-        "tc_batch_send",
-        batch,
-        true,
-        buf as *mut c_void,
-        count,
-        dt,
-        peer,
-    )
-}
-
-/// Adds a receive of `count` elements from `peer` into `buf` to the batch.
-#[no_mangle]
-pub extern "C" fn tc_batch_recv(
-    batch: *mut tc_batch_t,
-    buf: *mut c_void,
-    count: usize,
-    dt: tc_dtype_t,
-    peer: c_int,
-) -> tc_result_t {
-    batch_add("tc_batch_recv", batch, false, buf, count, dt, peer)
-}
-
-/// Issues every operation of the batch as one operation with one work. The
-/// batch stays owned by the caller (free it with `tc_batch_free`) and is
-/// emptied.
-#[no_mangle]
-pub extern "C" fn tc_batch_issue(
-    batch: *mut tc_batch_t,
-    opts: *const tc_op_options_t,
-    work: *mut *mut tc_work_t,
-) -> tc_result_t {
-    boundary("tc_batch_issue", || {
-        let batch = unsafe { batch.as_mut() }.ok_or_else(|| Error::null_argument("batch"))?;
-        let op_opts = unsafe { op_options(opts)? };
-        let w = batch.comm.submit(
-            Op::Batch {
-                ops: std::mem::take(&mut batch.ops),
-            },
-            &op_opts,
-        )?;
-        hand_out_work(work, w, &batch.comm);
-        Ok(())
-    })
-}
-
-/// Frees a batch. NULL is ignored.
-#[no_mangle]
-pub extern "C" fn tc_batch_free(batch: *mut tc_batch_t) {
-    boundary_void("tc_batch_free", || {
-        drop(unsafe { take_handle(batch) });
-        Ok(())
-    })
-}
-
-/// Broadcasts `count` elements of `buf` from `root` to every rank, in place.
-#[no_mangle]
-pub extern "C" fn tc_broadcast(
-    comm: *mut tc_comm_t,
-    buf: *mut c_void,
-    count: usize,
-    dt: tc_dtype_t,
-    root: c_int,
-    opts: *const tc_op_options_t,
-    work: *mut *mut tc_work_t,
-) -> tc_result_t {
-    issue("tc_broadcast", comm, opts, work, |_| {
-        Ok(Op::Broadcast {
-            buf: Ptr(buf),
-            count,
-            dtype: dtype(dt)?,
-            root,
-        })
-    })
-}
-
-/// Reduces `buf` across ranks with `op`, in place; the result is defined on
-/// `root` only.
-#[no_mangle]
-pub extern "C" fn tc_reduce(
-    comm: *mut tc_comm_t,
-    buf: *mut c_void,
-    count: usize,
-    dt: tc_dtype_t,
-    root: c_int,
-    op: tc_reduce_op_t,
-    opts: *const tc_op_options_t,
-    work: *mut *mut tc_work_t,
-) -> tc_result_t {
-    issue("tc_reduce", comm, opts, work, |_| {
-        Ok(Op::Reduce {
-            buf: Ptr(buf),
-            count,
-            dtype: dtype(dt)?,
-            root,
-            op: reduce_op(&op)?,
-        })
-    })
-}
-
-/// Reduces `buf` across ranks with `op`, in place, on every rank.
-#[no_mangle]
-pub extern "C" fn tc_all_reduce(
-    comm: *mut tc_comm_t,
-    buf: *mut c_void,
-    count: usize,
-    dt: tc_dtype_t,
-    op: tc_reduce_op_t,
-    opts: *const tc_op_options_t,
-    work: *mut *mut tc_work_t,
-) -> tc_result_t {
-    issue("tc_all_reduce", comm, opts, work, |_| {
-        Ok(Op::AllReduce {
-            buf: Ptr(buf),
-            count,
-            dtype: dtype(dt)?,
-            op: reduce_op(&op)?,
-        })
-    })
-}
-
-/// Gathers `count` elements of `input` from every rank into `outputs[r]`
-/// (an array of size-of-comm buffers of `count` elements each).
-#[no_mangle]
-pub extern "C" fn tc_all_gather(
-    comm: *mut tc_comm_t,
-    outputs: *const *mut c_void,
-    input: *const c_void,
-    count: usize,
-    dt: tc_dtype_t,
-    opts: *const tc_op_options_t,
-    work: *mut *mut tc_work_t,
-) -> tc_result_t {
-    issue("tc_all_gather", comm, opts, work, |c| {
-        let outputs = unsafe { ptr_list(outputs, c.size() as usize, "outputs")? };
-        Ok(Op::AllGather {
-            outputs,
-            input: Ptr(input as *mut c_void),
-            count,
-            dtype: dtype(dt)?,
-        })
-    })
-}
-
-/// Gathers `count` elements of `input` from every rank into `output`
-/// (`count * size` elements, rank r's at offset `r * count`).
-#[no_mangle]
-pub extern "C" fn tc_all_gather_single(
-    comm: *mut tc_comm_t,
-    output: *mut c_void,
-    input: *const c_void,
-    count: usize,
-    dt: tc_dtype_t,
-    opts: *const tc_op_options_t,
-    work: *mut *mut tc_work_t,
-) -> tc_result_t {
-    issue("tc_all_gather_single", comm, opts, work, |_| {
-        Ok(Op::AllGatherSingle {
-            output: Ptr(output),
-            input: Ptr(input as *mut c_void),
-            count,
-            dtype: dtype(dt)?,
-        })
-    })
-}
-
-/// Gathers `counts[r]` elements from each rank r into `output`, in rank order
-/// (`sum(counts)` elements). `counts` has one entry per rank and must be the
-/// same on every rank; this rank's `input` has `counts[rank]` elements.
-#[no_mangle]
-pub extern "C" fn tc_all_gather_v(
-    comm: *mut tc_comm_t,
-    output: *mut c_void,
-    counts: *const usize,
-    input: *const c_void,
-    dt: tc_dtype_t,
-    opts: *const tc_op_options_t,
-    work: *mut *mut tc_work_t,
-) -> tc_result_t {
-    issue("tc_all_gather_v", comm, opts, work, |c| {
-        let counts = unsafe { count_list(counts, c.size() as usize, "counts")? };
-        Ok(Op::AllGatherV {
-            output: Ptr(output),
-            input: Ptr(input as *mut c_void),
-            counts,
-            dtype: dtype(dt)?,
-        })
-    })
-}
-
-/// Reduces `inputs[r]` (one buffer of `count` elements per rank) across
-/// ranks with `op`; rank r receives block r in `output`.
-#[no_mangle]
-pub extern "C" fn tc_reduce_scatter(
-    comm: *mut tc_comm_t,
-    output: *mut c_void,
-    inputs: *const *const c_void,
-    count: usize,
-    dt: tc_dtype_t,
-    op: tc_reduce_op_t,
-    opts: *const tc_op_options_t,
-    work: *mut *mut tc_work_t,
-) -> tc_result_t {
-    issue("tc_reduce_scatter", comm, opts, work, |c| {
-        let inputs =
-            unsafe { ptr_list(inputs as *const *mut c_void, c.size() as usize, "inputs")? };
-        Ok(Op::ReduceScatter {
-            output: Ptr(output),
-            inputs,
-            count,
-            dtype: dtype(dt)?,
-            op: reduce_op(&op)?,
-        })
-    })
-}
-
-/// Reduces `input` (`count * size` elements) across ranks with `op`; rank r
-/// receives the `count` elements of block r in `output`.
-#[no_mangle]
-pub extern "C" fn tc_reduce_scatter_single(
-    comm: *mut tc_comm_t,
-    output: *mut c_void,
-    input: *const c_void,
-    count: usize,
-    dt: tc_dtype_t,
-    op: tc_reduce_op_t,
-    opts: *const tc_op_options_t,
-    work: *mut *mut tc_work_t,
-) -> tc_result_t {
-    issue("tc_reduce_scatter_single", comm, opts, work, |_| {
-        Ok(Op::ReduceScatterSingle {
-            output: Ptr(output),
-            input: Ptr(input as *mut c_void),
-            count,
-            dtype: dtype(dt)?,
-            op: reduce_op(&op)?,
-        })
-    })
-}
-
-/// Reduces `input` (`sum(counts)` elements, block r `counts[r]` long) across
-/// ranks with `op`; rank r receives block r (`counts[r]` elements) in
-/// `output`. `counts` must be the same on every rank.
-#[no_mangle]
-pub extern "C" fn tc_reduce_scatter_v(
-    comm: *mut tc_comm_t,
-    output: *mut c_void,
-    input: *const c_void,
-    counts: *const usize,
-    dt: tc_dtype_t,
-    op: tc_reduce_op_t,
-    opts: *const tc_op_options_t,
-    work: *mut *mut tc_work_t,
-) -> tc_result_t {
-    issue("tc_reduce_scatter_v", comm, opts, work, |c| {
-        let counts = unsafe { count_list(counts, c.size() as usize, "counts")? };
-        Ok(Op::ReduceScatterV {
-            output: Ptr(output),
-            input: Ptr(input as *mut c_void),
-            counts,
-            dtype: dtype(dt)?,
-            op: reduce_op(&op)?,
-        })
-    })
-}
-
-/// Sends `inputs[r]` to rank r and receives rank r's block into `outputs[r]`
-/// (`count` elements each; one buffer per rank in each list).
-#[no_mangle]
-pub extern "C" fn tc_all_to_all(
-    comm: *mut tc_comm_t,
-    outputs: *const *mut c_void,
-    inputs: *const *const c_void,
-    count: usize,
-    dt: tc_dtype_t,
-    opts: *const tc_op_options_t,
-    work: *mut *mut tc_work_t,
-) -> tc_result_t {
-    issue("tc_all_to_all", comm, opts, work, |c| {
-        let n = c.size() as usize;
-        let outputs = unsafe { ptr_list(outputs, n, "outputs")? };
-        let inputs = unsafe { ptr_list(inputs as *const *mut c_void, n, "inputs")? };
-        Ok(Op::AllToAll {
-            outputs,
-            inputs,
-            count,
-            dtype: dtype(dt)?,
-        })
-    })
-}
-
-/// All-to-all on contiguous buffers: block r of `input` (`count` elements)
-/// goes to rank r; block r of `output` comes from rank r.
-#[no_mangle]
-pub extern "C" fn tc_all_to_all_single(
-    comm: *mut tc_comm_t,
-    output: *mut c_void,
-    input: *const c_void,
-    count: usize,
-    dt: tc_dtype_t,
-    opts: *const tc_op_options_t,
-    work: *mut *mut tc_work_t,
-) -> tc_result_t {
-    issue("tc_all_to_all_single", comm, opts, work, |_| {
-        Ok(Op::AllToAllSingle {
-            output: Ptr(output),
-            input: Ptr(input as *mut c_void),
-            count,
-            dtype: dtype(dt)?,
-        })
-    })
-}
-
-/// All-to-all with per-rank counts (elements): `input_counts[r]` elements of
-/// `input` go to rank r, `output_counts[r]` elements from rank r land in
-/// `output`; blocks are contiguous in rank order. Each pair of counts must
-/// agree between sender and receiver.
-#[no_mangle]
-pub extern "C" fn tc_all_to_all_v_single(
-    comm: *mut tc_comm_t,
-    output: *mut c_void,
-    output_counts: *const usize,
-    input: *const c_void,
-    input_counts: *const usize,
-    dt: tc_dtype_t,
-    opts: *const tc_op_options_t,
-    work: *mut *mut tc_work_t,
-) -> tc_result_t {
-    issue("tc_all_to_all_v_single", comm, opts, work, |c| {
-        let n = c.size() as usize;
-        Ok(Op::AllToAllVSingle {
-            output: Ptr(output),
-            output_counts: unsafe { count_list(output_counts, n, "output_counts")? },
-            input: Ptr(input as *mut c_void),
-            input_counts: unsafe { count_list(input_counts, n, "input_counts")? },
-            dtype: dtype(dt)?,
-        })
-    })
-}
-
-/// Returns (or completes its work) when every rank has entered the barrier.
-#[no_mangle]
-pub extern "C" fn tc_barrier(
-    comm: *mut tc_comm_t,
-    opts: *const tc_op_options_t,
-    work: *mut *mut tc_work_t,
-) -> tc_result_t {
-    issue("tc_barrier", comm, opts, work, |_| Ok(Op::Barrier))
-}
-
-/// Sends `inputs[r]` (on `root`: one buffer of `count` elements per rank) to
-/// rank r's `output`. `inputs` is ignored and may be NULL on other ranks.
-#[no_mangle]
-pub extern "C" fn tc_scatter(
-    comm: *mut tc_comm_t,
-    output: *mut c_void,
-    inputs: *const *const c_void,
-    count: usize,
-    dt: tc_dtype_t,
-    root: c_int,
-    opts: *const tc_op_options_t,
-    work: *mut *mut tc_work_t,
-) -> tc_result_t {
-    issue("tc_scatter", comm, opts, work, |c| {
-        let inputs = if c.rank() == root {
-            unsafe { ptr_list(inputs as *const *mut c_void, c.size() as usize, "inputs")? }
-        } else {
-            Vec::new()
-        };
-        Ok(Op::Scatter {
-            output: Ptr(output),
-            inputs,
-            count,
-            dtype: dtype(dt)?,
-            root,
-        })
-    })
-}
-
-/// Gathers `count` elements of `input` from every rank into `outputs[r]` on
-/// `root`. `outputs` is ignored and may be NULL on other ranks.
-#[no_mangle]
-pub extern "C" fn tc_gather(
-    comm: *mut tc_comm_t,
-    outputs: *const *mut c_void,
-    input: *const c_void,
-    count: usize,
-    dt: tc_dtype_t,
-    root: c_int,
-    opts: *const tc_op_options_t,
-    work: *mut *mut tc_work_t,
-) -> tc_result_t {
-    issue("tc_gather", comm, opts, work, |c| {
-        let outputs = if c.rank() == root {
-            unsafe { ptr_list(outputs, c.size() as usize, "outputs")? }
-        } else {
-            Vec::new()
-        };
-        Ok(Op::Gather {
-            outputs,
-            input: Ptr(input as *mut c_void),
-            count,
-            dtype: dtype(dt)?,
-            root,
-        })
     })
 }

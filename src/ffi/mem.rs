@@ -9,7 +9,7 @@
 
 use crate::error::{tc_result_t, Error};
 use crate::ffi::comm::tc_comm_t;
-use crate::ffi::{arg_out, arg_ref, boundary};
+use crate::ffi::{arg_out, boundary, handle_ref};
 use std::ffi::c_void;
 
 fn nonzero(bytes: usize) -> crate::error::Result<()> {
@@ -43,7 +43,7 @@ pub extern "C" fn tc_comm_register(
     handle: *mut *mut c_void,
 ) -> tc_result_t {
     boundary("tc_comm_register", || {
-        let (comm, handle) = unsafe { (arg_ref(comm, "comm")?, arg_out(handle, "handle")?) };
+        let (comm, handle) = unsafe { (handle_ref(comm, "comm")?, arg_out(handle, "handle")?) };
         if buf.is_null() {
             return Err(Error::null_argument("buf"));
         }
@@ -63,7 +63,7 @@ pub extern "C" fn tc_comm_register(
 #[no_mangle]
 pub extern "C" fn tc_comm_deregister(comm: *mut tc_comm_t, handle: *mut c_void) -> tc_result_t {
     boundary("tc_comm_deregister", || {
-        let comm = unsafe { arg_ref(comm, "comm")? };
+        let comm = unsafe { handle_ref(comm, "comm")? };
         if handle.is_null() {
             return Ok(());
         }
@@ -95,7 +95,7 @@ pub extern "C" fn tc_mem_alloc(
     ptr: *mut *mut c_void,
 ) -> tc_result_t {
     boundary("tc_mem_alloc", || {
-        let (comm, ptr) = unsafe { (arg_ref(comm, "comm")?, arg_out(ptr, "ptr")?) };
+        let (comm, ptr) = unsafe { (handle_ref(comm, "comm")?, arg_out(ptr, "ptr")?) };
         nonzero(bytes)?;
         *ptr = comm.inner.alloc_memory(bytes)?;
         Ok(())
@@ -110,7 +110,7 @@ pub extern "C" fn tc_mem_alloc(
 #[no_mangle]
 pub extern "C" fn tc_mem_free(comm: *mut tc_comm_t, ptr: *mut c_void) -> tc_result_t {
     boundary("tc_mem_free", || {
-        let comm = unsafe { arg_ref(comm, "comm")? };
+        let comm = unsafe { handle_ref(comm, "comm")? };
         if ptr.is_null() {
             return Ok(());
         }

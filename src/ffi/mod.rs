@@ -1,7 +1,8 @@
 //! The `extern "C"` layer: one module per C object family, each a thin shell
 //! over the safe Rust modules. Every exported function runs its body through
 //! [`boundary`], which catches panics, turns errors into result codes and
-//! records the thread's last-error detail.
+//! records the thread's last-error detail, and checks its handle arguments
+//! with [`handle_ref`] (see [`handle`]).
 
 #![allow(non_camel_case_types)]
 // Exported functions take raw pointers by design; each body checks them
@@ -9,13 +10,18 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod comm;
+pub mod comm_names;
+pub mod comm_ops;
 pub mod errors;
+pub mod handle;
 pub mod log;
 pub mod mem;
 pub mod store;
 pub mod types;
 pub mod window;
 pub mod work;
+
+pub use handle::{handle_mut, handle_ref, into_handle, take_handle};
 
 use crate::error::{set_last_error, tc_result_t, Error, ErrorKind, Result, TC_SUCCESS};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -56,14 +62,6 @@ pub fn boundary_void(func: &'static str, body: impl FnOnce() -> Result<()>) {
     }
 }
 
-/// Borrows a non-NULL input pointer.
-///
-/// # Safety
-/// `p` must be NULL or valid for reads for `'a`.
-pub unsafe fn arg_ref<'a, T>(p: *const T, name: &str) -> Result<&'a T> {
-    p.as_ref().ok_or_else(|| Error::null_argument(name))
-}
-
 /// Borrows a non-NULL output pointer. Callers check every out-pointer before
 /// doing any work and write them only on success.
 ///
@@ -101,19 +99,6 @@ pub fn malloc_copy(bytes: &[u8]) -> Result<*mut std::ffi::c_void> {
     Ok(p)
 }
 
-/// Moves a Rust object to the C side as an owned handle.
-pub fn into_handle<T>(value: T) -> *mut T {
-    Box::into_raw(Box::new(value))
-}
-
-/// Takes back an owned handle; NULL gives `None`.
-///
-/// # Safety
-/// `p` must be NULL or a pointer returned by [`into_handle`] not yet freed.
-pub unsafe fn take_handle<T>(p: *mut T) -> Option<Box<T>> {
-    (!p.is_null()).then(|| Box::from_raw(p))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,7 +124,7 @@ mod tests {
     #[test]
     fn null_argument_is_named() {
         let rc = boundary("tc_test_null", || unsafe {
-            arg_ref::<i32>(std::ptr::null(), "thing").map(|_| ())
+            arg_out::<i32>(std::ptr::null_mut(), "thing").map(|_| ())
         });
         assert_eq!(rc, TC_ERR_NULL_ARGUMENT);
         assert!(last_error().contains("'thing'"), "{}", last_error());

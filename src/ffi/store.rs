@@ -5,8 +5,9 @@
 //! sees them; values are byte buffers. Every handle is thread-safe.
 
 use crate::error::{tc_result_t, Error, Result};
+use crate::ffi::handle::{Handle, HandleType};
 use crate::ffi::{
-    arg_out, arg_ref, arg_slice, boundary, boundary_void, into_handle, malloc_copy, take_handle,
+    arg_out, arg_slice, boundary, boundary_void, handle_ref, into_handle, malloc_copy, take_handle,
 };
 use crate::options::timeout_from_ms;
 use crate::store::{FileStore, PrefixStore, StoreRef, TcpStore, TcpStoreOptions};
@@ -24,6 +25,10 @@ pub struct tc_store {
 }
 
 pub type tc_store_t = tc_store;
+
+impl Handle for tc_store {
+    const TYPE: HandleType = HandleType::Store;
+}
 
 impl tc_store {
     pub(crate) fn new(inner: StoreRef) -> tc_store {
@@ -111,7 +116,7 @@ pub extern "C" fn tc_store_tcp_new(
 #[no_mangle]
 pub extern "C" fn tc_store_tcp_port(store: *const tc_store_t, port: *mut u16) -> tc_result_t {
     boundary("tc_store_tcp_port", || {
-        let (store, port) = unsafe { (arg_ref(store, "store")?, arg_out(port, "port")?) };
+        let (store, port) = unsafe { (handle_ref(store, "store")?, arg_out(port, "port")?) };
         if store.port == 0 {
             return Err(Error::invalid_usage("the store is not a TCP store"));
         }
@@ -152,7 +157,7 @@ pub extern "C" fn tc_store_prefix_new(
 ) -> tc_result_t {
     boundary("tc_store_prefix_new", || {
         let out = unsafe { arg_out(out, "out")? };
-        let base = unsafe { arg_ref(base, "base")? };
+        let base = unsafe { handle_ref(base, "base")? };
         let prefix = unsafe { c_string(prefix, "prefix")? };
         let inner: StoreRef = Arc::new(PrefixStore::new(prefix, base.inner.clone()));
         *out = into_handle(tc_store {
@@ -173,7 +178,7 @@ pub extern "C" fn tc_store_set(
     len: usize,
 ) -> tc_result_t {
     boundary("tc_store_set", || {
-        let store = unsafe { arg_ref(store, "store")? };
+        let store = unsafe { handle_ref(store, "store")? };
         let key = unsafe { c_string(key, "key")? };
         let value = unsafe { arg_slice(value.cast::<u8>(), len, "value")? };
         store.inner.set(key, value)
@@ -195,7 +200,7 @@ pub extern "C" fn tc_store_get(
     value_len: *mut usize,
 ) -> tc_result_t {
     boundary("tc_store_get", || {
-        let store = unsafe { arg_ref(store, "store")? };
+        let store = unsafe { handle_ref(store, "store")? };
         let key = unsafe { c_string(key, "key")? };
         if buf.is_null() && buf_len > 0 {
             return Err(Error::null_argument("buf"));
@@ -233,7 +238,7 @@ pub extern "C" fn tc_store_get_alloc(
 ) -> tc_result_t {
     boundary("tc_store_get_alloc", || {
         let (value_out, len_out) = unsafe { (arg_out(value, "value")?, arg_out(len, "len")?) };
-        let store = unsafe { arg_ref(store, "store")? };
+        let store = unsafe { handle_ref(store, "store")? };
         let key = unsafe { c_string(key, "key")? };
         let v = store.inner.get(key)?;
         *value_out = malloc_copy(&v)?;
@@ -253,7 +258,7 @@ pub extern "C" fn tc_store_add(
     new_value: *mut i64,
 ) -> tc_result_t {
     boundary("tc_store_add", || {
-        let store = unsafe { arg_ref(store, "store")? };
+        let store = unsafe { handle_ref(store, "store")? };
         let key = unsafe { c_string(key, "key")? };
         let v = store.inner.add(key, delta)?;
         if !new_value.is_null() {
@@ -287,7 +292,7 @@ pub extern "C" fn tc_store_compare_set(
                 arg_out(current_len, "current_len")?,
             )
         };
-        let store = unsafe { arg_ref(store, "store")? };
+        let store = unsafe { handle_ref(store, "store")? };
         let key = unsafe { c_string(key, "key")? };
         let expected = unsafe { arg_slice(expected.cast::<u8>(), expected_len, "expected")? };
         let desired = unsafe { arg_slice(desired.cast::<u8>(), desired_len, "desired")? };
@@ -309,7 +314,7 @@ pub extern "C" fn tc_store_check(
 ) -> tc_result_t {
     boundary("tc_store_check", || {
         let ready = unsafe { arg_out(ready, "ready")? };
-        let store = unsafe { arg_ref(store, "store")? };
+        let store = unsafe { handle_ref(store, "store")? };
         let keys = unsafe { keys_from_c(keys, n)? };
         *ready = store.inner.check(&keys)? as c_int;
         Ok(())
@@ -329,7 +334,7 @@ pub extern "C" fn tc_store_wait(
     timeout_ms: i64,
 ) -> tc_result_t {
     boundary("tc_store_wait", || {
-        let store = unsafe { arg_ref(store, "store")? };
+        let store = unsafe { handle_ref(store, "store")? };
         let keys = unsafe { keys_from_c(keys, n)? };
         store.inner.wait(&keys, timeout_from_ms(timeout_ms))
     })
@@ -344,7 +349,7 @@ pub extern "C" fn tc_store_delete(
     deleted: *mut c_int,
 ) -> tc_result_t {
     boundary("tc_store_delete", || {
-        let store = unsafe { arg_ref(store, "store")? };
+        let store = unsafe { handle_ref(store, "store")? };
         let key = unsafe { c_string(key, "key")? };
         let d = store.inner.delete(key)?;
         if !deleted.is_null() {
@@ -360,7 +365,7 @@ pub extern "C" fn tc_store_delete(
 pub extern "C" fn tc_store_num_keys(store: *mut tc_store_t, n: *mut i64) -> tc_result_t {
     boundary("tc_store_num_keys", || {
         let n = unsafe { arg_out(n, "n")? };
-        let store = unsafe { arg_ref(store, "store")? };
+        let store = unsafe { handle_ref(store, "store")? };
         *n = store.inner.num_keys()?;
         Ok(())
     })
@@ -368,11 +373,13 @@ pub extern "C" fn tc_store_num_keys(store: *mut tc_store_t, n: *mut i64) -> tc_r
 
 /// Frees a store handle; NULL is ignored. A hosted server stays up while
 /// prefix stores or comms created from this handle still use it. Must not
-/// race with other calls on the same handle.
+/// race with other calls on the same handle. A handle that is not a live
+/// store (freed already) is left alone with a warning and `tc_last_error`
+/// set.
 #[no_mangle]
 pub extern "C" fn tc_store_free(store: *mut tc_store_t) {
     boundary_void("tc_store_free", || {
-        drop(unsafe { take_handle(store) });
+        drop(unsafe { take_handle(store, "store")? });
         Ok(())
     })
 }

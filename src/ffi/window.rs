@@ -24,9 +24,11 @@
 //! does), and the window then only accepts `tc_window_free`.
 
 use crate::error::{tc_result_t, Result};
-use crate::ffi::comm::{hand_out_work, op_options, tc_comm_t};
+use crate::ffi::comm::tc_comm_t;
+use crate::ffi::comm_ops::{hand_out_work, op_options};
+use crate::ffi::handle::{Handle, HandleType};
 use crate::ffi::work::tc_work_t;
-use crate::ffi::{arg_out, arg_ref, boundary, boundary_void, into_handle, take_handle};
+use crate::ffi::{arg_out, boundary, boundary_void, handle_ref, into_handle, take_handle};
 use crate::options::tc_op_options_t;
 use crate::window::Window;
 use crate::work::Work;
@@ -40,6 +42,10 @@ pub struct tc_window {
 
 pub type tc_window_t = tc_window;
 
+impl Handle for tc_window {
+    const TYPE: HandleType = HandleType::Window;
+}
+
 /// Runs a window call and hands out its work handle (in progress for an
 /// asynchronous call, completed otherwise) when one is asked for.
 fn window_op(
@@ -50,7 +56,7 @@ fn window_op(
     call: impl FnOnce(&Window, &crate::comm::OpOptions) -> Result<Arc<dyn Work>>,
 ) -> tc_result_t {
     boundary(func, || {
-        let w = unsafe { arg_ref(window, "window")? };
+        let w = unsafe { handle_ref(window, "window")? };
         let opts = unsafe { op_options(opts)? };
         let issued = call(&w.inner, &opts)?;
         hand_out_work(work, issued, w.inner.comm());
@@ -70,7 +76,7 @@ pub extern "C" fn tc_window_new(
     window: *mut *mut tc_window_t,
 ) -> tc_result_t {
     boundary("tc_window_new", || {
-        let (comm, out) = unsafe { (arg_ref(comm, "comm")?, arg_out(window, "window")?) };
+        let (comm, out) = unsafe { (handle_ref(comm, "comm")?, arg_out(window, "window")?) };
         let inner = Window::new(&comm.inner)?;
         *out = into_handle(tc_window { inner });
         Ok(())
@@ -92,7 +98,7 @@ pub extern "C" fn tc_window_register(
     bytes: usize,
 ) -> tc_result_t {
     boundary("tc_window_register", || {
-        let w = unsafe { arg_ref(window, "window")? };
+        let w = unsafe { handle_ref(window, "window")? };
         if buf.is_null() {
             return Err(crate::error::Error::null_argument("buf"));
         }
@@ -110,7 +116,7 @@ pub extern "C" fn tc_window_register(
 #[no_mangle]
 pub extern "C" fn tc_window_deregister(window: *mut tc_window_t) -> tc_result_t {
     boundary("tc_window_deregister", || {
-        let w = unsafe { arg_ref(window, "window")? };
+        let w = unsafe { handle_ref(window, "window")? };
         w.inner.deregister()
     })
 }
@@ -214,7 +220,7 @@ pub extern "C" fn tc_window_map_remote(
     ptr: *mut *mut c_void,
 ) -> tc_result_t {
     boundary("tc_window_map_remote", || {
-        let (w, out) = unsafe { (arg_ref(window, "window")?, arg_out(ptr, "ptr")?) };
+        let (w, out) = unsafe { (handle_ref(window, "window")?, arg_out(ptr, "ptr")?) };
         *out = w.inner.map_remote(rank)?;
         Ok(())
     })
@@ -227,11 +233,13 @@ pub extern "C" fn tc_window_map_remote(
 /// with `TC_ERR_ABORTED` (the window was freed, or closed), a put or signal
 /// in flight with `TC_ERR_ABORTED` or the error its closed connection
 /// gave. Their work handles stay valid until freed. Not to be called while
-/// another thread is inside a call on the same window. NULL is ignored.
+/// another thread is inside a call on the same window. NULL is ignored; a
+/// handle that is not a live window (freed already) is left alone with a
+/// warning and `tc_last_error` set.
 #[no_mangle]
 pub extern "C" fn tc_window_free(window: *mut tc_window_t) {
     boundary_void("tc_window_free", || {
-        drop(unsafe { take_handle(window) });
+        drop(unsafe { take_handle(window, "window")? });
         Ok(())
     })
 }

@@ -2,7 +2,8 @@
 
 use crate::comm::Comm;
 use crate::error::tc_result_t;
-use crate::ffi::{arg_out, arg_ref, boundary, boundary_void, take_handle};
+use crate::ffi::handle::{Handle, HandleType};
+use crate::ffi::{arg_out, boundary, boundary_void, handle_ref, take_handle};
 use crate::work::Work;
 use std::ffi::c_int;
 use std::sync::Arc;
@@ -24,12 +25,16 @@ pub struct tc_work {
 
 pub type tc_work_t = tc_work;
 
+impl Handle for tc_work {
+    const TYPE: HandleType = HandleType::Work;
+}
+
 /// Writes 1 to `*done` when the operation has finished (successfully or not),
 /// else 0. Never blocks. Thread-safe.
 #[no_mangle]
 pub extern "C" fn tc_work_is_completed(work: *const tc_work_t, done: *mut c_int) -> tc_result_t {
     boundary("tc_work_is_completed", || {
-        let (work, done) = unsafe { (arg_ref(work, "work")?, arg_out(done, "done")?) };
+        let (work, done) = unsafe { (handle_ref(work, "work")?, arg_out(done, "done")?) };
         *done = work.inner.status().is_finished() as c_int;
         Ok(())
     })
@@ -40,7 +45,7 @@ pub extern "C" fn tc_work_is_completed(work: *const tc_work_t, done: *mut c_int)
 #[no_mangle]
 pub extern "C" fn tc_work_status(work: *const tc_work_t, status: *mut i32) -> tc_result_t {
     boundary("tc_work_status", || {
-        let (work, status) = unsafe { (arg_ref(work, "work")?, arg_out(status, "status")?) };
+        let (work, status) = unsafe { (handle_ref(work, "work")?, arg_out(status, "status")?) };
         *status = work.inner.status() as i32;
         Ok(())
     })
@@ -56,7 +61,7 @@ pub extern "C" fn tc_work_wait(
     stream: *mut std::ffi::c_void,
 ) -> tc_result_t {
     boundary("tc_work_wait", || {
-        let work = unsafe { arg_ref(work, "work")? };
+        let work = unsafe { handle_ref(work, "work")? };
         work.inner.wait(stream)
     })
 }
@@ -66,17 +71,19 @@ pub extern "C" fn tc_work_wait(
 #[no_mangle]
 pub extern "C" fn tc_work_wait_blocking(work: *const tc_work_t) -> tc_result_t {
     boundary("tc_work_wait_blocking", || {
-        let work = unsafe { arg_ref(work, "work")? };
+        let work = unsafe { handle_ref(work, "work")? };
         work.inner.wait_blocking()
     })
 }
 
-/// Releases the handle. NULL is ignored. The operation itself still runs to
+/// Releases the handle. NULL is ignored; a handle that is not a live work
+/// (freed already, another handle type) is left alone with a warning and
+/// `tc_last_error` set ("not a live tc_work_t"). The operation itself still runs to
 /// completion; its buffers must stay valid until it does.
 #[no_mangle]
 pub extern "C" fn tc_work_free(work: *mut tc_work_t) {
     boundary_void("tc_work_free", || {
-        drop(unsafe { take_handle(work) });
+        drop(unsafe { take_handle(work, "work")? });
         Ok(())
     })
 }
