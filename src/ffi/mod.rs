@@ -12,6 +12,7 @@ pub mod comm;
 pub mod errors;
 pub mod log;
 pub mod mem;
+pub mod sparse;
 pub mod store;
 pub mod types;
 pub mod window;
