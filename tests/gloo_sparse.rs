@@ -15,7 +15,7 @@ use std::time::Duration;
 use torchcomm::backends::gloo::reduce::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use torchcomm::comm::{Comm, OpOptions};
 use torchcomm::error::{ErrorKind, Result};
-use torchcomm::sparse::{sparse_all_reduce, CooInput, CooOutput};
+use torchcomm::sparse::{sparse_all_reduce, CBuf, CooInput, CooOutput};
 use torchcomm::types::{DType, TC_AVG, TC_MAX, TC_SUM};
 
 /// A test input (owned arrays).
@@ -240,7 +240,7 @@ fn reference(inputs: &[Coo], avg: bool) -> CooOutput {
         shape: first.shape.clone(),
         nnz: global.len(),
         indices,
-        values,
+        values: CBuf::from_slice(&values).unwrap(),
         dtype: dt,
     }
 }

@@ -40,14 +40,11 @@ unsafe impl Send for OutPtr {}
 /// Copies `out` into memory from `malloc` and fills `*dst`; on failure
 /// nothing is left allocated and `*dst` is untouched.
 fn write_output(dst: OutPtr, out: CooOutput) -> Result<()> {
-    let bytes = |v: &[i64]| -> Vec<u8> { v.iter().flat_map(|x| x.to_ne_bytes()).collect() };
-    let shape = malloc_copy(&bytes(&out.shape))?;
-    let indices =
-        malloc_copy(&bytes(&out.indices)).inspect_err(|_| unsafe { libc::free(shape) })?;
-    let values = malloc_copy(&out.values).inspect_err(|_| unsafe {
-        libc::free(shape);
-        libc::free(indices);
-    })?;
+    let bytes =
+        |v: &[i64]| unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), v.len() * 8) };
+    let shape = malloc_copy(bytes(&out.shape))?;
+    let indices = malloc_copy(bytes(&out.indices)).inspect_err(|_| unsafe { libc::free(shape) })?;
+    let values = out.values.into_raw();
     // SAFETY: checked non-NULL by the caller; kept valid until completion.
     unsafe {
         *dst.0 = tc_sparse_coo_t {

@@ -8,6 +8,7 @@
 //! float32 and rounded to their type once per stage (once after the local
 //! coalesce, once after the merge); integers wrap on overflow.
 
+use super::buf::CBuf;
 use crate::backends::gloo::reduce::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use crate::error::{Error, Result};
 use crate::types::DType;
@@ -113,135 +114,163 @@ pub struct Entries<'a> {
 
 /// Sorted unique keys with their summed rows (`values` holds
 /// `keys.len() * row` elements as bytes).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Coalesced {
     pub keys: Vec<u64>,
-    pub values: Vec<u8>,
-}
-
-/// Row `i` of `row` elements of `S::T` read from `bytes` into `acc`
-/// (`add`: summed into it, else overwriting it).
-fn load_row<S: Summand>(acc: &mut [S::A], bytes: &[u8], i: usize, add: bool) {
-    let size = std::mem::size_of::<S::T>();
-    let start = i * acc.len() * size;
-    let src = &bytes[start..start + acc.len() * size];
-    for (j, a) in acc.iter_mut().enumerate() {
-        // SAFETY: the slice above holds `acc.len()` elements of `S::T`.
-        let t = unsafe { (src.as_ptr() as *const S::T).add(j).read_unaligned() };
-        *a = if add {
-            S::add(*a, S::widen(t))
-        } else {
-            S::widen(t)
-        };
-    }
-}
-
-fn store_row<S: Summand>(out: &mut Vec<u8>, acc: &[S::A]) {
-    let size = std::mem::size_of::<S::T>();
-    let start = out.len();
-    out.resize(start + acc.len() * size, 0);
-    let dst = out[start..].as_mut_ptr() as *mut S::T;
-    for (j, a) in acc.iter().enumerate() {
-        // SAFETY: `dst` has room for `acc.len()` elements of `S::T`.
-        unsafe { dst.add(j).write_unaligned(S::narrow(*a)) };
-    }
-}
-
-/// Sums the rows of equal keys, visiting entries in `order` (whose keys are
-/// nondecreasing).
-fn fold_sorted<S: Summand>(
-    keys: &[u64],
-    values: &[u8],
-    row: usize,
-    order: impl Iterator<Item = usize>,
-) -> Coalesced {
-    // Room for the keys too, so that `into_packed` never reallocates.
-    let mut out = Coalesced {
-        keys: Vec::new(),
-        values: Vec::with_capacity(keys.len() * (row * std::mem::size_of::<S::T>() + 8)),
-    };
-    let mut acc: Vec<S::A> = vec![S::ZERO; row];
-    for i in order {
-        let key = keys[i];
-        if out.keys.last() == Some(&key) {
-            load_row::<S>(&mut acc, values, i, true);
-            continue;
-        }
-        if !out.keys.is_empty() {
-            store_row::<S>(&mut out.values, &acc);
-        }
-        out.keys.push(key);
-        load_row::<S>(&mut acc, values, i, false);
-    }
-    if !out.keys.is_empty() {
-        store_row::<S>(&mut out.values, &acc);
-    }
-    out
-}
-
-fn local<S: Summand>(keys: &[u64], values: &[u8], row: usize) -> Coalesced {
-    if keys.windows(2).all(|w| w[0] < w[1]) {
-        // Already coalesced (torch's coalesced tensors): no sort, no sums.
-        let mut packed = Vec::with_capacity(values.len() + keys.len() * 8);
-        packed.extend_from_slice(values);
-        return Coalesced {
-            keys: keys.to_vec(),
-            values: packed,
-        };
-    }
-    let mut order: Vec<usize> = (0..keys.len()).collect();
-    // Stable: duplicates keep their input order, so their sum is defined.
-    order.sort_by_key(|&i| keys[i]);
-    fold_sorted::<S>(keys, values, row, order.into_iter())
+    pub values: CBuf,
 }
 
 impl Coalesced {
     /// The values followed by the keys (native byte order): one rank's block
-    /// of the exchange.
-    pub fn into_packed(mut self) -> Vec<u8> {
-        self.values.reserve_exact(self.keys.len() * 8);
-        for k in &self.keys {
-            self.values.extend_from_slice(&k.to_ne_bytes());
-        }
+    /// of the exchange. The local coalesce leaves room for the keys.
+    pub fn into_packed(mut self) -> CBuf {
+        let keys = &self.keys;
+        self.values.append_with(keys.len() * 8, |dst| unsafe {
+            std::ptr::copy_nonoverlapping(keys.as_ptr().cast::<u8>(), dst, keys.len() * 8)
+        });
         self.values
     }
 }
 
+/// Appends coalesced rows in key order: a key seen once is copied as is; a
+/// repeated key is summed in `S::A` and narrowed once.
+struct Sink<'a, S: Summand> {
+    out: Coalesced,
+    row_bytes: usize,
+    acc: Vec<S::A>,
+    /// The current key's first row, until a second one arrives.
+    first: Option<&'a [u8]>,
+}
+
+impl<'a, S: Summand> Sink<'a, S> {
+    fn new(row: usize, keys: usize, room: usize) -> Result<Self> {
+        Ok(Sink {
+            out: Coalesced {
+                keys: Vec::with_capacity(keys),
+                values: CBuf::with_capacity(room)?,
+            },
+            row_bytes: row * std::mem::size_of::<S::T>(),
+            acc: vec![S::ZERO; row],
+            first: None,
+        })
+    }
+
+    fn push(&mut self, key: u64, src: &'a [u8]) {
+        if self.out.keys.last() != Some(&key) {
+            self.flush();
+            self.out.keys.push(key);
+            self.first = Some(src);
+            return;
+        }
+        if let Some(first) = self.first.take() {
+            load_row::<S>(&mut self.acc, first, false);
+        }
+        load_row::<S>(&mut self.acc, src, true);
+    }
+
+    fn flush(&mut self) {
+        if self.out.keys.is_empty() {
+            return;
+        }
+        match self.first.take() {
+            Some(first) => self.out.values.append(first),
+            None => {
+                let acc = &self.acc;
+                self.out.values.append_with(self.row_bytes, |dst| {
+                    let dst = dst as *mut S::T;
+                    for (j, a) in acc.iter().enumerate() {
+                        // SAFETY: room for the row was checked by append_with.
+                        unsafe { dst.add(j).write_unaligned(S::narrow(*a)) };
+                    }
+                });
+            }
+        }
+    }
+
+    fn finish(mut self) -> Coalesced {
+        self.flush();
+        self.out
+    }
+}
+
+/// One row of `S::T` from `src` into `acc` (`add`: summed into it).
+fn load_row<S: Summand>(acc: &mut [S::A], src: &[u8], add: bool) {
+    let src = &src
+        [..std::mem::size_of_val(acc) / std::mem::size_of::<S::A>() * std::mem::size_of::<S::T>()];
+    let p = src.as_ptr() as *const S::T;
+    // SAFETY: `src` holds `acc.len()` elements of `S::T` (sliced above).
+    if add {
+        for (j, a) in acc.iter_mut().enumerate() {
+            *a = S::add(*a, S::widen(unsafe { p.add(j).read_unaligned() }));
+        }
+    } else {
+        for (j, a) in acc.iter_mut().enumerate() {
+            *a = S::widen(unsafe { p.add(j).read_unaligned() });
+        }
+    }
+}
+
+fn local<S: Summand>(keys: &[u64], values: &[u8], row: usize) -> Result<Coalesced> {
+    let row_bytes = row * std::mem::size_of::<S::T>();
+    // Room for the keys too, so that `into_packed` never reallocates.
+    let room = values.len() + keys.len() * 8;
+    if keys.windows(2).all(|w| w[0] < w[1]) {
+        // Already coalesced (torch's coalesced tensors): no sort, no sums.
+        let mut out = CBuf::with_capacity(room)?;
+        out.append(values);
+        return Ok(Coalesced {
+            keys: keys.to_vec(),
+            values: out,
+        });
+    }
+    // (key, position) pairs are unique, so an unstable sort of them is a
+    // stable sort by key: duplicates keep their input order.
+    let mut order: Vec<(u64, usize)> = keys.iter().copied().zip(0..).collect();
+    order.sort_unstable();
+    let mut sink = Sink::<S>::new(row, keys.len(), room)?;
+    for (key, i) in order {
+        sink.push(key, &values[i * row_bytes..(i + 1) * row_bytes]);
+    }
+    Ok(sink.finish())
+}
+
 /// K-way merge in key order; equal keys are taken in rank order, so their
-/// rows are summed left to right across ranks.
-fn merge<S: Summand>(ranks: &[Entries<'_>], row: usize) -> Coalesced {
+/// rows are summed left to right across ranks. The next key is found by a
+/// scan of the ranks' heads for few ranks, by a heap for many:
+/// O(N log ranks) either way.
+fn merge<'a, S: Summand>(ranks: &[Entries<'a>], row: usize) -> Result<Coalesced> {
     let total: usize = ranks.iter().map(|r| r.keys.len()).sum();
-    let mut out = Coalesced {
-        keys: Vec::with_capacity(total),
-        values: Vec::with_capacity(total * row * std::mem::size_of::<S::T>()),
-    };
-    let mut acc: Vec<S::A> = vec![S::ZERO; row];
+    let row_bytes = row * std::mem::size_of::<S::T>();
+    let mut sink = Sink::<'a, S>::new(row, total, total * row_bytes)?;
     let mut next = vec![0usize; ranks.len()];
+    // Emits rank r's next entry; returns its following key, if any.
+    let emit = |r: usize, next: &mut [usize], sink: &mut Sink<'a, S>| {
+        let (e, i) = (&ranks[r], next[r]);
+        sink.push(e.keys[i], &e.values[i * row_bytes..(i + 1) * row_bytes]);
+        next[r] = i + 1;
+        e.keys.get(i + 1).copied()
+    };
+    if ranks.len() <= 8 {
+        loop {
+            let head = (0..ranks.len())
+                .filter_map(|r| ranks[r].keys.get(next[r]).map(|k| (*k, r)))
+                .min();
+            let Some((_, r)) = head else { break };
+            emit(r, &mut next, &mut sink);
+        }
+        return Ok(sink.finish());
+    }
     let mut heap: BinaryHeap<Reverse<(u64, usize)>> = ranks
         .iter()
         .enumerate()
-        .filter(|(_, r)| !r.keys.is_empty())
-        .map(|(i, r)| Reverse((r.keys[0], i)))
+        .filter_map(|(r, e)| e.keys.first().map(|k| Reverse((*k, r))))
         .collect();
-    while let Some(Reverse((key, r))) = heap.pop() {
-        let i = next[r];
-        let add = out.keys.last() == Some(&key);
-        if !add {
-            if !out.keys.is_empty() {
-                store_row::<S>(&mut out.values, &acc);
-            }
-            out.keys.push(key);
-        }
-        load_row::<S>(&mut acc, ranks[r].values, i, add);
-        next[r] = i + 1;
-        if let Some(&k) = ranks[r].keys.get(i + 1) {
+    while let Some(Reverse((_, r))) = heap.pop() {
+        if let Some(k) = emit(r, &mut next, &mut sink) {
             heap.push(Reverse((k, r)));
         }
     }
-    if !out.keys.is_empty() {
-        store_row::<S>(&mut out.values, &acc);
-    }
-    out
+    Ok(sink.finish())
 }
 
 macro_rules! dispatch {
@@ -267,12 +296,12 @@ macro_rules! dispatch {
 /// Coalesces one rank's entries (`values`: `keys.len() * row` elements of
 /// `dtype`), summing duplicates in input order.
 pub fn coalesce_local(dtype: DType, keys: &[u64], values: &[u8], row: usize) -> Result<Coalesced> {
-    Ok(dispatch!(dtype, local, keys, values, row))
+    dispatch!(dtype, local, keys, values, row)
 }
 
 /// Merges every rank's coalesced entries into one coalesced set.
 pub fn merge_ranks(dtype: DType, ranks: &[Entries<'_>], row: usize) -> Result<Coalesced> {
-    Ok(dispatch!(dtype, merge, ranks, row))
+    dispatch!(dtype, merge, ranks, row)
 }
 
 #[cfg(test)]
@@ -328,7 +357,7 @@ mod tests {
         let vals: Vec<u8> = [i8::MAX, 1, 1, 2].iter().map(|x| *x as u8).collect();
         let c = coalesce_local(DType::I8, &keys, &vals, 2).unwrap();
         assert_eq!(c.keys, vec![1]);
-        assert_eq!(c.values, vec![i8::MIN as u8, 3]);
+        assert_eq!(c.values.as_slice(), &[i8::MIN as u8, 3]);
     }
 
     #[test]

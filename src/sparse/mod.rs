@@ -16,8 +16,11 @@
 //! on the comm's progress thread and a helper thread merges and delivers the
 //! result, completing the returned work afterwards.
 
+mod buf;
 pub mod coalesce;
 mod header;
+
+pub use buf::CBuf;
 
 use crate::comm::{Comm, Op, OpOptions, Ptr};
 use crate::error::{Error, ErrorKind, Result};
@@ -48,7 +51,7 @@ pub struct CooInput {
 }
 
 /// The coalesced result, the same on every rank.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub struct CooOutput {
     pub sparse_dim: usize,
     pub dense_dim: usize,
@@ -56,8 +59,9 @@ pub struct CooOutput {
     pub nnz: usize,
     /// `sparse_dim` rows of `nnz` indices, lexicographically sorted columns.
     pub indices: Vec<i64>,
-    /// `nnz` rows of prod(dense sizes) elements of `dtype`, as bytes.
-    pub values: Vec<u8>,
+    /// `nnz` rows of prod(dense sizes) elements of `dtype`, as bytes, in
+    /// memory from `malloc`.
+    pub values: CBuf,
     pub dtype: DType,
 }
 
@@ -74,8 +78,8 @@ struct Local {
     row: usize,
     /// Coalesced entries.
     nnz: usize,
-    /// This rank's block of the exchange (see [`Coalesced::into_packed`]).
-    packed: Vec<u8>,
+    /// This rank's block of the exchange (see [`coalesce::Coalesced::into_packed`]).
+    packed: CBuf,
 }
 
 /// Reads `n` elements at `p` (NULL only when `n == 0`).
@@ -250,7 +254,7 @@ impl Pending {
             dense_dim: l.shape.len() - l.sparse_dim,
             nnz: merged.keys.len(),
             indices: delinearise(&merged.keys, &l.shape[..l.sparse_dim]),
-            values: std::mem::take(&mut merged.values),
+            values: merged.values,
             shape: l.shape.clone(),
             dtype: l.dtype,
         })

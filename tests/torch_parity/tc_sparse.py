@@ -70,9 +70,10 @@ class Lib:
         self.lib.tc_comm_destroy(comm)
         self.lib.tc_store_free(store)
 
-    def sparse_all_reduce(self, comm, shape, sparse_dim, indices, values, tc_dtype, kind=TC_SUM):
+    def sparse_all_reduce(self, comm, shape, sparse_dim, indices, values, tc_dtype, kind=TC_SUM, fetch=True):
         """indices: int64 array (sparse_dim, nnz); values: array (nnz, *dense).
-        Returns (indices (sparse_dim, nnz), values (nnz, *dense)) as numpy."""
+        Returns (indices (sparse_dim, nnz), values (nnz, *dense)) as numpy
+        copies; with fetch=False only frees the result (and returns nnz)."""
         shape_a = np.ascontiguousarray(shape, dtype=np.int64)
         idx = np.ascontiguousarray(indices, dtype=np.int64)
         vals = np.ascontiguousarray(values)
@@ -83,6 +84,8 @@ class Lib:
         self.check(self.lib.tc_sparse_all_reduce(comm, C.byref(coo), ReduceOp(kind, 1.0, None), C.byref(out),
                                                  None, None), "tc_sparse_all_reduce")
         try:
+            if not fetch:
+                return out.nnz
             n, dense = out.nnz, list(shape[sparse_dim:])
             row = int(np.prod(dense)) if dense else 1
             np_t = NUMPY[out.dtype]
