@@ -94,3 +94,51 @@ impl std::fmt::Debug for CBuf {
         write!(f, "CBuf({} bytes)", self.len)
     }
 }
+
+/// Exchange buffers kept for the next calls: their pages stay mapped, so a
+/// repeated all-reduce of similar size does not fault in fresh memory each
+/// time (large `malloc` blocks are mapped anew on every allocation).
+static POOL: std::sync::Mutex<Vec<CBuf>> = std::sync::Mutex::new(Vec::new());
+/// At most this many buffers are kept.
+const POOL_SIZE: usize = 4;
+
+impl CBuf {
+    /// An empty buffer of at least `cap` bytes, reused when one is pooled.
+    pub fn pooled(cap: usize) -> Result<CBuf> {
+        let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+        let fit = (0..pool.len())
+            .filter(|i| pool[*i].cap >= cap)
+            .min_by_key(|i| pool[*i].cap);
+        match fit {
+            Some(i) => {
+                let mut b = pool.swap_remove(i);
+                b.len = 0;
+                Ok(b)
+            }
+            None => {
+                drop(pool);
+                CBuf::with_capacity(cap)
+            }
+        }
+    }
+
+    /// Returns the buffer to the pool (dropping the smallest when full).
+    pub fn recycle(self) {
+        let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+        pool.push(self);
+        if pool.len() > POOL_SIZE {
+            if let Some(i) = (0..pool.len()).min_by_key(|i| pool[*i].cap) {
+                pool.swap_remove(i);
+            }
+        }
+    }
+
+    /// Marks `len` bytes as written (by a collective into `as_mut_ptr`).
+    ///
+    /// # Safety
+    /// The first `len` bytes must have been written; `len <= capacity`.
+    pub unsafe fn set_len(&mut self, len: usize) {
+        assert!(len <= self.cap, "CBuf overflow");
+        self.len = len;
+    }
+}

@@ -143,16 +143,16 @@ struct Sink<'a, S: Summand> {
 }
 
 impl<'a, S: Summand> Sink<'a, S> {
-    fn new(row: usize, keys: usize, room: usize) -> Result<Self> {
-        Ok(Sink {
+    fn new(row: usize, keys: usize, values: CBuf) -> Self {
+        Sink {
             out: Coalesced {
                 keys: Vec::with_capacity(keys),
-                values: CBuf::with_capacity(room)?,
+                values,
             },
             row_bytes: row * std::mem::size_of::<S::T>(),
             acc: vec![S::ZERO; row],
             first: None,
-        })
+        }
     }
 
     fn push(&mut self, key: u64, src: &'a [u8]) {
@@ -214,9 +214,10 @@ fn local<S: Summand>(keys: &[u64], values: &[u8], row: usize) -> Result<Coalesce
     let row_bytes = row * std::mem::size_of::<S::T>();
     // Room for the keys too, so that `into_packed` never reallocates.
     let room = values.len() + keys.len() * 8;
+    // Only sent, then recycled: a pooled buffer.
+    let mut out = CBuf::pooled(room)?;
     if keys.windows(2).all(|w| w[0] < w[1]) {
         // Already coalesced (torch's coalesced tensors): no sort, no sums.
-        let mut out = CBuf::with_capacity(room)?;
         out.append(values);
         return Ok(Coalesced {
             keys: keys.to_vec(),
@@ -227,7 +228,7 @@ fn local<S: Summand>(keys: &[u64], values: &[u8], row: usize) -> Result<Coalesce
     // stable sort by key: duplicates keep their input order.
     let mut order: Vec<(u64, usize)> = keys.iter().copied().zip(0..).collect();
     order.sort_unstable();
-    let mut sink = Sink::<S>::new(row, keys.len(), room)?;
+    let mut sink = Sink::<S>::new(row, keys.len(), out);
     for (key, i) in order {
         sink.push(key, &values[i * row_bytes..(i + 1) * row_bytes]);
     }
@@ -241,7 +242,8 @@ fn local<S: Summand>(keys: &[u64], values: &[u8], row: usize) -> Result<Coalesce
 fn merge<'a, S: Summand>(ranks: &[Entries<'a>], row: usize) -> Result<Coalesced> {
     let total: usize = ranks.iter().map(|r| r.keys.len()).sum();
     let row_bytes = row * std::mem::size_of::<S::T>();
-    let mut sink = Sink::<'a, S>::new(row, total, total * row_bytes)?;
+    // The result, handed to the caller: fresh memory.
+    let mut sink = Sink::<'a, S>::new(row, total, CBuf::with_capacity(total * row_bytes)?);
     let mut next = vec![0usize; ranks.len()];
     // Emits rank r's next entry; returns its following key, if any.
     let emit = |r: usize, next: &mut [usize], sink: &mut Sink<'a, S>| {

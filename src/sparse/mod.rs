@@ -218,7 +218,9 @@ fn delinearise(keys: &[u64], sizes: &[i64]) -> Vec<i64> {
 struct Pending {
     local: Local,
     nnz: Vec<usize>,
-    gathered: Vec<u8>,
+    /// Pooled: its capacity may exceed the `gathered_len` bytes used.
+    gathered: CBuf,
+    gathered_len: usize,
     work: Option<Arc<dyn Work>>,
     size: u64,
 }
@@ -228,37 +230,54 @@ impl Pending {
         if let Some(w) = &self.work {
             w.wait_blocking()?;
         }
-        let l = &self.local;
-        let row_bytes = l.row * l.dtype.size();
-        let keys: Vec<Vec<u64>> = blocks(&self.gathered, &self.nnz, row_bytes)
-            .map(|(_, k)| {
-                k.chunks_exact(8)
-                    .map(|b| u64::from_ne_bytes(b.try_into().unwrap_or_default()))
-                    .collect()
-            })
-            .collect();
-        let runs: Vec<Entries> = blocks(&self.gathered, &self.nnz, row_bytes)
-            .zip(&keys)
-            .map(|((values, _), keys)| Entries { keys, values })
-            .collect();
-        let mut merged = coalesce::merge_ranks(l.dtype, &runs, l.row)?;
-        if l.kind == RedKind::Avg {
-            let n = merged.values.len() / l.dtype.size();
-            let p = merged.values.as_mut_ptr();
-            let divide = crate::backends::gloo::reduce::Scale::Div(self.size);
-            // SAFETY: `p` holds `n` elements of the dtype; in place is allowed.
-            unsafe { crate::backends::gloo::reduce::scale(l.dtype, p, p, n, divide)? };
-        }
-        Ok(CooOutput {
-            sparse_dim: l.sparse_dim,
-            dense_dim: l.shape.len() - l.sparse_dim,
-            nnz: merged.keys.len(),
-            indices: delinearise(&merged.keys, &l.shape[..l.sparse_dim]),
-            values: merged.values,
-            shape: l.shape.clone(),
-            dtype: l.dtype,
-        })
+        let Pending {
+            local,
+            nnz,
+            mut gathered,
+            gathered_len,
+            size,
+            ..
+        } = self;
+        // SAFETY: the gather completed, writing every byte.
+        unsafe { gathered.set_len(gathered_len) };
+        let out = merge(&local, &nnz, &gathered, size);
+        local.packed.recycle();
+        gathered.recycle();
+        out
     }
+}
+
+/// Merges the gathered blocks into the result (AVG divided).
+fn merge(l: &Local, nnz: &[usize], gathered: &[u8], size: u64) -> Result<CooOutput> {
+    let row_bytes = l.row * l.dtype.size();
+    let keys: Vec<Vec<u64>> = blocks(gathered, nnz, row_bytes)
+        .map(|(_, k)| {
+            k.chunks_exact(8)
+                .map(|b| u64::from_ne_bytes(b.try_into().unwrap_or_default()))
+                .collect()
+        })
+        .collect();
+    let runs: Vec<Entries> = blocks(gathered, nnz, row_bytes)
+        .zip(&keys)
+        .map(|((values, _), keys)| Entries { keys, values })
+        .collect();
+    let mut merged = coalesce::merge_ranks(l.dtype, &runs, l.row)?;
+    if l.kind == RedKind::Avg {
+        let n = merged.values.len() / l.dtype.size();
+        let p = merged.values.as_mut_ptr();
+        let divide = crate::backends::gloo::reduce::Scale::Div(size);
+        // SAFETY: `p` holds `n` elements of the dtype; in place is allowed.
+        unsafe { crate::backends::gloo::reduce::scale(l.dtype, p, p, n, divide)? };
+    }
+    Ok(CooOutput {
+        sparse_dim: l.sparse_dim,
+        dense_dim: l.shape.len() - l.sparse_dim,
+        nnz: merged.keys.len(),
+        indices: delinearise(&merged.keys, &l.shape[..l.sparse_dim]),
+        values: merged.values,
+        shape: l.shape.clone(),
+        dtype: l.dtype,
+    })
 }
 
 /// Sums `input` across the ranks of `comm` (op kind SUM or AVG) and hands
@@ -356,7 +375,8 @@ fn start_gathers(comm: &Comm, local: Local, all: &[Header], opts: &OpOptions) ->
         .filter(|b| *b <= isize::MAX as usize)
         .ok_or_else(overflow)?;
     let mut p = Pending {
-        gathered: vec![0u8; total_bytes],
+        gathered: CBuf::pooled(total_bytes)?,
+        gathered_len: total_bytes,
         nnz,
         local,
         work: None,
