@@ -15,7 +15,7 @@ AFTER_BUILD := TC_BUILT=1
 .PHONY: all build deps lint header header-check header-compile symbols-check \
         cargo-test nccl-wheel nccl-real-test capi-test capi-valgrind sim-gpu-test \
         install uninstall install-check test run bench bench-deps bench-store \
-        bench-host bench-window gpu-suite gpu-test gpu-bench clean
+        bench-host bench-window bench-sparse torch-parity gpu-suite gpu-test gpu-bench clean
 
 all: build
 
@@ -30,7 +30,7 @@ build:
 # The whole suite; CI runs it on a clean clone (.ci/run). A new check is one
 # more prerequisite here.
 test: deps lint build header-check header-compile symbols-check cargo-test nccl-real-test \
-      capi-test sim-gpu-test capi-valgrind install-check
+      capi-test sim-gpu-test capi-valgrind install-check torch-parity
 	@echo "make test: all checks passed"
 
 # The main job: examples/demo.c on 4 processes under tc-run.
@@ -69,6 +69,12 @@ nccl-real-test: build nccl-wheel
 sim-gpu-test: build
 	bash tests/sim_gpu/run-sim.sh
 
+# Parity with PyTorch (torch from PyPI in build/torch-venv, or
+# TORCHCOMM_TORCH_VENV); each script prints SKIPPED with the reason when torch
+# cannot be had.
+torch-parity: build
+	$(AFTER_BUILD) bash scripts/test-torch-parity-sparse.sh
+
 # PREFIX (default /usr/local), DESTDIR; install-check uses build/stage.
 install: build
 	$(AFTER_BUILD) $(S)/install.sh
@@ -78,7 +84,7 @@ install-check: build
 	$(AFTER_BUILD) $(S)/install-check.sh
 
 # Benchmarks, not part of `make test`: tables on stdout, files in bench/results/.
-bench: bench-store bench-host bench-window
+bench: bench-store bench-host bench-window bench-sparse
 bench-deps:
 	$(S)/deps.sh --bench
 bench-store: build
@@ -87,6 +93,8 @@ bench-host: build bench-deps
 	$(AFTER_BUILD) $(S)/bench-host.sh
 bench-window: build
 	$(AFTER_BUILD) $(S)/bench-window.sh
+bench-sparse: build
+	$(AFTER_BUILD) bash scripts/bench-sparse.sh
 
 # GPU: gpu-suite/ gathered here; gpu-test and gpu-bench run on the GPU
 # machine from the repository root (no cargo there). See docs/gpu-testing.md.

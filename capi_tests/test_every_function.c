@@ -52,6 +52,17 @@ int main(void) {
     OP_CHECKS(tc_all_to_all_v_single(c_, out, counts, buf, counts, d_, o_, &work));
     OP_CHECKS(tc_scatter(c_, out, clist, 4, d_, 0, o_, &work));
     OP_CHECKS(tc_gather(c_, list, buf, 4, d_, 0, o_, &work));
+    {
+        const int64_t sp_shape[1] = {4};
+        tc_sparse_coo_t sp_in = {1, 0, sp_shape, 0, NULL, NULL, TC_FLOAT32}, sp_out = sp_in;
+        EXPECT_RC(tc_sparse_all_reduce(NULL, &sp_in, sum, &sp_out, NULL, &work), TC_ERR_NULL_ARGUMENT, "'comm'");
+        EXPECT_RC(tc_sparse_all_reduce(comm, NULL, sum, &sp_out, NULL, &work), TC_ERR_NULL_ARGUMENT, "'input'");
+        EXPECT_RC(tc_sparse_all_reduce(comm, &sp_in, sum, NULL, NULL, &work), TC_ERR_NULL_ARGUMENT, "'output'");
+        EXPECT_RC(tc_sparse_all_reduce(comm, &sp_in, sum, &sp_out, &bad, &work), TC_ERR_INVALID_ARGUMENT, "magic");
+        sp_in.dtype = 99;
+        EXPECT_RC(tc_sparse_all_reduce(comm, &sp_in, sum, &sp_out, NULL, &work), TC_ERR_INVALID_ARGUMENT, "dtype");
+        CHECK(sp_out.shape == sp_shape && sp_out.dtype == TC_FLOAT32);
+    }
     EXPECT_RC(tc_barrier(NULL, NULL, &work), TC_ERR_NULL_ARGUMENT, "'comm'");
     EXPECT_RC(tc_barrier(comm, &bad, &work), TC_ERR_INVALID_ARGUMENT, "magic");
     CHECK(work == SENTINEL);

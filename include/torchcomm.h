@@ -278,6 +278,43 @@ typedef struct {
  */
 typedef void (*tc_log_callback_t)(int32_t level, const char *message, void *user_data);
 
+/*
+ A sparse COO tensor, torch's layout: `shape` has `sparse_dim + dense_dim`
+ sizes; `indices` holds `sparse_dim` rows of `nnz` indices (row-major, as
+ torch's `indices()`); `values` holds `nnz` rows of prod(dense sizes)
+ elements of `dtype` (row-major, as torch's `values()`).
+ */
+typedef struct {
+    /*
+     Number of sparse dimensions.
+     */
+    size_t sparse_dim;
+    /*
+     Number of dense dimensions.
+     */
+    size_t dense_dim;
+    /*
+     `sparse_dim + dense_dim` sizes.
+     */
+    const int64_t *shape;
+    /*
+     Number of stored entries.
+     */
+    size_t nnz;
+    /*
+     `sparse_dim x nnz` indices, row-major.
+     */
+    const int64_t *indices;
+    /*
+     `nnz x prod(dense sizes)` values, row-major.
+     */
+    const void *values;
+    /*
+     Element type of `values`.
+     */
+    tc_dtype_t dtype;
+} tc_sparse_coo_t;
+
 typedef tc_window tc_window_t;
 
 /*
@@ -769,6 +806,38 @@ tc_result_t tc_mem_alloc(tc_comm_t *comm, size_t bytes, void **ptr);
  using the memory must have completed (synchronize its streams first).
  */
 tc_result_t tc_mem_free(tc_comm_t *comm, void *ptr);
+
+/*
+ Sums the sparse tensor `input` across the ranks of `comm` with `op`
+ (`TC_SUM`, or `TC_AVG`: the sum divided by the world size, integers
+ truncated); every other op gives `TC_ERR_UNSUPPORTED`. Collective, on
+ the gloo backend with host memory (CUDA memory gives
+ `TC_ERR_UNSUPPORTED`). Algorithm of PyTorch's Gloo sparse all-reduce:
+ each rank coalesces its input, the ranks all-gather their metadata, then
+ their coalesced indices and values (each entry sent once), and every rank
+ merges them into the same coalesced result: indices sorted
+ lexicographically and unique, duplicates summed in input order within a
+ rank and then in rank order; float16/bfloat16 are summed in float32 and
+ rounded once per stage; integers wrap on overflow. Every dtype except
+ bool and float8.
+
+ Checks before anything is sent: every index within its dimension's size,
+ no count overflows; then, across ranks, sparse_dim, dense_dim, every size,
+ dtype and op must agree: a refusal or a mismatch fails the call on every
+ rank with a message naming the rank (and the dimension), `*output`
+ untouched and nothing allocated.
+
+ `input` and its arrays are read during the call only. On success
+ `*output` receives the result, its `shape`, `indices` and `values` arrays
+ allocated by the library (never NULL, even when `nnz` is 0), each to
+ release with `tc_free` (cast away `const`). Blocking call: written on
+ return. `opts->async_op = 1`: the metadata exchange completes during the
+ call, the rest runs in the background and `*output` (which must stay
+ valid) is written before `*work` completes (a NULL `work` is then
+ refused). `opts` may be NULL (defaults). Thread safety and ordering as
+ the other operations of `comm`.
+ */
+tc_result_t tc_sparse_all_reduce(tc_comm_t *comm, const tc_sparse_coo_t *input, tc_reduce_op_t op, tc_sparse_coo_t *output, const tc_op_options_t *opts, tc_work_t **work);
 
 /*
  Frees memory the library allocated for the caller (values from

@@ -4,7 +4,7 @@
 //! family); everything under it is safe Rust: `error`, `types`, `options`,
 //! `config` (environment and logging), `store` (rendezvous), `comm` (the
 //! communicator and its operations), `window` (one-sided windows), `work`,
-//! `backends`.
+//! `backends`; `sparse` (sparse all-reduce, a layer over `comm`).
 
 #![allow(clippy::missing_safety_doc)]
 
@@ -17,6 +17,7 @@ pub mod error;
 pub mod ffi;
 pub mod options;
 pub mod recorder;
+pub mod sparse;
 pub mod store;
 pub mod types;
 pub mod window;

@@ -16,6 +16,7 @@ pub mod errors;
 pub mod handle;
 pub mod log;
 pub mod mem;
+pub mod sparse;
 pub mod store;
 pub mod types;
 pub mod window;

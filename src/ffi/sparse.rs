@@ -1,0 +1,127 @@
+//! `tc_sparse_all_reduce`: COO sparse tensors summed across ranks.
+
+use crate::error::{tc_result_t, Error, Result};
+use crate::ffi::comm::{hand_out_work, op_options, tc_comm_t};
+use crate::ffi::work::tc_work_t;
+use crate::ffi::{arg_out, arg_ref, boundary, malloc_copy};
+use crate::options::tc_op_options_t;
+use crate::sparse::{CooInput, CooOutput};
+use crate::types::{tc_dtype_t, tc_reduce_op_t};
+use std::ffi::c_void;
+
+/// A sparse COO tensor, torch's layout: `shape` has `sparse_dim + dense_dim`
+/// sizes; `indices` holds `sparse_dim` rows of `nnz` indices (row-major, as
+/// torch's `indices()`); `values` holds `nnz` rows of prod(dense sizes)
+/// elements of `dtype` (row-major, as torch's `values()`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct tc_sparse_coo_t {
+    /// Number of sparse dimensions.
+    pub sparse_dim: usize,
+    /// Number of dense dimensions.
+    pub dense_dim: usize,
+    /// `sparse_dim + dense_dim` sizes.
+    pub shape: *const i64,
+    /// Number of stored entries.
+    pub nnz: usize,
+    /// `sparse_dim x nnz` indices, row-major.
+    pub indices: *const i64,
+    /// `nnz x prod(dense sizes)` values, row-major.
+    pub values: *const c_void,
+    /// Element type of `values`.
+    pub dtype: tc_dtype_t,
+}
+
+/// The output's address, written by the delivering thread.
+struct OutPtr(*mut tc_sparse_coo_t);
+// The caller keeps `*output` valid and untouched until the work completes.
+unsafe impl Send for OutPtr {}
+
+/// Copies `out` into memory from `malloc` and fills `*dst`; on failure
+/// nothing is left allocated and `*dst` is untouched.
+fn write_output(dst: OutPtr, out: CooOutput) -> Result<()> {
+    let bytes =
+        |v: &[i64]| unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), v.len() * 8) };
+    let shape = malloc_copy(bytes(&out.shape))?;
+    let indices = malloc_copy(bytes(&out.indices)).inspect_err(|_| unsafe { libc::free(shape) })?;
+    let values = out.values.into_raw();
+    // SAFETY: checked non-NULL by the caller; kept valid until completion.
+    unsafe {
+        *dst.0 = tc_sparse_coo_t {
+            sparse_dim: out.sparse_dim,
+            dense_dim: out.dense_dim,
+            shape: shape as *const i64,
+            nnz: out.nnz,
+            indices: indices as *const i64,
+            values,
+            dtype: out.dtype.to_c(),
+        }
+    };
+    Ok(())
+}
+
+/// Sums the sparse tensor `input` across the ranks of `comm` with `op`
+/// (`TC_SUM`, or `TC_AVG`: the sum divided by the world size, integers
+/// truncated); every other op gives `TC_ERR_UNSUPPORTED`. Collective, on
+/// the gloo backend with host memory (CUDA memory gives
+/// `TC_ERR_UNSUPPORTED`). Algorithm of PyTorch's Gloo sparse all-reduce:
+/// each rank coalesces its input, the ranks all-gather their metadata, then
+/// their coalesced indices and values (each entry sent once), and every rank
+/// merges them into the same coalesced result: indices sorted
+/// lexicographically and unique, duplicates summed in input order within a
+/// rank and then in rank order; float16/bfloat16 are summed in float32 and
+/// rounded once per stage; integers wrap on overflow. Every dtype except
+/// bool and float8.
+///
+/// Checks before anything is sent: every index within its dimension's size,
+/// no count overflows; then, across ranks, sparse_dim, dense_dim, every size,
+/// dtype and op must agree: a refusal or a mismatch fails the call on every
+/// rank with a message naming the rank (and the dimension), `*output`
+/// untouched and nothing allocated.
+///
+/// `input` and its arrays are read during the call only. On success
+/// `*output` receives the result, its `shape`, `indices` and `values` arrays
+/// allocated by the library (never NULL, even when `nnz` is 0), each to
+/// release with `tc_free` (cast away `const`). Blocking call: written on
+/// return. `opts->async_op = 1`: the metadata exchange completes during the
+/// call, the rest runs in the background and `*output` (which must stay
+/// valid) is written before `*work` completes (a NULL `work` is then
+/// refused). `opts` may be NULL (defaults). Thread safety and ordering as
+/// the other operations of `comm`.
+#[no_mangle]
+pub extern "C" fn tc_sparse_all_reduce(
+    comm: *mut tc_comm_t,
+    input: *const tc_sparse_coo_t,
+    op: tc_reduce_op_t,
+    output: *mut tc_sparse_coo_t,
+    opts: *const tc_op_options_t,
+    work: *mut *mut tc_work_t,
+) -> tc_result_t {
+    boundary("tc_sparse_all_reduce", || {
+        let comm = unsafe { arg_ref(comm, "comm")? };
+        let input = unsafe { arg_ref(input, "input")? };
+        unsafe { arg_out(output, "output")? };
+        let opts = unsafe { op_options(opts)? };
+        if opts.async_op && work.is_null() {
+            return Err(Error::invalid_argument(
+                "argument 'work' is NULL with async_op: the caller could not tell when 'output' is written",
+            ));
+        }
+        let coo = CooInput {
+            sparse_dim: input.sparse_dim,
+            dense_dim: input.dense_dim,
+            shape: input.shape,
+            nnz: input.nnz,
+            indices: input.indices,
+            values: input.values,
+            dtype: input.dtype,
+        };
+        let dst = OutPtr(output);
+        let deliver = Box::new(move |out: CooOutput| write_output(dst, out));
+        let w = unsafe {
+            crate::sparse::sparse_all_reduce(&comm.inner, &coo, op.kind, &opts, deliver)?
+        };
+        hand_out_work(work, w, &comm.inner);
+        Ok(())
+    })
+}

@@ -1,0 +1,144 @@
+//! A byte buffer in memory from `malloc`, of fixed capacity: results are
+//! written straight into the memory handed to C callers (released there with
+//! `tc_free`), without a final copy.
+
+use crate::error::{Error, Result};
+use std::ffi::c_void;
+
+pub struct CBuf {
+    ptr: *mut u8,
+    len: usize,
+    cap: usize,
+}
+
+// The buffer is owned; moving it between threads moves that ownership.
+unsafe impl Send for CBuf {}
+
+impl CBuf {
+    /// An empty buffer with room for `cap` bytes (the pages are only
+    /// committed as they are written, so a generous bound costs nothing).
+    pub fn with_capacity(cap: usize) -> Result<CBuf> {
+        // SAFETY: plain allocation; never 0 bytes so the pointer is unique.
+        let ptr = unsafe { libc::malloc(cap.max(1)) } as *mut u8;
+        if ptr.is_null() {
+            return Err(Error::system(
+                format!("allocating {cap} bytes for a sparse all-reduce"),
+                std::io::Error::from(std::io::ErrorKind::OutOfMemory),
+            ));
+        }
+        Ok(CBuf { ptr, len: 0, cap })
+    }
+
+    pub fn from_slice(bytes: &[u8]) -> Result<CBuf> {
+        let mut b = CBuf::with_capacity(bytes.len())?;
+        b.append(bytes);
+        Ok(b)
+    }
+
+    /// Room for `n` more bytes, written by `fill` (which must write them
+    /// all). Panics past the capacity: callers size buffers exactly.
+    pub fn append_with(&mut self, n: usize, fill: impl FnOnce(*mut u8)) {
+        assert!(self.cap - self.len >= n, "CBuf overflow");
+        // SAFETY: within the allocation, checked above.
+        fill(unsafe { self.ptr.add(self.len) });
+        self.len += n;
+    }
+
+    pub fn append(&mut self, bytes: &[u8]) {
+        self.append_with(bytes.len(), |dst| unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len())
+        });
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: `len` bytes were written.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Hands the memory to the caller (never NULL), to release with `free`.
+    pub fn into_raw(self) -> *mut c_void {
+        let p = self.ptr;
+        std::mem::forget(self);
+        p.cast()
+    }
+}
+
+impl Drop for CBuf {
+    fn drop(&mut self) {
+        // SAFETY: from malloc, owned.
+        unsafe { libc::free(self.ptr.cast()) }
+    }
+}
+
+impl std::ops::Deref for CBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl std::fmt::Debug for CBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CBuf({} bytes)", self.len)
+    }
+}
+
+/// Exchange buffers kept for the next calls: their pages stay mapped, so a
+/// repeated all-reduce of similar size does not fault in fresh memory each
+/// time (large `malloc` blocks are mapped anew on every allocation).
+static POOL: std::sync::Mutex<Vec<CBuf>> = std::sync::Mutex::new(Vec::new());
+/// At most this many buffers are kept.
+const POOL_SIZE: usize = 4;
+
+impl CBuf {
+    /// An empty buffer of at least `cap` bytes, reused when one is pooled.
+    pub fn pooled(cap: usize) -> Result<CBuf> {
+        let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+        let fit = (0..pool.len())
+            .filter(|i| pool[*i].cap >= cap)
+            .min_by_key(|i| pool[*i].cap);
+        match fit {
+            Some(i) => {
+                let mut b = pool.swap_remove(i);
+                b.len = 0;
+                Ok(b)
+            }
+            None => {
+                drop(pool);
+                CBuf::with_capacity(cap)
+            }
+        }
+    }
+
+    /// Returns the buffer to the pool (dropping the smallest when full).
+    pub fn recycle(self) {
+        let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+        pool.push(self);
+        if pool.len() > POOL_SIZE {
+            if let Some(i) = (0..pool.len()).min_by_key(|i| pool[*i].cap) {
+                pool.swap_remove(i);
+            }
+        }
+    }
+
+    /// Marks `len` bytes as written (by a collective into `as_mut_ptr`).
+    ///
+    /// # Safety
+    /// The first `len` bytes must have been written; `len <= capacity`.
+    pub unsafe fn set_len(&mut self, len: usize) {
+        assert!(len <= self.cap, "CBuf overflow");
+        self.len = len;
+    }
+}
