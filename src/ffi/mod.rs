@@ -63,6 +63,15 @@ pub fn boundary_void(func: &'static str, body: impl FnOnce() -> Result<()>) {
     }
 }
 
+/// Borrows a non-NULL input pointer to a plain C struct (never a handle:
+/// handles go through [`handle_ref`], which checks they are live).
+///
+/// # Safety
+/// `p` must be NULL or valid for reads for `'a`.
+pub unsafe fn arg_ref<'a, T>(p: *const T, name: &str) -> Result<&'a T> {
+    p.as_ref().ok_or_else(|| Error::null_argument(name))
+}
+
 /// Borrows a non-NULL output pointer. Callers check every out-pointer before
 /// doing any work and write them only on success.
 ///

@@ -1,9 +1,10 @@
 //! `tc_sparse_all_reduce`: COO sparse tensors summed across ranks.
 
 use crate::error::{tc_result_t, Error, Result};
-use crate::ffi::comm::{hand_out_work, op_options, tc_comm_t};
+use crate::ffi::comm::tc_comm_t;
+use crate::ffi::comm_ops::{hand_out_work, op_options};
 use crate::ffi::work::tc_work_t;
-use crate::ffi::{arg_out, arg_ref, boundary, malloc_copy};
+use crate::ffi::{arg_out, arg_ref, boundary, handle_ref, malloc_copy};
 use crate::options::tc_op_options_t;
 use crate::sparse::{CooInput, CooOutput};
 use crate::types::{tc_dtype_t, tc_reduce_op_t};
@@ -98,7 +99,7 @@ pub extern "C" fn tc_sparse_all_reduce(
     work: *mut *mut tc_work_t,
 ) -> tc_result_t {
     boundary("tc_sparse_all_reduce", || {
-        let comm = unsafe { arg_ref(comm, "comm")? };
+        let comm = unsafe { handle_ref(comm, "comm")? };
         let input = unsafe { arg_ref(input, "input")? };
         unsafe { arg_out(output, "output")? };
         let opts = unsafe { op_options(opts)? };
