@@ -295,6 +295,82 @@ fn describe_sig(v: &[u64]) -> String {
     format!("{op}(dtype {dtype}, count {}{root}{red})", v[2])
 }
 
+/// (op code, dtype + 1 or 0, count, root as i64, reduce op + 1 or 0) of
+/// a collective, as the collective check exchanges them; None for
+/// point-to-point operations.
+fn signature_words(op: &Op) -> Option<[u64; 5]> {
+    let (dtype, count, root) = op.signature()?;
+    let red = op.reduce_op().map_or(0, |r| r.kind as u64 + 1);
+    Some([
+        op_code(op),
+        dtype.map_or(0, |d| d.to_c() as u64 + 1),
+        count as u64,
+        root as i64 as u64,
+        red,
+    ])
+}
+
+/// The operation's index in [`OP_NAMES`].
+fn op_code(op: &Op) -> u64 {
+    match op {
+        Op::Send { .. } => 0,
+        Op::Recv { .. } => 1,
+        Op::Batch { .. } => 2,
+        Op::Broadcast { .. } => 3,
+        Op::Reduce { .. } => 4,
+        Op::AllReduce { .. } => 5,
+        Op::AllGather { .. } => 6,
+        Op::AllGatherSingle { .. } => 7,
+        Op::AllGatherV { .. } => 8,
+        Op::ReduceScatter { .. } => 9,
+        Op::ReduceScatterSingle { .. } => 10,
+        Op::ReduceScatterV { .. } => 11,
+        Op::AllToAll { .. } => 12,
+        Op::AllToAllSingle { .. } => 13,
+        Op::AllToAllVSingle { .. } => 14,
+        Op::Barrier => 15,
+        Op::Scatter { .. } => 16,
+        Op::Gather { .. } => 17,
+    }
+}
+
+/// The shared-memory path's fingerprint of a collective: its signature,
+/// with the v-variants' per-rank counts as a digest (ranks must pass the
+/// same counts, not only the same total).
+fn fingerprint(op: &Op) -> Option<intra_host::Fingerprint> {
+    let [code, dtype, count, root, red] = signature_words(op)?;
+    let counts = match op {
+        Op::AllGatherV { counts, .. } | Op::ReduceScatterV { counts, .. } => Some(counts),
+        _ => None,
+    };
+    Some(intra_host::Fingerprint {
+        op: code as u8,
+        dtype: dtype as u8,
+        red: red as u8,
+        counts_digest: counts.is_some(),
+        count: counts.map_or(count, |c| intra_host::counts_digest(c)),
+        root,
+    })
+}
+
+/// The fingerprint code of a call that failed on its rank before its first
+/// transfer: the other ranks fail too instead of waiting for it.
+const FAILED_ALONE: u8 = u8::MAX;
+
+fn describe_fingerprint(fp: &intra_host::Fingerprint) -> String {
+    if fp.op == FAILED_ALONE {
+        return "a collective that failed there before any transfer (see that rank's error)".into();
+    }
+    let count = if fp.counts_digest { 0 } else { fp.count };
+    let text = describe_sig(&[fp.op as u64, fp.dtype as u64, count, fp.root, fp.red as u64]);
+    if fp.counts_digest {
+        // The digest means nothing to a reader; the field name says it.
+        text.replace(", count 0", "")
+    } else {
+        text
+    }
+}
+
 struct Deadline(Instant);
 
 impl Deadline {
@@ -385,6 +461,7 @@ impl GlooBackend {
                 init.rank as usize,
                 init.size as usize,
                 &label,
+                describe_fingerprint,
                 &|words| {
                     backend.all_gather_words(words, &deadline, "connect (shared-memory setup)")
                 },
@@ -694,26 +771,10 @@ impl GlooBackend {
     // ---- checks -----------------------------------------------------------------
 
     fn check_collective(&self, op: &Op, d: &Deadline) -> Result<()> {
-        let Some((dtype, count, root)) = op.signature() else {
+        let Some(sig) = signature_words(op) else {
             return Ok(());
         };
-        let code = OP_NAMES
-            .iter()
-            .position(|n| *n == op.name())
-            .unwrap_or(usize::MAX) as u64;
-        let red = op.reduce_op().map_or(0, |r| {
-            RedKind::ALL.iter().position(|k| *k == r.kind).unwrap_or(0) as u64 + 1
-        });
-        let mine = [
-            code,
-            dtype.map_or(0, |d| d.to_c() as u64 + 1),
-            count as u64,
-            root as i64 as u64,
-            red,
-            0,
-            0,
-            0,
-        ];
+        let mine = [sig[0], sig[1], sig[2], sig[3], sig[4], 0, 0, 0];
         let all = self.all_gather_words(&mine, d, "collective check")?;
         let me = self.rank as usize;
         for (r, theirs) in all.chunks(8).enumerate() {
@@ -1129,9 +1190,41 @@ impl GlooBackend {
         op: &Op,
         d: &Deadline,
     ) -> Option<Result<()>> {
-        let (n, me) = (ih.size(), ih.rank());
         let alive = || self.check_not_broken();
-        let sync = |what: &str| ih.sync(what, d, &alive);
+        // The operation's first sync publishes and checks its fingerprint.
+        let first = std::cell::Cell::new(fingerprint(op));
+        let sync = |what: &str| ih.sync(what, first.take().as_ref(), d, &alive);
+        let result = self.intra_host_dispatch(ih, op, &sync)?;
+        // An operation that never synced (nothing to move, or an error
+        // before its first transfer) still meets the other ranks' first
+        // sync, so that they stay in step and see a mismatch; an error
+        // shows as a call of its own that fails every rank.
+        if let Some(fp) = first.take() {
+            let fp = match result {
+                Ok(()) => fp,
+                Err(_) => intra_host::Fingerprint {
+                    op: FAILED_ALONE,
+                    ..Default::default()
+                },
+            };
+            let synced = ih.sync(op.name(), Some(&fp), d, &alive);
+            return Some(result.and(synced));
+        }
+        Some(result)
+    }
+
+    /// The shared-memory form of `op`, if it has one. `sync` must be the
+    /// first thing every form synchronises through.
+    ///
+    /// # Safety
+    /// As for [`GlooBackend::intra_host_op`].
+    unsafe fn intra_host_dispatch(
+        &self,
+        ih: &intra_host::IntraHost,
+        op: &Op,
+        sync: &intra_host::SyncAll,
+    ) -> Option<Result<()>> {
+        let (n, me) = (ih.size(), ih.rank());
         let reduction = |dtype: DType, op: &ReduceOp| -> Result<intra_host::Reduction> {
             Ok(intra_host::Reduction {
                 dtype,
@@ -1152,14 +1245,14 @@ impl GlooBackend {
                 count,
                 dtype,
                 root,
-            } => Some(ih.broadcast(buf.as_u8(), count * dtype.size(), *root as usize, &sync)),
+            } => Some(ih.broadcast(buf.as_u8(), count * dtype.size(), *root as usize, sync)),
             Op::AllReduce {
                 buf,
                 count,
                 dtype,
                 op,
             } => Some(
-                reduction(*dtype, op).and_then(|r| ih.reduce(buf.as_u8(), *count, &r, None, &sync)),
+                reduction(*dtype, op).and_then(|r| ih.reduce(buf.as_u8(), *count, &r, None, sync)),
             ),
             Op::Reduce {
                 buf,
@@ -1169,7 +1262,7 @@ impl GlooBackend {
                 op,
             } => Some(
                 reduction(*dtype, op)
-                    .and_then(|r| ih.reduce(buf.as_u8(), *count, &r, Some(*root as usize), &sync)),
+                    .and_then(|r| ih.reduce(buf.as_u8(), *count, &r, Some(*root as usize), sync)),
             ),
             Op::AllGatherSingle {
                 output,
@@ -1187,7 +1280,7 @@ impl GlooBackend {
                     bytes,
                     !in_place && overlaps(input.as_u8(), bytes, out, bytes * n),
                 );
-                Some(ih.all_gather(out, input, bytes, &sync))
+                Some(ih.all_gather(out, input, bytes, sync))
             }
             Op::ReduceScatterSingle {
                 output,
@@ -1202,7 +1295,7 @@ impl GlooBackend {
                 let (_copy, input) = private_input(input.as_u8(), count * es * n, clash);
                 Some(
                     reduction(*dtype, op)
-                        .and_then(|r| ih.reduce_scatter(out, input, *count, &r, &sync)),
+                        .and_then(|r| ih.reduce_scatter(out, input, *count, &r, sync)),
                 )
             }
             Op::AllToAllSingle {
@@ -1216,7 +1309,7 @@ impl GlooBackend {
                 let clash = !std::ptr::eq(out, input.as_u8())
                     && overlaps(input.as_u8(), block * n, out, block * n);
                 let (_copy, input) = private_input(input.as_u8(), block * n, clash);
-                Some(ih.all_to_all(out, input, block, &sync))
+                Some(ih.all_to_all(out, input, block, sync))
             }
             Op::AllGather {
                 outputs,
@@ -1227,7 +1320,7 @@ impl GlooBackend {
                 let bytes = count * dtype.size();
                 let mut all = Scratch::new(bytes * n);
                 Some(
-                    ih.all_gather(all.ptr(), input.as_u8(), bytes, &sync)
+                    ih.all_gather(all.ptr(), input.as_u8(), bytes, sync)
                         .map(|()| {
                             for (r, out) in outputs.iter().enumerate() {
                                 copy(out.as_u8(), all.ptr().add(r * bytes), bytes);
@@ -1248,7 +1341,7 @@ impl GlooBackend {
                     copy(packed.ptr().add(r * bytes), p.as_u8(), bytes);
                 }
                 Some(reduction(*dtype, op).and_then(|r| {
-                    ih.reduce_scatter(output.as_u8(), packed.ptr(), *count, &r, &sync)
+                    ih.reduce_scatter(output.as_u8(), packed.ptr(), *count, &r, sync)
                 }))
             }
             Op::AllToAll {
@@ -1263,7 +1356,7 @@ impl GlooBackend {
                     copy(packed.ptr().add(r * bytes), p.as_u8(), bytes);
                 }
                 Some(
-                    ih.all_to_all(received.ptr(), packed.ptr(), bytes, &sync)
+                    ih.all_to_all(received.ptr(), packed.ptr(), bytes, sync)
                         .map(|()| {
                             for (r, out) in outputs.iter().enumerate() {
                                 copy(out.as_u8(), received.ptr().add(r * bytes), bytes);
@@ -1286,7 +1379,7 @@ impl GlooBackend {
                 let clash = !in_place
                     && overlaps(input.as_u8(), counts[me] * es, output.as_u8(), total * es);
                 let (_copy, input) = private_input(input.as_u8(), counts[me] * es, clash);
-                Some(ih.all_gather_v(output.as_u8(), input, counts, es, &sync))
+                Some(ih.all_gather_v(output.as_u8(), input, counts, es, sync))
             }
             Op::ReduceScatterV {
                 output,
@@ -1305,7 +1398,7 @@ impl GlooBackend {
                 let (_copy, input) = private_input(input.as_u8(), total * es, clash);
                 Some(
                     reduction(*dtype, op)
-                        .and_then(|r| ih.reduce_scatter_v(out, input, counts, &r, &sync)),
+                        .and_then(|r| ih.reduce_scatter_v(out, input, counts, &r, sync)),
                 )
             }
             Op::AllToAllVSingle {
@@ -1326,14 +1419,7 @@ impl GlooBackend {
                 let clash = !same_layout
                     && overlaps(input.as_u8(), in_total * es, output.as_u8(), out_total * es);
                 let (_copy, input) = private_input(input.as_u8(), in_total * es, clash);
-                Some(ih.all_to_all_v(
-                    output.as_u8(),
-                    output_counts,
-                    input,
-                    input_counts,
-                    es,
-                    &sync,
-                ))
+                Some(ih.all_to_all_v(output.as_u8(), output_counts, input, input_counts, es, sync))
             }
             Op::Gather {
                 outputs,
@@ -1350,7 +1436,7 @@ impl GlooBackend {
                 });
                 let (_copy, input) = private_input(input.as_u8(), bytes, clash);
                 let outs: Vec<*mut u8> = outputs.iter().map(|o| o.as_u8()).collect();
-                Some(ih.gather(&outs, input, bytes, *root as usize, &sync))
+                Some(ih.gather(&outs, input, bytes, *root as usize, sync))
             }
             Op::Scatter {
                 output,
@@ -1370,7 +1456,7 @@ impl GlooBackend {
                 let out = if clash { landing.ptr() } else { output.as_u8() };
                 let ins: Vec<*const u8> = inputs.iter().map(|i| i.as_u8() as *const u8).collect();
                 Some(
-                    ih.scatter(out, &ins, bytes, *root as usize, &sync)
+                    ih.scatter(out, &ins, bytes, *root as usize, sync)
                         .map(|()| {
                             if clash {
                                 copy(output.as_u8(), landing.ptr(), bytes);
