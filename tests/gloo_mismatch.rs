@@ -116,8 +116,7 @@ fn named_field(case: &str) -> (&'static str, &'static str, &'static str) {
         "reduce-op" => ("reduce op", "op max", "op sum"),
         "root" => ("root", "root 1", "root 0"),
         "operation" => ("operation", "broadcast(", "all_reduce("),
-        "barrier" => ("operation", "all_reduce(", "barrier("),
-        "extra" => ("operation", "barrier(", "all_reduce("),
+        "barrier" => ("operation", "all_reduce(", "barrier()"),
         other => panic!("unknown case {other}"),
     }
 }
@@ -135,7 +134,7 @@ fn check_mismatch_error(case: &str, e: &Error, n: i32) {
         assert!(msg.contains("nothing was transferred"), "{e}");
     } else {
         assert!(
-            matches!(e.kind, ErrorKind::Timeout | ErrorKind::InvalidUsage),
+            matches!(e.kind, ErrorKind::Timeout | ErrorKind::Remote),
             "{e}"
         );
         assert!(msg_points_to_check(&e.message), "{e}");
@@ -185,9 +184,23 @@ fn mismatch_child(case: &str) {
     run(&comm, Op::Barrier).unwrap();
     let mut buf = Marked::new(me);
     let op = mismatched_op(case, me, n, &mut buf);
-    let e = run(&comm, op).unwrap_err();
-    check_mismatch_error(case, &e, n);
-    assert!(buf.untouched(), "rank {me}: the buffer was written");
+    match run(&comm, op) {
+        Err(e) => {
+            check_mismatch_error(case, &e, n);
+            // On Gloo, ranks whose calls agree exchange data among
+            // themselves before the odd rank's timeout; with two ranks no
+            // subset agrees.
+            if shm_path() || n == 2 {
+                assert!(buf.untouched(), "rank {me}: the buffer was written");
+            }
+        }
+        Ok(()) => {
+            // Only on Gloo, only a rank whose call matched every peer it
+            // talks to in this collective; its next call fails below.
+            assert!(!shm_path() && me != n - 1, "rank {me}: the call succeeded");
+            println!("RESULT {case}: the call matched its peers' and completed");
+        }
+    }
     check_afterwards(&comm, me, n);
 }
 
@@ -219,16 +232,15 @@ fn extra_call_child() {
         let _ = comm.finalize();
         drop(comm);
         println!("RESULT destroyed");
+        // Alive, so that rank 0 learns from the comm, not from the exit.
+        std::thread::sleep(Duration::from_secs(3));
         return;
     }
     let e = run(&comm, Op::Barrier).unwrap_err();
     println!("RESULT extra barrier: {:?} {}", e.kind, e.message);
     if shm_path() {
-        assert!(
-            e.message.contains("rank 1 left the comm")
-                || e.message.contains("rank 1's process exited"),
-            "{e}"
-        );
+        assert_eq!(e.kind, ErrorKind::Remote, "{e}");
+        assert!(e.message.contains("rank 1 left the comm"), "{e}");
     }
 }
 
@@ -239,12 +251,19 @@ fn launch_case(test: &str, case: &str, n: usize, shm: bool) {
     }
     let role = if shm { "shm" } else { "gloo" };
     let out = launch(test, role, n, &env, Duration::from_secs(120));
+    let all = out
+        .iter()
+        .map(|o| o.describe())
+        .collect::<Vec<_>>()
+        .join("\n");
     for o in &out {
+        for r in o.results() {
+            eprintln!("{case} {role} rank {}: {r}", o.rank);
+        }
         assert!(
             o.ok(),
-            "{case} on the {role} path: rank {} did not survive: {}",
+            "{case} on the {role} path: rank {} did not survive: {all}",
             o.rank,
-            o.describe()
         );
         assert!(!o.stderr.contains("terminate called"), "{}", o.describe());
         assert!(

@@ -545,11 +545,13 @@ impl IntraHost {
             }
             let left = match d.left() {
                 Ok(left) => left,
-                Err(_) => return Err(Error::timeout(format!(
+                Err(_) => {
+                    return Err(Error::timeout(format!(
                     "{what} through shared memory on rank {me}: rank(s) {} did not arrive in time \
                          (slow, stopped or hung, or it issued fewer collectives than this rank)",
                     names()
-                ))),
+                )))
+                }
             };
             self.sleeping_of(me).store(1, Ordering::SeqCst);
             if missing().is_empty() {

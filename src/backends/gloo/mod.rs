@@ -79,8 +79,12 @@ const OP_NAMES: [&str; 18] = [
 ];
 
 struct Seqs {
-    /// Next Gloo tag for a collective call (the same on every rank).
+    /// Counts Gloo calls of collectives (the same on every rank): the low
+    /// [`TAG_COUNTER_BITS`] of each call's tag.
     tag: u32,
+    /// The rest of the tag: a hash of the running collective's signature
+    /// (see [`tag_salt`]), 0 outside collectives.
+    salt: u32,
     /// Next sequence number of a send to / receive from each peer.
     send: Vec<u64>,
     recv: Vec<u64>,
@@ -269,6 +273,9 @@ fn premul_factor(op: &ReduceOp, dtype: DType) -> Result<f64> {
 
 fn describe_sig(v: &[u64]) -> String {
     let op = OP_NAMES.get(v[0] as usize).copied().unwrap_or("?");
+    if op == "barrier" {
+        return "barrier()".into();
+    }
     let dtype = if v[1] == 0 {
         "-".to_string()
     } else {
@@ -308,6 +315,40 @@ fn signature_words(op: &Op) -> Option<[u64; 5]> {
         root as i64 as u64,
         red,
     ])
+}
+
+/// Appended to timeouts while the full collective check is off.
+const CHECK_HINT: &str = "; if the ranks may have called different collectives (operation, dtype, count, root \
+     or reduce op), set TORCHCOMM_CHECK_COLLECTIVES=1 on every rank: it checks every call and names the field that differs";
+
+/// Bits of a Gloo tag that count calls; the rest carry [`tag_salt`].
+const TAG_COUNTER_BITS: u32 = 12;
+
+/// A hash of what the ranks must agree on for a collective, folded into
+/// every Gloo tag the collective uses. Gloo matches messages by tag, so
+/// ranks that called different collectives (operation, dtype, count, root
+/// or reduce op) exchange nothing and fail at the timeout, instead of
+/// receiving a message of another size, which makes Gloo's network thread
+/// throw (`op.preamble.length <= op.nbytes`, uncatchable: the process
+/// terminates) or, at equal sizes, reduce the wrong data. The v-variants'
+/// counts are left out: they are compared first, by a message of a size
+/// every rank agrees on.
+fn tag_salt(op: &Op) -> u32 {
+    let Some(mut words) = signature_words(op) else {
+        return 0;
+    };
+    if matches!(op, Op::AllGatherV { .. } | Op::ReduceScatterV { .. }) {
+        words[2] = 0;
+    }
+    let mut h = words.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, w| {
+        (h ^ w).wrapping_mul(0x0100_0000_01b3)
+    });
+    // Mix every input bit into the top bits kept (a small difference in
+    // the last word changes only a few low bits before this).
+    for k in [0xff51_afd7_ed55_8ccd_u64, 0xc4ce_b9fe_1a85_ec53] {
+        h = (h ^ h >> 33).wrapping_mul(k);
+    }
+    (h >> (32 + TAG_COUNTER_BITS)) as u32
 }
 
 /// The operation's index in [`OP_NAMES`].
@@ -436,6 +477,7 @@ impl GlooBackend {
             ctx,
             seqs: Mutex::new(Seqs {
                 tag: 1,
+                salt: 0,
                 send: vec![0; n],
                 recv: vec![0; n],
             }),
@@ -551,8 +593,9 @@ impl GlooBackend {
 
     fn next_tag(&self) -> u32 {
         let mut s = lock(&self.seqs);
-        let t = s.tag;
-        s.tag = s.tag.wrapping_add(1).max(1);
+        let t = s.tag | s.salt << TAG_COUNTER_BITS;
+        s.tag = (s.tag + 1) % (1 << TAG_COUNTER_BITS);
+        s.tag = s.tag.max(1);
         t
     }
 
@@ -630,10 +673,12 @@ impl GlooBackend {
     /// are out of step. The store work runs on its own thread and
     /// connection, so a store host that is itself stopped costs no more
     /// than the window.
-    fn diagnose(&self, op_name: &str, seq: u64, kind: ErrorKind) -> String {
+    fn diagnose(&self, op: &Op, seq: u64, kind: ErrorKind) -> String {
         let (me, n) = (self.rank as usize, self.size as usize);
         let store = self.store.clone();
-        let mine = format!("{seq} {op_name} {kind:?}");
+        let op_name = op.name();
+        let call = signature_words(op).map_or(op_name.to_string(), |w| describe_sig(&w));
+        let mine = format!("{seq} {op_name} {kind:?} {call}");
         let (tx, rx) = mpsc::channel();
         let spawned = std::thread::Builder::new()
             .name("tc-gloo-diag".into())
@@ -702,10 +747,13 @@ impl GlooBackend {
         }
         for (r, report) in reports.iter().enumerate() {
             let Some(report) = report else { continue };
-            let mut it = report.splitn(3, ' ');
+            let mut it = report.splitn(4, ' ');
             let (their_seq, their_op) = (it.next().unwrap_or("?"), it.next().unwrap_or("?"));
+            let their_call = it.nth(1).unwrap_or("?");
             if their_seq != seq.to_string() {
                 parts.push(format!("rank {r} failed in operation #{their_seq} ({their_op}) while this rank was at #{seq} ({op_name}): the ranks are out of step"));
+            } else if their_call != call {
+                parts.push(format!("rank {r} called {their_call} as operation #{seq}, this rank {call}: the ranks called different collectives"));
             }
         }
         if parts.is_empty() {
@@ -810,6 +858,14 @@ impl GlooBackend {
         if self.check_collectives {
             self.check_collective(op, d)?;
         }
+        lock(&self.seqs).salt = tag_salt(op);
+        let result = self.execute_salted(op, d);
+        lock(&self.seqs).salt = 0;
+        result
+    }
+
+    /// [`GlooBackend::execute`] once the collective's tags carry its salt.
+    fn execute_salted(&self, op: &Op, d: &Deadline) -> Result<()> {
         if let Some(ih) = &self.intra {
             // SAFETY: as for the match below.
             if let Some(result) = unsafe { self.intra_host_op(ih, op, d) } {
@@ -1878,11 +1934,18 @@ impl Backend for GlooBackend {
             }
             let lost_peer = matches!(e.kind, ErrorKind::Timeout | ErrorKind::Remote);
             if lost_peer && self.size > 1 && !self.diagnosed.swap(true, Ordering::SeqCst) {
-                let found = self.diagnose(op.name(), seq, e.kind);
+                let found = self.diagnose(op, seq, e.kind);
                 e.message.push_str(&found);
                 if let Some(b) = lock(&self.broken).as_mut() {
                     b.message.push_str(&found);
                 }
+            }
+            if lost_peer && !self.check_collectives && self.size > 1 {
+                // Ranks that called different collectives exchange nothing
+                // (see `tag_salt`): they meet here, at the timeout (or
+                // when the first rank that timed out closes its
+                // connections).
+                e.message.push_str(CHECK_HINT);
             }
             e
         })
