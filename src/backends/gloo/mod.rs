@@ -858,19 +858,11 @@ impl GlooBackend {
         if self.check_collectives {
             self.check_collective(op, d)?;
         }
-        lock(&self.seqs).salt = tag_salt(op);
-        let result = self.execute_salted(op, d);
-        lock(&self.seqs).salt = 0;
-        result
-    }
-
-    /// [`GlooBackend::execute`] once the collective's tags carry its salt.
-    fn execute_salted(&self, op: &Op, d: &Deadline) -> Result<()> {
         if let Some(ih) = &self.intra {
-            // SAFETY: as for the match below.
+            // SAFETY: as for `execute_gloo`.
             if let Some(result) = unsafe { self.intra_host_op(ih, op, d) } {
                 // Ranks that failed mid-operation are out of step. Argument
-                // errors come before any sync, and counts that differ are
+                // errors come before any sync, and calls that differ are
                 // found by all ranks at the same sync: those stay in step.
                 return result.inspect_err(|e| {
                     if !matches!(
@@ -884,6 +876,14 @@ impl GlooBackend {
                 });
             }
         }
+        lock(&self.seqs).salt = tag_salt(op);
+        let result = self.execute_gloo(op, d);
+        lock(&self.seqs).salt = 0;
+        result
+    }
+
+    /// `op` through Gloo, its tags carrying its salt (see [`tag_salt`]).
+    fn execute_gloo(&self, op: &Op, d: &Deadline) -> Result<()> {
         let n = self.size as usize;
         let me = self.rank as usize;
         // SAFETY (whole match): the comm validated every pointer against its
