@@ -26,14 +26,21 @@
 //!   `me` of every segment out.
 //! - gather and scatter: copy in (the root: every block); sync; copy out.
 //! - all_gather_v and reduce_scatter_v: as their single forms, chunked by
-//!   the largest count; the first sync also compares a digest of every
-//!   rank's counts, so ranks that passed different counts all fail alike
-//!   and stay in step.
+//!   the largest count (the fingerprint below carries a digest of every
+//!   rank's counts, so ranks that passed different counts all fail alike).
 //! - all_to_all_v_single: a first sync shares every rank's splits (all
 //!   ranks check the whole matrix alike), then chunks of every block.
 //! - the list forms of all_gather, reduce_scatter and all_to_all pack their
 //!   lists into one buffer and run the single forms.
 //! - barrier: one sync.
+//!
+//! Every operation's first sync also publishes its fingerprint (the sync's
+//! phase, the operation, dtype, count or counts digest, root and reduce
+//! op) beside the phase word, and every rank compares all ranks' after it:
+//! ranks that called different collectives all fail there with
+//! `TC_ERR_INVALID_USAGE` naming the rank and the field, before any data
+//! lands, and stay in step (the check needs no synchronisation of its own).
+//! An operation with nothing to move still makes that one sync.
 //!
 //! Reductions follow the Gloo path's rules: PREMUL_SUM scales each input
 //! first, AVG divides the sum, float16/bfloat16 sums add in f32 and round

@@ -14,6 +14,13 @@
 //!   compared first; with `TORCHCOMM_CHECK_COLLECTIVES=1` every collective
 //!   first all-gathers (op, dtype, count, root, reduce op) and fails on all
 //!   ranks, naming the rank that differs;
+//! - without that check, ranks that call different collectives would send
+//!   messages of the wrong size, which makes Gloo's network thread throw
+//!   (uncatchable: the process terminates), or of the right size with the
+//!   wrong meaning (silently wrong results): every Gloo tag of a collective
+//!   carries a hash of its signature, so such ranks exchange nothing and
+//!   fail at the timeout, told to enable the check (the shared-memory path
+//!   checks every collective always, see [`intra_host`]);
 //! - after a timeout or a vanished peer the context is closed (Gloo closes it
 //!   on timeouts anyway), which makes the peers fail fast too; later
 //!   operations fail at once;
@@ -1979,3 +1986,101 @@ impl Backend for GlooBackend {
 // Raw pointers inside `Op` are only dereferenced on the progress thread.
 unsafe impl Send for GlooBackend {}
 unsafe impl Sync for GlooBackend {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::Ptr;
+
+    fn null() -> Ptr {
+        Ptr(std::ptr::null_mut())
+    }
+
+    fn all_reduce(count: usize, dtype: DType, kind: RedKind) -> Op {
+        Op::AllReduce {
+            buf: null(),
+            count,
+            dtype,
+            op: ReduceOp {
+                kind,
+                factor: PremulFactor::Host(1.0),
+            },
+        }
+    }
+
+    fn broadcast(root: i32) -> Op {
+        Op::Broadcast {
+            buf: null(),
+            count: 8,
+            dtype: DType::F32,
+            root,
+        }
+    }
+
+    fn all_gather_v(counts: Vec<usize>) -> Op {
+        Op::AllGatherV {
+            output: null(),
+            input: null(),
+            counts,
+            dtype: DType::F32,
+        }
+    }
+
+    #[test]
+    fn op_codes_index_op_names() {
+        let gather = Op::Gather {
+            outputs: vec![],
+            input: null(),
+            count: 1,
+            dtype: DType::U8,
+            root: 0,
+        };
+        for op in [
+            Op::Barrier,
+            all_reduce(1, DType::F32, RedKind::Sum),
+            broadcast(0),
+            all_gather_v(vec![1]),
+            gather,
+        ] {
+            assert_eq!(OP_NAMES[op_code(&op) as usize], op.name());
+        }
+    }
+
+    /// Ranks whose calls differ in any field use different Gloo tags.
+    #[test]
+    fn every_field_of_a_call_changes_its_tag_salt() {
+        let salts = [
+            tag_salt(&all_reduce(8, DType::F32, RedKind::Sum)),
+            tag_salt(&all_reduce(6, DType::F32, RedKind::Sum)),
+            tag_salt(&all_reduce(8, DType::I32, RedKind::Sum)),
+            tag_salt(&all_reduce(8, DType::F32, RedKind::Max)),
+            tag_salt(&broadcast(0)),
+            tag_salt(&broadcast(1)),
+            tag_salt(&Op::Barrier),
+        ];
+        for (i, a) in salts.iter().enumerate() {
+            assert!(*a < 1 << (32 - TAG_COUNTER_BITS));
+            for b in &salts[i + 1..] {
+                assert_ne!(a, b, "{salts:x?}");
+            }
+        }
+        // The v-variants' counts are compared by a message of their own.
+        assert_eq!(
+            tag_salt(&all_gather_v(vec![2, 3])),
+            tag_salt(&all_gather_v(vec![2, 4]))
+        );
+    }
+
+    #[test]
+    fn fingerprints_tell_per_rank_counts_apart() {
+        let a = fingerprint(&all_gather_v(vec![2, 3])).unwrap();
+        let b = fingerprint(&all_gather_v(vec![3, 2])).unwrap();
+        assert_ne!(a, b);
+        assert!(describe_fingerprint(&a).starts_with("all_gather_v(dtype float32"));
+        assert!(!describe_fingerprint(&a).contains("count"));
+        assert_eq!(
+            describe_fingerprint(&fingerprint(&Op::Barrier).unwrap()),
+            "barrier()"
+        );
+    }
+}
