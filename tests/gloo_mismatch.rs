@@ -14,13 +14,16 @@ mod gloo_common;
 
 use gloo_common::*;
 use std::time::Duration;
-use torchcomm::comm::{Comm, Op, Ptr};
+use torchcomm::comm::{Comm, Op, OpOptions, Ptr};
 use torchcomm::error::{Error, ErrorKind};
 use torchcomm::types::{DType, PremulFactor, RedKind, ReduceOp};
 
-/// The Gloo path sees a mismatch only at the operation's timeout.
-const GLOO_TIMEOUT: Duration = Duration::from_secs(3);
-const SHM_TIMEOUT: Duration = Duration::from_secs(20);
+/// The Gloo path sees a mismatch only at the operation's timeout: the
+/// mismatched calls get a short one, the comm (connecting, the calls that
+/// agree) a long one, for loaded machines.
+const GLOO_OP_TIMEOUT: Duration = Duration::from_secs(3);
+const SHM_OP_TIMEOUT: Duration = Duration::from_secs(20);
+const COMM_TIMEOUT: Duration = Duration::from_secs(60);
 const COUNT: usize = 8;
 
 fn red(kind: RedKind) -> ReduceOp {
@@ -170,21 +173,27 @@ fn check_afterwards(comm: &Comm, me: i32, n: i32) {
     }
 }
 
-fn timeout() -> Duration {
-    if shm_path() {
-        SHM_TIMEOUT
+/// Runs a call that may not match the other ranks' calls.
+fn run_mismatched(comm: &Comm, op: Op) -> torchcomm::error::Result<()> {
+    let timeout = if shm_path() {
+        SHM_OP_TIMEOUT
     } else {
-        GLOO_TIMEOUT
-    }
+        GLOO_OP_TIMEOUT
+    };
+    let options = OpOptions {
+        timeout: Some(timeout),
+        ..Default::default()
+    };
+    comm.submit(op, &options).map(|_| ())
 }
 
 fn mismatch_child(case: &str) {
-    let comm = child_comm(case, timeout());
+    let comm = child_comm(case, COMM_TIMEOUT);
     let (me, n) = (comm.rank(), comm.size());
     run(&comm, Op::Barrier).unwrap();
     let mut buf = Marked::new(me);
     let op = mismatched_op(case, me, n, &mut buf);
-    match run(&comm, op) {
+    match run_mismatched(&comm, op) {
         Err(e) => {
             check_mismatch_error(case, &e, n);
             // On Gloo, ranks whose calls agree exchange data among
@@ -208,7 +217,7 @@ fn mismatch_child(case: &str) {
 /// next: both fail on that call. Rank 1 then destroys its comm while rank
 /// 0 calls a barrier, which must fail, not hang.
 fn extra_call_child() {
-    let comm = child_comm("extra", timeout());
+    let comm = child_comm("extra", COMM_TIMEOUT);
     let me = comm.rank();
     let mut buf = Marked::new(me);
     run(&comm, all_reduce(&mut buf, COUNT, DType::I32, RedKind::Max)).unwrap();
@@ -218,7 +227,7 @@ fn extra_call_child() {
     } else {
         Op::Barrier
     };
-    let e = run(&comm, op).unwrap_err();
+    let e = run_mismatched(&comm, op).unwrap_err();
     println!("RESULT extra: {:?} {}", e.kind, e.message);
     assert!(buf.untouched(), "rank {me}: the buffer was written");
     if shm_path() {
@@ -236,7 +245,7 @@ fn extra_call_child() {
         std::thread::sleep(Duration::from_secs(3));
         return;
     }
-    let e = run(&comm, Op::Barrier).unwrap_err();
+    let e = run_mismatched(&comm, Op::Barrier).unwrap_err();
     println!("RESULT extra barrier: {:?} {}", e.kind, e.message);
     if shm_path() {
         assert_eq!(e.kind, ErrorKind::Remote, "{e}");
