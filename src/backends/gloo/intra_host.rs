@@ -55,6 +55,7 @@
 
 use super::reduce::{self, ReduceFn, Scale};
 use super::shm::{file_id, futex_wait, futex_wake, host_id, shared_file, PeerMapping, Placement};
+use super::signature::Fingerprint;
 use super::{copy, Deadline, Scratch};
 use crate::error::{Error, Result};
 use crate::types::DType;
@@ -101,71 +102,6 @@ pub struct IntraHost {
     busy_spins: u32,
     /// Names a fingerprint's operation in messages.
     describe: fn(&Fingerprint) -> String,
-}
-
-/// What every rank must agree on for a collective, published next to the
-/// phase word at the operation's first sync and compared by every rank
-/// after it: an always-on check that costs no extra synchronisation.
-/// Fields, not a hash, so that a mismatch names the field.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Fingerprint {
-    /// Operation code (the backend's numbering, below 256).
-    pub op: u8,
-    /// 0 for none, else the dtype's C value + 1.
-    pub dtype: u8,
-    /// 0 for none, else the reduce op's C value + 1.
-    pub red: u8,
-    /// Whether `count` is a digest of per-rank counts (the v-variants).
-    pub counts_digest: bool,
-    pub count: u64,
-    /// The root as an i64 (-1 for none).
-    pub root: u64,
-}
-
-impl Fingerprint {
-    fn packed(&self) -> u64 {
-        self.op as u64
-            | (self.dtype as u64) << 8
-            | (self.red as u64) << 16
-            | (self.counts_digest as u64) << 24
-    }
-
-    fn unpack(packed: u64, count: u64, root: u64) -> Fingerprint {
-        Fingerprint {
-            op: packed as u8,
-            dtype: (packed >> 8) as u8,
-            red: (packed >> 16) as u8,
-            counts_digest: (packed >> 24) & 1 == 1,
-            count,
-            root,
-        }
-    }
-
-    /// The first field (in the order a reader checks a call) that differs.
-    fn differing_field(&self, other: &Fingerprint) -> &'static str {
-        if self.op != other.op {
-            "operation"
-        } else if self.dtype != other.dtype {
-            "dtype"
-        } else if self.count != other.count && self.counts_digest {
-            "per-rank counts"
-        } else if self.count != other.count {
-            "count"
-        } else if self.root != other.root {
-            "root"
-        } else {
-            "reduce op"
-        }
-    }
-}
-
-/// A digest of per-rank counts, for a v-variant's fingerprint.
-pub fn counts_digest(counts: &[usize]) -> u64 {
-    counts
-        .iter()
-        .fold(0xcbf2_9ce4_8422_2325u64 ^ counts.len() as u64, |h, c| {
-            (h ^ *c as u64).wrapping_mul(0x0100_0000_01b3)
-        })
 }
 
 // SAFETY: the segments are accessed through atomics and under the sync
