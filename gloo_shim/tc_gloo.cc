@@ -3,6 +3,15 @@
 // point runs its body through `guarded`, which catches every exception
 // (Gloo's EnforceNotMet derives only from std::exception, so nothing less
 // than `catch (...)` is enough) and turns it into a code and a message.
+//
+// What no guard here can catch: an exception Gloo throws on its own network
+// thread (the device loop), which terminates the process. The one callers
+// can provoke is a message larger than the receive posted for its slot
+// (transport/tcp/pair.cc, `op.preamble.length <= op.nbytes`), when ranks
+// call different collectives. The Rust side keeps such messages from ever
+// matching: each collective's tag carries a hash of its signature (see
+// `tag_salt` in src/backends/gloo/mod.rs), and point-to-point sizes and
+// the v-variants' counts are agreed before any transfer.
 
 #include "tc_gloo.h"
 

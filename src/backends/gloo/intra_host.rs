@@ -26,14 +26,21 @@
 //!   `me` of every segment out.
 //! - gather and scatter: copy in (the root: every block); sync; copy out.
 //! - all_gather_v and reduce_scatter_v: as their single forms, chunked by
-//!   the largest count; the first sync also compares a digest of every
-//!   rank's counts, so ranks that passed different counts all fail alike
-//!   and stay in step.
+//!   the largest count (the fingerprint below carries a digest of every
+//!   rank's counts, so ranks that passed different counts all fail alike).
 //! - all_to_all_v_single: a first sync shares every rank's splits (all
 //!   ranks check the whole matrix alike), then chunks of every block.
 //! - the list forms of all_gather, reduce_scatter and all_to_all pack their
 //!   lists into one buffer and run the single forms.
 //! - barrier: one sync.
+//!
+//! Every operation's first sync also publishes its fingerprint (the sync's
+//! phase, the operation, dtype, count or counts digest, root and reduce
+//! op) beside the phase word, and every rank compares all ranks' after it:
+//! ranks that called different collectives all fail there with
+//! `TC_ERR_INVALID_USAGE` naming the rank and the field, before any data
+//! lands, and stay in step (the check needs no synchronisation of its own).
+//! An operation with nothing to move still makes that one sync.
 //!
 //! Reductions follow the Gloo path's rules: PREMUL_SUM scales each input
 //! first, AVG divides the sum, float16/bfloat16 sums add in f32 and round
@@ -48,6 +55,7 @@
 
 use super::reduce::{self, ReduceFn, Scale};
 use super::shm::{file_id, futex_wait, futex_wake, host_id, shared_file, PeerMapping, Placement};
+use super::signature::Fingerprint;
 use super::{copy, Deadline, Scratch};
 use crate::error::{Error, Result};
 use crate::types::DType;
@@ -60,7 +68,11 @@ use std::time::Duration;
 
 /// Bytes of each of a segment's two data halves: the chunk size.
 pub(super) const HALF: usize = 512 << 10;
-const HEADER: usize = 64;
+/// Header words: phase (0), bell (8), sleeping (12), left (16), and from
+/// [`SLOTS`] two fingerprint slots (see [`Fingerprint`]).
+const HEADER: usize = 128;
+const SLOTS: usize = 64;
+const SLOT_WORDS: usize = 4;
 const SEGMENT: usize = HEADER + 2 * HALF;
 /// Busy polls before a sync yields, when the host has a core per rank
 /// (busy polling ranks that share cores delays the very peers they wait
@@ -88,6 +100,8 @@ pub struct IntraHost {
     chunks: AtomicU64,
     /// [`BUSY_SPINS`], or 0 when there are more ranks than usable cores.
     busy_spins: u32,
+    /// Names a fingerprint's operation in messages.
+    describe: fn(&Fingerprint) -> String,
 }
 
 // SAFETY: the segments are accessed through atomics and under the sync
@@ -157,6 +171,7 @@ impl IntraHost {
         rank: usize,
         size: usize,
         label: &str,
+        describe: fn(&Fingerprint) -> String,
         all_gather: &dyn Fn(&[u64]) -> Result<Vec<u64>>,
     ) -> Result<Option<IntraHost>> {
         let wanted = !matches!(
@@ -256,6 +271,7 @@ impl IntraHost {
             phase: AtomicU64::new(0),
             chunks: AtomicU64::new(0),
             busy_spins,
+            describe,
         }))
     }
 
@@ -272,43 +288,94 @@ impl IntraHost {
         unsafe { &*(self.bases[r].add(12) as *const AtomicU32) }
     }
 
-    /// The digest of the counts rank `r` passed to its current v-variant.
-    fn counts_digest_of(&self, r: usize) -> &AtomicU64 {
-        unsafe { &*(self.bases[r].add(16) as *const AtomicU64) }
+    /// Set when rank `r` dropped its comm: a peer waiting for it fails
+    /// at once (it issued fewer collectives) instead of at its timeout.
+    fn left_of(&self, r: usize) -> &AtomicU32 {
+        unsafe { &*(self.bases[r].add(16) as *const AtomicU32) }
     }
 
-    /// Publishes this rank's `counts` (before a sync) ...
-    fn publish_counts(&self, counts: &[usize]) -> u64 {
-        let digest = counts
-            .iter()
-            .fold(0xcbf2_9ce4_8422_2325u64 ^ counts.len() as u64, |h, c| {
-                (h ^ *c as u64).wrapping_mul(0x0100_0000_01b3)
-            });
-        self.counts_digest_of(self.rank)
-            .store(digest, Ordering::Relaxed);
-        digest
+    /// Word `i` of rank `r`'s fingerprint slot for a first sync at phase `p`:
+    /// alternate slots, so that a rank that passed that sync and published
+    /// its next operation's fingerprint (at phase `p + 1` at the earliest)
+    /// never overwrites one that a slower rank is still reading.
+    fn slot_word(&self, r: usize, p: u64, i: usize) -> &AtomicU64 {
+        let at = SLOTS + (p % 2) as usize * SLOT_WORDS * 8 + i * 8;
+        unsafe { &*(self.bases[r].add(at) as *const AtomicU64) }
     }
 
-    /// ... and checks every rank's (after it): all ranks see the same
-    /// answer, so they stay in step either way.
-    fn check_counts(&self, what: &str, digest: u64) -> Result<()> {
-        match (0..self.size).find(|r| self.counts_digest_of(*r).load(Ordering::Relaxed) != digest) {
-            None => Ok(()),
-            Some(_) => {
-                let first = self.counts_digest_of(0).load(Ordering::Relaxed);
-                let differ: Vec<String> = (1..self.size)
-                    .filter(|r| self.counts_digest_of(*r).load(Ordering::Relaxed) != first)
-                    .map(|r| r.to_string())
-                    .collect();
-                let who = match differ.as_slice() {
-                    [one] => format!("rank {one} passed counts that differ"),
-                    many => format!("ranks {} passed counts that differ", many.join(", ")),
-                };
-                Err(Error::invalid_usage(format!(
-                    "{what}: {who} from rank 0's; every rank must pass the same counts (nothing was transferred)"
-                )))
+    fn publish(&self, p: u64, fp: &Fingerprint) {
+        for (i, w) in [p, fp.packed(), fp.count, fp.root].into_iter().enumerate() {
+            self.slot_word(self.rank, p, i).store(w, Ordering::Relaxed);
+        }
+    }
+
+    /// Rank `r`'s fingerprint for the operation whose first sync is at phase
+    /// `p`; None if `r` was not at the start of an operation there.
+    fn published(&self, r: usize, p: u64) -> Option<Fingerprint> {
+        let [packed, count, root] = self.published_words(r, p)?;
+        Some(Fingerprint::unpack(packed, count, root))
+    }
+
+    /// [`IntraHost::published`] as raw words: what the common case, every
+    /// fingerprint alike, compares.
+    fn published_words(&self, r: usize, p: u64) -> Option<[u64; 3]> {
+        let w = |i| self.slot_word(r, p, i).load(Ordering::Relaxed);
+        (w(0) == p).then(|| [w(1), w(2), w(3)])
+    }
+
+    /// After the first sync of an operation: every rank compares every
+    /// rank's fingerprint with rank 0's, so all ranks give the same answer
+    /// and stay in step. On a mismatch nothing was transferred yet (data
+    /// lands only after this sync), and every rank starts its next chunk
+    /// on the same half.
+    fn check_fingerprints(&self, what: &str, p: u64) -> Result<()> {
+        let first = self.published_words(0, p);
+        if first.is_some() && (1..self.size).all(|r| self.published_words(r, p) == first) {
+            return Ok(());
+        }
+        let Some(first) = self.published(0, p) else {
+            return Err(self.out_of_step(what, 0));
+        };
+        let mut differ = Vec::new();
+        for r in 1..self.size {
+            match self.published(r, p) {
+                Some(fp) if fp == first => {}
+                Some(fp) => differ.push((r, fp)),
+                None => return Err(self.out_of_step(what, r)),
             }
         }
+        let Some((r, theirs)) = differ.first() else {
+            return Ok(());
+        };
+        self.chunks.store(0, Ordering::Relaxed);
+        let others = match differ.len() {
+            1 => String::new(),
+            _ => format!(
+                " (ranks {} differ from rank 0)",
+                differ
+                    .iter()
+                    .map(|(r, _)| r.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        let describe = self.describe;
+        Err(Error::invalid_usage(format!(
+            "{what} through shared memory: rank {r} called {} but rank 0 called {}: the {} differs{others}; \
+             every rank must call the same collectives in the same order with the same arguments \
+             (nothing was transferred)",
+            describe(theirs),
+            describe(&first),
+            theirs.differing_field(&first)
+        )))
+    }
+
+    fn out_of_step(&self, what: &str, r: usize) -> Error {
+        Error::remote(format!(
+            "{what} through shared memory on rank {}: rank {r} is in the middle of another operation \
+             (the ranks are out of step, e.g. after a rank failed alone)",
+            self.rank
+        ))
     }
 
     /// Rank `r`'s data half `h`.
@@ -336,18 +403,50 @@ impl IntraHost {
         futex_wake(self.bell_of(self.rank));
     }
 
-    /// Waits until every rank reached this sync. `alive` fails when the comm
-    /// was aborted.
-    pub fn sync(&self, what: &str, d: &Deadline, alive: &dyn Fn() -> Result<()>) -> Result<()> {
+    /// Waits until every rank reached this sync. `first` is the operation's
+    /// fingerprint at its first sync (None at later ones): published with
+    /// the phase and checked against every rank's. `alive` fails when the
+    /// comm was aborted.
+    pub fn sync(
+        &self,
+        what: &str,
+        first: Option<&Fingerprint>,
+        d: &Deadline,
+        alive: &dyn Fn() -> Result<()>,
+    ) -> Result<()> {
         let p = self.phase.fetch_add(1, Ordering::Relaxed) + 1;
         let me = self.rank;
+        if let Some(fp) = first {
+            // Before the phase store, which publishes it.
+            self.publish(p, fp);
+        }
         self.phase_of(me).store(p, Ordering::SeqCst);
-        for r in (0..self.size).filter(|r| *r != me) {
+        self.ring_peers();
+        self.wait_all(what, p, d, alive)?;
+        match first {
+            Some(_) => self.check_fingerprints(what, p),
+            None => Ok(()),
+        }
+    }
+
+    fn ring_peers(&self) {
+        for r in (0..self.size).filter(|r| *r != self.rank) {
             self.bell_of(r).fetch_add(1, Ordering::SeqCst);
             if self.sleeping_of(r).load(Ordering::SeqCst) != 0 {
                 futex_wake(self.bell_of(r));
             }
         }
+    }
+
+    /// Waits until every rank's phase reached `p`.
+    fn wait_all(
+        &self,
+        what: &str,
+        p: u64,
+        d: &Deadline,
+        alive: &dyn Fn() -> Result<()>,
+    ) -> Result<()> {
+        let me = self.rank;
         // SeqCst: the re-check after raising `sleeping` must not be ordered
         // before it (a waker that saw `sleeping` clear relies on it).
         let missing = || {
@@ -389,13 +488,23 @@ impl IntraHost {
                     "{what} through shared memory on rank {me}: rank {q}'s process exited before reaching it"
                 )));
             }
+            if let Some(q) = late
+                .iter()
+                .find(|q| self.left_of(**q).load(Ordering::SeqCst) != 0)
+            {
+                return Err(Error::remote(format!(
+                    "{what} through shared memory on rank {me}: rank {q} left the comm (destroyed it) before reaching it: \
+                     the ranks issued different numbers of collectives"
+                )));
+            }
             let left = match d.left() {
                 Ok(left) => left,
                 Err(_) => {
                     return Err(Error::timeout(format!(
-                        "{what} through shared memory on rank {me}: rank(s) {} did not arrive in time (slow, stopped or hung)",
-                        names()
-                    )))
+                    "{what} through shared memory on rank {me}: rank(s) {} did not arrive in time \
+                         (slow, stopped or hung, or it issued fewer collectives than this rank)",
+                    names()
+                )))
                 }
             };
             self.sleeping_of(me).store(1, Ordering::SeqCst);
@@ -406,6 +515,14 @@ impl IntraHost {
             futex_wait(self.bell_of(me), seen, left.min(SLICE));
             self.sleeping_of(me).store(0, Ordering::SeqCst);
         }
+    }
+}
+
+impl Drop for IntraHost {
+    /// Tells peers still waiting for this rank that it will not come.
+    fn drop(&mut self) {
+        self.left_of(self.rank).store(1, Ordering::SeqCst);
+        self.ring_peers();
     }
 }
 
@@ -641,7 +758,8 @@ impl IntraHost {
     }
 
     /// Rank `r`'s `counts[r]` elements into `out` at the sum of the counts
-    /// before it. Every rank passes the same `counts` (checked).
+    /// before it. Every rank passes the same `counts` (checked by the
+    /// fingerprint, which carries their digest).
     pub unsafe fn all_gather_v(
         &self,
         out: *mut u8,
@@ -651,7 +769,6 @@ impl IntraHost {
         sync: &SyncAll,
     ) -> Result<()> {
         let step = HALF / es;
-        let digest = self.publish_counts(counts);
         let chunks = counts
             .iter()
             .max()
@@ -672,9 +789,6 @@ impl IntraHost {
                 part(self.rank) * es,
             );
             sync("all_gather_v")?;
-            if k == 0 {
-                self.check_counts("all_gather_v", digest)?;
-            }
             for (r, start) in starts.iter().enumerate() {
                 copy(out.add((start + c0) * es), self.half(r, h), part(r) * es);
             }
@@ -695,7 +809,6 @@ impl IntraHost {
     ) -> Result<()> {
         let (n, me, es) = (self.size, self.rank, red.dtype.size());
         let step = HALF / es / n;
-        let digest = self.publish_counts(counts);
         let chunks = counts
             .iter()
             .max()
@@ -720,9 +833,6 @@ impl IntraHost {
                 }
             }
             sync("reduce_scatter_v")?;
-            if k == 0 {
-                self.check_counts("reduce_scatter_v", digest)?;
-            }
             self.combine(
                 red,
                 h,

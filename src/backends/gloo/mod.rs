@@ -14,6 +14,13 @@
 //!   compared first; with `TORCHCOMM_CHECK_COLLECTIVES=1` every collective
 //!   first all-gathers (op, dtype, count, root, reduce op) and fails on all
 //!   ranks, naming the rank that differs;
+//! - without that check, ranks that call different collectives would send
+//!   messages of the wrong size, which makes Gloo's network thread throw
+//!   (uncatchable: the process terminates), or of the right size with the
+//!   wrong meaning (silently wrong results): every Gloo tag of a collective
+//!   carries a hash of its signature, so such ranks exchange nothing and
+//!   fail at the timeout, told to enable the check (the shared-memory path
+//!   checks every collective always, see [`intra_host`]);
 //! - after a timeout or a vanished peer the context is closed (Gloo closes it
 //!   on timeouts anyway), which makes the peers fail fast too; later
 //!   operations fail at once;
@@ -26,6 +33,7 @@ mod intra_host;
 pub mod reduce;
 pub mod shim;
 mod shm;
+mod signature;
 mod window;
 
 use super::{Backend, BackendInit, WindowBackend};
@@ -34,6 +42,10 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::store::StoreRef;
 use crate::types::{DType, PremulFactor, RedKind, ReduceOp};
 use reduce::Scale;
+use signature::{
+    describe_fingerprint, describe_sig, fingerprint, signature_words, tag_salt, CHECK_HINT,
+    FAILED_ALONE, TAG_COUNTER_BITS,
+};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Mutex};
@@ -56,31 +68,13 @@ const HELLO_MAGIC: u64 = 0x7463_676c_6f6f_0001; // "tcgloo" v1
 /// watchdog grace, so the diagnosis is part of the first error message.
 const DIAGNOSIS_WINDOW: Duration = Duration::from_millis(400);
 
-/// Operation codes exchanged by the collective check.
-const OP_NAMES: [&str; 18] = [
-    "send",
-    "recv",
-    "batch_p2p",
-    "broadcast",
-    "reduce",
-    "all_reduce",
-    "all_gather",
-    "all_gather_single",
-    "all_gather_v",
-    "reduce_scatter",
-    "reduce_scatter_single",
-    "reduce_scatter_v",
-    "all_to_all",
-    "all_to_all_single",
-    "all_to_all_v_single",
-    "barrier",
-    "scatter",
-    "gather",
-];
-
 struct Seqs {
-    /// Next Gloo tag for a collective call (the same on every rank).
+    /// Counts Gloo calls of collectives (the same on every rank): the low
+    /// [`TAG_COUNTER_BITS`] of each call's tag.
     tag: u32,
+    /// The rest of the tag: a hash of the running collective's signature
+    /// (see [`tag_salt`]), 0 outside collectives.
+    salt: u32,
     /// Next sequence number of a send to / receive from each peer.
     send: Vec<u64>,
     recv: Vec<u64>,
@@ -267,34 +261,6 @@ fn premul_factor(op: &ReduceOp, dtype: DType) -> Result<f64> {
     }
 }
 
-fn describe_sig(v: &[u64]) -> String {
-    let op = OP_NAMES.get(v[0] as usize).copied().unwrap_or("?");
-    let dtype = if v[1] == 0 {
-        "-".to_string()
-    } else {
-        DType::ALL
-            .get(v[1] as usize - 1)
-            .map_or("?".into(), |d| d.name().to_string())
-    };
-    let red = if v[4] == 0 {
-        String::new()
-    } else {
-        format!(
-            ", op {}",
-            RedKind::ALL
-                .get(v[4] as usize - 1)
-                .map_or("?", |k| k.name())
-        )
-    };
-    let root = v[3] as i64;
-    let root = if root >= 0 {
-        format!(", root {root}")
-    } else {
-        String::new()
-    };
-    format!("{op}(dtype {dtype}, count {}{root}{red})", v[2])
-}
-
 struct Deadline(Instant);
 
 impl Deadline {
@@ -360,6 +326,7 @@ impl GlooBackend {
             ctx,
             seqs: Mutex::new(Seqs {
                 tag: 1,
+                salt: 0,
                 send: vec![0; n],
                 recv: vec![0; n],
             }),
@@ -385,6 +352,7 @@ impl GlooBackend {
                 init.rank as usize,
                 init.size as usize,
                 &label,
+                describe_fingerprint,
                 &|words| {
                     backend.all_gather_words(words, &deadline, "connect (shared-memory setup)")
                 },
@@ -474,8 +442,9 @@ impl GlooBackend {
 
     fn next_tag(&self) -> u32 {
         let mut s = lock(&self.seqs);
-        let t = s.tag;
-        s.tag = s.tag.wrapping_add(1).max(1);
+        let t = s.tag | s.salt << TAG_COUNTER_BITS;
+        s.tag = (s.tag + 1) % (1 << TAG_COUNTER_BITS);
+        s.tag = s.tag.max(1);
         t
     }
 
@@ -553,10 +522,12 @@ impl GlooBackend {
     /// are out of step. The store work runs on its own thread and
     /// connection, so a store host that is itself stopped costs no more
     /// than the window.
-    fn diagnose(&self, op_name: &str, seq: u64, kind: ErrorKind) -> String {
+    fn diagnose(&self, op: &Op, seq: u64, kind: ErrorKind) -> String {
         let (me, n) = (self.rank as usize, self.size as usize);
         let store = self.store.clone();
-        let mine = format!("{seq} {op_name} {kind:?}");
+        let op_name = op.name();
+        let call = signature_words(op).map_or(op_name.to_string(), |w| describe_sig(&w));
+        let mine = format!("{seq} {op_name} {kind:?} {call}");
         let (tx, rx) = mpsc::channel();
         let spawned = std::thread::Builder::new()
             .name("tc-gloo-diag".into())
@@ -625,10 +596,13 @@ impl GlooBackend {
         }
         for (r, report) in reports.iter().enumerate() {
             let Some(report) = report else { continue };
-            let mut it = report.splitn(3, ' ');
+            let mut it = report.splitn(4, ' ');
             let (their_seq, their_op) = (it.next().unwrap_or("?"), it.next().unwrap_or("?"));
+            let their_call = it.nth(1).unwrap_or("?");
             if their_seq != seq.to_string() {
                 parts.push(format!("rank {r} failed in operation #{their_seq} ({their_op}) while this rank was at #{seq} ({op_name}): the ranks are out of step"));
+            } else if their_call != call {
+                parts.push(format!("rank {r} called {their_call} as operation #{seq}, this rank {call}: the ranks called different collectives"));
             }
         }
         if parts.is_empty() {
@@ -694,26 +668,10 @@ impl GlooBackend {
     // ---- checks -----------------------------------------------------------------
 
     fn check_collective(&self, op: &Op, d: &Deadline) -> Result<()> {
-        let Some((dtype, count, root)) = op.signature() else {
+        let Some(sig) = signature_words(op) else {
             return Ok(());
         };
-        let code = OP_NAMES
-            .iter()
-            .position(|n| *n == op.name())
-            .unwrap_or(usize::MAX) as u64;
-        let red = op.reduce_op().map_or(0, |r| {
-            RedKind::ALL.iter().position(|k| *k == r.kind).unwrap_or(0) as u64 + 1
-        });
-        let mine = [
-            code,
-            dtype.map_or(0, |d| d.to_c() as u64 + 1),
-            count as u64,
-            root as i64 as u64,
-            red,
-            0,
-            0,
-            0,
-        ];
+        let mine = [sig[0], sig[1], sig[2], sig[3], sig[4], 0, 0, 0];
         let all = self.all_gather_words(&mine, d, "collective check")?;
         let me = self.rank as usize;
         for (r, theirs) in all.chunks(8).enumerate() {
@@ -750,10 +708,10 @@ impl GlooBackend {
             self.check_collective(op, d)?;
         }
         if let Some(ih) = &self.intra {
-            // SAFETY: as for the match below.
+            // SAFETY: as for `execute_gloo`.
             if let Some(result) = unsafe { self.intra_host_op(ih, op, d) } {
                 // Ranks that failed mid-operation are out of step. Argument
-                // errors come before any sync, and counts that differ are
+                // errors come before any sync, and calls that differ are
                 // found by all ranks at the same sync: those stay in step.
                 return result.inspect_err(|e| {
                     if !matches!(
@@ -767,6 +725,14 @@ impl GlooBackend {
                 });
             }
         }
+        lock(&self.seqs).salt = tag_salt(op);
+        let result = self.execute_gloo(op, d);
+        lock(&self.seqs).salt = 0;
+        result
+    }
+
+    /// `op` through Gloo, its tags carrying its salt (see [`tag_salt`]).
+    fn execute_gloo(&self, op: &Op, d: &Deadline) -> Result<()> {
         let n = self.size as usize;
         let me = self.rank as usize;
         // SAFETY (whole match): the comm validated every pointer against its
@@ -1129,9 +1095,41 @@ impl GlooBackend {
         op: &Op,
         d: &Deadline,
     ) -> Option<Result<()>> {
-        let (n, me) = (ih.size(), ih.rank());
         let alive = || self.check_not_broken();
-        let sync = |what: &str| ih.sync(what, d, &alive);
+        // The operation's first sync publishes and checks its fingerprint.
+        let first = std::cell::Cell::new(fingerprint(op));
+        let sync = |what: &str| ih.sync(what, first.take().as_ref(), d, &alive);
+        let result = self.intra_host_dispatch(ih, op, &sync)?;
+        // An operation that never synced (nothing to move, or an error
+        // before its first transfer) still meets the other ranks' first
+        // sync, so that they stay in step and see a mismatch; an error
+        // shows as a call of its own that fails every rank.
+        if let Some(fp) = first.take() {
+            let fp = match result {
+                Ok(()) => fp,
+                Err(_) => signature::Fingerprint {
+                    op: FAILED_ALONE,
+                    ..Default::default()
+                },
+            };
+            let synced = ih.sync(op.name(), Some(&fp), d, &alive);
+            return Some(result.and(synced));
+        }
+        Some(result)
+    }
+
+    /// The shared-memory form of `op`, if it has one. `sync` must be the
+    /// first thing every form synchronises through.
+    ///
+    /// # Safety
+    /// As for [`GlooBackend::intra_host_op`].
+    unsafe fn intra_host_dispatch(
+        &self,
+        ih: &intra_host::IntraHost,
+        op: &Op,
+        sync: &intra_host::SyncAll,
+    ) -> Option<Result<()>> {
+        let (n, me) = (ih.size(), ih.rank());
         let reduction = |dtype: DType, op: &ReduceOp| -> Result<intra_host::Reduction> {
             Ok(intra_host::Reduction {
                 dtype,
@@ -1152,14 +1150,14 @@ impl GlooBackend {
                 count,
                 dtype,
                 root,
-            } => Some(ih.broadcast(buf.as_u8(), count * dtype.size(), *root as usize, &sync)),
+            } => Some(ih.broadcast(buf.as_u8(), count * dtype.size(), *root as usize, sync)),
             Op::AllReduce {
                 buf,
                 count,
                 dtype,
                 op,
             } => Some(
-                reduction(*dtype, op).and_then(|r| ih.reduce(buf.as_u8(), *count, &r, None, &sync)),
+                reduction(*dtype, op).and_then(|r| ih.reduce(buf.as_u8(), *count, &r, None, sync)),
             ),
             Op::Reduce {
                 buf,
@@ -1169,7 +1167,7 @@ impl GlooBackend {
                 op,
             } => Some(
                 reduction(*dtype, op)
-                    .and_then(|r| ih.reduce(buf.as_u8(), *count, &r, Some(*root as usize), &sync)),
+                    .and_then(|r| ih.reduce(buf.as_u8(), *count, &r, Some(*root as usize), sync)),
             ),
             Op::AllGatherSingle {
                 output,
@@ -1187,7 +1185,7 @@ impl GlooBackend {
                     bytes,
                     !in_place && overlaps(input.as_u8(), bytes, out, bytes * n),
                 );
-                Some(ih.all_gather(out, input, bytes, &sync))
+                Some(ih.all_gather(out, input, bytes, sync))
             }
             Op::ReduceScatterSingle {
                 output,
@@ -1202,7 +1200,7 @@ impl GlooBackend {
                 let (_copy, input) = private_input(input.as_u8(), count * es * n, clash);
                 Some(
                     reduction(*dtype, op)
-                        .and_then(|r| ih.reduce_scatter(out, input, *count, &r, &sync)),
+                        .and_then(|r| ih.reduce_scatter(out, input, *count, &r, sync)),
                 )
             }
             Op::AllToAllSingle {
@@ -1216,7 +1214,7 @@ impl GlooBackend {
                 let clash = !std::ptr::eq(out, input.as_u8())
                     && overlaps(input.as_u8(), block * n, out, block * n);
                 let (_copy, input) = private_input(input.as_u8(), block * n, clash);
-                Some(ih.all_to_all(out, input, block, &sync))
+                Some(ih.all_to_all(out, input, block, sync))
             }
             Op::AllGather {
                 outputs,
@@ -1227,7 +1225,7 @@ impl GlooBackend {
                 let bytes = count * dtype.size();
                 let mut all = Scratch::new(bytes * n);
                 Some(
-                    ih.all_gather(all.ptr(), input.as_u8(), bytes, &sync)
+                    ih.all_gather(all.ptr(), input.as_u8(), bytes, sync)
                         .map(|()| {
                             for (r, out) in outputs.iter().enumerate() {
                                 copy(out.as_u8(), all.ptr().add(r * bytes), bytes);
@@ -1248,7 +1246,7 @@ impl GlooBackend {
                     copy(packed.ptr().add(r * bytes), p.as_u8(), bytes);
                 }
                 Some(reduction(*dtype, op).and_then(|r| {
-                    ih.reduce_scatter(output.as_u8(), packed.ptr(), *count, &r, &sync)
+                    ih.reduce_scatter(output.as_u8(), packed.ptr(), *count, &r, sync)
                 }))
             }
             Op::AllToAll {
@@ -1263,7 +1261,7 @@ impl GlooBackend {
                     copy(packed.ptr().add(r * bytes), p.as_u8(), bytes);
                 }
                 Some(
-                    ih.all_to_all(received.ptr(), packed.ptr(), bytes, &sync)
+                    ih.all_to_all(received.ptr(), packed.ptr(), bytes, sync)
                         .map(|()| {
                             for (r, out) in outputs.iter().enumerate() {
                                 copy(out.as_u8(), received.ptr().add(r * bytes), bytes);
@@ -1286,7 +1284,7 @@ impl GlooBackend {
                 let clash = !in_place
                     && overlaps(input.as_u8(), counts[me] * es, output.as_u8(), total * es);
                 let (_copy, input) = private_input(input.as_u8(), counts[me] * es, clash);
-                Some(ih.all_gather_v(output.as_u8(), input, counts, es, &sync))
+                Some(ih.all_gather_v(output.as_u8(), input, counts, es, sync))
             }
             Op::ReduceScatterV {
                 output,
@@ -1305,7 +1303,7 @@ impl GlooBackend {
                 let (_copy, input) = private_input(input.as_u8(), total * es, clash);
                 Some(
                     reduction(*dtype, op)
-                        .and_then(|r| ih.reduce_scatter_v(out, input, counts, &r, &sync)),
+                        .and_then(|r| ih.reduce_scatter_v(out, input, counts, &r, sync)),
                 )
             }
             Op::AllToAllVSingle {
@@ -1326,14 +1324,7 @@ impl GlooBackend {
                 let clash = !same_layout
                     && overlaps(input.as_u8(), in_total * es, output.as_u8(), out_total * es);
                 let (_copy, input) = private_input(input.as_u8(), in_total * es, clash);
-                Some(ih.all_to_all_v(
-                    output.as_u8(),
-                    output_counts,
-                    input,
-                    input_counts,
-                    es,
-                    &sync,
-                ))
+                Some(ih.all_to_all_v(output.as_u8(), output_counts, input, input_counts, es, sync))
             }
             Op::Gather {
                 outputs,
@@ -1350,7 +1341,7 @@ impl GlooBackend {
                 });
                 let (_copy, input) = private_input(input.as_u8(), bytes, clash);
                 let outs: Vec<*mut u8> = outputs.iter().map(|o| o.as_u8()).collect();
-                Some(ih.gather(&outs, input, bytes, *root as usize, &sync))
+                Some(ih.gather(&outs, input, bytes, *root as usize, sync))
             }
             Op::Scatter {
                 output,
@@ -1370,7 +1361,7 @@ impl GlooBackend {
                 let out = if clash { landing.ptr() } else { output.as_u8() };
                 let ins: Vec<*const u8> = inputs.iter().map(|i| i.as_u8() as *const u8).collect();
                 Some(
-                    ih.scatter(out, &ins, bytes, *root as usize, &sync)
+                    ih.scatter(out, &ins, bytes, *root as usize, sync)
                         .map(|()| {
                             if clash {
                                 copy(output.as_u8(), landing.ptr(), bytes);
@@ -1792,11 +1783,18 @@ impl Backend for GlooBackend {
             }
             let lost_peer = matches!(e.kind, ErrorKind::Timeout | ErrorKind::Remote);
             if lost_peer && self.size > 1 && !self.diagnosed.swap(true, Ordering::SeqCst) {
-                let found = self.diagnose(op.name(), seq, e.kind);
+                let found = self.diagnose(op, seq, e.kind);
                 e.message.push_str(&found);
                 if let Some(b) = lock(&self.broken).as_mut() {
                     b.message.push_str(&found);
                 }
+            }
+            if lost_peer && !self.check_collectives && self.size > 1 {
+                // Ranks that called different collectives exchange nothing
+                // (see `tag_salt`): they meet here, at the timeout (or
+                // when the first rank that timed out closes its
+                // connections).
+                e.message.push_str(CHECK_HINT);
             }
             e
         })
