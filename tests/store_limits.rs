@@ -120,27 +120,59 @@ fn refused_add_is_explained_and_the_client_connects_again() {
     );
 }
 
+/// Child role "refuser": a server that completes the handshake, then drops
+/// each connection at its first request without storing it, as a server
+/// with smaller limits (or one going away) would.
+fn refuse_if_child() -> bool {
+    if role().as_deref() != Some("refuser") {
+        return false;
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    println!("PORT {}", listener.local_addr().unwrap().port());
+    for conn in listener.incoming() {
+        let Ok(mut c) = conn else { continue };
+        let mut hello = [0u8; 10];
+        if c.read_exact(&mut hello).is_err() {
+            continue;
+        }
+        let _ = c.write_all(&hello[6..10]);
+        let mut first = [0u8; 1];
+        let _ = c.read_exact(&mut first);
+        eprintln!("refused a request with query code {}", first[0]);
+    }
+    true
+}
+
 #[test]
 fn a_set_is_acknowledged_only_once_stored() {
-    if serve_if_child() {
+    if serve_if_child() || refuse_if_child() {
         return;
     }
-    let (server, port) = server_proc("a_set_is_acknowledged_only_once_stored", &[]);
-    let s = client(port, Duration::from_secs(3));
-    s.set("before", b"1").unwrap();
-    // The server process dies: a SET must fail, not report success.
-    let mut server = server;
-    server.child.kill().unwrap();
-    server.child.wait().unwrap();
+    let test = "a_set_is_acknowledged_only_once_stored";
+    // A server that drops the SET: the SET fails, it does not report success.
+    let mut refuser = spawn(test, "refuser", &[]);
+    let s = client(refuser.port(), Duration::from_secs(5));
     for i in 0..3 {
         let err = s
-            .set("lost", b"value")
-            .expect_err("a SET to a dead server succeeded");
-        assert!(
-            matches!(err.kind, ErrorKind::Remote | ErrorKind::Timeout),
-            "attempt {i}: {err:?}"
-        );
+            .set("k", b"v")
+            .expect_err("a SET that was not stored succeeded");
+        assert_eq!(err.kind, ErrorKind::Remote, "attempt {i}: {}", err.message);
+        assert!(err.message.contains("SET on key \"/k\""), "{}", err.message);
     }
+    drop(refuser);
+    // A server process that died: likewise.
+    let (mut server, port) = server_proc(test, &[]);
+    let s = client(port, Duration::from_secs(3));
+    s.set("before", b"1").unwrap();
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    let err = s
+        .set("lost", b"value")
+        .expect_err("a SET to a dead server succeeded");
+    assert!(
+        matches!(err.kind, ErrorKind::Remote | ErrorKind::Timeout),
+        "{err:?}"
+    );
     assert!(!client_ok(port), "the server is gone");
 }
 
