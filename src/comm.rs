@@ -645,7 +645,7 @@ impl Comm {
             return Err(Error::invalid_argument(format!(
                 "comm name {:?} must be non-empty, at most {MAX_NAME_LEN} bytes (it prefixes \
                  the comm's store keys) and contain no '/'",
-                &name[..name.floor_char_boundary(80)]
+                name.chars().take(80).collect::<String>()
             )));
         }
         if size < 1 || rank < 0 || rank >= size {

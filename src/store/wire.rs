@@ -687,4 +687,38 @@ mod tests {
         put_u64(&mut huge, u64::MAX);
         assert!(matches!(decode_request(&huge), Err(Decode::Malformed(_))));
     }
+
+    #[test]
+    fn auth_round_trips_and_needs_its_magic() {
+        let req = Request::Auth(s(b"tok"));
+        let bytes = req.to_bytes();
+        assert_eq!(
+            bytes,
+            cat(&[&[AUTH], &AUTH_MAGIC.to_le_bytes(), &lp(b"tok")])
+        );
+        assert_eq!(decode_request(&bytes).unwrap(), (req, bytes.len()));
+        let stray = cat(&[&[AUTH], &0u32.to_le_bytes(), &lp(b"tok")]);
+        assert!(matches!(decode_request(&stray), Err(Decode::Malformed(_))));
+        let mut long = cat(&[&[AUTH], &AUTH_MAGIC.to_le_bytes()]);
+        put_u64(&mut long, MAX_TOKEN_LEN as u64 + 1);
+        assert!(matches!(decode_request(&long), Err(Decode::Malformed(_))));
+    }
+
+    #[test]
+    fn client_side_limits_name_the_limit() {
+        let key = vec![b'k'; MAX_KEY_LEN + 1];
+        let e = check_limits(&Request::Get(key.clone())).unwrap_err();
+        assert!(e.contains("key limit of 8192"), "{e}");
+        assert!(check_limits(&Request::Get(vec![b'k'; MAX_KEY_LEN])).is_ok());
+        let e = check_limits(&Request::Set {
+            key: s(b"/k"),
+            value: vec![0; MAX_VALUE_LEN + 1],
+        })
+        .unwrap_err();
+        assert!(e.contains("value limit of 8388608"), "{e}");
+        let e = check_limits(&Request::Wait(vec![s(b"/k"); MAX_KEYS_PER_REQUEST + 1])).unwrap_err();
+        assert!(e.contains("limit of 131072"), "{e}");
+        let e = check_limits(&Request::MultiSet(vec![(key, s(b"v"))])).unwrap_err();
+        assert!(e.contains("key limit"), "{e}");
+    }
 }
