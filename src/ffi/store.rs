@@ -42,10 +42,15 @@ unsafe fn keys_from_c<'a>(keys: *const *const c_char, n: usize) -> Result<Vec<&'
 /// A value argument: refused beyond the store's value limit (8 MiB, torch's
 /// TCPStore limit, for every kind of store) before anything is read or
 /// copied, so that a length like `SIZE_MAX` fails cleanly.
-unsafe fn value_arg<'a>(p: *const c_void, len: usize, name: &str) -> Result<&'a [u8]> {
+unsafe fn value_arg<'a>(
+    p: *const c_void,
+    name: &str,
+    len: usize,
+    len_name: &str,
+) -> Result<&'a [u8]> {
     if len > crate::store::wire::MAX_VALUE_LEN {
         return Err(Error::invalid_argument(format!(
-            "argument '{name}': {len} bytes are over the store's value limit of {} bytes",
+            "argument '{len_name}': {len} bytes are over the store's value limit of {} bytes",
             crate::store::wire::MAX_VALUE_LEN
         )));
     }
@@ -194,7 +199,7 @@ pub extern "C" fn tc_store_set(
     boundary("tc_store_set", || {
         let store = unsafe { arg_ref(store, "store")? };
         let key = unsafe { c_string(key, "key")? };
-        let value = unsafe { value_arg(value, len, "len")? };
+        let value = unsafe { value_arg(value, "value", len, "len")? };
         store.inner.set(key, value)
     })
 }
@@ -309,8 +314,8 @@ pub extern "C" fn tc_store_compare_set(
         };
         let store = unsafe { arg_ref(store, "store")? };
         let key = unsafe { c_string(key, "key")? };
-        let expected = unsafe { value_arg(expected, expected_len, "expected_len")? };
-        let desired = unsafe { value_arg(desired, desired_len, "desired_len")? };
+        let expected = unsafe { value_arg(expected, "expected", expected_len, "expected_len")? };
+        let desired = unsafe { value_arg(desired, "desired", desired_len, "desired_len")? };
         let v = store.inner.compare_set(key, expected, desired)?;
         *cur_out = malloc_copy(&v)?;
         *len_out = v.len();
