@@ -70,6 +70,21 @@
 #define TC_OP_OPTIONS_VERSION 1
 
 /*
+ Longest store token accepted.
+ */
+#define MAX_TOKEN_LEN 4096
+
+/*
+ Limits of torch's libuv server; a request beyond them closes the
+ connection. Keys are counted as they travel (torch's leading `/` included).
+ */
+#define MAX_KEY_LEN (8 * 1024)
+
+#define MAX_VALUE_LEN ((8 * 1024) * 1024)
+
+#define MAX_KEYS_PER_REQUEST (128 * 1024)
+
+/*
  Device kind, the `type` field of `tc_device_t`.
  */
 #define TC_DEVICE_CPU 0
@@ -851,9 +866,12 @@ void tc_free(void *ptr);
  Creates a TCP store speaking PyTorch's TCPStore protocol.
 
  With `is_server` nonzero, hosts a server in this process on `port` (0:
- any free port; see `tc_store_tcp_port`), listening on every local
- address, and connects to it; the server lives until the handle (and every
- comm using it) is gone. Otherwise connects to `host:port`, retrying until
+ any free port; see `tc_store_tcp_port`), listening only on the
+ interface(s) of `host` ("127.0.0.1": loopback only; "": every
+ interface), and connects to it; the server lives until the handle (and
+ every comm using it) is gone. When `TORCHCOMM_STORE_TOKEN` is set, the
+ client presents it and a hosted server requires it of every client.
+ A lost connection is made again on the next call. Otherwise connects to `host:port`, retrying until
  the timeout. `world_size` -1 does not wait for workers; a positive value
  makes every process ADD 1 to the key `init/` and the server host wait
  until `world_size` joined (torch's behaviour); 0 is rejected.
@@ -890,7 +908,9 @@ tc_result_t tc_store_prefix_new(tc_store_t *base, const char *prefix, tc_store_t
 
 /*
  Sets `key` to the `len` bytes at `value` (NULL allowed when `len` is 0),
- waking processes waiting for it. Thread-safe.
+ waking processes waiting for it. Returns only once the server stored it
+ (a TCP store confirms each set). `TC_ERR_INVALID_ARGUMENT` naming the
+ limit for a value over 8 MiB or a key over 8 KiB. Thread-safe.
  */
 tc_result_t tc_store_set(tc_store_t *store, const char *key, const void *value, size_t len);
 
@@ -922,7 +942,8 @@ tc_result_t tc_store_add(tc_store_t *store, const char *key, int64_t delta, int6
 /*
  torch's compare_set: if `key` holds `expected`, replace it with `desired`;
  if `key` is missing and `expected_len` is 0, set it to `desired`; if it is
- missing and `expected` is not empty, store nothing. `*current` receives
+ missing and `expected` is not empty, store nothing. Values over 8 MiB are
+ refused with `TC_ERR_INVALID_ARGUMENT`. `*current` receives
  an allocated copy (free with `tc_free`) of the value now current, or of
  `expected` in the last case, and `*current_len` its size. Buffers may be
  NULL when their length is 0. Thread-safe.

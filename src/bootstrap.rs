@@ -3,9 +3,34 @@
 //! `MASTER_ADDR:MASTER_PORT` when none was given.
 
 use crate::error::{Error, Result};
-use crate::store::{StoreRef, TcpStore, TcpStoreOptions};
-use std::sync::Arc;
+use crate::store::server::ServerOptions;
+use crate::store::{StoreRef, TcpStore, TcpStoreOptions, TcpStoreServer};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// Store servers this process hosts for `MASTER_ADDR:MASTER_PORT`, by port.
+/// Every comm bootstrapped on that port shares one, and it is kept until the
+/// process exits: the next comm's peers may reach it after this process
+/// destroyed its last comm, so stopping it then would strand them (or let
+/// them join a server about to vanish).
+static HOSTED: Mutex<Vec<(u16, Arc<TcpStoreServer>)>> = Mutex::new(Vec::new());
+
+/// The server hosted on `port`, started (listening on `addr`'s interface,
+/// not every interface) by the first comm that needs it.
+fn hosted_server(addr: &str, port: u16, token: Option<Vec<u8>>) -> Result<Arc<TcpStoreServer>> {
+    let mut hosted = HOSTED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, s)) = hosted.iter().find(|(p, _)| *p == port) {
+        return Ok(s.clone());
+    }
+    let server = Arc::new(TcpStoreServer::start_with(&ServerOptions {
+        bind: Some(addr.to_string()),
+        port,
+        token,
+        reply_timeout: None,
+    })?);
+    hosted.push((port, server.clone()));
+    Ok(server)
+}
 
 /// Where a process stands in its job.
 pub struct Bootstrap {
@@ -116,15 +141,23 @@ pub fn from_lookup(
                 ))
             })?;
             let agent = lookup("TORCHELASTIC_USE_AGENT_STORE").as_deref() == Some("True");
+            let hosts = !agent && rank == 0;
+            let token = lookup("TORCHCOMM_STORE_TOKEN").filter(|t| !t.is_empty());
+            let token = token.map(String::into_bytes);
+            let server = match hosts {
+                true => Some(hosted_server(&addr, port, token.clone())?),
+                false => None,
+            };
             let opts = TcpStoreOptions {
                 host: addr,
                 port,
-                is_server: !agent && rank == 0,
+                is_server: hosts,
                 world_size: Some(world_size as u32),
                 wait_for_workers: true,
                 timeout,
+                token,
             };
-            let store: StoreRef = Arc::new(TcpStore::new(&opts)?);
+            let store: StoreRef = Arc::new(TcpStore::with_server(&opts, server)?);
             store
         }
     };

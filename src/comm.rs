@@ -592,6 +592,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 static GENERATED_NAMES: AtomicU64 = AtomicU64::new(0);
+/// Longest comm name: room for nested split scopes under the store's key
+/// limit (8 KiB).
+const MAX_NAME_LEN: usize = 256;
 
 impl Comm {
     /// Creates a communicator: resolves rank, size and store (bootstrapping
@@ -638,9 +641,11 @@ impl Comm {
         opts: &CommOptions,
         make_backend: impl FnOnce(BackendInit) -> Result<Box<dyn Backend>>,
     ) -> Result<Arc<Comm>> {
-        if name.is_empty() || name.contains('/') {
+        if name.is_empty() || name.contains('/') || name.len() > MAX_NAME_LEN {
             return Err(Error::invalid_argument(format!(
-                "comm name {name:?} must be non-empty and contain no '/'"
+                "comm name {:?} must be non-empty, at most {MAX_NAME_LEN} bytes (it prefixes \
+                 the comm's store keys) and contain no '/'",
+                name.chars().take(80).collect::<String>()
             )));
         }
         if size < 1 || rank < 0 || rank >= size {

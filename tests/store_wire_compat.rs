@@ -235,6 +235,10 @@ fn our_client_against_an_independent_server() {
                     );
                     r.send(&[&[0]]);
                 }
+                13 => {
+                    let nonce = r.read(4);
+                    r.send(&[&nonce]);
+                }
                 c => panic!("unexpected query code {c}"),
             }
         }
@@ -255,8 +259,8 @@ fn our_client_against_an_independent_server() {
             "user keys go out with a leading '/'"
         );
     }
-    // SET, then GET preceded by WAIT, ADD, GET.
-    assert_eq!(fake.join().unwrap(), vec![1, 6, 3, 4, 3]);
+    // SET confirmed by a PING behind it, then GET preceded by WAIT, ADD, GET.
+    assert_eq!(fake.join().unwrap(), vec![1, 13, 6, 3, 4, 3]);
 }
 
 #[test]
@@ -490,4 +494,71 @@ fn fuzz_random_and_truncated_frames() {
     }
     drop(open);
     healthy(port);
+}
+
+/// torch's python, through scripts/torch-venv.sh; None (with the SKIPPED
+/// line printed) when torch cannot be had here.
+fn torch_python() -> Option<String> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/torch-venv.sh");
+    let out = std::process::Command::new("bash")
+        .arg(script)
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        let why = String::from_utf8_lossy(&out.stderr);
+        let line = why
+            .lines()
+            .find(|l| l.starts_with("SKIPPED"))
+            .unwrap_or("SKIPPED: torch unavailable");
+        println!("{line}");
+        eprintln!("{line}");
+        return None;
+    }
+    Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+const TORCH_CLIENT: &str = r#"
+import datetime, sys
+from torch.distributed import TCPStore
+s = TCPStore("127.0.0.1", int(sys.argv[1]), is_master=False,
+             timeout=datetime.timedelta(seconds=float(sys.argv[2])), wait_for_workers=False)
+print(s.get("from_rust").decode())
+s.set("from_torch", "hi")
+print(s.add("count", 5))
+"#;
+
+/// torch's own TCPStore client against our server (loopback, no token), and
+/// against a server that requires a token, which it cannot present.
+#[test]
+fn torch_client_against_our_server_with_and_without_token() {
+    let Some(py) = torch_python() else { return };
+    let run = |port: u16, timeout_s: &str| {
+        std::process::Command::new(&py)
+            .args(["-c", TORCH_CLIENT, &port.to_string(), timeout_s])
+            .output()
+            .unwrap()
+    };
+    let ours = TcpStore::new(&TcpStoreOptions::server(0, Duration::from_secs(20))).unwrap();
+    ours.set("from_rust", b"hello").unwrap();
+    let out = run(ours.port(), "20");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(text.lines().collect::<Vec<_>>(), ["hello", "5"]);
+    assert_eq!(ours.get("from_torch").unwrap(), b"hi");
+
+    let mut opts = TcpStoreOptions::server(0, Duration::from_secs(20));
+    opts.token = Some(b"secret".to_vec());
+    let guarded = TcpStore::new(&opts).unwrap();
+    guarded.set("from_rust", b"hidden").unwrap();
+    let out = run(guarded.port(), "3");
+    assert!(
+        !out.status.success(),
+        "torch's client got in without the token"
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("hidden"));
+    assert!(!guarded.check(&["from_torch"]).unwrap());
 }

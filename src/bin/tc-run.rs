@@ -15,6 +15,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
+use torchcomm::store::server::{token_from_env, ServerOptions};
 use torchcomm::store::TcpStoreServer;
 
 static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
@@ -165,7 +166,13 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let server = match TcpStoreServer::start(args.master_port) {
+    // Every rank runs on this host: the store listens on loopback only.
+    let server = match TcpStoreServer::start_with(&ServerOptions {
+        bind: Some("127.0.0.1".into()),
+        port: args.master_port,
+        token: token_from_env(),
+        reply_timeout: None,
+    }) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("tc-run: {e}");

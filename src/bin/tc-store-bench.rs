@@ -123,7 +123,7 @@ fn main() {
     }
     torchcomm::store::server::raise_nofile_limit();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    println!("TCP store benchmark ({cpus} CPUs, {:.1} s per measurement; set has no reply so it pipelines; get = WAIT + GET as torch sends it)", duration.as_secs_f64());
+    println!("TCP store benchmark ({cpus} CPUs, {:.1} s per measurement; set = SET + a PING confirming it was stored; get = WAIT + GET as torch sends it)", duration.as_secs_f64());
     println!();
     println!(
         "{:<10}{:>14}{:>14}{:>14}",

@@ -44,6 +44,24 @@ unsafe fn keys_from_c<'a>(keys: *const *const c_char, n: usize) -> Result<Vec<&'
         .collect()
 }
 
+/// A value argument: refused beyond the store's value limit (8 MiB, torch's
+/// TCPStore limit, for every kind of store) before anything is read or
+/// copied, so that a length like `SIZE_MAX` fails cleanly.
+unsafe fn value_arg<'a>(
+    p: *const c_void,
+    name: &str,
+    len: usize,
+    len_name: &str,
+) -> Result<&'a [u8]> {
+    if len > crate::store::wire::MAX_VALUE_LEN {
+        return Err(Error::invalid_argument(format!(
+            "argument '{len_name}': {len} bytes are over the store's value limit of {} bytes",
+            crate::store::wire::MAX_VALUE_LEN
+        )));
+    }
+    arg_slice(p.cast::<u8>(), len, name)
+}
+
 /// Frees memory the library allocated for the caller (values from
 /// `tc_store_get_alloc` and `tc_store_compare_set`, the text of
 /// `tc_comm_dump_flight_recorder`). NULL is ignored.
@@ -56,9 +74,12 @@ pub extern "C" fn tc_free(ptr: *mut c_void) {
 /// Creates a TCP store speaking PyTorch's TCPStore protocol.
 ///
 /// With `is_server` nonzero, hosts a server in this process on `port` (0:
-/// any free port; see `tc_store_tcp_port`), listening on every local
-/// address, and connects to it; the server lives until the handle (and every
-/// comm using it) is gone. Otherwise connects to `host:port`, retrying until
+/// any free port; see `tc_store_tcp_port`), listening only on the
+/// interface(s) of `host` ("127.0.0.1": loopback only; "": every
+/// interface), and connects to it; the server lives until the handle (and
+/// every comm using it) is gone. When `TORCHCOMM_STORE_TOKEN` is set, the
+/// client presents it and a hosted server requires it of every client.
+/// A lost connection is made again on the next call. Otherwise connects to `host:port`, retrying until
 /// the timeout. `world_size` -1 does not wait for workers; a positive value
 /// makes every process ADD 1 to the key `init/` and the server host wait
 /// until `world_size` joined (torch's behaviour); 0 is rejected.
@@ -99,6 +120,7 @@ pub extern "C" fn tc_store_tcp_new(
             world_size,
             wait_for_workers: true,
             timeout: timeout_from_ms(timeout_ms).unwrap_or(crate::config::config().timeout),
+            token: crate::store::server::token_from_env(),
         };
         let store = TcpStore::new(&opts)?;
         let port = store.port();
@@ -169,7 +191,9 @@ pub extern "C" fn tc_store_prefix_new(
 }
 
 /// Sets `key` to the `len` bytes at `value` (NULL allowed when `len` is 0),
-/// waking processes waiting for it. Thread-safe.
+/// waking processes waiting for it. Returns only once the server stored it
+/// (a TCP store confirms each set). `TC_ERR_INVALID_ARGUMENT` naming the
+/// limit for a value over 8 MiB or a key over 8 KiB. Thread-safe.
 #[no_mangle]
 pub extern "C" fn tc_store_set(
     store: *mut tc_store_t,
@@ -180,7 +204,7 @@ pub extern "C" fn tc_store_set(
     boundary("tc_store_set", || {
         let store = unsafe { handle_ref(store, "store")? };
         let key = unsafe { c_string(key, "key")? };
-        let value = unsafe { arg_slice(value.cast::<u8>(), len, "value")? };
+        let value = unsafe { value_arg(value, "value", len, "len")? };
         store.inner.set(key, value)
     })
 }
@@ -270,7 +294,8 @@ pub extern "C" fn tc_store_add(
 
 /// torch's compare_set: if `key` holds `expected`, replace it with `desired`;
 /// if `key` is missing and `expected_len` is 0, set it to `desired`; if it is
-/// missing and `expected` is not empty, store nothing. `*current` receives
+/// missing and `expected` is not empty, store nothing. Values over 8 MiB are
+/// refused with `TC_ERR_INVALID_ARGUMENT`. `*current` receives
 /// an allocated copy (free with `tc_free`) of the value now current, or of
 /// `expected` in the last case, and `*current_len` its size. Buffers may be
 /// NULL when their length is 0. Thread-safe.
@@ -294,8 +319,8 @@ pub extern "C" fn tc_store_compare_set(
         };
         let store = unsafe { handle_ref(store, "store")? };
         let key = unsafe { c_string(key, "key")? };
-        let expected = unsafe { arg_slice(expected.cast::<u8>(), expected_len, "expected")? };
-        let desired = unsafe { arg_slice(desired.cast::<u8>(), desired_len, "desired")? };
+        let expected = unsafe { value_arg(expected, "expected", expected_len, "expected_len")? };
+        let desired = unsafe { value_arg(desired, "desired", desired_len, "desired_len")? };
         let v = store.inner.compare_set(key, expected, desired)?;
         *cur_out = malloc_copy(&v)?;
         *len_out = v.len();

@@ -8,6 +8,7 @@ pub mod client;
 pub mod file;
 pub mod prefix;
 pub mod server;
+mod state;
 pub mod wire;
 
 pub use client::{TcpStore, TcpStoreOptions};

@@ -4,18 +4,57 @@
 //! malformed, oversized or unknown request closes that connection alone.
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::store::state::{Conn, State};
 use crate::store::wire::{self, Decode, Request};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::io::{ErrorKind as IoKind, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, ToSocketAddrs};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// Listen backlog: large enough for 1024 clients connecting at once.
 const BACKLOG: i32 = 4096;
 /// Bytes read from one connection per loop turn, so that one fast sender
 /// cannot starve the others.
 const READ_BUDGET: usize = 1 << 20;
+/// Unsent reply bytes above which a connection's further requests wait
+/// (torch's clients never have more than one reply outstanding).
+const MAX_BACKLOG: usize = 16 << 20;
+/// Default of [`ServerOptions::reply_timeout`].
+const DEFAULT_REPLY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How a [`TcpStoreServer`] is started.
+#[derive(Debug, Clone, Default)]
+pub struct ServerOptions {
+    /// The address whose interface(s) to listen on (every address it
+    /// resolves to); None: every interface.
+    pub bind: Option<String>,
+    /// 0: a free port.
+    pub port: u16,
+    /// When set, a connection must present it (AUTH right after VALIDATE)
+    /// before any other request; torch's clients cannot, so off by default.
+    pub token: Option<Vec<u8>>,
+    /// A client whose unread replies exceed the backlog limit and that reads
+    /// nothing for this long is dropped. None: `TORCHCOMM_STORE_REPLY_TIMEOUT`
+    /// (seconds), else 60 s.
+    pub reply_timeout: Option<Duration>,
+}
+
+/// The token from `TORCHCOMM_STORE_TOKEN`, when set and not empty.
+pub fn token_from_env() -> Option<Vec<u8>> {
+    std::env::var_os("TORCHCOMM_STORE_TOKEN")
+        .map(std::os::unix::ffi::OsStringExt::into_vec)
+        .filter(|t| !t.is_empty())
+}
+
+fn reply_timeout_from_env() -> Duration {
+    std::env::var("TORCHCOMM_STORE_REPLY_TIMEOUT")
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|s| *s > 0.0 && s.is_finite())
+        .map_or(DEFAULT_REPLY_TIMEOUT, Duration::from_secs_f64)
+}
 
 /// Raises this process's soft limit on open files to the hard limit.
 pub fn raise_nofile_limit() {
@@ -37,24 +76,69 @@ pub struct TcpStoreServer {
     thread: Option<JoinHandle<()>>,
 }
 
-fn bind_listener(port: u16) -> std::io::Result<TcpListener> {
-    // Dual-stack first (IPv4 clients arrive v4-mapped), then IPv4 only.
-    let listener = match TcpListener::bind(("::", port)) {
-        Ok(l) => l,
-        Err(e) if e.kind() == IoKind::AddrInUse => return Err(e),
-        Err(_) => TcpListener::bind(("0.0.0.0", port))?,
-    };
+fn prepare(listener: TcpListener) -> std::io::Result<TcpListener> {
     // A second listen() on Linux only resizes the backlog.
     unsafe { libc::listen(listener.as_raw_fd(), BACKLOG) };
     listener.set_nonblocking(true)?;
     Ok(listener)
 }
 
+fn bind_everywhere(port: u16) -> std::io::Result<Vec<TcpListener>> {
+    // Dual-stack first (IPv4 clients arrive v4-mapped), then IPv4 only.
+    let listener = match TcpListener::bind(("::", port)) {
+        Ok(l) => l,
+        Err(e) if e.kind() == IoKind::AddrInUse => return Err(e),
+        Err(_) => TcpListener::bind(("0.0.0.0", port))?,
+    };
+    Ok(vec![prepare(listener)?])
+}
+
+/// Listens on every address `host` resolves to that belongs to this machine
+/// (one port for all); every interface, with a warning, when none does.
+fn bind_host(host: &str, port: u16) -> std::io::Result<Vec<TcpListener>> {
+    let mut addrs: Vec<IpAddr> = (host, 0).to_socket_addrs()?.map(|a| a.ip()).collect();
+    addrs.dedup();
+    let mut listeners: Vec<TcpListener> = Vec::new();
+    for ip in addrs {
+        let port = listeners
+            .first()
+            .and_then(|l| l.local_addr().ok())
+            .map_or(port, |a| a.port());
+        match TcpListener::bind(SocketAddr::new(ip, port)) {
+            Ok(l) => listeners.push(prepare(l)?),
+            Err(e) if e.kind() == IoKind::AddrInUse => return Err(e),
+            // Not an address of this machine (or no IPv6): skip it.
+            Err(_) => {}
+        }
+    }
+    if listeners.is_empty() {
+        crate::log_warn!(
+            "store server: {host} is not an address of this machine; listening on every interface"
+        );
+        return bind_everywhere(port);
+    }
+    Ok(listeners)
+}
+
 impl TcpStoreServer {
-    /// Starts a server on every local address at `port` (0: a free port).
+    /// Starts a server on every local address at `port` (0: a free port),
+    /// without a token.
     pub fn start(port: u16) -> Result<TcpStoreServer> {
+        TcpStoreServer::start_with(&ServerOptions {
+            port,
+            ..ServerOptions::default()
+        })
+    }
+
+    /// Starts a server as `opts` says.
+    pub fn start_with(opts: &ServerOptions) -> Result<TcpStoreServer> {
         raise_nofile_limit();
-        let listener = bind_listener(port).map_err(|e| {
+        let port = opts.port;
+        let bound = match &opts.bind {
+            Some(host) => bind_host(host, port),
+            None => bind_everywhere(port),
+        };
+        let listeners = bound.map_err(|e| {
             if e.kind() == IoKind::AddrInUse {
                 Error::new(
                     ErrorKind::System,
@@ -64,9 +148,13 @@ impl TcpStoreServer {
                 Error::system(format!("cannot start the store server on port {port}"), e)
             }
         })?;
-        let port = listener
-            .local_addr()
-            .map_err(|e| Error::system("store server: local_addr", e))?
+        let local: Vec<SocketAddr> = listeners
+            .iter()
+            .filter_map(|l| l.local_addr().ok())
+            .collect();
+        let port = local
+            .first()
+            .ok_or_else(|| Error::internal("store server: no listening address"))?
             .port();
         let mut fds = [0 as RawFd; 2];
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
@@ -77,11 +165,22 @@ impl TcpStoreServer {
         }
         let (wake_r, wake_w) =
             unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let policy = Policy {
+            token: opts.token.clone(),
+            reply_timeout: opts.reply_timeout.unwrap_or_else(reply_timeout_from_env),
+        };
         let thread = std::thread::Builder::new()
             .name("tc-store-server".into())
-            .spawn(move || EventLoop::new(listener, wake_r).run())
+            .spawn(move || EventLoop::new(listeners, wake_r, policy).run())
             .map_err(|e| Error::system("store server: spawning its thread", e))?;
-        crate::log_info!("store server listening on port {port}");
+        crate::log_info!(
+            "store server listening on {local:?}{}",
+            if opts.token.is_some() {
+                " (token required)"
+            } else {
+                ""
+            }
+        );
         Ok(TcpStoreServer {
             port,
             wake: Some(wake_w),
@@ -112,314 +211,65 @@ impl Drop for TcpStoreServer {
     }
 }
 
-struct Conn {
-    stream: TcpStream,
-    peer: String,
-    inbuf: Vec<u8>,
-    out: Vec<u8>,
-    out_pos: usize,
-    validated: bool,
-    eof: bool,
-    waits: Vec<u64>,
+/// What the event loop enforces.
+struct Policy {
+    token: Option<Vec<u8>>,
+    reply_timeout: Duration,
 }
 
-struct Wait {
-    conn: u64,
-    remaining: usize,
-    keys: Vec<Vec<u8>>,
-}
-
-#[derive(Default)]
-struct State {
-    kv: HashMap<Vec<u8>, Vec<u8>>,
-    queues: HashMap<Vec<u8>, VecDeque<Vec<u8>>>,
-    /// Key → ids of waits that still need it.
-    waiters: HashMap<Vec<u8>, Vec<u64>>,
-    waits: HashMap<u64, Wait>,
-    /// Barrier key → connections parked on it.
-    barriers: HashMap<Vec<u8>, Vec<u64>>,
-    next_wait: u64,
-}
-
-fn parse_int(v: &[u8]) -> Option<i64> {
-    std::str::from_utf8(v).ok()?.trim().parse().ok()
-}
-
-fn show_key(k: &[u8]) -> String {
-    String::from_utf8_lossy(&k[..k.len().min(200)]).into_owned()
-}
-
-impl State {
-    fn exists(&self, k: &[u8]) -> bool {
-        self.kv.contains_key(k) || self.queues.get(k).is_some_and(|q| !q.is_empty())
-    }
-
-    /// Wakes the waits that needed `key`.
-    fn wake(&mut self, conns: &mut HashMap<u64, Conn>, key: &[u8]) {
-        let Some(ids) = self.waiters.remove(key) else {
-            return;
-        };
-        for wid in ids {
-            let done = match self.waits.get_mut(&wid) {
-                Some(w) => {
-                    w.remaining -= 1;
-                    w.remaining == 0
-                }
-                None => false,
-            };
-            if done {
-                let w = self.waits.remove(&wid).unwrap();
-                if let Some(c) = conns.get_mut(&w.conn) {
-                    c.out.push(wire::STOP_WAITING);
-                    c.waits.retain(|x| *x != wid);
-                }
-            }
-        }
-    }
-
-    fn drop_wait(&mut self, wid: u64) {
-        if let Some(w) = self.waits.remove(&wid) {
-            for k in &w.keys {
-                if let Some(list) = self.waiters.get_mut(k) {
-                    list.retain(|x| *x != wid);
-                    if list.is_empty() {
-                        self.waiters.remove(k);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Drops every wait and barrier arrival of connection `id`.
-    fn cancel_conn(&mut self, conns: &mut HashMap<u64, Conn>, id: u64) {
-        if let Some(c) = conns.get_mut(&id) {
-            for wid in std::mem::take(&mut c.waits) {
-                self.drop_wait(wid);
-            }
-        }
-        self.barriers.retain(|_, list| {
-            list.retain(|c| *c != id);
-            !list.is_empty()
-        });
-    }
-
-    /// Executes one request of connection `id`; an error closes it.
-    fn handle(
-        &mut self,
-        conns: &mut HashMap<u64, Conn>,
-        id: u64,
-        req: Request,
-    ) -> std::result::Result<(), String> {
-        let mut out = Vec::new();
-        match req {
-            Request::Validate(m) => {
-                if m != wire::VALIDATION_MAGIC {
-                    return Err(format!("bad VALIDATE magic {m:#x}"));
-                }
-            }
-            Request::Set { key, value } => {
-                self.kv.insert(key.clone(), value);
-                self.wake(conns, &key);
-            }
-            Request::CompareSet {
-                key,
-                expected,
-                desired,
-            } => {
-                let reply = match self.kv.get(&key) {
-                    None if expected.is_empty() => {
-                        self.kv.insert(key.clone(), desired.clone());
-                        self.wake(conns, &key);
-                        desired
-                    }
-                    None => expected,
-                    Some(cur) if *cur == expected => {
-                        self.kv.insert(key.clone(), desired.clone());
-                        self.wake(conns, &key);
-                        desired
-                    }
-                    Some(cur) => cur.clone(),
-                };
-                wire::put_bytes(&mut out, &reply);
-            }
-            Request::Get(key) => {
-                wire::put_bytes(&mut out, self.kv.get(&key).map_or(&[][..], |v| v))
-            }
-            Request::Add { key, delta } => {
-                let cur = match self.kv.get(&key) {
-                    None => 0,
-                    Some(v) => parse_int(v).ok_or_else(|| {
-                        format!(
-                            "ADD on key {:?} whose value is not an integer",
-                            show_key(&key)
-                        )
-                    })?,
-                };
-                let new = cur
-                    .checked_add(delta)
-                    .ok_or_else(|| format!("ADD on key {:?} overflows", show_key(&key)))?;
-                self.kv.insert(key.clone(), new.to_string().into_bytes());
-                self.wake(conns, &key);
-                wire::put_i64(&mut out, new);
-            }
-            Request::Check(keys) => {
-                let ready = keys.iter().all(|k| self.exists(k));
-                out.push(if ready { wire::READY } else { wire::NOT_READY });
-            }
-            Request::Wait(keys) => {
-                let missing: Vec<Vec<u8>> = keys.into_iter().filter(|k| !self.exists(k)).collect();
-                if missing.is_empty() {
-                    out.push(wire::STOP_WAITING);
-                } else {
-                    let wid = self.next_wait;
-                    self.next_wait += 1;
-                    for k in &missing {
-                        self.waiters.entry(k.clone()).or_default().push(wid);
-                    }
-                    self.waits.insert(
-                        wid,
-                        Wait {
-                            conn: id,
-                            remaining: missing.len(),
-                            keys: missing,
-                        },
-                    );
-                    if let Some(c) = conns.get_mut(&id) {
-                        c.waits.push(wid);
-                    }
-                }
-            }
-            Request::GetNumKeys => wire::put_i64(&mut out, self.kv.len() as i64),
-            Request::DeleteKey(key) => {
-                let n = self.kv.remove(&key).is_some() as i64;
-                self.queues.remove(&key);
-                wire::put_i64(&mut out, n);
-            }
-            Request::Append { key, value } => {
-                self.kv
-                    .entry(key.clone())
-                    .or_default()
-                    .extend_from_slice(&value);
-                self.wake(conns, &key);
-            }
-            Request::MultiGet(keys) => {
-                for k in keys {
-                    wire::put_bytes(&mut out, self.kv.get(&k).map_or(&[][..], |v| v));
-                }
-            }
-            Request::MultiSet(kvs) => {
-                for (k, v) in kvs {
-                    self.kv.insert(k.clone(), v);
-                    self.wake(conns, &k);
-                }
-            }
-            Request::CancelWait => {
-                self.cancel_conn(conns, id);
-                out.push(wire::WAIT_CANCELED);
-            }
-            Request::Ping(n) => wire::put_u32(&mut out, n),
-            Request::QueuePush { key, value } => {
-                self.queues.entry(key.clone()).or_default().push_back(value);
-                self.wake(conns, &key);
-            }
-            Request::QueuePop(key) => {
-                let q = self.queues.get_mut(&key);
-                let len = q.as_ref().map_or(0, |q| q.len());
-                wire::put_i64(&mut out, len as i64);
-                if let Some(q) = q {
-                    if let Some(v) = q.pop_front() {
-                        wire::put_bytes(&mut out, &v);
-                    }
-                    if q.is_empty() {
-                        self.queues.remove(&key);
-                    }
-                }
-            }
-            Request::QueueLen(key) => wire::put_i64(
-                &mut out,
-                self.queues.get(&key).map_or(0, |q| q.len()) as i64,
-            ),
-            Request::ListKeys => {
-                wire::put_u64(&mut out, self.kv.len() as u64);
-                for k in self.kv.keys() {
-                    wire::put_bytes(&mut out, k);
-                }
-            }
-            Request::Barrier { key, world_size } => {
-                let cur = match self.kv.get(&key) {
-                    None => 0,
-                    Some(v) => parse_int(v).ok_or_else(|| {
-                        format!(
-                            "BARRIER on key {:?} whose value is not an integer",
-                            show_key(&key)
-                        )
-                    })?,
-                };
-                let new = cur.saturating_add(1);
-                self.kv.insert(key.clone(), new.to_string().into_bytes());
-                self.wake(conns, &key);
-                if new >= world_size {
-                    out.push(wire::STOP_WAITING);
-                    for other in self.barriers.remove(&key).unwrap_or_default() {
-                        if let Some(c) = conns.get_mut(&other) {
-                            c.out.push(wire::STOP_WAITING);
-                        }
-                    }
-                } else {
-                    self.barriers.entry(key).or_default().push(id);
-                }
-            }
-        }
-        if let Some(c) = conns.get_mut(&id) {
-            c.out.extend_from_slice(&out);
-        }
-        Ok(())
-    }
+/// Compares without an early exit, so timing does not reveal a prefix.
+fn same_token(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 
 struct EventLoop {
-    listener: TcpListener,
+    listeners: Vec<TcpListener>,
     wake: OwnedFd,
     conns: HashMap<u64, Conn>,
     state: State,
     next_conn: u64,
+    policy: Policy,
 }
 
 impl EventLoop {
-    fn new(listener: TcpListener, wake: OwnedFd) -> EventLoop {
+    fn new(listeners: Vec<TcpListener>, wake: OwnedFd, policy: Policy) -> EventLoop {
         EventLoop {
-            listener,
+            listeners,
             wake,
             conns: HashMap::new(),
             state: State::default(),
             next_conn: 0,
+            policy,
         }
     }
 
     fn run(mut self) {
         let mut pfds: Vec<libc::pollfd> = Vec::new();
         let mut ids: Vec<u64> = Vec::new();
+        let nl = self.listeners.len();
         loop {
             pfds.clear();
             ids.clear();
-            pfds.push(libc::pollfd {
-                fd: self.wake.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
-            pfds.push(libc::pollfd {
-                fd: self.listener.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
+            let fds = std::iter::once(self.wake.as_raw_fd())
+                .chain(self.listeners.iter().map(|l| l.as_raw_fd()));
+            for fd in fds {
+                pfds.push(libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+            }
+            let mut stalled_any = false;
             for (id, c) in &self.conns {
                 let mut ev = 0;
-                if !c.eof {
+                // A client over its backlog is not read: back-pressure.
+                if !c.eof && c.backlog() <= MAX_BACKLOG {
                     ev |= libc::POLLIN;
                 }
-                if c.out_pos < c.out.len() {
+                if c.backlog() > 0 {
                     ev |= libc::POLLOUT;
                 }
+                stalled_any |= c.backlog() > MAX_BACKLOG;
                 pfds.push(libc::pollfd {
                     fd: c.stream.as_raw_fd(),
                     events: ev,
@@ -427,7 +277,8 @@ impl EventLoop {
                 });
                 ids.push(*id);
             }
-            let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, -1) };
+            let wait_ms = if stalled_any { 500 } else { -1 };
+            let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, wait_ms) };
             if n < 0 {
                 let e = std::io::Error::last_os_error();
                 if e.kind() == IoKind::Interrupted {
@@ -443,34 +294,68 @@ impl EventLoop {
                 );
                 return;
             }
-            if pfds[1].revents != 0 {
-                self.accept_all();
+            for i in 0..nl {
+                if pfds[i + 1].revents != 0 {
+                    self.accept_all(i);
+                }
             }
             for (i, id) in ids.iter().enumerate() {
-                let re = pfds[i + 2].revents;
-                if re == 0 {
-                    continue;
-                }
+                let re = pfds[i + 1 + nl].revents;
                 if re & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
                     self.read_conn(*id);
                 }
             }
-            // Flush every connection that has output (replies and wakeups).
-            let pending: Vec<u64> = self
+            self.flush_all();
+            if stalled_any {
+                self.drop_stalled();
+            }
+        }
+    }
+
+    /// Flushes every connection that has output (replies and wakeups), then
+    /// serves requests that waited for a backlog to drain.
+    fn flush_all(&mut self) {
+        let pending: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.backlog() > 0 || c.eof)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in pending {
+            self.flush(id);
+            let resume = self
                 .conns
-                .iter()
-                .filter(|(_, c)| c.out_pos < c.out.len() || c.eof)
-                .map(|(id, _)| *id)
-                .collect();
-            for id in pending {
+                .get(&id)
+                .is_some_and(|c| !c.inbuf.is_empty() && c.backlog() <= MAX_BACKLOG);
+            if resume {
+                self.process(id);
                 self.flush(id);
             }
         }
     }
 
-    fn accept_all(&mut self) {
+    /// Drops clients that leave a full backlog unread for the reply timeout.
+    fn drop_stalled(&mut self) {
+        let limit = self.policy.reply_timeout;
+        let stalled: Vec<(u64, usize)> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.backlog() > MAX_BACKLOG && c.last_drain.elapsed() >= limit)
+            .map(|(id, c)| (*id, c.backlog()))
+            .collect();
+        for (id, backlog) in stalled {
+            let reason = format!(
+                "it left {backlog} bytes of replies unread for {:.1} s (limit {} bytes)",
+                limit.as_secs_f64(),
+                MAX_BACKLOG
+            );
+            self.close(id, Some(&reason));
+        }
+    }
+
+    fn accept_all(&mut self, listener: usize) {
         loop {
-            match self.listener.accept() {
+            match self.listeners[listener].accept() {
                 Ok((stream, addr)) => {
                     if stream.set_nonblocking(true).is_err() {
                         continue;
@@ -487,8 +372,10 @@ impl EventLoop {
                             out: Vec::new(),
                             out_pos: 0,
                             validated: false,
+                            authorized: self.policy.token.is_none(),
                             eof: false,
                             waits: Vec::new(),
+                            last_drain: Instant::now(),
                         },
                     );
                 }
@@ -523,6 +410,13 @@ impl EventLoop {
             let Some(c) = self.conns.get_mut(&id) else {
                 return;
             };
+            if c.backlog() > MAX_BACKLOG {
+                // Only a hang-up or error wakes a connection not polled for
+                // input: a client gone with replies unread.
+                let reason = format!("it hung up with {} bytes of replies unread", c.backlog());
+                self.close(id, Some(&reason));
+                return;
+            }
             while budget > 0 {
                 match c.stream.read(&mut chunk) {
                     Ok(0) => {
@@ -556,7 +450,13 @@ impl EventLoop {
         };
         let mut failure = None;
         while pos < inbuf.len() {
-            let validated = self.conns.get(&id).is_some_and(|c| c.validated);
+            let Some(c) = self.conns.get(&id) else {
+                return;
+            };
+            let (validated, authorized) = (c.validated, c.authorized);
+            if c.backlog() > MAX_BACKLOG {
+                break;
+            }
             if !validated && inbuf[pos] != wire::VALIDATE {
                 failure = Some(format!(
                     "first message has query code {}, not VALIDATE",
@@ -564,13 +464,20 @@ impl EventLoop {
                 ));
                 break;
             }
+            if validated && !authorized && inbuf[pos] != wire::AUTH {
+                failure = Some(format!(
+                    "refused: it sent query code {} without presenting the store token \
+                     (TORCHCOMM_STORE_TOKEN)",
+                    inbuf[pos]
+                ));
+                break;
+            }
             match wire::decode_request(&inbuf[pos..]) {
                 Ok((req, used)) => {
                     pos += used;
-                    if !validated {
-                        if let Some(c) = self.conns.get_mut(&id) {
-                            c.validated = true;
-                        }
+                    if let Err(e) = self.admit(id, &req) {
+                        failure = Some(e);
+                        break;
                     }
                     if let Err(e) = self.state.handle(&mut self.conns, id, req) {
                         failure = Some(e);
@@ -590,7 +497,7 @@ impl EventLoop {
         }
         inbuf.drain(..pos);
         if let Some(c) = self.conns.get_mut(&id) {
-            if c.eof && !inbuf.is_empty() {
+            if c.eof && !inbuf.is_empty() && c.backlog() <= MAX_BACKLOG {
                 let reason = format!(
                     "connection closed in the middle of a request ({} bytes pending)",
                     inbuf.len()
@@ -602,6 +509,26 @@ impl EventLoop {
         }
     }
 
+    /// Marks the handshake steps as done; refuses a wrong token.
+    fn admit(&mut self, id: u64, req: &Request) -> std::result::Result<(), String> {
+        let Some(c) = self.conns.get_mut(&id) else {
+            return Ok(());
+        };
+        match req {
+            Request::Validate(_) => c.validated = true,
+            Request::Auth(token) => {
+                if let Some(want) = &self.policy.token {
+                    if !same_token(token, want) {
+                        return Err("refused: it presented a wrong store token".into());
+                    }
+                }
+                c.authorized = true;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     fn flush(&mut self, id: u64) {
         let Some(c) = self.conns.get_mut(&id) else {
             return;
@@ -609,7 +536,10 @@ impl EventLoop {
         while c.out_pos < c.out.len() {
             match c.stream.write(&c.out[c.out_pos..]) {
                 Ok(0) => break,
-                Ok(n) => c.out_pos += n,
+                Ok(n) => {
+                    c.out_pos += n;
+                    c.last_drain = Instant::now();
+                }
                 Err(e) if e.kind() == IoKind::WouldBlock => break,
                 Err(e) if e.kind() == IoKind::Interrupted => continue,
                 Err(_) => {
@@ -621,6 +551,7 @@ impl EventLoop {
         if c.out_pos == c.out.len() {
             c.out.clear();
             c.out_pos = 0;
+            c.last_drain = Instant::now();
             if c.eof {
                 self.close(id, None);
             }

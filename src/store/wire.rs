@@ -27,6 +27,13 @@ pub(crate) const QUEUE_POP: u8 = 15;
 pub(crate) const QUEUE_LEN: u8 = 16;
 pub(crate) const LIST_KEYS: u8 = 17;
 pub(crate) const BARRIER: u8 = 18;
+/// Our extension, a code torch never sends: the store token (see
+/// [`Request::Auth`]). A torch server drops a connection that sends it.
+pub(crate) const AUTH: u8 = 200;
+/// Magic that opens an AUTH body, so that a stray 200 is not taken for one.
+pub(crate) const AUTH_MAGIC: u32 = 0x4B54_4354;
+/// Longest store token accepted.
+pub const MAX_TOKEN_LEN: usize = 4096;
 
 /// CHECK replies.
 pub(crate) const READY: u8 = 0;
@@ -35,10 +42,11 @@ pub(crate) const NOT_READY: u8 = 1;
 pub(crate) const STOP_WAITING: u8 = 0;
 pub(crate) const WAIT_CANCELED: u8 = 1;
 
-/// Limits of torch's libuv server; a request beyond them closes the connection.
-pub(crate) const MAX_KEY_LEN: usize = 8 * 1024;
-pub(crate) const MAX_VALUE_LEN: usize = 8 * 1024 * 1024;
-pub(crate) const MAX_KEYS_PER_REQUEST: usize = 128 * 1024;
+/// Limits of torch's libuv server; a request beyond them closes the
+/// connection. Keys are counted as they travel (torch's leading `/` included).
+pub const MAX_KEY_LEN: usize = 8 * 1024;
+pub const MAX_VALUE_LEN: usize = 8 * 1024 * 1024;
+pub const MAX_KEYS_PER_REQUEST: usize = 128 * 1024;
 
 /// One request, with keys exactly as they travel (torch's `/` included).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,6 +89,11 @@ pub enum Request {
         key: Vec<u8>,
         world_size: i64,
     },
+    /// Our extension: the store token, sent right after VALIDATE by a client
+    /// configured with one; a server configured with a token closes any
+    /// connection whose second message is not this with the right token.
+    /// No reply.
+    Auth(Vec<u8>),
 }
 
 pub fn put_u8(out: &mut Vec<u8>, v: u8) {
@@ -128,6 +141,54 @@ impl Request {
             Request::QueueLen(_) => QUEUE_LEN,
             Request::ListKeys => LIST_KEYS,
             Request::Barrier { .. } => BARRIER,
+            Request::Auth(_) => AUTH,
+        }
+    }
+
+    /// The query's name, for messages.
+    pub fn name(&self) -> &'static str {
+        const NAMES: [&str; 19] = [
+            "VALIDATE",
+            "SET",
+            "COMPARE_SET",
+            "GET",
+            "ADD",
+            "CHECK",
+            "WAIT",
+            "GETNUMKEYS",
+            "DELETE_KEY",
+            "APPEND",
+            "MULTI_GET",
+            "MULTI_SET",
+            "CANCEL_WAIT",
+            "PING",
+            "QUEUE_PUSH",
+            "QUEUE_POP",
+            "QUEUE_LEN",
+            "LIST_KEYS",
+            "BARRIER",
+        ];
+        NAMES.get(self.code() as usize).copied().unwrap_or("AUTH")
+    }
+
+    /// The request's first key, for messages.
+    pub fn first_key(&self) -> Option<&[u8]> {
+        match self {
+            Request::Set { key, .. }
+            | Request::CompareSet { key, .. }
+            | Request::Add { key, .. }
+            | Request::Append { key, .. }
+            | Request::QueuePush { key, .. }
+            | Request::Barrier { key, .. }
+            | Request::Get(key)
+            | Request::DeleteKey(key)
+            | Request::QueuePop(key)
+            | Request::QueueLen(key) => Some(key),
+            Request::Check(keys) | Request::Wait(keys) | Request::MultiGet(keys) => {
+                keys.first().map(|k| &k[..])
+            }
+            Request::MultiSet(kvs) => kvs.first().map(|(k, _)| &k[..]),
+            _ => None,
         }
     }
 
@@ -174,6 +235,10 @@ impl Request {
                 put_bytes(out, key);
                 put_i64(out, *world_size);
             }
+            Request::Auth(token) => {
+                put_u32(out, AUTH_MAGIC);
+                put_bytes(out, token);
+            }
         }
     }
 
@@ -182,6 +247,72 @@ impl Request {
         self.encode(&mut v);
         v
     }
+}
+
+/// Checks a request against the server's limits before it is sent, so that
+/// the caller gets the reason instead of a closed connection.
+pub fn check_limits(req: &Request) -> Result<(), String> {
+    match req {
+        Request::Set { key, value }
+        | Request::Append { key, value }
+        | Request::QueuePush { key, value } => {
+            check_key(key)?;
+            check_value(value.len())
+        }
+        Request::CompareSet {
+            key,
+            expected,
+            desired,
+        } => {
+            check_key(key)?;
+            check_value(expected.len())?;
+            check_value(desired.len())
+        }
+        Request::Check(keys) | Request::Wait(keys) | Request::MultiGet(keys) => {
+            check_count(keys.len())?;
+            keys.iter().try_for_each(|k| check_key(k))
+        }
+        Request::MultiSet(kvs) => {
+            check_count(kvs.len())?;
+            kvs.iter().try_for_each(|(k, v)| {
+                check_key(k)?;
+                check_value(v.len())
+            })
+        }
+        other => other.first_key().map_or(Ok(()), check_key),
+    }
+}
+
+/// Checks one key, in its wire form, against the server's limit.
+pub fn check_key(key: &[u8]) -> Result<(), String> {
+    if key.len() > MAX_KEY_LEN {
+        return Err(format!(
+            "key {:?}... is {} bytes on the wire, over the store's key limit of {MAX_KEY_LEN} bytes",
+            String::from_utf8_lossy(&key[..40]),
+            key.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Checks one value against the server's limit.
+pub fn check_value(value_len: usize) -> Result<(), String> {
+    if value_len > MAX_VALUE_LEN {
+        return Err(format!(
+            "a value of {value_len} bytes is over the store's value limit of {MAX_VALUE_LEN} bytes"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a number of keys in one request against the server's limit.
+pub fn check_count(n: usize) -> Result<(), String> {
+    if n > MAX_KEYS_PER_REQUEST {
+        return Err(format!(
+            "{n} keys in one request are over the store's limit of {MAX_KEYS_PER_REQUEST}"
+        ));
+    }
+    Ok(())
 }
 
 /// Why a request could not be decoded (yet).
@@ -304,6 +435,15 @@ pub fn decode_request(buf: &[u8]) -> Result<(Request, usize), Decode> {
             key: c.key()?,
             world_size: c.i64()?,
         },
+        AUTH => {
+            let magic = c.u32()?;
+            if magic != AUTH_MAGIC {
+                return Err(Decode::Malformed(format!(
+                    "query code {AUTH} without the token magic"
+                )));
+            }
+            Request::Auth(c.bytes(MAX_TOKEN_LEN, "store token")?)
+        }
         other => return Err(Decode::Malformed(format!("unknown query code {other}"))),
     };
     Ok((req, c.pos))
@@ -546,5 +686,39 @@ mod tests {
         let mut huge = vec![MULTI_GET];
         put_u64(&mut huge, u64::MAX);
         assert!(matches!(decode_request(&huge), Err(Decode::Malformed(_))));
+    }
+
+    #[test]
+    fn auth_round_trips_and_needs_its_magic() {
+        let req = Request::Auth(s(b"tok"));
+        let bytes = req.to_bytes();
+        assert_eq!(
+            bytes,
+            cat(&[&[AUTH], &AUTH_MAGIC.to_le_bytes(), &lp(b"tok")])
+        );
+        assert_eq!(decode_request(&bytes).unwrap(), (req, bytes.len()));
+        let stray = cat(&[&[AUTH], &0u32.to_le_bytes(), &lp(b"tok")]);
+        assert!(matches!(decode_request(&stray), Err(Decode::Malformed(_))));
+        let mut long = cat(&[&[AUTH], &AUTH_MAGIC.to_le_bytes()]);
+        put_u64(&mut long, MAX_TOKEN_LEN as u64 + 1);
+        assert!(matches!(decode_request(&long), Err(Decode::Malformed(_))));
+    }
+
+    #[test]
+    fn client_side_limits_name_the_limit() {
+        let key = vec![b'k'; MAX_KEY_LEN + 1];
+        let e = check_limits(&Request::Get(key.clone())).unwrap_err();
+        assert!(e.contains("key limit of 8192"), "{e}");
+        assert!(check_limits(&Request::Get(vec![b'k'; MAX_KEY_LEN])).is_ok());
+        let e = check_limits(&Request::Set {
+            key: s(b"/k"),
+            value: vec![0; MAX_VALUE_LEN + 1],
+        })
+        .unwrap_err();
+        assert!(e.contains("value limit of 8388608"), "{e}");
+        let e = check_limits(&Request::Wait(vec![s(b"/k"); MAX_KEYS_PER_REQUEST + 1])).unwrap_err();
+        assert!(e.contains("limit of 131072"), "{e}");
+        let e = check_limits(&Request::MultiSet(vec![(key, s(b"v"))])).unwrap_err();
+        assert!(e.contains("key limit"), "{e}");
     }
 }
