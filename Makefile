@@ -139,7 +139,7 @@ install-check: build
 	@echo "install-check: pkg-config and CMake users build and run against the installed library"
 
 test: deps build header-check header-compile symbols-check cargo-test nccl-real-test capi-test sim-gpu-test capi-valgrind install-check
-	bash scripts/test-cpp.sh && bash scripts/test-python.sh
+	bash scripts/test-cpp.sh && bash scripts/test-python.sh && bash scripts/test-torch-interop.sh
 	@echo "make test: all checks passed"
 
 # The main job: a multi-process demo of the library at work.
