@@ -29,7 +29,7 @@ interop=tests/torch_interop/interop.py
 quiet() { grep -v '^\[W[0-9].*socket.cpp\|^\(\[[0-9]\] \)\?ok \|run.py:[0-9]*\] \*\|OMP_NUM_THREADS\|^W[0-9].*run.py:[0-9]*\] *$' || true; }
 
 echo "== stores: torch <-> torchcomm, both directions"
-"$py" "$interop" stores | quiet
+"$py" "$interop" stores 2>&1 | quiet
 for n in 2 3; do
   echo "== torch gloo process group under tc-run, $n ranks"
   "$rel/tc-run" -n "$n" -- "$py" "$interop" gloo-pg | quiet
