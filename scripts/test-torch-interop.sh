@@ -9,7 +9,9 @@
 #    torchrun (torch's);
 #  - our C program (examples/demo.c), our C++ example and our Python package
 #    (examples/python/train.py) launched by torchrun, with the static and the
-#    c10d (--standalone) rendezvous.
+#    c10d (--standalone) rendezvous;
+#  - two hosts made of network namespaces, torchrun --nnodes 2 with the c10d
+#    rendezvous (scripts/test-two-hosts.sh; SKIPPED when not root).
 # Python with torch comes from scripts/torch-venv.sh; when it cannot be had,
 # prints a SKIPPED line with the reason and exits 0.
 set -uo pipefail
@@ -51,4 +53,6 @@ echo "== torchrun --no-python examples/cpp/hello.cpp, c10d rendezvous, 2 ranks"
 "$torchrun" --standalone --nproc-per-node 2 --no-python build/interop/hello 2>&1 | quiet
 echo "== torchrun examples/python/train.py (the torchcomm package), c10d rendezvous, 2 ranks"
 "$torchrun" --standalone --nproc-per-node 2 examples/python/train.py 2>&1 | quiet
+echo "== two hosts (network namespaces): torchrun --nnodes 2, c10d rendezvous"
+bash scripts/test-two-hosts.sh
 echo "test-torch-interop: all passed"
