@@ -108,7 +108,7 @@ install: build
 	ln -sf libtorchcomm.so.$(MAJOR) $(DESTDIR)$(PREFIX)/lib/libtorchcomm.so
 	if [ -f $(REL)/libtorchcomm-gloo.so ]; then install -m 755 $(REL)/libtorchcomm-gloo.so $(DESTDIR)$(PREFIX)/lib/; fi
 	for b in tc-run tc-perf; do if [ -f $(REL)/$$b ]; then install -m 755 $(REL)/$$b $(DESTDIR)$(PREFIX)/bin/; fi; done
-	install -m 644 include/torchcomm.h include/torchcomm.hpp $(DESTDIR)$(PREFIX)/include/
+	install -m 644 include/torchcomm.h include/torchcomm.hpp include/torchcomm_base.hpp $(DESTDIR)$(PREFIX)/include/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' pkgconfig/torchcomm.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/torchcomm.pc
 	sed -e 's|@VERSION@|$(VERSION)|g' cmake/torchcommConfig.cmake.in > $(DESTDIR)$(PREFIX)/lib/cmake/torchcomm/torchcommConfig.cmake
@@ -118,7 +118,8 @@ uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/lib/libtorchcomm.so $(DESTDIR)$(PREFIX)/lib/libtorchcomm.so.$(MAJOR) \
 	  $(DESTDIR)$(PREFIX)/lib/libtorchcomm.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libtorchcomm-gloo.so \
 	  $(DESTDIR)$(PREFIX)/bin/tc-run $(DESTDIR)$(PREFIX)/bin/tc-perf \
-	  $(DESTDIR)$(PREFIX)/include/torchcomm.h $(DESTDIR)$(PREFIX)/include/torchcomm.hpp $(DESTDIR)$(PREFIX)/lib/pkgconfig/torchcomm.pc
+	  $(DESTDIR)$(PREFIX)/include/torchcomm.h $(DESTDIR)$(PREFIX)/include/torchcomm.hpp $(DESTDIR)$(PREFIX)/include/torchcomm_base.hpp \
+	  $(DESTDIR)$(PREFIX)/lib/pkgconfig/torchcomm.pc
 	rm -rf $(DESTDIR)$(PREFIX)/lib/cmake/torchcomm
 
 # Installs into a scratch prefix and builds a user program against it twice:

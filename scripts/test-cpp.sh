@@ -38,6 +38,7 @@ stage="$root/build/cpp-stage"
 rm -rf "$stage"
 make --no-print-directory install PREFIX="$stage" >/dev/null
 test -f "$stage/include/torchcomm.hpp"
+test -f "$stage/include/torchcomm_base.hpp"
 export PKG_CONFIG_PATH="$stage/lib/pkgconfig"
 # shellcheck disable=SC2046
 "$CXX" -std=c++17 -Wall -Wextra -Werror examples/cpp/hello.cpp -o "$out/hello_pc" \
@@ -55,4 +56,5 @@ else
 fi
 make --no-print-directory uninstall PREFIX="$stage" >/dev/null
 test ! -e "$stage/include/torchcomm.hpp"
+test ! -e "$stage/include/torchcomm_base.hpp"
 echo "test-cpp: C++17 and C++20 on 2 and 3 ranks, valgrind, pkg-config and CMake users: all passed"
