@@ -265,3 +265,25 @@ def test_split_window_memory_flight_recorder(comm):
     comm.set_abort_hook(lambda code, msg: hook_calls.append(code))
     comm.set_abort_hook(None)
     assert ctypes.sizeof(tc.library.tc_comm_new.argtypes[2]._type_) > 0
+
+
+class DLPackOnly:
+    """Exports a tensor through DLPack alone (no buffer protocol, not a
+    numpy array or tensor itself)."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __dlpack__(self, **kwargs):
+        return self.t.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
+
+
+def test_dlpack_exporter_is_written_in_place(comm):
+    t = torch.full((3,), comm.rank + 1.0, dtype=torch.float64)
+    b = tc.as_buffer(DLPackOnly(t), True, "buf")
+    assert b.ptr == t.data_ptr() and b.count == 3 and b.dtype == tc.DType.FLOAT64
+    comm.all_reduce(DLPackOnly(t))
+    assert (t == comm.size * (comm.size + 1) / 2).all()

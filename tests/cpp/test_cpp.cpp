@@ -237,6 +237,8 @@ static void test_argument_errors(tc::Comm &comm) {
                  "'buf'");
     EXPECT_ERROR(comm.all_reduce(in, tc::BitAnd), TC_ERR_UNSUPPORTED, "float32");
     CHECK(!comm.async_error().has_value());
+    // Buffer registration is an nccl feature: gloo says so.
+    EXPECT_ERROR(comm.register_buffer(in.data(), 8), TC_ERR_UNSUPPORTED, "");
 }
 
 static void test_split_window_memory(tc::Comm &comm) {
