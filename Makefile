@@ -15,7 +15,7 @@ AFTER_BUILD := TC_BUILT=1
 .PHONY: all build deps lint header header-check header-compile symbols-check \
         cargo-test nccl-wheel nccl-real-test capi-test capi-valgrind sim-gpu-test \
         install uninstall install-check test run bench bench-deps bench-store \
-        bench-host bench-window bench-sparse torch-parity gpu-suite gpu-test gpu-bench clean
+        bench-host bench-window bench-sparse torch-parity cpp-test python-test torch-interop gpu-suite gpu-test gpu-bench clean
 
 all: build
 
@@ -30,7 +30,8 @@ build:
 # The whole suite; CI runs it on a clean clone (.ci/run). A new check is one
 # more prerequisite here.
 test: deps lint build header-check header-compile symbols-check cargo-test nccl-real-test \
-      capi-test sim-gpu-test capi-valgrind install-check torch-parity
+      capi-test sim-gpu-test capi-valgrind install-check cpp-test python-test torch-parity \
+      torch-interop
 	@echo "make test: all checks passed"
 
 # The main job: examples/demo.c on 4 processes under tc-run.
@@ -74,6 +75,16 @@ sim-gpu-test: build
 # cannot be had.
 torch-parity: build
 	$(AFTER_BUILD) bash scripts/test-torch-parity-sparse.sh
+# torch's stores, process groups and launchers (torchrun, two hosts as
+# network namespaces when root) with our library.
+torch-interop: build
+	$(AFTER_BUILD) bash scripts/test-torch-interop.sh
+
+# The C++ header (C++17, C++20, valgrind) and the Python package (pytest).
+cpp-test: build
+	$(AFTER_BUILD) bash scripts/test-cpp.sh
+python-test: build
+	$(AFTER_BUILD) bash scripts/test-python.sh
 
 # PREFIX (default /usr/local), DESTDIR; install-check uses build/stage.
 install: build

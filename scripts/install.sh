@@ -3,7 +3,8 @@
 # Installs (or removes) under $DESTDIR$PREFIX (PREFIX default /usr/local):
 #   lib/libtorchcomm.so.VERSION with the .so.MAJOR and .so links,
 #   lib/libtorchcomm-gloo.so (the gloo backend module, when it was built),
-#   bin/tc-run and bin/tc-perf, include/torchcomm.h,
+#   bin/tc-run and bin/tc-perf, include/torchcomm.h (C) and torchcomm.hpp,
+#   torchcomm_base.hpp (the header-only C++17 interface),
 #   lib/pkgconfig/torchcomm.pc (its --libs carry -Wl,-rpath to PREFIX/lib) and
 #   lib/cmake/torchcomm/ (find_package(torchcomm)).
 # Lists every file it installs. Run `make build` (scripts/build.sh) first.
@@ -15,7 +16,8 @@ D=${DESTDIR:-}$PREFIX
 if [ "${1:-}" = --uninstall ]; then
   rm -f "$D/lib/libtorchcomm.so" "$D/lib/libtorchcomm.so.$MAJOR" "$D/lib/libtorchcomm.so.$VERSION" \
     "$D/lib/libtorchcomm-gloo.so" "$D/bin/tc-run" "$D/bin/tc-perf" \
-    "$D/include/torchcomm.h" "$D/lib/pkgconfig/torchcomm.pc"
+    "$D/include/torchcomm.h" "$D/include/torchcomm.hpp" "$D/include/torchcomm_base.hpp" \
+    "$D/lib/pkgconfig/torchcomm.pc"
   rm -rf "$D/lib/cmake/torchcomm"
   echo "uninstall: removed libtorchcomm $VERSION from $D"
   exit 0
@@ -38,7 +40,7 @@ else
   echo "install: no libtorchcomm-gloo.so was built (Gloo's headers missing): the gloo backend will be unavailable"
 fi
 for b in tc-run tc-perf; do put 755 "$REL/$b" "$D/bin/$b"; done
-put 644 include/torchcomm.h "$D/include/torchcomm.h"
+for h in torchcomm.h torchcomm.hpp torchcomm_base.hpp; do put 644 "include/$h" "$D/include/$h"; done
 sed -e "s|@PREFIX@|$PREFIX|g" -e "s|@VERSION@|$VERSION|g" pkgconfig/torchcomm.pc.in >"$D/lib/pkgconfig/torchcomm.pc"
 installed+=("$D/lib/pkgconfig/torchcomm.pc")
 for f in torchcommConfig torchcommConfigVersion; do

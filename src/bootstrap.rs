@@ -42,20 +42,67 @@ pub struct Bootstrap {
     pub store: StoreRef,
 }
 
-/// Variables consulted, first match wins: ours, Open MPI, PMI, torchrun.
-pub const RANK_VARS: [&str; 4] = ["TORCHCOMM_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK"];
-pub const SIZE_VARS: [&str; 4] = [
+/// Variables consulted, first match wins: ours, Open MPI, PMI, torchrun,
+/// Slurm (last: a launcher started inside a Slurm step, torchrun or
+/// mpirun, sets its own variables while the step's stay inherited).
+pub const RANK_VARS: [&str; 5] = [
+    "TORCHCOMM_RANK",
+    "OMPI_COMM_WORLD_RANK",
+    "PMI_RANK",
+    "RANK",
+    "SLURM_PROCID",
+];
+pub const SIZE_VARS: [&str; 5] = [
     "TORCHCOMM_SIZE",
     "OMPI_COMM_WORLD_SIZE",
     "PMI_SIZE",
     "WORLD_SIZE",
+    "SLURM_NTASKS",
 ];
-pub const LOCAL_RANK_VARS: [&str; 4] = [
+pub const LOCAL_RANK_VARS: [&str; 5] = [
     "TORCHCOMM_LOCAL_RANK",
     "OMPI_COMM_WORLD_LOCAL_RANK",
     "MPI_LOCALRANKID",
     "LOCAL_RANK",
+    "SLURM_LOCALID",
 ];
+
+/// Under Slurm, the value of `MASTER_ADDR` or `MASTER_PORT` when unset: the
+/// first host of `SLURM_STEP_NODELIST` (where task 0 runs), else
+/// `SLURM_LAUNCH_NODE_IPADDR`; the port 10000 + (`SLURM_JOB_ID` +
+/// `SLURM_STEP_ID`) % 50000, the same on every task of the step.
+fn slurm_default(lookup: &dyn Fn(&str) -> Option<String>, var: &str) -> Option<String> {
+    match var {
+        "MASTER_ADDR" => {
+            let first_host = lookup("SLURM_STEP_NODELIST").and_then(|list| {
+                // "node[07-09,12],gpu1": the first item, its first number.
+                let mut depth = 0;
+                let mut items = list.split(|c| {
+                    depth += (c == '[') as i32 - (c == ']') as i32;
+                    c == ',' && depth == 0
+                });
+                let item = items.next()?.trim().to_string();
+                let host = match (item.find('['), item.find(']')) {
+                    (Some(open), Some(close)) if open < close => {
+                        let first = item[open + 1..close].split([',', '-']).next()?;
+                        format!("{}{}{}", &item[..open], first, &item[close + 1..])
+                    }
+                    _ => item,
+                };
+                Some(host).filter(|h| !h.is_empty())
+            });
+            first_host.or_else(|| lookup("SLURM_LAUNCH_NODE_IPADDR"))
+        }
+        "MASTER_PORT" => {
+            let job: u64 = lookup("SLURM_JOB_ID")?.trim().parse().ok()?;
+            let step: u64 = lookup("SLURM_STEP_ID")
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(0);
+            Some((10000 + (job + step) % 50000).to_string())
+        }
+        _ => None,
+    }
+}
 
 fn lookup_int(lookup: &dyn Fn(&str) -> Option<String>, vars: &[&str]) -> Result<Option<i32>> {
     for v in vars {
@@ -127,11 +174,14 @@ pub fn from_lookup(
         Some(s) => s,
         None => {
             let need = |v: &str| {
-                lookup(v).ok_or_else(|| {
-                    Error::invalid_usage(format!(
-                        "environment variable {v} is not set (needed to find the store)"
-                    ))
-                })
+                lookup(v)
+                    .or_else(|| slurm_default(lookup, v))
+                    .ok_or_else(|| {
+                        Error::invalid_usage(format!(
+                            "environment variable {v} is not set (needed to find the store; under \
+                         Slurm, SLURM_STEP_NODELIST and SLURM_JOB_ID stand in)"
+                        ))
+                    })
             };
             let addr = need("MASTER_ADDR")?;
             let port_s = need("MASTER_PORT")?;
@@ -350,5 +400,105 @@ mod tests {
         s0.set("k", b"v").unwrap();
         assert_eq!(b1.store.get("k").unwrap(), b"v");
         assert_eq!(s0.num_keys().unwrap(), 2, "init/ and k");
+    }
+
+    #[test]
+    fn slurm_gives_rank_size_and_local_rank_after_the_others() {
+        let slurm = [
+            ("SLURM_PROCID", "2"),
+            ("SLURM_NTASKS", "4"),
+            ("SLURM_LOCALID", "1"),
+        ];
+        let boot = |pairs: &[(&str, &str)]| {
+            let b = from_lookup(
+                &env(pairs),
+                None,
+                None,
+                Some(dummy_store()),
+                Duration::from_secs(1),
+            )
+            .unwrap();
+            (b.rank, b.world_size, b.local_rank)
+        };
+        assert_eq!(boot(&slurm), (2, 4, 1));
+        // torchrun (or mpirun) inside a Slurm step: its variables win.
+        let mut both = slurm.to_vec();
+        both.extend([("RANK", "0"), ("WORLD_SIZE", "8"), ("LOCAL_RANK", "3")]);
+        assert_eq!(boot(&both), (0, 8, 3));
+        let mut ompi = slurm.to_vec();
+        ompi.extend([("OMPI_COMM_WORLD_RANK", "3"), ("OMPI_COMM_WORLD_SIZE", "5")]);
+        assert_eq!(boot(&ompi).0, 3);
+        assert_eq!(boot(&ompi).1, 5);
+        let err = from_lookup(
+            &env(&[("SLURM_PROCID", "x"), ("SLURM_NTASKS", "2")]),
+            None,
+            None,
+            Some(dummy_store()),
+            Duration::from_secs(1),
+        )
+        .err()
+        .unwrap();
+        assert!(
+            err.message.contains("SLURM_PROCID=\"x\""),
+            "{}",
+            err.message
+        );
+    }
+
+    #[test]
+    fn slurm_master_from_the_step_nodelist_then_the_launch_node() {
+        let addr = |pairs: &[(&str, &str)]| slurm_default(&env(pairs), "MASTER_ADDR");
+        let list = |l: &str| addr(&[("SLURM_STEP_NODELIST", l)]);
+        assert_eq!(list("node[07-09,12],gpu1").as_deref(), Some("node07"));
+        assert_eq!(list("node[12,07-09]").as_deref(), Some("node12"));
+        assert_eq!(list("gpu1,node[1-2]").as_deref(), Some("gpu1"));
+        assert_eq!(list("rack[3-4]-n1").as_deref(), Some("rack3-n1"));
+        assert_eq!(list("localhost").as_deref(), Some("localhost"));
+        let launch = ("SLURM_LAUNCH_NODE_IPADDR", "10.1.2.3");
+        assert_eq!(addr(&[launch]).as_deref(), Some("10.1.2.3"));
+        assert_eq!(
+            addr(&[launch, ("SLURM_STEP_NODELIST", "n[4-5]")]).as_deref(),
+            Some("n4")
+        );
+        assert_eq!(addr(&[]), None);
+        let port = |pairs: &[(&str, &str)]| slurm_default(&env(pairs), "MASTER_PORT");
+        assert_eq!(port(&[("SLURM_JOB_ID", "1234")]).as_deref(), Some("11234"));
+        let step = [("SLURM_JOB_ID", "99999"), ("SLURM_STEP_ID", "3")];
+        assert_eq!(port(&step).as_deref(), Some("10002"));
+        assert_eq!(port(&[("SLURM_JOB_ID", "abc")]), None);
+        assert_eq!(port(&[]), None);
+    }
+
+    #[test]
+    fn master_addr_and_port_win_over_slurm() {
+        // Rank 1 only connects: MASTER_* point at a closed port on
+        // 127.0.0.1, the Slurm values at a host that does not resolve, so the
+        // error names which one was used.
+        let e = env(&[
+            ("SLURM_PROCID", "1"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_STEP_NODELIST", "no-such-host.invalid"),
+            ("SLURM_JOB_ID", "5"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "1"),
+        ]);
+        let err = from_lookup(&e, None, None, None, Duration::from_millis(300))
+            .err()
+            .unwrap();
+        assert!(err.message.contains("127.0.0.1:1"), "{}", err.message);
+        let slurm_only = env(&[
+            ("SLURM_PROCID", "1"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_STEP_NODELIST", "no-such-host.invalid"),
+            ("SLURM_JOB_ID", "5"),
+        ]);
+        let err = from_lookup(&slurm_only, None, None, None, Duration::from_millis(300))
+            .err()
+            .unwrap();
+        assert!(
+            err.message.contains("no-such-host.invalid:10005"),
+            "{}",
+            err.message
+        );
     }
 }

@@ -86,8 +86,9 @@ fn comm_handle(inner: Arc<Comm>, name_lease: NameLease) -> *mut tc_comm_t {
 /// Creates a communicator over `backend` ("gloo" for host memory, "nccl" for
 /// CUDA memory) on `device`. Collective: every rank of the job calls it.
 /// Rank, size and store come from `opts` or, when unset, from the
-/// environment (TORCHCOMM_RANK/SIZE, Open MPI, PMI, torchrun; store at
-/// MASTER_ADDR:MASTER_PORT). `opts` may be NULL (defaults) and is copied.
+/// environment (TORCHCOMM_RANK/SIZE, Open MPI, PMI, torchrun, Slurm; store
+/// at MASTER_ADDR:MASTER_PORT, under Slurm by default the step's first node).
+/// `opts` may be NULL (defaults) and is copied.
 /// On success `*comm` receives a handle to destroy with `tc_comm_destroy`;
 /// on failure it is left untouched.
 #[no_mangle]

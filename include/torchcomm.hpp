@@ -1,0 +1,450 @@
+/*
+ * torchcomm.hpp: header-only C++17 interface over the C API of libtorchcomm
+ * (torchcomm.h). Link with -ltorchcomm as for C; nothing here is compiled
+ * into the library.
+ *
+ * - Handles are move-only RAII types (tc::Comm, tc::Work, tc::Store,
+ *   tc::Window, tc::Batch, tc::Memory, tc::Registration): the destructor
+ *   calls the C destroy/free function.
+ * - A failing call throws tc::Error, carrying the tc_result_t code and the
+ *   thread's tc_last_error() detail.
+ * - Buffers are tc::Buffer / tc::ConstBuffer: built implicitly from any
+ *   contiguous container (std::vector, std::array, C arrays, std::span in
+ *   C++20, tc::Span) whose element type maps to a dtype, from
+ *   {pointer, count}, or from (void pointer, count, tc::DType) for element
+ *   types C++ lacks (float16, bfloat16, float8).
+ * - Options are builders: tc::OpOptions().async(true).timeout(...).
+ * Every call maps to one C call with the same semantics: see torchcomm.h
+ * for ownership, threading and stream ordering.
+ */
+#ifndef TORCHCOMM_HPP
+#define TORCHCOMM_HPP
+
+#include "torchcomm_base.hpp"
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tc {
+
+/* ------------------------------------------------------------------ comm */
+
+class Comm;
+
+/* A batch of sends and receives issued as one operation (tc_batch_t). */
+class Batch {
+  public:
+    explicit Batch(tc_batch_t *b) noexcept : h_(b) {}
+    Batch &send(ConstBuffer buf, int peer) {
+        detail::check(tc_batch_send(h_.get(), buf.data(), buf.count(), buf.c_dtype(), peer), "tc_batch_send");
+        return *this;
+    }
+    Batch &recv(Buffer buf, int peer) {
+        detail::check(tc_batch_recv(h_.get(), buf.data(), buf.count(), buf.c_dtype(), peer), "tc_batch_recv");
+        return *this;
+    }
+    /* Issues everything added so far; the batch is emptied and reusable. */
+    Work issue(const OpOptions &o = {}) {
+        tc_work_t *w = nullptr;
+        o.with_c([&](const tc_op_options_t *c) {
+            detail::check(tc_batch_issue(h_.get(), c, &w), "tc_batch_issue");
+        });
+        return Work(w);
+    }
+    tc_batch_t *get() const noexcept { return h_.get(); }
+
+  private:
+    detail::Handle<tc_batch_t, tc_batch_free> h_;
+};
+
+/* Memory from the comm's backend allocator (tc_mem_alloc), freed with
+   tc_mem_free on destruction. It refers to its comm: destroy it first. */
+class Memory {
+  public:
+    Memory() noexcept = default;
+    Memory(tc_comm_t *comm, void *ptr, size_t bytes) noexcept : comm_(comm), ptr_(ptr), bytes_(bytes) {}
+    Memory(Memory &&o) noexcept
+        : comm_(o.comm_), ptr_(std::exchange(o.ptr_, nullptr)), bytes_(o.bytes_) {}
+    Memory &operator=(Memory &&o) noexcept {
+        if (this != &o) {
+            reset();
+            comm_ = o.comm_, ptr_ = std::exchange(o.ptr_, nullptr), bytes_ = o.bytes_;
+        }
+        return *this;
+    }
+    ~Memory() { reset(); }
+    void *get() const noexcept { return ptr_; }
+    template <class T> T *as() const noexcept { return static_cast<T *>(ptr_); }
+    size_t bytes() const noexcept { return bytes_; }
+    /* Frees now, reporting a failure (the destructor ignores it). */
+    void free() {
+        detail::check(tc_mem_free(comm_, std::exchange(ptr_, nullptr)), "tc_mem_free");
+    }
+
+  private:
+    void reset() noexcept {
+        if (ptr_) (void)tc_mem_free(comm_, std::exchange(ptr_, nullptr));
+    }
+    tc_comm_t *comm_ = nullptr;
+    void *ptr_ = nullptr;
+    size_t bytes_ = 0;
+};
+
+/* A buffer registration (tc_comm_register), deregistered on destruction.
+   It refers to its comm: destroy it first. */
+class Registration {
+  public:
+    Registration() noexcept = default;
+    Registration(tc_comm_t *comm, void *handle) noexcept : comm_(comm), handle_(handle) {}
+    Registration(Registration &&o) noexcept : comm_(o.comm_), handle_(std::exchange(o.handle_, nullptr)) {}
+    Registration &operator=(Registration &&o) noexcept {
+        if (this != &o) {
+            reset();
+            comm_ = o.comm_, handle_ = std::exchange(o.handle_, nullptr);
+        }
+        return *this;
+    }
+    ~Registration() { reset(); }
+    void *get() const noexcept { return handle_; }
+    void deregister() {
+        detail::check(tc_comm_deregister(comm_, std::exchange(handle_, nullptr)), "tc_comm_deregister");
+    }
+
+  private:
+    void reset() noexcept {
+        if (handle_) (void)tc_comm_deregister(comm_, std::exchange(handle_, nullptr));
+    }
+    tc_comm_t *comm_ = nullptr;
+    void *handle_ = nullptr;
+};
+
+/* Called once when the comm becomes aborted; see tc_comm_set_abort_hook.
+   Exceptions it throws are swallowed (none may cross the C boundary). */
+using AbortHook = std::function<void(tc_result_t code, const char *message)>;
+
+/* A communicator (tc_comm_t). Every operation returns a tc::Work; with the
+   default options it is already complete when the call returns. */
+class Comm {
+  public:
+    Comm() noexcept = default;
+    explicit Comm(tc_comm_t *c) noexcept : h_(c) {}
+    /* Collective over the job; rank, size and store from `opts` or the
+       environment (see tc_comm_new). */
+    explicit Comm(const std::string &backend, Device device = Device::cpu(), const CommOptions &opts = {}) {
+        tc_comm_t *c = nullptr;
+        opts.with_c([&](const tc_comm_options_t *o) {
+            detail::check(tc_comm_new(backend.c_str(), device.c, o, &c), "tc_comm_new");
+        });
+        h_ = Handle(c);
+    }
+    Comm(Comm &&) noexcept = default;
+    Comm &operator=(Comm &&o) noexcept {
+        if (this != &o) {
+            h_ = std::move(o.h_); // destroys ours first: no hook call after that
+            hook_ = std::move(o.hook_);
+        }
+        return *this;
+    }
+    ~Comm() { h_.reset(); } // before hook_ goes away
+    explicit operator bool() const noexcept { return h_.get() != nullptr; }
+    tc_comm_t *get() const noexcept { return h_.get(); }
+
+    int rank() const { return get_int(tc_comm_get_rank, "tc_comm_get_rank"); }
+    int size() const { return get_int(tc_comm_get_size, "tc_comm_get_size"); }
+    std::string name() const { return get_str(tc_comm_get_name, "tc_comm_get_name"); }
+    std::string backend() const { return get_str(tc_comm_get_backend, "tc_comm_get_backend"); }
+    Device device() const {
+        Device d{};
+        detail::check(tc_comm_get_device(h_.get(), &d.c), "tc_comm_get_device");
+        return d;
+    }
+    /* The failure that aborted the comm, if any. */
+    std::optional<Error> async_error() const {
+        tc_result_t rc = tc_comm_get_async_error(h_.get());
+        if (rc == TC_SUCCESS) return std::nullopt;
+        return Error(rc, tc_last_error(), "tc_comm_get_async_error");
+    }
+    std::string dump_flight_recorder() const {
+        char *text = nullptr;
+        detail::check(tc_comm_dump_flight_recorder(h_.get(), &text), "tc_comm_dump_flight_recorder");
+        std::unique_ptr<char, detail::FreeDeleter> owned(text);
+        return std::string(text);
+    }
+    /* An empty hook removes it. */
+    void set_abort_hook(AbortHook hook) {
+        auto next = hook ? std::make_unique<AbortHook>(std::move(hook)) : nullptr;
+        detail::check(tc_comm_set_abort_hook(h_.get(), next ? &Comm::call_hook : nullptr, next.get()),
+                      "tc_comm_set_abort_hook");
+        hook_ = std::move(next); // the library no longer calls the old one
+    }
+    /* Parent ranks, the same on every rank; an empty list opts out and
+       returns an empty Comm. */
+    Comm split(Span<const int> ranks, const std::string &name, const CommOptions &opts = {}) {
+        tc_comm_t *c = nullptr;
+        opts.with_c([&](const tc_comm_options_t *o) {
+            detail::check(tc_comm_split(h_.get(), ranks.data(), ranks.size(), name.c_str(), o, &c),
+                          "tc_comm_split");
+        });
+        return Comm(c);
+    }
+    void finalize() { detail::check(tc_comm_finalize(h_.get()), "tc_comm_finalize"); }
+    void abort() { detail::check(tc_comm_abort(h_.get()), "tc_comm_abort"); }
+
+    Memory mem_alloc(size_t bytes) {
+        void *p = nullptr;
+        detail::check(tc_mem_alloc(h_.get(), bytes, &p), "tc_mem_alloc");
+        return Memory(h_.get(), p, bytes);
+    }
+    Registration register_buffer(void *buf, size_t bytes) {
+        void *handle = nullptr;
+        detail::check(tc_comm_register(h_.get(), buf, bytes, &handle), "tc_comm_register");
+        return Registration(h_.get(), handle);
+    }
+    Batch batch() {
+        tc_batch_t *b = nullptr;
+        detail::check(tc_batch_begin(h_.get(), &b), "tc_batch_begin");
+        return Batch(b);
+    }
+
+    /* Point to point. */
+    Work send(ConstBuffer buf, int peer, const OpOptions &o = {}) {
+        return op("tc_send", o, [&](auto c, auto w) {
+            return tc_send(h_.get(), buf.data(), buf.count(), buf.c_dtype(), peer, c, w);
+        });
+    }
+    Work recv(Buffer buf, int peer, const OpOptions &o = {}) {
+        return op("tc_recv", o, [&](auto c, auto w) {
+            return tc_recv(h_.get(), buf.data(), buf.count(), buf.c_dtype(), peer, c, w);
+        });
+    }
+
+    /* Collectives. */
+    Work broadcast(Buffer buf, int root, const OpOptions &o = {}) {
+        return op("tc_broadcast", o, [&](auto c, auto w) {
+            return tc_broadcast(h_.get(), buf.data(), buf.count(), buf.c_dtype(), root, c, w);
+        });
+    }
+    Work reduce(Buffer buf, int root, ReduceOp red, const OpOptions &o = {}) {
+        return op("tc_reduce", o, [&](auto c, auto w) {
+            return tc_reduce(h_.get(), buf.data(), buf.count(), buf.c_dtype(), root, red.c, c, w);
+        });
+    }
+    Work all_reduce(Buffer buf, ReduceOp red, const OpOptions &o = {}) {
+        return op("tc_all_reduce", o, [&](auto c, auto w) {
+            return tc_all_reduce(h_.get(), buf.data(), buf.count(), buf.c_dtype(), red.c, c, w);
+        });
+    }
+    /* One output per rank, each of input.count() elements. */
+    Work all_gather(const std::vector<Buffer> &outputs, ConstBuffer input, const OpOptions &o = {}) {
+        auto outs = pointers(outputs, input, "outputs");
+        return op("tc_all_gather", o, [&](auto c, auto w) {
+            return tc_all_gather(h_.get(), outs.data(), input.data(), input.count(), input.c_dtype(), c, w);
+        });
+    }
+    /* output: size() * input.count() elements. */
+    Work all_gather_single(Buffer output, ConstBuffer input, const OpOptions &o = {}) {
+        same_type(output, input, input.count() * size_t(size()), "output");
+        return op("tc_all_gather_single", o, [&](auto c, auto w) {
+            return tc_all_gather_single(h_.get(), output.data(), input.data(), input.count(),
+                                        input.c_dtype(), c, w);
+        });
+    }
+    /* counts: one per rank; input holds counts[rank()], output their sum. */
+    Work all_gather_v(Buffer output, Span<const size_t> counts, ConstBuffer input, const OpOptions &o = {}) {
+        same_type(output, input, output.count(), "output");
+        return op("tc_all_gather_v", o, [&](auto c, auto w) {
+            return tc_all_gather_v(h_.get(), output.data(), counts.data(), input.data(), input.c_dtype(), c, w);
+        });
+    }
+    /* One input per rank, each of output.count() elements. */
+    Work reduce_scatter(Buffer output, const std::vector<ConstBuffer> &inputs, ReduceOp red,
+                        const OpOptions &o = {}) {
+        auto ins = pointers(inputs, output, "inputs");
+        return op("tc_reduce_scatter", o, [&](auto c, auto w) {
+            return tc_reduce_scatter(h_.get(), output.data(), ins.data(), output.count(), output.c_dtype(),
+                                     red.c, c, w);
+        });
+    }
+    /* input: size() * output.count() elements. */
+    Work reduce_scatter_single(Buffer output, ConstBuffer input, ReduceOp red, const OpOptions &o = {}) {
+        same_type(input, output, output.count() * size_t(size()), "input");
+        return op("tc_reduce_scatter_single", o, [&](auto c, auto w) {
+            return tc_reduce_scatter_single(h_.get(), output.data(), input.data(), output.count(),
+                                            output.c_dtype(), red.c, c, w);
+        });
+    }
+    Work reduce_scatter_v(Buffer output, ConstBuffer input, Span<const size_t> counts, ReduceOp red,
+                          const OpOptions &o = {}) {
+        same_type(input, output, input.count(), "input");
+        return op("tc_reduce_scatter_v", o, [&](auto c, auto w) {
+            return tc_reduce_scatter_v(h_.get(), output.data(), input.data(), counts.data(), output.c_dtype(),
+                                       red.c, c, w);
+        });
+    }
+    /* One output and one input per rank, each of input-count elements. */
+    Work all_to_all(const std::vector<Buffer> &outputs, const std::vector<ConstBuffer> &inputs,
+                    const OpOptions &o = {}) {
+        if (inputs.empty()) detail::invalid("'inputs' is empty", "tc_all_to_all");
+        auto ins = pointers(inputs, inputs[0], "inputs");
+        auto outs = pointers(outputs, inputs[0], "outputs");
+        return op("tc_all_to_all", o, [&](auto c, auto w) {
+            return tc_all_to_all(h_.get(), outs.data(), ins.data(), inputs[0].count(), inputs[0].c_dtype(), c, w);
+        });
+    }
+    /* input and output: size() blocks of count elements. */
+    Work all_to_all_single(Buffer output, ConstBuffer input, const OpOptions &o = {}) {
+        same_type(output, input, input.count(), "output");
+        if (input.count() % size_t(size()) != 0)
+            detail::invalid("'input' is not a multiple of the comm's size", "tc_all_to_all_single");
+        return op("tc_all_to_all_single", o, [&](auto c, auto w) {
+            return tc_all_to_all_single(h_.get(), output.data(), input.data(), input.count() / size_t(size()),
+                                        input.c_dtype(), c, w);
+        });
+    }
+    Work all_to_all_v_single(Buffer output, Span<const size_t> output_counts, ConstBuffer input,
+                             Span<const size_t> input_counts, const OpOptions &o = {}) {
+        same_type(output, input, output.count(), "output");
+        return op("tc_all_to_all_v_single", o, [&](auto c, auto w) {
+            return tc_all_to_all_v_single(h_.get(), output.data(), output_counts.data(), input.data(),
+                                          input_counts.data(), input.c_dtype(), c, w);
+        });
+    }
+    Work barrier(const OpOptions &o = {}) {
+        return op("tc_barrier", o, [&](auto c, auto w) { return tc_barrier(h_.get(), c, w); });
+    }
+    /* inputs: one per rank on root (ignored elsewhere: pass {}). */
+    Work scatter(Buffer output, const std::vector<ConstBuffer> &inputs, int root, const OpOptions &o = {}) {
+        auto ins = pointers(inputs, output, "inputs");
+        return op("tc_scatter", o, [&](auto c, auto w) {
+            return tc_scatter(h_.get(), output.data(), inputs.empty() ? nullptr : ins.data(), output.count(),
+                              output.c_dtype(), root, c, w);
+        });
+    }
+    /* outputs: one per rank on root (ignored elsewhere: pass {}). */
+    Work gather(const std::vector<Buffer> &outputs, ConstBuffer input, int root, const OpOptions &o = {}) {
+        auto outs = pointers(outputs, input, "outputs");
+        return op("tc_gather", o, [&](auto c, auto w) {
+            return tc_gather(h_.get(), outputs.empty() ? nullptr : outs.data(), input.data(), input.count(),
+                             input.c_dtype(), root, c, w);
+        });
+    }
+
+  private:
+    using Handle = detail::Handle<tc_comm_t, tc_comm_destroy>;
+
+    /* Runs one C operation with the options' C struct and wraps its work. */
+    template <class F> static Work op(const char *call, const OpOptions &o, F &&f) {
+        tc_work_t *w = nullptr;
+        o.with_c([&](const tc_op_options_t *c) { detail::check(f(c, &w), call); });
+        return Work(w);
+    }
+    int get_int(tc_result_t (*f)(const tc_comm_t *, int *), const char *call) const {
+        int v = 0;
+        detail::check(f(h_.get(), &v), call);
+        return v;
+    }
+    std::string get_str(tc_result_t (*f)(const tc_comm_t *, const char **), const char *call) const {
+        const char *s = nullptr;
+        detail::check(f(h_.get(), &s), call);
+        return s;
+    }
+    /* A list of buffers as the C pointer array; each must match `like`'s
+       dtype and count, and a list (if given) has one entry per rank. */
+    template <class B, class Like>
+    std::vector<typename B::pointer> pointers(const std::vector<B> &bufs, const Like &like,
+                                              const char *what) const {
+        std::vector<typename B::pointer> p;
+        if (bufs.empty()) return p;
+        if (bufs.size() != size_t(size()))
+            detail::invalid("'" + std::string(what) + "' needs one buffer per rank", what);
+        for (const auto &b : bufs) {
+            if (b.dtype() != like.dtype() || b.count() != like.count())
+                detail::invalid("every buffer of '" + std::string(what) + "' needs the same dtype and count",
+                                what);
+            p.push_back(b.data());
+        }
+        return p;
+    }
+    template <class A, class B> static void same_type(const A &a, const B &b, size_t count, const char *what) {
+        if (a.dtype() != b.dtype()) detail::invalid("'" + std::string(what) + "' has another dtype", what);
+        if (a.count() != count)
+            detail::invalid("'" + std::string(what) + "' has " + std::to_string(a.count()) +
+                                " elements, expected " + std::to_string(count),
+                            what);
+    }
+    static void call_hook(tc_result_t code, const char *message, void *user) {
+        try {
+            (*static_cast<AbortHook *>(user))(code, message);
+        } catch (...) {
+        }
+    }
+
+    Handle h_;
+    std::unique_ptr<AbortHook> hook_;
+};
+
+/* ---------------------------------------------------------------- window */
+
+/* A one-sided window over a comm (tc_window_t); it keeps the comm's
+   resources alive until destroyed. */
+class Window {
+  public:
+    Window() noexcept = default;
+    explicit Window(Comm &comm) {
+        tc_window_t *w = nullptr;
+        detail::check(tc_window_new(comm.get(), &w), "tc_window_new");
+        h_.reset(w);
+    }
+    explicit operator bool() const noexcept { return h_.get() != nullptr; }
+    tc_window_t *get() const noexcept { return h_.get(); }
+
+    /* Collective; the memory must stay valid until deregister(). */
+    void register_buffer(void *buf, size_t bytes) {
+        detail::check(tc_window_register(h_.get(), buf, bytes), "tc_window_register");
+    }
+    void register_buffer(Buffer buf) { register_buffer(buf.data(), buf.count() * dtype_size(buf.dtype())); }
+    void register_buffer(const Memory &m) { register_buffer(m.get(), m.bytes()); }
+    void deregister() { detail::check(tc_window_deregister(h_.get()), "tc_window_deregister"); }
+
+    /* Writes src into dst_rank's buffer at byte offset dst_offset. */
+    Work put(const void *src, size_t bytes, int32_t dst_rank, size_t dst_offset, const OpOptions &o = {}) {
+        tc_work_t *w = nullptr;
+        o.with_c([&](const tc_op_options_t *c) {
+            detail::check(tc_window_put(h_.get(), src, bytes, dst_rank, dst_offset, c, &w), "tc_window_put");
+        });
+        return Work(w);
+    }
+    Work put(ConstBuffer src, int32_t dst_rank, size_t dst_offset, const OpOptions &o = {}) {
+        return put(src.data(), src.count() * dtype_size(src.dtype()), dst_rank, dst_offset, o);
+    }
+    Work signal(int32_t peer, const OpOptions &o = {}) {
+        tc_work_t *w = nullptr;
+        o.with_c([&](const tc_op_options_t *c) {
+            detail::check(tc_window_signal(h_.get(), peer, c, &w), "tc_window_signal");
+        });
+        return Work(w);
+    }
+    Work wait_signal(int32_t peer, const OpOptions &o = {}) {
+        tc_work_t *w = nullptr;
+        o.with_c([&](const tc_op_options_t *c) {
+            detail::check(tc_window_wait_signal(h_.get(), peer, c, &w), "tc_window_wait_signal");
+        });
+        return Work(w);
+    }
+    template <class T = void> T *map_remote(int32_t rank) const {
+        void *p = nullptr;
+        detail::check(tc_window_map_remote(h_.get(), rank, &p), "tc_window_map_remote");
+        return static_cast<T *>(p);
+    }
+
+  private:
+    detail::Handle<tc_window_t, tc_window_free> h_;
+};
+
+} // namespace tc
+
+#endif /* TORCHCOMM_HPP */

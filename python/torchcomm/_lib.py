@@ -1,0 +1,266 @@
+"""Loading libtorchcomm and declaring its C functions (include/torchcomm.h)."""
+from __future__ import annotations
+
+import ctypes as C
+import ctypes.util
+import os
+from pathlib import Path
+from typing import Any, Callable, List, Optional
+
+# Values of include/torchcomm.h (tests/test_constants.py checks each).
+TC_SUCCESS = 0
+TC_UNSET = -1
+TC_DEVICE_CPU = 0
+TC_DEVICE_CUDA = 1
+TC_COMM_OPTIONS_MAGIC = 1413697357
+TC_COMM_OPTIONS_VERSION = 1
+TC_OP_OPTIONS_MAGIC = 1413697360
+TC_OP_OPTIONS_VERSION = 1
+
+ERROR_NAMES = {
+    1001: "TC_ERR_NULL_ARGUMENT",
+    1002: "TC_ERR_INVALID_ARGUMENT",
+    1003: "TC_ERR_INVALID_USAGE",
+    1004: "TC_ERR_UNSUPPORTED",
+    1005: "TC_ERR_UNAVAILABLE",
+    1006: "TC_ERR_TIMEOUT",
+    1007: "TC_ERR_REMOTE",
+    1008: "TC_ERR_ABORTED",
+    1009: "TC_ERR_CUDA",
+    1010: "TC_ERR_NCCL",
+    1011: "TC_ERR_SYSTEM",
+    1012: "TC_ERR_INTERNAL",
+    1013: "TC_ERR_PANIC",
+    1014: "TC_ERR_BUFFER_TOO_SMALL",
+    1015: "TC_ERR_NOT_FOUND",
+}
+
+
+class Device(C.Structure):
+    _fields_ = [("type", C.c_int32), ("index", C.c_int32)]
+
+
+class Hint(C.Structure):
+    _fields_ = [("key", C.c_char_p), ("value", C.c_char_p)]
+
+
+class CommOptions(C.Structure):
+    _fields_ = [
+        ("size", C.c_size_t),
+        ("magic", C.c_uint32),
+        ("version", C.c_uint32),
+        ("name", C.c_char_p),
+        ("timeout_ms", C.c_int64),
+        ("abort_on_error", C.c_int32),
+        ("rank", C.c_int32),
+        ("world_size", C.c_int32),
+        ("store", C.c_void_p),
+        ("hints", C.POINTER(Hint)),
+        ("num_hints", C.c_size_t),
+    ]
+
+
+class OpOptions(C.Structure):
+    _fields_ = [
+        ("size", C.c_size_t),
+        ("magic", C.c_uint32),
+        ("version", C.c_uint32),
+        ("async_op", C.c_int32),
+        ("timeout_ms", C.c_int64),
+        ("stream", C.c_void_p),
+        ("hints", C.POINTER(Hint)),
+        ("num_hints", C.c_size_t),
+    ]
+
+
+class ReduceOpC(C.Structure):
+    _fields_ = [("kind", C.c_int32), ("premul_factor", C.c_double), ("premul_factor_ptr", C.c_void_p)]
+
+
+ABORT_HOOK = C.CFUNCTYPE(None, C.c_int32, C.c_char_p, C.c_void_p)
+LOG_CALLBACK = C.CFUNCTYPE(None, C.c_int32, C.c_char_p, C.c_void_p)
+
+_p, _sz, _i32, _i64 = C.c_void_p, C.c_size_t, C.c_int32, C.c_int64
+_out = C.POINTER(C.c_void_p)
+_int_p = C.POINTER(C.c_int)
+_sz_p = C.POINTER(C.c_size_t)
+_opts = C.POINTER(OpOptions)
+
+# name: (restype, argtypes); restype None for void functions.
+_R = C.c_int32
+PROTOTYPES = {
+    "tc_comm_new": (_R, [C.c_char_p, Device, C.POINTER(CommOptions), _out]),
+    "tc_comm_get_rank": (_R, [_p, _int_p]),
+    "tc_comm_get_size": (_R, [_p, _int_p]),
+    "tc_comm_get_name": (_R, [_p, C.POINTER(C.c_char_p)]),
+    "tc_comm_get_backend": (_R, [_p, C.POINTER(C.c_char_p)]),
+    "tc_comm_get_device": (_R, [_p, C.POINTER(Device)]),
+    "tc_comm_get_async_error": (_R, [_p]),
+    "tc_comm_dump_flight_recorder": (_R, [_p, _out]),
+    "tc_comm_set_abort_hook": (_R, [_p, ABORT_HOOK, _p]),
+    "tc_comm_split": (_R, [_p, C.POINTER(C.c_int), _sz, C.c_char_p, C.POINTER(CommOptions), _out]),
+    "tc_comm_finalize": (_R, [_p]),
+    "tc_comm_abort": (_R, [_p]),
+    "tc_comm_destroy": (None, [_p]),
+    "tc_comm_register": (_R, [_p, _p, _sz, _out]),
+    "tc_comm_deregister": (_R, [_p, _p]),
+    "tc_mem_alloc": (_R, [_p, _sz, _out]),
+    "tc_mem_free": (_R, [_p, _p]),
+    "tc_free": (None, [_p]),
+    "tc_send": (_R, [_p, _p, _sz, _i32, C.c_int, _opts, _out]),
+    "tc_recv": (_R, [_p, _p, _sz, _i32, C.c_int, _opts, _out]),
+    "tc_batch_begin": (_R, [_p, _out]),
+    "tc_batch_send": (_R, [_p, _p, _sz, _i32, C.c_int]),
+    "tc_batch_recv": (_R, [_p, _p, _sz, _i32, C.c_int]),
+    "tc_batch_issue": (_R, [_p, _opts, _out]),
+    "tc_batch_free": (None, [_p]),
+    "tc_broadcast": (_R, [_p, _p, _sz, _i32, C.c_int, _opts, _out]),
+    "tc_reduce": (_R, [_p, _p, _sz, _i32, C.c_int, ReduceOpC, _opts, _out]),
+    "tc_all_reduce": (_R, [_p, _p, _sz, _i32, ReduceOpC, _opts, _out]),
+    "tc_all_gather": (_R, [_p, _out, _p, _sz, _i32, _opts, _out]),
+    "tc_all_gather_single": (_R, [_p, _p, _p, _sz, _i32, _opts, _out]),
+    "tc_all_gather_v": (_R, [_p, _p, _sz_p, _p, _i32, _opts, _out]),
+    "tc_reduce_scatter": (_R, [_p, _p, _out, _sz, _i32, ReduceOpC, _opts, _out]),
+    "tc_reduce_scatter_single": (_R, [_p, _p, _p, _sz, _i32, ReduceOpC, _opts, _out]),
+    "tc_reduce_scatter_v": (_R, [_p, _p, _p, _sz_p, _i32, ReduceOpC, _opts, _out]),
+    "tc_all_to_all": (_R, [_p, _out, _out, _sz, _i32, _opts, _out]),
+    "tc_all_to_all_single": (_R, [_p, _p, _p, _sz, _i32, _opts, _out]),
+    "tc_all_to_all_v_single": (_R, [_p, _p, _sz_p, _p, _sz_p, _i32, _opts, _out]),
+    "tc_barrier": (_R, [_p, _opts, _out]),
+    "tc_scatter": (_R, [_p, _p, _out, _sz, _i32, C.c_int, _opts, _out]),
+    "tc_gather": (_R, [_p, _out, _p, _sz, _i32, C.c_int, _opts, _out]),
+    "tc_result_string": (C.c_char_p, [C.c_int32]),
+    "tc_last_error": (C.c_char_p, []),
+    "tc_get_version": (_R, [_int_p, _int_p, _int_p]),
+    "tc_set_log_callback": (_R, [LOG_CALLBACK, _p]),
+    "tc_store_tcp_new": (_R, [C.c_char_p, C.c_uint16, C.c_int, _i32, _i64, _out]),
+    "tc_store_tcp_port": (_R, [_p, C.POINTER(C.c_uint16)]),
+    "tc_store_file_new": (_R, [C.c_char_p, _i32, _out]),
+    "tc_store_prefix_new": (_R, [_p, C.c_char_p, _out]),
+    "tc_store_set": (_R, [_p, C.c_char_p, C.c_char_p, _sz]),
+    "tc_store_get": (_R, [_p, C.c_char_p, _p, _sz, _sz_p]),
+    "tc_store_get_alloc": (_R, [_p, C.c_char_p, _out, _sz_p]),
+    "tc_store_add": (_R, [_p, C.c_char_p, _i64, C.POINTER(C.c_int64)]),
+    "tc_store_compare_set": (_R, [_p, C.c_char_p, C.c_char_p, _sz, C.c_char_p, _sz, _out, _sz_p]),
+    "tc_store_check": (_R, [_p, C.POINTER(C.c_char_p), _sz, _int_p]),
+    "tc_store_wait": (_R, [_p, C.POINTER(C.c_char_p), _sz, _i64]),
+    "tc_store_delete": (_R, [_p, C.c_char_p, _int_p]),
+    "tc_store_num_keys": (_R, [_p, C.POINTER(C.c_int64)]),
+    "tc_store_free": (None, [_p]),
+    "tc_dtype_size": (_R, [_i32, _sz_p]),
+    "tc_window_new": (_R, [_p, _out]),
+    "tc_window_register": (_R, [_p, _p, _sz]),
+    "tc_window_deregister": (_R, [_p]),
+    "tc_window_put": (_R, [_p, _p, _sz, _i32, _sz, _opts, _out]),
+    "tc_window_signal": (_R, [_p, _i32, _opts, _out]),
+    "tc_window_wait_signal": (_R, [_p, _i32, _opts, _out]),
+    "tc_window_map_remote": (_R, [_p, _i32, _out]),
+    "tc_window_free": (None, [_p]),
+    "tc_work_is_completed": (_R, [_p, _int_p]),
+    "tc_work_status": (_R, [_p, C.POINTER(C.c_int32)]),
+    "tc_work_wait": (_R, [_p, _p]),
+    "tc_work_wait_blocking": (_R, [_p]),
+    "tc_work_free": (None, [_p]),
+}
+
+
+def _candidates() -> List[str]:
+    """Where to look for the library, in order."""
+    found = []
+    env = os.environ.get("TORCHCOMM_LIBRARY")
+    if env:
+        return [env]
+    found.append("libtorchcomm.so.0")  # the installed one, through the loader's path
+    name = ctypes.util.find_library("torchcomm")
+    if name:
+        found.append(name)
+    for prefix in ("/usr/local/lib", "/usr/lib"):
+        found.append(os.path.join(prefix, "libtorchcomm.so"))
+    # A build tree: above this package's source (python/torchcomm) or the cwd.
+    for start in (Path(__file__).resolve().parent, Path.cwd()):
+        for d in (start, *start.parents):
+            lib = d / "target" / "release" / "libtorchcomm.so"
+            if lib.is_file():
+                found.append(str(lib))
+                break
+    return found
+
+
+def load(path: Optional[str] = None) -> Any:
+    """Loads the library (first candidate that loads) and declares its functions."""
+    tried = []
+    for cand in [path] if path else _candidates():
+        try:
+            lib = C.CDLL(cand)
+            break
+        except OSError as e:
+            tried.append(f"{cand}: {e}")
+    else:
+        raise OSError(
+            "libtorchcomm not found; set TORCHCOMM_LIBRARY to its path. Tried:\n  " + "\n  ".join(tried)
+        )
+    for fname, (restype, argtypes) in PROTOTYPES.items():
+        fn = getattr(lib, fname)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    return lib
+
+
+lib = load()
+
+
+class TorchCommError(RuntimeError):
+    """A failed call: ``code`` (the C result code), ``name`` (``TC_ERR_*``),
+    ``detail`` (the thread's ``tc_last_error()`` text) and ``call``."""
+
+    def __init__(self, code: int, detail: str, call: str = ""):
+        self.code = code
+        self.name = ERROR_NAMES.get(code, str(code))
+        self.detail = detail
+        self.call = call
+        text = lib.tc_result_string(code).decode()
+        # The library's detail usually starts with the call's name already.
+        head = "" if not call or detail.startswith(call) else f"{call}: "
+        super().__init__(f"{head}{self.name} ({text}): {detail}")
+
+
+def check(rc: int, call: str) -> None:
+    if rc != TC_SUCCESS:
+        raise TorchCommError(rc, lib.tc_last_error().decode(errors="replace"), call)
+
+
+def invalid(detail: str, call: str = "") -> TorchCommError:
+    """An argument error found on the Python side, coded like the library's."""
+    return TorchCommError(1002, detail, call)
+
+
+def take_bytes(ptr: C.c_void_p, n: int) -> bytes:
+    """Copies `n` bytes the library allocated, then frees them."""
+    try:
+        return C.string_at(ptr, n) if n else b""
+    finally:
+        lib.tc_free(ptr)
+
+
+def hint_array(hints: Optional[dict]) -> Any:
+    """The C array of a dict of hints (keep the result alive for the call)."""
+    if not hints:
+        return None
+    arr = (Hint * len(hints))(*[Hint(str(k).encode(), str(v).encode()) for k, v in hints.items()])
+    return arr
+
+
+def op_options(async_op: bool, timeout: Optional[float], stream: Optional[int], hints: Optional[dict]) -> OpOptions:
+    o = OpOptions(C.sizeof(OpOptions), TC_OP_OPTIONS_MAGIC, TC_OP_OPTIONS_VERSION, 1 if async_op else 0, TC_UNSET,
+                  stream, None, 0)
+    if timeout is not None:
+        o.timeout_ms = int(timeout * 1000)
+    arr = hint_array(hints)
+    if arr is not None:
+        o.hints = C.cast(arr, C.POINTER(Hint))
+        o.num_hints = len(arr)
+        o._keep = arr  # type: ignore[attr-defined]
+    return o
+
+
+Callback = Callable[..., None]

@@ -1,0 +1,314 @@
+// The C++ interface (include/torchcomm.hpp) on every rank of a job started by
+// tc-run: every operation with its result checked, errors as tc::Error
+// (code and detail), dtype deduction, move-only handles, the store through
+// its client to tc-run's server, windows, split and batches. Built as C++17
+// and C++20 (std::span) by scripts/test-cpp.sh.
+#include <torchcomm.hpp>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+#if __cplusplus >= 202002L
+#include <span>
+#endif
+
+static int failures = 0;
+#define CHECK(cond)                                                                     \
+    do {                                                                                \
+        if (!(cond)) {                                                                  \
+            std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+            failures++;                                                                 \
+        }                                                                               \
+    } while (0)
+
+// Runs `f`, expecting a tc::Error with `code` whose message mentions `needle`.
+template <class F> static void expect_error(F &&f, tc_result_t code, const char *needle, int line) {
+    try {
+        f();
+        std::fprintf(stderr, "line %d: no tc::Error thrown\n", line);
+        failures++;
+    } catch (const tc::Error &e) {
+        if (e.code() != code || std::strstr(e.what(), needle) == nullptr) {
+            std::fprintf(stderr, "line %d: tc::Error %d \"%s\", expected %d mentioning \"%s\"\n", line, e.code(),
+                         e.what(), code, needle);
+            failures++;
+        }
+    }
+}
+#define EXPECT_ERROR(stmt, code, needle) expect_error([&] { stmt; }, code, needle, __LINE__)
+
+// Compile-time: element types map to dtypes; handles are move-only.
+static_assert(tc::dtype_v<float> == tc::DType::Float32);
+static_assert(tc::dtype_v<const double> == tc::DType::Float64);
+static_assert(tc::dtype_v<int8_t> == tc::DType::Int8 && tc::dtype_v<uint8_t> == tc::DType::UInt8);
+static_assert(tc::dtype_v<int32_t> == tc::DType::Int32 && tc::dtype_v<uint32_t> == tc::DType::UInt32);
+static_assert(tc::dtype_v<long long> == tc::DType::Int64 && tc::dtype_v<uint64_t> == tc::DType::UInt64);
+static_assert(tc::dtype_v<bool> == tc::DType::Bool);
+static_assert(!tc::has_dtype<short>::value && !tc::has_dtype<void>::value);
+static_assert(!std::is_copy_constructible_v<tc::Comm> && std::is_nothrow_move_constructible_v<tc::Comm>);
+static_assert(!std::is_copy_assignable_v<tc::Work> && !std::is_copy_constructible_v<tc::Store>);
+static_assert(!std::is_copy_constructible_v<tc::Window> && !std::is_copy_constructible_v<tc::Memory>);
+// A read-only container is an input, never an output.
+static_assert(std::is_convertible_v<const std::vector<float> &, tc::ConstBuffer>);
+static_assert(!std::is_convertible_v<const std::vector<float> &, tc::Buffer>);
+static_assert(std::is_convertible_v<std::vector<float> &, tc::Buffer>);
+static_assert(!std::is_convertible_v<std::vector<short> &, tc::Buffer>);
+
+static void test_errors_without_comm() {
+    tc::Comm empty;
+    EXPECT_ERROR(empty.rank(), TC_ERR_NULL_ARGUMENT, "'comm'");
+    try {
+        tc::Store::tcp("127.0.0.1", 1, false, -1, std::chrono::milliseconds(200));
+        CHECK(false);
+    } catch (const tc::Error &e) {
+        CHECK(e.code() != TC_SUCCESS);
+        CHECK(!e.detail().empty() && std::string(e.what()).find(e.detail()) != std::string::npos);
+        CHECK(std::string(e.what()).find("tc_store_tcp_new") != std::string::npos);
+    }
+    EXPECT_ERROR(tc::dtype_size(static_cast<tc::DType>(99)), TC_ERR_INVALID_ARGUMENT, "99");
+    CHECK(tc::dtype_size(tc::DType::BFloat16) == 2);
+    tc::Version v = tc::version();
+    CHECK(v.major == TC_VERSION_MAJOR && v.minor == TC_VERSION_MINOR);
+}
+
+static void test_store(const tc::Store &job, int rank, int size) {
+    tc::Store s = tc::Store::prefix(job, "cpp-test");
+    s.set("k" + std::to_string(rank), std::string("v\0x", 3));
+    CHECK(s.add("counter", 2) >= 2);
+    std::vector<std::string> keys;
+    for (int r = 0; r < size; r++) keys.push_back("k" + std::to_string(r));
+    s.wait(keys, std::chrono::milliseconds(60000));
+    CHECK(s.check(keys));
+    CHECK(s.get("k0") == std::string("v\0x", 3));
+    char small[2];
+    EXPECT_ERROR(s.get_into("k0", small, sizeof small), TC_ERR_BUFFER_TOO_SMALL, "");
+    char big[8];
+    CHECK(s.get_into("k0", big, sizeof big) == 3 && big[2] == 'x');
+    std::string mine = "cas" + std::to_string(rank);
+    CHECK(s.compare_set(mine, "", "one") == "one");
+    CHECK(s.compare_set(mine, "one", "two") == "two");
+    CHECK(s.compare_set(mine, "nope", "three") == "two");
+    CHECK(s.delete_key(mine) && !s.delete_key(mine));
+    CHECK(!s.check({"never"}));
+    EXPECT_ERROR(s.wait({"never"}, std::chrono::milliseconds(50)), TC_ERR_TIMEOUT, "never");
+    CHECK(s.num_keys() >= size);
+    tc::Store moved = std::move(s);
+    CHECK(!s && moved && moved.get("k0").size() == 3);
+}
+
+template <class T> static bool all_equal(const std::vector<T> &v, T x) {
+    for (const T &e : v)
+        if (e != x) return false;
+    return true;
+}
+
+static void test_collectives(tc::Comm &comm) {
+    const int rank = comm.rank(), size = comm.size();
+    const int64_t tri = int64_t(size) * (size - 1) / 2;  // sum of ranks
+    std::vector<float> f(5, float(rank + 1));
+    comm.all_reduce(f, tc::Sum);
+    CHECK(all_equal(f, float(size * (size + 1) / 2)));
+#if __cplusplus >= 202002L
+    std::vector<int64_t> backing(3, rank);
+    comm.all_reduce(std::span<int64_t>(backing), tc::Max);
+    CHECK(all_equal<int64_t>(backing, size - 1));
+#endif
+    int32_t raw[4] = {rank, rank, rank, rank};
+    comm.all_reduce({raw, 4}, tc::Sum);  // pointer + count
+    CHECK(raw[3] == tri);
+    double d = rank + 1.0;
+    comm.all_reduce(tc::Buffer(&d, 1, tc::DType::Float64), tc::premul_sum(0.5));
+    CHECK(d == 0.5 * size * (size + 1) / 2);
+
+    std::vector<uint8_t> b(6, uint8_t(rank == 1 ? 42 : 0));
+    comm.broadcast(b, 1);
+    CHECK(all_equal<uint8_t>(b, 42));
+    std::vector<int32_t> r(2, rank + 1);
+    comm.reduce(r, 0, tc::Product);
+    if (rank == 0) {
+        int32_t fact = 1;
+        for (int i = 1; i <= size; i++) fact *= i;
+        CHECK(r[0] == fact && r[1] == fact);
+    }
+
+    std::vector<int64_t> in(2, rank);
+    std::vector<int64_t> gathered(2 * size, -1);
+    comm.all_gather_single(gathered, in);
+    for (int i = 0; i < 2 * size; i++) CHECK(gathered[i] == i / 2);
+    std::vector<std::vector<int64_t>> outs(size, std::vector<int64_t>(2, -1));
+    comm.all_gather({outs.begin(), outs.end()}, in);
+    for (int i = 0; i < size; i++) CHECK(all_equal<int64_t>(outs[i], i));
+
+    // Uneven: rank r contributes r + 1 elements.
+    std::vector<size_t> counts(size);
+    std::iota(counts.begin(), counts.end(), size_t(1));
+    std::vector<int32_t> vin(rank + 1, rank);
+    std::vector<int32_t> vout(size_t(size) * (size + 1) / 2, -1);
+    comm.all_gather_v(vout, counts, vin);
+    for (size_t i = 0, r0 = 0; r0 < size_t(size); r0++)
+        for (size_t k = 0; k <= r0; k++) CHECK(vout[i++] == int32_t(r0));
+
+    std::vector<float> rs_in(3 * size, 1.0f), rs_out(3, 0.0f);
+    comm.reduce_scatter_single(rs_out, rs_in, tc::Sum);
+    CHECK(all_equal(rs_out, float(size)));
+    std::vector<std::vector<float>> rs_lists(size, std::vector<float>(3, float(rank)));
+    std::vector<tc::ConstBuffer> rs_inputs(rs_lists.begin(), rs_lists.end());
+    comm.reduce_scatter(rs_out, rs_inputs, tc::Min);
+    CHECK(all_equal(rs_out, 0.0f));
+    std::vector<int32_t> rsv_in(vout.size(), 1), rsv_out(rank + 1, 0);
+    comm.reduce_scatter_v(rsv_out, rsv_in, counts, tc::Sum);
+    CHECK(all_equal(rsv_out, size));
+
+    // all_to_all: block j from rank i holds 10 * i + j.
+    std::vector<int32_t> a_in(size), a_out(size, -1);
+    for (int j = 0; j < size; j++) a_in[j] = 10 * rank + j;
+    comm.all_to_all_single(a_out, a_in);
+    for (int i = 0; i < size; i++) CHECK(a_out[i] == 10 * i + rank);
+    std::vector<std::vector<int32_t>> l_in(size), l_out(size, std::vector<int32_t>(1, -1));
+    for (int j = 0; j < size; j++) l_in[j] = {10 * rank + j};
+    comm.all_to_all({l_out.begin(), l_out.end()}, {l_in.begin(), l_in.end()});
+    for (int i = 0; i < size; i++) CHECK(l_out[i][0] == 10 * i + rank);
+    // v: rank i sends j + 1 elements to rank j, receives rank + 1 from each.
+    std::vector<size_t> in_counts(size), out_counts(size, size_t(rank + 1));
+    std::iota(in_counts.begin(), in_counts.end(), size_t(1));
+    std::vector<int32_t> v_in(size_t(size) * (size + 1) / 2, rank), v_out(size_t(size) * (rank + 1), -1);
+    comm.all_to_all_v_single(v_out, out_counts, v_in, in_counts);
+    for (size_t i = 0; i < v_out.size(); i++) CHECK(v_out[i] == int32_t(i / (rank + 1)));
+
+    comm.barrier();
+    std::vector<std::vector<double>> sc_lists(size, std::vector<double>(2));
+    for (int j = 0; j < size; j++) sc_lists[j] = {double(j), double(j)};
+    std::vector<double> sc_out(2, -1.0);
+    std::vector<tc::ConstBuffer> sc_in;
+    if (rank == 0) sc_in.assign(sc_lists.begin(), sc_lists.end());
+    comm.scatter(sc_out, sc_in, 0);
+    CHECK(all_equal(sc_out, double(rank)));
+    std::vector<std::vector<double>> g_lists(size, std::vector<double>(2, -1.0));
+    std::vector<tc::Buffer> g_out;
+    if (rank == size - 1) g_out.assign(g_lists.begin(), g_lists.end());
+    comm.gather(g_out, sc_out, size - 1);
+    if (rank == size - 1)
+        for (int j = 0; j < size; j++) CHECK(all_equal(g_lists[j], double(j)));
+}
+
+static void test_p2p_and_async(tc::Comm &comm) {
+    const int rank = comm.rank(), size = comm.size();
+    const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    std::vector<int64_t> out(4, rank), got(4, -1);
+    // Operations of a comm run in issue order: even ranks send first.
+    tc::Work sw, rw;
+    if (rank % 2 == 0) sw = comm.send(out, next, tc::OpOptions().async().timeout(std::chrono::seconds(120)));
+    rw = comm.recv(got, prev, tc::OpOptions().async());
+    if (rank % 2 == 1) sw = comm.send(out, next, tc::OpOptions().async());
+    sw.wait();
+    rw.wait_blocking();
+    CHECK(rw.is_completed() && rw.status() == tc::WorkStatus::Completed);
+    CHECK(all_equal<int64_t>(got, prev));
+
+    std::vector<int64_t> got2(4, -1);
+    tc::Batch batch = comm.batch();
+    batch.send(out, next).recv(got2, prev);
+    tc::Work bw = batch.issue(tc::OpOptions().async().hint("purpose", "test"));
+    bw.wait();
+    CHECK(all_equal<int64_t>(got2, prev));
+
+    std::vector<float> x(16, 1.0f);
+    tc::Work w = comm.all_reduce(x, tc::Sum, tc::OpOptions().async());
+    tc::Work moved = std::move(w);
+    CHECK(!w && moved);
+    moved.wait();
+    CHECK(all_equal(x, float(size)));
+}
+
+static void test_argument_errors(tc::Comm &comm) {
+    const int size = comm.size();
+    std::vector<float> in(2), wrong(2 * size + 1);
+    EXPECT_ERROR(comm.all_gather_single(wrong, in), TC_ERR_INVALID_ARGUMENT, "'output' has");
+    std::vector<int32_t> ints(2 * size);
+    EXPECT_ERROR(comm.all_gather_single(ints, in), TC_ERR_INVALID_ARGUMENT, "dtype");
+    std::vector<tc::Buffer> one{tc::Buffer(in)};
+    if (size > 1) EXPECT_ERROR(comm.all_gather(one, in), TC_ERR_INVALID_ARGUMENT, "one buffer per rank");
+    EXPECT_ERROR(comm.broadcast(in, size), TC_ERR_INVALID_ARGUMENT, "root");
+    EXPECT_ERROR(comm.all_reduce(tc::Buffer(nullptr, 2, tc::DType::Float32), tc::Sum), TC_ERR_NULL_ARGUMENT,
+                 "'buf'");
+    EXPECT_ERROR(comm.all_reduce(in, tc::BitAnd), TC_ERR_UNSUPPORTED, "float32");
+    CHECK(!comm.async_error().has_value());
+    // Buffer registration is an nccl feature: gloo says so.
+    EXPECT_ERROR(comm.register_buffer(in.data(), 8), TC_ERR_UNSUPPORTED, "");
+}
+
+static void test_split_window_memory(tc::Comm &comm) {
+    const int rank = comm.rank(), size = comm.size();
+    // The pair {0, 1}; other ranks opt out with an empty list.
+    std::vector<int> pair_ranks;
+    if (rank < 2) pair_ranks = {0, 1};
+    tc::Comm pair = comm.split(pair_ranks, "cpp-pair");
+    CHECK(bool(pair) == (rank < 2));
+    if (pair) {
+        CHECK(pair.size() == 2 && pair.rank() == rank && pair.name() == "cpp-pair");
+        int v = rank + 1;
+        pair.all_reduce({&v, 1}, tc::Sum);
+        CHECK(v == 3);
+        pair.finalize();
+    }
+
+    const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    tc::Memory mem = comm.mem_alloc(8 * sizeof(int64_t));
+    {
+        tc::Window win(comm);
+        win.register_buffer(mem);
+        CHECK(win.map_remote<int64_t>(rank) == mem.as<int64_t>());
+        std::array<int64_t, 2> src{rank, rank * 100};
+        win.put(src, next, 2 * sizeof(int64_t)).wait();
+        win.signal(next);
+        win.wait_signal(prev, tc::OpOptions().timeout(std::chrono::seconds(120)));
+        CHECK(mem.as<int64_t>()[2] == prev && mem.as<int64_t>()[3] == prev * 100);
+        EXPECT_ERROR(win.put(src, next, 7 * sizeof(int64_t)), TC_ERR_INVALID_ARGUMENT, "");
+        win.deregister();
+    }
+    mem.free();
+    CHECK(mem.get() == nullptr);
+}
+
+int main() {
+    test_errors_without_comm();
+    const char *addr = std::getenv("MASTER_ADDR"), *port = std::getenv("MASTER_PORT");
+    if (!addr || !port) {
+        std::fprintf(stderr, "test_cpp: run under tc-run (MASTER_ADDR/MASTER_PORT unset)\n");
+        return 1;
+    }
+    try {
+        tc::Store job = tc::Store::tcp(addr, uint16_t(std::atoi(port)), false);
+        int hook_calls = 0;
+        tc::Comm comm("gloo", tc::Device::cpu(),
+                      tc::CommOptions().name("cpp").store(job).abort_on_error(false).timeout(
+                          std::chrono::seconds(300)));
+        comm.set_abort_hook([&](tc_result_t, const char *) { hook_calls++; });
+        CHECK(comm.backend() == "gloo" && comm.name() == "cpp" && !comm.device().is_cuda());
+        CHECK(job.port() == std::atoi(port));
+        test_store(job, comm.rank(), comm.size());
+        test_collectives(comm);
+        test_p2p_and_async(comm);
+        test_argument_errors(comm);
+        test_split_window_memory(comm);
+        CHECK(comm.dump_flight_recorder().find("all_reduce") != std::string::npos);
+        tc::Comm moved(std::move(comm));
+        CHECK(!comm && moved.size() >= 1);
+        moved.finalize();
+        EXPECT_ERROR(moved.barrier(), TC_ERR_INVALID_USAGE, "");
+        CHECK(hook_calls == 0);
+    } catch (const tc::Error &e) {
+        std::fprintf(stderr, "test_cpp: unexpected tc::Error: %s\n", e.what());
+        return 1;
+    }
+    if (failures) {
+        std::fprintf(stderr, "test_cpp (C++%ld): %d check(s) failed\n", __cplusplus / 100 % 100, failures);
+        return 1;
+    }
+    std::printf("test_cpp (C++%ld): all checks passed\n", __cplusplus / 100 % 100);
+    return 0;
+}
