@@ -77,6 +77,20 @@ class ReduceOpC(C.Structure):
     _fields_ = [("kind", C.c_int32), ("premul_factor", C.c_double), ("premul_factor_ptr", C.c_void_p)]
 
 
+class SparseCoo(C.Structure):
+    """tc_sparse_coo_t: a COO tensor in torch's layout."""
+
+    _fields_ = [
+        ("sparse_dim", C.c_size_t),
+        ("dense_dim", C.c_size_t),
+        ("shape", C.POINTER(C.c_int64)),
+        ("nnz", C.c_size_t),
+        ("indices", C.POINTER(C.c_int64)),
+        ("values", C.c_void_p),
+        ("dtype", C.c_int32),
+    ]
+
+
 ABORT_HOOK = C.CFUNCTYPE(None, C.c_int32, C.c_char_p, C.c_void_p)
 LOG_CALLBACK = C.CFUNCTYPE(None, C.c_int32, C.c_char_p, C.c_void_p)
 
@@ -107,6 +121,7 @@ PROTOTYPES = {
     "tc_mem_alloc": (_R, [_p, _sz, _out]),
     "tc_mem_free": (_R, [_p, _p]),
     "tc_free": (None, [_p]),
+    "tc_sparse_all_reduce": (_R, [_p, C.POINTER(SparseCoo), ReduceOpC, C.POINTER(SparseCoo), _opts, _out]),
     "tc_send": (_R, [_p, _p, _sz, _i32, C.c_int, _opts, _out]),
     "tc_recv": (_R, [_p, _p, _sz, _i32, C.c_int, _opts, _out]),
     "tc_batch_begin": (_R, [_p, _out]),
