@@ -56,6 +56,28 @@ int main(void) {
     EXPECT_RC(tc_barrier(comm, &bad, &work), TC_ERR_INVALID_ARGUMENT, "magic");
     CHECK(work == SENTINEL);
 
+    /* ---- coalesced broadcast -------------------------------------------- */
+    void *cbufs[1] = {out};
+    tc_dtype_t cdt[1] = {99};
+    EXPECT_RC(tc_broadcast_coalesced(NULL, cbufs, counts, cdt, 1, 64, 0, NULL, &work),
+              TC_ERR_NULL_ARGUMENT, "'comm'");
+    EXPECT_RC(tc_broadcast_coalesced(comm, NULL, counts, cdt, 1, 64, 0, NULL, &work),
+              TC_ERR_NULL_ARGUMENT, "'bufs'");
+    EXPECT_RC(tc_broadcast_coalesced(comm, cbufs, counts, cdt, 1, 64, 0, NULL, &work),
+              TC_ERR_INVALID_ARGUMENT, "dtypes[0]");
+    cdt[0] = TC_FLOAT32;
+    EXPECT_RC(tc_broadcast_coalesced(comm, cbufs, counts, cdt, 1, 64, 0, &bad, &work),
+              TC_ERR_INVALID_ARGUMENT, "magic");
+    EXPECT_RC(tc_broadcast_coalesced(comm, cbufs, counts, cdt, 1, 0, 0, NULL, &work),
+              TC_ERR_INVALID_ARGUMENT, "buffer_bytes");
+    EXPECT_RC(tc_broadcast_coalesced(comm, cbufs, counts, cdt, 1, 64, 1, NULL, &work),
+              TC_ERR_INVALID_ARGUMENT, "root");
+    CHECK(work == SENTINEL);
+    EXPECT_OK(tc_broadcast_coalesced(comm, cbufs, counts, cdt, 1, 64, 0, NULL, &work));
+    EXPECT_OK(tc_work_wait(work, NULL));
+    tc_work_free(work);
+    work = SENTINEL;
+
     /* ---- batches ---------------------------------------------------------- */
     tc_batch_t *batch = SENTINEL;
     EXPECT_RC(tc_batch_begin(NULL, &batch), TC_ERR_NULL_ARGUMENT, "'comm'");

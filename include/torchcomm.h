@@ -111,6 +111,61 @@ typedef struct tc_work tc_work;
  */
 typedef int32_t tc_result_t;
 
+typedef tc_comm tc_comm_t;
+
+/*
+ Element type of a buffer (`TC_FLOAT32`, ...).
+ */
+typedef int32_t tc_dtype_t;
+
+/*
+ A backend hint: a key/value pair of NUL-terminated strings, copied by the
+ library during the call that receives it.
+ */
+typedef struct {
+    const char *key;
+    const char *value;
+} tc_hint_t;
+
+/*
+ Options of every operation. Initialize with `TC_OP_OPTIONS_INIT`.
+ */
+typedef struct {
+    /*
+     `sizeof(tc_op_options_t)` as the caller compiled it.
+     */
+    size_t size;
+    /*
+     Must be `TC_OP_OPTIONS_MAGIC`.
+     */
+    uint32_t magic;
+    /*
+     `TC_OP_OPTIONS_VERSION` as the caller compiled it.
+     */
+    uint32_t version;
+    /*
+     0: the call returns when the operation is complete (CPU) or enqueued
+     on `stream` (CUDA). 1: asynchronous; use the work handle.
+     */
+    int32_t async_op;
+    /*
+     Timeout in milliseconds; 0 or `TC_UNSET`: the comm's timeout.
+     */
+    int64_t timeout_ms;
+    /*
+     `cudaStream_t`/`CUstream` for CUDA buffers; NULL: the legacy default
+     stream. Ignored for host buffers.
+     */
+    void *stream;
+    /*
+     Backend hints, copied during the call; NULL when `num_hints` is 0.
+     */
+    const tc_hint_t *hints;
+    size_t num_hints;
+} tc_op_options_t;
+
+typedef tc_work tc_work_t;
+
 /*
  A device: `TC_DEVICE_CPU` (index ignored) or `TC_DEVICE_CUDA` with an
  index, -1 meaning local rank % number of visible devices.
@@ -121,15 +176,6 @@ typedef struct {
 } tc_device_t;
 
 typedef tc_store tc_store_t;
-
-/*
- A backend hint: a key/value pair of NUL-terminated strings, copied by the
- library during the call that receives it.
- */
-typedef struct {
-    const char *key;
-    const char *value;
-} tc_hint_t;
 
 /*
  Options of `tc_comm_new` and `tc_comm_split`. Initialize with
@@ -184,58 +230,12 @@ typedef struct {
     size_t num_hints;
 } tc_comm_options_t;
 
-typedef tc_comm tc_comm_t;
-
 /*
  Function called when a comm becomes aborted: `code` is the failure's
  result code (`TC_ERR_TIMEOUT`, `TC_ERR_REMOTE`, ... or `TC_ERR_ABORTED`
  for `tc_comm_abort`), `message` its detail, valid only during the call.
  */
 typedef void (*tc_abort_hook_t)(tc_result_t code, const char *message, void *user_data);
-
-/*
- Element type of a buffer (`TC_FLOAT32`, ...).
- */
-typedef int32_t tc_dtype_t;
-
-/*
- Options of every operation. Initialize with `TC_OP_OPTIONS_INIT`.
- */
-typedef struct {
-    /*
-     `sizeof(tc_op_options_t)` as the caller compiled it.
-     */
-    size_t size;
-    /*
-     Must be `TC_OP_OPTIONS_MAGIC`.
-     */
-    uint32_t magic;
-    /*
-     `TC_OP_OPTIONS_VERSION` as the caller compiled it.
-     */
-    uint32_t version;
-    /*
-     0: the call returns when the operation is complete (CPU) or enqueued
-     on `stream` (CUDA). 1: asynchronous; use the work handle.
-     */
-    int32_t async_op;
-    /*
-     Timeout in milliseconds; 0 or `TC_UNSET`: the comm's timeout.
-     */
-    int64_t timeout_ms;
-    /*
-     `cudaStream_t`/`CUstream` for CUDA buffers; NULL: the legacy default
-     stream. Ignored for host buffers.
-     */
-    void *stream;
-    /*
-     Backend hints, copied during the call; NULL when `num_hints` is 0.
-     */
-    const tc_hint_t *hints;
-    size_t num_hints;
-} tc_op_options_t;
-
-typedef tc_work tc_work_t;
 
 typedef tc_batch tc_batch_t;
 
@@ -418,6 +418,30 @@ typedef tc_window tc_window_t;
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/*
+ Broadcasts root's `bufs[i]` (`counts[i]` elements of `dtypes[i]`, host
+ memory) into every rank's, as c10d's `broadcast_coalesced` does: buffers
+ are grouped by dtype, in list order, into buckets of at most
+ `buffer_bytes` bytes (a larger buffer is a bucket of its own), each bucket
+ is packed into one staging buffer, broadcast as one message and unpacked;
+ empty buffers are skipped. Collective: every rank passes the same `n`,
+ `counts`, `dtypes`, `buffer_bytes` and `root`; a difference fails every
+ rank with `TC_ERR_INVALID_USAGE` naming the first difference, and no
+ buffer is written. The check is one 16-byte all-reduce, done during the
+ call even with `async_op = 1`.
+
+ With `async_op = 0` the call returns when every buffer holds root's data
+ and at most two buckets are staged at a time. With `async_op = 1` every
+ bucket is staged and enqueued before the call returns (so later
+ operations on the comm follow it in the same order on every rank) and the
+ buffers are written when the work completes. `*work` (may be NULL when
+ not wanted) receives one work for the whole call, to free with
+ `tc_work_free`. The arrays are read during the call only; the buffers
+ must stay valid until the work completes. CUDA comms return
+ `TC_ERR_UNSUPPORTED`. Thread-safe as the other operations.
+ */
+tc_result_t tc_broadcast_coalesced(tc_comm_t *comm, void *const *bufs, const size_t *counts, const tc_dtype_t *dtypes, size_t n, size_t buffer_bytes, int root, const tc_op_options_t *opts, tc_work_t **work);
 
 /*
  Creates a communicator over `backend` ("gloo" for host memory, "nccl" for

@@ -10,11 +10,13 @@
 
 pub mod backends;
 pub mod bootstrap;
+pub mod coalesced;
 pub mod comm;
 pub mod config;
 pub mod cuda;
 pub mod error;
 pub mod ffi;
+pub mod layout_check;
 pub mod options;
 pub mod recorder;
 pub mod store;

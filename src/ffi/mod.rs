@@ -8,6 +8,7 @@
 // through the helpers below before any dereference.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+pub mod coalesced;
 pub mod comm;
 pub mod errors;
 pub mod log;
