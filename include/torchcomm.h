@@ -22,6 +22,9 @@
 #define TC_OP_OPTIONS_INIT                                                      \
     { sizeof(tc_op_options_t), TC_OP_OPTIONS_MAGIC, TC_OP_OPTIONS_VERSION,      \
       0, TC_UNSET, NULL, NULL, 0 }
+#define TC_REDUCER_OPTIONS_INIT                                                 \
+    { sizeof(tc_reducer_options_t), TC_REDUCER_OPTIONS_MAGIC,                   \
+      TC_REDUCER_OPTIONS_VERSION, 0, 0, 0 }
 /* A reduce op without a factor: TC_REDUCE_OP(TC_SUM). */
 #define TC_REDUCE_OP(kind) { (kind), 1.0, NULL }
 
@@ -40,6 +43,10 @@
 #define TC_LOG_INFO 2
 
 #define TC_LOG_TRACE 3
+
+#define TC_REDUCER_OPTIONS_MAGIC 1413698116
+
+#define TC_REDUCER_OPTIONS_VERSION 1
 
 /*
  Status values written by `tc_work_status`.
@@ -86,6 +93,12 @@ typedef struct tc_batch tc_batch;
  that order (as with NCCL, serialize issuing if threads race).
  */
 typedef struct tc_comm tc_comm;
+
+/*
+ A gradient reducer (see `tc_reducer_new`). Not thread-safe: call its
+ functions from one thread at a time.
+ */
+typedef struct tc_reducer tc_reducer;
 
 /*
  A key-value store handle. Thread-safe: one handle may be used from several
@@ -269,6 +282,108 @@ typedef struct {
  */
 typedef void (*tc_log_callback_t)(int32_t level, const char *message, void *user_data);
 
+/*
+ Options of `tc_reducer_new`. Initialize with `TC_REDUCER_OPTIONS_INIT`.
+ */
+typedef struct {
+    /*
+     `sizeof(tc_reducer_options_t)` as the caller compiled it.
+     */
+    size_t size;
+    /*
+     Must be `TC_REDUCER_OPTIONS_MAGIC`.
+     */
+    uint32_t magic;
+    /*
+     `TC_REDUCER_OPTIONS_VERSION` as the caller compiled it.
+     */
+    uint32_t version;
+    /*
+     Size at which a bucket is closed, in bytes; 0: 25 MiB (DDP's default).
+     */
+    size_t bucket_cap_bytes;
+    /*
+     Size at which each dtype's first bucket (the first gradients a
+     backward pass produces) is closed; 0: 1 MiB (DDP's default).
+     */
+    size_t first_bucket_bytes;
+    /*
+     1: the gradients live in the reducer's buckets (no copy in or out);
+     `grads` must then be NULL and `tc_reducer_get_grad` gives each
+     gradient's address. 0 (default): the caller's gradient buffers.
+     */
+    int32_t gradient_as_bucket_view;
+} tc_reducer_options_t;
+
+typedef tc_reducer tc_reducer_t;
+
+/*
+ The bucket a hook sees, as c10d's `GradBucket`.
+ */
+typedef struct {
+    /*
+     Position of the bucket in launch order, from 0.
+     */
+    size_t index;
+    /*
+     Number of buckets of the reducer.
+     */
+    size_t num_buckets;
+    /*
+     1 for the last bucket of an iteration, else 0.
+     */
+    int is_last;
+    /*
+     The flat buffer holding the bucket's gradients. A hook may point it at
+     a buffer of its own (the same element count, any floating-point
+     dtype, written in `dtype`) that stays valid until
+     `tc_reducer_finalize` returns; the reducer then casts that buffer's
+     final contents back into the bucket.
+     */
+    void *buffer;
+    /*
+     Number of elements of `buffer`.
+     */
+    size_t count;
+    /*
+     Element type of `buffer`.
+     */
+    tc_dtype_t dtype;
+    /*
+     Number of gradients in the bucket; the arrays below have this many
+     entries and are owned by the reducer.
+     */
+    size_t num_grads;
+    /*
+     Index of each gradient in the reducer's list.
+     */
+    const size_t *grad_indices;
+    /*
+     Offset of each gradient in the buffer, in elements.
+     */
+    const size_t *offsets;
+    /*
+     Number of elements of each gradient.
+     */
+    const size_t *lengths;
+} tc_grad_bucket_t;
+
+/*
+ A communication hook: exchanges `bucket` (see `tc_grad_bucket_t`) over
+ `comm` and returns the exchange's work in `*work` (which the reducer
+ frees). Called from `tc_reducer_mark_ready` or `tc_reducer_finalize`, on
+ their thread; it must not call functions of its own reducer. Every rank's
+ hook must issue the same operations; a hook returning an error without
+ issuing them on some ranks leaves the others waiting until the comm's
+ timeout.
+ */
+typedef tc_result_t (*tc_comm_hook_fn)(void *state, tc_comm_t *comm, tc_grad_bucket_t *bucket, tc_work_t **work);
+
+/*
+ Built-in communication hook (`tc_reducer_set_builtin_hook`).
+ */
+typedef int32_t tc_hook_kind_t;
+
 typedef tc_window tc_window_t;
 
 /*
@@ -352,6 +467,27 @@ typedef tc_window tc_window_t;
  A key or object that was asked for does not exist.
  */
 #define TC_ERR_NOT_FOUND 1015
+
+/*
+ Divide by the world size, then all-reduce (sum): DDP's default.
+ */
+#define TC_HOOK_ALLREDUCE 0
+
+/*
+ Cast the bucket to float16, divide by the world size in float16,
+ all-reduce (sum), cast back: PyTorch's `fp16_compress_hook`.
+ */
+#define TC_HOOK_FP16_COMPRESS 1
+
+/*
+ As `TC_HOOK_FP16_COMPRESS` with bfloat16 (`bf16_compress_hook`).
+ */
+#define TC_HOOK_BF16_COMPRESS 2
+
+/*
+ No communication: the gradients keep their local values.
+ */
+#define TC_HOOK_NOOP 3
 
 #define TC_FLOAT32 0
 
@@ -778,6 +914,77 @@ tc_result_t tc_mem_alloc(tc_comm_t *comm, size_t bytes, void **ptr);
  using the memory must have completed (synchronize its streams first).
  */
 tc_result_t tc_mem_free(tc_comm_t *comm, void *ptr);
+
+/*
+ Creates a reducer for `n` gradients: `grads[i]` holds `counts[i]`
+ elements of `dtypes[i]` (float32, float64, float16 or bfloat16; host
+ memory). Collective over `comm`: every rank passes the same counts,
+ dtypes and options; a difference fails every rank with
+ `TC_ERR_INVALID_USAGE` naming the first one. Buckets are assigned as
+ DDP does once it knows the backward order: gradients in reverse index
+ order, grouped by dtype, each dtype's first bucket closed at
+ `first_bucket_bytes`, later ones at `bucket_cap_bytes`. `opts` may be
+ NULL (defaults) and is copied; the arrays are read during the call. The
+ gradient buffers must stay valid while the reducer lives; the comm handle
+ must outlive the reducer. The hook is `TC_HOOK_ALLREDUCE` until changed.
+ On success `*out` receives a reducer to free with `tc_reducer_free`.
+ */
+tc_result_t tc_reducer_new(tc_comm_t *comm, void *const *grads, const size_t *counts, const tc_dtype_t *dtypes, size_t n, const tc_reducer_options_t *opts, tc_reducer_t **out);
+
+/*
+ Frees the reducer, waiting for the exchanges of an unfinished iteration
+ first. NULL is ignored.
+ */
+void tc_reducer_free(tc_reducer_t *reducer);
+
+/*
+ Gradient `grad_index` is final for this iteration. When its bucket is
+ complete and every earlier bucket has been launched, the bucket (and any
+ later complete ones) is copied in and its hook runs, in bucket order.
+ `TC_ERR_INVALID_ARGUMENT` for an index out of range,
+ `TC_ERR_INVALID_USAGE` for a gradient already marked in this iteration;
+ a failing hook's error is returned here and by `tc_reducer_finalize`.
+ */
+tc_result_t tc_reducer_mark_ready(tc_reducer_t *reducer, size_t grad_index);
+
+/*
+ Ends the iteration: launches the buckets not yet launched, checks with
+ every rank (one small all-gather) that every gradient was marked and
+ every hook ran, waits for every bucket and writes the results into the
+ gradients. Gradients never marked fail every rank with
+ `TC_ERR_INVALID_USAGE` naming them per rank, a hook's failure fails the
+ ranks that saw it with its error and the others with `TC_ERR_REMOTE`,
+ and a failed exchange (a peer died) fails with its error; on failure
+ nothing is written back. Either way the reducer is ready for the next
+ iteration. Blocks until done (host memory).
+ */
+tc_result_t tc_reducer_finalize(tc_reducer_t *reducer);
+
+/*
+ Sets a C communication hook (see `tc_comm_hook_fn`) with its `state`,
+ passed back on every call. Only between iterations.
+ */
+tc_result_t tc_reducer_set_hook(tc_reducer_t *reducer, tc_comm_hook_fn hook, void *state);
+
+/*
+ Sets a built-in hook (`TC_HOOK_ALLREDUCE`, `TC_HOOK_FP16_COMPRESS`,
+ `TC_HOOK_BF16_COMPRESS`, `TC_HOOK_NOOP`). Only between iterations. The
+ compressing hooks reject float64 buckets (`TC_ERR_UNSUPPORTED` from the
+ hook).
+ */
+tc_result_t tc_reducer_set_builtin_hook(tc_reducer_t *reducer, tc_hook_kind_t kind);
+
+/*
+ Writes where gradient `grad_index` lives: the caller's buffer, or with
+ `gradient_as_bucket_view` its place in a bucket (NULL for an empty
+ gradient), valid while the reducer lives.
+ */
+tc_result_t tc_reducer_get_grad(const tc_reducer_t *reducer, size_t grad_index, void **ptr);
+
+/*
+ Writes the number of buckets.
+ */
+tc_result_t tc_reducer_num_buckets(const tc_reducer_t *reducer, size_t *num_buckets);
 
 /*
  Frees memory the library allocated for the caller (values from

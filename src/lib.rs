@@ -19,6 +19,7 @@ pub mod ffi;
 pub mod layout_check;
 pub mod options;
 pub mod recorder;
+pub mod reducer;
 pub mod store;
 pub mod types;
 pub mod window;

@@ -4,17 +4,18 @@
 //! every rank naming the difference, writes nothing, and leaves the comm
 //! usable.
 
+mod capi_common;
 mod gloo_common;
 
+use capi_common::{last_error, new_comm};
 use gloo_common::*;
 use std::ffi::c_void;
 use std::time::Duration;
 use torchcomm::error::{TC_ERR_INVALID_USAGE, TC_SUCCESS};
 use torchcomm::ffi::coalesced::tc_broadcast_coalesced;
-use torchcomm::ffi::comm::{tc_comm_destroy, tc_comm_finalize, tc_comm_new, tc_comm_t};
-use torchcomm::ffi::store::{tc_store_free, tc_store_tcp_new};
+use torchcomm::ffi::comm::{tc_comm_destroy, tc_comm_finalize, tc_comm_t};
 use torchcomm::ffi::work::{tc_work_free, tc_work_t, tc_work_wait};
-use torchcomm::options::{tc_comm_options_t, tc_op_options_t, Versioned};
+use torchcomm::options::{tc_op_options_t, Versioned};
 use torchcomm::types::*;
 
 const POISON: u8 = 0xa5;
@@ -97,38 +98,6 @@ impl Lists {
     fn untouched(&self) -> bool {
         self.data.iter().all(|d| d.iter().all(|&x| x == POISON))
     }
-}
-
-fn new_comm(name: &str) -> *mut tc_comm_t {
-    let port: u16 = std::env::var("TC_GLOO_PORT").unwrap().parse().unwrap();
-    let mut store = std::ptr::null_mut();
-    let rc = tc_store_tcp_new(c"127.0.0.1".as_ptr(), port, 0, -1, 30_000, &mut store);
-    assert_eq!(rc, TC_SUCCESS);
-    let mut opts = tc_comm_options_t::defaults();
-    let cname = std::ffi::CString::new(name).unwrap();
-    opts.name = cname.as_ptr();
-    opts.rank = rank();
-    opts.world_size = size();
-    opts.abort_on_error = 0;
-    opts.timeout_ms = 60_000;
-    opts.store = store;
-    let mut comm = std::ptr::null_mut();
-    let cpu = tc_device_t {
-        r#type: TC_DEVICE_CPU,
-        index: 0,
-    };
-    assert_eq!(
-        tc_comm_new(c"gloo".as_ptr(), cpu, &opts, &mut comm),
-        TC_SUCCESS
-    );
-    tc_store_free(store);
-    comm
-}
-
-fn last_error() -> String {
-    unsafe { std::ffi::CStr::from_ptr(torchcomm::ffi::errors::tc_last_error()) }
-        .to_string_lossy()
-        .into_owned()
 }
 
 fn bcast(comm: *mut tc_comm_t, l: &mut Lists, bucket: usize, root: usize, async_op: bool) -> i32 {

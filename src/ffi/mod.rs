@@ -13,6 +13,7 @@ pub mod comm;
 pub mod errors;
 pub mod log;
 pub mod mem;
+pub mod reducer;
 pub mod store;
 pub mod types;
 pub mod window;
