@@ -119,6 +119,15 @@ int main(void) {
     EXPECT_OK(tc_reducer_finalize(red));
     CHECK(g0[0] == 1 && g0[1] == 2 && g0[2] == 3);
     EXPECT_RC(tc_reducer_finalize(red), TC_ERR_INVALID_USAGE, "never marked");
+    EXPECT_RC(tc_reducer_finalize_async(NULL, &work), TC_ERR_NULL_ARGUMENT, "'reducer'");
+    EXPECT_RC(tc_reducer_finalize_async(red, NULL), TC_ERR_NULL_ARGUMENT, "'work'");
+    CHECK(work == SENTINEL);
+    EXPECT_OK(tc_reducer_mark_ready(red, 0));
+    EXPECT_OK(tc_reducer_mark_ready(red, 1));
+    EXPECT_OK(tc_reducer_finalize_async(red, &work));
+    EXPECT_OK(tc_work_wait(work, NULL));
+    tc_work_free(work);
+    work = SENTINEL;
     tc_reducer_free(red);
     tc_reducer_free(NULL);
 

@@ -961,6 +961,16 @@ tc_result_t tc_reducer_mark_ready(tc_reducer_t *reducer, size_t grad_index);
 tc_result_t tc_reducer_finalize(tc_reducer_t *reducer);
 
 /*
+ As `tc_reducer_finalize`, without blocking: the remaining buckets and the
+ agreement are issued during the call (taking their place in the comm's
+ order), and `*work` receives a work that completes once the results are
+ written back (its error is what `tc_reducer_finalize` would return).
+ Every later call on the reducer waits for it first; the gradients must
+ not be read before it completes. Free the work with `tc_work_free`.
+ */
+tc_result_t tc_reducer_finalize_async(tc_reducer_t *reducer, tc_work_t **work);
+
+/*
  Sets a C communication hook (see `tc_comm_hook_fn`) with its `state`,
  passed back on every call. Only between iterations.
  */
@@ -979,12 +989,12 @@ tc_result_t tc_reducer_set_builtin_hook(tc_reducer_t *reducer, tc_hook_kind_t ki
  `gradient_as_bucket_view` its place in a bucket (NULL for an empty
  gradient), valid while the reducer lives.
  */
-tc_result_t tc_reducer_get_grad(const tc_reducer_t *reducer, size_t grad_index, void **ptr);
+tc_result_t tc_reducer_get_grad(tc_reducer_t *reducer, size_t grad_index, void **ptr);
 
 /*
  Writes the number of buckets.
  */
-tc_result_t tc_reducer_num_buckets(const tc_reducer_t *reducer, size_t *num_buckets);
+tc_result_t tc_reducer_num_buckets(tc_reducer_t *reducer, size_t *num_buckets);
 
 /*
  Frees memory the library allocated for the caller (values from

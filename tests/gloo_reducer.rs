@@ -18,7 +18,7 @@ use torchcomm::backends::gloo::reduce::{bf16_to_f32, f16_to_f32, f32_to_bf16, f3
 use torchcomm::error::{tc_result_t, TC_ERR_INVALID_ARGUMENT, TC_ERR_INVALID_USAGE, TC_SUCCESS};
 use torchcomm::ffi::comm::{tc_all_reduce, tc_comm_destroy, tc_comm_finalize, tc_comm_t};
 use torchcomm::ffi::reducer::*;
-use torchcomm::ffi::work::tc_work_t;
+use torchcomm::ffi::work::{tc_work_free, tc_work_t, tc_work_wait};
 use torchcomm::options::{tc_op_options_t, Versioned};
 use torchcomm::reducer::hooks::tc_grad_bucket_t;
 use torchcomm::types::*;
@@ -412,6 +412,88 @@ fn killed_child() {
     println!("RESULT killed ok rc={rc} {}", last_error());
 }
 
+/// Gradients living in the buckets (`gradient_as_bucket_view`), finalized
+/// asynchronously: every element through the pointers the reducer gives.
+fn view_child() {
+    let comm = new_comm("reducer-view");
+    let (me, world) = (rank() as usize, size() as usize);
+    let list = resnet_list();
+    let counts: Vec<usize> = list.iter().map(|l| l.0).collect();
+    let dtypes: Vec<tc_dtype_t> = list.iter().map(|l| l.1).collect();
+    let mut opts = tc_reducer_options_t::defaults();
+    opts.gradient_as_bucket_view = 1;
+    opts.first_bucket_bytes = 32 << 10;
+    opts.bucket_cap_bytes = 512 << 10;
+    let mut r = std::ptr::null_mut();
+    let rc = tc_reducer_new(
+        comm,
+        std::ptr::null(),
+        counts.as_ptr(),
+        dtypes.as_ptr(),
+        list.len(),
+        &opts,
+        &mut r,
+    );
+    assert_eq!(rc, TC_SUCCESS, "{}", last_error());
+    let ptrs: Vec<*mut u8> = (0..list.len())
+        .map(|i| {
+            let mut p = std::ptr::null_mut();
+            assert_eq!(tc_reducer_get_grad(r, i, &mut p), TC_SUCCESS);
+            assert_eq!(p.is_null(), list[i].0 == 0, "gradient {i}");
+            p.cast()
+        })
+        .collect();
+    for (iter, hook) in [
+        TC_HOOK_ALLREDUCE,
+        TC_HOOK_BF16_COMPRESS,
+        TC_HOOK_FP16_COMPRESS,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        assert_eq!(tc_reducer_set_builtin_hook(r, hook), TC_SUCCESS);
+        for (g, &(c, dt)) in list.iter().enumerate() {
+            (0..c).for_each(|e| put(ptrs[g], dt, e, value(world, me, g, e, iter)));
+        }
+        for i in (0..list.len()).rev() {
+            assert_eq!(tc_reducer_mark_ready(r, i), TC_SUCCESS, "{}", last_error());
+        }
+        let mut work = std::ptr::null_mut();
+        assert_eq!(tc_reducer_finalize_async(r, &mut work), TC_SUCCESS);
+        assert_eq!(
+            tc_work_wait(work, std::ptr::null_mut()),
+            TC_SUCCESS,
+            "{}",
+            last_error()
+        );
+        tc_work_free(work);
+        for (g, &(c, dt)) in list.iter().enumerate() {
+            for e in 0..c {
+                let want = reference(world, g, e, iter);
+                assert_eq!(
+                    get(ptrs[g], dt, e),
+                    want,
+                    "iteration {iter} grad {g} element {e}"
+                );
+            }
+        }
+    }
+    // A failed asynchronous finalize reports through its work, and the
+    // reducer goes on.
+    let mut work = std::ptr::null_mut();
+    assert_eq!(tc_reducer_finalize_async(r, &mut work), TC_SUCCESS);
+    assert_eq!(
+        tc_work_wait(work, std::ptr::null_mut()),
+        TC_ERR_INVALID_USAGE
+    );
+    assert!(last_error().contains("never marked"), "{}", last_error());
+    tc_work_free(work);
+    tc_reducer_free(r);
+    assert_eq!(tc_comm_finalize(comm), TC_SUCCESS, "{}", last_error());
+    tc_comm_destroy(comm);
+    println!("RESULT view ok");
+}
+
 fn run_world(test: &str, role: &str, size: usize) -> Vec<Outcome> {
     launch(test, role, size, &[], Duration::from_secs(300))
 }
@@ -443,6 +525,8 @@ world_tests! {
     reducer_errors_world_2: "errors", errors_child, 2;
     reducer_errors_world_3: "errors", errors_child, 3;
     reducer_errors_world_4: "errors", errors_child, 4;
+    reducer_bucket_view_async_world_2: "view", view_child, 2;
+    reducer_bucket_view_async_world_3: "view", view_child, 3;
 }
 
 #[test]

@@ -5,16 +5,17 @@ use crate::comm::Ptr;
 use crate::error::TC_SUCCESS;
 use crate::error::{clear_last_error, last_error_ptr, tc_result_t, Error, ErrorKind, Result};
 use crate::ffi::comm::tc_comm_t;
-use crate::ffi::work::tc_work_t;
+use crate::ffi::work::{tc_work, tc_work_t};
 use crate::ffi::{arg_out, arg_ref, arg_slice, boundary, boundary_void, into_handle, take_handle};
 use crate::options::{read_versioned, Versioned};
 use crate::reducer::hooks::{builtin_from_c, tc_grad_bucket_t, BuiltinHook, CommHook};
 use crate::reducer::{Reducer, ReducerOptions};
 use crate::types::{tc_dtype_t, DType};
-use crate::work::Work;
+use crate::work::{HostWork, Work};
 use std::ffi::{c_void, CStr};
 use std::mem::size_of;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
 
 pub const TC_REDUCER_OPTIONS_MAGIC: u32 = 0x5443_5244;
 pub const TC_REDUCER_OPTIONS_VERSION: u32 = 1;
@@ -86,8 +87,25 @@ pub type tc_comm_hook_fn = Option<
 /// A gradient reducer (see `tc_reducer_new`). Not thread-safe: call its
 /// functions from one thread at a time.
 pub struct tc_reducer {
-    inner: Reducer,
+    inner: Arc<Mutex<Reducer>>,
     comm: *mut tc_comm_t,
+    /// The thread ending an iteration for `tc_reducer_finalize_async`;
+    /// every other call waits for it first.
+    finishing: Option<JoinHandle<()>>,
+}
+
+impl tc_reducer {
+    /// The reducer, once an asynchronous finalize has finished.
+    fn get(&mut self) -> MutexGuard<'_, Reducer> {
+        if let Some(t) = self.finishing.take() {
+            let _ = t.join();
+        }
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+unsafe fn reducer_mut<'a>(p: *mut tc_reducer_t) -> Result<&'a mut tc_reducer_t> {
+    p.as_mut().ok_or_else(|| Error::null_argument("reducer"))
 }
 
 pub type tc_reducer_t = tc_reducer;
@@ -197,7 +215,11 @@ pub extern "C" fn tc_reducer_new(
         };
         let hook = Box::new(BuiltinHook::new(builtin_from_c(TC_HOOK_ALLREDUCE)?));
         let inner = Reducer::new(handle.inner.clone(), &list, options, hook)?;
-        *out = into_handle(tc_reducer { inner, comm });
+        *out = into_handle(tc_reducer {
+            inner: Arc::new(Mutex::new(inner)),
+            comm,
+            finishing: None,
+        });
         Ok(())
     })
 }
@@ -216,7 +238,7 @@ fn nonzero_or(v: usize, default: usize) -> usize {
 pub extern "C" fn tc_reducer_free(reducer: *mut tc_reducer_t) {
     boundary_void("tc_reducer_free", || {
         if let Some(mut r) = unsafe { take_handle(reducer) } {
-            r.inner.wait_outstanding();
+            r.get().wait_outstanding();
         }
         Ok(())
     })
@@ -234,8 +256,8 @@ pub extern "C" fn tc_reducer_mark_ready(
     grad_index: usize,
 ) -> tc_result_t {
     boundary("tc_reducer_mark_ready", || {
-        let r = unsafe { reducer.as_mut() }.ok_or_else(|| Error::null_argument("reducer"))?;
-        r.inner.mark_ready(grad_index)
+        let r = unsafe { reducer_mut(reducer)? };
+        r.get().mark_ready(grad_index)
     })
 }
 
@@ -251,8 +273,60 @@ pub extern "C" fn tc_reducer_mark_ready(
 #[no_mangle]
 pub extern "C" fn tc_reducer_finalize(reducer: *mut tc_reducer_t) -> tc_result_t {
     boundary("tc_reducer_finalize", || {
-        let r = unsafe { reducer.as_mut() }.ok_or_else(|| Error::null_argument("reducer"))?;
-        r.inner.finalize()
+        let r = unsafe { reducer_mut(reducer)? };
+        r.get().finalize()
+    })
+}
+
+/// As `tc_reducer_finalize`, without blocking: the remaining buckets and the
+/// agreement are issued during the call (taking their place in the comm's
+/// order), and `*work` receives a work that completes once the results are
+/// written back (its error is what `tc_reducer_finalize` would return).
+/// Every later call on the reducer waits for it first; the gradients must
+/// not be read before it completes. Free the work with `tc_work_free`.
+#[no_mangle]
+pub extern "C" fn tc_reducer_finalize_async(
+    reducer: *mut tc_reducer_t,
+    work: *mut *mut tc_work_t,
+) -> tc_result_t {
+    boundary("tc_reducer_finalize_async", || {
+        let (r, out) = unsafe { (reducer_mut(reducer)?, arg_out(work, "work")?) };
+        let comm = {
+            let mut inner = r.get();
+            inner.begin_finalize();
+            inner.comm().clone()
+        };
+        let label: Arc<str> = format!(
+            "comm '{}' (rank {}/{})",
+            comm.name(),
+            comm.rank(),
+            comm.size()
+        )
+        .into();
+        let done = Arc::new(HostWork::new("reducer_finalize", label, comm.timeout()));
+        done.start();
+        let (finish, inner) = (done.clone(), r.inner.clone());
+        let thread = std::thread::Builder::new()
+            .name("tc-reducer-finalize".into())
+            .spawn(move || {
+                let result = inner
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .end_finalize();
+                finish.complete(result);
+            });
+        match thread {
+            Ok(t) => r.finishing = Some(t),
+            Err(e) => {
+                let result = r.get().end_finalize();
+                done.complete(result.and(Err(Error::system("starting the finalize thread", e))));
+            }
+        }
+        *out = into_handle(tc_work {
+            inner: done,
+            _comm: comm,
+        });
+        Ok(())
     })
 }
 
@@ -265,10 +339,10 @@ pub extern "C" fn tc_reducer_set_hook(
     state: *mut c_void,
 ) -> tc_result_t {
     boundary("tc_reducer_set_hook", || {
-        let r = unsafe { reducer.as_mut() }.ok_or_else(|| Error::null_argument("reducer"))?;
+        let r = unsafe { reducer_mut(reducer)? };
         let func = hook.ok_or_else(|| Error::null_argument("hook"))?;
         let comm = r.comm;
-        r.inner.set_hook(Box::new(CHook { func, state, comm }))
+        r.get().set_hook(Box::new(CHook { func, state, comm }))
     })
 }
 
@@ -282,9 +356,9 @@ pub extern "C" fn tc_reducer_set_builtin_hook(
     kind: tc_hook_kind_t,
 ) -> tc_result_t {
     boundary("tc_reducer_set_builtin_hook", || {
-        let r = unsafe { reducer.as_mut() }.ok_or_else(|| Error::null_argument("reducer"))?;
+        let r = unsafe { reducer_mut(reducer)? };
         let kind = builtin_from_c(kind)?;
-        r.inner.set_hook(Box::new(BuiltinHook::new(kind)))
+        r.get().set_hook(Box::new(BuiltinHook::new(kind)))
     })
 }
 
@@ -293,13 +367,13 @@ pub extern "C" fn tc_reducer_set_builtin_hook(
 /// gradient), valid while the reducer lives.
 #[no_mangle]
 pub extern "C" fn tc_reducer_get_grad(
-    reducer: *const tc_reducer_t,
+    reducer: *mut tc_reducer_t,
     grad_index: usize,
     ptr: *mut *mut c_void,
 ) -> tc_result_t {
     boundary("tc_reducer_get_grad", || {
-        let (r, ptr) = unsafe { (arg_ref(reducer, "reducer")?, arg_out(ptr, "ptr")?) };
-        *ptr = r.inner.grad_ptr(grad_index)?.0;
+        let (r, ptr) = unsafe { (reducer_mut(reducer)?, arg_out(ptr, "ptr")?) };
+        *ptr = r.get().grad_ptr(grad_index)?.0;
         Ok(())
     })
 }
@@ -307,17 +381,12 @@ pub extern "C" fn tc_reducer_get_grad(
 /// Writes the number of buckets.
 #[no_mangle]
 pub extern "C" fn tc_reducer_num_buckets(
-    reducer: *const tc_reducer_t,
+    reducer: *mut tc_reducer_t,
     num_buckets: *mut usize,
 ) -> tc_result_t {
     boundary("tc_reducer_num_buckets", || {
-        let (r, n) = unsafe {
-            (
-                arg_ref(reducer, "reducer")?,
-                arg_out(num_buckets, "num_buckets")?,
-            )
-        };
-        *n = r.inner.num_buckets();
+        let (r, n) = unsafe { (reducer_mut(reducer)?, arg_out(num_buckets, "num_buckets")?) };
+        *n = r.get().num_buckets();
         Ok(())
     })
 }

@@ -46,6 +46,14 @@ const NAMED_MISSING: usize = 6;
 /// the first missing indices.
 const RECORD_WORDS: usize = 2 + NAMED_MISSING;
 
+/// The finalize all-gather of every rank's record: its buffers, which must
+/// stay put while it runs, and its work.
+struct Agreement {
+    mine: Vec<u64>,
+    all: Vec<u64>,
+    work: Option<Result<Arc<dyn Work>>>,
+}
+
 struct Bucket {
     dtype: DType,
     members: Vec<usize>,
@@ -82,6 +90,7 @@ pub struct Reducer {
     next_launch: usize,
     hook: Box<dyn CommHook>,
     hook_error: Option<Error>,
+    agreement: Agreement,
     iteration: u64,
     as_view: bool,
 }
@@ -206,13 +215,18 @@ impl Reducer {
             }
         }
         Ok(Reducer {
-            comm,
+            comm: comm.clone(),
             marked: vec![false; grads.len()],
             grads,
             buckets,
             next_launch: 0,
             hook,
             hook_error: None,
+            agreement: Agreement {
+                mine: vec![0; RECORD_WORDS],
+                all: vec![0; RECORD_WORDS * comm.size() as usize],
+                work: None,
+            },
             iteration: 0,
             as_view: opts.gradient_as_bucket_view,
         })
@@ -336,12 +350,14 @@ impl Reducer {
     /// may hold partial results), every rank gets an error naming the cause,
     /// and the reducer is ready for the next iteration.
     pub fn finalize(&mut self) -> Result<()> {
-        let result = self.finish_iteration();
-        self.reset();
-        result
+        self.begin_finalize();
+        self.end_finalize()
     }
 
-    fn finish_iteration(&mut self) -> Result<()> {
+    /// The part of `finalize` that issues operations (so that they take
+    /// their place in the comm's order at the call): launches the buckets
+    /// not yet launched and enqueues the agreement all-gather.
+    pub fn begin_finalize(&mut self) {
         let missing: Vec<usize> = (0..self.marked.len())
             .filter(|&i| !self.marked[i])
             .collect();
@@ -349,7 +365,35 @@ impl Reducer {
             let _ = self.launch(self.next_launch);
             self.next_launch += 1;
         }
-        let records = self.exchange_records(&missing, self.hook_error.is_some());
+        let record = &mut self.agreement.mine;
+        record.fill(0);
+        record[0] = missing.len() as u64;
+        record[1] = self.hook_error.is_some() as u64;
+        for (slot, &m) in record[2..].iter_mut().zip(&missing) {
+            *slot = m as u64;
+        }
+        let op = Op::AllGatherSingle {
+            output: Ptr(self.agreement.all.as_mut_ptr().cast()),
+            input: Ptr(record.as_mut_ptr().cast()),
+            count: RECORD_WORDS,
+            dtype: DType::U64,
+        };
+        let async_op = OpOptions {
+            async_op: true,
+            ..OpOptions::default()
+        };
+        self.agreement.work = Some(self.comm.submit(op, &async_op));
+    }
+
+    /// The rest of `finalize`: waits, checks, writes back, and readies the
+    /// next iteration whatever the outcome.
+    pub fn end_finalize(&mut self) -> Result<()> {
+        let result = self.finish_iteration();
+        self.reset();
+        result
+    }
+
+    fn finish_iteration(&mut self) -> Result<()> {
         let mut work_error = Ok(());
         for bucket in &mut self.buckets {
             if let Some(work) = bucket.work.take() {
@@ -359,12 +403,17 @@ impl Reducer {
                 }
             }
         }
-        let records = records?;
-        report_missing(&records, self.iteration)?;
+        let agreed = match self.agreement.work.take() {
+            Some(w) => w.and_then(|w| w.wait_blocking()),
+            None => Err(Error::invalid_usage("finalize was not begun")),
+        };
+        agreed?;
+        report_missing(&self.agreement.all, self.iteration)?;
         if let Some(e) = self.hook_error.take() {
             return Err(e);
         }
-        if let Some(r) = records.chunks(RECORD_WORDS).position(|rec| rec[1] != 0) {
+        let records = self.agreement.all.chunks(RECORD_WORDS);
+        if let Some(r) = records.clone().position(|rec| rec[1] != 0) {
             return Err(Error::remote(format!(
                 "iteration {}: the communication hook failed on rank {r}",
                 self.iteration
@@ -372,26 +421,6 @@ impl Reducer {
         }
         work_error?;
         self.write_back()
-    }
-
-    /// All-gathers every rank's record: (missing count, hook failed, the
-    /// first missing indices).
-    fn exchange_records(&self, missing: &[usize], hook_failed: bool) -> Result<Vec<u64>> {
-        let mut mine = [0u64; RECORD_WORDS];
-        mine[0] = missing.len() as u64;
-        mine[1] = hook_failed as u64;
-        for (slot, &m) in mine[2..].iter_mut().zip(missing) {
-            *slot = m as u64;
-        }
-        let mut all = vec![0u64; RECORD_WORDS * self.comm.size() as usize];
-        let op = Op::AllGatherSingle {
-            output: Ptr(all.as_mut_ptr().cast()),
-            input: Ptr(mine.as_mut_ptr().cast()),
-            count: RECORD_WORDS,
-            dtype: DType::U64,
-        };
-        self.comm.submit(op, &OpOptions::default())?;
-        Ok(all)
     }
 
     /// Casts buffers that hooks replaced back into the buckets, then copies
@@ -436,6 +465,9 @@ impl Reducer {
             if let Some(w) = b.work.take() {
                 let _ = w.wait_blocking();
             }
+        }
+        if let Some(Ok(w)) = self.agreement.work.take() {
+            let _ = w.wait_blocking();
         }
     }
 
