@@ -139,6 +139,7 @@ install-check: build
 	@echo "install-check: pkg-config and CMake users build and run against the installed library"
 
 test: deps build header-check header-compile symbols-check cargo-test nccl-real-test capi-test sim-gpu-test capi-valgrind install-check
+	scripts/test-torch-parity-reducer.sh
 	@echo "make test: all checks passed"
 
 # The main job: a multi-process demo of the library at work.
