@@ -154,6 +154,7 @@ bench-store: build
 	$(REL)/tc-store-bench
 
 bench: bench-store bench-host bench-window
+	scripts/bench-reducer.sh
 
 # One-sided windows through the C API: a ring of put + signal + wait on 2
 # ranks (bench/window_bench.c), with the buffers from malloc (puts travel
