@@ -150,6 +150,14 @@ $(BUILD)/demo: examples/demo.c include/torchcomm.h
 	@mkdir -p $(BUILD)
 	$(CC) $(CTEST_CFLAGS) $< -o $@ $(CTEST_LIBS)
 
+# The reducer in a data-parallel training loop (examples/reducer_train.c).
+run-reducer: build $(BUILD)/reducer_train
+	$(REL)/tc-run -n 4 -- $(BUILD)/reducer_train
+
+$(BUILD)/reducer_train: examples/reducer_train.c include/torchcomm.h
+	@mkdir -p $(BUILD)
+	$(CC) $(CTEST_CFLAGS) $< -o $@ $(CTEST_LIBS) -lm
+
 bench-store: build
 	$(REL)/tc-store-bench
 
