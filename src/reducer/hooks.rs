@@ -186,7 +186,9 @@ impl CommHook for BuiltinHook {
                     };
                     return all_reduce(comm, bucket.buffer, bucket.count, dtype, premul);
                 }
-                divide(bucket.buffer.cast(), dtype, bucket.count, world);
+                // SAFETY: the buffer holds the bucket (the reducer's storage or
+                // a hook's replacement of the same count).
+                unsafe { divide(bucket.buffer.cast(), dtype, bucket.count, world) };
                 return all_reduce_sum(comm, bucket.buffer, bucket.count, dtype);
             }
             Builtin::Fp16Compress => DType::F16,
@@ -197,15 +199,18 @@ impl CommHook for BuiltinHook {
         }
         let copy = &mut self.compressed[bucket.index];
         copy.resize(bucket.count, 0);
-        cast(
-            bucket.buffer.cast(),
-            dtype,
-            copy.as_mut_ptr().cast(),
-            half,
-            bucket.count,
-        )
+        // SAFETY: as above; `copy` holds `count` 16-bit elements.
+        unsafe {
+            cast(
+                bucket.buffer.cast(),
+                dtype,
+                copy.as_mut_ptr().cast(),
+                half,
+                bucket.count,
+            )
+        }
         .map_err(|e| e.context("the compressing hook"))?;
-        divide(copy.as_mut_ptr().cast(), half, bucket.count, world);
+        unsafe { divide(copy.as_mut_ptr().cast(), half, bucket.count, world) };
         bucket.buffer = copy.as_mut_ptr().cast();
         bucket.dtype = half.to_c();
         all_reduce_sum(comm, bucket.buffer, bucket.count, half)

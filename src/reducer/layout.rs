@@ -107,7 +107,16 @@ fn store(dst: *mut u8, dtype: DType, i: usize, x: f64) {
 /// Converts `count` elements between floating-point dtypes (round to nearest
 /// even, as PyTorch's casts). A float64 source going to a 16-bit dtype is
 /// rejected: the two roundings through float32 could differ from a direct one.
-pub fn cast(src: *const u8, from: DType, dst: *mut u8, to: DType, count: usize) -> Result<()> {
+///
+/// # Safety
+/// `src` and `dst` must hold `count` elements of their dtypes.
+pub unsafe fn cast(
+    src: *const u8,
+    from: DType,
+    dst: *mut u8,
+    to: DType,
+    count: usize,
+) -> Result<()> {
     if from == DType::F64 && matches!(to, DType::F16 | DType::BF16) {
         return Err(Error::unsupported(
             "casting float64 gradients to 16 bits is not supported",
@@ -126,7 +135,10 @@ pub fn cast(src: *const u8, from: DType, dst: *mut u8, to: DType, count: usize) 
 
 /// Divides `count` elements in place by `divisor`, in the dtype's precision
 /// (16-bit values through float32, rounded once), as PyTorch's `div_`.
-pub fn divide(buf: *mut u8, dtype: DType, count: usize, divisor: f64) {
+///
+/// # Safety
+/// `buf` must hold `count` elements of `dtype`, aligned for it.
+pub unsafe fn divide(buf: *mut u8, dtype: DType, count: usize, divisor: f64) {
     match dtype {
         DType::F32 => {
             // SAFETY: `buf` holds `count` f32, 8-byte aligned storage.
@@ -177,27 +189,31 @@ mod tests {
     fn casts_round_to_nearest_even() {
         let src = [1.0f32 + 1.0 / 4096.0, 65504.0, 1e-8];
         let mut half = [0u16; 3];
-        cast(
-            src.as_ptr().cast(),
-            DType::F32,
-            half.as_mut_ptr().cast(),
-            DType::F16,
-            3,
-        )
-        .unwrap();
+        let to_half = unsafe {
+            cast(
+                src.as_ptr().cast(),
+                DType::F32,
+                half.as_mut_ptr().cast(),
+                DType::F16,
+                3,
+            )
+        };
+        to_half.unwrap();
         assert_eq!(half, [0x3c00, 0x7bff, 0x0000]);
         let mut back = [0f32; 3];
-        cast(
-            half.as_ptr().cast(),
-            DType::F16,
-            back.as_mut_ptr().cast(),
-            DType::F32,
-            3,
-        )
-        .unwrap();
+        let to_f32 = unsafe {
+            cast(
+                half.as_ptr().cast(),
+                DType::F16,
+                back.as_mut_ptr().cast(),
+                DType::F32,
+                3,
+            )
+        };
+        to_f32.unwrap();
         assert_eq!(back, [1.0, 65504.0, 0.0]);
         let mut v = [3.0f32, 1.0];
-        divide(v.as_mut_ptr().cast(), DType::F32, 2, 3.0);
+        unsafe { divide(v.as_mut_ptr().cast(), DType::F32, 2, 3.0) };
         assert_eq!(v, [1.0, 1.0 / 3.0]);
     }
 }

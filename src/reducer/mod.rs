@@ -438,7 +438,11 @@ impl Reducer {
             if view.buffer.cast::<u8>() != base {
                 let from = DType::from_c(view.dtype, "bucket.dtype")?;
                 layout::check_grad_dtype(from, "bucket.dtype")?;
-                layout::cast(view.buffer.cast(), from, base, bucket.dtype, bucket.count)?;
+                // SAFETY: the hook's buffer holds `count` elements of its
+                // dtype and stays valid until finalize returns.
+                unsafe {
+                    layout::cast(view.buffer.cast(), from, base, bucket.dtype, bucket.count)?
+                };
             }
             if self.as_view {
                 continue;
