@@ -8,7 +8,8 @@ time is reported, median over the measured steps):
   ours        mark every gradient ready in reverse order, then finalize
               (bucketed: 25 MiB buckets, 1 MiB first bucket; all-reduce hook;
               gradients copied into the buckets and back)
-  ours view   the same with gradient_as_bucket_view (no copies)
+  ours view   the same with gradient_as_bucket_view (no copies) and
+              --bucket-cap-mb (default 25) buckets
   per-tensor  one blocking tc_all_reduce per gradient, reverse order
   torch DDP   backward of loss = sum(p.sum()) (the cheapest backward: every
               gradient is ones) under DDP (gloo, 25 MiB buckets,
@@ -21,7 +22,7 @@ time is reported, median over the measured steps):
               1 - exposed / ours view
 
     python reducer_bench.py LIBTORCHCOMM.so WORLD [--models resnet50,bert_base]
-        [--steps 7] [--warmup 2] [--backward-ms MS]
+        [--steps 7] [--warmup 2] [--backward-ms MS] [--bucket-cap-mb MB]
 """
 import argparse
 import ctypes as C
@@ -130,7 +131,8 @@ def bench_model(lib, model, args, rank, world):
     red = C.c_void_p()
     lib.ok(lib.lib.tc_reducer_new(lib.comm, ptrs, counts, dtypes, n, None, C.byref(red)))
     # gradient_as_bucket_view: the gradients live in the buckets (no copies).
-    view_opts = ReducerOptions(C.sizeof(ReducerOptions), 0x5443_5244, 1, 0, 0, 1)
+    view_opts = ReducerOptions(C.sizeof(ReducerOptions), 0x5443_5244, 1,
+                               int(args.bucket_cap_mb * (1 << 20)), 0, 1)
     red_view = C.c_void_p()
     lib.ok(lib.lib.tc_reducer_new(lib.comm, None, counts, dtypes, n, C.byref(view_opts),
                                   C.byref(red_view)))
@@ -211,6 +213,8 @@ def main():
     p.add_argument("--steps", type=int, default=7)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--backward-ms", type=float, default=None)
+    p.add_argument("--bucket-cap-mb", type=float, default=25.0,
+                   help="bucket_cap_bytes of the 'ours view' reducer (MiB)")
     p.add_argument("--rank", type=int, default=None)
     p.add_argument("--port", type=int, default=None)
     args = p.parse_args()
