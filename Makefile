@@ -15,7 +15,7 @@ AFTER_BUILD := TC_BUILT=1
 .PHONY: all build deps lint header header-check header-compile symbols-check \
         cargo-test nccl-wheel nccl-real-test capi-test capi-valgrind sim-gpu-test \
         install uninstall install-check test run bench bench-deps bench-store \
-        bench-host bench-window bench-sparse torch-parity cpp-test python-test torch-interop gpu-suite gpu-test gpu-bench clean
+        bench-host bench-window bench-sparse bench-reducer run-reducer torch-parity cpp-test python-test torch-interop gpu-suite gpu-test gpu-bench clean
 
 all: build
 
@@ -37,6 +37,10 @@ test: deps lint build header-check header-compile symbols-check cargo-test nccl-
 # The main job: examples/demo.c on 4 processes under tc-run.
 run: deps build
 	$(AFTER_BUILD) $(S)/run-demo.sh 4
+
+# The gradient reducer in a data-parallel training loop (examples/reducer_train.c).
+run-reducer: build
+	$(AFTER_BUILD) bash scripts/run-reducer.sh 4
 
 # cargo fmt --check, clippy -D warnings, no new module import cycle.
 lint:
@@ -75,6 +79,7 @@ sim-gpu-test: build
 # cannot be had.
 torch-parity: build
 	$(AFTER_BUILD) bash scripts/test-torch-parity-sparse.sh
+	$(AFTER_BUILD) bash scripts/test-torch-parity-reducer.sh
 # torch's stores, process groups and launchers (torchrun, two hosts as
 # network namespaces when root) with our library.
 torch-interop: build
@@ -95,7 +100,7 @@ install-check: build
 	$(AFTER_BUILD) $(S)/install-check.sh
 
 # Benchmarks, not part of `make test`: tables on stdout, files in bench/results/.
-bench: bench-store bench-host bench-window bench-sparse
+bench: bench-store bench-host bench-window bench-sparse bench-reducer
 bench-deps:
 	$(S)/deps.sh --bench
 bench-store: build
@@ -106,6 +111,8 @@ bench-window: build
 	$(AFTER_BUILD) $(S)/bench-window.sh
 bench-sparse: build
 	$(AFTER_BUILD) bash scripts/bench-sparse.sh
+bench-reducer: build
+	$(AFTER_BUILD) bash scripts/bench-reducer.sh
 
 # GPU: gpu-suite/ gathered here; gpu-test and gpu-bench run on the GPU
 # machine from the repository root (no cargo there). See docs/gpu-testing.md.

@@ -67,6 +67,81 @@ int main(void) {
     EXPECT_RC(tc_barrier(comm, &bad, &work), TC_ERR_INVALID_ARGUMENT, "magic");
     CHECK(work == SENTINEL);
 
+    /* ---- coalesced broadcast -------------------------------------------- */
+    void *cbufs[1] = {out};
+    tc_dtype_t cdt[1] = {99};
+    EXPECT_RC(tc_broadcast_coalesced(NULL, cbufs, counts, cdt, 1, 64, 0, NULL, &work),
+              TC_ERR_NULL_ARGUMENT, "'comm'");
+    EXPECT_RC(tc_broadcast_coalesced(comm, NULL, counts, cdt, 1, 64, 0, NULL, &work),
+              TC_ERR_NULL_ARGUMENT, "'bufs'");
+    EXPECT_RC(tc_broadcast_coalesced(comm, cbufs, counts, cdt, 1, 64, 0, NULL, &work),
+              TC_ERR_INVALID_ARGUMENT, "dtypes[0]");
+    cdt[0] = TC_FLOAT32;
+    EXPECT_RC(tc_broadcast_coalesced(comm, cbufs, counts, cdt, 1, 64, 0, &bad, &work),
+              TC_ERR_INVALID_ARGUMENT, "magic");
+    EXPECT_RC(tc_broadcast_coalesced(comm, cbufs, counts, cdt, 1, 0, 0, NULL, &work),
+              TC_ERR_INVALID_ARGUMENT, "buffer_bytes");
+    EXPECT_RC(tc_broadcast_coalesced(comm, cbufs, counts, cdt, 1, 64, 1, NULL, &work),
+              TC_ERR_INVALID_ARGUMENT, "root");
+    CHECK(work == SENTINEL);
+    EXPECT_OK(tc_broadcast_coalesced(comm, cbufs, counts, cdt, 1, 64, 0, NULL, &work));
+    EXPECT_OK(tc_work_wait(work, NULL));
+    tc_work_free(work);
+    work = SENTINEL;
+
+    /* ---- reducer -------------------------------------------------------- */
+    tc_reducer_t *red = SENTINEL;
+    float g0[3] = {1, 2, 3};
+    void *grads[2] = {g0, NULL};
+    size_t gcounts[2] = {3, 0};
+    tc_dtype_t gdt[2] = {TC_FLOAT32, TC_INT32};
+    tc_reducer_options_t ropts = TC_REDUCER_OPTIONS_INIT;
+    EXPECT_RC(tc_reducer_new(NULL, grads, gcounts, gdt, 2, NULL, &red), TC_ERR_NULL_ARGUMENT, "'comm'");
+    EXPECT_RC(tc_reducer_new(comm, grads, gcounts, gdt, 2, NULL, NULL), TC_ERR_NULL_ARGUMENT, "'out'");
+    EXPECT_RC(tc_reducer_new(comm, NULL, gcounts, gdt, 2, NULL, &red), TC_ERR_NULL_ARGUMENT, "'grads'");
+    EXPECT_RC(tc_reducer_new(comm, grads, gcounts, gdt, 2, NULL, &red), TC_ERR_UNSUPPORTED, "dtypes[1]");
+    ropts.magic = 0xbad;
+    EXPECT_RC(tc_reducer_new(comm, grads, gcounts, gdt, 2, &ropts, &red), TC_ERR_INVALID_ARGUMENT, "magic");
+    CHECK(red == SENTINEL);
+    gdt[1] = TC_FLOAT32;
+    EXPECT_OK(tc_reducer_new(comm, grads, gcounts, gdt, 2, NULL, &red));
+    size_t nbuckets = 0;
+    void *gp = NULL;
+    EXPECT_RC(tc_reducer_num_buckets(NULL, &nbuckets), TC_ERR_NULL_ARGUMENT, "'reducer'");
+    EXPECT_RC(tc_reducer_num_buckets(red, NULL), TC_ERR_NULL_ARGUMENT, "'num_buckets'");
+    EXPECT_OK(tc_reducer_num_buckets(red, &nbuckets));
+    CHECK(nbuckets == 1);
+    EXPECT_RC(tc_reducer_get_grad(NULL, 0, &gp), TC_ERR_NULL_ARGUMENT, "'reducer'");
+    EXPECT_RC(tc_reducer_get_grad(red, 0, NULL), TC_ERR_NULL_ARGUMENT, "'ptr'");
+    EXPECT_RC(tc_reducer_get_grad(red, 2, &gp), TC_ERR_INVALID_ARGUMENT, "grad_index");
+    EXPECT_OK(tc_reducer_get_grad(red, 0, &gp));
+    CHECK(gp == g0);
+    EXPECT_RC(tc_reducer_set_hook(NULL, NULL, NULL), TC_ERR_NULL_ARGUMENT, "'reducer'");
+    EXPECT_RC(tc_reducer_set_hook(red, NULL, NULL), TC_ERR_NULL_ARGUMENT, "'hook'");
+    EXPECT_RC(tc_reducer_set_builtin_hook(NULL, TC_HOOK_NOOP), TC_ERR_NULL_ARGUMENT, "'reducer'");
+    EXPECT_RC(tc_reducer_set_builtin_hook(red, 99), TC_ERR_INVALID_ARGUMENT, "kind");
+    EXPECT_OK(tc_reducer_set_builtin_hook(red, TC_HOOK_FP16_COMPRESS));
+    EXPECT_RC(tc_reducer_mark_ready(NULL, 0), TC_ERR_NULL_ARGUMENT, "'reducer'");
+    EXPECT_RC(tc_reducer_mark_ready(red, 2), TC_ERR_INVALID_ARGUMENT, "grad_index");
+    EXPECT_OK(tc_reducer_mark_ready(red, 1));
+    EXPECT_OK(tc_reducer_mark_ready(red, 0));
+    EXPECT_RC(tc_reducer_mark_ready(red, 0), TC_ERR_INVALID_USAGE, "already marked");
+    EXPECT_RC(tc_reducer_finalize(NULL), TC_ERR_NULL_ARGUMENT, "'reducer'");
+    EXPECT_OK(tc_reducer_finalize(red));
+    CHECK(g0[0] == 1 && g0[1] == 2 && g0[2] == 3);
+    EXPECT_RC(tc_reducer_finalize(red), TC_ERR_INVALID_USAGE, "never marked");
+    EXPECT_RC(tc_reducer_finalize_async(NULL, &work), TC_ERR_NULL_ARGUMENT, "'reducer'");
+    EXPECT_RC(tc_reducer_finalize_async(red, NULL), TC_ERR_NULL_ARGUMENT, "'work'");
+    CHECK(work == SENTINEL);
+    EXPECT_OK(tc_reducer_mark_ready(red, 0));
+    EXPECT_OK(tc_reducer_mark_ready(red, 1));
+    EXPECT_OK(tc_reducer_finalize_async(red, &work));
+    EXPECT_OK(tc_work_wait(work, NULL));
+    tc_work_free(work);
+    work = SENTINEL;
+    tc_reducer_free(red);
+    tc_reducer_free(NULL);
+
     /* ---- batches ---------------------------------------------------------- */
     tc_batch_t *batch = SENTINEL;
     EXPECT_RC(tc_batch_begin(NULL, &batch), TC_ERR_NULL_ARGUMENT, "'comm'");

@@ -24,6 +24,9 @@
 #define TC_OP_OPTIONS_INIT                                                      \
     { sizeof(tc_op_options_t), TC_OP_OPTIONS_MAGIC, TC_OP_OPTIONS_VERSION,      \
       0, TC_UNSET, NULL, NULL, 0 }
+#define TC_REDUCER_OPTIONS_INIT                                                 \
+    { sizeof(tc_reducer_options_t), TC_REDUCER_OPTIONS_MAGIC,                   \
+      TC_REDUCER_OPTIONS_VERSION, 0, 0, 0 }
 /* A reduce op without a factor: TC_REDUCE_OP(TC_SUM). */
 #define TC_REDUCE_OP(kind) { (kind), 1.0, NULL }
 
@@ -42,6 +45,10 @@
 #define TC_LOG_INFO 2
 
 #define TC_LOG_TRACE 3
+
+#define TC_REDUCER_OPTIONS_MAGIC 1413698116
+
+#define TC_REDUCER_OPTIONS_VERSION 1
 
 /*
  Status values written by `tc_work_status`.
@@ -105,6 +112,12 @@ typedef struct tc_batch tc_batch;
 typedef struct tc_comm tc_comm;
 
 /*
+ A gradient reducer (see `tc_reducer_new`). Not thread-safe: call its
+ functions from one thread at a time.
+ */
+typedef struct tc_reducer tc_reducer;
+
+/*
  A key-value store handle. Thread-safe: one handle may be used from several
  threads at once. Comms created with it keep their own reference, so it
  may be freed while they live.
@@ -128,6 +141,63 @@ typedef struct tc_work tc_work;
  */
 typedef int32_t tc_result_t;
 
+typedef tc_comm tc_comm_t;
+
+/*
+ Element type of a buffer (`TC_FLOAT32`, ...).
+ */
+typedef int32_t tc_dtype_t;
+
+/*
+ A backend hint: a key/value pair of NUL-terminated strings, copied by the
+ library during the call that receives it.
+ */
+typedef struct {
+    const char *key;
+    const char *value;
+} tc_hint_t;
+
+/*
+ Options of every operation. Initialize with `TC_OP_OPTIONS_INIT`.
+ */
+typedef struct {
+    /*
+     `sizeof(tc_op_options_t)` as the caller compiled it.
+     */
+    size_t size;
+    /*
+     Must be `TC_OP_OPTIONS_MAGIC`.
+     */
+    uint32_t magic;
+    /*
+     `TC_OP_OPTIONS_VERSION` as the caller compiled it. Fields added after
+     that version keep their defaults; a newer version than the library's
+     is accepted and its unknown fields ignored; 0 is refused.
+     */
+    uint32_t version;
+    /*
+     0: the call returns when the operation is complete (CPU) or enqueued
+     on `stream` (CUDA). 1: asynchronous; use the work handle.
+     */
+    int32_t async_op;
+    /*
+     Timeout in milliseconds; 0 or `TC_UNSET`: the comm's timeout.
+     */
+    int64_t timeout_ms;
+    /*
+     `cudaStream_t`/`CUstream` for CUDA buffers; NULL: the legacy default
+     stream. Ignored for host buffers.
+     */
+    void *stream;
+    /*
+     Backend hints, copied during the call; NULL when `num_hints` is 0.
+     */
+    const tc_hint_t *hints;
+    size_t num_hints;
+} tc_op_options_t;
+
+typedef tc_work tc_work_t;
+
 /*
  A device: `TC_DEVICE_CPU` (index ignored) or `TC_DEVICE_CUDA` with an
  index, -1 meaning local rank % number of visible devices.
@@ -138,15 +208,6 @@ typedef struct {
 } tc_device_t;
 
 typedef tc_store tc_store_t;
-
-/*
- A backend hint: a key/value pair of NUL-terminated strings, copied by the
- library during the call that receives it.
- */
-typedef struct {
-    const char *key;
-    const char *value;
-} tc_hint_t;
 
 /*
  Options of `tc_comm_new` and `tc_comm_split`. Initialize with
@@ -206,60 +267,12 @@ typedef struct {
     size_t num_hints;
 } tc_comm_options_t;
 
-typedef tc_comm tc_comm_t;
-
 /*
  Function called when a comm becomes aborted: `code` is the failure's
  result code (`TC_ERR_TIMEOUT`, `TC_ERR_REMOTE`, ... or `TC_ERR_ABORTED`
  for `tc_comm_abort`), `message` its detail, valid only during the call.
  */
 typedef void (*tc_abort_hook_t)(tc_result_t code, const char *message, void *user_data);
-
-/*
- Element type of a buffer (`TC_FLOAT32`, ...).
- */
-typedef int32_t tc_dtype_t;
-
-/*
- Options of every operation. Initialize with `TC_OP_OPTIONS_INIT`.
- */
-typedef struct {
-    /*
-     `sizeof(tc_op_options_t)` as the caller compiled it.
-     */
-    size_t size;
-    /*
-     Must be `TC_OP_OPTIONS_MAGIC`.
-     */
-    uint32_t magic;
-    /*
-     `TC_OP_OPTIONS_VERSION` as the caller compiled it. Fields added after
-     that version keep their defaults; a newer version than the library's
-     is accepted and its unknown fields ignored; 0 is refused.
-     */
-    uint32_t version;
-    /*
-     0: the call returns when the operation is complete (CPU) or enqueued
-     on `stream` (CUDA). 1: asynchronous; use the work handle.
-     */
-    int32_t async_op;
-    /*
-     Timeout in milliseconds; 0 or `TC_UNSET`: the comm's timeout.
-     */
-    int64_t timeout_ms;
-    /*
-     `cudaStream_t`/`CUstream` for CUDA buffers; NULL: the legacy default
-     stream. Ignored for host buffers.
-     */
-    void *stream;
-    /*
-     Backend hints, copied during the call; NULL when `num_hints` is 0.
-     */
-    const tc_hint_t *hints;
-    size_t num_hints;
-} tc_op_options_t;
-
-typedef tc_work tc_work_t;
 
 typedef tc_batch tc_batch_t;
 
@@ -292,6 +305,108 @@ typedef struct {
  A log sink: `level` is `TC_LOG_*`; `message` is valid during the call only.
  */
 typedef void (*tc_log_callback_t)(int32_t level, const char *message, void *user_data);
+
+/*
+ Options of `tc_reducer_new`. Initialize with `TC_REDUCER_OPTIONS_INIT`.
+ */
+typedef struct {
+    /*
+     `sizeof(tc_reducer_options_t)` as the caller compiled it.
+     */
+    size_t size;
+    /*
+     Must be `TC_REDUCER_OPTIONS_MAGIC`.
+     */
+    uint32_t magic;
+    /*
+     `TC_REDUCER_OPTIONS_VERSION` as the caller compiled it.
+     */
+    uint32_t version;
+    /*
+     Size at which a bucket is closed, in bytes; 0: 25 MiB (DDP's default).
+     */
+    size_t bucket_cap_bytes;
+    /*
+     Size at which each dtype's first bucket (the first gradients a
+     backward pass produces) is closed; 0: 1 MiB (DDP's default).
+     */
+    size_t first_bucket_bytes;
+    /*
+     1: the gradients live in the reducer's buckets (no copy in or out);
+     `grads` must then be NULL and `tc_reducer_get_grad` gives each
+     gradient's address. 0 (default): the caller's gradient buffers.
+     */
+    int32_t gradient_as_bucket_view;
+} tc_reducer_options_t;
+
+typedef tc_reducer tc_reducer_t;
+
+/*
+ The bucket a hook sees, as c10d's `GradBucket`.
+ */
+typedef struct {
+    /*
+     Position of the bucket in launch order, from 0.
+     */
+    size_t index;
+    /*
+     Number of buckets of the reducer.
+     */
+    size_t num_buckets;
+    /*
+     1 for the last bucket of an iteration, else 0.
+     */
+    int is_last;
+    /*
+     The flat buffer holding the bucket's gradients. A hook may point it at
+     a buffer of its own (the same element count, any floating-point
+     dtype, written in `dtype`) that stays valid until
+     `tc_reducer_finalize` returns; the reducer then casts that buffer's
+     final contents back into the bucket.
+     */
+    void *buffer;
+    /*
+     Number of elements of `buffer`.
+     */
+    size_t count;
+    /*
+     Element type of `buffer`.
+     */
+    tc_dtype_t dtype;
+    /*
+     Number of gradients in the bucket; the arrays below have this many
+     entries and are owned by the reducer.
+     */
+    size_t num_grads;
+    /*
+     Index of each gradient in the reducer's list.
+     */
+    const size_t *grad_indices;
+    /*
+     Offset of each gradient in the buffer, in elements.
+     */
+    const size_t *offsets;
+    /*
+     Number of elements of each gradient.
+     */
+    const size_t *lengths;
+} tc_grad_bucket_t;
+
+/*
+ A communication hook: exchanges `bucket` (see `tc_grad_bucket_t`) over
+ `comm` and returns the exchange's work in `*work` (which the reducer
+ frees). Called from `tc_reducer_mark_ready` or `tc_reducer_finalize`, on
+ their thread; it must not call functions of its own reducer. Every rank's
+ hook must issue the same operations; a hook returning an error without
+ issuing them on some ranks leaves the others waiting until the comm's
+ timeout.
+ */
+typedef tc_result_t (*tc_comm_hook_fn)(void *state, tc_comm_t *comm, tc_grad_bucket_t *bucket, tc_work_t **work);
+
+/*
+ Built-in communication hook (`tc_reducer_set_builtin_hook`).
+ */
+typedef int32_t tc_hook_kind_t;
 
 /*
  A sparse COO tensor, torch's layout: `shape` has `sparse_dim + dense_dim`
@@ -414,6 +529,27 @@ typedef tc_window tc_window_t;
  */
 #define TC_ERR_NOT_FOUND 1015
 
+/*
+ Divide by the world size, then all-reduce (sum): DDP's default.
+ */
+#define TC_HOOK_ALLREDUCE 0
+
+/*
+ Cast the bucket to float16, divide by the world size in float16,
+ all-reduce (sum), cast back: PyTorch's `fp16_compress_hook`.
+ */
+#define TC_HOOK_FP16_COMPRESS 1
+
+/*
+ As `TC_HOOK_FP16_COMPRESS` with bfloat16 (`bf16_compress_hook`).
+ */
+#define TC_HOOK_BF16_COMPRESS 2
+
+/*
+ No communication: the gradients keep their local values.
+ */
+#define TC_HOOK_NOOP 3
+
 #define TC_FLOAT32 0
 
 #define TC_FLOAT64 1
@@ -479,6 +615,30 @@ typedef tc_window tc_window_t;
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/*
+ Broadcasts root's `bufs[i]` (`counts[i]` elements of `dtypes[i]`, host
+ memory) into every rank's, as c10d's `broadcast_coalesced` does: buffers
+ are grouped by dtype, in list order, into buckets of at most
+ `buffer_bytes` bytes (a larger buffer is a bucket of its own), each bucket
+ is packed into one staging buffer, broadcast as one message and unpacked;
+ empty buffers are skipped. Collective: every rank passes the same `n`,
+ `counts`, `dtypes`, `buffer_bytes` and `root`; a difference fails every
+ rank with `TC_ERR_INVALID_USAGE` naming the first difference, and no
+ buffer is written. The check is one 16-byte all-reduce, done during the
+ call even with `async_op = 1`.
+
+ With `async_op = 0` the call returns when every buffer holds root's data
+ and at most two buckets are staged at a time. With `async_op = 1` every
+ bucket is staged and enqueued before the call returns (so later
+ operations on the comm follow it in the same order on every rank) and the
+ buffers are written when the work completes. `*work` (may be NULL when
+ not wanted) receives one work for the whole call, to free with
+ `tc_work_free`. The arrays are read during the call only; the buffers
+ must stay valid until the work completes. CUDA comms return
+ `TC_ERR_UNSUPPORTED`. Thread-safe as the other operations.
+ */
+tc_result_t tc_broadcast_coalesced(tc_comm_t *comm, void *const *bufs, const size_t *counts, const tc_dtype_t *dtypes, size_t n, size_t buffer_bytes, int root, const tc_op_options_t *opts, tc_work_t **work);
 
 /*
  Creates a communicator over `backend` ("gloo" for host memory, "nccl" for
@@ -822,6 +982,87 @@ tc_result_t tc_mem_alloc(tc_comm_t *comm, size_t bytes, void **ptr);
  using the memory must have completed (synchronize its streams first).
  */
 tc_result_t tc_mem_free(tc_comm_t *comm, void *ptr);
+
+/*
+ Creates a reducer for `n` gradients: `grads[i]` holds `counts[i]`
+ elements of `dtypes[i]` (float32, float64, float16 or bfloat16; host
+ memory). Collective over `comm`: every rank passes the same counts,
+ dtypes and options; a difference fails every rank with
+ `TC_ERR_INVALID_USAGE` naming the first one. Buckets are assigned as
+ DDP does once it knows the backward order: gradients in reverse index
+ order, grouped by dtype, each dtype's first bucket closed at
+ `first_bucket_bytes`, later ones at `bucket_cap_bytes`. `opts` may be
+ NULL (defaults) and is copied; the arrays are read during the call. The
+ gradient buffers must stay valid while the reducer lives; the comm handle
+ must outlive the reducer. The hook is `TC_HOOK_ALLREDUCE` until changed.
+ On success `*out` receives a reducer to free with `tc_reducer_free`.
+ */
+tc_result_t tc_reducer_new(tc_comm_t *comm, void *const *grads, const size_t *counts, const tc_dtype_t *dtypes, size_t n, const tc_reducer_options_t *opts, tc_reducer_t **out);
+
+/*
+ Frees the reducer, waiting for the exchanges of an unfinished iteration
+ first. NULL is ignored.
+ */
+void tc_reducer_free(tc_reducer_t *reducer);
+
+/*
+ Gradient `grad_index` is final for this iteration. When its bucket is
+ complete and every earlier bucket has been launched, the bucket (and any
+ later complete ones) is copied in and its hook runs, in bucket order.
+ `TC_ERR_INVALID_ARGUMENT` for an index out of range,
+ `TC_ERR_INVALID_USAGE` for a gradient already marked in this iteration;
+ a failing hook's error is returned here and by `tc_reducer_finalize`.
+ */
+tc_result_t tc_reducer_mark_ready(tc_reducer_t *reducer, size_t grad_index);
+
+/*
+ Ends the iteration: launches the buckets not yet launched, checks with
+ every rank (one small all-gather) that every gradient was marked and
+ every hook ran, waits for every bucket and writes the results into the
+ gradients. Gradients never marked fail every rank with
+ `TC_ERR_INVALID_USAGE` naming them per rank, a hook's failure fails the
+ ranks that saw it with its error and the others with `TC_ERR_REMOTE`,
+ and a failed exchange (a peer died) fails with its error; on failure
+ nothing is written back. Either way the reducer is ready for the next
+ iteration. Blocks until done (host memory).
+ */
+tc_result_t tc_reducer_finalize(tc_reducer_t *reducer);
+
+/*
+ As `tc_reducer_finalize`, without blocking: the remaining buckets and the
+ agreement are issued during the call (taking their place in the comm's
+ order), and `*work` receives a work that completes once the results are
+ written back (its error is what `tc_reducer_finalize` would return).
+ Every later call on the reducer waits for it first; the gradients must
+ not be read before it completes. Free the work with `tc_work_free`.
+ */
+tc_result_t tc_reducer_finalize_async(tc_reducer_t *reducer, tc_work_t **work);
+
+/*
+ Sets a C communication hook (see `tc_comm_hook_fn`) with its `state`,
+ passed back on every call. Only between iterations.
+ */
+tc_result_t tc_reducer_set_hook(tc_reducer_t *reducer, tc_comm_hook_fn hook, void *state);
+
+/*
+ Sets a built-in hook (`TC_HOOK_ALLREDUCE`, `TC_HOOK_FP16_COMPRESS`,
+ `TC_HOOK_BF16_COMPRESS`, `TC_HOOK_NOOP`). Only between iterations. The
+ compressing hooks reject float64 buckets (`TC_ERR_UNSUPPORTED` from the
+ hook).
+ */
+tc_result_t tc_reducer_set_builtin_hook(tc_reducer_t *reducer, tc_hook_kind_t kind);
+
+/*
+ Writes where gradient `grad_index` lives: the caller's buffer, or with
+ `gradient_as_bucket_view` its place in a bucket (NULL for an empty
+ gradient), valid while the reducer lives.
+ */
+tc_result_t tc_reducer_get_grad(tc_reducer_t *reducer, size_t grad_index, void **ptr);
+
+/*
+ Writes the number of buckets.
+ */
+tc_result_t tc_reducer_num_buckets(tc_reducer_t *reducer, size_t *num_buckets);
 
 /*
  Sums the sparse tensor `input` across the ranks of `comm` with `op`

@@ -10,13 +10,16 @@
 
 pub mod backends;
 pub mod bootstrap;
+pub mod coalesced;
 pub mod comm;
 pub mod config;
 pub mod cuda;
 pub mod error;
 pub mod ffi;
+pub mod layout_check;
 pub mod options;
 pub mod recorder;
+pub mod reducer;
 pub mod sparse;
 pub mod store;
 pub mod types;

@@ -91,6 +91,19 @@ class SparseCoo(C.Structure):
     ]
 
 
+class ReducerOptions(C.Structure):
+    """tc_reducer_options_t."""
+
+    _fields_ = [
+        ("size", C.c_size_t),
+        ("magic", C.c_uint32),
+        ("version", C.c_uint32),
+        ("bucket_cap_bytes", C.c_size_t),
+        ("first_bucket_bytes", C.c_size_t),
+        ("gradient_as_bucket_view", C.c_int32),
+    ]
+
+
 ABORT_HOOK = C.CFUNCTYPE(None, C.c_int32, C.c_char_p, C.c_void_p)
 LOG_CALLBACK = C.CFUNCTYPE(None, C.c_int32, C.c_char_p, C.c_void_p)
 
@@ -121,6 +134,22 @@ PROTOTYPES = {
     "tc_mem_alloc": (_R, [_p, _sz, _out]),
     "tc_mem_free": (_R, [_p, _p]),
     "tc_free": (None, [_p]),
+    "tc_broadcast_coalesced": (
+        _R,
+        [_p, C.POINTER(C.c_void_p), _sz_p, C.POINTER(C.c_int32), _sz, _sz, C.c_int, _opts, _out],
+    ),
+    "tc_reducer_new": (
+        _R,
+        [_p, C.POINTER(C.c_void_p), _sz_p, C.POINTER(C.c_int32), _sz, C.POINTER(ReducerOptions), _out],
+    ),
+    "tc_reducer_free": (None, [_p]),
+    "tc_reducer_mark_ready": (_R, [_p, _sz]),
+    "tc_reducer_finalize": (_R, [_p]),
+    "tc_reducer_finalize_async": (_R, [_p, _out]),
+    "tc_reducer_set_hook": (_R, [_p, _p, _p]),
+    "tc_reducer_set_builtin_hook": (_R, [_p, _i32]),
+    "tc_reducer_get_grad": (_R, [_p, _sz, _out]),
+    "tc_reducer_num_buckets": (_R, [_p, _sz_p]),
     "tc_sparse_all_reduce": (_R, [_p, C.POINTER(SparseCoo), ReduceOpC, C.POINTER(SparseCoo), _opts, _out]),
     "tc_send": (_R, [_p, _p, _sz, _i32, C.c_int, _opts, _out]),
     "tc_recv": (_R, [_p, _p, _sz, _i32, C.c_int, _opts, _out]),

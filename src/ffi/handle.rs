@@ -1,6 +1,6 @@
 //! Handles given to C callers, and the check every call makes on them.
 //!
-//! Each object handed out (comm, work, store, window, batch) is boxed and its
+//! Each object handed out (comm, work, store, window, batch, reducer) is boxed and its
 //! address recorded, with its type, in a process-wide registry of live
 //! handles. Every call looks its handle arguments up there before touching
 //! them, so a freed handle (a double free, a call after destroy), a pointer
@@ -28,6 +28,7 @@ pub enum HandleType {
     Store,
     Window,
     Batch,
+    Reducer,
 }
 
 impl HandleType {
@@ -38,6 +39,7 @@ impl HandleType {
             HandleType::Store => "tc_store_t",
             HandleType::Window => "tc_window_t",
             HandleType::Batch => "tc_batch_t",
+            HandleType::Reducer => "tc_reducer_t",
         }
     }
 }

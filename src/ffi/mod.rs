@@ -9,6 +9,7 @@
 // through the helpers below before any dereference.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+pub mod coalesced;
 pub mod comm;
 pub mod comm_names;
 pub mod comm_ops;
@@ -16,6 +17,7 @@ pub mod errors;
 pub mod handle;
 pub mod log;
 pub mod mem;
+pub mod reducer;
 pub mod sparse;
 pub mod store;
 pub mod types;

@@ -1,0 +1,399 @@
+//! `tc_reducer_*`: bucketed gradient exchange with communication hooks.
+
+use crate::coalesced::Buffer;
+use crate::comm::Ptr;
+use crate::error::TC_SUCCESS;
+use crate::error::{clear_last_error, last_error_ptr, tc_result_t, Error, ErrorKind, Result};
+use crate::ffi::comm::tc_comm_t;
+use crate::ffi::work::{tc_work, tc_work_t};
+use crate::ffi::handle::{Handle, HandleType};
+use crate::ffi::{
+    arg_out, arg_slice, boundary, boundary_void, handle_mut, handle_ref, into_handle, take_handle,
+};
+use crate::options::{read_versioned, Versioned};
+use crate::reducer::hooks::{builtin_from_c, tc_grad_bucket_t, BuiltinHook, CommHook};
+use crate::reducer::{Reducer, ReducerOptions};
+use crate::types::{tc_dtype_t, DType};
+use crate::work::{HostWork, Work};
+use std::ffi::{c_void, CStr};
+use std::mem::size_of;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+pub const TC_REDUCER_OPTIONS_MAGIC: u32 = 0x5443_5244;
+pub const TC_REDUCER_OPTIONS_VERSION: u32 = 1;
+
+/// Built-in communication hook (`tc_reducer_set_builtin_hook`).
+pub type tc_hook_kind_t = i32;
+/// Divide by the world size, then all-reduce (sum): DDP's default.
+pub const TC_HOOK_ALLREDUCE: tc_hook_kind_t = 0;
+/// Cast the bucket to float16, divide by the world size in float16,
+/// all-reduce (sum), cast back: PyTorch's `fp16_compress_hook`.
+pub const TC_HOOK_FP16_COMPRESS: tc_hook_kind_t = 1;
+/// As `TC_HOOK_FP16_COMPRESS` with bfloat16 (`bf16_compress_hook`).
+pub const TC_HOOK_BF16_COMPRESS: tc_hook_kind_t = 2;
+/// No communication: the gradients keep their local values.
+pub const TC_HOOK_NOOP: tc_hook_kind_t = 3;
+
+/// Options of `tc_reducer_new`. Initialize with `TC_REDUCER_OPTIONS_INIT`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct tc_reducer_options_t {
+    /// `sizeof(tc_reducer_options_t)` as the caller compiled it.
+    pub size: usize,
+    /// Must be `TC_REDUCER_OPTIONS_MAGIC`.
+    pub magic: u32,
+    /// `TC_REDUCER_OPTIONS_VERSION` as the caller compiled it.
+    pub version: u32,
+    /// Size at which a bucket is closed, in bytes; 0: 25 MiB (DDP's default).
+    pub bucket_cap_bytes: usize,
+    /// Size at which each dtype's first bucket (the first gradients a
+    /// backward pass produces) is closed; 0: 1 MiB (DDP's default).
+    pub first_bucket_bytes: usize,
+    /// 1: the gradients live in the reducer's buckets (no copy in or out);
+    /// `grads` must then be NULL and `tc_reducer_get_grad` gives each
+    /// gradient's address. 0 (default): the caller's gradient buffers.
+    pub gradient_as_bucket_view: i32,
+}
+
+impl Versioned for tc_reducer_options_t {
+    const MAGIC: u32 = TC_REDUCER_OPTIONS_MAGIC;
+    const NAME: &'static str = "tc_reducer_options_t";
+    fn defaults() -> Self {
+        tc_reducer_options_t {
+            size: size_of::<Self>(),
+            magic: TC_REDUCER_OPTIONS_MAGIC,
+            version: TC_REDUCER_OPTIONS_VERSION,
+            bucket_cap_bytes: 0,
+            first_bucket_bytes: 0,
+            gradient_as_bucket_view: 0,
+        }
+    }
+}
+
+/// A communication hook: exchanges `bucket` (see `tc_grad_bucket_t`) over
+/// `comm` and returns the exchange's work in `*work` (which the reducer
+/// frees). Called from `tc_reducer_mark_ready` or `tc_reducer_finalize`, on
+/// their thread; it must not call functions of its own reducer. Every rank's
+/// hook must issue the same operations; a hook returning an error without
+/// issuing them on some ranks leaves the others waiting until the comm's
+/// timeout.
+pub type tc_comm_hook_fn = Option<
+    unsafe extern "C" fn(
+        state: *mut c_void,
+        comm: *mut tc_comm_t,
+        bucket: *mut tc_grad_bucket_t,
+        work: *mut *mut tc_work_t,
+    ) -> tc_result_t,
+>;
+
+/// A gradient reducer (see `tc_reducer_new`). Not thread-safe: call its
+/// functions from one thread at a time.
+pub struct tc_reducer {
+    inner: Arc<Mutex<Reducer>>,
+    comm: *mut tc_comm_t,
+    /// The thread ending an iteration for `tc_reducer_finalize_async`;
+    /// every other call waits for it first.
+    finishing: Option<JoinHandle<()>>,
+}
+
+impl tc_reducer {
+    /// The reducer, once an asynchronous finalize has finished.
+    fn get(&mut self) -> MutexGuard<'_, Reducer> {
+        if let Some(t) = self.finishing.take() {
+            let _ = t.join();
+        }
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+unsafe fn reducer_mut<'a>(p: *mut tc_reducer_t) -> Result<&'a mut tc_reducer_t> {
+    handle_mut(p, "reducer")
+}
+
+impl Handle for tc_reducer {
+    const TYPE: HandleType = HandleType::Reducer;
+}
+
+pub type tc_reducer_t = tc_reducer;
+
+struct CHook {
+    func: unsafe extern "C" fn(
+        *mut c_void,
+        *mut tc_comm_t,
+        *mut tc_grad_bucket_t,
+        *mut *mut tc_work_t,
+    ) -> tc_result_t,
+    state: *mut c_void,
+    comm: *mut tc_comm_t,
+}
+
+// SAFETY: the state belongs to the caller, who passes it to the reducer's
+// thread with the reducer.
+unsafe impl Send for CHook {}
+
+impl CommHook for CHook {
+    fn run(
+        &mut self,
+        _comm: &Arc<crate::comm::Comm>,
+        bucket: &mut tc_grad_bucket_t,
+    ) -> Result<Arc<dyn Work>> {
+        let mut work: *mut tc_work_t = std::ptr::null_mut();
+        clear_last_error();
+        let rc = unsafe { (self.func)(self.state, self.comm, bucket, &mut work) };
+        if rc != TC_SUCCESS {
+            let detail = unsafe { CStr::from_ptr(last_error_ptr()) }.to_string_lossy();
+            let kind = ErrorKind::from_code(rc).unwrap_or(ErrorKind::Internal);
+            return Err(Error::new(
+                kind,
+                format!("the hook returned {rc}: {detail}"),
+            ));
+        }
+        match unsafe { take_handle(work, "the hook's work")? } {
+            Some(w) => Ok(w.inner.clone()),
+            None => Err(Error::invalid_usage(
+                "the hook returned TC_SUCCESS without a work",
+            )),
+        }
+    }
+}
+
+/// Creates a reducer for `n` gradients: `grads[i]` holds `counts[i]`
+/// elements of `dtypes[i]` (float32, float64, float16 or bfloat16; host
+/// memory). Collective over `comm`: every rank passes the same counts,
+/// dtypes and options; a difference fails every rank with
+/// `TC_ERR_INVALID_USAGE` naming the first one. Buckets are assigned as
+/// DDP does once it knows the backward order: gradients in reverse index
+/// order, grouped by dtype, each dtype's first bucket closed at
+/// `first_bucket_bytes`, later ones at `bucket_cap_bytes`. `opts` may be
+/// NULL (defaults) and is copied; the arrays are read during the call. The
+/// gradient buffers must stay valid while the reducer lives; the comm handle
+/// must outlive the reducer. The hook is `TC_HOOK_ALLREDUCE` until changed.
+/// On success `*out` receives a reducer to free with `tc_reducer_free`.
+#[no_mangle]
+pub extern "C" fn tc_reducer_new(
+    comm: *mut tc_comm_t,
+    grads: *const *mut c_void,
+    counts: *const usize,
+    dtypes: *const tc_dtype_t,
+    n: usize,
+    opts: *const tc_reducer_options_t,
+    out: *mut *mut tc_reducer_t,
+) -> tc_result_t {
+    boundary("tc_reducer_new", || {
+        let out = unsafe { arg_out(out, "out")? };
+        let handle = unsafe { handle_ref(comm, "comm")? };
+        let o = unsafe { read_versioned(opts, "opts")? };
+        let as_view = match o.gradient_as_bucket_view {
+            0 => false,
+            1 => true,
+            v => {
+                return Err(Error::invalid_argument(format!(
+                    "argument 'opts.gradient_as_bucket_view': {v} is not 0 or 1"
+                )))
+            }
+        };
+        if as_view && !grads.is_null() {
+            return Err(Error::invalid_argument(
+                "argument 'grads' must be NULL with opts.gradient_as_bucket_view",
+            ));
+        }
+        let ptrs = if as_view {
+            vec![std::ptr::null_mut(); n]
+        } else {
+            unsafe { arg_slice(grads, n, "grads")? }.to_vec()
+        };
+        let counts = unsafe { arg_slice(counts, n, "counts")? };
+        let dtypes = unsafe { arg_slice(dtypes, n, "dtypes")? };
+        let list = (0..n)
+            .map(|i| {
+                Ok(Buffer {
+                    ptr: Ptr(ptrs[i]),
+                    count: counts[i],
+                    dtype: DType::from_c(dtypes[i], &format!("dtypes[{i}]"))?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let defaults = ReducerOptions::default();
+        let options = ReducerOptions {
+            bucket_cap_bytes: nonzero_or(o.bucket_cap_bytes, defaults.bucket_cap_bytes),
+            first_bucket_bytes: nonzero_or(o.first_bucket_bytes, defaults.first_bucket_bytes),
+            gradient_as_bucket_view: as_view,
+        };
+        let hook = Box::new(BuiltinHook::new(builtin_from_c(TC_HOOK_ALLREDUCE)?));
+        let inner = Reducer::new(handle.inner.clone(), &list, options, hook)?;
+        *out = into_handle(tc_reducer {
+            inner: Arc::new(Mutex::new(inner)),
+            comm,
+            finishing: None,
+        });
+        Ok(())
+    })
+}
+
+fn nonzero_or(v: usize, default: usize) -> usize {
+    if v == 0 {
+        default
+    } else {
+        v
+    }
+}
+
+/// Frees the reducer, waiting for the exchanges of an unfinished iteration
+/// first. NULL is ignored.
+#[no_mangle]
+pub extern "C" fn tc_reducer_free(reducer: *mut tc_reducer_t) {
+    boundary_void("tc_reducer_free", || {
+        if let Some(mut r) = unsafe { take_handle(reducer, "reducer")? } {
+            r.get().wait_outstanding();
+        }
+        Ok(())
+    })
+}
+
+/// Gradient `grad_index` is final for this iteration. When its bucket is
+/// complete and every earlier bucket has been launched, the bucket (and any
+/// later complete ones) is copied in and its hook runs, in bucket order.
+/// `TC_ERR_INVALID_ARGUMENT` for an index out of range,
+/// `TC_ERR_INVALID_USAGE` for a gradient already marked in this iteration;
+/// a failing hook's error is returned here and by `tc_reducer_finalize`.
+#[no_mangle]
+pub extern "C" fn tc_reducer_mark_ready(
+    reducer: *mut tc_reducer_t,
+    grad_index: usize,
+) -> tc_result_t {
+    boundary("tc_reducer_mark_ready", || {
+        let r = unsafe { reducer_mut(reducer)? };
+        r.get().mark_ready(grad_index)
+    })
+}
+
+/// Ends the iteration: launches the buckets not yet launched, checks with
+/// every rank (one small all-gather) that every gradient was marked and
+/// every hook ran, waits for every bucket and writes the results into the
+/// gradients. Gradients never marked fail every rank with
+/// `TC_ERR_INVALID_USAGE` naming them per rank, a hook's failure fails the
+/// ranks that saw it with its error and the others with `TC_ERR_REMOTE`,
+/// and a failed exchange (a peer died) fails with its error; on failure
+/// nothing is written back. Either way the reducer is ready for the next
+/// iteration. Blocks until done (host memory).
+#[no_mangle]
+pub extern "C" fn tc_reducer_finalize(reducer: *mut tc_reducer_t) -> tc_result_t {
+    boundary("tc_reducer_finalize", || {
+        let r = unsafe { reducer_mut(reducer)? };
+        r.get().finalize()
+    })
+}
+
+/// As `tc_reducer_finalize`, without blocking: the remaining buckets and the
+/// agreement are issued during the call (taking their place in the comm's
+/// order), and `*work` receives a work that completes once the results are
+/// written back (its error is what `tc_reducer_finalize` would return).
+/// Every later call on the reducer waits for it first; the gradients must
+/// not be read before it completes. Free the work with `tc_work_free`.
+#[no_mangle]
+pub extern "C" fn tc_reducer_finalize_async(
+    reducer: *mut tc_reducer_t,
+    work: *mut *mut tc_work_t,
+) -> tc_result_t {
+    boundary("tc_reducer_finalize_async", || {
+        let (r, out) = unsafe { (reducer_mut(reducer)?, arg_out(work, "work")?) };
+        let comm = {
+            let mut inner = r.get();
+            inner.begin_finalize();
+            inner.comm().clone()
+        };
+        let label: Arc<str> = format!(
+            "comm '{}' (rank {}/{})",
+            comm.name(),
+            comm.rank(),
+            comm.size()
+        )
+        .into();
+        let done = Arc::new(HostWork::new("reducer_finalize", label, comm.timeout()));
+        done.start();
+        let (finish, inner) = (done.clone(), r.inner.clone());
+        let thread = std::thread::Builder::new()
+            .name("tc-reducer-finalize".into())
+            .spawn(move || {
+                let result = inner
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .end_finalize();
+                finish.complete(result);
+            });
+        match thread {
+            Ok(t) => r.finishing = Some(t),
+            Err(e) => {
+                let result = r.get().end_finalize();
+                done.complete(result.and(Err(Error::system("starting the finalize thread", e))));
+            }
+        }
+        *out = into_handle(tc_work {
+            inner: done,
+            _comm: comm,
+        });
+        Ok(())
+    })
+}
+
+/// Sets a C communication hook (see `tc_comm_hook_fn`) with its `state`,
+/// passed back on every call. Only between iterations.
+#[no_mangle]
+pub extern "C" fn tc_reducer_set_hook(
+    reducer: *mut tc_reducer_t,
+    hook: tc_comm_hook_fn,
+    state: *mut c_void,
+) -> tc_result_t {
+    boundary("tc_reducer_set_hook", || {
+        let r = unsafe { reducer_mut(reducer)? };
+        let func = hook.ok_or_else(|| Error::null_argument("hook"))?;
+        let comm = r.comm;
+        r.get().set_hook(Box::new(CHook { func, state, comm }))
+    })
+}
+
+/// Sets a built-in hook (`TC_HOOK_ALLREDUCE`, `TC_HOOK_FP16_COMPRESS`,
+/// `TC_HOOK_BF16_COMPRESS`, `TC_HOOK_NOOP`). Only between iterations. The
+/// compressing hooks reject float64 buckets (`TC_ERR_UNSUPPORTED` from the
+/// hook).
+#[no_mangle]
+pub extern "C" fn tc_reducer_set_builtin_hook(
+    reducer: *mut tc_reducer_t,
+    kind: tc_hook_kind_t,
+) -> tc_result_t {
+    boundary("tc_reducer_set_builtin_hook", || {
+        let r = unsafe { reducer_mut(reducer)? };
+        let kind = builtin_from_c(kind)?;
+        r.get().set_hook(Box::new(BuiltinHook::new(kind)))
+    })
+}
+
+/// Writes where gradient `grad_index` lives: the caller's buffer, or with
+/// `gradient_as_bucket_view` its place in a bucket (NULL for an empty
+/// gradient), valid while the reducer lives.
+#[no_mangle]
+pub extern "C" fn tc_reducer_get_grad(
+    reducer: *mut tc_reducer_t,
+    grad_index: usize,
+    ptr: *mut *mut c_void,
+) -> tc_result_t {
+    boundary("tc_reducer_get_grad", || {
+        let (r, ptr) = unsafe { (reducer_mut(reducer)?, arg_out(ptr, "ptr")?) };
+        *ptr = r.get().grad_ptr(grad_index)?.0;
+        Ok(())
+    })
+}
+
+/// Writes the number of buckets.
+#[no_mangle]
+pub extern "C" fn tc_reducer_num_buckets(
+    reducer: *mut tc_reducer_t,
+    num_buckets: *mut usize,
+) -> tc_result_t {
+    boundary("tc_reducer_num_buckets", || {
+        let (r, n) = unsafe { (reducer_mut(reducer)?, arg_out(num_buckets, "num_buckets")?) };
+        *n = r.get().num_buckets();
+        Ok(())
+    })
+}

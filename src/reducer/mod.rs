@@ -1,0 +1,522 @@
+//! The gradient reducer: buckets of gradients exchanged as soon as complete.
+//!
+//! A reducer owns the bucket layout of a fixed gradient list. As the caller
+//! marks gradients ready (in any order), each bucket whose gradients are all
+//! ready is copied into its flat buffer and handed to the hook, strictly in
+//! bucket order, so the exchange overlaps the rest of the caller's backward
+//! pass. `finalize` launches what is left, agrees with every rank on whether
+//! the iteration is complete (one small all-gather), waits, and writes the
+//! results back.
+
+pub mod hooks;
+pub mod layout;
+
+use crate::coalesced::Buffer;
+use crate::comm::{Comm, Op, OpOptions, Ptr};
+use crate::error::{Error, ErrorKind, Result};
+use crate::layout_check::{agree, Layout};
+use crate::types::{DType, Device};
+use crate::work::Work;
+use hooks::{tc_grad_bucket_t, CommHook};
+use std::sync::Arc;
+
+/// Creation options (see `tc_reducer_options_t`).
+#[derive(Debug, Clone, Copy)]
+pub struct ReducerOptions {
+    pub bucket_cap_bytes: usize,
+    pub first_bucket_bytes: usize,
+    /// The gradients live in the buckets (the reducer allocates them): no
+    /// copy in or out.
+    pub gradient_as_bucket_view: bool,
+}
+
+impl Default for ReducerOptions {
+    fn default() -> Self {
+        ReducerOptions {
+            bucket_cap_bytes: 25 << 20,
+            first_bucket_bytes: 1 << 20,
+            gradient_as_bucket_view: false,
+        }
+    }
+}
+
+/// Gradients never marked whose indices the agreement record carries.
+const NAMED_MISSING: usize = 6;
+/// Words per rank of the agreement record: missing count, hook failed,
+/// the first missing indices.
+const RECORD_WORDS: usize = 2 + NAMED_MISSING;
+
+/// The finalize all-gather of every rank's record: its buffers, which must
+/// stay put while it runs, and its work.
+struct Agreement {
+    mine: Vec<u64>,
+    all: Vec<u64>,
+    work: Option<Result<Arc<dyn Work>>>,
+}
+
+struct Bucket {
+    dtype: DType,
+    members: Vec<usize>,
+    offsets: Vec<usize>,
+    lengths: Vec<usize>,
+    count: usize,
+    /// 8-byte aligned flat buffer.
+    storage: Vec<u64>,
+    /// Gradients not yet marked this iteration.
+    pending: usize,
+    view: tc_grad_bucket_t,
+    work: Option<Arc<dyn Work>>,
+}
+
+impl Bucket {
+    fn storage_ptr(&mut self) -> *mut u8 {
+        self.storage.as_mut_ptr().cast()
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Grad {
+    ptr: Ptr,
+    dtype: DType,
+    /// (bucket, offset in elements); None for empty gradients.
+    slot: Option<(usize, usize)>,
+}
+
+pub struct Reducer {
+    comm: Arc<Comm>,
+    grads: Vec<Grad>,
+    buckets: Vec<Bucket>,
+    marked: Vec<bool>,
+    next_launch: usize,
+    hook: Box<dyn CommHook>,
+    hook_error: Option<Error>,
+    agreement: Agreement,
+    iteration: u64,
+    as_view: bool,
+}
+
+// SAFETY: the raw pointers are the caller's gradient buffers and the
+// reducer's own storage; the reducer is used by one thread at a time.
+unsafe impl Send for Reducer {}
+
+fn build_buckets(grads: &[(usize, DType)], opts: &ReducerOptions) -> Vec<Bucket> {
+    let assignment = layout::assign(grads, opts.first_bucket_bytes, opts.bucket_cap_bytes);
+    let num_buckets = assignment.len();
+    let mut buckets: Vec<Bucket> = assignment
+        .into_iter()
+        .enumerate()
+        .map(|(index, members)| {
+            let dtype = grads[members[0]].1;
+            let lengths: Vec<usize> = members.iter().map(|&g| grads[g].0).collect();
+            let offsets = lengths
+                .iter()
+                .scan(0, |at, &l| {
+                    *at += l;
+                    Some(*at - l)
+                })
+                .collect();
+            let count = lengths.iter().sum::<usize>();
+            Bucket {
+                dtype,
+                pending: members.len(),
+                storage: vec![0u64; (count * dtype.size()).div_ceil(8)],
+                members,
+                offsets,
+                lengths,
+                count,
+                view: tc_grad_bucket_t {
+                    index,
+                    num_buckets,
+                    is_last: (index + 1 == num_buckets) as i32,
+                    buffer: std::ptr::null_mut(),
+                    count,
+                    dtype: dtype.to_c(),
+                    num_grads: 0,
+                    grad_indices: std::ptr::null(),
+                    offsets: std::ptr::null(),
+                    lengths: std::ptr::null(),
+                },
+                work: None,
+            }
+        })
+        .collect();
+    for b in &mut buckets {
+        b.view.num_grads = b.members.len();
+        b.view.grad_indices = b.members.as_ptr();
+        b.view.offsets = b.offsets.as_ptr();
+        b.view.lengths = b.lengths.as_ptr();
+    }
+    buckets
+}
+
+impl Reducer {
+    /// Collective: every rank passes the same counts, dtypes and options
+    /// (checked; a difference fails every rank naming it). With
+    /// `gradient_as_bucket_view` the pointers of `grads` are ignored and the
+    /// gradients live in the buckets (see [`Reducer::grad_ptr`]).
+    pub fn new(
+        comm: Arc<Comm>,
+        grads: &[Buffer],
+        opts: ReducerOptions,
+        hook: Box<dyn CommHook>,
+    ) -> Result<Reducer> {
+        comm.check_active()?;
+        if comm.device() != Device::Cpu {
+            return Err(Error::unsupported(
+                "the reducer runs on host memory (gloo comms on the CPU device) only; \
+                 CUDA gradients are not supported yet",
+            ));
+        }
+        let valid = Self::validate(grads, &opts);
+        let entries: Vec<(usize, DType)> = grads.iter().map(|g| (g.count, g.dtype)).collect();
+        let scalars = [
+            ("arguments valid (1: yes)", valid.is_ok() as u64),
+            ("bucket_cap_bytes", opts.bucket_cap_bytes as u64),
+            ("first_bucket_bytes", opts.first_bucket_bytes as u64),
+            (
+                "gradient_as_bucket_view",
+                opts.gradient_as_bucket_view as u64,
+            ),
+        ];
+        let agreed = agree(
+            &comm,
+            "tc_reducer_new",
+            0,
+            &Layout {
+                scalars: &scalars,
+                entries: entries.clone(),
+            },
+        );
+        valid?;
+        agreed?;
+        let mut buckets = build_buckets(&entries, &opts);
+        let mut grads: Vec<Grad> = grads
+            .iter()
+            .map(|g| Grad {
+                ptr: g.ptr,
+                dtype: g.dtype,
+                slot: None,
+            })
+            .collect();
+        for (b, bucket) in buckets.iter_mut().enumerate() {
+            for (k, &g) in bucket.members.iter().enumerate() {
+                grads[g].slot = Some((b, bucket.offsets[k]));
+            }
+            bucket.view.buffer = bucket.storage.as_mut_ptr().cast();
+        }
+        if opts.gradient_as_bucket_view {
+            for g in &mut grads {
+                g.ptr = match g.slot {
+                    Some((b, off)) => {
+                        Ptr(unsafe { buckets[b].storage_ptr().add(off * g.dtype.size()).cast() })
+                    }
+                    None => Ptr(std::ptr::null_mut()),
+                };
+            }
+        }
+        Ok(Reducer {
+            comm: comm.clone(),
+            marked: vec![false; grads.len()],
+            grads,
+            buckets,
+            next_launch: 0,
+            hook,
+            hook_error: None,
+            agreement: Agreement {
+                mine: vec![0; RECORD_WORDS],
+                all: vec![0; RECORD_WORDS * comm.size() as usize],
+                work: None,
+            },
+            iteration: 0,
+            as_view: opts.gradient_as_bucket_view,
+        })
+    }
+
+    fn validate(grads: &[Buffer], opts: &ReducerOptions) -> Result<()> {
+        if opts.bucket_cap_bytes == 0 {
+            return Err(Error::invalid_argument(
+                "argument 'opts.bucket_cap_bytes' is 0",
+            ));
+        }
+        for (i, g) in grads.iter().enumerate() {
+            layout::check_grad_dtype(g.dtype, &format!("dtypes[{i}]"))?;
+            g.dtype.bytes(g.count, &format!("counts[{i}]"))?;
+            if !opts.gradient_as_bucket_view && g.count > 0 && g.ptr.is_null() {
+                return Err(Error::null_argument(&format!("grads[{i}]")));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn comm(&self) -> &Arc<Comm> {
+        &self.comm
+    }
+
+    pub fn num_buckets(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// Where gradient `index` lives: the caller's buffer, or its view in a
+    /// bucket with `gradient_as_bucket_view` (NULL for an empty gradient).
+    pub fn grad_ptr(&self, index: usize) -> Result<Ptr> {
+        self.check_index(index).map(|()| self.grads[index].ptr)
+    }
+
+    pub fn set_hook(&mut self, hook: Box<dyn CommHook>) -> Result<()> {
+        if self.next_launch > 0 || self.marked.iter().any(|&m| m) {
+            return Err(Error::invalid_usage(
+                "the hook can only be changed between iterations (after tc_reducer_finalize)",
+            ));
+        }
+        self.hook = hook;
+        Ok(())
+    }
+
+    fn check_index(&self, index: usize) -> Result<()> {
+        if index >= self.grads.len() {
+            return Err(Error::invalid_argument(format!(
+                "argument 'grad_index': {index} is out of range (the reducer has {} gradients)",
+                self.grads.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Gradient `index` is final for this iteration. Launches every bucket
+    /// that is complete and has all earlier buckets launched. A hook failure
+    /// is returned here and again by `finalize`.
+    pub fn mark_ready(&mut self, index: usize) -> Result<()> {
+        self.check_index(index)?;
+        if self.marked[index] {
+            return Err(Error::invalid_usage(format!(
+                "gradient {index} was already marked ready in iteration {}",
+                self.iteration
+            )));
+        }
+        self.marked[index] = true;
+        if let Some((b, _)) = self.grads[index].slot {
+            self.buckets[b].pending -= 1;
+        }
+        let mut first_error = Ok(());
+        while self.next_launch < self.buckets.len() && self.buckets[self.next_launch].pending == 0 {
+            let r = self.launch(self.next_launch);
+            self.next_launch += 1;
+            if first_error.is_ok() {
+                first_error = r;
+            }
+        }
+        first_error
+    }
+
+    /// Copies bucket `b` in (gradients never marked count as zeros) and runs
+    /// the hook on it.
+    fn launch(&mut self, b: usize) -> Result<()> {
+        let bucket = &mut self.buckets[b];
+        let base = bucket.storage.as_mut_ptr().cast::<u8>();
+        let es = bucket.dtype.size();
+        for (k, &g) in bucket.members.iter().enumerate() {
+            let dst = unsafe { base.add(bucket.offsets[k] * es) };
+            let len = bucket.lengths[k] * es;
+            // SAFETY: the bucket holds the gradient at its offset; the
+            // caller's gradient holds `len` bytes.
+            unsafe {
+                if !self.marked[g] {
+                    std::ptr::write_bytes(dst, 0, len);
+                } else if !self.as_view {
+                    std::ptr::copy_nonoverlapping(self.grads[g].ptr.as_u8(), dst, len);
+                }
+            }
+        }
+        bucket.view.buffer = base.cast();
+        bucket.view.dtype = bucket.dtype.to_c();
+        bucket.view.count = bucket.count;
+        match self.hook.run(&self.comm, &mut bucket.view) {
+            Ok(work) => {
+                bucket.work = Some(work);
+                Ok(())
+            }
+            Err(e) => {
+                let e = e.context(format!("communication hook on bucket {b}"));
+                self.hook_error.get_or_insert_with(|| e.clone());
+                Err(e)
+            }
+        }
+    }
+
+    /// Ends the iteration: launches the buckets not yet launched, agrees with
+    /// every rank on whether all gradients were marked and every hook ran,
+    /// waits for every bucket and writes the results back. On any failure
+    /// nothing is written back (with `gradient_as_bucket_view` the buckets
+    /// may hold partial results), every rank gets an error naming the cause,
+    /// and the reducer is ready for the next iteration.
+    pub fn finalize(&mut self) -> Result<()> {
+        self.begin_finalize();
+        self.end_finalize()
+    }
+
+    /// The part of `finalize` that issues operations (so that they take
+    /// their place in the comm's order at the call): launches the buckets
+    /// not yet launched and enqueues the agreement all-gather.
+    pub fn begin_finalize(&mut self) {
+        let missing: Vec<usize> = (0..self.marked.len())
+            .filter(|&i| !self.marked[i])
+            .collect();
+        while self.next_launch < self.buckets.len() {
+            let _ = self.launch(self.next_launch);
+            self.next_launch += 1;
+        }
+        let record = &mut self.agreement.mine;
+        record.fill(0);
+        record[0] = missing.len() as u64;
+        record[1] = self.hook_error.is_some() as u64;
+        for (slot, &m) in record[2..].iter_mut().zip(&missing) {
+            *slot = m as u64;
+        }
+        let op = Op::AllGatherSingle {
+            output: Ptr(self.agreement.all.as_mut_ptr().cast()),
+            input: Ptr(record.as_mut_ptr().cast()),
+            count: RECORD_WORDS,
+            dtype: DType::U64,
+        };
+        let async_op = OpOptions {
+            async_op: true,
+            ..OpOptions::default()
+        };
+        self.agreement.work = Some(self.comm.submit(op, &async_op));
+    }
+
+    /// The rest of `finalize`: waits, checks, writes back, and readies the
+    /// next iteration whatever the outcome.
+    pub fn end_finalize(&mut self) -> Result<()> {
+        let result = self.finish_iteration();
+        self.reset();
+        result
+    }
+
+    fn finish_iteration(&mut self) -> Result<()> {
+        let mut work_error = Ok(());
+        for bucket in &mut self.buckets {
+            if let Some(work) = bucket.work.take() {
+                let r = work.wait_blocking();
+                if work_error.is_ok() {
+                    work_error = r;
+                }
+            }
+        }
+        let agreed = match self.agreement.work.take() {
+            Some(w) => w.and_then(|w| w.wait_blocking()),
+            None => Err(Error::invalid_usage("finalize was not begun")),
+        };
+        agreed?;
+        report_missing(&self.agreement.all, self.iteration)?;
+        if let Some(e) = self.hook_error.take() {
+            return Err(e);
+        }
+        let records = self.agreement.all.chunks(RECORD_WORDS);
+        if let Some(r) = records.clone().position(|rec| rec[1] != 0) {
+            return Err(Error::remote(format!(
+                "iteration {}: the communication hook failed on rank {r}",
+                self.iteration
+            )));
+        }
+        work_error?;
+        self.write_back()
+    }
+
+    /// Casts buffers that hooks replaced back into the buckets, then copies
+    /// the buckets into the gradients.
+    fn write_back(&mut self) -> Result<()> {
+        for bucket in &mut self.buckets {
+            let base = bucket.storage_ptr();
+            let view = bucket.view;
+            if view.count != bucket.count {
+                return Err(Error::invalid_usage(format!(
+                    "the communication hook changed bucket {}'s count from {} to {}",
+                    view.index, bucket.count, view.count
+                )));
+            }
+            if view.buffer.cast::<u8>() != base {
+                let from = DType::from_c(view.dtype, "bucket.dtype")?;
+                layout::check_grad_dtype(from, "bucket.dtype")?;
+                // SAFETY: the hook's buffer holds `count` elements of its
+                // dtype and stays valid until finalize returns.
+                unsafe {
+                    layout::cast(view.buffer.cast(), from, base, bucket.dtype, bucket.count)?
+                };
+            }
+            if self.as_view {
+                continue;
+            }
+            let es = bucket.dtype.size();
+            for (k, &g) in bucket.members.iter().enumerate() {
+                // SAFETY: as in `launch`, the other way round.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        base.add(bucket.offsets[k] * es),
+                        self.grads[g].ptr.as_u8(),
+                        bucket.lengths[k] * es,
+                    )
+                };
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the buckets of an unfinished iteration (their buffers are
+    /// about to be freed), ignoring their errors.
+    pub fn wait_outstanding(&mut self) {
+        for b in &mut self.buckets {
+            if let Some(w) = b.work.take() {
+                let _ = w.wait_blocking();
+            }
+        }
+        if let Some(Ok(w)) = self.agreement.work.take() {
+            let _ = w.wait_blocking();
+        }
+    }
+
+    fn reset(&mut self) {
+        self.marked.iter_mut().for_each(|m| *m = false);
+        for b in &mut self.buckets {
+            b.pending = b.members.len();
+            b.work = None;
+            b.view.buffer = b.storage.as_mut_ptr().cast();
+            b.view.dtype = b.dtype.to_c();
+            b.view.count = b.count;
+        }
+        self.next_launch = 0;
+        self.hook_error = None;
+        self.iteration += 1;
+    }
+}
+
+/// Fails every rank alike when some rank left gradients unmarked.
+fn report_missing(records: &[u64], iteration: u64) -> Result<()> {
+    let mut parts = Vec::new();
+    for (r, rec) in records.chunks(RECORD_WORDS).enumerate() {
+        let n = rec[0] as usize;
+        if n == 0 {
+            continue;
+        }
+        let named: Vec<String> = rec[2..2 + n.min(NAMED_MISSING)]
+            .iter()
+            .map(|i| i.to_string())
+            .collect();
+        let more = if n > NAMED_MISSING {
+            format!(" and {} more", n - NAMED_MISSING)
+        } else {
+            String::new()
+        };
+        parts.push(format!("rank {r}: {}{more}", named.join(", ")));
+    }
+    if parts.is_empty() {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::InvalidUsage,
+        format!(
+            "iteration {iteration}: gradients never marked ready ({}); nothing was written back",
+            parts.join("; ")
+        ),
+    ))
+}

@@ -1,0 +1,43 @@
+//! Helpers of the multi-process tests that drive the C API: a gloo comm of
+//! this child's rank through `tc_comm_new`, and the thread's last error.
+
+#![allow(dead_code)]
+
+use crate::gloo_common::{rank, size};
+use torchcomm::error::TC_SUCCESS;
+use torchcomm::ffi::comm::{tc_comm_new, tc_comm_t};
+use torchcomm::ffi::store::{tc_store_free, tc_store_tcp_new};
+use torchcomm::options::{tc_comm_options_t, Versioned};
+use torchcomm::types::{tc_device_t, TC_DEVICE_CPU};
+
+/// A gloo comm named `name` over the parent's store, failing calls (not the
+/// process) on errors, with a 60 s timeout.
+pub fn new_comm(name: &str) -> *mut tc_comm_t {
+    let port: u16 = std::env::var("TC_GLOO_PORT").unwrap().parse().unwrap();
+    let mut store = std::ptr::null_mut();
+    let rc = tc_store_tcp_new(c"127.0.0.1".as_ptr(), port, 0, -1, 30_000, &mut store);
+    assert_eq!(rc, TC_SUCCESS);
+    let mut opts = tc_comm_options_t::defaults();
+    let cname = std::ffi::CString::new(name).unwrap();
+    opts.name = cname.as_ptr();
+    opts.rank = rank();
+    opts.world_size = size();
+    opts.abort_on_error = 0;
+    opts.timeout_ms = 60_000;
+    opts.store = store;
+    let mut comm = std::ptr::null_mut();
+    let cpu = tc_device_t {
+        r#type: TC_DEVICE_CPU,
+        index: 0,
+    };
+    let rc = tc_comm_new(c"gloo".as_ptr(), cpu, &opts, &mut comm);
+    assert_eq!(rc, TC_SUCCESS, "{}", last_error());
+    tc_store_free(store);
+    comm
+}
+
+pub fn last_error() -> String {
+    unsafe { std::ffi::CStr::from_ptr(torchcomm::ffi::errors::tc_last_error()) }
+        .to_string_lossy()
+        .into_owned()
+}
