@@ -39,7 +39,14 @@
      group fails the group and launches nothing;
    - ncclCommSplit: collective over the parent (colors and keys are
      exchanged between all ranks); NCCL_SPLIT_NOCOLOR gives NULL; ranks of
-     one color form a comm ordered by key, then parent rank;
+     one color form a comm ordered by key, then parent rank. As in NCCL's
+     init.cc, it is a job of the PARENT: it blocks when the parent is
+     blocking; with a non-blocking parent it answers ncclInProgress with
+     *newcomm still NULL, runs on a thread of its own, writes *newcomm when
+     it ends (TC_SIM_SPLIT_DELAY_US later, default 2000), and the parent's
+     ncclCommGetAsyncError says ncclInProgress until then. A NULL config
+     gives the child the parent's mode; a config's undefined blocking field
+     means blocking, as in NCCL;
    - argument checks NCCL makes or that a real GPU would turn into a fault:
      comm handles (destroyed or aborted comms are kept and reported), data
      types of this version, reduction ops (user ops belong to their comm and
@@ -50,7 +57,12 @@
      (undefined results with real NCCL), streams;
    - non-blocking comms (config blocking = 0): init, collectives and group
      ends answer ncclInProgress, and ncclCommGetAsyncError reports
-     ncclInProgress for a few polls;
+     ncclInProgress for a few polls; any call on the comm before it reported
+     ncclSuccess is flagged and refused (ncclInvalidArgument, as NCCL's
+     ncclCommEnsureReady does), and two threads inside
+     ncclCommGetAsyncError of one non-blocking comm at once are flagged
+     (ncclInvalidUsage: NCCL completes and clears the group job there
+     without a lock);
    - comms are not thread-safe: two threads inside calls on one comm at once
      is reported as ncclInvalidUsage (ncclCommGetAsyncError and
      ncclCommAbort may come from any thread, as NCCL allows); ncclCommAbort
@@ -138,6 +150,8 @@ struct reg;
 typedef struct ncclComm {
     unsigned magic;
     int state, blocking, device, pending_polls, inflight, busy;
+    int job_running; /* a non-blocking split's job is still running */
+    int polling;     /* a thread is inside ncclCommGetAsyncError */
     int rank, nranks;
     ncclResult_t async_error; /* ncclRemoteError once a peer process died */
     struct user_op ops[MAX_USER_OPS];
@@ -256,6 +270,13 @@ static ncclResult_t enter(ncclComm_t c, const char *fn, int allow_finalized) {
     if (r == ncclSuccess && c->busy) {
         fprintf(stderr, "[sim-nccl] %s: comm %p used by two threads at once\n", fn, (void *)c);
         r = fail(ncclInvalidUsage, "%s: comm %p is in use by another thread", fn, (void *)c);
+    }
+    /* NCCL's ncclCommEnsureReady: a non-blocking comm must have reported
+       ncclSuccess (ncclCommGetAsyncError) for its previous call first */
+    if (r == ncclSuccess && !allow_finalized && !c->blocking && (c->job_running || c->pending_polls > 0)) {
+        fprintf(stderr, "[sim-nccl] %s: comm %p used before its previous non-blocking operation reported ncclSuccess\n", fn,
+                (void *)c);
+        r = fail(ncclInvalidArgument, "%s: attempt to use the communicator before the previous operation returned ncclSuccess", fn);
     }
     if (r == ncclSuccess) c->busy = 1;
     pthread_mutex_unlock(&M);
@@ -515,7 +536,7 @@ static void free_comm_parts(ncclComm_t c) {
 
 /* Makes a comm as `rank` of `nranks`, joining the job in `dir` (NULL for
    one rank). */
-static ncclResult_t new_comm(ncclComm_t *out, int nranks, int rank, const char *dir, int blocking, const char *fn) {
+static ncclResult_t new_comm(ncclComm_t *out, int nranks, int rank, const char *dir, int blocking, int device, const char *fn) {
     struct ncclComm *c = calloc(1, sizeof *c);
     c->magic = COMM_MAGIC;
     c->blocking = blocking;
@@ -524,10 +545,7 @@ static ncclResult_t new_comm(ncclComm_t *out, int nranks, int rank, const char *
     size_t n = (size_t)nranks;
     c->send_seq = calloc(n, sizeof(unsigned long)), c->recv_seq = calloc(n, sizeof(unsigned long));
     c->csend_seq = calloc(n, sizeof(unsigned long)), c->crecv_seq = calloc(n, sizeof(unsigned long));
-    /* the device current at init, as NCCL takes it from the runtime (device
-       0 when no context is current) */
-    int d = simcu_current_device();
-    c->device = d < 0 ? 0 : d;
+    c->device = device;
     if (dir) {
         ncclResult_t r = join_job(c, dir, fn);
         if (r != ncclSuccess) {
@@ -557,35 +575,35 @@ EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUni
     if (r != ncclSuccess) return r;
     char dir[PATH_MAX];
     if (nranks > 1) job_dir(dir, sizeof dir, (const unsigned char *)id.internal + 8, NULL);
-    return new_comm(comm, nranks, rank, nranks > 1 ? dir : NULL, blocking, fn);
+    /* the device current at init, as NCCL takes it from the runtime (device
+       0 when no context is current) */
+    int d = simcu_current_device();
+    return new_comm(comm, nranks, rank, nranks > 1 ? dir : NULL, blocking, d < 0 ? 0 : d, fn);
 }
 EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
     return ncclCommInitRankConfig(comm, nranks, id, rank, NULL);
 }
 
 #if HAS(21800)
-/* Collective over the parent: every rank tells every other its color and
-   key (control messages), then the ranks of each color form a comm ordered
-   by key, then parent rank, in a job directory named after the parent's. */
-EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, void *config) {
+/* One split as NCCL runs it: a job over the parent (run by the calling
+   thread when the parent is blocking, by a thread of its own otherwise). */
+struct split_job {
+    ncclComm_t parent;
+    int color, key, blocking;
+    ncclComm_t *newcomm;
+    unsigned long split_no;
+};
+
+/* Every rank tells every other its color and key (control messages), then
+   the ranks of each color form a comm ordered by key, then parent rank, in
+   a job directory named after the parent's. The child handle is written to
+   *newcomm only now, at the end, as NCCL does. */
+static ncclResult_t split_work(struct split_job *j) {
     const char *fn = "ncclCommSplit";
-    if (!newcomm) return fail(ncclInvalidArgument, "%s: newcomm is NULL", fn);
-    ncclResult_t r = enter(comm, fn, 0);
-    if (r != ncclSuccess) return r;
-    int blocking = 1;
-    if (color < 0 && color != NCCL_SPLIT_NOCOLOR) r = fail(ncclInvalidArgument, "%s: color %d is negative", fn, color);
-    else r = check_config(config, &blocking, fn);
-    /* NCCL would still need every rank to take part: an argument error on
-       one rank leaves the others waiting, as with real NCCL */
-    if (r != ncclSuccess) {
-        unbusy(comm);
-        return r;
-    }
-    int n = comm->nranks, me = comm->rank;
+    ncclComm_t comm = j->parent;
+    int n = comm->nranks, me = comm->rank, color = j->color, key = j->key;
     int *colors = calloc((size_t)n, sizeof(int)), *keys = calloc((size_t)n, sizeof(int));
-    pthread_mutex_lock(&M);
-    comm->dir_users++; /* an abort from another thread keeps the directory until we are done */
-    pthread_mutex_unlock(&M);
+    ncclResult_t r = ncclSuccess;
     colors[me] = color, keys[me] = key;
     long timeout = env_long("TC_SIM_NCCL_INIT_TIMEOUT_MS", 60000);
     for (int q = 0; q < n && r == ncclSuccess; q++) {
@@ -605,10 +623,8 @@ EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_
         else if (g != 0 || h.kind != -2) r = fail(ncclInternalError, "%s: rank %d sent something else than its split color (a different call?)", fn, q);
         else colors[q] = v[0], keys[q] = v[1];
     }
-    unsigned long split_no = ++comm->splits;
-    if (r == ncclSuccess && color == NCCL_SPLIT_NOCOLOR) {
-        *newcomm = NULL;
-    } else if (r == ncclSuccess) {
+    ncclComm_t child = NULL;
+    if (r == ncclSuccess && color != NCCL_SPLIT_NOCOLOR) {
         int size = 0, newrank = 0;
         for (int q = 0; q < n; q++) {
             if (colors[q] != color) continue;
@@ -616,11 +632,81 @@ EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_
             if (keys[q] < key || (keys[q] == key && q < me)) newrank++;
         }
         char dir[PATH_MAX + 64];
-        if (size > 1) snprintf(dir, sizeof dir, "%s.s%lu.c%d", comm->dir, split_no, color);
-        r = new_comm(newcomm, size, newrank, size > 1 ? dir : NULL, blocking, fn);
+        if (size > 1) snprintf(dir, sizeof dir, "%s.s%lu.c%d", comm->dir, j->split_no, color);
+        r = new_comm(&child, size, newrank, size > 1 ? dir : NULL, j->blocking, comm->device, fn);
+        if (r == ncclInProgress) r = ncclSuccess;
     }
     free(colors);
     free(keys);
+    if (r == ncclSuccess) __atomic_store_n(j->newcomm, child, __ATOMIC_RELEASE);
+    return r;
+}
+
+/* The thread of a non-blocking parent's split: the parent reports
+   ncclInProgress until it ends, then its result (an error stays). */
+static void *split_thread(void *p) {
+    struct split_job *j = p;
+    sleep_us(env_long("TC_SIM_SPLIT_DELAY_US", 2000)); /* NCCL's job thread starts later than the call returns */
+    ncclResult_t r = split_work(j);
+    ncclComm_t comm = j->parent;
+    pthread_mutex_lock(&M);
+    comm->job_running = 0;
+    if (r != ncclSuccess && comm->async_error == ncclSuccess) comm->async_error = r;
+    if (--comm->dir_users == 0 && comm->state == ABORTED) leave_job(comm);
+    pthread_cond_broadcast(&MC);
+    pthread_mutex_unlock(&M);
+    free(j);
+    return NULL;
+}
+
+/* Collective over the parent. As in NCCL: *newcomm is NULL on return and
+   written when the split completed; whether the call blocks is the
+   PARENT's mode (its group job), and a NULL config gives the child the
+   parent's config (so its mode too). A non-blocking parent answers
+   ncclInProgress at once and polls ncclCommGetAsyncError(parent) until the
+   job ended; *newcomm is written by the job's thread before that. */
+EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, void *config) {
+    const char *fn = "ncclCommSplit";
+    if (!newcomm) return fail(ncclInvalidArgument, "%s: newcomm is NULL", fn);
+    ncclResult_t r = enter(comm, fn, 0);
+    if (r != ncclSuccess) return r;
+    *newcomm = NULL;
+    int blocking = comm->blocking;
+    if (color < 0 && color != NCCL_SPLIT_NOCOLOR) r = fail(ncclInvalidArgument, "%s: color %d is negative", fn, color);
+    else if (config) r = check_config(config, &blocking, fn);
+    /* NCCL would still need every rank to take part: an argument error on
+       one rank leaves the others waiting, as with real NCCL */
+    if (r != ncclSuccess) {
+        unbusy(comm);
+        return r;
+    }
+    struct split_job *j = calloc(1, sizeof *j);
+    j->parent = comm, j->color = color, j->key = key, j->blocking = blocking, j->newcomm = newcomm;
+    pthread_mutex_lock(&M);
+    j->split_no = ++comm->splits;
+    comm->dir_users++; /* an abort from another thread keeps the directory until the job is done */
+    int parent_blocking = comm->blocking;
+    if (!parent_blocking) comm->job_running = 1;
+    pthread_mutex_unlock(&M);
+    if (!parent_blocking) {
+        pthread_t t;
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &a, split_thread, j) != 0) {
+            pthread_attr_destroy(&a);
+            free(j);
+            pthread_mutex_lock(&M);
+            comm->job_running = 0, comm->dir_users--, comm->busy = 0;
+            pthread_mutex_unlock(&M);
+            return fail(ncclSystemError, "%s: cannot start the split's thread", fn);
+        }
+        pthread_attr_destroy(&a);
+        unbusy(comm);
+        return ncclInProgress;
+    }
+    r = split_work(j);
+    free(j);
     pthread_mutex_lock(&M);
     if (--comm->dir_users == 0 && comm->state == ABORTED) leave_job(comm);
     comm->busy = 0;
@@ -640,14 +726,29 @@ static ncclResult_t comm_int(ncclComm_t comm, int *out, int which, const char *f
 EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int *count) { return comm_int(comm, count, 0, "ncclCommCount"); }
 EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) { return comm_int(comm, rank, 1, "ncclCommUserRank"); }
 
+/* Real NCCL completes and clears the comm's group job here without a lock:
+   two threads polling one comm at once is a race there, reported here (a
+   short pause inside the call makes an overlap visible). */
 EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
     if (!asyncError) return fail(ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
     pthread_mutex_lock(&M);
     ncclResult_t r = check_comm(comm, "ncclCommGetAsyncError", 1);
+    if (r == ncclSuccess && comm->polling && !comm->blocking) {
+        fprintf(stderr, "[sim-nccl] ncclCommGetAsyncError: comm %p polled by two threads at once (NCCL clears its group job "
+                        "without a lock)\n", (void *)comm);
+        r = fail(ncclInvalidUsage, "ncclCommGetAsyncError: comm %p is being polled by another thread", (void *)comm);
+    }
     if (r == ncclSuccess) {
+        comm->polling = 1;
+        pthread_mutex_unlock(&M);
+        sleep_us(20);
+        pthread_mutex_lock(&M);
+        comm->polling = 0;
         if (comm->async_error != ncclSuccess) {
             *asyncError = comm->async_error;
-            fail(comm->async_error, "a peer process of this comm exited");
+            fail(comm->async_error, "a peer process of this comm exited, or its non-blocking split failed");
+        } else if (comm->job_running) {
+            *asyncError = ncclInProgress;
         } else if (comm->pending_polls > 0) {
             comm->pending_polls--;
             *asyncError = ncclInProgress;
