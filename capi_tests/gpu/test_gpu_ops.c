@@ -754,6 +754,39 @@ static void test_nonblocking_split(tc_comm_t *parent) {
     report("non-blocking parent usable after its splits", TC_FLOAT32, "-", SYNC, rc == TC_SUCCESS);
 }
 
+/* Operations on a non-blocking comm for 2 s while its watchdog polls NCCL
+   every 100 ms: each operation's settling polls ncclCommGetAsyncError too,
+   and NCCL completes the comm's group job there without a lock, so the
+   library must never poll one comm from two threads at once. */
+static void test_nonblocking_polls(tc_comm_t *c) {
+    float one[4] = {1, 1, 1, 1};
+    void *d = dalloc(sizeof one);
+    tc_op_options_t o = opts_for(SYNC);
+    tc_reduce_op_t sum = TC_REDUCE_OP(TC_SUM);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    tc_result_t rc = TC_SUCCESS;
+    long ops = 0;
+    /* every rank runs the same number of operations: rank 0's clock decides */
+    for (int more = 1; more && rc == TC_SUCCESS; ops++) {
+        h2d(d, one, sizeof one);
+        rc = tc_all_reduce(c, d, 4, TC_FLOAT32, sum, &o, NULL);
+        CU(cuStreamSynchronize(stream));
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        float flag[4] = {0};
+        flag[0] = R == 0 && (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < 2000;
+        h2d(d, flag, sizeof flag);
+        if (rc == TC_SUCCESS) rc = tc_all_reduce(c, d, 4, TC_FLOAT32, sum, &o, NULL);
+        CU(cuStreamSynchronize(stream));
+        d2h(flag, d, sizeof flag);
+        more = flag[0] > 0;
+    }
+    CU(cuStreamSynchronize(stream));
+    dfree(d);
+    report("2 s of all_reduces on a non-blocking comm while its watchdog polls", TC_FLOAT32, "sum", SYNC,
+           rc == TC_SUCCESS && tc_comm_get_async_error(c) == TC_SUCCESS);
+}
+
 static void test_hinted_comm(void) {
     tc_hint_t hints[] = {{"nccl.blocking", "0"}, {"high_priority_stream", "1"}};
     tc_comm_options_t co = TC_COMM_OPTIONS_INIT;
@@ -821,6 +854,7 @@ static void test_hinted_comm(void) {
     CU(cuStreamSynchronize(stream));
     report("barrier on a non-blocking comm", TC_FLOAT32, "-", SYNC, rc == TC_SUCCESS);
     test_nonblocking_split(c);
+    test_nonblocking_polls(c);
     report("finalize of a non-blocking comm", TC_FLOAT32, "-", SYNC, tc_comm_finalize(c) == TC_SUCCESS);
     tc_comm_destroy(c);
     dfree(d);
