@@ -63,6 +63,11 @@
      ncclCommGetAsyncError of one non-blocking comm at once are flagged
      (ncclInvalidUsage: NCCL completes and clears the group job there
      without a lock);
+   - registration reference-counted by range as in NCCL's register.cc: the
+     same buffer, or a range inside a live registration, gives the same
+     handle; each ncclCommDeregister drops one reference; host memory is
+     accepted and left unregistered (NULL handle); references left at
+     ncclCommDestroy are reported (and released with the comm);
    - comms are not thread-safe: two threads inside calls on one comm at once
      is reported as ncclInvalidUsage (ncclCommGetAsyncError and
      ncclCommAbort may come from any thread, as NCCL allows); ncclCommAbort
@@ -1689,12 +1694,17 @@ struct reg {
     ncclComm_t comm;
     void *buf;
     size_t size;
+    int refs; /* registrations of this range (or of ranges inside it) not yet deregistered */
     struct reg *next;
 };
 #define REG_MAGIC 0x52454749u
 
 /* Under M: a destroyed or aborted comm takes its registrations with it. */
 static void release_registrations(ncclComm_t c) {
+    int left = 0;
+    for (struct reg *g = c->regs; g; g = g->next) left += g->refs;
+    if (left && c->state == DESTROYED)
+        fprintf(stderr, "[sim-nccl] ncclCommDestroy: %d registration reference(s) never deregistered (released with the comm)\n", left);
     while (c->regs) {
         struct reg *g = c->regs;
         c->regs = g->next;
@@ -1705,20 +1715,32 @@ static void release_registrations(ncclComm_t c) {
 
 #if HAS(21900)
 
+/* As NCCL's register.cc: registrations are reference-counted by range. A
+   range inside a live registration of the comm (the same buffer registered
+   again, or a part of it) returns that registration's handle with one more
+   reference; each ncclCommDeregister drops one, and the last one releases
+   it. Host memory is accepted and left unregistered (a NULL handle). */
 EXPORT ncclResult_t ncclCommRegister(ncclComm_t comm, void *buff, size_t size, void **handle) {
     ncclResult_t r = enter(comm, "ncclCommRegister", 0);
     if (r != ncclSuccess) return r;
     if (!handle) r = fail(ncclInvalidArgument, "ncclCommRegister: handle is NULL");
     else if (simcu_memory_kind(buff) != CU_MEMORYTYPE_DEVICE)
-        r = fail(ncclInvalidArgument, "ncclCommRegister: %p is not device memory", buff);
+        *handle = NULL;
     else if (!simcu_device_view(buff, size))
         r = fail(ncclInvalidArgument, "ncclCommRegister: %p does not hold %zu bytes in one allocation", buff, size);
     else {
-        struct reg *g = calloc(1, sizeof *g);
-        g->magic = REG_MAGIC, g->comm = comm, g->buf = buff, g->size = size;
         pthread_mutex_lock(&M);
-        g->next = comm->regs;
-        comm->regs = g;
+        uintptr_t b = (uintptr_t)buff;
+        struct reg *g = comm->regs;
+        while (g && !((uintptr_t)g->buf <= b && b + size <= (uintptr_t)g->buf + g->size)) g = g->next;
+        if (g) {
+            g->refs++;
+        } else {
+            g = calloc(1, sizeof *g);
+            g->magic = REG_MAGIC, g->comm = comm, g->buf = buff, g->size = size, g->refs = 1;
+            g->next = comm->regs;
+            comm->regs = g;
+        }
         pthread_mutex_unlock(&M);
         *handle = g;
     }
@@ -1738,7 +1760,7 @@ EXPORT ncclResult_t ncclCommDeregister(ncclComm_t comm, void *handle) {
         r = fail(ncclInvalidArgument, "ncclCommDeregister: %p is not a live registration of this comm", handle);
     else if (simcu_memory_kind(g->buf) != CU_MEMORYTYPE_DEVICE)
         r = fail(ncclUnhandledCudaError, "ncclCommDeregister: the registered buffer %p was freed before it was deregistered", g->buf);
-    else {
+    else if (--g->refs == 0) {
         *pp = g->next;
         g->magic = 0;
         free(g);

@@ -37,7 +37,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::types::{DType, Device, Hints, PremulFactor, RedKind, ReduceOp};
 use crate::work::Work;
 use loader::*;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::{c_int, c_void, CString};
 use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -291,8 +291,9 @@ pub struct NcclBackend {
     /// NCCL's group job without a lock: settle() and the watchdog poll one
     /// at a time.
     poll: Mutex<()>,
-    /// Live handles of ncclCommRegister (see [`mem`]).
-    registrations: Mutex<HashSet<usize>>,
+    /// Live handles of ncclCommRegister and how many registrations each
+    /// stands for (NCCL hands out one handle per range; see [`mem`]).
+    registrations: Mutex<HashMap<usize, u32>>,
     /// Live pointers of `tc_mem_alloc` and their allocator.
     allocations: Mutex<HashMap<usize, mem::Allocator>>,
     /// Copies of inputs that overlap their outputs where NCCL leaves the
@@ -670,7 +671,7 @@ impl NcclBackend {
             shared: Arc::new(Shared::default()),
             issue: Mutex::new(()),
             poll: Mutex::new(()),
-            registrations: Mutex::new(HashSet::new()),
+            registrations: Mutex::new(HashMap::new()),
             allocations: Mutex::new(HashMap::new()),
             staging: Mutex::new(Staging::default()),
         };
