@@ -213,30 +213,19 @@ clean:
 	rm -rf $(BUILD)
 
 # GPU suite. `gpu-suite` (on a build machine with cargo) gathers into the
-# ignored folder gpu-suite/ what the GPU machine needs: the release library
-# (debug info stripped), tc-run, the header and the C/Python test sources,
-# and the script. `gpu-test` (on the GPU machine, from the repository root,
-# no cargo needed) compiles the C tests against cuda.h/libcuda and runs them
-# with 1, 2 and 4 ranks on the GPU. Not part of `make test`.
+# ignored folder gpu-suite/ what the GPU machine needs (see
+# capi_tests/gpu/make-gpu-suite.sh). There, with no cargo or make:
+# `bash gpu-suite/run.sh` (part 1), `bash gpu-suite/run.sh part2`, or named
+# tests (`bash gpu-suite/run.sh list`); `make gpu-test GPU_TESTS=all` where
+# make exists. Not part of `make test`.
 GPU_SUITE := gpu-suite
+GPU_TESTS ?=
 .PHONY: gpu-suite gpu-test
 gpu-suite: build
-	@rm -rf $(GPU_SUITE) && mkdir -p $(GPU_SUITE)/lib $(GPU_SUITE)/bin $(GPU_SUITE)/include $(GPU_SUITE)/tests
-	strip --strip-debug -o $(GPU_SUITE)/lib/libtorchcomm.so $(LIB)
-	cp $(GPU_SUITE)/lib/libtorchcomm.so $(GPU_SUITE)/lib/libtorchcomm.so.$(MAJOR)
-	if [ -f $(REL)/libtorchcomm-gloo.so ]; then strip --strip-debug -o $(GPU_SUITE)/lib/libtorchcomm-gloo.so $(REL)/libtorchcomm-gloo.so; \
-	  for d in $$(ldd $(REL)/libtorchcomm-gloo.so | awk '/libgloo|libhiredis|libibverbs|libnl-/ {print $$3}'); do \
-	    strip --strip-debug -o $(GPU_SUITE)/lib/$$(basename $$d) $$d; done; fi
-	strip --strip-debug -o $(GPU_SUITE)/bin/tc-run $(REL)/tc-run
-	strip --strip-debug -o $(GPU_SUITE)/bin/tc-perf $(REL)/tc-perf
-	mkdir -p $(GPU_SUITE)/bench && cp bench/nccl_raw.c bench/torch_dist.py bench/gpu_compare.py bench/run-gpu-bench.sh $(GPU_SUITE)/bench/
-	cp include/torchcomm.h $(GPU_SUITE)/include/
-	cp capi_tests/capi_util.h capi_tests/gpu/*.c capi_tests/gpu/*.h capi_tests/gpu/*.py $(GPU_SUITE)/tests/
-	cp capi_tests/gpu/run-gpu-suite.sh $(GPU_SUITE)/run.sh && chmod +x $(GPU_SUITE)/run.sh
-	@echo "gpu-suite: $$(du -sh $(GPU_SUITE) | cut -f1) in $(GPU_SUITE)/; on the GPU machine run: make gpu-test, make gpu-bench"
+	bash capi_tests/gpu/make-gpu-suite.sh $(GPU_SUITE)
 
 gpu-test:
-	bash $(GPU_SUITE)/run.sh $(GPU_SUITE)
+	bash $(GPU_SUITE)/run.sh $(GPU_TESTS)
 
 # The GPU suite on a SIMULATED CUDA driver and one-rank NCCL (test doubles in
 # tests/sim_gpu/, built here with $(CC)): runs our CUDA/NCCL code paths on a
