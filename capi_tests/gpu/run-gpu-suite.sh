@@ -44,9 +44,10 @@ TESTS=(
   "dead-peer2 2 60 1 test_gpu_dead_peer"
   "ops4 4 180 2 test_gpu_ops"
   "split-abort2 2 75 2 test_gpu_split_abort"
+  "p2p-order2 2 60 2 test_gpu_p2p_order"
   "staging2 2 60 2 test_gpu_gloo_staging"
   "staging3 3 60 2 test_gpu_gloo_staging"
-  "torch-smoke 1 90 2 torch_smoke.py"
+  "torch-smoke 1 60 2 torch_smoke.py"
 )
 
 list_tests() {

@@ -11,8 +11,12 @@
      one rank needs no directory;
    - transport: point-to-point messages, one file per message, written under
      a temporary name and renamed into place; the receiver polls for
-     (source, destination, sequence number), reads and deletes it. Sends
-     never block, receives wait (until the message comes or the comm is
+     (source, destination, sequence number), reads and deletes it. Sends up
+     to TC_SIM_NCCL_EAGER_BYTES (default 4 MiB, NCCL's default buffer size)
+     complete at once; a larger one completes only once its receiver took
+     it (a group's receives run first, so a group never deadlocks on
+     itself, but ungrouped sends and receives in opposite orders on two
+     ranks hang as with NCCL). Receives wait (until the message comes or the comm is
      aborted; a dead peer process sets ncclRemoteError as the comm's
      asynchronous error and the receive keeps waiting for the abort, as a
      real kernel would). Messages to self stay in memory;
@@ -306,7 +310,8 @@ static void unbusy(ncclComm_t c) {
 /* ---- the job directory and messages ------------------------------------- */
 
 /* Message files: "<dir>/<ch>.<src>.<dst>.<seq>" with ch 'd' (data, taken by
-   kernels) or 'c' (control, split); written as "<dir>/t.<...>" first. */
+   kernels), 'c' (control, split) or 'a' (the acknowledgement of a data
+   message beyond the eager threshold, from its receiver); written as "<dir>/t.<...>" first. */
 struct msghdr {
     uint32_t magic;
     int32_t kind, dtype, op, root, pad;
@@ -367,6 +372,9 @@ static int peer_alive(ncclComm_t c, int q) {
     return !(c->pids && c->pids[q] > 0 && kill(c->pids[q], 0) != 0 && errno == ESRCH);
 }
 
+/* Sends beyond this many bytes complete only when the receiver took them. */
+static size_t eager_bytes(void) { return (size_t)env_long("TC_SIM_NCCL_EAGER_BYTES", 4L << 20); }
+
 /* Receives one message: 0 done, 1 the comm was aborted (or, with
    timeout_ms >= 0, the time passed: 2), -1 a malformed message. The header is
    returned in *h and the payload (h->bytes, at most `cap`) in `buf`. */
@@ -388,6 +396,12 @@ static int msg_get(ncclComm_t c, char ch, int src, unsigned long seq, struct msg
             }
             close(fd);
             unlink(path);
+            if (rc == 0 && ch == 'd' && h->bytes > eager_bytes()) { /* the sender waits for this */
+                char ack[96], tmp[96];
+                snprintf(ack, sizeof ack, "a.%d.%d.%lu", c->rank, src, seq);
+                snprintf(tmp, sizeof tmp, "t.a.%d.%d.%lu", c->rank, src, seq);
+                write_file(c->dir, tmp, ack, "", 0, NULL, 0, 0);
+            }
             return rc;
         }
         pthread_mutex_lock(&M);
@@ -433,7 +447,7 @@ static void leave_job(ncclComm_t c) {
                 if (!(c->pids && q >= 0 && q < c->nranks && !peer_alive(c, q))) others++;
             }
             /* messages to me: "<ch>.<src>.<me>.<seq>" */
-            if ((n[0] == 'd' || n[0] == 'c') && n[1] == '.') {
+            if ((n[0] == 'd' || n[0] == 'c' || n[0] == 'a') && n[1] == '.') {
                 const char *p = strchr(n + 2, '.');
                 if (p && strncmp(p, suffix, strlen(suffix)) == 0) {
                     snprintf(path, sizeof path, "%s/%s", c->dir, n);
@@ -1036,8 +1050,17 @@ struct kop {
     char *own; /* while running: this rank's part, taken in the send phase */
 };
 
+/* A data message beyond the eager threshold: the kernel that sent it ends
+   only once its receiver took it. */
+struct rendezvous {
+    int dst;
+    unsigned long seq;
+};
+
 struct kernel {
     ncclComm_t comm;
+    struct rendezvous *waits; /* sends beyond the eager threshold */
+    int nwaits;
     int hang; /* TC_SIM_NCCL_HANG_CALL picked this one */
     int counted; /* launched outside a capture: finalize waits for it */
     unsigned long ticket; /* issue order of launched kernels (0: captured) */
@@ -1048,6 +1071,7 @@ struct kernel {
 
 static void kernel_free(struct kernel *k) {
     if (!k) return;
+    free(k->waits);
     free(k->ops);
     free(k);
 }
@@ -1080,7 +1104,12 @@ static int k_send(struct kernel *k, const struct kop *o, int dst, const void *da
         pthread_mutex_unlock(&M);
         return 0;
     }
-    if (msg_put(c, 'd', dst, c->send_seq[dst]++, &h, data) != 0) {
+    unsigned long seq = c->send_seq[dst]++;
+    if (bytes > eager_bytes()) {
+        k->waits = realloc(k->waits, sizeof *k->waits * (size_t)(k->nwaits + 1));
+        k->waits[k->nwaits++] = (struct rendezvous){dst, seq};
+    }
+    if (msg_put(c, 'd', dst, seq, &h, data) != 0) {
         simcu_fault("%s (simulated NCCL, rank %d): cannot write a message to rank %d in %s: %s", k->name, c->rank, dst, c->dir,
                     strerror(errno));
         return -1;
@@ -1268,6 +1297,32 @@ static int recv_phase(struct kernel *k, struct kop *o, char *d) {
     return 0;
 }
 
+/* Waits until `dst` took message `seq` of this kernel: 0, or 1 when the
+   comm was aborted or the receiver's process is gone. */
+static int await_receiver(struct kernel *k, int dst, unsigned long seq) {
+    ncclComm_t c = k->comm;
+    char path[PATH_MAX + 96];
+    snprintf(path, sizeof path, "%s/a.%d.%d.%lu", c->dir, dst, c->rank, seq); /* the receiver's acknowledgement */
+    double last_check = now_ms();
+    for (long pause = 10; unlink(path) != 0; pause = pause < 1000 ? pause * 2 : pause) {
+        pthread_mutex_lock(&M);
+        int state = c->state;
+        pthread_mutex_unlock(&M);
+        if (state == ABORTED || state == DESTROYED) return 1;
+        if (now_ms() - last_check > 200) {
+            last_check = now_ms();
+            if (!peer_alive(c, dst)) {
+                pthread_mutex_lock(&M);
+                if (c->async_error == ncclSuccess) c->async_error = ncclRemoteError;
+                pthread_mutex_unlock(&M);
+                return 1;
+            }
+        }
+        sleep_us(pause);
+    }
+    return 0;
+}
+
 static void run_ops(struct kernel *k) {
     ncclComm_t c = k->comm;
     int me = c->rank, n = c->nranks, rc = 0;
@@ -1287,6 +1342,14 @@ static void run_ops(struct kernel *k) {
     }
     for (int i = 0; i < k->nops && rc == 0; i++) rc = send_phase(k, &k->ops[i], srcs[i]);
     for (int i = 0; i < k->nops && rc == 0; i++) rc = recv_phase(k, &k->ops[i], dsts[i]);
+    /* NCCL's connection buffers hold TC_SIM_NCCL_EAGER_BYTES (default 4 MiB,
+       its default buffer size); a larger send completes only when its
+       receiver took it. The operations of a group progress together (the
+       receives above ran first), but a send alone on the stream blocks it:
+       ungrouped sends and receives in opposite orders on two ranks hang,
+       as on hardware, until the comm is aborted. */
+    for (int i = 0; i < k->nwaits && rc == 0; i++) rc = await_receiver(k, k->waits[i].dst, k->waits[i].seq);
+    k->nwaits = 0;
     for (int i = 0; i < k->nops; i++) {
         free(k->ops[i].own);
         k->ops[i].own = NULL;
