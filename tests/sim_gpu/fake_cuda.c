@@ -3,8 +3,13 @@
    from the documented driver API; it is not NVIDIA's driver and proves
    nothing about real GPUs. What it models, because it matters for the
    correctness of our code:
-   - one device with a primary context; per-thread context stacks, and the
-     calls that need a current context fail without one;
+   - TC_SIM_DEVICES=N devices (default 1, at most 8), each with a primary
+     context; per-thread context stacks, and the calls that need a current
+     context fail without one. Device memory belongs to the device of the
+     context current at allocation (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL and
+     _CONTEXT say which), streams to the device of theirs; the simulated
+     NCCL refuses a buffer or stream of another device than its comm's
+     (a real kernel would fault or fail to launch);
    - "device memory": host memory mapped twice, the address handed out is
      PROT_NONE (a host dereference crashes, as on a real GPU) and kernels and
      copies use the second mapping; freed ranges stay reserved so that a late
@@ -73,13 +78,15 @@ struct CUctx_st {
     int device;
     int retains;
 };
-static struct CUctx_st primary = {0, 0};
+#define MAX_DEVICES 8
+static struct CUctx_st primaries[MAX_DEVICES];
+static int g_ndev = 1;
 #define CTX_STACK 16
 static __thread CUcontext tl_ctx[CTX_STACK];
 static __thread int tl_nctx;
 
 static CUcontext current(void) { return tl_nctx ? tl_ctx[tl_nctx - 1] : NULL; }
-static int valid_ctx(CUcontext c) { return c == &primary; }
+static int valid_ctx(CUcontext c) { return c >= primaries && c < primaries + g_ndev; }
 
 /* ---- memory registry ----------------------------------------------------- */
 
@@ -89,6 +96,7 @@ struct alloc {
     size_t size, map;
     char *shadow; /* device memory: the host-accessible mapping */
     int kind, tag;
+    int device; /* device memory: its device's ordinal */
     struct alloc *next;
 };
 static struct alloc *allocs;
@@ -146,6 +154,7 @@ struct item {
 struct CUstream_st {
     unsigned magic;
     int dead, flags, priority, legacy;
+    int device; /* of the context current at creation (the legacy stream: any) */
     struct item *head, *tail;
     unsigned long long enq_seq, done_seq;
     pthread_t thread;
@@ -438,6 +447,9 @@ EXPORT CUresult cuInit(unsigned int flags) {
         g_trace = t && *t && strcmp(t, "0") != 0;
         const char *d = getenv("TC_SIM_DELAY_US");
         g_delay_us = d ? atoi(d) : 0;
+        const char *n = getenv("TC_SIM_DEVICES");
+        g_ndev = n && atoi(n) > 0 ? (atoi(n) > MAX_DEVICES ? MAX_DEVICES : atoi(n)) : 1;
+        for (int i = 0; i < MAX_DEVICES; i++) primaries[i].device = i;
         g_inited = 1;
     }
     pthread_mutex_unlock(&G);
@@ -451,32 +463,32 @@ EXPORT CUresult cuDriverGetVersion(int *v) {
 EXPORT CUresult cuDeviceGetCount(int *count) {
     ENTER();
     if (!count) RET(CUDA_ERROR_INVALID_VALUE);
-    *count = 1;
+    *count = g_ndev;
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal) {
     ENTER();
     if (!device) RET(CUDA_ERROR_INVALID_VALUE);
-    if (ordinal != 0) RET(CUDA_ERROR_INVALID_DEVICE);
-    *device = 0;
+    if (ordinal < 0 || ordinal >= g_ndev) RET(CUDA_ERROR_INVALID_DEVICE);
+    *device = ordinal;
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
     ENTER();
     if (!pctx) RET(CUDA_ERROR_INVALID_VALUE);
-    if (dev != 0) RET(CUDA_ERROR_INVALID_DEVICE);
+    if (dev < 0 || dev >= g_ndev) RET(CUDA_ERROR_INVALID_DEVICE);
     pthread_mutex_lock(&G);
-    primary.retains++;
+    primaries[dev].retains++;
     pthread_mutex_unlock(&G);
-    *pctx = &primary;
+    *pctx = &primaries[dev];
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
     ENTER();
-    if (dev != 0) RET(CUDA_ERROR_INVALID_DEVICE);
+    if (dev < 0 || dev >= g_ndev) RET(CUDA_ERROR_INVALID_DEVICE);
     pthread_mutex_lock(&G);
-    int over = primary.retains <= 0;
-    if (!over) primary.retains--;
+    int over = primaries[dev].retains <= 0;
+    if (!over) primaries[dev].retains--;
     pthread_mutex_unlock(&G);
     /* releasing more than retained would destroy a context others use */
     if (over) RET(CUDA_ERROR_INVALID_CONTEXT);
@@ -552,6 +564,7 @@ EXPORT CUresult cuStreamCreateWithPriority(CUstream *ph, unsigned int flags, int
     s->magic = MAGIC_STREAM;
     s->flags = (int)flags;
     s->priority = priority < -5 ? -5 : priority > 0 ? 0 : priority; /* clamped, as documented */
+    s->device = current()->device;
     pthread_mutex_lock(&G);
     s->next_all = streams;
     streams = s;
@@ -913,6 +926,7 @@ static CUresult device_alloc(void **out, size_t bytes, int tag) {
     memset(sh, 0xa5, map); /* cuMemAlloc does not clear memory */
     struct alloc *a = calloc(1, sizeof *a);
     a->base = (uintptr_t)dev, a->size = bytes, a->map = map, a->shadow = sh, a->kind = M_DEVICE, a->tag = tag;
+    a->device = current() ? current()->device : 0;
     a->next = allocs;
     allocs = a;
     *out = dev;
@@ -936,6 +950,7 @@ static void drain_all(void) {
 
 EXPORT CUresult simcu_alloc(void **p, size_t bytes, int tag) {
     ENTER();
+    if (!current()) RET(CUDA_ERROR_INVALID_CONTEXT);
     if (!p || !bytes) RET(CUDA_ERROR_INVALID_VALUE);
     pthread_mutex_lock(&G);
     CUresult r = device_alloc(p, bytes, tag);
@@ -1050,8 +1065,8 @@ EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUde
         case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
             *(unsigned *)data = a->kind == M_DEVICE ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
             break;
-        case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = 0; break;
-        case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = &primary; break;
+        case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = a->device; break;
+        case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = &primaries[a->device]; break;
         case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(CUdeviceptr *)data = ptr; break;
         case CU_POINTER_ATTRIBUTE_HOST_POINTER:
             if (a->kind == M_DEVICE) r = CUDA_ERROR_INVALID_VALUE;
@@ -1068,6 +1083,22 @@ static int kind_of(const void *addr) {
     struct alloc *a = find((uintptr_t)addr);
     if (!a || a->kind == M_FREED) return a ? -1 : 0;
     return a->kind == M_DEVICE ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+}
+EXPORT int simcu_pointer_device(const void *addr) {
+    pthread_mutex_lock(&G);
+    struct alloc *a = find((uintptr_t)addr);
+    int d = a && a->kind == M_DEVICE ? a->device : -1;
+    pthread_mutex_unlock(&G);
+    return d;
+}
+EXPORT int simcu_stream_device(CUstream h) {
+    pthread_mutex_lock(&G);
+    struct CUstream_st *s = h ? h : NULL;
+    int d = -1;
+    for (struct CUstream_st *k = streams; k && s; k = k->next_all)
+        if (k == s && k->magic == MAGIC_STREAM && !k->legacy) d = k->device;
+    pthread_mutex_unlock(&G);
+    return d;
 }
 EXPORT int simcu_memory_kind(const void *addr) {
     pthread_mutex_lock(&G);

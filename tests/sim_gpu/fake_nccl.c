@@ -160,6 +160,7 @@ typedef struct ncclComm {
     unsigned magic;
     int state, blocking, device, pending_polls, inflight, busy;
     int job_running; /* a non-blocking split's job is still running */
+    int init_pending; /* created inside a group: joins its job at ncclGroupEnd */
     int polling;     /* a thread is inside ncclCommGetAsyncError */
     int rank, nranks;
     ncclResult_t async_error; /* ncclRemoteError once a peer process died */
@@ -184,6 +185,8 @@ static void release_registrations(ncclComm_t c);
 static pthread_mutex_t M = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t MC = PTHREAD_COND_INITIALIZER;
 static struct ncclComm *comms;
+EXPORT ncclResult_t ncclGroupStart(void);
+EXPORT ncclResult_t ncclGroupEnd(void);
 static __thread char last_error[512];
 
 static ncclResult_t fail(ncclResult_t r, const char *fmt, ...) {
@@ -279,6 +282,10 @@ static ncclResult_t enter(ncclComm_t c, const char *fn, int allow_finalized) {
     if (r == ncclSuccess && c->busy) {
         fprintf(stderr, "[sim-nccl] %s: comm %p used by two threads at once\n", fn, (void *)c);
         r = fail(ncclInvalidUsage, "%s: comm %p is in use by another thread", fn, (void *)c);
+    }
+    if (r == ncclSuccess && c->init_pending) {
+        fprintf(stderr, "[sim-nccl] %s: comm %p used before the group that creates it ended\n", fn, (void *)c);
+        r = fail(ncclInvalidUsage, "%s: comm %p is created by a group that has not ended", fn, (void *)c);
     }
     /* NCCL's ncclCommEnsureReady: a non-blocking comm must have reported
        ncclSuccess (ncclCommGetAsyncError) for its previous call first */
@@ -553,8 +560,23 @@ static void free_comm_parts(ncclComm_t c) {
     c->self_tail = NULL;
 }
 
-/* Makes a comm as `rank` of `nranks`, joining the job in `dir` (NULL for
-   one rank). */
+/* Inits called between ncclGroupStart and ncclGroupEnd: the comm exists at
+   once (its handle is returned), and joins its job at the group's end, all
+   of the group's inits at the same time, each on a thread of its own (so
+   that the ranks of one process, e.g. one per device, meet each other). */
+struct pending_init {
+    ncclComm_t comm;
+    char dir[PATH_MAX];
+    ncclResult_t result;
+    pthread_t thread;
+    int threaded;
+    struct pending_init *next;
+};
+static __thread struct pending_init *g_inits;
+static int in_group(void);
+
+/* Makes a comm as `rank` of `nranks` on `device`, joining the job in `dir`
+   (NULL for one rank); inside a group the joining waits for ncclGroupEnd. */
 static ncclResult_t new_comm(ncclComm_t *out, int nranks, int rank, const char *dir, int blocking, int device, const char *fn) {
     struct ncclComm *c = calloc(1, sizeof *c);
     c->magic = COMM_MAGIC;
@@ -565,7 +587,14 @@ static ncclResult_t new_comm(ncclComm_t *out, int nranks, int rank, const char *
     c->send_seq = calloc(n, sizeof(unsigned long)), c->recv_seq = calloc(n, sizeof(unsigned long));
     c->csend_seq = calloc(n, sizeof(unsigned long)), c->crecv_seq = calloc(n, sizeof(unsigned long));
     c->device = device;
-    if (dir) {
+    if (dir && in_group()) {
+        struct pending_init *p = calloc(1, sizeof *p);
+        p->comm = c;
+        snprintf(p->dir, sizeof p->dir, "%s", dir);
+        p->next = g_inits;
+        g_inits = p;
+        c->init_pending = 1;
+    } else if (dir) {
         ncclResult_t r = join_job(c, dir, fn);
         if (r != ncclSuccess) {
             free_comm_parts(c);
@@ -579,10 +608,40 @@ static ncclResult_t new_comm(ncclComm_t *out, int nranks, int rank, const char *
     if (!blocking) c->pending_polls = 2;
     pthread_mutex_unlock(&M);
     *out = c;
-    return blocking ? ncclSuccess : ncclInProgress;
+    return blocking || c->init_pending ? ncclSuccess : ncclInProgress;
 }
 
-EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, void *config) {
+static void *init_thread(void *arg) {
+    struct pending_init *p = arg;
+    p->result = join_job(p->comm, p->dir, "ncclGroupEnd (a grouped ncclCommInitRank)");
+    return NULL;
+}
+
+/* At the end of the outermost group: the group's inits join their jobs
+   together. The first failure is the group's result. */
+static ncclResult_t run_pending_inits(ncclComm_t *first) {
+    ncclResult_t r = ncclSuccess;
+    for (struct pending_init *p = g_inits; p; p = p->next)
+        p->threaded = pthread_create(&p->thread, NULL, init_thread, p) == 0;
+    for (struct pending_init *p = g_inits; p; p = p->next) {
+        if (p->threaded) pthread_join(p->thread, NULL);
+        else p->result = fail(ncclSystemError, "ncclGroupEnd: cannot start a thread for a grouped init");
+    }
+    while (g_inits) {
+        struct pending_init *p = g_inits;
+        g_inits = p->next;
+        pthread_mutex_lock(&M);
+        p->comm->init_pending = 0;
+        if (p->result != ncclSuccess) p->comm->async_error = p->result;
+        pthread_mutex_unlock(&M);
+        if (r == ncclSuccess) r = p->result;
+        *first = p->comm;
+        free(p);
+    }
+    return r;
+}
+
+static ncclResult_t init_rank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, void *config, int device) {
     const char *fn = "ncclCommInitRankConfig";
     if (!comm) return fail(ncclInvalidArgument, "%s: comm is NULL", fn);
     if (nranks < 1) return fail(ncclInvalidArgument, "%s: nranks %d is not positive", fn, nranks);
@@ -594,10 +653,38 @@ EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUni
     if (r != ncclSuccess) return r;
     char dir[PATH_MAX];
     if (nranks > 1) job_dir(dir, sizeof dir, (const unsigned char *)id.internal + 8, NULL);
+    return new_comm(comm, nranks, rank, nranks > 1 ? dir : NULL, blocking, device, fn);
+}
+EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, void *config) {
     /* the device current at init, as NCCL takes it from the runtime (device
        0 when no context is current) */
     int d = simcu_current_device();
-    return new_comm(comm, nranks, rank, nranks > 1 ? dir : NULL, blocking, d < 0 ? 0 : d, fn);
+    return init_rank(comm, nranks, id, rank, config, d < 0 ? 0 : d);
+}
+
+/* One process, one rank per device (devlist NULL: devices 0..ndev-1), as
+   NCCL does it: a unique id, then the ranks' inits in one group. Two ranks
+   on one device is NCCL's "Duplicate GPU detected" (ncclInvalidUsage). */
+EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comms_out, int ndev, const int *devlist) {
+    const char *fn = "ncclCommInitAll";
+    if (!comms_out) return fail(ncclInvalidArgument, "%s: comms is NULL", fn);
+    if (ndev < 1) return fail(ncclInvalidArgument, "%s: ndev %d is not positive", fn, ndev);
+    int count = 0;
+    if (cuInit(0) != CUDA_SUCCESS || cuDeviceGetCount(&count) != CUDA_SUCCESS)
+        return fail(ncclUnhandledCudaError, "%s: the CUDA driver gave no device count", fn);
+    for (int i = 0; i < ndev; i++) {
+        int d = devlist ? devlist[i] : i;
+        if (d < 0 || d >= count) return fail(ncclInvalidArgument, "%s: devlist[%d] = %d is not a device (%d visible)", fn, i, d, count);
+        for (int j = 0; j < i; j++)
+            if ((devlist ? devlist[j] : j) == d) return fail(ncclInvalidUsage, "%s: Duplicate GPU detected: device %d twice", fn, d);
+    }
+    ncclUniqueId id;
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess) return r;
+    ncclGroupStart();
+    for (int i = 0; i < ndev && r == ncclSuccess; i++) r = init_rank(&comms_out[i], ndev, id, i, NULL, devlist ? devlist[i] : i);
+    ncclResult_t end = ncclGroupEnd();
+    return r != ncclSuccess ? r : end;
 }
 EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
     return ncclCommInitRankConfig(comm, nranks, id, rank, NULL);
@@ -1447,6 +1534,7 @@ struct pending {
     struct pending *next;
 };
 static __thread int g_depth;
+static int in_group(void) { return g_depth > 0; }
 static __thread ncclResult_t g_error;
 static __thread struct pending *g_head, *g_tail;
 
@@ -1491,7 +1579,10 @@ EXPORT ncclResult_t ncclGroupEnd(void) {
     if (g_depth == 0) return fail(ncclInvalidUsage, "ncclGroupEnd: no group was started");
     if (--g_depth > 0) return ncclSuccess;
     ncclResult_t r = g_error;
-    ncclComm_t any = g_head ? g_head->comm : NULL;
+    ncclComm_t any = g_head ? g_head->comm : NULL, created = NULL;
+    ncclResult_t ri = run_pending_inits(&created);
+    if (r == ncclSuccess) r = ri;
+    if (!any) any = created;
     /* sends to self need a receive from self of the same size, in order */
     for (struct pending *p = g_head; p && r == ncclSuccess; p = p->next) {
         if (!self_p2p(p, K_SEND)) continue;
@@ -1573,8 +1664,14 @@ EXPORT ncclResult_t ncclGroupEnd(void) {
 
 /* ---- argument checks ----------------------------------------------------- */
 
-static ncclResult_t check_buffer(const void *p, size_t bytes, const char *fn, const char *which) {
+static ncclResult_t check_buffer(ncclComm_t comm, const void *p, size_t bytes, const char *fn, const char *which) {
     if (bytes == 0) return ncclSuccess;
+    int dev = p ? simcu_pointer_device(p) : -1;
+    if (dev >= 0 && dev != comm->device) {
+        fprintf(stderr, "[sim-nccl] %s: %s %p is memory of device %d; the comm's device is %d\n", fn, which, p, dev, comm->device);
+        return fail(ncclInvalidArgument, "%s: %s %p is memory of device %d, not of the comm's device %d (a kernel would fault)", fn,
+                    which, p, dev, comm->device);
+    }
     if (!p) return fail(ncclInvalidArgument, "%s: %s is NULL", fn, which);
     int kind = simcu_memory_kind(p);
     if (kind == 0)
@@ -1630,11 +1727,14 @@ static ncclResult_t submit(int kind, ncclComm_t comm, const void *src, void *dst
     else if (peer < 0 || peer >= n)
         r = fail(ncclInvalidArgument, "%s: %s %d is outside [0, %d)", fn, kind >= K_SEND ? "peer" : "root", peer, n);
     else if (!simcu_stream_valid(stream)) r = fail(ncclUnhandledCudaError, "%s: stream %p is not a valid stream", fn, (void *)stream);
+    else if (simcu_stream_device(stream) >= 0 && simcu_stream_device(stream) != comm->device)
+        r = fail(ncclUnhandledCudaError, "%s: stream %p belongs to device %d, the comm to device %d (invalid resource handle)", fn,
+                 (void *)stream, simcu_stream_device(stream), comm->device);
     else if (kind >= K_SEND && peer == me && !g_depth)
         r = fail(ncclInvalidUsage, "%s: a send or receive to self outside a group never completes (real NCCL hangs)", fn);
     if (r == ncclSuccess) {
         op_sizes(&o, me, n, &sb, &db);
-        if ((r = check_buffer(src, sb, fn, "sendbuff")) == ncclSuccess && (r = check_buffer(dst, db, fn, "recvbuff")) == ncclSuccess)
+        if ((r = check_buffer(comm, src, sb, fn, "sendbuff")) == ncclSuccess && (r = check_buffer(comm, dst, db, fn, "recvbuff")) == ncclSuccess)
             r = check_overlap(&o, me, n, fn);
     }
     if (r == ncclSuccess && op >= ncclNumOps) {

@@ -89,11 +89,13 @@ rehearse() { # label, then run.sh's arguments; adds to pass/fail/skipped
   echo "$o" | sed -n '/^== summary/,$p' | sed "s/^/sim-gpu-test: [$label] /"
   [ "$rc" = 0 ] || { echo "$o" | tail -n 60; status=1; }
   line=$(echo "$o" | grep '^gpu-test: [0-9]* test(s):' | tail -n 1)
-  local tp tf ts
-  tp=$(echo "$line" | sed -n 's/.*: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped.*/\1/p')
+  local tf ts cp cf
   tf=$(echo "$line" | sed -n 's/.*: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped.*/\2/p')
   ts=$(echo "$line" | sed -n 's/.*: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped.*/\3/p')
-  pass=$((pass + ${tp:-0})) fail=$((fail + ${tf:-1})) skipped=$((skipped + ${ts:-0}))
+  cp=$(echo "$line" | sed -n 's/.*checks: \([0-9]*\) passed, \([0-9]*\) failed.*/\1/p')
+  cf=$(echo "$line" | sed -n 's/.*checks: \([0-9]*\) passed, \([0-9]*\) failed.*/\2/p')
+  # checks are counted, as everywhere below; a failed run counts once more
+  pass=$((pass + ${cp:-0})) fail=$((fail + ${cf:-0} + ${tf:-1})) skipped=$((skipped + ${ts:-0}))
   REHEARSAL_OUT=$o
 }
 pass=0 fail=0 skipped=0
@@ -142,6 +144,15 @@ $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests"
   "$ROOT/tests/sim_gpu/test_sim_peer_exit.c" -o "$B/test_sim_peer_exit" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
   || { echo "sim-gpu-test: compiling test_sim_peer_exit failed"; status=1; }
 RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "a peer process that dies, 2 ranks (TC_ERR_REMOTE, not a hang)" "$B/test_sim_peer_exit"
+# Several devices in one process (TC_SIM_DEVICES): the simulation itself
+# (ncclCommInitAll, grouped per-device init, device checks), then the
+# library with each rank on a device of its own.
+$CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/tests/sim_gpu" "$ROOT/tests/sim_gpu/test_sim_multi_device.c" \
+  -o "$B/test_sim_multi_device" -L"$SIM" -l:libnccl.so.2 -lcuda -Wl,-rpath,"$SIM" \
+  || { echo "sim-gpu-test: compiling test_sim_multi_device failed"; status=1; }
+TC_SIM_DEVICES=3 extra "3 devices in one process (ncclCommInitAll, grouped per-device init, device checks)" "$B/test_sim_multi_device"
+RANKS=2 TC_SIM_DEVICES=2 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 TC_GPU_MODES=1 \
+  extra "ops, 2 ranks on 2 devices (TC_SIM_DEVICES=2: buffers and streams of each rank's own device)" "$B/test_gpu_ops"
 $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests" -I"$ROOT/capi_tests/gpu" -I"$SIM/cuda/include" \
   "$ROOT/tests/sim_gpu/test_sim_init_hang.c" -o "$B/test_sim_init_hang" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
   || { echo "sim-gpu-test: compiling test_sim_init_hang failed"; status=1; }
