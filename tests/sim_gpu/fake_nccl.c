@@ -52,7 +52,8 @@
      gives the child the parent's mode; a config's undefined blocking field
      means blocking, as in NCCL;
    - argument checks NCCL makes or that a real GPU would turn into a fault:
-     comm handles (destroyed or aborted comms are kept and reported), data
+     comm handles (destroyed or aborted comms are kept, and any later use
+     of one ends the process with a message: NCCL freed it), data
      types of this version, reduction ops (user ops belong to their comm and
      datatype), root and peer ranks, buffers (simulated device memory or
      pinned/registered host memory; plain host memory is refused; buffers a
@@ -266,9 +267,12 @@ static ncclResult_t check_comm(ncclComm_t c, const char *fn, int allow_finalized
     while (k && k != c) k = k->next;
     if (!k || c->magic != COMM_MAGIC) return fail(ncclInvalidArgument, "%s: %p is not a comm of this library", fn, (void *)c);
     if (c->state == DESTROYED || c->state == ABORTED) {
-        fprintf(stderr, "[sim-nccl] %s: use of comm %p after ncclComm%s (a use-after-free with real NCCL)\n", fn, (void *)c,
-                c->state == ABORTED ? "Abort" : "Destroy");
-        return fail(ncclInvalidArgument, "%s: comm %p was %s", fn, (void *)c, c->state == ABORTED ? "aborted" : "destroyed");
+        /* NCCL frees the comm in ncclCommAbort/ncclCommDestroy: a later use
+           reads freed memory. A fault here, not an error code a caller
+           could get away with. */
+        fprintf(stderr, "[sim-nccl] %s: use of comm %p after ncclComm%s: a use-after-free with real NCCL; aborting the process\n",
+                fn, (void *)c, c->state == ABORTED ? "Abort" : "Destroy");
+        abort();
     }
     if (c->state == FINALIZED && !allow_finalized) return fail(ncclInvalidUsage, "%s: comm was finalized", fn);
     return ncclSuccess;

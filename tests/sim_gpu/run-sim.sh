@@ -144,6 +144,18 @@ $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests"
   "$ROOT/tests/sim_gpu/test_sim_peer_exit.c" -o "$B/test_sim_peer_exit" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
   || { echo "sim-gpu-test: compiling test_sim_peer_exit failed"; status=1; }
 RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "a peer process that dies, 2 ranks (TC_ERR_REMOTE, not a hang)" "$B/test_sim_peer_exit"
+# A use of a comm after ncclCommAbort ends the process (NCCL freed it).
+if $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/tests/sim_gpu" "$ROOT/tests/sim_gpu/test_sim_use_after_abort.c" \
+     -o "$B/test_sim_use_after_abort" -L"$SIM" -l:libnccl.so.2 -lcuda -Wl,-rpath,"$SIM"; then
+  o=$("$B/test_sim_use_after_abort" 2>&1); rc=$?
+  if [ "$rc" = 134 ] && echo "$o" | grep -q "after ncclCommAbort: a use-after-free"; then
+    echo "sim-gpu-test: a use of a comm after ncclCommAbort ends the process: 1 passed, 0 failed"; pass=$((pass + 1))
+  else
+    echo "sim-gpu-test: a use of a comm after ncclCommAbort did not end the process (exit $rc): $o"; fail=$((fail + 1)); status=1
+  fi
+else
+  echo "sim-gpu-test: compiling test_sim_use_after_abort failed"; fail=$((fail + 1)); status=1
+fi
 # Several devices in one process (TC_SIM_DEVICES): the simulation itself
 # (ncclCommInitAll, grouped per-device init, device checks), then the
 # library with each rank on a device of its own.
