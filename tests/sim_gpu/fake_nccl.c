@@ -34,7 +34,10 @@
    - work runs as a "kernel" on the caller's stream (recorded when the
      stream captures a graph, run at every replay). The kernels of one comm
      run one at a time, in the order they were issued (as NCCL serializes a
-     comm's operations); message sequence numbers are taken when a kernel
+     comm's operations), and a device runs TC_SIM_NCCL_MAX_KERNELS NCCL
+     kernels at once (default 1: NCCL gives no guarantee that kernels of two
+     comms are resident together, so two comms used in different orders
+     on two ranks deadlock as on hardware); message sequence numbers are taken when a kernel
      runs, so replays match across ranks when every rank replays alike;
    - groups: calls between ncclGroupStart and ncclGroupEnd become one kernel
      per comm at the end, which first sends everything and then receives (so
@@ -186,6 +189,11 @@ static void release_registrations(ncclComm_t c);
 static pthread_mutex_t M = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t MC = PTHREAD_COND_INITIALIZER;
 static struct ncclComm *comms;
+#define MAX_SIM_DEVICES 8
+static int device_kernels[MAX_SIM_DEVICES]; /* NCCL kernels running per device, under M */
+static unsigned long device_launches[MAX_SIM_DEVICES];
+struct kernel;
+static struct kernel *device_waiting[MAX_SIM_DEVICES]; /* launched, not started: in launch order */
 EXPORT ncclResult_t ncclGroupStart(void);
 EXPORT ncclResult_t ncclGroupEnd(void);
 static __thread char last_error[512];
@@ -1155,6 +1163,8 @@ struct kernel {
     int hang; /* TC_SIM_NCCL_HANG_CALL picked this one */
     int counted; /* launched outside a capture: finalize waits for it */
     unsigned long ticket; /* issue order of launched kernels (0: captured) */
+    unsigned long dseq;   /* launch order on its device (0: captured) */
+    struct kernel *dnext; /* the device's launched kernels not started yet */
     const char *name;
     int nops;
     struct kop *ops;
@@ -1468,9 +1478,31 @@ static void run_kernel(void *p) {
     /* one kernel of a comm at a time, launched ones in issue order */
     while ((c->state == LIVE || c->state == FINALIZED) && (c->running || (k->ticket && k->ticket != c->next_run)))
         pthread_cond_wait(&MC, &M);
+    /* a device holds TC_SIM_NCCL_MAX_KERNELS NCCL kernels at once (default
+       1): kernels of two comms issued in different orders on two ranks
+       deadlock, as they can on hardware, until a comm is aborted */
+    long max_kernels = env_long("TC_SIM_NCCL_MAX_KERNELS", 1);
+    int dev = c->device >= 0 && c->device < MAX_SIM_DEVICES ? c->device : 0;
+    /* the device takes kernels in launch order: one launched earlier and not
+       started yet goes first, unless its stream holds it back for more
+       than 50 ms (waiting for an event) */
+    double since = now_ms();
+    while ((c->state == LIVE || c->state == FINALIZED) &&
+           (device_kernels[dev] >= max_kernels || (k->dseq && device_waiting[dev] != k && now_ms() - since < 50))) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 2000000;
+        if (until.tv_nsec >= 1000000000) until.tv_sec++, until.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&MC, &M, &until);
+    }
+    for (struct kernel **pp = &device_waiting[dev]; *pp; pp = &(*pp)->dnext)
+        if (*pp == k) {
+            *pp = k->dnext;
+            break;
+        }
     state = c->state;
     int run = state == LIVE || state == FINALIZED;
-    if (run) c->running = 1, c->dir_users++;
+    if (run) c->running = 1, c->dir_users++, device_kernels[dev]++;
     pthread_mutex_unlock(&M);
     if (state == DESTROYED)
         simcu_fault("%s kernel ran after its NCCL comm %p was destroyed (a graph replayed after ncclCommDestroy?)", k->name, (void *)c);
@@ -1478,6 +1510,7 @@ static void run_kernel(void *p) {
     pthread_mutex_lock(&M);
     if (run) {
         c->running = 0;
+        device_kernels[dev]--;
         if (--c->dir_users == 0 && c->state == ABORTED) leave_job(c);
     }
     if (k->ticket && c->next_run <= k->ticket) c->next_run = k->ticket + 1;
@@ -1486,6 +1519,16 @@ static void run_kernel(void *p) {
 }
 static void release_kernel(void *p) {
     struct kernel *k = p;
+    if (k->dseq) { /* a kernel that never ran (failed launch) leaves the device's queue */
+        pthread_mutex_lock(&M);
+        int dev = k->comm->device >= 0 && k->comm->device < MAX_SIM_DEVICES ? k->comm->device : 0;
+        for (struct kernel **pp = &device_waiting[dev]; *pp; pp = &(*pp)->dnext)
+            if (*pp == k) {
+                *pp = k->dnext;
+                break;
+            }
+        pthread_mutex_unlock(&M);
+    }
     if (k->counted) {
         pthread_mutex_lock(&M);
         k->comm->inflight--;
@@ -1513,6 +1556,11 @@ static ncclResult_t launch(struct kernel *k, CUstream stream) {
     if (k->counted) {
         c->inflight++;
         k->ticket = ++c->issued;
+        int dev = c->device >= 0 && c->device < MAX_SIM_DEVICES ? c->device : 0;
+        k->dseq = ++device_launches[dev];
+        struct kernel **pp = &device_waiting[dev];
+        while (*pp) pp = &(*pp)->dnext;
+        *pp = k;
     }
     unsigned long ticket = k->ticket;
     pthread_mutex_unlock(&M);

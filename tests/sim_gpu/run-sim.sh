@@ -144,6 +144,12 @@ $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests"
   "$ROOT/tests/sim_gpu/test_sim_peer_exit.c" -o "$B/test_sim_peer_exit" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
   || { echo "sim-gpu-test: compiling test_sim_peer_exit failed"; status=1; }
 RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "a peer process that dies, 2 ranks (TC_ERR_REMOTE, not a hang)" "$B/test_sim_peer_exit"
+# Two comms on one device in opposite orders on two ranks: a deadlock (a
+# device runs one NCCL kernel at a time), ended by the library's timeout.
+$CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests" -I"$ROOT/capi_tests/gpu" -I"$SIM/cuda/include" \
+  "$ROOT/tests/sim_gpu/test_sim_kernel_order.c" -o "$B/test_sim_kernel_order" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
+  || { echo "sim-gpu-test: compiling test_sim_kernel_order failed"; status=1; }
+RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "two comms in opposite orders on one device, 2 ranks (deadlock ended by the timeout)" "$B/test_sim_kernel_order"
 # A use of a comm after ncclCommAbort ends the process (NCCL freed it).
 if $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/tests/sim_gpu" "$ROOT/tests/sim_gpu/test_sim_use_after_abort.c" \
      -o "$B/test_sim_use_after_abort" -L"$SIM" -l:libnccl.so.2 -lcuda -Wl,-rpath,"$SIM"; then
