@@ -28,6 +28,12 @@
      (allocation, synchronisation, event and stream queries) follow the
      documented thread interaction modes (cuThreadExchangeStreamCaptureMode):
      a prohibited call fails and invalidates the capture it disturbs;
+     fork/join is legal (a stream waiting on an event of an active capture
+     joins it and must be joined back before it ends, else
+     CUDA_ERROR_STREAM_CAPTURE_UNJOINED); the legacy stream used while a
+     blocking stream captures (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) and a
+     capturing stream waiting on an event recorded outside the capture
+     without CU_EVENT_WAIT_EXTERNAL (..._ISOLATION) invalidate the capture;
    - strict handles: destroyed or unknown streams, events, graphs and freed
      memory give error codes.
    Built with -DSIM_STUB it plays the toolkit's link-time stub libcuda.so
@@ -164,6 +170,11 @@ struct CUstream_st {
     pthread_t cap_thread;
     unsigned long long cap_id;
     struct nodes *cap;
+    /* a stream that joined another's capture by waiting on one of its
+       events (fork): its captured work and how much of it the capture
+       waited for (join); all must be joined before the capture ends */
+    int forked;
+    unsigned long long cap_work, cap_joined;
     struct CUstream_st *next_all;
 };
 static struct CUstream_st legacy = {.magic = MAGIC_STREAM, .legacy = 1};
@@ -176,6 +187,8 @@ struct CUevent_st {
     unsigned flags;
     unsigned long long rec_gen, done_gen;
     unsigned long long cap_id; /* non-zero: last recorded during that capture */
+    struct CUstream_st *cap_src; /* ... on this stream, after cap_work of its captured work */
+    unsigned long long cap_work;
     struct timespec when;
     struct CUevent_st *next_all;
 };
@@ -283,6 +296,22 @@ static void order_after(struct CUstream_st *to, struct CUstream_st *from) {
 }
 
 /* Under G: the legacy stream synchronises with blocking streams. */
+static void invalidate(struct CUstream_st *s);
+
+/* Under G. The legacy stream synchronizes with every blocking stream, so
+   its use while a blocking stream captures is invalid (CUDA documents
+   cudaErrorStreamCaptureImplicit) and invalidates that capture. */
+static CUresult legacy_use_ok(struct CUstream_st *s) {
+    CUresult r = CUDA_SUCCESS;
+    for (struct CUstream_st *o = streams; o && s->legacy; o = o->next_all)
+        if (o != s && !o->dead && o->flags == CU_STREAM_DEFAULT && o->cap_status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+            fprintf(stderr, "[sim-cuda] legacy stream used while blocking stream %p captures: capture invalidated\n", (void *)o);
+            invalidate(o);
+            r = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+        }
+    return r;
+}
+
 static void implicit_order(struct CUstream_st *s) {
     for (struct CUstream_st *o = streams; o; o = o->next_all) {
         if (o == s || o->dead) continue;
@@ -305,11 +334,14 @@ static struct CUevent_st *event_of(CUevent h) {
 
 static void drain_all(void);
 
+/* Under G: the capture of s, and of every stream forked into it. */
 static void invalidate(struct CUstream_st *s) {
-    if (s->cap_status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
-        s->cap_status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
-        if (g_trace) fprintf(stderr, "[sim-cuda] capture of stream %p invalidated\n", (void *)s);
-    }
+    if (s->cap_status != CU_STREAM_CAPTURE_STATUS_ACTIVE) return;
+    for (struct CUstream_st *o = streams; o; o = o->next_all)
+        if (o == s || (o->cap_status == CU_STREAM_CAPTURE_STATUS_ACTIVE && o->cap_id == s->cap_id)) {
+            o->cap_status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+            if (g_trace) fprintf(stderr, "[sim-cuda] capture of stream %p invalidated\n", (void *)o);
+        }
 }
 
 /* Under G: enqueues (or records, when capturing) one piece of work. */
@@ -320,11 +352,13 @@ static CUresult enqueue(struct CUstream_st *s, struct node n) {
     }
     if (s->cap_status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
         nodes_add(s->cap, n);
+        s->cap_work++;
         return CUDA_SUCCESS;
     }
-    if (g_sticky) {
+    CUresult r = g_sticky ? g_sticky : legacy_use_ok(s);
+    if (r != CUDA_SUCCESS) {
         if (n.release) n.release(n.arg);
-        return g_sticky;
+        return r;
     }
     implicit_order(s);
     struct item *it = calloc(1, sizeof *it);
@@ -625,16 +659,41 @@ EXPORT CUresult cuStreamWaitEvent(CUstream h, CUevent ev, unsigned int flags) {
     if (!s || !e) r = CUDA_ERROR_INVALID_HANDLE;
     else if (s->cap_status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
         /* In-capture dependency: recorded work of this capture precedes in
-           the node list already. An event of another capture would cross
-           capture sequences. */
+           the node list already (a join when the event is another stream's).
+           An event of another capture would cross capture sequences, and
+           one recorded outside any capture is no node of this graph (CUDA
+           wants CU_EVENT_WAIT_EXTERNAL for that). */
         if (e->cap_id && e->cap_id != s->cap_id) {
+            invalidate(s);
+            r = CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+        } else if (e->cap_id && e->cap_src && e->cap_src != s) {
+            if (e->cap_work > e->cap_src->cap_joined) e->cap_src->cap_joined = e->cap_work;
+        } else if (!e->cap_id && e->rec_gen > 0 && !(flags & 1u)) {
+            fprintf(stderr, "[sim-cuda] capturing stream %p waits on event %p recorded outside the capture: capture invalidated\n",
+                    (void *)s, (void *)e);
             invalidate(s);
             r = CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
         }
     } else if (s->cap_status == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
         r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     } else if (e->cap_id) {
-        r = CUDA_ERROR_STREAM_CAPTURE_ISOLATION; /* waiting on captured work from outside */
+        /* a fork: a stream waiting on an event of an active capture joins it */
+        struct CUstream_st *origin = NULL;
+        for (struct CUstream_st *o = streams; o && !origin; o = o->next_all)
+            if (o->cap_status == CU_STREAM_CAPTURE_STATUS_ACTIVE && o->cap_id == e->cap_id) origin = o;
+        if (!origin || s->legacy) {
+            r = CUDA_ERROR_STREAM_CAPTURE_ISOLATION; /* waiting on captured work from outside */
+        } else {
+            s->cap_status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+            s->cap_mode = origin->cap_mode;
+            s->cap_thread = origin->cap_thread;
+            s->cap_id = origin->cap_id;
+            s->cap = origin->cap;
+            s->cap->refs++;
+            s->forked = 1;
+            s->cap_work = s->cap_joined = 0;
+        }
+    } else if ((r = legacy_use_ok(s)) != CUDA_SUCCESS) {
     } else if (e->rec_gen > e->done_gen) {
         /* waits for the latest record as of now; later records do not count */
         implicit_order(s);
@@ -688,11 +747,22 @@ EXPORT CUresult cuStreamEndCapture(CUstream h, CUgraph *ph) {
     struct nodes *ns = NULL;
     if (!s) r = CUDA_ERROR_INVALID_HANDLE;
     else if (!s->cap_status) r = CUDA_ERROR_ILLEGAL_STATE;
+    else if (s->forked) r = CUDA_ERROR_STREAM_CAPTURE_UNMATCHED; /* a capture ends on the stream that began it */
     else if (s->cap_mode != CU_STREAM_CAPTURE_MODE_RELAXED && !pthread_equal(s->cap_thread, pthread_self()))
         r = CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
     else {
         ns = s->cap;
         r = s->cap_status == CU_STREAM_CAPTURE_STATUS_INVALIDATED ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
+        /* every forked stream must have been joined back; all leave the capture */
+        for (struct CUstream_st *f = streams; f; f = f->next_all) {
+            if (f == s || !f->forked || f->cap_id != s->cap_id || f->cap_status == CU_STREAM_CAPTURE_STATUS_NONE) continue;
+            if (f->cap_work > f->cap_joined && r == CUDA_SUCCESS) {
+                fprintf(stderr, "[sim-cuda] capture ended with forked stream %p not joined back\n", (void *)f);
+                r = CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
+            }
+            f->cap->refs--; /* the origin's reference keeps the nodes */
+            f->cap = NULL, f->forked = 0, f->cap_status = CU_STREAM_CAPTURE_STATUS_NONE;
+        }
         s->cap = NULL;
         s->cap_status = CU_STREAM_CAPTURE_STATUS_NONE;
         /* events recorded during the capture stay captured until re-recorded */
@@ -793,9 +863,10 @@ EXPORT CUresult cuEventRecord(CUevent ev, CUstream h) {
     CUresult r = CUDA_SUCCESS;
     if (!e || !s) r = CUDA_ERROR_INVALID_HANDLE;
     else if (s->cap_status == CU_STREAM_CAPTURE_STATUS_INVALIDATED) r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-    else if (s->cap_status == CU_STREAM_CAPTURE_STATUS_ACTIVE) e->cap_id = s->cap_id;
+    else if (s->cap_status == CU_STREAM_CAPTURE_STATUS_ACTIVE) e->cap_id = s->cap_id, e->cap_src = s, e->cap_work = s->cap_work;
     else if (g_sticky) r = g_sticky;
-    else {
+    else if ((r = legacy_use_ok(s)) != CUDA_SUCCESS) {
+    } else {
         e->cap_id = 0;
         implicit_order(s);
         struct item *it = calloc(1, sizeof *it);

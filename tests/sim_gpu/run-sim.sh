@@ -150,6 +150,11 @@ $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests"
   "$ROOT/tests/sim_gpu/test_sim_kernel_order.c" -o "$B/test_sim_kernel_order" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
   || { echo "sim-gpu-test: compiling test_sim_kernel_order failed"; status=1; }
 RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "two comms in opposite orders on one device, 2 ranks (deadlock ended by the timeout)" "$B/test_sim_kernel_order"
+# Capture rules of the driver: fork/join legal, legacy-stream use during a
+# blocking stream's capture and waits on non-captured events invalid.
+$CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/tests/sim_gpu" "$ROOT/tests/sim_gpu/test_sim_capture.c" \
+  -o "$B/test_sim_capture" -L"$SIM" -lcuda -Wl,-rpath,"$SIM" || { echo "sim-gpu-test: compiling test_sim_capture failed"; status=1; }
+extra "capture rules (fork/join, legacy stream, non-captured events)" "$B/test_sim_capture"
 # A use of a comm after ncclCommAbort ends the process (NCCL freed it).
 if $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/tests/sim_gpu" "$ROOT/tests/sim_gpu/test_sim_use_after_abort.c" \
      -o "$B/test_sim_use_after_abort" -L"$SIM" -l:libnccl.so.2 -lcuda -Wl,-rpath,"$SIM"; then
