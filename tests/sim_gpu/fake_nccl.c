@@ -63,8 +63,9 @@
      rank does not use, such as a non-root's receive buffer of ncclReduce,
      are not looked at), overlapping buffers outside NCCL's in-place layouts
      (undefined results with real NCCL), streams;
-   - non-blocking comms (config blocking = 0): init, collectives and group
-     ends answer ncclInProgress, and ncclCommGetAsyncError reports
+   - non-blocking comms (config blocking = 0): init (its rendezvous then
+     runs on a thread of its own), collectives and group ends answer
+     ncclInProgress, and ncclCommGetAsyncError reports
      ncclInProgress for a few polls; any call on the comm before it reported
      ncclSuccess is flagged and refused (ncclInvalidArgument, as NCCL's
      ncclCommEnsureReady does), and two threads inside
@@ -536,6 +537,13 @@ static ncclResult_t join_job(ncclComm_t c, const char *dir, const char *fn) {
                     break;
                 }
             }
+            pthread_mutex_lock(&M);
+            int gone = c->state == ABORTED || c->state == DESTROYED;
+            pthread_mutex_unlock(&M);
+            if (gone) {
+                leave_job(c);
+                return fail(ncclInvalidUsage, "%s: the comm was aborted while rank %d had not joined", fn, q);
+            }
             if (now_ms() - start > (double)timeout) {
                 leave_job(c);
                 return fail(ncclSystemError, "%s: rank %d of %d did not join within %ld ms (TC_SIM_NCCL_INIT_TIMEOUT_MS)", fn, q,
@@ -586,6 +594,7 @@ struct pending_init {
 };
 static __thread struct pending_init *g_inits;
 static int in_group(void);
+static void *nonblocking_init_thread(void *arg);
 
 /* Makes a comm as `rank` of `nranks` on `device`, joining the job in `dir`
    (NULL for one rank); inside a group the joining waits for ncclGroupEnd. */
@@ -599,7 +608,23 @@ static ncclResult_t new_comm(ncclComm_t *out, int nranks, int rank, const char *
     c->send_seq = calloc(n, sizeof(unsigned long)), c->recv_seq = calloc(n, sizeof(unsigned long));
     c->csend_seq = calloc(n, sizeof(unsigned long)), c->crecv_seq = calloc(n, sizeof(unsigned long));
     c->device = device;
-    if (dir && in_group()) {
+    if (dir && !blocking && !in_group()) { /* NCCL's init job runs on a thread of its own */
+        struct pending_init *p = calloc(1, sizeof *p);
+        p->comm = c;
+        snprintf(p->dir, sizeof p->dir, "%s", dir);
+        c->job_running = 1;
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        int started = pthread_create(&p->thread, &a, nonblocking_init_thread, p) == 0;
+        pthread_attr_destroy(&a);
+        if (!started) {
+            free(p);
+            free_comm_parts(c);
+            free(c);
+            return fail(ncclSystemError, "%s: cannot start the init's thread", fn);
+        }
+    } else if (dir && in_group()) {
         struct pending_init *p = calloc(1, sizeof *p);
         p->comm = c;
         snprintf(p->dir, sizeof p->dir, "%s", dir);
@@ -621,6 +646,20 @@ static ncclResult_t new_comm(ncclComm_t *out, int nranks, int rank, const char *
     pthread_mutex_unlock(&M);
     *out = c;
     return blocking || c->init_pending ? ncclSuccess : ncclInProgress;
+}
+
+/* A non-blocking comm's init: joins its job, then the comm reports the
+   result through ncclCommGetAsyncError (ncclInProgress until then). */
+static void *nonblocking_init_thread(void *arg) {
+    struct pending_init *p = arg;
+    ncclResult_t r = join_job(p->comm, p->dir, "ncclCommInitRankConfig (non-blocking)");
+    pthread_mutex_lock(&M);
+    p->comm->job_running = 0;
+    if (r != ncclSuccess) p->comm->async_error = r;
+    pthread_cond_broadcast(&MC);
+    pthread_mutex_unlock(&M);
+    free(p);
+    return NULL;
 }
 
 static void *init_thread(void *arg) {
@@ -899,6 +938,7 @@ EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     pthread_mutex_lock(&M);
     drain(comm);
     comm->state = DESTROYED; /* kept, so that a later use is reported */
+    while (comm->job_running) pthread_cond_wait(&MC, &M);
     comm->busy = 0;
     release_registrations(comm);
     leave_job(comm);
@@ -914,6 +954,10 @@ EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
     ncclResult_t r = check_comm(comm, "ncclCommAbort", 1);
     if (r == ncclSuccess) {
         comm->state = ABORTED;
+        /* NCCL joins the comm's job thread (a non-blocking init or split):
+           it sees ABORTED and ends */
+        pthread_cond_broadcast(&MC);
+        while (comm->job_running) pthread_cond_wait(&MC, &M);
         release_registrations(comm);
         /* a kernel waiting for a message sees ABORTED and stops; the
            directory goes now, or when the last kernel or split using it
