@@ -191,6 +191,10 @@ if [ "$rc" = 0 ] && echo "$o" | grep -q "$hang_warning; a blocking NCCL creation
 else
   echo "sim-gpu-test: a rank missing at creation, abort-on-error off: failed (exit $rc)"; echo "$o" | tail -n 20; status=1; fail=$((fail + 1))
 fi
+# The same with the hint blocking=0: NCCL's init goes on in its own thread,
+# so the creation fails at the comm's 2 s timeout.
+RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 TC_SIM_NCCL_INIT_TIMEOUT_MS=30000 \
+  extra "a rank missing at a non-blocking creation (TC_ERR_TIMEOUT at the comm's timeout)" "$B/test_sim_init_hang" nonblocking
 start=$(date +%s)
 o=$(TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 TC_SIM_NCCL_INIT_TIMEOUT_MS=30000 \
   timeout 60 "$REL/tc-run" -n 2 -- "$B/test_sim_init_hang" abort 2>&1); rc=$?
