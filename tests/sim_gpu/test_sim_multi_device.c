@@ -54,6 +54,9 @@ static int all_reduce_ok(ncclComm_t *comms) {
         CK(cuCtxSetCurrent(ctx[d]));
         for (int i = 0; i < 4; i++) h[i] = (float)(d + 1);
         CK(cuMemcpyHtoD(buf[d], h, sizeof h));
+        /* a copy from pageable memory may return before the device has
+           it, and the non-blocking streams do not wait for the legacy one */
+        CK(cuStreamSynchronize(NULL));
     }
     int r = ncclGroupStart();
     for (int d = 0; d < n; d++) {
