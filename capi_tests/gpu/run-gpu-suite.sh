@@ -13,7 +13,7 @@
 #
 # Every test has a time limit; a part's limits add up to under 9 minutes, so
 # a part fits one device command (10 minutes) whatever happens. A test that
-# would end past TC_GPU_BUDGET_S (default 530) since the start is not run,
+# would end past TC_GPU_BUDGET_S (default 520) since the start is not run,
 # and the command for the rest is printed. One summary line per test, then a
 # final count; full logs in SUITE/results/NAME.log. Multi-rank runs share
 # the one GPU between processes: they are skipped, with the reason, when
@@ -30,7 +30,7 @@ SUITE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CC=${CC:-cc}
 sim=${TC_GPU_SIMULATION:-0}
 scale=${TC_GPU_TIME_SCALE:-1}
-budget=$(( ${TC_GPU_BUDGET_S:-530} * scale ))
+budget=$(( ${TC_GPU_BUDGET_S:-520} * scale ))
 max_ranks=${TC_GPU_NCCL_MAX_RANKS:-64}
 START=$(date +%s)
 
