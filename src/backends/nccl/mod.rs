@@ -1682,7 +1682,12 @@ impl Backend for NcclBackend {
 
     /// ncclCommSplit over this comm: NCCL_SPLIT_NOCOLOR for a rank that opts
     /// out; the child shares this comm's device and gets its own stream,
-    /// events and watchdog. A child whose size or rank differs from what
+    /// events and watchdog. NCCL runs the split as a job of this comm: it
+    /// blocks when this comm does, and on a non-blocking comm it is polled
+    /// through this comm until done (see [`NcclBackend::split_child`]). The
+    /// child is non-blocking when this comm is, unless a hint sets
+    /// `blocking`; a split without hints passes NULL as its config, so the
+    /// child inherits this comm's whole config. A child whose size or rank differs from what
     /// this rank's list says (ranks passed different lists) is aborted and
     /// the call fails.
     fn split(&self, member: Option<(i32, i32, BackendInit)>) -> Result<Option<Box<dyn Backend>>> {
