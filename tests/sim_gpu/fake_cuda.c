@@ -161,6 +161,7 @@ struct CUstream_st {
     unsigned magic;
     int dead, flags, priority, legacy;
     int device; /* of the context current at creation (the legacy stream: any) */
+    int nccl_hold; /* non-blocking NCCL calls on it that have not reported success */
     struct item *head, *tail;
     unsigned long long enq_seq, done_seq;
     pthread_t thread;
@@ -344,8 +345,29 @@ static void invalidate(struct CUstream_st *s) {
         }
 }
 
+/* Under G: a non-blocking NCCL call whose comm has not reported success yet
+   may not have put its work on the stream (NCCL does that from its own
+   thread): any use of the stream meanwhile would be ordered wrongly. */
+static CUresult held(struct CUstream_st *s, const char *fn) {
+    if (!s->nccl_hold) return CUDA_SUCCESS;
+    fprintf(stderr, "[sim-cuda] %s: stream %p used while a non-blocking NCCL call on it has not reported ncclSuccess\n", fn,
+            (void *)s);
+    return CUDA_ERROR_ILLEGAL_STATE;
+}
+EXPORT void simcu_stream_hold(CUstream h, int delta) {
+    pthread_mutex_lock(&G);
+    struct CUstream_st *s = stream_of(h);
+    if (s) s->nccl_hold += delta;
+    pthread_mutex_unlock(&G);
+}
+
 /* Under G: enqueues (or records, when capturing) one piece of work. */
 static CUresult enqueue(struct CUstream_st *s, struct node n) {
+    CUresult hr = held(s, "enqueue");
+    if (hr != CUDA_SUCCESS) {
+        if (n.release) n.release(n.arg);
+        return hr;
+    }
     if (s->cap_status == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
         if (n.release) n.release(n.arg);
         return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
@@ -629,7 +651,8 @@ static CUresult stream_sync(CUstream h, int wait) {
     struct CUstream_st *s = stream_of(h);
     CUresult r = CUDA_SUCCESS;
     if (!s) r = CUDA_ERROR_INVALID_HANDLE;
-    else if (s->cap_status) {
+    else if ((r = held(s, wait ? "cuStreamSynchronize" : "cuStreamQuery")) != CUDA_SUCCESS) {
+    } else if (s->cap_status) {
         invalidate(s);
         r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     } else if ((r = unsafe_during_capture()) == CUDA_SUCCESS) {
@@ -657,7 +680,8 @@ EXPORT CUresult cuStreamWaitEvent(CUstream h, CUevent ev, unsigned int flags) {
     struct CUevent_st *e = event_of(ev);
     CUresult r = CUDA_SUCCESS;
     if (!s || !e) r = CUDA_ERROR_INVALID_HANDLE;
-    else if (s->cap_status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+    else if ((r = held(s, "cuStreamWaitEvent")) != CUDA_SUCCESS) {
+    } else if (s->cap_status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
         /* In-capture dependency: recorded work of this capture precedes in
            the node list already (a join when the event is another stream's).
            An event of another capture would cross capture sequences, and
@@ -862,7 +886,8 @@ EXPORT CUresult cuEventRecord(CUevent ev, CUstream h) {
     struct CUstream_st *s = stream_of(h);
     CUresult r = CUDA_SUCCESS;
     if (!e || !s) r = CUDA_ERROR_INVALID_HANDLE;
-    else if (s->cap_status == CU_STREAM_CAPTURE_STATUS_INVALIDATED) r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    else if ((r = held(s, "cuEventRecord")) != CUDA_SUCCESS) {
+    } else if (s->cap_status == CU_STREAM_CAPTURE_STATUS_INVALIDATED) r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     else if (s->cap_status == CU_STREAM_CAPTURE_STATUS_ACTIVE) e->cap_id = s->cap_id, e->cap_src = s, e->cap_work = s->cap_work;
     else if (g_sticky) r = g_sticky;
     else if ((r = legacy_use_ok(s)) != CUDA_SUCCESS) {

@@ -68,7 +68,9 @@
      ncclInProgress, and ncclCommGetAsyncError reports
      ncclInProgress for a few polls; any call on the comm before it reported
      ncclSuccess is flagged and refused (ncclInvalidArgument, as NCCL's
-     ncclCommEnsureReady does), and two threads inside
+     ncclCommEnsureReady does), so is any use of its call's stream (the
+     simulated driver answers CUDA_ERROR_ILLEGAL_STATE: NCCL may not have
+     enqueued the work yet), and two threads inside
      ncclCommGetAsyncError of one non-blocking comm at once are flagged
      (ncclInvalidUsage: NCCL completes and clears the group job there
      without a lock);
@@ -167,6 +169,8 @@ typedef struct ncclComm {
     int job_running; /* a non-blocking split's job is still running */
     int init_pending; /* created inside a group: joins its job at ncclGroupEnd */
     int polling;     /* a thread is inside ncclCommGetAsyncError */
+    int holding;     /* its last non-blocking call holds `held` until it reports success */
+    CUstream held;
     int rank, nranks;
     ncclResult_t async_error; /* ncclRemoteError once a peer process died */
     struct user_op ops[MAX_USER_OPS];
@@ -320,6 +324,26 @@ static ncclResult_t leave(ncclComm_t c, ncclResult_t r) {
     }
     pthread_mutex_unlock(&M);
     return r;
+}
+/* A non-blocking call's stream may not be used until the comm reported
+   success (NCCL enqueues the work from its own thread): the simulated
+   driver refuses any use of it meanwhile. Called without M. */
+static void hold_stream(ncclComm_t c, CUstream s) {
+    pthread_mutex_lock(&M);
+    int hold = !c->blocking && !c->holding;
+    if (hold) c->holding = 1, c->held = s;
+    pthread_mutex_unlock(&M);
+    if (hold) simcu_stream_hold(s, 1);
+}
+/* Under M: takes the comm's hold, to be released by release_hold without M. */
+static int take_hold(ncclComm_t c, CUstream *s) {
+    int h = c->holding;
+    *s = c->held;
+    c->holding = 0;
+    return h;
+}
+static void release_hold(int h, CUstream s) {
+    if (h) simcu_stream_hold(s, -1);
 }
 static void unbusy(ncclComm_t c) {
     pthread_mutex_lock(&M);
@@ -913,7 +937,10 @@ EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncEr
             *asyncError = ncclSuccess;
         }
     }
+    CUstream hs = NULL;
+    int h = r == ncclSuccess && *asyncError != ncclInProgress ? take_hold(comm, &hs) : 0;
     pthread_mutex_unlock(&M);
+    release_hold(h, hs);
     return r;
 }
 
@@ -939,12 +966,15 @@ EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     drain(comm);
     comm->state = DESTROYED; /* kept, so that a later use is reported */
     while (comm->job_running) pthread_cond_wait(&MC, &M);
+    CUstream hs = NULL;
+    int h = take_hold(comm, &hs);
     comm->busy = 0;
     release_registrations(comm);
     leave_job(comm);
     free_comm_parts(comm);
     pthread_cond_broadcast(&MC);
     pthread_mutex_unlock(&M);
+    release_hold(h, hs);
     return ncclSuccess;
 }
 EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
@@ -952,12 +982,15 @@ EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
     pthread_mutex_lock(&M);
     /* any thread may abort, also while another is inside a call */
     ncclResult_t r = check_comm(comm, "ncclCommAbort", 1);
+    CUstream hs = NULL;
+    int h = 0;
     if (r == ncclSuccess) {
         comm->state = ABORTED;
         /* NCCL joins the comm's job thread (a non-blocking init or split):
            it sees ABORTED and ends */
         pthread_cond_broadcast(&MC);
         while (comm->job_running) pthread_cond_wait(&MC, &M);
+        h = take_hold(comm, &hs);
         release_registrations(comm);
         /* a kernel waiting for a message sees ABORTED and stops; the
            directory goes now, or when the last kernel or split using it
@@ -966,6 +999,7 @@ EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
         pthread_cond_broadcast(&MC);
     }
     pthread_mutex_unlock(&M);
+    release_hold(h, hs);
     return r;
 }
 /* ---- data types and reductions ------------------------------------------ */
@@ -1753,6 +1787,7 @@ EXPORT ncclResult_t ncclGroupEnd(void) {
             }
         p->comm = NULL;
         r = launch(k, s);
+        if (r == ncclSuccess) hold_stream(comm, s);
     }
     drop_group();
     return group_end_status(any, r);
@@ -1854,6 +1889,7 @@ static ncclResult_t submit(int kind, ncclComm_t comm, const void *src, void *dst
         k->comm = comm, k->name = fn, k->nops = 1, k->ops = calloc(1, sizeof *k->ops);
         k->ops[0] = o;
         r = launch(k, stream);
+        if (r == ncclSuccess) hold_stream(comm, stream);
     } else if (g_depth) {
         g_error = r;
     }

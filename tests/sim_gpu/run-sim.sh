@@ -155,6 +155,12 @@ RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "two comms in opposite or
 $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/tests/sim_gpu" "$ROOT/tests/sim_gpu/test_sim_capture.c" \
   -o "$B/test_sim_capture" -L"$SIM" -lcuda -Wl,-rpath,"$SIM" || { echo "sim-gpu-test: compiling test_sim_capture failed"; status=1; }
 extra "capture rules (fork/join, legacy stream, non-captured events)" "$B/test_sim_capture"
+# A non-blocking comm and its call's stream are refused until the comm
+# reported success.
+$CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/tests/sim_gpu" "$ROOT/tests/sim_gpu/test_sim_nonblocking.c" \
+  -o "$B/test_sim_nonblocking" -L"$SIM" -l:libnccl.so.2 -lcuda -Wl,-rpath,"$SIM" \
+  || { echo "sim-gpu-test: compiling test_sim_nonblocking failed"; status=1; }
+extra "a non-blocking comm and its stream before the comm reported success" "$B/test_sim_nonblocking"
 # A use of a comm after ncclCommAbort ends the process (NCCL freed it).
 if $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/tests/sim_gpu" "$ROOT/tests/sim_gpu/test_sim_use_after_abort.c" \
      -o "$B/test_sim_use_after_abort" -L"$SIM" -l:libnccl.so.2 -lcuda -Wl,-rpath,"$SIM"; then

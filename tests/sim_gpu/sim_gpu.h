@@ -26,6 +26,10 @@ int simcu_stream_valid(CUstream s);
    of a stream (-1: the legacy stream or not a stream). */
 int simcu_pointer_device(const void *addr);
 int simcu_stream_device(CUstream s);
+/* +1: a non-blocking NCCL call on stream s answered ncclInProgress; -1:
+   its comm reported success (or was aborted). While held, any use of the
+   stream is refused with CUDA_ERROR_ILLEGAL_STATE and a message. */
+void simcu_stream_hold(CUstream s, int delta);
 /* The device of the calling thread's current context, or -1. */
 int simcu_current_device(void);
 /* A fault of device code: the context's sticky error becomes
