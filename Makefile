@@ -118,8 +118,10 @@ bench-reducer: build
 # machine from the repository root (no cargo there). See docs/gpu-testing.md.
 gpu-suite: build
 	$(AFTER_BUILD) $(S)/gpu-suite.sh
+# GPU_TESTS: part1 (default), part2, all, list, or test names.
+GPU_TESTS ?=
 gpu-test:
-	bash gpu-suite/run.sh gpu-suite
+	bash gpu-suite/run.sh $(GPU_TESTS)
 gpu-bench:
 	bash gpu-suite/bench/run-gpu-bench.sh gpu-suite
 

@@ -4,8 +4,8 @@
 # here from its source with cc) and torch.distributed (torch_dist.py), world
 # size 1, all_reduce float32 sum 8 B .. 256 MiB, interleaved. Tables on
 # stdout; CSV and PNG plots under SUITE/results/. Needs an NVIDIA GPU and
-# driver, a C compiler, python3, libnccl (TORCHCOMM_NCCL_LIBRARY or the
-# nvidia-nccl-cu13 pip package next to python3); torch and matplotlib are
+# driver, a C compiler, python3, libnccl (the suite's own copy in lib/nccl/,
+# TORCHCOMM_NCCL_LIBRARY, or the nvidia-nccl-cu13 pip package next to python3); torch and matplotlib are
 # used when importable. No cargo, no CUDA headers, no network.
 # Extra arguments for bench/gpu_compare.py: GPU_BENCH_ARGS (e.g. "--rounds 3").
 set -u
@@ -15,6 +15,9 @@ for f in bin/tc-run bin/tc-perf bench/nccl_raw.c bench/torch_dist.py bench/gpu_c
   [ -e "$SUITE/$f" ] || { echo "gpu-bench: $SUITE/$f is missing; rebuild the suite with 'make gpu-suite'"; exit 2; }
 done
 
+if [ -z "${TORCHCOMM_NCCL_LIBRARY:-}" ] && [ -f "$SUITE/lib/nccl/libnccl.so.2" ]; then
+  export TORCHCOMM_NCCL_LIBRARY=$SUITE/lib/nccl/libnccl.so.2 # the copy the suite carries (see make gpu-suite)
+fi
 if [ -z "${TORCHCOMM_NCCL_LIBRARY:-}" ]; then
   wheel=$(python3 -c "import nvidia.nccl,os;print(os.path.join(list(nvidia.nccl.__path__)[0],'lib','libnccl.so.2'))" 2>/dev/null || true)
   [ -n "$wheel" ] && [ -f "$wheel" ] && export TORCHCOMM_NCCL_LIBRARY=$wheel

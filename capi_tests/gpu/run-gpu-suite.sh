@@ -1,101 +1,198 @@
 #!/usr/bin/env bash
-# Runs the GPU suite from the folder `make gpu-suite` prepared (default
-# ./gpu-suite). Needs an NVIDIA GPU and driver, a C compiler, cuda.h (CUDA_HOME
-# or nvcc's installation) and libnccl (TORCHCOMM_NCCL_LIBRARY, or the
-# nvidia-nccl-cu13 pip package next to python3). No cargo, no network.
+# The GPU suite, run from the folder `make gpu-suite` gathered (copied there
+# as run.sh). On the GPU machine, from the repository root:
+#   bash gpu-suite/run.sh            part 1 (under 9 minutes)
+#   bash gpu-suite/run.sh part2      part 2 (under 9 minutes): with part 1, the whole suite
+#   bash gpu-suite/run.sh ops2 mem1  the named tests only;  all: every test;  list: the tests
+# Needs an NVIDIA GPU and driver (libcuda.so.1, linked at run time by its
+# soname: no toolkit stub folder is needed), a C compiler, cuda.h (CUDA_HOME,
+# nvcc's installation or /usr/local/cuda), python3 and libnccl: the copy the
+# suite carries (lib/nccl/), else TORCHCOMM_NCCL_LIBRARY, else the
+# nvidia-nccl-cu13 wheel next to python3 (the one used is logged with its
+# version). No cargo, no make, no network.
 #
-# Runs: one rank (every op x dtype x reduce op x issue mode, graphs, split),
-# 2 and 4 ranks as separate processes on one GPU (each its own NCCL_HOSTID,
-# sockets over loopback), registration and tc_mem_alloc on 1 and 2 ranks,
-# the timeout/abort test on 2 ranks, and the Python
-# ctypes smoke test against torch when torch is importable.
+# Every test has a time limit; a part's limits add up to under 9 minutes, so
+# a part fits one device command (10 minutes) whatever happens. A test that
+# would end past TC_GPU_BUDGET_S (default 520) since the start is not run,
+# and the command for the rest is printed. One summary line per test, then a
+# final count; full logs in SUITE/results/NAME.log. Multi-rank runs share
+# the one GPU between processes: they are skipped, with the reason, when
+# `nvidia-smi -q` reports an exclusive compute mode.
 #
-# Knobs (unset on a GPU machine; `make sim-gpu-test` sets them to run the
-# suite on a simulated driver and NCCL):
+# Knobs (unset on a GPU machine; `make sim-gpu-test` sets them to rehearse
+# the suite on the simulated driver and NCCL):
 #   TC_GPU_SIMULATION=1       say loudly that this is a simulation
+#   TC_GPU_TIME_SCALE=N       multiply every time limit and the budget by N
 #   TC_GPU_NCCL_MAX_RANKS=N   nccl runs needing more ranks are skipped (counted)
-#   TC_GPU_STAGING_RANKS="2"  rank counts of the gloo staging test
 #   TC_GPU_TORCH=0            skip the torch smoke test
 set -u
-SUITE=$(cd "${1:-gpu-suite}" && pwd) || { echo "gpu-test: no suite folder; run 'make gpu-suite' on a build machine"; exit 2; }
+SUITE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CC=${CC:-cc}
+sim=${TC_GPU_SIMULATION:-0}
+scale=${TC_GPU_TIME_SCALE:-1}
+budget=$(( ${TC_GPU_BUDGET_S:-520} * scale ))
+max_ranks=${TC_GPU_NCCL_MAX_RANKS:-64}
+START=$(date +%s)
 
+# name ranks limit_s part program [args]: the suite, in running order.
+TESTS=(
+  "ops1 1 120 1 test_gpu_ops"
+  "ops2 2 150 1 test_gpu_ops"
+  "mem1 1 40 1 test_gpu_mem"
+  "mem2 2 60 1 test_gpu_mem"
+  "timeout2 2 60 1 test_gpu_timeout"
+  "dead-peer2 2 60 1 test_gpu_dead_peer"
+  "ops4 4 180 2 test_gpu_ops"
+  "split-abort2 2 75 2 test_gpu_split_abort"
+  "p2p-order2 2 60 2 test_gpu_p2p_order"
+  "staging2 2 60 2 test_gpu_gloo_staging"
+  "staging3 3 60 2 test_gpu_gloo_staging"
+  "torch-smoke 1 60 2 torch_smoke.py"
+)
+
+list_tests() {
+  printf '%-14s %5s %8s %5s  %s\n' test ranks limit_s part program
+  for t in "${TESTS[@]}"; do
+    # shellcheck disable=SC2086
+    set -- $t
+    printf '%-14s %5s %8s %5s  %s\n' "$1" "$2" "$3" "$4" "$5"
+  done
+}
+
+selected=()
+sel=("$@")
+[ ${#sel[@]} = 0 ] && sel=(part1)
+for s in "${sel[@]}"; do
+  case $s in
+    list) list_tests; exit 0 ;;
+    all) selected+=("${TESTS[@]}") ;;
+    part1|part2)
+      for t in "${TESTS[@]}"; do
+        # shellcheck disable=SC2086
+        set -- $t
+        [ "part$4" = "$s" ] && selected+=("$t")
+      done ;;
+    *)
+      found=0
+      for t in "${TESTS[@]}"; do [ "${t%% *}" = "$s" ] && { selected+=("$t"); found=1; }; done
+      [ "$found" = 1 ] || { echo "gpu-test: unknown test '$s' (bash $0 list)"; exit 2; } ;;
+  esac
+done
+
+# ---- the machine --------------------------------------------------------
+[ "$sim" = 1 ] && echo "gpu-test: SIMULATION: simulated CUDA driver and NCCL (test doubles), not a GPU verification"
 cuda_home=${CUDA_HOME:-}
 if [ -z "$cuda_home" ] && command -v nvcc >/dev/null; then cuda_home=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")"); fi
 [ -z "$cuda_home" ] && [ -d /usr/local/cuda ] && cuda_home=/usr/local/cuda
 if [ -z "$cuda_home" ] || [ ! -f "$cuda_home/include/cuda.h" ]; then
   echo "gpu-test: cuda.h not found (set CUDA_HOME or put nvcc on PATH)"; exit 2
 fi
-libdirs=""
-for d in "$cuda_home/lib64/stubs" "$cuda_home/lib/stubs" "$cuda_home/targets/x86_64-linux/lib/stubs" "$cuda_home/lib64"; do
-  [ -d "$d" ] && libdirs="$libdirs -L$d"
+# The driver itself, by soname: the dynamic loader's path first, then the
+# system's cache (never a toolkit's link-time stub).
+cuda_dir=""
+IFS=: read -r -a ld_dirs <<< "${LD_LIBRARY_PATH:-}"
+for d in "${ld_dirs[@]}" $(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 / {print $NF}' | xargs -r -n1 dirname) \
+         /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib/wsl/lib; do
+  [ -n "$d" ] && [ -e "$d/libcuda.so.1" ] && { cuda_dir=$d; break; }
 done
+[ -n "$cuda_dir" ] || { echo "gpu-test: libcuda.so.1 (the NVIDIA driver) not found on LD_LIBRARY_PATH or in ldconfig's cache"; exit 2; }
 
 if [ -z "${TORCHCOMM_NCCL_LIBRARY:-}" ]; then
-  wheel=$(python3 -c "import nvidia.nccl,os;print(os.path.join(list(nvidia.nccl.__path__)[0],'lib','libnccl.so.2'))" 2>/dev/null || true)
-  [ -n "$wheel" ] && [ -f "$wheel" ] && export TORCHCOMM_NCCL_LIBRARY=$wheel
+  if [ -f "$SUITE/lib/nccl/libnccl.so.2" ]; then
+    export TORCHCOMM_NCCL_LIBRARY=$SUITE/lib/nccl/libnccl.so.2
+  else
+    wheel=$(python3 -c "import nvidia.nccl,os;print(os.path.join(list(nvidia.nccl.__path__)[0],'lib','libnccl.so.2'))" 2>/dev/null || true)
+    [ -n "$wheel" ] && [ -f "$wheel" ] && export TORCHCOMM_NCCL_LIBRARY=$wheel
+  fi
 fi
-max_ranks=${TC_GPU_NCCL_MAX_RANKS:-64}
-sim=${TC_GPU_SIMULATION:-0}
-[ "$sim" = 1 ] && echo "gpu-test: SIMULATION: simulated CUDA driver and NCCL (test doubles), not a GPU verification"
-echo "gpu-test: CUDA headers from $cuda_home; NCCL: ${TORCHCOMM_NCCL_LIBRARY:-default search (libnccl.so.2)}"
-python3 -c "import importlib.metadata as m;print('gpu-test: nvidia-nccl-cu13', m.version('nvidia-nccl-cu13'))" 2>/dev/null || true
+nccl_version=$(python3 - "${TORCHCOMM_NCCL_LIBRARY:-libnccl.so.2}" 2>&1 <<'PY'
+import ctypes, sys
+v = ctypes.c_int(0)
+ctypes.CDLL(sys.argv[1]).ncclGetVersion(ctypes.byref(v))
+x = v.value
+print("%d.%d.%d" % (x // 10000, x // 100 % 100, x % 100) if x >= 10000 else "%d.%d.%d" % (x // 1000, x // 100 % 10, x % 100))
+PY
+)
+[ $? = 0 ] || nccl_version="unknown (ncclGetVersion failed: $(echo "$nccl_version" | tail -n 1))"
+echo "gpu-test: NCCL $nccl_version from ${TORCHCOMM_NCCL_LIBRARY:-the default search (libnccl.so.2)}"
+[ -f "$SUITE/NCCL" ] && echo "gpu-test: the suite's own copy of NCCL: $(cat "$SUITE/NCCL")"
+echo "gpu-test: CUDA headers from $cuda_home; driver libcuda.so.1 from $cuda_dir"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu-test: GPU /'
+exclusive=""
+if command -v nvidia-smi >/dev/null; then
+  mode=$(nvidia-smi -q 2>/dev/null | sed -n 's/^ *Compute Mode *: *//p' | head -n 1)
+  echo "gpu-test: compute mode: ${mode:-unknown}"
+  case $mode in *Exclusive*|*Prohibited*) exclusive=$mode ;; esac
+else
+  echo "gpu-test: nvidia-smi not found: compute mode not checked"
+fi
 
-mkdir -p "$SUITE/bin"
-for t in test_gpu_ops test_gpu_mem test_gpu_timeout test_gpu_gloo_staging; do
-  $CC -std=c11 -O1 -g -Wall -Wextra -I"$SUITE/include" -I"$cuda_home/include" "$SUITE/tests/$t.c" -o "$SUITE/bin/$t" \
-    -L"$SUITE/lib" -ltorchcomm -Wl,-rpath,"$SUITE/lib" $libdirs -lcuda -lm -lpthread || { echo "gpu-test: compiling $t failed"; exit 1; }
+# ---- build the C tests (only those selected) ----------------------------
+mkdir -p "$SUITE/bin" "$SUITE/results"
+export LD_LIBRARY_PATH="$SUITE/lib:$cuda_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+built=" "
+for t in "${selected[@]}"; do
+  # shellcheck disable=SC2086
+  set -- $t
+  prog=$5
+  case $prog in *.py) continue ;; esac
+  case $built in *" $prog "*) continue ;; esac
+  $CC -std=c11 -O1 -g -Wall -Wextra -I"$SUITE/include" -I"$SUITE/tests" -I"$cuda_home/include" "$SUITE/tests/$prog.c" \
+    -o "$SUITE/bin/$prog" -L"$SUITE/lib" -ltorchcomm -Wl,-rpath,"$SUITE/lib" -L"$cuda_dir" -l:libcuda.so.1 -lm -lpthread \
+    || { echo "gpu-test: compiling $prog failed"; exit 1; }
+  built="$built$prog "
 done
 
-export NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 TORCHCOMM_ABORT_ON_ERROR=0
-# The gloo module's own dependencies (libgloo, libhiredis, ...) travel in lib/.
-export LD_LIBRARY_PATH="$SUITE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-TCRUN="$SUITE/bin/tc-run"
-summary=()
-fails=0
-skips=0
-skip() { # name reason
-  echo "== $1: SKIPPED ($2)"
-  summary+=("$1: SKIPPED ($2)")
-  skips=$((skips + 1))
-}
-nccl_run() { # like run, for the nccl backend: skipped beyond TC_GPU_NCCL_MAX_RANKS
-  if [ "$2" -gt "$max_ranks" ]; then skip "$1 x$2" "needs $2 nccl ranks; this NCCL runs at most $max_ranks"; return; fi
-  run "$@"
-}
-run() { # name ranks program...
-  local name=$1 n=$2; shift 2
-  echo "== $name ($n rank(s))"
-  local out rc
-  out=$(timeout 900 "$TCRUN" -n "$n" -- sh -c 'NCCL_HOSTID=rank$RANK exec "$0" "$@"' "$@" 2>&1); rc=$?
-  echo "$out" | tail -n 40
-  local line
-  line=$(echo "$out" | grep -E '^(\[[^]]*\] *)?[0-9]+ passed, [0-9]+ failed' | tail -n 1 | sed 's/^\[[^]]*\] *//')
-  summary+=("$name x$n: ${line:-no result line} (exit $rc)")
-  [ "$rc" = 0 ] || fails=$((fails + 1))
-}
-nccl_run ops 1 "$SUITE/bin/test_gpu_ops"
-TC_GPU_MODES=${TC_GPU_MODES_MULTI:-2} nccl_run ops 2 "$SUITE/bin/test_gpu_ops"
-TC_GPU_MODES=${TC_GPU_MODES_MULTI:-1} nccl_run ops 4 "$SUITE/bin/test_gpu_ops"
-nccl_run mem 1 "$SUITE/bin/test_gpu_mem"
-nccl_run mem 2 "$SUITE/bin/test_gpu_mem"
-nccl_run timeout 2 "$SUITE/bin/test_gpu_timeout"
-for n in ${TC_GPU_STAGING_RANKS:-2}; do run gloo-staging "$n" "$SUITE/bin/test_gpu_gloo_staging"; done
-if [ "${TC_GPU_TORCH:-1}" = 0 ]; then
-  skip torch-smoke "TC_GPU_TORCH=0"
-elif python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
-  run torch-smoke 1 python3 "$SUITE/tests/torch_smoke.py" "$SUITE/lib/libtorchcomm.so"
-else
-  skip torch-smoke "torch with CUDA not importable"
-fi
+# ---- run ---------------------------------------------------------------
+export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} NCCL_IB_DISABLE=${NCCL_IB_DISABLE:-1} TORCHCOMM_ABORT_ON_ERROR=0
+summary=() left=()
+n_pass=0 n_fail=0 n_skip=0 checks_pass=0 checks_fail=0
+line_for() { summary+=("$1"); echo "$1"; }
+for t in "${selected[@]}"; do
+  # shellcheck disable=SC2086
+  set -- $t
+  name=$1 ranks=$2 limit=$(( $3 * scale )) prog=$5
+  elapsed=$(( $(date +%s) - START ))
+  if [ $(( elapsed + limit )) -gt "$budget" ]; then
+    left+=("$name"); line_for "NOT RUN $name: its ${limit} s limit would pass the ${budget} s budget (elapsed ${elapsed} s)"
+    n_skip=$((n_skip + 1)); continue
+  fi
+  reason=""
+  case $prog in test_gpu_gloo_staging) nccl=0 ;; *) nccl=1 ;; esac
+  if [ "$nccl" = 1 ] && [ "$ranks" -gt "$max_ranks" ]; then reason="needs $ranks nccl ranks; this NCCL runs at most $max_ranks"; fi
+  if [ "$nccl" = 0 ] && [ ! -f "$SUITE/lib/libtorchcomm-gloo.so" ]; then reason="the gloo module was not built into the suite (libgloo-dev missing on the build machine?)"; fi
+  if [ "$ranks" -gt 1 ] && [ -n "$exclusive" ]; then reason="$ranks processes on one GPU, but its compute mode is $exclusive (nvidia-smi -c DEFAULT to allow)"; fi
+  if [ "$prog" = torch_smoke.py ]; then
+    if [ "${TC_GPU_TORCH:-1}" = 0 ]; then reason="TC_GPU_TORCH=0"
+    elif ! python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then reason="torch with CUDA not importable"; fi
+  fi
+  if [ -n "$reason" ]; then line_for "SKIP $name: $reason"; n_skip=$((n_skip + 1)); continue; fi
+  if [ "$prog" = torch_smoke.py ]; then cmd=(python3 "$SUITE/tests/torch_smoke.py" "$SUITE/lib/libtorchcomm.so"); else cmd=("$SUITE/bin/$prog"); fi
+  case $name in ops2) export TC_GPU_MODES=${TC_GPU_MODES_MULTI:-2} ;; ops4) export TC_GPU_MODES=${TC_GPU_MODES_MULTI:-1} ;; *) unset TC_GPU_MODES ;; esac
+  log=$SUITE/results/$name.log
+  t0=$(date +%s)
+  # Each rank its own NCCL_HOSTID: NCCL then takes the processes for
+  # different nodes and accepts them on one GPU (sockets over loopback).
+  timeout -k 10 "$limit" "$SUITE/bin/tc-run" -n "$ranks" -- sh -c 'NCCL_HOSTID=rank$RANK exec "$0" "$@"' "${cmd[@]}" >"$log" 2>&1
+  rc=$?
+  secs=$(( $(date +%s) - t0 ))
+  result=$(grep -E '^(\[[^]]*\] *)?[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1 | sed 's/^\[[^]]*\] *//')
+  p=$(echo "$result" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\1/p')
+  f=$(echo "$result" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/\2/p')
+  checks_pass=$((checks_pass + ${p:-0})) checks_fail=$((checks_fail + ${f:-0}))
+  if [ "$rc" = 0 ] && [ -n "$result" ] && [ "${f:-1}" = 0 ]; then
+    n_pass=$((n_pass + 1)); line_for "PASS $name ($ranks rank(s), ${secs} s): $result"
+  else
+    why="exit $rc"; [ "$rc" = 124 ] || [ "$rc" = 137 ] && why="killed at its ${limit} s limit"
+    n_fail=$((n_fail + 1)); line_for "FAIL $name ($ranks rank(s), ${secs} s, $why): ${result:-no result line}"
+    grep -E 'FAIL|failed|error|panicked|\[sim-nccl\]' "$log" | grep -v ' 0 failed' | head -n 15 | sed 's/^/    /'
+    echo "    (full log: $log; last lines:)"; tail -n 8 "$log" | sed 's/^/    /'
+  fi
+done
 echo "== summary"
 printf '%s\n' "${summary[@]}"
-total_pass=0; total_fail=0
-for s in "${summary[@]}"; do
-  p=$(echo "$s" | sed -n 's/.*: \([0-9]*\) passed, \([0-9]*\) failed.*/\1/p'); f=$(echo "$s" | sed -n 's/.*: \([0-9]*\) passed, \([0-9]*\) failed.*/\2/p')
-  total_pass=$((total_pass + ${p:-0})); total_fail=$((total_fail + ${f:-0}))
-done
-echo "gpu-test: $total_pass passed, $total_fail failed, $skips run(s) skipped ($fails run(s) exited non-zero)"
+echo "gpu-test: ${#selected[@]} test(s): $n_pass passed, $n_fail failed, $n_skip skipped or not run; checks: $checks_pass passed, $checks_fail failed; $(( $(date +%s) - START )) s"
+[ ${#left[@]} = 0 ] || echo "gpu-test: not run for lack of time; next: bash $0 ${left[*]}"
+case " ${sel[*]} " in *" part1 "*) echo "gpu-test: the rest of the suite: bash $0 part2" ;; esac
 [ "$sim" = 1 ] && echo "gpu-test: (SIMULATION: these results say nothing about real GPUs)"
-[ "$fails" = 0 ]
+[ "$n_fail" = 0 ]

@@ -104,6 +104,25 @@ int main(void) {
             report("second tc_comm_deregister refused", tc_comm_deregister(comm, h1) == TC_ERR_INVALID_ARGUMENT);
         }
         report("tc_comm_deregister(NULL)", tc_comm_deregister(comm, NULL) == TC_SUCCESS);
+        /* NCCL counts registrations by range: the same buffer again, or a
+           part of it, gives the same handle, and each registration needs
+           its own deregister (the last one releases it; h2 stays live) */
+        void *h3 = untouched, *h4 = untouched;
+        rc = tc_comm_register(comm, plain, bytes, &h3);
+        tc_result_t rc4 = tc_comm_register(comm, (char *)plain + 64, bytes - 128, &h4);
+        report("tc_comm_register of a registered buffer and of a part of it", rc == TC_SUCCESS && rc4 == TC_SUCCESS &&
+               (h2 == NULL || (h3 == h2 && h4 == h2)));
+        report("tc_comm_deregister of the second registration", rc != TC_SUCCESS || tc_comm_deregister(comm, h3) == TC_SUCCESS);
+        report("tc_comm_deregister of the sub-range registration", rc4 != TC_SUCCESS || tc_comm_deregister(comm, h4) == TC_SUCCESS);
+        all_reduce_check("all_reduce on a buffer still registered once", plain, 0);
+        /* host memory: accepted, and left unregistered by NCCL */
+        float *pinned = NULL;
+        CU(cuMemHostAlloc((void **)&pinned, bytes, 0));
+        void *hh = untouched;
+        rc = tc_comm_register(comm, pinned, bytes, &hh);
+        report("tc_comm_register of pinned host memory accepted", rc == TC_SUCCESS && hh != untouched);
+        report("tc_comm_deregister of pinned host memory", rc != TC_SUCCESS || tc_comm_deregister(comm, hh) == TC_SUCCESS);
+        CU(cuMemFreeHost(pinned));
     }
 
     /* frees: once, own pointers only */

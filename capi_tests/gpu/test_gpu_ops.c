@@ -703,6 +703,90 @@ static void test_premul_pointer(void) {
 /* A second comm with hints: non-blocking NCCL calls (blocking=0, where
    NCCL answers ncclInProgress and the library polls) on a high-priority
    internal stream; sync and async all_reduce, a barrier, finalize. */
+/* Splits of a non-blocking comm: NCCL runs them as a job of the PARENT
+   (ncclCommSplit answers ncclInProgress, the parent is polled, and the child
+   handle is written only when the job ends). Without hints the child
+   inherits the parent's config (NULL config); with hints it gets a config
+   of its own, non-blocking unless a hint says otherwise. The even ranks
+   form the first child (the others opt out, NCCL_SPLIT_NOCOLOR), every rank
+   the others; each child runs an all_reduce and finalizes, and the parent
+   stays usable. */
+static void test_nonblocking_split(tc_comm_t *parent) {
+    static tc_hint_t max_ctas[] = {{"nccl.max_ctas", "4"}}, blocking_child[] = {{"nccl.blocking", "1"}};
+    struct { const char *name, *what; tc_hint_t *hints; int even_only; } cases[] = {
+        {"gpu_nb_split_inherit", "split of a non-blocking comm, no hints (NULL config)", NULL, 1},
+        {"gpu_nb_split_config", "split of a non-blocking comm with a config (max_ctas=4)", max_ctas, 0},
+        {"gpu_nb_split_blocking", "split of a non-blocking comm into a blocking child", blocking_child, 0},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        int ranks[MAXR], n = 0;
+        for (int r = 0; r < N; r += cases[ci].even_only ? 2 : 1) ranks[n++] = r;
+        int member = cases[ci].even_only ? R % 2 == 0 : 1;
+        tc_comm_options_t co = TC_COMM_OPTIONS_INIT;
+        co.abort_on_error = 0;
+        co.hints = cases[ci].hints;
+        co.num_hints = cases[ci].hints ? 1 : 0;
+        tc_comm_t *child = (tc_comm_t *)&n; /* must be overwritten */
+        tc_result_t rc = member ? tc_comm_split(parent, ranks, (size_t)n, cases[ci].name, &co, &child)
+                                : tc_comm_split(parent, NULL, 0, cases[ci].name, &co, &child);
+        report(cases[ci].what, TC_FLOAT32, "-", SYNC, rc == TC_SUCCESS && (member ? child != NULL : child == NULL));
+        if (rc != TC_SUCCESS || !child) continue;
+        int cr = -1, cs = -1;
+        tc_comm_get_rank(child, &cr);
+        tc_comm_get_size(child, &cs);
+        float one[4] = {1, 1, 1, 1}, got[4] = {0};
+        void *d = dalloc(sizeof one);
+        h2d(d, one, sizeof one);
+        tc_op_options_t o = opts_for(SYNC);
+        tc_reduce_op_t sum = TC_REDUCE_OP(TC_SUM);
+        rc = tc_all_reduce(child, d, 4, TC_FLOAT32, sum, &o, NULL);
+        CU(cuStreamSynchronize(stream));
+        d2h(got, d, sizeof got);
+        dfree(d);
+        report("all_reduce on the child of a non-blocking split", TC_FLOAT32, "sum", SYNC,
+               rc == TC_SUCCESS && cs == n && cr == (cases[ci].even_only ? R / 2 : R) && got[0] == n && got[3] == n);
+        report("finalize of the child of a non-blocking split", TC_FLOAT32, "-", SYNC, tc_comm_finalize(child) == TC_SUCCESS);
+        tc_comm_destroy(child);
+    }
+    tc_op_options_t o = opts_for(SYNC);
+    tc_result_t rc = tc_barrier(parent, &o, NULL);
+    CU(cuStreamSynchronize(stream));
+    report("non-blocking parent usable after its splits", TC_FLOAT32, "-", SYNC, rc == TC_SUCCESS);
+}
+
+/* Operations on a non-blocking comm for 2 s while its watchdog polls NCCL
+   every 100 ms: each operation's settling polls ncclCommGetAsyncError too,
+   and NCCL completes the comm's group job there without a lock, so the
+   library must never poll one comm from two threads at once. */
+static void test_nonblocking_polls(tc_comm_t *c) {
+    float one[4] = {1, 1, 1, 1};
+    void *d = dalloc(sizeof one);
+    tc_op_options_t o = opts_for(SYNC);
+    tc_reduce_op_t sum = TC_REDUCE_OP(TC_SUM);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    tc_result_t rc = TC_SUCCESS;
+    long ops = 0;
+    /* every rank runs the same number of operations: rank 0's clock decides */
+    for (int more = 1; more && rc == TC_SUCCESS; ops++) {
+        h2d(d, one, sizeof one);
+        rc = tc_all_reduce(c, d, 4, TC_FLOAT32, sum, &o, NULL);
+        CU(cuStreamSynchronize(stream));
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        float flag[4] = {0};
+        flag[0] = R == 0 && (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < 2000;
+        h2d(d, flag, sizeof flag);
+        if (rc == TC_SUCCESS) rc = tc_all_reduce(c, d, 4, TC_FLOAT32, sum, &o, NULL);
+        CU(cuStreamSynchronize(stream));
+        d2h(flag, d, sizeof flag);
+        more = flag[0] > 0;
+    }
+    CU(cuStreamSynchronize(stream));
+    dfree(d);
+    report("2 s of all_reduces on a non-blocking comm while its watchdog polls", TC_FLOAT32, "sum", SYNC,
+           rc == TC_SUCCESS && tc_comm_get_async_error(c) == TC_SUCCESS);
+}
+
 static void test_hinted_comm(void) {
     tc_hint_t hints[] = {{"nccl.blocking", "0"}, {"high_priority_stream", "1"}};
     tc_comm_options_t co = TC_COMM_OPTIONS_INIT;
@@ -769,6 +853,8 @@ static void test_hinted_comm(void) {
     rc = tc_barrier(c, &o, NULL);
     CU(cuStreamSynchronize(stream));
     report("barrier on a non-blocking comm", TC_FLOAT32, "-", SYNC, rc == TC_SUCCESS);
+    test_nonblocking_split(c);
+    test_nonblocking_polls(c);
     report("finalize of a non-blocking comm", TC_FLOAT32, "-", SYNC, tc_comm_finalize(c) == TC_SUCCESS);
     tc_comm_destroy(c);
     dfree(d);

@@ -3,8 +3,13 @@
    from the documented driver API; it is not NVIDIA's driver and proves
    nothing about real GPUs. What it models, because it matters for the
    correctness of our code:
-   - one device with a primary context; per-thread context stacks, and the
-     calls that need a current context fail without one;
+   - TC_SIM_DEVICES=N devices (default 1, at most 8), each with a primary
+     context; per-thread context stacks, and the calls that need a current
+     context fail without one. Device memory belongs to the device of the
+     context current at allocation (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL and
+     _CONTEXT say which), streams to the device of theirs; the simulated
+     NCCL refuses a buffer or stream of another device than its comm's
+     (a real kernel would fault or fail to launch);
    - "device memory": host memory mapped twice, the address handed out is
      PROT_NONE (a host dereference crashes, as on a real GPU) and kernels and
      copies use the second mapping; freed ranges stay reserved so that a late
@@ -23,6 +28,12 @@
      (allocation, synchronisation, event and stream queries) follow the
      documented thread interaction modes (cuThreadExchangeStreamCaptureMode):
      a prohibited call fails and invalidates the capture it disturbs;
+     fork/join is legal (a stream waiting on an event of an active capture
+     joins it and must be joined back before it ends, else
+     CUDA_ERROR_STREAM_CAPTURE_UNJOINED); the legacy stream used while a
+     blocking stream captures (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) and a
+     capturing stream waiting on an event recorded outside the capture
+     without CU_EVENT_WAIT_EXTERNAL (..._ISOLATION) invalidate the capture;
    - strict handles: destroyed or unknown streams, events, graphs and freed
      memory give error codes.
    Built with -DSIM_STUB it plays the toolkit's link-time stub libcuda.so
@@ -73,13 +84,15 @@ struct CUctx_st {
     int device;
     int retains;
 };
-static struct CUctx_st primary = {0, 0};
+#define MAX_DEVICES 8
+static struct CUctx_st primaries[MAX_DEVICES];
+static int g_ndev = 1;
 #define CTX_STACK 16
 static __thread CUcontext tl_ctx[CTX_STACK];
 static __thread int tl_nctx;
 
 static CUcontext current(void) { return tl_nctx ? tl_ctx[tl_nctx - 1] : NULL; }
-static int valid_ctx(CUcontext c) { return c == &primary; }
+static int valid_ctx(CUcontext c) { return c >= primaries && c < primaries + g_ndev; }
 
 /* ---- memory registry ----------------------------------------------------- */
 
@@ -89,6 +102,7 @@ struct alloc {
     size_t size, map;
     char *shadow; /* device memory: the host-accessible mapping */
     int kind, tag;
+    int device; /* device memory: its device's ordinal */
     struct alloc *next;
 };
 static struct alloc *allocs;
@@ -146,6 +160,8 @@ struct item {
 struct CUstream_st {
     unsigned magic;
     int dead, flags, priority, legacy;
+    int device; /* of the context current at creation (the legacy stream: any) */
+    int nccl_hold; /* non-blocking NCCL calls on it that have not reported success */
     struct item *head, *tail;
     unsigned long long enq_seq, done_seq;
     pthread_t thread;
@@ -155,6 +171,11 @@ struct CUstream_st {
     pthread_t cap_thread;
     unsigned long long cap_id;
     struct nodes *cap;
+    /* a stream that joined another's capture by waiting on one of its
+       events (fork): its captured work and how much of it the capture
+       waited for (join); all must be joined before the capture ends */
+    int forked;
+    unsigned long long cap_work, cap_joined;
     struct CUstream_st *next_all;
 };
 static struct CUstream_st legacy = {.magic = MAGIC_STREAM, .legacy = 1};
@@ -167,6 +188,8 @@ struct CUevent_st {
     unsigned flags;
     unsigned long long rec_gen, done_gen;
     unsigned long long cap_id; /* non-zero: last recorded during that capture */
+    struct CUstream_st *cap_src; /* ... on this stream, after cap_work of its captured work */
+    unsigned long long cap_work;
     struct timespec when;
     struct CUevent_st *next_all;
 };
@@ -274,6 +297,22 @@ static void order_after(struct CUstream_st *to, struct CUstream_st *from) {
 }
 
 /* Under G: the legacy stream synchronises with blocking streams. */
+static void invalidate(struct CUstream_st *s);
+
+/* Under G. The legacy stream synchronizes with every blocking stream, so
+   its use while a blocking stream captures is invalid (CUDA documents
+   cudaErrorStreamCaptureImplicit) and invalidates that capture. */
+static CUresult legacy_use_ok(struct CUstream_st *s) {
+    CUresult r = CUDA_SUCCESS;
+    for (struct CUstream_st *o = streams; o && s->legacy; o = o->next_all)
+        if (o != s && !o->dead && o->flags == CU_STREAM_DEFAULT && o->cap_status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+            fprintf(stderr, "[sim-cuda] legacy stream used while blocking stream %p captures: capture invalidated\n", (void *)o);
+            invalidate(o);
+            r = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+        }
+    return r;
+}
+
 static void implicit_order(struct CUstream_st *s) {
     for (struct CUstream_st *o = streams; o; o = o->next_all) {
         if (o == s || o->dead) continue;
@@ -296,26 +335,52 @@ static struct CUevent_st *event_of(CUevent h) {
 
 static void drain_all(void);
 
+/* Under G: the capture of s, and of every stream forked into it. */
 static void invalidate(struct CUstream_st *s) {
-    if (s->cap_status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
-        s->cap_status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
-        if (g_trace) fprintf(stderr, "[sim-cuda] capture of stream %p invalidated\n", (void *)s);
-    }
+    if (s->cap_status != CU_STREAM_CAPTURE_STATUS_ACTIVE) return;
+    for (struct CUstream_st *o = streams; o; o = o->next_all)
+        if (o == s || (o->cap_status == CU_STREAM_CAPTURE_STATUS_ACTIVE && o->cap_id == s->cap_id)) {
+            o->cap_status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+            if (g_trace) fprintf(stderr, "[sim-cuda] capture of stream %p invalidated\n", (void *)o);
+        }
+}
+
+/* Under G: a non-blocking NCCL call whose comm has not reported success yet
+   may not have put its work on the stream (NCCL does that from its own
+   thread): any use of the stream meanwhile would be ordered wrongly. */
+static CUresult held(struct CUstream_st *s, const char *fn) {
+    if (!s->nccl_hold) return CUDA_SUCCESS;
+    fprintf(stderr, "[sim-cuda] %s: stream %p used while a non-blocking NCCL call on it has not reported ncclSuccess\n", fn,
+            (void *)s);
+    return CUDA_ERROR_ILLEGAL_STATE;
+}
+EXPORT void simcu_stream_hold(CUstream h, int delta) {
+    pthread_mutex_lock(&G);
+    struct CUstream_st *s = stream_of(h);
+    if (s) s->nccl_hold += delta;
+    pthread_mutex_unlock(&G);
 }
 
 /* Under G: enqueues (or records, when capturing) one piece of work. */
 static CUresult enqueue(struct CUstream_st *s, struct node n) {
+    CUresult hr = held(s, "enqueue");
+    if (hr != CUDA_SUCCESS) {
+        if (n.release) n.release(n.arg);
+        return hr;
+    }
     if (s->cap_status == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
         if (n.release) n.release(n.arg);
         return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     }
     if (s->cap_status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
         nodes_add(s->cap, n);
+        s->cap_work++;
         return CUDA_SUCCESS;
     }
-    if (g_sticky) {
+    CUresult r = g_sticky ? g_sticky : legacy_use_ok(s);
+    if (r != CUDA_SUCCESS) {
         if (n.release) n.release(n.arg);
-        return g_sticky;
+        return r;
     }
     implicit_order(s);
     struct item *it = calloc(1, sizeof *it);
@@ -438,6 +503,9 @@ EXPORT CUresult cuInit(unsigned int flags) {
         g_trace = t && *t && strcmp(t, "0") != 0;
         const char *d = getenv("TC_SIM_DELAY_US");
         g_delay_us = d ? atoi(d) : 0;
+        const char *n = getenv("TC_SIM_DEVICES");
+        g_ndev = n && atoi(n) > 0 ? (atoi(n) > MAX_DEVICES ? MAX_DEVICES : atoi(n)) : 1;
+        for (int i = 0; i < MAX_DEVICES; i++) primaries[i].device = i;
         g_inited = 1;
     }
     pthread_mutex_unlock(&G);
@@ -451,32 +519,32 @@ EXPORT CUresult cuDriverGetVersion(int *v) {
 EXPORT CUresult cuDeviceGetCount(int *count) {
     ENTER();
     if (!count) RET(CUDA_ERROR_INVALID_VALUE);
-    *count = 1;
+    *count = g_ndev;
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal) {
     ENTER();
     if (!device) RET(CUDA_ERROR_INVALID_VALUE);
-    if (ordinal != 0) RET(CUDA_ERROR_INVALID_DEVICE);
-    *device = 0;
+    if (ordinal < 0 || ordinal >= g_ndev) RET(CUDA_ERROR_INVALID_DEVICE);
+    *device = ordinal;
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
     ENTER();
     if (!pctx) RET(CUDA_ERROR_INVALID_VALUE);
-    if (dev != 0) RET(CUDA_ERROR_INVALID_DEVICE);
+    if (dev < 0 || dev >= g_ndev) RET(CUDA_ERROR_INVALID_DEVICE);
     pthread_mutex_lock(&G);
-    primary.retains++;
+    primaries[dev].retains++;
     pthread_mutex_unlock(&G);
-    *pctx = &primary;
+    *pctx = &primaries[dev];
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
     ENTER();
-    if (dev != 0) RET(CUDA_ERROR_INVALID_DEVICE);
+    if (dev < 0 || dev >= g_ndev) RET(CUDA_ERROR_INVALID_DEVICE);
     pthread_mutex_lock(&G);
-    int over = primary.retains <= 0;
-    if (!over) primary.retains--;
+    int over = primaries[dev].retains <= 0;
+    if (!over) primaries[dev].retains--;
     pthread_mutex_unlock(&G);
     /* releasing more than retained would destroy a context others use */
     if (over) RET(CUDA_ERROR_INVALID_CONTEXT);
@@ -552,6 +620,7 @@ EXPORT CUresult cuStreamCreateWithPriority(CUstream *ph, unsigned int flags, int
     s->magic = MAGIC_STREAM;
     s->flags = (int)flags;
     s->priority = priority < -5 ? -5 : priority > 0 ? 0 : priority; /* clamped, as documented */
+    s->device = current()->device;
     pthread_mutex_lock(&G);
     s->next_all = streams;
     streams = s;
@@ -582,7 +651,8 @@ static CUresult stream_sync(CUstream h, int wait) {
     struct CUstream_st *s = stream_of(h);
     CUresult r = CUDA_SUCCESS;
     if (!s) r = CUDA_ERROR_INVALID_HANDLE;
-    else if (s->cap_status) {
+    else if ((r = held(s, wait ? "cuStreamSynchronize" : "cuStreamQuery")) != CUDA_SUCCESS) {
+    } else if (s->cap_status) {
         invalidate(s);
         r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     } else if ((r = unsafe_during_capture()) == CUDA_SUCCESS) {
@@ -610,18 +680,44 @@ EXPORT CUresult cuStreamWaitEvent(CUstream h, CUevent ev, unsigned int flags) {
     struct CUevent_st *e = event_of(ev);
     CUresult r = CUDA_SUCCESS;
     if (!s || !e) r = CUDA_ERROR_INVALID_HANDLE;
-    else if (s->cap_status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+    else if ((r = held(s, "cuStreamWaitEvent")) != CUDA_SUCCESS) {
+    } else if (s->cap_status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
         /* In-capture dependency: recorded work of this capture precedes in
-           the node list already. An event of another capture would cross
-           capture sequences. */
+           the node list already (a join when the event is another stream's).
+           An event of another capture would cross capture sequences, and
+           one recorded outside any capture is no node of this graph (CUDA
+           wants CU_EVENT_WAIT_EXTERNAL for that). */
         if (e->cap_id && e->cap_id != s->cap_id) {
+            invalidate(s);
+            r = CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+        } else if (e->cap_id && e->cap_src && e->cap_src != s) {
+            if (e->cap_work > e->cap_src->cap_joined) e->cap_src->cap_joined = e->cap_work;
+        } else if (!e->cap_id && e->rec_gen > 0 && !(flags & 1u)) {
+            fprintf(stderr, "[sim-cuda] capturing stream %p waits on event %p recorded outside the capture: capture invalidated\n",
+                    (void *)s, (void *)e);
             invalidate(s);
             r = CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
         }
     } else if (s->cap_status == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
         r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     } else if (e->cap_id) {
-        r = CUDA_ERROR_STREAM_CAPTURE_ISOLATION; /* waiting on captured work from outside */
+        /* a fork: a stream waiting on an event of an active capture joins it */
+        struct CUstream_st *origin = NULL;
+        for (struct CUstream_st *o = streams; o && !origin; o = o->next_all)
+            if (o->cap_status == CU_STREAM_CAPTURE_STATUS_ACTIVE && o->cap_id == e->cap_id) origin = o;
+        if (!origin || s->legacy) {
+            r = CUDA_ERROR_STREAM_CAPTURE_ISOLATION; /* waiting on captured work from outside */
+        } else {
+            s->cap_status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+            s->cap_mode = origin->cap_mode;
+            s->cap_thread = origin->cap_thread;
+            s->cap_id = origin->cap_id;
+            s->cap = origin->cap;
+            s->cap->refs++;
+            s->forked = 1;
+            s->cap_work = s->cap_joined = 0;
+        }
+    } else if ((r = legacy_use_ok(s)) != CUDA_SUCCESS) {
     } else if (e->rec_gen > e->done_gen) {
         /* waits for the latest record as of now; later records do not count */
         implicit_order(s);
@@ -675,11 +771,22 @@ EXPORT CUresult cuStreamEndCapture(CUstream h, CUgraph *ph) {
     struct nodes *ns = NULL;
     if (!s) r = CUDA_ERROR_INVALID_HANDLE;
     else if (!s->cap_status) r = CUDA_ERROR_ILLEGAL_STATE;
+    else if (s->forked) r = CUDA_ERROR_STREAM_CAPTURE_UNMATCHED; /* a capture ends on the stream that began it */
     else if (s->cap_mode != CU_STREAM_CAPTURE_MODE_RELAXED && !pthread_equal(s->cap_thread, pthread_self()))
         r = CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
     else {
         ns = s->cap;
         r = s->cap_status == CU_STREAM_CAPTURE_STATUS_INVALIDATED ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
+        /* every forked stream must have been joined back; all leave the capture */
+        for (struct CUstream_st *f = streams; f; f = f->next_all) {
+            if (f == s || !f->forked || f->cap_id != s->cap_id || f->cap_status == CU_STREAM_CAPTURE_STATUS_NONE) continue;
+            if (f->cap_work > f->cap_joined && r == CUDA_SUCCESS) {
+                fprintf(stderr, "[sim-cuda] capture ended with forked stream %p not joined back\n", (void *)f);
+                r = CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
+            }
+            f->cap->refs--; /* the origin's reference keeps the nodes */
+            f->cap = NULL, f->forked = 0, f->cap_status = CU_STREAM_CAPTURE_STATUS_NONE;
+        }
         s->cap = NULL;
         s->cap_status = CU_STREAM_CAPTURE_STATUS_NONE;
         /* events recorded during the capture stay captured until re-recorded */
@@ -779,10 +886,12 @@ EXPORT CUresult cuEventRecord(CUevent ev, CUstream h) {
     struct CUstream_st *s = stream_of(h);
     CUresult r = CUDA_SUCCESS;
     if (!e || !s) r = CUDA_ERROR_INVALID_HANDLE;
-    else if (s->cap_status == CU_STREAM_CAPTURE_STATUS_INVALIDATED) r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-    else if (s->cap_status == CU_STREAM_CAPTURE_STATUS_ACTIVE) e->cap_id = s->cap_id;
+    else if ((r = held(s, "cuEventRecord")) != CUDA_SUCCESS) {
+    } else if (s->cap_status == CU_STREAM_CAPTURE_STATUS_INVALIDATED) r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    else if (s->cap_status == CU_STREAM_CAPTURE_STATUS_ACTIVE) e->cap_id = s->cap_id, e->cap_src = s, e->cap_work = s->cap_work;
     else if (g_sticky) r = g_sticky;
-    else {
+    else if ((r = legacy_use_ok(s)) != CUDA_SUCCESS) {
+    } else {
         e->cap_id = 0;
         implicit_order(s);
         struct item *it = calloc(1, sizeof *it);
@@ -913,6 +1022,7 @@ static CUresult device_alloc(void **out, size_t bytes, int tag) {
     memset(sh, 0xa5, map); /* cuMemAlloc does not clear memory */
     struct alloc *a = calloc(1, sizeof *a);
     a->base = (uintptr_t)dev, a->size = bytes, a->map = map, a->shadow = sh, a->kind = M_DEVICE, a->tag = tag;
+    a->device = current() ? current()->device : 0;
     a->next = allocs;
     allocs = a;
     *out = dev;
@@ -936,6 +1046,7 @@ static void drain_all(void) {
 
 EXPORT CUresult simcu_alloc(void **p, size_t bytes, int tag) {
     ENTER();
+    if (!current()) RET(CUDA_ERROR_INVALID_CONTEXT);
     if (!p || !bytes) RET(CUDA_ERROR_INVALID_VALUE);
     pthread_mutex_lock(&G);
     CUresult r = device_alloc(p, bytes, tag);
@@ -1050,8 +1161,8 @@ EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUde
         case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
             *(unsigned *)data = a->kind == M_DEVICE ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
             break;
-        case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = 0; break;
-        case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = &primary; break;
+        case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = a->device; break;
+        case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = &primaries[a->device]; break;
         case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(CUdeviceptr *)data = ptr; break;
         case CU_POINTER_ATTRIBUTE_HOST_POINTER:
             if (a->kind == M_DEVICE) r = CUDA_ERROR_INVALID_VALUE;
@@ -1068,6 +1179,22 @@ static int kind_of(const void *addr) {
     struct alloc *a = find((uintptr_t)addr);
     if (!a || a->kind == M_FREED) return a ? -1 : 0;
     return a->kind == M_DEVICE ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+}
+EXPORT int simcu_pointer_device(const void *addr) {
+    pthread_mutex_lock(&G);
+    struct alloc *a = find((uintptr_t)addr);
+    int d = a && a->kind == M_DEVICE ? a->device : -1;
+    pthread_mutex_unlock(&G);
+    return d;
+}
+EXPORT int simcu_stream_device(CUstream h) {
+    pthread_mutex_lock(&G);
+    struct CUstream_st *s = h ? h : NULL;
+    int d = -1;
+    for (struct CUstream_st *k = streams; k && s; k = k->next_all)
+        if (k == s && k->magic == MAGIC_STREAM && !k->legacy) d = k->device;
+    pthread_mutex_unlock(&G);
+    return d;
 }
 EXPORT int simcu_memory_kind(const void *addr) {
     pthread_mutex_lock(&G);

@@ -11,8 +11,12 @@
      one rank needs no directory;
    - transport: point-to-point messages, one file per message, written under
      a temporary name and renamed into place; the receiver polls for
-     (source, destination, sequence number), reads and deletes it. Sends
-     never block, receives wait (until the message comes or the comm is
+     (source, destination, sequence number), reads and deletes it. Sends up
+     to TC_SIM_NCCL_EAGER_BYTES (default 4 MiB, NCCL's default buffer size)
+     complete at once; a larger one completes only once its receiver took
+     it (a group's receives run first, so a group never deadlocks on
+     itself, but ungrouped sends and receives in opposite orders on two
+     ranks hang as with NCCL). Receives wait (until the message comes or the comm is
      aborted; a dead peer process sets ncclRemoteError as the comm's
      asynchronous error and the receive keeps waiting for the abort, as a
      real kernel would). Messages to self stay in memory;
@@ -30,7 +34,10 @@
    - work runs as a "kernel" on the caller's stream (recorded when the
      stream captures a graph, run at every replay). The kernels of one comm
      run one at a time, in the order they were issued (as NCCL serializes a
-     comm's operations); message sequence numbers are taken when a kernel
+     comm's operations), and a device runs TC_SIM_NCCL_MAX_KERNELS NCCL
+     kernels at once (default 1: NCCL gives no guarantee that kernels of two
+     comms are resident together, so two comms used in different orders
+     on two ranks deadlock as on hardware); message sequence numbers are taken when a kernel
      runs, so replays match across ranks when every rank replays alike;
    - groups: calls between ncclGroupStart and ncclGroupEnd become one kernel
      per comm at the end, which first sends everything and then receives (so
@@ -39,18 +46,39 @@
      group fails the group and launches nothing;
    - ncclCommSplit: collective over the parent (colors and keys are
      exchanged between all ranks); NCCL_SPLIT_NOCOLOR gives NULL; ranks of
-     one color form a comm ordered by key, then parent rank;
+     one color form a comm ordered by key, then parent rank. As in NCCL's
+     init.cc, it is a job of the PARENT: it blocks when the parent is
+     blocking; with a non-blocking parent it answers ncclInProgress with
+     *newcomm still NULL, runs on a thread of its own, writes *newcomm when
+     it ends (TC_SIM_SPLIT_DELAY_US later, default 2000), and the parent's
+     ncclCommGetAsyncError says ncclInProgress until then. A NULL config
+     gives the child the parent's mode; a config's undefined blocking field
+     means blocking, as in NCCL;
    - argument checks NCCL makes or that a real GPU would turn into a fault:
-     comm handles (destroyed or aborted comms are kept and reported), data
+     comm handles (destroyed or aborted comms are kept, and any later use
+     of one ends the process with a message: NCCL freed it), data
      types of this version, reduction ops (user ops belong to their comm and
      datatype), root and peer ranks, buffers (simulated device memory or
      pinned/registered host memory; plain host memory is refused; buffers a
      rank does not use, such as a non-root's receive buffer of ncclReduce,
      are not looked at), overlapping buffers outside NCCL's in-place layouts
      (undefined results with real NCCL), streams;
-   - non-blocking comms (config blocking = 0): init, collectives and group
-     ends answer ncclInProgress, and ncclCommGetAsyncError reports
-     ncclInProgress for a few polls;
+   - non-blocking comms (config blocking = 0): init (its rendezvous then
+     runs on a thread of its own), collectives and group ends answer
+     ncclInProgress, and ncclCommGetAsyncError reports
+     ncclInProgress for a few polls; any call on the comm before it reported
+     ncclSuccess is flagged and refused (ncclInvalidArgument, as NCCL's
+     ncclCommEnsureReady does), so is any use of its call's stream (the
+     simulated driver answers CUDA_ERROR_ILLEGAL_STATE: NCCL may not have
+     enqueued the work yet), and two threads inside
+     ncclCommGetAsyncError of one non-blocking comm at once are flagged
+     (ncclInvalidUsage: NCCL completes and clears the group job there
+     without a lock);
+   - registration reference-counted by range as in NCCL's register.cc: the
+     same buffer, or a range inside a live registration, gives the same
+     handle; each ncclCommDeregister drops one reference; host memory is
+     accepted and left unregistered (NULL handle); references left at
+     ncclCommDestroy are reported (and released with the comm);
    - comms are not thread-safe: two threads inside calls on one comm at once
      is reported as ncclInvalidUsage (ncclCommGetAsyncError and
      ncclCommAbort may come from any thread, as NCCL allows); ncclCommAbort
@@ -138,6 +166,11 @@ struct reg;
 typedef struct ncclComm {
     unsigned magic;
     int state, blocking, device, pending_polls, inflight, busy;
+    int job_running; /* a non-blocking split's job is still running */
+    int init_pending; /* created inside a group: joins its job at ncclGroupEnd */
+    int polling;     /* a thread is inside ncclCommGetAsyncError */
+    int holding;     /* its last non-blocking call holds `held` until it reports success */
+    CUstream held;
     int rank, nranks;
     ncclResult_t async_error; /* ncclRemoteError once a peer process died */
     struct user_op ops[MAX_USER_OPS];
@@ -161,6 +194,13 @@ static void release_registrations(ncclComm_t c);
 static pthread_mutex_t M = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t MC = PTHREAD_COND_INITIALIZER;
 static struct ncclComm *comms;
+#define MAX_SIM_DEVICES 8
+static int device_kernels[MAX_SIM_DEVICES]; /* NCCL kernels running per device, under M */
+static unsigned long device_launches[MAX_SIM_DEVICES];
+struct kernel;
+static struct kernel *device_waiting[MAX_SIM_DEVICES]; /* launched, not started: in launch order */
+EXPORT ncclResult_t ncclGroupStart(void);
+EXPORT ncclResult_t ncclGroupEnd(void);
 static __thread char last_error[512];
 
 static ncclResult_t fail(ncclResult_t r, const char *fmt, ...) {
@@ -240,9 +280,12 @@ static ncclResult_t check_comm(ncclComm_t c, const char *fn, int allow_finalized
     while (k && k != c) k = k->next;
     if (!k || c->magic != COMM_MAGIC) return fail(ncclInvalidArgument, "%s: %p is not a comm of this library", fn, (void *)c);
     if (c->state == DESTROYED || c->state == ABORTED) {
-        fprintf(stderr, "[sim-nccl] %s: use of comm %p after ncclComm%s (a use-after-free with real NCCL)\n", fn, (void *)c,
-                c->state == ABORTED ? "Abort" : "Destroy");
-        return fail(ncclInvalidArgument, "%s: comm %p was %s", fn, (void *)c, c->state == ABORTED ? "aborted" : "destroyed");
+        /* NCCL frees the comm in ncclCommAbort/ncclCommDestroy: a later use
+           reads freed memory. A fault here, not an error code a caller
+           could get away with. */
+        fprintf(stderr, "[sim-nccl] %s: use of comm %p after ncclComm%s: a use-after-free with real NCCL; aborting the process\n",
+                fn, (void *)c, c->state == ABORTED ? "Abort" : "Destroy");
+        abort();
     }
     if (c->state == FINALIZED && !allow_finalized) return fail(ncclInvalidUsage, "%s: comm was finalized", fn);
     return ncclSuccess;
@@ -256,6 +299,17 @@ static ncclResult_t enter(ncclComm_t c, const char *fn, int allow_finalized) {
     if (r == ncclSuccess && c->busy) {
         fprintf(stderr, "[sim-nccl] %s: comm %p used by two threads at once\n", fn, (void *)c);
         r = fail(ncclInvalidUsage, "%s: comm %p is in use by another thread", fn, (void *)c);
+    }
+    if (r == ncclSuccess && c->init_pending) {
+        fprintf(stderr, "[sim-nccl] %s: comm %p used before the group that creates it ended\n", fn, (void *)c);
+        r = fail(ncclInvalidUsage, "%s: comm %p is created by a group that has not ended", fn, (void *)c);
+    }
+    /* NCCL's ncclCommEnsureReady: a non-blocking comm must have reported
+       ncclSuccess (ncclCommGetAsyncError) for its previous call first */
+    if (r == ncclSuccess && !allow_finalized && !c->blocking && (c->job_running || c->pending_polls > 0)) {
+        fprintf(stderr, "[sim-nccl] %s: comm %p used before its previous non-blocking operation reported ncclSuccess\n", fn,
+                (void *)c);
+        r = fail(ncclInvalidArgument, "%s: attempt to use the communicator before the previous operation returned ncclSuccess", fn);
     }
     if (r == ncclSuccess) c->busy = 1;
     pthread_mutex_unlock(&M);
@@ -271,6 +325,26 @@ static ncclResult_t leave(ncclComm_t c, ncclResult_t r) {
     pthread_mutex_unlock(&M);
     return r;
 }
+/* A non-blocking call's stream may not be used until the comm reported
+   success (NCCL enqueues the work from its own thread): the simulated
+   driver refuses any use of it meanwhile. Called without M. */
+static void hold_stream(ncclComm_t c, CUstream s) {
+    pthread_mutex_lock(&M);
+    int hold = !c->blocking && !c->holding;
+    if (hold) c->holding = 1, c->held = s;
+    pthread_mutex_unlock(&M);
+    if (hold) simcu_stream_hold(s, 1);
+}
+/* Under M: takes the comm's hold, to be released by release_hold without M. */
+static int take_hold(ncclComm_t c, CUstream *s) {
+    int h = c->holding;
+    *s = c->held;
+    c->holding = 0;
+    return h;
+}
+static void release_hold(int h, CUstream s) {
+    if (h) simcu_stream_hold(s, -1);
+}
 static void unbusy(ncclComm_t c) {
     pthread_mutex_lock(&M);
     c->busy = 0;
@@ -280,7 +354,8 @@ static void unbusy(ncclComm_t c) {
 /* ---- the job directory and messages ------------------------------------- */
 
 /* Message files: "<dir>/<ch>.<src>.<dst>.<seq>" with ch 'd' (data, taken by
-   kernels) or 'c' (control, split); written as "<dir>/t.<...>" first. */
+   kernels), 'c' (control, split) or 'a' (the acknowledgement of a data
+   message beyond the eager threshold, from its receiver); written as "<dir>/t.<...>" first. */
 struct msghdr {
     uint32_t magic;
     int32_t kind, dtype, op, root, pad;
@@ -341,6 +416,9 @@ static int peer_alive(ncclComm_t c, int q) {
     return !(c->pids && c->pids[q] > 0 && kill(c->pids[q], 0) != 0 && errno == ESRCH);
 }
 
+/* Sends beyond this many bytes complete only when the receiver took them. */
+static size_t eager_bytes(void) { return (size_t)env_long("TC_SIM_NCCL_EAGER_BYTES", 4L << 20); }
+
 /* Receives one message: 0 done, 1 the comm was aborted (or, with
    timeout_ms >= 0, the time passed: 2), -1 a malformed message. The header is
    returned in *h and the payload (h->bytes, at most `cap`) in `buf`. */
@@ -362,6 +440,12 @@ static int msg_get(ncclComm_t c, char ch, int src, unsigned long seq, struct msg
             }
             close(fd);
             unlink(path);
+            if (rc == 0 && ch == 'd' && h->bytes > eager_bytes()) { /* the sender waits for this */
+                char ack[96], tmp[96];
+                snprintf(ack, sizeof ack, "a.%d.%d.%lu", c->rank, src, seq);
+                snprintf(tmp, sizeof tmp, "t.a.%d.%d.%lu", c->rank, src, seq);
+                write_file(c->dir, tmp, ack, "", 0, NULL, 0, 0);
+            }
             return rc;
         }
         pthread_mutex_lock(&M);
@@ -407,7 +491,7 @@ static void leave_job(ncclComm_t c) {
                 if (!(c->pids && q >= 0 && q < c->nranks && !peer_alive(c, q))) others++;
             }
             /* messages to me: "<ch>.<src>.<me>.<seq>" */
-            if ((n[0] == 'd' || n[0] == 'c') && n[1] == '.') {
+            if ((n[0] == 'd' || n[0] == 'c' || n[0] == 'a') && n[1] == '.') {
                 const char *p = strchr(n + 2, '.');
                 if (p && strncmp(p, suffix, strlen(suffix)) == 0) {
                     snprintf(path, sizeof path, "%s/%s", c->dir, n);
@@ -477,6 +561,13 @@ static ncclResult_t join_job(ncclComm_t c, const char *dir, const char *fn) {
                     break;
                 }
             }
+            pthread_mutex_lock(&M);
+            int gone = c->state == ABORTED || c->state == DESTROYED;
+            pthread_mutex_unlock(&M);
+            if (gone) {
+                leave_job(c);
+                return fail(ncclInvalidUsage, "%s: the comm was aborted while rank %d had not joined", fn, q);
+            }
             if (now_ms() - start > (double)timeout) {
                 leave_job(c);
                 return fail(ncclSystemError, "%s: rank %d of %d did not join within %ld ms (TC_SIM_NCCL_INIT_TIMEOUT_MS)", fn, q,
@@ -513,9 +604,25 @@ static void free_comm_parts(ncclComm_t c) {
     c->self_tail = NULL;
 }
 
-/* Makes a comm as `rank` of `nranks`, joining the job in `dir` (NULL for
-   one rank). */
-static ncclResult_t new_comm(ncclComm_t *out, int nranks, int rank, const char *dir, int blocking, const char *fn) {
+/* Inits called between ncclGroupStart and ncclGroupEnd: the comm exists at
+   once (its handle is returned), and joins its job at the group's end, all
+   of the group's inits at the same time, each on a thread of its own (so
+   that the ranks of one process, e.g. one per device, meet each other). */
+struct pending_init {
+    ncclComm_t comm;
+    char dir[PATH_MAX];
+    ncclResult_t result;
+    pthread_t thread;
+    int threaded;
+    struct pending_init *next;
+};
+static __thread struct pending_init *g_inits;
+static int in_group(void);
+static void *nonblocking_init_thread(void *arg);
+
+/* Makes a comm as `rank` of `nranks` on `device`, joining the job in `dir`
+   (NULL for one rank); inside a group the joining waits for ncclGroupEnd. */
+static ncclResult_t new_comm(ncclComm_t *out, int nranks, int rank, const char *dir, int blocking, int device, const char *fn) {
     struct ncclComm *c = calloc(1, sizeof *c);
     c->magic = COMM_MAGIC;
     c->blocking = blocking;
@@ -524,11 +631,31 @@ static ncclResult_t new_comm(ncclComm_t *out, int nranks, int rank, const char *
     size_t n = (size_t)nranks;
     c->send_seq = calloc(n, sizeof(unsigned long)), c->recv_seq = calloc(n, sizeof(unsigned long));
     c->csend_seq = calloc(n, sizeof(unsigned long)), c->crecv_seq = calloc(n, sizeof(unsigned long));
-    /* the device current at init, as NCCL takes it from the runtime (device
-       0 when no context is current) */
-    int d = simcu_current_device();
-    c->device = d < 0 ? 0 : d;
-    if (dir) {
+    c->device = device;
+    if (dir && !blocking && !in_group()) { /* NCCL's init job runs on a thread of its own */
+        struct pending_init *p = calloc(1, sizeof *p);
+        p->comm = c;
+        snprintf(p->dir, sizeof p->dir, "%s", dir);
+        c->job_running = 1;
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        int started = pthread_create(&p->thread, &a, nonblocking_init_thread, p) == 0;
+        pthread_attr_destroy(&a);
+        if (!started) {
+            free(p);
+            free_comm_parts(c);
+            free(c);
+            return fail(ncclSystemError, "%s: cannot start the init's thread", fn);
+        }
+    } else if (dir && in_group()) {
+        struct pending_init *p = calloc(1, sizeof *p);
+        p->comm = c;
+        snprintf(p->dir, sizeof p->dir, "%s", dir);
+        p->next = g_inits;
+        g_inits = p;
+        c->init_pending = 1;
+    } else if (dir) {
         ncclResult_t r = join_job(c, dir, fn);
         if (r != ncclSuccess) {
             free_comm_parts(c);
@@ -542,10 +669,54 @@ static ncclResult_t new_comm(ncclComm_t *out, int nranks, int rank, const char *
     if (!blocking) c->pending_polls = 2;
     pthread_mutex_unlock(&M);
     *out = c;
-    return blocking ? ncclSuccess : ncclInProgress;
+    return blocking || c->init_pending ? ncclSuccess : ncclInProgress;
 }
 
-EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, void *config) {
+/* A non-blocking comm's init: joins its job, then the comm reports the
+   result through ncclCommGetAsyncError (ncclInProgress until then). */
+static void *nonblocking_init_thread(void *arg) {
+    struct pending_init *p = arg;
+    ncclResult_t r = join_job(p->comm, p->dir, "ncclCommInitRankConfig (non-blocking)");
+    pthread_mutex_lock(&M);
+    p->comm->job_running = 0;
+    if (r != ncclSuccess) p->comm->async_error = r;
+    pthread_cond_broadcast(&MC);
+    pthread_mutex_unlock(&M);
+    free(p);
+    return NULL;
+}
+
+static void *init_thread(void *arg) {
+    struct pending_init *p = arg;
+    p->result = join_job(p->comm, p->dir, "ncclGroupEnd (a grouped ncclCommInitRank)");
+    return NULL;
+}
+
+/* At the end of the outermost group: the group's inits join their jobs
+   together. The first failure is the group's result. */
+static ncclResult_t run_pending_inits(ncclComm_t *first) {
+    ncclResult_t r = ncclSuccess;
+    for (struct pending_init *p = g_inits; p; p = p->next)
+        p->threaded = pthread_create(&p->thread, NULL, init_thread, p) == 0;
+    for (struct pending_init *p = g_inits; p; p = p->next) {
+        if (p->threaded) pthread_join(p->thread, NULL);
+        else p->result = fail(ncclSystemError, "ncclGroupEnd: cannot start a thread for a grouped init");
+    }
+    while (g_inits) {
+        struct pending_init *p = g_inits;
+        g_inits = p->next;
+        pthread_mutex_lock(&M);
+        p->comm->init_pending = 0;
+        if (p->result != ncclSuccess) p->comm->async_error = p->result;
+        pthread_mutex_unlock(&M);
+        if (r == ncclSuccess) r = p->result;
+        *first = p->comm;
+        free(p);
+    }
+    return r;
+}
+
+static ncclResult_t init_rank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, void *config, int device) {
     const char *fn = "ncclCommInitRankConfig";
     if (!comm) return fail(ncclInvalidArgument, "%s: comm is NULL", fn);
     if (nranks < 1) return fail(ncclInvalidArgument, "%s: nranks %d is not positive", fn, nranks);
@@ -557,35 +728,63 @@ EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUni
     if (r != ncclSuccess) return r;
     char dir[PATH_MAX];
     if (nranks > 1) job_dir(dir, sizeof dir, (const unsigned char *)id.internal + 8, NULL);
-    return new_comm(comm, nranks, rank, nranks > 1 ? dir : NULL, blocking, fn);
+    return new_comm(comm, nranks, rank, nranks > 1 ? dir : NULL, blocking, device, fn);
+}
+EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, void *config) {
+    /* the device current at init, as NCCL takes it from the runtime (device
+       0 when no context is current) */
+    int d = simcu_current_device();
+    return init_rank(comm, nranks, id, rank, config, d < 0 ? 0 : d);
+}
+
+/* One process, one rank per device (devlist NULL: devices 0..ndev-1), as
+   NCCL does it: a unique id, then the ranks' inits in one group. Two ranks
+   on one device is NCCL's "Duplicate GPU detected" (ncclInvalidUsage). */
+EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comms_out, int ndev, const int *devlist) {
+    const char *fn = "ncclCommInitAll";
+    if (!comms_out) return fail(ncclInvalidArgument, "%s: comms is NULL", fn);
+    if (ndev < 1) return fail(ncclInvalidArgument, "%s: ndev %d is not positive", fn, ndev);
+    int count = 0;
+    if (cuInit(0) != CUDA_SUCCESS || cuDeviceGetCount(&count) != CUDA_SUCCESS)
+        return fail(ncclUnhandledCudaError, "%s: the CUDA driver gave no device count", fn);
+    for (int i = 0; i < ndev; i++) {
+        int d = devlist ? devlist[i] : i;
+        if (d < 0 || d >= count) return fail(ncclInvalidArgument, "%s: devlist[%d] = %d is not a device (%d visible)", fn, i, d, count);
+        for (int j = 0; j < i; j++)
+            if ((devlist ? devlist[j] : j) == d) return fail(ncclInvalidUsage, "%s: Duplicate GPU detected: device %d twice", fn, d);
+    }
+    ncclUniqueId id;
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess) return r;
+    ncclGroupStart();
+    for (int i = 0; i < ndev && r == ncclSuccess; i++) r = init_rank(&comms_out[i], ndev, id, i, NULL, devlist ? devlist[i] : i);
+    ncclResult_t end = ncclGroupEnd();
+    return r != ncclSuccess ? r : end;
 }
 EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
     return ncclCommInitRankConfig(comm, nranks, id, rank, NULL);
 }
 
 #if HAS(21800)
-/* Collective over the parent: every rank tells every other its color and
-   key (control messages), then the ranks of each color form a comm ordered
-   by key, then parent rank, in a job directory named after the parent's. */
-EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, void *config) {
+/* One split as NCCL runs it: a job over the parent (run by the calling
+   thread when the parent is blocking, by a thread of its own otherwise). */
+struct split_job {
+    ncclComm_t parent;
+    int color, key, blocking;
+    ncclComm_t *newcomm;
+    unsigned long split_no;
+};
+
+/* Every rank tells every other its color and key (control messages), then
+   the ranks of each color form a comm ordered by key, then parent rank, in
+   a job directory named after the parent's. The child handle is written to
+   *newcomm only now, at the end, as NCCL does. */
+static ncclResult_t split_work(struct split_job *j) {
     const char *fn = "ncclCommSplit";
-    if (!newcomm) return fail(ncclInvalidArgument, "%s: newcomm is NULL", fn);
-    ncclResult_t r = enter(comm, fn, 0);
-    if (r != ncclSuccess) return r;
-    int blocking = 1;
-    if (color < 0 && color != NCCL_SPLIT_NOCOLOR) r = fail(ncclInvalidArgument, "%s: color %d is negative", fn, color);
-    else r = check_config(config, &blocking, fn);
-    /* NCCL would still need every rank to take part: an argument error on
-       one rank leaves the others waiting, as with real NCCL */
-    if (r != ncclSuccess) {
-        unbusy(comm);
-        return r;
-    }
-    int n = comm->nranks, me = comm->rank;
+    ncclComm_t comm = j->parent;
+    int n = comm->nranks, me = comm->rank, color = j->color, key = j->key;
     int *colors = calloc((size_t)n, sizeof(int)), *keys = calloc((size_t)n, sizeof(int));
-    pthread_mutex_lock(&M);
-    comm->dir_users++; /* an abort from another thread keeps the directory until we are done */
-    pthread_mutex_unlock(&M);
+    ncclResult_t r = ncclSuccess;
     colors[me] = color, keys[me] = key;
     long timeout = env_long("TC_SIM_NCCL_INIT_TIMEOUT_MS", 60000);
     for (int q = 0; q < n && r == ncclSuccess; q++) {
@@ -605,10 +804,8 @@ EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_
         else if (g != 0 || h.kind != -2) r = fail(ncclInternalError, "%s: rank %d sent something else than its split color (a different call?)", fn, q);
         else colors[q] = v[0], keys[q] = v[1];
     }
-    unsigned long split_no = ++comm->splits;
-    if (r == ncclSuccess && color == NCCL_SPLIT_NOCOLOR) {
-        *newcomm = NULL;
-    } else if (r == ncclSuccess) {
+    ncclComm_t child = NULL;
+    if (r == ncclSuccess && color != NCCL_SPLIT_NOCOLOR) {
         int size = 0, newrank = 0;
         for (int q = 0; q < n; q++) {
             if (colors[q] != color) continue;
@@ -616,11 +813,81 @@ EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_
             if (keys[q] < key || (keys[q] == key && q < me)) newrank++;
         }
         char dir[PATH_MAX + 64];
-        if (size > 1) snprintf(dir, sizeof dir, "%s.s%lu.c%d", comm->dir, split_no, color);
-        r = new_comm(newcomm, size, newrank, size > 1 ? dir : NULL, blocking, fn);
+        if (size > 1) snprintf(dir, sizeof dir, "%s.s%lu.c%d", comm->dir, j->split_no, color);
+        r = new_comm(&child, size, newrank, size > 1 ? dir : NULL, j->blocking, comm->device, fn);
+        if (r == ncclInProgress) r = ncclSuccess;
     }
     free(colors);
     free(keys);
+    if (r == ncclSuccess) __atomic_store_n(j->newcomm, child, __ATOMIC_RELEASE);
+    return r;
+}
+
+/* The thread of a non-blocking parent's split: the parent reports
+   ncclInProgress until it ends, then its result (an error stays). */
+static void *split_thread(void *p) {
+    struct split_job *j = p;
+    sleep_us(env_long("TC_SIM_SPLIT_DELAY_US", 2000)); /* NCCL's job thread starts later than the call returns */
+    ncclResult_t r = split_work(j);
+    ncclComm_t comm = j->parent;
+    pthread_mutex_lock(&M);
+    comm->job_running = 0;
+    if (r != ncclSuccess && comm->async_error == ncclSuccess) comm->async_error = r;
+    if (--comm->dir_users == 0 && comm->state == ABORTED) leave_job(comm);
+    pthread_cond_broadcast(&MC);
+    pthread_mutex_unlock(&M);
+    free(j);
+    return NULL;
+}
+
+/* Collective over the parent. As in NCCL: *newcomm is NULL on return and
+   written when the split completed; whether the call blocks is the
+   PARENT's mode (its group job), and a NULL config gives the child the
+   parent's config (so its mode too). A non-blocking parent answers
+   ncclInProgress at once and polls ncclCommGetAsyncError(parent) until the
+   job ended; *newcomm is written by the job's thread before that. */
+EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, void *config) {
+    const char *fn = "ncclCommSplit";
+    if (!newcomm) return fail(ncclInvalidArgument, "%s: newcomm is NULL", fn);
+    ncclResult_t r = enter(comm, fn, 0);
+    if (r != ncclSuccess) return r;
+    *newcomm = NULL;
+    int blocking = comm->blocking;
+    if (color < 0 && color != NCCL_SPLIT_NOCOLOR) r = fail(ncclInvalidArgument, "%s: color %d is negative", fn, color);
+    else if (config) r = check_config(config, &blocking, fn);
+    /* NCCL would still need every rank to take part: an argument error on
+       one rank leaves the others waiting, as with real NCCL */
+    if (r != ncclSuccess) {
+        unbusy(comm);
+        return r;
+    }
+    struct split_job *j = calloc(1, sizeof *j);
+    j->parent = comm, j->color = color, j->key = key, j->blocking = blocking, j->newcomm = newcomm;
+    pthread_mutex_lock(&M);
+    j->split_no = ++comm->splits;
+    comm->dir_users++; /* an abort from another thread keeps the directory until the job is done */
+    int parent_blocking = comm->blocking;
+    if (!parent_blocking) comm->job_running = 1;
+    pthread_mutex_unlock(&M);
+    if (!parent_blocking) {
+        pthread_t t;
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &a, split_thread, j) != 0) {
+            pthread_attr_destroy(&a);
+            free(j);
+            pthread_mutex_lock(&M);
+            comm->job_running = 0, comm->dir_users--, comm->busy = 0;
+            pthread_mutex_unlock(&M);
+            return fail(ncclSystemError, "%s: cannot start the split's thread", fn);
+        }
+        pthread_attr_destroy(&a);
+        unbusy(comm);
+        return ncclInProgress;
+    }
+    r = split_work(j);
+    free(j);
     pthread_mutex_lock(&M);
     if (--comm->dir_users == 0 && comm->state == ABORTED) leave_job(comm);
     comm->busy = 0;
@@ -640,14 +907,29 @@ static ncclResult_t comm_int(ncclComm_t comm, int *out, int which, const char *f
 EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int *count) { return comm_int(comm, count, 0, "ncclCommCount"); }
 EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) { return comm_int(comm, rank, 1, "ncclCommUserRank"); }
 
+/* Real NCCL completes and clears the comm's group job here without a lock:
+   two threads polling one comm at once is a race there, reported here (a
+   short pause inside the call makes an overlap visible). */
 EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
     if (!asyncError) return fail(ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
     pthread_mutex_lock(&M);
     ncclResult_t r = check_comm(comm, "ncclCommGetAsyncError", 1);
+    if (r == ncclSuccess && comm->polling && !comm->blocking) {
+        fprintf(stderr, "[sim-nccl] ncclCommGetAsyncError: comm %p polled by two threads at once (NCCL clears its group job "
+                        "without a lock)\n", (void *)comm);
+        r = fail(ncclInvalidUsage, "ncclCommGetAsyncError: comm %p is being polled by another thread", (void *)comm);
+    }
     if (r == ncclSuccess) {
+        comm->polling = 1;
+        pthread_mutex_unlock(&M);
+        sleep_us(20);
+        pthread_mutex_lock(&M);
+        comm->polling = 0;
         if (comm->async_error != ncclSuccess) {
             *asyncError = comm->async_error;
-            fail(comm->async_error, "a peer process of this comm exited");
+            fail(comm->async_error, "a peer process of this comm exited, or its non-blocking split failed");
+        } else if (comm->job_running) {
+            *asyncError = ncclInProgress;
         } else if (comm->pending_polls > 0) {
             comm->pending_polls--;
             *asyncError = ncclInProgress;
@@ -655,7 +937,10 @@ EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncEr
             *asyncError = ncclSuccess;
         }
     }
+    CUstream hs = NULL;
+    int h = r == ncclSuccess && *asyncError != ncclInProgress ? take_hold(comm, &hs) : 0;
     pthread_mutex_unlock(&M);
+    release_hold(h, hs);
     return r;
 }
 
@@ -680,12 +965,16 @@ EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     pthread_mutex_lock(&M);
     drain(comm);
     comm->state = DESTROYED; /* kept, so that a later use is reported */
+    while (comm->job_running) pthread_cond_wait(&MC, &M);
+    CUstream hs = NULL;
+    int h = take_hold(comm, &hs);
     comm->busy = 0;
     release_registrations(comm);
     leave_job(comm);
     free_comm_parts(comm);
     pthread_cond_broadcast(&MC);
     pthread_mutex_unlock(&M);
+    release_hold(h, hs);
     return ncclSuccess;
 }
 EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
@@ -693,8 +982,15 @@ EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
     pthread_mutex_lock(&M);
     /* any thread may abort, also while another is inside a call */
     ncclResult_t r = check_comm(comm, "ncclCommAbort", 1);
+    CUstream hs = NULL;
+    int h = 0;
     if (r == ncclSuccess) {
         comm->state = ABORTED;
+        /* NCCL joins the comm's job thread (a non-blocking init or split):
+           it sees ABORTED and ends */
+        pthread_cond_broadcast(&MC);
+        while (comm->job_running) pthread_cond_wait(&MC, &M);
+        h = take_hold(comm, &hs);
         release_registrations(comm);
         /* a kernel waiting for a message sees ABORTED and stops; the
            directory goes now, or when the last kernel or split using it
@@ -703,6 +999,7 @@ EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
         pthread_cond_broadcast(&MC);
     }
     pthread_mutex_unlock(&M);
+    release_hold(h, hs);
     return r;
 }
 /* ---- data types and reductions ------------------------------------------ */
@@ -930,11 +1227,22 @@ struct kop {
     char *own; /* while running: this rank's part, taken in the send phase */
 };
 
+/* A data message beyond the eager threshold: the kernel that sent it ends
+   only once its receiver took it. */
+struct rendezvous {
+    int dst;
+    unsigned long seq;
+};
+
 struct kernel {
     ncclComm_t comm;
+    struct rendezvous *waits; /* sends beyond the eager threshold */
+    int nwaits;
     int hang; /* TC_SIM_NCCL_HANG_CALL picked this one */
     int counted; /* launched outside a capture: finalize waits for it */
     unsigned long ticket; /* issue order of launched kernels (0: captured) */
+    unsigned long dseq;   /* launch order on its device (0: captured) */
+    struct kernel *dnext; /* the device's launched kernels not started yet */
     const char *name;
     int nops;
     struct kop *ops;
@@ -942,6 +1250,7 @@ struct kernel {
 
 static void kernel_free(struct kernel *k) {
     if (!k) return;
+    free(k->waits);
     free(k->ops);
     free(k);
 }
@@ -974,7 +1283,12 @@ static int k_send(struct kernel *k, const struct kop *o, int dst, const void *da
         pthread_mutex_unlock(&M);
         return 0;
     }
-    if (msg_put(c, 'd', dst, c->send_seq[dst]++, &h, data) != 0) {
+    unsigned long seq = c->send_seq[dst]++;
+    if (bytes > eager_bytes()) {
+        k->waits = realloc(k->waits, sizeof *k->waits * (size_t)(k->nwaits + 1));
+        k->waits[k->nwaits++] = (struct rendezvous){dst, seq};
+    }
+    if (msg_put(c, 'd', dst, seq, &h, data) != 0) {
         simcu_fault("%s (simulated NCCL, rank %d): cannot write a message to rank %d in %s: %s", k->name, c->rank, dst, c->dir,
                     strerror(errno));
         return -1;
@@ -1162,6 +1476,32 @@ static int recv_phase(struct kernel *k, struct kop *o, char *d) {
     return 0;
 }
 
+/* Waits until `dst` took message `seq` of this kernel: 0, or 1 when the
+   comm was aborted or the receiver's process is gone. */
+static int await_receiver(struct kernel *k, int dst, unsigned long seq) {
+    ncclComm_t c = k->comm;
+    char path[PATH_MAX + 96];
+    snprintf(path, sizeof path, "%s/a.%d.%d.%lu", c->dir, dst, c->rank, seq); /* the receiver's acknowledgement */
+    double last_check = now_ms();
+    for (long pause = 10; unlink(path) != 0; pause = pause < 1000 ? pause * 2 : pause) {
+        pthread_mutex_lock(&M);
+        int state = c->state;
+        pthread_mutex_unlock(&M);
+        if (state == ABORTED || state == DESTROYED) return 1;
+        if (now_ms() - last_check > 200) {
+            last_check = now_ms();
+            if (!peer_alive(c, dst)) {
+                pthread_mutex_lock(&M);
+                if (c->async_error == ncclSuccess) c->async_error = ncclRemoteError;
+                pthread_mutex_unlock(&M);
+                return 1;
+            }
+        }
+        sleep_us(pause);
+    }
+    return 0;
+}
+
 static void run_ops(struct kernel *k) {
     ncclComm_t c = k->comm;
     int me = c->rank, n = c->nranks, rc = 0;
@@ -1181,6 +1521,14 @@ static void run_ops(struct kernel *k) {
     }
     for (int i = 0; i < k->nops && rc == 0; i++) rc = send_phase(k, &k->ops[i], srcs[i]);
     for (int i = 0; i < k->nops && rc == 0; i++) rc = recv_phase(k, &k->ops[i], dsts[i]);
+    /* NCCL's connection buffers hold TC_SIM_NCCL_EAGER_BYTES (default 4 MiB,
+       its default buffer size); a larger send completes only when its
+       receiver took it. The operations of a group progress together (the
+       receives above ran first), but a send alone on the stream blocks it:
+       ungrouped sends and receives in opposite orders on two ranks hang,
+       as on hardware, until the comm is aborted. */
+    for (int i = 0; i < k->nwaits && rc == 0; i++) rc = await_receiver(k, k->waits[i].dst, k->waits[i].seq);
+    k->nwaits = 0;
     for (int i = 0; i < k->nops; i++) {
         free(k->ops[i].own);
         k->ops[i].own = NULL;
@@ -1208,9 +1556,31 @@ static void run_kernel(void *p) {
     /* one kernel of a comm at a time, launched ones in issue order */
     while ((c->state == LIVE || c->state == FINALIZED) && (c->running || (k->ticket && k->ticket != c->next_run)))
         pthread_cond_wait(&MC, &M);
+    /* a device holds TC_SIM_NCCL_MAX_KERNELS NCCL kernels at once (default
+       1): kernels of two comms issued in different orders on two ranks
+       deadlock, as they can on hardware, until a comm is aborted */
+    long max_kernels = env_long("TC_SIM_NCCL_MAX_KERNELS", 1);
+    int dev = c->device >= 0 && c->device < MAX_SIM_DEVICES ? c->device : 0;
+    /* the device takes kernels in launch order: one launched earlier and not
+       started yet goes first, unless its stream holds it back for more
+       than 50 ms (waiting for an event) */
+    double since = now_ms();
+    while ((c->state == LIVE || c->state == FINALIZED) &&
+           (device_kernels[dev] >= max_kernels || (k->dseq && device_waiting[dev] != k && now_ms() - since < 50))) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 2000000;
+        if (until.tv_nsec >= 1000000000) until.tv_sec++, until.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&MC, &M, &until);
+    }
+    for (struct kernel **pp = &device_waiting[dev]; *pp; pp = &(*pp)->dnext)
+        if (*pp == k) {
+            *pp = k->dnext;
+            break;
+        }
     state = c->state;
     int run = state == LIVE || state == FINALIZED;
-    if (run) c->running = 1, c->dir_users++;
+    if (run) c->running = 1, c->dir_users++, device_kernels[dev]++;
     pthread_mutex_unlock(&M);
     if (state == DESTROYED)
         simcu_fault("%s kernel ran after its NCCL comm %p was destroyed (a graph replayed after ncclCommDestroy?)", k->name, (void *)c);
@@ -1218,6 +1588,7 @@ static void run_kernel(void *p) {
     pthread_mutex_lock(&M);
     if (run) {
         c->running = 0;
+        device_kernels[dev]--;
         if (--c->dir_users == 0 && c->state == ABORTED) leave_job(c);
     }
     if (k->ticket && c->next_run <= k->ticket) c->next_run = k->ticket + 1;
@@ -1226,6 +1597,16 @@ static void run_kernel(void *p) {
 }
 static void release_kernel(void *p) {
     struct kernel *k = p;
+    if (k->dseq) { /* a kernel that never ran (failed launch) leaves the device's queue */
+        pthread_mutex_lock(&M);
+        int dev = k->comm->device >= 0 && k->comm->device < MAX_SIM_DEVICES ? k->comm->device : 0;
+        for (struct kernel **pp = &device_waiting[dev]; *pp; pp = &(*pp)->dnext)
+            if (*pp == k) {
+                *pp = k->dnext;
+                break;
+            }
+        pthread_mutex_unlock(&M);
+    }
     if (k->counted) {
         pthread_mutex_lock(&M);
         k->comm->inflight--;
@@ -1253,6 +1634,11 @@ static ncclResult_t launch(struct kernel *k, CUstream stream) {
     if (k->counted) {
         c->inflight++;
         k->ticket = ++c->issued;
+        int dev = c->device >= 0 && c->device < MAX_SIM_DEVICES ? c->device : 0;
+        k->dseq = ++device_launches[dev];
+        struct kernel **pp = &device_waiting[dev];
+        while (*pp) pp = &(*pp)->dnext;
+        *pp = k;
     }
     unsigned long ticket = k->ticket;
     pthread_mutex_unlock(&M);
@@ -1278,6 +1664,7 @@ struct pending {
     struct pending *next;
 };
 static __thread int g_depth;
+static int in_group(void) { return g_depth > 0; }
 static __thread ncclResult_t g_error;
 static __thread struct pending *g_head, *g_tail;
 
@@ -1322,7 +1709,10 @@ EXPORT ncclResult_t ncclGroupEnd(void) {
     if (g_depth == 0) return fail(ncclInvalidUsage, "ncclGroupEnd: no group was started");
     if (--g_depth > 0) return ncclSuccess;
     ncclResult_t r = g_error;
-    ncclComm_t any = g_head ? g_head->comm : NULL;
+    ncclComm_t any = g_head ? g_head->comm : NULL, created = NULL;
+    ncclResult_t ri = run_pending_inits(&created);
+    if (r == ncclSuccess) r = ri;
+    if (!any) any = created;
     /* sends to self need a receive from self of the same size, in order */
     for (struct pending *p = g_head; p && r == ncclSuccess; p = p->next) {
         if (!self_p2p(p, K_SEND)) continue;
@@ -1397,6 +1787,7 @@ EXPORT ncclResult_t ncclGroupEnd(void) {
             }
         p->comm = NULL;
         r = launch(k, s);
+        if (r == ncclSuccess) hold_stream(comm, s);
     }
     drop_group();
     return group_end_status(any, r);
@@ -1404,8 +1795,14 @@ EXPORT ncclResult_t ncclGroupEnd(void) {
 
 /* ---- argument checks ----------------------------------------------------- */
 
-static ncclResult_t check_buffer(const void *p, size_t bytes, const char *fn, const char *which) {
+static ncclResult_t check_buffer(ncclComm_t comm, const void *p, size_t bytes, const char *fn, const char *which) {
     if (bytes == 0) return ncclSuccess;
+    int dev = p ? simcu_pointer_device(p) : -1;
+    if (dev >= 0 && dev != comm->device) {
+        fprintf(stderr, "[sim-nccl] %s: %s %p is memory of device %d; the comm's device is %d\n", fn, which, p, dev, comm->device);
+        return fail(ncclInvalidArgument, "%s: %s %p is memory of device %d, not of the comm's device %d (a kernel would fault)", fn,
+                    which, p, dev, comm->device);
+    }
     if (!p) return fail(ncclInvalidArgument, "%s: %s is NULL", fn, which);
     int kind = simcu_memory_kind(p);
     if (kind == 0)
@@ -1461,11 +1858,14 @@ static ncclResult_t submit(int kind, ncclComm_t comm, const void *src, void *dst
     else if (peer < 0 || peer >= n)
         r = fail(ncclInvalidArgument, "%s: %s %d is outside [0, %d)", fn, kind >= K_SEND ? "peer" : "root", peer, n);
     else if (!simcu_stream_valid(stream)) r = fail(ncclUnhandledCudaError, "%s: stream %p is not a valid stream", fn, (void *)stream);
+    else if (simcu_stream_device(stream) >= 0 && simcu_stream_device(stream) != comm->device)
+        r = fail(ncclUnhandledCudaError, "%s: stream %p belongs to device %d, the comm to device %d (invalid resource handle)", fn,
+                 (void *)stream, simcu_stream_device(stream), comm->device);
     else if (kind >= K_SEND && peer == me && !g_depth)
         r = fail(ncclInvalidUsage, "%s: a send or receive to self outside a group never completes (real NCCL hangs)", fn);
     if (r == ncclSuccess) {
         op_sizes(&o, me, n, &sb, &db);
-        if ((r = check_buffer(src, sb, fn, "sendbuff")) == ncclSuccess && (r = check_buffer(dst, db, fn, "recvbuff")) == ncclSuccess)
+        if ((r = check_buffer(comm, src, sb, fn, "sendbuff")) == ncclSuccess && (r = check_buffer(comm, dst, db, fn, "recvbuff")) == ncclSuccess)
             r = check_overlap(&o, me, n, fn);
     }
     if (r == ncclSuccess && op >= ncclNumOps) {
@@ -1489,6 +1889,7 @@ static ncclResult_t submit(int kind, ncclComm_t comm, const void *src, void *dst
         k->comm = comm, k->name = fn, k->nops = 1, k->ops = calloc(1, sizeof *k->ops);
         k->ops[0] = o;
         r = launch(k, stream);
+        if (r == ncclSuccess) hold_stream(comm, stream);
     } else if (g_depth) {
         g_error = r;
     }
@@ -1588,12 +1989,17 @@ struct reg {
     ncclComm_t comm;
     void *buf;
     size_t size;
+    int refs; /* registrations of this range (or of ranges inside it) not yet deregistered */
     struct reg *next;
 };
 #define REG_MAGIC 0x52454749u
 
 /* Under M: a destroyed or aborted comm takes its registrations with it. */
 static void release_registrations(ncclComm_t c) {
+    int left = 0;
+    for (struct reg *g = c->regs; g; g = g->next) left += g->refs;
+    if (left && c->state == DESTROYED)
+        fprintf(stderr, "[sim-nccl] ncclCommDestroy: %d registration reference(s) never deregistered (released with the comm)\n", left);
     while (c->regs) {
         struct reg *g = c->regs;
         c->regs = g->next;
@@ -1604,20 +2010,32 @@ static void release_registrations(ncclComm_t c) {
 
 #if HAS(21900)
 
+/* As NCCL's register.cc: registrations are reference-counted by range. A
+   range inside a live registration of the comm (the same buffer registered
+   again, or a part of it) returns that registration's handle with one more
+   reference; each ncclCommDeregister drops one, and the last one releases
+   it. Host memory is accepted and left unregistered (a NULL handle). */
 EXPORT ncclResult_t ncclCommRegister(ncclComm_t comm, void *buff, size_t size, void **handle) {
     ncclResult_t r = enter(comm, "ncclCommRegister", 0);
     if (r != ncclSuccess) return r;
     if (!handle) r = fail(ncclInvalidArgument, "ncclCommRegister: handle is NULL");
     else if (simcu_memory_kind(buff) != CU_MEMORYTYPE_DEVICE)
-        r = fail(ncclInvalidArgument, "ncclCommRegister: %p is not device memory", buff);
+        *handle = NULL;
     else if (!simcu_device_view(buff, size))
         r = fail(ncclInvalidArgument, "ncclCommRegister: %p does not hold %zu bytes in one allocation", buff, size);
     else {
-        struct reg *g = calloc(1, sizeof *g);
-        g->magic = REG_MAGIC, g->comm = comm, g->buf = buff, g->size = size;
         pthread_mutex_lock(&M);
-        g->next = comm->regs;
-        comm->regs = g;
+        uintptr_t b = (uintptr_t)buff;
+        struct reg *g = comm->regs;
+        while (g && !((uintptr_t)g->buf <= b && b + size <= (uintptr_t)g->buf + g->size)) g = g->next;
+        if (g) {
+            g->refs++;
+        } else {
+            g = calloc(1, sizeof *g);
+            g->magic = REG_MAGIC, g->comm = comm, g->buf = buff, g->size = size, g->refs = 1;
+            g->next = comm->regs;
+            comm->regs = g;
+        }
         pthread_mutex_unlock(&M);
         *handle = g;
     }
@@ -1637,7 +2055,7 @@ EXPORT ncclResult_t ncclCommDeregister(ncclComm_t comm, void *handle) {
         r = fail(ncclInvalidArgument, "ncclCommDeregister: %p is not a live registration of this comm", handle);
     else if (simcu_memory_kind(g->buf) != CU_MEMORYTYPE_DEVICE)
         r = fail(ncclUnhandledCudaError, "ncclCommDeregister: the registered buffer %p was freed before it was deregistered", g->buf);
-    else {
+    else if (--g->refs == 0) {
         *pp = g->next;
         g->magic = 0;
         free(g);

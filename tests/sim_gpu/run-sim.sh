@@ -14,9 +14,14 @@
 #   1. builds target/sim_gpu/libcuda.so.1 (+ libcuda.so) and libnccl.so.2
 #      (NCCL 2.28.9), and nccl-2.18/libnccl.so.2 (an NCCL 2.18.5 without the
 #      newer optional symbols);
-#   2. runs capi_tests/gpu/run-gpu-suite.sh unchanged in substance, with the
-#      simulated cuda.h and libcuda: ops on 1, 2 and 4 ranks, mem on 1 and 2,
-#      timeout/abort on 2, gloo staging on 2 and 3 ranks;
+#   2. rehearses the GPU suite exactly as the GPU machine runs it: the folder
+#      `make gpu-suite` makes (capi_tests/gpu/make-gpu-suite.sh, into
+#      target/sim_gpu/rehearsal/gpu-suite), then `bash run.sh` and
+#      `bash run.sh part2` from it, as two commands, with no cargo on PATH;
+#      only the driver (libcuda.so.1 on LD_LIBRARY_PATH), cuda.h and NCCL are
+#      the simulated ones, and time limits are scaled (TC_GPU_TIME_SCALE=4)
+#      for this slower machine; then once more with an nvidia-smi that
+#      reports an exclusive compute mode (multi-rank runs must be skipped);
 #   3. runs what only a simulation can: ops (1 and 2 ranks) and mem on the
 #      NCCL 2.18 double (grouped send/recv instead of ncclAlltoAll),
 #      mem with a stub libcuda.so ahead of the driver on the loader's path,
@@ -34,7 +39,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 CC=${CC:-cc}
 SIM=$ROOT/target/sim_gpu
 REL=$ROOT/target/release
-mkdir -p "$SIM/nccl-2.18" "$SIM/cuda/include" "$SIM/cuda/lib64" "$SIM/suite/lib" "$SIM/suite/bin" "$SIM/suite/tests"
+mkdir -p "$SIM/nccl-2.18" "$SIM/cuda/include" "$SIM/cuda/lib64"
 
 echo "sim-gpu-test: ================================================================"
 echo "sim-gpu-test: SIMULATION, not GPU verification: a simulated CUDA driver and a"
@@ -58,14 +63,10 @@ $CC $CFLAGS -DSIM_NCCL_VERSION=21805 "$ROOT/tests/sim_gpu/fake_nccl.c" -o "$SIM/
 # CUDA_HOME for the suite script: our cuda.h and the simulated libcuda.
 cp "$ROOT/tests/sim_gpu/cuda.h" "$SIM/cuda/include/cuda.h"
 ln -sf ../../libcuda.so.1 "$SIM/cuda/lib64/libcuda.so"
-# The suite folder `make gpu-suite` would make, as links into the tree.
-for f in libtorchcomm.so libtorchcomm-gloo.so; do [ -f "$REL/$f" ] && ln -sf "$REL/$f" "$SIM/suite/lib/$f"; done
-ln -sf "$REL/libtorchcomm.so" "$SIM/suite/lib/libtorchcomm.so.0"
-ln -sf "$REL/tc-run" "$SIM/suite/bin/tc-run"
-ln -sfn "$ROOT/include" "$SIM/suite/include"
-for f in "$ROOT"/capi_tests/gpu/*.c "$ROOT"/capi_tests/gpu/*.h "$ROOT"/capi_tests/gpu/*.py "$ROOT/capi_tests/capi_util.h"; do
-  ln -sf "$f" "$SIM/suite/tests/$(basename "$f")"
-done
+# The suite folder, gathered as `make gpu-suite` does.
+RH=$SIM/rehearsal/gpu-suite
+mkdir -p "$SIM/rehearsal"
+bash "$ROOT/capi_tests/gpu/make-gpu-suite.sh" "$RH" "$REL"
 set +e
 
 export LD_LIBRARY_PATH="$SIM${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -77,22 +78,43 @@ export TC_SIM_NCCL_DIR=$SIM/nccl-jobs
 rm -rf "$TC_SIM_NCCL_DIR" && mkdir -p "$TC_SIM_NCCL_DIR"
 status=0
 
-staging="2 3" extra_skips=0
-if [ ! -f "$REL/libtorchcomm-gloo.so" ]; then
-  echo "sim-gpu-test: gloo staging SKIPPED: $REL/libtorchcomm-gloo.so was not built (libgloo-dev missing?)"
-  staging="" extra_skips=1
+# PATH without cargo, as on the GPU machine.
+nocargo_path=$(echo "$PATH" | tr ':' '\n' | while read -r d; do [ -n "$d" ] && [ ! -x "$d/cargo" ] && echo "$d"; done | paste -sd:)
+rehearse() { # label, then run.sh's arguments; adds to pass/fail/skipped
+  local label=$1 o rc line
+  shift
+  o=$(env -u CARGO PATH="$nocargo_path" TC_GPU_SIMULATION=1 TC_GPU_NCCL_MAX_RANKS=4 TC_GPU_TORCH=0 TC_GPU_TIME_SCALE=4 \
+      TC_GPU_DEAD_PEER_REMOTE=1 CUDA_HOME="$SIM/cuda" TORCHCOMM_NCCL_LIBRARY="$SIM/libnccl.so.2" CC=$CC \
+      bash "$RH/run.sh" "$@" 2>&1); rc=$?
+  echo "$o" | sed -n '/^== summary/,$p' | sed "s/^/sim-gpu-test: [$label] /"
+  [ "$rc" = 0 ] || { echo "$o" | tail -n 60; status=1; }
+  line=$(echo "$o" | grep '^gpu-test: [0-9]* test(s):' | tail -n 1)
+  local tf ts cp cf
+  tf=$(echo "$line" | sed -n 's/.*: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped.*/\2/p')
+  ts=$(echo "$line" | sed -n 's/.*: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped.*/\3/p')
+  cp=$(echo "$line" | sed -n 's/.*checks: \([0-9]*\) passed, \([0-9]*\) failed.*/\1/p')
+  cf=$(echo "$line" | sed -n 's/.*checks: \([0-9]*\) passed, \([0-9]*\) failed.*/\2/p')
+  # checks are counted, as everywhere below; a failed run counts once more
+  pass=$((pass + ${cp:-0})) fail=$((fail + ${cf:-0} + ${tf:-1})) skipped=$((skipped + ${ts:-0}))
+  REHEARSAL_OUT=$o
+}
+pass=0 fail=0 skipped=0
+echo "sim-gpu-test: == rehearsal of the GPU suite (gpu-suite/run.sh from the gathered folder, no cargo)"
+rehearse part1
+rehearse part2 part2
+# An exclusive compute mode: the multi-rank runs are skipped, with the reason.
+mkdir -p "$SIM/rehearsal/smi"
+printf '#!/bin/sh\ncase "$1" in -q) printf "    Compute Mode                          : Exclusive_Process\\n" ;; esac\n' > "$SIM/rehearsal/smi/nvidia-smi"
+chmod +x "$SIM/rehearsal/smi/nvidia-smi"
+saved=$nocargo_path nocargo_path="$SIM/rehearsal/smi:$nocargo_path"
+rehearse exclusive mem1 mem2
+nocargo_path=$saved
+if echo "$REHEARSAL_OUT" | grep -q "^SKIP mem2: 2 processes on one GPU, but its compute mode is Exclusive_Process" \
+   && echo "$REHEARSAL_OUT" | grep -q "^PASS mem1"; then
+  echo "sim-gpu-test: exclusive compute mode: multi-rank runs skipped with the reason: 1 passed, 0 failed"; pass=$((pass + 1))
+else
+  echo "sim-gpu-test: exclusive compute mode: the multi-rank run was not skipped as it should be"; fail=$((fail + 1)); status=1
 fi
-echo "sim-gpu-test: == the GPU suite (capi_tests/gpu/run-gpu-suite.sh) on the simulation"
-out=$(TC_GPU_SIMULATION=1 TC_GPU_NCCL_MAX_RANKS=4 TC_GPU_STAGING_RANKS="$staging" TC_GPU_TORCH=0 \
-  CUDA_HOME="$SIM/cuda" TORCHCOMM_NCCL_LIBRARY="$SIM/libnccl.so.2" CC=$CC \
-  bash "$ROOT/capi_tests/gpu/run-gpu-suite.sh" "$SIM/suite" 2>&1) || status=1
-echo "$out" | sed -n '/^== summary/,$p'
-[ "$status" = 0 ] || echo "$out" | tail -n 60
-suite_line=$(echo "$out" | grep '^gpu-test: [0-9]* passed' | tail -n 1)
-pass=$(echo "$suite_line" | sed -n 's/^gpu-test: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) run.*/\1/p')
-fail=$(echo "$suite_line" | sed -n 's/^gpu-test: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) run.*/\2/p')
-skipped=$(echo "$suite_line" | sed -n 's/^gpu-test: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) run.*/\3/p')
-pass=${pass:-0} fail=${fail:-1} skipped=$((${skipped:-0} + extra_skips))
 
 # Runs one extra program under tc-run -n ${RANKS:-1}; counts its "N passed, M failed".
 extra() { # name program... (environment set by the caller)
@@ -108,7 +130,7 @@ extra() { # name program... (environment set by the caller)
 }
 
 echo "sim-gpu-test: == simulation-only runs"
-B=$SIM/suite/bin
+B=$RH/bin
 TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.18/libnccl.so.2 TC_GPU_MODES=1 extra "ops on NCCL 2.18 (no ncclAlltoAll, fp8, registration, ncclMemAlloc)" "$B/test_gpu_ops"
 RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.18/libnccl.so.2 TC_GPU_MODES=1 extra "ops on NCCL 2.18, 2 ranks (all-to-all as grouped send/recv)" "$B/test_gpu_ops"
 TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.18/libnccl.so.2 extra "mem on NCCL 2.18 (cuMemAlloc fallback, registration unsupported)" "$B/test_gpu_mem"
@@ -123,6 +145,44 @@ $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests"
   "$ROOT/tests/sim_gpu/test_sim_peer_exit.c" -o "$B/test_sim_peer_exit" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
   || { echo "sim-gpu-test: compiling test_sim_peer_exit failed"; status=1; }
 RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "a peer process that dies, 2 ranks (TC_ERR_REMOTE, not a hang)" "$B/test_sim_peer_exit"
+# Two comms on one device in opposite orders on two ranks: a deadlock (a
+# device runs one NCCL kernel at a time), ended by the library's timeout.
+$CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests" -I"$ROOT/capi_tests/gpu" -I"$SIM/cuda/include" \
+  "$ROOT/tests/sim_gpu/test_sim_kernel_order.c" -o "$B/test_sim_kernel_order" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
+  || { echo "sim-gpu-test: compiling test_sim_kernel_order failed"; status=1; }
+RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "two comms in opposite orders on one device, 2 ranks (deadlock ended by the timeout)" "$B/test_sim_kernel_order"
+# Capture rules of the driver: fork/join legal, legacy-stream use during a
+# blocking stream's capture and waits on non-captured events invalid.
+$CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/tests/sim_gpu" "$ROOT/tests/sim_gpu/test_sim_capture.c" \
+  -o "$B/test_sim_capture" -L"$SIM" -lcuda -Wl,-rpath,"$SIM" || { echo "sim-gpu-test: compiling test_sim_capture failed"; status=1; }
+extra "capture rules (fork/join, legacy stream, non-captured events)" "$B/test_sim_capture"
+# A non-blocking comm and its call's stream are refused until the comm
+# reported success.
+$CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/tests/sim_gpu" "$ROOT/tests/sim_gpu/test_sim_nonblocking.c" \
+  -o "$B/test_sim_nonblocking" -L"$SIM" -l:libnccl.so.2 -lcuda -Wl,-rpath,"$SIM" \
+  || { echo "sim-gpu-test: compiling test_sim_nonblocking failed"; status=1; }
+extra "a non-blocking comm and its stream before the comm reported success" "$B/test_sim_nonblocking"
+# A use of a comm after ncclCommAbort ends the process (NCCL freed it).
+if $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/tests/sim_gpu" "$ROOT/tests/sim_gpu/test_sim_use_after_abort.c" \
+     -o "$B/test_sim_use_after_abort" -L"$SIM" -l:libnccl.so.2 -lcuda -Wl,-rpath,"$SIM"; then
+  o=$("$B/test_sim_use_after_abort" 2>&1); rc=$?
+  if [ "$rc" = 134 ] && echo "$o" | grep -q "after ncclCommAbort: a use-after-free"; then
+    echo "sim-gpu-test: a use of a comm after ncclCommAbort ends the process: 1 passed, 0 failed"; pass=$((pass + 1))
+  else
+    echo "sim-gpu-test: a use of a comm after ncclCommAbort did not end the process (exit $rc): $o"; fail=$((fail + 1)); status=1
+  fi
+else
+  echo "sim-gpu-test: compiling test_sim_use_after_abort failed"; fail=$((fail + 1)); status=1
+fi
+# Several devices in one process (TC_SIM_DEVICES): the simulation itself
+# (ncclCommInitAll, grouped per-device init, device checks), then the
+# library with each rank on a device of its own.
+$CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/tests/sim_gpu" "$ROOT/tests/sim_gpu/test_sim_multi_device.c" \
+  -o "$B/test_sim_multi_device" -L"$SIM" -l:libnccl.so.2 -lcuda -Wl,-rpath,"$SIM" \
+  || { echo "sim-gpu-test: compiling test_sim_multi_device failed"; status=1; }
+TC_SIM_DEVICES=3 extra "3 devices in one process (ncclCommInitAll, grouped per-device init, device checks)" "$B/test_sim_multi_device"
+RANKS=2 TC_SIM_DEVICES=2 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 TC_GPU_MODES=1 \
+  extra "ops, 2 ranks on 2 devices (TC_SIM_DEVICES=2: buffers and streams of each rank's own device)" "$B/test_gpu_ops"
 $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests" -I"$ROOT/capi_tests/gpu" -I"$SIM/cuda/include" \
   "$ROOT/tests/sim_gpu/test_sim_init_hang.c" -o "$B/test_sim_init_hang" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
   || { echo "sim-gpu-test: compiling test_sim_init_hang failed"; status=1; }
@@ -138,6 +198,10 @@ if [ "$rc" = 0 ] && echo "$o" | grep -q "$hang_warning; a blocking NCCL creation
 else
   echo "sim-gpu-test: a rank missing at creation, abort-on-error off: failed (exit $rc)"; echo "$o" | tail -n 20; status=1; fail=$((fail + 1))
 fi
+# The same with the hint blocking=0: NCCL's init goes on in its own thread,
+# so the creation fails at the comm's 2 s timeout.
+RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 TC_SIM_NCCL_INIT_TIMEOUT_MS=30000 \
+  extra "a rank missing at a non-blocking creation (TC_ERR_TIMEOUT at the comm's timeout)" "$B/test_sim_init_hang" nonblocking
 start=$(date +%s)
 o=$(TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 TC_SIM_NCCL_INIT_TIMEOUT_MS=30000 \
   timeout 60 "$REL/tc-run" -n 2 -- "$B/test_sim_init_hang" abort 2>&1); rc=$?

@@ -22,6 +22,14 @@ int simcu_memory_kind(const void *addr);
 CUresult simcu_alloc(void **p, size_t bytes, int tag);
 CUresult simcu_free(void *p, int tag);
 int simcu_stream_valid(CUstream s);
+/* The device ordinal of device memory at addr (-1: not device memory), and
+   of a stream (-1: the legacy stream or not a stream). */
+int simcu_pointer_device(const void *addr);
+int simcu_stream_device(CUstream s);
+/* +1: a non-blocking NCCL call on stream s answered ncclInProgress; -1:
+   its comm reported success (or was aborted). While held, any use of the
+   stream is refused with CUDA_ERROR_ILLEGAL_STATE and a message. */
+void simcu_stream_hold(CUstream s, int delta);
 /* The device of the calling thread's current context, or -1. */
 int simcu_current_device(void);
 /* A fault of device code: the context's sticky error becomes

@@ -181,7 +181,7 @@ type FnAsyncError = unsafe extern "C" fn(NcclComm, *mut NcclResult) -> NcclResul
 type FnCommInt = unsafe extern "C" fn(NcclComm, *mut c_int) -> NcclResult;
 type FnErrorString = unsafe extern "C" fn(NcclResult) -> *const c_char;
 type FnLastError = unsafe extern "C" fn(NcclComm) -> *const c_char;
-type FnSplit =
+pub(crate) type FnSplit =
     unsafe extern "C" fn(NcclComm, c_int, c_int, *mut NcclComm, *mut Config) -> NcclResult;
 type FnPreMulSum =
     unsafe extern "C" fn(*mut NcclRedOp, *mut c_void, NcclDataType, c_int, NcclComm) -> NcclResult;

@@ -5,8 +5,12 @@
 //!   later; older libraries answer `TC_ERR_UNSUPPORTED` naming the loaded
 //!   version). Both are serialized with issuing (NCCL comms are not
 //!   thread-safe) and hold a use of the comm, so abort cannot free it under
-//!   them. Handles are remembered: an unknown or already released handle is
-//!   `TC_ERR_INVALID_ARGUMENT`, never passed to NCCL. After finalize or
+//!   them. Handles are remembered with a count: NCCL counts registrations
+//!   by range (registering a buffer again, or a part of a registered one,
+//!   returns the same handle, and each registration is deregistered once),
+//!   so a handle is valid as many times as it was returned; one more is
+//!   `TC_ERR_INVALID_ARGUMENT`, never passed to NCCL. Host memory is
+//!   accepted by NCCL and left unregistered. After finalize or
 //!   abort, deregistering only forgets the handle: NCCL released the
 //!   registrations with the comm. NCCL may hand out a NULL handle (it
 //!   registered nothing, e.g. NCCL_LOCAL_REGISTER=0); deregistering NULL is
@@ -51,13 +55,15 @@ impl NcclBackend {
             register(c, buf, bytes, &mut handle)
         })?;
         if !handle.is_null() {
-            lock(&self.registrations).insert(handle as usize);
+            *lock(&self.registrations)
+                .entry(handle as usize)
+                .or_insert(0) += 1;
         }
         Ok(handle)
     }
 
     pub(super) fn deregister_memory(&self, handle: *mut c_void) -> Result<()> {
-        if !lock(&self.registrations).remove(&(handle as usize)) {
+        if !self.forget_registration(handle) {
             return Err(Error::invalid_argument(format!(
                 "argument 'handle': {handle:p} is not a registration of nccl comm '{}' (never returned by tc_comm_register, or deregistered already)",
                 self.name
@@ -74,10 +80,24 @@ impl NcclBackend {
         })?;
         let _ctx = self.device.scoped()?;
         // SAFETY: a handle this comm's ncclCommRegister returned, released
-        // once (removed from the table above); the comm is held by `_use`.
+        // once per registration (counted down above); the comm is held by
+        // `_use`.
         self.call("ncclCommDeregister", |c: NcclComm| unsafe {
             deregister(c, handle)
         })
+    }
+
+    /// Drops one registration of `handle`; false when it has none left.
+    fn forget_registration(&self, handle: *mut c_void) -> bool {
+        let mut regs = lock(&self.registrations);
+        let Some(count) = regs.get_mut(&(handle as usize)) else {
+            return false;
+        };
+        *count -= 1;
+        if *count == 0 {
+            regs.remove(&(handle as usize));
+        }
+        true
     }
 
     pub(super) fn alloc_memory(&self, bytes: usize) -> Result<*mut c_void> {

@@ -37,7 +37,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::types::{DType, Device, Hints, PremulFactor, RedKind, ReduceOp};
 use crate::work::Work;
 use loader::*;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::{c_int, c_void, CString};
 use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -287,8 +287,13 @@ pub struct NcclBackend {
     shared: Arc<Shared>,
     /// NCCL comms are not thread-safe: issuing is serialized.
     issue: Mutex<()>,
-    /// Live handles of ncclCommRegister (see [`mem`]).
-    registrations: Mutex<HashSet<usize>>,
+    /// ncclCommGetAsyncError on a non-blocking comm completes and clears
+    /// NCCL's group job without a lock: settle() and the watchdog poll one
+    /// at a time.
+    poll: Mutex<()>,
+    /// Live handles of ncclCommRegister and how many registrations each
+    /// stands for (NCCL hands out one handle per range; see [`mem`]).
+    registrations: Mutex<HashMap<usize, u32>>,
     /// Live pointers of `tc_mem_alloc` and their allocator.
     allocations: Mutex<HashMap<usize, mem::Allocator>>,
     /// Copies of inputs that overlap their outputs where NCCL leaves the
@@ -568,25 +573,47 @@ impl NcclBackend {
         let device = CudaDevice::open(ordinal)?;
         let id = Self::exchange_unique_id(lib, &init)?;
         let (size, rank) = (init.size, init.rank);
-        // SAFETY: valid out-pointer and config (its strings outlive the call).
         Self::build(
             lib,
             device,
             init,
             "ncclCommInitRankConfig",
-            |comm, config| unsafe { (lib.comm_init_rank_config)(comm, size, id, rank, config) },
+            None,
+            |config, what| {
+                let mut comm: NcclComm = std::ptr::null_mut();
+                // SAFETY: valid out-pointer and config (its strings outlive the
+                // call). NCCL writes the handle before it returns, also for a
+                // non-blocking comm (whose creation then goes on in NCCL).
+                let r = unsafe { (lib.comm_init_rank_config)(&mut comm, size, id, rank, config) };
+                let in_progress_ok = config.blocking == 0;
+                if r == NCCL_SUCCESS || (in_progress_ok && r == NCCL_IN_PROGRESS) {
+                    return Ok(comm);
+                }
+                let e = lib.error(r, what, comm);
+                if !comm.is_null() {
+                    // SAFETY: a comm handle NCCL returned despite the failure.
+                    unsafe { (lib.comm_abort)(comm) };
+                }
+                Err(e)
+            },
         )
     }
 
     /// Makes the backend around the NCCL comm that `make_comm` creates (by
     /// ncclCommInitRankConfig or ncclCommSplit) with the config from the
-    /// comm's hints, on `device` (current during the call).
+    /// comm's hints, on `device` (current during the call). `make_comm`
+    /// returns the handle once NCCL gave it (a non-blocking comm may still be
+    /// initializing: it is polled here). `split_of` is the parent's mode for
+    /// a split: NCCL runs a split as a job of the parent, so the call blocks
+    /// as the parent does, and the child inherits the parent's mode unless a
+    /// hint sets `blocking`.
     fn build(
         lib: &'static Nccl,
         device: Arc<CudaDevice>,
         init: BackendInit,
         call: &str,
-        make_comm: impl FnOnce(&mut NcclComm, &mut loader::Config) -> NcclResult,
+        split_of: Option<bool>,
+        make_comm: impl FnOnce(&mut loader::Config, &str) -> Result<NcclComm>,
     ) -> Result<NcclBackend> {
         let settings = parse_hints(&init.hints, lib.version, &init.name)?;
         let _ctx = device.scoped()?;
@@ -601,8 +628,11 @@ impl NcclBackend {
         let scratch = DeviceBuffer::zeroed(&device, 4)?;
 
         let mut config = settings.config;
+        if let (Some(parent_nonblocking), NCCL_CONFIG_UNDEF_INT) = (split_of, config.blocking) {
+            config.blocking = if parent_nonblocking { 0 } else { 1 };
+        }
         let nonblocking = config.blocking == 0;
-        let mut comm: NcclComm = std::ptr::null_mut();
+        let call_blocks = !split_of.unwrap_or(nonblocking);
         let started = Instant::now();
         let what = format!(
             "{call} (comm '{}', rank {}/{}, device {ordinal}, NCCL {})",
@@ -614,18 +644,10 @@ impl NcclBackend {
         // A blocking creation waits inside NCCL for every rank and cannot be
         // interrupted; the guard makes a missing rank visible (and, with
         // abort-on-error, ends the process) instead of a silent hang.
-        let guard =
-            (!nonblocking).then(|| InitGuard::start(&what, init.timeout, init.abort_on_error));
-        let r = make_comm(&mut comm, &mut config);
+        let guard = call_blocks.then(|| InitGuard::start(&what, init.timeout, init.abort_on_error));
+        let made = make_comm(&mut config, &what);
         drop(guard);
-        if r != NCCL_SUCCESS && !(nonblocking && r == NCCL_IN_PROGRESS) {
-            let e = lib.error(r, &what, comm);
-            if !comm.is_null() {
-                // SAFETY: a comm handle NCCL returned despite the failure.
-                unsafe { (lib.comm_abort)(comm) };
-            }
-            return Err(e);
-        }
+        let comm = made?;
         let backend = NcclBackend {
             lib,
             comm: AtomicPtr::new(comm),
@@ -648,7 +670,8 @@ impl NcclBackend {
             scratch,
             shared: Arc::new(Shared::default()),
             issue: Mutex::new(()),
-            registrations: Mutex::new(HashSet::new()),
+            poll: Mutex::new(()),
+            registrations: Mutex::new(HashMap::new()),
             allocations: Mutex::new(HashMap::new()),
             staging: Mutex::new(Staging::default()),
         };
@@ -765,8 +788,17 @@ impl NcclBackend {
     /// comm's timeout) until an in-progress call settled, and stops waiting
     /// (without touching the comm again) once it is aborted.
     fn settle(&self, r: NcclResult, what: &str) -> Result<()> {
+        let r = self.settled(r, what)?;
+        self.lib.check(r, what, self.detail_comm())
+    }
+
+    /// The final result of a call that answered `r`: on a non-blocking comm,
+    /// an in-progress call is polled until NCCL reports something else. An
+    /// error means the waiting stopped (timeout, abort, a failed poll) while
+    /// NCCL may still be at work.
+    fn settled(&self, r: NcclResult, what: &str) -> Result<NcclResult> {
         if r != NCCL_IN_PROGRESS || !self.nonblocking {
-            return self.lib.check(r, what, self.detail_comm());
+            return Ok(r);
         }
         let deadline = Instant::now() + self.timeout;
         loop {
@@ -774,8 +806,11 @@ impl NcclBackend {
                 return Err(self.closed_error().context(what));
             }
             let mut state = NCCL_SUCCESS;
-            // SAFETY: the caller holds a use of the comm; valid out-pointer.
-            let r2 = unsafe { (self.lib.comm_get_async_error)(self.comm(), &mut state) };
+            let r2 = {
+                let _polling = lock(&self.poll);
+                // SAFETY: the caller holds a use of the comm; valid out-pointer.
+                unsafe { (self.lib.comm_get_async_error)(self.comm(), &mut state) }
+            };
             self.lib
                 .check(r2, "ncclCommGetAsyncError", self.detail_comm())?;
             match state {
@@ -788,9 +823,48 @@ impl NcclBackend {
                         self.timeout.as_millis()
                     )))
                 }
-                s => return self.lib.check(s, what, self.detail_comm()),
+                s => return Ok(s),
             }
         }
+    }
+
+    /// ncclCommSplit over this comm (the caller holds a use and the issue
+    /// lock); returns the child handle (NULL for NOCOLOR) once NCCL reports
+    /// the split done. NCCL writes the handle only then, from its own thread
+    /// when this comm is non-blocking (the call itself answers in-progress
+    /// with the handle still NULL), so the slot lives on the heap and is
+    /// freed only once NCCL is done with it; when the wait stops early
+    /// (timeout, abort) it is left to NCCL, one pointer's worth.
+    fn split_child(
+        &self,
+        split: FnSplit,
+        color: i32,
+        key: i32,
+        config: *mut loader::Config,
+        what: &str,
+    ) -> Result<NcclComm> {
+        if !self.is_live() {
+            return Err(self.closed_error().context(what));
+        }
+        let slot: *mut AtomicPtr<c_void> =
+            Box::into_raw(Box::new(AtomicPtr::new(std::ptr::null_mut())));
+        // SAFETY: a live comm (held by the caller); the slot stays valid
+        // until NCCL reported the split done (AtomicPtr has the layout of a
+        // pointer); a NULL config inherits this comm's, a config outlives
+        // the call.
+        let r = unsafe { split(self.comm(), color, key, slot.cast(), config) };
+        let r = self.settled(r, what)?;
+        // SAFETY: NCCL reported the split done: nothing writes the slot now.
+        let child = unsafe { Box::from_raw(slot) }.load(Ordering::Acquire);
+        if r != NCCL_SUCCESS {
+            let e = self.lib.error(r, what, self.detail_comm());
+            if !child.is_null() {
+                // SAFETY: a comm handle NCCL returned despite the failure.
+                unsafe { (self.lib.comm_abort)(child) };
+            }
+            return Err(e);
+        }
+        Ok(child)
     }
 
     fn dtype(&self, d: DType) -> Result<NcclDataType> {
@@ -1608,7 +1682,12 @@ impl Backend for NcclBackend {
 
     /// ncclCommSplit over this comm: NCCL_SPLIT_NOCOLOR for a rank that opts
     /// out; the child shares this comm's device and gets its own stream,
-    /// events and watchdog. A child whose size or rank differs from what
+    /// events and watchdog. NCCL runs the split as a job of this comm: it
+    /// blocks when this comm does, and on a non-blocking comm it is polled
+    /// through this comm until done (see [`NcclBackend::split_child`]). The
+    /// child is non-blocking when this comm is, unless a hint sets
+    /// `blocking`; a split without hints passes NULL as its config, so the
+    /// child inherits this comm's whole config. A child whose size or rank differs from what
     /// this rank's list says (ranks passed different lists) is aborted and
     /// the call fails.
     fn split(&self, member: Option<(i32, i32, BackendInit)>) -> Result<Option<Box<dyn Backend>>> {
@@ -1622,31 +1701,41 @@ impl Backend for NcclBackend {
         let _issuing = lock(&self.issue);
         let Some((color, key, init)) = member else {
             let _ctx = self.device.scoped()?;
-            let mut none: NcclComm = std::ptr::null_mut();
-            // SAFETY: a live comm; NCCL returns no comm for NOCOLOR.
-            self.call("ncclCommSplit (opting out)", |c| unsafe {
-                split(
-                    c,
-                    NCCL_SPLIT_NOCOLOR,
-                    self.rank,
-                    &mut none,
-                    std::ptr::null_mut(),
-                )
-            })?;
+            let what = "ncclCommSplit (opting out)";
+            let none = self.split_child(
+                split,
+                NCCL_SPLIT_NOCOLOR,
+                self.rank,
+                std::ptr::null_mut(),
+                what,
+            )?;
+            if !none.is_null() {
+                // SAFETY: a comm NCCL made although this rank opted out.
+                unsafe { (self.lib.comm_abort)(none) };
+                return Err(Error::internal(format!(
+                    "{what}: NCCL returned a comm for NCCL_SPLIT_NOCOLOR"
+                )));
+            }
             return Ok(None);
         };
         let (want_size, want_rank) = (init.size, init.rank);
-        let parent = self.comm();
-        if !self.is_live() {
-            return Err(self.closed_error().context("ncclCommSplit"));
-        }
-        // SAFETY: a live parent comm (held above); valid out-pointer and config.
+        // Without hints the child inherits this comm's whole config (NULL),
+        // as NCCL documents; with hints it gets a config of its own.
+        let inherit = init.hints.is_empty();
         let child = Self::build(
             self.lib,
             self.device.clone(),
             init,
             "ncclCommSplit",
-            |comm, config| unsafe { split(parent, color, key, comm, config) },
+            Some(self.nonblocking),
+            |config, what| {
+                let config: *mut loader::Config = if inherit {
+                    std::ptr::null_mut()
+                } else {
+                    config
+                };
+                self.split_child(split, color, key, config, what)
+            },
         )?;
         let (size, rank) = {
             let _child_use = child.acquire()?;
@@ -1665,8 +1754,11 @@ impl Backend for NcclBackend {
     fn async_error(&self) -> Option<Error> {
         let _use = self.acquire().ok()?;
         let mut st = NCCL_SUCCESS;
-        // SAFETY: read-only query on the comm, held by `_use`.
-        let r = unsafe { (self.lib.comm_get_async_error)(self.comm(), &mut st) };
+        let r = {
+            let _polling = lock(&self.poll);
+            // SAFETY: query on the comm, held by `_use`.
+            unsafe { (self.lib.comm_get_async_error)(self.comm(), &mut st) }
+        };
         let code = if r != NCCL_SUCCESS { r } else { st };
         if code == NCCL_SUCCESS || code == NCCL_IN_PROGRESS {
             return None;
