@@ -79,7 +79,12 @@ static __thread CUcontext tl_ctx[CTX_STACK];
 static __thread int tl_nctx;
 
 static CUcontext current(void) { return tl_nctx ? tl_ctx[tl_nctx - 1] : NULL; }
-static int valid_ctx(CUcontext c) { return c == &primary; }
+/* Several devices (TC_SIM_DEVICES): defined at the end of this file. */
+static int md_count(void);
+static struct CUctx_st *md_ctx(int dev);
+static int md_is_ctx(CUcontext c);
+/* multi-device: any device's primary context (was: the one context) */
+static int valid_ctx(CUcontext c) { return c == &primary || md_is_ctx(c); }
 
 /* ---- memory registry ----------------------------------------------------- */
 
@@ -89,6 +94,7 @@ struct alloc {
     size_t size, map;
     char *shadow; /* device memory: the host-accessible mapping */
     int kind, tag;
+    int device; /* multi-device: the device current at allocation */
     struct alloc *next;
 };
 static struct alloc *allocs;
@@ -451,32 +457,32 @@ EXPORT CUresult cuDriverGetVersion(int *v) {
 EXPORT CUresult cuDeviceGetCount(int *count) {
     ENTER();
     if (!count) RET(CUDA_ERROR_INVALID_VALUE);
-    *count = 1;
+    *count = md_count(); /* multi-device: TC_SIM_DEVICES, default 1 */
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal) {
     ENTER();
     if (!device) RET(CUDA_ERROR_INVALID_VALUE);
-    if (ordinal != 0) RET(CUDA_ERROR_INVALID_DEVICE);
-    *device = 0;
+    if (ordinal < 0 || ordinal >= md_count()) RET(CUDA_ERROR_INVALID_DEVICE); /* multi-device */
+    *device = ordinal;
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
     ENTER();
     if (!pctx) RET(CUDA_ERROR_INVALID_VALUE);
-    if (dev != 0) RET(CUDA_ERROR_INVALID_DEVICE);
+    if (dev < 0 || dev >= md_count()) RET(CUDA_ERROR_INVALID_DEVICE); /* multi-device: one context per device */
     pthread_mutex_lock(&G);
-    primary.retains++;
+    md_ctx(dev)->retains++;
     pthread_mutex_unlock(&G);
-    *pctx = &primary;
+    *pctx = md_ctx(dev);
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
     ENTER();
-    if (dev != 0) RET(CUDA_ERROR_INVALID_DEVICE);
+    if (dev < 0 || dev >= md_count()) RET(CUDA_ERROR_INVALID_DEVICE); /* multi-device */
     pthread_mutex_lock(&G);
-    int over = primary.retains <= 0;
-    if (!over) primary.retains--;
+    int over = md_ctx(dev)->retains <= 0;
+    if (!over) md_ctx(dev)->retains--;
     pthread_mutex_unlock(&G);
     /* releasing more than retained would destroy a context others use */
     if (over) RET(CUDA_ERROR_INVALID_CONTEXT);
@@ -913,6 +919,7 @@ static CUresult device_alloc(void **out, size_t bytes, int tag) {
     memset(sh, 0xa5, map); /* cuMemAlloc does not clear memory */
     struct alloc *a = calloc(1, sizeof *a);
     a->base = (uintptr_t)dev, a->size = bytes, a->map = map, a->shadow = sh, a->kind = M_DEVICE, a->tag = tag;
+    a->device = current() ? current()->device : 0; /* multi-device */
     a->next = allocs;
     allocs = a;
     *out = dev;
@@ -1050,8 +1057,9 @@ EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUde
         case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
             *(unsigned *)data = a->kind == M_DEVICE ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
             break;
-        case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = 0; break;
-        case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = &primary; break;
+        /* multi-device: device memory answers the device it was allocated on */
+        case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = a->kind == M_DEVICE ? a->device : 0; break;
+        case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = md_ctx(a->kind == M_DEVICE ? a->device : 0); break;
         case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(CUdeviceptr *)data = ptr; break;
         case CU_POINTER_ATTRIBUTE_HOST_POINTER:
             if (a->kind == M_DEVICE) r = CUDA_ERROR_INVALID_VALUE;
@@ -1186,4 +1194,44 @@ EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstr
 }
 EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
     return copy(dst, src, n, s, 0, 0, 0);
+}
+
+/* ---- several devices in one process --------------------------------------
+   TC_SIM_DEVICES=N (1 to SIM_MAX_DEVICES, default 1) devices, each with its
+   own primary context; device memory remembers the device current when it
+   was allocated (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL / CONTEXT answer it).
+   Every device shares one address space (unified addressing), so copies
+   between devices are ordinary cuMemcpy* calls, as on a real machine with
+   UVA; cuMemcpyPeerAsync is there too. Simplification: the legacy NULL
+   stream is one stream for all devices (real CUDA has one per context). */
+#define SIM_MAX_DEVICES 8
+static struct CUctx_st md_ctxs[SIM_MAX_DEVICES];
+
+static int md_count(void) {
+    static int n;
+    if (!n) {
+        const char *v = getenv("TC_SIM_DEVICES");
+        int k = v && *v ? atoi(v) : 1;
+        n = k < 1 ? 1 : k > SIM_MAX_DEVICES ? SIM_MAX_DEVICES : k;
+    }
+    return n;
+}
+static struct CUctx_st *md_ctx(int dev) {
+    if (dev <= 0) return &primary;
+    md_ctxs[dev].device = dev;
+    return &md_ctxs[dev];
+}
+static int md_is_ctx(CUcontext c) { return c > md_ctxs && c < md_ctxs + md_count(); }
+
+EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n, CUstream s) {
+    ENTER();
+    if (!valid_ctx(dst_ctx) || !valid_ctx(src_ctx)) RET(CUDA_ERROR_INVALID_CONTEXT);
+    return copy(dst, src, n, s, 0, 0, 0);
+}
+EXPORT CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer) {
+    ENTER();
+    if (!can) RET(CUDA_ERROR_INVALID_VALUE);
+    if (dev < 0 || dev >= md_count() || peer < 0 || peer >= md_count()) RET(CUDA_ERROR_INVALID_DEVICE);
+    *can = dev != peer;
+    return CUDA_SUCCESS;
 }

@@ -51,9 +51,9 @@ mkdir -p "$SIM/stub"
 $CC $CFLAGS -DSIM_STUB "$ROOT/tests/sim_gpu/fake_cuda.c" -o "$SIM/stub/libcuda.so" -Wl,-soname,libcuda.so.1 -lpthread
 # (No $ORIGIN rpath: libcuda.so.1 comes from LD_LIBRARY_PATH, and
 # valgrind's checks trip over glibc's $ORIGIN expansion.)
-$CC $CFLAGS "$ROOT/tests/sim_gpu/fake_nccl.c" -o "$SIM/libnccl.so.2" -Wl,-soname,libnccl.so.2 \
+$CC $CFLAGS "$ROOT/tests/sim_gpu/fake_nccl.c" "$ROOT/tests/sim_gpu/fake_nccl_multidev.c" -o "$SIM/libnccl.so.2" -Wl,-soname,libnccl.so.2 \
   -L"$SIM" -lcuda -lpthread -lm
-$CC $CFLAGS -DSIM_NCCL_VERSION=21805 "$ROOT/tests/sim_gpu/fake_nccl.c" -o "$SIM/nccl-2.18/libnccl.so.2" \
+$CC $CFLAGS -DSIM_NCCL_VERSION=21805 "$ROOT/tests/sim_gpu/fake_nccl.c" "$ROOT/tests/sim_gpu/fake_nccl_multidev.c" -o "$SIM/nccl-2.18/libnccl.so.2" \
   -Wl,-soname,libnccl.so.2 -L"$SIM" -lcuda -lpthread -lm
 # CUDA_HOME for the suite script: our cuda.h and the simulated libcuda.
 cp "$ROOT/tests/sim_gpu/cuda.h" "$SIM/cuda/include/cuda.h"
