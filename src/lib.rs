@@ -15,6 +15,7 @@ pub mod config;
 pub mod cuda;
 pub mod error;
 pub mod ffi;
+pub mod local;
 pub mod options;
 pub mod recorder;
 pub mod store;

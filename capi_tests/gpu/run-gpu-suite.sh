@@ -82,6 +82,9 @@ nccl_run mem 1 "$SUITE/bin/test_gpu_mem"
 nccl_run mem 2 "$SUITE/bin/test_gpu_mem"
 nccl_run timeout 2 "$SUITE/bin/test_gpu_timeout"
 for n in ${TC_GPU_STAGING_RANKS:-2}; do run gloo-staging "$n" "$SUITE/bin/test_gpu_gloo_staging"; done
+# tc_local_*: one process driving every visible device plus the CPU (path checks from the INFO log).
+$CC -std=c11 -O1 -g -Wall -Wextra -I"$SUITE/include" -I"$cuda_home/include" "$SUITE/tests/test_gpu_local.c" -o "$SUITE/bin/test_gpu_local" -L"$SUITE/lib" -ltorchcomm -Wl,-rpath,"$SUITE/lib" $libdirs -lcuda -lm -lpthread \
+  && TORCHCOMM_DEBUG=INFO run local-device-group 1 "$SUITE/bin/test_gpu_local" || { summary+=("local-device-group: compiling failed"); fails=$((fails + 1)); }
 if [ "${TC_GPU_TORCH:-1}" = 0 ]; then
   skip torch-smoke "TC_GPU_TORCH=0"
 elif python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then

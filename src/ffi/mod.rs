@@ -10,6 +10,7 @@
 
 pub mod comm;
 pub mod errors;
+pub mod local;
 pub mod log;
 pub mod mem;
 pub mod store;
