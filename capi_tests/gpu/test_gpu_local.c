@@ -230,6 +230,59 @@ static void reduce_case(const int *devs, int n, int use_nccl, const char *path, 
     tc_local_free(g);
 }
 
+/* ---- stream order: writes still queued on the members' streams ------------ */
+
+/* A source is stale when the call is issued and gets its final data only
+   from the last of `times` copies still queued on its member's stream (the
+   ones before write junk, so the stream stays busy with wrong data while
+   the others are idle): the operation must see the final data, and its
+   result must be complete on the destinations' streams. */
+static void rewrite_queued(int d, void *dst, const void *final, const void *junk, size_t bytes, CUstream s, int times) {
+    push(d);
+    for (int r = 0; r < times; r++) {
+        const void *from = r == times - 1 ? final : junk;
+        CU(cuMemcpyDtoDAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)from, bytes, s));
+    }
+    pop();
+}
+static void order_case(const int *devs, int n, int use_nccl, const char *path, CUstream *own) {
+    tc_local_t *g = group(devs, n, use_nccl);
+    if (!g) return;
+    size_t count = 4096, bytes = count * 4;
+    void *host = malloc(bytes), *srcs[MAXD + 1], *fresh[MAXD + 1], *dsts[MAXD + 1];
+    int ks[MAXD + 1];
+    for (int i = 0; i < n; i++) {
+        srcs[i] = buf_on(devs[i], bytes), fresh[i] = buf_on(devs[i], bytes), dsts[i] = buf_on(devs[i], bytes);
+        fill_values(TC_FLOAT32, host, count, 50 + i);
+        put_bytes(devs[i], srcs[i], host, bytes);
+        fill_values(TC_FLOAT32, host, count, 60 + i);
+        put_bytes(devs[i], fresh[i], host, bytes);
+        ks[i] = 60 + i;
+    }
+    /* broadcast: only the root's stream is busy */
+    rewrite_queued(devs[0], srcs[0], fresh[0], dsts[0], bytes, own[0], 8);
+    EXPECT_PATH(tc_local_broadcast(g, srcs[0], 0, dsts, count, TC_FLOAT32, (void *const *)own), path);
+    for (int i = 0; i < n; i++) { push(devs[i]); CU(cuStreamSynchronize(own[i])); pop(); }
+    char what[96];
+    for (int i = 0; i < n; i++) {
+        snprintf(what, sizeof what, "stream order: broadcast output %d", i);
+        CHECK(check_values(what, devs[i], dsts[i], TC_FLOAT32, count, 0, &ks[0], 1));
+    }
+    /* reduce_add into the last member: every stream but the root's is busy */
+    void *sum = buf_on(devs[n - 1], bytes); /* (allocating synchronizes: before the rewrites) */
+    for (int i = 0; i < n; i++) rewrite_queued(devs[i], srcs[i], fresh[i], sum, bytes, own[i], i == n - 1 ? 1 : 8);
+    EXPECT_PATH(tc_local_reduce_add(g, (const void *const *)srcs, count, TC_FLOAT32, sum, (size_t)(n - 1), (void *const *)own), path);
+    push(devs[n - 1]);
+    CU(cuStreamSynchronize(own[n - 1]));
+    pop();
+    CHECK(check_values("stream order: reduce_add output", devs[n - 1], sum, TC_FLOAT32, count, 0, ks, n));
+    sync_all();
+    buf_free(devs[n - 1], sum);
+    for (int i = 0; i < n; i++) buf_free(devs[i], srcs[i]), buf_free(devs[i], fresh[i]), buf_free(devs[i], dsts[i]);
+    free(host);
+    tc_local_free(g);
+}
+
 /* ---- coalesced forms --------------------------------------------------------- */
 
 #define NT 6
@@ -454,6 +507,19 @@ int main(void) {
     STEP("reduce_add, mixed streams, copies", reduce_case(all, nd, 0, "copies path", streams));
     STEP("reduce_add, mixed streams", reduce_case(all, nd, TC_UNSET, distinct_path(1), streams));
 
+    /* own non-blocking streams everywhere (device 0 twice: two streams) */
+    CUstream own[MAXD + 1];
+    int own_devs[MAXD + 1];
+    for (int i = 0; i <= nd; i++) {
+        own_devs[i] = i < nd ? i : 0;
+        push(own_devs[i]);
+        CU(cuStreamCreate(&own[i], CU_STREAM_NON_BLOCKING));
+        pop();
+    }
+    STEP("stream order, distinct devices, NCCL where present", order_case(own_devs, nd, TC_UNSET, distinct_path(1), own));
+    STEP("stream order, distinct devices, copies", order_case(own_devs, nd, 0, "copies path", own));
+    STEP("stream order, device 0 twice (two streams of one device)", order_case(own_devs, nd + 1, TC_UNSET, "copies path", own));
+
     /* a device twice, and the CPU as a member: the copies path */
     int twice[MAXD + 1], with_cpu[MAXD + 1];
     for (int d = 0; d < nd; d++) twice[d] = d, with_cpu[d] = d;
@@ -486,6 +552,7 @@ int main(void) {
     STEP("errors: named, nothing written", error_cases(all, nd));
 
     for (int d = 0; d < nd; d++) if (streams[d]) { push(d); CU(cuStreamDestroy(streams[d])); pop(); }
+    for (int i = 0; i <= nd; i++) { push(own_devs[i]); CU(cuStreamDestroy(own[i])); pop(); }
     printf("%d passed, %d failed\n", pass, failed);
     CAPI_DONE("test_gpu_local");
 }
