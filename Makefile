@@ -31,6 +31,7 @@ build:
 # more prerequisite here.
 test: deps lint build header-check header-compile symbols-check cargo-test nccl-real-test \
       capi-test sim-gpu-test capi-valgrind install-check
+	$(AFTER_BUILD) $(S)/local-parity.sh
 	@echo "make test: all checks passed"
 
 # The main job: examples/demo.c on 4 processes under tc-run.
