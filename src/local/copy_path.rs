@@ -88,26 +88,43 @@ pub fn copy(dst: &End, src: &End, bytes: usize) -> Result<()> {
     }
 }
 
-/// Staging buffers in use by enqueued work, each freed once the event
-/// recorded after its last use completed.
+/// Pinned staging buffers of the copies path's sums, reused: each is lent
+/// to one call and back in the pool with the event recorded after its last
+/// use; it is lent again once that event completed. Allocating and freeing
+/// pinned memory per call would cost milliseconds, and freeing it
+/// synchronizes the device (the call would block the host).
 #[derive(Default)]
-pub struct Deferred {
-    items: Mutex<Vec<(Event, PinnedBuffer)>>,
+pub struct Staging {
+    items: Mutex<Vec<(i32, Event, PinnedBuffer)>>,
 }
 
-impl Deferred {
-    fn push(&self, done: Event, buf: PinnedBuffer) {
+impl Staging {
+    /// A buffer of at least `bytes` bytes for device `ctx`, free for use now.
+    fn take(&self, ctx: &DevCtx, bytes: usize) -> Result<PinnedBuffer> {
         let mut items = self.items.lock().unwrap_or_else(|e| e.into_inner());
-        // Frees what completed since the last call.
-        items.retain(|(e, _)| !matches!(e.query(), Ok(true)));
-        items.push((done, buf));
+        let ready = items.iter().position(|(ord, e, b)| {
+            *ord == ctx.dev.ordinal && b.bytes >= bytes && matches!(e.query(), Ok(true))
+        });
+        match ready {
+            Some(i) => Ok(items.swap_remove(i).2),
+            None => {
+                drop(items);
+                PinnedBuffer::new(&ctx.dev, bytes)
+            }
+        }
+    }
+
+    /// Returns `buf`, in use until `done` completes.
+    fn give(&self, ctx: &DevCtx, done: Event, buf: PinnedBuffer) {
+        let mut items = self.items.lock().unwrap_or_else(|e| e.into_inner());
+        items.push((ctx.dev.ordinal, done, buf));
     }
 }
 
-impl Drop for Deferred {
+impl Drop for Staging {
     fn drop(&mut self) {
         let items = std::mem::take(self.items.get_mut().unwrap_or_else(|e| e.into_inner()));
-        for (e, buf) in items {
+        for (_, e, buf) in items {
             let _ = e.synchronize();
             drop(buf);
         }
@@ -159,12 +176,12 @@ pub fn reduce_add(
     dst: &End,
     count: usize,
     dtype: DType,
-    deferred: &Deferred,
+    staging: &Staging,
 ) -> Result<()> {
     let add = sum_kernel(dtype)?;
     let block = count * dtype.size();
     let ctx = dst.ctx();
-    let stage = PinnedBuffer::new(&ctx.dev, block * srcs.len())?;
+    let stage = staging.take(ctx, block * srcs.len())?;
     for (i, s) in srcs.iter().enumerate() {
         // Staging counts as the destination device's (its stream orders it).
         let to = End {
@@ -190,6 +207,6 @@ pub fn reduce_add(
     cuda::memcpy_async(dst.ptr, stage.ptr(), block, dst.stream)?;
     let done = ctx.events.get()?;
     done.record(dst.stream)?;
-    deferred.push(done, stage);
+    staging.give(ctx, done, stage);
     Ok(())
 }

@@ -25,7 +25,7 @@ use crate::cuda::{self, Device, EventPool, RawStream};
 use crate::error::{Error, Result};
 use crate::types::DType;
 use check::{bytes_of, disjoint, on_place, Span};
-use copy_path::{Deferred, End};
+use copy_path::{End, Staging};
 use nccl_path::Comms;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
@@ -77,7 +77,7 @@ pub struct LocalGroup {
     no_nccl: Option<String>,
     /// Held for the whole NCCL issue: comms take one call at a time.
     comms: Mutex<CommState>,
-    deferred: Deferred,
+    staging: Staging,
 }
 
 /// The per-member streams of a call (NULL array: every legacy stream).
@@ -145,7 +145,7 @@ impl LocalGroup {
             settings,
             no_nccl,
             comms: Mutex::new(CommState::Untried),
-            deferred: Deferred::default(),
+            staging: Staging::default(),
         })
     }
 

@@ -124,7 +124,7 @@ impl LocalGroup {
                         .map(|(i, s)| self.member_end(i, *s, streams))
                         .collect();
                     let to = self.member_end(root, *dst, streams);
-                    copy_path::reduce_add(&ends, &to, *count, *dt, &self.deferred)?;
+                    copy_path::reduce_add(&ends, &to, *count, *dt, &self.staging)?;
                 }
                 Ok(())
             }
