@@ -102,6 +102,30 @@ typedef struct tc_comm tc_comm;
 /*
  A device group: CUDA devices (and, where a function allows it, the CPU)
  driven by this one process, with its NCCL communicators once made.
+
+ Conventions of the `tc_local_*` operations:
+ - `g` is a group from `tc_local_new`; member i is `devices[i]`.
+ - `streams`: NULL (every device's legacy default stream) or an array of
+   one `CUstream`/`cudaStream_t` per member (entries of CPU members are
+   ignored; a NULL entry is that device's legacy stream); each stream must
+   belong to its member's device.
+ - Stream ordering: work on device buffers is enqueued on the members'
+   streams, after the work already enqueued on them, and the call returns
+   without waiting for the device, as torch's functions do; copies
+   between devices are ordered with the streams of both devices by
+   events. Where a destination is host memory the call returns once the
+   data is there (torch's copies to the CPU are blocking too); pageable
+   host sources are read during the call, pinned ones when the stream
+   reaches the copy (keep them unchanged until then).
+ - Errors (`TC_ERR_NULL_ARGUMENT`, `TC_ERR_INVALID_ARGUMENT` naming the
+   argument: an index out of range, a buffer on another device than its
+   member's, checked with `cuPointerGetAttribute`, overlapping
+   destinations, overflowing counts) are found before anything is
+   enqueued: nothing is written. NULL buffers are accepted only where
+   they hold 0 bytes.
+ - Which path ran (NCCL or copies) is logged at `TORCHCOMM_DEBUG=INFO`.
+ - Thread-safe: calls on one group may come from several threads; NCCL
+   path calls are serialized.
  */
 typedef struct tc_local tc_local;
 
@@ -761,7 +785,7 @@ void tc_local_free(tc_local_t *g);
  broadcast). `dsts[src_index]` may be `src` itself (nothing copied there).
  NCCL path (one `ncclBroadcast` per device in one group) when every member
  is a distinct CUDA device; copies otherwise (a CPU member or a repeated
- device). Stream-ordered on `streams` (see the module conventions; a CPU
+ device). Stream-ordered on `streams` (see `tc_local`; a CPU
  destination or source makes the call host-synchronous for that copy).
  */
 tc_result_t tc_local_broadcast(tc_local_t *g, const void *src, size_t src_index, void *const *dsts, size_t count, tc_dtype_t dt, void *const *streams);

@@ -2,28 +2,8 @@
 //! broadcast, broadcast_coalesced, scatter, gather, reduce_add and
 //! reduce_add_coalesced) over a device group, with no ranks and no store.
 //!
-//! Shared conventions of the operations:
-//! - `g` is a group from `tc_local_new`; member i is `devices[i]`.
-//! - `streams`: NULL (every device's legacy default stream) or an array of
-//!   one `CUstream`/`cudaStream_t` per member (entries of CPU members are
-//!   ignored; a NULL entry is that device's legacy stream); each stream must
-//!   belong to its member's device.
-//! - Stream ordering: work on device buffers is enqueued on the members'
-//!   streams, after the work already enqueued on them, and the call returns
-//!   without waiting for the device, as torch's functions do; copies
-//!   between devices are ordered with the streams of both devices by
-//!   events. Where a destination is host memory the call returns once the
-//!   data is there (torch's copies to the CPU are blocking too); from host
-//!   memory the data is taken during the call.
-//! - Errors (`TC_ERR_NULL_ARGUMENT`, `TC_ERR_INVALID_ARGUMENT` naming the
-//!   argument: an index out of range, a buffer on another device than its
-//!   member's, checked with `cuPointerGetAttribute`, overlapping
-//!   destinations, overflowing counts) are found before anything is
-//!   enqueued: nothing is written. NULL buffers are accepted only where
-//!   they hold 0 bytes.
-//! - Which path ran (NCCL or copies) is logged at `TORCHCOMM_DEBUG=INFO`.
-//! - Thread-safe: calls on one group may come from several threads; NCCL
-//!   path calls are serialized.
+//! The conventions every operation shares are documented on [`tc_local`]
+//! (they go into the header there).
 
 use crate::cuda::RawStream;
 use crate::error::{tc_result_t, Error, Result};
@@ -71,6 +51,30 @@ impl Versioned for tc_local_options_t {
 
 /// A device group: CUDA devices (and, where a function allows it, the CPU)
 /// driven by this one process, with its NCCL communicators once made.
+///
+/// Conventions of the `tc_local_*` operations:
+/// - `g` is a group from `tc_local_new`; member i is `devices[i]`.
+/// - `streams`: NULL (every device's legacy default stream) or an array of
+///   one `CUstream`/`cudaStream_t` per member (entries of CPU members are
+///   ignored; a NULL entry is that device's legacy stream); each stream must
+///   belong to its member's device.
+/// - Stream ordering: work on device buffers is enqueued on the members'
+///   streams, after the work already enqueued on them, and the call returns
+///   without waiting for the device, as torch's functions do; copies
+///   between devices are ordered with the streams of both devices by
+///   events. Where a destination is host memory the call returns once the
+///   data is there (torch's copies to the CPU are blocking too); pageable
+///   host sources are read during the call, pinned ones when the stream
+///   reaches the copy (keep them unchanged until then).
+/// - Errors (`TC_ERR_NULL_ARGUMENT`, `TC_ERR_INVALID_ARGUMENT` naming the
+///   argument: an index out of range, a buffer on another device than its
+///   member's, checked with `cuPointerGetAttribute`, overlapping
+///   destinations, overflowing counts) are found before anything is
+///   enqueued: nothing is written. NULL buffers are accepted only where
+///   they hold 0 bytes.
+/// - Which path ran (NCCL or copies) is logged at `TORCHCOMM_DEBUG=INFO`.
+/// - Thread-safe: calls on one group may come from several threads; NCCL
+///   path calls are serialized.
 pub struct tc_local {
     inner: LocalGroup,
 }
@@ -167,7 +171,7 @@ pub extern "C" fn tc_local_free(g: *mut tc_local_t) {
 /// broadcast). `dsts[src_index]` may be `src` itself (nothing copied there).
 /// NCCL path (one `ncclBroadcast` per device in one group) when every member
 /// is a distinct CUDA device; copies otherwise (a CPU member or a repeated
-/// device). Stream-ordered on `streams` (see the module conventions; a CPU
+/// device). Stream-ordered on `streams` (see `tc_local`; a CPU
 /// destination or source makes the call host-synchronous for that copy).
 #[no_mangle]
 pub extern "C" fn tc_local_broadcast(
