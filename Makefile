@@ -15,7 +15,7 @@ AFTER_BUILD := TC_BUILT=1
 .PHONY: all build deps lint header header-check header-compile symbols-check \
         cargo-test nccl-wheel nccl-real-test capi-test capi-valgrind sim-gpu-test \
         install uninstall install-check test run bench bench-deps bench-store \
-        bench-host bench-window bench-sparse bench-reducer run-reducer torch-parity cpp-test python-test torch-interop gpu-suite gpu-test gpu-bench clean
+        bench-host bench-window bench-sparse bench-reducer bench-local run-reducer torch-parity cpp-test python-test torch-interop gpu-suite gpu-test gpu-bench clean
 
 all: build
 
@@ -80,6 +80,7 @@ sim-gpu-test: build
 torch-parity: build
 	$(AFTER_BUILD) bash scripts/test-torch-parity-sparse.sh
 	$(AFTER_BUILD) bash scripts/test-torch-parity-reducer.sh
+	$(AFTER_BUILD) bash scripts/local-parity.sh
 # torch's stores, process groups and launchers (torchrun, two hosts as
 # network namespaces when root) with our library.
 torch-interop: build
@@ -113,6 +114,9 @@ bench-sparse: build
 	$(AFTER_BUILD) bash scripts/bench-sparse.sh
 bench-reducer: build
 	$(AFTER_BUILD) bash scripts/bench-reducer.sh
+# tc_local_* host cost per call on the simulated stack (make sim-gpu-test first).
+bench-local: build
+	$(AFTER_BUILD) bash scripts/bench-local.sh
 
 # GPU: gpu-suite/ gathered here; gpu-test and gpu-bench run on the GPU
 # machine from the repository root (no cargo there). See docs/gpu-testing.md.

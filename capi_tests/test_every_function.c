@@ -273,6 +273,62 @@ int main(void) {
     tc_store_free(NULL);
     tc_free(NULL);
 
+    /* ---- device groups (tc_local_*) --------------------------------------- */
+    /* Without a CUDA driver a CUDA member is TC_ERR_UNAVAILABLE; a group of
+       CPU members works everywhere (host copies), so every function's
+       argument checks run here. */
+    tc_local_t *lg = SENTINEL;
+    tc_device_t cuda0[1] = {{TC_DEVICE_CUDA, 0}}, cpus[2] = {{TC_DEVICE_CPU, 0}, {TC_DEVICE_CPU, 0}};
+    tc_device_t bad_type[1] = {{7, 0}};
+    tc_local_options_t bad_local = TC_LOCAL_OPTIONS_INIT;
+    bad_local.magic = 0xbad;
+    tc_result_t lrc = tc_local_new(cuda0, 1, NULL, &lg);
+    CHECK(lrc == TC_ERR_UNAVAILABLE || lrc == TC_SUCCESS);
+    if (lrc == TC_SUCCESS) tc_local_free(lg);
+    lg = SENTINEL;
+    EXPECT_RC(tc_local_new(NULL, 1, NULL, &lg), TC_ERR_NULL_ARGUMENT, "'devices'");
+    EXPECT_RC(tc_local_new(cpus, 2, NULL, NULL), TC_ERR_NULL_ARGUMENT, "'out'");
+    EXPECT_RC(tc_local_new(cpus, 0, NULL, &lg), TC_ERR_INVALID_ARGUMENT, "'n'");
+    EXPECT_RC(tc_local_new(bad_type, 1, NULL, &lg), TC_ERR_INVALID_ARGUMENT, "devices[0]");
+    EXPECT_RC(tc_local_new(cpus, 2, &bad_local, &lg), TC_ERR_INVALID_ARGUMENT, "magic");
+    CHECK(lg == SENTINEL);
+    EXPECT_OK(tc_local_new(cpus, 2, NULL, &lg));
+    float lsrc[4] = {1, 2, 3, 4}, la[4] = {0}, lb[4] = {0}, lcat[8] = {0};
+    void *ldst[2] = {la, lb};
+    const void *lsrcs[2] = {la, lb};
+    size_t lcounts[2] = {4, 4}, lhuge[2] = {(size_t)-1 / 2, 1};
+    tc_dtype_t ldts[1] = {TC_FLOAT32};
+    tc_device_t cpu = {TC_DEVICE_CPU, 0};
+    EXPECT_RC(tc_local_broadcast(NULL, lsrc, 0, ldst, 4, TC_FLOAT32, NULL), TC_ERR_NULL_ARGUMENT, "'g'");
+    EXPECT_RC(tc_local_broadcast(lg, lsrc, 0, NULL, 4, TC_FLOAT32, NULL), TC_ERR_NULL_ARGUMENT, "'dsts'");
+    EXPECT_RC(tc_local_broadcast(lg, lsrc, 2, ldst, 4, TC_FLOAT32, NULL), TC_ERR_INVALID_ARGUMENT, "src_index");
+    EXPECT_RC(tc_local_broadcast(lg, lsrc, 0, ldst, 4, 99, NULL), TC_ERR_INVALID_ARGUMENT, "'dt'");
+    EXPECT_RC(tc_local_broadcast(lg, lsrc, 0, ldst, (size_t)-1 / 2, TC_FLOAT32, NULL), TC_ERR_INVALID_ARGUMENT, "count");
+    ldst[1] = la; /* two destinations in one buffer */
+    EXPECT_RC(tc_local_broadcast(lg, lsrc, 0, ldst, 4, TC_FLOAT32, NULL), TC_ERR_INVALID_ARGUMENT, "overlap");
+    CHECK(la[0] == 0 && lb[0] == 0);
+    ldst[1] = lb;
+    EXPECT_OK(tc_local_broadcast(lg, lsrc, 0, ldst, 4, TC_FLOAT32, NULL));
+    CHECK(la[3] == 4 && lb[3] == 4);
+    EXPECT_RC(tc_local_broadcast_coalesced(NULL, clist, counts, ldts, 1, 0, ldst, NULL), TC_ERR_NULL_ARGUMENT, "'g'");
+    EXPECT_RC(tc_local_broadcast_coalesced(lg, NULL, counts, ldts, 1, 0, ldst, NULL), TC_ERR_NULL_ARGUMENT, "'srcs'");
+    EXPECT_RC(tc_local_broadcast_coalesced(lg, clist, counts, ldts, 1, 0, NULL, NULL), TC_ERR_NULL_ARGUMENT, "'dsts'");
+    EXPECT_RC(tc_local_scatter(NULL, lcat, cpu, 8, TC_FLOAT32, NULL, ldst, NULL), TC_ERR_NULL_ARGUMENT, "'g'");
+    EXPECT_RC(tc_local_scatter(lg, lcat, cpu, 8, TC_FLOAT32, lhuge, ldst, NULL), TC_ERR_INVALID_ARGUMENT, "chunk_counts");
+    EXPECT_RC(tc_local_scatter(lg, lcat, bad_type[0], 8, TC_FLOAT32, NULL, ldst, NULL), TC_ERR_INVALID_ARGUMENT, "src_device");
+    EXPECT_RC(tc_local_gather(NULL, lsrcs, lcounts, TC_FLOAT32, lcat, cpu, NULL), TC_ERR_NULL_ARGUMENT, "'g'");
+    EXPECT_RC(tc_local_gather(lg, lsrcs, NULL, TC_FLOAT32, lcat, cpu, NULL), TC_ERR_NULL_ARGUMENT, "'counts'");
+    EXPECT_RC(tc_local_gather(lg, lsrcs, lhuge, TC_FLOAT32, lcat, cpu, NULL), TC_ERR_INVALID_ARGUMENT, "counts");
+    EXPECT_OK(tc_local_gather(lg, lsrcs, lcounts, TC_FLOAT32, lcat, cpu, NULL));
+    CHECK(lcat[0] == 1 && lcat[7] == 4);
+    /* reduce_add takes CUDA members only */
+    EXPECT_RC(tc_local_reduce_add(NULL, lsrcs, 4, TC_FLOAT32, lcat, 0, NULL), TC_ERR_NULL_ARGUMENT, "'g'");
+    EXPECT_RC(tc_local_reduce_add(lg, lsrcs, 4, TC_FLOAT32, lcat, 0, NULL), TC_ERR_INVALID_ARGUMENT, "CPU");
+    EXPECT_RC(tc_local_reduce_add_coalesced(NULL, lsrcs, counts, ldts, 1, 0, ldst, 0, NULL), TC_ERR_NULL_ARGUMENT, "'g'");
+    EXPECT_RC(tc_local_reduce_add_coalesced(lg, lsrcs, counts, ldts, 1, 0, ldst, 0, NULL), TC_ERR_INVALID_ARGUMENT, "CPU");
+    tc_local_free(lg);
+    tc_local_free(NULL);
+
     /* ---- process-wide ---------------------------------------------------- */
     size_t size = 7;
     int a, b;

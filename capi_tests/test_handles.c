@@ -2,7 +2,7 @@
    a call after free or destroy, a pointer to zeroed memory, a garbage
    pointer, and a handle of one type passed as another each give
    TC_ERR_INVALID_ARGUMENT naming the expected type ("not a live tc_work_t"),
-   for every handle type (comm, work, store, window, batch); free and
+   for every handle type (comm, work, store, window, batch, local group); free and
    destroy functions leave such a handle alone and set tc_last_error. A
    just-freed work is still refused after many new works were made (its
    address is not handed out again at once). Threads creating, querying and
@@ -165,6 +165,30 @@ static void after_destroy(tc_store_t *store) {
     tc_work_free(work);
 }
 
+/* A device group (CPU members: no driver needed) misused like the others. */
+static void local_group(tc_comm_t *comm) {
+    tc_device_t cpus[2] = {{TC_DEVICE_CPU, 0}, {TC_DEVICE_CPU, 0}};
+    tc_local_t *g = NULL;
+    EXPECT_OK(tc_local_new(cpus, 2, NULL, &g));
+    float src = 1.0f, a = 0.0f, b = 0.0f;
+    void *dsts[2] = {&a, &b};
+    int rank = -1;
+    EXPECT_RC(tc_local_broadcast((tc_local_t *)comm, &src, 0, dsts, 1, TC_FLOAT32, NULL), TC_ERR_INVALID_ARGUMENT,
+              NOT_LIVE("tc_local_t") " (it is a live tc_comm_t)");
+    EXPECT_RC(tc_comm_get_rank((tc_comm_t *)g, &rank), TC_ERR_INVALID_ARGUMENT,
+              NOT_LIVE("tc_comm_t") " (it is a live tc_local_t)");
+    EXPECT_REFUSED_FREE(tc_local_free((tc_local_t *)comm), "tc_local_free", "tc_local_t");
+    EXPECT_OK(tc_comm_get_rank(comm, &rank));
+    EXPECT_OK(tc_local_broadcast(g, &src, 0, dsts, 1, TC_FLOAT32, NULL));
+    CHECK(a == 1.0f && b == 1.0f);
+    tc_local_free(g);
+    a = b = 0.0f;
+    EXPECT_RC(tc_local_broadcast(g, &src, 0, dsts, 1, TC_FLOAT32, NULL), TC_ERR_INVALID_ARGUMENT,
+              NOT_LIVE("tc_local_t"));
+    EXPECT_REFUSED_FREE(tc_local_free(g), "tc_local_free", "tc_local_t");
+    CHECK(a == 0.0f && b == 0.0f);
+}
+
 int main(void) {
     char path[32];
     tc_store_t *store = capi_temp_store(path);
@@ -176,6 +200,7 @@ int main(void) {
     use_after_free(comm, store);
     double_free_after_reuse(comm);
     after_destroy(store);
+    local_group(comm);
 
     shared_comm = comm;
     pthread_t threads[4];

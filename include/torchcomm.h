@@ -27,6 +27,9 @@
 #define TC_REDUCER_OPTIONS_INIT                                                 \
     { sizeof(tc_reducer_options_t), TC_REDUCER_OPTIONS_MAGIC,                   \
       TC_REDUCER_OPTIONS_VERSION, 0, 0, 0 }
+#define TC_LOCAL_OPTIONS_INIT                                                   \
+    { sizeof(tc_local_options_t), TC_LOCAL_OPTIONS_MAGIC, TC_LOCAL_OPTIONS_VERSION, \
+      TC_UNSET, 0 }
 /* A reduce op without a factor: TC_REDUCE_OP(TC_SUM). */
 #define TC_REDUCE_OP(kind) { (kind), 1.0, NULL }
 
@@ -36,6 +39,10 @@
 #define TC_VERSION_MINOR 1
 
 #define TC_VERSION_PATCH 0
+
+#define TC_LOCAL_OPTIONS_MAGIC 1413696591
+
+#define TC_LOCAL_OPTIONS_VERSION 1
 
 /*
  Log levels passed to a log callback (and named by `TORCHCOMM_DEBUG`).
@@ -62,6 +69,11 @@
 #define TC_WORK_TIMED_OUT 3
 
 #define TC_WORK_ERROR 4
+
+/*
+ torch's default bucket size of the coalesced forms.
+ */
+#define DEFAULT_BUCKET_BYTES (10 << 20)
 
 /*
  "Not set" value of integer option fields: the library picks the default.
@@ -110,6 +122,36 @@ typedef struct tc_batch tc_batch;
  that order (as with NCCL, serialize issuing if threads race).
  */
 typedef struct tc_comm tc_comm;
+
+/*
+ A device group: CUDA devices (and, where a function allows it, the CPU)
+ driven by this one process, with its NCCL communicators once made.
+
+ Conventions of the `tc_local_*` operations:
+ - `g` is a group from `tc_local_new`; member i is `devices[i]`.
+ - `streams`: NULL (every device's legacy default stream) or an array of
+   one `CUstream`/`cudaStream_t` per member (entries of CPU members are
+   ignored; a NULL entry is that device's legacy stream); each stream must
+   belong to its member's device.
+ - Stream ordering: work on device buffers is enqueued on the members'
+   streams, after the work already enqueued on them, and the call returns
+   without waiting for the device, as torch's functions do; copies
+   between devices are ordered with the streams of both devices by
+   events. Where a destination is host memory the call returns once the
+   data is there (torch's copies to the CPU are blocking too); pageable
+   host sources are read during the call, pinned ones when the stream
+   reaches the copy (keep them unchanged until then).
+ - Errors (`TC_ERR_NULL_ARGUMENT`, `TC_ERR_INVALID_ARGUMENT` naming the
+   argument: an index out of range, a buffer on another device than its
+   member's, checked with `cuPointerGetAttribute`, overlapping
+   destinations, overflowing counts) are found before anything is
+   enqueued: nothing is written. NULL buffers are accepted only where
+   they hold 0 bytes.
+ - Which path ran (NCCL or copies) is logged at `TORCHCOMM_DEBUG=INFO`.
+ - Thread-safe: calls on one group may come from several threads; NCCL
+   path calls are serialized.
+ */
+typedef struct tc_local tc_local;
 
 /*
  A gradient reducer (see `tc_reducer_new`). Not thread-safe: call its
@@ -300,6 +342,36 @@ typedef struct {
      */
     const void *premul_factor_ptr;
 } tc_reduce_op_t;
+
+/*
+ Options of `tc_local_new`. Initialize with `TC_LOCAL_OPTIONS_INIT`.
+ */
+typedef struct {
+    /*
+     `sizeof(tc_local_options_t)` as the caller compiled it.
+     */
+    size_t size;
+    /*
+     Must be `TC_LOCAL_OPTIONS_MAGIC`.
+     */
+    uint32_t magic;
+    /*
+     `TC_LOCAL_OPTIONS_VERSION` as the caller compiled it.
+     */
+    uint32_t version;
+    /*
+     0: never use NCCL (always the copies path). `TC_UNSET` or 1: NCCL
+     where it applies and loads.
+     */
+    int32_t use_nccl;
+    /*
+     Bucket size in bytes of the coalesced forms when a call passes 0;
+     0: 10 MiB (torch's default).
+     */
+    size_t bucket_bytes;
+} tc_local_options_t;
+
+typedef tc_local tc_local_t;
 
 /*
  A log sink: `level` is `TC_LOG_*`; `message` is valid during the call only.
@@ -913,6 +985,99 @@ const char *tc_last_error(void);
  non-NULL; nothing is written on failure. Thread-safe.
  */
 tc_result_t tc_get_version(int *major, int *minor, int *patch);
+
+/*
+ Creates a group over `devices[0..n]` (`TC_DEVICE_CUDA` with an explicit
+ index — -1 is refused — or `TC_DEVICE_CPU`; a device may appear more
+ than once, which makes the group use the copies path). Retains each CUDA
+ device's primary context; NCCL communicators are made on the first call
+ that can use them (`ncclCommInitAll`) and kept until `tc_local_free`.
+ `opts` may be NULL and is copied. On success `*out` receives the group.
+ Errors: `TC_ERR_NULL_ARGUMENT` (`devices`, `out`), `TC_ERR_INVALID_ARGUMENT`
+ (`n` = 0, a device type or index out of range, a bad options magic),
+ `TC_ERR_UNAVAILABLE` for a CUDA device without a CUDA driver. Thread-safe.
+ */
+tc_result_t tc_local_new(const tc_device_t *devices, size_t n, const tc_local_options_t *opts, tc_local_t **out);
+
+/*
+ Destroys a group: waits for the library's own staging buffers to be
+ released by the devices, destroys its NCCL communicators and releases
+ the devices' contexts. NULL is a no-op. Work already enqueued completes;
+ no call on the group may be running or follow.
+ */
+void tc_local_free(tc_local_t *g);
+
+/*
+ Copies `count` elements of `dt` at `src`, which lives on member
+ `src_index`, into `dsts[i]` on member i for every member (torch.cuda.comm
+ broadcast). `dsts[src_index]` may be `src` itself (nothing copied there).
+ NCCL path (one `ncclBroadcast` per device in one group) when every member
+ is a distinct CUDA device; copies otherwise (a CPU member or a repeated
+ device). Stream-ordered on `streams` (see `tc_local`; a CPU
+ destination or source makes the call host-synchronous for that copy).
+ */
+tc_result_t tc_local_broadcast(tc_local_t *g, const void *src, size_t src_index, void *const *dsts, size_t count, tc_dtype_t dt, void *const *streams);
+
+/*
+ Broadcasts `n` buffers at once (torch.cuda.comm broadcast_coalesced):
+ buffer t is `counts[t]` elements of `dtypes[t]` at `srcs[t]` on member 0,
+ copied to `dsts[d * n + t]` on member d (row-major, one row per member;
+ row 0 may repeat `srcs`). Buffers are bucketed by data type up to
+ `buffer_bytes` (0: the group's bucket size, 10 MiB by default); on the
+ NCCL path each bucket is one NCCL group. Stream-ordered on `streams`.
+ */
+tc_result_t tc_local_broadcast_coalesced(tc_local_t *g, const void *const *srcs, const size_t *counts, const tc_dtype_t *dtypes, size_t n, size_t buffer_bytes, void *const *dsts, void *const *streams);
+
+/*
+ Splits `count` elements of `dt` at `src` (on `src_device`: the CPU or
+ any CUDA device, in the group or not) along dimension 0 into `dsts[i]` on
+ member i (torch.cuda.comm scatter). The buffer is flat and contiguous; to
+ split a row-major tensor along dimension 0 give counts in elements of
+ whole rows (rows x row length). `chunk_counts`: `n_members` element
+ counts summing to `count`, or NULL for torch.chunk's rule: chunks of
+ ceil(count / n_members) elements, the last one shorter; when fewer chunks
+ are needed than there are members, the remaining members get nothing
+ (their `dsts` entries are not written and may be NULL), e.g. 5 elements
+ over 4 devices are 2, 2, 1, 0. Always the copies path, stream-ordered on
+ the destinations' `streams` (and, for a device source, on the stream of
+ its first member on that device, else its legacy stream).
+ */
+tc_result_t tc_local_scatter(tc_local_t *g, const void *src, tc_device_t src_device, size_t count, tc_dtype_t dt, const size_t *chunk_counts, void *const *dsts, void *const *streams);
+
+/*
+ Concatenates `srcs[i]` (`counts[i]` elements of `dt` on member i) in
+ member order into `dst` on `dst_device`: the CPU (torch's
+ `destination=-1`; the call returns once the data is there) or any CUDA
+ device, in the group or not (stream-ordered on `stream`, a stream of that
+ device, NULL: its legacy stream). Sources are read in order with their
+ device's legacy stream (with `stream` for sources on the destination's
+ device): order work on other streams before the call. Always the copies
+ path.
+ */
+tc_result_t tc_local_gather(tc_local_t *g, const void *const *srcs, const size_t *counts, tc_dtype_t dt, void *dst, tc_device_t dst_device, void *stream);
+
+/*
+ Writes into `dst`, on member `dst_index`, the elementwise sum of
+ `srcs[i]` (`count` elements of `dt` on member i) over every member
+ (torch.cuda.comm reduce_add). Every member must be a CUDA device; `dst`
+ may be `srcs[dst_index]` (in place). NCCL path (`ncclReduce` to that root
+ in one group) when the members are distinct devices; otherwise copies
+ into pinned host staging on the destination's stream, summed there by a
+ host function in member order and copied to `dst` (float8 is then
+ `TC_ERR_UNSUPPORTED`). bool sums are logical or. Stream-ordered on
+ `streams`; host-asynchronous on both paths.
+ */
+tc_result_t tc_local_reduce_add(tc_local_t *g, const void *const *srcs, size_t count, tc_dtype_t dt, void *dst, size_t dst_index, void *const *streams);
+
+/*
+ Sums `n` buffers at once (torch.cuda.comm reduce_add_coalesced): buffer
+ t is `counts[t]` elements of `dtypes[t]` at `srcs[d * n + t]` on member d
+ (row-major, one row per member), summed into `dsts[t]` on member
+ `dst_index` (which may be the source of that member). Bucketed by data
+ type up to `buffer_bytes` (0: the group's bucket size, 10 MiB by
+ default); otherwise as `tc_local_reduce_add`.
+ */
+tc_result_t tc_local_reduce_add_coalesced(tc_local_t *g, const void *const *srcs, const size_t *counts, const tc_dtype_t *dtypes, size_t n, size_t buffer_bytes, void *const *dsts, size_t dst_index, void *const *streams);
 
 /*
  Sends the library's log lines (already filtered by `TORCHCOMM_DEBUG`) to

@@ -17,6 +17,7 @@ pub mod cuda;
 pub mod error;
 pub mod ffi;
 pub mod layout_check;
+pub mod local;
 pub mod options;
 pub mod recorder;
 pub mod reducer;

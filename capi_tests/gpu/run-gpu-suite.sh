@@ -42,6 +42,7 @@ TESTS=(
   "mem2 2 60 1 test_gpu_mem"
   "timeout2 2 60 1 test_gpu_timeout"
   "dead-peer2 2 60 1 test_gpu_dead_peer"
+  "local 1 30 1 test_gpu_local"
   "ops4 4 180 2 test_gpu_ops"
   "split-abort2 2 75 2 test_gpu_split_abort"
   "p2p-order2 2 60 2 test_gpu_p2p_order"
@@ -168,6 +169,8 @@ for t in "${selected[@]}"; do
   fi
   if [ -n "$reason" ]; then line_for "SKIP $name: $reason"; n_skip=$((n_skip + 1)); continue; fi
   if [ "$prog" = torch_smoke.py ]; then cmd=(python3 "$SUITE/tests/torch_smoke.py" "$SUITE/lib/libtorchcomm.so"); else cmd=("$SUITE/bin/$prog"); fi
+  # tc_local_*: one process, every visible device plus the CPU; its path checks read the INFO log.
+  [ "$prog" = test_gpu_local ] && cmd=(env TORCHCOMM_DEBUG=INFO "${cmd[@]}")
   case $name in ops2) export TC_GPU_MODES=${TC_GPU_MODES_MULTI:-2} ;; ops4) export TC_GPU_MODES=${TC_GPU_MODES_MULTI:-1} ;; *) unset TC_GPU_MODES ;; esac
   log=$SUITE/results/$name.log
   t0=$(date +%s)

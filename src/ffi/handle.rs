@@ -1,6 +1,7 @@
 //! Handles given to C callers, and the check every call makes on them.
 //!
-//! Each object handed out (comm, work, store, window, batch, reducer) is boxed and its
+//! Each object handed out (comm, work, store, window, batch, reducer,
+//! local device group) is boxed and its
 //! address recorded, with its type, in a process-wide registry of live
 //! handles. Every call looks its handle arguments up there before touching
 //! them, so a freed handle (a double free, a call after destroy), a pointer
@@ -29,6 +30,7 @@ pub enum HandleType {
     Window,
     Batch,
     Reducer,
+    Local,
 }
 
 impl HandleType {
@@ -40,6 +42,7 @@ impl HandleType {
             HandleType::Window => "tc_window_t",
             HandleType::Batch => "tc_batch_t",
             HandleType::Reducer => "tc_reducer_t",
+            HandleType::Local => "tc_local_t",
         }
     }
 }

@@ -132,6 +132,8 @@ extra() { # name program... (environment set by the caller)
 echo "sim-gpu-test: == simulation-only runs"
 B=$RH/bin
 TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.18/libnccl.so.2 TC_GPU_MODES=1 extra "ops on NCCL 2.18 (no ncclAlltoAll, fp8, registration, ncclMemAlloc)" "$B/test_gpu_ops"
+for n in 2 3 4; do TC_SIM_DEVICES=$n TORCHCOMM_DEBUG=INFO TC_LOCAL_NCCL=1 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "tc_local device group, $n devices in one process" "$B/test_gpu_local"; done
+TC_SIM_DEVICES=3 TORCHCOMM_DEBUG=INFO TC_LOCAL_NCCL=0 TORCHCOMM_NCCL_LIBRARY=$SIM/absent/libnccl.so.2 extra "tc_local device group, 3 devices, NCCL absent (copies path)" "$B/test_gpu_local"
 RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.18/libnccl.so.2 TC_GPU_MODES=1 extra "ops on NCCL 2.18, 2 ranks (all-to-all as grouped send/recv)" "$B/test_gpu_ops"
 TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.18/libnccl.so.2 extra "mem on NCCL 2.18 (cuMemAlloc fallback, registration unsupported)" "$B/test_gpu_mem"
 LD_LIBRARY_PATH="$SIM/stub:$LD_LIBRARY_PATH" TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 \

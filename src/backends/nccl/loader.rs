@@ -176,6 +176,8 @@ type FnGetUniqueId = unsafe extern "C" fn(*mut UniqueId) -> NcclResult;
 type FnInitRankConfig =
     unsafe extern "C" fn(*mut NcclComm, c_int, UniqueId, c_int, *mut Config) -> NcclResult;
 type FnComm = unsafe extern "C" fn(NcclComm) -> NcclResult;
+/// ncclCommInitAll: one comm per device of this process.
+type FnInitAll = unsafe extern "C" fn(*mut NcclComm, c_int, *const c_int) -> NcclResult;
 type FnAsyncError = unsafe extern "C" fn(NcclComm, *mut NcclResult) -> NcclResult;
 /// ncclCommCount and ncclCommUserRank.
 type FnCommInt = unsafe extern "C" fn(NcclComm, *mut c_int) -> NcclResult;
@@ -306,6 +308,8 @@ pub struct Nccl {
     pub put_signal: Option<FnPutSignal>,
     pub signal: Option<FnSignal>,
     pub wait_signal: Option<FnWaitSignal>,
+    /// One comm per device of this process (tc_local_*).
+    pub comm_init_all: Option<FnInitAll>,
 }
 
 // SAFETY: function pointers into a library that is never unloaded.
@@ -445,6 +449,7 @@ impl Nccl {
             put_signal: sym(h, "ncclPutSignal"),
             signal: sym(h, "ncclSignal"),
             wait_signal: sym(h, "ncclWaitSignal"),
+            comm_init_all: sym(h, "ncclCommInitAll"),
         })
     }
 
@@ -633,6 +638,7 @@ mod abi {
             ("ncclPutSignal", sig::<FnPutSignal>(), false),
             ("ncclSignal", sig::<FnSignal>(), false),
             ("ncclWaitSignal", sig::<FnWaitSignal>(), false),
+            ("ncclCommInitAll", sig::<FnInitAll>(), false),
         ]
     }
 
