@@ -20,4 +20,4 @@ echo "# SIMULATED driver and NCCL: issue_us is the host cost per call; device_us
 TC_SIM_DEVICES=${1:-4} TC_SIM_DELAY_US=0 LD_LIBRARY_PATH="$SIM" TORCHCOMM_NCCL_LIBRARY="$SIM/libnccl.so.2" \
   TC_SIM_NCCL_DIR="${TMPDIR:-/tmp}" "$ROOT/build/bench_local" "${1:-4}" "${2:-1048576}"
 echo "# Device table on a GPU machine (after make gpu-suite, from the repository root):"
-echo "#   cc -std=c11 -O2 -Igpu-suite/include -Igpu-suite/tests -I\$CUDA_HOME/include gpu-suite/tests/bench_local.c -o gpu-suite/bin/bench_local -Lgpu-suite/lib -ltorchcomm -Wl,-rpath,\$PWD/gpu-suite/lib -L\$CUDA_HOME/lib64/stubs -lcuda -lm && TORCHCOMM_NCCL_LIBRARY=\$(python3 -c \"import nvidia.nccl,os;print(os.path.join(list(nvidia.nccl.__path__)[0],'lib','libnccl.so.2'))\") gpu-suite/bin/bench_local"
+echo "#   cc -std=c11 -O2 -Igpu-suite/include -Igpu-suite/tests -I\$CUDA_HOME/include gpu-suite/tests/bench_local.c -o gpu-suite/bin/bench_local -Lgpu-suite/lib -ltorchcomm -Wl,-rpath,\$PWD/gpu-suite/lib -l:libcuda.so.1 -lm && TORCHCOMM_NCCL_LIBRARY=\$(python3 -c \"import nvidia.nccl,os;print(os.path.join(list(nvidia.nccl.__path__)[0],'lib','libnccl.so.2'))\") gpu-suite/bin/bench_local"
