@@ -104,6 +104,18 @@ class ReducerOptions(C.Structure):
     ]
 
 
+class LocalOptions(C.Structure):
+    """tc_local_options_t."""
+
+    _fields_ = [
+        ("size", C.c_size_t),
+        ("magic", C.c_uint32),
+        ("version", C.c_uint32),
+        ("use_nccl", C.c_int32),
+        ("bucket_bytes", C.c_size_t),
+    ]
+
+
 ABORT_HOOK = C.CFUNCTYPE(None, C.c_int32, C.c_char_p, C.c_void_p)
 LOG_CALLBACK = C.CFUNCTYPE(None, C.c_int32, C.c_char_p, C.c_void_p)
 
@@ -150,6 +162,17 @@ PROTOTYPES = {
     "tc_reducer_set_builtin_hook": (_R, [_p, _i32]),
     "tc_reducer_get_grad": (_R, [_p, _sz, _out]),
     "tc_reducer_num_buckets": (_R, [_p, _sz_p]),
+    "tc_local_new": (_R, [C.POINTER(Device), _sz, C.POINTER(LocalOptions), _out]),
+    "tc_local_free": (None, [_p]),
+    "tc_local_broadcast": (_R, [_p, _p, _sz, _out, _sz, _i32, _out]),
+    "tc_local_broadcast_coalesced": (_R, [_p, _out, _sz_p, C.POINTER(C.c_int32), _sz, _sz, _out, _out]),
+    "tc_local_scatter": (_R, [_p, _p, Device, _sz, _i32, _sz_p, _out, _out]),
+    "tc_local_gather": (_R, [_p, _out, _sz_p, _i32, _p, Device, _p]),
+    "tc_local_reduce_add": (_R, [_p, _out, _sz, _i32, _p, _sz, _out]),
+    "tc_local_reduce_add_coalesced": (
+        _R,
+        [_p, _out, _sz_p, C.POINTER(C.c_int32), _sz, _sz, _out, _sz, _out],
+    ),
     "tc_sparse_all_reduce": (_R, [_p, C.POINTER(SparseCoo), ReduceOpC, C.POINTER(SparseCoo), _opts, _out]),
     "tc_send": (_R, [_p, _p, _sz, _i32, C.c_int, _opts, _out]),
     "tc_recv": (_R, [_p, _p, _sz, _i32, C.c_int, _opts, _out]),
