@@ -5,8 +5,8 @@ use crate::comm::Ptr;
 use crate::error::TC_SUCCESS;
 use crate::error::{clear_last_error, last_error_ptr, tc_result_t, Error, ErrorKind, Result};
 use crate::ffi::comm::tc_comm_t;
-use crate::ffi::work::{tc_work, tc_work_t};
 use crate::ffi::handle::{Handle, HandleType};
+use crate::ffi::work::{tc_work, tc_work_t};
 use crate::ffi::{
     arg_out, arg_slice, boundary, boundary_void, handle_mut, handle_ref, into_handle, take_handle,
 };
