@@ -192,3 +192,24 @@ def test_sparse_all_reduce_numpy(comm):
     with pytest.raises(tc.TorchCommError) as e:
         comm.sparse_all_reduce(idx, vals[:1], shape)
     assert e.value.code == 1002 and "'values'" in str(e.value)
+
+
+def test_hook_and_reducer_constants_match_the_header():
+    import re
+    from pathlib import Path
+
+    from torchcomm import _lib
+
+    header = (Path(__file__).resolve().parents[2] / "include" / "torchcomm.h").read_text()
+    defines = dict(re.findall(r"^#define (TC_\w+) (-?\d+)$", header, re.M))
+    for h in tc.Hook:
+        assert defines[f"TC_HOOK_{h.name}"] == str(int(h))
+    for name in ("TC_REDUCER_OPTIONS_MAGIC", "TC_REDUCER_OPTIONS_VERSION"):
+        assert defines[name] == str(getattr(_lib, name))
+
+
+def test_sparse_all_reduce_refuses_async(comm):
+    mine = rank_sparse(comm.rank, comm.size)
+    with pytest.raises(tc.TorchCommError) as e:
+        comm.sparse_all_reduce(mine, async_op=True)
+    assert e.value.code == 1002 and "async_op" in str(e.value)
