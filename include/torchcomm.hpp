@@ -4,7 +4,8 @@
  * into the library.
  *
  * - Handles are move-only RAII types (tc::Comm, tc::Work, tc::Store,
- *   tc::Window, tc::Batch, tc::Memory, tc::Registration): the destructor
+ *   tc::Window, tc::Batch, tc::Memory, tc::Registration, tc::Reducer,
+ *   tc::SparseCoo): the destructor
  *   calls the C destroy/free function.
  * - A failing call throws tc::Error, carrying the tc_result_t code and the
  *   thread's tc_last_error() detail.
@@ -333,6 +334,43 @@ class Comm {
         });
     }
 
+
+    /* Broadcasts root's buffers into every rank's, packed into messages of
+       at most buffer_bytes per dtype (tc_broadcast_coalesced). */
+    Work broadcast_coalesced(const std::vector<Buffer> &bufs, size_t buffer_bytes, int root,
+                             const OpOptions &o = {}) {
+        std::vector<void *> ptrs;
+        std::vector<size_t> counts;
+        std::vector<tc_dtype_t> dtypes;
+        for (const Buffer &b : bufs) {
+            ptrs.push_back(b.data());
+            counts.push_back(b.count());
+            dtypes.push_back(b.c_dtype());
+        }
+        return op("tc_broadcast_coalesced", o, [&](auto c, auto w) {
+            return tc_broadcast_coalesced(h_.get(), ptrs.data(), counts.data(), dtypes.data(), bufs.size(),
+                                          buffer_bytes, root, c, w);
+        });
+    }
+    /* Sums (tc::Sum or tc::Avg) a sparse tensor across the ranks into `out`
+       (its previous arrays freed first). With async options `out` must
+       live, unread, until the work completes. */
+    Work sparse_all_reduce(const SparseView &input, ReduceOp red, SparseCoo &out, const OpOptions &o = {}) {
+        tc_sparse_coo_t in = input.c();
+        out.reset();
+        return op("tc_sparse_all_reduce", o, [&](auto c, auto w) {
+            return tc_sparse_all_reduce(h_.get(), &in, red.c, out.c(), c, w);
+        });
+    }
+    /* As above, returning the result once it is complete. */
+    SparseCoo sparse_all_reduce(const SparseView &input, ReduceOp red, const OpOptions &o = {}) {
+        SparseCoo out;
+        sparse_all_reduce(input, red, out, o).wait();
+        return out;
+    }
+    /* Gives up ownership of the handle (the caller frees it). */
+    tc_comm_t *release() noexcept { return h_.release(); }
+
   private:
     using Handle = detail::Handle<tc_comm_t, tc_comm_destroy>;
 
@@ -443,6 +481,152 @@ class Window {
 
   private:
     detail::Handle<tc_window_t, tc_window_free> h_;
+};
+
+/* --------------------------------------------------------------- reducer */
+
+/* The bucket a communication hook exchanges (a view of tc_grad_bucket_t,
+   valid during the hook's call). */
+class GradBucket {
+  public:
+    explicit GradBucket(tc_grad_bucket_t *b) noexcept : b_(b) {}
+    size_t index() const noexcept { return b_->index; }
+    size_t num_buckets() const noexcept { return b_->num_buckets; }
+    bool is_last() const noexcept { return b_->is_last != 0; }
+    /* The flat buffer holding the bucket's gradients. */
+    Buffer buffer() const noexcept { return Buffer(b_->buffer, b_->count, static_cast<DType>(b_->dtype)); }
+    /* Exchange this buffer instead (same count, a floating-point dtype); it
+       must stay valid until Reducer::finalize returns, which casts its
+       final contents back into the bucket. */
+    void set_buffer(Buffer b) {
+        if (b.count() != b_->count) detail::invalid("'buffer' needs the bucket's element count", "set_buffer");
+        b_->buffer = b.data();
+        b_->dtype = b.c_dtype();
+    }
+    /* Per gradient of the bucket: its index in the reducer's list, its
+       offset in the buffer and its length (elements). */
+    Span<const size_t> grad_indices() const noexcept { return {b_->grad_indices, b_->num_grads}; }
+    Span<const size_t> offsets() const noexcept { return {b_->offsets, b_->num_grads}; }
+    Span<const size_t> lengths() const noexcept { return {b_->lengths, b_->num_grads}; }
+    tc_grad_bucket_t *c() const noexcept { return b_; }
+
+  private:
+    tc_grad_bucket_t *b_;
+};
+
+/* A communication hook: issues the bucket's exchange on `comm` (borrowed
+   for the call) and returns its work. Every rank must issue the same
+   operations. An exception becomes the hook's error result: the call that
+   ran the hook (mark_ready or finalize) throws tc::Error with its text. */
+using CommHook = std::function<Work(Comm &comm, GradBucket &bucket)>;
+
+/* A gradient reducer (tc_reducer_t): bucketed exchange of gradients as
+   DDP does it. `comm` must outlive it; so must the gradient buffers. */
+class Reducer {
+  public:
+    Reducer() noexcept = default;
+    /* Collective. With gradient_as_bucket_view, pass buffers whose data is
+       nullptr (only their count and dtype are used); grad(i) then gives
+       where each gradient lives. */
+    Reducer(Comm &comm, const std::vector<Buffer> &grads, const ReducerOptions &opts = {}) {
+        std::vector<void *> ptrs;
+        std::vector<size_t> counts;
+        std::vector<tc_dtype_t> dtypes;
+        bool any_data = false;
+        for (const Buffer &b : grads) {
+            ptrs.push_back(b.data());
+            counts.push_back(b.count());
+            dtypes.push_back(b.c_dtype());
+            any_data = any_data || b.data() != nullptr;
+        }
+        tc_reducer_t *r = nullptr;
+        detail::check(tc_reducer_new(comm.get(), any_data ? ptrs.data() : nullptr, counts.data(), dtypes.data(),
+                                     grads.size(), opts.c(), &r),
+                      "tc_reducer_new");
+        h_.reset(r);
+    }
+    Reducer(Reducer &&) noexcept = default;
+    Reducer &operator=(Reducer &&o) noexcept {
+        if (this != &o) {
+            h_ = std::move(o.h_); // frees ours first: its hook is no longer called
+            hook_ = std::move(o.hook_);
+        }
+        return *this;
+    }
+    ~Reducer() { h_.reset(); } // before hook_ goes away
+    explicit operator bool() const noexcept { return h_.get() != nullptr; }
+    tc_reducer_t *get() const noexcept { return h_.get(); }
+
+    /* Gradient i is final for this iteration (may run hooks). */
+    void mark_ready(size_t i) { run(tc_reducer_mark_ready(h_.get(), i), "tc_reducer_mark_ready"); }
+    /* Ends the iteration: every bucket exchanged and written back. */
+    void finalize() { run(tc_reducer_finalize(h_.get()), "tc_reducer_finalize"); }
+    /* As finalize(), returning at once; read no gradient before the work
+       completes. */
+    Work finalize_async() {
+        tc_work_t *w = nullptr;
+        run(tc_reducer_finalize_async(h_.get(), &w), "tc_reducer_finalize_async");
+        return Work(w);
+    }
+    /* Only between iterations. */
+    void set_hook(CommHook hook) {
+        if (!hook) detail::invalid("'hook' is empty", "tc_reducer_set_hook");
+        auto next = std::make_unique<HookState>(HookState{std::move(hook), {}});
+        detail::check(tc_reducer_set_hook(h_.get(), &Reducer::call_hook, next.get()), "tc_reducer_set_hook");
+        hook_ = std::move(next); // the library no longer calls the old one
+    }
+    void set_builtin_hook(Hook kind) {
+        detail::check(tc_reducer_set_builtin_hook(h_.get(), static_cast<tc_hook_kind_t>(kind)),
+                      "tc_reducer_set_builtin_hook");
+        hook_.reset();
+    }
+    /* Where gradient i lives (its buffer, or its place in a bucket). */
+    template <class T = void> T *grad(size_t i) const {
+        void *p = nullptr;
+        detail::check(tc_reducer_get_grad(h_.get(), i, &p), "tc_reducer_get_grad");
+        return static_cast<T *>(p);
+    }
+    size_t num_buckets() const {
+        size_t n = 0;
+        detail::check(tc_reducer_num_buckets(h_.get(), &n), "tc_reducer_num_buckets");
+        return n;
+    }
+
+  private:
+    struct HookState {
+        CommHook fn;
+        std::string error; // what the hook threw during the current call
+    };
+
+    /* Throws on failure, naming what a hook of ours threw. */
+    void run(tc_result_t rc, const char *call) {
+        std::string thrown = hook_ ? std::exchange(hook_->error, {}) : std::string();
+        if (rc == TC_SUCCESS) return;
+        std::string detail = tc_last_error();
+        if (!thrown.empty()) detail += " (the hook threw: " + thrown + ")";
+        throw Error(rc, detail, call);
+    }
+    static tc_result_t call_hook(void *state, tc_comm_t *comm, tc_grad_bucket_t *bucket, tc_work_t **work) {
+        auto *s = static_cast<HookState *>(state);
+        Comm borrowed(comm);
+        tc_result_t rc = TC_ERR_INVALID_USAGE;
+        try {
+            GradBucket b(bucket);
+            *work = s->fn(borrowed, b).release();
+            rc = TC_SUCCESS;
+        } catch (const Error &e) {
+            rc = e.code(), s->error = e.what();
+        } catch (const std::exception &e) {
+            s->error = e.what();
+        } catch (...) {
+            s->error = "an exception of unknown type";
+        }
+        borrowed.release(); // the reducer's comm, not ours to destroy
+        return rc;
+    }
+
+    detail::Handle<tc_reducer_t, tc_reducer_free> h_;
+    std::unique_ptr<HookState> hook_;
 };
 
 } // namespace tc

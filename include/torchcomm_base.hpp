@@ -1,7 +1,7 @@
 /*
  * torchcomm_base.hpp: the foundation of torchcomm.hpp (errors, dtypes,
- * buffers, option builders, tc::Work, tc::Store). Include torchcomm.hpp,
- * not this file.
+ * buffers, option builders, tc::Work, tc::Store, sparse tensors). Include
+ * torchcomm.hpp, not this file.
  */
 #ifndef TORCHCOMM_BASE_HPP
 #define TORCHCOMM_BASE_HPP
@@ -471,6 +471,110 @@ class Store {
 };
 
 inline CommOptions &CommOptions::store(const Store &s) noexcept { return c_.store = s.get(), *this; }
+
+/* ---------------------------------------------------- sparse, reducer */
+
+/* A sparse COO tensor as input (tc_sparse_coo_t, torch's layout): `shape`
+   has sparse_dim + dense sizes; `indices` holds sparse_dim rows of nnz
+   indices; `values` holds nnz rows of prod(dense sizes) elements. */
+struct SparseView {
+    Span<const int64_t> shape;
+    size_t sparse_dim = 0;
+    Span<const int64_t> indices;
+    ConstBuffer values{nullptr, 0, DType::Float32};
+
+    size_t nnz() const { return sparse_dim ? indices.size() / sparse_dim : 0; }
+    /* The C struct; throws TC_ERR_INVALID_ARGUMENT when the sizes disagree. */
+    tc_sparse_coo_t c() const {
+        const char *call = "tc_sparse_all_reduce";
+        if (sparse_dim == 0 || sparse_dim > shape.size())
+            detail::invalid("'sparse_dim' must be in 1..shape.size()", call);
+        if (indices.size() % sparse_dim != 0)
+            detail::invalid("'indices' is not sparse_dim rows of nnz indices", call);
+        size_t row = 1;
+        for (size_t d = sparse_dim; d < shape.size(); d++) row *= size_t(shape[d]);
+        if (values.count() != nnz() * row)
+            detail::invalid("'values' has " + std::to_string(values.count()) + " elements, expected nnz * " +
+                                std::to_string(row) + " = " + std::to_string(nnz() * row),
+                            call);
+        return tc_sparse_coo_t{sparse_dim,     shape.size() - sparse_dim, shape.data(), nnz(),
+                               indices.data(), values.data(),             values.c_dtype()};
+    }
+};
+
+/* A sparse COO tensor allocated by the library (the result of
+   Comm::sparse_all_reduce); its arrays are freed with tc_free. */
+class SparseCoo {
+  public:
+    SparseCoo() : c_(new tc_sparse_coo_t{}) {}
+    SparseCoo(SparseCoo &&) noexcept = default;
+    SparseCoo &operator=(SparseCoo &&o) noexcept {
+        if (this != &o) reset(), c_ = std::move(o.c_);
+        return *this;
+    }
+    ~SparseCoo() { reset(); }
+
+    size_t sparse_dim() const noexcept { return c_ ? c_->sparse_dim : 0; }
+    size_t dense_dim() const noexcept { return c_ ? c_->dense_dim : 0; }
+    size_t nnz() const noexcept { return c_ ? c_->nnz : 0; }
+    DType dtype() const noexcept { return static_cast<DType>(c_ ? c_->dtype : TC_FLOAT32); }
+    Span<const int64_t> shape() const noexcept { return {c_ ? c_->shape : nullptr, sparse_dim() + dense_dim()}; }
+    /* sparse_dim() rows of nnz() indices. */
+    Span<const int64_t> indices() const noexcept { return {c_ ? c_->indices : nullptr, sparse_dim() * nnz()}; }
+    /* nnz() rows of prod(dense sizes) elements. */
+    ConstBuffer values() const noexcept {
+        size_t n = nnz();
+        for (size_t d = sparse_dim(); d < sparse_dim() + dense_dim(); d++) n *= size_t(c_->shape[d]);
+        return ConstBuffer(c_ ? c_->values : nullptr, n, dtype());
+    }
+    /* The values as T, which must match dtype(). */
+    template <class T> Span<const T> values_as() const {
+        if (dtype_v<T> != dtype()) detail::invalid("the values have another dtype", "SparseCoo::values_as");
+        return {static_cast<const T *>(values().data()), values().count()};
+    }
+    /* An input view of this tensor (valid while it lives). */
+    SparseView view() const { return SparseView{shape(), sparse_dim(), indices(), values()}; }
+    /* The C struct the library writes (its address is stable across moves). */
+    tc_sparse_coo_t *c() noexcept { return c_.get(); }
+    /* Frees the arrays; the tensor is then empty. */
+    void reset() noexcept {
+        if (!c_) return;
+        tc_free(const_cast<int64_t *>(c_->shape));
+        tc_free(const_cast<int64_t *>(c_->indices));
+        tc_free(const_cast<void *>(c_->values));
+        *c_ = tc_sparse_coo_t{};
+    }
+
+  private:
+    std::unique_ptr<tc_sparse_coo_t> c_;
+};
+
+/* Options of a tc::Reducer (tc_reducer_options_t), as a builder. */
+class ReducerOptions {
+  public:
+    ReducerOptions() noexcept : c_(TC_REDUCER_OPTIONS_INIT) {}
+    /* Size at which a bucket is closed; 0: 25 MiB. */
+    ReducerOptions &bucket_cap_bytes(size_t n) noexcept { return c_.bucket_cap_bytes = n, *this; }
+    /* Size at which each dtype's first bucket is closed; 0: 1 MiB. */
+    ReducerOptions &first_bucket_bytes(size_t n) noexcept { return c_.first_bucket_bytes = n, *this; }
+    /* The gradients live in the buckets (Reducer::grad gives each one). */
+    ReducerOptions &gradient_as_bucket_view(bool on = true) noexcept {
+        return c_.gradient_as_bucket_view = on ? 1 : 0, *this;
+    }
+    const tc_reducer_options_t *c() const noexcept { return &c_; }
+
+  private:
+    tc_reducer_options_t c_;
+};
+
+/* The built-in communication hooks (TC_HOOK_*). */
+enum class Hook : tc_hook_kind_t {
+    AllReduce = TC_HOOK_ALLREDUCE,
+    Fp16Compress = TC_HOOK_FP16_COMPRESS,
+    Bf16Compress = TC_HOOK_BF16_COMPRESS,
+    NoOp = TC_HOOK_NOOP,
+};
+
 
 
 } // namespace tc

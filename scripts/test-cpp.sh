@@ -4,7 +4,8 @@
 # through tc-run and once more on 2 ranks under valgrind (no errors, no
 # definite or indirect leaks); then the header installed into a scratch
 # prefix with examples/cpp/hello.cpp built against it through pkg-config and
-# CMake and run on 3 ranks. Needs target/release built (make build).
+# CMake and run on 3 ranks; docs/cpp.md's program built and run on 2 ranks.
+# Needs target/release built (make build).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -24,6 +25,13 @@ for std in 17 20; do
     "$rel/tc-run" -n "$n" -- "$out/test_cpp$std"
   done
 done
+
+# docs/cpp.md's complete program, exactly as written there.
+awk '/^```cpp$/{f=1;next}/^```$/{f=0}f' docs/cpp.md > "$out/doc_program.cpp"
+test -s "$out/doc_program.cpp"
+"$CXX" -std=c++17 "${flags[@]}" "$out/doc_program.cpp" -o "$out/doc_program" "${libs[@]}"
+echo "== docs/cpp.md's program on 2 ranks"
+"$rel/tc-run" -n 2 -- "$out/doc_program"
 
 if command -v valgrind >/dev/null; then
   echo "== test_cpp C++17 on 2 ranks under valgrind"
@@ -57,4 +65,4 @@ fi
 make --no-print-directory uninstall PREFIX="$stage" >/dev/null
 test ! -e "$stage/include/torchcomm.hpp"
 test ! -e "$stage/include/torchcomm_base.hpp"
-echo "test-cpp: C++17 and C++20 on 2 and 3 ranks, valgrind, pkg-config and CMake users: all passed"
+echo "test-cpp: C++17 and C++20 on 2 and 3 ranks, docs/cpp.md program, valgrind, pkg-config and CMake users: all passed"

@@ -2,9 +2,10 @@
 # The Python package (python/): installed with pip into a scratch folder
 # (pure Python, no compiler), then its pytest suite run on 2 and 3 ranks
 # through tc-run, the library found once through TORCHCOMM_LIBRARY and once
-# by its own search (the build tree); then examples/python/train.py on 2
-# ranks. Python with numpy, torch and pytest comes from scripts/torch-venv.sh;
-# when it cannot be had, prints a SKIPPED line with the reason and exits 0.
+# by its own search (the build tree); then docs/python.md's program and
+# examples/python/train.py on 2 ranks. Python with numpy, torch and pytest
+# comes from scripts/torch-venv.sh; when it cannot be had, prints a SKIPPED
+# line with the reason and exits 0.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -30,6 +31,10 @@ for n in 2 3; do
   TORCHCOMM_LIBRARY="$rel/libtorchcomm.so" "$rel/tc-run" -n "$n" -- \
     "$py" -m pytest -q -p no:cacheprovider python/tests
 done
+echo "== docs/python.md's program on 2 ranks"
+awk '/^```python$/{f=1;next}/^```$/{f=0}f' docs/python.md > "$root/build/doc_program.py"
+test -s "$root/build/doc_program.py"
+"$rel/tc-run" -n 2 -- "$py" "$root/build/doc_program.py"
 echo "== examples/python/train.py on 2 ranks"
 "$rel/tc-run" -n 2 -- "$py" examples/python/train.py
-echo "test-python: pip install, pytest on 2 and 3 ranks, training example: all passed"
+echo "test-python: pip install, pytest on 2 and 3 ranks, docs/python.md program, training example: all passed"

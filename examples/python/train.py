@@ -1,6 +1,8 @@
 """Data-parallel training of a tiny torch model, torchcomm doing the gradient
-exchange: every rank trains on its own shard of a regression problem and
-averages gradients with one all_reduce per step. At the end each rank
+exchange: every rank trains on its own shard of a regression problem and a
+torchcomm Reducer averages the gradients as DDP does (each gradient marked
+ready by a hook as backward produces it, buckets exchanged while backward
+goes on, finalize before the optimizer step). At the end each rank
 checks that its weights equal the other ranks' and those of the same model
 trained in one process on the whole data set.
 
@@ -27,28 +29,34 @@ def data(n: int = 64):
     return x, y
 
 
-def train(model, x, y, steps, exchange=None):
+def train(model, x, y, steps, reducer=None):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for _ in range(steps):
-        opt.zero_grad()
+        opt.zero_grad(set_to_none=False)  # the reducer holds the gradient buffers
         loss = torch.nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        if exchange:
-            exchange(model)
+        loss.backward()  # marks each gradient ready (see attach_reducer)
+        if reducer:
+            reducer.finalize()  # every gradient now holds the average
         opt.step()
     return loss.item()
 
 
-def average_gradients(comm: tc.Comm):
-    def exchange(model):
-        grads = [p.grad for p in model.parameters()]
-        flat = torch.cat([g.reshape(-1) for g in grads])  # one message per step
-        comm.all_reduce(flat, tc.ReduceOp.AVG)
-        offset = 0
-        for g in grads:
-            g.copy_(flat[offset:offset + g.numel()].view_as(g))
-            offset += g.numel()
-    return exchange
+def attach_reducer(comm: tc.Comm, model: torch.nn.Module) -> tc.Reducer:
+    params = list(model.parameters())
+    for p in params:
+        p.grad = torch.zeros_like(p)  # backward accumulates into these in place
+    reducer = tc.Reducer(comm, [p.grad for p in params])
+
+    def ready(i, p):
+        def hook(_param):
+            if p.grad.data_ptr() != reducer.grad(i).data_ptr():
+                raise RuntimeError(f"parameter {i}'s gradient was reallocated")
+            reducer.mark_ready(i)
+        return hook
+
+    for i, p in enumerate(params):
+        p.register_post_accumulate_grad_hook(ready(i, p))
+    return reducer
 
 
 def main() -> int:
@@ -57,7 +65,8 @@ def main() -> int:
     x, y = data()
     shard = slice(rank * len(x) // size, (rank + 1) * len(x) // size)
     model = make_model()
-    loss = train(model, x[shard], y[shard], 50, average_gradients(comm))
+    with attach_reducer(comm, model) as reducer:
+        loss = train(model, x[shard], y[shard], 50, reducer)
 
     # Equal shards: the mean of shard gradients is the full-batch gradient.
     reference = make_model()

@@ -16,6 +16,8 @@ TC_COMM_OPTIONS_MAGIC = 1413697357
 TC_COMM_OPTIONS_VERSION = 1
 TC_OP_OPTIONS_MAGIC = 1413697360
 TC_OP_OPTIONS_VERSION = 1
+TC_REDUCER_OPTIONS_MAGIC = 1413698116
+TC_REDUCER_OPTIONS_VERSION = 1
 
 ERROR_NAMES = {
     1001: "TC_ERR_NULL_ARGUMENT",
@@ -116,7 +118,25 @@ class LocalOptions(C.Structure):
     ]
 
 
+class GradBucketC(C.Structure):
+    """tc_grad_bucket_t: the bucket a communication hook exchanges."""
+
+    _fields_ = [
+        ("index", C.c_size_t),
+        ("num_buckets", C.c_size_t),
+        ("is_last", C.c_int),
+        ("buffer", C.c_void_p),
+        ("count", C.c_size_t),
+        ("dtype", C.c_int32),
+        ("num_grads", C.c_size_t),
+        ("grad_indices", C.POINTER(C.c_size_t)),
+        ("offsets", C.POINTER(C.c_size_t)),
+        ("lengths", C.POINTER(C.c_size_t)),
+    ]
+
+
 ABORT_HOOK = C.CFUNCTYPE(None, C.c_int32, C.c_char_p, C.c_void_p)
+COMM_HOOK = C.CFUNCTYPE(C.c_int32, C.c_void_p, C.c_void_p, C.POINTER(GradBucketC), C.POINTER(C.c_void_p))
 LOG_CALLBACK = C.CFUNCTYPE(None, C.c_int32, C.c_char_p, C.c_void_p)
 
 _p, _sz, _i32, _i64 = C.c_void_p, C.c_size_t, C.c_int32, C.c_int64
@@ -158,7 +178,7 @@ PROTOTYPES = {
     "tc_reducer_mark_ready": (_R, [_p, _sz]),
     "tc_reducer_finalize": (_R, [_p]),
     "tc_reducer_finalize_async": (_R, [_p, _out]),
-    "tc_reducer_set_hook": (_R, [_p, _p, _p]),
+    "tc_reducer_set_hook": (_R, [_p, COMM_HOOK, _p]),
     "tc_reducer_set_builtin_hook": (_R, [_p, _i32]),
     "tc_reducer_get_grad": (_R, [_p, _sz, _out]),
     "tc_reducer_num_buckets": (_R, [_p, _sz_p]),

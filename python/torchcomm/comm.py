@@ -378,6 +378,28 @@ class Comm:
         return self._op("tc_gather", [i, outs], o, lambda c, w: lib.tc_gather(
             self.handle, outs[0], i.ptr, i.count, i.dtype, root, c, w))
 
+    def broadcast_coalesced(self, bufs: Sequence[Any], root: int, buffer_bytes: int = 250 * 1024 * 1024,
+                            **o: Any) -> Work:
+        """Broadcasts root's `bufs` (host memory, any dtypes) into every
+        rank's, packed per dtype into messages of at most `buffer_bytes`."""
+        bs = [as_buffer(x, True, f"bufs[{i}]") for i, x in enumerate(bufs)]
+        ptrs = (C.c_void_p * len(bs))(*[b.ptr for b in bs])
+        dtypes = (C.c_int32 * len(bs))(*[int(b.dtype) for b in bs])
+        cs = _counts([b.count for b in bs])
+        return self._op("tc_broadcast_coalesced", [*bs, ptrs, dtypes, cs], o, lambda c, w: lib.tc_broadcast_coalesced(
+            self.handle, ptrs, cs, dtypes, len(bs), int(buffer_bytes), root, c, w))
+
+    def sparse_all_reduce(self, indices: Any, values: Any = None, shape: Optional[Sequence[int]] = None,
+                          op: Any = RedOp.SUM, **o: Any) -> Any:
+        """Sums (SUM or AVG) a sparse COO tensor across the ranks: a torch
+        sparse tensor (returns a coalesced torch sparse tensor), or
+        `indices` [sparse_dim, nnz], `values` [nnz, *dense sizes] and
+        `shape` as numpy arrays (returns such an (indices, values, shape)
+        tuple). Blocking."""
+        from .sparse import sparse_all_reduce
+
+        return sparse_all_reduce(self, _reduce_op(op), indices, values, shape, o)
+
     # -- helpers
     def _op(self, call: str, keep: List[Any], o: Dict[str, Any], fn: Callable[[Any, Any], int]) -> Work:
         async_op = bool(o.pop("async_op", False))

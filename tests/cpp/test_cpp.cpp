@@ -1,15 +1,19 @@
 // The C++ interface (include/torchcomm.hpp) on every rank of a job started by
 // tc-run: every operation with its result checked, errors as tc::Error
 // (code and detail), dtype deduction, move-only handles, the store through
-// its client to tc-run's server, windows, split and batches. Built as C++17
+// its client to tc-run's server, windows, split and batches, coalesced
+// broadcast, the gradient reducer (its hooks too) and sparse all-reduce. Built as C++17
 // and C++20 (std::span) by scripts/test-cpp.sh.
 #include <torchcomm.hpp>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <stdexcept>
 #include <string>
 #include <vector>
 #if __cplusplus >= 202002L
@@ -274,6 +278,156 @@ static void test_split_window_memory(tc::Comm &comm) {
     CHECK(mem.get() == nullptr);
 }
 
+static void test_broadcast_coalesced(tc::Comm &comm) {
+    const int rank = comm.rank(), root = comm.size() - 1;
+    // Mixed dtypes and sizes, 16-byte messages: several buckets per dtype.
+    std::vector<float> a(7, -1.0f), c(1, -1.0f);
+    std::vector<int64_t> b(5, -1);
+    std::vector<double> empty;
+    if (rank == root) {
+        std::iota(a.begin(), a.end(), 0.5f);
+        std::iota(b.begin(), b.end(), int64_t(100));
+        c[0] = 42.0f;
+    }
+    comm.broadcast_coalesced({a, b, empty, c}, 16, root);
+    for (size_t i = 0; i < a.size(); i++) CHECK(a[i] == 0.5f + float(i));
+    for (size_t i = 0; i < b.size(); i++) CHECK(b[i] == int64_t(100 + i));
+    CHECK(c[0] == 42.0f);
+    std::vector<int32_t> d(3, rank == 0 ? 9 : 0);
+    tc::Work w = comm.broadcast_coalesced({d}, 1 << 20, 0, tc::OpOptions().async());
+    w.wait();
+    CHECK(all_equal(d, 9));
+    EXPECT_ERROR(comm.broadcast_coalesced({d}, 0, 0), TC_ERR_INVALID_ARGUMENT, "buffer_bytes");
+}
+
+// Three gradients (float32, float64, float32), 16-byte buckets; rank r's
+// gradient i holds r + 1 + i everywhere.
+static void fill_grads(std::vector<float> &g0, std::vector<double> &g1, std::vector<float> &g2, int rank) {
+    std::fill(g0.begin(), g0.end(), float(rank + 1));
+    std::fill(g1.begin(), g1.end(), double(rank + 2));
+    std::fill(g2.begin(), g2.end(), float(rank + 3));
+}
+static void mark_all(tc::Reducer &r, size_t n) {
+    for (size_t i = n; i-- > 0;) r.mark_ready(i);  // backward order
+}
+template <class T> static bool near_all(const std::vector<T> &v, double x, double tol) {
+    for (const T &e : v)
+        if (std::abs(double(e) - x) > tol * std::abs(x)) return false;
+    return true;
+}
+
+static void test_reducer(tc::Comm &comm) {
+    const int rank = comm.rank(), size = comm.size();
+    const double mean = (size + 1) / 2.0;  // mean over ranks of rank + 1
+    std::vector<float> g0(5), g2(7);
+    std::vector<double> g1(3);
+    tc::Reducer red(comm, {g0, g1, g2}, tc::ReducerOptions().bucket_cap_bytes(16).first_bucket_bytes(16));
+    CHECK(red.num_buckets() >= 3 && red.grad<double>(1) == g1.data());
+    for (int iter = 0; iter < 2; iter++) {  // the default hook averages
+        fill_grads(g0, g1, g2, rank);
+        mark_all(red, 3);
+        red.finalize();
+        CHECK(near_all(g0, mean, 1e-6) && near_all(g1, mean + 1, 1e-12) && near_all(g2, mean + 2, 1e-6));
+    }
+
+    // A hook of our own: the maximum, asynchronous; bucket fields checked.
+    // (A hook must not call its own reducer.)
+    const size_t buckets = red.num_buckets();
+    size_t calls = 0, grads_seen = 0;
+    red.set_hook([&](tc::Comm &c, tc::GradBucket &b) {
+        calls++;
+        CHECK(b.num_buckets() == buckets && b.index() < b.num_buckets());
+        CHECK(b.is_last() == (b.index() + 1 == b.num_buckets()) && c.size() == size);
+        size_t total = 0;
+        for (size_t k = 0; k < b.grad_indices().size(); k++) total += b.lengths()[k], grads_seen++;
+        CHECK(total == b.buffer().count());
+        return c.all_reduce(b.buffer(), tc::Max, tc::OpOptions().async());
+    });
+    fill_grads(g0, g1, g2, rank);
+    mark_all(red, 3);
+    tc::Work fw = red.finalize_async();
+    fw.wait();
+    CHECK(calls == buckets && grads_seen == 3);
+    CHECK(all_equal(g0, float(size)) && all_equal(g1, double(size + 1)) && all_equal(g2, float(size + 2)));
+
+    // A hook that throws: the exception stays on our side of the boundary,
+    // the call that ran it throws tc::Error with its text, and the reducer
+    // serves the next iteration.
+    red.set_hook([](tc::Comm &, tc::GradBucket &) -> tc::Work { throw std::runtime_error("hook says no"); });
+    fill_grads(g0, g1, g2, rank);
+    EXPECT_ERROR(mark_all(red, 3), TC_ERR_INVALID_USAGE, "hook says no");
+    try {
+        red.finalize();
+        CHECK(false);
+    } catch (const tc::Error &e) {
+        CHECK(e.code() != TC_SUCCESS);
+    }
+    CHECK(all_equal(g0, float(rank + 1)));  // nothing written back
+
+    red.set_builtin_hook(tc::Hook::Fp16Compress);
+    fill_grads(g0, g1, g2, rank);
+    int refused = 0;  // the float64 bucket: refused by its hook
+    for (size_t i = 3; i-- > 0;) {
+        try {
+            red.mark_ready(i);
+        } catch (const tc::Error &e) {
+            refused += e.code() == TC_ERR_UNSUPPORTED;
+        }
+    }
+    CHECK(refused == 1);
+    EXPECT_ERROR(red.finalize(), TC_ERR_UNSUPPORTED, "");
+    EXPECT_ERROR(red.mark_ready(3), TC_ERR_INVALID_ARGUMENT, "");
+}
+
+static void test_reducer_views(tc::Comm &comm) {
+    const int rank = comm.rank(), size = comm.size();
+    tc::Reducer red(comm, {tc::Buffer(nullptr, 4, tc::DType::Float32), tc::Buffer(nullptr, 2, tc::DType::Float32)},
+                    tc::ReducerOptions().gradient_as_bucket_view());
+    red.set_builtin_hook(tc::Hook::Fp16Compress);
+    float *g0 = red.grad<float>(0), *g1 = red.grad<float>(1);
+    CHECK(g0 != nullptr && g1 != nullptr && g0 != g1);
+    // Values exact in float16; (r + 1) * 2 / size summed in float16 rounds
+    // at most once (relative 2^-11).
+    for (int k = 0; k < 4; k++) g0[k] = float(2 * (rank + 1));
+    for (int k = 0; k < 2; k++) g1[k] = -1.0f;
+    red.mark_ready(1);
+    red.mark_ready(0);
+    red.finalize();
+    std::vector<float> v0(g0, g0 + 4), v1(g1, g1 + 2);
+    CHECK(near_all(v0, double(size + 1), 1.0 / 1024) && near_all(v1, -1.0, 1.0 / 1024));
+}
+
+static void test_sparse_all_reduce(tc::Comm &comm) {
+    const int rank = comm.rank(), size = comm.size();
+    // Shape (size + 1, 2), one sparse and one dense dimension: rank r
+    // writes rows r + 1 and r (in that order, r + 1 twice).
+    std::vector<int64_t> shape{size + 1, 2}, idx{rank + 1, rank, rank + 1};
+    std::vector<float> vals{1, 2, 10, 20, 100, 200};
+    tc::SparseView in{shape, 1, idx, vals};
+    tc::SparseCoo out = comm.sparse_all_reduce(in, tc::Sum);
+    CHECK(out.sparse_dim() == 1 && out.dense_dim() == 1 && out.dtype() == tc::DType::Float32);
+    CHECK(out.shape().size() == 2 && out.shape()[0] == size + 1 && out.shape()[1] == 2);
+    CHECK(out.nnz() == size_t(size + 1));
+    auto v = out.values_as<float>();
+    for (int row = 0; row <= size; row++) {
+        // Row j: 101 from rank j - 1 (twice-written row), 10 from rank j.
+        float expect = (row >= 1 ? 101.0f : 0.0f) + (row < size ? 10.0f : 0.0f);
+        CHECK(out.indices()[row] == row && v[2 * row] == expect && v[2 * row + 1] == 2 * expect);
+    }
+    // Its view is a valid input; async into an existing result.
+    tc::SparseCoo twice;
+    tc::Work w = comm.sparse_all_reduce(out.view(), tc::Avg, twice, tc::OpOptions().async());
+    w.wait();
+    CHECK(twice.nnz() == out.nnz());
+    for (size_t k = 0; k < v.size(); k++) CHECK(twice.values_as<float>()[k] == v[k]);
+    EXPECT_ERROR(out.values_as<double>(), TC_ERR_INVALID_ARGUMENT, "dtype");
+    EXPECT_ERROR(comm.sparse_all_reduce(in, tc::Max), TC_ERR_UNSUPPORTED, "");
+    tc::SparseView short_values{shape, 1, idx, tc::ConstBuffer(vals.data(), 5)};
+    EXPECT_ERROR(comm.sparse_all_reduce(short_values, tc::Sum), TC_ERR_INVALID_ARGUMENT, "'values' has 5");
+    tc::SparseCoo moved = std::move(out);
+    CHECK(out.nnz() == 0 && moved.nnz() == size_t(size + 1));
+}
+
 int main() {
     test_errors_without_comm();
     const char *addr = std::getenv("MASTER_ADDR"), *port = std::getenv("MASTER_PORT");
@@ -295,6 +449,10 @@ int main() {
         test_p2p_and_async(comm);
         test_argument_errors(comm);
         test_split_window_memory(comm);
+        test_broadcast_coalesced(comm);
+        test_reducer(comm);
+        test_reducer_views(comm);
+        test_sparse_all_reduce(comm);
         CHECK(comm.dump_flight_recorder().find("all_reduce") != std::string::npos);
         tc::Comm moved(std::move(comm));
         CHECK(!comm && moved.size() >= 1);
