@@ -617,8 +617,8 @@ extern "C" {
 #endif // __cplusplus
 
 /*
- Broadcasts root's `bufs[i]` (`counts[i]` elements of `dtypes[i]`, host
- memory) into every rank's, as c10d's `broadcast_coalesced` does: buffers
+ Broadcasts root's `bufs[i]` (`counts[i]` elements of `dtypes[i]`) into
+ every rank's, as c10d's `broadcast_coalesced` does: buffers
  are grouped by dtype, in list order, into buckets of at most
  `buffer_bytes` bytes (a larger buffer is a bucket of its own), each bucket
  is packed into one staging buffer, broadcast as one message and unpacked;
@@ -635,8 +635,19 @@ extern "C" {
  buffers are written when the work completes. `*work` (may be NULL when
  not wanted) receives one work for the whole call, to free with
  `tc_work_free`. The arrays are read during the call only; the buffers
- must stay valid until the work completes. CUDA comms return
- `TC_ERR_UNSUPPORTED`. Thread-safe as the other operations.
+ must stay valid until the work completes. Thread-safe as the other
+ operations.
+
+ Device memory. On an nccl comm the buffers are device memory and the
+ call is stream-ordered: the list check runs on `opts->stream` (the host
+ waits for it), then the packing into a staging buffer from the comm's
+ allocator (`tc_mem_alloc`), one broadcast per bucket and the unpacking
+ are enqueued on `opts->stream` (`async_op = 0`, the call returns once
+ enqueued) or on a stream of the call's own that waits for
+ `opts->stream` (`async_op = 1`; `tc_work_wait` makes a stream wait for
+ the work). On a gloo comm CUDA buffers are copied to and from host
+ staging on `opts->stream`, which the call synchronizes. A capturing
+ stream is `TC_ERR_UNSUPPORTED` on nccl.
  */
 tc_result_t tc_broadcast_coalesced(tc_comm_t *comm, void *const *bufs, const size_t *counts, const tc_dtype_t *dtypes, size_t n, size_t buffer_bytes, int root, const tc_op_options_t *opts, tc_work_t **work);
 

@@ -186,6 +186,7 @@ impl Reducer {
                 scalars: &scalars,
                 entries: entries.clone(),
             },
+            std::ptr::null_mut(),
         );
         valid?;
         agreed?;

@@ -16,8 +16,8 @@
 #      newer optional symbols);
 #   2. rehearses the GPU suite exactly as the GPU machine runs it: the folder
 #      `make gpu-suite` makes (capi_tests/gpu/make-gpu-suite.sh, into
-#      target/sim_gpu/rehearsal/gpu-suite), then `bash run.sh` and
-#      `bash run.sh part2` from it, as two commands, with no cargo on PATH;
+#      target/sim_gpu/rehearsal/gpu-suite), then `bash run.sh`,
+#      `bash run.sh part2` and `bash run.sh part3` from it, as three commands, with no cargo on PATH;
 #      only the driver (libcuda.so.1 on LD_LIBRARY_PATH), cuda.h and NCCL are
 #      the simulated ones, and time limits are scaled (TC_GPU_TIME_SCALE=4)
 #      for this slower machine; then once more with an nvidia-smi that
@@ -102,6 +102,7 @@ pass=0 fail=0 skipped=0
 echo "sim-gpu-test: == rehearsal of the GPU suite (gpu-suite/run.sh from the gathered folder, no cargo)"
 rehearse part1
 rehearse part2 part2
+rehearse part3 part3
 # An exclusive compute mode: the multi-rank runs are skipped, with the reason.
 mkdir -p "$SIM/rehearsal/smi"
 printf '#!/bin/sh\ncase "$1" in -q) printf "    Compute Mode                          : Exclusive_Process\\n" ;; esac\n' > "$SIM/rehearsal/smi/nvidia-smi"
