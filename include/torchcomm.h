@@ -26,7 +26,7 @@
       0, TC_UNSET, NULL, NULL, 0 }
 #define TC_REDUCER_OPTIONS_INIT                                                 \
     { sizeof(tc_reducer_options_t), TC_REDUCER_OPTIONS_MAGIC,                   \
-      TC_REDUCER_OPTIONS_VERSION, 0, 0, 0 }
+      TC_REDUCER_OPTIONS_VERSION, 0, 0, 0, NULL }
 /* A reduce op without a factor: TC_REDUCE_OP(TC_SUM). */
 #define TC_REDUCE_OP(kind) { (kind), 1.0, NULL }
 
@@ -48,7 +48,7 @@
 
 #define TC_REDUCER_OPTIONS_MAGIC 1413698116
 
-#define TC_REDUCER_OPTIONS_VERSION 1
+#define TC_REDUCER_OPTIONS_VERSION 2
 
 /*
  Status values written by `tc_work_status`.
@@ -337,6 +337,12 @@ typedef struct {
      gradient's address. 0 (default): the caller's gradient buffers.
      */
     int32_t gradient_as_bucket_view;
+    /*
+     (Version 2.) CUDA gradients: the stream they are produced on (NULL:
+     the legacy default stream). The copies into and out of the buckets
+     and the built-in hooks are ordered on it. Ignored for host memory.
+     */
+    void *stream;
 } tc_reducer_options_t;
 
 typedef tc_reducer tc_reducer_t;
@@ -996,8 +1002,8 @@ tc_result_t tc_mem_free(tc_comm_t *comm, void *ptr);
 
 /*
  Creates a reducer for `n` gradients: `grads[i]` holds `counts[i]`
- elements of `dtypes[i]` (float32, float64, float16 or bfloat16; host
- memory). Collective over `comm`: every rank passes the same counts,
+ elements of `dtypes[i]` (float32, float64, float16 or bfloat16).
+ Collective over `comm`: every rank passes the same counts,
  dtypes and options; a difference fails every rank with
  `TC_ERR_INVALID_USAGE` naming the first one. Buckets are assigned as
  DDP does once it knows the backward order: gradients in reverse index
@@ -1007,6 +1013,16 @@ tc_result_t tc_mem_free(tc_comm_t *comm, void *ptr);
  gradient buffers must stay valid while the reducer lives; the comm handle
  must outlive the reducer. The hook is `TC_HOOK_ALLREDUCE` until changed.
  On success `*out` receives a reducer to free with `tc_reducer_free`.
+
+ Device memory: on an nccl comm the gradients are device memory on the
+ comm's device, the buckets are allocated with the comm's allocator
+ (`tc_mem_alloc`), and the copies into the buckets, the built-in hooks'
+ all-reduces and the copies out are ordered on `opts->stream` (the stream
+ the gradients are produced on); `TC_HOOK_ALLREDUCE` divides through
+ the all-reduce (PREMUL_SUM by 1/world size); the compressing hooks are
+ `TC_ERR_UNSUPPORTED`. On a gloo comm CUDA gradients are copied into host
+ buckets on `opts->stream` (synchronized before each hook and before
+ finalize returns). A capturing stream is `TC_ERR_UNSUPPORTED` on nccl.
  */
 tc_result_t tc_reducer_new(tc_comm_t *comm, void *const *grads, const size_t *counts, const tc_dtype_t *dtypes, size_t n, const tc_reducer_options_t *opts, tc_reducer_t **out);
 
@@ -1035,7 +1051,8 @@ tc_result_t tc_reducer_mark_ready(tc_reducer_t *reducer, size_t grad_index);
  ranks that saw it with its error and the others with `TC_ERR_REMOTE`,
  and a failed exchange (a peer died) fails with its error; on failure
  nothing is written back. Either way the reducer is ready for the next
- iteration. Blocks until done (host memory).
+ iteration. Blocks until done (with device buckets, until the copies out
+ on the reducer's stream completed).
  */
 tc_result_t tc_reducer_finalize(tc_reducer_t *reducer);
 
@@ -1046,6 +1063,11 @@ tc_result_t tc_reducer_finalize(tc_reducer_t *reducer);
  written back (its error is what `tc_reducer_finalize` would return).
  Every later call on the reducer waits for it first; the gradients must
  not be read before it completes. Free the work with `tc_work_free`.
+ With device buckets (an nccl comm) the call checks the iteration with
+ every rank first (the host waits for the reducer's stream to reach that
+ check), then enqueues the copies out on the reducer's stream; the work
+ completes when they are done, and `tc_work_wait(work, stream)` makes
+ `stream` wait for them without blocking the host.
  */
 tc_result_t tc_reducer_finalize_async(tc_reducer_t *reducer, tc_work_t **work);
 
@@ -1059,7 +1081,8 @@ tc_result_t tc_reducer_set_hook(tc_reducer_t *reducer, tc_comm_hook_fn hook, voi
  Sets a built-in hook (`TC_HOOK_ALLREDUCE`, `TC_HOOK_FP16_COMPRESS`,
  `TC_HOOK_BF16_COMPRESS`, `TC_HOOK_NOOP`). Only between iterations. The
  compressing hooks reject float64 buckets (`TC_ERR_UNSUPPORTED` from the
- hook).
+ hook), and are `TC_ERR_UNSUPPORTED` on an nccl comm (their cast would
+ need a device kernel).
  */
 tc_result_t tc_reducer_set_builtin_hook(tc_reducer_t *reducer, tc_hook_kind_t kind);
 

@@ -53,6 +53,9 @@ TESTS=(
   "coalesced1 1 40 3 test_gpu_coalesced"
   "coalesced2 2 60 3 test_gpu_coalesced"
   "coalesced4 4 90 3 test_gpu_coalesced"
+  "reducer1 1 40 3 test_gpu_reducer"
+  "reducer2 2 60 3 test_gpu_reducer"
+  "reducer4 4 90 3 test_gpu_reducer"
 )
 
 list_tests() {
