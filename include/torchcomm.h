@@ -1102,8 +1102,7 @@ tc_result_t tc_reducer_num_buckets(tc_reducer_t *reducer, size_t *num_buckets);
  Sums the sparse tensor `input` across the ranks of `comm` with `op`
  (`TC_SUM`, or `TC_AVG`: the sum divided by the world size, integers
  truncated); every other op gives `TC_ERR_UNSUPPORTED`. Collective, on
- the gloo backend with host memory (CUDA memory gives
- `TC_ERR_UNSUPPORTED`). Algorithm of PyTorch's Gloo sparse all-reduce:
+ gloo and nccl comms. Algorithm of PyTorch's Gloo sparse all-reduce:
  each rank coalesces its input, the ranks all-gather their metadata, then
  their coalesced indices and values (each entry sent once), and every rank
  merges them into the same coalesced result: indices sorted
@@ -1127,6 +1126,20 @@ tc_result_t tc_reducer_num_buckets(tc_reducer_t *reducer, size_t *num_buckets);
  valid) is written before `*work` completes (a NULL `work` is then
  refused). `opts` may be NULL (defaults). Thread safety and ordering as
  the other operations of `comm`.
+
+ CUDA memory: `indices`, `values` (and `shape`) may be device memory;
+ they are copied to the host on `opts->stream`, which the call
+ synchronizes. On an nccl comm the result's `indices` and `values` are
+ device memory from the comm's allocator, to release with
+ `tc_mem_free(comm, ...)`; on a gloo comm whose input `indices` or
+ `values` are device memory, they are device memory from `cuMemAlloc` on
+ that device (gloo's allocator gives host memory), to release with
+ `cuMemFree` (or `cudaFree`). `shape` is host memory for `tc_free` in
+ every case. The device arrays are written by copies on `opts->stream`
+ that completed when the result is handed over.
+ On an nccl comm the metadata, indices and values are all-gathered
+ through device memory and coalesced on the host, and the call completes
+ before it returns even with `async_op = 1` (the work is then complete).
  */
 tc_result_t tc_sparse_all_reduce(tc_comm_t *comm, const tc_sparse_coo_t *input, tc_reduce_op_t op, tc_sparse_coo_t *output, const tc_op_options_t *opts, tc_work_t **work);
 

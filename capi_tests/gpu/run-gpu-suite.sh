@@ -50,12 +50,15 @@ TESTS=(
   "staging2 2 60 2 test_gpu_gloo_staging"
   "staging3 3 60 2 test_gpu_gloo_staging"
   "torch-smoke 1 60 2 torch_smoke.py"
-  "coalesced1 1 40 3 test_gpu_coalesced"
-  "coalesced2 2 60 3 test_gpu_coalesced"
-  "coalesced4 4 90 3 test_gpu_coalesced"
-  "reducer1 1 40 3 test_gpu_reducer"
-  "reducer2 2 60 3 test_gpu_reducer"
-  "reducer4 4 90 3 test_gpu_reducer"
+  "coalesced1 1 30 3 test_gpu_coalesced"
+  "coalesced2 2 45 3 test_gpu_coalesced"
+  "coalesced4 4 60 3 test_gpu_coalesced"
+  "reducer1 1 30 3 test_gpu_reducer"
+  "reducer2 2 45 3 test_gpu_reducer"
+  "reducer4 4 75 3 test_gpu_reducer"
+  "sparse1 1 30 3 test_gpu_sparse"
+  "sparse2 2 45 3 test_gpu_sparse"
+  "sparse4 4 60 3 test_gpu_sparse"
 )
 
 list_tests() {

@@ -141,7 +141,7 @@ $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests"
   "$ROOT/tests/sim_gpu/test_sim_timeout.c" -o "$B/test_sim_timeout" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
   || { echo "sim-gpu-test: compiling test_sim_timeout failed"; status=1; }
 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 TC_SIM_NCCL_HANG_CALL=2,3 extra "timeout/abort at one rank (simulated hung collective)" "$B/test_sim_timeout"
-$CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests" -I"$ROOT/capi_tests/gpu" -I"$SIM/cuda/include" "$ROOT/tests/sim_gpu/test_sim_sparse.c" -o "$B/test_sim_sparse" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm && TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "sparse all-reduce: CUDA memory and nccl refused (TC_ERR_UNSUPPORTED)" "$B/test_sim_sparse" || { echo "sim-gpu-test: test_sim_sparse failed"; status=1; }
+$CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests" -I"$ROOT/capi_tests/gpu" -I"$SIM/cuda/include" "$ROOT/tests/sim_gpu/test_sim_sparse.c" -o "$B/test_sim_sparse" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm && TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "sparse all-reduce with CUDA memory: gloo staging, nccl, result placement" "$B/test_sim_sparse" || { echo "sim-gpu-test: test_sim_sparse failed"; status=1; }
 $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests" -I"$ROOT/capi_tests/gpu" -I"$SIM/cuda/include" \
   "$ROOT/tests/sim_gpu/test_sim_peer_exit.c" -o "$B/test_sim_peer_exit" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
   || { echo "sim-gpu-test: compiling test_sim_peer_exit failed"; status=1; }
