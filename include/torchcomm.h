@@ -26,7 +26,7 @@
       0, TC_UNSET, NULL, NULL, 0 }
 #define TC_REDUCER_OPTIONS_INIT                                                 \
     { sizeof(tc_reducer_options_t), TC_REDUCER_OPTIONS_MAGIC,                   \
-      TC_REDUCER_OPTIONS_VERSION, 0, 0, 0 }
+      TC_REDUCER_OPTIONS_VERSION, 0, 0, 0, NULL }
 #define TC_LOCAL_OPTIONS_INIT                                                   \
     { sizeof(tc_local_options_t), TC_LOCAL_OPTIONS_MAGIC, TC_LOCAL_OPTIONS_VERSION, \
       TC_UNSET, 0 }
@@ -55,7 +55,7 @@
 
 #define TC_REDUCER_OPTIONS_MAGIC 1413698116
 
-#define TC_REDUCER_OPTIONS_VERSION 1
+#define TC_REDUCER_OPTIONS_VERSION 2
 
 /*
  Status values written by `tc_work_status`.
@@ -409,6 +409,12 @@ typedef struct {
      gradient's address. 0 (default): the caller's gradient buffers.
      */
     int32_t gradient_as_bucket_view;
+    /*
+     (Version 2.) CUDA gradients: the stream they are produced on (NULL:
+     the legacy default stream). The copies into and out of the buckets
+     and the built-in hooks are ordered on it. Ignored for host memory.
+     */
+    void *stream;
 } tc_reducer_options_t;
 
 typedef tc_reducer tc_reducer_t;
@@ -689,8 +695,8 @@ extern "C" {
 #endif // __cplusplus
 
 /*
- Broadcasts root's `bufs[i]` (`counts[i]` elements of `dtypes[i]`, host
- memory) into every rank's, as c10d's `broadcast_coalesced` does: buffers
+ Broadcasts root's `bufs[i]` (`counts[i]` elements of `dtypes[i]`) into
+ every rank's, as c10d's `broadcast_coalesced` does: buffers
  are grouped by dtype, in list order, into buckets of at most
  `buffer_bytes` bytes (a larger buffer is a bucket of its own), each bucket
  is packed into one staging buffer, broadcast as one message and unpacked;
@@ -707,8 +713,19 @@ extern "C" {
  buffers are written when the work completes. `*work` (may be NULL when
  not wanted) receives one work for the whole call, to free with
  `tc_work_free`. The arrays are read during the call only; the buffers
- must stay valid until the work completes. CUDA comms return
- `TC_ERR_UNSUPPORTED`. Thread-safe as the other operations.
+ must stay valid until the work completes. Thread-safe as the other
+ operations.
+
+ Device memory. On an nccl comm the buffers are device memory and the
+ call is stream-ordered: the list check runs on `opts->stream` (the host
+ waits for it), then the packing into a staging buffer from the comm's
+ allocator (`tc_mem_alloc`), one broadcast per bucket and the unpacking
+ are enqueued on `opts->stream` (`async_op = 0`, the call returns once
+ enqueued) or on a stream of the call's own that waits for
+ `opts->stream` (`async_op = 1`; `tc_work_wait` makes a stream wait for
+ the work). On a gloo comm CUDA buffers are copied to and from host
+ staging on `opts->stream`, which the call synchronizes. A capturing
+ stream is `TC_ERR_UNSUPPORTED` on nccl.
  */
 tc_result_t tc_broadcast_coalesced(tc_comm_t *comm, void *const *bufs, const size_t *counts, const tc_dtype_t *dtypes, size_t n, size_t buffer_bytes, int root, const tc_op_options_t *opts, tc_work_t **work);
 
@@ -1150,8 +1167,8 @@ tc_result_t tc_mem_free(tc_comm_t *comm, void *ptr);
 
 /*
  Creates a reducer for `n` gradients: `grads[i]` holds `counts[i]`
- elements of `dtypes[i]` (float32, float64, float16 or bfloat16; host
- memory). Collective over `comm`: every rank passes the same counts,
+ elements of `dtypes[i]` (float32, float64, float16 or bfloat16).
+ Collective over `comm`: every rank passes the same counts,
  dtypes and options; a difference fails every rank with
  `TC_ERR_INVALID_USAGE` naming the first one. Buckets are assigned as
  DDP does once it knows the backward order: gradients in reverse index
@@ -1161,6 +1178,16 @@ tc_result_t tc_mem_free(tc_comm_t *comm, void *ptr);
  gradient buffers must stay valid while the reducer lives; the comm handle
  must outlive the reducer. The hook is `TC_HOOK_ALLREDUCE` until changed.
  On success `*out` receives a reducer to free with `tc_reducer_free`.
+
+ Device memory: on an nccl comm the gradients are device memory on the
+ comm's device, the buckets are allocated with the comm's allocator
+ (`tc_mem_alloc`), and the copies into the buckets, the built-in hooks'
+ all-reduces and the copies out are ordered on `opts->stream` (the stream
+ the gradients are produced on); `TC_HOOK_ALLREDUCE` divides through
+ the all-reduce (PREMUL_SUM by 1/world size); the compressing hooks are
+ `TC_ERR_UNSUPPORTED`. On a gloo comm CUDA gradients are copied into host
+ buckets on `opts->stream` (synchronized before each hook and before
+ finalize returns). A capturing stream is `TC_ERR_UNSUPPORTED` on nccl.
  */
 tc_result_t tc_reducer_new(tc_comm_t *comm, void *const *grads, const size_t *counts, const tc_dtype_t *dtypes, size_t n, const tc_reducer_options_t *opts, tc_reducer_t **out);
 
@@ -1189,7 +1216,8 @@ tc_result_t tc_reducer_mark_ready(tc_reducer_t *reducer, size_t grad_index);
  ranks that saw it with its error and the others with `TC_ERR_REMOTE`,
  and a failed exchange (a peer died) fails with its error; on failure
  nothing is written back. Either way the reducer is ready for the next
- iteration. Blocks until done (host memory).
+ iteration. Blocks until done (with device buckets, until the copies out
+ on the reducer's stream completed).
  */
 tc_result_t tc_reducer_finalize(tc_reducer_t *reducer);
 
@@ -1200,6 +1228,11 @@ tc_result_t tc_reducer_finalize(tc_reducer_t *reducer);
  written back (its error is what `tc_reducer_finalize` would return).
  Every later call on the reducer waits for it first; the gradients must
  not be read before it completes. Free the work with `tc_work_free`.
+ With device buckets (an nccl comm) the call checks the iteration with
+ every rank first (the host waits for the reducer's stream to reach that
+ check), then enqueues the copies out on the reducer's stream; the work
+ completes when they are done, and `tc_work_wait(work, stream)` makes
+ `stream` wait for them without blocking the host.
  */
 tc_result_t tc_reducer_finalize_async(tc_reducer_t *reducer, tc_work_t **work);
 
@@ -1213,7 +1246,8 @@ tc_result_t tc_reducer_set_hook(tc_reducer_t *reducer, tc_comm_hook_fn hook, voi
  Sets a built-in hook (`TC_HOOK_ALLREDUCE`, `TC_HOOK_FP16_COMPRESS`,
  `TC_HOOK_BF16_COMPRESS`, `TC_HOOK_NOOP`). Only between iterations. The
  compressing hooks reject float64 buckets (`TC_ERR_UNSUPPORTED` from the
- hook).
+ hook), and are `TC_ERR_UNSUPPORTED` on an nccl comm (their cast would
+ need a device kernel).
  */
 tc_result_t tc_reducer_set_builtin_hook(tc_reducer_t *reducer, tc_hook_kind_t kind);
 
@@ -1233,8 +1267,7 @@ tc_result_t tc_reducer_num_buckets(tc_reducer_t *reducer, size_t *num_buckets);
  Sums the sparse tensor `input` across the ranks of `comm` with `op`
  (`TC_SUM`, or `TC_AVG`: the sum divided by the world size, integers
  truncated); every other op gives `TC_ERR_UNSUPPORTED`. Collective, on
- the gloo backend with host memory (CUDA memory gives
- `TC_ERR_UNSUPPORTED`). Algorithm of PyTorch's Gloo sparse all-reduce:
+ gloo and nccl comms. Algorithm of PyTorch's Gloo sparse all-reduce:
  each rank coalesces its input, the ranks all-gather their metadata, then
  their coalesced indices and values (each entry sent once), and every rank
  merges them into the same coalesced result: indices sorted
@@ -1258,6 +1291,20 @@ tc_result_t tc_reducer_num_buckets(tc_reducer_t *reducer, size_t *num_buckets);
  valid) is written before `*work` completes (a NULL `work` is then
  refused). `opts` may be NULL (defaults). Thread safety and ordering as
  the other operations of `comm`.
+
+ CUDA memory: `indices`, `values` (and `shape`) may be device memory;
+ they are copied to the host on `opts->stream`, which the call
+ synchronizes. On an nccl comm the result's `indices` and `values` are
+ device memory from the comm's allocator, to release with
+ `tc_mem_free(comm, ...)`; on a gloo comm whose input `indices` or
+ `values` are device memory, they are device memory from `cuMemAlloc` on
+ that device (gloo's allocator gives host memory), to release with
+ `cuMemFree` (or `cudaFree`). `shape` is host memory for `tc_free` in
+ every case. The device arrays are written by copies on `opts->stream`
+ that completed when the result is handed over.
+ On an nccl comm the metadata, indices and values are all-gathered
+ through device memory and coalesced on the host, and the call completes
+ before it returns even with `async_op = 1` (the work is then complete).
  */
 tc_result_t tc_sparse_all_reduce(tc_comm_t *comm, const tc_sparse_coo_t *input, tc_reduce_op_t op, tc_sparse_coo_t *output, const tc_op_options_t *opts, tc_work_t **work);
 

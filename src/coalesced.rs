@@ -8,8 +8,20 @@
 //! that the comm's order of operations is the order of the calls on every
 //! rank; it therefore stages the whole list at once, and a helper thread
 //! unpacks the buckets as they land.
+//!
+//! Device memory: on a device comm (nccl) every piece is enqueued on one
+//! stream (the caller's with `async_op = 0`; with `async_op = 1` a stream of
+//! the call's own that first waits for the caller's): the packing into a
+//! staging buffer from the comm's allocator and the unpacking are device
+//! copies, between them one broadcast per bucket (a bucket of one buffer is
+//! broadcast in place); the work completes with the last copy. On a host
+//! comm (gloo), CUDA buffers are packed into host staging by copies on the
+//! caller's stream (synchronized before the broadcast) and unpacked the
+//! same way.
 
 use crate::comm::{Comm, Op, OpOptions, Ptr};
+use crate::cuda;
+use crate::device_ops::{self, CommScratch, StreamWork};
 use crate::error::{Error, Result};
 use crate::layout_check::{agree, Layout};
 use crate::types::{DType, Device};
@@ -80,23 +92,58 @@ pub fn assign_buckets(bufs: &[(usize, DType)], limit: usize) -> Vec<Bucket> {
     done
 }
 
+/// Copies between CUDA buffers and host staging for a host comm, on the
+/// caller's stream (the device's context made current on any thread).
+#[derive(Clone)]
+struct HostStaging {
+    device: Arc<cuda::Device>,
+    stream: Ptr,
+}
+
+// SAFETY: the stream handle is the caller's and only passed to the driver.
+unsafe impl Send for HostStaging {}
+
 /// Copies the bucket's buffers into `stage` (`into_stage`) or back out.
-fn copy_bucket(bufs: &[Buffer], bucket: &Bucket, stage: &mut [u8], into_stage: bool) {
+/// CUDA buffers (with `staging`) are copied on its stream, which is then
+/// synchronized.
+fn copy_bucket(
+    bufs: &[Buffer],
+    bucket: &Bucket,
+    stage: &mut [u8],
+    into_stage: bool,
+    staging: Option<&HostStaging>,
+) -> Result<()> {
+    let _current = staging.map(|s| s.device.scoped()).transpose()?;
     let mut at = 0;
     for &i in &bucket.members {
         let b = bufs[i];
         let len = b.bytes();
-        // SAFETY: the caller guarantees each buffer holds `count` elements
-        // for the duration of the operation; `stage` holds the bucket.
-        unsafe {
-            let user = b.ptr.as_u8();
+        // SAFETY: `stage` holds the bucket.
+        let staged = unsafe { stage.as_mut_ptr().add(at) };
+        if let Some(s) = staging.filter(|_| device_ops::is_device(b.ptr).unwrap_or(false)) {
+            let stream = s.stream.0 as cuda::RawStream;
             if into_stage {
-                std::ptr::copy_nonoverlapping(user, stage.as_mut_ptr().add(at), len);
+                cuda::memcpy_async(staged.cast(), b.ptr.0, len, stream)?;
             } else {
-                std::ptr::copy_nonoverlapping(stage.as_ptr().add(at), user, len);
+                cuda::memcpy_async(b.ptr.0, staged.cast(), len, stream)?;
+            }
+        } else {
+            // SAFETY: the caller guarantees each buffer holds `count`
+            // elements for the duration of the operation.
+            unsafe {
+                let user = b.ptr.as_u8();
+                if into_stage {
+                    std::ptr::copy_nonoverlapping(user, staged, len);
+                } else {
+                    std::ptr::copy_nonoverlapping(staged, user, len);
+                }
             }
         }
         at += len;
+    }
+    match staging {
+        Some(s) => cuda::stream_synchronize(s.stream.0 as cuda::RawStream),
+        None => Ok(()),
     }
 }
 
@@ -125,21 +172,30 @@ struct Staged {
     work: Arc<dyn Work>,
 }
 
+/// What the host path needs to pack and unpack: the list, its buckets and,
+/// for CUDA buffers, their staging copies' device and stream.
+struct HostPlan {
+    bufs: Vec<Buffer>,
+    buckets: Vec<Bucket>,
+    root: i32,
+    is_root: bool,
+    staging: Option<HostStaging>,
+}
+
 /// Enqueues bucket `index`'s broadcast from `stage` (packed first on root).
 fn launch(
     comm: &Comm,
-    bufs: &[Buffer],
-    buckets: &[Bucket],
+    plan: &HostPlan,
     index: usize,
     mut stage: Vec<u8>,
-    root: i32,
     opts: &OpOptions,
 ) -> Result<Staged> {
-    let bucket = &buckets[index];
+    let bucket = &plan.buckets[index];
     stage.resize(bucket.bytes, 0);
-    if comm.rank() == root {
-        copy_bucket(bufs, bucket, &mut stage, true);
+    if plan.is_root {
+        copy_bucket(&plan.bufs, bucket, &mut stage, true, plan.staging.as_ref())?;
     }
+    let root = plan.root;
     let op = Op::Broadcast {
         buf: Ptr(stage.as_mut_ptr().cast()),
         count: bucket.bytes / bucket.dtype.size(),
@@ -160,35 +216,26 @@ fn launch(
 
 /// Waits for a staged bucket and unpacks it (not on root, whose buffers are
 /// the source); gives the staging buffer back for reuse.
-fn land(
-    bufs: &[Buffer],
-    buckets: &[Bucket],
-    staged: Staged,
-    is_root: bool,
-) -> (Vec<u8>, Result<()>) {
+fn land(plan: &HostPlan, staged: Staged) -> (Vec<u8>, Result<()>) {
     let Staged {
         bucket,
         mut stage,
         work,
     } = staged;
-    let result = work.wait_blocking();
-    if result.is_ok() && !is_root {
-        copy_bucket(bufs, &buckets[bucket], &mut stage, false);
+    let mut result = work.wait_blocking();
+    if result.is_ok() && !plan.is_root {
+        let bucket = &plan.buckets[bucket];
+        result = copy_bucket(&plan.bufs, bucket, &mut stage, false, plan.staging.as_ref());
     }
     (stage, result)
 }
 
 /// Waits for every staged bucket (their staging buffers must outlive the
 /// broadcasts), unpacking those that succeeded; returns the first error.
-fn land_all(
-    bufs: &[Buffer],
-    buckets: &[Bucket],
-    staged: VecDeque<Staged>,
-    is_root: bool,
-) -> Result<()> {
+fn land_all(plan: &HostPlan, staged: VecDeque<Staged>) -> Result<()> {
     let mut first = Ok(());
     for s in staged {
-        let (_, r) = land(bufs, buckets, s, is_root);
+        let (_, r) = land(plan, s);
         if first.is_ok() {
             first = r;
         }
@@ -207,11 +254,9 @@ pub fn broadcast_coalesced(
     opts: &OpOptions,
 ) -> Result<Arc<dyn Work>> {
     comm.check_active()?;
-    if comm.device() != Device::Cpu {
-        return Err(Error::unsupported(
-            "tc_broadcast_coalesced runs on host memory (gloo comms on the CPU device) only; \
-             CUDA buffers are not supported yet",
-        ));
+    let on_device = comm.device() != Device::Cpu;
+    if on_device {
+        device_ops::refuse_capture(opts.stream, "tc_broadcast_coalesced")?;
     }
     // A rank whose arguments are wrong still takes part in the agreement,
     // so that the others fail at once instead of waiting for it.
@@ -226,21 +271,37 @@ pub fn broadcast_coalesced(
         scalars: &scalars,
         entries,
     };
-    let agreed = agree(comm, "tc_broadcast_coalesced", 0, &layout);
+    let agreed = agree(comm, "tc_broadcast_coalesced", 0, &layout, opts.stream);
     valid?;
     agreed?;
     let buckets = assign_buckets(&layout.entries, buffer_bytes);
-    let is_root = comm.rank() == root;
+    if on_device {
+        return run_on_device(comm, &bufs, &buckets, root, opts);
+    }
+    let staging =
+        device_ops::first_device(bufs.iter().map(|b| (b.ptr, b.bytes())))?.map(|device| {
+            HostStaging {
+                device,
+                stream: Ptr(opts.stream),
+            }
+        });
+    let plan = HostPlan {
+        bufs,
+        buckets,
+        root,
+        is_root: comm.rank() == root,
+        staging,
+    };
     if !opts.async_op {
-        run_pipelined(comm, &bufs, &buckets, root, opts)?;
+        run_pipelined(comm, &plan, opts)?;
         return Ok(Arc::new(DoneWork(Ok(()))));
     }
     let mut staged = VecDeque::new();
-    for index in 0..buckets.len() {
-        match launch(comm, &bufs, &buckets, index, Vec::new(), root, opts) {
+    for index in 0..plan.buckets.len() {
+        match launch(comm, &plan, index, Vec::new(), opts) {
             Ok(s) => staged.push_back(s),
             Err(e) => {
-                let _ = land_all(&bufs, &buckets, staged, is_root);
+                let _ = land_all(&plan, staged);
                 return Err(e);
             }
         }
@@ -257,48 +318,139 @@ pub fn broadcast_coalesced(
     let done = work.clone();
     std::thread::Builder::new()
         .name("tc-bcast-coalesced".into())
-        .spawn(move || done.complete(land_all(&bufs, &buckets, staged, is_root)))
+        .spawn(move || done.complete(land_all(&plan, staged)))
         .map_err(|e| Error::system("starting the broadcast_coalesced thread", e))?;
     Ok(work)
 }
 
 /// The blocking form: at most two buckets staged and in flight.
-fn run_pipelined(
-    comm: &Comm,
-    bufs: &[Buffer],
-    buckets: &[Bucket],
-    root: i32,
-    opts: &OpOptions,
-) -> Result<()> {
-    let is_root = comm.rank() == root;
+fn run_pipelined(comm: &Comm, plan: &HostPlan, opts: &OpOptions) -> Result<()> {
     let mut staged: VecDeque<Staged> = VecDeque::new();
     let mut spare = Vec::new();
-    for index in 0..buckets.len() {
+    for index in 0..plan.buckets.len() {
         if staged.len() == 2 {
-            let (stage, result) = land(bufs, buckets, staged.pop_front().unwrap(), is_root);
+            let (stage, result) = land(plan, staged.pop_front().unwrap());
             if let Err(e) = result {
-                let _ = land_all(bufs, buckets, staged, is_root);
+                let _ = land_all(plan, staged);
                 return Err(e);
             }
             spare = stage;
         }
-        match launch(
-            comm,
-            bufs,
-            buckets,
-            index,
-            std::mem::take(&mut spare),
-            root,
-            opts,
-        ) {
+        match launch(comm, plan, index, std::mem::take(&mut spare), opts) {
             Ok(s) => staged.push_back(s),
             Err(e) => {
-                let _ = land_all(bufs, buckets, staged, is_root);
+                let _ = land_all(plan, staged);
                 return Err(e);
             }
         }
     }
-    land_all(bufs, buckets, staged, is_root)
+    land_all(plan, staged)
+}
+
+/// Copies the members of `bucket` between their buffers and `stage` (device
+/// memory) on `stream`.
+fn device_copies(
+    bufs: &[Buffer],
+    bucket: &Bucket,
+    stage: &CommScratch,
+    into_stage: bool,
+    stream: cuda::RawStream,
+) -> Result<()> {
+    let mut at = 0;
+    for &i in &bucket.members {
+        let b = bufs[i];
+        let (dst, src) = if into_stage {
+            (stage.at(at), b.ptr.0)
+        } else {
+            (b.ptr.0, stage.at(at))
+        };
+        cuda::memcpy_async(dst, src, b.bytes(), stream)?;
+        at += b.bytes();
+    }
+    Ok(())
+}
+
+/// Enqueues every bucket on `stream`: packing (root), the broadcast,
+/// unpacking (the others); a bucket of one buffer is broadcast in place.
+fn enqueue_buckets(
+    comm: &Arc<Comm>,
+    bufs: &[Buffer],
+    buckets: &[Bucket],
+    root: i32,
+    stage: Option<&CommScratch>,
+    op_opts: &OpOptions,
+) -> Result<()> {
+    let stream = op_opts.stream as cuda::RawStream;
+    let is_root = comm.rank() == root;
+    for bucket in buckets {
+        let packed = bucket.members.len() > 1;
+        let buf = match (packed, stage) {
+            (true, Some(stage)) => {
+                if is_root {
+                    device_copies(bufs, bucket, stage, true, stream)?;
+                }
+                Ptr(stage.ptr())
+            }
+            _ => bufs[bucket.members[0]].ptr,
+        };
+        let op = Op::Broadcast {
+            buf,
+            count: bucket.bytes / bucket.dtype.size(),
+            dtype: bucket.dtype,
+            root,
+        };
+        comm.submit(op, op_opts)?;
+        if let (true, Some(stage), false) = (packed, stage, is_root) {
+            device_copies(bufs, bucket, stage, false, stream)?;
+        }
+    }
+    Ok(())
+}
+
+/// The device comm's path: everything on one stream, one work for the call.
+fn run_on_device(
+    comm: &Arc<Comm>,
+    bufs: &[Buffer],
+    buckets: &[Bucket],
+    root: i32,
+    opts: &OpOptions,
+) -> Result<Arc<dyn Work>> {
+    let Some(first) = buckets.first() else {
+        return Ok(Arc::new(DoneWork(Ok(()))));
+    };
+    let device = device_ops::device_of(bufs[first.members[0]].ptr)?;
+    let _current = device.scoped()?;
+    let events = cuda::EventPool::new(&device);
+    let user = opts.stream as cuda::RawStream;
+    let own = if opts.async_op {
+        let own = cuda::Stream::new(&device, 0)?;
+        let start = events.get()?;
+        start.record(user)?;
+        cuda::stream_wait_event(own.raw(), &start)?;
+        Some(own)
+    } else {
+        None
+    };
+    let stream = own.as_ref().map_or(user, |s| s.raw());
+    let stage_bytes = buckets
+        .iter()
+        .filter(|b| b.members.len() > 1)
+        .map(|b| b.bytes)
+        .max();
+    let stage = stage_bytes.map(|b| CommScratch::new(comm, b)).transpose()?;
+    let op_opts = OpOptions {
+        async_op: false,
+        stream: stream as *mut std::ffi::c_void,
+        ..opts.clone()
+    };
+    let enqueued = enqueue_buckets(comm, bufs, buckets, root, stage.as_ref(), &op_opts);
+    let end = events.get()?;
+    end.record(stream)?;
+    let work = StreamWork::new("broadcast_coalesced", comm, end, Box::new((stage, own)));
+    // On failure the work still keeps the staging buffer until the stream
+    // is past what was enqueued.
+    enqueued?;
+    Ok(Arc::new(work))
 }
 
 #[cfg(test)]

@@ -7,9 +7,12 @@
 //! the first difference between the reference rank and the lowest rank that
 //! differs from it.
 
-use crate::comm::{Comm, Op, OpOptions, Ptr};
+use crate::comm::{Comm, Op, Ptr};
+use crate::device_ops::host_collective;
 use crate::error::{Error, Result};
 use crate::types::{DType, RedKind, ReduceOp};
+use std::ffi::c_void;
+use std::sync::Arc;
 
 /// What every rank must agree on: named scalars (root, byte limits) and the
 /// list of (count, dtype) entries.
@@ -42,8 +45,10 @@ impl Layout<'_> {
     }
 }
 
-fn blocking(comm: &Comm, op: Op) -> Result<()> {
-    comm.submit(op, &OpOptions::default()).map(|_| ())
+/// The exchanges are small and blocking; on a device comm they go through
+/// device scratch memory on the caller's `stream` (see [`host_collective`]).
+fn blocking(comm: &Arc<Comm>, stream: *mut c_void, op: Op) -> Result<()> {
+    host_collective(comm, op, stream)
 }
 
 fn ptr<T>(v: &mut [T]) -> Ptr {
@@ -53,7 +58,14 @@ fn ptr<T>(v: &mut [T]) -> Ptr {
 /// Collective: returns Ok on every rank when every rank passed the same
 /// layout, else an `InvalidUsage` error on every rank naming the first
 /// difference between `reference` and the lowest rank that differs from it.
-pub fn agree(comm: &Comm, what: &str, reference: i32, layout: &Layout) -> Result<()> {
+/// On a device comm the exchanges are ordered on `stream` (the caller's).
+pub fn agree(
+    comm: &Arc<Comm>,
+    what: &str,
+    reference: i32,
+    layout: &Layout,
+    stream: *mut c_void,
+) -> Result<()> {
     if comm.size() == 1 {
         return Ok(());
     }
@@ -62,6 +74,7 @@ pub fn agree(comm: &Comm, what: &str, reference: i32, layout: &Layout) -> Result
     let mut pair = [digest, !digest];
     blocking(
         comm,
+        stream,
         Op::AllReduce {
             buf: ptr(&mut pair),
             count: 2,
@@ -78,6 +91,7 @@ pub fn agree(comm: &Comm, what: &str, reference: i32, layout: &Layout) -> Result
     let mut digests = vec![0u64; comm.size() as usize];
     blocking(
         comm,
+        stream,
         Op::AllGatherSingle {
             output: ptr(&mut digests),
             input: Ptr((&digest as *const u64).cast_mut().cast()),
@@ -89,8 +103,8 @@ pub fn agree(comm: &Comm, what: &str, reference: i32, layout: &Layout) -> Result
         .iter()
         .position(|&d| d != digests[reference as usize])
         .unwrap_or(0) as i32;
-    let theirs = share_words(comm, reference, &words)?;
-    let others = share_words(comm, other, &words)?;
+    let theirs = share_words(comm, stream, reference, &words)?;
+    let others = share_words(comm, stream, other, &words)?;
     Err(Error::invalid_usage(format!(
         "{what}: ranks passed different lists: {}",
         first_difference(layout, (reference, &theirs), (other, &others))
@@ -98,10 +112,11 @@ pub fn agree(comm: &Comm, what: &str, reference: i32, layout: &Layout) -> Result
 }
 
 /// Broadcasts `root`'s words (its length first).
-fn share_words(comm: &Comm, root: i32, mine: &[u64]) -> Result<Vec<u64>> {
+fn share_words(comm: &Arc<Comm>, stream: *mut c_void, root: i32, mine: &[u64]) -> Result<Vec<u64>> {
     let mut len = [mine.len() as u64];
     blocking(
         comm,
+        stream,
         Op::Broadcast {
             buf: ptr(&mut len),
             count: 1,
@@ -116,6 +131,7 @@ fn share_words(comm: &Comm, root: i32, mine: &[u64]) -> Result<Vec<u64>> {
     };
     blocking(
         comm,
+        stream,
         Op::Broadcast {
             buf: ptr(&mut words),
             count: words.len(),

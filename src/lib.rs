@@ -14,6 +14,7 @@ pub mod coalesced;
 pub mod comm;
 pub mod config;
 pub mod cuda;
+pub mod device_ops;
 pub mod error;
 pub mod ffi;
 pub mod layout_check;

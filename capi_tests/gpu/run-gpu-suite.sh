@@ -2,7 +2,9 @@
 # The GPU suite, run from the folder `make gpu-suite` gathered (copied there
 # as run.sh). On the GPU machine, from the repository root:
 #   bash gpu-suite/run.sh            part 1 (under 9 minutes)
-#   bash gpu-suite/run.sh part2      part 2 (under 9 minutes): with part 1, the whole suite
+#   bash gpu-suite/run.sh part2      part 2 (under 9 minutes)
+#   bash gpu-suite/run.sh part3      part 3 (under 9 minutes): the composite operations
+#                                    (broadcast_coalesced, reducer, sparse); with parts 1-2, the whole suite
 #   bash gpu-suite/run.sh ops2 mem1  the named tests only;  all: every test;  list: the tests
 # Needs an NVIDIA GPU and driver (libcuda.so.1, linked at run time by its
 # soname: no toolkit stub folder is needed), a C compiler, cuda.h (CUDA_HOME,
@@ -49,6 +51,15 @@ TESTS=(
   "staging2 2 60 2 test_gpu_gloo_staging"
   "staging3 3 60 2 test_gpu_gloo_staging"
   "torch-smoke 1 60 2 torch_smoke.py"
+  "coalesced1 1 30 3 test_gpu_coalesced"
+  "coalesced2 2 45 3 test_gpu_coalesced"
+  "coalesced4 4 60 3 test_gpu_coalesced"
+  "reducer1 1 30 3 test_gpu_reducer"
+  "reducer2 2 45 3 test_gpu_reducer"
+  "reducer4 4 75 3 test_gpu_reducer"
+  "sparse1 1 30 3 test_gpu_sparse"
+  "sparse2 2 45 3 test_gpu_sparse"
+  "sparse4 4 60 3 test_gpu_sparse"
 )
 
 list_tests() {
@@ -67,7 +78,7 @@ for s in "${sel[@]}"; do
   case $s in
     list) list_tests; exit 0 ;;
     all) selected+=("${TESTS[@]}") ;;
-    part1|part2)
+    part1|part2|part3)
       for t in "${TESTS[@]}"; do
         # shellcheck disable=SC2086
         set -- $t
@@ -196,6 +207,6 @@ echo "== summary"
 printf '%s\n' "${summary[@]}"
 echo "gpu-test: ${#selected[@]} test(s): $n_pass passed, $n_fail failed, $n_skip skipped or not run; checks: $checks_pass passed, $checks_fail failed; $(( $(date +%s) - START )) s"
 [ ${#left[@]} = 0 ] || echo "gpu-test: not run for lack of time; next: bash $0 ${left[*]}"
-case " ${sel[*]} " in *" part1 "*) echo "gpu-test: the rest of the suite: bash $0 part2" ;; esac
+case " ${sel[*]} " in *" part1 "*) echo "gpu-test: the rest of the suite: bash $0 part2; bash $0 part3" ;; esac
 [ "$sim" = 1 ] && echo "gpu-test: (SIMULATION: these results say nothing about real GPUs)"
 [ "$n_fail" = 0 ]

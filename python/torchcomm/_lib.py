@@ -103,6 +103,7 @@ class ReducerOptions(C.Structure):
         ("bucket_cap_bytes", C.c_size_t),
         ("first_bucket_bytes", C.c_size_t),
         ("gradient_as_bucket_view", C.c_int32),
+        ("stream", C.c_void_p),  # version 2
     ]
 
 

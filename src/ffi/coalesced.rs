@@ -11,8 +11,8 @@ use crate::options::tc_op_options_t;
 use crate::types::{tc_dtype_t, DType};
 use std::ffi::{c_int, c_void};
 
-/// Broadcasts root's `bufs[i]` (`counts[i]` elements of `dtypes[i]`, host
-/// memory) into every rank's, as c10d's `broadcast_coalesced` does: buffers
+/// Broadcasts root's `bufs[i]` (`counts[i]` elements of `dtypes[i]`) into
+/// every rank's, as c10d's `broadcast_coalesced` does: buffers
 /// are grouped by dtype, in list order, into buckets of at most
 /// `buffer_bytes` bytes (a larger buffer is a bucket of its own), each bucket
 /// is packed into one staging buffer, broadcast as one message and unpacked;
@@ -29,8 +29,19 @@ use std::ffi::{c_int, c_void};
 /// buffers are written when the work completes. `*work` (may be NULL when
 /// not wanted) receives one work for the whole call, to free with
 /// `tc_work_free`. The arrays are read during the call only; the buffers
-/// must stay valid until the work completes. CUDA comms return
-/// `TC_ERR_UNSUPPORTED`. Thread-safe as the other operations.
+/// must stay valid until the work completes. Thread-safe as the other
+/// operations.
+///
+/// Device memory. On an nccl comm the buffers are device memory and the
+/// call is stream-ordered: the list check runs on `opts->stream` (the host
+/// waits for it), then the packing into a staging buffer from the comm's
+/// allocator (`tc_mem_alloc`), one broadcast per bucket and the unpacking
+/// are enqueued on `opts->stream` (`async_op = 0`, the call returns once
+/// enqueued) or on a stream of the call's own that waits for
+/// `opts->stream` (`async_op = 1`; `tc_work_wait` makes a stream wait for
+/// the work). On a gloo comm CUDA buffers are copied to and from host
+/// staging on `opts->stream`, which the call synchronizes. A capturing
+/// stream is `TC_ERR_UNSUPPORTED` on nccl.
 #[no_mangle]
 pub extern "C" fn tc_broadcast_coalesced(
     comm: *mut tc_comm_t,

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 pub const TC_REDUCER_OPTIONS_MAGIC: u32 = 0x5443_5244;
-pub const TC_REDUCER_OPTIONS_VERSION: u32 = 1;
+pub const TC_REDUCER_OPTIONS_VERSION: u32 = 2;
 
 /// Built-in communication hook (`tc_reducer_set_builtin_hook`).
 pub type tc_hook_kind_t = i32;
@@ -54,6 +54,10 @@ pub struct tc_reducer_options_t {
     /// `grads` must then be NULL and `tc_reducer_get_grad` gives each
     /// gradient's address. 0 (default): the caller's gradient buffers.
     pub gradient_as_bucket_view: i32,
+    /// (Version 2.) CUDA gradients: the stream they are produced on (NULL:
+    /// the legacy default stream). The copies into and out of the buckets
+    /// and the built-in hooks are ordered on it. Ignored for host memory.
+    pub stream: *mut c_void,
 }
 
 impl Versioned for tc_reducer_options_t {
@@ -67,6 +71,13 @@ impl Versioned for tc_reducer_options_t {
             bucket_cap_bytes: 0,
             first_bucket_bytes: 0,
             gradient_as_bucket_view: 0,
+            stream: std::ptr::null_mut(),
+        }
+    }
+    fn size_in_version(version: u32) -> usize {
+        match version {
+            1 => std::mem::offset_of!(tc_reducer_options_t, stream),
+            _ => size_of::<Self>(),
         }
     }
 }
@@ -159,8 +170,8 @@ impl CommHook for CHook {
 }
 
 /// Creates a reducer for `n` gradients: `grads[i]` holds `counts[i]`
-/// elements of `dtypes[i]` (float32, float64, float16 or bfloat16; host
-/// memory). Collective over `comm`: every rank passes the same counts,
+/// elements of `dtypes[i]` (float32, float64, float16 or bfloat16).
+/// Collective over `comm`: every rank passes the same counts,
 /// dtypes and options; a difference fails every rank with
 /// `TC_ERR_INVALID_USAGE` naming the first one. Buckets are assigned as
 /// DDP does once it knows the backward order: gradients in reverse index
@@ -170,6 +181,16 @@ impl CommHook for CHook {
 /// gradient buffers must stay valid while the reducer lives; the comm handle
 /// must outlive the reducer. The hook is `TC_HOOK_ALLREDUCE` until changed.
 /// On success `*out` receives a reducer to free with `tc_reducer_free`.
+///
+/// Device memory: on an nccl comm the gradients are device memory on the
+/// comm's device, the buckets are allocated with the comm's allocator
+/// (`tc_mem_alloc`), and the copies into the buckets, the built-in hooks'
+/// all-reduces and the copies out are ordered on `opts->stream` (the stream
+/// the gradients are produced on); `TC_HOOK_ALLREDUCE` divides through
+/// the all-reduce (PREMUL_SUM by 1/world size); the compressing hooks are
+/// `TC_ERR_UNSUPPORTED`. On a gloo comm CUDA gradients are copied into host
+/// buckets on `opts->stream` (synchronized before each hook and before
+/// finalize returns). A capturing stream is `TC_ERR_UNSUPPORTED` on nccl.
 #[no_mangle]
 pub extern "C" fn tc_reducer_new(
     comm: *mut tc_comm_t,
@@ -219,6 +240,7 @@ pub extern "C" fn tc_reducer_new(
             bucket_cap_bytes: nonzero_or(o.bucket_cap_bytes, defaults.bucket_cap_bytes),
             first_bucket_bytes: nonzero_or(o.first_bucket_bytes, defaults.first_bucket_bytes),
             gradient_as_bucket_view: as_view,
+            stream: o.stream,
         };
         let hook = Box::new(BuiltinHook::new(builtin_from_c(TC_HOOK_ALLREDUCE)?));
         let inner = Reducer::new(handle.inner.clone(), &list, options, hook)?;
@@ -276,12 +298,17 @@ pub extern "C" fn tc_reducer_mark_ready(
 /// ranks that saw it with its error and the others with `TC_ERR_REMOTE`,
 /// and a failed exchange (a peer died) fails with its error; on failure
 /// nothing is written back. Either way the reducer is ready for the next
-/// iteration. Blocks until done (host memory).
+/// iteration. Blocks until done (with device buckets, until the copies out
+/// on the reducer's stream completed).
 #[no_mangle]
 pub extern "C" fn tc_reducer_finalize(reducer: *mut tc_reducer_t) -> tc_result_t {
     boundary("tc_reducer_finalize", || {
         let r = unsafe { reducer_mut(reducer)? };
-        r.get().finalize()
+        let mut inner = r.get();
+        if inner.on_device() {
+            return inner.finalize_device()?.wait_blocking();
+        }
+        inner.finalize()
     })
 }
 
@@ -291,6 +318,11 @@ pub extern "C" fn tc_reducer_finalize(reducer: *mut tc_reducer_t) -> tc_result_t
 /// written back (its error is what `tc_reducer_finalize` would return).
 /// Every later call on the reducer waits for it first; the gradients must
 /// not be read before it completes. Free the work with `tc_work_free`.
+/// With device buckets (an nccl comm) the call checks the iteration with
+/// every rank first (the host waits for the reducer's stream to reach that
+/// check), then enqueues the copies out on the reducer's stream; the work
+/// completes when they are done, and `tc_work_wait(work, stream)` makes
+/// `stream` wait for them without blocking the host.
 #[no_mangle]
 pub extern "C" fn tc_reducer_finalize_async(
     reducer: *mut tc_reducer_t,
@@ -298,6 +330,20 @@ pub extern "C" fn tc_reducer_finalize_async(
 ) -> tc_result_t {
     boundary("tc_reducer_finalize_async", || {
         let (r, out) = unsafe { (reducer_mut(reducer)?, arg_out(work, "work")?) };
+        let device_work = {
+            let mut inner = r.get();
+            match inner.on_device() {
+                true => Some((inner.finalize_device()?, inner.comm().clone())),
+                false => None,
+            }
+        };
+        if let Some((done, comm)) = device_work {
+            *out = into_handle(tc_work {
+                inner: done,
+                _comm: comm,
+            });
+            return Ok(());
+        }
         let comm = {
             let mut inner = r.get();
             inner.begin_finalize();
@@ -356,7 +402,8 @@ pub extern "C" fn tc_reducer_set_hook(
 /// Sets a built-in hook (`TC_HOOK_ALLREDUCE`, `TC_HOOK_FP16_COMPRESS`,
 /// `TC_HOOK_BF16_COMPRESS`, `TC_HOOK_NOOP`). Only between iterations. The
 /// compressing hooks reject float64 buckets (`TC_ERR_UNSUPPORTED` from the
-/// hook).
+/// hook), and are `TC_ERR_UNSUPPORTED` on an nccl comm (their cast would
+/// need a device kernel).
 #[no_mangle]
 pub extern "C" fn tc_reducer_set_builtin_hook(
     reducer: *mut tc_reducer_t,
@@ -364,8 +411,10 @@ pub extern "C" fn tc_reducer_set_builtin_hook(
 ) -> tc_result_t {
     boundary("tc_reducer_set_builtin_hook", || {
         let r = unsafe { reducer_mut(reducer)? };
-        let kind = builtin_from_c(kind)?;
-        r.get().set_hook(Box::new(BuiltinHook::new(kind)))
+        let hook = BuiltinHook::new(builtin_from_c(kind)?);
+        let mut inner = r.get();
+        hook.check_device(inner.on_device())?;
+        inner.set_hook(Box::new(hook))
     })
 }
 

@@ -6,6 +6,7 @@ use crate::ffi::comm_ops::{hand_out_work, op_options};
 use crate::ffi::work::tc_work_t;
 use crate::ffi::{arg_out, arg_ref, boundary, handle_ref, malloc_copy};
 use crate::options::tc_op_options_t;
+use crate::sparse::device::{free_device, placement, to_device, Placement};
 use crate::sparse::{CooInput, CooOutput};
 use crate::types::{tc_dtype_t, tc_reduce_op_t};
 use std::ffi::c_void;
@@ -38,14 +39,28 @@ struct OutPtr(*mut tc_sparse_coo_t);
 // The caller keeps `*output` valid and untouched until the work completes.
 unsafe impl Send for OutPtr {}
 
-/// Copies `out` into memory from `malloc` and fills `*dst`; on failure
-/// nothing is left allocated and `*dst` is untouched.
-fn write_output(dst: OutPtr, out: CooOutput) -> Result<()> {
+/// Copies `out` into memory from `malloc` (indices and values: device
+/// memory from the comm's allocator for a device placement) and fills
+/// `*dst`; on failure nothing is left allocated and `*dst` is untouched.
+fn write_output(dst: OutPtr, out: CooOutput, place: Placement) -> Result<()> {
     let bytes =
         |v: &[i64]| unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), v.len() * 8) };
     let shape = malloc_copy(bytes(&out.shape))?;
-    let indices = malloc_copy(bytes(&out.indices)).inspect_err(|_| unsafe { libc::free(shape) })?;
-    let values = out.values.into_raw();
+    let free_shape = |_: &Error| unsafe { libc::free(shape) };
+    let (indices, values) = match place {
+        Placement::Host => {
+            let indices = malloc_copy(bytes(&out.indices)).inspect_err(free_shape)?;
+            (indices, out.values.into_raw())
+        }
+        place => {
+            let indices = to_device(&place, bytes(&out.indices)).inspect_err(free_shape)?;
+            let values = to_device(&place, &out.values).inspect_err(|e| {
+                free_shape(e);
+                free_device(&place, indices);
+            })?;
+            (indices, values)
+        }
+    };
     // SAFETY: checked non-NULL by the caller; kept valid until completion.
     unsafe {
         *dst.0 = tc_sparse_coo_t {
@@ -64,8 +79,7 @@ fn write_output(dst: OutPtr, out: CooOutput) -> Result<()> {
 /// Sums the sparse tensor `input` across the ranks of `comm` with `op`
 /// (`TC_SUM`, or `TC_AVG`: the sum divided by the world size, integers
 /// truncated); every other op gives `TC_ERR_UNSUPPORTED`. Collective, on
-/// the gloo backend with host memory (CUDA memory gives
-/// `TC_ERR_UNSUPPORTED`). Algorithm of PyTorch's Gloo sparse all-reduce:
+/// gloo and nccl comms. Algorithm of PyTorch's Gloo sparse all-reduce:
 /// each rank coalesces its input, the ranks all-gather their metadata, then
 /// their coalesced indices and values (each entry sent once), and every rank
 /// merges them into the same coalesced result: indices sorted
@@ -89,6 +103,20 @@ fn write_output(dst: OutPtr, out: CooOutput) -> Result<()> {
 /// valid) is written before `*work` completes (a NULL `work` is then
 /// refused). `opts` may be NULL (defaults). Thread safety and ordering as
 /// the other operations of `comm`.
+///
+/// CUDA memory: `indices`, `values` (and `shape`) may be device memory;
+/// they are copied to the host on `opts->stream`, which the call
+/// synchronizes. On an nccl comm the result's `indices` and `values` are
+/// device memory from the comm's allocator, to release with
+/// `tc_mem_free(comm, ...)`; on a gloo comm whose input `indices` or
+/// `values` are device memory, they are device memory from `cuMemAlloc` on
+/// that device (gloo's allocator gives host memory), to release with
+/// `cuMemFree` (or `cudaFree`). `shape` is host memory for `tc_free` in
+/// every case. The device arrays are written by copies on `opts->stream`
+/// that completed when the result is handed over.
+/// On an nccl comm the metadata, indices and values are all-gathered
+/// through device memory and coalesced on the host, and the call completes
+/// before it returns even with `async_op = 1` (the work is then complete).
 #[no_mangle]
 pub extern "C" fn tc_sparse_all_reduce(
     comm: *mut tc_comm_t,
@@ -118,7 +146,8 @@ pub extern "C" fn tc_sparse_all_reduce(
             dtype: input.dtype,
         };
         let dst = OutPtr(output);
-        let deliver = Box::new(move |out: CooOutput| write_output(dst, out));
+        let place = placement(&comm.inner, &coo, opts.stream)?;
+        let deliver = Box::new(move |out: CooOutput| write_output(dst, out, place));
         let w = unsafe {
             crate::sparse::sparse_all_reduce(&comm.inner, &coo, op.kind, &opts, deliver)?
         };

@@ -48,6 +48,9 @@ pub struct tc_grad_bucket_t {
 /// A hook, as the reducer calls it.
 pub trait CommHook: Send {
     fn run(&mut self, comm: &Arc<Comm>, bucket: &mut tc_grad_bucket_t) -> Result<Arc<dyn Work>>;
+    /// The reducer's stream (device memory), which the hook's operations
+    /// must follow.
+    fn set_stream(&mut self, _stream: *mut c_void) {}
 }
 
 /// The built-in hooks (`TC_HOOK_*`).
@@ -68,14 +71,32 @@ pub enum Builtin {
 pub struct BuiltinHook {
     kind: Builtin,
     compressed: Vec<Vec<u16>>,
+    stream: *mut c_void,
 }
+
+// SAFETY: the stream handle is only passed to the driver.
+unsafe impl Send for BuiltinHook {}
 
 impl BuiltinHook {
     pub fn new(kind: Builtin) -> BuiltinHook {
         BuiltinHook {
             kind,
             compressed: Vec::new(),
+            stream: std::ptr::null_mut(),
         }
+    }
+
+    /// The compressing hooks cast on the host: a device comm's buckets
+    /// would need a device kernel, which the library does not have.
+    pub fn check_device(&self, on_device: bool) -> Result<()> {
+        if on_device && matches!(self.kind, Builtin::Fp16Compress | Builtin::Bf16Compress) {
+            return Err(Error::unsupported(
+                "TC_HOOK_FP16_COMPRESS and TC_HOOK_BF16_COMPRESS are not available for device buckets (an nccl \
+                 comm): their cast needs a device kernel, which the library does not have; use TC_HOOK_ALLREDUCE \
+                 or a hook of your own",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -84,8 +105,9 @@ fn all_reduce_sum(
     buf: *mut c_void,
     count: usize,
     dtype: DType,
+    stream: *mut c_void,
 ) -> Result<Arc<dyn Work>> {
-    all_reduce(comm, buf, count, dtype, ReduceOp::SUM)
+    all_reduce(comm, buf, count, dtype, ReduceOp::SUM, stream)
 }
 
 /// The built-in hooks all-reduce a bucket in pieces of this many bytes, all
@@ -101,9 +123,11 @@ fn all_reduce(
     count: usize,
     dtype: DType,
     op: ReduceOp,
+    stream: *mut c_void,
 ) -> Result<Arc<dyn Work>> {
     let opts = OpOptions {
         async_op: true,
+        stream,
         ..OpOptions::default()
     };
     let piece = (PIECE_BYTES / dtype.size()).max(1);
@@ -172,6 +196,24 @@ impl CommHook for BuiltinHook {
         let world = comm.size() as f64;
         let half = match self.kind {
             Builtin::Noop => return Ok(Arc::new(DoneWork(Ok(())))),
+            Builtin::AllReduce if comm.device() != crate::types::Device::Cpu => {
+                // Device buckets: the division rides on the all-reduce
+                // (PREMUL_SUM by 1/world), as no host pass can touch them.
+                // Bit-identical to divide-then-sum for power-of-two world
+                // sizes; otherwise within the rounding of the multiplication.
+                let premul = ReduceOp {
+                    kind: RedKind::PremulSum,
+                    factor: PremulFactor::Host(1.0 / world),
+                };
+                return all_reduce(
+                    comm,
+                    bucket.buffer,
+                    bucket.count,
+                    dtype,
+                    premul,
+                    self.stream,
+                );
+            }
             Builtin::AllReduce => {
                 // Multiplying by 2^-k rounds exactly as dividing by 2^k, so
                 // for float32/float64 the division can ride on the
@@ -184,12 +226,19 @@ impl CommHook for BuiltinHook {
                         kind: RedKind::PremulSum,
                         factor: PremulFactor::Host(1.0 / world),
                     };
-                    return all_reduce(comm, bucket.buffer, bucket.count, dtype, premul);
+                    return all_reduce(
+                        comm,
+                        bucket.buffer,
+                        bucket.count,
+                        dtype,
+                        premul,
+                        self.stream,
+                    );
                 }
                 // SAFETY: the buffer holds the bucket (the reducer's storage or
                 // a hook's replacement of the same count).
                 unsafe { divide(bucket.buffer.cast(), dtype, bucket.count, world) };
-                return all_reduce_sum(comm, bucket.buffer, bucket.count, dtype);
+                return all_reduce_sum(comm, bucket.buffer, bucket.count, dtype, self.stream);
             }
             Builtin::Fp16Compress => DType::F16,
             Builtin::Bf16Compress => DType::BF16,
@@ -213,7 +262,11 @@ impl CommHook for BuiltinHook {
         unsafe { divide(copy.as_mut_ptr().cast(), half, bucket.count, world) };
         bucket.buffer = copy.as_mut_ptr().cast();
         bucket.dtype = half.to_c();
-        all_reduce_sum(comm, bucket.buffer, bucket.count, half)
+        all_reduce_sum(comm, bucket.buffer, bucket.count, half, self.stream)
+    }
+
+    fn set_stream(&mut self, stream: *mut c_void) {
+        self.stream = stream;
     }
 }
 

@@ -8,15 +8,18 @@
 //! the iteration is complete (one small all-gather), waits, and writes the
 //! results back.
 
+mod device;
 pub mod hooks;
 pub mod layout;
 
 use crate::coalesced::Buffer;
 use crate::comm::{Comm, Op, OpOptions, Ptr};
+use crate::device_ops::{self, CommScratch};
 use crate::error::{Error, ErrorKind, Result};
 use crate::layout_check::{agree, Layout};
 use crate::types::{DType, Device};
-use crate::work::Work;
+use crate::work::{DoneWork, Work};
+use device::DeviceCopies;
 use hooks::{tc_grad_bucket_t, CommHook};
 use std::sync::Arc;
 
@@ -28,6 +31,9 @@ pub struct ReducerOptions {
     /// The gradients live in the buckets (the reducer allocates them): no
     /// copy in or out.
     pub gradient_as_bucket_view: bool,
+    /// The stream the gradients are produced on (device memory): copies and
+    /// the built-in hooks are ordered on it.
+    pub stream: *mut std::ffi::c_void,
 }
 
 impl Default for ReducerOptions {
@@ -36,6 +42,7 @@ impl Default for ReducerOptions {
             bucket_cap_bytes: 25 << 20,
             first_bucket_bytes: 1 << 20,
             gradient_as_bucket_view: false,
+            stream: std::ptr::null_mut(),
         }
     }
 }
@@ -60,8 +67,10 @@ struct Bucket {
     offsets: Vec<usize>,
     lengths: Vec<usize>,
     count: usize,
-    /// 8-byte aligned flat buffer.
+    /// 8-byte aligned flat buffer (host buckets).
     storage: Vec<u64>,
+    /// The flat buffer in device memory (nccl comms), instead of `storage`.
+    scratch: Option<CommScratch>,
     /// Gradients not yet marked this iteration.
     pending: usize,
     view: tc_grad_bucket_t,
@@ -70,7 +79,10 @@ struct Bucket {
 
 impl Bucket {
     fn storage_ptr(&mut self) -> *mut u8 {
-        self.storage.as_mut_ptr().cast()
+        match &self.scratch {
+            Some(s) => s.ptr().cast(),
+            None => self.storage.as_mut_ptr().cast(),
+        }
     }
 }
 
@@ -93,6 +105,8 @@ pub struct Reducer {
     agreement: Agreement,
     iteration: u64,
     as_view: bool,
+    /// Device copies (device buckets, or CUDA gradients on a host comm).
+    copies: Option<DeviceCopies>,
 }
 
 // SAFETY: the raw pointers are the caller's gradient buffers and the
@@ -120,6 +134,7 @@ fn build_buckets(grads: &[(usize, DType)], opts: &ReducerOptions) -> Vec<Bucket>
                 dtype,
                 pending: members.len(),
                 storage: vec![0u64; (count * dtype.size()).div_ceil(8)],
+                scratch: None,
                 members,
                 offsets,
                 lengths,
@@ -158,14 +173,12 @@ impl Reducer {
         comm: Arc<Comm>,
         grads: &[Buffer],
         opts: ReducerOptions,
-        hook: Box<dyn CommHook>,
+        mut hook: Box<dyn CommHook>,
     ) -> Result<Reducer> {
         comm.check_active()?;
-        if comm.device() != Device::Cpu {
-            return Err(Error::unsupported(
-                "the reducer runs on host memory (gloo comms on the CPU device) only; \
-                 CUDA gradients are not supported yet",
-            ));
+        let on_device = comm.device() != Device::Cpu;
+        if on_device {
+            device_ops::refuse_capture(opts.stream, "tc_reducer_new")?;
         }
         let valid = Self::validate(grads, &opts);
         let entries: Vec<(usize, DType)> = grads.iter().map(|g| (g.count, g.dtype)).collect();
@@ -186,10 +199,13 @@ impl Reducer {
                 scalars: &scalars,
                 entries: entries.clone(),
             },
+            opts.stream,
         );
         valid?;
         agreed?;
         let mut buckets = build_buckets(&entries, &opts);
+        let copies = Self::device_copies(&comm, grads, &mut buckets, &opts)?;
+        hook.set_stream(opts.stream);
         let mut grads: Vec<Grad> = grads
             .iter()
             .map(|g| Grad {
@@ -202,7 +218,7 @@ impl Reducer {
             for (k, &g) in bucket.members.iter().enumerate() {
                 grads[g].slot = Some((b, bucket.offsets[k]));
             }
-            bucket.view.buffer = bucket.storage.as_mut_ptr().cast();
+            bucket.view.buffer = bucket.storage_ptr().cast();
         }
         if opts.gradient_as_bucket_view {
             for g in &mut grads {
@@ -229,7 +245,42 @@ impl Reducer {
             },
             iteration: 0,
             as_view: opts.gradient_as_bucket_view,
+            copies,
         })
+    }
+
+    /// On a device comm, moves the buckets to device memory from the comm's
+    /// allocator; on a host comm, notes CUDA gradients. Either way gives the
+    /// copies' device and stream (None: host memory only).
+    fn device_copies(
+        comm: &Arc<Comm>,
+        grads: &[Buffer],
+        buckets: &mut [Bucket],
+        opts: &ReducerOptions,
+    ) -> Result<Option<DeviceCopies>> {
+        let max_grad_bytes = grads.iter().map(|g| g.count * g.dtype.size()).max();
+        let on_device = comm.device() != Device::Cpu;
+        let device = if on_device {
+            for b in buckets.iter_mut() {
+                b.scratch = Some(CommScratch::new(comm, b.count * b.dtype.size())?);
+                b.storage = Vec::new();
+            }
+            match buckets.first_mut() {
+                Some(b) => Some(device_ops::device_of(Ptr(b.storage_ptr().cast()))?),
+                None => None,
+            }
+        } else if opts.gradient_as_bucket_view {
+            None
+        } else {
+            device_ops::first_device(grads.iter().map(|g| (g.ptr, g.count * g.dtype.size())))?
+        };
+        Ok(device
+            .map(|d| DeviceCopies::new(d, opts.stream, !on_device, max_grad_bytes.unwrap_or(0))))
+    }
+
+    /// Whether the buckets are device memory (an nccl comm).
+    pub fn on_device(&self) -> bool {
+        self.copies.as_ref().is_some_and(|c| !c.host_buckets)
     }
 
     fn validate(grads: &[Buffer], opts: &ReducerOptions) -> Result<()> {
@@ -262,12 +313,17 @@ impl Reducer {
         self.check_index(index).map(|()| self.grads[index].ptr)
     }
 
-    pub fn set_hook(&mut self, hook: Box<dyn CommHook>) -> Result<()> {
+    pub fn set_hook(&mut self, mut hook: Box<dyn CommHook>) -> Result<()> {
         if self.next_launch > 0 || self.marked.iter().any(|&m| m) {
             return Err(Error::invalid_usage(
                 "the hook can only be changed between iterations (after tc_reducer_finalize)",
             ));
         }
+        hook.set_stream(
+            self.copies
+                .as_ref()
+                .map_or(std::ptr::null_mut(), |c| c.stream.0),
+        );
         self.hook = hook;
         Ok(())
     }
@@ -311,22 +367,13 @@ impl Reducer {
     /// Copies bucket `b` in (gradients never marked count as zeros) and runs
     /// the hook on it.
     fn launch(&mut self, b: usize) -> Result<()> {
-        let bucket = &mut self.buckets[b];
-        let base = bucket.storage.as_mut_ptr().cast::<u8>();
-        let es = bucket.dtype.size();
-        for (k, &g) in bucket.members.iter().enumerate() {
-            let dst = unsafe { base.add(bucket.offsets[k] * es) };
-            let len = bucket.lengths[k] * es;
-            // SAFETY: the bucket holds the gradient at its offset; the
-            // caller's gradient holds `len` bytes.
-            unsafe {
-                if !self.marked[g] {
-                    std::ptr::write_bytes(dst, 0, len);
-                } else if !self.as_view {
-                    std::ptr::copy_nonoverlapping(self.grads[g].ptr.as_u8(), dst, len);
-                }
-            }
+        if let Err(e) = self.copy_in(b) {
+            let e = e.context(format!("copying bucket {b} in"));
+            self.hook_error.get_or_insert_with(|| e.clone());
+            return Err(e);
         }
+        let bucket = &mut self.buckets[b];
+        let base = bucket.storage_ptr();
         bucket.view.buffer = base.cast();
         bucket.view.dtype = bucket.dtype.to_c();
         bucket.view.count = bucket.count;
@@ -341,6 +388,33 @@ impl Reducer {
                 Err(e)
             }
         }
+    }
+
+    /// Copies bucket `b`'s gradients in (zeros for those never marked).
+    fn copy_in(&mut self, b: usize) -> Result<()> {
+        let bucket = &mut self.buckets[b];
+        let base = bucket.storage_ptr();
+        let es = bucket.dtype.size();
+        let _current = self
+            .copies
+            .as_ref()
+            .map(|c| c.device.scoped())
+            .transpose()?;
+        for (k, &g) in bucket.members.iter().enumerate() {
+            // SAFETY: the bucket holds the gradient at its offset.
+            let dst = unsafe { base.add(bucket.offsets[k] * es) };
+            let len = bucket.lengths[k] * es;
+            let src = self.grads[g].ptr.as_u8();
+            match &mut self.copies {
+                Some(c) if !self.marked[g] => c.zero(dst, len)?,
+                Some(c) if !self.as_view => c.copy(dst, src, len)?,
+                // SAFETY: host memory: the caller's gradient holds `len` bytes.
+                None if !self.marked[g] => unsafe { std::ptr::write_bytes(dst, 0, len) },
+                None if !self.as_view => unsafe { std::ptr::copy_nonoverlapping(src, dst, len) },
+                _ => {}
+            }
+        }
+        self.copies.as_ref().map_or(Ok(()), |c| c.settle())
     }
 
     /// Ends the iteration: launches the buckets not yet launched, agrees with
@@ -378,6 +452,17 @@ impl Reducer {
             count: RECORD_WORDS,
             dtype: DType::U64,
         };
+        if self.on_device() {
+            // NCCL reads device memory only: a blocking exchange through
+            // device scratch, ordered on the reducer's stream.
+            let stream = self
+                .copies
+                .as_ref()
+                .map_or(std::ptr::null_mut(), |c| c.stream.0);
+            let done = device_ops::host_collective(&self.comm, op, stream);
+            self.agreement.work = Some(done.map(|()| Arc::new(DoneWork(Ok(()))) as Arc<dyn Work>));
+            return;
+        }
         let async_op = OpOptions {
             async_op: true,
             ..OpOptions::default()
@@ -393,11 +478,33 @@ impl Reducer {
         result
     }
 
+    /// `finalize` on device buckets (an nccl comm): the copies out are
+    /// enqueued on the reducer's stream, and the work completes when they
+    /// are done (`wait` on it keeps a stream ordered after them).
+    pub fn finalize_device(&mut self) -> Result<Arc<dyn Work>> {
+        self.begin_finalize();
+        let result = self.finish_iteration();
+        self.reset();
+        result?;
+        let copies = self.copies.as_ref().expect("device buckets have copies");
+        let _current = copies.device.scoped()?;
+        Ok(Arc::new(copies.end_work(&self.comm)?))
+    }
+
     fn finish_iteration(&mut self) -> Result<()> {
         let mut work_error = Ok(());
+        let stream = self
+            .copies
+            .as_ref()
+            .filter(|c| !c.host_buckets)
+            .map(|c| c.stream.0);
         for bucket in &mut self.buckets {
             if let Some(work) = bucket.work.take() {
-                let r = work.wait_blocking();
+                // Device buckets: the stream waits, the host does not.
+                let r = match stream {
+                    Some(s) => work.wait(s),
+                    None => work.wait_blocking(),
+                };
                 if work_error.is_ok() {
                     work_error = r;
                 }
@@ -426,6 +533,12 @@ impl Reducer {
     /// Casts buffers that hooks replaced back into the buckets, then copies
     /// the buckets into the gradients.
     fn write_back(&mut self) -> Result<()> {
+        let _current = self
+            .copies
+            .as_ref()
+            .map(|c| c.device.scoped())
+            .transpose()?;
+        let on_device = self.on_device();
         for bucket in &mut self.buckets {
             let base = bucket.storage_ptr();
             let view = bucket.view;
@@ -435,7 +548,18 @@ impl Reducer {
                     view.index, bucket.count, view.count
                 )));
             }
-            if view.buffer.cast::<u8>() != base {
+            if view.buffer.cast::<u8>() != base && on_device {
+                let copies = self.copies.as_ref().expect("device buckets have copies");
+                if view.dtype != bucket.dtype.to_c() {
+                    return Err(Error::unsupported(format!(
+                        "bucket {}: the hook replaced the buffer with one of another dtype; casting it back needs a \
+                         device kernel, which the nccl reducer does not have (a replacement of the bucket's own dtype \
+                         is copied back)",
+                        view.index
+                    )));
+                }
+                copies.copy(base, view.buffer.cast(), bucket.count * bucket.dtype.size())?;
+            } else if view.buffer.cast::<u8>() != base {
                 let from = DType::from_c(view.dtype, "bucket.dtype")?;
                 layout::check_grad_dtype(from, "bucket.dtype")?;
                 // SAFETY: the hook's buffer holds `count` elements of its
@@ -449,17 +573,16 @@ impl Reducer {
             }
             let es = bucket.dtype.size();
             for (k, &g) in bucket.members.iter().enumerate() {
-                // SAFETY: as in `launch`, the other way round.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        base.add(bucket.offsets[k] * es),
-                        self.grads[g].ptr.as_u8(),
-                        bucket.lengths[k] * es,
-                    )
-                };
+                // SAFETY: as in `copy_in`, the other way round.
+                let src = unsafe { base.add(bucket.offsets[k] * es) };
+                let (dst, len) = (self.grads[g].ptr.as_u8(), bucket.lengths[k] * es);
+                match &self.copies {
+                    Some(c) => c.copy(dst, src, len)?,
+                    None => unsafe { std::ptr::copy_nonoverlapping(src, dst, len) },
+                }
             }
         }
-        Ok(())
+        self.copies.as_ref().map_or(Ok(()), |c| c.settle())
     }
 
     /// Waits for the buckets of an unfinished iteration (their buffers are
@@ -473,6 +596,11 @@ impl Reducer {
         if let Some(Ok(w)) = self.agreement.work.take() {
             let _ = w.wait_blocking();
         }
+        // Device buckets are freed with the reducer: the stream must be past
+        // every copy and exchange that uses them.
+        if let Some(c) = &self.copies {
+            let _ = c.device.scoped().and_then(|_g| c.synchronize());
+        }
     }
 
     fn reset(&mut self) {
@@ -480,7 +608,7 @@ impl Reducer {
         for b in &mut self.buckets {
             b.pending = b.members.len();
             b.work = None;
-            b.view.buffer = b.storage.as_mut_ptr().cast();
+            b.view.buffer = b.storage_ptr().cast();
             b.view.dtype = b.dtype.to_c();
             b.view.count = b.count;
         }

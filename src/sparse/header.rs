@@ -21,7 +21,6 @@ pub enum Problem {
         value: i64,
         size: i64,
     },
-    Device,
 }
 
 const NULL_ARGS: [&str; 3] = ["input.shape", "input.indices", "input.values"];
@@ -55,7 +54,6 @@ impl Problem {
                 value,
                 size,
             } => [7, dim as i64, entry as i64, value, size],
-            Problem::Device => [8, 0, 0, 0, 0],
         }
     }
 
@@ -73,7 +71,6 @@ impl Problem {
                 value: w[3],
                 size: w[4],
             },
-            8 => Problem::Device,
             _ => return None,
         })
     }
@@ -122,12 +119,6 @@ impl Problem {
                     "argument 'input.indices': index {value} of entry {entry} in dimension {dim} \
                      is outside [0, {size})"
                 ),
-            ),
-            Problem::Device => (
-                ErrorKind::Unsupported,
-                "sparse_all_reduce takes host memory only: input.indices or input.values is CUDA \
-                 memory (copy them to the host first)"
-                    .to_string(),
             ),
         };
         Error::new(kind, msg)

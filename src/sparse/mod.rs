@@ -14,17 +14,21 @@
 //!
 //! Only the header exchange blocks the call; with `async_op` the gathers run
 //! on the comm's progress thread and a helper thread merges and delivers the
-//! result, completing the returned work afterwards.
+//! result, completing the returned work afterwards. CUDA memory: see
+//! [`device`]; on an nccl comm the exchanges are blocking (through device
+//! scratch memory) and the whole call completes before it returns.
 
 mod buf;
 pub mod coalesce;
+pub mod device;
 mod header;
 
 pub use buf::CBuf;
 
 use crate::comm::{Comm, Op, OpOptions, Ptr};
+use crate::device_ops::host_collective;
 use crate::error::{Error, ErrorKind, Result};
-use crate::types::{tc_dtype_t, tc_red_kind_t, DType, RedKind};
+use crate::types::{tc_dtype_t, tc_red_kind_t, DType, Device, RedKind};
 use crate::work::{DoneWork, HostWork, Work};
 use coalesce::Entries;
 use header::{Header, Problem};
@@ -107,15 +111,6 @@ fn reduce_kind(kind: tc_red_kind_t) -> std::result::Result<RedKind, Problem> {
     }
 }
 
-fn on_device(p: *const c_void) -> bool {
-    !p.is_null()
-        && crate::cuda::available().is_ok()
-        && !matches!(
-            crate::cuda::memory_type(p),
-            Ok(crate::cuda::MemoryType::Host)
-        )
-}
-
 /// Checks sizes, dtype, op, overflow and indices; linearises and coalesces.
 ///
 /// # Safety
@@ -159,9 +154,6 @@ unsafe fn check_local(
         .ok_or(Problem::Overflow("the product of the sparse sizes"))?;
     let indices = slice(input.indices, index_count, "input.indices")?;
     let values = slice(input.values as *const u8, value_bytes, "input.values")?;
-    if on_device(input.indices.cast()) || on_device(input.values) {
-        return Err(Problem::Device);
-    }
     let keys = linearise(indices, sparse, input.nnz)?;
     let entries = coalesce::coalesce_local(dtype, &keys, values, row)
         .map_err(|_| Problem::Dtype(input.dtype))?;
@@ -294,12 +286,8 @@ pub unsafe fn sparse_all_reduce(
     deliver: Deliver,
 ) -> Result<Arc<dyn Work>> {
     comm.check_active()?;
-    if comm.backend_name() != "gloo" {
-        return Err(Error::unsupported(format!(
-            "sparse_all_reduce runs on the gloo backend only, not on {}",
-            comm.backend_name()
-        )));
-    }
+    let staged = device::stage_input(input, opts.stream)?;
+    let input = staged.as_ref().map_or(input, |s| s.input());
     let local = check_local(input, kind);
     let header = Header::new(&local, input);
     let all = exchange_headers(comm, &header, opts)?;
@@ -339,7 +327,7 @@ fn blocks<'a>(
     })
 }
 
-fn exchange_headers(comm: &Comm, header: &Header, opts: &OpOptions) -> Result<Vec<Header>> {
+fn exchange_headers(comm: &Arc<Comm>, header: &Header, opts: &OpOptions) -> Result<Vec<Header>> {
     let words = header.words();
     let mut all = vec![0i64; words.len() * comm.size() as usize];
     let op = Op::AllGatherSingle {
@@ -348,15 +336,24 @@ fn exchange_headers(comm: &Comm, header: &Header, opts: &OpOptions) -> Result<Ve
         count: words.len(),
         dtype: DType::I64,
     };
-    let blocking = OpOptions {
-        async_op: false,
-        ..opts.clone()
-    };
-    comm.submit(op, &blocking)?.wait_blocking()?;
+    if comm.device() != Device::Cpu {
+        host_collective(comm, op, opts.stream)?;
+    } else {
+        let blocking = OpOptions {
+            async_op: false,
+            ..opts.clone()
+        };
+        comm.submit(op, &blocking)?.wait_blocking()?;
+    }
     Ok(all.chunks(words.len()).map(Header::from_words).collect())
 }
 
-fn start_gathers(comm: &Comm, local: Local, all: &[Header], opts: &OpOptions) -> Result<Pending> {
+fn start_gathers(
+    comm: &Arc<Comm>,
+    local: Local,
+    all: &[Header],
+    opts: &OpOptions,
+) -> Result<Pending> {
     let nnz: Vec<usize> = all.iter().map(|h| h.nnz()).collect();
     let row_bytes = local.row * local.dtype.size();
     let overflow = || {
@@ -385,15 +382,19 @@ fn start_gathers(comm: &Comm, local: Local, all: &[Header], opts: &OpOptions) ->
     if total == 0 {
         return Ok(p);
     }
-    let queued = OpOptions {
-        async_op: true,
-        ..opts.clone()
-    };
     let op = Op::AllGatherV {
         output: Ptr(p.gathered.as_mut_ptr().cast()),
         input: Ptr(p.local.packed.as_ptr() as *mut c_void),
         counts: p.nnz.iter().map(|n| n * entry_bytes).collect(),
         dtype: DType::U8,
+    };
+    if comm.device() != Device::Cpu {
+        host_collective(comm, op, opts.stream)?;
+        return Ok(p);
+    }
+    let queued = OpOptions {
+        async_op: true,
+        ..opts.clone()
     };
     p.work = Some(comm.submit(op, &queued)?);
     Ok(p)

@@ -16,8 +16,8 @@
 #      newer optional symbols);
 #   2. rehearses the GPU suite exactly as the GPU machine runs it: the folder
 #      `make gpu-suite` makes (capi_tests/gpu/make-gpu-suite.sh, into
-#      target/sim_gpu/rehearsal/gpu-suite), then `bash run.sh` and
-#      `bash run.sh part2` from it, as two commands, with no cargo on PATH;
+#      target/sim_gpu/rehearsal/gpu-suite), then `bash run.sh`,
+#      `bash run.sh part2` and `bash run.sh part3` from it, as three commands, with no cargo on PATH;
 #      only the driver (libcuda.so.1 on LD_LIBRARY_PATH), cuda.h and NCCL are
 #      the simulated ones, and time limits are scaled (TC_GPU_TIME_SCALE=4)
 #      for this slower machine; then once more with an nvidia-smi that
@@ -102,6 +102,7 @@ pass=0 fail=0 skipped=0
 echo "sim-gpu-test: == rehearsal of the GPU suite (gpu-suite/run.sh from the gathered folder, no cargo)"
 rehearse part1
 rehearse part2 part2
+rehearse part3 part3
 # An exclusive compute mode: the multi-rank runs are skipped, with the reason.
 mkdir -p "$SIM/rehearsal/smi"
 printf '#!/bin/sh\ncase "$1" in -q) printf "    Compute Mode                          : Exclusive_Process\\n" ;; esac\n' > "$SIM/rehearsal/smi/nvidia-smi"
@@ -142,7 +143,7 @@ $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests"
   "$ROOT/tests/sim_gpu/test_sim_timeout.c" -o "$B/test_sim_timeout" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
   || { echo "sim-gpu-test: compiling test_sim_timeout failed"; status=1; }
 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 TC_SIM_NCCL_HANG_CALL=2,3 extra "timeout/abort at one rank (simulated hung collective)" "$B/test_sim_timeout"
-$CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests" -I"$ROOT/capi_tests/gpu" -I"$SIM/cuda/include" "$ROOT/tests/sim_gpu/test_sim_sparse.c" -o "$B/test_sim_sparse" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm && TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "sparse all-reduce: CUDA memory and nccl refused (TC_ERR_UNSUPPORTED)" "$B/test_sim_sparse" || { echo "sim-gpu-test: test_sim_sparse failed"; status=1; }
+$CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests" -I"$ROOT/capi_tests/gpu" -I"$SIM/cuda/include" "$ROOT/tests/sim_gpu/test_sim_sparse.c" -o "$B/test_sim_sparse" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm && TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "sparse all-reduce with CUDA memory: gloo staging, nccl, result placement" "$B/test_sim_sparse" || { echo "sim-gpu-test: test_sim_sparse failed"; status=1; }
 $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests" -I"$ROOT/capi_tests/gpu" -I"$SIM/cuda/include" \
   "$ROOT/tests/sim_gpu/test_sim_peer_exit.c" -o "$B/test_sim_peer_exit" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
   || { echo "sim-gpu-test: compiling test_sim_peer_exit failed"; status=1; }
