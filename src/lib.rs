@@ -2,7 +2,8 @@
 //!
 //! Layout: `ffi` is the thin `extern "C"` layer (one module per C object
 //! family); everything under it is safe Rust: `error`, `types`, `options`,
-//! `config` (environment and logging), `store` (rendezvous), `comm` (the
+//! `config` (environment and logging), `store` (rendezvous), `op` (the
+//! operations, their validation and buffers), `comm` (the
 //! communicator and its operations), `window` (one-sided windows), `work`,
 //! `backends`; `sparse` (sparse all-reduce, a layer over `comm`).
 
@@ -15,6 +16,7 @@ pub mod config;
 pub mod cuda;
 pub mod error;
 pub mod ffi;
+pub mod op;
 pub mod options;
 pub mod recorder;
 pub mod sparse;

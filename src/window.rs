@@ -67,8 +67,9 @@
 //! not abort the comm.
 
 use crate::backends::WindowBackend;
-use crate::comm::{Comm, OpOptions};
+use crate::comm::Comm;
 use crate::error::{Error, ErrorKind, Result};
+use crate::op::OpOptions;
 use crate::work::{DoneWork, HostWork, Work};
 use std::collections::VecDeque;
 use std::ffi::c_void;

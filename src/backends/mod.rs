@@ -7,8 +7,8 @@ pub mod gloo;
 pub mod nccl;
 pub mod staging;
 
-use crate::comm::{Op, OpOptions};
 use crate::error::{Error, Result};
+use crate::op::{Op, OpOptions};
 use crate::store::StoreRef;
 use crate::types::{Device, Hints};
 use crate::work::Work;

@@ -37,8 +37,8 @@ mod signature;
 mod window;
 
 use super::{Backend, BackendInit, WindowBackend};
-use crate::comm::{Op, P2p};
 use crate::error::{Error, ErrorKind, Result};
+use crate::op::{Op, P2p};
 use crate::store::StoreRef;
 use crate::types::{DType, PremulFactor, RedKind, ReduceOp};
 use reduce::Scale;

@@ -5,7 +5,7 @@
 //! different collectives from ever matching; plus their descriptions for
 //! messages.
 
-use crate::comm::Op;
+use crate::op::Op;
 use crate::types::{DType, RedKind};
 
 /// Operation codes exchanged by the collective check.
@@ -239,7 +239,7 @@ pub(super) fn describe_fingerprint(fp: &Fingerprint) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::comm::Ptr;
+    use crate::op::Ptr;
     use crate::types::{PremulFactor, ReduceOp};
 
     fn null() -> Ptr {

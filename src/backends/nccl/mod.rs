@@ -31,9 +31,9 @@ mod mem;
 pub mod work;
 
 use super::{Backend, BackendInit};
-use crate::comm::{Op, OpOptions, P2p, Ptr};
 use crate::cuda::{self, Device as CudaDevice, DeviceBuffer, EventPool, Stream as CudaStream};
 use crate::error::{Error, ErrorKind, Result};
+use crate::op::{Op, OpOptions, P2p, Ptr};
 use crate::types::{DType, Device, Hints, PremulFactor, RedKind, ReduceOp};
 use crate::work::Work;
 use loader::*;
