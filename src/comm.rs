@@ -8,10 +8,11 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::recorder::FlightRecorder;
 use crate::store::StoreRef;
 use crate::types::{Device, Hints};
+use crate::util::lock;
 use crate::work::{DoneWork, HostWork, Work};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -93,10 +94,6 @@ pub struct Comm {
 
 /// An application's function run when a comm is aborted.
 pub type AbortHook = Box<dyn Fn(&Error) + Send + Sync>;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 static GENERATED_NAMES: AtomicU64 = AtomicU64::new(0);
 /// Longest comm name: room for nested split scopes under the store's key

@@ -76,7 +76,7 @@ impl FlightRecorder {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Ring> {
-        self.ring.lock().unwrap_or_else(|e| e.into_inner())
+        crate::util::lock(&self.ring)
     }
 
     /// Records an issued operation and its work (None with the error kind

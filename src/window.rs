@@ -392,7 +392,7 @@ impl Lane {
     }
 
     fn lock(&self) -> MutexGuard<'_, LaneState> {
-        self.st.lock().unwrap_or_else(|e| e.into_inner())
+        crate::util::lock(&self.st)
     }
 
     /// The refusal of a call on a lane of an aborted comm's window.

@@ -170,28 +170,58 @@ pub enum Op {
     },
 }
 
+/// Every operation's name, indexed by its [`Op::code`].
+pub const OP_NAMES: [&str; 18] = [
+    "send",
+    "recv",
+    "batch_p2p",
+    "broadcast",
+    "reduce",
+    "all_reduce",
+    "all_gather",
+    "all_gather_single",
+    "all_gather_v",
+    "reduce_scatter",
+    "reduce_scatter_single",
+    "reduce_scatter_v",
+    "all_to_all",
+    "all_to_all_single",
+    "all_to_all_v_single",
+    "barrier",
+    "scatter",
+    "gather",
+];
+
 impl Op {
-    pub fn name(&self) -> &'static str {
+    /// The operation's number, exchanged between ranks by the collective
+    /// checks (so stable across builds) and the index of its name in
+    /// [`OP_NAMES`].
+    pub fn code(&self) -> u8 {
         match self {
-            Op::Send { .. } => "send",
-            Op::Recv { .. } => "recv",
-            Op::Batch { .. } => "batch_p2p",
-            Op::Broadcast { .. } => "broadcast",
-            Op::Reduce { .. } => "reduce",
-            Op::AllReduce { .. } => "all_reduce",
-            Op::AllGather { .. } => "all_gather",
-            Op::AllGatherSingle { .. } => "all_gather_single",
-            Op::AllGatherV { .. } => "all_gather_v",
-            Op::ReduceScatter { .. } => "reduce_scatter",
-            Op::ReduceScatterSingle { .. } => "reduce_scatter_single",
-            Op::ReduceScatterV { .. } => "reduce_scatter_v",
-            Op::AllToAll { .. } => "all_to_all",
-            Op::AllToAllSingle { .. } => "all_to_all_single",
-            Op::AllToAllVSingle { .. } => "all_to_all_v_single",
-            Op::Barrier => "barrier",
-            Op::Scatter { .. } => "scatter",
-            Op::Gather { .. } => "gather",
+            Op::Send { .. } => 0,
+            Op::Recv { .. } => 1,
+            Op::Batch { .. } => 2,
+            Op::Broadcast { .. } => 3,
+            Op::Reduce { .. } => 4,
+            Op::AllReduce { .. } => 5,
+            Op::AllGather { .. } => 6,
+            Op::AllGatherSingle { .. } => 7,
+            Op::AllGatherV { .. } => 8,
+            Op::ReduceScatter { .. } => 9,
+            Op::ReduceScatterSingle { .. } => 10,
+            Op::ReduceScatterV { .. } => 11,
+            Op::AllToAll { .. } => 12,
+            Op::AllToAllSingle { .. } => 13,
+            Op::AllToAllVSingle { .. } => 14,
+            Op::Barrier => 15,
+            Op::Scatter { .. } => 16,
+            Op::Gather { .. } => 17,
         }
+    }
+
+    /// The operation's name, as the C API spells it (without `tc_`).
+    pub fn name(&self) -> &'static str {
+        OP_NAMES[self.code() as usize]
     }
 
     /// (dtype, per-rank count, root) that every rank must agree on for a

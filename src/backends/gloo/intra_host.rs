@@ -56,9 +56,10 @@
 use super::reduce::{self, ReduceFn, Scale};
 use super::shm::{file_id, futex_wait, futex_wake, host_id, shared_file, PeerMapping, Placement};
 use super::signature::Fingerprint;
-use super::{copy, Deadline, Scratch};
+use super::{copy, Scratch};
 use crate::error::{Error, Result};
 use crate::types::DType;
+use crate::util::Deadline;
 use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -139,7 +140,7 @@ fn pidfd_open(pid: u32) -> Option<OwnedFd> {
 /// one whose process exited is replaced (the pid may have been reused).
 fn watch_process(pid: u32) -> Option<Arc<OwnedFd>> {
     static WATCHED: Mutex<BTreeMap<u32, Arc<OwnedFd>>> = Mutex::new(BTreeMap::new());
-    let mut watched = WATCHED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut watched = crate::util::lock(&WATCHED);
     watched.retain(|_, fd| Arc::strong_count(fd) > 1 && !exited(fd));
     if let Some(fd) = watched.get(&pid) {
         return Some(fd.clone());

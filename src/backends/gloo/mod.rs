@@ -41,6 +41,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::op::{Op, P2p};
 use crate::store::StoreRef;
 use crate::types::{DType, PremulFactor, RedKind, ReduceOp};
+use crate::util::{lock, overlaps, Deadline};
 use reduce::Scale;
 use signature::{
     describe_fingerprint, describe_sig, fingerprint, signature_words, tag_salt, CHECK_HINT,
@@ -108,10 +109,6 @@ pub struct GlooBackend {
     shared_memory: std::sync::Arc<shm::SharedAllocations>,
     /// Shared-memory collectives, when every rank is on this host.
     intra: Option<intra_host::IntraHost>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 // ---- store callbacks for the shim ------------------------------------------
@@ -235,11 +232,6 @@ unsafe fn private_input(
     (Some(c), p)
 }
 
-fn overlaps(a: *const u8, alen: usize, b: *const u8, blen: usize) -> bool {
-    let (a, b) = (a as usize, b as usize);
-    alen > 0 && blen > 0 && a < b + blen && b < a + alen
-}
-
 /// memmove of `n` bytes (no-op when equal or empty).
 unsafe fn copy(dst: *mut u8, src: *const u8, n: usize) {
     if n > 0 && !std::ptr::eq(dst, src) {
@@ -258,18 +250,6 @@ fn premul_factor(op: &ReduceOp, dtype: DType) -> Result<f64> {
             // memory (the only memory this backend handles).
             unsafe { reduce::read_scalar(dtype, p as *const u8) }
         }
-    }
-}
-
-struct Deadline(Instant);
-
-impl Deadline {
-    fn left(&self) -> Result<Duration> {
-        let now = Instant::now();
-        if now >= self.0 {
-            return Err(Error::timeout("the operation's timeout expired"));
-        }
-        Ok((self.0 - now).max(Duration::from_millis(1)))
     }
 }
 
@@ -346,7 +326,7 @@ impl GlooBackend {
         backend.hello(init.timeout)?;
         backend.peer_addresses = backend.exchange_addresses(init.timeout)?;
         if init.size > 1 {
-            let deadline = Deadline(Instant::now() + init.timeout);
+            let deadline = Deadline::after(init.timeout);
             let label = format!("gloo comm '{}' rank {}/{}", init.name, init.rank, init.size);
             backend.intra = intra_host::IntraHost::setup(
                 init.rank as usize,
@@ -371,7 +351,7 @@ impl GlooBackend {
     /// Every rank checks that its peers run the same module ABI and the same
     /// collective-check setting (a rank checking alone would desynchronise).
     fn hello(&self, timeout: Duration) -> Result<()> {
-        let deadline = Deadline(Instant::now() + timeout);
+        let deadline = Deadline::after(timeout);
         let mine = [
             HELLO_MAGIC,
             self.check_collectives as u64,
@@ -419,7 +399,7 @@ impl GlooBackend {
             let len = bytes.len().min(WORDS * 8);
             dst[..len].copy_from_slice(&bytes[..len]);
         }
-        let deadline = Deadline(Instant::now() + timeout);
+        let deadline = Deadline::after(timeout);
         let all = self.all_gather_words(&mine, &deadline, "connect")?;
         Ok((0..n)
             .map(|j| {
@@ -1773,7 +1753,7 @@ impl Backend for GlooBackend {
     fn run(&self, op: &Op, timeout: Duration) -> Result<()> {
         self.check_not_broken()?;
         let seq = self.ops_run.fetch_add(1, Ordering::Relaxed) + 1;
-        let d = Deadline(Instant::now() + timeout);
+        let d = Deadline::after(timeout);
         self.execute(op, &d).map_err(|mut e| {
             if e.kind == ErrorKind::Timeout && lock(&self.broken).is_none() {
                 // The deadline ran out between Gloo calls: the peers are
