@@ -32,6 +32,8 @@ impl GlooBackend {
 
     // ---- checks -----------------------------------------------------------------
 
+    /// float16/bfloat16 sums (and AVG, PREMUL_SUM) over several ranks, which
+    /// this backend accumulates in f32.
     pub(super) fn sums_halves(&self, dtype: DType, kind: RedKind) -> bool {
         self.size > 1
             && matches!(dtype, DType::F16 | DType::BF16)

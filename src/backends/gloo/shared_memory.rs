@@ -4,8 +4,6 @@
 use super::*;
 
 impl GlooBackend {
-    /// float16/bfloat16 sums (and AVG, PREMUL_SUM) over several ranks, which
-    /// this backend accumulates in f32.
     /// Runs `op` through shared memory (see [`intra_host`]) when that path
     /// takes it; None sends it to Gloo. The choice depends only on the
     /// operation's kind, never on this rank's buffers, so every rank makes
@@ -54,20 +52,35 @@ impl GlooBackend {
         op: &Op,
         sync: &intra_host::SyncAll,
     ) -> Option<Result<()>> {
-        let (n, me) = (ih.size(), ih.rank());
-        let reduction = |dtype: DType, op: &ReduceOp| -> Result<intra_host::Reduction> {
-            Ok(intra_host::Reduction {
-                dtype,
-                f: reduce::kernel(dtype, op.kind)?,
-                premul: if op.kind == RedKind::PremulSum {
-                    Some(premul_factor(op, dtype)?)
-                } else {
-                    None
-                },
-                avg: op.kind == RedKind::Avg,
-                halves: self.sums_halves(dtype, op.kind),
-            })
-        };
+        match op {
+            Op::Barrier | Op::Broadcast { .. } | Op::AllReduce { .. } | Op::Reduce { .. } => {
+                self.shm_in_place(ih, op, sync)
+            }
+            Op::AllGatherSingle { .. }
+            | Op::AllGather { .. }
+            | Op::AllGatherV { .. }
+            | Op::Gather { .. } => self.shm_gathers(ih, op, sync),
+            Op::ReduceScatterSingle { .. }
+            | Op::ReduceScatter { .. }
+            | Op::ReduceScatterV { .. }
+            | Op::Scatter { .. } => self.shm_scatters(ih, op, sync),
+            Op::AllToAllSingle { .. } | Op::AllToAll { .. } | Op::AllToAllVSingle { .. } => {
+                self.shm_all_to_alls(ih, op, sync)
+            }
+            _ => None,
+        }
+    }
+
+    /// Barrier, broadcast, all-reduce and reduce: in place.
+    ///
+    /// # Safety
+    /// As for [`GlooBackend::intra_host_op`].
+    unsafe fn shm_in_place(
+        &self,
+        ih: &intra_host::IntraHost,
+        op: &Op,
+        sync: &intra_host::SyncAll,
+    ) -> Option<Result<()>> {
         match op {
             Op::Barrier => Some(sync("barrier")),
             Op::Broadcast {
@@ -82,7 +95,8 @@ impl GlooBackend {
                 dtype,
                 op,
             } => Some(
-                reduction(*dtype, op).and_then(|r| ih.reduce(buf.as_u8(), *count, &r, None, sync)),
+                self.reduction(*dtype, op)
+                    .and_then(|r| ih.reduce(buf.as_u8(), *count, &r, None, sync)),
             ),
             Op::Reduce {
                 buf,
@@ -91,9 +105,25 @@ impl GlooBackend {
                 root,
                 op,
             } => Some(
-                reduction(*dtype, op)
+                self.reduction(*dtype, op)
                     .and_then(|r| ih.reduce(buf.as_u8(), *count, &r, Some(*root as usize), sync)),
             ),
+            _ => None,
+        }
+    }
+
+    /// The all-gathers and gather.
+    ///
+    /// # Safety
+    /// As for [`GlooBackend::intra_host_op`].
+    unsafe fn shm_gathers(
+        &self,
+        ih: &intra_host::IntraHost,
+        op: &Op,
+        sync: &intra_host::SyncAll,
+    ) -> Option<Result<()>> {
+        let (n, me) = (ih.size(), ih.rank());
+        match op {
             Op::AllGatherSingle {
                 output,
                 input,
@@ -112,35 +142,6 @@ impl GlooBackend {
                 );
                 Some(ih.all_gather(out, input, bytes, sync))
             }
-            Op::ReduceScatterSingle {
-                output,
-                input,
-                count,
-                dtype,
-                op,
-            } => {
-                let (es, out) = (dtype.size(), output.as_u8());
-                let in_place = std::ptr::eq(out, input.as_u8().add(me * count * es));
-                let clash = !in_place && overlaps(input.as_u8(), count * es * n, out, count * es);
-                let (_copy, input) = private_input(input.as_u8(), count * es * n, clash);
-                Some(
-                    reduction(*dtype, op)
-                        .and_then(|r| ih.reduce_scatter(out, input, *count, &r, sync)),
-                )
-            }
-            Op::AllToAllSingle {
-                output,
-                input,
-                count,
-                dtype,
-            } => {
-                let (block, out) = (count * dtype.size(), output.as_u8());
-                // Each chunk is read whole before any of it is written.
-                let clash = !std::ptr::eq(out, input.as_u8())
-                    && overlaps(input.as_u8(), block * n, out, block * n);
-                let (_copy, input) = private_input(input.as_u8(), block * n, clash);
-                Some(ih.all_to_all(out, input, block, sync))
-            }
             Op::AllGather {
                 outputs,
                 input,
@@ -154,42 +155,6 @@ impl GlooBackend {
                         .map(|()| {
                             for (r, out) in outputs.iter().enumerate() {
                                 copy(out.as_u8(), all.ptr().add(r * bytes), bytes);
-                            }
-                        }),
-                )
-            }
-            Op::ReduceScatter {
-                output,
-                inputs,
-                count,
-                dtype,
-                op,
-            } => {
-                let bytes = count * dtype.size();
-                let mut packed = Scratch::new(bytes * n);
-                for (r, p) in inputs.iter().enumerate() {
-                    copy(packed.ptr().add(r * bytes), p.as_u8(), bytes);
-                }
-                Some(reduction(*dtype, op).and_then(|r| {
-                    ih.reduce_scatter(output.as_u8(), packed.ptr(), *count, &r, sync)
-                }))
-            }
-            Op::AllToAll {
-                outputs,
-                inputs,
-                count,
-                dtype,
-            } => {
-                let bytes = count * dtype.size();
-                let (mut packed, mut received) = (Scratch::new(bytes * n), Scratch::new(bytes * n));
-                for (r, p) in inputs.iter().enumerate() {
-                    copy(packed.ptr().add(r * bytes), p.as_u8(), bytes);
-                }
-                Some(
-                    ih.all_to_all(received.ptr(), packed.ptr(), bytes, sync)
-                        .map(|()| {
-                            for (r, out) in outputs.iter().enumerate() {
-                                copy(out.as_u8(), received.ptr().add(r * bytes), bytes);
                             }
                         }),
                 )
@@ -211,46 +176,6 @@ impl GlooBackend {
                 let (_copy, input) = private_input(input.as_u8(), counts[me] * es, clash);
                 Some(ih.all_gather_v(output.as_u8(), input, counts, es, sync))
             }
-            Op::ReduceScatterV {
-                output,
-                input,
-                counts,
-                dtype,
-                op,
-            } => {
-                let (es, out) = (dtype.size(), output.as_u8());
-                let (total, before) = (
-                    counts.iter().sum::<usize>(),
-                    counts[..me].iter().sum::<usize>(),
-                );
-                let in_place = std::ptr::eq(out, input.as_u8().add(before * es));
-                let clash = !in_place && overlaps(input.as_u8(), total * es, out, counts[me] * es);
-                let (_copy, input) = private_input(input.as_u8(), total * es, clash);
-                Some(
-                    reduction(*dtype, op)
-                        .and_then(|r| ih.reduce_scatter_v(out, input, counts, &r, sync)),
-                )
-            }
-            Op::AllToAllVSingle {
-                output,
-                output_counts,
-                input,
-                input_counts,
-                dtype,
-            } => {
-                let es = dtype.size();
-                let (in_total, out_total) = (
-                    input_counts.iter().sum::<usize>(),
-                    output_counts.iter().sum::<usize>(),
-                );
-                // In place with the same splits, each chunk is read before it
-                // is written; any other overlap reads a copy.
-                let same_layout = output.0 == input.0 && input_counts == output_counts;
-                let clash = !same_layout
-                    && overlaps(input.as_u8(), in_total * es, output.as_u8(), out_total * es);
-                let (_copy, input) = private_input(input.as_u8(), in_total * es, clash);
-                Some(ih.all_to_all_v(output.as_u8(), output_counts, input, input_counts, es, sync))
-            }
             Op::Gather {
                 outputs,
                 input,
@@ -267,6 +192,74 @@ impl GlooBackend {
                 let (_copy, input) = private_input(input.as_u8(), bytes, clash);
                 let outs: Vec<*mut u8> = outputs.iter().map(|o| o.as_u8()).collect();
                 Some(ih.gather(&outs, input, bytes, *root as usize, sync))
+            }
+            _ => None,
+        }
+    }
+
+    /// The reduce-scatters and scatter.
+    ///
+    /// # Safety
+    /// As for [`GlooBackend::intra_host_op`].
+    unsafe fn shm_scatters(
+        &self,
+        ih: &intra_host::IntraHost,
+        op: &Op,
+        sync: &intra_host::SyncAll,
+    ) -> Option<Result<()>> {
+        let (n, me) = (ih.size(), ih.rank());
+        match op {
+            Op::ReduceScatterSingle {
+                output,
+                input,
+                count,
+                dtype,
+                op,
+            } => {
+                let (es, out) = (dtype.size(), output.as_u8());
+                let in_place = std::ptr::eq(out, input.as_u8().add(me * count * es));
+                let clash = !in_place && overlaps(input.as_u8(), count * es * n, out, count * es);
+                let (_copy, input) = private_input(input.as_u8(), count * es * n, clash);
+                Some(
+                    self.reduction(*dtype, op)
+                        .and_then(|r| ih.reduce_scatter(out, input, *count, &r, sync)),
+                )
+            }
+            Op::ReduceScatter {
+                output,
+                inputs,
+                count,
+                dtype,
+                op,
+            } => {
+                let bytes = count * dtype.size();
+                let mut packed = Scratch::new(bytes * n);
+                for (r, p) in inputs.iter().enumerate() {
+                    copy(packed.ptr().add(r * bytes), p.as_u8(), bytes);
+                }
+                Some(self.reduction(*dtype, op).and_then(|r| {
+                    ih.reduce_scatter(output.as_u8(), packed.ptr(), *count, &r, sync)
+                }))
+            }
+            Op::ReduceScatterV {
+                output,
+                input,
+                counts,
+                dtype,
+                op,
+            } => {
+                let (es, out) = (dtype.size(), output.as_u8());
+                let (total, before) = (
+                    counts.iter().sum::<usize>(),
+                    counts[..me].iter().sum::<usize>(),
+                );
+                let in_place = std::ptr::eq(out, input.as_u8().add(before * es));
+                let clash = !in_place && overlaps(input.as_u8(), total * es, out, counts[me] * es);
+                let (_copy, input) = private_input(input.as_u8(), total * es, clash);
+                Some(
+                    self.reduction(*dtype, op)
+                        .and_then(|r| ih.reduce_scatter_v(out, input, counts, &r, sync)),
+                )
             }
             Op::Scatter {
                 output,
@@ -296,5 +289,89 @@ impl GlooBackend {
             }
             _ => None,
         }
+    }
+
+    /// The all-to-alls.
+    ///
+    /// # Safety
+    /// As for [`GlooBackend::intra_host_op`].
+    unsafe fn shm_all_to_alls(
+        &self,
+        ih: &intra_host::IntraHost,
+        op: &Op,
+        sync: &intra_host::SyncAll,
+    ) -> Option<Result<()>> {
+        let n = ih.size();
+        match op {
+            Op::AllToAllSingle {
+                output,
+                input,
+                count,
+                dtype,
+            } => {
+                let (block, out) = (count * dtype.size(), output.as_u8());
+                // Each chunk is read whole before any of it is written.
+                let clash = !std::ptr::eq(out, input.as_u8())
+                    && overlaps(input.as_u8(), block * n, out, block * n);
+                let (_copy, input) = private_input(input.as_u8(), block * n, clash);
+                Some(ih.all_to_all(out, input, block, sync))
+            }
+            Op::AllToAll {
+                outputs,
+                inputs,
+                count,
+                dtype,
+            } => {
+                let bytes = count * dtype.size();
+                let (mut packed, mut received) = (Scratch::new(bytes * n), Scratch::new(bytes * n));
+                for (r, p) in inputs.iter().enumerate() {
+                    copy(packed.ptr().add(r * bytes), p.as_u8(), bytes);
+                }
+                Some(
+                    ih.all_to_all(received.ptr(), packed.ptr(), bytes, sync)
+                        .map(|()| {
+                            for (r, out) in outputs.iter().enumerate() {
+                                copy(out.as_u8(), received.ptr().add(r * bytes), bytes);
+                            }
+                        }),
+                )
+            }
+            Op::AllToAllVSingle {
+                output,
+                output_counts,
+                input,
+                input_counts,
+                dtype,
+            } => {
+                let es = dtype.size();
+                let (in_total, out_total) = (
+                    input_counts.iter().sum::<usize>(),
+                    output_counts.iter().sum::<usize>(),
+                );
+                // In place with the same splits, each chunk is read before it
+                // is written; any other overlap reads a copy.
+                let same_layout = output.0 == input.0 && input_counts == output_counts;
+                let clash = !same_layout
+                    && overlaps(input.as_u8(), in_total * es, output.as_u8(), out_total * es);
+                let (_copy, input) = private_input(input.as_u8(), in_total * es, clash);
+                Some(ih.all_to_all_v(output.as_u8(), output_counts, input, input_counts, es, sync))
+            }
+            _ => None,
+        }
+    }
+
+    /// How the shared-memory path reduces `dtype` with `op`.
+    fn reduction(&self, dtype: DType, op: &ReduceOp) -> Result<intra_host::Reduction> {
+        Ok(intra_host::Reduction {
+            dtype,
+            f: reduce::kernel(dtype, op.kind)?,
+            premul: if op.kind == RedKind::PremulSum {
+                Some(premul_factor(op, dtype)?)
+            } else {
+                None
+            },
+            avg: op.kind == RedKind::Avg,
+            halves: self.sums_halves(dtype, op.kind),
+        })
     }
 }
