@@ -1,7 +1,10 @@
-//! The communicator: the per-comm host progress thread and watchdog, failure
-//! handling, finalize/abort and split. Every operation is validated here
-//! (`Op::validate`, in [`crate::op`]) before a backend (src/backends) sees it.
+//! The communicator: its state, the per-comm progress and watchdog threads,
+//! failure handling, the flight recorder, finalize/abort and split. Every
+//! operation is validated here (`Op::validate`, in [`crate::op`]) before a
+//! backend (src/backends) sees it; host operations go through the host
+//! executor's queue ([`crate::backends::executor`]).
 
+use crate::backends::executor::{completes_at_once, HostQueue, Issued, Job};
 use crate::backends::{self, Backend, BackendInit};
 use crate::config::config;
 use crate::error::{Error, ErrorKind, Result};
@@ -10,9 +13,8 @@ use crate::store::StoreRef;
 use crate::types::{Device, Hints};
 use crate::util::lock;
 use crate::work::{DoneWork, HostWork, Work};
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -39,25 +41,6 @@ enum State {
     Aborted(Error),
 }
 
-/// An operation waiting for the host progress thread.
-struct Job {
-    op: Op,
-    timeout: Duration,
-    work: Arc<HostWork>,
-}
-
-#[derive(Default)]
-struct Queue {
-    jobs: VecDeque<Job>,
-    /// Jobs taken but not finished (0 or 1).
-    running: usize,
-    stop: bool,
-}
-
-/// Extra time the watchdog grants beyond an operation's timeout, so that a
-/// backend's own timeout (with its better message, including the gloo
-/// backend's diagnosis of which rank is missing) fires first.
-const WATCHDOG_GRACE: Duration = Duration::from_millis(900);
 const WATCHDOG_PERIOD: Duration = Duration::from_millis(100);
 
 pub struct Comm {
@@ -76,8 +59,8 @@ pub struct Comm {
     base_store: StoreRef,
     backend: Box<dyn Backend>,
     state: Mutex<State>,
-    queue: Mutex<Queue>,
-    queue_changed: Condvar,
+    /// Host operations waiting for, or running on, the progress thread.
+    queue: HostQueue,
     outstanding: Mutex<Vec<Arc<dyn Work>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// First failure of any operation, reported by finalize.
@@ -193,8 +176,7 @@ impl Comm {
             base_store,
             backend,
             state: Mutex::new(State::Active),
-            queue: Mutex::new(Queue::default()),
-            queue_changed: Condvar::new(),
+            queue: HostQueue::default(),
             outstanding: Mutex::new(Vec::new()),
             threads: Mutex::new(Vec::new()),
             first_failure: Mutex::new(None),
@@ -315,7 +297,7 @@ impl Comm {
             lock(&self.outstanding).push(work.clone());
             return Ok(work);
         }
-        if self.size == 1 && matches!(op, Op::Barrier) {
+        if completes_at_once(&op, self.size) {
             let work: Arc<dyn Work> = Arc::new(DoneWork(Ok(())));
             self.recorder.record(&op, opts.async_op, Ok(&work));
             return Ok(work);
@@ -333,7 +315,7 @@ impl Comm {
         let work = Arc::new(HostWork::new(
             op.name(),
             self.label.clone(),
-            timeout + WATCHDOG_GRACE,
+            timeout + self.backend.watchdog_grace(),
         ));
         let handle: Arc<dyn Work> = work.clone();
         self.recorder.record(&op, opts.async_op, Ok(&handle));
@@ -343,24 +325,13 @@ impl Comm {
             timeout,
             work: work.clone(),
         };
-        {
-            let mut q = lock(&self.queue);
-            if q.stop {
+        match self.queue.issue(job, blocking) {
+            Issued::Queued => {}
+            Issued::RunInline(job) => self.execute(job),
+            Issued::Stopped(_) => {
                 let e = Error::invalid_usage(format!("comm '{}' is shutting down", self.name));
                 work.complete(Err(e.clone()));
                 return Err(e);
-            }
-            if blocking && q.jobs.is_empty() && q.running == 0 {
-                // A blocking call with nothing ahead of it runs on the caller's
-                // thread: two thread hand-offs saved per call (the watchdog
-                // still guards it through its work).
-                q.running += 1;
-                drop(q);
-                self.execute(job);
-            } else {
-                q.jobs.push_back(job);
-                drop(q);
-                self.queue_changed.notify_all();
             }
         }
         if blocking {
@@ -373,27 +344,7 @@ impl Comm {
     }
 
     fn progress_loop(self: Arc<Self>) {
-        loop {
-            let job = {
-                let mut q = lock(&self.queue);
-                loop {
-                    // One operation at a time: a blocking call may be running
-                    // inline on its caller's thread.
-                    if q.running == 0 {
-                        if let Some(job) = q.jobs.pop_front() {
-                            q.running += 1;
-                            break job;
-                        }
-                    }
-                    if q.stop {
-                        return;
-                    }
-                    q = self
-                        .queue_changed
-                        .wait(q)
-                        .unwrap_or_else(|e| e.into_inner());
-                }
-            };
+        while let Some(job) = self.queue.next() {
             self.execute(job);
         }
     }
@@ -411,21 +362,13 @@ impl Comm {
             self.record_failure(e.clone());
         }
         job.work.complete(result);
-        lock(&self.queue).running -= 1;
-        self.queue_changed.notify_all();
+        self.queue.finished();
     }
 
     fn watchdog_loop(self: Arc<Self>) {
         loop {
-            {
-                let q = lock(&self.queue);
-                let (q, _) = self
-                    .queue_changed
-                    .wait_timeout(q, WATCHDOG_PERIOD)
-                    .unwrap_or_else(|e| e.into_inner());
-                if q.stop {
-                    return;
-                }
+            if !self.queue.tick(WATCHDOG_PERIOD) {
+                return;
             }
             let now = Instant::now();
             let mut expired = None;
@@ -485,13 +428,7 @@ impl Comm {
 
     /// Stops the threads; queued operations that never ran fail with `err`.
     fn shutdown(&self, err: Error) {
-        let pending: Vec<Job> = {
-            let mut q = lock(&self.queue);
-            q.stop = true;
-            q.jobs.drain(..).collect()
-        };
-        self.queue_changed.notify_all();
-        for job in pending {
+        for job in self.queue.stop() {
             job.work.complete(Err(err.clone()));
         }
         let threads: Vec<_> = lock(&self.threads).drain(..).collect();
@@ -524,15 +461,7 @@ impl Comm {
             let failed = w.drain();
             window_failure = window_failure.or(failed);
         }
-        {
-            let mut q = lock(&self.queue);
-            while !q.jobs.is_empty() || q.running > 0 {
-                q = self
-                    .queue_changed
-                    .wait(q)
-                    .unwrap_or_else(|e| e.into_inner());
-            }
-        }
+        self.queue.wait_idle();
         for w in lock(&self.outstanding).drain(..).collect::<Vec<_>>() {
             let _ = w.wait_blocking();
         }

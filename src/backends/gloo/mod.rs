@@ -73,8 +73,9 @@ const SLOT_KIND_DATA: u64 = 3;
 const HELLO_MAGIC: u64 = 0x7463_676c_6f6f_0001; // "tcgloo" v1
 /// How long a rank whose operation timed out or lost a peer waits for the
 /// other ranks' failure reports (see `GlooBackend::diagnose`). Together with
-/// the thread start and store round trips it stays within the comm's
-/// watchdog grace, so the diagnosis is part of the first error message.
+/// the thread start and store round trips it stays within the watchdog
+/// grace this backend asks for (`Backend::watchdog_grace`), so the diagnosis
+/// is part of the first error message.
 const DIAGNOSIS_WINDOW: Duration = Duration::from_millis(400);
 
 struct Seqs {
@@ -236,6 +237,13 @@ impl Backend for GlooBackend {
 
     fn finalize(&self) -> Result<()> {
         Ok(())
+    }
+
+    /// Room for the diagnosis after a timeout (the failure reports of the
+    /// other ranks, see [`GlooBackend::diagnose`]), so that it is part of the
+    /// first error message rather than the watchdog's.
+    fn watchdog_grace(&self) -> Duration {
+        DIAGNOSIS_WINDOW + Duration::from_millis(500)
     }
 
     fn new_window(&self, timeout: Duration) -> Result<Box<dyn WindowBackend>> {
