@@ -82,28 +82,26 @@ PY
 fi
 
 command -v valgrind >/dev/null || { echo "SKIPPED: callgrind table (valgrind is not installed)"; exit 0; }
-# Instructions of rank 0 in Comm::submit for N calls, less those spent
-# inside the wait that depends on timing: the shared-memory syncs
-# (IntraHost::sync, which spins before it sleeps) or the Gloo call itself
-# (shim::Context::allreduce: unchanged Gloo code, which polls). What is left
-# is this library's own work per call: validation, queueing, work handles,
-# dispatch, and on the shared-memory path the copies and reductions.
+# Instructions of rank 0 in this library's own Rust code for N calls (the
+# exclusive cost of every torchcomm:: function in tc-perf), less the
+# shared-memory syncs (IntraHost::sync and wait_all spin before they sleep,
+# so their count depends on timing). Gloo, libc and the copies (memcpy) are
+# left out: the same code in both builds, and Gloo polls.
 instructions() {
-  local out waited
+  local out
   out=$(mktemp -d)
   TORCHCOMM_GLOO_SHM=$2 TORCHCOMM_TIMEOUT=600 "$1/tc-run" -n 2 -- valgrind -q --tool=callgrind \
     --callgrind-out-file="$out/cg.%q{RANK}.%p" "$1/tc-perf" -B gloo -b 64K -e 64K -n "$3" -w 5 \
     -o all_reduce -d float32 -r sum -c 0 >/dev/null 2>&1
-  waited='torchcomm::backends::gloo::shim::Context::allreduce'
-  [ "$2" = 1 ] && waited='torchcomm::backends::gloo::intra_host::IntraHost::sync'
-  callgrind_annotate --inclusive=yes "$out"/cg.0.* 2>/dev/null | python3 -c '
+  callgrind_annotate --inclusive=no --threshold=100 "$out"/cg.0.* 2>/dev/null | python3 -c '
 import re, sys
-want = {"torchcomm::comm::Comm::submit": 0, sys.argv[1]: 0}
+own = 0
 for line in sys.stdin:
-    m = re.match(r"\s*([\d,]+) .*?:(\S+) \[", line)
-    if m and m.group(2) in want:
-        want[m.group(2)] = max(want[m.group(2)], int(m.group(1).replace(",", "")))
-print(want["torchcomm::comm::Comm::submit"] - want[sys.argv[1]])' "$waited"
+    m = re.match(r"\s*([\d,]+) \(.*?\)\s+\S+?:(.*)\[(\S+)\]\s*$", line)
+    if m and m.group(3).endswith("tc-perf") and "torchcomm::" in m.group(2) \
+            and not re.search(r"IntraHost::(sync|wait_all)", m.group(2)):
+        own += int(m.group(1).replace(",", ""))
+print(own)'
   rm -rf "$out"
 }
 short=${TC_CG_SHORT:-20}
@@ -129,7 +127,7 @@ for line in open(sys.argv[1]):
     which, shm, ir = line.split()
     per.setdefault((shm, which), []).append(int(ir))
 short, long, repeats = sys.argv[2:5]
-print(f"callgrind: instructions per all_reduce call at 64 KiB on rank 0 in Comm::submit outside the timing-dependent waits,")
+print(f"callgrind: instructions per all_reduce call at 64 KiB on rank 0 in the library's Rust code (shared-memory syncs left out),")
 print(f"(run of {long} calls - run of {short}) / {int(long) - int(short)};")
 print(f"{repeats} measurements each: median [min, max]")
 print()
