@@ -11,6 +11,8 @@ use std::time::Duration;
 
 mod buffers;
 mod validate;
+#[cfg(test)]
+mod validate_tests;
 
 pub use buffers::{for_each_buffer, Use};
 
