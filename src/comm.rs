@@ -1,516 +1,26 @@
-//! The communicator: validation of every operation, the per-comm host
-//! progress thread and watchdog, failure handling, finalize/abort and split.
-//! Backends (src/backends) only execute operations that were validated here.
+//! The communicator: its state, the per-comm progress and watchdog threads,
+//! failure handling, the flight recorder, finalize/abort and split. Every
+//! operation is validated here (`Op::validate`, in [`crate::op`]) before a
+//! backend (src/backends) sees it; host operations go through the host
+//! executor's queue ([`crate::backends::executor`]).
 
+use crate::backends::executor::{completes_at_once, HostQueue, Issued, Job};
 use crate::backends::{self, Backend, BackendInit};
 use crate::config::config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::recorder::FlightRecorder;
 use crate::store::StoreRef;
-use crate::types::{DType, Device, Hints, ReduceOp};
+use crate::types::{Device, Hints};
+use crate::util::lock;
 use crate::work::{DoneWork, HostWork, Work};
-use std::collections::VecDeque;
-use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// A raw buffer address handed in by C. The caller guarantees it stays valid
-/// until the operation's work completes (torchcomms' contract).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ptr(pub *mut c_void);
-// The address is only dereferenced by the backend while the caller keeps the
-// buffer alive; moving the address between threads is the point.
-unsafe impl Send for Ptr {}
-unsafe impl Sync for Ptr {}
-
-impl Ptr {
-    pub fn is_null(self) -> bool {
-        self.0.is_null()
-    }
-    pub fn as_u8(self) -> *mut u8 {
-        self.0 as *mut u8
-    }
-}
-
-/// One send or receive of a batch.
-#[derive(Debug, Clone)]
-pub struct P2p {
-    pub is_send: bool,
-    pub buf: Ptr,
-    pub count: usize,
-    pub dtype: DType,
-    pub peer: i32,
-}
-
-/// A validated operation. Counts are elements of `dtype`; every list has one
-/// entry per rank unless noted; same input and output address means in place.
-#[derive(Debug, Clone)]
-pub enum Op {
-    Send {
-        buf: Ptr,
-        count: usize,
-        dtype: DType,
-        peer: i32,
-    },
-    Recv {
-        buf: Ptr,
-        count: usize,
-        dtype: DType,
-        peer: i32,
-    },
-    /// Sends and receives issued together (NCCL group semantics).
-    Batch {
-        ops: Vec<P2p>,
-    },
-    Broadcast {
-        buf: Ptr,
-        count: usize,
-        dtype: DType,
-        root: i32,
-    },
-    /// In place; the result is defined on `root` only.
-    Reduce {
-        buf: Ptr,
-        count: usize,
-        dtype: DType,
-        root: i32,
-        op: ReduceOp,
-    },
-    /// In place.
-    AllReduce {
-        buf: Ptr,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-    },
-    AllGather {
-        outputs: Vec<Ptr>,
-        input: Ptr,
-        count: usize,
-        dtype: DType,
-    },
-    /// `output` holds `count * size` elements, rank r's at `r * count`.
-    AllGatherSingle {
-        output: Ptr,
-        input: Ptr,
-        count: usize,
-        dtype: DType,
-    },
-    /// Rank r contributes `counts[r]` elements; `output` holds them all in
-    /// rank order.
-    AllGatherV {
-        output: Ptr,
-        input: Ptr,
-        counts: Vec<usize>,
-        dtype: DType,
-    },
-    ReduceScatter {
-        output: Ptr,
-        inputs: Vec<Ptr>,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-    },
-    /// `input` holds `count * size` elements; rank r gets the reduction of
-    /// block r.
-    ReduceScatterSingle {
-        output: Ptr,
-        input: Ptr,
-        count: usize,
-        dtype: DType,
-        op: ReduceOp,
-    },
-    /// `input` holds `sum(counts)` elements; rank r gets block r, `counts[r]`
-    /// elements long.
-    ReduceScatterV {
-        output: Ptr,
-        input: Ptr,
-        counts: Vec<usize>,
-        dtype: DType,
-        op: ReduceOp,
-    },
-    AllToAll {
-        outputs: Vec<Ptr>,
-        inputs: Vec<Ptr>,
-        count: usize,
-        dtype: DType,
-    },
-    /// `count` elements to and from each rank.
-    AllToAllSingle {
-        output: Ptr,
-        input: Ptr,
-        count: usize,
-        dtype: DType,
-    },
-    /// `input_counts[r]` elements go to rank r; `output_counts[r]` come from
-    /// rank r; blocks are contiguous in rank order.
-    AllToAllVSingle {
-        output: Ptr,
-        output_counts: Vec<usize>,
-        input: Ptr,
-        input_counts: Vec<usize>,
-        dtype: DType,
-    },
-    Barrier,
-    /// `inputs` has one buffer per rank on `root`, and is empty elsewhere.
-    Scatter {
-        output: Ptr,
-        inputs: Vec<Ptr>,
-        count: usize,
-        dtype: DType,
-        root: i32,
-    },
-    /// `outputs` has one buffer per rank on `root`, and is empty elsewhere.
-    Gather {
-        outputs: Vec<Ptr>,
-        input: Ptr,
-        count: usize,
-        dtype: DType,
-        root: i32,
-    },
-}
-
-impl Op {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Op::Send { .. } => "send",
-            Op::Recv { .. } => "recv",
-            Op::Batch { .. } => "batch_p2p",
-            Op::Broadcast { .. } => "broadcast",
-            Op::Reduce { .. } => "reduce",
-            Op::AllReduce { .. } => "all_reduce",
-            Op::AllGather { .. } => "all_gather",
-            Op::AllGatherSingle { .. } => "all_gather_single",
-            Op::AllGatherV { .. } => "all_gather_v",
-            Op::ReduceScatter { .. } => "reduce_scatter",
-            Op::ReduceScatterSingle { .. } => "reduce_scatter_single",
-            Op::ReduceScatterV { .. } => "reduce_scatter_v",
-            Op::AllToAll { .. } => "all_to_all",
-            Op::AllToAllSingle { .. } => "all_to_all_single",
-            Op::AllToAllVSingle { .. } => "all_to_all_v_single",
-            Op::Barrier => "barrier",
-            Op::Scatter { .. } => "scatter",
-            Op::Gather { .. } => "gather",
-        }
-    }
-
-    /// (dtype, per-rank count, root) that every rank must agree on for a
-    /// collective; None for point-to-point operations. Used by
-    /// `TORCHCOMM_CHECK_COLLECTIVES`.
-    pub fn signature(&self) -> Option<(Option<DType>, usize, i32)> {
-        match self {
-            Op::Send { .. } | Op::Recv { .. } | Op::Batch { .. } => None,
-            Op::Broadcast {
-                count, dtype, root, ..
-            } => Some((Some(*dtype), *count, *root)),
-            Op::Reduce {
-                count, dtype, root, ..
-            } => Some((Some(*dtype), *count, *root)),
-            Op::AllReduce { count, dtype, .. }
-            | Op::AllGather { count, dtype, .. }
-            | Op::AllGatherSingle { count, dtype, .. }
-            | Op::ReduceScatter { count, dtype, .. }
-            | Op::ReduceScatterSingle { count, dtype, .. }
-            | Op::AllToAll { count, dtype, .. }
-            | Op::AllToAllSingle { count, dtype, .. } => Some((Some(*dtype), *count, -1)),
-            Op::AllGatherV { counts, dtype, .. } | Op::ReduceScatterV { counts, dtype, .. } => {
-                Some((Some(*dtype), counts.iter().sum(), -1))
-            }
-            Op::AllToAllVSingle { dtype, .. } => Some((Some(*dtype), 0, -1)),
-            Op::Barrier => Some((None, 0, -1)),
-            Op::Scatter {
-                count, dtype, root, ..
-            }
-            | Op::Gather {
-                count, dtype, root, ..
-            } => Some((Some(*dtype), *count, *root)),
-        }
-    }
-
-    /// The element type, where the operation has one (a batch mixing types
-    /// and a barrier have none).
-    pub fn dtype(&self) -> Option<DType> {
-        match self {
-            Op::Send { dtype, .. } | Op::Recv { dtype, .. } => Some(*dtype),
-            Op::Batch { ops } => ops
-                .first()
-                .map(|p| p.dtype)
-                .filter(|d| ops.iter().all(|p| p.dtype == *d)),
-            _ => self.signature().and_then(|s| s.0),
-        }
-    }
-
-    /// The operation's size as its caller gave it, in elements: the count of
-    /// one rank's block (the total of the counts for v-variants, of the
-    /// input counts for all_to_all_v_single, of the members for a batch).
-    pub fn elements(&self) -> usize {
-        match self {
-            Op::Send { count, .. } | Op::Recv { count, .. } => *count,
-            Op::Batch { ops } => ops.iter().map(|p| p.count).sum(),
-            Op::AllToAllVSingle { input_counts, .. } => input_counts.iter().sum(),
-            _ => self.signature().map_or(0, |s| s.1),
-        }
-    }
-
-    /// The reduce op, if the operation reduces.
-    pub fn reduce_op(&self) -> Option<&ReduceOp> {
-        match self {
-            Op::Reduce { op, .. }
-            | Op::AllReduce { op, .. }
-            | Op::ReduceScatter { op, .. }
-            | Op::ReduceScatterSingle { op, .. }
-            | Op::ReduceScatterV { op, .. } => Some(op),
-            _ => None,
-        }
-    }
-
-    /// Checks ranks, counts, buffers and list lengths against a comm of
-    /// `size` ranks seen from `rank`.
-    pub fn validate(&self, rank: i32, size: i32) -> Result<()> {
-        let n = size as usize;
-        let peer_ok = |p: i32, arg: &str| -> Result<()> {
-            if p < 0 || p >= size {
-                return Err(Error::invalid_argument(format!(
-                    "argument '{arg}': rank {p} is outside [0, {size})"
-                )));
-            }
-            Ok(())
-        };
-        let buf_ok = |p: Ptr, count: usize, dtype: DType, arg: &str| -> Result<()> {
-            dtype.bytes(count, arg)?;
-            if count > 0 && p.is_null() {
-                return Err(Error::null_argument(arg));
-            }
-            Ok(())
-        };
-        let list_ok = |l: &[Ptr], count: usize, dtype: DType, arg: &str| -> Result<()> {
-            if l.len() != n {
-                return Err(Error::invalid_argument(format!(
-                    "argument '{arg}': {} buffers for {n} ranks",
-                    l.len()
-                )));
-            }
-            for (i, p) in l.iter().enumerate() {
-                buf_ok(*p, count, dtype, &format!("{arg}[{i}]"))?;
-            }
-            Ok(())
-        };
-        let counts_ok = |c: &[usize], dtype: DType, arg: &str| -> Result<usize> {
-            if c.len() != n {
-                return Err(Error::invalid_argument(format!(
-                    "argument '{arg}': {} counts for {n} ranks",
-                    c.len()
-                )));
-            }
-            let total = c.iter().try_fold(0usize, |a, b| a.checked_add(*b));
-            let total = total.ok_or_else(|| {
-                Error::invalid_argument(format!("argument '{arg}': counts overflow"))
-            })?;
-            dtype.bytes(total, arg)?;
-            Ok(total)
-        };
-        let times_n = |count: usize, arg: &str| -> Result<usize> {
-            count.checked_mul(n).ok_or_else(|| {
-                Error::invalid_argument(format!(
-                    "argument '{arg}': count {count} x {n} ranks overflows"
-                ))
-            })
-        };
-        if let Some(op) = self.reduce_op() {
-            let dtype = match self.signature() {
-                Some((Some(d), _, _)) => d,
-                _ => DType::F32,
-            };
-            op.check_dtype(dtype)?;
-        }
-        match self {
-            Op::Send {
-                buf,
-                count,
-                dtype,
-                peer,
-            }
-            | Op::Recv {
-                buf,
-                count,
-                dtype,
-                peer,
-            } => {
-                peer_ok(*peer, "peer")?;
-                buf_ok(*buf, *count, *dtype, "buf")
-            }
-            Op::Batch { ops } => {
-                for (i, p) in ops.iter().enumerate() {
-                    peer_ok(p.peer, &format!("batch[{i}].peer"))?;
-                    buf_ok(p.buf, p.count, p.dtype, &format!("batch[{i}].buf"))?;
-                }
-                Ok(())
-            }
-            Op::Broadcast {
-                buf,
-                count,
-                dtype,
-                root,
-            }
-            | Op::Reduce {
-                buf,
-                count,
-                dtype,
-                root,
-                ..
-            } => {
-                peer_ok(*root, "root")?;
-                buf_ok(*buf, *count, *dtype, "buf")
-            }
-            Op::AllReduce {
-                buf, count, dtype, ..
-            } => buf_ok(*buf, *count, *dtype, "buf"),
-            Op::AllGather {
-                outputs,
-                input,
-                count,
-                dtype,
-            } => {
-                buf_ok(*input, *count, *dtype, "input")?;
-                list_ok(outputs, *count, *dtype, "outputs")
-            }
-            Op::AllGatherSingle {
-                output,
-                input,
-                count,
-                dtype,
-            } => {
-                buf_ok(*input, *count, *dtype, "input")?;
-                buf_ok(*output, times_n(*count, "count")?, *dtype, "output")
-            }
-            Op::AllGatherV {
-                output,
-                input,
-                counts,
-                dtype,
-            } => {
-                let total = counts_ok(counts, *dtype, "counts")?;
-                buf_ok(*input, counts[rank as usize], *dtype, "input")?;
-                buf_ok(*output, total, *dtype, "output")
-            }
-            Op::ReduceScatter {
-                output,
-                inputs,
-                count,
-                dtype,
-                ..
-            } => {
-                buf_ok(*output, *count, *dtype, "output")?;
-                list_ok(inputs, *count, *dtype, "inputs")
-            }
-            Op::ReduceScatterSingle {
-                output,
-                input,
-                count,
-                dtype,
-                ..
-            } => {
-                buf_ok(*output, *count, *dtype, "output")?;
-                buf_ok(*input, times_n(*count, "count")?, *dtype, "input")
-            }
-            Op::ReduceScatterV {
-                output,
-                input,
-                counts,
-                dtype,
-                ..
-            } => {
-                let total = counts_ok(counts, *dtype, "counts")?;
-                buf_ok(*output, counts[rank as usize], *dtype, "output")?;
-                buf_ok(*input, total, *dtype, "input")
-            }
-            Op::AllToAll {
-                outputs,
-                inputs,
-                count,
-                dtype,
-            } => {
-                list_ok(outputs, *count, *dtype, "outputs")?;
-                list_ok(inputs, *count, *dtype, "inputs")
-            }
-            Op::AllToAllSingle {
-                output,
-                input,
-                count,
-                dtype,
-            } => {
-                let total = times_n(*count, "count")?;
-                buf_ok(*output, total, *dtype, "output")?;
-                buf_ok(*input, total, *dtype, "input")
-            }
-            Op::AllToAllVSingle {
-                output,
-                output_counts,
-                input,
-                input_counts,
-                dtype,
-            } => {
-                let out_total = counts_ok(output_counts, *dtype, "output_counts")?;
-                let in_total = counts_ok(input_counts, *dtype, "input_counts")?;
-                buf_ok(*output, out_total, *dtype, "output")?;
-                buf_ok(*input, in_total, *dtype, "input")
-            }
-            Op::Barrier => Ok(()),
-            Op::Scatter {
-                output,
-                inputs,
-                count,
-                dtype,
-                root,
-            } => {
-                peer_ok(*root, "root")?;
-                buf_ok(*output, *count, *dtype, "output")?;
-                if rank == *root {
-                    list_ok(inputs, *count, *dtype, "inputs")?;
-                }
-                Ok(())
-            }
-            Op::Gather {
-                outputs,
-                input,
-                count,
-                dtype,
-                root,
-            } => {
-                peer_ok(*root, "root")?;
-                buf_ok(*input, *count, *dtype, "input")?;
-                if rank == *root {
-                    list_ok(outputs, *count, *dtype, "outputs")?;
-                }
-                Ok(())
-            }
-        }
-    }
-}
-
-/// Per-operation options, read from `tc_op_options_t`.
-#[derive(Debug, Clone)]
-pub struct OpOptions {
-    pub async_op: bool,
-    /// None: the comm's timeout.
-    pub timeout: Option<Duration>,
-    /// CUDA stream for device buffers (NULL: legacy default stream).
-    pub stream: *mut c_void,
-    pub hints: Hints,
-}
-
-impl Default for OpOptions {
-    fn default() -> Self {
-        OpOptions {
-            async_op: false,
-            timeout: None,
-            stream: std::ptr::null_mut(),
-            hints: Vec::new(),
-        }
-    }
-}
+/// Compatibility re-exports: the op vocabulary lives in [`crate::op`];
+/// `crate::comm::Op` and friends keep resolving for existing callers.
+pub use crate::op::{Op, OpOptions, P2p, Ptr};
 
 /// Creation options, read from `tc_comm_options_t`.
 #[derive(Clone, Default)]
@@ -531,25 +41,6 @@ enum State {
     Aborted(Error),
 }
 
-/// An operation waiting for the host progress thread.
-struct Job {
-    op: Op,
-    timeout: Duration,
-    work: Arc<HostWork>,
-}
-
-#[derive(Default)]
-struct Queue {
-    jobs: VecDeque<Job>,
-    /// Jobs taken but not finished (0 or 1).
-    running: usize,
-    stop: bool,
-}
-
-/// Extra time the watchdog grants beyond an operation's timeout, so that a
-/// backend's own timeout (with its better message, including the gloo
-/// backend's diagnosis of which rank is missing) fires first.
-const WATCHDOG_GRACE: Duration = Duration::from_millis(900);
 const WATCHDOG_PERIOD: Duration = Duration::from_millis(100);
 
 pub struct Comm {
@@ -568,8 +59,8 @@ pub struct Comm {
     base_store: StoreRef,
     backend: Box<dyn Backend>,
     state: Mutex<State>,
-    queue: Mutex<Queue>,
-    queue_changed: Condvar,
+    /// Host operations waiting for, or running on, the progress thread.
+    queue: HostQueue,
     outstanding: Mutex<Vec<Arc<dyn Work>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// First failure of any operation, reported by finalize.
@@ -586,10 +77,6 @@ pub struct Comm {
 
 /// An application's function run when a comm is aborted.
 pub type AbortHook = Box<dyn Fn(&Error) + Send + Sync>;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 static GENERATED_NAMES: AtomicU64 = AtomicU64::new(0);
 /// Longest comm name: room for nested split scopes under the store's key
@@ -689,8 +176,7 @@ impl Comm {
             base_store,
             backend,
             state: Mutex::new(State::Active),
-            queue: Mutex::new(Queue::default()),
-            queue_changed: Condvar::new(),
+            queue: HostQueue::default(),
             outstanding: Mutex::new(Vec::new()),
             threads: Mutex::new(Vec::new()),
             first_failure: Mutex::new(None),
@@ -811,7 +297,7 @@ impl Comm {
             lock(&self.outstanding).push(work.clone());
             return Ok(work);
         }
-        if self.size == 1 && matches!(op, Op::Barrier) {
+        if completes_at_once(&op, self.size) {
             let work: Arc<dyn Work> = Arc::new(DoneWork(Ok(())));
             self.recorder.record(&op, opts.async_op, Ok(&work));
             return Ok(work);
@@ -829,7 +315,7 @@ impl Comm {
         let work = Arc::new(HostWork::new(
             op.name(),
             self.label.clone(),
-            timeout + WATCHDOG_GRACE,
+            timeout + self.backend.watchdog_grace(),
         ));
         let handle: Arc<dyn Work> = work.clone();
         self.recorder.record(&op, opts.async_op, Ok(&handle));
@@ -839,24 +325,13 @@ impl Comm {
             timeout,
             work: work.clone(),
         };
-        {
-            let mut q = lock(&self.queue);
-            if q.stop {
+        match self.queue.issue(job, blocking) {
+            Issued::Queued => {}
+            Issued::RunInline(job) => self.execute(job),
+            Issued::Stopped(_) => {
                 let e = Error::invalid_usage(format!("comm '{}' is shutting down", self.name));
                 work.complete(Err(e.clone()));
                 return Err(e);
-            }
-            if blocking && q.jobs.is_empty() && q.running == 0 {
-                // A blocking call with nothing ahead of it runs on the caller's
-                // thread: two thread hand-offs saved per call (the watchdog
-                // still guards it through its work).
-                q.running += 1;
-                drop(q);
-                self.execute(job);
-            } else {
-                q.jobs.push_back(job);
-                drop(q);
-                self.queue_changed.notify_all();
             }
         }
         if blocking {
@@ -869,27 +344,7 @@ impl Comm {
     }
 
     fn progress_loop(self: Arc<Self>) {
-        loop {
-            let job = {
-                let mut q = lock(&self.queue);
-                loop {
-                    // One operation at a time: a blocking call may be running
-                    // inline on its caller's thread.
-                    if q.running == 0 {
-                        if let Some(job) = q.jobs.pop_front() {
-                            q.running += 1;
-                            break job;
-                        }
-                    }
-                    if q.stop {
-                        return;
-                    }
-                    q = self
-                        .queue_changed
-                        .wait(q)
-                        .unwrap_or_else(|e| e.into_inner());
-                }
-            };
+        while let Some(job) = self.queue.next() {
             self.execute(job);
         }
     }
@@ -907,21 +362,13 @@ impl Comm {
             self.record_failure(e.clone());
         }
         job.work.complete(result);
-        lock(&self.queue).running -= 1;
-        self.queue_changed.notify_all();
+        self.queue.finished();
     }
 
     fn watchdog_loop(self: Arc<Self>) {
         loop {
-            {
-                let q = lock(&self.queue);
-                let (q, _) = self
-                    .queue_changed
-                    .wait_timeout(q, WATCHDOG_PERIOD)
-                    .unwrap_or_else(|e| e.into_inner());
-                if q.stop {
-                    return;
-                }
+            if !self.queue.tick(WATCHDOG_PERIOD) {
+                return;
             }
             let now = Instant::now();
             let mut expired = None;
@@ -981,13 +428,7 @@ impl Comm {
 
     /// Stops the threads; queued operations that never ran fail with `err`.
     fn shutdown(&self, err: Error) {
-        let pending: Vec<Job> = {
-            let mut q = lock(&self.queue);
-            q.stop = true;
-            q.jobs.drain(..).collect()
-        };
-        self.queue_changed.notify_all();
-        for job in pending {
+        for job in self.queue.stop() {
             job.work.complete(Err(err.clone()));
         }
         let threads: Vec<_> = lock(&self.threads).drain(..).collect();
@@ -1020,15 +461,7 @@ impl Comm {
             let failed = w.drain();
             window_failure = window_failure.or(failed);
         }
-        {
-            let mut q = lock(&self.queue);
-            while !q.jobs.is_empty() || q.running > 0 {
-                q = self
-                    .queue_changed
-                    .wait(q)
-                    .unwrap_or_else(|e| e.into_inner());
-            }
-        }
+        self.queue.wait_idle();
         for w in lock(&self.outstanding).drain(..).collect::<Vec<_>>() {
             let _ = w.wait_blocking();
         }

@@ -2,7 +2,8 @@
 //!
 //! Layout: `ffi` is the thin `extern "C"` layer (one module per C object
 //! family); everything under it is safe Rust: `error`, `types`, `options`,
-//! `config` (environment and logging), `store` (rendezvous), `comm` (the
+//! `config` (environment and logging), `store` (rendezvous), `op` (the
+//! operations, their validation and buffers), `comm` (the
 //! communicator and its operations), `window` (one-sided windows), `work`,
 //! `backends`; `sparse` (sparse all-reduce, a layer over `comm`).
 
@@ -17,13 +18,16 @@ pub mod cuda;
 pub mod device_ops;
 pub mod error;
 pub mod ffi;
+pub mod half;
 pub mod layout_check;
 pub mod local;
+pub mod op;
 pub mod options;
 pub mod recorder;
 pub mod reducer;
 pub mod sparse;
 pub mod store;
 pub mod types;
+pub mod util;
 pub mod window;
 pub mod work;

@@ -11,8 +11,8 @@
 //!
 //! Recording costs one short lock and no allocation once the ring is full.
 
-use crate::comm::Op;
 use crate::error::ErrorKind;
+use crate::op::Op;
 use crate::types::DType;
 use crate::work::{Work, WorkStatus};
 use std::collections::VecDeque;
@@ -76,7 +76,7 @@ impl FlightRecorder {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Ring> {
-        self.ring.lock().unwrap_or_else(|e| e.into_inner())
+        crate::util::lock(&self.ring)
     }
 
     /// Records an issued operation and its work (None with the error kind
@@ -217,8 +217,8 @@ fn refused_name(kind: ErrorKind) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::comm::Ptr;
     use crate::error::Result;
+    use crate::op::Ptr;
     use crate::types::{PremulFactor, RedKind, ReduceOp};
     use crate::work::DoneWork;
     use std::ffi::c_void;

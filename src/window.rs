@@ -67,8 +67,9 @@
 //! not abort the comm.
 
 use crate::backends::WindowBackend;
-use crate::comm::{Comm, OpOptions};
+use crate::comm::Comm;
 use crate::error::{Error, ErrorKind, Result};
+use crate::op::OpOptions;
 use crate::work::{DoneWork, HostWork, Work};
 use std::collections::VecDeque;
 use std::ffi::c_void;
@@ -391,7 +392,7 @@ impl Lane {
     }
 
     fn lock(&self) -> MutexGuard<'_, LaneState> {
-        self.st.lock().unwrap_or_else(|e| e.into_inner())
+        crate::util::lock(&self.st)
     }
 
     /// The refusal of a call on a lane of an aborted comm's window.

@@ -77,7 +77,7 @@ impl HostWork {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HostState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        crate::util::lock(&self.state)
     }
 
     pub fn start(&self) {

@@ -3,18 +3,22 @@
 //! device backends (`nccl`) enqueue them on CUDA streams through
 //! [`Backend::enqueue`] and return their own work.
 
+pub mod executor;
 pub mod gloo;
 pub mod nccl;
 pub mod staging;
 
-use crate::comm::{Op, OpOptions};
 use crate::error::{Error, Result};
+use crate::op::{Op, OpOptions};
 use crate::store::StoreRef;
 use crate::types::{Device, Hints};
 use crate::work::Work;
 use std::ffi::c_void;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The watchdog's grace for backends that do not choose their own.
+pub const DEFAULT_WATCHDOG_GRACE: Duration = Duration::from_millis(900);
 
 /// Everything a backend needs to join its peers.
 #[derive(Clone)]
@@ -62,6 +66,13 @@ pub trait Backend: Send + Sync {
     /// Unblocks any running operation and makes later ones fail. Called from
     /// any thread, possibly while `run` is in progress.
     fn abort(&self);
+
+    /// Extra time the comm's watchdog grants beyond an operation's timeout,
+    /// so that the backend's own timeout (with its better message) fires
+    /// first.
+    fn watchdog_grace(&self) -> Duration {
+        DEFAULT_WATCHDOG_GRACE
+    }
 
     /// Releases resources after every operation finished.
     fn finalize(&self) -> Result<()> {

@@ -11,9 +11,9 @@ use std::io::Write as _;
 use std::process::exit;
 use std::sync::Arc;
 use std::time::Instant;
-use torchcomm::backends::gloo::reduce::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use torchcomm::comm::{Comm, CommOptions, Op, OpOptions, P2p, Ptr};
 use torchcomm::cuda;
+use torchcomm::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use torchcomm::types::{DType, Device, PremulFactor, RedKind, ReduceOp};
 use torchcomm::work::Work;
 

@@ -9,8 +9,8 @@
 //! coalesce, once after the merge); integers wrap on overflow.
 
 use super::buf::CBuf;
-use crate::backends::gloo::reduce::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use crate::error::{Error, Result};
+use crate::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use crate::types::DType;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

@@ -331,7 +331,7 @@ impl TcpStore {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Conn> {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+        crate::util::lock(&self.conn)
     }
 
     /// A second connection to the same server (torch's `clone`); it shares

@@ -16,6 +16,7 @@
 //! owner; anything that cannot be mapped falls back to messages.
 
 use crate::error::{Error, Result};
+use crate::util::lock;
 use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -45,10 +46,6 @@ pub struct Placement {
     pub len: u64,
     pub dev: u64,
     pub ino: u64,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn os_error(what: &str) -> Error {

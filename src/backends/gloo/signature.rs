@@ -5,30 +5,8 @@
 //! different collectives from ever matching; plus their descriptions for
 //! messages.
 
-use crate::comm::Op;
+use crate::op::{Op, OP_NAMES};
 use crate::types::{DType, RedKind};
-
-/// Operation codes exchanged by the collective check.
-pub(super) const OP_NAMES: [&str; 18] = [
-    "send",
-    "recv",
-    "batch_p2p",
-    "broadcast",
-    "reduce",
-    "all_reduce",
-    "all_gather",
-    "all_gather_single",
-    "all_gather_v",
-    "reduce_scatter",
-    "reduce_scatter_single",
-    "reduce_scatter_v",
-    "all_to_all",
-    "all_to_all_single",
-    "all_to_all_v_single",
-    "barrier",
-    "scatter",
-    "gather",
-];
 
 /// What every rank must agree on for a collective, published next to the
 /// phase word at the operation's first sync and compared by every rank
@@ -97,7 +75,7 @@ pub fn counts_digest(counts: &[usize]) -> u64 {
 
 pub(super) fn describe_sig(v: &[u64]) -> String {
     let op = OP_NAMES.get(v[0] as usize).copied().unwrap_or("?");
-    if op == "barrier" {
+    if v[0] == Op::Barrier.code() as u64 {
         return "barrier()".into();
     }
     let dtype = if v[1] == 0 {
@@ -133,7 +111,7 @@ pub(super) fn signature_words(op: &Op) -> Option<[u64; 5]> {
     let (dtype, count, root) = op.signature()?;
     let red = op.reduce_op().map_or(0, |r| r.kind as u64 + 1);
     Some([
-        op_code(op),
+        op.code() as u64,
         dtype.map_or(0, |d| d.to_c() as u64 + 1),
         count as u64,
         root as i64 as u64,
@@ -173,30 +151,6 @@ pub(super) fn tag_salt(op: &Op) -> u32 {
         h = (h ^ h >> 33).wrapping_mul(k);
     }
     (h >> (32 + TAG_COUNTER_BITS)) as u32
-}
-
-/// The operation's index in [`OP_NAMES`].
-pub(super) fn op_code(op: &Op) -> u64 {
-    match op {
-        Op::Send { .. } => 0,
-        Op::Recv { .. } => 1,
-        Op::Batch { .. } => 2,
-        Op::Broadcast { .. } => 3,
-        Op::Reduce { .. } => 4,
-        Op::AllReduce { .. } => 5,
-        Op::AllGather { .. } => 6,
-        Op::AllGatherSingle { .. } => 7,
-        Op::AllGatherV { .. } => 8,
-        Op::ReduceScatter { .. } => 9,
-        Op::ReduceScatterSingle { .. } => 10,
-        Op::ReduceScatterV { .. } => 11,
-        Op::AllToAll { .. } => 12,
-        Op::AllToAllSingle { .. } => 13,
-        Op::AllToAllVSingle { .. } => 14,
-        Op::Barrier => 15,
-        Op::Scatter { .. } => 16,
-        Op::Gather { .. } => 17,
-    }
 }
 
 /// The shared-memory path's fingerprint of a collective: its signature,
@@ -239,7 +193,7 @@ pub(super) fn describe_fingerprint(fp: &Fingerprint) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::comm::Ptr;
+    use crate::op::Ptr;
     use crate::types::{PremulFactor, ReduceOp};
 
     fn null() -> Ptr {
@@ -292,7 +246,7 @@ mod tests {
             all_gather_v(vec![1]),
             gather,
         ] {
-            assert_eq!(OP_NAMES[op_code(&op) as usize], op.name());
+            assert_eq!(OP_NAMES[op.code() as usize], op.name());
         }
     }
 

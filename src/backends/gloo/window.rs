@@ -38,10 +38,11 @@
 
 use super::shim::{self, UnboundBuffer, Waited};
 use super::shm::{host_id, PeerMapping, PeerSignals, Placement, SharedAllocations, SignalArea};
-use super::{lock, store_get, store_set, store_wait, GlooBackend};
+use super::{store_get, store_set, store_wait, GlooBackend};
 use crate::backends::WindowBackend;
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::{PrefixStore, StoreRef};
+use crate::util::{lock, Deadline};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -357,22 +358,6 @@ unsafe impl Sync for Inner {}
 
 fn ms(d: Duration) -> u128 {
     d.as_millis()
-}
-
-struct Deadline(Instant, Duration);
-
-impl Deadline {
-    fn new(t: Duration) -> Deadline {
-        Deadline(Instant::now() + t, t)
-    }
-    fn left(&self) -> Duration {
-        self.0
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_millis(1))
-    }
-    fn passed(&self) -> bool {
-        Instant::now() >= self.0
-    }
 }
 
 impl Inner {
@@ -790,7 +775,7 @@ impl Inner {
                     .map_err(|e| self.fail(what, peer, e))?;
             }
             for b in std::iter::once(&h).chain(p.as_ref()) {
-                match b.wait_send(Some(d.left())) {
+                match b.wait_send(Some(d.remaining())) {
                     Ok(Waited::Done(_)) => {}
                     Ok(Waited::Aborted) => {
                         return Err(Error::new(
@@ -808,7 +793,7 @@ impl Inner {
                                  not serving the window: did it register?); the window's connections are now closed",
                                 self.label,
                                 self.rank,
-                                ms(d.1)
+                                ms(d.timeout())
                             ));
                             self.mark_broken(err.clone());
                             err
@@ -848,7 +833,7 @@ impl Inner {
 impl WindowBackend for GlooWindow {
     fn register(&self, buf: *mut c_void, bytes: usize, timeout: Duration) -> Result<()> {
         let w = &self.inner;
-        let d = Deadline::new(timeout);
+        let d = Deadline::after(timeout);
         let n = w.size as usize;
         {
             let mut st = w.state();
@@ -926,7 +911,7 @@ impl WindowBackend for GlooWindow {
                 all.as_mut_ptr() as *mut u8,
                 RECORD * 8,
                 tag,
-                d.left(),
+                d.remaining(),
             )
         };
         if let Err(e) = r {
@@ -959,7 +944,7 @@ impl WindowBackend for GlooWindow {
 
     fn deregister(&self, timeout: Duration) -> Result<()> {
         let w = &self.inner;
-        let d = Deadline::new(timeout);
+        let d = Deadline::after(timeout);
         let n = w.size as usize;
         {
             let mut st = w.state();
@@ -1006,7 +991,7 @@ impl WindowBackend for GlooWindow {
             let mut st = w.state();
             while !st.service_done && st.broken.is_none() && !d.passed() {
                 st =
-                    w.cv.wait_timeout(st, d.left())
+                    w.cv.wait_timeout(st, d.remaining())
                         .unwrap_or_else(|e| e.into_inner())
                         .0;
             }
@@ -1068,7 +1053,7 @@ impl WindowBackend for GlooWindow {
         timeout: Duration,
     ) -> Result<()> {
         let w = &self.inner;
-        let d = Deadline::new(timeout);
+        let d = Deadline::after(timeout);
         let (own, size, mapped) = {
             let st = w.state();
             w.usable_fresh(&st, "put")?;
@@ -1153,7 +1138,7 @@ impl WindowBackend for GlooWindow {
 
     fn signal(&self, peer: i32, timeout: Duration) -> Result<()> {
         let w = &self.inner;
-        let d = Deadline::new(timeout);
+        let d = Deadline::after(timeout);
         {
             let mut st = w.state();
             w.usable_fresh(&st, "signal")?;
@@ -1187,7 +1172,7 @@ impl WindowBackend for GlooWindow {
 
     fn wait_signal(&self, peer: i32, timeout: Duration) -> Result<()> {
         let w = &self.inner;
-        let d = Deadline::new(timeout);
+        let d = Deadline::after(timeout);
         if peer < 0 || peer >= w.size {
             return Err(Error::invalid_argument(format!(
                 "argument 'peer': {peer} is outside the window's {} ranks",
@@ -1226,7 +1211,8 @@ impl WindowBackend for GlooWindow {
             }
             drop(st);
             // Slices bound a wake-up lost to a peer that died mid-signal.
-            w.area.wait(seen, d.left().min(Duration::from_millis(100)));
+            w.area
+                .wait(seen, d.remaining().min(Duration::from_millis(100)));
         }
     }
 

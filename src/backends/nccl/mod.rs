@@ -31,9 +31,9 @@ mod mem;
 pub mod work;
 
 use super::{Backend, BackendInit};
-use crate::comm::{Op, OpOptions, P2p, Ptr};
 use crate::cuda::{self, Device as CudaDevice, DeviceBuffer, EventPool, Stream as CudaStream};
 use crate::error::{Error, ErrorKind, Result};
+use crate::op::{Op, OpOptions, P2p, Ptr};
 use crate::types::{DType, Device, Hints, PremulFactor, RedKind, ReduceOp};
 use crate::work::Work;
 use loader::*;
@@ -943,12 +943,10 @@ impl NcclBackend {
         let host_value = |f: f64, host: &mut [u8; 8]| match dtype {
             DType::F64 => host.copy_from_slice(&f.to_ne_bytes()),
             DType::F32 => host[..4].copy_from_slice(&(f as f32).to_ne_bytes()),
-            DType::F16 => host[..2].copy_from_slice(
-                &crate::backends::gloo::reduce::f32_to_f16(f as f32).to_ne_bytes(),
-            ),
-            _ => host[..2].copy_from_slice(
-                &crate::backends::gloo::reduce::f32_to_bf16(f as f32).to_ne_bytes(),
-            ),
+            DType::F16 => {
+                host[..2].copy_from_slice(&crate::half::f32_to_f16(f as f32).to_ne_bytes())
+            }
+            _ => host[..2].copy_from_slice(&crate::half::f32_to_bf16(f as f32).to_ne_bytes()),
         };
         let (scalar, residence) = match op.factor {
             PremulFactor::Host(f) => {

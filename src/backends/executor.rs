@@ -1,0 +1,175 @@
+//! The host executor's queue: host backends ([`super::Backend::run`]) run one
+//! operation at a time, in issue order, on the comm's progress thread — or,
+//! for a blocking call with nothing ahead of it, inline on the caller's
+//! thread. This module owns that queue and its hand-offs; the comm owns
+//! what runs a job (its failure handling) and the threads.
+
+use crate::op::Op;
+use crate::util::lock;
+use crate::work::HostWork;
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// Whether a host backend's `op` on a comm of `size` ranks has nothing to
+/// do and completes at once, without a trip through the queue: a barrier of
+/// one rank.
+pub fn completes_at_once(op: &Op, size: i32) -> bool {
+    size == 1 && matches!(op, Op::Barrier)
+}
+
+/// An operation waiting for the host progress thread.
+pub struct Job {
+    pub op: Op,
+    pub timeout: Duration,
+    pub work: Arc<HostWork>,
+}
+
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    /// Jobs taken but not finished (0 or 1).
+    running: usize,
+    stop: bool,
+}
+
+/// What [`HostQueue::issue`] did with a job.
+pub enum Issued {
+    /// Queued for the progress thread.
+    Queued,
+    /// A blocking call with nothing ahead: the caller runs it now, then
+    /// calls [`HostQueue::finished`].
+    RunInline(Job),
+    /// The queue was stopped: the job is handed back, not run.
+    Stopped(Job),
+}
+
+#[derive(Default)]
+pub struct HostQueue {
+    queue: Mutex<Queue>,
+    changed: Condvar,
+}
+
+impl HostQueue {
+    /// Queues `job`, or hands it back to run inline when `blocking` and no
+    /// operation is queued or running: two thread hand-offs saved per call
+    /// (the watchdog still guards it through its work).
+    pub fn issue(&self, job: Job, blocking: bool) -> Issued {
+        let mut q = lock(&self.queue);
+        if q.stop {
+            return Issued::Stopped(job);
+        }
+        if blocking && q.jobs.is_empty() && q.running == 0 {
+            q.running += 1;
+            return Issued::RunInline(job);
+        }
+        q.jobs.push_back(job);
+        drop(q);
+        self.changed.notify_all();
+        Issued::Queued
+    }
+
+    /// The next job for the progress thread (its running slot taken), once
+    /// no job runs; None once the queue is stopped.
+    pub fn next(&self) -> Option<Job> {
+        let mut q = lock(&self.queue);
+        loop {
+            // One operation at a time: a blocking call may be running inline
+            // on its caller's thread.
+            if q.running == 0 {
+                if let Some(job) = q.jobs.pop_front() {
+                    q.running += 1;
+                    return Some(job);
+                }
+            }
+            if q.stop {
+                return None;
+            }
+            q = self.changed.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Releases the running slot of a job taken by [`HostQueue::next`] or
+    /// run inline.
+    pub fn finished(&self) {
+        lock(&self.queue).running -= 1;
+        self.changed.notify_all();
+    }
+
+    /// Waits up to `period` (less when the queue changes); false once the
+    /// queue is stopped. The watchdog's clock.
+    pub fn tick(&self, period: Duration) -> bool {
+        let q = lock(&self.queue);
+        let (q, _) = self
+            .changed
+            .wait_timeout(q, period)
+            .unwrap_or_else(|e| e.into_inner());
+        !q.stop
+    }
+
+    /// Waits until no job is queued or running.
+    pub fn wait_idle(&self) {
+        let mut q = lock(&self.queue);
+        while !q.jobs.is_empty() || q.running > 0 {
+            q = self.changed.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Stops the queue and returns the jobs that never ran.
+    pub fn stop(&self) -> Vec<Job> {
+        let pending = {
+            let mut q = lock(&self.queue);
+            q.stop = true;
+            q.jobs.drain(..).collect()
+        };
+        self.changed.notify_all();
+        pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> Job {
+        let timeout = Duration::from_secs(60);
+        Job {
+            op: Op::Barrier,
+            timeout,
+            work: Arc::new(HostWork::new("barrier", "test comm".into(), timeout)),
+        }
+    }
+
+    #[test]
+    fn a_blocking_call_runs_inline_only_with_nothing_ahead() {
+        let q = HostQueue::default();
+        assert!(matches!(q.issue(job(), true), Issued::RunInline(_)));
+        // One job runs (inline): the next blocking call waits its turn.
+        assert!(matches!(q.issue(job(), true), Issued::Queued));
+        q.finished();
+        assert!(q.next().is_some(), "the queued job comes next");
+        q.finished();
+        // An asynchronous call always goes through the queue.
+        assert!(matches!(q.issue(job(), false), Issued::Queued));
+        assert!(matches!(q.issue(job(), true), Issued::Queued));
+        assert!(q.tick(Duration::from_millis(1)));
+        assert_eq!(q.stop().len(), 2, "the jobs that never ran come back");
+        assert!(matches!(q.issue(job(), true), Issued::Stopped(_)));
+        assert!(q.next().is_none());
+        assert!(!q.tick(Duration::from_millis(1)));
+        q.wait_idle();
+    }
+
+    #[test]
+    fn only_a_one_rank_barrier_completes_at_once() {
+        assert!(completes_at_once(&Op::Barrier, 1));
+        assert!(!completes_at_once(&Op::Barrier, 2));
+        let send = Op::Send {
+            buf: crate::op::Ptr(std::ptr::null_mut()),
+            count: 0,
+            dtype: crate::types::DType::U8,
+            peer: 0,
+        };
+        assert!(!completes_at_once(&send, 1));
+    }
+}

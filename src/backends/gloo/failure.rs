@@ -1,0 +1,232 @@
+//! Checks and diagnosis: the broken state after a failure, the error of a
+//! failed Gloo call, the diagnosis that names the rank at fault, and the
+//! opt-in collective check (`TORCHCOMM_CHECK_COLLECTIVES`).
+
+use super::*;
+
+impl GlooBackend {
+    pub(super) fn check_not_broken(&self) -> Result<()> {
+        match &*lock(&self.broken) {
+            None => Ok(()),
+            Some(e) => Err(Error::new(
+                if e.kind == ErrorKind::Aborted {
+                    ErrorKind::Aborted
+                } else {
+                    e.kind
+                },
+                format!(
+                    "gloo context of comm '{}' is unusable after an earlier failure: {}",
+                    self.name, e.message
+                ),
+            )),
+        }
+    }
+
+    /// Marks the context unusable and closes its connections, so that blocked
+    /// peers fail now rather than at their timeout.
+    pub(super) fn mark_broken(&self, err: &Error) {
+        let first = {
+            let mut b = lock(&self.broken);
+            let first = b.is_none();
+            b.get_or_insert_with(|| err.clone());
+            first
+        };
+        if first {
+            if let Some(ctx) = &self.ctx {
+                ctx.close();
+            }
+            if let Some(ih) = &self.intra {
+                ih.wake_self();
+            }
+        }
+    }
+
+    /// Converts a shim failure of `what` into an error; failures that leave
+    /// the context unusable break it.
+    pub(super) fn fail(&self, what: &str, e: shim::CallError) -> Error {
+        let peer = e
+            .peer
+            .or_else(|| self.peer_in_message(&e.message))
+            .map(|p| format!(" (peer rank {p})"))
+            .unwrap_or_default();
+        let kind = e.kind();
+        let hint = match kind {
+            ErrorKind::Timeout => "; a peer is slow, stopped or gone",
+            ErrorKind::Remote => "; a peer failed or closed its connection",
+            _ => "",
+        };
+        let err = Error::new(
+            kind,
+            format!(
+                "gloo {what} on rank {}{peer}: {}{hint}",
+                self.rank, e.message
+            ),
+        );
+        if matches!(
+            kind,
+            ErrorKind::Timeout | ErrorKind::Remote | ErrorKind::Internal
+        ) {
+            self.mark_broken(&err);
+        }
+        err
+    }
+
+    /// After this rank's first timeout or lost connection, names the likely
+    /// culprit: every rank that fails this way reports "operation number,
+    /// name, kind" in the store, then waits up to [`DIAGNOSIS_WINDOW`] for
+    /// the others' reports. Ranks that never report are stopped, hung, dead
+    /// or not yet at this operation; ranks that failed in another operation
+    /// are out of step. The store work runs on its own thread and
+    /// connection, so a store host that is itself stopped costs no more
+    /// than the window.
+    pub(super) fn diagnose(&self, op: &Op, seq: u64, kind: ErrorKind) -> String {
+        let (me, n) = (self.rank as usize, self.size as usize);
+        let store = self.store.clone();
+        let op_name = op.name();
+        let call = signature_words(op).map_or(op_name.to_string(), |w| describe_sig(&w));
+        let mine = format!("{seq} {op_name} {kind:?} {call}");
+        let (tx, rx) = mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("tc-gloo-diag".into())
+            .spawn(move || {
+                let key = |r: usize| format!("failure_report/{r}");
+                let collect = || -> Result<Vec<Option<String>>> {
+                    let store = store.clone_store().unwrap_or(store);
+                    store.set(&key(me), mine.as_bytes())?;
+                    let deadline = Instant::now() + DIAGNOSIS_WINDOW;
+                    let mut reports: Vec<Option<String>> = vec![None; n];
+                    loop {
+                        for (r, slot) in reports.iter_mut().enumerate() {
+                            if r != me && slot.is_none() && store.check(&[&key(r)])? {
+                                *slot = Some(
+                                    String::from_utf8_lossy(&store.get(&key(r))?).into_owned(),
+                                );
+                            }
+                        }
+                        let missing = reports
+                            .iter()
+                            .enumerate()
+                            .any(|(r, v)| r != me && v.is_none());
+                        if !missing || Instant::now() >= deadline {
+                            return Ok(reports);
+                        }
+                        std::thread::sleep(Duration::from_millis(40));
+                    }
+                };
+                let _ = tx.send(collect());
+            });
+        if spawned.is_err() {
+            return String::new();
+        }
+        let reports = match rx.recv_timeout(DIAGNOSIS_WINDOW + Duration::from_millis(150)) {
+            Ok(Ok(reports)) => reports,
+            Ok(Err(e)) => {
+                return format!("; the other ranks' state is unknown (store: {})", e.message)
+            }
+            Err(_) => {
+                return "; the other ranks' state is unknown (the store did not answer)".into()
+            }
+        };
+        let list = |v: &[usize]| {
+            let shown: Vec<String> = v.iter().take(8).map(|r| r.to_string()).collect();
+            let more = if v.len() > 8 {
+                format!(" and {} more", v.len() - 8)
+            } else {
+                String::new()
+            };
+            format!(
+                "{} {}{more}",
+                if v.len() == 1 { "rank" } else { "ranks" },
+                shown.join(", ")
+            )
+        };
+        let silent: Vec<usize> = (0..n)
+            .filter(|r| *r != me && reports[*r].is_none())
+            .collect();
+        let mut parts = Vec::new();
+        if !silent.is_empty() {
+            parts.push(format!(
+                "no failure report from {} within {} ms (stopped, hung, dead or not yet at operation #{seq})",
+                list(&silent),
+                DIAGNOSIS_WINDOW.as_millis()
+            ));
+        }
+        for (r, report) in reports.iter().enumerate() {
+            let Some(report) = report else { continue };
+            let mut it = report.splitn(4, ' ');
+            let (their_seq, their_op) = (it.next().unwrap_or("?"), it.next().unwrap_or("?"));
+            let their_call = it.nth(1).unwrap_or("?");
+            if their_seq != seq.to_string() {
+                parts.push(format!("rank {r} failed in operation #{their_seq} ({their_op}) while this rank was at #{seq} ({op_name}): the ranks are out of step"));
+            } else if their_call != call {
+                parts.push(format!("rank {r} called {their_call} as operation #{seq}, this rank {call}: the ranks called different collectives"));
+            }
+        }
+        if parts.is_empty() {
+            return format!("; every other rank failed in the same operation (#{seq})");
+        }
+        format!("; {}", parts.join("; "))
+    }
+
+    pub(super) fn all_gather_words(
+        &self,
+        mine: &[u64],
+        d: &Deadline,
+        what: &str,
+    ) -> Result<Vec<u64>> {
+        let n = self.size as usize;
+        let mut all = vec![0u64; mine.len() * n];
+        if n == 1 {
+            all.copy_from_slice(mine);
+            return Ok(all);
+        }
+        let tag = self.next_tag();
+        let t = d.left()?;
+        // SAFETY: both buffers are sized for the call.
+        unsafe {
+            self.ctx().allgather(
+                mine.as_ptr() as *const u8,
+                all.as_mut_ptr() as *mut u8,
+                std::mem::size_of_val(mine),
+                tag,
+                t,
+            )
+        }
+        .map_err(|e| self.fail(what, e))?;
+        Ok(all)
+    }
+
+    pub(super) fn check_collective(&self, op: &Op, d: &Deadline) -> Result<()> {
+        let Some(sig) = signature_words(op) else {
+            return Ok(());
+        };
+        let mine = [sig[0], sig[1], sig[2], sig[3], sig[4], 0, 0, 0];
+        let all = self.all_gather_words(&mine, d, "collective check")?;
+        let me = self.rank as usize;
+        for (r, theirs) in all.chunks(8).enumerate() {
+            if theirs != mine {
+                return Err(Error::invalid_usage(format!(
+                    "TORCHCOMM_CHECK_COLLECTIVES: rank {me} called {} but rank {r} called {}",
+                    describe_sig(&mine),
+                    describe_sig(theirs)
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// All ranks must pass the same per-rank counts to a v-variant.
+    pub(super) fn agree_counts(&self, what: &str, counts: &[usize], d: &Deadline) -> Result<()> {
+        let mine: Vec<u64> = counts.iter().map(|c| *c as u64).collect();
+        let all = self.all_gather_words(&mine, d, what)?;
+        for (r, theirs) in all.chunks(mine.len()).enumerate() {
+            if theirs != mine.as_slice() {
+                return Err(Error::invalid_usage(format!(
+                    "{what}: ranks disagree on the per-rank counts: rank {} has {:?}, rank {r} has {:?}",
+                    self.rank, mine, theirs
+                )));
+            }
+        }
+        Ok(())
+    }
+}

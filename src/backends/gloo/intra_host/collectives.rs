@@ -1,0 +1,397 @@
+//! The collectives over the shared segment: each copies in, syncs, works
+//! on its share of every chunk (reductions with the kernels of
+//! [`super::super::reduce`]) and copies out.
+
+use super::*;
+
+impl IntraHost {
+    /// Reduces `len` elements at byte `at` of half `h` of every segment,
+    /// in rank order, into `out`.
+    unsafe fn combine(
+        &self,
+        red: &Reduction,
+        h: usize,
+        at: usize,
+        len: usize,
+        out: *mut u8,
+        blocks: &mut Scratch,
+    ) -> Result<()> {
+        let es = red.dtype.size();
+        if red.halves {
+            for r in 0..self.size {
+                copy(
+                    blocks.ptr().add(r * len * es),
+                    self.half(r, h).add(at),
+                    len * es,
+                );
+            }
+            reduce::sum_half_blocks(
+                red.dtype,
+                out,
+                blocks.ptr(),
+                self.size,
+                len,
+                red.avg.then_some(self.size as u64),
+            );
+            return Ok(());
+        }
+        copy(out, self.half(0, h).add(at), len * es);
+        for r in 1..self.size {
+            (red.f)(
+                out as *mut c_void,
+                out as *const c_void,
+                self.half(r, h).add(at) as *const c_void,
+                len,
+            );
+        }
+        if red.avg {
+            reduce::scale(red.dtype, out, out, len, Scale::Div(self.size as u64))?;
+        }
+        Ok(())
+    }
+
+    /// Scratch for [`IntraHost::combine`] of up to `len` elements.
+    fn blocks_for(&self, red: &Reduction, len: usize) -> Scratch {
+        Scratch::new(if red.halves {
+            self.size * len * red.dtype.size()
+        } else {
+            0
+        })
+    }
+
+    /// all_reduce of `count` elements in place; with `root`, a reduce (the
+    /// result lands on the root only).
+    pub unsafe fn reduce(
+        &self,
+        buf: *mut u8,
+        count: usize,
+        red: &Reduction,
+        root: Option<usize>,
+        sync: &SyncAll,
+    ) -> Result<()> {
+        let (n, me, es) = (self.size, self.rank, red.dtype.size());
+        let per_chunk = HALF / es;
+        let share_max = count.min(per_chunk).div_ceil(n);
+        let mut acc = Scratch::new(share_max * es);
+        let mut blocks = self.blocks_for(red, share_max);
+        let what = if root.is_some() {
+            "reduce"
+        } else {
+            "all_reduce"
+        };
+        for c0 in (0..count).step_by(per_chunk) {
+            let (m, h) = ((count - c0).min(per_chunk), self.next_half());
+            let mine = self.half(me, h);
+            copy(mine, buf.add(c0 * es), m * es);
+            if let Some(k) = red.premul {
+                reduce::scale(red.dtype, mine, mine, m, Scale::Mul(k))?;
+            }
+            sync(what)?;
+            let (s0, len) = share(m, n, me);
+            if len > 0 {
+                self.combine(red, h, s0 * es, len, acc.ptr(), &mut blocks)?;
+                copy(mine.add(s0 * es), acc.ptr(), len * es);
+            }
+            sync(what)?;
+            if root.map_or(true, |r| r == me) {
+                for r in 0..n {
+                    let (s, l) = share(m, n, r);
+                    copy(buf.add((c0 + s) * es), self.half(r, h).add(s * es), l * es);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `bytes` from `root` to every rank.
+    pub unsafe fn broadcast(
+        &self,
+        buf: *mut u8,
+        bytes: usize,
+        root: usize,
+        sync: &SyncAll,
+    ) -> Result<()> {
+        for c0 in (0..bytes).step_by(HALF) {
+            let (m, h) = ((bytes - c0).min(HALF), self.next_half());
+            if self.rank == root {
+                copy(self.half(root, h), buf.add(c0), m);
+            }
+            sync("broadcast")?;
+            if self.rank != root {
+                copy(buf.add(c0), self.half(root, h), m);
+            }
+        }
+        Ok(())
+    }
+
+    /// Every rank's `bytes` from `input` into `out`, in rank order.
+    pub unsafe fn all_gather(
+        &self,
+        out: *mut u8,
+        input: *const u8,
+        bytes: usize,
+        sync: &SyncAll,
+    ) -> Result<()> {
+        for c0 in (0..bytes).step_by(HALF) {
+            let (m, h) = ((bytes - c0).min(HALF), self.next_half());
+            copy(self.half(self.rank, h), input.add(c0), m);
+            sync("all_gather_single")?;
+            for r in 0..self.size {
+                copy(out.add(r * bytes + c0), self.half(r, h), m);
+            }
+        }
+        Ok(())
+    }
+
+    /// Block `me` (`count` elements) of the reduction of every rank's
+    /// `input` of `size` blocks.
+    pub unsafe fn reduce_scatter(
+        &self,
+        out: *mut u8,
+        input: *const u8,
+        count: usize,
+        red: &Reduction,
+        sync: &SyncAll,
+    ) -> Result<()> {
+        let (n, me, es) = (self.size, self.rank, red.dtype.size());
+        let per_block = HALF / es / n;
+        let mut blocks = self.blocks_for(red, count.min(per_block));
+        for c0 in (0..count).step_by(per_block) {
+            let (m, h) = ((count - c0).min(per_block), self.next_half());
+            let mine = self.half(me, h);
+            for r in 0..n {
+                copy(
+                    mine.add(r * m * es),
+                    input.add((r * count + c0) * es),
+                    m * es,
+                );
+            }
+            if let Some(k) = red.premul {
+                reduce::scale(red.dtype, mine, mine, n * m, Scale::Mul(k))?;
+            }
+            sync("reduce_scatter_single")?;
+            self.combine(red, h, me * m * es, m, out.add(c0 * es), &mut blocks)?;
+        }
+        Ok(())
+    }
+
+    /// Every rank's `bytes` from `input` into `outputs[r]` on `root`
+    /// (`outputs` is empty elsewhere).
+    pub unsafe fn gather(
+        &self,
+        outputs: &[*mut u8],
+        input: *const u8,
+        bytes: usize,
+        root: usize,
+        sync: &SyncAll,
+    ) -> Result<()> {
+        for c0 in (0..bytes).step_by(HALF) {
+            let (m, h) = ((bytes - c0).min(HALF), self.next_half());
+            copy(self.half(self.rank, h), input.add(c0), m);
+            sync("gather")?;
+            if self.rank == root {
+                for (r, out) in outputs.iter().enumerate() {
+                    copy(out.add(c0), self.half(r, h), m);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `inputs[r]` on `root` (empty elsewhere) into rank `r`'s `out`, `bytes`
+    /// each.
+    pub unsafe fn scatter(
+        &self,
+        out: *mut u8,
+        inputs: &[*const u8],
+        bytes: usize,
+        root: usize,
+        sync: &SyncAll,
+    ) -> Result<()> {
+        let per_block = HALF / self.size;
+        for c0 in (0..bytes).step_by(per_block) {
+            let (m, h) = ((bytes - c0).min(per_block), self.next_half());
+            for (r, input) in inputs.iter().enumerate() {
+                copy(self.half(root, h).add(r * m), input.add(c0), m);
+            }
+            sync("scatter")?;
+            copy(out.add(c0), self.half(root, h).add(self.rank * m), m);
+        }
+        Ok(())
+    }
+
+    /// Rank `r`'s `counts[r]` elements into `out` at the sum of the counts
+    /// before it. Every rank passes the same `counts` (checked by the
+    /// fingerprint, which carries their digest).
+    pub unsafe fn all_gather_v(
+        &self,
+        out: *mut u8,
+        input: *const u8,
+        counts: &[usize],
+        es: usize,
+        sync: &SyncAll,
+    ) -> Result<()> {
+        let step = HALF / es;
+        let chunks = counts
+            .iter()
+            .max()
+            .copied()
+            .unwrap_or(0)
+            .div_ceil(step)
+            .max(1);
+        let starts: Vec<usize> = counts
+            .iter()
+            .scan(0, |at, c| Some(std::mem::replace(at, *at + c)))
+            .collect();
+        for k in 0..chunks {
+            let (c0, h) = (k * step, self.next_half());
+            let part = |r: usize| counts[r].saturating_sub(c0).min(step);
+            copy(
+                self.half(self.rank, h),
+                input.add(c0 * es),
+                part(self.rank) * es,
+            );
+            sync("all_gather_v")?;
+            for (r, start) in starts.iter().enumerate() {
+                copy(out.add((start + c0) * es), self.half(r, h), part(r) * es);
+            }
+        }
+        Ok(())
+    }
+
+    /// Block `me` (`counts[me]` elements, at the sum of the counts before
+    /// it) of the reduction of every rank's `input`. Every rank passes the
+    /// same `counts` (checked).
+    pub unsafe fn reduce_scatter_v(
+        &self,
+        out: *mut u8,
+        input: *const u8,
+        counts: &[usize],
+        red: &Reduction,
+        sync: &SyncAll,
+    ) -> Result<()> {
+        let (n, me, es) = (self.size, self.rank, red.dtype.size());
+        let step = HALF / es / n;
+        let chunks = counts
+            .iter()
+            .max()
+            .copied()
+            .unwrap_or(0)
+            .div_ceil(step)
+            .max(1);
+        let starts: Vec<usize> = counts
+            .iter()
+            .scan(0, |at, c| Some(std::mem::replace(at, *at + c)))
+            .collect();
+        let mut blocks = self.blocks_for(red, counts[me].min(step));
+        for k in 0..chunks {
+            let (c0, h) = (k * step, self.next_half());
+            let part = |r: usize| counts[r].saturating_sub(c0).min(step);
+            let mine = self.half(me, h);
+            for (r, start) in starts.iter().enumerate() {
+                let block = mine.add(r * step * es);
+                copy(block, input.add((start + c0) * es), part(r) * es);
+                if let Some(f) = red.premul {
+                    reduce::scale(red.dtype, block, block, part(r), Scale::Mul(f))?;
+                }
+            }
+            sync("reduce_scatter_v")?;
+            self.combine(
+                red,
+                h,
+                me * step * es,
+                part(me),
+                out.add(c0 * es),
+                &mut blocks,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// `in_counts[r]` elements of this rank's `input` to rank `r`, and
+    /// `out_counts[q]` from rank `q` into `out`, blocks in rank order. A
+    /// first sync shares every rank's splits through the segments, so every
+    /// rank finds any mismatch alike (and nothing lands).
+    pub unsafe fn all_to_all_v(
+        &self,
+        out: *mut u8,
+        out_counts: &[usize],
+        input: *const u8,
+        in_counts: &[usize],
+        es: usize,
+        sync: &SyncAll,
+    ) -> Result<()> {
+        let (n, me) = (self.size, self.rank);
+        let h = self.next_half();
+        let words = self.half(me, h) as *mut u64;
+        for (i, c) in in_counts.iter().chain(out_counts).enumerate() {
+            words.add(i).write(*c as u64);
+        }
+        sync("all_to_all_v_single")?;
+        let split = |r: usize, i: usize| (self.half(r, h) as *const u64).add(i).read();
+        let mut largest = 0;
+        for src in 0..n {
+            for dst in 0..n {
+                let (sent, expected) = (split(src, dst), split(dst, n + src));
+                if sent != expected {
+                    return Err(Error::invalid_usage(format!(
+                        "all_to_all_v_single: rank {src} sends {sent} elements to rank {dst}, which expects {expected} from it \
+                         (nothing was transferred)"
+                    )));
+                }
+                largest = largest.max(sent as usize);
+            }
+        }
+        let step = HALF / es / n;
+        let starts = |c: &[usize]| {
+            c.iter()
+                .scan(0, |at, c| Some(std::mem::replace(at, *at + c)))
+                .collect::<Vec<usize>>()
+        };
+        let (in_starts, out_starts) = (starts(in_counts), starts(out_counts));
+        for k in 0..largest.div_ceil(step) {
+            let (c0, h) = (k * step, self.next_half());
+            let part = |c: usize| c.saturating_sub(c0).min(step) * es;
+            for (r, start) in in_starts.iter().enumerate() {
+                copy(
+                    self.half(me, h).add(r * step * es),
+                    input.add((start + c0) * es),
+                    part(in_counts[r]),
+                );
+            }
+            sync("all_to_all_v_single")?;
+            for (q, start) in out_starts.iter().enumerate() {
+                copy(
+                    out.add((start + c0) * es),
+                    self.half(q, h).add(me * step * es),
+                    part(out_counts[q]),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Block `r` of this rank's `input` to rank `r`; block `r` of `out` from
+    /// rank `r`; blocks of `block` bytes.
+    pub unsafe fn all_to_all(
+        &self,
+        out: *mut u8,
+        input: *const u8,
+        block: usize,
+        sync: &SyncAll,
+    ) -> Result<()> {
+        let (n, me) = (self.size, self.rank);
+        let per_block = HALF / n;
+        for c0 in (0..block).step_by(per_block) {
+            let (m, h) = ((block - c0).min(per_block), self.next_half());
+            for r in 0..n {
+                copy(self.half(me, h).add(r * m), input.add(r * block + c0), m);
+            }
+            sync("all_to_all_single")?;
+            for r in 0..n {
+                copy(out.add(r * block + c0), self.half(r, h).add(me * m), m);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,502 @@
+//! Issue: one operation through the shared-memory path when it takes it,
+//! else through Gloo, one function per family of operations.
+
+use super::*;
+
+impl GlooBackend {
+    pub(super) fn execute(&self, op: &Op, d: &Deadline) -> Result<()> {
+        if self.check_collectives {
+            self.check_collective(op, d)?;
+        }
+        if let Some(ih) = &self.intra {
+            // SAFETY: as for `execute_gloo`.
+            if let Some(result) = unsafe { self.intra_host_op(ih, op, d) } {
+                // Ranks that failed mid-operation are out of step. Argument
+                // errors come before any sync, and calls that differ are
+                // found by all ranks at the same sync: those stay in step.
+                return result.inspect_err(|e| {
+                    if !matches!(
+                        e.kind,
+                        ErrorKind::InvalidUsage
+                            | ErrorKind::InvalidArgument
+                            | ErrorKind::Unsupported
+                    ) {
+                        self.mark_broken(e)
+                    }
+                });
+            }
+        }
+        lock(&self.seqs).salt = tag_salt(op);
+        let result = self.execute_gloo(op, d);
+        lock(&self.seqs).salt = 0;
+        result
+    }
+
+    /// `op` through Gloo, its tags carrying its salt (see [`tag_salt`]).
+    pub(super) fn execute_gloo(&self, op: &Op, d: &Deadline) -> Result<()> {
+        // SAFETY (every family): the comm validated every pointer against its
+        // count, and the caller keeps the buffers alive until completion.
+        unsafe {
+            match op {
+                Op::Send { .. } | Op::Recv { .. } | Op::Batch { .. } => {
+                    self.gloo_point_to_point(op, d)
+                }
+                Op::AllReduce { .. } | Op::Reduce { .. } => self.gloo_reductions(op, d),
+                Op::AllGather { .. } | Op::AllGatherSingle { .. } | Op::AllGatherV { .. } => {
+                    self.gloo_all_gathers(op, d)
+                }
+                Op::ReduceScatter { .. }
+                | Op::ReduceScatterSingle { .. }
+                | Op::ReduceScatterV { .. } => self.gloo_reduce_scatters(op, d),
+                Op::AllToAll { .. } | Op::AllToAllSingle { .. } | Op::AllToAllVSingle { .. } => {
+                    self.gloo_all_to_alls(op, d)
+                }
+                Op::Broadcast { .. } | Op::Barrier => self.gloo_broadcast_or_barrier(op, d),
+                Op::Scatter { .. } | Op::Gather { .. } => self.gloo_scatter_or_gather(op, d),
+            }
+        }
+    }
+
+    /// Send, receive and batch.
+    ///
+    /// # Safety
+    /// As for [`GlooBackend::execute_gloo`].
+    unsafe fn gloo_point_to_point(&self, op: &Op, d: &Deadline) -> Result<()> {
+        match op {
+            Op::Send {
+                buf,
+                count,
+                dtype,
+                peer,
+            } => self.p2p(
+                &[P2p {
+                    is_send: true,
+                    buf: *buf,
+                    count: *count,
+                    dtype: *dtype,
+                    peer: *peer,
+                }],
+                d,
+            ),
+            Op::Recv {
+                buf,
+                count,
+                dtype,
+                peer,
+            } => self.p2p(
+                &[P2p {
+                    is_send: false,
+                    buf: *buf,
+                    count: *count,
+                    dtype: *dtype,
+                    peer: *peer,
+                }],
+                d,
+            ),
+            Op::Batch { ops } => self.p2p(ops, d),
+            _ => Err(Error::internal(format!(
+                "gloo: {} was handed {}",
+                "point_to_point",
+                op.name()
+            ))),
+        }
+    }
+
+    /// All-reduce and reduce (float16/bfloat16 sums accumulated in f32).
+    ///
+    /// # Safety
+    /// As for [`GlooBackend::execute_gloo`].
+    unsafe fn gloo_reductions(&self, op: &Op, d: &Deadline) -> Result<()> {
+        let n = self.size as usize;
+        let me = self.rank as usize;
+        match op {
+            Op::AllReduce {
+                buf,
+                count,
+                dtype,
+                op,
+            } if self.sums_halves(*dtype, op.kind) && *count >= n => {
+                // A reduce-scatter (summing in f32, rounding once) and an
+                // all-gather: the data volume of a ring all-reduce, the
+                // precision of one rounding instead of one per rank.
+                let counts: Vec<usize> = (0..n)
+                    .map(|r| *count / n + usize::from(r < *count % n))
+                    .collect();
+                let es = dtype.size();
+                let offset = counts[..me].iter().sum::<usize>() * es;
+                self.reduce_scatter_blocks(
+                    buf.as_u8(),
+                    buf.as_u8().add(offset),
+                    &counts,
+                    *dtype,
+                    op,
+                    d,
+                )?;
+                let sizes: Vec<usize> = counts.iter().map(|c| c * es).collect();
+                let mut own = Scratch::new(sizes[me]);
+                copy(own.ptr(), buf.as_u8().add(offset), sizes[me]);
+                let tag = self.next_tag();
+                self.ctx()
+                    .allgatherv(own.ptr(), buf.as_u8(), &sizes, tag, d.left()?)
+                    .map_err(|e| self.fail("all_reduce", e))
+            }
+            Op::AllReduce {
+                buf,
+                count,
+                dtype,
+                op,
+            } => {
+                let f = reduce::kernel(*dtype, op.kind)?;
+                if op.kind == RedKind::PremulSum {
+                    let k = premul_factor(op, *dtype)?;
+                    reduce::scale(*dtype, buf.as_u8(), buf.as_u8(), *count, Scale::Mul(k))?;
+                }
+                self.g_allreduce(buf.as_u8(), *count, *dtype, f, d)?;
+                if op.kind == RedKind::Avg {
+                    reduce::scale(
+                        *dtype,
+                        buf.as_u8(),
+                        buf.as_u8(),
+                        *count,
+                        Scale::Div(n as u64),
+                    )?;
+                }
+                Ok(())
+            }
+            Op::Reduce {
+                buf,
+                count,
+                dtype,
+                root,
+                op,
+            } if self.sums_halves(*dtype, op.kind) && *count >= n => {
+                self.reduce_halves(buf.as_u8(), *count, *dtype, *root, op, d)
+            }
+            Op::Reduce {
+                buf,
+                count,
+                dtype,
+                root,
+                op,
+            } => self.reduce(buf.as_u8(), *count, *dtype, *root, op, d),
+            _ => Err(Error::internal(format!(
+                "gloo: {} was handed {}",
+                "reductions",
+                op.name()
+            ))),
+        }
+    }
+
+    /// The all-gathers: list, single-buffer and per-rank counts.
+    ///
+    /// # Safety
+    /// As for [`GlooBackend::execute_gloo`].
+    unsafe fn gloo_all_gathers(&self, op: &Op, d: &Deadline) -> Result<()> {
+        let n = self.size as usize;
+        let me = self.rank as usize;
+        match op {
+            Op::AllGather {
+                outputs,
+                input,
+                count,
+                dtype,
+            } => {
+                let bytes = count * dtype.size();
+                let mut tmp = Scratch::new(bytes * n);
+                self.all_gather_into(input.as_u8(), tmp.ptr(), bytes, d)?;
+                for (r, out) in outputs.iter().enumerate() {
+                    copy(out.as_u8(), tmp.ptr().add(r * bytes), bytes);
+                }
+                Ok(())
+            }
+            Op::AllGatherSingle {
+                output,
+                input,
+                count,
+                dtype,
+            } => {
+                let bytes = count * dtype.size();
+                let out = output.as_u8();
+                if input.as_u8() == out.add(me * bytes) {
+                    self.all_gather_into(std::ptr::null(), out, bytes, d)
+                } else if overlaps(input.as_u8(), bytes, out, bytes * n) {
+                    let mut tmp = Scratch::new(bytes);
+                    copy(tmp.ptr(), input.as_u8(), bytes);
+                    self.all_gather_into(tmp.ptr(), out, bytes, d)
+                } else {
+                    self.all_gather_into(input.as_u8(), out, bytes, d)
+                }
+            }
+            Op::AllGatherV {
+                output,
+                input,
+                counts,
+                dtype,
+            } => {
+                self.agree_counts("all_gather_v", counts, d)?;
+                let es = dtype.size();
+                let sizes: Vec<usize> = counts.iter().map(|c| c * es).collect();
+                let total: usize = sizes.iter().sum();
+                let mine = sizes[me];
+                let out = output.as_u8();
+                if n == 1 {
+                    copy(out, input.as_u8(), mine);
+                    return Ok(());
+                }
+                if total == 0 {
+                    return Ok(());
+                }
+                let mut tmp = Scratch::new(mine);
+                copy(tmp.ptr(), input.as_u8(), mine);
+                let tag = self.next_tag();
+                self.ctx()
+                    .allgatherv(tmp.ptr(), out, &sizes, tag, d.left()?)
+                    .map_err(|e| self.fail("all_gather_v", e))?;
+                Ok(())
+            }
+            _ => Err(Error::internal(format!(
+                "gloo: {} was handed {}",
+                "all_gathers",
+                op.name()
+            ))),
+        }
+    }
+
+    /// The reduce-scatters: one all-to-all and a local reduction.
+    ///
+    /// # Safety
+    /// As for [`GlooBackend::execute_gloo`].
+    unsafe fn gloo_reduce_scatters(&self, op: &Op, d: &Deadline) -> Result<()> {
+        let n = self.size as usize;
+        match op {
+            Op::ReduceScatter {
+                output,
+                inputs,
+                count,
+                dtype,
+                op,
+            } => {
+                let bytes = count * dtype.size();
+                let mut tmp = Scratch::new(bytes * n);
+                for (r, p) in inputs.iter().enumerate() {
+                    copy(tmp.ptr().add(r * bytes), p.as_u8(), bytes);
+                }
+                self.reduce_scatter_blocks(
+                    tmp.ptr(),
+                    output.as_u8(),
+                    &vec![*count; n],
+                    *dtype,
+                    op,
+                    d,
+                )
+            }
+            Op::ReduceScatterSingle {
+                output,
+                input,
+                count,
+                dtype,
+                op,
+            } => self.reduce_scatter_blocks(
+                input.as_u8(),
+                output.as_u8(),
+                &vec![*count; n],
+                *dtype,
+                op,
+                d,
+            ),
+            Op::ReduceScatterV {
+                output,
+                input,
+                counts,
+                dtype,
+                op,
+            } => {
+                self.agree_counts("reduce_scatter_v", counts, d)?;
+                self.reduce_scatter_blocks(input.as_u8(), output.as_u8(), counts, *dtype, op, d)
+            }
+            _ => Err(Error::internal(format!(
+                "gloo: {} was handed {}",
+                "reduce_scatters",
+                op.name()
+            ))),
+        }
+    }
+
+    /// The all-to-alls: list, single-buffer and per-rank counts.
+    ///
+    /// # Safety
+    /// As for [`GlooBackend::execute_gloo`].
+    unsafe fn gloo_all_to_alls(&self, op: &Op, d: &Deadline) -> Result<()> {
+        let n = self.size as usize;
+        match op {
+            Op::AllToAll {
+                outputs,
+                inputs,
+                count,
+                dtype,
+            } => {
+                let bytes = count * dtype.size();
+                let mut tin = Scratch::new(bytes * n);
+                let mut tout = Scratch::new(bytes * n);
+                for (r, p) in inputs.iter().enumerate() {
+                    copy(tin.ptr().add(r * bytes), p.as_u8(), bytes);
+                }
+                self.all_to_all(tin.ptr(), tout.ptr(), bytes, d)?;
+                for (r, p) in outputs.iter().enumerate() {
+                    copy(p.as_u8(), tout.ptr().add(r * bytes), bytes);
+                }
+                Ok(())
+            }
+            Op::AllToAllSingle {
+                output,
+                input,
+                count,
+                dtype,
+            } => {
+                let bytes = count * dtype.size();
+                if overlaps(input.as_u8(), bytes * n, output.as_u8(), bytes * n) {
+                    let mut tin = Scratch::new(bytes * n);
+                    copy(tin.ptr(), input.as_u8(), bytes * n);
+                    self.all_to_all(tin.ptr(), output.as_u8(), bytes, d)
+                } else {
+                    self.all_to_all(input.as_u8(), output.as_u8(), bytes, d)
+                }
+            }
+            Op::AllToAllVSingle {
+                output,
+                output_counts,
+                input,
+                input_counts,
+                dtype,
+            } => self.all_to_all_v(
+                output.as_u8(),
+                output_counts,
+                input.as_u8(),
+                input_counts,
+                *dtype,
+                d,
+            ),
+            _ => Err(Error::internal(format!(
+                "gloo: {} was handed {}",
+                "all_to_alls",
+                op.name()
+            ))),
+        }
+    }
+
+    /// Broadcast and barrier.
+    ///
+    /// # Safety
+    /// As for [`GlooBackend::execute_gloo`].
+    unsafe fn gloo_broadcast_or_barrier(&self, op: &Op, d: &Deadline) -> Result<()> {
+        let n = self.size as usize;
+        match op {
+            Op::Broadcast {
+                buf,
+                count,
+                dtype,
+                root,
+            } => {
+                let bytes = count * dtype.size();
+                if n == 1 || bytes == 0 {
+                    return Ok(());
+                }
+                let tag = self.next_tag();
+                self.ctx()
+                    .broadcast(buf.as_u8(), bytes, *root, tag, d.left()?)
+                    .map_err(|e| self.fail("broadcast", e))
+            }
+            Op::Barrier => {
+                if n == 1 {
+                    return Ok(());
+                }
+                let tag = self.next_tag();
+                self.ctx()
+                    .barrier(tag, d.left()?)
+                    .map_err(|e| self.fail("barrier", e))
+            }
+            _ => Err(Error::internal(format!(
+                "gloo: {} was handed {}",
+                "broadcast_or_barrier",
+                op.name()
+            ))),
+        }
+    }
+
+    /// Scatter and gather (the root holds one buffer per rank).
+    ///
+    /// # Safety
+    /// As for [`GlooBackend::execute_gloo`].
+    unsafe fn gloo_scatter_or_gather(&self, op: &Op, d: &Deadline) -> Result<()> {
+        let n = self.size as usize;
+        let me = self.rank as usize;
+        match op {
+            Op::Scatter {
+                output,
+                inputs,
+                count,
+                dtype,
+                root,
+            } => {
+                let bytes = count * dtype.size();
+                if n == 1 {
+                    copy(output.as_u8(), inputs[0].as_u8(), bytes);
+                    return Ok(());
+                }
+                if bytes == 0 {
+                    return Ok(());
+                }
+                let mut ins: Vec<*const u8> = Vec::new();
+                let mut own = Scratch::new(0);
+                if self.rank == *root {
+                    ins = inputs.iter().map(|p| p.as_u8() as *const u8).collect();
+                    if overlaps(ins[me], bytes, output.as_u8(), bytes) {
+                        own = Scratch::new(bytes);
+                        copy(own.ptr(), ins[me], bytes);
+                        ins[me] = own.ptr();
+                    }
+                }
+                let tag = self.next_tag();
+                let r = self
+                    .ctx()
+                    .scatter(&ins, output.as_u8(), bytes, *root, tag, d.left()?)
+                    .map_err(|e| self.fail("scatter", e));
+                drop(own);
+                r
+            }
+            Op::Gather {
+                outputs,
+                input,
+                count,
+                dtype,
+                root,
+            } => {
+                let bytes = count * dtype.size();
+                if n == 1 {
+                    copy(outputs[0].as_u8(), input.as_u8(), bytes);
+                    return Ok(());
+                }
+                if bytes == 0 {
+                    return Ok(());
+                }
+                let is_root = self.rank == *root;
+                let mut tmp = Scratch::new(if is_root { bytes * n } else { 0 });
+                let tag = self.next_tag();
+                self.ctx()
+                    .gather(input.as_u8(), tmp.ptr(), bytes, *root, tag, d.left()?)
+                    .map_err(|e| self.fail("gather", e))?;
+                if is_root {
+                    for (r, p) in outputs.iter().enumerate() {
+                        copy(p.as_u8(), tmp.ptr().add(r * bytes), bytes);
+                    }
+                }
+                Ok(())
+            }
+            _ => Err(Error::internal(format!(
+                "gloo: {} was handed {}",
+                "scatter_or_gather",
+                op.name()
+            ))),
+        }
+    }
+}
