@@ -112,11 +112,13 @@ fn round(server: &Server, idle_counts: &[usize]) -> Vec<(f64, f64)> {
     let mut idle: Vec<TcpStream> = Vec::new();
     let mut out = Vec::new();
     for &n in idle_counts {
+        let opened = n.saturating_sub(idle.len()) as u64;
         while idle.len() < n {
             idle.push(idle_client(server.port));
         }
         idle.truncate(n);
-        std::thread::sleep(Duration::from_millis(100));
+        // Let the server accept and handshake them before timing.
+        std::thread::sleep(Duration::from_millis(200 + opened / 10));
         out.push(measure(&c));
     }
     out
@@ -172,7 +174,7 @@ fn print_table(opts: &Options, servers: &[Server], results: &[Vec<Vec<(f64, f64)
     );
     let torch = servers.iter().position(|s| s.name == "torch libuv");
     println!(
-        "{:<18}{:>8}{:>24}{:>24}{:>11}{:>11}",
+        "{:<18}{:>8}{:>26}{:>26}{:>11}{:>11}",
         "server", "idle", "median", "p99", "x 0 idle", "x torch"
     );
     for (s, server) in servers.iter().enumerate() {
@@ -185,7 +187,7 @@ fn print_table(opts: &Options, servers: &[Server], results: &[Vec<Vec<(f64, f64)
                 format!("{:.2}", median(&med) / tm)
             });
             println!(
-                "{:<18}{:>8}{:>24}{:>24}{:>11.2}{:>11}",
+                "{:<18}{:>8}{:>26}{:>26}{:>11.2}{:>11}",
                 server.name,
                 n,
                 cell(&med),
