@@ -140,7 +140,7 @@ fn main() {
         match a.as_str() {
             "--duration" => {
                 let v: f64 = value(&mut args, "--duration");
-                if !(v > 0.0) {
+                if v.is_nan() || v <= 0.0 {
                     usage_error("--duration needs a positive number of seconds");
                 }
                 duration = Duration::from_secs_f64(v);
