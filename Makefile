@@ -105,7 +105,7 @@ bench: bench-store bench-host bench-window bench-sparse bench-reducer
 bench-deps:
 	$(S)/deps.sh --bench
 bench-store: build
-	target/release/tc-store-bench
+	$(AFTER_BUILD) $(S)/bench-store.sh
 bench-host: build bench-deps
 	$(AFTER_BUILD) $(S)/bench-host.sh
 bench-window: build

@@ -71,7 +71,9 @@ SYSTEMS = {
     "direct": ("Gloo called directly", "gloo-direct"),
     "mpi_shm": ("Open MPI, shared memory (btl self,vader)", "mpi-shm"),
     "mpi_tcp": ("Open MPI, TCP loopback (btl self,tcp)", "mpi-tcp"),
+    "torch": ("torch.distributed gloo (PyPI torch, under tc-run)", "torch-gloo"),
 }
+OPTIONAL = ("mpi_shm", "mpi_tcp", "torch")
 
 
 def mpi_systems(a):
@@ -98,6 +100,8 @@ def commands(a, sweep):
         "direct": [tc_run, "-n", str(a.nranks), "--", a.direct, *sweep],
         "mpi_shm": mpirun + ["--mca", "btl", "self,vader", a.mpi, *sweep],
         "mpi_tcp": mpirun + ["--mca", "btl", "self,tcp", a.mpi, *sweep],
+        "torch": [tc_run, "-n", str(a.nranks), "--", a.torch or "python3",
+                  os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_host.py"), *sweep],
     }
 
 
@@ -120,14 +124,14 @@ def phase(a, name, b, e, f, n, w, tmp):
     for rnd in range(1, a.rounds + 1):
         k = (rnd - 1) % len(systems)
         for who in systems[k:] + systems[:k]:
-            if who not in a.mpi_systems and who.startswith("mpi"):
+            if who in OPTIONAL and who not in a.mpi_systems:
                 continue  # dropped after a failure
             path = os.path.join(tmp, f"{name}-{who}-{rnd}.csv")
             quiet = rnd > 1
             cmd = cmds[who] + ["--csv", path, "--label", SYSTEMS[who][1]]
             if who == "direct":
                 cmd += ["--store", tempfile.mkdtemp(dir=tmp, prefix="store-")]
-            secs = run(cmd, quiet, fatal=not who.startswith("mpi"))
+            secs = run(cmd, quiet, fatal=who not in OPTIONAL)
             if secs is None:
                 a.mpi_systems.remove(who)
                 a.mpi_note = (a.mpi_note + "; " if a.mpi_note else "") + f"{who} dropped: its run failed"
@@ -190,6 +194,7 @@ def summarize(a, name, times, wrong, n, w):
             row[f"ours_vs_{m}"] = f"{med['ours'][s] / t:.4f}" if have else ""
             row[f"direct_vs_{m}"] = f"{med['direct'][s] / t:.4f}" if have else ""
             row[f"ours_shm_vs_{m}"] = f"{med['ours_shm'][s] / t:.4f}" if have else ""
+    torch_table(a, name, times, wrong, sizes, summary)
     print()
     if not mpis:
         print(f"# phase '{name}': no Open MPI figures ({a.mpi_note or 'MPI skipped'})")
@@ -218,6 +223,28 @@ def summarize(a, name, times, wrong, n, w):
         print(line)
     print("# wrong elements: " + ", ".join(f"{m} {wrong[m]}" for m in mpis))
     return sizes, summary
+
+
+def torch_table(a, name, times, wrong, sizes, summary):
+    """Ours against torch.distributed's gloo: what a PyTorch user has today."""
+    print()
+    if not (sizes and all(s in times["torch"] for s in sizes)):
+        print(f"# phase '{name}': no torch.distributed figures ({a.torch_note or 'torch skipped'})")
+        return
+    print(f"# phase '{name}': against torch.distributed gloo (same medians; ratio = torch's time / ours: "
+          f"x faster than torch)")
+    print(f"{'size':>9} {'torch us':>10} {'torch min-max':>17} {'ours us':>10} {'ours shm':>10} "
+          f"{'torch/ours':>10} {'torch/oshm':>10}")
+    for row in summary:
+        s = row["size"]
+        t = statistics.median(times["torch"][s])
+        o, osh = statistics.median(times["ours"][s]), statistics.median(times["ours_shm"][s])
+        rng = f"{min(times['torch'][s]):.0f}-{max(times['torch'][s]):.0f}"
+        print(f"{fmt_size(s):>9} {t:>10.1f} {rng:>17} {o:>10.1f} {osh:>10.1f} {t / o:>10.2f} {t / osh:>10.2f}")
+        row["torch_us"] = f"{t:.3f}"
+        row["torch_min_us"], row["torch_max_us"] = min(times["torch"][s]), max(times["torch"][s])
+        row["torch_vs_ours"], row["torch_vs_ours_shm"] = f"{t / o:.4f}", f"{t / osh:.4f}"
+    print(f"# wrong elements: torch {wrong['torch']}")
 
 
 def write_csv(path, rows):
@@ -267,6 +294,8 @@ def main():
     ap.add_argument("--direct", default="build/bench/gloo_direct")
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--mpi", default="build/bench/mpi_allreduce", help="MPI benchmark binary ('': skip MPI)")
+    ap.add_argument("--torch", default="", help="python with torch for torch.distributed ('': skip torch)")
+    ap.add_argument("--torch-note", default="", help="why torch is skipped, for the tables")
     ap.add_argument("--nranks", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("-b", default="4")
@@ -278,6 +307,12 @@ def main():
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     a.mpi_systems, a.mpi_note = mpi_systems(a)
+    # Optional systems run (and are dropped on failure) alike.
+    if a.torch:
+        a.mpi_systems.append("torch")
+    else:
+        a.torch_note = a.torch_note or "torch skipped: no --torch python given"
+        print(f"# {a.torch_note}", flush=True)
     if a.mpi_note:
         print(f"# {a.mpi_note}", flush=True)
 

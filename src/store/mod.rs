@@ -5,6 +5,8 @@
 //! client adds torch's leading `/` on the wire itself.
 
 pub mod client;
+mod conns;
+mod epoll;
 pub mod file;
 pub mod prefix;
 pub mod server;

@@ -1,12 +1,15 @@
-//! The TCPStore server: one thread running a `poll(2)` event loop over
-//! non-blocking sockets, with the semantics of torch's libuv server. A slow
+//! The TCPStore server: one thread running a level-triggered `epoll(7)`
+//! event loop over non-blocking sockets, with the semantics of torch's libuv
+//! server; a request costs the same with 0 or 8,192 idle connections open. A slow
 //! or half-sent request only ever holds its own connection's buffer; a
 //! malformed, oversized or unknown request closes that connection alone.
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::store::state::{Conn, State};
+use crate::store::conns::{Conn, ConnId, Conns};
+use crate::store::epoll::{self, Epoll};
+use crate::store::state::State;
 use crate::store::wire::{self, Decode, Request};
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::io::{ErrorKind as IoKind, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, ToSocketAddrs};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -169,9 +172,11 @@ impl TcpStoreServer {
             token: opts.token.clone(),
             reply_timeout: opts.reply_timeout.unwrap_or_else(reply_timeout_from_env),
         };
+        let event_loop = EventLoop::new(listeners, wake_r, policy)
+            .map_err(|e| Error::system("store server: epoll", e))?;
         let thread = std::thread::Builder::new()
             .name("tc-store-server".into())
-            .spawn(move || EventLoop::new(listeners, wake_r, policy).run())
+            .spawn(move || event_loop.run())
             .map_err(|e| Error::system("store server: spawning its thread", e))?;
         crate::log_info!(
             "store server listening on {local:?}{}",
@@ -222,126 +227,149 @@ fn same_token(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 
+/// epoll keys of the wake pipe and the listeners, above every connection's.
+const WAKE_KEY: u64 = u64::MAX;
+const LISTENER_KEYS: u64 = u64::MAX - 1;
+/// Events taken from the kernel per wait.
+const EVENT_BATCH: usize = 256;
+
 struct EventLoop {
+    epoll: Epoll,
     listeners: Vec<TcpListener>,
-    wake: OwnedFd,
-    conns: HashMap<u64, Conn>,
+    /// The wake pipe's read end; only epoll looks at it, but the loop owns it.
+    _wake: OwnedFd,
+    conns: Conns,
+    /// Connections over the backlog limit, checked for the reply timeout.
+    stalled: HashSet<ConnId>,
     state: State,
-    next_conn: u64,
     policy: Policy,
 }
 
 impl EventLoop {
-    fn new(listeners: Vec<TcpListener>, wake: OwnedFd, policy: Policy) -> EventLoop {
-        EventLoop {
-            listeners,
-            wake,
-            conns: HashMap::new(),
-            state: State::default(),
-            next_conn: 0,
-            policy,
+    fn new(listeners: Vec<TcpListener>, wake: OwnedFd, policy: Policy) -> std::io::Result<Self> {
+        let epoll = Epoll::new()?;
+        epoll.add(wake.as_raw_fd(), epoll::READABLE, WAKE_KEY)?;
+        for (i, l) in listeners.iter().enumerate() {
+            epoll.add(l.as_raw_fd(), epoll::READABLE, LISTENER_KEYS - i as u64)?;
         }
+        Ok(EventLoop {
+            epoll,
+            listeners,
+            _wake: wake,
+            conns: Conns::default(),
+            stalled: HashSet::new(),
+            state: State::default(),
+            policy,
+        })
     }
 
+    /// Each turn costs the events that arrived plus the connections they
+    /// gave work to, never a pass over every connection.
     fn run(mut self) {
-        let mut pfds: Vec<libc::pollfd> = Vec::new();
-        let mut ids: Vec<u64> = Vec::new();
-        let nl = self.listeners.len();
+        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; EVENT_BATCH];
         loop {
-            pfds.clear();
-            ids.clear();
-            let fds = std::iter::once(self.wake.as_raw_fd())
-                .chain(self.listeners.iter().map(|l| l.as_raw_fd()));
-            for fd in fds {
-                pfds.push(libc::pollfd {
-                    fd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                });
-            }
-            let mut stalled_any = false;
-            for (id, c) in &self.conns {
-                let mut ev = 0;
-                // A client over its backlog is not read: back-pressure.
-                if !c.eof && c.backlog() <= MAX_BACKLOG {
-                    ev |= libc::POLLIN;
+            let wait_ms = if self.stalled.is_empty() { -1 } else { 500 };
+            let n = match self.epoll.wait(&mut events, wait_ms) {
+                Ok(n) => n,
+                Err(e) => {
+                    crate::log_warn!("store server: epoll_wait failed: {e}; stopping");
+                    return;
                 }
-                if c.backlog() > 0 {
-                    ev |= libc::POLLOUT;
+            };
+            for ev in &events[..n] {
+                let (key, flags) = (ev.u64, ev.events);
+                if key == WAKE_KEY {
+                    crate::log_info!(
+                        "store server: shutting down with {} connections",
+                        self.conns.len()
+                    );
+                    return;
                 }
-                stalled_any |= c.backlog() > MAX_BACKLOG;
-                pfds.push(libc::pollfd {
-                    fd: c.stream.as_raw_fd(),
-                    events: ev,
-                    revents: 0,
-                });
-                ids.push(*id);
-            }
-            let wait_ms = if stalled_any { 500 } else { -1 };
-            let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, wait_ms) };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() == IoKind::Interrupted {
-                    continue;
-                }
-                crate::log_warn!("store server: poll failed: {e}; stopping");
-                return;
-            }
-            if pfds[0].revents != 0 {
-                crate::log_info!(
-                    "store server: shutting down with {} connections",
-                    self.conns.len()
-                );
-                return;
-            }
-            for i in 0..nl {
-                if pfds[i + 1].revents != 0 {
-                    self.accept_all(i);
+                if key > LISTENER_KEYS - self.listeners.len() as u64 {
+                    self.accept_all((LISTENER_KEYS - key) as usize);
+                } else {
+                    self.on_event(key, flags);
                 }
             }
-            for (i, id) in ids.iter().enumerate() {
-                let re = pfds[i + 1 + nl].revents;
-                if re & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
-                    self.read_conn(*id);
-                }
-            }
-            self.flush_all();
-            if stalled_any {
+            self.settle();
+            if !self.stalled.is_empty() {
                 self.drop_stalled();
             }
         }
     }
 
-    /// Flushes every connection that has output (replies and wakeups), then
-    /// serves requests that waited for a backlog to drain.
-    fn flush_all(&mut self) {
-        let pending: Vec<u64> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| c.backlog() > 0 || c.eof)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in pending {
-            self.flush(id);
-            let resume = self
-                .conns
-                .get(&id)
-                .is_some_and(|c| !c.inbuf.is_empty() && c.backlog() <= MAX_BACKLOG);
-            if resume {
-                self.process(id);
-                self.flush(id);
+    fn on_event(&mut self, id: ConnId, flags: u32) {
+        if flags & (epoll::READABLE | epoll::HANGUP) != 0 {
+            self.read_conn(id);
+        }
+        // Writable, or read: its replies, eof and interest are settled at
+        // the end of the turn.
+        self.conns.mark(id);
+    }
+
+    /// Flushes every connection given output or events this turn, serves
+    /// requests that waited for a backlog to drain, and updates what each
+    /// is polled for.
+    fn settle(&mut self) {
+        loop {
+            let pending = self.conns.take_dirty();
+            if pending.is_empty() {
+                return;
             }
+            for id in pending {
+                self.flush(id);
+                let resume = self
+                    .conns
+                    .get(id)
+                    .is_some_and(|c| !c.inbuf.is_empty() && c.backlog() <= MAX_BACKLOG);
+                if resume {
+                    self.process(id);
+                    self.flush(id);
+                }
+                self.update_interest(id);
+            }
+        }
+    }
+
+    /// Reads while the client is under its backlog limit (back-pressure),
+    /// waits for room while it has output.
+    fn update_interest(&mut self, id: ConnId) {
+        let Some(c) = self.conns.get_mut(id) else {
+            self.stalled.remove(&id);
+            return;
+        };
+        let backlog = c.backlog();
+        let mut want = 0;
+        if !c.eof && backlog <= MAX_BACKLOG {
+            want |= epoll::READABLE;
+        }
+        if backlog > 0 {
+            want |= epoll::WRITABLE;
+        }
+        if backlog > MAX_BACKLOG {
+            self.stalled.insert(id);
+        } else {
+            self.stalled.remove(&id);
+        }
+        if want != c.interest {
+            if let Err(e) = self.epoll.modify(c.stream.as_raw_fd(), want, id) {
+                let reason = format!("epoll_ctl failed: {e}");
+                self.close(id, Some(&reason));
+                return;
+            }
+            c.interest = want;
         }
     }
 
     /// Drops clients that leave a full backlog unread for the reply timeout.
     fn drop_stalled(&mut self) {
         let limit = self.policy.reply_timeout;
-        let stalled: Vec<(u64, usize)> = self
-            .conns
+        let stalled: Vec<(ConnId, usize)> = self
+            .stalled
             .iter()
+            .filter_map(|id| self.conns.get(*id).map(|c| (*id, c)))
             .filter(|(_, c)| c.backlog() > MAX_BACKLOG && c.last_drain.elapsed() >= limit)
-            .map(|(id, c)| (*id, c.backlog()))
+            .map(|(id, c)| (id, c.backlog()))
             .collect();
         for (id, backlog) in stalled {
             let reason = format!(
@@ -357,27 +385,24 @@ impl EventLoop {
         loop {
             match self.listeners[listener].accept() {
                 Ok((stream, addr)) => {
-                    if stream.set_nonblocking(true).is_err() {
-                        continue;
-                    }
-                    let _ = stream.set_nodelay(true);
-                    let id = self.next_conn;
-                    self.next_conn += 1;
-                    self.conns.insert(
-                        id,
-                        Conn {
+                    let authorized = self.policy.token.is_none();
+                    let epoll = &self.epoll;
+                    let added = self.conns.insert_with(|id| {
+                        stream.set_nonblocking(true)?;
+                        let _ = stream.set_nodelay(true);
+                        epoll.add(stream.as_raw_fd(), epoll::READABLE, id)?;
+                        Ok::<_, std::io::Error>(Conn::new(
                             stream,
-                            peer: addr.to_string(),
-                            inbuf: Vec::new(),
-                            out: Vec::new(),
-                            out_pos: 0,
-                            validated: false,
-                            authorized: self.policy.token.is_none(),
-                            eof: false,
-                            waits: Vec::new(),
-                            last_drain: Instant::now(),
-                        },
-                    );
+                            addr.to_string(),
+                            authorized,
+                            epoll::READABLE,
+                        ))
+                    });
+                    if let Err(e) = added {
+                        crate::log_warn!(
+                            "store server: cannot serve a connection from {addr}: {e}"
+                        );
+                    }
                 }
                 Err(e) if e.kind() == IoKind::WouldBlock => return,
                 Err(e)
@@ -395,19 +420,21 @@ impl EventLoop {
         }
     }
 
-    fn close(&mut self, id: u64, reason: Option<&str>) {
-        if let (Some(r), Some(c)) = (reason, self.conns.get(&id)) {
+    fn close(&mut self, id: ConnId, reason: Option<&str>) {
+        if let (Some(r), Some(c)) = (reason, self.conns.get(id)) {
             crate::log_warn!("store server: closing connection from {}: {r}", c.peer);
         }
         self.state.cancel_conn(&mut self.conns, id);
-        self.conns.remove(&id);
+        self.stalled.remove(&id);
+        // Closing the socket also takes it out of the epoll set.
+        self.conns.remove(id);
     }
 
-    fn read_conn(&mut self, id: u64) {
+    fn read_conn(&mut self, id: ConnId) {
         let mut chunk = [0u8; 64 * 1024];
         let mut budget = READ_BUDGET;
         {
-            let Some(c) = self.conns.get_mut(&id) else {
+            let Some(c) = self.conns.get_mut(id) else {
                 return;
             };
             if c.backlog() > MAX_BACKLOG {
@@ -442,15 +469,15 @@ impl EventLoop {
         self.process(id);
     }
 
-    fn process(&mut self, id: u64) {
+    fn process(&mut self, id: ConnId) {
         let mut pos = 0;
-        let mut inbuf = match self.conns.get_mut(&id) {
+        let mut inbuf = match self.conns.get_mut(id) {
             Some(c) => std::mem::take(&mut c.inbuf),
             None => return,
         };
         let mut failure = None;
         while pos < inbuf.len() {
-            let Some(c) = self.conns.get(&id) else {
+            let Some(c) = self.conns.get(id) else {
                 return;
             };
             let (validated, authorized) = (c.validated, c.authorized);
@@ -496,7 +523,7 @@ impl EventLoop {
             return;
         }
         inbuf.drain(..pos);
-        if let Some(c) = self.conns.get_mut(&id) {
+        if let Some(c) = self.conns.get_mut(id) {
             if c.eof && !inbuf.is_empty() && c.backlog() <= MAX_BACKLOG {
                 let reason = format!(
                     "connection closed in the middle of a request ({} bytes pending)",
@@ -510,8 +537,8 @@ impl EventLoop {
     }
 
     /// Marks the handshake steps as done; refuses a wrong token.
-    fn admit(&mut self, id: u64, req: &Request) -> std::result::Result<(), String> {
-        let Some(c) = self.conns.get_mut(&id) else {
+    fn admit(&mut self, id: ConnId, req: &Request) -> std::result::Result<(), String> {
+        let Some(c) = self.conns.get_mut(id) else {
             return Ok(());
         };
         match req {
@@ -529,8 +556,8 @@ impl EventLoop {
         Ok(())
     }
 
-    fn flush(&mut self, id: u64) {
-        let Some(c) = self.conns.get_mut(&id) else {
+    fn flush(&mut self, id: ConnId) {
+        let Some(c) = self.conns.get_mut(id) else {
             return;
         };
         while c.out_pos < c.out.len() {

@@ -1,39 +1,17 @@
 //! The store's data and request semantics (torch's libuv server): keys,
-//! queues, parked waits and barriers, and the per-connection buffers the
-//! event loop in `server.rs` fills and drains.
+//! queues, parked waits and barriers; replies go to the connections of
+//! `conns.rs`, which the event loop in `server.rs` drains.
 
+use crate::store::conns::{ConnId, Conns};
 use crate::store::wire::{self, Request};
 use std::collections::{HashMap, VecDeque};
-use std::net::TcpStream;
-use std::time::Instant;
 
 /// Largest single reply (a MULTI_GET of many large values): beyond it the
 /// request is refused and the connection closed.
 const MAX_REPLY: usize = 256 << 20;
 
-pub(super) struct Conn {
-    pub(super) stream: TcpStream,
-    pub(super) peer: String,
-    pub(super) inbuf: Vec<u8>,
-    pub(super) out: Vec<u8>,
-    pub(super) out_pos: usize,
-    pub(super) validated: bool,
-    /// Presented the token (or none is required).
-    pub(super) authorized: bool,
-    pub(super) eof: bool,
-    pub(super) waits: Vec<u64>,
-    /// When the backlog last shrank or was empty.
-    pub(super) last_drain: Instant,
-}
-
-impl Conn {
-    pub(super) fn backlog(&self) -> usize {
-        self.out.len() - self.out_pos
-    }
-}
-
 struct Wait {
-    conn: u64,
+    conn: ConnId,
     remaining: usize,
     keys: Vec<Vec<u8>>,
 }
@@ -46,7 +24,7 @@ pub(super) struct State {
     waiters: HashMap<Vec<u8>, Vec<u64>>,
     waits: HashMap<u64, Wait>,
     /// Barrier key → connections parked on it.
-    barriers: HashMap<Vec<u8>, Vec<u64>>,
+    barriers: HashMap<Vec<u8>, Vec<ConnId>>,
     next_wait: u64,
 }
 
@@ -64,7 +42,7 @@ impl State {
     }
 
     /// Wakes the waits that needed `key`.
-    fn wake(&mut self, conns: &mut HashMap<u64, Conn>, key: &[u8]) {
+    fn wake(&mut self, conns: &mut Conns, key: &[u8]) {
         let Some(ids) = self.waiters.remove(key) else {
             return;
         };
@@ -78,15 +56,15 @@ impl State {
             };
             if done {
                 let w = self.waits.remove(&wid).unwrap();
-                if let Some(c) = conns.get_mut(&w.conn) {
-                    c.out.push(wire::STOP_WAITING);
+                if let Some(c) = conns.get_mut(w.conn) {
                     c.waits.retain(|x| *x != wid);
                 }
+                conns.reply(w.conn, &[wire::STOP_WAITING]);
             }
         }
     }
 
-    fn drop_wait(&mut self, wid: u64) {
+    fn drop_wait(&mut self, wid: ConnId) {
         if let Some(w) = self.waits.remove(&wid) {
             for k in &w.keys {
                 if let Some(list) = self.waiters.get_mut(k) {
@@ -100,8 +78,8 @@ impl State {
     }
 
     /// Drops every wait and barrier arrival of connection `id`.
-    pub(super) fn cancel_conn(&mut self, conns: &mut HashMap<u64, Conn>, id: u64) {
-        if let Some(c) = conns.get_mut(&id) {
+    pub(super) fn cancel_conn(&mut self, conns: &mut Conns, id: ConnId) {
+        if let Some(c) = conns.get_mut(id) {
             for wid in std::mem::take(&mut c.waits) {
                 self.drop_wait(wid);
             }
@@ -115,8 +93,8 @@ impl State {
     /// Executes one request of connection `id`; an error closes it.
     pub(super) fn handle(
         &mut self,
-        conns: &mut HashMap<u64, Conn>,
-        id: u64,
+        conns: &mut Conns,
+        id: ConnId,
         req: Request,
     ) -> std::result::Result<(), String> {
         let mut out = Vec::new();
@@ -193,7 +171,7 @@ impl State {
                             keys: missing,
                         },
                     );
-                    if let Some(c) = conns.get_mut(&id) {
+                    if let Some(c) = conns.get_mut(id) {
                         c.waits.push(wid);
                     }
                 }
@@ -280,17 +258,15 @@ impl State {
                 if new >= world_size {
                     out.push(wire::STOP_WAITING);
                     for other in self.barriers.remove(&key).unwrap_or_default() {
-                        if let Some(c) = conns.get_mut(&other) {
-                            c.out.push(wire::STOP_WAITING);
-                        }
+                        conns.reply(other, &[wire::STOP_WAITING]);
                     }
                 } else {
                     self.barriers.entry(key).or_default().push(id);
                 }
             }
         }
-        if let Some(c) = conns.get_mut(&id) {
-            c.out.extend_from_slice(&out);
+        if !out.is_empty() {
+            conns.reply(id, &out);
         }
         Ok(())
     }

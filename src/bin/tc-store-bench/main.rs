@@ -6,6 +6,14 @@
 //! `tc-store-bench [--duration SECONDS]` (default 1 s per measurement).
 //! Throughput counts requests the server has processed: the clock stops
 //! after every client's final round trip.
+//!
+//! `tc-store-bench --latency [--rounds N] [--idle 0,1024,8192] [--base BIN]
+//! [--torch PYTHON]`: one client's get latency with idle connections open,
+//! servers in their own processes (see latency.rs). `--serve`: only run a
+//! server, print its port, stop at the end of stdin (what `--latency` and
+//! `--base` start).
+
+mod latency;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
@@ -96,32 +104,75 @@ fn rendezvous(n: usize) -> Duration {
     start.elapsed()
 }
 
+const USAGE: &str = "usage: tc-store-bench [--duration SECONDS] | --latency [--rounds N] \
+                     [--idle N,N,...] [--base BIN] [--torch PYTHON] | --serve";
+
+fn usage_error(msg: &str) -> ! {
+    eprintln!("{msg}; {USAGE}");
+    std::process::exit(2)
+}
+
+fn value<T: std::str::FromStr>(args: &mut impl Iterator<Item = String>, flag: &str) -> T {
+    args.next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| usage_error(&format!("{flag} needs a value")))
+}
+
+/// Runs a server until stdin ends; its port is the first line on stdout.
+fn serve() {
+    use std::io::Read;
+    let server = TcpStoreServer::start(0).expect("starting the store server");
+    println!("{}", server.port());
+    let _ = std::io::stdin().read_to_end(&mut Vec::new());
+}
+
 fn main() {
     let mut duration = Duration::from_secs(1);
+    let mut latency = None;
+    let mut opts = latency::Options {
+        rounds: 5,
+        idle: vec![0, 1024, 8192],
+        base: None,
+        torch: None,
+    };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--duration" => {
-                let v = args
-                    .next()
-                    .and_then(|v| v.parse::<f64>().ok())
-                    .filter(|v| *v > 0.0);
-                duration = Duration::from_secs_f64(v.unwrap_or_else(|| {
-                    eprintln!("--duration needs a positive number of seconds");
-                    std::process::exit(2)
-                }));
+                let v: f64 = value(&mut args, "--duration");
+                if v.is_nan() || v <= 0.0 {
+                    usage_error("--duration needs a positive number of seconds");
+                }
+                duration = Duration::from_secs_f64(v);
             }
+            "--serve" => return serve(),
+            "--latency" => latency = Some(()),
+            "--rounds" => opts.rounds = value::<usize>(&mut args, "--rounds").max(1),
+            "--idle" => {
+                let list: String = value(&mut args, "--idle");
+                opts.idle = list
+                    .split(',')
+                    .map(|n| {
+                        n.trim()
+                            .parse()
+                            .unwrap_or_else(|_| usage_error("bad --idle"))
+                    })
+                    .collect();
+                opts.idle.sort_unstable();
+            }
+            "--base" => opts.base = Some(value(&mut args, "--base")),
+            "--torch" => opts.torch = Some(value(&mut args, "--torch")),
             "-h" | "--help" => {
-                println!("usage: tc-store-bench [--duration SECONDS]");
+                println!("{USAGE}");
                 return;
             }
-            other => {
-                eprintln!("unknown argument {other}; usage: tc-store-bench [--duration SECONDS]");
-                std::process::exit(2);
-            }
+            other => usage_error(&format!("unknown argument {other}")),
         }
     }
     torchcomm::store::server::raise_nofile_limit();
+    if latency.is_some() {
+        return latency::run(&opts);
+    }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("TCP store benchmark ({cpus} CPUs, {:.1} s per measurement; set = SET + a PING confirming it was stored; get = WAIT + GET as torch sends it)", duration.as_secs_f64());
     println!();
