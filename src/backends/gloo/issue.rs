@@ -94,11 +94,7 @@ impl GlooBackend {
                 d,
             ),
             Op::Batch { ops } => self.p2p(ops, d),
-            _ => Err(Error::internal(format!(
-                "gloo: {} was handed {}",
-                "point_to_point",
-                op.name()
-            ))),
+            _ => Err(misrouted("point_to_point", op)),
         }
     }
 
@@ -179,11 +175,7 @@ impl GlooBackend {
                 root,
                 op,
             } => self.reduce(buf.as_u8(), *count, *dtype, *root, op, d),
-            _ => Err(Error::internal(format!(
-                "gloo: {} was handed {}",
-                "reductions",
-                op.name()
-            ))),
+            _ => Err(misrouted("reductions", op)),
         }
     }
 
@@ -254,11 +246,7 @@ impl GlooBackend {
                     .map_err(|e| self.fail("all_gather_v", e))?;
                 Ok(())
             }
-            _ => Err(Error::internal(format!(
-                "gloo: {} was handed {}",
-                "all_gathers",
-                op.name()
-            ))),
+            _ => Err(misrouted("all_gathers", op)),
         }
     }
 
@@ -277,10 +265,7 @@ impl GlooBackend {
                 op,
             } => {
                 let bytes = count * dtype.size();
-                let mut tmp = Scratch::new(bytes * n);
-                for (r, p) in inputs.iter().enumerate() {
-                    copy(tmp.ptr().add(r * bytes), p.as_u8(), bytes);
-                }
+                let mut tmp = Scratch::packed(inputs, bytes);
                 self.reduce_scatter_blocks(
                     tmp.ptr(),
                     output.as_u8(),
@@ -314,11 +299,7 @@ impl GlooBackend {
                 self.agree_counts("reduce_scatter_v", counts, d)?;
                 self.reduce_scatter_blocks(input.as_u8(), output.as_u8(), counts, *dtype, op, d)
             }
-            _ => Err(Error::internal(format!(
-                "gloo: {} was handed {}",
-                "reduce_scatters",
-                op.name()
-            ))),
+            _ => Err(misrouted("reduce_scatters", op)),
         }
     }
 
@@ -336,11 +317,8 @@ impl GlooBackend {
                 dtype,
             } => {
                 let bytes = count * dtype.size();
-                let mut tin = Scratch::new(bytes * n);
+                let mut tin = Scratch::packed(inputs, bytes);
                 let mut tout = Scratch::new(bytes * n);
-                for (r, p) in inputs.iter().enumerate() {
-                    copy(tin.ptr().add(r * bytes), p.as_u8(), bytes);
-                }
                 self.all_to_all(tin.ptr(), tout.ptr(), bytes, d)?;
                 for (r, p) in outputs.iter().enumerate() {
                     copy(p.as_u8(), tout.ptr().add(r * bytes), bytes);
@@ -376,11 +354,7 @@ impl GlooBackend {
                 *dtype,
                 d,
             ),
-            _ => Err(Error::internal(format!(
-                "gloo: {} was handed {}",
-                "all_to_alls",
-                op.name()
-            ))),
+            _ => Err(misrouted("all_to_alls", op)),
         }
     }
 
@@ -415,11 +389,7 @@ impl GlooBackend {
                     .barrier(tag, d.left()?)
                     .map_err(|e| self.fail("barrier", e))
             }
-            _ => Err(Error::internal(format!(
-                "gloo: {} was handed {}",
-                "broadcast_or_barrier",
-                op.name()
-            ))),
+            _ => Err(misrouted("broadcast_or_barrier", op)),
         }
     }
 
@@ -492,11 +462,7 @@ impl GlooBackend {
                 }
                 Ok(())
             }
-            _ => Err(Error::internal(format!(
-                "gloo: {} was handed {}",
-                "scatter_or_gather",
-                op.name()
-            ))),
+            _ => Err(misrouted("scatter_or_gather", op)),
         }
     }
 }

@@ -132,6 +132,25 @@ impl Scratch {
     fn ptr(&mut self) -> *mut u8 {
         self.0.as_mut_ptr() as *mut u8
     }
+
+    /// The per-rank buffers of a list-form op, `bytes` each, packed in rank
+    /// order into one contiguous scratch buffer (as the single forms take it).
+    ///
+    /// # Safety
+    /// Every pointer in `buffers` must be valid for reads of `bytes`.
+    unsafe fn packed(buffers: &[crate::op::Ptr], bytes: usize) -> Scratch {
+        let mut s = Scratch::new(bytes * buffers.len());
+        for (r, p) in buffers.iter().enumerate() {
+            copy(s.ptr().add(r * bytes), p.as_u8(), bytes);
+        }
+        s
+    }
+}
+
+/// The error of a per-family dispatch handed an op of another family (a
+/// routing bug, never the caller's).
+fn misrouted(family: &str, op: &Op) -> Error {
+    Error::internal(format!("gloo: {family} was handed {}", op.name()))
 }
 
 /// `bytes` at `input`, or a private copy of them when `needed` (the copy

@@ -233,10 +233,7 @@ impl GlooBackend {
                 op,
             } => {
                 let bytes = count * dtype.size();
-                let mut packed = Scratch::new(bytes * n);
-                for (r, p) in inputs.iter().enumerate() {
-                    copy(packed.ptr().add(r * bytes), p.as_u8(), bytes);
-                }
+                let mut packed = Scratch::packed(inputs, bytes);
                 Some(self.reduction(*dtype, op).and_then(|r| {
                     ih.reduce_scatter(output.as_u8(), packed.ptr(), *count, &r, sync)
                 }))
@@ -323,10 +320,8 @@ impl GlooBackend {
                 dtype,
             } => {
                 let bytes = count * dtype.size();
-                let (mut packed, mut received) = (Scratch::new(bytes * n), Scratch::new(bytes * n));
-                for (r, p) in inputs.iter().enumerate() {
-                    copy(packed.ptr().add(r * bytes), p.as_u8(), bytes);
-                }
+                let (mut packed, mut received) =
+                    (Scratch::packed(inputs, bytes), Scratch::new(bytes * n));
                 Some(
                     ih.all_to_all(received.ptr(), packed.ptr(), bytes, sync)
                         .map(|()| {
