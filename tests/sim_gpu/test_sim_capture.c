@@ -45,6 +45,9 @@ int main(void) {
     unsigned char h[64];
     for (int i = 0; i < 64; i++) h[i] = (unsigned char)i;
     CK(cuMemcpyHtoD(a, h, 64));
+    /* a copy from pageable memory returns once staged; the non-blocking
+       streams below do not order after the legacy stream, so wait here */
+    CK(cuStreamSynchronize(NULL));
 
     /* fork / join: s1 copies a -> b, s2 (forked) copies a -> c */
     CK(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL));
