@@ -41,6 +41,20 @@ SIM=$ROOT/target/sim_gpu
 REL=$ROOT/target/release
 mkdir -p "$SIM/nccl-2.18" "$SIM/cuda/include" "$SIM/cuda/lib64"
 
+# The output is long and CI keeps only its tail: run once more under tee and,
+# on failure, repeat every failing line last so the tail names them.
+if [ -z "${TC_SIM_LOGGED:-}" ]; then
+  log=$SIM/run-sim.log
+  TC_SIM_LOGGED=1 bash "$0" "$@" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  if [ "$rc" != 0 ]; then
+    echo "sim-gpu-test: the failing lines again (whole output: $log):"
+    grep -E '(^|[^0-9])[1-9][0-9]* failed|FAIL|failed \(exit|: failed|compiling .* failed' "$log" \
+      | grep -v 'SIMULATION total' | head -n 40 | sed 's/^/sim-gpu-test:   /'
+  fi
+  exit "$rc"
+fi
+
 echo "sim-gpu-test: ================================================================"
 echo "sim-gpu-test: SIMULATION, not GPU verification: a simulated CUDA driver and a"
 echo "sim-gpu-test: simulated NCCL, 1 to 4 ranks as processes (test doubles in tests/sim_gpu/)"
