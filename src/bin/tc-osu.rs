@@ -47,7 +47,7 @@ fn parse_args() -> Args {
     let mut a = Args {
         min: 1,
         max: 16 << 20,
-        rounds: 5,
+        rounds: 3,
         extra: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
@@ -119,7 +119,7 @@ fn pingpongs(len: usize, shm: bool) -> usize {
     if shm {
         n
     } else {
-        (n / 10).max(10)
+        (n / 50).max(10)
     }
 }
 
@@ -164,10 +164,14 @@ fn latency(c: &Comm, buf: &mut [u8], len: usize, shm: bool) -> f64 {
     t0.elapsed().as_secs_f64() * 1e6 / (2 * n) as f64
 }
 
-/// MB/s over windows of non-blocking sends (meaningful on rank 0).
-fn bandwidth(c: &Comm, buf: &mut [u8], len: usize) -> f64 {
+/// MB/s over windows of non-blocking sends (meaningful on rank 0); two
+/// windows through Gloo (milliseconds per small message).
+fn bandwidth(c: &Comm, buf: &mut [u8], len: usize, shm: bool) -> f64 {
     let window = ((64 << 20) / len.max(1)).clamp(2, 64);
-    let windows = ((256 << 20) / (window * len.max(1))).clamp(2, 20);
+    let windows = match shm {
+        true => ((256 << 20) / (window * len.max(1))).clamp(2, 20),
+        false => 2,
+    };
     let mut ack = [0u8; 4];
     let mut t0 = Instant::now();
     for w in 0..windows + 1 {
@@ -220,6 +224,16 @@ fn memcpy_rate(len: usize) -> f64 {
     stats(&mut rates).0
 }
 
+/// `v` with 3 significant digits at least (Gloo's small-message rates are
+/// far below 1 MB/s).
+fn num(v: f64) -> String {
+    match v.abs() {
+        x if x >= 100.0 || x == 0.0 => format!("{v:.1}"),
+        x if x >= 1.0 => format!("{v:.2}"),
+        _ => format!("{v:.3e}"),
+    }
+}
+
 struct Row {
     len: usize,
     ours: (f64, f64, f64),
@@ -255,15 +269,15 @@ fn print_table(
     for r in rows {
         let (m, lo, hi) = r.ours;
         let mut line = format!(
-            "{:<12} {:>22} {:>14.2} {:>8.2}x",
+            "{:<12} {:>22} {:>14} {:>8.2}x",
             r.len,
-            format!("{m:.2} [{lo:.2}-{hi:.2}]"),
-            r.gloo,
+            format!("{} [{}-{}]", num(m), num(lo), num(hi)),
+            num(r.gloo),
             ratio(r.gloo, m)
         );
         for (_, col) in extra {
             match col.iter().find(|(s, _)| *s == r.len) {
-                Some((_, v)) => line.push_str(&format!(" {v:>14.2} {:>8.2}x", ratio(*v, m))),
+                Some((_, v)) => line.push_str(&format!(" {:>14} {:>8.2}x", num(*v), ratio(*v, m))),
                 None => line.push_str(&format!(" {:>14} {:>9}", "-", "-")),
             }
         }
@@ -305,8 +319,8 @@ fn main() {
         for _ in 0..args.rounds {
             lat.push(latency(&shm, &mut buf, len, true));
             lat_off.push(latency(&gloo, &mut buf, len, false));
-            bw.push(bandwidth(&shm, &mut buf, len));
-            bw_off.push(bandwidth(&gloo, &mut buf, len));
+            bw.push(bandwidth(&shm, &mut buf, len, true));
+            bw_off.push(bandwidth(&gloo, &mut buf, len, false));
         }
         lat_rows.push(Row {
             len,
