@@ -209,11 +209,12 @@ fn column(path: &str) -> Vec<(usize, f64)> {
         .collect()
 }
 
-/// The memcpy rate of this machine on one core, MB/s, for `len` bytes.
-fn memcpy_rate(len: usize) -> f64 {
+/// The memcpy rate of this machine on one core, MB/s, for `len` bytes
+/// (the median of `reps` copies).
+fn memcpy_rate(len: usize, reps: usize) -> f64 {
     let src = vec![1u8; len];
     let mut dst = vec![0u8; len];
-    let mut rates: Vec<f64> = (0..21)
+    let mut rates: Vec<f64> = (0..reps)
         .map(|_| {
             let t0 = Instant::now();
             dst.copy_from_slice(&src);
@@ -312,6 +313,9 @@ fn main() {
     }
     let mut buf = vec![0u8; args.max.max(4)];
     let (mut lat_rows, mut bw_rows) = (Vec::new(), Vec::new());
+    // memcpy measured between the rounds too: on a shared machine its rate
+    // varies as much as the transfers'.
+    let mut memcpy = Vec::new();
     for &len in &sizes {
         let (mut lat, mut lat_off, mut bw, mut bw_off) = (vec![], vec![], vec![], vec![]);
         checked_exchange(&shm, &mut buf, len);
@@ -321,6 +325,9 @@ fn main() {
             lat_off.push(latency(&gloo, &mut buf, len, false));
             bw.push(bandwidth(&shm, &mut buf, len, true));
             bw_off.push(bandwidth(&gloo, &mut buf, len, false));
+            if me == 0 {
+                memcpy.push(memcpy_rate(16 << 20, 3));
+            }
         }
         lat_rows.push(Row {
             len,
@@ -362,8 +369,10 @@ fn main() {
         &bw_extra,
         false,
     );
-    let memcpy = memcpy_rate(16 << 20);
-    println!("# memcpy 16 MiB on one core: {memcpy:.0} MB/s (median of 21)");
+    let (memcpy, lo, hi) = stats(&mut memcpy);
+    println!(
+        "# memcpy 16 MiB on one core: {memcpy:.0} MB/s (median of the rounds' [{lo:.0}-{hi:.0}], measured between them)"
+    );
     if let Some(r) = lat_rows.iter().find(|r| r.len == 4) {
         let met = if r.ours.0 <= 1.0 { "met" } else { "missed" };
         println!(
