@@ -15,7 +15,7 @@ AFTER_BUILD := TC_BUILT=1
 .PHONY: all build deps lint header header-check header-compile symbols-check \
         cargo-test nccl-wheel nccl-real-test capi-test capi-valgrind sim-gpu-test \
         install uninstall install-check test run bench bench-deps bench-store \
-        bench-host bench-window bench-sparse bench-reducer bench-local run-reducer torch-parity cpp-test python-test torch-interop gpu-suite gpu-test gpu-bench clean
+        bench-host bench-p2p bench-window bench-sparse bench-reducer bench-local run-reducer torch-parity cpp-test python-test torch-interop gpu-suite gpu-test gpu-bench clean
 
 all: build
 
@@ -115,6 +115,8 @@ bench-sparse: build
 bench-reducer: build
 	$(AFTER_BUILD) bash scripts/bench-reducer.sh
 # tc_local_* host cost per call on the simulated stack (make sim-gpu-test first).
+bench-p2p: build
+	$(AFTER_BUILD) $(S)/bench-p2p.sh
 bench-local: build
 	$(AFTER_BUILD) bash scripts/bench-local.sh
 

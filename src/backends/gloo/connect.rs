@@ -79,10 +79,12 @@ impl GlooBackend {
         if init.size > 1 {
             let deadline = Deadline::after(init.timeout);
             let label = format!("gloo comm '{}' rank {}/{}", init.name, init.rank, init.size);
+            let shm_p2p = hint("gloo.shm_p2p").or_else(|| env("TORCHCOMM_SHM_P2P"));
             backend.intra = intra_host::IntraHost::setup(
                 init.rank as usize,
                 init.size as usize,
                 &label,
+                !shm_p2p.as_deref().is_some_and(intra_host::is_off),
                 describe_fingerprint,
                 &|words| {
                     backend.all_gather_words(words, &deadline, "connect (shared-memory setup)")

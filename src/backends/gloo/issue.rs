@@ -9,8 +9,15 @@ impl GlooBackend {
             self.check_collective(op, d)?;
         }
         if let Some(ih) = &self.intra {
+            let p2p = matches!(op, Op::Send { .. } | Op::Recv { .. } | Op::Batch { .. });
             // SAFETY: as for `execute_gloo`.
-            if let Some(result) = unsafe { self.intra_host_op(ih, op, d) } {
+            let shared = unsafe {
+                match p2p {
+                    true => ih.has_p2p().then(|| self.shm_p2p(ih, op, d)),
+                    false => self.intra_host_op(ih, op, d),
+                }
+            };
+            if let Some(result) = shared {
                 // Ranks that failed mid-operation are out of step. Argument
                 // errors come before any sync, and calls that differ are
                 // found by all ranks at the same sync: those stay in step.

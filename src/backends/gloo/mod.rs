@@ -10,7 +10,7 @@
 //! - a size mismatch between ranks makes Gloo terminate the receiving
 //!   process, so sizes are agreed before every transfer whose sizes could
 //!   differ: a 16-byte (count, dtype) exchange precedes each point-to-point
-//!   transfer, and the per-rank counts of the v-variants are all-gathered and
+//!   transfer through Gloo (the shared-memory one checks on the receiver), and the per-rank counts of the v-variants are all-gathered and
 //!   compared first; with `TORCHCOMM_CHECK_COLLECTIVES=1` every collective
 //!   first all-gathers (op, dtype, count, root, reduce op) and fails on all
 //!   ranks, naming the rank that differs;

@@ -15,7 +15,30 @@ impl GlooBackend {
     /// sides without touching Gloo's data path.
     pub(super) unsafe fn p2p(&self, ops: &[P2p], d: &Deadline) -> Result<()> {
         let me = self.rank;
-        // Transfers to self pair up in order, like messages between ranks.
+        let mut errors = Self::local_transfers(ops, me);
+        let remote: Vec<&P2p> = ops.iter().filter(|o| o.peer != me).collect();
+        if remote.is_empty() {
+            return if errors.is_empty() {
+                Ok(())
+            } else {
+                Err(Error::invalid_usage(errors.join("; ")))
+            };
+        }
+        self.check_not_broken()?;
+        self.gloo_remote(&remote, &mut errors, d)?;
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::invalid_usage(errors.join("; ")))
+        }
+    }
+
+    /// Transfers to self pair up in order, like messages between ranks:
+    /// copies them and returns the pairs that disagree.
+    ///
+    /// # Safety
+    /// As for [`GlooBackend::p2p`].
+    unsafe fn local_transfers(ops: &[P2p], me: i32) -> Vec<String> {
         let local_sends: Vec<&P2p> = ops.iter().filter(|o| o.peer == me && o.is_send).collect();
         let local_recvs: Vec<&P2p> = ops.iter().filter(|o| o.peer == me && !o.is_send).collect();
         let mut errors: Vec<String> = Vec::new();
@@ -40,15 +63,20 @@ impl GlooBackend {
                 }
             }
         }
-        let remote: Vec<&P2p> = ops.iter().filter(|o| o.peer != me).collect();
-        if remote.is_empty() {
-            return if errors.is_empty() {
-                Ok(())
-            } else {
-                Err(Error::invalid_usage(errors.join("; ")))
-            };
-        }
-        self.check_not_broken()?;
+        errors
+    }
+
+    /// The transfers to other ranks through Gloo: the (count, dtype)
+    /// exchange, then the data of those that agree (others to `errors`).
+    ///
+    /// # Safety
+    /// As for [`GlooBackend::p2p`].
+    unsafe fn gloo_remote(
+        &self,
+        remote: &[&P2p],
+        errors: &mut Vec<String>,
+        d: &Deadline,
+    ) -> Result<()> {
         // Sequence numbers per peer and direction.
         let seqs: Vec<u64> = {
             let mut s = lock(&self.seqs);
@@ -128,6 +156,66 @@ impl GlooBackend {
             self.ctx()
                 .p2p(&transfers, d.left()?)
                 .map_err(|e| self.fail("point-to-point transfer", e))?;
+        }
+        Ok(())
+    }
+
+    /// Send, receive and batch through the shared-memory rings (see
+    /// `intra_host::p2p`); transfers to self as on the Gloo path.
+    ///
+    /// # Safety
+    /// As for [`GlooBackend::p2p`].
+    pub(super) unsafe fn shm_p2p(
+        &self,
+        ih: &intra_host::IntraHost,
+        op: &Op,
+        d: &Deadline,
+    ) -> Result<()> {
+        let single;
+        let ops: &[P2p] = match op {
+            Op::Send {
+                buf,
+                count,
+                dtype,
+                peer,
+            }
+            | Op::Recv {
+                buf,
+                count,
+                dtype,
+                peer,
+            } => {
+                single = [P2p {
+                    is_send: matches!(op, Op::Send { .. }),
+                    buf: *buf,
+                    count: *count,
+                    dtype: *dtype,
+                    peer: *peer,
+                }];
+                &single
+            }
+            Op::Batch { ops } => ops,
+            _ => return Err(misrouted("point_to_point", op)),
+        };
+        let me = self.rank;
+        let mut errors = Self::local_transfers(ops, me);
+        let remote: Vec<intra_host::Transfer> = ops
+            .iter()
+            .filter(|o| o.peer != me)
+            .map(|o| intra_host::Transfer {
+                is_send: o.is_send,
+                peer: o.peer as usize,
+                // The op's tag once P2p carries one.
+                tag: 0,
+                buf: o.buf.as_u8(),
+                count: o.count,
+                dtype: o.dtype,
+            })
+            .collect();
+        if !remote.is_empty() {
+            self.check_not_broken()?;
+            let alive = || self.check_not_broken();
+            errors.extend(ih.point_to_point(&remote, d, &alive)?);
         }
         if errors.is_empty() {
             Ok(())

@@ -1,11 +1,12 @@
 //! Collectives through shared memory when every rank of a comm is a
 //! process of this host (the usual single-machine CPU job): all_reduce,
 //! reduce, broadcast, all_gather, reduce_scatter and all_to_all in every
-//! form, gather, scatter and barrier skip Gloo's TCP loopback
-//! (point-to-point still uses Gloo).
+//! form, gather, scatter and barrier skip Gloo's TCP loopback; so do
+//! sends, receives and batches (see [`p2p`]; `TORCHCOMM_SHM_P2P=0` keeps
+//! those on Gloo).
 //!
-//! At creation each rank makes a segment (a memfd: a header and two data
-//! halves of [`HALF`] bytes) and maps every peer's, after checking that the
+//! At creation each rank makes a segment (a memfd: a header, two data
+//! halves of [`HALF`] bytes and one point-to-point ring per peer) and maps every peer's, after checking that the
 //! peer runs on this boot of this host and that the file it opened is the
 //! peer's (device and inode). The ranks then agree: the path is used only
 //! if every rank mapped every segment (`TORCHCOMM_GLOO_SHM=0` turns it off;
@@ -54,6 +55,9 @@
 //! both named.
 
 mod collectives;
+mod p2p;
+
+pub use p2p::Transfer;
 
 use super::reduce::{self, ReduceFn, Scale};
 use super::shm::{file_id, futex_wait, futex_wake, host_id, shared_file, PeerMapping, Placement};
@@ -77,6 +81,12 @@ const HEADER: usize = 128;
 const SLOTS: usize = 64;
 const SLOT_WORDS: usize = 4;
 const SEGMENT: usize = HEADER + 2 * HALF;
+
+/// A segment's length in a comm of `size` ranks: the collectives' part,
+/// then this rank's outgoing point-to-point ring to each rank.
+fn segment_len(size: usize) -> usize {
+    SEGMENT + size * p2p::RING_STRIDE
+}
 /// Busy polls before a sync yields, when the host has a core per rank
 /// (busy polling ranks that share cores delays the very peers they wait
 /// for: measured 10x slower with 4 ranks on 2 cores).
@@ -105,6 +115,8 @@ pub struct IntraHost {
     busy_spins: u32,
     /// Names a fingerprint's operation in messages.
     describe: fn(&Fingerprint) -> String,
+    /// Point-to-point through the rings, when every rank agreed to it.
+    p2p: Option<std::sync::Mutex<p2p::Inboxes>>,
 }
 
 // SAFETY: the segments are accessed through atomics and under the sync
@@ -114,6 +126,7 @@ unsafe impl Sync for IntraHost {}
 
 struct OwnMapping {
     base: *mut u8,
+    len: usize,
     /// Open until every peer mapped the segment (the vote), then closed:
     /// a comm keeps no descriptor of its own.
     fd: Option<OwnedFd>,
@@ -122,13 +135,27 @@ struct OwnMapping {
 impl Drop for OwnMapping {
     fn drop(&mut self) {
         // SAFETY: the mapping made in `create_segment`.
-        unsafe { libc::munmap(self.base as *mut libc::c_void, SEGMENT) };
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
     }
 }
 
-fn create_segment() -> std::io::Result<OwnMapping> {
-    let (fd, base) = shared_file("gloo intra-host segment", SEGMENT)?;
-    Ok(OwnMapping { base, fd: Some(fd) })
+fn create_segment(len: usize) -> std::io::Result<OwnMapping> {
+    let (fd, base) = shared_file("gloo intra-host segment", len)?;
+    Ok(OwnMapping {
+        base,
+        len,
+        fd: Some(fd),
+    })
+}
+
+/// Whether a switch's value means off (`0`, `false`, `off`, `no`).
+pub(super) fn is_off(value: &str) -> bool {
+    matches!(value.trim(), "0" | "false" | "off" | "no")
+}
+
+/// Whether an environment switch is set to off.
+fn switched_off(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| is_off(&v))
 }
 
 fn pidfd_open(pid: u32) -> Option<OwnedFd> {
@@ -170,21 +197,20 @@ impl IntraHost {
     /// Sets up the shared segments, collectively over `all_gather` (every
     /// rank calls it, in the same order). None when any rank cannot share
     /// memory with every other: all ranks then agree to use Gloo.
+    /// `p2p_wanted`: this rank's choice of shared-memory point-to-point
+    /// (on only when every rank wants it).
     pub(super) fn setup(
         rank: usize,
         size: usize,
         label: &str,
+        p2p_wanted: bool,
         describe: fn(&Fingerprint) -> String,
         all_gather: &dyn Fn(&[u64]) -> Result<Vec<u64>>,
     ) -> Result<Option<IntraHost>> {
-        let wanted = !matches!(
-            std::env::var("TORCHCOMM_GLOO_SHM")
-                .as_deref()
-                .map(str::trim),
-            Ok("0" | "false" | "off" | "no")
-        );
+        let wanted = !switched_off("TORCHCOMM_GLOO_SHM");
+        let len = segment_len(size);
         let own = if wanted {
-            create_segment()
+            create_segment(len)
                 .map_err(|e| crate::log_info!("{label}: no shared segment ({e})"))
                 .ok()
         } else {
@@ -200,7 +226,7 @@ impl IntraHost {
                 fd.as_raw_fd() as u64,
                 dev,
                 ino,
-                SEGMENT as u64,
+                len as u64,
                 host[0],
                 host[1],
             ];
@@ -227,7 +253,7 @@ impl IntraHost {
                 ino: o[4],
             };
             match PeerMapping::map(&at) {
-                Ok(m) if at.len as usize == SEGMENT => {
+                Ok(m) if at.len as usize == len => {
                     bases[q] = m.ptr;
                     peers.push(m);
                     pidfds[q] = watch_process(o[1] as u32);
@@ -239,8 +265,8 @@ impl IntraHost {
                 }
             }
         }
-        let votes = all_gather(&[ok as u64])?;
-        if !votes.iter().all(|v| *v == 1) {
+        let votes = all_gather(&[ok as u64, p2p_wanted as u64])?;
+        if !votes.chunks(2).all(|v| v[0] == 1) {
             let why = if wanted {
                 "not every rank can map every other's memory (another host?)"
             } else {
@@ -259,8 +285,12 @@ impl IntraHost {
         // Every peer has mapped it (they voted after mapping).
         own.fd = None;
         bases[rank] = own.base;
+        // One rank's TORCHCOMM_SHM_P2P=0 keeps every rank's on Gloo (a ring
+        // nobody reads would hang its sender).
+        let p2p_on = votes.chunks(2).all(|v| v[1] == 1);
         crate::log_info!(
-            "{label}: shared-memory collectives on ({size} ranks on this host): every collective (point-to-point uses Gloo)"
+            "{label}: shared-memory collectives on ({size} ranks on this host): every collective; point-to-point {}",
+            if p2p_on { "too" } else { "through Gloo (TORCHCOMM_SHM_P2P=0 or hint gloo.shm_p2p=0 on some rank)" }
         );
         let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
         let busy_spins = if size <= cores { BUSY_SPINS } else { 0 };
@@ -275,6 +305,7 @@ impl IntraHost {
             chunks: AtomicU64::new(0),
             busy_spins,
             describe,
+            p2p: p2p_on.then(|| std::sync::Mutex::new(p2p::Inboxes::new(size))),
         }))
     }
 

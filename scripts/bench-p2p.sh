@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Usage: scripts/bench-p2p.sh [-b MIN] [-e MAX] [-r ROUNDS]   (default 1 .. 16M, 3 rounds)
+# OSU-style point-to-point tables, 2 processes (tc-run): `# Size  Latency (us)`
+# (ping-pong, half round trip) and `# Size  Bandwidth (MB/s)` (window of
+# non-blocking sends) through our gloo backend's shared-memory
+# point-to-point and, interleaved in the same run, with it off (Gloo over
+# TCP loopback, hint gloo.shm_p2p=0), plus torch.distributed gloo
+# send/recv (bench/torch_p2p.py, measured first; torch from
+# scripts/torch-venv.sh, a SKIPPED line when it cannot be had) and Open MPI
+# where mpicc and mpirun exist (skipped otherwise, said so). Ratios: how
+# many times ours is faster. Ends with the issue's targets, met or missed.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+ensure_built
+out=$BUILD/bench/p2p
+mkdir -p "$out"
+extra=()
+if torch_py=$(scripts/torch-venv.sh 2>"$out/torch-venv.err"); then
+  echo "bench-p2p: torch.distributed gloo send/recv ($torch_py)"
+  "$REL/tc-run" -n 2 -- "$torch_py" bench/torch_p2p.py "$@" "$out/torch.lat" "$out/torch.bw" >"$out/torch.log" 2>&1 ||
+    { echo "bench-p2p: torch run failed:"; tail -n 20 "$out/torch.log"; exit 1; }
+  extra+=(--extra "torch-gloo=$out/torch.lat,$out/torch.bw")
+else
+  echo "bench-p2p: $(grep -m1 SKIPPED "$out/torch-venv.err" || echo "SKIPPED: torch unavailable")"
+fi
+if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then
+  echo "bench-p2p: Open MPI found, but no OSU-style MPI program is built by this script yet: Open MPI skipped"
+else
+  echo "bench-p2p: mpicc/mpirun not found: Open MPI skipped"
+fi
+"$REL/tc-run" -n 2 -- "$REL/tc-osu" "$@" "${extra[@]}" | sed 's/^\[0\] //'

@@ -1,0 +1,552 @@
+//! Point-to-point through shared memory: every rank's segment holds one
+//! ring per destination rank (a byte stream written only by this rank and
+//! read only by that one), so a pair needs no lock and no system call while
+//! both are running.
+//!
+//! A ring is a `head` word (bytes written so far, stored by the sender), a
+//! `tail` word (bytes consumed so far, stored by the receiver), each on its
+//! own cache line, and [`RING`] bytes of data. A message is a [`HEADER`]
+//! (magic and tag, byte count, element count, dtype) followed by its bytes,
+//! padded to [`ALIGN`] so that the next header never wraps; a message
+//! longer than the free space goes in pieces of at most [`PIECE`] bytes, the
+//! receiver copying out each piece as soon as the sender published it.
+//!
+//! Sends are buffered: a send completes once its last byte is in the ring,
+//! so two ranks that both send first and receive next do not wait for each
+//! other. A receiver matches messages on (peer, tag), in order: a message
+//! that no posted receive wants is moved to the heap (an early message) and
+//! handed to the next receive that asks for it. A rank whose operation
+//! cannot progress drains every incoming ring that way, so a send larger
+//! than the ring never waits on a peer that is itself stuck sending.
+//!
+//! The receiver checks each message's element count and dtype against its
+//! receive: on a mismatch the receive fails with `TC_ERR_INVALID_USAGE`
+//! naming both, the message is skipped and the pair stays usable; the send
+//! already completed on its side.
+//!
+//! Waiting follows the collectives' syncs: busy polling when every rank can
+//! have a core, then yields, then futex sleeps of at most 10 ms between
+//! which a peer whose process exited or that left the comm fails the
+//! operation at once (`TC_ERR_REMOTE`, naming it), the comm's abort is
+//! seen, and the deadline gives `TC_ERR_TIMEOUT` naming the peers waited
+//! for.
+
+use super::{exited, futex_wait, futex_wake, IntraHost, SEGMENT, SLICE, YIELDS};
+use crate::error::{Error, Result};
+use crate::types::DType;
+use crate::util::Deadline;
+use std::collections::VecDeque;
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+/// Data bytes of one ring.
+pub(super) const RING: usize = 1 << 20;
+/// The ring's control words: head at 0, tail at 64.
+const CONTROL: usize = 128;
+pub(super) const RING_STRIDE: usize = CONTROL + RING;
+const HEADER: usize = 32;
+const ALIGN: usize = 32;
+/// Largest piece published at once: the receiver starts copying out after
+/// this many bytes instead of after the whole free space.
+const PIECE: usize = 64 << 10;
+const MAGIC: u64 = 0x7470_3270;
+
+const _: () = assert!(RING % ALIGN == 0 && HEADER % ALIGN == 0);
+
+/// One send or receive of an operation.
+#[derive(Clone, Copy)]
+pub struct Transfer {
+    pub is_send: bool,
+    pub peer: usize,
+    pub tag: u32,
+    pub buf: *mut u8,
+    pub count: usize,
+    pub dtype: DType,
+}
+
+impl Transfer {
+    fn bytes(&self) -> usize {
+        self.count * self.dtype.size()
+    }
+}
+
+/// Where the message being read from a ring goes.
+enum Dest {
+    /// Transfer `i` of the running operation.
+    Recv(usize),
+    /// The last early message of the inbox.
+    Early,
+    /// Nowhere (its receive did not match it).
+    Skip,
+}
+
+struct Reading {
+    dest: Dest,
+    bytes: usize,
+    /// `bytes` padded to [`ALIGN`]: what it occupies in the ring.
+    body: usize,
+    done: usize,
+}
+
+/// A message read before any receive asked for it.
+struct EarlyMessage {
+    tag: u32,
+    count: u64,
+    dtype: u64,
+    data: Vec<u8>,
+    complete: bool,
+}
+
+/// What this rank has read from one peer's ring.
+#[derive(Default)]
+struct Inbox {
+    early: VecDeque<EarlyMessage>,
+    reading: Option<Reading>,
+}
+
+/// Every peer's inbox (used by one operation at a time).
+pub(in crate::backends::gloo) struct Inboxes(Vec<Inbox>);
+
+impl Inboxes {
+    pub(super) fn new(size: usize) -> Inboxes {
+        Inboxes((0..size).map(|_| Inbox::default()).collect())
+    }
+}
+
+/// A transfer's progress.
+struct Pending {
+    t: Transfer,
+    done: bool,
+    /// A receive that a message was matched to.
+    matched: bool,
+    /// Bytes of the body moved so far, and whether the header went (sends).
+    moved: usize,
+    header_sent: bool,
+    error: Option<String>,
+}
+
+fn dtype_name(code: u64) -> &'static str {
+    DType::ALL.get(code as usize).map_or("?", |d| d.name())
+}
+
+fn padded(bytes: usize) -> usize {
+    bytes.div_ceil(ALIGN) * ALIGN
+}
+
+impl IntraHost {
+    /// Whether point-to-point goes through the rings.
+    pub fn has_p2p(&self) -> bool {
+        self.p2p.is_some()
+    }
+
+    /// The ring from rank `from` to rank `to` (in `from`'s segment).
+    fn ring(&self, from: usize, to: usize) -> *mut u8 {
+        // SAFETY: within the segment (see `segment_len`).
+        unsafe { self.bases[from].add(SEGMENT + to * RING_STRIDE) }
+    }
+
+    fn head(ring: *mut u8) -> &'static AtomicU64 {
+        // SAFETY: an aligned word of a mapping that outlives every use.
+        unsafe { &*(ring as *const AtomicU64) }
+    }
+
+    fn tail(ring: *mut u8) -> &'static AtomicU64 {
+        unsafe { &*(ring.add(64) as *const AtomicU64) }
+    }
+
+    /// Wakes rank `q` if it sleeps (after a head or tail store).
+    fn notify(&self, q: usize) {
+        fence(Ordering::SeqCst);
+        if self.sleeping_of(q).load(Ordering::Relaxed) != 0 {
+            self.bell_of(q).fetch_add(1, Ordering::SeqCst);
+            futex_wake(self.bell_of(q));
+        }
+    }
+
+    /// Runs `transfers` (none to this rank) to completion. Returns the
+    /// receives that did not match their message (the operation's usage
+    /// errors); the others completed.
+    ///
+    /// # Safety
+    /// Every buffer is valid for its bytes until this returns.
+    pub unsafe fn point_to_point(
+        &self,
+        transfers: &[Transfer],
+        d: &Deadline,
+        alive: &dyn Fn() -> Result<()>,
+    ) -> Result<Vec<String>> {
+        let Some(inboxes) = &self.p2p else {
+            return Err(Error::internal("shared-memory point-to-point is off"));
+        };
+        let mut inboxes = crate::util::lock(inboxes);
+        let mut pend: Vec<Pending> = transfers
+            .iter()
+            .map(|t| Pending {
+                t: *t,
+                done: false,
+                matched: false,
+                moved: 0,
+                header_sent: false,
+                error: None,
+            })
+            .collect();
+        for i in 0..pend.len() {
+            if !pend[i].t.is_send {
+                self.take_early(&mut inboxes.0, &mut pend, i);
+            }
+        }
+        let result = self.progress_until_done(&mut inboxes.0, &mut pend, d, alive);
+        // Never write into a buffer of an operation that returned.
+        for inbox in &mut inboxes.0 {
+            if let Some(r) = &mut inbox.reading {
+                if matches!(r.dest, Dest::Recv(_)) {
+                    r.dest = Dest::Skip;
+                }
+            }
+        }
+        result?;
+        Ok(pend.into_iter().filter_map(|p| p.error).collect())
+    }
+
+    unsafe fn progress_until_done(
+        &self,
+        inboxes: &mut [Inbox],
+        pend: &mut [Pending],
+        d: &Deadline,
+        alive: &dyn Fn() -> Result<()>,
+    ) -> Result<()> {
+        let mut spins = 0u32;
+        loop {
+            if self.step(inboxes, pend, false)? {
+                spins = 0;
+                continue;
+            }
+            if pend.iter().all(|p| p.done) {
+                return Ok(());
+            }
+            // Stuck: read whatever peers sent, so that a peer blocked
+            // sending to this rank moves on.
+            if self.step(inboxes, pend, true)? {
+                spins = 0;
+                continue;
+            }
+            spins += 1;
+            if spins <= self.busy_spins {
+                std::hint::spin_loop();
+                continue;
+            }
+            if spins <= self.busy_spins + YIELDS {
+                std::thread::yield_now();
+                continue;
+            }
+            alive()?;
+            self.check_peers(pend, d)?;
+            let me = self.rank;
+            let seen = self.bell_of(me).load(Ordering::SeqCst);
+            self.sleeping_of(me).store(1, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            let moved = self.step(inboxes, pend, true);
+            if !matches!(moved, Ok(false)) {
+                self.sleeping_of(me).store(0, Ordering::SeqCst);
+                moved?;
+                continue;
+            }
+            let left = d.left().unwrap_or_default();
+            futex_wait(self.bell_of(me), seen, left.min(SLICE));
+            self.sleeping_of(me).store(0, Ordering::SeqCst);
+        }
+    }
+
+    /// Fails when a peer that an unfinished transfer waits for exited or
+    /// left the comm, or when the deadline passed.
+    fn check_peers(&self, pend: &[Pending], d: &Deadline) -> Result<()> {
+        let me = self.rank;
+        let waiting: Vec<&Pending> = pend.iter().filter(|p| !p.done).collect();
+        let what = |p: &Pending| {
+            let (verb, dir) = if p.t.is_send {
+                ("send", "to")
+            } else {
+                ("receive", "from")
+            };
+            format!(
+                "{verb} of {} {} {dir} rank {} through shared memory on rank {me}",
+                p.t.count,
+                p.t.dtype.name(),
+                p.t.peer
+            )
+        };
+        for p in &waiting {
+            let q = p.t.peer;
+            if self.pidfds[q].as_deref().is_some_and(exited) {
+                return Err(Error::remote(format!(
+                    "{}: rank {q}'s process exited before completing it",
+                    what(p)
+                )));
+            }
+            if self.left_of(q).load(Ordering::SeqCst) != 0 {
+                return Err(Error::remote(format!(
+                    "{}: rank {q} left the comm (destroyed it) before completing it",
+                    what(p)
+                )));
+            }
+        }
+        if d.left().is_err() {
+            let first = waiting.first().map(|p| what(p)).unwrap_or_default();
+            let mut peers: Vec<usize> = waiting.iter().map(|p| p.t.peer).collect();
+            peers.dedup();
+            let names: Vec<String> = peers.iter().map(|q| q.to_string()).collect();
+            return Err(Error::timeout(format!(
+                "{first}: rank(s) {} did not complete it in time (slow, stopped or hung, \
+                 or no matching send or receive was posted there)",
+                names.join(", ")
+            )));
+        }
+        Ok(())
+    }
+
+    /// One pass over every unfinished transfer; `drain` also reads rings
+    /// that no receive waits on. Whether anything moved.
+    unsafe fn step(
+        &self,
+        inboxes: &mut [Inbox],
+        pend: &mut [Pending],
+        drain: bool,
+    ) -> Result<bool> {
+        let mut moved = false;
+        // Sends to one peer go in order: only its first unfinished one moves.
+        let mut blocked: Vec<usize> = Vec::new();
+        for p in pend.iter_mut() {
+            let q = p.t.peer;
+            if !p.t.is_send || p.done || blocked.contains(&q) {
+                continue;
+            }
+            moved |= self.push(p);
+            if !p.done {
+                blocked.push(q);
+            }
+        }
+        for q in (0..self.size).filter(|q| *q != self.rank) {
+            let wanted = inboxes[q].reading.is_some()
+                || pend
+                    .iter()
+                    .any(|p| !p.t.is_send && !p.done && !p.matched && p.t.peer == q);
+            if wanted || drain {
+                moved |= self.pull(q, &mut inboxes[q], pend)?;
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Moves as much of send `p` into its ring as fits.
+    unsafe fn push(&self, p: &mut Pending) -> bool {
+        let q = p.t.peer;
+        let ring = self.ring(self.rank, q);
+        let data = ring.add(CONTROL);
+        let (head_word, tail_word) = (Self::head(ring), Self::tail(ring));
+        let mut head = head_word.load(Ordering::Relaxed);
+        let mut free = RING - (head - tail_word.load(Ordering::Acquire)) as usize;
+        let bytes = p.t.bytes();
+        let body = padded(bytes);
+        let mut moved = false;
+        if !p.header_sent {
+            if free < HEADER {
+                return false;
+            }
+            let words = [
+                MAGIC << 32 | p.t.tag as u64,
+                bytes as u64,
+                p.t.count as u64,
+                p.t.dtype.to_c() as u64,
+            ];
+            let at = data.add(head as usize % RING) as *mut [u64; 4];
+            at.write(words);
+            head += HEADER as u64;
+            free -= HEADER;
+            p.header_sent = true;
+            moved = true;
+        }
+        while p.moved < body && free > 0 {
+            let at = head as usize % RING;
+            let n = (body - p.moved).min(free).min(RING - at).min(PIECE);
+            let real = n.min(bytes.saturating_sub(p.moved));
+            std::ptr::copy_nonoverlapping(p.t.buf.add(p.moved), data.add(at), real);
+            head += n as u64;
+            free -= n;
+            p.moved += n;
+            head_word.store(head, Ordering::Release);
+            self.notify(q);
+            moved = true;
+        }
+        if moved && head_word.load(Ordering::Relaxed) != head {
+            head_word.store(head, Ordering::Release);
+            self.notify(q);
+        }
+        p.done = p.header_sent && p.moved == body;
+        moved
+    }
+
+    /// Reads what rank `q` published: headers are matched to receives (or
+    /// kept as early messages), bodies copied to their destination.
+    unsafe fn pull(&self, q: usize, inbox: &mut Inbox, pend: &mut [Pending]) -> Result<bool> {
+        let ring = self.ring(q, self.rank);
+        let data = ring.add(CONTROL);
+        let (head_word, tail_word) = (Self::head(ring), Self::tail(ring));
+        let head = head_word.load(Ordering::Acquire);
+        let mut tail = tail_word.load(Ordering::Relaxed);
+        let start = tail;
+        loop {
+            if inbox.reading.is_none() {
+                if ((head - tail) as usize) < HEADER {
+                    break;
+                }
+                let [magic_tag, bytes, count, dtype] =
+                    (data.add(tail as usize % RING) as *const [u64; 4]).read();
+                if magic_tag >> 32 != MAGIC {
+                    return Err(Error::internal(format!(
+                        "point-to-point ring from rank {q} to rank {} is corrupt",
+                        self.rank
+                    )));
+                }
+                tail += HEADER as u64;
+                inbox.reading = Some(self.match_message(
+                    q,
+                    inbox,
+                    pend,
+                    (magic_tag as u32, count, dtype),
+                    bytes as usize,
+                ));
+            }
+            let Some(r) = &mut inbox.reading else {
+                break;
+            };
+            let at = tail as usize % RING;
+            let n = (r.body - r.done).min((head - tail) as usize).min(RING - at);
+            let real = n.min(r.bytes.saturating_sub(r.done));
+            match r.dest {
+                Dest::Recv(i) => {
+                    std::ptr::copy_nonoverlapping(data.add(at), pend[i].t.buf.add(r.done), real)
+                }
+                Dest::Early => {
+                    let src = std::slice::from_raw_parts(data.add(at), real);
+                    if let Some(e) = inbox.early.back_mut() {
+                        e.data.extend_from_slice(src);
+                    }
+                }
+                Dest::Skip => {}
+            }
+            r.done += n;
+            tail += n as u64;
+            if n > 0 {
+                tail_word.store(tail, Ordering::Release);
+                self.notify(q);
+            }
+            if r.done < r.body {
+                break;
+            }
+            match r.dest {
+                Dest::Recv(i) => pend[i].done = true,
+                Dest::Early => {
+                    if let Some(e) = inbox.early.back_mut() {
+                        e.complete = true;
+                    }
+                }
+                Dest::Skip => {}
+            }
+            inbox.reading = None;
+        }
+        if tail != tail_word.load(Ordering::Relaxed) {
+            tail_word.store(tail, Ordering::Release);
+            self.notify(q);
+        }
+        Ok(tail != start)
+    }
+
+    /// Where a message just announced by rank `q` goes: the first receive
+    /// from `q` with its tag that no message was matched to yet, else the
+    /// early messages.
+    fn match_message(
+        &self,
+        q: usize,
+        inbox: &mut Inbox,
+        pend: &mut [Pending],
+        (tag, count, dtype): (u32, u64, u64),
+        bytes: usize,
+    ) -> Reading {
+        let reading = |dest| Reading {
+            dest,
+            bytes,
+            body: padded(bytes),
+            done: 0,
+        };
+        let waiting = pend
+            .iter()
+            .position(|p| !p.t.is_send && !p.done && !p.matched && p.t.peer == q && p.t.tag == tag);
+        let Some(i) = waiting else {
+            inbox.early.push_back(EarlyMessage {
+                tag,
+                count,
+                dtype,
+                data: Vec::with_capacity(bytes),
+                complete: bytes == 0,
+            });
+            return reading(Dest::Early);
+        };
+        pend[i].matched = true;
+        if let Some(e) = self.mismatch(&pend[i].t, count, dtype) {
+            pend[i].error = Some(e);
+            pend[i].done = true;
+            return reading(Dest::Skip);
+        }
+        if bytes == 0 {
+            pend[i].done = true;
+        }
+        reading(Dest::Recv(i))
+    }
+
+    /// Why receive `t` cannot take a message of `count` elements of `dtype`.
+    fn mismatch(&self, t: &Transfer, count: u64, dtype: u64) -> Option<String> {
+        (count != t.count as u64 || dtype != t.dtype.to_c() as u64).then(|| {
+            format!(
+                "receive of {} {} from rank {} does not match that rank's send of {count} {}",
+                t.count,
+                t.dtype.name(),
+                t.peer,
+                dtype_name(dtype)
+            )
+        })
+    }
+
+    /// Receive `i` takes the first early message from its peer with its
+    /// tag, if any: a complete one is copied out; the one still being read
+    /// is redirected to the receive's buffer.
+    unsafe fn take_early(&self, inboxes: &mut [Inbox], pend: &mut [Pending], i: usize) {
+        let t = pend[i].t;
+        let inbox = &mut inboxes[t.peer];
+        let Some(k) = inbox.early.iter().position(|e| e.tag == t.tag) else {
+            return;
+        };
+        let Some(e) = inbox.early.remove(k) else {
+            return;
+        };
+        pend[i].matched = true;
+        let mismatch = self.mismatch(&t, e.count, e.dtype);
+        let mut redirect = |dest| {
+            if let Some(r) = &mut inbox.reading {
+                r.dest = dest;
+            }
+        };
+        if let Some(why) = mismatch {
+            pend[i].error = Some(why);
+            pend[i].done = true;
+            if !e.complete {
+                redirect(Dest::Skip);
+            }
+            return;
+        }
+        std::ptr::copy_nonoverlapping(e.data.as_ptr(), t.buf, e.data.len());
+        if e.complete {
+            pend[i].done = true;
+        } else {
+            redirect(Dest::Recv(i));
+        }
+    }
+}
