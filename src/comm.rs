@@ -299,6 +299,7 @@ impl Comm {
         self.issue(op, opts, None)
     }
 
+    #[inline(always)]
     fn admit(&self, op: &mut Op) -> Result<()> {
         self.check_active()?;
         op.validate(self.rank, self.size)
@@ -317,6 +318,7 @@ impl Comm {
 
     /// Issues a validated `op`; `post` (hooked operations) runs once with
     /// its outcome (see [`crate::hooks`] for when).
+    #[inline(always)]
     pub(crate) fn issue(
         &self,
         mut op: Op,
