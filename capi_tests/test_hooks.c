@@ -2,8 +2,8 @@
    real processes: 2, 3 and 4 ranks forked over a FileStore.
    - hooks: pre and post hooks see every operation (collectives, a p2p
      batch, an uneven all_gather_v, an async broadcast whose post hook runs
-     on the progress thread before tc_work_wait returns) with the right
-     fields in order; removal stops them; a hook cannot issue operations or
+     on the progress thread before tc_work_wait returns, the broadcasts of
+     tc_broadcast_coalesced) with the right fields in order; removal stops them; a hook cannot issue operations or
      register hooks, but may query the comm;
    - NaN check: a NaN at a given index on a given rank (f32, f16, bf16)
      fails the collective on every rank (TC_ERR_INVALID_ARGUMENT on the
@@ -210,6 +210,21 @@ static int hooks_rank(const char *path, int rank, int size) {
     EXPECT_OK(tc_comm_remove_hook(comm, post_id));
     EXPECT_OK(tc_barrier(comm, NULL, NULL));
     CHECK(post.n == post_before + 1);
+    /* The coalesced API issues through the comm too: its broadcasts are seen. */
+    static log_t coalesced;
+    pthread_mutex_init(&coalesced.lock, NULL);
+    EXPECT_OK(tc_comm_add_post_hook(comm, record, &coalesced, NULL));
+    float c1[3] = {(float)rank, 0, 0};
+    int64_t c2[2] = {rank, rank};
+    void *bufs[2] = {c1, c2};
+    size_t ccounts[2] = {3, 2};
+    tc_dtype_t cdtypes[2] = {TC_FLOAT32, TC_INT64};
+    EXPECT_OK(tc_broadcast_coalesced(comm, bufs, ccounts, cdtypes, 2, 1 << 20, 0, NULL, NULL));
+    CHECK(c1[0] == 0 && c2[1] == 0);
+    int broadcasts = 0; /* (it agrees on the plan in an all_reduce first) */
+    for (int i = 0; i < coalesced.n; i++)
+        broadcasts += strcmp(coalesced.events[i].op, "broadcast") == 0 && coalesced.events[i].root == 0;
+    CHECK(broadcasts >= 1);
     EXPECT_OK(tc_comm_finalize(comm));
     tc_comm_destroy(comm);
     return capi_failures != 0;
