@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 /// `crate::comm::Op` and friends keep resolving for existing callers.
 pub use crate::op::{Op, OpOptions, P2p, Ptr};
 
+pub mod hooks;
+
 /// Creation options, read from `tc_comm_options_t`.
 #[derive(Clone, Default)]
 pub struct CommOptions {
@@ -73,8 +75,8 @@ pub struct Comm {
     /// once dead): finalize waits for their asynchronous calls, an abort
     /// ends them. Copied out of the lock before any call into a window.
     windows: Mutex<Vec<Weak<crate::window::Lanes>>>,
-    /// Operation hooks and the NaN check ([`crate::hooks`]).
-    hooks: crate::hooks::Hooks,
+    /// Operation hooks and the NaN check ([`crate::comm::hooks`]).
+    hooks: hooks::Hooks,
 }
 
 /// An application's function run when a comm is aborted.
@@ -185,7 +187,7 @@ impl Comm {
             recorder: FlightRecorder::new(config().flight_recorder),
             abort_hook: Mutex::new(None),
             windows: Mutex::new(Vec::new()),
-            hooks: crate::hooks::Hooks::from_environment(),
+            hooks: hooks::Hooks::from_environment(),
         });
         let progress = {
             let comm = comm.clone();
@@ -288,14 +290,8 @@ impl Comm {
     pub fn submit(&self, mut op: Op, opts: &OpOptions) -> Result<Arc<dyn Work>> {
         self.admit(&mut op)?;
         if self.hooks.active() {
-            return crate::hooks::submit_hooked(self, op, opts);
+            return hooks::submit_hooked(self, op, opts);
         }
-        self.issue(op, opts, None)
-    }
-
-    /// [`Comm::submit`] without hooks or NaN check (the check's own exchange).
-    pub(crate) fn submit_unhooked(&self, mut op: Op, opts: &OpOptions) -> Result<Arc<dyn Work>> {
-        self.admit(&mut op)?;
         self.issue(op, opts, None)
     }
 
@@ -307,30 +303,21 @@ impl Comm {
         self.backend.check(op).map_err(|e| e.context(op.name()))
     }
 
-    pub(crate) fn hooks(&self) -> &crate::hooks::Hooks {
-        &self.hooks
-    }
-
-    /// The flight recorder's next sequence number (hooks see it first).
-    pub(crate) fn reserve_seq(&self) -> u64 {
-        self.recorder.reserve()
-    }
-
     /// Issues a validated `op`; `post` (hooked operations) runs once with
-    /// its outcome (see [`crate::hooks`] for when).
+    /// its outcome (see [`crate::comm::hooks`] for when).
     #[inline(always)]
     pub(crate) fn issue(
         &self,
         mut op: Op,
         opts: &OpOptions,
-        post: Option<crate::hooks::PostHooks>,
+        post: Option<hooks::PostHooks>,
     ) -> Result<Arc<dyn Work>> {
         let seq = post
             .as_ref()
             .map_or_else(|| self.recorder.reserve(), |p| p.seq());
         let record = |op: &Op, w| self.recorder.record_as(seq, op, opts.async_op, w);
         let timeout = opts.timeout.unwrap_or(self.timeout);
-        let at_once = |post: Option<crate::hooks::PostHooks>, r: &Result<()>, done| {
+        let at_once = |post: Option<hooks::PostHooks>, r: &Result<()>, done| {
             if let Some(p) = post {
                 p.run(r, done);
             }

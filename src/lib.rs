@@ -19,7 +19,6 @@ pub mod device_ops;
 pub mod error;
 pub mod ffi;
 pub mod half;
-pub mod hooks;
 pub mod layout_check;
 pub mod local;
 pub mod op;

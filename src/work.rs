@@ -47,7 +47,7 @@ struct HostState {
 }
 
 /// Run once with the outcome when a [`HostWork`] completes, before its
-/// waiters wake (the post hooks of [`crate::hooks`]).
+/// waiters wake (the post hooks of [`crate::comm::hooks`]).
 pub type CompletionHook = Box<dyn FnOnce(&Result<()>) + Send>;
 
 /// Completion of an operation run on a comm's host progress thread.

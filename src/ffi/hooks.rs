@@ -1,11 +1,11 @@
 //! `tc_comm_add_pre_hook`, `tc_comm_add_post_hook`, `tc_comm_remove_hook`:
 //! the application's functions called around every operation of a comm
-//! (see [`crate::hooks`] for when and on which thread).
+//! (see [`crate::comm::hooks`] for when and on which thread).
 
+use crate::comm::hooks::{tc_op_buffer_t, HookEvent, HookFn};
 use crate::error::{tc_result_t, Error, TC_SUCCESS};
 use crate::ffi::comm::tc_comm_t;
 use crate::ffi::{boundary, handle_ref};
-use crate::hooks::{tc_op_buffer_t, HookEvent, HookFn};
 use crate::types::{tc_dtype_t, tc_reduce_op_t, PremulFactor};
 use std::ffi::{c_char, c_int, c_void, CString};
 
@@ -112,7 +112,7 @@ fn reduce_op_to_c(event: &HookEvent) -> tc_reduce_op_t {
 impl CHook {
     fn call(&self, event: &HookEvent) {
         let r = event.record;
-        let name = crate::hooks::c_op_name(r.name);
+        let name = crate::comm::hooks::c_op_name(r.name);
         let (status, message) = match event.outcome {
             None | Some(Ok(())) => (TC_SUCCESS, None),
             Some(Err(e)) => (e.code(), CString::new(e.message.replace('\0', " ")).ok()),

@@ -278,6 +278,27 @@ impl PostHooks {
     }
 }
 
+impl Comm {
+    /// [`Comm::submit`] without hooks or NaN check (the check's own exchange).
+    pub(crate) fn submit_unhooked(
+        &self,
+        mut op: Op,
+        opts: &OpOptions,
+    ) -> Result<Arc<dyn crate::work::Work>> {
+        self.admit(&mut op)?;
+        self.issue(op, opts, None)
+    }
+
+    pub(crate) fn hooks(&self) -> &Hooks {
+        &self.hooks
+    }
+
+    /// The flight recorder's next sequence number (hooks see it first).
+    fn reserve_seq(&self) -> u64 {
+        self.recorder.reserve()
+    }
+}
+
 /// The hooked path of `Comm::submit` (taken only while [`Hooks::active`]):
 /// pre hooks, the NaN check, then the usual issue with the post hooks
 /// attached.
