@@ -227,6 +227,34 @@ static int hooks_rank(const char *path, int rank, int size) {
     CHECK(broadcasts >= 1);
     EXPECT_OK(tc_comm_finalize(comm));
     tc_comm_destroy(comm);
+
+    /* An operation that fails while running (rank 0 passes another count:
+       every rank's check of the collective fails it) gives its post hook,
+       on the progress thread, the code the wait returns. */
+    char fail_path[64]; /* a store of its own: the first one is gone with its comm */
+    snprintf(fail_path, sizeof fail_path, "%s.fail", path);
+    tc_comm_t *failing = make_comm("hooks-fail", fail_path, rank, size);
+    if (failing == NULL) return 1;
+    static log_t fails;
+    pthread_mutex_init(&fails.lock, NULL);
+    EXPECT_OK(tc_comm_add_post_hook(failing, record, &fails, NULL));
+    float y[3] = {1, 1, 1};
+    tc_op_options_t o = TC_OP_OPTIONS_INIT;
+    o.async_op = 1;
+    o.timeout_ms = 30000;
+    tc_work_t *fw = NULL;
+    EXPECT_OK(tc_all_reduce(failing, y, rank == 0 ? 2 : 3, TC_FLOAT32, sum, &o, &fw));
+    tc_result_t wrc = tc_work_wait(fw, NULL);
+    tc_work_free(fw);
+    CHECK(wrc != TC_SUCCESS);
+    CHECK(fails.n == 1);
+    if (fails.n == 1) {
+        const event_t *f = &fails.events[0];
+        CHECK(f->status == wrc && f->completed == 1 && f->message[0] != '\0');
+        CHECK(!pthread_equal(f->thread, pthread_self()));
+    }
+    CHECK(tc_comm_finalize(failing) != TC_SUCCESS); /* it reports the failed operation */
+    tc_comm_destroy(failing);
     return capi_failures != 0;
 }
 
@@ -325,6 +353,9 @@ static void run_ranks(int size, int (*rank_main)(const char *, int, int), const 
         }
     }
     unlink(path);
+    char fail_path[64];
+    snprintf(fail_path, sizeof fail_path, "%s.fail", path);
+    unlink(fail_path);
 }
 
 /* One rank, in this process (also under valgrind): argument checks, a hook
