@@ -117,13 +117,11 @@ pub fn check(comm: &Comm, op: &Op, opts: &OpOptions) -> Result<()> {
         (before + element) as i64
     });
     let verdicts = exchange(comm, op, flat, opts)?;
-    let where_ = |what: &str| {
-        format!(
-            "{} on comm '{}' (rank {rank}/{size}){what}",
-            op.name(),
-            comm.name()
-        )
-    };
+    let context = format!(
+        "{} on comm '{}' (rank {rank}/{size})",
+        op.name(),
+        comm.name()
+    );
     if let Some((buffer, element)) = local {
         let which = if inputs(op, rank, size).len() > 1 {
             format!("input buffer {buffer}, element {element}")
@@ -131,8 +129,7 @@ pub fn check(comm: &Comm, op: &Op, opts: &OpOptions) -> Result<()> {
             format!("input element {element}")
         };
         return Err(Error::invalid_argument(format!(
-            "{}: {which} ({} data) is NaN (TORCHCOMM_NAN_CHECK); the operation ran on no rank",
-            where_(""),
+            "{context}: {which} ({} data) is NaN (TORCHCOMM_NAN_CHECK); the operation ran on no rank",
             dtype.name()
         )));
     }
@@ -150,9 +147,8 @@ pub fn check(comm: &Comm, op: &Op, opts: &OpOptions) -> Result<()> {
         n => format!(" (and {} more ranks)", n - 1),
     };
     Err(Error::remote(format!(
-        "{}: refused because rank {first} has a NaN at input element {index}{more} \
-         (TORCHCOMM_NAN_CHECK); the operation ran on no rank",
-        where_("")
+        "{context}: refused because rank {first} has a NaN at input element {index}{more} \
+         (TORCHCOMM_NAN_CHECK); the operation ran on no rank"
     )))
 }
 
