@@ -1138,9 +1138,12 @@ tc_result_t tc_get_version(int *major, int *minor, int *patch);
  operation's arguments were validated (a call refused by validation runs
  no hook) and before anything is sent. Hooks run in registration order.
  `*id` (if `id` is not NULL) receives the id for `tc_comm_remove_hook`.
- A hook must not issue operations on, or register or remove hooks of,
- any comm (such calls fail with `TC_ERR_INVALID_USAGE`); it may query
- (`tc_comm_get_rank`, `tc_comm_dump_flight_recorder`, ...). `hook` and
+ A hook must not issue operations on `comm` nor register or remove hooks
+ of any comm (such calls fail with `TC_ERR_INVALID_USAGE`), must not
+ destroy `comm`, and should not issue operations on other comms (not
+ checked; it would stall the thread running the hook, which may be the
+ comm's progress thread); it may query (`tc_comm_get_rank`,
+ `tc_comm_dump_flight_recorder`, ...). `hook` and
  `user_data` must be usable from any thread until the hook is removed or
  the comm destroyed. Thread-safe. NULL `hook`: `TC_ERR_NULL_ARGUMENT`.
  */

@@ -15,9 +15,9 @@
 //!   the stream (`completed` is 0 then). An operation refused before it
 //!   was issued (the NaN check, a shut-down comm): on the calling thread.
 //!
-//! A hook must not call into the comm's operations or hook registration:
-//! such a call from inside a hook fails with `TC_ERR_INVALID_USAGE` (an
-//! operation issued from the progress thread would wait for itself).
+//! A hook must not issue operations on its comm nor register or remove
+//! hooks: such a call from inside a hook fails with `TC_ERR_INVALID_USAGE`
+//! (an operation issued from the progress thread would wait for itself).
 //! Removing a hook waits for its running calls to return, so its data may
 //! be freed once the removal returned.
 //!
