@@ -181,6 +181,14 @@ int main(void) {
     EXPECT_RC(tc_comm_dump_flight_recorder(comm, NULL), TC_ERR_NULL_ARGUMENT, "'text'");
     CHECK(text == SENTINEL);
     EXPECT_RC(tc_comm_set_abort_hook(NULL, NULL, NULL), TC_ERR_NULL_ARGUMENT, "'comm'");
+    uint64_t hook_id = 77;
+    EXPECT_RC(tc_comm_add_pre_hook(NULL, NULL, NULL, &hook_id), TC_ERR_NULL_ARGUMENT, "'comm'");
+    EXPECT_RC(tc_comm_add_pre_hook(comm, NULL, NULL, &hook_id), TC_ERR_NULL_ARGUMENT, "'hook'");
+    EXPECT_RC(tc_comm_add_post_hook(NULL, NULL, NULL, &hook_id), TC_ERR_NULL_ARGUMENT, "'comm'");
+    EXPECT_RC(tc_comm_add_post_hook(comm, NULL, NULL, &hook_id), TC_ERR_NULL_ARGUMENT, "'hook'");
+    EXPECT_RC(tc_comm_remove_hook(NULL, 1), TC_ERR_NULL_ARGUMENT, "'comm'");
+    EXPECT_RC(tc_comm_remove_hook(comm, 0), TC_ERR_NOT_FOUND, "no hook 0");
+    CHECK(hook_id == 77);
     EXPECT_RC(tc_comm_split(NULL, ranks, 1, "x", NULL, &child), TC_ERR_NULL_ARGUMENT, "'comm'");
     EXPECT_RC(tc_comm_split(comm, ranks, 1, "x", NULL, NULL), TC_ERR_NULL_ARGUMENT, "'out'");
     EXPECT_RC(tc_comm_split(comm, NULL, 1, "x", NULL, &child), TC_ERR_NULL_ARGUMENT, "'ranks'");

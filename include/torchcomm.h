@@ -40,6 +40,23 @@
 
 #define TC_VERSION_PATCH 0
 
+/*
+ `tc_op_info_t.phase` of a pre hook's call.
+ */
+#define TC_HOOK_PRE 0
+
+/*
+ `tc_op_info_t.phase` of a post hook's call.
+ */
+#define TC_HOOK_POST 1
+
+/*
+ The `tc_op_info_t.version` this library writes. Later versions only add
+ fields at the end (`struct_size` grows); read a field only when
+ `struct_size` covers it.
+ */
+#define TC_OP_INFO_VERSION 1
+
 #define TC_LOCAL_OPTIONS_MAGIC 1413696591
 
 #define TC_LOCAL_OPTIONS_VERSION 1
@@ -342,6 +359,116 @@ typedef struct {
      */
     const void *premul_factor_ptr;
 } tc_reduce_op_t;
+
+/*
+ One buffer of an operation, as hooks see it.
+ */
+typedef struct {
+    /*
+     The caller's address (a device address for CUDA buffers).
+     */
+    void *ptr;
+    /*
+     Elements of `dtype`.
+     */
+    size_t count;
+    tc_dtype_t dtype;
+    /*
+     The peer of a batch member or of a send/recv; -1 otherwise.
+     */
+    int32_t peer;
+} tc_op_buffer_t;
+
+/*
+ The description of one operation given to a hook. It and everything it
+ points to are valid only during the hook's call (copy what you keep).
+ Buffers are the caller's addresses (device addresses for CUDA buffers);
+ a hook may read a pre hook's inputs and a completed post hook's outputs
+ if they are host memory; it must not write them.
+ */
+typedef struct {
+    /*
+     `sizeof(tc_op_info_t)` of the library that wrote it.
+     */
+    size_t struct_size;
+    /*
+     `TC_OP_INFO_VERSION` of the library that wrote it.
+     */
+    uint32_t version;
+    /*
+     `TC_HOOK_PRE` or `TC_HOOK_POST`.
+     */
+    int phase;
+    /*
+     The operation's name without `tc_` ("all_reduce", "send",
+     "batch_p2p", ...); a static string.
+     */
+    const char *op_name;
+    /*
+     The comm's name.
+     */
+    const char *comm_name;
+    /*
+     The operation's sequence number on this comm: the number the flight
+     recorder shows (`tc_comm_dump_flight_recorder`), from 1; collectives
+     issued in the same order have the same numbers on every rank.
+     */
+    uint64_t seq;
+    int rank;
+    int size;
+    /*
+     The element type, or -1 (a barrier; a batch mixing types).
+     */
+    tc_dtype_t dtype;
+    /*
+     The root of a rooted collective, else -1.
+     */
+    int root;
+    /*
+     The peer of a send or recv, else -1 (a batch's peers are in its
+     buffers).
+     */
+    int peer;
+    /*
+     The reduction of a reducing operation; `kind` -1 otherwise.
+     */
+    tc_reduce_op_t reduce_op;
+    /*
+     1 when issued with `async_op = 1`.
+     */
+    int async_op;
+    /*
+     The buffers the operation reads on this rank (in-place buffers are
+     listed as inputs and outputs).
+     */
+    const tc_op_buffer_t *inputs;
+    size_t num_inputs;
+    /*
+     The buffers it writes on this rank.
+     */
+    const tc_op_buffer_t *outputs;
+    size_t num_outputs;
+    /*
+     Post hooks: `TC_SUCCESS` or the operation's error code. Pre: 0.
+     */
+    tc_result_t status;
+    /*
+     Post hooks: the error's detail (as `tc_last_error` would give it),
+     or NULL on success. Pre: NULL.
+     */
+    const char *message;
+    /*
+     Post hooks: 1 when the operation finished; 0 when it is a device
+     operation only enqueued on its stream. Pre: 0.
+     */
+    int completed;
+} tc_op_info_t;
+
+/*
+ An operation hook: called with the operation's description and the
+ `user_data` given at registration; returns nothing.
+ */
+typedef void (*tc_op_hook_t)(const tc_op_info_t *info, void *user_data);
 
 /*
  Options of `tc_local_new`. Initialize with `TC_LOCAL_OPTIONS_INIT`.
@@ -1002,6 +1129,53 @@ const char *tc_last_error(void);
  non-NULL; nothing is written on failure. Thread-safe.
  */
 tc_result_t tc_get_version(int *major, int *minor, int *patch);
+
+/*
+ Registers `hook`, called with `user_data` before every operation that
+ `comm` issues after this returns: collectives, send/recv, batches, and
+ the operations of the coalesced, reducer and sparse APIs on this comm
+ (window calls are not hooked). It runs on the calling thread after the
+ operation's arguments were validated (a call refused by validation runs
+ no hook) and before anything is sent. Hooks run in registration order.
+ `*id` (if `id` is not NULL) receives the id for `tc_comm_remove_hook`.
+ A hook must not issue operations on `comm` nor register or remove hooks
+ of any comm (such calls fail with `TC_ERR_INVALID_USAGE`), must not
+ destroy `comm`, and should not issue operations on other comms (not
+ checked; it would stall the thread running the hook, which may be the
+ comm's progress thread); it may query (`tc_comm_get_rank`,
+ `tc_comm_dump_flight_recorder`, ...). `hook` and
+ `user_data` must be usable from any thread until the hook is removed or
+ the comm destroyed. Thread-safe. NULL `hook`: `TC_ERR_NULL_ARGUMENT`.
+ */
+tc_result_t tc_comm_add_pre_hook(tc_comm_t *comm, tc_op_hook_t hook, void *user_data, uint64_t *id);
+
+/*
+ Registers `hook`, called once with the outcome (`status`, `message`,
+ `completed`) of every operation issued after this returns whose pre
+ hooks ran (same operations as `tc_comm_add_pre_hook`). Host operations
+ (gloo): when the operation finished, on the thread that ran it (the
+ comm's progress thread for `async_op = 1`, the calling thread for a
+ blocking call), before its work reports completion: once `tc_work_wait`
+ returned or a blocking call returned, its post hooks have run (for
+ CUDA buffers staged through host memory, before the outputs are copied
+ back to the device). Device operations (nccl): on the calling thread
+ once enqueued on the stream, with `completed` = 0. An operation failed
+ before issue (by the NaN check, on a comm shutting down): on the calling
+ thread with the failure. A work that times out gets its post hooks when
+ the operation's run ends (after the comm's abort at the latest). Same
+ rules as pre hooks for `id`, reentry, lifetime and threads.
+ */
+tc_result_t tc_comm_add_post_hook(tc_comm_t *comm, tc_op_hook_t hook, void *user_data, uint64_t *id);
+
+/*
+ Removes the pre or post hook `id` of `comm`. When this returns, the hook
+ is not running and will not be called again, so its `user_data` may be
+ freed (it waits for calls in progress on other threads). An id not
+ registered on `comm` (never, or already removed): `TC_ERR_NOT_FOUND`.
+ Must not be called from inside a hook (`TC_ERR_INVALID_USAGE`).
+ `tc_comm_destroy` removes every hook. Thread-safe.
+ */
+tc_result_t tc_comm_remove_hook(tc_comm_t *comm, uint64_t id);
 
 /*
  Creates a group over `devices[0..n]` (`TC_DEVICE_CUDA` with an explicit

@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 /// `crate::comm::Op` and friends keep resolving for existing callers.
 pub use crate::op::{Op, OpOptions, P2p, Ptr};
 
+pub mod hooks;
+
 /// Creation options, read from `tc_comm_options_t`.
 #[derive(Clone, Default)]
 pub struct CommOptions {
@@ -73,6 +75,8 @@ pub struct Comm {
     /// once dead): finalize waits for their asynchronous calls, an abort
     /// ends them. Copied out of the lock before any call into a window.
     windows: Mutex<Vec<Weak<crate::window::Lanes>>>,
+    /// Operation hooks and the NaN check ([`crate::comm::hooks`]).
+    hooks: hooks::Hooks,
 }
 
 /// An application's function run when a comm is aborted.
@@ -183,6 +187,7 @@ impl Comm {
             recorder: FlightRecorder::new(config().flight_recorder),
             abort_hook: Mutex::new(None),
             windows: Mutex::new(Vec::new()),
+            hooks: hooks::Hooks::from_environment(),
         });
         let progress = {
             let comm = comm.clone();
@@ -283,23 +288,58 @@ impl Comm {
     /// Validates and issues `op`. With `async_op` off, returns after the
     /// operation completed (host) or was enqueued on the stream (device).
     pub fn submit(&self, mut op: Op, opts: &OpOptions) -> Result<Arc<dyn Work>> {
+        self.admit(&mut op)?;
+        if self.hooks.active() {
+            return hooks::submit_hooked(self, op, opts);
+        }
+        self.issue(op, opts, None)
+    }
+
+    #[inline(always)]
+    fn admit(&self, op: &mut Op) -> Result<()> {
         self.check_active()?;
         op.validate(self.rank, self.size)
             .map_err(|e| e.context(op.name()))?;
-        self.backend.check(&op).map_err(|e| e.context(op.name()))?;
+        self.backend.check(op).map_err(|e| e.context(op.name()))
+    }
+
+    /// Issues a validated `op`; `post` (hooked operations) runs once with
+    /// its outcome (see [`crate::comm::hooks`] for when).
+    #[inline(always)]
+    pub(crate) fn issue(
+        &self,
+        mut op: Op,
+        opts: &OpOptions,
+        post: Option<hooks::PostHooks>,
+    ) -> Result<Arc<dyn Work>> {
+        let seq = post
+            .as_ref()
+            .map_or_else(|| self.recorder.reserve(), |p| p.seq());
+        let record = |op: &Op, w| self.recorder.record_as(seq, op, opts.async_op, w);
         let timeout = opts.timeout.unwrap_or(self.timeout);
-        let refused = |e: Error| {
-            self.recorder.record(&op, opts.async_op, Err(e.kind));
-            e
+        let at_once = |post: Option<hooks::PostHooks>, r: &Result<()>, done| {
+            if let Some(p) = post {
+                p.run(r, done);
+            }
         };
-        if let Some(work) = self.backend.enqueue(&op, opts, timeout).map_err(refused)? {
-            self.recorder.record(&op, opts.async_op, Ok(&work));
+        let work = match self.backend.enqueue(&op, opts, timeout) {
+            Err(e) => {
+                record(&op, Err(e.kind));
+                at_once(post, &Err(e.clone()), true);
+                return Err(e);
+            }
+            Ok(work) => work,
+        };
+        if let Some(work) = work {
+            record(&op, Ok(&work));
             lock(&self.outstanding).push(work.clone());
+            at_once(post, &Ok(()), false);
             return Ok(work);
         }
         if completes_at_once(&op, self.size) {
             let work: Arc<dyn Work> = Arc::new(DoneWork(Ok(())));
-            self.recorder.record(&op, opts.async_op, Ok(&work));
+            record(&op, Ok(&work));
+            at_once(post, &Ok(()), true);
             return Ok(work);
         }
         // CUDA buffers on a host backend run on pinned copies, synchronously.
@@ -307,7 +347,8 @@ impl Comm {
             match crate::backends::staging::stage_in(&mut op, self.rank, self.size, opts.stream) {
                 Ok(staged) => staged,
                 Err(e) => {
-                    self.recorder.record(&op, opts.async_op, Err(e.kind));
+                    record(&op, Err(e.kind));
+                    at_once(post, &Err(e.clone()), true);
                     return Err(e);
                 }
             };
@@ -317,8 +358,11 @@ impl Comm {
             self.label.clone(),
             timeout + self.backend.watchdog_grace(),
         ));
+        if let Some(post) = post {
+            work.on_complete(Box::new(move |r| post.run(r, true)));
+        }
         let handle: Arc<dyn Work> = work.clone();
-        self.recorder.record(&op, opts.async_op, Ok(&handle));
+        record(&op, Ok(&handle));
         lock(&self.outstanding).push(handle);
         let job = Job {
             op,
@@ -556,6 +600,7 @@ impl Comm {
     /// finalized, with a warning, and breaks the thread/comm reference cycle.
     pub fn release(&self) {
         lock(&self.abort_hook).take();
+        self.hooks.clear();
         if !matches!(*lock(&self.state), State::Finalized) {
             crate::log_warn!(
                 "comm '{}' destroyed without tc_comm_finalize; aborting it",

@@ -122,7 +122,7 @@ impl Config {
     }
 }
 
-fn parse_bool(
+pub(crate) fn parse_bool(
     value: Option<String>,
     name: &str,
     default: bool,

@@ -17,6 +17,7 @@ use crate::types::DType;
 use crate::work::{Work, WorkStatus};
 use std::collections::VecDeque;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -51,13 +52,15 @@ enum Target {
 }
 
 struct Ring {
-    next_seq: u64,
     entries: VecDeque<Entry>,
 }
 
 pub struct FlightRecorder {
     capacity: usize,
     epoch: Instant,
+    /// The next sequence number; taken by [`FlightRecorder::reserve`] before
+    /// an operation is recorded, so that its hooks see the same number.
+    next_seq: AtomicU64,
     ring: Mutex<Ring>,
 }
 
@@ -68,8 +71,8 @@ impl FlightRecorder {
         FlightRecorder {
             capacity,
             epoch: Instant::now(),
+            next_seq: AtomicU64::new(1),
             ring: Mutex::new(Ring {
-                next_seq: 1,
                 entries: VecDeque::with_capacity(capacity.min(1024)),
             }),
         }
@@ -79,15 +82,32 @@ impl FlightRecorder {
         crate::util::lock(&self.ring)
     }
 
+    /// Takes the next sequence number for an operation about to be issued.
+    pub fn reserve(&self) -> u64 {
+        self.next_seq.fetch_add(1, Ordering::Relaxed)
+    }
+
     /// Records an issued operation and its work (None with the error kind
     /// when the backend refused to issue it); returns its sequence number.
     pub fn record(&self, op: &Op, async_op: bool, work: Result<&Arc<dyn Work>, ErrorKind>) -> u64 {
-        let mut ring = self.lock();
-        let seq = ring.next_seq;
-        ring.next_seq += 1;
+        let seq = self.reserve();
+        self.record_as(seq, op, async_op, work);
+        seq
+    }
+
+    /// [`FlightRecorder::record`] under a number taken by
+    /// [`FlightRecorder::reserve`].
+    pub fn record_as(
+        &self,
+        seq: u64,
+        op: &Op,
+        async_op: bool,
+        work: Result<&Arc<dyn Work>, ErrorKind>,
+    ) {
         if self.capacity == 0 {
-            return seq;
+            return;
         }
+        let mut ring = self.lock();
         if ring.entries.len() == self.capacity {
             ring.entries.pop_front();
         }
@@ -114,12 +134,11 @@ impl FlightRecorder {
             work,
             refused,
         });
-        seq
     }
 
     /// Operations issued so far (the next sequence number minus one).
     pub fn issued(&self) -> u64 {
-        self.lock().next_seq - 1
+        self.next_seq.load(Ordering::Relaxed) - 1
     }
 
     /// The table of recorded operations, oldest first, under a header line
@@ -129,7 +148,7 @@ impl FlightRecorder {
         // asks the driver, and recording must never wait for that.
         let (issued, rows): (u64, Vec<Entry>) = {
             let ring = self.lock();
-            (ring.next_seq - 1, ring.entries.iter().cloned().collect())
+            (self.issued(), ring.entries.iter().cloned().collect())
         };
         let mut out = String::new();
         if self.capacity == 0 {

@@ -43,7 +43,12 @@ struct HostState {
     status: WorkStatus,
     error: Option<Error>,
     started: Option<Instant>,
+    on_complete: Option<CompletionHook>,
 }
+
+/// Run once with the outcome when a [`HostWork`] completes, before its
+/// waiters wake (the post hooks of [`crate::comm::hooks`]).
+pub type CompletionHook = Box<dyn FnOnce(&Result<()>) + Send>;
 
 /// Completion of an operation run on a comm's host progress thread.
 pub struct HostWork {
@@ -66,6 +71,7 @@ impl HostWork {
                 status: WorkStatus::NotStarted,
                 error: None,
                 started: None,
+                on_complete: None,
             }),
             done: Condvar::new(),
         }
@@ -88,9 +94,20 @@ impl HostWork {
         }
     }
 
-    /// Records the outcome; a work already marked timed out keeps that status.
+    /// Sets the function [`HostWork::complete`] runs first.
+    pub fn on_complete(&self, hook: CompletionHook) {
+        self.lock().on_complete = Some(hook);
+    }
+
+    /// Records the outcome (after running the completion hook, with no lock
+    /// held); a work already marked timed out keeps that status.
     pub fn complete(&self, result: Result<()>) {
         let mut s = self.lock();
+        if let Some(hook) = s.on_complete.take() {
+            drop(s);
+            hook(&result);
+            s = self.lock();
+        }
         if !s.status.is_finished() {
             match result {
                 Ok(()) => s.status = WorkStatus::Completed,

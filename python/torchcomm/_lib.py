@@ -18,6 +18,9 @@ TC_OP_OPTIONS_MAGIC = 1413697360
 TC_OP_OPTIONS_VERSION = 1
 TC_REDUCER_OPTIONS_MAGIC = 1413698116
 TC_REDUCER_OPTIONS_VERSION = 2
+TC_HOOK_PRE = 0
+TC_HOOK_POST = 1
+TC_OP_INFO_VERSION = 1
 
 ERROR_NAMES = {
     1001: "TC_ERR_NULL_ARGUMENT",
@@ -137,6 +140,44 @@ class GradBucketC(C.Structure):
 
 
 ABORT_HOOK = C.CFUNCTYPE(None, C.c_int32, C.c_char_p, C.c_void_p)
+
+
+class OpBuffer(C.Structure):
+    _fields_ = [("ptr", C.c_void_p), ("count", C.c_size_t), ("dtype", C.c_int32), ("peer", C.c_int32)]
+
+
+class ReduceOpC(C.Structure):
+    _fields_ = [("kind", C.c_int32), ("premul_factor", C.c_double), ("premul_factor_ptr", C.c_void_p)]
+
+
+class OpInfo(C.Structure):
+    """tc_op_info_t: what an operation hook receives (valid during the call)."""
+
+    _fields_ = [
+        ("struct_size", C.c_size_t),
+        ("version", C.c_uint32),
+        ("phase", C.c_int),
+        ("op_name", C.c_char_p),
+        ("comm_name", C.c_char_p),
+        ("seq", C.c_uint64),
+        ("rank", C.c_int),
+        ("size", C.c_int),
+        ("dtype", C.c_int32),
+        ("root", C.c_int),
+        ("peer", C.c_int),
+        ("reduce_op", ReduceOpC),
+        ("async_op", C.c_int),
+        ("inputs", C.POINTER(OpBuffer)),
+        ("num_inputs", C.c_size_t),
+        ("outputs", C.POINTER(OpBuffer)),
+        ("num_outputs", C.c_size_t),
+        ("status", C.c_int32),
+        ("message", C.c_char_p),
+        ("completed", C.c_int),
+    ]
+
+
+OP_HOOK = C.CFUNCTYPE(None, C.POINTER(OpInfo), C.c_void_p)
 COMM_HOOK = C.CFUNCTYPE(C.c_int32, C.c_void_p, C.c_void_p, C.POINTER(GradBucketC), C.POINTER(C.c_void_p))
 LOG_CALLBACK = C.CFUNCTYPE(None, C.c_int32, C.c_char_p, C.c_void_p)
 
@@ -158,6 +199,9 @@ PROTOTYPES = {
     "tc_comm_get_async_error": (_R, [_p]),
     "tc_comm_dump_flight_recorder": (_R, [_p, _out]),
     "tc_comm_set_abort_hook": (_R, [_p, ABORT_HOOK, _p]),
+    "tc_comm_add_pre_hook": (_R, [_p, OP_HOOK, _p, C.POINTER(C.c_uint64)]),
+    "tc_comm_add_post_hook": (_R, [_p, OP_HOOK, _p, C.POINTER(C.c_uint64)]),
+    "tc_comm_remove_hook": (_R, [_p, C.c_uint64]),
     "tc_comm_split": (_R, [_p, C.POINTER(C.c_int), _sz, C.c_char_p, C.POINTER(CommOptions), _out]),
     "tc_comm_finalize": (_R, [_p]),
     "tc_comm_abort": (_R, [_p]),

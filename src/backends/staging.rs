@@ -23,7 +23,7 @@ pub struct Staged {
     device: std::sync::Arc<cuda::Device>,
 }
 
-fn pointer_device(ptr: *const c_void) -> Result<i32> {
+pub(crate) fn pointer_device(ptr: *const c_void) -> Result<i32> {
     let mut ordinal: i32 = 0;
     let attr = sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL;
     // SAFETY: the attribute is an int; `ptr` is only inspected.

@@ -15,6 +15,7 @@ pub mod comm_names;
 pub mod comm_ops;
 pub mod errors;
 pub mod handle;
+pub mod hooks;
 pub mod local;
 pub mod log;
 pub mod mem;

@@ -162,6 +162,10 @@ $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests"
   "$ROOT/tests/sim_gpu/test_sim_peer_exit.c" -o "$B/test_sim_peer_exit" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
   || { echo "sim-gpu-test: compiling test_sim_peer_exit failed"; status=1; }
 RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "a peer process that dies, 2 ranks (TC_ERR_REMOTE, not a hang)" "$B/test_sim_peer_exit"
+$CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests" -I"$ROOT/capi_tests/gpu" -I"$SIM/cuda/include" \
+  "$ROOT/tests/sim_gpu/test_sim_nan_check.c" -o "$B/test_sim_nan_check" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
+  || { echo "sim-gpu-test: compiling test_sim_nan_check failed"; status=1; }
+for n in 2 3; do RANKS=$n TORCHCOMM_NAN_CHECK=1 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "TORCHCOMM_NAN_CHECK with CUDA memory (nccl, gloo staging), $n ranks" "$B/test_sim_nan_check"; done
 # Two comms on one device in opposite orders on two ranks: a deadlock (a
 # device runs one NCCL kernel at a time), ended by the library's timeout.
 $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests" -I"$ROOT/capi_tests/gpu" -I"$SIM/cuda/include" \
