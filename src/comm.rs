@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 /// `crate::comm::Op` and friends keep resolving for existing callers.
 pub use crate::op::{Op, OpOptions, P2p, Ptr};
 
+mod shrink;
+
 /// Creation options, read from `tc_comm_options_t`.
 #[derive(Clone, Default)]
 pub struct CommOptions {
@@ -73,6 +75,8 @@ pub struct Comm {
     /// once dead): finalize waits for their asynchronous calls, an abort
     /// ends them. Copied out of the lock before any call into a window.
     windows: Mutex<Vec<Weak<crate::window::Lanes>>>,
+    /// Store scope and count of its shrinks (see [`shrink`]).
+    shrink: shrink::ShrinkState,
 }
 
 /// An application's function run when a comm is aborted.
@@ -128,13 +132,7 @@ impl Comm {
         opts: &CommOptions,
         make_backend: impl FnOnce(BackendInit) -> Result<Box<dyn Backend>>,
     ) -> Result<Arc<Comm>> {
-        if name.is_empty() || name.contains('/') || name.len() > MAX_NAME_LEN {
-            return Err(Error::invalid_argument(format!(
-                "comm name {:?} must be non-empty, at most {MAX_NAME_LEN} bytes (it prefixes \
-                 the comm's store keys) and contain no '/'",
-                name.chars().take(80).collect::<String>()
-            )));
-        }
+        check_comm_name(&name)?;
         if size < 1 || rank < 0 || rank >= size {
             return Err(Error::invalid_argument(format!(
                 "rank {rank} is outside a world of size {size}"
@@ -146,8 +144,9 @@ impl Comm {
         // incarnation k has counted before any rank can count for k + 1.
         let count = base_store.add(&format!("{name}/incarnations/{size}"), 1)?;
         let incarnation = (count - 1) / size as i64;
+        let scope = format!("{name}/{size}.{incarnation}");
         let store: StoreRef = Arc::new(crate::store::prefix::PrefixStore::new(
-            &format!("{name}/{size}.{incarnation}"),
+            &scope,
             base_store.clone(),
         ));
         let init = BackendInit {
@@ -183,6 +182,7 @@ impl Comm {
             recorder: FlightRecorder::new(config().flight_recorder),
             abort_hook: Mutex::new(None),
             windows: Mutex::new(Vec::new()),
+            shrink: shrink::ShrinkState::new(scope),
         });
         let progress = {
             let comm = comm.clone();
@@ -674,6 +674,18 @@ impl Comm {
         )
         .map(Some)
     }
+}
+
+/// Rejects a name that cannot prefix the comm's store keys.
+fn check_comm_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.contains('/') || name.len() > MAX_NAME_LEN {
+        return Err(Error::invalid_argument(format!(
+            "comm name {:?} must be non-empty, at most {MAX_NAME_LEN} bytes (it prefixes \
+             the comm's store keys) and contain no '/'",
+            name.chars().take(80).collect::<String>()
+        )));
+    }
+    Ok(())
 }
 
 /// The color of a native split: the same for every rank passing the same
