@@ -159,6 +159,7 @@ PROTOTYPES = {
     "tc_comm_dump_flight_recorder": (_R, [_p, _out]),
     "tc_comm_set_abort_hook": (_R, [_p, ABORT_HOOK, _p]),
     "tc_comm_split": (_R, [_p, C.POINTER(C.c_int), _sz, C.c_char_p, C.POINTER(CommOptions), _out]),
+    "tc_comm_shrink": (_R, [_p, C.POINTER(C.c_int), _sz, C.c_char_p, C.POINTER(CommOptions), _out]),
     "tc_comm_finalize": (_R, [_p]),
     "tc_comm_abort": (_R, [_p]),
     "tc_comm_destroy": (None, [_p]),
