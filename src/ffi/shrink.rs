@@ -23,13 +23,19 @@ use std::ffi::{c_char, c_int};
 /// `comm` may be active or aborted (after an operation failed with
 /// `TC_ERR_REMOTE` or `TC_ERR_TIMEOUT`, or `tc_comm_abort`), not finalized
 /// (`TC_ERR_INVALID_USAGE`); it is left as it was (finalize or destroy it
-/// as usual). Every remaining rank calls shrink on a comm the same number of
-/// times. On gloo the remaining ranks meet afresh in the comm's store,
-/// which must still be reachable: when a rank hosts it (rank 0 under the
-/// `MASTER_ADDR` bootstrap) that rank cannot be excluded, and the shrink
-/// fails with the store's error, saying so. On nccl it is
-/// `ncclCommShrink` (NCCL 2.27+; `TC_ERR_UNSUPPORTED` naming the loaded
-/// version otherwise).
+/// as usual). With abort-on-error on (the default) a failure ends the
+/// process before it can shrink: ranks meant to survive a peer's death
+/// create their comms with `abort_on_error = 0` (or run with
+/// `TORCHCOMM_ABORT_ON_ERROR=0`). Shrinks of one comm into one name are
+/// counted: the remaining ranks make them alike, in the same order.
+///
+/// On gloo the remaining ranks meet afresh in the comm's store, which must
+/// still be reachable: when a rank hosts it (rank 0 under the `MASTER_ADDR`
+/// bootstrap) that rank cannot be excluded, and the shrink fails with the
+/// store's error, saying so. On nccl it is `ncclCommShrink` (NCCL 2.27+;
+/// `TC_ERR_UNSUPPORTED` naming the loaded version otherwise) and needs the
+/// comm's NCCL comm: once the comm was aborted (as any failure it detects
+/// does) the shrink is `TC_ERR_UNSUPPORTED`, saying so.
 ///
 /// `name` must be unique among the live comms of this process
 /// (`TC_ERR_INVALID_ARGUMENT` otherwise, before any communication). `opts`
