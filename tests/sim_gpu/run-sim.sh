@@ -148,11 +148,7 @@ $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests"
   "$ROOT/tests/sim_gpu/test_sim_peer_exit.c" -o "$B/test_sim_peer_exit" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
   || { echo "sim-gpu-test: compiling test_sim_peer_exit failed"; status=1; }
 RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "a peer process that dies, 2 ranks (TC_ERR_REMOTE, not a hang)" "$B/test_sim_peer_exit"
-$CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests" -I"$ROOT/capi_tests/gpu" -I"$SIM/cuda/include" \
-  "$ROOT/tests/sim_gpu/test_sim_shrink.c" -o "$B/test_sim_shrink" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
-  || { echo "sim-gpu-test: compiling test_sim_shrink failed"; status=1; }
-RANKS=4 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "tc_comm_shrink through ncclCommShrink, 4 ranks excluding one" "$B/test_sim_shrink"
-RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.18/libnccl.so.2 extra "tc_comm_shrink on NCCL 2.18 (TC_ERR_UNSUPPORTED)" "$B/test_sim_shrink" old
+RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.18/libnccl.so.2 extra "tc_comm_shrink on NCCL 2.18 (TC_ERR_UNSUPPORTED)" "$B/test_gpu_shrink" old
 # Two comms on one device in opposite orders on two ranks: a deadlock (a
 # device runs one NCCL kernel at a time), ended by the library's timeout.
 $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests" -I"$ROOT/capi_tests/gpu" -I"$SIM/cuda/include" \

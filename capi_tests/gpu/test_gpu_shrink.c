@@ -1,10 +1,11 @@
-/* tc_comm_shrink on the nccl backend (ncclCommShrink), on the simulated
-   driver and NCCL only. With 4 ranks: ranks 0, 2 and 3 shrink a healthy
+/* tc_comm_shrink on the nccl backend (ncclCommShrink), in the GPU suite
+   (part 3, 4 ranks) and on the simulated NCCL. With 4 ranks: ranks 0, 2 and 3 shrink a healthy
    comm excluding rank 1, which takes no part; the new comm ranks them 0, 1,
    2 in their old order and all-reduces correctly; the parent stays usable
    for all four. After tc_comm_abort the parent has no NCCL comm left, so a
    shrink is TC_ERR_UNSUPPORTED saying why. With "old" (2 ranks, an NCCL
-   without ncclCommShrink): TC_ERR_UNSUPPORTED naming the version. Prints
+   without ncclCommShrink; make sim-gpu-test runs it on its NCCL 2.18
+   double): TC_ERR_UNSUPPORTED naming the version. Prints
    "N passed, N failed" on every rank. */
 #define _POSIX_C_SOURCE 200809L
 #include <string.h>
