@@ -1,7 +1,7 @@
 /* A one-rank host comm through the C API: queries, operations, error paths
    with a live comm (unknown dtype and reduce op, bad op-options magic, short
    options struct, ranks out of range, bitwise ops on floats, NULL buffers,
-   overflowing counts), use after finalize, the flight recorder, the abort
+   overflowing counts), use after finalize, shrink, the flight recorder, the abort
    hook, and the log callback. */
 #include "capi_util.h"
 #include <stdint.h>
@@ -96,10 +96,27 @@ int main(void) {
     int ranks_bad[1] = {3};
     EXPECT_RC(tc_comm_split(comm, ranks_bad, 1, "bad", NULL, &child), TC_ERR_INVALID_ARGUMENT, "ranks[0]");
 
+    /* shrink: excluding nobody gives a comm of the same ranks; excluding
+       oneself, a rank out of range or a name in use is refused */
+    int self_rank[1] = {0};
+    child = (tc_comm_t *)&done;
+    EXPECT_RC(tc_comm_shrink(comm, self_rank, 1, "shrunk", NULL, &child), TC_ERR_INVALID_USAGE, "exclude_ranks[0]");
+    EXPECT_RC(tc_comm_shrink(comm, ranks_bad, 1, "shrunk", NULL, &child), TC_ERR_INVALID_ARGUMENT, "exclude_ranks[0]");
+    EXPECT_RC(tc_comm_shrink(comm, NULL, 0, "capi", NULL, &child), TC_ERR_INVALID_ARGUMENT, "already named");
+    CHECK(child == (tc_comm_t *)&done);
+    EXPECT_OK(tc_comm_shrink(comm, NULL, 0, "shrunk", NULL, &child));
+    int shrunk_size = 0;
+    EXPECT_OK(tc_comm_get_size(child, &shrunk_size));
+    CHECK(child != (tc_comm_t *)&done && shrunk_size == 1);
+    EXPECT_OK(tc_all_reduce(child, x, 8, TC_FLOAT32, sum, NULL, NULL));
+    EXPECT_OK(tc_comm_finalize(child));
+    tc_comm_destroy(child);
+
     /* use after finalize */
     EXPECT_OK(tc_comm_finalize(comm));
     EXPECT_RC(tc_all_reduce(comm, x, 8, TC_FLOAT32, sum, NULL, NULL), TC_ERR_INVALID_USAGE, "finalized");
     EXPECT_RC(tc_comm_finalize(comm), TC_ERR_INVALID_USAGE, "already finalized");
+    EXPECT_RC(tc_comm_shrink(comm, NULL, 0, "late", NULL, &child), TC_ERR_INVALID_USAGE, "finalized");
 
     /* the flight recorder, still readable after finalize: the three issued
        all_reduces in order (refused calls were never issued), completed */

@@ -196,6 +196,11 @@ int main(void) {
     tc_comm_options_t bad_comm = TC_COMM_OPTIONS_INIT;
     bad_comm.magic = 0xbad;
     EXPECT_RC(tc_comm_split(comm, ranks, 1, "x", &bad_comm, &child), TC_ERR_INVALID_ARGUMENT, "magic");
+    EXPECT_RC(tc_comm_shrink(NULL, ranks, 1, "x", NULL, &child), TC_ERR_NULL_ARGUMENT, "'comm'");
+    EXPECT_RC(tc_comm_shrink(comm, ranks, 1, "x", NULL, NULL), TC_ERR_NULL_ARGUMENT, "'out'");
+    EXPECT_RC(tc_comm_shrink(comm, NULL, 1, "x", NULL, &child), TC_ERR_NULL_ARGUMENT, "'exclude_ranks'");
+    EXPECT_RC(tc_comm_shrink(comm, ranks, 1, NULL, NULL, &child), TC_ERR_NULL_ARGUMENT, "'name'");
+    EXPECT_RC(tc_comm_shrink(comm, ranks, 1, "x", &bad_comm, &child), TC_ERR_INVALID_ARGUMENT, "magic");
     CHECK(i == -7 && s == SENTINEL && dev.type == -7 && child == SENTINEL);
     EXPECT_RC(tc_comm_finalize(NULL), TC_ERR_NULL_ARGUMENT, "'comm'");
     EXPECT_RC(tc_comm_abort(NULL), TC_ERR_NULL_ARGUMENT, "'comm'");

@@ -192,6 +192,17 @@ class Comm {
         });
         return Comm(c);
     }
+    /* The comm of the ranks not in `exclude_ranks` (parent ranks, the same
+       set on every remaining rank), in their old order; also on an aborted
+       comm. Called by the remaining ranks only (see tc_comm_shrink). */
+    Comm shrink(Span<const int> exclude_ranks, const std::string &name, const CommOptions &opts = {}) {
+        tc_comm_t *c = nullptr;
+        opts.with_c([&](const tc_comm_options_t *o) {
+            detail::check(tc_comm_shrink(h_.get(), exclude_ranks.data(), exclude_ranks.size(), name.c_str(), o, &c),
+                          "tc_comm_shrink");
+        });
+        return Comm(c);
+    }
     void finalize() { detail::check(tc_comm_finalize(h_.get()), "tc_comm_finalize"); }
     void abort() { detail::check(tc_comm_abort(h_.get()), "tc_comm_abort"); }
 

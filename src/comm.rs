@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 pub use crate::op::{Op, OpOptions, P2p, Ptr};
 
 pub mod hooks;
+mod shrink;
 
 /// Creation options, read from `tc_comm_options_t`.
 #[derive(Clone, Default)]
@@ -77,6 +78,8 @@ pub struct Comm {
     windows: Mutex<Vec<Weak<crate::window::Lanes>>>,
     /// Operation hooks and the NaN check ([`crate::comm::hooks`]).
     hooks: hooks::Hooks,
+    /// Store scope and count of its shrinks (see [`shrink`]).
+    shrink: shrink::ShrinkState,
 }
 
 /// An application's function run when a comm is aborted.
@@ -132,13 +135,7 @@ impl Comm {
         opts: &CommOptions,
         make_backend: impl FnOnce(BackendInit) -> Result<Box<dyn Backend>>,
     ) -> Result<Arc<Comm>> {
-        if name.is_empty() || name.contains('/') || name.len() > MAX_NAME_LEN {
-            return Err(Error::invalid_argument(format!(
-                "comm name {:?} must be non-empty, at most {MAX_NAME_LEN} bytes (it prefixes \
-                 the comm's store keys) and contain no '/'",
-                name.chars().take(80).collect::<String>()
-            )));
-        }
+        check_comm_name(&name)?;
         if size < 1 || rank < 0 || rank >= size {
             return Err(Error::invalid_argument(format!(
                 "rank {rank} is outside a world of size {size}"
@@ -150,8 +147,9 @@ impl Comm {
         // incarnation k has counted before any rank can count for k + 1.
         let count = base_store.add(&format!("{name}/incarnations/{size}"), 1)?;
         let incarnation = (count - 1) / size as i64;
+        let scope = format!("{name}/{size}.{incarnation}");
         let store: StoreRef = Arc::new(crate::store::prefix::PrefixStore::new(
-            &format!("{name}/{size}.{incarnation}"),
+            &scope,
             base_store.clone(),
         ));
         let init = BackendInit {
@@ -188,6 +186,7 @@ impl Comm {
             abort_hook: Mutex::new(None),
             windows: Mutex::new(Vec::new()),
             hooks: hooks::Hooks::from_environment(),
+            shrink: shrink::ShrinkState::new(scope),
         });
         let progress = {
             let comm = comm.clone();
@@ -719,6 +718,18 @@ impl Comm {
         )
         .map(Some)
     }
+}
+
+/// Rejects a name that cannot prefix the comm's store keys.
+fn check_comm_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.contains('/') || name.len() > MAX_NAME_LEN {
+        return Err(Error::invalid_argument(format!(
+            "comm name {:?} must be non-empty, at most {MAX_NAME_LEN} bytes (it prefixes \
+             the comm's store keys) and contain no '/'",
+            name.chars().take(80).collect::<String>()
+        )));
+    }
+    Ok(())
 }
 
 /// The color of a native split: the same for every rank passing the same

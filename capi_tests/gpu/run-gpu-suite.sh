@@ -60,6 +60,7 @@ TESTS=(
   "sparse1 1 30 3 test_gpu_sparse"
   "sparse2 2 45 3 test_gpu_sparse"
   "sparse4 4 60 3 test_gpu_sparse"
+  "shrink4 4 60 3 test_gpu_shrink"
 )
 
 list_tests() {

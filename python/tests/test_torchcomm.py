@@ -227,6 +227,22 @@ def test_argument_errors_lose_nothing(comm):
     assert (x == n).all()
 
 
+def test_shrink_excluding_the_last_rank(comm):
+    r, n = comm.rank, comm.size
+    if r == n - 1:
+        return  # excluded: takes no part
+    small = comm.shrink([n - 1], "pytest-shrunk")
+    assert small.size == n - 1 and small.rank == r and small.name == "pytest-shrunk"
+    v = np.array([r + 1])
+    small.all_reduce(v)
+    assert v[0] == (n - 1) * n // 2
+    small.finalize()
+    small.destroy()
+    with pytest.raises(tc.TorchCommError) as e:
+        comm.shrink([r], "pytest-self")
+    assert "excluded" in str(e.value)
+
+
 def test_split_window_memory_flight_recorder(comm):
     r, n = comm.rank, comm.size
     pair = comm.split([0, 1] if r < 2 else [], "pytest-pair")

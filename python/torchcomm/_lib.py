@@ -203,6 +203,7 @@ PROTOTYPES = {
     "tc_comm_add_post_hook": (_R, [_p, OP_HOOK, _p, C.POINTER(C.c_uint64)]),
     "tc_comm_remove_hook": (_R, [_p, C.c_uint64]),
     "tc_comm_split": (_R, [_p, C.POINTER(C.c_int), _sz, C.c_char_p, C.POINTER(CommOptions), _out]),
+    "tc_comm_shrink": (_R, [_p, C.POINTER(C.c_int), _sz, C.c_char_p, C.POINTER(CommOptions), _out]),
     "tc_comm_finalize": (_R, [_p]),
     "tc_comm_abort": (_R, [_p]),
     "tc_comm_destroy": (None, [_p]),

@@ -225,6 +225,18 @@ class Comm:
         del keep
         return Comm(_handle=out) if out else None
 
+    def shrink(self, exclude_ranks: Sequence[int], name: str, **options: Any) -> "Comm":
+        """The comm of the ranks not in `exclude_ranks` (parent ranks, the
+        same set on every remaining rank), in their old order; works on an
+        aborted comm too. Only the remaining ranks call it (tc_comm_shrink)."""
+        arr = (C.c_int * len(exclude_ranks))(*exclude_ranks) if exclude_ranks else None
+        opts, keep = _comm_options(None, **options) if options else (None, None)
+        out = C.c_void_p()
+        check(lib.tc_comm_shrink(self.handle, arr, len(exclude_ranks), name.encode(),
+                                 C.byref(opts) if opts else None, C.byref(out)), "tc_comm_shrink")
+        del keep
+        return Comm(_handle=out)
+
     def finalize(self) -> None:
         check(lib.tc_comm_finalize(self.handle), "tc_comm_finalize")
 

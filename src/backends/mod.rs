@@ -96,6 +96,15 @@ pub trait Backend: Send + Sync {
         Err(Error::unsupported("this backend has no native split"))
     }
 
+    /// Makes the backend of the comm that remains without the `excluded`
+    /// ranks (sorted parent ranks), collectively over the other ranks of
+    /// this one, which may have failed (`tc_comm_shrink`). Called only when
+    /// [`Backend::splits_natively`]; the others are made afresh over the
+    /// store.
+    fn shrink(&self, _excluded: &[i32], _init: BackendInit) -> Result<Box<dyn Backend>> {
+        Err(Error::unsupported("this backend has no native shrink"))
+    }
+
     /// Creates a one-sided window over this comm, collectively over every
     /// rank (see [`WindowBackend`]). Backends without windows answer
     /// `TC_ERR_UNSUPPORTED`.

@@ -30,7 +30,7 @@ impl Handle for tc_comm {
     const TYPE: HandleType = HandleType::Comm;
 }
 
-unsafe fn comm_options(p: *const tc_comm_options_t) -> Result<CommOptions> {
+pub(crate) unsafe fn comm_options(p: *const tc_comm_options_t) -> Result<CommOptions> {
     let o = read_versioned(p, "opts")?;
     let name = if o.name.is_null() {
         None
@@ -72,7 +72,7 @@ unsafe fn comm_options(p: *const tc_comm_options_t) -> Result<CommOptions> {
     })
 }
 
-fn comm_handle(inner: Arc<Comm>, name_lease: NameLease) -> *mut tc_comm_t {
+pub(crate) fn comm_handle(inner: Arc<Comm>, name_lease: NameLease) -> *mut tc_comm_t {
     let name = CString::new(inner.name()).unwrap_or_default();
     let backend = CString::new(inner.backend_name()).unwrap_or_default();
     into_handle(tc_comm {

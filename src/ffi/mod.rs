@@ -20,6 +20,7 @@ pub mod local;
 pub mod log;
 pub mod mem;
 pub mod reducer;
+pub mod shrink;
 pub mod sparse;
 pub mod store;
 pub mod types;

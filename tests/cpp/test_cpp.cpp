@@ -259,6 +259,16 @@ static void test_split_window_memory(tc::Comm &comm) {
         CHECK(v == 3);
         pair.finalize();
     }
+    // The last rank excluded (it takes no part); the others keep their ranks.
+    if (rank < size - 1) {
+        std::vector<int> last{size - 1};
+        tc::Comm small = comm.shrink(last, "cpp-shrunk");
+        CHECK(small.size() == size - 1 && small.rank() == rank && small.name() == "cpp-shrunk");
+        int v = rank + 1;
+        small.all_reduce({&v, 1}, tc::Sum);
+        CHECK(v == (size - 1) * size / 2);
+        small.finalize();
+    }
 
     const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
     tc::Memory mem = comm.mem_alloc(8 * sizeof(int64_t));

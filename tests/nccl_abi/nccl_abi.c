@@ -64,6 +64,10 @@ int main(void) {
 #endif
     V(NCCL_CONFIG_UNDEF_INT);
     V(NCCL_SPLIT_NOCOLOR);
+#ifdef NCCL_SHRINK_ABORT
+    V(NCCL_SHRINK_DEFAULT);
+    V(NCCL_SHRINK_ABORT);
+#endif
 
     V(ncclSuccess);
     V(ncclUnhandledCudaError);

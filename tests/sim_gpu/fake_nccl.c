@@ -44,6 +44,9 @@
      any order of sends and receives inside a group completes); send/recv to
      self must be inside a group and match in size; a failed call inside a
      group fails the group and launches nothing;
+   - ncclCommShrink (2.27+): collective over the ranks not excluded, which
+     compare their lists (a difference is ncclInvalidUsage) and form a comm
+     in parent order; a job of the parent like ncclCommSplit;
    - ncclCommSplit: collective over the parent (colors and keys are
      exchanged between all ranks); NCCL_SPLIT_NOCOLOR gives NULL; ranks of
      one color form a comm ordered by key, then parent rank. As in NCCL's
@@ -181,7 +184,7 @@ typedef struct ncclComm {
     char dir[PATH_MAX];
     pid_t *pids;
     unsigned long *send_seq, *recv_seq, *csend_seq, *crecv_seq;
-    unsigned long splits;
+    unsigned long splits, shrinks;
     /* kernels run one at a time, in issue order */
     unsigned long issued, next_run;
     int running, dir_users; /* dir_users: kernels and splits using the directory */
@@ -773,13 +776,19 @@ struct split_job {
     int color, key, blocking;
     ncclComm_t *newcomm;
     unsigned long split_no;
+    /* ncclCommShrink: the sorted excluded ranks (owned by the job) */
+    int shrink, nexclude, *exclude;
 };
+
+static ncclResult_t shrink_work(struct split_job *j);
+static ncclResult_t run_job(ncclComm_t comm, struct split_job *j, const char *fn);
 
 /* Every rank tells every other its color and key (control messages), then
    the ranks of each color form a comm ordered by key, then parent rank, in
    a job directory named after the parent's. The child handle is written to
    *newcomm only now, at the end, as NCCL does. */
 static ncclResult_t split_work(struct split_job *j) {
+    if (j->shrink) return shrink_work(j);
     const char *fn = "ncclCommSplit";
     ncclComm_t comm = j->parent;
     int n = comm->nranks, me = comm->rank, color = j->color, key = j->key;
@@ -836,6 +845,7 @@ static void *split_thread(void *p) {
     if (--comm->dir_users == 0 && comm->state == ABORTED) leave_job(comm);
     pthread_cond_broadcast(&MC);
     pthread_mutex_unlock(&M);
+    free(j->exclude);
     free(j);
     return NULL;
 }
@@ -863,8 +873,15 @@ EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_
     }
     struct split_job *j = calloc(1, sizeof *j);
     j->parent = comm, j->color = color, j->key = key, j->blocking = blocking, j->newcomm = newcomm;
+    return run_job(comm, j, fn);
+}
+
+/* Runs a split or shrink job over `comm` (entered by the caller): on the
+   calling thread for a blocking parent, else on a thread of its own. */
+static ncclResult_t run_job(ncclComm_t comm, struct split_job *j, const char *fn) {
+    ncclResult_t r;
     pthread_mutex_lock(&M);
-    j->split_no = ++comm->splits;
+    j->split_no = j->shrink ? ++comm->shrinks : ++comm->splits;
     comm->dir_users++; /* an abort from another thread keeps the directory until the job is done */
     int parent_blocking = comm->blocking;
     if (!parent_blocking) comm->job_running = 1;
@@ -876,23 +893,123 @@ EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_
         pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
         if (pthread_create(&t, &a, split_thread, j) != 0) {
             pthread_attr_destroy(&a);
+            free(j->exclude);
             free(j);
             pthread_mutex_lock(&M);
             comm->job_running = 0, comm->dir_users--, comm->busy = 0;
             pthread_mutex_unlock(&M);
-            return fail(ncclSystemError, "%s: cannot start the split's thread", fn);
+            return fail(ncclSystemError, "%s: cannot start the job's thread", fn);
         }
         pthread_attr_destroy(&a);
         unbusy(comm);
         return ncclInProgress;
     }
     r = split_work(j);
+    free(j->exclude);
     free(j);
     pthread_mutex_lock(&M);
     if (--comm->dir_users == 0 && comm->state == ABORTED) leave_job(comm);
     comm->busy = 0;
     pthread_mutex_unlock(&M);
     return r;
+}
+#endif
+
+#if HAS(22700)
+static int excluded(const struct split_job *j, int q) {
+    for (int i = 0; i < j->nexclude; i++)
+        if (j->exclude[i] == q) return 1;
+    return 0;
+}
+
+/* The remaining ranks (only they) exchange their exclusion lists (control
+   messages), fail with ncclInvalidUsage on a difference, then form a comm
+   in parent order, in a job directory named after the parent's and the
+   list. */
+static ncclResult_t shrink_work(struct split_job *j) {
+    const char *fn = "ncclCommShrink";
+    ncclComm_t comm = j->parent;
+    int n = comm->nranks, me = comm->rank, k = j->nexclude;
+    size_t bytes = sizeof(int) * (size_t)(k + 1);
+    int *mine = calloc((size_t)k + 1, sizeof(int)), *theirs = calloc((size_t)n + 1, sizeof(int));
+    mine[0] = k;
+    memcpy(mine + 1, j->exclude, sizeof(int) * (size_t)k);
+    ncclResult_t r = ncclSuccess;
+    long timeout = env_long("TC_SIM_NCCL_INIT_TIMEOUT_MS", 60000);
+    for (int q = 0; q < n && r == ncclSuccess; q++) {
+        if (q == me || excluded(j, q)) continue;
+        struct msghdr h = {MSG_MAGIC, -3, 0, 0, 0, 0, 0, bytes};
+        if (msg_put(comm, 'c', q, comm->csend_seq[q]++, &h, mine) != 0)
+            r = fail(ncclSystemError, "%s: cannot write a message in %s: %s", fn, comm->dir, strerror(errno));
+    }
+    for (int q = 0; q < n && r == ncclSuccess; q++) {
+        if (q == me || excluded(j, q)) continue;
+        struct msghdr h;
+        int g = msg_get(comm, 'c', q, comm->crecv_seq[q]++, &h, theirs, sizeof(int) * ((size_t)n + 1), timeout);
+        if (g == 2) r = fail(ncclSystemError, "%s: rank %d did not take part within %ld ms", fn, q, timeout);
+        else if (g == 1) r = fail(ncclInvalidUsage, "%s: the comm was aborted", fn);
+        else if (g != 0 || h.kind != -3) r = fail(ncclInternalError, "%s: rank %d sent something else than its exclusion list (a different call?)", fn, q);
+        else if (h.bytes != bytes || memcmp(mine, theirs, bytes) != 0) r = fail(ncclInvalidUsage, "%s: rank %d excludes other ranks than this one", fn, q);
+    }
+    ncclComm_t child = NULL;
+    if (r == ncclSuccess) {
+        int newrank = 0;
+        for (int q = 0; q < me; q++) newrank += !excluded(j, q);
+        char dir[PATH_MAX + 64];
+        int at = snprintf(dir, sizeof dir, "%s.x%lu", comm->dir, j->split_no);
+        for (int i = 0; i < k && at > 0 && (size_t)at < sizeof dir - 16; i++) at += snprintf(dir + at, sizeof dir - (size_t)at, "-%d", j->exclude[i]);
+        r = new_comm(&child, n - k, newrank, n - k > 1 ? dir : NULL, j->blocking, comm->device, fn);
+        if (r == ncclInProgress) r = ncclSuccess;
+    }
+    free(mine);
+    free(theirs);
+    if (r == ncclSuccess) __atomic_store_n(j->newcomm, child, __ATOMIC_RELEASE);
+    return r;
+}
+
+static int int_less(const void *a, const void *b) {
+    return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
+}
+
+/* Collective over the ranks not excluded (the excluded ones take no part).
+   A job of the parent as ncclCommSplit is; shrinkFlags NCCL_SHRINK_ABORT
+   first ends the parent's operations (here: nothing is left running once
+   the call is entered). */
+EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm,
+                                   void *config, int shrinkFlags) {
+    const char *fn = "ncclCommShrink";
+    if (!newcomm) return fail(ncclInvalidArgument, "%s: newcomm is NULL", fn);
+    ncclResult_t r = enter(comm, fn, 0);
+    if (r != ncclSuccess) return r;
+    *newcomm = NULL;
+    int blocking = comm->blocking;
+    int *list = calloc((size_t)(excludeRanksCount > 0 ? excludeRanksCount : 1), sizeof(int));
+    if (shrinkFlags != 0 && shrinkFlags != 1) r = fail(ncclInvalidArgument, "%s: shrinkFlags %d is not NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT", fn, shrinkFlags);
+    else if (excludeRanksCount < 0 || (excludeRanksCount > 0 && !excludeRanksList)) r = fail(ncclInvalidArgument, "%s: bad excludeRanksList/Count (%d)", fn, excludeRanksCount);
+    for (int i = 0; r == ncclSuccess && i < excludeRanksCount; i++) {
+        int q = excludeRanksList[i];
+        if (q < 0 || q >= comm->nranks) r = fail(ncclInvalidArgument, "%s: excluded rank %d is outside [0, %d)", fn, q, comm->nranks);
+        else if (q == comm->rank) r = fail(ncclInvalidArgument, "%s: this rank (%d) is in excludeRanksList", fn, q);
+        for (int p = 0; r == ncclSuccess && p < i; p++)
+            if (list[p] == q) r = fail(ncclInvalidArgument, "%s: rank %d is excluded twice", fn, q);
+        list[i] = q;
+    }
+    if (r == ncclSuccess && config) r = check_config(config, &blocking, fn);
+    if (r != ncclSuccess) {
+        free(list);
+        unbusy(comm);
+        return r;
+    }
+    qsort(list, (size_t)excludeRanksCount, sizeof(int), int_less);
+    struct split_job *j = calloc(1, sizeof *j);
+    j->parent = comm, j->blocking = blocking, j->newcomm = newcomm;
+    j->shrink = 1, j->nexclude = excludeRanksCount, j->exclude = list;
+    return run_job(comm, j, fn);
+}
+#elif HAS(21800)
+static ncclResult_t shrink_work(struct split_job *j) {
+    (void)j;
+    return ncclInternalError;
 }
 #endif
 

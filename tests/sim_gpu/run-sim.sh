@@ -166,6 +166,7 @@ $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests"
   "$ROOT/tests/sim_gpu/test_sim_nan_check.c" -o "$B/test_sim_nan_check" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
   || { echo "sim-gpu-test: compiling test_sim_nan_check failed"; status=1; }
 for n in 2 3; do RANKS=$n TORCHCOMM_NAN_CHECK=1 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "TORCHCOMM_NAN_CHECK with CUDA memory (nccl, gloo staging), $n ranks" "$B/test_sim_nan_check"; done
+RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.18/libnccl.so.2 extra "tc_comm_shrink on NCCL 2.18 (TC_ERR_UNSUPPORTED)" "$B/test_gpu_shrink" old
 # Two comms on one device in opposite orders on two ranks: a deadlock (a
 # device runs one NCCL kernel at a time), ended by the library's timeout.
 $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests" -I"$ROOT/capi_tests/gpu" -I"$SIM/cuda/include" \

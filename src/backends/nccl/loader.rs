@@ -72,6 +72,10 @@ pub(crate) const NCCL_SCALAR_DEVICE: c_int = 0;
 pub(crate) const NCCL_SCALAR_HOST_IMMEDIATE: c_int = 1;
 
 pub(crate) const NCCL_SPLIT_NOCOLOR: c_int = -1;
+/// ncclCommShrink flags (NCCL 2.27+): shrink a healthy comm, or first end
+/// the operations of a failed one.
+pub(crate) const NCCL_SHRINK_DEFAULT: c_int = 0;
+pub(crate) const NCCL_SHRINK_ABORT: c_int = 1;
 pub(crate) const NCCL_CONFIG_UNDEF_INT: c_int = i32::MIN;
 pub(crate) const NCCL_API_MAGIC: u32 = 0xcafe_beef;
 
@@ -185,6 +189,16 @@ type FnErrorString = unsafe extern "C" fn(NcclResult) -> *const c_char;
 type FnLastError = unsafe extern "C" fn(NcclComm) -> *const c_char;
 pub(crate) type FnSplit =
     unsafe extern "C" fn(NcclComm, c_int, c_int, *mut NcclComm, *mut Config) -> NcclResult;
+/// ncclCommShrink(comm, excludeRanksList, excludeRanksCount, newcomm,
+/// config, shrinkFlags).
+pub(crate) type FnShrink = unsafe extern "C" fn(
+    NcclComm,
+    *mut c_int,
+    c_int,
+    *mut NcclComm,
+    *mut Config,
+    c_int,
+) -> NcclResult;
 type FnPreMulSum =
     unsafe extern "C" fn(*mut NcclRedOp, *mut c_void, NcclDataType, c_int, NcclComm) -> NcclResult;
 type FnRedOpDestroy = unsafe extern "C" fn(NcclRedOp, NcclComm) -> NcclResult;
@@ -280,6 +294,8 @@ pub struct Nccl {
     pub get_error_string: FnErrorString,
     pub get_last_error: Option<FnLastError>,
     pub comm_split: Option<FnSplit>,
+    /// ncclCommShrink (2.27+).
+    pub comm_shrink: Option<FnShrink>,
     pub red_op_create_pre_mul_sum: Option<FnPreMulSum>,
     pub red_op_destroy: Option<FnRedOpDestroy>,
     pub reduce: FnReduce,
@@ -426,6 +442,7 @@ impl Nccl {
             get_error_string: req!("ncclGetErrorString"),
             get_last_error: sym(h, "ncclGetLastError"),
             comm_split: sym(h, "ncclCommSplit"),
+            comm_shrink: sym(h, "ncclCommShrink"),
             red_op_create_pre_mul_sum: sym(h, "ncclRedOpCreatePreMulSum"),
             red_op_destroy: sym(h, "ncclRedOpDestroy"),
             reduce: req!("ncclReduce"),
@@ -611,6 +628,7 @@ mod abi {
             ("ncclGetErrorString", sig::<FnErrorString>(), true),
             ("ncclGetLastError", sig::<FnLastError>(), false),
             ("ncclCommSplit", sig::<FnSplit>(), false),
+            ("ncclCommShrink", sig::<FnShrink>(), false),
             ("ncclRedOpCreatePreMulSum", sig::<FnPreMulSum>(), false),
             ("ncclRedOpDestroy", sig::<FnRedOpDestroy>(), false),
             ("ncclReduce", sig::<FnReduce>(), true),
@@ -1048,9 +1066,19 @@ mod tests {
         }
 
         // Constants. Some exist only from some version on.
-        let consts: [(&str, i64, i32); 29] = [
+        let consts: [(&str, i64, i32); 31] = [
             ("NCCL_CONFIG_UNDEF_INT", NCCL_CONFIG_UNDEF_INT as i64, 0),
             ("NCCL_SPLIT_NOCOLOR", NCCL_SPLIT_NOCOLOR as i64, 0),
+            (
+                "NCCL_SHRINK_DEFAULT",
+                NCCL_SHRINK_DEFAULT as i64,
+                version_code(2, 27, 0),
+            ),
+            (
+                "NCCL_SHRINK_ABORT",
+                NCCL_SHRINK_ABORT as i64,
+                version_code(2, 27, 0),
+            ),
             (
                 "NCCL_API_MAGIC",
                 NCCL_API_MAGIC as i64,

@@ -28,6 +28,7 @@
 
 pub mod loader;
 mod mem;
+mod shrink;
 pub mod work;
 
 use super::{Backend, BackendInit};
@@ -828,31 +829,28 @@ impl NcclBackend {
         }
     }
 
-    /// ncclCommSplit over this comm (the caller holds a use and the issue
-    /// lock); returns the child handle (NULL for NOCOLOR) once NCCL reports
-    /// the split done. NCCL writes the handle only then, from its own thread
-    /// when this comm is non-blocking (the call itself answers in-progress
-    /// with the handle still NULL), so the slot lives on the heap and is
-    /// freed only once NCCL is done with it; when the wait stops early
-    /// (timeout, abort) it is left to NCCL, one pointer's worth.
+    /// ncclCommSplit (or ncclCommShrink, through `make`) over this comm
+    /// (the caller holds a use and the issue lock); returns the child handle
+    /// (NULL for NOCOLOR) once NCCL reports the job done. NCCL writes the
+    /// handle only then, from its own thread when this comm is non-blocking
+    /// (the call itself answers in-progress with the handle still NULL), so
+    /// the slot lives on the heap and is freed only once NCCL is done with
+    /// it; when the wait stops early (timeout, abort) it is left to NCCL,
+    /// one pointer's worth. `make(comm, slot)` makes the NCCL call; a NULL
+    /// config inherits this comm's, a config must outlive the call.
     fn split_child(
         &self,
-        split: FnSplit,
-        color: i32,
-        key: i32,
-        config: *mut loader::Config,
         what: &str,
+        make: impl FnOnce(NcclComm, *mut NcclComm) -> NcclResult,
     ) -> Result<NcclComm> {
         if !self.is_live() {
             return Err(self.closed_error().context(what));
         }
         let slot: *mut AtomicPtr<c_void> =
             Box::into_raw(Box::new(AtomicPtr::new(std::ptr::null_mut())));
-        // SAFETY: a live comm (held by the caller); the slot stays valid
-        // until NCCL reported the split done (AtomicPtr has the layout of a
-        // pointer); a NULL config inherits this comm's, a config outlives
-        // the call.
-        let r = unsafe { split(self.comm(), color, key, slot.cast(), config) };
+        // The slot stays valid until NCCL reported the job done (AtomicPtr
+        // has the layout of a pointer).
+        let r = make(self.comm(), slot.cast());
         let r = self.settled(r, what)?;
         // SAFETY: NCCL reported the split done: nothing writes the slot now.
         let child = unsafe { Box::from_raw(slot) }.load(Ordering::Acquire);
@@ -1700,13 +1698,10 @@ impl Backend for NcclBackend {
         let Some((color, key, init)) = member else {
             let _ctx = self.device.scoped()?;
             let what = "ncclCommSplit (opting out)";
-            let none = self.split_child(
-                split,
-                NCCL_SPLIT_NOCOLOR,
-                self.rank,
-                std::ptr::null_mut(),
-                what,
-            )?;
+            // SAFETY: a live comm (held by `_use`), NULL config.
+            let none = self.split_child(what, |c, slot| unsafe {
+                split(c, NCCL_SPLIT_NOCOLOR, self.rank, slot, std::ptr::null_mut())
+            })?;
             if !none.is_null() {
                 // SAFETY: a comm NCCL made although this rank opted out.
                 unsafe { (self.lib.comm_abort)(none) };
@@ -1732,7 +1727,11 @@ impl Backend for NcclBackend {
                 } else {
                     config
                 };
-                self.split_child(split, color, key, config, what)
+                // SAFETY: a live comm (held by `_use`); the config outlives
+                // the call.
+                self.split_child(what, |c, slot| unsafe {
+                    split(c, color, key, slot, config)
+                })
             },
         )?;
         let (size, rank) = {
@@ -1747,6 +1746,11 @@ impl Backend for NcclBackend {
             )));
         }
         Ok(Some(Box::new(child)))
+    }
+
+    /// ncclCommShrink over this comm (see [`shrink`]).
+    fn shrink(&self, excluded: &[i32], init: BackendInit) -> Result<Box<dyn Backend>> {
+        self.shrink_backend(excluded, init)
     }
 
     fn async_error(&self) -> Option<Error> {
