@@ -1,4 +1,4 @@
-//! A byte buffer in memory from `malloc`, of fixed capacity: results are
+//! A byte buffer in memory from `malloc` (or `posix_memalign`), of fixed capacity: results are
 //! written straight into the memory handed to C callers (released there with
 //! `tc_free`), without a final copy.
 
@@ -102,7 +102,7 @@ fn huge_alloc(cap: usize) -> *mut u8 {
 
 impl Drop for CBuf {
     fn drop(&mut self) {
-        // SAFETY: from malloc, owned.
+        // SAFETY: from malloc or posix_memalign, owned.
         unsafe { libc::free(self.ptr.cast()) }
     }
 }
