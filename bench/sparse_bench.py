@@ -10,10 +10,13 @@ after a coalesce. Per world size and density, interleaved rounds of
   dense  tc_all_reduce (SUM) of the whole table through our API (the
          densified gradient; the scatter into the table is not timed),
 each timed on every rank from a barrier to its return; the table shows the
-median over rounds of the slowest rank, and the ratios.
+median over rounds of the slowest rank, and the ratios. With --before
+OTHER.so (another build's library, with its libtorchcomm-gloo.so beside it)
+that build's tc_sparse_all_reduce runs too, in the same rounds, and a second
+table compares the two (median, min, max).
 
     python sparse_bench.py LIBTORCHCOMM.so [--worlds 2,4] [--densities 0.01,0.1,0.5]
-                           [--rows 1000000] [--dim 64] [--rounds 5] [--out FILE]
+                           [--rows 1000000] [--dim 64] [--rounds 5] [--before OTHER.so]
 """
 import argparse
 import os
@@ -50,6 +53,9 @@ def child(a, rank, world, tmp):
     dist.init_process_group("gloo", init_method=f"file://{tmp}/torch-store", rank=rank, world_size=world)
     lib = Lib(a.lib)
     comm, store = lib.comm(f"{tmp}/tc-store", rank, world, name=b"sparse-bench")
+    if a.before:
+        lib_b = Lib(a.before)
+        comm_b, store_b = lib_b.comm(f"{tmp}/tc-store-before", rank, world, name=b"sparse-bench-before")
     table = np.zeros((a.rows, a.dim), dtype=np.float32)
     results = []
     for density in [float(d) for d in a.densities.split(",")]:
@@ -71,9 +77,14 @@ def child(a, rank, world, tmp):
         def dense():
             lib.dense_all_reduce(comm, table, 0)
 
-        times = {"ours": [], "torch": [], "dense": []}
+        def before():
+            lib_b.sparse_all_reduce(comm_b, shape, 1, idx.reshape(1, -1), vals, 0, fetch=False)
+
+        runs = [("ours", ours), ("torch", theirs), ("dense", dense)] + ([("before", before)] if a.before else [])
+        times = {name: [] for name, _ in runs}
         for r in range(a.rounds + 1):
-            for name, f in (("ours", ours), ("torch", theirs), ("dense", dense)):
+            # Alternate which build goes first, so neither always follows torch.
+            for name, f in (runs if r % 2 else runs[::-1]):
                 dist.barrier()
                 t0 = time.perf_counter()
                 f()
@@ -83,14 +94,27 @@ def child(a, rank, world, tmp):
                     times[name].append(float(dt[0]))
         nnz_total = torch.tensor([len(idx)])
         dist.all_reduce(nnz_total)
-        results.append((density, int(nnz_total[0]), {k: sorted(v)[len(v) // 2] for k, v in times.items()}))
+        results.append((density, int(nnz_total[0]), {k: sorted(v)[len(v) // 2] for k, v in times.items()}, times))
     lib.close(comm, store)
+    if a.before:
+        lib_b.close(comm_b, store_b)
     dist.destroy_process_group()
     if rank == 0:
-        for density, nnz, med in results:
+        for density, nnz, med, _ in results:
             print(f"{world:5d}  {density * 100:6.1f}%  {nnz:10d}  {med['ours'] * 1e3:9.1f}  {med['torch'] * 1e3:9.1f}  "
                   f"{med['dense'] * 1e3:9.1f}  {med['torch'] / med['ours']:11.2f}x  {med['dense'] / med['ours']:11.2f}x",
                   flush=True)
+        if a.before:
+            print_before_after(world, results)
+
+
+def print_before_after(world, results):
+    ms = lambda v: f"{sorted(v)[len(v) // 2] * 1e3:.1f} [{min(v) * 1e3:.1f}, {max(v) * 1e3:.1f}]"
+    print(f"before/after, {world} ranks: tc_sparse_all_reduce, median [min, max] ms over the same rounds")
+    print("ranks  touched        before ms                 after ms        before/after")
+    for density, _, med, times in results:
+        print(f"{world:5d}  {density * 100:6.1f}%  {ms(times['before']):>24}  {ms(times['ours']):>24}  "
+              f"{med['before'] / med['ours']:10.2f}x", flush=True)
 
 
 def main():
@@ -102,6 +126,7 @@ def main():
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--zipf", type=float, default=1.05)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--before", default="", help="another build's libtorchcomm.so, timed alongside")
     ap.add_argument("--rank", type=int, default=-1)
     ap.add_argument("--size", type=int, default=0)
     ap.add_argument("--tmp", default="")
@@ -116,7 +141,7 @@ def main():
         with tempfile.TemporaryDirectory() as tmp:
             args = [sys.executable, __file__, a.lib, "--rank", "0", "--size", str(world), "--tmp", tmp,
                     "--densities", a.densities, "--rows", str(a.rows), "--dim", str(a.dim), "--zipf", str(a.zipf),
-                    "--rounds", str(a.rounds)]
+                    "--rounds", str(a.rounds), "--before", a.before]
             procs = []
             for r in range(world):
                 args[4] = str(r)

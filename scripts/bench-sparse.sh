@@ -5,7 +5,8 @@
 # gloo sparse all-reduce and against our dense all-reduce of the table, in
 # one run, interleaved; the table goes to stdout and
 # bench/results/sparse_bench.txt. Extra arguments go to the script (e.g.
-# --rounds 3 --worlds 2). Needs target/release/libtorchcomm.so (make build);
+# --rounds 3 --worlds 2; --before OTHER/libtorchcomm.so adds a before/after
+# table of another build, timed in the same rounds). Needs target/release/libtorchcomm.so (make build);
 # torch from scripts/torch-venv.sh (SKIPPED when it cannot be had).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"

@@ -1,4 +1,4 @@
-//! A byte buffer in memory from `malloc`, of fixed capacity: results are
+//! A byte buffer in memory from `malloc` (or `posix_memalign`), of fixed capacity: results are
 //! written straight into the memory handed to C callers (released there with
 //! `tc_free`), without a final copy.
 
@@ -17,9 +17,16 @@ unsafe impl Send for CBuf {}
 impl CBuf {
     /// An empty buffer with room for `cap` bytes (the pages are only
     /// committed as they are written, so a generous bound costs nothing).
+    /// A large one is asked to be backed by 2 MiB pages: fresh memory is
+    /// then faulted in 512 times less often (the faults, not the copies,
+    /// dominated a 50 MB result); still released by `free`.
     pub fn with_capacity(cap: usize) -> Result<CBuf> {
-        // SAFETY: plain allocation; never 0 bytes so the pointer is unique.
-        let ptr = unsafe { libc::malloc(cap.max(1)) } as *mut u8;
+        let ptr = if cap >= HUGE_FROM {
+            huge_alloc(cap)
+        } else {
+            // SAFETY: plain allocation; never 0 bytes so the pointer is unique.
+            unsafe { libc::malloc(cap.max(1)) as *mut u8 }
+        };
         if ptr.is_null() {
             return Err(Error::system(
                 format!("allocating {cap} bytes for a sparse all-reduce"),
@@ -75,9 +82,27 @@ impl CBuf {
     }
 }
 
+/// The size of a huge page, and the buffer size from which one is asked for.
+const HUGE_PAGE: usize = 2 << 20;
+const HUGE_FROM: usize = 4 << 20;
+
+/// `cap` bytes (NULL on failure) from `posix_memalign`, aligned to a huge
+/// page and advised to use them (where the kernel offers transparent huge
+/// pages on request; elsewhere the advice is ignored).
+fn huge_alloc(cap: usize) -> *mut u8 {
+    let mut p: *mut c_void = std::ptr::null_mut();
+    // SAFETY: `p` is a valid out-pointer; the alignment is a power of two.
+    if unsafe { libc::posix_memalign(&mut p, HUGE_PAGE, cap) } != 0 {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: `p` starts `cap` bytes of our own mapping; advice only.
+    unsafe { libc::madvise(p, cap, libc::MADV_HUGEPAGE) };
+    p.cast()
+}
+
 impl Drop for CBuf {
     fn drop(&mut self) {
-        // SAFETY: from malloc, owned.
+        // SAFETY: from malloc or posix_memalign, owned.
         unsafe { libc::free(self.ptr.cast()) }
     }
 }

@@ -224,10 +224,8 @@ fn local<S: Summand>(keys: &[u64], values: &[u8], row: usize) -> Result<Coalesce
             values: out,
         });
     }
-    // (key, position) pairs are unique, so an unstable sort of them is a
-    // stable sort by key: duplicates keep their input order.
-    let mut order: Vec<(u64, usize)> = keys.iter().copied().zip(0..).collect();
-    order.sort_unstable();
+    // Stable: duplicates keep their input order.
+    let order = super::radix::stable_order(keys);
     let mut sink = Sink::<S>::new(row, keys.len(), out);
     for (key, i) in order {
         sink.push(key, &values[i * row_bytes..(i + 1) * row_bytes]);

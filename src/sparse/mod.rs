@@ -22,6 +22,7 @@ mod buf;
 pub mod coalesce;
 pub mod device;
 mod header;
+mod radix;
 
 pub use buf::CBuf;
 
