@@ -172,44 +172,7 @@ pub fn from_lookup(
     let local_rank = lookup_int(lookup, &LOCAL_RANK_VARS)?.unwrap_or(rank);
     let store = match explicit_store {
         Some(s) => s,
-        None => {
-            let need = |v: &str| {
-                lookup(v)
-                    .or_else(|| slurm_default(lookup, v))
-                    .ok_or_else(|| {
-                        Error::invalid_usage(format!(
-                            "environment variable {v} is not set (needed to find the store; under \
-                         Slurm, SLURM_STEP_NODELIST and SLURM_JOB_ID stand in)"
-                        ))
-                    })
-            };
-            let addr = need("MASTER_ADDR")?;
-            let port_s = need("MASTER_PORT")?;
-            let port: u16 = port_s.trim().parse().map_err(|_| {
-                Error::invalid_argument(format!(
-                    "environment variable MASTER_PORT={port_s:?} is not a port number"
-                ))
-            })?;
-            let agent = lookup("TORCHELASTIC_USE_AGENT_STORE").as_deref() == Some("True");
-            let hosts = !agent && rank == 0;
-            let token = lookup("TORCHCOMM_STORE_TOKEN").filter(|t| !t.is_empty());
-            let token = token.map(String::into_bytes);
-            let server = match hosts {
-                true => Some(hosted_server(&addr, port, token.clone())?),
-                false => None,
-            };
-            let opts = TcpStoreOptions {
-                host: addr,
-                port,
-                is_server: hosts,
-                world_size: Some(world_size as u32),
-                wait_for_workers: true,
-                timeout,
-                token,
-            };
-            let store: StoreRef = Arc::new(TcpStore::with_server(&opts, server)?);
-            store
-        }
+        None => store_from_env(lookup, rank, world_size, timeout)?,
     };
     Ok(Bootstrap {
         rank,
@@ -217,6 +180,53 @@ pub fn from_lookup(
         local_rank,
         store,
     })
+}
+
+/// The TCP store at `MASTER_ADDR:MASTER_PORT` (Slurm's variables stand
+/// in); rank 0 hosts it unless a launcher's agent store does
+/// (`TORCHELASTIC_USE_AGENT_STORE=True`).
+fn store_from_env(
+    lookup: &dyn Fn(&str) -> Option<String>,
+    rank: i32,
+    world_size: i32,
+    timeout: Duration,
+) -> Result<StoreRef> {
+    let need = |v: &str| {
+        lookup(v)
+            .or_else(|| slurm_default(lookup, v))
+            .ok_or_else(|| {
+                Error::invalid_usage(format!(
+                    "environment variable {v} is not set (needed to find the store; under \
+                 Slurm, SLURM_STEP_NODELIST and SLURM_JOB_ID stand in)"
+                ))
+            })
+    };
+    let addr = need("MASTER_ADDR")?;
+    let port_s = need("MASTER_PORT")?;
+    let port: u16 = port_s.trim().parse().map_err(|_| {
+        Error::invalid_argument(format!(
+            "environment variable MASTER_PORT={port_s:?} is not a port number"
+        ))
+    })?;
+    let agent = lookup("TORCHELASTIC_USE_AGENT_STORE").as_deref() == Some("True");
+    let hosts = !agent && rank == 0;
+    let token = lookup("TORCHCOMM_STORE_TOKEN").filter(|t| !t.is_empty());
+    let token = token.map(String::into_bytes);
+    let server = match hosts {
+        true => Some(hosted_server(&addr, port, token.clone())?),
+        false => None,
+    };
+    let opts = TcpStoreOptions {
+        host: addr,
+        port,
+        is_server: hosts,
+        world_size: Some(world_size as u32),
+        wait_for_workers: true,
+        timeout,
+        token,
+    };
+    let store: StoreRef = Arc::new(TcpStore::with_server(&opts, server)?);
+    Ok(store)
 }
 
 #[cfg(test)]

@@ -59,7 +59,7 @@ pub struct tc_comm_options_t {
     pub world_size: i32,
     /// Rendezvous store, borrowed for the call (the comm keeps its own
     /// reference). NULL: bootstrap from `MASTER_ADDR`/`MASTER_PORT`.
-    pub store: *mut crate::ffi::store::tc_store_t,
+    pub store: *mut crate::store::tc_store_t,
     /// Backend hints, copied during the call; NULL when `num_hints` is 0.
     pub hints: *const tc_hint_t,
     pub num_hints: usize,

@@ -189,7 +189,7 @@ fn tc_perf_help_explains_every_flag() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(out.stderr.is_empty(), "{out:?}");
-    let source = include_str!("../src/bin/tc-perf.rs");
+    let source = include_str!("../src/bin/tc-perf/options.rs");
     let mut flags: Vec<&str> = Vec::new();
     for line in source.lines() {
         let arm = line.trim_start();

@@ -184,7 +184,20 @@ fn main() {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
+    let (children, pumps) = spawn_ranks(&args, port);
+    let mut job = Job::new(children, args.grace);
+    job.supervise();
+    for p in pumps {
+        let _ = p.join();
+    }
+    drop(server);
+    job.exit_with_summary()
+}
 
+/// Starts every rank with the launcher's environment, its output pumped
+/// through `[rank] ` prefixes; when one cannot start, kills those started and
+/// exits 1.
+fn spawn_ranks(args: &Args, port: u16) -> (Vec<Child>, Vec<std::thread::JoinHandle<()>>) {
     let mut children: Vec<Child> = Vec::with_capacity(args.n);
     let mut pumps = Vec::new();
     for rank in 0..args.n {
@@ -225,101 +238,144 @@ fn main() {
             }
         }
     }
+    (children, pumps)
+}
 
-    let n = args.n;
-    let mut status: Vec<Option<ExitStatus>> = vec![None; n];
-    let mut signalled = vec![false; n];
-    let mut first_failure: Option<usize> = None;
-    let mut interrupted: Option<i32> = None;
-    let mut kill_at: Option<Instant> = None;
-    let mut killed = false;
-    loop {
-        let sig = PENDING_SIGNAL.swap(0, Ordering::SeqCst);
-        if sig != 0 {
-            eprintln!(
-                "tc-run: got {}, forwarding it to every rank",
-                signal_name(sig)
-            );
-            interrupted = Some(sig);
-            for (r, c) in children.iter().enumerate() {
-                if status[r].is_none() {
-                    signal_group(c.id(), sig);
-                    signalled[r] = true;
-                }
-            }
-            kill_at.get_or_insert(Instant::now() + args.grace);
+/// The running ranks and what happened to them.
+struct Job {
+    children: Vec<Child>,
+    status: Vec<Option<ExitStatus>>,
+    /// Ranks tc-run sent a signal to (their death by it is not a failure).
+    signalled: Vec<bool>,
+    first_failure: Option<usize>,
+    /// The signal tc-run got and forwarded.
+    interrupted: Option<i32>,
+    /// When ranks still running get SIGKILL.
+    kill_at: Option<Instant>,
+    killed: bool,
+    grace: Duration,
+}
+
+impl Job {
+    fn new(children: Vec<Child>, grace: Duration) -> Job {
+        let n = children.len();
+        Job {
+            children,
+            status: vec![None; n],
+            signalled: vec![false; n],
+            first_failure: None,
+            interrupted: None,
+            kill_at: None,
+            killed: false,
+            grace,
         }
-        for r in 0..n {
-            if status[r].is_some() {
+    }
+
+    /// Polls until every rank has exited: forwards signals, stops the others
+    /// after a first failure, kills what outlives the grace period.
+    fn supervise(&mut self) {
+        loop {
+            let sig = PENDING_SIGNAL.swap(0, Ordering::SeqCst);
+            if sig != 0 {
+                self.forward(sig);
+            }
+            self.reap();
+            if self.status.iter().all(|s| s.is_some()) {
+                break;
+            }
+            self.kill_after_grace();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Sends `sig` to every rank still running.
+    fn signal_running(&mut self, sig: i32) {
+        for (r, c) in self.children.iter().enumerate() {
+            if self.status[r].is_none() {
+                signal_group(c.id(), sig);
+                self.signalled[r] = true;
+            }
+        }
+    }
+
+    fn forward(&mut self, sig: i32) {
+        eprintln!(
+            "tc-run: got {}, forwarding it to every rank",
+            signal_name(sig)
+        );
+        self.interrupted = Some(sig);
+        self.signal_running(sig);
+        self.kill_at.get_or_insert(Instant::now() + self.grace);
+    }
+
+    /// Records the ranks that exited; the first failure (unless
+    /// interrupted) sends SIGTERM to the others.
+    fn reap(&mut self) {
+        for r in 0..self.children.len() {
+            if self.status[r].is_some() {
                 continue;
             }
-            if let Ok(Some(st)) = children[r].try_wait() {
-                status[r] = Some(st);
-                if !st.success() && first_failure.is_none() && interrupted.is_none() {
-                    first_failure = Some(r);
+            if let Ok(Some(st)) = self.children[r].try_wait() {
+                self.status[r] = Some(st);
+                if !st.success() && self.first_failure.is_none() && self.interrupted.is_none() {
+                    self.first_failure = Some(r);
                     eprintln!(
                         "tc-run: rank {r} failed ({}); stopping the other ranks",
                         describe(&st)
                     );
-                    for (o, c) in children.iter().enumerate() {
-                        if status[o].is_none() {
-                            signal_group(c.id(), libc::SIGTERM);
-                            signalled[o] = true;
-                        }
-                    }
-                    kill_at = Some(Instant::now() + args.grace);
+                    self.signal_running(libc::SIGTERM);
+                    self.kill_at = Some(Instant::now() + self.grace);
                 }
             }
         }
-        if status.iter().all(|s| s.is_some()) {
-            break;
-        }
-        if let Some(t) = kill_at {
-            if !killed && Instant::now() >= t {
-                killed = true;
-                for (r, c) in children.iter().enumerate() {
-                    if status[r].is_none() {
-                        eprintln!(
-                            "tc-run: rank {r} still running after the grace period; killing it"
-                        );
-                        signal_group(c.id(), libc::SIGKILL);
-                    }
-                }
-            }
-        }
-        std::thread::sleep(Duration::from_millis(10));
     }
-    for p in pumps {
-        let _ = p.join();
-    }
-    drop(server);
 
-    let status: Vec<ExitStatus> = status.into_iter().map(|s| s.unwrap()).collect();
-    if status.iter().all(|s| s.success()) {
-        if let Some(sig) = interrupted {
-            // Every rank shut down cleanly, but the job was interrupted.
-            eprintln!("tc-run: interrupted by {}", signal_name(sig));
-            std::process::exit(128 + sig);
+    fn kill_after_grace(&mut self) {
+        let Some(t) = self.kill_at else { return };
+        if self.killed || Instant::now() < t {
+            return;
         }
-        std::process::exit(0);
-    }
-    eprintln!("tc-run: job failed:");
-    for (r, st) in status.iter().enumerate() {
-        if st.success() {
-            continue;
-        }
-        let stopped = signalled[r]
-            && matches!(st.signal(), Some(s) if s == libc::SIGTERM || s == libc::SIGKILL || Some(s) == interrupted);
-        if stopped {
-            eprintln!("tc-run:   rank {r}: stopped by tc-run ({})", describe(st));
-        } else {
-            eprintln!("tc-run:   rank {r}: failed with {}", describe(st));
+        self.killed = true;
+        for (r, c) in self.children.iter().enumerate() {
+            if self.status[r].is_none() {
+                eprintln!("tc-run: rank {r} still running after the grace period; killing it");
+                signal_group(c.id(), libc::SIGKILL);
+            }
         }
     }
-    let code = match (interrupted, first_failure) {
-        (Some(sig), _) => 128 + sig,
-        (None, Some(r)) => status_code(&status[r]),
-        (None, None) => 1,
-    };
-    std::process::exit(if code == 0 { 1 } else { code.min(255) });
+
+    /// Exits 0 when every rank did (128 + signal when interrupted);
+    /// otherwise prints what each failed rank did and exits with the first
+    /// failure's status.
+    fn exit_with_summary(self) -> ! {
+        let interrupted = self.interrupted;
+        let status: Vec<ExitStatus> = self.status.into_iter().map(|s| s.unwrap()).collect();
+        if status.iter().all(|s| s.success()) {
+            if let Some(sig) = interrupted {
+                // Every rank shut down cleanly, but the job was interrupted.
+                eprintln!("tc-run: interrupted by {}", signal_name(sig));
+                std::process::exit(128 + sig);
+            }
+            std::process::exit(0);
+        }
+        eprintln!("tc-run: job failed:");
+        for (r, st) in status.iter().enumerate() {
+            if st.success() {
+                continue;
+            }
+            let stopped = self.signalled[r]
+                && matches!(st.signal(), Some(s) if s == libc::SIGTERM || s == libc::SIGKILL || Some(s) == interrupted);
+            if stopped {
+                eprintln!("tc-run:   rank {r}: stopped by tc-run ({})", describe(st));
+            } else {
+                eprintln!("tc-run:   rank {r}: failed with {}", describe(st));
+            }
+        }
+        let code = match (interrupted, self.first_failure) {
+            (Some(sig), _) => 128 + sig,
+            (None, Some(r)) => status_code(&status[r]),
+            (None, None) => 1,
+        };
+        std::process::exit(if code == 0 { 1 } else { code.min(255) });
+    }
 }

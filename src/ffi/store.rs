@@ -15,25 +15,10 @@ use crate::types::c_string;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::Arc;
 
-/// A key-value store handle. Thread-safe: one handle may be used from several
-/// threads at once. Comms created with it keep their own reference, so it
-/// may be freed while they live.
-pub struct tc_store {
-    pub(crate) inner: StoreRef,
-    /// Port of the TCP store (server or client), 0 for other stores.
-    port: u16,
-}
-
-pub type tc_store_t = tc_store;
+pub use crate::store::{tc_store, tc_store_t};
 
 impl Handle for tc_store {
     const TYPE: HandleType = HandleType::Store;
-}
-
-impl tc_store {
-    pub(crate) fn new(inner: StoreRef) -> tc_store {
-        tc_store { inner, port: 0 }
-    }
 }
 
 unsafe fn keys_from_c<'a>(keys: *const *const c_char, n: usize) -> Result<Vec<&'a str>> {

@@ -8,6 +8,7 @@ pub mod client;
 mod conns;
 mod epoll;
 pub mod file;
+mod handle;
 pub mod prefix;
 pub mod server;
 mod state;
@@ -15,6 +16,7 @@ pub mod wire;
 
 pub use client::{TcpStore, TcpStoreOptions};
 pub use file::FileStore;
+pub use handle::{tc_store, tc_store_t};
 pub use prefix::PrefixStore;
 pub use server::TcpStoreServer;
 

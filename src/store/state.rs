@@ -113,97 +113,26 @@ impl State {
                 expected,
                 desired,
             } => {
-                let reply = match self.kv.get(&key) {
-                    None if expected.is_empty() => {
-                        self.kv.insert(key.clone(), desired.clone());
-                        self.wake(conns, &key);
-                        desired
-                    }
-                    None => expected,
-                    Some(cur) if *cur == expected => {
-                        self.kv.insert(key.clone(), desired.clone());
-                        self.wake(conns, &key);
-                        desired
-                    }
-                    Some(cur) => cur.clone(),
-                };
+                let reply = self.compare_set(conns, key, expected, desired);
                 wire::put_bytes(&mut out, &reply);
             }
             Request::Get(key) => {
                 wire::put_bytes(&mut out, self.kv.get(&key).map_or(&[][..], |v| v))
             }
             Request::Add { key, delta } => {
-                let cur = match self.kv.get(&key) {
-                    None => 0,
-                    Some(v) => parse_int(v).ok_or_else(|| {
-                        format!(
-                            "ADD on key {:?} whose value is not an integer",
-                            show_key(&key)
-                        )
-                    })?,
-                };
-                let new = cur
-                    .checked_add(delta)
-                    .ok_or_else(|| format!("ADD on key {:?} overflows", show_key(&key)))?;
-                self.kv.insert(key.clone(), new.to_string().into_bytes());
-                self.wake(conns, &key);
+                let new = self.add(conns, key, delta)?;
                 wire::put_i64(&mut out, new);
             }
             Request::Check(keys) => {
                 let ready = keys.iter().all(|k| self.exists(k));
                 out.push(if ready { wire::READY } else { wire::NOT_READY });
             }
-            Request::Wait(keys) => {
-                let missing: Vec<Vec<u8>> = keys.into_iter().filter(|k| !self.exists(k)).collect();
-                if missing.is_empty() {
-                    out.push(wire::STOP_WAITING);
-                } else {
-                    let wid = self.next_wait;
-                    self.next_wait += 1;
-                    for k in &missing {
-                        self.waiters.entry(k.clone()).or_default().push(wid);
-                    }
-                    self.waits.insert(
-                        wid,
-                        Wait {
-                            conn: id,
-                            remaining: missing.len(),
-                            keys: missing,
-                        },
-                    );
-                    if let Some(c) = conns.get_mut(id) {
-                        c.waits.push(wid);
-                    }
-                }
-            }
+            Request::Wait(keys) => self.wait(conns, id, keys, &mut out),
             Request::GetNumKeys => wire::put_i64(&mut out, self.kv.len() as i64),
-            Request::DeleteKey(key) => {
-                let n = self.kv.remove(&key).is_some() as i64;
-                self.queues.remove(&key);
-                wire::put_i64(&mut out, n);
-            }
-            Request::Append { key, value } => {
-                self.kv
-                    .entry(key.clone())
-                    .or_default()
-                    .extend_from_slice(&value);
-                self.wake(conns, &key);
-            }
+            Request::DeleteKey(key) => self.delete_key(key, &mut out),
+            Request::Append { key, value } => self.append(conns, key, value),
             Request::Auth(_) => {}
-            Request::MultiGet(keys) => {
-                let size: usize = keys
-                    .iter()
-                    .map(|k| 8 + self.kv.get(k).map_or(0, |v| v.len()))
-                    .sum();
-                if size > MAX_REPLY {
-                    return Err(format!(
-                        "MULTI_GET reply of {size} bytes exceeds the limit of {MAX_REPLY}"
-                    ));
-                }
-                for k in keys {
-                    wire::put_bytes(&mut out, self.kv.get(&k).map_or(&[][..], |v| v));
-                }
-            }
+            Request::MultiGet(keys) => self.multi_get(keys, &mut out)?,
             Request::MultiSet(kvs) => {
                 for (k, v) in kvs {
                     self.kv.insert(k.clone(), v);
@@ -219,54 +148,179 @@ impl State {
                 self.queues.entry(key.clone()).or_default().push_back(value);
                 self.wake(conns, &key);
             }
-            Request::QueuePop(key) => {
-                let q = self.queues.get_mut(&key);
-                let len = q.as_ref().map_or(0, |q| q.len());
-                wire::put_i64(&mut out, len as i64);
-                if let Some(q) = q {
-                    if let Some(v) = q.pop_front() {
-                        wire::put_bytes(&mut out, &v);
-                    }
-                    if q.is_empty() {
-                        self.queues.remove(&key);
-                    }
-                }
-            }
+            Request::QueuePop(key) => self.queue_pop(key, &mut out),
             Request::QueueLen(key) => wire::put_i64(
                 &mut out,
                 self.queues.get(&key).map_or(0, |q| q.len()) as i64,
             ),
-            Request::ListKeys => {
-                wire::put_u64(&mut out, self.kv.len() as u64);
-                for k in self.kv.keys() {
-                    wire::put_bytes(&mut out, k);
-                }
-            }
+            Request::ListKeys => self.list_keys(&mut out),
             Request::Barrier { key, world_size } => {
-                let cur = match self.kv.get(&key) {
-                    None => 0,
-                    Some(v) => parse_int(v).ok_or_else(|| {
-                        format!(
-                            "BARRIER on key {:?} whose value is not an integer",
-                            show_key(&key)
-                        )
-                    })?,
-                };
-                let new = cur.saturating_add(1);
-                self.kv.insert(key.clone(), new.to_string().into_bytes());
-                self.wake(conns, &key);
-                if new >= world_size {
-                    out.push(wire::STOP_WAITING);
-                    for other in self.barriers.remove(&key).unwrap_or_default() {
-                        conns.reply(other, &[wire::STOP_WAITING]);
-                    }
-                } else {
-                    self.barriers.entry(key).or_default().push(id);
-                }
+                self.barrier(conns, id, key, world_size, &mut out)?
             }
         }
         if !out.is_empty() {
             conns.reply(id, &out);
+        }
+        Ok(())
+    }
+
+    /// Removes `key` (value and queue); replies 1 when it had a value.
+    fn delete_key(&mut self, key: Vec<u8>, out: &mut Vec<u8>) {
+        let n = self.kv.remove(&key).is_some() as i64;
+        self.queues.remove(&key);
+        wire::put_i64(out, n);
+    }
+
+    /// Appends `value` to the value at `key` (missing: empty).
+    fn append(&mut self, conns: &mut Conns, key: Vec<u8>, value: Vec<u8>) {
+        self.kv
+            .entry(key.clone())
+            .or_default()
+            .extend_from_slice(&value);
+        self.wake(conns, &key);
+    }
+
+    /// The number of keys, then every key.
+    fn list_keys(&self, out: &mut Vec<u8>) {
+        wire::put_u64(out, self.kv.len() as u64);
+        for k in self.kv.keys() {
+            wire::put_bytes(out, k);
+        }
+    }
+
+    /// torch's compare_set: sets `desired` when the key holds `expected`
+    /// (or is missing and `expected` is empty); returns the value now
+    /// current (`expected` for a missing key with non-empty `expected`).
+    fn compare_set(
+        &mut self,
+        conns: &mut Conns,
+        key: Vec<u8>,
+        expected: Vec<u8>,
+        desired: Vec<u8>,
+    ) -> Vec<u8> {
+        match self.kv.get(&key) {
+            None if expected.is_empty() => {
+                self.kv.insert(key.clone(), desired.clone());
+                self.wake(conns, &key);
+                desired
+            }
+            None => expected,
+            Some(cur) if *cur == expected => {
+                self.kv.insert(key.clone(), desired.clone());
+                self.wake(conns, &key);
+                desired
+            }
+            Some(cur) => cur.clone(),
+        }
+    }
+
+    /// The decimal integer at `key` (missing: 0) for request `what`.
+    fn counter(&self, key: &[u8], what: &str) -> std::result::Result<i64, String> {
+        match self.kv.get(key) {
+            None => Ok(0),
+            Some(v) => parse_int(v).ok_or_else(|| {
+                format!(
+                    "{what} on key {:?} whose value is not an integer",
+                    show_key(key)
+                )
+            }),
+        }
+    }
+
+    /// Adds `delta` to the integer at `key`; the new value.
+    fn add(
+        &mut self,
+        conns: &mut Conns,
+        key: Vec<u8>,
+        delta: i64,
+    ) -> std::result::Result<i64, String> {
+        let cur = self.counter(&key, "ADD")?;
+        let new = cur
+            .checked_add(delta)
+            .ok_or_else(|| format!("ADD on key {:?} overflows", show_key(&key)))?;
+        self.kv.insert(key.clone(), new.to_string().into_bytes());
+        self.wake(conns, &key);
+        Ok(new)
+    }
+
+    /// Replies STOP_WAITING when every key exists; otherwise parks a wait of
+    /// connection `id` on the missing ones.
+    fn wait(&mut self, conns: &mut Conns, id: ConnId, keys: Vec<Vec<u8>>, out: &mut Vec<u8>) {
+        let missing: Vec<Vec<u8>> = keys.into_iter().filter(|k| !self.exists(k)).collect();
+        if missing.is_empty() {
+            out.push(wire::STOP_WAITING);
+            return;
+        }
+        let wid = self.next_wait;
+        self.next_wait += 1;
+        for k in &missing {
+            self.waiters.entry(k.clone()).or_default().push(wid);
+        }
+        self.waits.insert(
+            wid,
+            Wait {
+                conn: id,
+                remaining: missing.len(),
+                keys: missing,
+            },
+        );
+        if let Some(c) = conns.get_mut(id) {
+            c.waits.push(wid);
+        }
+    }
+
+    /// Every key's value (empty when missing), refused beyond [`MAX_REPLY`].
+    fn multi_get(&self, keys: Vec<Vec<u8>>, out: &mut Vec<u8>) -> std::result::Result<(), String> {
+        let size: usize = keys
+            .iter()
+            .map(|k| 8 + self.kv.get(k).map_or(0, |v| v.len()))
+            .sum();
+        if size > MAX_REPLY {
+            return Err(format!(
+                "MULTI_GET reply of {size} bytes exceeds the limit of {MAX_REPLY}"
+            ));
+        }
+        for k in keys {
+            wire::put_bytes(out, self.kv.get(&k).map_or(&[][..], |v| v));
+        }
+        Ok(())
+    }
+
+    /// The queue's length, then its first value (removed) if any.
+    fn queue_pop(&mut self, key: Vec<u8>, out: &mut Vec<u8>) {
+        let q = self.queues.get_mut(&key);
+        let len = q.as_ref().map_or(0, |q| q.len());
+        wire::put_i64(out, len as i64);
+        if let Some(q) = q {
+            if let Some(v) = q.pop_front() {
+                wire::put_bytes(out, &v);
+            }
+            if q.is_empty() {
+                self.queues.remove(&key);
+            }
+        }
+    }
+
+    /// Counts connection `id` in at barrier `key`: the arrival that makes
+    /// `world_size` releases every connection parked there.
+    fn barrier(
+        &mut self,
+        conns: &mut Conns,
+        id: ConnId,
+        key: Vec<u8>,
+        world_size: i64,
+        out: &mut Vec<u8>,
+    ) -> std::result::Result<(), String> {
+        let new = self.counter(&key, "BARRIER")?.saturating_add(1);
+        self.kv.insert(key.clone(), new.to_string().into_bytes());
+        self.wake(conns, &key);
+        if new >= world_size {
+            out.push(wire::STOP_WAITING);
+            for other in self.barriers.remove(&key).unwrap_or_default() {
+                conns.reply(other, &[wire::STOP_WAITING]);
+            }
+        } else {
+            self.barriers.entry(key).or_default().push(id);
         }
         Ok(())
     }

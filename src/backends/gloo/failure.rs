@@ -3,6 +3,7 @@
 //! opt-in collective check (`TORCHCOMM_CHECK_COLLECTIVES`).
 
 use super::*;
+use crate::store::Store;
 
 impl GlooBackend {
     pub(super) fn check_not_broken(&self) -> Result<()> {
@@ -89,31 +90,8 @@ impl GlooBackend {
         let spawned = std::thread::Builder::new()
             .name("tc-gloo-diag".into())
             .spawn(move || {
-                let key = |r: usize| format!("failure_report/{r}");
-                let collect = || -> Result<Vec<Option<String>>> {
-                    let store = store.clone_store().unwrap_or(store);
-                    store.set(&key(me), mine.as_bytes())?;
-                    let deadline = Instant::now() + DIAGNOSIS_WINDOW;
-                    let mut reports: Vec<Option<String>> = vec![None; n];
-                    loop {
-                        for (r, slot) in reports.iter_mut().enumerate() {
-                            if r != me && slot.is_none() && store.check(&[&key(r)])? {
-                                *slot = Some(
-                                    String::from_utf8_lossy(&store.get(&key(r))?).into_owned(),
-                                );
-                            }
-                        }
-                        let missing = reports
-                            .iter()
-                            .enumerate()
-                            .any(|(r, v)| r != me && v.is_none());
-                        if !missing || Instant::now() >= deadline {
-                            return Ok(reports);
-                        }
-                        std::thread::sleep(Duration::from_millis(40));
-                    }
-                };
-                let _ = tx.send(collect());
+                let store = store.clone_store().unwrap_or(store);
+                let _ = tx.send(collect_failure_reports(&*store, me, n, &mine));
             });
         if spawned.is_err() {
             return String::new();
@@ -127,45 +105,7 @@ impl GlooBackend {
                 return "; the other ranks' state is unknown (the store did not answer)".into()
             }
         };
-        let list = |v: &[usize]| {
-            let shown: Vec<String> = v.iter().take(8).map(|r| r.to_string()).collect();
-            let more = if v.len() > 8 {
-                format!(" and {} more", v.len() - 8)
-            } else {
-                String::new()
-            };
-            format!(
-                "{} {}{more}",
-                if v.len() == 1 { "rank" } else { "ranks" },
-                shown.join(", ")
-            )
-        };
-        let silent: Vec<usize> = (0..n)
-            .filter(|r| *r != me && reports[*r].is_none())
-            .collect();
-        let mut parts = Vec::new();
-        if !silent.is_empty() {
-            parts.push(format!(
-                "no failure report from {} within {} ms (stopped, hung, dead or not yet at operation #{seq})",
-                list(&silent),
-                DIAGNOSIS_WINDOW.as_millis()
-            ));
-        }
-        for (r, report) in reports.iter().enumerate() {
-            let Some(report) = report else { continue };
-            let mut it = report.splitn(4, ' ');
-            let (their_seq, their_op) = (it.next().unwrap_or("?"), it.next().unwrap_or("?"));
-            let their_call = it.nth(1).unwrap_or("?");
-            if their_seq != seq.to_string() {
-                parts.push(format!("rank {r} failed in operation #{their_seq} ({their_op}) while this rank was at #{seq} ({op_name}): the ranks are out of step"));
-            } else if their_call != call {
-                parts.push(format!("rank {r} called {their_call} as operation #{seq}, this rank {call}: the ranks called different collectives"));
-            }
-        }
-        if parts.is_empty() {
-            return format!("; every other rank failed in the same operation (#{seq})");
-        }
-        format!("; {}", parts.join("; "))
+        explain_failure_reports(&reports, me, seq, op_name, &call)
     }
 
     pub(super) fn all_gather_words(
@@ -229,4 +169,86 @@ impl GlooBackend {
         }
         Ok(())
     }
+}
+
+/// Publishes this rank's failure report `mine` and collects the other
+/// ranks' reports for up to [`DIAGNOSIS_WINDOW`] (None: no report).
+fn collect_failure_reports(
+    store: &dyn Store,
+    me: usize,
+    n: usize,
+    mine: &str,
+) -> Result<Vec<Option<String>>> {
+    let key = |r: usize| format!("failure_report/{r}");
+    store.set(&key(me), mine.as_bytes())?;
+    let deadline = Instant::now() + DIAGNOSIS_WINDOW;
+    let mut reports: Vec<Option<String>> = vec![None; n];
+    loop {
+        for (r, slot) in reports.iter_mut().enumerate() {
+            if r != me && slot.is_none() && store.check(&[&key(r)])? {
+                *slot = Some(String::from_utf8_lossy(&store.get(&key(r))?).into_owned());
+            }
+        }
+        let missing = reports
+            .iter()
+            .enumerate()
+            .any(|(r, v)| r != me && v.is_none());
+        if !missing || Instant::now() >= deadline {
+            return Ok(reports);
+        }
+        std::thread::sleep(Duration::from_millis(40));
+    }
+}
+
+/// "rank 3" or "ranks 1, 2, ... and N more" (at most eight named).
+fn rank_list(v: &[usize]) -> String {
+    let shown: Vec<String> = v.iter().take(8).map(|r| r.to_string()).collect();
+    let more = if v.len() > 8 {
+        format!(" and {} more", v.len() - 8)
+    } else {
+        String::new()
+    };
+    format!(
+        "{} {}{more}",
+        if v.len() == 1 { "rank" } else { "ranks" },
+        shown.join(", ")
+    )
+}
+
+/// What the other ranks' reports say about operation `seq` (`op_name`,
+/// called as `call` here): who is silent, out of step or in another
+/// collective.
+fn explain_failure_reports(
+    reports: &[Option<String>],
+    me: usize,
+    seq: u64,
+    op_name: &str,
+    call: &str,
+) -> String {
+    let silent: Vec<usize> = (0..reports.len())
+        .filter(|r| *r != me && reports[*r].is_none())
+        .collect();
+    let mut parts = Vec::new();
+    if !silent.is_empty() {
+        parts.push(format!(
+            "no failure report from {} within {} ms (stopped, hung, dead or not yet at operation #{seq})",
+            rank_list(&silent),
+            DIAGNOSIS_WINDOW.as_millis()
+        ));
+    }
+    for (r, report) in reports.iter().enumerate() {
+        let Some(report) = report else { continue };
+        let mut it = report.splitn(4, ' ');
+        let (their_seq, their_op) = (it.next().unwrap_or("?"), it.next().unwrap_or("?"));
+        let their_call = it.nth(1).unwrap_or("?");
+        if their_seq != seq.to_string() {
+            parts.push(format!("rank {r} failed in operation #{their_seq} ({their_op}) while this rank was at #{seq} ({op_name}): the ranks are out of step"));
+        } else if their_call != call {
+            parts.push(format!("rank {r} called {their_call} as operation #{seq}, this rank {call}: the ranks called different collectives"));
+        }
+    }
+    if parts.is_empty() {
+        return format!("; every other rank failed in the same operation (#{seq})");
+    }
+    format!("; {}", parts.join("; "))
 }

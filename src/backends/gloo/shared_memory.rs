@@ -2,6 +2,7 @@
 //! which operations take that path and how their buffers are prepared.
 
 use super::*;
+use crate::op::Ptr;
 
 impl GlooBackend {
     /// Runs `op` through shared memory (see [`intra_host`]) when that path
@@ -266,23 +267,14 @@ impl GlooBackend {
                 root,
             } => {
                 let bytes = count * dtype.size();
-                // The root's output written while later chunks of its inputs
-                // are still to be read: received into a copy instead.
-                let clash = inputs.iter().enumerate().any(|(r, i)| {
-                    overlaps(i.as_u8(), bytes, output.as_u8(), bytes)
-                        && !(r == me && i.0 == output.0)
-                });
-                let mut landing = Scratch::new(if clash { bytes } else { 0 });
-                let out = if clash { landing.ptr() } else { output.as_u8() };
-                let ins: Vec<*const u8> = inputs.iter().map(|i| i.as_u8() as *const u8).collect();
-                Some(
-                    ih.scatter(out, &ins, bytes, *root as usize, sync)
-                        .map(|()| {
-                            if clash {
-                                copy(output.as_u8(), landing.ptr(), bytes);
-                            }
-                        }),
-                )
+                Some(shm_scatter(
+                    ih,
+                    *output,
+                    inputs,
+                    bytes,
+                    *root as usize,
+                    sync,
+                ))
             }
             _ => None,
         }
@@ -369,4 +361,32 @@ impl GlooBackend {
             halves: self.sums_halves(dtype, op.kind),
         })
     }
+}
+
+/// The scatter of `bytes` per rank from `root`'s `inputs` into `output`.
+///
+/// # Safety
+/// As for [`GlooBackend::intra_host_op`].
+unsafe fn shm_scatter(
+    ih: &intra_host::IntraHost,
+    output: Ptr,
+    inputs: &[Ptr],
+    bytes: usize,
+    root: usize,
+    sync: &intra_host::SyncAll,
+) -> Result<()> {
+    let me = ih.rank();
+    // The root's output written while later chunks of its inputs are still
+    // to be read: received into a copy instead.
+    let clash = inputs.iter().enumerate().any(|(r, i)| {
+        overlaps(i.as_u8(), bytes, output.as_u8(), bytes) && !(r == me && i.0 == output.0)
+    });
+    let mut landing = Scratch::new(if clash { bytes } else { 0 });
+    let out = if clash { landing.ptr() } else { output.as_u8() };
+    let ins: Vec<*const u8> = inputs.iter().map(|i| i.as_u8() as *const u8).collect();
+    ih.scatter(out, &ins, bytes, root, sync).map(|()| {
+        if clash {
+            copy(output.as_u8(), landing.ptr(), bytes);
+        }
+    })
 }

@@ -36,6 +36,7 @@ use crate::cuda::{self, Device as CudaDevice, DeviceBuffer, EventPool, Stream as
 use crate::error::{Error, ErrorKind, Result};
 use crate::op::{Op, OpOptions, P2p, Ptr};
 use crate::types::{DType, Device, Hints, PremulFactor, RedKind, ReduceOp};
+use crate::util::{self, lock};
 use crate::work::Work;
 use loader::*;
 use std::collections::HashMap;
@@ -311,10 +312,10 @@ struct Staging {
     done: Option<cuda::Event>,
 }
 
-/// Whether [a, a + alen) and [b, b + blen) share a byte.
+/// Whether [a, a + alen) and [b, b + blen) share a byte ([`util::overlaps`]
+/// on the op's pointers).
 fn overlaps(a: Ptr, alen: usize, b: Ptr, blen: usize) -> bool {
-    let (a, b) = (a.0 as usize, b.0 as usize);
-    alen > 0 && blen > 0 && a < b.saturating_add(blen) && b < a.saturating_add(alen)
+    util::overlaps(a.as_u8(), alen, b.as_u8(), blen)
 }
 
 /// `p` advanced by `bytes`.
@@ -545,10 +546,6 @@ fn with_inputs(op: &Op, staged: &[Ptr]) -> Op {
 // SAFETY: the raw comm is only used under the rules documented above.
 unsafe impl Send for NcclBackend {}
 unsafe impl Sync for NcclBackend {}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 impl NcclBackend {
     fn create(init: BackendInit) -> Result<NcclBackend> {

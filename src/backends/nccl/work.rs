@@ -13,6 +13,7 @@
 
 use crate::cuda::{self, Event};
 use crate::error::{Error, ErrorKind, Result};
+use crate::util::lock;
 use crate::work::{Work, WorkStatus};
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -26,16 +27,10 @@ pub struct Shared {
 
 impl Shared {
     pub fn fail(&self, e: Error) {
-        self.failure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_or_insert(e);
+        lock(&self.failure).get_or_insert(e);
     }
     pub fn failure(&self) -> Option<Error> {
-        self.failure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        lock(&self.failure).clone()
     }
 }
 
@@ -96,7 +91,7 @@ impl CudaWork {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.state)
     }
 
     fn finish(s: &mut State, status: WorkStatus, error: Option<Error>) {

@@ -1,0 +1,233 @@
+//! The driver library, loaded at run time: its entry points as a table of
+//! plain-int functions (`drv`), result codes turned into errors, and the
+//! availability check every other function relies on.
+
+// Stream, event and comm handles are opaque: passed to the driver or NCCL,
+// never dereferenced here.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
+use crate::error::{Error, ErrorKind, Result};
+use cudarc::driver::sys::{self, CUcontext, CUdevice, CUevent, CUstream};
+use std::ffi::{c_void, CStr};
+use std::sync::OnceLock;
+
+/// A driver result code as the driver returns it (a C enum, int-sized).
+/// Crate-private, like the constants, to stay out of the C header.
+pub(crate) type CuResult = i32;
+
+pub(crate) const CUDA_SUCCESS: CuResult = 0;
+pub(crate) const CUDA_ERROR_INVALID_VALUE: CuResult = 1;
+pub(crate) const CUDA_ERROR_NOT_INITIALIZED: CuResult = 3;
+pub(crate) const CUDA_ERROR_STUB_LIBRARY: CuResult = 34;
+pub(crate) const CUDA_ERROR_NO_DEVICE: CuResult = 100;
+pub(crate) const CUDA_ERROR_INVALID_DEVICE: CuResult = 101;
+pub(crate) const CUDA_ERROR_NOT_READY: CuResult = 600;
+pub(crate) const CUDA_ERROR_SYSTEM_DRIVER_MISMATCH: CuResult = 803;
+/// Ours, not CUDA's: the loaded driver does not export the entry point.
+pub(crate) const MISSING_ENTRY_POINT: CuResult = -1;
+
+/// The driver entry points, as `drv::cuX(...) -> CuResult` functions over a
+/// table resolved once from cudarc's library handle. Each is `None` when the
+/// driver lacks it; calling it then returns [`MISSING_ENTRY_POINT`], and
+/// calling anything before [`available`] loaded the table returns
+/// CUDA_ERROR_NOT_INITIALIZED.
+macro_rules! driver_api {
+    ($( fn $name:ident ( $($arg:ident : $ty:ty),* ); )*) => {
+        #[allow(non_snake_case)]
+        pub(crate) mod drv {
+            use super::*;
+            use cudarc::driver::sys::*;
+            use std::ffi::{c_char, c_int, c_uint, c_ulonglong};
+
+            pub(crate) struct Table {
+                $( $name: Option<unsafe extern "C" fn($($ty),*) -> CuResult>, )*
+            }
+
+            pub(crate) static TABLE: OnceLock<Table> = OnceLock::new();
+
+            /// # Safety
+            /// `lib` must be the CUDA driver library.
+            pub(crate) unsafe fn resolve(lib: &'static libloading::Library) -> Table {
+                Table {
+                    $( $name: lib
+                        .get::<unsafe extern "C" fn($($ty),*) -> CuResult>(concat!(stringify!($name), "\0").as_bytes())
+                        .ok()
+                        .map(|f| *f), )*
+                }
+            }
+
+            $(
+                /// The driver entry point of this name, with a plain int result.
+                ///
+                /// # Safety
+                /// As the CUDA driver API documents for it.
+                pub(crate) unsafe fn $name($($arg: $ty),*) -> CuResult {
+                    match TABLE.get() {
+                        Some(t) => match t.$name {
+                            Some(f) => f($($arg),*),
+                            None => MISSING_ENTRY_POINT,
+                        },
+                        None => CUDA_ERROR_NOT_INITIALIZED,
+                    }
+                }
+            )*
+        }
+    };
+}
+
+driver_api! {
+    fn cuGetErrorName(error: CuResult, p_str: *mut *const c_char);
+    fn cuInit(flags: c_uint);
+    fn cuDeviceGetCount(count: *mut c_int);
+    fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int);
+    fn cuDevicePrimaryCtxRetain(ctx: *mut CUcontext, dev: CUdevice);
+    fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice);
+    fn cuCtxGetCurrent(ctx: *mut CUcontext);
+    fn cuCtxSetCurrent(ctx: CUcontext);
+    fn cuCtxPushCurrent_v2(ctx: CUcontext);
+    fn cuCtxPopCurrent_v2(ctx: *mut CUcontext);
+    fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int);
+    fn cuStreamCreateWithPriority(stream: *mut CUstream, flags: c_uint, priority: c_int);
+    fn cuStreamDestroy_v2(stream: CUstream);
+    fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint);
+    fn cuStreamSynchronize(stream: CUstream);
+    // CUstreamCaptureStatus written as a plain integer.
+    fn cuStreamIsCapturing(stream: CUstream, status: *mut c_uint);
+    // CUstreamCaptureMode passed as a plain integer.
+    fn cuStreamBeginCapture_v2(stream: CUstream, mode: c_uint);
+    fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph);
+    // CUstreamCaptureMode read and written as a plain integer.
+    fn cuThreadExchangeStreamCaptureMode(mode: *mut c_uint);
+    fn cuGraphInstantiateWithFlags(exec: *mut CUgraphExec, graph: CUgraph, flags: c_ulonglong);
+    fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream);
+    fn cuGraphExecDestroy(exec: CUgraphExec);
+    fn cuGraphDestroy(graph: CUgraph);
+    // CUpointer_attribute passed as a plain integer.
+    fn cuPointerGetAttribute(data: *mut c_void, attribute: c_uint, ptr: CUdeviceptr);
+    fn cuMemAlloc_v2(ptr: *mut CUdeviceptr, bytes: usize);
+    fn cuMemFree_v2(ptr: CUdeviceptr);
+    fn cuMemsetD8_v2(ptr: CUdeviceptr, value: u8, n: usize);
+    fn cuMemHostAlloc(ptr: *mut *mut c_void, bytes: usize, flags: c_uint);
+    fn cuMemFreeHost(ptr: *mut c_void);
+    fn cuMemcpyAsync(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize, stream: CUstream);
+    fn cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, bytes: usize);
+    fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, bytes: usize);
+    fn cuLaunchHostFunc(stream: CUstream, f: CUhostFn, user_data: *mut c_void);
+    fn cuEventCreate(event: *mut CUevent, flags: c_uint);
+    fn cuEventDestroy_v2(event: CUevent);
+    fn cuEventRecord(event: CUevent, stream: CUstream);
+    fn cuEventQuery(event: CUevent);
+    fn cuEventSynchronize(event: CUevent);
+    fn cuEventElapsedTime_v2(ms: *mut f32, start: CUevent, end: CUevent);
+    // Drivers before CUDA 12.8 have only this one.
+    fn cuEventElapsedTime(ms: *mut f32, start: CUevent, end: CUevent);
+}
+
+/// The name CUDA gives an error code ("CUDA_ERROR_INVALID_VALUE"), or its
+/// number when the library does not know it.
+fn error_name(r: CuResult) -> String {
+    if r == MISSING_ENTRY_POINT {
+        return "the loaded CUDA driver does not export this entry point (too old?)".into();
+    }
+    let mut p: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: cuGetErrorName writes a static string or fails (any code may
+    // be passed: it takes a plain int here).
+    let rc = unsafe { drv::cuGetErrorName(r, &mut p) };
+    if rc == CUDA_SUCCESS && !p.is_null() {
+        // SAFETY: a static NUL-terminated string owned by the driver.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    } else {
+        format!("CUDA error {r}")
+    }
+}
+
+/// Turns a driver result into `TC_ERR_CUDA` naming the call and the error
+/// (`TC_ERR_UNAVAILABLE` for a missing device or driver).
+pub fn check(r: CuResult, what: &str) -> Result<()> {
+    if r == CUDA_SUCCESS {
+        return Ok(());
+    }
+    let kind = match r {
+        CUDA_ERROR_NO_DEVICE | CUDA_ERROR_SYSTEM_DRIVER_MISMATCH | CUDA_ERROR_STUB_LIBRARY => {
+            ErrorKind::Unavailable
+        }
+        CUDA_ERROR_INVALID_DEVICE => ErrorKind::InvalidArgument,
+        _ => ErrorKind::Cuda,
+    };
+    Err(Error::new(
+        kind,
+        format!("{what} failed: {}", error_name(r)),
+    ))
+}
+
+/// The driver library: `libcuda.so.1` first, the soname under which the
+/// CUDA runtime and NCCL load it (so this process uses the same driver they
+/// do, also when it is already loaded), then cudarc's list of names. cudarc
+/// alone tries `libcuda.so` first, which can be another file: the toolkit's
+/// link-time stub when `.../lib64/stubs` is on LD_LIBRARY_PATH, whose cuInit
+/// fails with CUDA_ERROR_STUB_LIBRARY, so the GPU looked absent.
+fn driver_library() -> Option<&'static libloading::Library> {
+    static OWN: OnceLock<Option<libloading::Library>> = OnceLock::new();
+    // SAFETY: loading the driver runs only its initializers.
+    if let Some(lib) = OWN.get_or_init(|| unsafe { libloading::Library::new("libcuda.so.1") }.ok())
+    {
+        return Some(lib);
+    }
+    // SAFETY: probing with dlopen; nothing is called yet.
+    if !unsafe { sys::is_culib_present() } {
+        return None;
+    }
+    // SAFETY: the library is present (cudarc's loader found it).
+    std::panic::catch_unwind(|| unsafe { sys::culib() }).ok()
+}
+
+/// Ok when the CUDA driver library loads and `cuInit` succeeds; otherwise
+/// `TC_ERR_UNAVAILABLE` saying what was looked for. Checked once per process.
+pub fn available() -> Result<()> {
+    static STATE: OnceLock<Result<()>> = OnceLock::new();
+    STATE
+        .get_or_init(|| {
+            let lib = match driver_library() {
+                Some(lib) => lib,
+                None => {
+                    return Err(Error::unavailable(
+                        "the CUDA driver library was not found (looked for libcuda.so.1, libcuda.so and other \
+                         versioned names on the loader's path): no NVIDIA driver on this machine",
+                    ))
+                }
+            };
+            // SAFETY: `lib` is the driver library, never unloaded.
+            drv::TABLE.get_or_init(|| unsafe { drv::resolve(lib) });
+            // SAFETY: cuInit is the driver's first call.
+            match unsafe { drv::cuInit(0) } {
+                MISSING_ENTRY_POINT => Err(Error::unavailable("the CUDA driver library lacks cuInit (not a usable libcuda)")),
+                r => check(r, "cuInit")
+                    .map_err(|e| Error::new(ErrorKind::Unavailable, format!("CUDA driver present but unusable: {}", e.message))),
+            }
+        })
+        .clone()
+}
+
+/// Number of visible CUDA devices (after [`available`]).
+pub fn device_count() -> Result<i32> {
+    available()?;
+    let mut n = 0;
+    // SAFETY: the library is loaded; `n` is a valid out-pointer.
+    check(unsafe { drv::cuDeviceGetCount(&mut n) }, "cuDeviceGetCount")?;
+    Ok(n)
+}
+
+/// Runs `f` with this thread's stream-capture interaction mode set to
+/// relaxed, then restores the thread's mode (see
+/// [`Event::query`](super::Event::query)).
+pub(crate) fn with_relaxed_capture_mode<T>(f: impl FnOnce() -> T) -> T {
+    let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED as u32;
+    // SAFETY: valid in/out pointer to a mode value.
+    let swapped = unsafe { drv::cuThreadExchangeStreamCaptureMode(&mut mode) } == CUDA_SUCCESS;
+    let out = f();
+    if swapped {
+        // SAFETY: puts back the mode the exchange above returned.
+        let _ = unsafe { drv::cuThreadExchangeStreamCaptureMode(&mut mode) };
+    }
+    out
+}

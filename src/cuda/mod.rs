@@ -1,0 +1,47 @@
+//! A small safe layer over the CUDA driver API, loaded at run time:
+//! availability, devices and their primary contexts, streams, pooled events,
+//! capture status, pointer kinds, pinned host memory and asynchronous copies.
+//!
+//! cudarc finds and loads `libcuda` (its `culib`) and provides the handle
+//! and enum types, but its `sys` functions are not called: they return
+//! `CUresult`, a Rust enum listing the codes of the CUDA version the
+//! bindings were generated for (13.0), and a driver newer than that may
+//! return a code the enum lacks — receiving one is undefined behaviour, not
+//! an error. The entry points used here are resolved from cudarc's library
+//! handle into [`drv`] and declared with a plain `i32` result (and plain
+//! integers for enum out-parameters), so any code the driver returns is a
+//! value we can print. Enum *arguments* are only ever built from known
+//! constants. An entry point the driver lacks yields
+//! [`MISSING_ENTRY_POINT`](driver::MISSING_ENTRY_POINT)
+//! instead of cudarc's panic.
+//!
+//! [`available`] checks for the library first; every other function here
+//! fails cleanly (CUDA_ERROR_NOT_INITIALIZED) when it did not succeed.
+//!
+//! `driver.rs` loads the library and its entry points; `device.rs` has
+//! devices, contexts, streams and graph capture; `memory.rs` pointer kinds,
+//! buffers and copies; `event.rs` pooled and timing events.
+
+mod device;
+mod driver;
+mod event;
+mod memory;
+#[cfg(test)]
+mod tests;
+
+pub use device::{
+    begin_capture, capture_status, launch_host_func, stream_synchronize, stream_wait_event,
+    Capture, CtxGuard, Device, GraphExec, HostFn, Stream,
+};
+pub use driver::{available, check, device_count};
+pub(crate) use driver::{drv, CUDA_ERROR_INVALID_VALUE};
+pub use event::{Event, EventPool, TimingEvent};
+pub use memory::{
+    copy_to_device, copy_to_host, device_accessible, device_alloc, device_free, memcpy_async,
+    memory_type, DeviceBuffer, MemoryType, PinnedBuffer,
+};
+
+use cudarc::driver::sys::CUstream;
+
+/// A CUDA stream handle as passed through the C API (NULL: legacy default).
+pub type RawStream = CUstream;
