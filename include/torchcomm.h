@@ -1510,6 +1510,39 @@ tc_result_t tc_window_deregister(tc_window_t *window);
 tc_result_t tc_window_put(tc_window_t *window, const void *src, size_t bytes, int32_t dst_rank, size_t dst_offset, const tc_op_options_t *opts, tc_work_t **work);
 
 /*
+ Reads `bytes` bytes at byte offset `src_offset` of `src_rank`'s
+ registered buffer into `dst`, without `src_rank`'s application taking
+ part.
+
+ Ordering: the get reads after every put this rank issued to `src_rank`
+ before it (asynchronous ones included: gets queue with this rank's puts
+ and signals, in issue order), so a rank reads back what it wrote. Puts
+ of other ranks to `src_rank` are seen only once they are known to have
+ landed (for example after `src_rank` waited for their signals and told
+ this rank so). On the `gloo` backend a get from this rank itself, or
+ from a same-host rank whose buffer lies in `tc_mem_alloc` memory, is a
+ memory copy; from any other rank it is a request answered by that
+ rank's window service (a message each way).
+
+ `dst` must not be NULL when `bytes > 0` (`TC_ERR_INVALID_ARGUMENT`
+ naming `dst`); `src_rank` must be a rank of the comm (naming
+ `src_rank`); `src_offset + bytes` must not overflow nor pass the end of
+ `src_rank`'s registered size (naming `src_offset`, with both numbers).
+ A buffer must be registered on this rank (`TC_ERR_INVALID_USAGE`).
+ `bytes = 0` does nothing. `opts` may be NULL (defaults; `timeout_ms`
+ applies, `stream` is ignored).
+
+ With `opts.async_op = 0` the call returns when the bytes are in `dst`.
+ With `opts.async_op = 1` it checks its arguments, queues the get and
+ returns at once; `dst` must then stay valid, and must not be read or
+ written, until the get's work completes (`tc_work_wait`), which reports
+ the get's own failure (`TC_ERR_TIMEOUT`, `TC_ERR_REMOTE`, ...). A
+ timeout or a lost peer leaves the window unusable, as for a put. `work`
+ as for `tc_window_put`. Thread-safe. Ownership: `dst` stays the caller's.
+ */
+tc_result_t tc_window_get(tc_window_t *window, void *dst, size_t bytes, int32_t src_rank, size_t src_offset, const tc_op_options_t *opts, tc_work_t **work);
+
+/*
  Sends one signal to `peer`; it arrives after every put this rank issued
  to `peer` before it, including asynchronous puts not yet complete when
  the signal is issued.

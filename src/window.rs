@@ -246,20 +246,38 @@ impl Window {
         self.check_rank(dst_rank, "dst_rank")?;
         let _state = self.registered_state("put")?;
         let size = self.lanes.backend.remote_size(dst_rank);
-        match dst_offset.checked_add(bytes) {
-            Some(end) if end <= size => {}
-            _ => {
-                return Err(Error::invalid_argument(format!(
-                    "argument 'dst_offset': {bytes} bytes at offset {dst_offset} do not fit in rank {dst_rank}'s window of {size} bytes"
-                )))
-            }
-        }
+        check_span("dst_offset", dst_offset, bytes, dst_rank, size)?;
         if bytes == 0 {
             return Ok(done());
         }
         let (inner, timeout, src) = (self.lanes.backend.clone(), self.timeout(opts), src as usize);
         self.issue(&self.lanes.origin, "window_put", opts, move || {
             inner.put(src as *const c_void, bytes, dst_rank, dst_offset, timeout)
+        })
+    }
+
+    /// Reads `bytes` at `src_offset` of `src_rank`'s buffer into `dst`,
+    /// after every put this rank issued before (the origin lane). With
+    /// `opts.async_op`, returns once queued: `dst` must stay valid and
+    /// untouched until the returned work completes.
+    pub fn get(
+        &self,
+        dst: *mut c_void,
+        bytes: usize,
+        src_rank: i32,
+        src_offset: usize,
+        opts: &OpOptions,
+    ) -> Result<Arc<dyn Work>> {
+        self.check_rank(src_rank, "src_rank")?;
+        let _state = self.registered_state("get")?;
+        let size = self.lanes.backend.remote_size(src_rank);
+        check_span("src_offset", src_offset, bytes, src_rank, size)?;
+        if bytes == 0 {
+            return Ok(done());
+        }
+        let (inner, timeout, dst) = (self.lanes.backend.clone(), self.timeout(opts), dst as usize);
+        self.issue(&self.lanes.origin, "window_get", opts, move || {
+            inner.get(dst as *mut c_void, bytes, src_rank, src_offset, timeout)
         })
     }
 
@@ -307,6 +325,20 @@ impl Window {
         }
         lane.run_blocking(op, &self.lanes.label, timeout, task)?;
         Ok(done())
+    }
+}
+
+/// Checks that `bytes` at `offset` lie within `rank`'s window of `size`
+/// bytes, naming the offset argument `arg`.
+fn check_span(arg: &str, offset: usize, bytes: usize, rank: i32, size: usize) -> Result<()> {
+    match offset.checked_add(bytes) {
+        Some(end) if end <= size => Ok(()),
+        Some(end) => Err(Error::invalid_argument(format!(
+            "argument '{arg}': {bytes} bytes at offset {offset} end at byte {end}, past the end of rank {rank}'s window of {size} bytes"
+        ))),
+        None => Err(Error::invalid_argument(format!(
+            "argument '{arg}': offset {offset} + {bytes} bytes overflows the address range (rank {rank}'s window has {size} bytes)"
+        ))),
     }
 }
 

@@ -164,6 +164,53 @@ pub extern "C" fn tc_window_put(
     })
 }
 
+/// Reads `bytes` bytes at byte offset `src_offset` of `src_rank`'s
+/// registered buffer into `dst`, without `src_rank`'s application taking
+/// part.
+///
+/// Ordering: the get reads after every put this rank issued to `src_rank`
+/// before it (asynchronous ones included: gets queue with this rank's puts
+/// and signals, in issue order), so a rank reads back what it wrote. Puts
+/// of other ranks to `src_rank` are seen only once they are known to have
+/// landed (for example after `src_rank` waited for their signals and told
+/// this rank so). On the `gloo` backend a get from this rank itself, or
+/// from a same-host rank whose buffer lies in `tc_mem_alloc` memory, is a
+/// memory copy; from any other rank it is a request answered by that
+/// rank's window service (a message each way).
+///
+/// `dst` must not be NULL when `bytes > 0` (`TC_ERR_INVALID_ARGUMENT`
+/// naming `dst`); `src_rank` must be a rank of the comm (naming
+/// `src_rank`); `src_offset + bytes` must not overflow nor pass the end of
+/// `src_rank`'s registered size (naming `src_offset`, with both numbers).
+/// A buffer must be registered on this rank (`TC_ERR_INVALID_USAGE`).
+/// `bytes = 0` does nothing. `opts` may be NULL (defaults; `timeout_ms`
+/// applies, `stream` is ignored).
+///
+/// With `opts.async_op = 0` the call returns when the bytes are in `dst`.
+/// With `opts.async_op = 1` it checks its arguments, queues the get and
+/// returns at once; `dst` must then stay valid, and must not be read or
+/// written, until the get's work completes (`tc_work_wait`), which reports
+/// the get's own failure (`TC_ERR_TIMEOUT`, `TC_ERR_REMOTE`, ...). A
+/// timeout or a lost peer leaves the window unusable, as for a put. `work`
+/// as for `tc_window_put`. Thread-safe. Ownership: `dst` stays the caller's.
+#[no_mangle]
+pub extern "C" fn tc_window_get(
+    window: *mut tc_window_t,
+    dst: *mut c_void,
+    bytes: usize,
+    src_rank: i32,
+    src_offset: usize,
+    opts: *const tc_op_options_t,
+    work: *mut *mut tc_work_t,
+) -> tc_result_t {
+    window_op("tc_window_get", window, opts, work, |w, o| {
+        if dst.is_null() && bytes > 0 {
+            return Err(crate::error::Error::null_argument("dst"));
+        }
+        w.get(dst, bytes, src_rank, src_offset, o)
+    })
+}
+
 /// Sends one signal to `peer`; it arrives after every put this rank issued
 /// to `peer` before it, including asynchronous puts not yet complete when
 /// the signal is issued.

@@ -17,6 +17,9 @@
 //!   a matching receive, and the service handles one header at a time, so a
 //!   later SIGNAL from the same rank is handled after the earlier payloads
 //!   landed.
+//! - a GET header asks the service for bytes of its buffer, sent back on a
+//!   reply slot the origin named (see `get.rs`); it too follows the
+//!   origin's earlier puts.
 //! - `deregister` sends STOP to every peer, and the service ends after STOP
 //!   from every peer: everything they sent before has landed, and nothing
 //!   can land after.
@@ -32,11 +35,12 @@
 //!
 //! Gloo closes every connection of a context when one of its waits times
 //! out, so the service waits for headers without a timeout (an abort ends
-//! it); a timed-out put, signal or deregister leaves the window unusable.
+//! it); a timed-out put, get, signal or deregister leaves the window unusable.
 //! `wait_signal` waits on this rank's counters only and can time out
 //! without harm.
 
 mod epoch;
+mod get;
 mod rma;
 mod service;
 mod watch;
@@ -75,6 +79,12 @@ const KIND_PUT: u64 = 1;
 const KIND_SIGNAL: u64 = 2;
 const KIND_STOP: u64 = 3;
 const KIND_PUT_INLINE: u64 = 4;
+const KIND_GET: u64 = 5;
+/// The reply to a GET travels on a slot of its own (this prefix and the
+/// origin's sequence number, carried in the header), so that concurrent
+/// gets of one origin never take each other's data.
+const SLOT_REPLY_BASE: u64 = (0x57 << 56) | (1 << 32);
+const SLOT_REPLY_MASK: u64 = !0xffff_ffff;
 
 /// Creates the window of `backend`: connects its context (collective).
 pub(super) fn create(backend: &GlooBackend, timeout: Duration) -> Result<Box<dyn WindowBackend>> {
@@ -133,6 +143,7 @@ pub(super) fn create(backend: &GlooBackend, timeout: Duration) -> Result<Box<dyn
         peer_addresses,
         send_lock: Mutex::new(()),
         tag: AtomicU32::new(TAG_FIRST_REGISTER),
+        next_reply: AtomicU32::new(0),
         st: Mutex::new(State {
             buf: 0,
             bytes: 0,
@@ -152,6 +163,7 @@ pub(super) fn create(backend: &GlooBackend, timeout: Duration) -> Result<Box<dyn
             deregistering: false,
             closed: false,
             inflight: Vec::new(),
+            inflight_gets: Vec::new(),
             watch: None,
         }),
         cv: Condvar::new(),
@@ -194,6 +206,8 @@ struct Inner {
     /// Next tag of a collective on the window's context (same on all ranks:
     /// register is collective).
     tag: AtomicU32,
+    /// Sequence number of this rank's next GET (its reply slot).
+    next_reply: AtomicU32,
     st: Mutex<State>,
     /// Signals, refusals, STOPs, the service's end and failures.
     cv: Condvar,
@@ -237,6 +251,9 @@ struct State {
     closed: bool,
     /// Origin buffers whose sends are in flight (close ends their waits).
     inflight: Vec<Arc<UnboundBuffer>>,
+    /// Destination buffers of gets waiting for their reply (close and
+    /// breaking end their waits).
+    inflight_gets: Vec<Arc<UnboundBuffer>>,
     watch: Option<Watch>,
 }
 
@@ -331,7 +348,7 @@ impl Inner {
     /// connections (peers fail fast and nothing lands any more) and ends the
     /// service's waits.
     fn mark_broken(&self, err: Error) {
-        let (first, bufs, watch) = {
+        let (first, bufs, watch, gets) = {
             let mut st = self.state();
             let first = st.broken.is_none() && !st.closed;
             if first {
@@ -342,6 +359,7 @@ impl Inner {
                 first,
                 st.service.as_ref().map(|s| s.bufs.clone()),
                 st.watch.as_ref().map(|w| w.buf.clone()),
+                st.inflight_gets.clone(),
             )
         };
         if !first {
@@ -353,9 +371,13 @@ impl Inner {
         if let Some(b) = bufs {
             b.header.abort_wait_recv();
             b.data.abort_wait_recv();
+            b.data.abort_wait_send();
         }
         if let Some(w) = watch {
             w.abort_wait_recv();
+        }
+        for g in gets {
+            g.abort_wait_recv();
         }
     }
 
@@ -401,6 +423,7 @@ impl Inner {
         if let Some(mut s) = service {
             s.bufs.header.abort_wait_recv();
             s.bufs.data.abort_wait_recv();
+            s.bufs.data.abort_wait_send();
             if let Some(t) = s.thread.take() {
                 let _ = t.join();
             }
@@ -430,6 +453,17 @@ impl WindowBackend for GlooWindow {
         timeout: Duration,
     ) -> Result<()> {
         self.inner.put(src, bytes, dst_rank, dst_offset, timeout)
+    }
+
+    fn get(
+        &self,
+        dst: *mut c_void,
+        bytes: usize,
+        src_rank: i32,
+        src_offset: usize,
+        timeout: Duration,
+    ) -> Result<()> {
+        self.inner.get(dst, bytes, src_rank, src_offset, timeout)
     }
 
     fn signal(&self, peer: i32, timeout: Duration) -> Result<()> {

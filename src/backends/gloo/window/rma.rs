@@ -311,7 +311,7 @@ impl Inner {
 
     pub(super) fn close(&self) {
         let w = self;
-        let (inflight, watch, hard) = {
+        let (inflight, gets, watch, hard) = {
             let mut st = w.state();
             if st.closed {
                 return;
@@ -320,6 +320,7 @@ impl Inner {
             w.wake();
             (
                 std::mem::take(&mut st.inflight),
+                std::mem::take(&mut st.inflight_gets),
                 st.watch.take(),
                 st.registered || st.broken.is_some(),
             )
@@ -336,6 +337,9 @@ impl Inner {
         }
         for b in &inflight {
             b.abort_wait_send();
+        }
+        for g in &gets {
+            g.abort_wait_recv();
         }
         w.stop_service();
         if let Some(mut watch) = watch {

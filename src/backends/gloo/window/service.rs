@@ -1,12 +1,12 @@
 //! The service thread: takes the peers' messages (puts, signals, STOPs) into
-//! this rank's registered buffer and counters.
+//! this rank's registered buffer and counters, and answers their gets.
 
 use super::super::shim::UnboundBuffer;
 use super::super::shim::Waited;
 use super::super::shm::{host_id, PeerMapping, PeerSignals};
 use super::wire::Registration;
 use super::{
-    Inner, ServiceBufs, HEADER_BYTES, INLINE_MAX, KIND_PUT, KIND_PUT_INLINE, KIND_SIGNAL,
+    Inner, ServiceBufs, HEADER_BYTES, INLINE_MAX, KIND_GET, KIND_PUT, KIND_PUT_INLINE, KIND_SIGNAL,
     KIND_STOP, MAGIC, MESSAGE_MAX, SLOT_DATA, SLOT_HEADER,
 };
 use crate::error::{Error, Result};
@@ -87,6 +87,11 @@ impl Inner {
                         self.wake();
                     }
                 }
+                KIND_GET => match self.reply_to_get(&bufs, src, h, size) {
+                    Ok(true) => {}
+                    Ok(false) => break Ok(()),
+                    Err(e) => break Err(e),
+                },
                 KIND_SIGNAL => {
                     self.state().signals[src as usize] += 1;
                     self.wake();
