@@ -1505,7 +1505,10 @@ tc_result_t tc_window_deregister(tc_window_t *window);
  `tc_work_free`; freeing it early does not cancel the put. With `work`
  NULL an asynchronous put still runs; `tc_window_deregister` and
  `tc_comm_finalize` wait for it, and `tc_comm_abort` ends it with
- `TC_ERR_ABORTED`. Thread-safe.
+ `TC_ERR_ABORTED`. Like the comm's operations, a window call (blocking
+ or not) is watched by the comm's watchdog: one still running past its
+ timeout (plus the backend's grace) fails with `TC_ERR_TIMEOUT` naming
+ the call and its window, and the comm is aborted. Thread-safe.
  */
 tc_result_t tc_window_put(tc_window_t *window, const void *src, size_t bytes, int32_t dst_rank, size_t dst_offset, const tc_op_options_t *opts, tc_work_t **work);
 

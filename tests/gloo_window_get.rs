@@ -298,3 +298,93 @@ fn gloo_window_get_shared_2() {
 fn gloo_window_get_shared_3() {
     get_test("gloo_window_get_shared_3", 3, true);
 }
+
+/// A get from a stopped process (SIGSTOP; heap buffers, so the get is a
+/// request its service never answers) fails with TC_ERR_TIMEOUT within the
+/// comm's timeout (no per-call timeout given), naming the get and the
+/// peer; the window then refuses calls at once, saying why.
+#[test]
+fn gloo_window_get_from_stopped_peer() {
+    const T: Duration = Duration::from_millis(2000);
+    if role().is_some() {
+        let comm = child_comm("get-stopped", T);
+        let me = comm.rank();
+        let win = Window::new(&comm).unwrap();
+        let mut mem = vec![0u8; 1 << 16];
+        win.register(mem.as_mut_ptr() as *mut c_void, mem.len())
+            .unwrap();
+        println!("RESULT registered");
+        if me == 1 {
+            // Stopped by the parent; then killed.
+            std::thread::sleep(Duration::from_secs(60));
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1500));
+        let mut dst = vec![0u8; 1 << 16];
+        let start = std::time::Instant::now();
+        let work = win
+            .get(
+                dst.as_mut_ptr() as *mut c_void,
+                dst.len(),
+                1,
+                0,
+                &async_opts(),
+            )
+            .unwrap();
+        let e = work.wait_blocking().unwrap_err();
+        let took = start.elapsed();
+        println!(
+            "RESULT kind={:?} ms={} msg={}",
+            e.kind,
+            took.as_millis(),
+            e.message
+        );
+        assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
+        assert!(
+            e.message.contains("get") && e.message.contains("rank 1"),
+            "{e}"
+        );
+        assert!(took + Duration::from_millis(50) >= T, "took {took:?}");
+        assert!(took < T + Duration::from_secs(5), "took {took:?}");
+        let e = win
+            .get(
+                dst.as_mut_ptr() as *mut c_void,
+                8,
+                1,
+                0,
+                &OpOptions::default(),
+            )
+            .map(drop)
+            .unwrap_err();
+        assert!(
+            e.message.contains("unusable after an earlier failure"),
+            "{e}"
+        );
+        drop(win);
+        println!("RESULT done");
+        return;
+    }
+    let mut stopped = false;
+    let out = launch_with(
+        "gloo_window_get_from_stopped_peer",
+        "get-stopped",
+        2,
+        &[],
+        Duration::from_secs(60),
+        |t, children| {
+            if !stopped && t > Duration::from_millis(800) {
+                unsafe { libc::kill(children[1].id() as i32, libc::SIGSTOP) };
+                stopped = true;
+            }
+            if t > Duration::from_secs(8) {
+                let _ = children[1].kill();
+            }
+        },
+    );
+    assert!(out[0].ok(), "{}", out[0].describe());
+    assert!(
+        out[0].results().iter().any(|r| r == "done"),
+        "{}",
+        out[0].describe()
+    );
+}

@@ -145,7 +145,10 @@ pub extern "C" fn tc_window_deregister(window: *mut tc_window_t) -> tc_result_t 
 /// `tc_work_free`; freeing it early does not cancel the put. With `work`
 /// NULL an asynchronous put still runs; `tc_window_deregister` and
 /// `tc_comm_finalize` wait for it, and `tc_comm_abort` ends it with
-/// `TC_ERR_ABORTED`. Thread-safe.
+/// `TC_ERR_ABORTED`. Like the comm's operations, a window call (blocking
+/// or not) is watched by the comm's watchdog: one still running past its
+/// timeout (plus the backend's grace) fails with `TC_ERR_TIMEOUT` naming
+/// the call and its window, and the comm is aborted. Thread-safe.
 #[no_mangle]
 pub extern "C" fn tc_window_put(
     window: *mut tc_window_t,
