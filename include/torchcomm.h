@@ -1452,8 +1452,10 @@ tc_result_t tc_dtype_size(tc_dtype_t dtype, size_t *size);
 
  Collective: every rank of the comm creates its windows in the same order.
  The window keeps the comm's resources alive until it is freed. Fails with
- `TC_ERR_UNSUPPORTED` on backends without windows (`nccl` for now), and
- on a finalized or aborted comm. `*window` is written only on success.
+ `TC_ERR_UNSUPPORTED` on the `nccl` backend, whose message names the
+ loaded NCCL's version, the version its host RMA API needs (2.29) and the
+ entry points it lacks (windows over that API are not implemented yet),
+ and on a finalized or aborted comm. `*window` is written only on success.
  */
 tc_result_t tc_window_new(tc_comm_t *comm, tc_window_t **window);
 

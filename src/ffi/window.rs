@@ -1,6 +1,7 @@
 //! `tc_window_*`: one-sided (RMA) windows over a comm. Implemented by the
 //! `gloo` backend (host memory, any hosts); the `nccl` backend answers
-//! `TC_ERR_UNSUPPORTED` (listed in the README).
+//! `TC_ERR_UNSUPPORTED` naming the loaded NCCL's version (see
+//! `src/backends/nccl/window.rs`).
 //!
 //! `tc_window_put`, `tc_window_signal` and `tc_window_wait_signal` honour
 //! `async_op`: with it set, the call checks its arguments (failing itself on
@@ -68,8 +69,10 @@ fn window_op(
 ///
 /// Collective: every rank of the comm creates its windows in the same order.
 /// The window keeps the comm's resources alive until it is freed. Fails with
-/// `TC_ERR_UNSUPPORTED` on backends without windows (`nccl` for now), and
-/// on a finalized or aborted comm. `*window` is written only on success.
+/// `TC_ERR_UNSUPPORTED` on the `nccl` backend, whose message names the
+/// loaded NCCL's version, the version its host RMA API needs (2.29) and the
+/// entry points it lacks (windows over that API are not implemented yet),
+/// and on a finalized or aborted comm. `*window` is written only on success.
 #[no_mangle]
 pub extern "C" fn tc_window_new(
     comm: *mut tc_comm_t,
