@@ -224,6 +224,7 @@ int main(void) {
     EXPECT_RC(tc_window_register(NULL, buf, sizeof buf), TC_ERR_NULL_ARGUMENT, "'window'");
     EXPECT_RC(tc_window_deregister(NULL), TC_ERR_NULL_ARGUMENT, "'window'");
     EXPECT_RC(tc_window_put(NULL, buf, 4, 0, 0, NULL, &work), TC_ERR_NULL_ARGUMENT, "'window'");
+    EXPECT_RC(tc_window_get(NULL, buf, 4, 0, 0, NULL, &work), TC_ERR_NULL_ARGUMENT, "'window'");
     EXPECT_RC(tc_window_signal(NULL, 0, NULL, &work), TC_ERR_NULL_ARGUMENT, "'window'");
     EXPECT_RC(tc_window_wait_signal(NULL, 0, NULL, &work), TC_ERR_NULL_ARGUMENT, "'window'");
     EXPECT_RC(tc_window_map_remote(NULL, 0, &p), TC_ERR_NULL_ARGUMENT, "'window'");
@@ -233,6 +234,14 @@ int main(void) {
     EXPECT_OK(tc_window_register(win, out, sizeof out));
     EXPECT_RC(tc_window_put(win, NULL, 4, 0, 0, NULL, &work), TC_ERR_NULL_ARGUMENT, "'src'");
     EXPECT_RC(tc_window_put(win, buf, 4, 0, 0, &bad, &work), TC_ERR_INVALID_ARGUMENT, "magic");
+    EXPECT_RC(tc_window_get(win, NULL, 4, 0, 0, NULL, &work), TC_ERR_NULL_ARGUMENT, "'dst'");
+    EXPECT_RC(tc_window_get(win, buf, 4, 0, 0, &bad, &work), TC_ERR_INVALID_ARGUMENT, "magic");
+    EXPECT_RC(tc_window_get(win, buf, 4, 1 << 20, 0, NULL, &work), TC_ERR_INVALID_ARGUMENT, "'src_rank'");
+    EXPECT_RC(tc_window_get(win, buf, 4, 0, sizeof out, NULL, &work), TC_ERR_INVALID_ARGUMENT, "'src_offset'");
+    out[0] = 42.5f;
+    EXPECT_OK(tc_window_get(win, buf, 4, 0, 0, NULL, NULL));
+    CHECK(buf[0] == 42.5f);
+    buf[0] = 1;
     EXPECT_RC(tc_window_signal(win, 0, &bad, &work), TC_ERR_INVALID_ARGUMENT, "magic");
     EXPECT_RC(tc_window_wait_signal(win, 0, &bad, &work), TC_ERR_INVALID_ARGUMENT, "magic");
     EXPECT_RC(tc_window_map_remote(win, 0, NULL), TC_ERR_NULL_ARGUMENT, "'ptr'");

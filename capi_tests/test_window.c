@@ -22,12 +22,18 @@ int main(void) {
     for (int i = 0; i < 16; i++) src[i] = (unsigned char)(i + 1);
 
     /* Nothing registered yet. */
-    EXPECT_RC(tc_window_put(win, src, 16, 0, 0, NULL, NULL), TC_ERR_INVALID_USAGE, "no buffer is registered");
-    EXPECT_RC(tc_window_deregister(win), TC_ERR_INVALID_USAGE, "no buffer");
+    EXPECT_RC(tc_window_put(win, src, 16, 0, 0, NULL, NULL), TC_ERR_INVALID_USAGE, "none was registered yet");
+    EXPECT_RC(tc_window_get(win, src, 16, 0, 0, NULL, NULL), TC_ERR_INVALID_USAGE, "get on window of comm 'window'");
+    EXPECT_RC(tc_window_deregister(win), TC_ERR_INVALID_USAGE, "none was registered yet");
     EXPECT_RC(tc_window_register(win, mem, 0), TC_ERR_INVALID_ARGUMENT, "'bytes'");
+    CHECK(strstr(tc_last_error(), "got 0") != NULL);
+    /* A window where a comm is expected: says what it is. */
+    tc_window_t *not_comm = NULL;
+    EXPECT_RC(tc_window_new((tc_comm_t *)win, &not_comm), TC_ERR_INVALID_ARGUMENT, "it is a live tc_window_t");
 
     EXPECT_OK(tc_window_register(win, mem, sizeof mem));
     EXPECT_RC(tc_window_register(win, mem, sizeof mem), TC_ERR_INVALID_USAGE, "already registered");
+    CHECK(strstr(tc_last_error(), "64 bytes") != NULL);
 
     /* A put to this rank lands at the offset and nowhere else. */
     tc_work_t *work = NULL;
@@ -120,12 +126,15 @@ int main(void) {
 
     /* Deregister, register again (a smaller buffer), free. */
     EXPECT_OK(tc_window_deregister(win));
-    EXPECT_RC(tc_window_signal(win, 0, NULL, NULL), TC_ERR_INVALID_USAGE, "no buffer is registered");
+    EXPECT_RC(tc_window_signal(win, 0, NULL, NULL), TC_ERR_INVALID_USAGE, "it was deregistered");
     EXPECT_OK(tc_window_register(win, mem, 8));
     EXPECT_RC(tc_window_put(win, src, 16, 0, 0, NULL, NULL), TC_ERR_INVALID_ARGUMENT, "window of 8 bytes");
     EXPECT_OK(tc_window_put(win, src, 8, 0, 0, NULL, NULL));
     CHECK(mem[0] == 1 && mem[7] == 8);
     tc_window_free(win); /* without deregister: frees the registration too */
+    /* A freed window is refused, not used, and the message says why. */
+    EXPECT_RC(tc_window_put(win, src, 8, 0, 0, NULL, NULL), TC_ERR_INVALID_ARGUMENT, "freed already");
+    CHECK(strstr(tc_last_error(), "'window'") != NULL);
 
     /* Freeing a window ends its pending asynchronous wait with
        TC_ERR_ABORTED; the work handle stays usable until freed. */
@@ -147,8 +156,14 @@ int main(void) {
     CHECK(st == TC_WORK_ERROR);
     tc_work_free(pending);
 
-    /* A window outlives nothing: after finalize, new windows are refused. */
+    /* A window outlives nothing: after finalize, new windows are refused,
+       and a live window's calls name the call, the window and the reason. */
+    tc_window_t *win3 = NULL;
+    EXPECT_OK(tc_window_new(comm, &win3));
     EXPECT_OK(tc_comm_finalize(comm));
+    EXPECT_RC(tc_window_register(win3, mem, sizeof mem), TC_ERR_INVALID_USAGE, "register on window of comm 'window'");
+    CHECK(strstr(tc_last_error(), "finalized") != NULL);
+    tc_window_free(win3);
     win = NULL;
     EXPECT_RC(tc_window_new(comm, &win), TC_ERR_INVALID_USAGE, "finalized");
     CHECK(win == NULL);

@@ -1665,8 +1665,10 @@ tc_result_t tc_dtype_size(tc_dtype_t dtype, size_t *size);
 
  Collective: every rank of the comm creates its windows in the same order.
  The window keeps the comm's resources alive until it is freed. Fails with
- `TC_ERR_UNSUPPORTED` on backends without windows (`nccl` for now), and
- on a finalized or aborted comm. `*window` is written only on success.
+ `TC_ERR_UNSUPPORTED` on the `nccl` backend, whose message names the
+ loaded NCCL's version, the version its host RMA API needs (2.29) and the
+ entry points it lacks (windows over that API are not implemented yet),
+ and on a finalized or aborted comm. `*window` is written only on success.
  */
 tc_result_t tc_window_new(tc_comm_t *comm, tc_window_t **window);
 
@@ -1718,9 +1720,45 @@ tc_result_t tc_window_deregister(tc_window_t *window);
  `tc_work_free`; freeing it early does not cancel the put. With `work`
  NULL an asynchronous put still runs; `tc_window_deregister` and
  `tc_comm_finalize` wait for it, and `tc_comm_abort` ends it with
- `TC_ERR_ABORTED`. Thread-safe.
+ `TC_ERR_ABORTED`. Like the comm's operations, a window call (blocking
+ or not) is watched by the comm's watchdog: one still running past its
+ timeout (plus the backend's grace) fails with `TC_ERR_TIMEOUT` naming
+ the call and its window, and the comm is aborted. Thread-safe.
  */
 tc_result_t tc_window_put(tc_window_t *window, const void *src, size_t bytes, int32_t dst_rank, size_t dst_offset, const tc_op_options_t *opts, tc_work_t **work);
+
+/*
+ Reads `bytes` bytes at byte offset `src_offset` of `src_rank`'s
+ registered buffer into `dst`, without `src_rank`'s application taking
+ part.
+
+ Ordering: the get reads after every put this rank issued to `src_rank`
+ before it (asynchronous ones included: gets queue with this rank's puts
+ and signals, in issue order), so a rank reads back what it wrote. Puts
+ of other ranks to `src_rank` are seen only once they are known to have
+ landed (for example after `src_rank` waited for their signals and told
+ this rank so). On the `gloo` backend a get from this rank itself, or
+ from a same-host rank whose buffer lies in `tc_mem_alloc` memory, is a
+ memory copy; from any other rank it is a request answered by that
+ rank's window service (a message each way).
+
+ `dst` must not be NULL when `bytes > 0` (`TC_ERR_INVALID_ARGUMENT`
+ naming `dst`); `src_rank` must be a rank of the comm (naming
+ `src_rank`); `src_offset + bytes` must not overflow nor pass the end of
+ `src_rank`'s registered size (naming `src_offset`, with both numbers).
+ A buffer must be registered on this rank (`TC_ERR_INVALID_USAGE`).
+ `bytes = 0` does nothing. `opts` may be NULL (defaults; `timeout_ms`
+ applies, `stream` is ignored).
+
+ With `opts.async_op = 0` the call returns when the bytes are in `dst`.
+ With `opts.async_op = 1` it checks its arguments, queues the get and
+ returns at once; `dst` must then stay valid, and must not be read or
+ written, until the get's work completes (`tc_work_wait`), which reports
+ the get's own failure (`TC_ERR_TIMEOUT`, `TC_ERR_REMOTE`, ...). A
+ timeout or a lost peer leaves the window unusable, as for a put. `work`
+ as for `tc_window_put`. Thread-safe. Ownership: `dst` stays the caller's.
+ */
+tc_result_t tc_window_get(tc_window_t *window, void *dst, size_t bytes, int32_t src_rank, size_t src_offset, const tc_op_options_t *opts, tc_work_t **work);
 
 /*
  Sends one signal to `peer`; it arrives after every put this rank issued

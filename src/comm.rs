@@ -238,6 +238,12 @@ impl Comm {
         self.backend.as_ref()
     }
 
+    /// Puts a work issued outside [`Comm::submit`] (a window call) under the
+    /// watchdog: past its timeout it fails and the comm is aborted.
+    pub(crate) fn watch(&self, work: Arc<dyn Work>) {
+        lock(&self.outstanding).push(work);
+    }
+
     /// Tracks a new window's lanes (see [`Comm::finalize`], [`Comm::abort`]).
     pub(crate) fn add_window(&self, lanes: &Arc<crate::window::Lanes>) {
         let mut windows = lock(&self.windows);

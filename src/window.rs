@@ -62,9 +62,13 @@
 //!   a blocking call running on its caller's thread, which fails as it
 //!   would at free.
 //!
-//! Window works are not watched by the comm's watchdog: a running backend
-//! call fails by itself within its timeout, and a failed window call does
-//! not abort the comm.
+//! Window works, blocking and asynchronous, are watched by the comm's
+//! watchdog like its operations' works: a call still running past its
+//! timeout and the backend's grace (a backend call that does not end by
+//! itself, such as a wait for a signal a dead peer never sends) fails with
+//! `ErrorKind::Timeout` naming the call and its window, and the comm is
+//! aborted, which ends the call (see above). A call that fails by itself
+//! within its timeout does not abort the comm.
 
 use crate::backends::WindowBackend;
 use crate::comm::Comm;
@@ -74,6 +78,7 @@ use crate::work::{DoneWork, HostWork, Work};
 use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Once, RwLock, RwLockReadGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -84,6 +89,8 @@ pub struct Window {
     lanes: Arc<Lanes>,
     /// This rank's registered buffer and its size, or None.
     registered: RwLock<Option<(usize, usize)>>,
+    /// Registrations made so far (an error tells "not yet" from "no more").
+    registrations: AtomicUsize,
 }
 
 /// The part of a window its comm reaches: the backend and the two lanes.
@@ -137,8 +144,14 @@ impl Window {
     /// Collective over the comm: every rank creates its window in the same
     /// order.
     pub fn new(comm: &Arc<Comm>) -> Result<Window> {
-        comm.check_active()?;
+        comm.check_active()
+            .map_err(|e| e.context("creating a window (tc_window_new)"))?;
         let inner: Arc<dyn WindowBackend> = Arc::from(comm.backend().new_window(comm.timeout())?);
+        Ok(Window::with_backend(comm, inner))
+    }
+
+    /// A window of `comm` over `inner` (the comm's backend's, or a test's).
+    fn with_backend(comm: &Arc<Comm>, inner: Arc<dyn WindowBackend>) -> Window {
         let label: Arc<str> = format!(
             "window of comm '{}' (rank {}/{})",
             comm.name(),
@@ -154,11 +167,12 @@ impl Window {
             closed: Once::new(),
         });
         comm.add_window(&lanes);
-        Ok(Window {
+        Window {
             comm: comm.clone(),
             lanes,
             registered: RwLock::new(None),
-        })
+            registrations: AtomicUsize::new(0),
+        }
     }
 
     pub fn comm(&self) -> &Arc<Comm> {
@@ -172,43 +186,66 @@ impl Window {
     fn check_rank(&self, rank: i32, arg: &str) -> Result<()> {
         if rank < 0 || rank >= self.comm.size() {
             return Err(Error::invalid_argument(format!(
-                "argument '{arg}': rank {rank} is outside [0, {})",
-                self.comm.size()
+                "argument '{arg}': rank {rank} is outside [0, {}), the ranks of the {}",
+                self.comm.size(),
+                self.lanes.label
             )));
         }
         Ok(())
     }
 
+    /// The comm's refusal, when it is finalized or aborted, saying which
+    /// window call it refused.
+    fn check_active(&self, what: &str) -> Result<()> {
+        self.comm
+            .check_active()
+            .map_err(|e| e.context(format_args!("{what} on {}", self.lanes.label)))
+    }
+
+    /// Why `what` finds no buffer registered: none yet, or no more.
+    fn unregistered(&self, what: &str) -> Error {
+        let why = match self.registrations.load(Ordering::Relaxed) {
+            0 => "none was registered yet: register one with tc_window_register (collective) first",
+            _ => "it was deregistered (tc_window_deregister): register one again first",
+        };
+        Error::invalid_usage(format!(
+            "{what} on {}: this rank has no buffer registered with the window; {why}",
+            self.lanes.label
+        ))
+    }
+
     /// The state, shared, once a buffer is registered and the comm active.
     fn registered_state(&self, what: &str) -> Result<RwLockReadGuard<'_, Option<(usize, usize)>>> {
-        self.comm.check_active()?;
+        self.check_active(what)?;
         let state = self.registered.read().unwrap_or_else(|e| e.into_inner());
         if state.is_none() {
-            return Err(Error::invalid_usage(format!(
-                "{what}: no buffer is registered with this window (tc_window_register)"
-            )));
+            return Err(self.unregistered(what));
         }
         Ok(state)
     }
 
     /// Collective: registers `bytes` at `buf` as this rank's window memory.
     pub fn register(&self, buf: *mut c_void, bytes: usize) -> Result<()> {
-        self.comm.check_active()?;
+        self.check_active("register")?;
         let mut state = self.registered.write().unwrap_or_else(|e| e.into_inner());
-        if state.is_some() {
-            return Err(Error::invalid_usage(
-                "a buffer is already registered with this window: deregister it first",
-            ));
+        if let Some((at, size)) = *state {
+            return Err(Error::invalid_usage(format!(
+                "register on {}: a buffer of {size} bytes at {at:#x} is already registered with this window \
+                 (one at a time): deregister it first (tc_window_deregister)",
+                self.lanes.label
+            )));
         }
         if bytes == 0 {
-            return Err(Error::invalid_argument(
-                "argument 'bytes': a window buffer needs at least one byte",
-            ));
+            return Err(Error::invalid_argument(format!(
+                "argument 'bytes': register on {}: a window buffer needs at least one byte (got 0)",
+                self.lanes.label
+            )));
         }
         self.lanes
             .backend
             .register(buf, bytes, self.comm.timeout())?;
         *state = Some((buf as usize, bytes));
+        self.registrations.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -216,12 +253,10 @@ impl Window {
     /// landed or failed), then deregisters; after it no put lands in the
     /// buffer any more.
     pub fn deregister(&self) -> Result<()> {
-        self.comm.check_active()?;
+        self.check_active("deregister")?;
         let mut state = self.registered.write().unwrap_or_else(|e| e.into_inner());
         if state.is_none() {
-            return Err(Error::invalid_usage(
-                "no buffer is registered with this window",
-            ));
+            return Err(self.unregistered("deregister"));
         }
         // No call can be issued while the state is held exclusively, so the
         // origin lane only drains from here.
@@ -246,20 +281,38 @@ impl Window {
         self.check_rank(dst_rank, "dst_rank")?;
         let _state = self.registered_state("put")?;
         let size = self.lanes.backend.remote_size(dst_rank);
-        match dst_offset.checked_add(bytes) {
-            Some(end) if end <= size => {}
-            _ => {
-                return Err(Error::invalid_argument(format!(
-                    "argument 'dst_offset': {bytes} bytes at offset {dst_offset} do not fit in rank {dst_rank}'s window of {size} bytes"
-                )))
-            }
-        }
+        check_span("dst_offset", dst_offset, bytes, dst_rank, size)?;
         if bytes == 0 {
             return Ok(done());
         }
         let (inner, timeout, src) = (self.lanes.backend.clone(), self.timeout(opts), src as usize);
         self.issue(&self.lanes.origin, "window_put", opts, move || {
             inner.put(src as *const c_void, bytes, dst_rank, dst_offset, timeout)
+        })
+    }
+
+    /// Reads `bytes` at `src_offset` of `src_rank`'s buffer into `dst`,
+    /// after every put this rank issued before (the origin lane). With
+    /// `opts.async_op`, returns once queued: `dst` must stay valid and
+    /// untouched until the returned work completes.
+    pub fn get(
+        &self,
+        dst: *mut c_void,
+        bytes: usize,
+        src_rank: i32,
+        src_offset: usize,
+        opts: &OpOptions,
+    ) -> Result<Arc<dyn Work>> {
+        self.check_rank(src_rank, "src_rank")?;
+        let _state = self.registered_state("get")?;
+        let size = self.lanes.backend.remote_size(src_rank);
+        check_span("src_offset", src_offset, bytes, src_rank, size)?;
+        if bytes == 0 {
+            return Ok(done());
+        }
+        let (inner, timeout, dst) = (self.lanes.backend.clone(), self.timeout(opts), dst as usize);
+        self.issue(&self.lanes.origin, "window_get", opts, move || {
+            inner.get(dst as *mut c_void, bytes, src_rank, src_offset, timeout)
         })
     }
 
@@ -299,14 +352,31 @@ impl Window {
         opts: &OpOptions,
         task: impl FnOnce() -> Result<()> + Send + 'static,
     ) -> Result<Arc<dyn Work>> {
-        let timeout = self.timeout(opts);
+        // The watchdog gives the backend's own timeout (and its better
+        // message) the same head start as for the comm's operations.
+        let watched = self.timeout(opts) + self.comm.backend().watchdog_grace();
+        let watch = |work: Arc<HostWork>| self.comm.watch(work);
         if opts.async_op {
-            let work: Arc<dyn Work> =
-                lane.submit(op, &self.lanes.label, timeout, true, Box::new(task))?;
+            let work = lane.submit(op, &self.lanes.label, watched, true, Box::new(task))?;
+            watch(work.clone());
             return Ok(work);
         }
-        lane.run_blocking(op, &self.lanes.label, timeout, task)?;
+        lane.run_blocking(op, &self.lanes.label, watched, watch, task)?;
         Ok(done())
+    }
+}
+
+/// Checks that `bytes` at `offset` lie within `rank`'s window of `size`
+/// bytes, naming the offset argument `arg`.
+fn check_span(arg: &str, offset: usize, bytes: usize, rank: i32, size: usize) -> Result<()> {
+    match offset.checked_add(bytes) {
+        Some(end) if end <= size => Ok(()),
+        Some(end) => Err(Error::invalid_argument(format!(
+            "argument '{arg}': {bytes} bytes at offset {offset} end at byte {end}, past the end of rank {rank}'s window of {size} bytes"
+        ))),
+        None => Err(Error::invalid_argument(format!(
+            "argument '{arg}': offset {offset} + {bytes} bytes overflows the address range (rank {rank}'s window has {size} bytes)"
+        ))),
     }
 }
 
@@ -454,11 +524,14 @@ impl Lane {
 
     /// Runs `task` on the caller's thread when nothing is queued or running
     /// on the lane; otherwise queues it behind and waits for it.
+    /// Either way its work goes to `watch` (the comm's watchdog) while it
+    /// runs.
     fn run_blocking(
         self: &Arc<Self>,
         op: &'static str,
         label: &Arc<str>,
         timeout: Duration,
+        watch: impl FnOnce(Arc<HostWork>),
         task: impl FnOnce() -> Result<()> + Send + 'static,
     ) -> Result<()> {
         let idle = {
@@ -468,11 +541,20 @@ impl Lane {
             }
             st.pending == 0
         };
-        if idle {
-            return task();
-        }
-        self.submit(op, label, timeout, false, Box::new(task))?
-            .wait_blocking()
+        let work = if idle {
+            let work = Arc::new(HostWork::new(op, label.clone(), timeout));
+            work.start();
+            watch(work.clone());
+            // A call the watchdog timed out keeps that outcome (it aborted
+            // the comm, which ended the call).
+            work.complete(task());
+            work
+        } else {
+            let work = self.submit(op, label, timeout, false, Box::new(task))?;
+            watch(work.clone());
+            work
+        };
+        work.wait_blocking()
     }
 
     /// Blocks until nothing is queued or running on the lane.
@@ -583,3 +665,7 @@ impl Lane {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "window_watchdog_tests.rs"]
+mod watchdog_tests;

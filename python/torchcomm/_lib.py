@@ -285,6 +285,7 @@ PROTOTYPES = {
     "tc_window_register": (_R, [_p, _p, _sz]),
     "tc_window_deregister": (_R, [_p]),
     "tc_window_put": (_R, [_p, _p, _sz, _i32, _sz, _opts, _out]),
+    "tc_window_get": (_R, [_p, _p, _sz, _i32, _sz, _opts, _out]),
     "tc_window_signal": (_R, [_p, _i32, _opts, _out]),
     "tc_window_wait_signal": (_R, [_p, _i32, _opts, _out]),
     "tc_window_map_remote": (_R, [_p, _i32, _out]),

@@ -175,6 +175,16 @@ pub trait WindowBackend: Send + Sync {
         dst_offset: usize,
         timeout: Duration,
     ) -> Result<()>;
+    /// Reads `bytes` at `src_offset` of `src_rank`'s buffer into `dst`,
+    /// after this rank's earlier puts to `src_rank` landed.
+    fn get(
+        &self,
+        dst: *mut c_void,
+        bytes: usize,
+        src_rank: i32,
+        src_offset: usize,
+        timeout: Duration,
+    ) -> Result<()>;
     /// Notifies `peer` (after this rank's earlier puts to it).
     fn signal(&self, peer: i32, timeout: Duration) -> Result<()>;
     /// Waits for (and consumes) one signal from `peer`.

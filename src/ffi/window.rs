@@ -1,6 +1,7 @@
 //! `tc_window_*`: one-sided (RMA) windows over a comm. Implemented by the
 //! `gloo` backend (host memory, any hosts); the `nccl` backend answers
-//! `TC_ERR_UNSUPPORTED` (listed in the README).
+//! `TC_ERR_UNSUPPORTED` naming the loaded NCCL's version (see
+//! `src/backends/nccl/window.rs`).
 //!
 //! `tc_window_put`, `tc_window_signal` and `tc_window_wait_signal` honour
 //! `async_op`: with it set, the call checks its arguments (failing itself on
@@ -68,8 +69,10 @@ fn window_op(
 ///
 /// Collective: every rank of the comm creates its windows in the same order.
 /// The window keeps the comm's resources alive until it is freed. Fails with
-/// `TC_ERR_UNSUPPORTED` on backends without windows (`nccl` for now), and
-/// on a finalized or aborted comm. `*window` is written only on success.
+/// `TC_ERR_UNSUPPORTED` on the `nccl` backend, whose message names the
+/// loaded NCCL's version, the version its host RMA API needs (2.29) and the
+/// entry points it lacks (windows over that API are not implemented yet),
+/// and on a finalized or aborted comm. `*window` is written only on success.
 #[no_mangle]
 pub extern "C" fn tc_window_new(
     comm: *mut tc_comm_t,
@@ -145,7 +148,10 @@ pub extern "C" fn tc_window_deregister(window: *mut tc_window_t) -> tc_result_t 
 /// `tc_work_free`; freeing it early does not cancel the put. With `work`
 /// NULL an asynchronous put still runs; `tc_window_deregister` and
 /// `tc_comm_finalize` wait for it, and `tc_comm_abort` ends it with
-/// `TC_ERR_ABORTED`. Thread-safe.
+/// `TC_ERR_ABORTED`. Like the comm's operations, a window call (blocking
+/// or not) is watched by the comm's watchdog: one still running past its
+/// timeout (plus the backend's grace) fails with `TC_ERR_TIMEOUT` naming
+/// the call and its window, and the comm is aborted. Thread-safe.
 #[no_mangle]
 pub extern "C" fn tc_window_put(
     window: *mut tc_window_t,
@@ -161,6 +167,53 @@ pub extern "C" fn tc_window_put(
             return Err(crate::error::Error::null_argument("src"));
         }
         w.put(src, bytes, dst_rank, dst_offset, o)
+    })
+}
+
+/// Reads `bytes` bytes at byte offset `src_offset` of `src_rank`'s
+/// registered buffer into `dst`, without `src_rank`'s application taking
+/// part.
+///
+/// Ordering: the get reads after every put this rank issued to `src_rank`
+/// before it (asynchronous ones included: gets queue with this rank's puts
+/// and signals, in issue order), so a rank reads back what it wrote. Puts
+/// of other ranks to `src_rank` are seen only once they are known to have
+/// landed (for example after `src_rank` waited for their signals and told
+/// this rank so). On the `gloo` backend a get from this rank itself, or
+/// from a same-host rank whose buffer lies in `tc_mem_alloc` memory, is a
+/// memory copy; from any other rank it is a request answered by that
+/// rank's window service (a message each way).
+///
+/// `dst` must not be NULL when `bytes > 0` (`TC_ERR_INVALID_ARGUMENT`
+/// naming `dst`); `src_rank` must be a rank of the comm (naming
+/// `src_rank`); `src_offset + bytes` must not overflow nor pass the end of
+/// `src_rank`'s registered size (naming `src_offset`, with both numbers).
+/// A buffer must be registered on this rank (`TC_ERR_INVALID_USAGE`).
+/// `bytes = 0` does nothing. `opts` may be NULL (defaults; `timeout_ms`
+/// applies, `stream` is ignored).
+///
+/// With `opts.async_op = 0` the call returns when the bytes are in `dst`.
+/// With `opts.async_op = 1` it checks its arguments, queues the get and
+/// returns at once; `dst` must then stay valid, and must not be read or
+/// written, until the get's work completes (`tc_work_wait`), which reports
+/// the get's own failure (`TC_ERR_TIMEOUT`, `TC_ERR_REMOTE`, ...). A
+/// timeout or a lost peer leaves the window unusable, as for a put. `work`
+/// as for `tc_window_put`. Thread-safe. Ownership: `dst` stays the caller's.
+#[no_mangle]
+pub extern "C" fn tc_window_get(
+    window: *mut tc_window_t,
+    dst: *mut c_void,
+    bytes: usize,
+    src_rank: i32,
+    src_offset: usize,
+    opts: *const tc_op_options_t,
+    work: *mut *mut tc_work_t,
+) -> tc_result_t {
+    window_op("tc_window_get", window, opts, work, |w, o| {
+        if dst.is_null() && bytes > 0 {
+            return Err(crate::error::Error::null_argument("dst"));
+        }
+        w.get(dst, bytes, src_rank, src_offset, o)
     })
 }
 

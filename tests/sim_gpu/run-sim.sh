@@ -173,6 +173,11 @@ $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests"
   "$ROOT/tests/sim_gpu/test_sim_kernel_order.c" -o "$B/test_sim_kernel_order" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
   || { echo "sim-gpu-test: compiling test_sim_kernel_order failed"; status=1; }
 RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "two comms in opposite orders on one device, 2 ranks (deadlock ended by the timeout)" "$B/test_sim_kernel_order"
+$CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests" -I"$ROOT/capi_tests/gpu" -I"$SIM/cuda/include" \
+  "$ROOT/tests/sim_gpu/test_sim_window.c" -o "$B/test_sim_window" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
+  || { echo "sim-gpu-test: compiling test_sim_window failed"; status=1; }
+TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 TC_SIM_EXPECT_NCCL=2.28.9 extra "windows on nccl 2.28.9: TC_ERR_UNSUPPORTED naming the version" "$B/test_sim_window"
+TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.18/libnccl.so.2 TC_SIM_EXPECT_NCCL=2.18.5 extra "windows on nccl 2.18.5: TC_ERR_UNSUPPORTED naming the version" "$B/test_sim_window"
 # Capture rules of the driver: fork/join legal, legacy-stream use during a
 # blocking stream's capture and waits on non-captured events invalid.
 $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/tests/sim_gpu" "$ROOT/tests/sim_gpu/test_sim_capture.c" \

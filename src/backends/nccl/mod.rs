@@ -29,9 +29,10 @@
 pub mod loader;
 mod mem;
 mod shrink;
+mod window;
 pub mod work;
 
-use super::{Backend, BackendInit};
+use super::{Backend, BackendInit, WindowBackend};
 use crate::cuda::{self, Device as CudaDevice, DeviceBuffer, EventPool, Stream as CudaStream};
 use crate::error::{Error, ErrorKind, Result};
 use crate::op::{Op, OpOptions, P2p, Ptr};
@@ -1659,6 +1660,11 @@ impl Backend for NcclBackend {
 
     fn deregister(&self, handle: *mut c_void) -> Result<()> {
         self.deregister_memory(handle)
+    }
+
+    /// Windows through NCCL's host RMA API (see [`window`]).
+    fn new_window(&self, _timeout: Duration) -> Result<Box<dyn WindowBackend>> {
+        window::create(self.lib, &self.label)
     }
 
     fn mem_alloc(&self, bytes: usize) -> Result<*mut c_void> {
