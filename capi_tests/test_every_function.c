@@ -176,6 +176,20 @@ int main(void) {
     EXPECT_RC(tc_comm_get_device(NULL, &dev), TC_ERR_NULL_ARGUMENT, "'comm'");
     EXPECT_RC(tc_comm_get_device(comm, NULL), TC_ERR_NULL_ARGUMENT, "'device'");
     EXPECT_RC(tc_comm_get_async_error(NULL), TC_ERR_NULL_ARGUMENT, "'comm'");
+    {
+        size_t nr = 1;
+        tc_hint_t live = {"no_such_hint", "1"};
+        EXPECT_RC(tc_comm_get_ranks(NULL, &i, &nr), TC_ERR_NULL_ARGUMENT, "'comm'");
+        EXPECT_RC(tc_comm_get_ranks(comm, &i, NULL), TC_ERR_NULL_ARGUMENT, "'count'");
+        EXPECT_RC(tc_comm_get_backend_version(NULL, &s), TC_ERR_NULL_ARGUMENT, "'comm'");
+        EXPECT_RC(tc_comm_get_backend_version(comm, NULL), TC_ERR_NULL_ARGUMENT, "'version'");
+        EXPECT_RC(tc_comm_set_timeout(NULL, 1000), TC_ERR_NULL_ARGUMENT, "'comm'");
+        EXPECT_RC(tc_comm_set_timeout(comm, 0), TC_ERR_INVALID_ARGUMENT, "'timeout_ms'");
+        EXPECT_RC(tc_comm_set_hints(NULL, &live, 1), TC_ERR_NULL_ARGUMENT, "'comm'");
+        EXPECT_RC(tc_comm_set_hints(comm, NULL, 1), TC_ERR_NULL_ARGUMENT, "'hints'");
+        EXPECT_RC(tc_comm_set_hints(comm, &live, 1), TC_ERR_INVALID_ARGUMENT, "no_such_hint");
+        CHECK(nr == 1);
+    }
     char *text = SENTINEL;
     EXPECT_RC(tc_comm_dump_flight_recorder(NULL, &text), TC_ERR_NULL_ARGUMENT, "'comm'");
     EXPECT_RC(tc_comm_dump_flight_recorder(comm, NULL), TC_ERR_NULL_ARGUMENT, "'text'");

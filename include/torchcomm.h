@@ -984,6 +984,57 @@ tc_result_t tc_scatter(tc_comm_t *comm, void *output, const void *const *inputs,
 tc_result_t tc_gather(tc_comm_t *comm, void *const *outputs, const void *input, size_t count, tc_dtype_t dt, int root, const tc_op_options_t *opts, tc_work_t **work);
 
 /*
+ Writes this comm's ranks in the root comm's numbering: entry i is the
+ rank, in the comm made by `tc_comm_new` that this comm descends from, of
+ this comm's rank i. A comm made by `tc_comm_new` gives 0..size-1; a comm
+ made by `tc_comm_split` gives its parent's entries for the ranks it was
+ split from, so the numbering is the root's through every level of splits.
+
+ `*count` is in/out, as NCCL-style size queries: on entry the capacity of
+ `ranks` (in elements), on return the comm's size. `ranks` NULL: only the
+ size is written (`TC_SUCCESS`). A capacity smaller than the size: nothing
+ is written to `ranks`, `*count` gets the size needed, and the call fails
+ with `TC_ERR_INVALID_ARGUMENT`. The caller owns `ranks`. `count` must
+ not be NULL. Works in every state of the comm; thread-safe.
+ */
+tc_result_t tc_comm_get_ranks(const tc_comm_t *comm, int *ranks, size_t *count);
+
+/*
+ Writes the version of the comm's backend, NUL-terminated: "gloo X.Y.Z
+ (torchcomm A.B.C)" with Gloo's version from the headers its module was
+ built with ("unknown" for a module without that call), "nccl X.Y.Z"
+ with the version the loaded NCCL reports (`ncclGetVersion`). The string
+ is owned by the comm, valid until `tc_comm_destroy`. `version` must not
+ be NULL. Works in every state of the comm; thread-safe.
+ */
+tc_result_t tc_comm_get_backend_version(const tc_comm_t *comm, const char **version);
+
+/*
+ Sets the comm's default timeout to `timeout_ms` milliseconds (> 0) for
+ operations issued after the call (those whose options leave `timeout_ms`
+ unset) and for window calls made after it; operations already issued,
+ queued or running, keep the deadline they were issued with. Splits made
+ later inherit the new value. Local: other ranks keep theirs. The comm
+ must be active (`TC_ERR_INVALID_USAGE` after finalize, `TC_ERR_ABORTED`
+ after an abort). Thread-safe.
+ */
+tc_result_t tc_comm_set_timeout(tc_comm_t *comm, int64_t timeout_ms);
+
+/*
+ Changes hints of a live comm, all or nothing. Hints a live comm can
+ change: "timeout_ms" (positive integer; as `tc_comm_set_timeout`) and
+ "abort_on_error" ("0" or "1"; whether a failure found from now on aborts
+ the process or only the comm). Hints read only at creation ("gloo.iface",
+ "gloo.hostname", NCCL's config hints such as "nccl.min_ctas",
+ "high_priority_stream") are refused with `TC_ERR_UNSUPPORTED`, unknown
+ hints with `TC_ERR_INVALID_ARGUMENT`; either way `tc_last_error` names
+ the hint and no hint of the call is applied. `hints` (copied during the
+ call) may be NULL when `num_hints` is 0. Local to this rank. The comm
+ must be active. Thread-safe.
+ */
+tc_result_t tc_comm_set_hints(tc_comm_t *comm, const tc_hint_t *hints, size_t num_hints);
+
+/*
  Static English text for a result code; never NULL, never freed. Unknown
  codes give "unknown result code". Thread-safe.
  */

@@ -13,7 +13,7 @@ use crate::store::StoreRef;
 use crate::types::{Device, Hints};
 use crate::util::lock;
 use crate::work::{DoneWork, HostWork, Work};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 /// Compatibility re-exports: the op vocabulary lives in [`crate::op`];
 /// `crate::comm::Op` and friends keep resolving for existing callers.
 pub use crate::op::{Op, OpOptions, P2p, Ptr};
+
+mod settings;
 
 /// Creation options, read from `tc_comm_options_t`.
 #[derive(Clone, Default)]
@@ -53,8 +55,13 @@ pub struct Comm {
     backend_name: String,
     /// Rank among this host's processes; splits keep it (it picks the GPU).
     local_rank: i32,
-    timeout: Duration,
-    abort_on_error: bool,
+    /// Default operation timeout in ms; `tc_comm_set_timeout` changes it.
+    timeout_ms: AtomicU64,
+    abort_on_error: AtomicBool,
+    /// This comm's ranks in the root comm's numbering (see `settings`).
+    root_ranks: Vec<i32>,
+    /// The backend's version, as `tc_comm_get_backend_version` reports it.
+    backend_version: std::ffi::CString,
     /// Unscoped store, from which splits derive their own scopes.
     base_store: StoreRef,
     backend: Box<dyn Backend>,
@@ -111,6 +118,7 @@ impl Comm {
             boot.store,
             timeout,
             &opts,
+            None,
             |init| backends::create(backend_name, init),
         )
     }
@@ -126,6 +134,7 @@ impl Comm {
         base_store: StoreRef,
         timeout: Duration,
         opts: &CommOptions,
+        root_ranks: Option<Vec<i32>>,
         make_backend: impl FnOnce(BackendInit) -> Result<Box<dyn Backend>>,
     ) -> Result<Arc<Comm>> {
         if name.is_empty() || name.contains('/') || name.len() > MAX_NAME_LEN {
@@ -171,8 +180,10 @@ impl Comm {
             device,
             backend_name: backend_name.to_string(),
             local_rank,
-            timeout,
-            abort_on_error: opts.abort_on_error.unwrap_or(config().abort_on_error),
+            timeout_ms: AtomicU64::new(timeout.as_millis().min(u64::MAX as u128) as u64),
+            abort_on_error: AtomicBool::new(opts.abort_on_error.unwrap_or(config().abort_on_error)),
+            root_ranks: root_ranks.unwrap_or_else(|| (0..size).collect()),
+            backend_version: settings::c_version(backend.version()),
             base_store,
             backend,
             state: Mutex::new(State::Active),
@@ -226,7 +237,7 @@ impl Comm {
         &self.backend_name
     }
     pub fn timeout(&self) -> Duration {
-        self.timeout
+        Duration::from_millis(self.timeout_ms.load(Ordering::Relaxed))
     }
 
     /// The comm's backend (for windows, which live beside the comm).
@@ -287,7 +298,7 @@ impl Comm {
         op.validate(self.rank, self.size)
             .map_err(|e| e.context(op.name()))?;
         self.backend.check(&op).map_err(|e| e.context(op.name()))?;
-        let timeout = opts.timeout.unwrap_or(self.timeout);
+        let timeout = opts.timeout.unwrap_or(self.timeout());
         let refused = |e: Error| {
             self.recorder.record(&op, opts.async_op, Err(e.kind));
             e
@@ -406,7 +417,7 @@ impl Comm {
         // timed out, are what a person reading a hang needs next to the
         // error (compare the ranks' sequence numbers).
         let recent = self.recorder.dump(&self.label);
-        if self.abort_on_error {
+        if self.abort_on_error.load(Ordering::Relaxed) {
             crate::config::log(
                 crate::config::Level::Warn,
                 &format!(
@@ -647,8 +658,10 @@ impl Comm {
             self.base_store.clone(),
         ));
         let child_opts = CommOptions {
-            timeout: opts.timeout.or(Some(self.timeout)),
-            abort_on_error: opts.abort_on_error.or(Some(self.abort_on_error)),
+            timeout: opts.timeout.or(Some(self.timeout())),
+            abort_on_error: opts
+                .abort_on_error
+                .or(Some(self.abort_on_error.load(Ordering::Relaxed))),
             ..opts
         };
         let color = split_color(ranks);
@@ -660,8 +673,9 @@ impl Comm {
             ranks.len() as i32,
             self.local_rank,
             child_store,
-            child_opts.timeout.unwrap_or(self.timeout),
+            child_opts.timeout.unwrap_or(self.timeout()),
             &child_opts,
+            Some(self.child_root_ranks(ranks)),
             |init| {
                 if native {
                     let child = self.backend.split(Some((color, new_rank as i32, init)))?;

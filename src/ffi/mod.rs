@@ -13,6 +13,7 @@ pub mod coalesced;
 pub mod comm;
 pub mod comm_names;
 pub mod comm_ops;
+pub mod comm_settings;
 pub mod errors;
 pub mod handle;
 pub mod local;

@@ -258,6 +258,14 @@ impl Backend for GlooBackend {
         Ok(())
     }
 
+    fn version(&self) -> String {
+        let gloo = shim::module()
+            .ok()
+            .and_then(|m| m.gloo_version())
+            .unwrap_or_else(|| "unknown".into());
+        format!("gloo {gloo} (torchcomm {})", env!("CARGO_PKG_VERSION"))
+    }
+
     /// Room for the diagnosis after a timeout (the failure reports of the
     /// other ranks, see [`GlooBackend::diagnose`]), so that it is part of the
     /// first error message rather than the watchdog's.

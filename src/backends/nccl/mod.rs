@@ -1553,6 +1553,10 @@ impl NcclBackend {
 }
 
 impl Backend for NcclBackend {
+    fn version(&self) -> String {
+        format!("nccl {}", self.lib.version_string())
+    }
+
     fn check(&self, op: &Op) -> Result<()> {
         self.check_buffers(op)?;
         let dtype = match op.signature() {
