@@ -52,6 +52,7 @@ int main(void) {
     OP_CHECKS(tc_all_to_all_v_single(c_, out, counts, buf, counts, d_, o_, &work));
     OP_CHECKS(tc_scatter(c_, out, clist, 4, d_, 0, o_, &work));
     OP_CHECKS(tc_gather(c_, list, buf, 4, d_, 0, o_, &work));
+    OP_CHECKS(tc_gather_single(c_, out, buf, 4, d_, 0, o_, &work));
     {
         const int64_t sp_shape[1] = {4};
         tc_sparse_coo_t sp_in = {1, 0, sp_shape, 0, NULL, NULL, TC_FLOAT32}, sp_out = sp_in;
@@ -149,11 +150,22 @@ int main(void) {
     CHECK(batch == SENTINEL);
     EXPECT_RC(tc_batch_send(NULL, buf, 4, TC_FLOAT32, 0), TC_ERR_NULL_ARGUMENT, "'batch'");
     EXPECT_RC(tc_batch_recv(NULL, out, 4, TC_FLOAT32, 0), TC_ERR_NULL_ARGUMENT, "'batch'");
+    EXPECT_RC(tc_batch_send_tagged(NULL, buf, 4, TC_FLOAT32, 0, 1), TC_ERR_NULL_ARGUMENT, "'batch'");
+    EXPECT_RC(tc_batch_recv_tagged(NULL, out, 4, TC_FLOAT32, 0, 1), TC_ERR_NULL_ARGUMENT, "'batch'");
     EXPECT_RC(tc_batch_issue(NULL, NULL, &work), TC_ERR_NULL_ARGUMENT, "'batch'");
     EXPECT_OK(tc_batch_begin(comm, &batch));
     EXPECT_RC(tc_batch_send(batch, buf, 4, 99, 0), TC_ERR_INVALID_ARGUMENT, "dtype");
     EXPECT_RC(tc_batch_recv(batch, out, 4, 99, 0), TC_ERR_INVALID_ARGUMENT, "dtype");
     EXPECT_RC(tc_batch_issue(batch, &bad, &work), TC_ERR_INVALID_ARGUMENT, "magic");
+    EXPECT_RC(tc_batch_send_tagged(batch, buf, 4, 99, 0, 1), TC_ERR_INVALID_ARGUMENT, "dtype");
+    EXPECT_RC(tc_batch_recv_tagged(batch, out, 4, 99, 0, 1), TC_ERR_INVALID_ARGUMENT, "dtype");
+    {
+        tc_op_options_t tagged = TC_OP_OPTIONS_INIT;
+        tagged.tag = 3;
+        EXPECT_RC(tc_batch_issue(batch, &tagged, &work), TC_ERR_INVALID_ARGUMENT, "'opts.tag'");
+        EXPECT_RC(tc_all_reduce(comm, buf, 4, TC_FLOAT32, sum, &tagged, &work), TC_ERR_INVALID_ARGUMENT,
+                  "'opts.tag'");
+    }
     CHECK(work == SENTINEL);
     tc_batch_free(batch);
     tc_batch_free(NULL);

@@ -3,6 +3,9 @@
    - tc_comm_get_ranks: 0..n-1 on the world; a split's and a split-of-a-
      split's ranks in the world's numbering; the in/out count protocol;
    - tc_comm_get_backend_version names gloo;
+   - tags: a batch whose tagged entries come in another order on each side,
+     tc_send/tc_recv with opts.tag, and a version-1 tc_op_options_t whose
+     bytes past its fields are garbage (its tag is 0, as before tags);
    - tc_comm_set_timeout / tc_comm_set_hints on a live two-rank child: a
      refused hint applies nothing (a slow send still arrives), an applied
      timeout fails the next slow receive with TC_ERR_TIMEOUT, an operation
@@ -151,6 +154,41 @@ static void live_timeout(tc_comm_t *world, int rank) {
     tc_comm_destroy(pair);
 }
 
+/* Ranks 0 and 1 of the world exchange tagged messages. */
+static void tags(tc_comm_t *world, int rank) {
+    if (rank > 1) return;
+    int peer = 1 - rank;
+    int32_t one[3] = {1, 1, 1}, two[5] = {2, 2, 2, 2, 2}, got1[3] = {0}, got2[5] = {0};
+    tc_batch_t *b = NULL;
+    EXPECT_OK(tc_batch_begin(world, &b));
+    if (rank == 0) {
+        EXPECT_OK(tc_batch_send_tagged(b, two, 5, TC_INT32, peer, 2));
+        EXPECT_OK(tc_batch_send_tagged(b, one, 3, TC_INT32, peer, 1));
+    } else {
+        EXPECT_OK(tc_batch_recv_tagged(b, got1, 3, TC_INT32, peer, 1));
+        EXPECT_OK(tc_batch_recv_tagged(b, got2, 5, TC_INT32, peer, 2));
+    }
+    EXPECT_OK(tc_batch_issue(b, NULL, NULL));
+    tc_batch_free(b);
+    if (rank == 1) CHECK(memcmp(got1, one, sizeof one) == 0 && memcmp(got2, two, sizeof two) == 0);
+
+    tc_op_options_t tagged = TC_OP_OPTIONS_INIT;
+    tagged.tag = 4;
+    int32_t x = rank == 0 ? 44 : 0;
+    if (rank == 0) EXPECT_OK(tc_send(world, &x, 1, TC_INT32, peer, &tagged, NULL));
+    else EXPECT_OK(tc_recv(world, &x, 1, TC_INT32, peer, &tagged, NULL));
+    CHECK(x == 44);
+
+    /* A caller built against version 1: the library must not read `tag`. */
+    tc_op_options_t v1 = TC_OP_OPTIONS_INIT;
+    v1.version = 1;
+    v1.tag = 0xdead;
+    x = rank == 0 ? 55 : 0;
+    if (rank == 0) EXPECT_OK(tc_send(world, &x, 1, TC_INT32, peer, &v1, NULL));
+    else EXPECT_OK(tc_recv(world, &x, 1, TC_INT32, peer, NULL, NULL));
+    CHECK(x == 55);
+}
+
 static int rank_main(const char *path, int rank, int size) {
     tc_store_t *store = NULL;
     EXPECT_OK(tc_store_file_new(path, size, &store));
@@ -160,6 +198,7 @@ static int rank_main(const char *path, int rank, int size) {
     if (world == NULL) return 1;
     ranks_through_splits(world, rank, size);
     backend_version(world);
+    tags(world, rank);
     live_hints(world, rank);
     live_timeout(world, rank);
     close_comm(world);

@@ -23,7 +23,7 @@
       NULL, TC_UNSET, TC_UNSET, TC_UNSET, TC_UNSET, NULL, NULL, 0 }
 #define TC_OP_OPTIONS_INIT                                                      \
     { sizeof(tc_op_options_t), TC_OP_OPTIONS_MAGIC, TC_OP_OPTIONS_VERSION,      \
-      0, TC_UNSET, NULL, NULL, 0 }
+      0, TC_UNSET, NULL, NULL, 0, 0 }
 #define TC_REDUCER_OPTIONS_INIT                                                 \
     { sizeof(tc_reducer_options_t), TC_REDUCER_OPTIONS_MAGIC,                   \
       TC_REDUCER_OPTIONS_VERSION, 0, 0, 0, NULL }
@@ -86,7 +86,10 @@
 
 #define TC_OP_OPTIONS_MAGIC 1413697360
 
-#define TC_OP_OPTIONS_VERSION 1
+/*
+ Version 2 added `tag`.
+ */
+#define TC_OP_OPTIONS_VERSION 2
 
 /*
  Longest store token accepted.
@@ -236,6 +239,14 @@ typedef struct {
      */
     const tc_hint_t *hints;
     size_t num_hints;
+    /*
+     (Version 2.) Tag of `tc_send`/`tc_recv`: a send matches a receive of
+     the same (peer, tag). 0, the default and what version-1 callers get,
+     is the tag of every untagged call. Non-zero on any other call:
+     `TC_ERR_INVALID_ARGUMENT` (batch entries carry their own, see
+     `tc_batch_send_tagged`). On `nccl`, non-zero: `TC_ERR_UNSUPPORTED`.
+     */
+    uint32_t tag;
 } tc_op_options_t;
 
 typedef tc_work tc_work_t;
@@ -852,13 +863,22 @@ tc_result_t tc_comm_abort(tc_comm_t *comm);
 void tc_comm_destroy(tc_comm_t *comm);
 
 /*
- Sends `count` elements at `buf` to rank `peer`; pairs with its `tc_recv`.
+ Sends `count` elements at `buf` to rank `peer`; pairs with the receive
+ of `peer` with the same tag (`opts->tag`, version 2 of the options; 0
+ when unset). Matching is by (peer, tag); sends and receives of one
+ (peer, tag) pair up in issue order. Operations of a comm run in issue
+ order (as on NCCL), so a receive waits for the send of its tag even if
+ the peer issues that send after others: a tag selects among transfers in
+ flight together (a batch), and never lets a receive take the data of a
+ send with another tag. On `nccl`, a non-zero tag is refused
+ (`TC_ERR_UNSUPPORTED`: NCCL matches by peer and order only).
  `work` may be NULL. `opts` may be NULL (defaults).
  */
 tc_result_t tc_send(tc_comm_t *comm, const void *buf, size_t count, tc_dtype_t dt, int peer, const tc_op_options_t *opts, tc_work_t **work);
 
 /*
- Receives `count` elements from rank `peer` into `buf`. The sizes of a
+ Receives `count` elements from rank `peer` into `buf`, from the send of
+ `peer` with the same tag (`opts->tag`; see `tc_send`). The sizes of a
  send/recv pair must agree (`TC_ERR_INVALID_USAGE` otherwise).
  */
 tc_result_t tc_recv(tc_comm_t *comm, void *buf, size_t count, tc_dtype_t dt, int peer, const tc_op_options_t *opts, tc_work_t **work);
@@ -870,14 +890,32 @@ tc_result_t tc_recv(tc_comm_t *comm, void *buf, size_t count, tc_dtype_t dt, int
 tc_result_t tc_batch_begin(tc_comm_t *comm, tc_batch_t **batch);
 
 /*
- Adds a send of `count` elements at `buf` to `peer` to the batch.
+ Adds a send of `count` elements at `buf` to `peer` to the batch (tag 0).
  */
 tc_result_t tc_batch_send(tc_batch_t *batch, const void *buf, size_t count, tc_dtype_t dt, int peer);
 
 /*
- Adds a receive of `count` elements from `peer` into `buf` to the batch.
+ Adds a receive of `count` elements from `peer` into `buf` to the batch
+ (tag 0).
  */
 tc_result_t tc_batch_recv(tc_batch_t *batch, void *buf, size_t count, tc_dtype_t dt, int peer);
+
+/*
+ Adds a send of `count` elements at `buf` to `peer` with tag `tag` to the
+ batch: it matches the receive of `peer` with the same tag, whatever the
+ order of the entries in either rank's batch (the entries of a batch are
+ in flight together). Entries of one (peer, tag) pair up in order. On
+ `nccl`, a non-zero tag makes `tc_batch_issue` fail with
+ `TC_ERR_UNSUPPORTED`. `tc_batch_send` is this with tag 0.
+ */
+tc_result_t tc_batch_send_tagged(tc_batch_t *batch, const void *buf, size_t count, tc_dtype_t dt, int peer, uint32_t tag);
+
+/*
+ Adds a receive of `count` elements from `peer` into `buf`, matching the
+ send of `peer` with tag `tag` (see `tc_batch_send_tagged`).
+ `tc_batch_recv` is this with tag 0.
+ */
+tc_result_t tc_batch_recv_tagged(tc_batch_t *batch, void *buf, size_t count, tc_dtype_t dt, int peer, uint32_t tag);
 
 /*
  Issues every operation of the batch as one operation with one work. The
@@ -982,6 +1020,16 @@ tc_result_t tc_scatter(tc_comm_t *comm, void *output, const void *const *inputs,
  `root`. `outputs` is ignored and may be NULL on other ranks.
  */
 tc_result_t tc_gather(tc_comm_t *comm, void *const *outputs, const void *input, size_t count, tc_dtype_t dt, int root, const tc_op_options_t *opts, tc_work_t **work);
+
+/*
+ Gathers `count` elements of `input` from every rank into `output` on
+ `root`: `count * size` elements, rank r's at offset `r * count` (rank
+ order, as `tc_all_gather_single` lays them out). `output` is ignored and
+ may be NULL on other ranks. In place on the root: `input` may be the
+ root's own block of `output` (`output + root * count`). On `nccl` it
+ runs as grouped sends and receives (NCCL has no gather).
+ */
+tc_result_t tc_gather_single(tc_comm_t *comm, void *output, const void *input, size_t count, tc_dtype_t dt, int root, const tc_op_options_t *opts, tc_work_t **work);
 
 /*
  Writes this comm's ranks in the root comm's numbering: entry i is the

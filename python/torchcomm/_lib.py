@@ -15,7 +15,7 @@ TC_DEVICE_CUDA = 1
 TC_COMM_OPTIONS_MAGIC = 1413697357
 TC_COMM_OPTIONS_VERSION = 1
 TC_OP_OPTIONS_MAGIC = 1413697360
-TC_OP_OPTIONS_VERSION = 1
+TC_OP_OPTIONS_VERSION = 2
 TC_REDUCER_OPTIONS_MAGIC = 1413698116
 TC_REDUCER_OPTIONS_VERSION = 2
 
@@ -72,6 +72,7 @@ class OpOptions(C.Structure):
         ("stream", C.c_void_p),
         ("hints", C.POINTER(Hint)),
         ("num_hints", C.c_size_t),
+        ("tag", C.c_uint32),  # version 2
     ]
 
 
@@ -203,6 +204,8 @@ PROTOTYPES = {
     "tc_recv": (_R, [_p, _p, _sz, _i32, C.c_int, _opts, _out]),
     "tc_batch_begin": (_R, [_p, _out]),
     "tc_batch_send": (_R, [_p, _p, _sz, _i32, C.c_int]),
+    "tc_batch_send_tagged": (_R, [_p, _p, _sz, _i32, C.c_int, C.c_uint32]),
+    "tc_batch_recv_tagged": (_R, [_p, _p, _sz, _i32, C.c_int, C.c_uint32]),
     "tc_batch_recv": (_R, [_p, _p, _sz, _i32, C.c_int]),
     "tc_batch_issue": (_R, [_p, _opts, _out]),
     "tc_batch_free": (None, [_p]),
@@ -221,6 +224,7 @@ PROTOTYPES = {
     "tc_barrier": (_R, [_p, _opts, _out]),
     "tc_scatter": (_R, [_p, _p, _out, _sz, _i32, C.c_int, _opts, _out]),
     "tc_gather": (_R, [_p, _out, _p, _sz, _i32, C.c_int, _opts, _out]),
+    "tc_gather_single": (_R, [_p, _p, _p, _sz, _i32, C.c_int, _opts, _out]),
     "tc_result_string": (C.c_char_p, [C.c_int32]),
     "tc_last_error": (C.c_char_p, []),
     "tc_get_version": (_R, [_int_p, _int_p, _int_p]),

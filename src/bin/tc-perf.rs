@@ -693,6 +693,7 @@ impl Case {
                             count,
                             dtype,
                             peer: next,
+                            tag: 0,
                         },
                         P2p {
                             is_send: false,
@@ -700,6 +701,7 @@ impl Case {
                             count,
                             dtype,
                             peer: prev,
+                            tag: 0,
                         },
                     ],
                 }

@@ -1022,6 +1022,7 @@ impl NcclBackend {
                     count,
                     dtype,
                     peer,
+                    ..
                 } => {
                     let dt = self.dtype(*dtype)?;
                     self.call("ncclSend", |c| (l.send)(buf.0, *count, dt, *peer, c, s))
@@ -1031,6 +1032,7 @@ impl NcclBackend {
                     count,
                     dtype,
                     peer,
+                    ..
                 } => {
                     let dt = self.dtype(*dtype)?;
                     self.call("ncclRecv", |c| (l.recv)(buf.0, *count, dt, *peer, c, s))
@@ -1373,6 +1375,9 @@ impl NcclBackend {
                     }
                     Ok(())
                 }
+                Op::GatherSingle { .. } => Err(Error::internal(
+                    "gather_single reached issue unlowered (enqueue lowers it to gather)",
+                )),
             }
         }
     }
@@ -1559,6 +1564,14 @@ impl Backend for NcclBackend {
 
     fn check(&self, op: &Op) -> Result<()> {
         self.check_buffers(op)?;
+        if let Some((arg, tag)) = op.nonzero_tag() {
+            // Ignoring it would let a receive take the data of a send meant
+            // for another tag; tag 0 is NCCL's own matching.
+            return Err(Error::unsupported(format!(
+                "argument '{arg}': tag {tag}: NCCL matches sends and receives by peer and \
+                 issue order only and has no tags; use tag 0 on the nccl backend"
+            )));
+        }
         let dtype = match op.signature() {
             Some((Some(d), _, _)) => Some(d),
             _ => match op {
@@ -1587,6 +1600,10 @@ impl Backend for NcclBackend {
         opts: &OpOptions,
         timeout: Duration,
     ) -> Result<Option<Arc<dyn Work>>> {
+        // gather_single runs as the grouped sends and receives of gather.
+        let name = op.name();
+        let lowered = op.gather_single_as_gather(self.rank, self.size);
+        let op = lowered.as_ref().unwrap_or(op);
         let _serial = lock(&self.issue);
         let _use = self.acquire()?;
         let _ctx = self.device.scoped()?;
@@ -1631,7 +1648,7 @@ impl Backend for NcclBackend {
         }
         end.record(stream)?;
         Ok(Some(Arc::new(CudaWork::new(
-            op.name(),
+            name,
             self.label.clone(),
             timeout,
             captured,
@@ -1940,6 +1957,7 @@ mod tests {
             count,
             dtype,
             peer,
+            tag: 0,
         };
         let recv = |a, peer| P2p {
             is_send: false,
@@ -1947,6 +1965,7 @@ mod tests {
             count,
             dtype,
             peer,
+            tag: 0,
         };
         let ok = Op::Batch {
             ops: vec![send(0x1000, 2), send(0x1000, 3), recv(0x1000 + b, 0)],
