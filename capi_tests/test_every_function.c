@@ -64,6 +64,24 @@ int main(void) {
         EXPECT_RC(tc_sparse_all_reduce(comm, &sp_in, sum, &sp_out, NULL, &work), TC_ERR_INVALID_ARGUMENT, "dtype");
         CHECK(sp_out.shape == sp_shape && sp_out.dtype == TC_FLOAT32);
     }
+    {
+        tc_all_gather_p_t *agp = SENTINEL;
+        EXPECT_RC(tc_all_gather_p_init(NULL, out, 4, TC_FLOAT32, NULL, &agp), TC_ERR_NULL_ARGUMENT, "'comm'");
+        EXPECT_RC(tc_all_gather_p_init(comm, out, 4, TC_FLOAT32, NULL, NULL), TC_ERR_NULL_ARGUMENT, "'handle'");
+        EXPECT_RC(tc_all_gather_p_init(comm, out, 4, 99, NULL, &agp), TC_ERR_INVALID_ARGUMENT, "dtype");
+        EXPECT_RC(tc_all_gather_p_init(comm, NULL, 4, TC_FLOAT32, NULL, &agp), TC_ERR_NULL_ARGUMENT, "'output'");
+        EXPECT_RC(tc_all_gather_p_init(comm, out, 4, TC_FLOAT32, &bad, &agp), TC_ERR_INVALID_ARGUMENT, "magic");
+        CHECK(agp == SENTINEL);
+        EXPECT_RC(tc_all_gather_p_exec(NULL, buf, NULL, &work), TC_ERR_NULL_ARGUMENT, "'handle'");
+        EXPECT_OK(tc_all_gather_p_init(comm, out, 4, TC_FLOAT32, NULL, &agp));
+        EXPECT_RC(tc_all_gather_p_exec(agp, NULL, NULL, &work), TC_ERR_NULL_ARGUMENT, "'input'");
+        EXPECT_RC(tc_all_gather_p_exec(agp, buf, &bad, &work), TC_ERR_INVALID_ARGUMENT, "magic");
+        CHECK(work == SENTINEL);
+        EXPECT_OK(tc_all_gather_p_exec(agp, buf, NULL, NULL));
+        CHECK(memcmp(out, buf, sizeof buf) == 0);
+        tc_all_gather_p_free(agp);
+        tc_all_gather_p_free(NULL);
+    }
     EXPECT_RC(tc_barrier(NULL, NULL, &work), TC_ERR_NULL_ARGUMENT, "'comm'");
     EXPECT_RC(tc_barrier(comm, &bad, &work), TC_ERR_INVALID_ARGUMENT, "magic");
     CHECK(work == SENTINEL);

@@ -6,6 +6,8 @@
    - tags: a batch whose tagged entries come in another order on each side,
      tc_send/tc_recv with opts.tag, and a version-1 tc_op_options_t whose
      bytes past its fields are garbage (its tag is 0, as before tags);
+   - tc_gather_single to every root, and a persistent all-gather executed
+     three times (the last in place), with per-size counts;
    - tc_comm_set_timeout / tc_comm_set_hints on a live two-rank child: a
      refused hint applies nothing (a slow send still arrives), an applied
      timeout fails the next slow receive with TC_ERR_TIMEOUT, an operation
@@ -189,6 +191,44 @@ static void tags(tc_comm_t *world, int rank) {
     CHECK(x == 55);
 }
 
+/* gather_single of `count` = size + 1 int32 to every root; then a
+   persistent all-gather of the same count, executed three times. */
+static void gathers(tc_comm_t *world, int rank, int size) {
+    enum { MAXN = 4 * 5 };
+    size_t count = (size_t)size + 1;
+    int32_t in[5], out[MAXN];
+    for (int root = 0; root < size; root++) {
+        for (size_t i = 0; i < count; i++) in[i] = rank * 100 + (int32_t)i + root;
+        for (int i = 0; i < MAXN; i++) out[i] = -1;
+        EXPECT_OK(tc_gather_single(world, rank == root ? out : NULL, in, count, TC_INT32, root, NULL, NULL));
+        for (size_t k = 0; k < count * (size_t)size; k++) {
+            int32_t want = rank == root ? (int32_t)(k / count) * 100 + (int32_t)(k % count) + root : -1;
+            if (out[k] != want) {
+                fprintf(stderr, "gather_single root %d: out[%zu] = %d, expected %d\n", root, k, out[k], want);
+                capi_failures++;
+            }
+        }
+    }
+    tc_all_gather_p_t *p = NULL;
+    for (int i = 0; i < MAXN; i++) out[i] = -1;
+    EXPECT_OK(tc_all_gather_p_init(world, out, count, TC_INT32, NULL, &p));
+    if (p == NULL) return;
+    for (int round = 0; round < 3; round++) {
+        int32_t *src = in;
+        if (round == 2) src = out + (size_t)rank * count; /* in place */
+        for (size_t i = 0; i < count; i++) src[i] = rank * 100 + (int32_t)i + round;
+        tc_work_t *w = NULL;
+        tc_op_options_t async = TC_OP_OPTIONS_INIT;
+        async.async_op = 1;
+        EXPECT_OK(tc_all_gather_p_exec(p, src, &async, &w));
+        if (w) EXPECT_OK(tc_work_wait_blocking(w));
+        tc_work_free(w);
+        for (size_t k = 0; k < count * (size_t)size; k++)
+            CHECK(out[k] == (int32_t)(k / count) * 100 + (int32_t)(k % count) + round);
+    }
+    tc_all_gather_p_free(p);
+}
+
 static int rank_main(const char *path, int rank, int size) {
     tc_store_t *store = NULL;
     EXPECT_OK(tc_store_file_new(path, size, &store));
@@ -199,6 +239,7 @@ static int rank_main(const char *path, int rank, int size) {
     ranks_through_splits(world, rank, size);
     backend_version(world);
     tags(world, rank);
+    gathers(world, rank, size);
     live_hints(world, rank);
     live_timeout(world, rank);
     close_comm(world);

@@ -114,6 +114,11 @@
 #define TC_DEVICE_CUDA 1
 
 /*
+ A persistent all-gather made by `tc_all_gather_p_init`.
+ */
+typedef struct tc_all_gather_p tc_all_gather_p;
+
+/*
  A batch of sends and receives issued together by `tc_batch_issue`.
  Not thread-safe: build a batch from one thread.
  */
@@ -388,6 +393,8 @@ typedef tc_local tc_local_t;
  A log sink: `level` is `TC_LOG_*`; `message` is valid during the call only.
  */
 typedef void (*tc_log_callback_t)(int32_t level, const char *message, void *user_data);
+
+typedef tc_all_gather_p tc_all_gather_p_t;
 
 /*
  Options of `tc_reducer_new`. Initialize with `TC_REDUCER_OPTIONS_INIT`.
@@ -1263,6 +1270,44 @@ tc_result_t tc_mem_alloc(tc_comm_t *comm, size_t bytes, void **ptr);
  using the memory must have completed (synchronize its streams first).
  */
 tc_result_t tc_mem_free(tc_comm_t *comm, void *ptr);
+
+/*
+ Sets up a persistent all-gather of `count` elements of `dt` per rank into
+ `output` (`count * size` elements, rank r's at `r * count`, as
+ `tc_all_gather_single`); the output is validated once here. Every rank
+ calls it with the same `count` and `dt`: on `gloo` the call is
+ collective and blocking and checks that (a rank that differs makes it
+ fail on every rank with `TC_ERR_INVALID_USAGE` naming one); on `nccl`
+ it is local, and, as for the plain call, counts must agree unchecked. `output` must stay valid until the handle is freed
+ and its last execution completed. `opts` may be NULL; its `async_op` is
+ ignored (the set-up completes before the call returns). On success
+ `*handle` receives a handle to free with `tc_all_gather_p_free`; it
+ keeps the comm alive. On `gloo` each execution skips the per-call
+ validation and backend checks of `tc_all_gather_single` and, in a
+ process without a CUDA driver, its look for device buffers (see
+ docs/performance.md); on `nccl` an execution is the plain call on the
+ stored arguments. Not thread-safe against `tc_all_gather_p_free` of the
+ same handle.
+ */
+tc_result_t tc_all_gather_p_init(tc_comm_t *comm, void *output, size_t count, tc_dtype_t dt, const tc_op_options_t *opts, tc_all_gather_p_t **handle);
+
+/*
+ Runs the persistent all-gather with this rank's `count` elements at
+ `input` (which may be this rank's own block of the output: in place).
+ Same contract as `tc_all_gather_single` otherwise: every rank executes
+ it, in the same order relative to the comm's other operations; `opts`
+ may be NULL; `work` may be NULL. The same handle may be executed again
+ once the previous execution completed (executions of one comm run in
+ issue order). Thread-safe as the comm's operations are.
+ */
+tc_result_t tc_all_gather_p_exec(tc_all_gather_p_t *handle, const void *input, const tc_op_options_t *opts, tc_work_t **work);
+
+/*
+ Frees a persistent all-gather. Executions already issued complete on
+ their own (their works stay valid). NULL is ignored; a handle that is not
+ live is left alone with a warning and `tc_last_error` set.
+ */
+void tc_all_gather_p_free(tc_all_gather_p_t *handle);
 
 /*
  Creates a reducer for `n` gradients: `grads[i]` holds `counts[i]`

@@ -22,7 +22,10 @@ use std::time::{Duration, Instant};
 /// `crate::comm::Op` and friends keep resolving for existing callers.
 pub use crate::op::{Op, OpOptions, P2p, Ptr};
 
+mod persistent;
 mod settings;
+
+pub use persistent::PersistentAllGather;
 
 /// Creation options, read from `tc_comm_options_t`.
 #[derive(Clone, Default)]
@@ -293,11 +296,24 @@ impl Comm {
 
     /// Validates and issues `op`. With `async_op` off, returns after the
     /// operation completed (host) or was enqueued on the stream (device).
-    pub fn submit(&self, mut op: Op, opts: &OpOptions) -> Result<Arc<dyn Work>> {
+    pub fn submit(&self, op: Op, opts: &OpOptions) -> Result<Arc<dyn Work>> {
         self.check_active()?;
         op.validate(self.rank, self.size)
             .map_err(|e| e.context(op.name()))?;
         self.backend.check(&op).map_err(|e| e.context(op.name()))?;
+        self.submit_checked(op, opts, true)
+    }
+
+    /// [`Comm::submit`] for an operation already validated and checked by
+    /// the backend (a persistent operation's set-up did it once);
+    /// `may_be_device` false (known at set-up) skips the look for CUDA
+    /// buffers to stage.
+    pub(crate) fn submit_checked(
+        &self,
+        mut op: Op,
+        opts: &OpOptions,
+        may_be_device: bool,
+    ) -> Result<Arc<dyn Work>> {
         let timeout = opts.timeout.unwrap_or(self.timeout());
         let refused = |e: Error| {
             self.recorder.record(&op, opts.async_op, Err(e.kind));
@@ -314,14 +330,16 @@ impl Comm {
             return Ok(work);
         }
         // CUDA buffers on a host backend run on pinned copies, synchronously.
-        let staged =
-            match crate::backends::staging::stage_in(&mut op, self.rank, self.size, opts.stream) {
-                Ok(staged) => staged,
-                Err(e) => {
-                    self.recorder.record(&op, opts.async_op, Err(e.kind));
-                    return Err(e);
-                }
-            };
+        let staged = match may_be_device
+            .then(|| crate::backends::staging::stage_in(&mut op, self.rank, self.size, opts.stream))
+            .transpose()
+        {
+            Ok(staged) => staged.flatten(),
+            Err(e) => {
+                self.recorder.record(&op, opts.async_op, Err(e.kind));
+                return Err(e);
+            }
+        };
         let blocking = !opts.async_op || staged.is_some();
         let work = Arc::new(HostWork::new(
             op.name(),

@@ -4,14 +4,15 @@
 //! that do not divide evenly, outputs poisoned and every element checked;
 //! tagged sends and receives matched by (peer, tag) in batches whose
 //! entries come in different orders on the two sides, and a receive that
-//! never takes a send of another tag.
+//! never takes a send of another tag; a persistent all-gather executed
+//! repeatedly (in place too), and set up with counts that differ.
 
 mod gloo_common;
 
 use gloo_common::*;
 use std::ffi::c_void;
 use std::time::Duration;
-use torchcomm::comm::{Comm, Op, OpOptions, P2p, Ptr};
+use torchcomm::comm::{Comm, Op, OpOptions, P2p, PersistentAllGather, Ptr};
 use torchcomm::error::ErrorKind;
 use torchcomm::types::DType;
 
@@ -258,6 +259,54 @@ fn tagged_calls(comm: &Comm) {
     let _ = pair.finalize();
 }
 
+/// A persistent all-gather of 5 int64 per rank, executed three times with
+/// new inputs and once in place; then a set-up where rank 1 passes another
+/// count fails on every rank, naming a rank that differs.
+fn persistent_all_gather(comm: &std::sync::Arc<Comm>) {
+    let (n, me) = (comm.size() as usize, comm.rank() as usize);
+    let count = 5;
+    let mut output = vec![POISON; count * n];
+    let p = PersistentAllGather::new(comm.clone(), ptr(&mut output), count, DType::I64).unwrap();
+    for round in 0..3i64 {
+        let input: Vec<i64> = (0..count).map(|i| datum(me, i) + round).collect();
+        let input_ptr = Ptr(input.as_ptr() as *mut c_void);
+        p.exec(input_ptr, &OpOptions::default()).unwrap();
+        for (k, v) in output.iter().enumerate() {
+            assert_eq!(
+                *v,
+                datum(k / count, k % count) + round,
+                "round {round} element {k}"
+            );
+        }
+    }
+    for (i, v) in output[me * count..(me + 1) * count].iter_mut().enumerate() {
+        *v = datum(me, i) * 2;
+    }
+    let own = Ptr(output[me * count..].as_mut_ptr() as *mut c_void);
+    p.exec(own, &OpOptions::default()).unwrap();
+    for (k, v) in output.iter().enumerate() {
+        assert_eq!(*v, datum(k / count, k % count) * 2, "in place: element {k}");
+    }
+    let e = p
+        .exec(Ptr(std::ptr::null_mut()), &OpOptions::default())
+        .err()
+        .expect("a null input was accepted");
+    assert_eq!(e.kind, ErrorKind::NullArgument, "{e}");
+    let mismatched = if me == 1 { 4 } else { 5 };
+    let mut out2 = vec![0i64; 5 * n];
+    let e = PersistentAllGather::new(comm.clone(), ptr(&mut out2), mismatched, DType::I64)
+        .err()
+        .expect("a set-up with counts that differ succeeded");
+    assert_eq!(e.kind, ErrorKind::InvalidUsage, "{e}");
+    assert!(e.message.contains("rank "), "{e}");
+    // The comm stays usable after the refused set-up.
+    p.exec(
+        Ptr(output[me * count..].as_mut_ptr() as *mut c_void),
+        &OpOptions::default(),
+    )
+    .unwrap();
+}
+
 #[test]
 fn parity_child() {
     let Some(role) = role() else { return };
@@ -269,6 +318,7 @@ fn parity_child() {
             }
             gather_single_refusals(&comm);
         }
+        "persistent" => persistent_all_gather(&comm),
         "tags" => {
             tagged_batch(&comm);
             tagged_calls(&comm);
@@ -279,7 +329,12 @@ fn parity_child() {
     println!("RESULT ok");
 }
 
+/// Jobs of this file share one output folder (that of `parity_child`), which
+/// each launch removes at its end: one job at a time.
+static ONE_JOB: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn run_role(role: &str, size: usize, shm: bool) {
+    let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
     let env: &[(&str, &str)] = if shm {
         &[]
     } else {
@@ -305,5 +360,14 @@ fn gather_single_2_3_4_ranks_both_paths() {
 fn tags_match_by_peer_and_tag_2_3_4_ranks() {
     for size in 2..=4 {
         run_role("tags", size, true);
+    }
+}
+
+#[test]
+fn persistent_all_gather_2_3_4_ranks_both_paths() {
+    for size in 2..=4 {
+        for shm in [true, false] {
+            run_role("persistent", size, shm);
+        }
     }
 }

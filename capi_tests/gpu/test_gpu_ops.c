@@ -232,6 +232,20 @@ static void test_movement(tc_dtype_t t, int mode) {
         report(inplace ? "all_gather_single(in place)" : "all_gather_single", t, "-", mode,
                rc == TC_SUCCESS && compare(t, h, want, n * N, "all_gather_single"));
     }
+    /* the persistent all-gather (the plain call on nccl), twice */
+    tc_all_gather_p_t *agp = NULL;
+    rc = tc_all_gather_p_init(comm, out, n, t, NULL, &agp);
+    for (int round = 0; round < 2 && rc == TC_SUCCESS; round++) {
+        dmemset(out, 0, es * n * N);
+        fill(t, h, R, 0, n);
+        h2d(in, h, es * n);
+        w = NULL;
+        rc = finish(mode, tc_all_gather_p_exec(agp, in, &o, W), &w);
+        d2h(h, out, es * n * N);
+        rc = rc == TC_SUCCESS && compare(t, h, want, n * N, "all_gather_p") ? TC_SUCCESS : TC_ERR_INTERNAL;
+    }
+    tc_all_gather_p_free(agp);
+    report("all_gather_p", t, "-", mode, rc == TC_SUCCESS);
 
     /* all_gather (list) */
     fill(t, h, R, 0, n);

@@ -19,6 +19,7 @@ pub mod handle;
 pub mod local;
 pub mod log;
 pub mod mem;
+pub mod persistent;
 pub mod reducer;
 pub mod sparse;
 pub mod store;
