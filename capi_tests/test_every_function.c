@@ -52,6 +52,7 @@ int main(void) {
     OP_CHECKS(tc_all_to_all_v_single(c_, out, counts, buf, counts, d_, o_, &work));
     OP_CHECKS(tc_scatter(c_, out, clist, 4, d_, 0, o_, &work));
     OP_CHECKS(tc_gather(c_, list, buf, 4, d_, 0, o_, &work));
+    OP_CHECKS(tc_gather_single(c_, out, buf, 4, d_, 0, o_, &work));
     {
         const int64_t sp_shape[1] = {4};
         tc_sparse_coo_t sp_in = {1, 0, sp_shape, 0, NULL, NULL, TC_FLOAT32}, sp_out = sp_in;
@@ -62,6 +63,24 @@ int main(void) {
         sp_in.dtype = 99;
         EXPECT_RC(tc_sparse_all_reduce(comm, &sp_in, sum, &sp_out, NULL, &work), TC_ERR_INVALID_ARGUMENT, "dtype");
         CHECK(sp_out.shape == sp_shape && sp_out.dtype == TC_FLOAT32);
+    }
+    {
+        tc_all_gather_p_t *agp = SENTINEL;
+        EXPECT_RC(tc_all_gather_p_init(NULL, out, 4, TC_FLOAT32, NULL, &agp), TC_ERR_NULL_ARGUMENT, "'comm'");
+        EXPECT_RC(tc_all_gather_p_init(comm, out, 4, TC_FLOAT32, NULL, NULL), TC_ERR_NULL_ARGUMENT, "'handle'");
+        EXPECT_RC(tc_all_gather_p_init(comm, out, 4, 99, NULL, &agp), TC_ERR_INVALID_ARGUMENT, "dtype");
+        EXPECT_RC(tc_all_gather_p_init(comm, NULL, 4, TC_FLOAT32, NULL, &agp), TC_ERR_NULL_ARGUMENT, "'output'");
+        EXPECT_RC(tc_all_gather_p_init(comm, out, 4, TC_FLOAT32, &bad, &agp), TC_ERR_INVALID_ARGUMENT, "magic");
+        CHECK(agp == SENTINEL);
+        EXPECT_RC(tc_all_gather_p_exec(NULL, buf, NULL, &work), TC_ERR_NULL_ARGUMENT, "'handle'");
+        EXPECT_OK(tc_all_gather_p_init(comm, out, 4, TC_FLOAT32, NULL, &agp));
+        EXPECT_RC(tc_all_gather_p_exec(agp, NULL, NULL, &work), TC_ERR_NULL_ARGUMENT, "'input'");
+        EXPECT_RC(tc_all_gather_p_exec(agp, buf, &bad, &work), TC_ERR_INVALID_ARGUMENT, "magic");
+        CHECK(work == SENTINEL);
+        EXPECT_OK(tc_all_gather_p_exec(agp, buf, NULL, NULL));
+        CHECK(memcmp(out, buf, sizeof buf) == 0);
+        tc_all_gather_p_free(agp);
+        tc_all_gather_p_free(NULL);
     }
     EXPECT_RC(tc_barrier(NULL, NULL, &work), TC_ERR_NULL_ARGUMENT, "'comm'");
     EXPECT_RC(tc_barrier(comm, &bad, &work), TC_ERR_INVALID_ARGUMENT, "magic");
@@ -149,11 +168,22 @@ int main(void) {
     CHECK(batch == SENTINEL);
     EXPECT_RC(tc_batch_send(NULL, buf, 4, TC_FLOAT32, 0), TC_ERR_NULL_ARGUMENT, "'batch'");
     EXPECT_RC(tc_batch_recv(NULL, out, 4, TC_FLOAT32, 0), TC_ERR_NULL_ARGUMENT, "'batch'");
+    EXPECT_RC(tc_batch_send_tagged(NULL, buf, 4, TC_FLOAT32, 0, 1), TC_ERR_NULL_ARGUMENT, "'batch'");
+    EXPECT_RC(tc_batch_recv_tagged(NULL, out, 4, TC_FLOAT32, 0, 1), TC_ERR_NULL_ARGUMENT, "'batch'");
     EXPECT_RC(tc_batch_issue(NULL, NULL, &work), TC_ERR_NULL_ARGUMENT, "'batch'");
     EXPECT_OK(tc_batch_begin(comm, &batch));
     EXPECT_RC(tc_batch_send(batch, buf, 4, 99, 0), TC_ERR_INVALID_ARGUMENT, "dtype");
     EXPECT_RC(tc_batch_recv(batch, out, 4, 99, 0), TC_ERR_INVALID_ARGUMENT, "dtype");
     EXPECT_RC(tc_batch_issue(batch, &bad, &work), TC_ERR_INVALID_ARGUMENT, "magic");
+    EXPECT_RC(tc_batch_send_tagged(batch, buf, 4, 99, 0, 1), TC_ERR_INVALID_ARGUMENT, "dtype");
+    EXPECT_RC(tc_batch_recv_tagged(batch, out, 4, 99, 0, 1), TC_ERR_INVALID_ARGUMENT, "dtype");
+    {
+        tc_op_options_t tagged = TC_OP_OPTIONS_INIT;
+        tagged.tag = 3;
+        EXPECT_RC(tc_batch_issue(batch, &tagged, &work), TC_ERR_INVALID_ARGUMENT, "'opts.tag'");
+        EXPECT_RC(tc_all_reduce(comm, buf, 4, TC_FLOAT32, sum, &tagged, &work), TC_ERR_INVALID_ARGUMENT,
+                  "'opts.tag'");
+    }
     CHECK(work == SENTINEL);
     tc_batch_free(batch);
     tc_batch_free(NULL);
@@ -176,6 +206,20 @@ int main(void) {
     EXPECT_RC(tc_comm_get_device(NULL, &dev), TC_ERR_NULL_ARGUMENT, "'comm'");
     EXPECT_RC(tc_comm_get_device(comm, NULL), TC_ERR_NULL_ARGUMENT, "'device'");
     EXPECT_RC(tc_comm_get_async_error(NULL), TC_ERR_NULL_ARGUMENT, "'comm'");
+    {
+        size_t nr = 1;
+        tc_hint_t live = {"no_such_hint", "1"};
+        EXPECT_RC(tc_comm_get_ranks(NULL, &i, &nr), TC_ERR_NULL_ARGUMENT, "'comm'");
+        EXPECT_RC(tc_comm_get_ranks(comm, &i, NULL), TC_ERR_NULL_ARGUMENT, "'count'");
+        EXPECT_RC(tc_comm_get_backend_version(NULL, &s), TC_ERR_NULL_ARGUMENT, "'comm'");
+        EXPECT_RC(tc_comm_get_backend_version(comm, NULL), TC_ERR_NULL_ARGUMENT, "'version'");
+        EXPECT_RC(tc_comm_set_timeout(NULL, 1000), TC_ERR_NULL_ARGUMENT, "'comm'");
+        EXPECT_RC(tc_comm_set_timeout(comm, 0), TC_ERR_INVALID_ARGUMENT, "'timeout_ms'");
+        EXPECT_RC(tc_comm_set_hints(NULL, &live, 1), TC_ERR_NULL_ARGUMENT, "'comm'");
+        EXPECT_RC(tc_comm_set_hints(comm, NULL, 1), TC_ERR_NULL_ARGUMENT, "'hints'");
+        EXPECT_RC(tc_comm_set_hints(comm, &live, 1), TC_ERR_INVALID_ARGUMENT, "no_such_hint");
+        CHECK(nr == 1);
+    }
     char *text = SENTINEL;
     EXPECT_RC(tc_comm_dump_flight_recorder(NULL, &text), TC_ERR_NULL_ARGUMENT, "'comm'");
     EXPECT_RC(tc_comm_dump_flight_recorder(comm, NULL), TC_ERR_NULL_ARGUMENT, "'text'");

@@ -36,6 +36,7 @@
 #include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
+#include <gloo/config.h>
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
 #include <gloo/gather.h>
@@ -236,6 +237,8 @@ uint8_t *bytes(const void *p) { return static_cast<uint8_t *>(const_cast<void *>
 extern "C" {
 
 int tc_gloo_abi_version(void) { return TC_GLOO_ABI_VERSION; }
+
+int tc_gloo_version(void) { return GLOO_VERSION; }
 
 int tc_gloo_context_new(int rank, int size, const tc_gloo_store_vtable *store, int64_t timeout_ms,
                         const char *hostname, const char *iface, tc_gloo_ctx **out, char *err,

@@ -68,6 +68,9 @@ typedef struct tc_gloo_store_vtable {
 } tc_gloo_store_vtable;
 
 TC_GLOO_API int tc_gloo_abi_version(void);
+/* GLOO_VERSION of the Gloo headers this module was built with (major * 10000 +
+ * minor * 100 + patch). Optional for the library: older modules lack it. */
+TC_GLOO_API int tc_gloo_version(void);
 
 /* Connects a full mesh of `size` ranks through the store. `hostname` or
  * `iface` (either may be NULL or empty) select the local address to listen

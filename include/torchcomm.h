@@ -23,7 +23,7 @@
       NULL, TC_UNSET, TC_UNSET, TC_UNSET, TC_UNSET, NULL, NULL, 0 }
 #define TC_OP_OPTIONS_INIT                                                      \
     { sizeof(tc_op_options_t), TC_OP_OPTIONS_MAGIC, TC_OP_OPTIONS_VERSION,      \
-      0, TC_UNSET, NULL, NULL, 0 }
+      0, TC_UNSET, NULL, NULL, 0, 0 }
 #define TC_REDUCER_OPTIONS_INIT                                                 \
     { sizeof(tc_reducer_options_t), TC_REDUCER_OPTIONS_MAGIC,                   \
       TC_REDUCER_OPTIONS_VERSION, 0, 0, 0, NULL }
@@ -103,7 +103,10 @@
 
 #define TC_OP_OPTIONS_MAGIC 1413697360
 
-#define TC_OP_OPTIONS_VERSION 1
+/*
+ Version 2 added `tag`.
+ */
+#define TC_OP_OPTIONS_VERSION 2
 
 /*
  Longest store token accepted.
@@ -126,6 +129,11 @@
 #define TC_DEVICE_CPU 0
 
 #define TC_DEVICE_CUDA 1
+
+/*
+ A persistent all-gather made by `tc_all_gather_p_init`.
+ */
+typedef struct tc_all_gather_p tc_all_gather_p;
 
 /*
  A batch of sends and receives issued together by `tc_batch_issue`.
@@ -253,6 +261,14 @@ typedef struct {
      */
     const tc_hint_t *hints;
     size_t num_hints;
+    /*
+     (Version 2.) Tag of `tc_send`/`tc_recv`: a send matches a receive of
+     the same (peer, tag). 0, the default and what version-1 callers get,
+     is the tag of every untagged call. Non-zero on any other call:
+     `TC_ERR_INVALID_ARGUMENT` (batch entries carry their own, see
+     `tc_batch_send_tagged`). On `nccl`, non-zero: `TC_ERR_UNSUPPORTED`.
+     */
+    uint32_t tag;
 } tc_op_options_t;
 
 typedef tc_work tc_work_t;
@@ -504,6 +520,8 @@ typedef tc_local tc_local_t;
  A log sink: `level` is `TC_LOG_*`; `message` is valid during the call only.
  */
 typedef void (*tc_log_callback_t)(int32_t level, const char *message, void *user_data);
+
+typedef tc_all_gather_p tc_all_gather_p_t;
 
 /*
  Options of `tc_reducer_new`. Initialize with `TC_REDUCER_OPTIONS_INIT`.
@@ -979,13 +997,22 @@ tc_result_t tc_comm_abort(tc_comm_t *comm);
 void tc_comm_destroy(tc_comm_t *comm);
 
 /*
- Sends `count` elements at `buf` to rank `peer`; pairs with its `tc_recv`.
+ Sends `count` elements at `buf` to rank `peer`; pairs with the receive
+ of `peer` with the same tag (`opts->tag`, version 2 of the options; 0
+ when unset). Matching is by (peer, tag); sends and receives of one
+ (peer, tag) pair up in issue order. Operations of a comm run in issue
+ order (as on NCCL), so a receive waits for the send of its tag even if
+ the peer issues that send after others: a tag selects among transfers in
+ flight together (a batch), and never lets a receive take the data of a
+ send with another tag. On `nccl`, a non-zero tag is refused
+ (`TC_ERR_UNSUPPORTED`: NCCL matches by peer and order only).
  `work` may be NULL. `opts` may be NULL (defaults).
  */
 tc_result_t tc_send(tc_comm_t *comm, const void *buf, size_t count, tc_dtype_t dt, int peer, const tc_op_options_t *opts, tc_work_t **work);
 
 /*
- Receives `count` elements from rank `peer` into `buf`. The sizes of a
+ Receives `count` elements from rank `peer` into `buf`, from the send of
+ `peer` with the same tag (`opts->tag`; see `tc_send`). The sizes of a
  send/recv pair must agree (`TC_ERR_INVALID_USAGE` otherwise).
  */
 tc_result_t tc_recv(tc_comm_t *comm, void *buf, size_t count, tc_dtype_t dt, int peer, const tc_op_options_t *opts, tc_work_t **work);
@@ -997,14 +1024,32 @@ tc_result_t tc_recv(tc_comm_t *comm, void *buf, size_t count, tc_dtype_t dt, int
 tc_result_t tc_batch_begin(tc_comm_t *comm, tc_batch_t **batch);
 
 /*
- Adds a send of `count` elements at `buf` to `peer` to the batch.
+ Adds a send of `count` elements at `buf` to `peer` to the batch (tag 0).
  */
 tc_result_t tc_batch_send(tc_batch_t *batch, const void *buf, size_t count, tc_dtype_t dt, int peer);
 
 /*
- Adds a receive of `count` elements from `peer` into `buf` to the batch.
+ Adds a receive of `count` elements from `peer` into `buf` to the batch
+ (tag 0).
  */
 tc_result_t tc_batch_recv(tc_batch_t *batch, void *buf, size_t count, tc_dtype_t dt, int peer);
+
+/*
+ Adds a send of `count` elements at `buf` to `peer` with tag `tag` to the
+ batch: it matches the receive of `peer` with the same tag, whatever the
+ order of the entries in either rank's batch (the entries of a batch are
+ in flight together). Entries of one (peer, tag) pair up in order. On
+ `nccl`, a non-zero tag makes `tc_batch_issue` fail with
+ `TC_ERR_UNSUPPORTED`. `tc_batch_send` is this with tag 0.
+ */
+tc_result_t tc_batch_send_tagged(tc_batch_t *batch, const void *buf, size_t count, tc_dtype_t dt, int peer, uint32_t tag);
+
+/*
+ Adds a receive of `count` elements from `peer` into `buf`, matching the
+ send of `peer` with tag `tag` (see `tc_batch_send_tagged`).
+ `tc_batch_recv` is this with tag 0.
+ */
+tc_result_t tc_batch_recv_tagged(tc_batch_t *batch, void *buf, size_t count, tc_dtype_t dt, int peer, uint32_t tag);
 
 /*
  Issues every operation of the batch as one operation with one work. The
@@ -1109,6 +1154,67 @@ tc_result_t tc_scatter(tc_comm_t *comm, void *output, const void *const *inputs,
  `root`. `outputs` is ignored and may be NULL on other ranks.
  */
 tc_result_t tc_gather(tc_comm_t *comm, void *const *outputs, const void *input, size_t count, tc_dtype_t dt, int root, const tc_op_options_t *opts, tc_work_t **work);
+
+/*
+ Gathers `count` elements of `input` from every rank into `output` on
+ `root`: `count * size` elements, rank r's at offset `r * count` (rank
+ order, as `tc_all_gather_single` lays them out). `output` is ignored and
+ may be NULL on other ranks. In place on the root: `input` may be the
+ root's own block of `output` (`output + root * count`). On `nccl` it
+ runs as grouped sends and receives (NCCL has no gather).
+ */
+tc_result_t tc_gather_single(tc_comm_t *comm, void *output, const void *input, size_t count, tc_dtype_t dt, int root, const tc_op_options_t *opts, tc_work_t **work);
+
+/*
+ Writes this comm's ranks in the root comm's numbering: entry i is the
+ rank, in the comm made by `tc_comm_new` that this comm descends from, of
+ this comm's rank i. A comm made by `tc_comm_new` gives 0..size-1; a comm
+ made by `tc_comm_split` gives its parent's entries for the ranks it was
+ split from, so the numbering is the root's through every level of splits.
+
+ `*count` is in/out, as NCCL-style size queries: on entry the capacity of
+ `ranks` (in elements), on return the comm's size. `ranks` NULL: only the
+ size is written (`TC_SUCCESS`). A capacity smaller than the size: nothing
+ is written to `ranks`, `*count` gets the size needed, and the call fails
+ with `TC_ERR_INVALID_ARGUMENT`. The caller owns `ranks`. `count` must
+ not be NULL. Works in every state of the comm; thread-safe.
+ */
+tc_result_t tc_comm_get_ranks(const tc_comm_t *comm, int *ranks, size_t *count);
+
+/*
+ Writes the version of the comm's backend, NUL-terminated: "gloo X.Y.Z
+ (torchcomm A.B.C)" with Gloo's version from the headers its module was
+ built with ("unknown" for a module without that call), "nccl X.Y.Z"
+ with the version the loaded NCCL reports (`ncclGetVersion`). The string
+ is owned by the comm, valid until `tc_comm_destroy`. `version` must not
+ be NULL. Works in every state of the comm; thread-safe.
+ */
+tc_result_t tc_comm_get_backend_version(const tc_comm_t *comm, const char **version);
+
+/*
+ Sets the comm's default timeout to `timeout_ms` milliseconds (> 0) for
+ operations issued after the call (those whose options leave `timeout_ms`
+ unset) and for window calls made after it; operations already issued,
+ queued or running, keep the deadline they were issued with. Splits made
+ later inherit the new value. Local: other ranks keep theirs. The comm
+ must be active (`TC_ERR_INVALID_USAGE` after finalize, `TC_ERR_ABORTED`
+ after an abort). Thread-safe.
+ */
+tc_result_t tc_comm_set_timeout(tc_comm_t *comm, int64_t timeout_ms);
+
+/*
+ Changes hints of a live comm, all or nothing. Hints a live comm can
+ change: "timeout_ms" (positive integer; as `tc_comm_set_timeout`) and
+ "abort_on_error" ("0" or "1"; whether a failure found from now on aborts
+ the process or only the comm). Hints read only at creation ("gloo.iface",
+ "gloo.hostname", NCCL's config hints such as "nccl.min_ctas",
+ "high_priority_stream") are refused with `TC_ERR_UNSUPPORTED`, unknown
+ hints with `TC_ERR_INVALID_ARGUMENT`; either way `tc_last_error` names
+ the hint and no hint of the call is applied. `hints` (copied during the
+ call) may be NULL when `num_hints` is 0. Local to this rank. The comm
+ must be active. Thread-safe.
+ */
+tc_result_t tc_comm_set_hints(tc_comm_t *comm, const tc_hint_t *hints, size_t num_hints);
 
 /*
  Static English text for a result code; never NULL, never freed. Unknown
@@ -1338,6 +1444,44 @@ tc_result_t tc_mem_alloc(tc_comm_t *comm, size_t bytes, void **ptr);
  using the memory must have completed (synchronize its streams first).
  */
 tc_result_t tc_mem_free(tc_comm_t *comm, void *ptr);
+
+/*
+ Sets up a persistent all-gather of `count` elements of `dt` per rank into
+ `output` (`count * size` elements, rank r's at `r * count`, as
+ `tc_all_gather_single`); the output is validated once here. Every rank
+ calls it with the same `count` and `dt`: on `gloo` the call is
+ collective and blocking and checks that (a rank that differs makes it
+ fail on every rank with `TC_ERR_INVALID_USAGE` naming one); on `nccl`
+ it is local, and, as for the plain call, counts must agree unchecked. `output` must stay valid until the handle is freed
+ and its last execution completed. `opts` may be NULL; its `async_op` is
+ ignored (the set-up completes before the call returns). On success
+ `*handle` receives a handle to free with `tc_all_gather_p_free`; it
+ keeps the comm alive. On `gloo` each execution skips the per-call
+ validation and backend checks of `tc_all_gather_single` and, in a
+ process without a CUDA driver, its look for device buffers (see
+ docs/performance.md); on `nccl` an execution is the plain call on the
+ stored arguments. Not thread-safe against `tc_all_gather_p_free` of the
+ same handle.
+ */
+tc_result_t tc_all_gather_p_init(tc_comm_t *comm, void *output, size_t count, tc_dtype_t dt, const tc_op_options_t *opts, tc_all_gather_p_t **handle);
+
+/*
+ Runs the persistent all-gather with this rank's `count` elements at
+ `input` (which may be this rank's own block of the output: in place).
+ Same contract as `tc_all_gather_single` otherwise: every rank executes
+ it, in the same order relative to the comm's other operations; `opts`
+ may be NULL; `work` may be NULL. The same handle may be executed again
+ once the previous execution completed (executions of one comm run in
+ issue order). Thread-safe as the comm's operations are.
+ */
+tc_result_t tc_all_gather_p_exec(tc_all_gather_p_t *handle, const void *input, const tc_op_options_t *opts, tc_work_t **work);
+
+/*
+ Frees a persistent all-gather. Executions already issued complete on
+ their own (their works stay valid). NULL is ignored; a handle that is not
+ live is left alone with a warning and `tc_last_error` set.
+ */
+void tc_all_gather_p_free(tc_all_gather_p_t *handle);
 
 /*
  Creates a reducer for `n` gradients: `grads[i]` holds `counts[i]`

@@ -13,7 +13,7 @@ use crate::store::StoreRef;
 use crate::types::{Device, Hints};
 use crate::util::lock;
 use crate::work::{DoneWork, HostWork, Work};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -23,7 +23,11 @@ use std::time::{Duration, Instant};
 pub use crate::op::{Op, OpOptions, P2p, Ptr};
 
 pub mod hooks;
+mod persistent;
+mod settings;
 mod shrink;
+
+pub use persistent::PersistentAllGather;
 
 /// Creation options, read from `tc_comm_options_t`.
 #[derive(Clone, Default)]
@@ -56,8 +60,13 @@ pub struct Comm {
     backend_name: String,
     /// Rank among this host's processes; splits keep it (it picks the GPU).
     local_rank: i32,
-    timeout: Duration,
-    abort_on_error: bool,
+    /// Default operation timeout in ms; `tc_comm_set_timeout` changes it.
+    timeout_ms: AtomicU64,
+    abort_on_error: AtomicBool,
+    /// This comm's ranks in the root comm's numbering (see `settings`).
+    root_ranks: Vec<i32>,
+    /// The backend's version, as `tc_comm_get_backend_version` reports it.
+    backend_version: std::ffi::CString,
     /// Unscoped store, from which splits derive their own scopes.
     base_store: StoreRef,
     backend: Box<dyn Backend>,
@@ -118,6 +127,7 @@ impl Comm {
             boot.store,
             timeout,
             &opts,
+            None,
             |init| backends::create(backend_name, init),
         )
     }
@@ -133,6 +143,7 @@ impl Comm {
         base_store: StoreRef,
         timeout: Duration,
         opts: &CommOptions,
+        root_ranks: Option<Vec<i32>>,
         make_backend: impl FnOnce(BackendInit) -> Result<Box<dyn Backend>>,
     ) -> Result<Arc<Comm>> {
         check_comm_name(&name)?;
@@ -173,8 +184,10 @@ impl Comm {
             device,
             backend_name: backend_name.to_string(),
             local_rank,
-            timeout,
-            abort_on_error: opts.abort_on_error.unwrap_or(config().abort_on_error),
+            timeout_ms: AtomicU64::new(timeout.as_millis().min(u64::MAX as u128) as u64),
+            abort_on_error: AtomicBool::new(opts.abort_on_error.unwrap_or(config().abort_on_error)),
+            root_ranks: root_ranks.unwrap_or_else(|| (0..size).collect()),
+            backend_version: settings::c_version(backend.version()),
             base_store,
             backend,
             state: Mutex::new(State::Active),
@@ -230,7 +243,7 @@ impl Comm {
         &self.backend_name
     }
     pub fn timeout(&self) -> Duration {
-        self.timeout
+        Duration::from_millis(self.timeout_ms.load(Ordering::Relaxed))
     }
 
     /// The comm's backend (for windows, which live beside the comm).
@@ -297,7 +310,23 @@ impl Comm {
         if self.hooks.active() {
             return hooks::submit_hooked(self, op, opts);
         }
-        self.issue(op, opts, None)
+        self.issue(op, opts, None, true)
+    }
+
+    /// [`Comm::submit`] for an operation already validated and checked by
+    /// the backend (a persistent operation's set-up did it once);
+    /// `may_be_device` false (known at set-up) skips the look for CUDA
+    /// buffers to stage. Hooks, when any, take the full path.
+    pub(crate) fn submit_checked(
+        &self,
+        op: Op,
+        opts: &OpOptions,
+        may_be_device: bool,
+    ) -> Result<Arc<dyn Work>> {
+        if self.hooks.active() {
+            return hooks::submit_hooked(self, op, opts);
+        }
+        self.issue(op, opts, None, may_be_device)
     }
 
     #[inline(always)]
@@ -316,12 +345,13 @@ impl Comm {
         mut op: Op,
         opts: &OpOptions,
         post: Option<hooks::PostHooks>,
+        may_be_device: bool,
     ) -> Result<Arc<dyn Work>> {
         let seq = post
             .as_ref()
             .map_or_else(|| self.recorder.reserve(), |p| p.seq());
         let record = |op: &Op, w| self.recorder.record_as(seq, op, opts.async_op, w);
-        let timeout = opts.timeout.unwrap_or(self.timeout);
+        let timeout = opts.timeout.unwrap_or(self.timeout());
         let at_once = |post: Option<hooks::PostHooks>, r: &Result<()>, done| {
             if let Some(p) = post {
                 p.run(r, done);
@@ -348,15 +378,17 @@ impl Comm {
             return Ok(work);
         }
         // CUDA buffers on a host backend run on pinned copies, synchronously.
-        let staged =
-            match crate::backends::staging::stage_in(&mut op, self.rank, self.size, opts.stream) {
-                Ok(staged) => staged,
-                Err(e) => {
-                    record(&op, Err(e.kind));
-                    at_once(post, &Err(e.clone()), true);
-                    return Err(e);
-                }
-            };
+        let staged = match may_be_device
+            .then(|| crate::backends::staging::stage_in(&mut op, self.rank, self.size, opts.stream))
+            .transpose()
+        {
+            Ok(staged) => staged.flatten(),
+            Err(e) => {
+                record(&op, Err(e.kind));
+                at_once(post, &Err(e.clone()), true);
+                return Err(e);
+            }
+        };
         let blocking = !opts.async_op || staged.is_some();
         let work = Arc::new(HostWork::new(
             op.name(),
@@ -455,7 +487,7 @@ impl Comm {
         // timed out, are what a person reading a hang needs next to the
         // error (compare the ranks' sequence numbers).
         let recent = self.recorder.dump(&self.label);
-        if self.abort_on_error {
+        if self.abort_on_error.load(Ordering::Relaxed) {
             crate::config::log(
                 crate::config::Level::Warn,
                 &format!(
@@ -697,8 +729,10 @@ impl Comm {
             self.base_store.clone(),
         ));
         let child_opts = CommOptions {
-            timeout: opts.timeout.or(Some(self.timeout)),
-            abort_on_error: opts.abort_on_error.or(Some(self.abort_on_error)),
+            timeout: opts.timeout.or(Some(self.timeout())),
+            abort_on_error: opts
+                .abort_on_error
+                .or(Some(self.abort_on_error.load(Ordering::Relaxed))),
             ..opts
         };
         let color = split_color(ranks);
@@ -710,8 +744,9 @@ impl Comm {
             ranks.len() as i32,
             self.local_rank,
             child_store,
-            child_opts.timeout.unwrap_or(self.timeout),
+            child_opts.timeout.unwrap_or(self.timeout()),
             &child_opts,
+            Some(self.child_root_ranks(ranks)),
             |init| {
                 if native {
                     let child = self.backend.split(Some((color, new_rank as i32, init)))?;

@@ -25,7 +25,8 @@ pub const TC_UNSET: i32 = -1;
 pub const TC_COMM_OPTIONS_MAGIC: u32 = 0x5443_4F4D;
 pub const TC_COMM_OPTIONS_VERSION: u32 = 1;
 pub const TC_OP_OPTIONS_MAGIC: u32 = 0x5443_4F50;
-pub const TC_OP_OPTIONS_VERSION: u32 = 1;
+/// Version 2 added `tag`.
+pub const TC_OP_OPTIONS_VERSION: u32 = 2;
 
 /// Options of `tc_comm_new` and `tc_comm_split`. Initialize with
 /// `TC_COMM_OPTIONS_INIT`, then set the fields you need.
@@ -88,6 +89,12 @@ pub struct tc_op_options_t {
     /// Backend hints, copied during the call; NULL when `num_hints` is 0.
     pub hints: *const tc_hint_t,
     pub num_hints: usize,
+    /// (Version 2.) Tag of `tc_send`/`tc_recv`: a send matches a receive of
+    /// the same (peer, tag). 0, the default and what version-1 callers get,
+    /// is the tag of every untagged call. Non-zero on any other call:
+    /// `TC_ERR_INVALID_ARGUMENT` (batch entries carry their own, see
+    /// `tc_batch_send_tagged`). On `nccl`, non-zero: `TC_ERR_UNSUPPORTED`.
+    pub tag: u32,
 }
 
 /// A struct with the size/magic/version header and defaults (whose
@@ -127,6 +134,12 @@ impl Versioned for tc_comm_options_t {
 impl Versioned for tc_op_options_t {
     const MAGIC: u32 = TC_OP_OPTIONS_MAGIC;
     const NAME: &'static str = "tc_op_options_t";
+    fn size_in_version(version: u32) -> usize {
+        match version {
+            1 => std::mem::offset_of!(tc_op_options_t, tag),
+            _ => size_of::<Self>(),
+        }
+    }
     fn defaults() -> Self {
         tc_op_options_t {
             size: size_of::<Self>(),
@@ -137,6 +150,7 @@ impl Versioned for tc_op_options_t {
             stream: std::ptr::null_mut(),
             hints: std::ptr::null(),
             num_hints: 0,
+            tag: 0,
         }
     }
 }
@@ -312,6 +326,19 @@ mod tests {
         o.version = TC_COMM_OPTIONS_VERSION + 1;
         o.rank = 3;
         assert_eq!(unsafe { read_versioned(&o, "opts") }.unwrap().rank, 3);
+    }
+
+    #[test]
+    fn op_options_tag_is_read_from_version_2_only() {
+        let mut o = tc_op_options_t::defaults();
+        o.tag = 77;
+        assert_eq!(unsafe { read_versioned(&o, "opts") }.unwrap().tag, 77);
+        o.version = 1;
+        assert_eq!(unsafe { read_versioned(&o, "opts") }.unwrap().tag, 0);
+        // A version-1 caller's struct ends before `tag`.
+        o.version = 2;
+        o.size = std::mem::offset_of!(tc_op_options_t, tag);
+        assert_eq!(unsafe { read_versioned(&o, "opts") }.unwrap().tag, 0);
     }
 
     #[test]

@@ -296,7 +296,8 @@ mod tests {
                     buf: Ptr(8 as *mut c_void),
                     count: 3,
                     dtype: DType::U8,
-                    peer: 1
+                    peer: 1,
+                    tag: 0,
                 },
                 false,
                 Ok(&failed)

@@ -336,6 +336,7 @@ fn gloo_mismatched_sizes_fail_cleanly() {
                 count: 10,
                 dtype: DType::F32,
                 peer: 1,
+                tag: 0,
             }
         } else {
             Op::Recv {
@@ -343,6 +344,7 @@ fn gloo_mismatched_sizes_fail_cleanly() {
                 count: 12,
                 dtype: DType::F32,
                 peer: 0,
+                tag: 0,
             }
         };
         let e = run(&comm, op).unwrap_err();
@@ -379,6 +381,7 @@ fn gloo_mismatched_sizes_fail_cleanly() {
                 count: 5,
                 dtype: DType::I32,
                 peer,
+                tag: 0,
             },
             P2p {
                 is_send: false,
@@ -386,6 +389,7 @@ fn gloo_mismatched_sizes_fail_cleanly() {
                 count: 5,
                 dtype: DType::I32,
                 peer,
+                tag: 0,
             },
             P2p {
                 is_send: me == 0,
@@ -393,6 +397,7 @@ fn gloo_mismatched_sizes_fail_cleanly() {
                 count: 3,
                 dtype: if me == 0 { DType::I32 } else { DType::U32 },
                 peer,
+                tag: 0,
             },
         ];
         let e = run(&comm, Op::Batch { ops }).unwrap_err();

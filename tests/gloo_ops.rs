@@ -426,6 +426,7 @@ fn movement(comm: &Comm, dt: DType) {
                 count: c,
                 dtype: dt,
                 peer: 0,
+                tag: 0,
             },
             P2p {
                 is_send: false,
@@ -433,6 +434,7 @@ fn movement(comm: &Comm, dt: DType) {
                 count: c,
                 dtype: dt,
                 peer: 0,
+                tag: 0,
             },
         ];
         ok(comm, Op::Batch { ops });
@@ -444,6 +446,7 @@ fn movement(comm: &Comm, dt: DType) {
                 count: c,
                 dtype: dt,
                 peer: next as i32,
+                tag: 0,
             },
         );
         ok(
@@ -453,6 +456,7 @@ fn movement(comm: &Comm, dt: DType) {
                 count: c,
                 dtype: dt,
                 peer: prev as i32,
+                tag: 0,
             },
         );
     } else {
@@ -463,6 +467,7 @@ fn movement(comm: &Comm, dt: DType) {
                 count: c,
                 dtype: dt,
                 peer: prev as i32,
+                tag: 0,
             },
         );
         ok(
@@ -472,6 +477,7 @@ fn movement(comm: &Comm, dt: DType) {
                 count: c,
                 dtype: dt,
                 peer: next as i32,
+                tag: 0,
             },
         );
     }
@@ -489,6 +495,7 @@ fn movement(comm: &Comm, dt: DType) {
             count: pair(me, d),
             dtype: dt,
             peer: d as i32,
+            tag: 0,
         });
         ops.push(P2p {
             is_send: false,
@@ -496,6 +503,7 @@ fn movement(comm: &Comm, dt: DType) {
             count: pair(d, me),
             dtype: dt,
             peer: d as i32,
+            tag: 0,
         });
     }
     ok(comm, Op::Batch { ops });

@@ -41,6 +41,7 @@ fn send(buf: &mut [u8], peer: usize) -> Op {
         count: buf.len(),
         dtype: DType::U8,
         peer: peer as i32,
+        tag: 0,
     }
 }
 
@@ -50,6 +51,7 @@ fn recv(buf: &mut [u8], peer: usize) -> Op {
         count: buf.len(),
         dtype: DType::U8,
         peer: peer as i32,
+        tag: 0,
     }
 }
 
@@ -68,6 +70,7 @@ fn transfer(is_send: bool, buf: &mut [u8], peer: usize) -> P2p {
         count: buf.len(),
         dtype: DType::U8,
         peer: peer as i32,
+        tag: 0,
     }
 }
 
@@ -196,6 +199,7 @@ fn late_send_and_mismatch(comm: &Comm) {
             count: 10,
             dtype: DType::F32,
             peer: last as i32,
+            tag: 0,
         };
         run(comm, op).unwrap();
     } else if me == last {
@@ -204,6 +208,7 @@ fn late_send_and_mismatch(comm: &Comm) {
             count: 12,
             dtype: DType::F32,
             peer: 0,
+            tag: 0,
         };
         let e = run(comm, op).unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidUsage, "{e}");

@@ -232,6 +232,20 @@ static void test_movement(tc_dtype_t t, int mode) {
         report(inplace ? "all_gather_single(in place)" : "all_gather_single", t, "-", mode,
                rc == TC_SUCCESS && compare(t, h, want, n * N, "all_gather_single"));
     }
+    /* the persistent all-gather (the plain call on nccl), twice */
+    tc_all_gather_p_t *agp = NULL;
+    rc = tc_all_gather_p_init(comm, out, n, t, NULL, &agp);
+    for (int round = 0; round < 2 && rc == TC_SUCCESS; round++) {
+        dmemset(out, 0, es * n * N);
+        fill(t, h, R, 0, n);
+        h2d(in, h, es * n);
+        w = NULL;
+        rc = finish(mode, tc_all_gather_p_exec(agp, in, &o, W), &w);
+        d2h(h, out, es * n * N);
+        rc = rc == TC_SUCCESS && compare(t, h, want, n * N, "all_gather_p") ? TC_SUCCESS : TC_ERR_INTERNAL;
+    }
+    tc_all_gather_p_free(agp);
+    report("all_gather_p", t, "-", mode, rc == TC_SUCCESS);
 
     /* all_gather (list) */
     fill(t, h, R, 0, n);
@@ -361,6 +375,21 @@ static void test_movement(tc_dtype_t t, int mode) {
     rc = finish(mode, tc_gather(comm, outs, gsrc, n, t, 0, &o, W), &w);
     d2h(h, out, es * n * N);
     report("gather(in place)", t, "-", mode, rc == TC_SUCCESS && (R != 0 || compare(t, h, want, n * N, "gather(in place)")));
+    /* gather_single to the last rank, out of place then in place (the
+       root's input is its own block of the output); NULL output elsewhere */
+    fill(t, h, R, 0, n);
+    h2d(in, h, es * n);
+    w = NULL;
+    rc = finish(mode, tc_gather_single(comm, R == root ? out : NULL, in, n, t, root, &o, W), &w);
+    d2h(h, out, es * n * N);
+    report("gather_single", t, "-", mode, rc == TC_SUCCESS && (R != root || compare(t, h, want, n * N, "gather_single")));
+    fill(t, h, R, 0, n);
+    void *gssrc = R == root ? (void *)((char *)out + es * n * root) : in;
+    h2d(gssrc, h, es * n);
+    w = NULL;
+    rc = finish(mode, tc_gather_single(comm, R == root ? out : NULL, gssrc, n, t, root, &o, W), &w);
+    d2h(h, out, es * n * N);
+    report("gather_single(in place)", t, "-", mode, rc == TC_SUCCESS && (R != root || compare(t, h, want, n * N, "gather_single(in place)")));
     /* all_gather (list) in place: the input is this rank's output */
     fill(t, h, R, 0, n);
     h2d(outs[R], h, es * n);
@@ -397,6 +426,22 @@ static void test_movement(tc_dtype_t t, int mode) {
     tc_batch_free(b);
     d2h(h, out, es * n);
     report("batch send/recv ring(in place)", t, "-", mode, rc == TC_SUCCESS && compare(t, h, want, n, "batch(in place)"));
+    /* tags: NCCL matches by peer and order only, so a non-zero tag is
+       refused before anything is enqueued (tag 0 is the plain call) */
+    tc_op_options_t tagged = o;
+    tagged.tag = 5;
+    w = NULL;
+    rc = tc_send(comm, in, n, t, next, &tagged, W);
+    report("send with a non-zero tag refused", t, "-", mode,
+           rc == TC_ERR_UNSUPPORTED && strstr(tc_last_error(), "'opts.tag'") != NULL && w == NULL);
+    b = NULL;
+    CHECK(tc_batch_begin(comm, &b) == TC_SUCCESS);
+    CHECK(tc_batch_recv_tagged(b, out, n, t, prev, 0) == TC_SUCCESS);
+    CHECK(tc_batch_send_tagged(b, in, n, t, next, 9) == TC_SUCCESS);
+    rc = tc_batch_issue(b, &o, W);
+    tc_batch_free(b);
+    report("batch entry with a non-zero tag refused", t, "-", mode,
+           rc == TC_ERR_UNSUPPORTED && strstr(tc_last_error(), "'batch[1].tag'") != NULL && w == NULL);
     if (N >= 2) {
         /* even ranks send first, odd ranks receive first */
         tc_result_t r1, r2;

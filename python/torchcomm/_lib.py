@@ -15,7 +15,7 @@ TC_DEVICE_CUDA = 1
 TC_COMM_OPTIONS_MAGIC = 1413697357
 TC_COMM_OPTIONS_VERSION = 1
 TC_OP_OPTIONS_MAGIC = 1413697360
-TC_OP_OPTIONS_VERSION = 1
+TC_OP_OPTIONS_VERSION = 2
 TC_REDUCER_OPTIONS_MAGIC = 1413698116
 TC_REDUCER_OPTIONS_VERSION = 2
 TC_HOOK_PRE = 0
@@ -75,6 +75,7 @@ class OpOptions(C.Structure):
         ("stream", C.c_void_p),
         ("hints", C.POINTER(Hint)),
         ("num_hints", C.c_size_t),
+        ("tag", C.c_uint32),  # version 2
     ]
 
 
@@ -195,6 +196,10 @@ PROTOTYPES = {
     "tc_comm_get_size": (_R, [_p, _int_p]),
     "tc_comm_get_name": (_R, [_p, C.POINTER(C.c_char_p)]),
     "tc_comm_get_backend": (_R, [_p, C.POINTER(C.c_char_p)]),
+    "tc_comm_get_ranks": (_R, [_p, _int_p, _sz_p]),
+    "tc_comm_get_backend_version": (_R, [_p, C.POINTER(C.c_char_p)]),
+    "tc_comm_set_timeout": (_R, [_p, C.c_int64]),
+    "tc_comm_set_hints": (_R, [_p, C.POINTER(Hint), _sz]),
     "tc_comm_get_device": (_R, [_p, C.POINTER(Device)]),
     "tc_comm_get_async_error": (_R, [_p]),
     "tc_comm_dump_flight_recorder": (_R, [_p, _out]),
@@ -244,6 +249,8 @@ PROTOTYPES = {
     "tc_recv": (_R, [_p, _p, _sz, _i32, C.c_int, _opts, _out]),
     "tc_batch_begin": (_R, [_p, _out]),
     "tc_batch_send": (_R, [_p, _p, _sz, _i32, C.c_int]),
+    "tc_batch_send_tagged": (_R, [_p, _p, _sz, _i32, C.c_int, C.c_uint32]),
+    "tc_batch_recv_tagged": (_R, [_p, _p, _sz, _i32, C.c_int, C.c_uint32]),
     "tc_batch_recv": (_R, [_p, _p, _sz, _i32, C.c_int]),
     "tc_batch_issue": (_R, [_p, _opts, _out]),
     "tc_batch_free": (None, [_p]),
@@ -262,6 +269,10 @@ PROTOTYPES = {
     "tc_barrier": (_R, [_p, _opts, _out]),
     "tc_scatter": (_R, [_p, _p, _out, _sz, _i32, C.c_int, _opts, _out]),
     "tc_gather": (_R, [_p, _out, _p, _sz, _i32, C.c_int, _opts, _out]),
+    "tc_gather_single": (_R, [_p, _p, _p, _sz, _i32, C.c_int, _opts, _out]),
+    "tc_all_gather_p_init": (_R, [_p, _p, _sz, _i32, _opts, _out]),
+    "tc_all_gather_p_exec": (_R, [_p, _p, _opts, _out]),
+    "tc_all_gather_p_free": (None, [_p]),
     "tc_result_string": (C.c_char_p, [C.c_int32]),
     "tc_last_error": (C.c_char_p, []),
     "tc_get_version": (_R, [_int_p, _int_p, _int_p]),

@@ -169,6 +169,7 @@ mod tests {
             count: 0,
             dtype: crate::types::DType::U8,
             peer: 0,
+            tag: 0,
         };
         assert!(!completes_at_once(&send, 1));
     }

@@ -74,6 +74,11 @@ pub trait Backend: Send + Sync {
         DEFAULT_WATCHDOG_GRACE
     }
 
+    /// The backend's version, as `tc_comm_get_backend_version` reports it.
+    fn version(&self) -> String {
+        format!("torchcomm {}", env!("CARGO_PKG_VERSION"))
+    }
+
     /// Releases resources after every operation finished.
     fn finalize(&self) -> Result<()> {
         Ok(())

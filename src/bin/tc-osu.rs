@@ -90,12 +90,14 @@ fn op(is_send: bool, buf: &mut [u8], len: usize, peer: i32) -> Op {
             count: len,
             dtype: DType::U8,
             peer,
+            tag: 0,
         },
         false => Op::Recv {
             buf,
             count: len,
             dtype: DType::U8,
             peer,
+            tag: 0,
         },
     }
 }

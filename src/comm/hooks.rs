@@ -286,7 +286,7 @@ impl Comm {
         opts: &OpOptions,
     ) -> Result<Arc<dyn crate::work::Work>> {
         self.admit(&mut op)?;
-        self.issue(op, opts, None)
+        self.issue(op, opts, None, true)
     }
 
     pub(crate) fn hooks(&self) -> &Hooks {
@@ -327,7 +327,7 @@ pub fn submit_hooked(comm: &Comm, op: Op, opts: &OpOptions) -> Result<Arc<dyn cr
             return Err(e);
         }
     }
-    comm.issue(op, opts, Some(post))
+    comm.issue(op, opts, Some(post), true)
 }
 
 /// The hooks' description of `op` as `rank` of `size` sees it.
@@ -404,6 +404,7 @@ mod tests {
                     count: 2,
                     dtype: DType::F64,
                     peer: 1,
+                    tag: 0,
                 },
                 crate::comm::P2p {
                     is_send: false,
@@ -411,6 +412,7 @@ mod tests {
                     count: 5,
                     dtype: DType::I32,
                     peer: 2,
+                    tag: 0,
                 },
             ],
         };

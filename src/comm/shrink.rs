@@ -27,7 +27,8 @@ use crate::store::prefix::PrefixStore;
 use crate::store::StoreRef;
 use crate::util::Deadline;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
 /// What a comm keeps for its shrinks.
 pub(super) struct ShrinkState {
@@ -36,8 +37,6 @@ pub(super) struct ShrinkState {
     /// Shrinks of this comm begun so far (past argument checks), by new
     /// name: an excluded rank does not count a shrink it took no part in.
     made: Mutex<HashMap<String, u64>>,
-    /// For a comm made by shrink: its ranks in the parent's numbering.
-    parent_ranks: OnceLock<Vec<i32>>,
 }
 
 impl ShrinkState {
@@ -45,7 +44,6 @@ impl ShrinkState {
         ShrinkState {
             scope,
             made: Mutex::new(HashMap::new()),
-            parent_ranks: OnceLock::new(),
         }
     }
 }
@@ -70,7 +68,7 @@ impl Comm {
             .iter()
             .position(|r| *r == self.rank)
             .expect("checked: this rank is not excluded") as i32;
-        let timeout = opts.timeout.unwrap_or(self.timeout);
+        let timeout = opts.timeout.unwrap_or(self.timeout());
         let k = {
             let mut made = crate::util::lock(&self.shrink.made);
             let count = made.entry(name.to_string()).or_insert(0);
@@ -98,11 +96,13 @@ impl Comm {
         ));
         let child_opts = CommOptions {
             timeout: Some(timeout),
-            abort_on_error: opts.abort_on_error.or(Some(self.abort_on_error)),
+            abort_on_error: opts
+                .abort_on_error
+                .or(Some(self.abort_on_error.load(Ordering::Relaxed))),
             ..opts
         };
         let native = self.backend.splits_natively();
-        let child = Comm::with_store(
+        Comm::with_store(
             &self.backend_name,
             self.device,
             name.to_string(),
@@ -112,6 +112,7 @@ impl Comm {
             child_store,
             timeout,
             &child_opts,
+            Some(self.child_root_ranks(&survivors)),
             |init: BackendInit| {
                 if native {
                     self.backend.shrink(&excluded, init)
@@ -120,15 +121,7 @@ impl Comm {
                 }
             },
         )
-        .map_err(|e| store_hint(e).context(&what))?;
-        let _ = child.shrink.parent_ranks.set(survivors);
-        Ok(child)
-    }
-
-    /// For a comm made by [`Comm::shrink`]: its ranks in the parent's
-    /// numbering (None for other comms).
-    pub fn shrunk_from(&self) -> Option<&[i32]> {
-        self.shrink.parent_ranks.get().map(Vec::as_slice)
+        .map_err(|e| store_hint(e).context(&what))
     }
 
     /// `exclude` sorted, after checking that every rank is in range, none

@@ -30,7 +30,34 @@ impl Handle for tc_batch {
     const TYPE: HandleType = HandleType::Batch;
 }
 
+/// The options of a call that takes no tag: a non-zero `opts.tag` is
+/// refused.
 pub(crate) unsafe fn op_options(p: *const tc_op_options_t) -> Result<OpOptions> {
+    let (opts, tag) = op_options_and_tag(p)?;
+    refuse_tag(tag)?;
+    Ok(opts)
+}
+
+fn refuse_tag(tag: u32) -> Result<()> {
+    if tag == 0 {
+        return Ok(());
+    }
+    Err(Error::invalid_argument(format!(
+        "argument 'opts.tag': {tag}: only tc_send and tc_recv take a tag (batch entries \
+         carry their own: tc_batch_send_tagged, tc_batch_recv_tagged)"
+    )))
+}
+
+/// `op` with the caller's tag: on a send or receive, refused elsewhere.
+fn with_tag(mut op: Op, tag: u32) -> Result<Op> {
+    match &mut op {
+        Op::Send { tag: t, .. } | Op::Recv { tag: t, .. } => *t = tag,
+        _ => refuse_tag(tag)?,
+    }
+    Ok(op)
+}
+
+unsafe fn op_options_and_tag(p: *const tc_op_options_t) -> Result<(OpOptions, u32)> {
     let o = read_versioned(p, "opts")?;
     let async_op = match o.async_op {
         0 => false,
@@ -41,12 +68,13 @@ pub(crate) unsafe fn op_options(p: *const tc_op_options_t) -> Result<OpOptions> 
             )))
         }
     };
-    Ok(OpOptions {
+    let opts = OpOptions {
         async_op,
         timeout: timeout_from_ms(o.timeout_ms),
         stream: o.stream,
         hints: hints_from_c(o.hints, o.num_hints, "opts.hints")?,
-    })
+    };
+    Ok((opts, o.tag))
 }
 
 /// Shared body of every operation: reads the options, builds and submits
@@ -60,8 +88,8 @@ fn issue(
 ) -> tc_result_t {
     boundary(func, || {
         let comm = unsafe { handle_ref(comm, "comm")? };
-        let opts = unsafe { op_options(opts)? };
-        let op = build(&comm.inner)?;
+        let (opts, tag) = unsafe { op_options_and_tag(opts)? };
+        let op = with_tag(build(&comm.inner)?, tag)?;
         let w = comm.inner.submit(op, &opts)?;
         hand_out_work(work, w, &comm.inner);
         Ok(())
@@ -105,7 +133,15 @@ unsafe fn count_list(p: *const usize, n: usize, arg: &str) -> Result<Vec<usize>>
     Ok(arg_slice(p, n, arg)?.to_vec())
 }
 
-/// Sends `count` elements at `buf` to rank `peer`; pairs with its `tc_recv`.
+/// Sends `count` elements at `buf` to rank `peer`; pairs with the receive
+/// of `peer` with the same tag (`opts->tag`, version 2 of the options; 0
+/// when unset). Matching is by (peer, tag); sends and receives of one
+/// (peer, tag) pair up in issue order. Operations of a comm run in issue
+/// order (as on NCCL), so a receive waits for the send of its tag even if
+/// the peer issues that send after others: a tag selects among transfers in
+/// flight together (a batch), and never lets a receive take the data of a
+/// send with another tag. On `nccl`, a non-zero tag is refused
+/// (`TC_ERR_UNSUPPORTED`: NCCL matches by peer and order only).
 /// `work` may be NULL. `opts` may be NULL (defaults).
 #[no_mangle]
 pub extern "C" fn tc_send(
@@ -123,11 +159,13 @@ pub extern "C" fn tc_send(
             count,
             dtype: dtype(dt)?,
             peer,
+            tag: 0,
         })
     })
 }
 
-/// Receives `count` elements from rank `peer` into `buf`. The sizes of a
+/// Receives `count` elements from rank `peer` into `buf`, from the send of
+/// `peer` with the same tag (`opts->tag`; see `tc_send`). The sizes of a
 /// send/recv pair must agree (`TC_ERR_INVALID_USAGE` otherwise).
 #[no_mangle]
 pub extern "C" fn tc_recv(
@@ -145,6 +183,7 @@ pub extern "C" fn tc_recv(
             count,
             dtype: dtype(dt)?,
             peer,
+            tag: 0,
         })
     })
 }
@@ -163,29 +202,39 @@ pub extern "C" fn tc_batch_begin(comm: *mut tc_comm_t, batch: *mut *mut tc_batch
     })
 }
 
+/// Adds the entry `build` makes to the batch (its errors leave it as it was).
 fn batch_add(
     func: &'static str,
     batch: *mut tc_batch_t,
-    is_send: bool,
-    buf: *mut c_void,
-    count: usize,
-    dt: tc_dtype_t,
-    peer: c_int,
+    build: impl FnOnce() -> Result<P2p>,
 ) -> tc_result_t {
     boundary(func, || {
         let batch = unsafe { handle_mut(batch, "batch")? };
-        batch.ops.push(P2p {
-            is_send,
-            buf: Ptr(buf),
-            count,
-            dtype: dtype(dt)?,
-            peer,
-        });
+        batch.ops.push(build()?);
         Ok(())
     })
 }
 
-/// Adds a send of `count` elements at `buf` to `peer` to the batch.
+/// One batch entry.
+fn entry(
+    is_send: bool,
+    buf: *const c_void,
+    count: usize,
+    dt: tc_dtype_t,
+    peer: c_int,
+    tag: u32,
+) -> Result<P2p> {
+    Ok(P2p {
+        is_send,
+        buf: Ptr(buf as *mut c_void),
+        count,
+        dtype: dtype(dt)?,
+        peer,
+        tag,
+    })
+}
+
+/// Adds a send of `count` elements at `buf` to `peer` to the batch (tag 0).
 #[no_mangle]
 pub extern "C" fn tc_batch_send(
     batch: *mut tc_batch_t,
@@ -194,18 +243,13 @@ pub extern "C" fn tc_batch_send(
     dt: tc_dtype_t,
     peer: c_int,
 ) -> tc_result_t {
-    batch_add(
-        "tc_batch_send",
-        batch,
-        true,
-        buf as *mut c_void,
-        count,
-        dt,
-        peer,
-    )
+    batch_add("tc_batch_send", batch, || {
+        entry(true, buf, count, dt, peer, 0)
+    })
 }
 
-/// Adds a receive of `count` elements from `peer` into `buf` to the batch.
+/// Adds a receive of `count` elements from `peer` into `buf` to the batch
+/// (tag 0).
 #[no_mangle]
 pub extern "C" fn tc_batch_recv(
     batch: *mut tc_batch_t,
@@ -214,7 +258,46 @@ pub extern "C" fn tc_batch_recv(
     dt: tc_dtype_t,
     peer: c_int,
 ) -> tc_result_t {
-    batch_add("tc_batch_recv", batch, false, buf, count, dt, peer)
+    batch_add("tc_batch_recv", batch, || {
+        entry(false, buf, count, dt, peer, 0)
+    })
+}
+
+/// Adds a send of `count` elements at `buf` to `peer` with tag `tag` to the
+/// batch: it matches the receive of `peer` with the same tag, whatever the
+/// order of the entries in either rank's batch (the entries of a batch are
+/// in flight together). Entries of one (peer, tag) pair up in order. On
+/// `nccl`, a non-zero tag makes `tc_batch_issue` fail with
+/// `TC_ERR_UNSUPPORTED`. `tc_batch_send` is this with tag 0.
+#[no_mangle]
+pub extern "C" fn tc_batch_send_tagged(
+    batch: *mut tc_batch_t,
+    buf: *const c_void,
+    count: usize,
+    dt: tc_dtype_t,
+    peer: c_int,
+    tag: u32,
+) -> tc_result_t {
+    batch_add("tc_batch_send_tagged", batch, || {
+        entry(true, buf, count, dt, peer, tag)
+    })
+}
+
+/// Adds a receive of `count` elements from `peer` into `buf`, matching the
+/// send of `peer` with tag `tag` (see `tc_batch_send_tagged`).
+/// `tc_batch_recv` is this with tag 0.
+#[no_mangle]
+pub extern "C" fn tc_batch_recv_tagged(
+    batch: *mut tc_batch_t,
+    buf: *mut c_void,
+    count: usize,
+    dt: tc_dtype_t,
+    peer: c_int,
+    tag: u32,
+) -> tc_result_t {
+    batch_add("tc_batch_recv_tagged", batch, || {
+        entry(false, buf, count, dt, peer, tag)
+    })
 }
 
 /// Issues every operation of the batch as one operation with one work. The
@@ -595,6 +678,34 @@ pub extern "C" fn tc_gather(
         };
         Ok(Op::Gather {
             outputs,
+            input: Ptr(input as *mut c_void),
+            count,
+            dtype: dtype(dt)?,
+            root,
+        })
+    })
+}
+
+/// Gathers `count` elements of `input` from every rank into `output` on
+/// `root`: `count * size` elements, rank r's at offset `r * count` (rank
+/// order, as `tc_all_gather_single` lays them out). `output` is ignored and
+/// may be NULL on other ranks. In place on the root: `input` may be the
+/// root's own block of `output` (`output + root * count`). On `nccl` it
+/// runs as grouped sends and receives (NCCL has no gather).
+#[no_mangle]
+pub extern "C" fn tc_gather_single(
+    comm: *mut tc_comm_t,
+    output: *mut c_void,
+    input: *const c_void,
+    count: usize,
+    dt: tc_dtype_t,
+    root: c_int,
+    opts: *const tc_op_options_t,
+    work: *mut *mut tc_work_t,
+) -> tc_result_t {
+    issue("tc_gather_single", comm, opts, work, |_| {
+        Ok(Op::GatherSingle {
+            output: Ptr(output),
             input: Ptr(input as *mut c_void),
             count,
             dtype: dtype(dt)?,

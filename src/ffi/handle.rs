@@ -31,6 +31,7 @@ pub enum HandleType {
     Batch,
     Reducer,
     Local,
+    AllGatherP,
 }
 
 impl HandleType {
@@ -43,6 +44,7 @@ impl HandleType {
             HandleType::Batch => "tc_batch_t",
             HandleType::Reducer => "tc_reducer_t",
             HandleType::Local => "tc_local_t",
+            HandleType::AllGatherP => "tc_all_gather_p_t",
         }
     }
 }

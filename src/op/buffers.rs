@@ -164,5 +164,18 @@ pub fn for_each_buffer(
             f(input, b, Use::In)?;
             outputs.iter_mut().try_for_each(|o| f(o, b, Use::Out))
         }
+        Op::GatherSingle {
+            output,
+            input,
+            count,
+            dtype,
+            root,
+        } => {
+            f(input, *count * dtype.size(), Use::In)?;
+            if *root != rank {
+                return Ok(());
+            }
+            f(output, *count * n * dtype.size(), Use::Out)
+        }
     }
 }

@@ -42,23 +42,29 @@ pub struct P2p {
     pub count: usize,
     pub dtype: DType,
     pub peer: i32,
+    /// A send matches a receive of the same (peer, tag); 0 is the tag of
+    /// every untagged call (see `tc_op_options_t.tag`).
+    pub tag: u32,
 }
 
 /// A validated operation. Counts are elements of `dtype`; every list has one
 /// entry per rank unless noted; same input and output address means in place.
 #[derive(Debug, Clone)]
 pub enum Op {
+    /// `tag`: as [`P2p::tag`].
     Send {
         buf: Ptr,
         count: usize,
         dtype: DType,
         peer: i32,
+        tag: u32,
     },
     Recv {
         buf: Ptr,
         count: usize,
         dtype: DType,
         peer: i32,
+        tag: u32,
     },
     /// Sends and receives issued together (NCCL group semantics).
     Batch {
@@ -170,10 +176,19 @@ pub enum Op {
         dtype: DType,
         root: i32,
     },
+    /// On `root`, `output` holds `count * size` elements, rank r's at
+    /// `r * count`; it is ignored (may be null) elsewhere.
+    GatherSingle {
+        output: Ptr,
+        input: Ptr,
+        count: usize,
+        dtype: DType,
+        root: i32,
+    },
 }
 
 /// Every operation's name, indexed by its [`Op::code`].
-pub const OP_NAMES: [&str; 18] = [
+pub const OP_NAMES: [&str; 19] = [
     "send",
     "recv",
     "batch_p2p",
@@ -192,6 +207,7 @@ pub const OP_NAMES: [&str; 18] = [
     "barrier",
     "scatter",
     "gather",
+    "gather_single",
 ];
 
 impl Op {
@@ -218,6 +234,7 @@ impl Op {
             Op::Barrier => 15,
             Op::Scatter { .. } => 16,
             Op::Gather { .. } => 17,
+            Op::GatherSingle { .. } => 18,
         }
     }
 
@@ -254,6 +271,9 @@ impl Op {
                 count, dtype, root, ..
             }
             | Op::Gather {
+                count, dtype, root, ..
+            }
+            | Op::GatherSingle {
                 count, dtype, root, ..
             } => Some((Some(*dtype), *count, *root)),
         }
@@ -294,6 +314,56 @@ impl Op {
             | Op::ReduceScatterV { op, .. } => Some(op),
             _ => None,
         }
+    }
+}
+
+impl Op {
+    /// The first non-zero point-to-point tag, with the argument that gave
+    /// it, for backends that cannot match on tags.
+    pub fn nonzero_tag(&self) -> Option<(String, u32)> {
+        match self {
+            Op::Send { tag, .. } | Op::Recv { tag, .. } if *tag != 0 => {
+                Some(("opts.tag".into(), *tag))
+            }
+            Op::Batch { ops } => ops
+                .iter()
+                .enumerate()
+                .find(|(_, p)| p.tag != 0)
+                .map(|(i, p)| (format!("batch[{i}].tag"), p.tag)),
+            _ => None,
+        }
+    }
+
+    /// A `GatherSingle` as the `Gather` it equals, for backends that run
+    /// the list form: on `root` one output per rank, rank r's at `r *
+    /// count` elements of `output`; none elsewhere. None for other ops.
+    pub fn gather_single_as_gather(&self, rank: i32, size: i32) -> Option<Op> {
+        let Op::GatherSingle {
+            output,
+            input,
+            count,
+            dtype,
+            root,
+        } = self
+        else {
+            return None;
+        };
+        let block = count * dtype.size();
+        let outputs = if rank == *root {
+            // In bounds: validation checked `count * size` elements.
+            (0..size as usize)
+                .map(|r| Ptr(output.as_u8().wrapping_add(r * block) as *mut c_void))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Some(Op::Gather {
+            outputs,
+            input: *input,
+            count: *count,
+            dtype: *dtype,
+            root: *root,
+        })
     }
 }
 

@@ -30,7 +30,8 @@ impl Op {
             | Op::AllReduce { .. }
             | Op::Barrier
             | Op::Scatter { .. }
-            | Op::Gather { .. } => self.validate_rooted(&c),
+            | Op::Gather { .. }
+            | Op::GatherSingle { .. } => self.validate_rooted(&c),
             Op::AllGather { .. } | Op::AllGatherSingle { .. } | Op::AllGatherV { .. } => {
                 self.validate_all_gathers(&c)
             }
@@ -51,12 +52,14 @@ impl Op {
                 count,
                 dtype,
                 peer,
+                ..
             }
             | Op::Recv {
                 buf,
                 count,
                 dtype,
                 peer,
+                ..
             } => {
                 c.peer(*peer, "peer")?;
                 buf_ok(*buf, *count, *dtype, "buf")
@@ -123,6 +126,20 @@ impl Op {
                 buf_ok(*input, *count, *dtype, "input")?;
                 if c.rank == *root {
                     c.list(outputs, *count, *dtype, "outputs")?;
+                }
+                Ok(())
+            }
+            Op::GatherSingle {
+                output,
+                input,
+                count,
+                dtype,
+                root,
+            } => {
+                c.peer(*root, "root")?;
+                buf_ok(*input, *count, *dtype, "input")?;
+                if c.rank == *root {
+                    buf_ok(*output, c.times_n(*count, "count")?, *dtype, "output")?;
                 }
                 Ok(())
             }

@@ -42,6 +42,7 @@ fn send_and_recv_check_peer_and_buffer() {
         count,
         dtype: DType::F32,
         peer,
+        tag: 0,
     };
     send(p(8), 4, 1).validate(0, 2).unwrap();
     send(NULL, 0, 1).validate(0, 2).unwrap();
@@ -59,6 +60,7 @@ fn send_and_recv_check_peer_and_buffer() {
         count: 1,
         dtype: DType::U8,
         peer: -1,
+        tag: 0,
     };
     assert_refused(&recv, 0, 2, ErrorKind::InvalidArgument, "peer");
 }
@@ -71,6 +73,7 @@ fn batch_checks_every_member() {
         count: 2,
         dtype: DType::I32,
         peer,
+        tag: 0,
     };
     let ok = Op::Batch {
         ops: vec![member(p(8), 0), member(p(16), 2)],

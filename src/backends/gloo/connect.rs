@@ -60,6 +60,7 @@ impl GlooBackend {
                 salt: 0,
                 send: vec![0; n],
                 recv: vec![0; n],
+                tagged: Default::default(),
             }),
             broken: Mutex::new(None),
             check_collectives: check,

@@ -10,11 +10,13 @@ impl GlooBackend {
         }
         if let Some(ih) = &self.intra {
             let p2p = matches!(op, Op::Send { .. } | Op::Recv { .. } | Op::Batch { .. });
+            // The shared-memory path writes gather_single's blocks in place.
+            let lowered = op.gather_single_as_gather(self.rank, self.size);
             // SAFETY: as for `execute_gloo`.
             let shared = unsafe {
                 match p2p {
                     true => ih.has_p2p().then(|| self.shm_p2p(ih, op, d)),
-                    false => self.intra_host_op(ih, op, d),
+                    false => self.intra_host_op(ih, lowered.as_ref().unwrap_or(op), d),
                 }
             };
             if let Some(result) = shared {
@@ -59,7 +61,9 @@ impl GlooBackend {
                     self.gloo_all_to_alls(op, d)
                 }
                 Op::Broadcast { .. } | Op::Barrier => self.gloo_broadcast_or_barrier(op, d),
-                Op::Scatter { .. } | Op::Gather { .. } => self.gloo_scatter_or_gather(op, d),
+                Op::Scatter { .. } | Op::Gather { .. } | Op::GatherSingle { .. } => {
+                    self.gloo_scatter_or_gather(op, d)
+                }
             }
         }
     }
@@ -75,6 +79,7 @@ impl GlooBackend {
                 count,
                 dtype,
                 peer,
+                tag,
             } => self.p2p(
                 &[P2p {
                     is_send: true,
@@ -82,6 +87,7 @@ impl GlooBackend {
                     count: *count,
                     dtype: *dtype,
                     peer: *peer,
+                    tag: *tag,
                 }],
                 d,
             ),
@@ -90,6 +96,7 @@ impl GlooBackend {
                 count,
                 dtype,
                 peer,
+                tag,
             } => self.p2p(
                 &[P2p {
                     is_send: false,
@@ -97,6 +104,7 @@ impl GlooBackend {
                     count: *count,
                     dtype: *dtype,
                     peer: *peer,
+                    tag: *tag,
                 }],
                 d,
             ),
@@ -468,6 +476,43 @@ impl GlooBackend {
                     }
                 }
                 Ok(())
+            }
+            Op::GatherSingle {
+                output,
+                input,
+                count,
+                dtype,
+                root,
+            } => {
+                let bytes = count * dtype.size();
+                if bytes == 0 {
+                    return Ok(());
+                }
+                let is_root = self.rank == *root;
+                let out = if is_root {
+                    output.as_u8()
+                } else {
+                    std::ptr::null_mut()
+                };
+                // Gloo reads the root's input while it writes the output.
+                let mut own = Scratch::new(0);
+                let mut src = input.as_u8() as *const u8;
+                if is_root && overlaps(src, bytes, out, bytes * n) {
+                    own = Scratch::new(bytes);
+                    copy(own.ptr(), src, bytes);
+                    src = own.ptr();
+                }
+                if n == 1 {
+                    copy(out, src, bytes);
+                    return Ok(());
+                }
+                let tag = self.next_tag();
+                let r = self
+                    .ctx()
+                    .gather(src, out, bytes, *root, tag, d.left()?)
+                    .map_err(|e| self.fail("gather_single", e));
+                drop(own);
+                r
             }
             _ => Err(misrouted("scatter_or_gather", op)),
         }

@@ -70,6 +70,9 @@ const SLOT_PREFIX_P2P: u64 = 0x40;
 const SLOT_KIND_SENDER_DESC: u64 = 1;
 const SLOT_KIND_RECEIVER_DESC: u64 = 2;
 const SLOT_KIND_DATA: u64 = 3;
+/// Added to a slot kind for transfers with a non-zero tag (see
+/// `GlooBackend::slot`).
+const SLOT_KIND_TAGGED: u64 = 3;
 const HELLO_MAGIC: u64 = 0x7463_676c_6f6f_0001; // "tcgloo" v1
 /// How long a rank whose operation timed out or lost a peer waits for the
 /// other ranks' failure reports (see `GlooBackend::diagnose`). Together with
@@ -88,6 +91,8 @@ struct Seqs {
     /// Next sequence number of a send to / receive from each peer.
     send: Vec<u64>,
     recv: Vec<u64>,
+    /// The same for tagged transfers: (is_send, peer, tag) -> next number.
+    tagged: std::collections::HashMap<(bool, i32, u32), u64>,
 }
 
 pub struct GlooBackend {
@@ -256,6 +261,14 @@ impl Backend for GlooBackend {
 
     fn finalize(&self) -> Result<()> {
         Ok(())
+    }
+
+    fn version(&self) -> String {
+        let gloo = shim::module()
+            .ok()
+            .and_then(|m| m.gloo_version())
+            .unwrap_or_else(|| "unknown".into());
+        format!("gloo {gloo} (torchcomm {})", env!("CARGO_PKG_VERSION"))
     }
 
     /// Room for the diagnosis after a timeout (the failure reports of the

@@ -1,58 +1,62 @@
 //! Point-to-point: sends, receives and batches over Gloo's unbound
 //! buffers, each transfer preceded by a (count, dtype) exchange so that a
 //! size mismatch fails cleanly instead of terminating the process.
+//!
+//! Tags map onto Gloo's slots: Gloo matches a receive with a send of the
+//! same (peer, slot), in posting order, and a transfer's slot holds its tag
+//! and its number among the transfers of that (peer, direction, tag). So a
+//! receive only ever meets a send of its own tag, and the transfers of one
+//! batch, posted together, match whatever their order on either side.
 
 use super::*;
 
 impl GlooBackend {
-    pub(super) fn slot(kind: u64, seq: u64) -> u64 {
-        (SLOT_PREFIX_P2P << 56) | (kind << 48) | (seq & 0xffff_ffff_ffff)
+    /// The Gloo slot of transfer `seq` of one (peer, direction, tag). Tag 0
+    /// keeps 48 bits of sequence; other tags take 32 of them (kinds of their
+    /// own, so they never meet a tag-0 slot), leaving 16 bits of sequence:
+    /// a slot comes back only after 65,536 transfers of its (peer,
+    /// direction, tag), and Gloo pairs equal slots in order anyway.
+    pub(super) fn slot(kind: u64, tag: u32, seq: u64) -> u64 {
+        if tag == 0 {
+            return (SLOT_PREFIX_P2P << 56) | (kind << 48) | (seq & 0xffff_ffff_ffff);
+        }
+        (SLOT_PREFIX_P2P << 56)
+            | ((kind + SLOT_KIND_TAGGED) << 48)
+            | ((tag as u64) << 16)
+            | (seq & 0xffff)
     }
 
-    /// Point-to-point transfers issued together: first each transfer's
-    /// (count, dtype) is exchanged with its peer, then the data of every
-    /// transfer whose sides agree moves; disagreeing transfers fail on both
-    /// sides without touching Gloo's data path.
-    pub(super) unsafe fn p2p(&self, ops: &[P2p], d: &Deadline) -> Result<()> {
+    /// Transfers to self pair up in order within each tag, like messages
+    /// between ranks; their data is copied at once.
+    unsafe fn local_transfers(&self, ops: &[P2p], errors: &mut Vec<String>) {
         let me = self.rank;
-        let mut errors = Self::local_transfers(ops, me);
-        let remote: Vec<&P2p> = ops.iter().filter(|o| o.peer != me).collect();
-        if remote.is_empty() {
-            return if errors.is_empty() {
-                Ok(())
-            } else {
-                Err(Error::invalid_usage(errors.join("; ")))
+        let mut tags: Vec<u32> = ops.iter().filter(|o| o.peer == me).map(|o| o.tag).collect();
+        tags.sort_unstable();
+        tags.dedup();
+        for tag in tags {
+            let mine = |send: bool| -> Vec<&P2p> {
+                ops.iter()
+                    .filter(|o| o.peer == me && o.tag == tag && o.is_send == send)
+                    .collect()
             };
-        }
-        self.check_not_broken()?;
-        self.gloo_remote(&remote, &mut errors, d)?;
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(Error::invalid_usage(errors.join("; ")))
-        }
-    }
-
-    /// Transfers to self pair up in order, like messages between ranks:
-    /// copies them and returns the pairs that disagree.
-    ///
-    /// # Safety
-    /// As for [`GlooBackend::p2p`].
-    unsafe fn local_transfers(ops: &[P2p], me: i32) -> Vec<String> {
-        let local_sends: Vec<&P2p> = ops.iter().filter(|o| o.peer == me && o.is_send).collect();
-        let local_recvs: Vec<&P2p> = ops.iter().filter(|o| o.peer == me && !o.is_send).collect();
-        let mut errors: Vec<String> = Vec::new();
-        if local_sends.len() != local_recvs.len() {
-            errors.push(format!(
-                "{} sends to self but {} receives from self in one batch",
-                local_sends.len(),
-                local_recvs.len()
-            ));
-        } else {
-            for (s, r) in local_sends.iter().zip(&local_recvs) {
+            let (sends, recvs) = (mine(true), mine(false));
+            let tagged = if tag == 0 {
+                String::new()
+            } else {
+                format!(" with tag {tag}")
+            };
+            if sends.len() != recvs.len() {
+                errors.push(format!(
+                    "{} sends to self but {} receives from self{tagged} in one batch",
+                    sends.len(),
+                    recvs.len()
+                ));
+                continue;
+            }
+            for (s, r) in sends.iter().zip(&recvs) {
                 if s.count != r.count || s.dtype != r.dtype {
                     errors.push(format!(
-                        "send of {} {} to self does not match the receive of {} {}",
+                        "send of {} {} to self{tagged} does not match the receive of {} {}",
                         s.count,
                         s.dtype.name(),
                         r.count,
@@ -63,33 +67,47 @@ impl GlooBackend {
                 }
             }
         }
-        errors
     }
 
-    /// The transfers to other ranks through Gloo: the (count, dtype)
-    /// exchange, then the data of those that agree (others to `errors`).
-    ///
-    /// # Safety
-    /// As for [`GlooBackend::p2p`].
-    unsafe fn gloo_remote(
-        &self,
-        remote: &[&P2p],
-        errors: &mut Vec<String>,
-        d: &Deadline,
-    ) -> Result<()> {
-        // Sequence numbers per peer and direction.
-        let seqs: Vec<u64> = {
-            let mut s = lock(&self.seqs);
-            remote
-                .iter()
-                .map(|o| {
-                    let v = if o.is_send { &mut s.send } else { &mut s.recv };
-                    let q = v[o.peer as usize];
-                    v[o.peer as usize] += 1;
-                    q
-                })
-                .collect()
-        };
+    /// Each remote transfer's number among those of its (peer, direction,
+    /// tag), counting on from earlier operations.
+    fn next_seqs(&self, remote: &[&P2p]) -> Vec<u64> {
+        let mut s = lock(&self.seqs);
+        remote
+            .iter()
+            .map(|o| {
+                let counter = if o.tag != 0 {
+                    s.tagged.entry((o.is_send, o.peer, o.tag)).or_insert(0)
+                } else if o.is_send {
+                    &mut s.send[o.peer as usize]
+                } else {
+                    &mut s.recv[o.peer as usize]
+                };
+                let q = *counter;
+                *counter += 1;
+                q
+            })
+            .collect()
+    }
+
+    /// Point-to-point transfers issued together: first each transfer's
+    /// (count, dtype) is exchanged with its peer, then the data of every
+    /// transfer whose sides agree moves; disagreeing transfers fail on both
+    /// sides without touching Gloo's data path.
+    pub(super) unsafe fn p2p(&self, ops: &[P2p], d: &Deadline) -> Result<()> {
+        let me = self.rank;
+        let mut errors: Vec<String> = Vec::new();
+        self.local_transfers(ops, &mut errors);
+        let remote: Vec<&P2p> = ops.iter().filter(|o| o.peer != me).collect();
+        if remote.is_empty() {
+            return if errors.is_empty() {
+                Ok(())
+            } else {
+                Err(Error::invalid_usage(errors.join("; ")))
+            };
+        }
+        self.check_not_broken()?;
+        let seqs = self.next_seqs(&remote);
         let mut my_desc: Vec<[u64; 2]> = remote
             .iter()
             .map(|o| [o.count as u64, o.dtype.to_c() as u64])
@@ -107,19 +125,19 @@ impl GlooBackend {
                 is_send: 1,
                 buf: my_desc[i].as_mut_ptr() as *mut c_void,
                 nbytes: 16,
-                slot: Self::slot(mine_kind, seqs[i]),
+                slot: Self::slot(mine_kind, o.tag, seqs[i]),
             });
             transfers.push(shim::Transfer {
                 peer: o.peer,
                 is_send: 0,
                 buf: their_desc[i].as_mut_ptr() as *mut c_void,
                 nbytes: 16,
-                slot: Self::slot(theirs_kind, seqs[i]),
+                slot: Self::slot(theirs_kind, o.tag, seqs[i]),
             });
         }
         self.ctx()
             .p2p(&transfers, d.left()?)
-            .map_err(|e| self.fail("point-to-point size exchange", e))?;
+            .map_err(|e| self.fail(&exchange_label(&remote), e))?;
         transfers.clear();
         for (i, o) in remote.iter().enumerate() {
             if my_desc[i] != their_desc[i] {
@@ -130,11 +148,16 @@ impl GlooBackend {
                     ("receive of", "send of")
                 };
                 errors.push(format!(
-                    "{verb} {} {} {} rank {} does not match that rank's {their_verb} {} {}",
+                    "{verb} {} {} {} rank {}{} does not match that rank's {their_verb} {} {}",
                     my_desc[i][0],
                     dt(my_desc[i][1]),
                     if o.is_send { "to" } else { "from" },
                     o.peer,
+                    if o.tag == 0 {
+                        String::new()
+                    } else {
+                        format!(" with tag {}", o.tag)
+                    },
                     their_desc[i][0],
                     dt(their_desc[i][1])
                 ));
@@ -149,7 +172,7 @@ impl GlooBackend {
                 is_send: o.is_send as c_int,
                 buf: o.buf.0,
                 nbytes: bytes,
-                slot: Self::slot(SLOT_KIND_DATA, seqs[i]),
+                slot: Self::slot(SLOT_KIND_DATA, o.tag, seqs[i]),
             });
         }
         if !transfers.is_empty() {
@@ -157,7 +180,11 @@ impl GlooBackend {
                 .p2p(&transfers, d.left()?)
                 .map_err(|e| self.fail("point-to-point transfer", e))?;
         }
-        Ok(())
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::invalid_usage(errors.join("; ")))
+        }
     }
 
     /// Send, receive and batch through the shared-memory rings (see
@@ -178,12 +205,14 @@ impl GlooBackend {
                 count,
                 dtype,
                 peer,
+                tag,
             }
             | Op::Recv {
                 buf,
                 count,
                 dtype,
                 peer,
+                tag,
             } => {
                 single = [P2p {
                     is_send: matches!(op, Op::Send { .. }),
@@ -191,6 +220,7 @@ impl GlooBackend {
                     count: *count,
                     dtype: *dtype,
                     peer: *peer,
+                    tag: *tag,
                 }];
                 &single
             }
@@ -198,15 +228,15 @@ impl GlooBackend {
             _ => return Err(misrouted("point_to_point", op)),
         };
         let me = self.rank;
-        let mut errors = Self::local_transfers(ops, me);
+        let mut errors: Vec<String> = Vec::new();
+        self.local_transfers(ops, &mut errors);
         let remote: Vec<intra_host::Transfer> = ops
             .iter()
             .filter(|o| o.peer != me)
             .map(|o| intra_host::Transfer {
                 is_send: o.is_send,
                 peer: o.peer as usize,
-                // The op's tag once P2p carries one.
-                tag: 0,
+                tag: o.tag,
                 buf: o.buf.as_u8(),
                 count: o.count,
                 dtype: o.dtype,
@@ -223,4 +253,22 @@ impl GlooBackend {
             Err(Error::invalid_usage(errors.join("; ")))
         }
     }
+}
+
+/// What the size exchange is called in errors: with the tags in use, since
+/// a receive waiting for a tag its peer does not send fails only at the
+/// timeout.
+fn exchange_label(remote: &[&P2p]) -> String {
+    let mut tags: Vec<u32> = remote.iter().map(|o| o.tag).filter(|t| *t != 0).collect();
+    if tags.is_empty() {
+        return "point-to-point size exchange".into();
+    }
+    tags.sort_unstable();
+    tags.dedup();
+    let list: Vec<String> = tags.iter().map(u32::to_string).collect();
+    format!(
+        "point-to-point size exchange of tagged transfers (tags {}; a receive takes only \
+         a send of its own peer and tag, and operations run in issue order)",
+        list.join(", ")
+    )
 }

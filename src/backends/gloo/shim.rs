@@ -86,6 +86,9 @@ type Err = (*mut c_char, usize);
 pub struct Module {
     pub path: String,
     abi_version: unsafe extern "C" fn() -> c_int,
+    /// GLOO_VERSION of the module's Gloo headers; None for a module built
+    /// before it had the call.
+    gloo_version: Option<unsafe extern "C" fn() -> c_int>,
     context_new: unsafe extern "C" fn(
         c_int,
         c_int,
@@ -371,6 +374,12 @@ fn load() -> std::result::Result<Module, Error> {
     let m = Module {
         path: path_used.clone(),
         abi_version: sym!("tc_gloo_abi_version"),
+        // SAFETY: as for `sym!`; a missing symbol is None.
+        gloo_version: unsafe {
+            let p = libc::dlsym(handle, c"tc_gloo_version".as_ptr());
+            (!p.is_null())
+                .then(|| std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> c_int>(p))
+        },
         context_new: sym!("tc_gloo_context_new"),
         context_close: sym!("tc_gloo_context_close"),
         context_free: sym!("tc_gloo_context_free"),
@@ -404,6 +413,15 @@ fn load() -> std::result::Result<Module, Error> {
         )));
     }
     Ok(m)
+}
+
+impl Module {
+    /// "x.y.z" of the Gloo headers the module was built with.
+    pub fn gloo_version(&self) -> Option<String> {
+        // SAFETY: resolved from the module, which stays loaded.
+        let v = unsafe { (self.gloo_version?)() };
+        Some(format!("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100))
+    }
 }
 
 /// A failed module call: its code and message.

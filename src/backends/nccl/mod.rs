@@ -1018,6 +1018,7 @@ impl NcclBackend {
                     count,
                     dtype,
                     peer,
+                    ..
                 } => {
                     let dt = self.dtype(*dtype)?;
                     self.call("ncclSend", |c| (l.send)(buf.0, *count, dt, *peer, c, s))
@@ -1027,6 +1028,7 @@ impl NcclBackend {
                     count,
                     dtype,
                     peer,
+                    ..
                 } => {
                     let dt = self.dtype(*dtype)?;
                     self.call("ncclRecv", |c| (l.recv)(buf.0, *count, dt, *peer, c, s))
@@ -1369,6 +1371,9 @@ impl NcclBackend {
                     }
                     Ok(())
                 }
+                Op::GatherSingle { .. } => Err(Error::internal(
+                    "gather_single reached issue unlowered (enqueue lowers it to gather)",
+                )),
             }
         }
     }
@@ -1549,8 +1554,20 @@ impl NcclBackend {
 }
 
 impl Backend for NcclBackend {
+    fn version(&self) -> String {
+        format!("nccl {}", self.lib.version_string())
+    }
+
     fn check(&self, op: &Op) -> Result<()> {
         self.check_buffers(op)?;
+        if let Some((arg, tag)) = op.nonzero_tag() {
+            // Ignoring it would let a receive take the data of a send meant
+            // for another tag; tag 0 is NCCL's own matching.
+            return Err(Error::unsupported(format!(
+                "argument '{arg}': tag {tag}: NCCL matches sends and receives by peer and \
+                 issue order only and has no tags; use tag 0 on the nccl backend"
+            )));
+        }
         let dtype = match op.signature() {
             Some((Some(d), _, _)) => Some(d),
             _ => match op {
@@ -1579,6 +1596,10 @@ impl Backend for NcclBackend {
         opts: &OpOptions,
         timeout: Duration,
     ) -> Result<Option<Arc<dyn Work>>> {
+        // gather_single runs as the grouped sends and receives of gather.
+        let name = op.name();
+        let lowered = op.gather_single_as_gather(self.rank, self.size);
+        let op = lowered.as_ref().unwrap_or(op);
         let _serial = lock(&self.issue);
         let _use = self.acquire()?;
         let _ctx = self.device.scoped()?;
@@ -1623,7 +1644,7 @@ impl Backend for NcclBackend {
         }
         end.record(stream)?;
         Ok(Some(Arc::new(CudaWork::new(
-            op.name(),
+            name,
             self.label.clone(),
             timeout,
             captured,
@@ -1943,6 +1964,7 @@ mod tests {
             count,
             dtype,
             peer,
+            tag: 0,
         };
         let recv = |a, peer| P2p {
             is_send: false,
@@ -1950,6 +1972,7 @@ mod tests {
             count,
             dtype,
             peer,
+            tag: 0,
         };
         let ok = Op::Batch {
             ops: vec![send(0x1000, 2), send(0x1000, 3), recv(0x1000 + b, 0)],

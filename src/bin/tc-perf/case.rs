@@ -243,6 +243,7 @@ impl Case {
                     count,
                     dtype,
                     peer: next,
+                    tag: 0,
                 },
                 P2p {
                     is_send: false,
@@ -250,6 +251,7 @@ impl Case {
                     count,
                     dtype,
                     peer: prev,
+                    tag: 0,
                 },
             ],
         }

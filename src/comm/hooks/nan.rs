@@ -269,6 +269,7 @@ mod tests {
             count: 2,
             dtype: DType::F32,
             peer: 1,
+            tag: 0,
         };
         assert_eq!(checked_dtype(&send), None);
         let ints = Op::AllReduce {
