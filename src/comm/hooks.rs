@@ -50,7 +50,9 @@ pub struct tc_op_buffer_t {
 }
 
 /// [`crate::op::OP_NAMES`] as C strings, in the same order.
-const C_OP_NAMES: [&std::ffi::CStr; 18] = [
+/// Sized by `OP_NAMES`, so an operation added there without its C name here
+/// does not compile.
+const C_OP_NAMES: [&std::ffi::CStr; crate::op::OP_NAMES.len()] = [
     c"send",
     c"recv",
     c"batch_p2p",
@@ -69,6 +71,7 @@ const C_OP_NAMES: [&std::ffi::CStr; 18] = [
     c"barrier",
     c"scatter",
     c"gather",
+    c"gather_single",
 ];
 
 /// The static C string of an operation's name.
