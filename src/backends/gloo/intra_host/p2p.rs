@@ -267,8 +267,12 @@ impl IntraHost {
             } else {
                 ("receive", "from")
             };
+            let tag = match p.t.tag {
+                0 => String::new(),
+                t => format!(" with tag {t}"),
+            };
             format!(
-                "{verb} of {} {} {dir} rank {} through shared memory on rank {me}",
+                "{verb} of {} {} {dir} rank {}{tag} through shared memory on rank {me}",
                 p.t.count,
                 p.t.dtype.name(),
                 p.t.peer
