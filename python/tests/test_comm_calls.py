@@ -57,6 +57,9 @@ def test_tags_select_the_matching_transfer(comm):
     r = comm.rank
     with pytest.raises(tc.TorchCommError, match="'tag'"):
         comm.barrier(tag=-1)
+    with pytest.raises(tc.TorchCommError) as e:  # the library: tags are for send/recv only
+        comm.barrier(tag=5)
+    assert e.value.code == 1002 and "tag" in e.value.detail
     if r > 1:
         return  # ranks 0 and 1 only; p2p involves no other rank
     peer = 1 - r
