@@ -469,6 +469,8 @@ static void test_gather_single_and_tags(tc::Comm &comm) {
         std::vector<int32_t> small(2 * size - 1);
         EXPECT_ERROR(comm.gather_single(small, in, root), TC_ERR_INVALID_ARGUMENT, "'output' has");
     }
+    // The library: tags are for send and recv only.
+    EXPECT_ERROR(comm.barrier(tc::OpOptions().tag(5)), TC_ERR_INVALID_ARGUMENT, "tag");
     if (rank > 1) return;
     // Ranks 0 and 1: tag 7 is sent first and received second.
     const int peer = 1 - rank;
