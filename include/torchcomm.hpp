@@ -5,7 +5,7 @@
  *
  * - Handles are move-only RAII types (tc::Comm, tc::Work, tc::Store,
  *   tc::Window, tc::Batch, tc::Memory, tc::Registration, tc::Reducer,
- *   tc::SparseCoo): the destructor
+ *   tc::SparseCoo, tc::AllGatherP): the destructor
  *   calls the C destroy/free function.
  * - A failing call throws tc::Error, carrying the tc_result_t code and the
  *   thread's tc_last_error() detail.

@@ -2,7 +2,9 @@
 // tc-run: every operation with its result checked, errors as tc::Error
 // (code and detail), dtype deduction, move-only handles, the store through
 // its client to tc-run's server, windows, split and batches, coalesced
-// broadcast, the gradient reducer (its hooks too) and sparse all-reduce. Built as C++17
+// broadcast, the gradient reducer (its hooks too), sparse all-reduce, comm
+// settings, gather_single, tags, window get, the persistent all-gather and
+// operation hooks. Built as C++17
 // and C++20 (std::span) by scripts/test-cpp.sh.
 #include <torchcomm.hpp>
 
