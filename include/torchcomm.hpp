@@ -5,7 +5,7 @@
  *
  * - Handles are move-only RAII types (tc::Comm, tc::Work, tc::Store,
  *   tc::Window, tc::Batch, tc::Memory, tc::Registration, tc::Reducer,
- *   tc::SparseCoo): the destructor
+ *   tc::SparseCoo, tc::AllGatherP): the destructor
  *   calls the C destroy/free function.
  * - A failing call throws tc::Error, carrying the tc_result_t code and the
  *   thread's tc_last_error() detail.
@@ -23,7 +23,9 @@
 
 #include "torchcomm_base.hpp"
 
+#include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,12 +42,15 @@ class Comm;
 class Batch {
   public:
     explicit Batch(tc_batch_t *b) noexcept : h_(b) {}
-    Batch &send(ConstBuffer buf, int peer) {
-        detail::check(tc_batch_send(h_.get(), buf.data(), buf.count(), buf.c_dtype(), peer), "tc_batch_send");
+    /* Entries of one (peer, tag) pair up in order; see tc_batch_send_tagged. */
+    Batch &send(ConstBuffer buf, int peer, uint32_t tag = 0) {
+        detail::check(tc_batch_send_tagged(h_.get(), buf.data(), buf.count(), buf.c_dtype(), peer, tag),
+                      "tc_batch_send_tagged");
         return *this;
     }
-    Batch &recv(Buffer buf, int peer) {
-        detail::check(tc_batch_recv(h_.get(), buf.data(), buf.count(), buf.c_dtype(), peer), "tc_batch_recv");
+    Batch &recv(Buffer buf, int peer, uint32_t tag = 0) {
+        detail::check(tc_batch_recv_tagged(h_.get(), buf.data(), buf.count(), buf.c_dtype(), peer, tag),
+                      "tc_batch_recv_tagged");
         return *this;
     }
     /* Issues everything added so far; the batch is emptied and reusable. */
@@ -127,6 +132,13 @@ class Registration {
    Exceptions it throws are swallowed (none may cross the C boundary). */
 using AbortHook = std::function<void(tc_result_t code, const char *message)>;
 
+/* An operation hook (Comm::add_pre_hook / add_post_hook): the operation's
+   description, valid during the call only. It may run on another thread
+   (post hooks of async host operations run on the comm's progress thread),
+   so it must be safe to call from any thread. Exceptions it throws are
+   swallowed (none may cross the C boundary). */
+using OpHook = std::function<void(const tc_op_info_t &info)>;
+
 /* A communicator (tc_comm_t). Every operation returns a tc::Work; with the
    default options it is already complete when the call returns. */
 class Comm {
@@ -147,10 +159,11 @@ class Comm {
         if (this != &o) {
             h_ = std::move(o.h_); // destroys ours first: no hook call after that
             hook_ = std::move(o.hook_);
+            op_hooks_ = std::move(o.op_hooks_);
         }
         return *this;
     }
-    ~Comm() { h_.reset(); } // before hook_ goes away
+    ~Comm() { h_.reset(); } // before the hooks go away
     explicit operator bool() const noexcept { return h_.get() != nullptr; }
     tc_comm_t *get() const noexcept { return h_.get(); }
 
@@ -162,6 +175,26 @@ class Comm {
         Device d{};
         detail::check(tc_comm_get_device(h_.get(), &d.c), "tc_comm_get_device");
         return d;
+    }
+    /* This comm's ranks in the root comm's numbering (tc_comm_get_ranks). */
+    std::vector<int> ranks() const {
+        size_t n = 0;
+        detail::check(tc_comm_get_ranks(h_.get(), nullptr, &n), "tc_comm_get_ranks");
+        std::vector<int> r(n);
+        detail::check(tc_comm_get_ranks(h_.get(), r.data(), &n), "tc_comm_get_ranks");
+        return r;
+    }
+    std::string backend_version() const {
+        return get_str(tc_comm_get_backend_version, "tc_comm_get_backend_version");
+    }
+    /* Default timeout of later operations on this rank (tc_comm_set_timeout). */
+    void set_timeout(std::chrono::milliseconds t) {
+        detail::check(tc_comm_set_timeout(h_.get(), detail::to_ms(t)), "tc_comm_set_timeout");
+    }
+    /* All or nothing; only hints a live comm can change (tc_comm_set_hints). */
+    void set_hints(const std::vector<std::pair<std::string, std::string>> &hints) {
+        detail::HintArray h(hints);
+        detail::check(tc_comm_set_hints(h_.get(), h.data(), h.size()), "tc_comm_set_hints");
     }
     /* The failure that aborted the comm, if any. */
     std::optional<Error> async_error() const {
@@ -181,6 +214,28 @@ class Comm {
         detail::check(tc_comm_set_abort_hook(h_.get(), next ? &Comm::call_hook : nullptr, next.get()),
                       "tc_comm_set_abort_hook");
         hook_ = std::move(next); // the library no longer calls the old one
+    }
+    /* Operation hooks, called in registration order; the returned id is
+       for remove_hook. A C function: `fn` and `user` stay the caller's and
+       must stay valid until remove_hook(id) or the comm's destruction. An
+       OpHook: the comm keeps it until then. Adding or removing hooks on one
+       tc::Comm is not thread-safe (the map of kept hooks is unguarded). */
+    uint64_t add_pre_hook(tc_op_hook_t fn, void *user) {
+        return add_hook(tc_comm_add_pre_hook, fn, user, "tc_comm_add_pre_hook");
+    }
+    uint64_t add_post_hook(tc_op_hook_t fn, void *user) {
+        return add_hook(tc_comm_add_post_hook, fn, user, "tc_comm_add_post_hook");
+    }
+    uint64_t add_pre_hook(OpHook hook) {
+        return keep_hook(tc_comm_add_pre_hook, std::move(hook), "tc_comm_add_pre_hook");
+    }
+    uint64_t add_post_hook(OpHook hook) {
+        return keep_hook(tc_comm_add_post_hook, std::move(hook), "tc_comm_add_post_hook");
+    }
+    /* When this returns the hook is not running and never called again. */
+    void remove_hook(uint64_t id) {
+        detail::check(tc_comm_remove_hook(h_.get(), id), "tc_comm_remove_hook");
+        op_hooks_.erase(id);
     }
     /* Parent ranks, the same on every rank; an empty list opts out and
        returns an empty Comm. */
@@ -344,7 +399,15 @@ class Comm {
                              input.c_dtype(), root, c, w);
         });
     }
-
+    /* output: size() * input.count() elements on root, rank r's block at
+       r * input.count(); ignored elsewhere (pass an empty buffer). */
+    Work gather_single(Buffer output, ConstBuffer input, int root, const OpOptions &o = {}) {
+        if (rank() == root) same_type(output, input, input.count() * size_t(size()), "output");
+        return op("tc_gather_single", o, [&](auto c, auto w) {
+            return tc_gather_single(h_.get(), output.data(), input.data(), input.count(), input.c_dtype(), root,
+                                    c, w);
+        });
+    }
 
     /* Broadcasts root's buffers into every rank's, packed into messages of
        at most buffer_bytes per dtype (tc_broadcast_coalesced). */
@@ -431,9 +494,73 @@ class Comm {
         } catch (...) {
         }
     }
+    using AddHook = tc_result_t (*)(tc_comm_t *, tc_op_hook_t, void *, uint64_t *);
+    uint64_t add_hook(AddHook add, tc_op_hook_t fn, void *user, const char *call) {
+        uint64_t id = 0;
+        detail::check(add(h_.get(), fn, user, &id), call);
+        return id;
+    }
+    uint64_t keep_hook(AddHook add, OpHook hook, const char *call) {
+        if (!hook) detail::invalid("'hook' is empty", call);
+        auto owned = std::make_unique<OpHook>(std::move(hook));
+        uint64_t id = add_hook(add, &Comm::call_op_hook, owned.get(), call);
+        op_hooks_.emplace(id, std::move(owned));
+        return id;
+    }
+    static void call_op_hook(const tc_op_info_t *info, void *user) {
+        try {
+            (*static_cast<OpHook *>(user))(*info);
+        } catch (...) {
+        }
+    }
 
     Handle h_;
     std::unique_ptr<AbortHook> hook_;
+    std::map<uint64_t, std::unique_ptr<OpHook>> op_hooks_; // OpHooks the library may call
+};
+
+/* A persistent all-gather (tc_all_gather_p_t): the output and per-rank
+   count are fixed at set-up, then exec() runs it any number of times. Freed
+   on destruction (executions already issued complete on their own); it
+   keeps its comm alive. */
+class AllGatherP {
+  public:
+    AllGatherP() noexcept = default;
+    /* Collective (same count and dtype on every rank). output: size() blocks
+       of the per-rank count; it must stay valid until this is destroyed and
+       its last execution completed. */
+    AllGatherP(Comm &comm, Buffer output, const OpOptions &o = {}) : dtype_(output.dtype()) {
+        const size_t size = size_t(comm.size());
+        if (output.count() % size != 0)
+            detail::invalid("'output' is not a multiple of the comm's size", "tc_all_gather_p_init");
+        count_ = output.count() / size;
+        tc_all_gather_p_t *p = nullptr;
+        o.with_c([&](const tc_op_options_t *c) {
+            detail::check(tc_all_gather_p_init(comm.get(), output.data(), count_, output.c_dtype(), c, &p),
+                          "tc_all_gather_p_init");
+        });
+        h_.reset(p);
+    }
+    explicit operator bool() const noexcept { return h_.get() != nullptr; }
+    tc_all_gather_p_t *get() const noexcept { return h_.get(); }
+    size_t count() const noexcept { return count_; }
+    /* input: count() elements of the output's dtype (may be this rank's own
+       block of the output). Once its work completed it may run again. */
+    Work exec(ConstBuffer input, const OpOptions &o = {}) {
+        if (input.dtype() != dtype_ || input.count() != count_)
+            detail::invalid("'input' needs " + std::to_string(count_) + " elements of the output's dtype",
+                            "tc_all_gather_p_exec");
+        tc_work_t *w = nullptr;
+        o.with_c([&](const tc_op_options_t *c) {
+            detail::check(tc_all_gather_p_exec(h_.get(), input.data(), c, &w), "tc_all_gather_p_exec");
+        });
+        return Work(w);
+    }
+
+  private:
+    detail::Handle<tc_all_gather_p_t, tc_all_gather_p_free> h_;
+    size_t count_ = 0;
+    DType dtype_ = DType::Float32;
 };
 
 /* ---------------------------------------------------------------- window */
@@ -483,6 +610,17 @@ class Window {
             detail::check(tc_window_wait_signal(h_.get(), peer, c, &w), "tc_window_wait_signal");
         });
         return Work(w);
+    }
+    /* Reads bytes at byte offset src_offset of src_rank's buffer into dst. */
+    Work get(void *dst, size_t bytes, int32_t src_rank, size_t src_offset, const OpOptions &o = {}) {
+        tc_work_t *w = nullptr;
+        o.with_c([&](const tc_op_options_t *c) {
+            detail::check(tc_window_get(h_.get(), dst, bytes, src_rank, src_offset, c, &w), "tc_window_get");
+        });
+        return Work(w);
+    }
+    Work get(Buffer dst, int32_t src_rank, size_t src_offset, const OpOptions &o = {}) {
+        return get(dst.data(), dst.count() * dtype_size(dst.dtype()), src_rank, src_offset, o);
     }
     template <class T = void> T *map_remote(int32_t rank) const {
         void *p = nullptr;

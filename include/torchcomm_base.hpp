@@ -280,6 +280,9 @@ class OpOptions {
     }
     /* cudaStream_t / CUstream for CUDA buffers. */
     OpOptions &stream(void *s) noexcept { return c_.stream = s, *this; }
+    /* Point to point (send, recv): pairs with the peer's call of the same
+       tag; 0, the default, is every untagged call's (tc_op_options_t.tag). */
+    OpOptions &tag(uint32_t t) noexcept { return c_.tag = t, *this; }
     OpOptions &hint(std::string key, std::string value) {
         return hints_.emplace_back(std::move(key), std::move(value)), *this;
     }

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import ctypes as C
 import enum
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from datetime import timedelta
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
-from . import _lib
+from . import _lib, ophooks
 from ._buffers import Buf, as_buffer, raw
 from ._lib import check, invalid, lib
+from .ophooks import OpInfo
 from .store import Store, Timeout, _ms
 
 
@@ -127,6 +129,12 @@ def _same(b: Buf, like: Buf, count: int, what: str, call: str) -> None:
         raise invalid(f"'{what}' has {b.count} elements, expected {count}", call)
 
 
+def _tag(tag: int, call: str) -> int:
+    if not 0 <= tag < 2**32:
+        raise invalid(f"'tag' {tag} is not a 32-bit unsigned integer", call)
+    return tag
+
+
 def _counts(counts: Sequence[int]) -> "C.Array[C.c_size_t]":
     return (C.c_size_t * len(counts))(*[int(c) for c in counts])
 
@@ -146,6 +154,7 @@ class Comm:
                  world_size: Optional[int] = None, store: Optional[Store] = None,
                  hints: Optional[Dict[str, str]] = None, _handle: Optional[C.c_void_p] = None):
         self._hook: Any = None
+        self._op_hooks: Dict[int, Any] = {}  # id -> C callback the library may call
         self._dependents: List[Any] = []
         if _handle is not None:
             self._h: Optional[C.c_void_p] = _handle
@@ -185,6 +194,49 @@ class Comm:
         d = _lib.Device()
         check(lib.tc_comm_get_device(self.handle, C.byref(d)), "tc_comm_get_device")
         return "cpu" if d.type == _lib.TC_DEVICE_CPU else f"cuda:{d.index}"
+
+    def ranks(self) -> List[int]:
+        """This comm's ranks in the root comm's numbering (tc_comm_get_ranks)."""
+        n = C.c_size_t(0)
+        check(lib.tc_comm_get_ranks(self.handle, None, C.byref(n)), "tc_comm_get_ranks")
+        arr = (C.c_int * n.value)()
+        check(lib.tc_comm_get_ranks(self.handle, arr, C.byref(n)), "tc_comm_get_ranks")
+        return list(arr)
+
+    @property
+    def backend_version(self) -> str:
+        return self._get_str(lib.tc_comm_get_backend_version, "tc_comm_get_backend_version")
+
+    def set_timeout(self, timeout: Union[float, timedelta]) -> None:
+        """Default timeout (seconds or timedelta, > 0) of operations issued
+        later on this rank."""
+        secs = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+        check(lib.tc_comm_set_timeout(self.handle, int(secs * 1000)), "tc_comm_set_timeout")
+
+    def set_hints(self, hints: Dict[str, str]) -> None:
+        """Changes hints a live comm can change, all or nothing."""
+        arr = _lib.hint_array(hints)
+        check(lib.tc_comm_set_hints(self.handle, arr, len(arr) if arr is not None else 0), "tc_comm_set_hints")
+
+    def add_pre_hook(self, hook: Callable[[OpInfo], None]) -> int:
+        """`hook(info)` runs before each later operation (see OpInfo); the
+        id is for remove_hook. The comm keeps `hook` until then."""
+        return self._add_op_hook(lib.tc_comm_add_pre_hook, hook, "tc_comm_add_pre_hook")
+
+    def add_post_hook(self, hook: Callable[[OpInfo], None]) -> int:
+        """`hook(info)` runs when each later operation ends; for async host
+        operations on the comm's progress thread (it takes the GIL there)."""
+        return self._add_op_hook(lib.tc_comm_add_post_hook, hook, "tc_comm_add_post_hook")
+
+    def remove_hook(self, hook_id: int) -> None:
+        """When this returns the hook is not running and never called again."""
+        check(lib.tc_comm_remove_hook(self.handle, int(hook_id)), "tc_comm_remove_hook")
+        self._op_hooks.pop(int(hook_id), None)
+
+    def _add_op_hook(self, add_fn: Any, hook: Callable[[OpInfo], None], call: str) -> int:
+        hook_id, fn = ophooks.add(self.handle, add_fn, hook, call)
+        self._op_hooks[hook_id] = fn
+        return hook_id
 
     def async_error(self) -> Optional[_lib.TorchCommError]:
         """The failure that aborted the comm, or None while it is healthy."""
@@ -252,6 +304,7 @@ class Comm:
             self._dependents.clear()
             lib.tc_comm_destroy(self._h)
             self._h = None
+            self._op_hooks.clear()  # no longer called
 
     def __del__(self) -> None:
         self.destroy()
@@ -390,6 +443,24 @@ class Comm:
         return self._op("tc_gather", [i, outs], o, lambda c, w: lib.tc_gather(
             self.handle, outs[0], i.ptr, i.count, i.dtype, root, c, w))
 
+    def gather_single(self, output: Any, input: Any, root: int, **o: Any) -> Work:
+        """`output`: size * input's count elements on `root` (rank r's block
+        at r * count); None elsewhere."""
+        i = as_buffer(input, False, "input")
+        out = None
+        if output is not None:
+            out = as_buffer(output, True, "output")
+            _same(out, i, i.count * self.size, "output", "tc_gather_single")
+        elif self.rank == root:
+            raise invalid("'output' is needed on the root", "tc_gather_single")
+        return self._op("tc_gather_single", [i, out], o, lambda c, w: lib.tc_gather_single(
+            self.handle, out.ptr if out else None, i.ptr, i.count, i.dtype, root, c, w))
+
+    def all_gather_p(self, output: Any, **o: Any) -> "AllGatherP":
+        """A persistent all-gather into `output` (size blocks of the per-rank
+        count). Collective. Use ``with`` or ``close()``."""
+        return AllGatherP(self, output, o)
+
     def broadcast_coalesced(self, bufs: Sequence[Any], root: int, buffer_bytes: int = 250 * 1024 * 1024,
                             **o: Any) -> Work:
         """Broadcasts root's `bufs` (host memory, any dtypes) into every
@@ -416,11 +487,13 @@ class Comm:
     def _op(self, call: str, keep: List[Any], o: Dict[str, Any], fn: Callable[[Any, Any], int]) -> Work:
         async_op = bool(o.pop("async_op", False))
         timeout, stream, hints = o.pop("timeout", None), o.pop("stream", None), o.pop("hints", None)
+        tag = int(o.pop("tag", 0))
         if o:
             raise TypeError(f"{call}: unknown option(s) {', '.join(o)}")
         bufs = [b for b in keep if isinstance(b, Buf)]
         stream = _stream(bufs, stream)
         opts = _lib.op_options(async_op, None if timeout is None else _ms(timeout) / 1000, stream, hints)
+        opts.tag = _tag(tag, call)
         w = C.c_void_p()
         check(fn(C.byref(opts), C.byref(w)), call)
         return Work(w, keep if async_op else None, stream)
@@ -478,15 +551,18 @@ class Batch:
     def __init__(self, comm: Comm, handle: C.c_void_p):
         self._comm, self._h, self._keep = comm, handle, []  # type: ignore[var-annotated]
 
-    def send(self, buf: Any, peer: int) -> "Batch":
+    def send(self, buf: Any, peer: int, tag: int = 0) -> "Batch":
+        """Entries of one (peer, tag) pair up in order."""
         b = as_buffer(buf, False, "buf")
-        check(lib.tc_batch_send(self._h, b.ptr, b.count, b.dtype, peer), "tc_batch_send")
+        t = _tag(int(tag), "tc_batch_send_tagged")
+        check(lib.tc_batch_send_tagged(self._h, b.ptr, b.count, b.dtype, peer, t), "tc_batch_send_tagged")
         self._keep.append(b)
         return self
 
-    def recv(self, buf: Any, peer: int) -> "Batch":
+    def recv(self, buf: Any, peer: int, tag: int = 0) -> "Batch":
         b = as_buffer(buf, True, "buf")
-        check(lib.tc_batch_recv(self._h, b.ptr, b.count, b.dtype, peer), "tc_batch_recv")
+        t = _tag(int(tag), "tc_batch_recv_tagged")
+        check(lib.tc_batch_recv_tagged(self._h, b.ptr, b.count, b.dtype, peer, t), "tc_batch_recv_tagged")
         self._keep.append(b)
         return self
 
@@ -552,3 +628,52 @@ class Registration:
         if self._live:
             self._live = False
             lib.tc_comm_deregister(self._comm._h, self.handle)
+
+
+class AllGatherP:
+    """A persistent all-gather (``tc_all_gather_p_t``) from
+    ``Comm.all_gather_p``: ``output`` and the per-rank count are fixed,
+    ``exec(input)`` runs it again and again. ``close()`` (or leaving a
+    ``with`` block) frees it; executions already issued complete on their
+    own. It keeps ``output`` referenced until closed."""
+
+    def __init__(self, comm: Comm, output: Any, o: Dict[str, Any]):
+        self._h: Optional[C.c_void_p] = None
+        out = as_buffer(output, True, "output")
+        if out.count % comm.size:
+            raise invalid(f"'output' has {out.count} elements, not a multiple of {comm.size}", "tc_all_gather_p_init")
+        self._comm, self._out, self.count = comm, out, out.count // comm.size
+        h = C.c_void_p()
+        comm._op("tc_all_gather_p_init", [out], o, lambda c, _w: lib.tc_all_gather_p_init(
+            comm.handle, out.ptr, self.count, out.dtype, c, C.byref(h)))
+        self._h = h
+        comm._dependents.append(self)
+
+    def exec(self, input: Any, **o: Any) -> Work:
+        """`input`: `count` elements of the output's dtype (may be this
+        rank's own block of the output)."""
+        if not self._h:
+            raise ValueError("the persistent all-gather is closed")
+        i = as_buffer(input, False, "input")
+        _same(i, self._out, self.count, "input", "tc_all_gather_p_exec")
+        return self._comm._op("tc_all_gather_p_exec", [i, self._out], o,
+                              lambda c, w: lib.tc_all_gather_p_exec(self._h, i.ptr, c, w))
+
+    def close(self) -> None:
+        if self._h:
+            self._comm._dependents.remove(self)
+            self._release()
+
+    def _release(self) -> None:
+        if self._h:
+            lib.tc_all_gather_p_free(self._h)
+            self._h, self._out = None, None  # type: ignore[assignment]
+
+    def __del__(self) -> None:
+        self._release()
+
+    def __enter__(self) -> "AllGatherP":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

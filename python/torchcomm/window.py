@@ -47,6 +47,13 @@ class Window:
         return self._comm._op("tc_window_put", [b], o, lambda c, w: lib.tc_window_put(
             self.handle, b.ptr, b.nbytes, dst_rank, dst_offset, c, w))
 
+    def get(self, dst: Any, src_rank: int, src_offset: int = 0, **o: Any) -> Work:
+        """Reads len(dst) bytes at byte offset `src_offset` of `src_rank`'s
+        buffer into `dst`."""
+        b = as_buffer(dst, True, "dst")
+        return self._comm._op("tc_window_get", [b], o, lambda c, w: lib.tc_window_get(
+            self.handle, b.ptr, b.nbytes, src_rank, src_offset, c, w))
+
     def signal(self, peer: int, **o: Any) -> Work:
         return self._comm._op("tc_window_signal", [], o, lambda c, w: lib.tc_window_signal(self.handle, peer, c, w))
 

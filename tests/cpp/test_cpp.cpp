@@ -2,12 +2,15 @@
 // tc-run: every operation with its result checked, errors as tc::Error
 // (code and detail), dtype deduction, move-only handles, the store through
 // its client to tc-run's server, windows, split and batches, coalesced
-// broadcast, the gradient reducer (its hooks too) and sparse all-reduce. Built as C++17
+// broadcast, the gradient reducer (its hooks too), sparse all-reduce, comm
+// settings, gather_single, tags, window get, the persistent all-gather and
+// operation hooks. Built as C++17
 // and C++20 (std::span) by scripts/test-cpp.sh.
 #include <torchcomm.hpp>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -438,6 +441,112 @@ static void test_sparse_all_reduce(tc::Comm &comm) {
     CHECK(out.nnz() == 0 && moved.nnz() == size_t(size + 1));
 }
 
+// Comm queries and settings: ranks, backend version, timeout, hints.
+static void test_comm_settings(tc::Comm &comm) {
+    const int rank = comm.rank(), size = comm.size();
+    std::vector<int> all(size);
+    std::iota(all.begin(), all.end(), 0);
+    CHECK(comm.ranks() == all);
+    if (rank > 0) { // rank 0 left out: the others keep their root-comm ranks
+        std::vector<int> first{0};
+        tc::Comm rest = comm.shrink(first, "cpp-rest");
+        CHECK(rest.ranks() == std::vector<int>(all.begin() + 1, all.end()));
+        rest.finalize();
+    }
+    CHECK(comm.backend_version().rfind("gloo ", 0) == 0);
+    EXPECT_ERROR(comm.set_timeout(std::chrono::milliseconds(0)), TC_ERR_INVALID_ARGUMENT, "timeout");
+    comm.set_timeout(std::chrono::seconds(300));
+    comm.set_hints({{"timeout_ms", "300000"}, {"abort_on_error", "0"}});
+    EXPECT_ERROR(comm.set_hints({{"gloo.iface", "lo"}}), TC_ERR_UNSUPPORTED, "gloo.iface");
+    EXPECT_ERROR(comm.set_hints({{"no.such.hint", "1"}}), TC_ERR_INVALID_ARGUMENT, "no.such.hint");
+}
+
+static void test_gather_single_and_tags(tc::Comm &comm) {
+    const int rank = comm.rank(), size = comm.size(), root = size - 1;
+    std::array<int32_t, 2> in{rank * 10, rank * 10 + 1};
+    std::vector<int32_t> out(rank == root ? 2 * size : 0, -1);
+    comm.gather_single(out, in, root);
+    for (int r = 0; rank == root && r < size; r++) CHECK(out[2 * r] == r * 10 && out[2 * r + 1] == r * 10 + 1);
+    if (rank == root) {
+        std::vector<int32_t> small(2 * size - 1);
+        EXPECT_ERROR(comm.gather_single(small, in, root), TC_ERR_INVALID_ARGUMENT, "'output' has");
+    }
+    // The library: tags are for send and recv only.
+    EXPECT_ERROR(comm.barrier(tc::OpOptions().tag(5)), TC_ERR_INVALID_ARGUMENT, "tag");
+    if (rank > 1) return;
+    // Ranks 0 and 1: tag 7 is sent first and received second.
+    const int peer = 1 - rank;
+    std::vector<int64_t> a(3, 7), b(5, 3), got_a(3, -1), got_b(5, -1);
+    tc::Batch batch = comm.batch();
+    if (rank == 0) batch.send(a, peer, 7).send(b, peer, 3);
+    else batch.recv(got_b, peer, 3).recv(got_a, peer, 7);
+    batch.issue().wait();
+    if (rank == 1) CHECK(all_equal<int64_t>(got_a, 7) && all_equal<int64_t>(got_b, 3));
+    std::array<int64_t, 1> v{rank + 40};
+    if (rank == 0) comm.send(v, peer, tc::OpOptions().tag(9));
+    else comm.recv(v, peer, tc::OpOptions().tag(9));
+    CHECK(v[0] == 40);
+}
+
+static void test_window_get_and_all_gather_p(tc::Comm &comm) {
+    const int rank = comm.rank(), size = comm.size(), next = (rank + 1) % size;
+    std::vector<int64_t> mine{rank, rank * 100, rank * 1000};
+    tc::Window win(comm);
+    win.register_buffer(mine);
+    comm.barrier();
+    std::array<int64_t, 2> got{-1, -1};
+    win.get(got, next, sizeof(int64_t)).wait();
+    CHECK(got[0] == next * 100 && got[1] == next * 1000);
+    win.get(got.data(), sizeof(int64_t), next, 0, tc::OpOptions().async()).wait();
+    CHECK(got[0] == next);
+    EXPECT_ERROR(win.get(got, next, 2 * sizeof(int64_t)), TC_ERR_INVALID_ARGUMENT, "src_offset");
+    comm.barrier();
+    win.deregister();
+
+    std::vector<float> out(2 * size, -1.0f);
+    tc::AllGatherP ag(comm, out);
+    CHECK(ag && ag.count() == 2);
+    for (int round = 0; round < 2; round++) {
+        std::array<float, 2> in{float(rank + round), float(-rank)};
+        ag.exec(in, tc::OpOptions().async()).wait();
+        for (int r = 0; r < size; r++) CHECK(out[2 * r] == float(r + round) && out[2 * r + 1] == float(-r));
+    }
+    std::array<float, 3> wrong{};
+    EXPECT_ERROR(ag.exec(wrong), TC_ERR_INVALID_ARGUMENT, "'input' needs 2");
+    tc::AllGatherP moved = std::move(ag);
+    CHECK(!ag && moved);
+}
+
+static void count_call(const tc_op_info_t *info, void *user) {
+    if (info->phase == TC_HOOK_POST) ++*static_cast<std::atomic<int> *>(user);
+}
+
+static void test_op_hooks(tc::Comm &comm) {
+    std::atomic<int> pre{0}, post{0}, raw_post{0};
+    std::string last_op;
+    uint64_t pre_id = comm.add_pre_hook([&](const tc_op_info_t &info) {
+        last_op = info.op_name;
+        CHECK(info.phase == TC_HOOK_PRE && info.rank == comm.rank());
+        pre++;
+    });
+    uint64_t post_id = comm.add_post_hook([&](const tc_op_info_t &info) {
+        CHECK(info.phase == TC_HOOK_POST && info.status == TC_SUCCESS);
+        post++;
+    });
+    uint64_t raw_id = comm.add_post_hook(&count_call, &raw_post);
+    std::vector<float> x(4, 1.0f);
+    comm.all_reduce(x, tc::Sum);
+    comm.barrier(tc::OpOptions().async()).wait(); // post hooks ran before completion
+    CHECK(pre == 2 && post == 2 && raw_post == 2 && last_op == "barrier");
+    comm.remove_hook(pre_id);
+    comm.remove_hook(post_id);
+    comm.remove_hook(raw_id);
+    EXPECT_ERROR(comm.remove_hook(raw_id), TC_ERR_NOT_FOUND, "");
+    EXPECT_ERROR(comm.add_pre_hook(tc::OpHook()), TC_ERR_INVALID_ARGUMENT, "'hook'");
+    comm.all_reduce(x, tc::Sum);
+    CHECK(pre == 2 && post == 2 && raw_post == 2);
+}
+
 int main() {
     test_errors_without_comm();
     const char *addr = std::getenv("MASTER_ADDR"), *port = std::getenv("MASTER_PORT");
@@ -463,6 +572,10 @@ int main() {
         test_reducer(comm);
         test_reducer_views(comm);
         test_sparse_all_reduce(comm);
+        test_comm_settings(comm);
+        test_gather_single_and_tags(comm);
+        test_window_get_and_all_gather_p(comm);
+        test_op_hooks(comm);
         CHECK(comm.dump_flight_recorder().find("all_reduce") != std::string::npos);
         tc::Comm moved(std::move(comm));
         CHECK(!comm && moved.size() >= 1);
