@@ -203,8 +203,10 @@ pub extern "C" fn tc_comm_add_pre_hook(
 /// `completed`) of every operation issued after this returns whose pre
 /// hooks ran (same operations as `tc_comm_add_pre_hook`). Host operations
 /// (gloo): when the operation finished, on the thread that ran it (the
-/// comm's progress thread for `async_op = 1`, the calling thread for a
-/// blocking call), before its work reports completion: once `tc_work_wait`
+/// comm's progress thread for `async_op = 1`; for a blocking call the
+/// calling thread, or the progress thread when the call queued behind
+/// earlier asynchronous operations), before its work reports completion:
+/// once `tc_work_wait`
 /// returned or a blocking call returned, its post hooks have run (for
 /// CUDA buffers staged through host memory, before the outputs are copied
 /// back to the device). Device operations (nccl): on the calling thread
