@@ -1,6 +1,8 @@
 //! Unit tests of the nccl backend's hint parsing and overlap staging.
 
+use super::checks::{hazardous_inputs, with_inputs};
 use super::*;
+use crate::op::P2p;
 
 #[test]
 fn hints_map_onto_config_fields() {
