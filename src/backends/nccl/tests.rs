@@ -2,7 +2,8 @@
 
 use super::checks::{hazardous_inputs, with_inputs};
 use super::*;
-use crate::op::P2p;
+use crate::op::{P2p, Ptr};
+use crate::types::{DType, PremulFactor, RedKind, ReduceOp};
 
 #[test]
 fn hints_map_onto_config_fields() {
