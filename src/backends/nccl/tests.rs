@@ -1,9 +1,10 @@
 //! Unit tests of the nccl backend's hint parsing and overlap staging.
 
 use super::checks::{hazardous_inputs, with_inputs};
+use super::creation::parse_hints;
 use super::*;
 use crate::op::{P2p, Ptr};
-use crate::types::{DType, PremulFactor, RedKind, ReduceOp};
+use crate::types::{DType, Hints, PremulFactor, RedKind, ReduceOp};
 
 #[test]
 fn hints_map_onto_config_fields() {
