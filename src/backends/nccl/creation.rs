@@ -3,9 +3,10 @@
 //! [`InitGuard`] while it blocks), and the children of ncclCommSplit.
 
 use super::checks::Staging;
+use super::lifecycle::{Slot, LIVE};
 use super::loader::{self, *};
 use super::work::Shared;
-use super::{load, NcclBackend, Slot, LIVE};
+use super::{load, NcclBackend};
 use crate::backends::BackendInit;
 use crate::cuda::{self, Device as CudaDevice, DeviceBuffer, EventPool, Stream as CudaStream};
 use crate::error::{Error, Result};

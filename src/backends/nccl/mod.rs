@@ -29,6 +29,7 @@
 mod checks;
 mod creation;
 mod issue;
+mod lifecycle;
 pub mod loader;
 mod mem;
 mod shrink;
@@ -42,44 +43,14 @@ use crate::op::{Op, OpOptions};
 use crate::util::lock;
 use crate::work::Work;
 use checks::Staging;
+use lifecycle::Slot;
 use loader::*;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU8};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use work::{CudaWork, Shared};
-
-pub(super) const LIVE: u8 = 0;
-/// Abort or finalize has begun: no new user may take the comm.
-const CLOSING: u8 = 1;
-const RELEASED: u8 = 2;
-
-/// How long `abort` waits for the users of the comm to leave before it
-/// concludes that one is blocked inside NCCL and calls ncclCommAbort under
-/// it (which NCCL allows, to unblock it). Issuing takes microseconds, and a
-/// non-blocking comm's polling loop notices the abort within 50 us.
-const ABORT_GRACE: Duration = Duration::from_millis(200);
-
-/// Who holds the NCCL comm. See "Abort and concurrent users" on
-/// [`NcclBackend`].
-pub(super) struct Slot {
-    /// Threads between [`NcclBackend::acquire`] and the drop of its guard.
-    users: u32,
-}
-
-/// A counted use of the comm (see [`NcclBackend::acquire`]).
-struct CommUse<'a>(&'a NcclBackend);
-
-impl Drop for CommUse<'_> {
-    fn drop(&mut self) {
-        let mut s = lock(&self.0.slot);
-        s.users -= 1;
-        if s.users == 0 {
-            self.0.idle.notify_all();
-        }
-    }
-}
 
 pub fn create(init: BackendInit) -> Result<Box<dyn Backend>> {
     Ok(Box::new(NcclBackend::create(init)?))
@@ -123,8 +94,9 @@ pub fn load() -> Result<&'static Nccl> {
 ///
 /// One case cannot wait: a blocking comm's call hung inside NCCL (e.g. a
 /// connection to a dead peer). NCCL allows ncclCommAbort from another thread
-/// precisely to unblock such a call, so after [`ABORT_GRACE`] abort calls it
-/// with the user still inside. The user must not touch the comm after that
+/// precisely to unblock such a call, so after
+/// [`ABORT_GRACE`](lifecycle::ABORT_GRACE) abort calls it with the user
+/// still inside. The user must not touch the comm after that
 /// call returns: each NCCL call on the comm checks `state` just before it is
 /// made, error details are not fetched from a comm that is no longer LIVE,
 /// and a non-blocking comm's polling loop stops at once. (The remaining
@@ -170,195 +142,6 @@ pub struct NcclBackend {
 // SAFETY: the raw comm is only used under the rules documented above.
 unsafe impl Send for NcclBackend {}
 unsafe impl Sync for NcclBackend {}
-
-impl NcclBackend {
-    fn comm(&self) -> NcclComm {
-        self.comm.load(Ordering::Acquire)
-    }
-
-    fn is_live(&self) -> bool {
-        self.state.load(Ordering::Acquire) == LIVE
-    }
-
-    fn closed_error(&self) -> Error {
-        self.shared.failure().unwrap_or_else(|| {
-            Error::new(
-                ErrorKind::Aborted,
-                format!("nccl comm '{}' was aborted or finalized", self.name),
-            )
-        })
-    }
-
-    /// Counts the caller as a user of the comm until the guard drops; fails
-    /// once abort or finalize began.
-    fn acquire(&self) -> Result<CommUse<'_>> {
-        let mut s = lock(&self.slot);
-        if !self.is_live() {
-            return Err(self.closed_error());
-        }
-        s.users += 1;
-        Ok(CommUse(self))
-    }
-
-    /// The comm for NCCL's error details: NULL (NCCL's global last error)
-    /// once the comm is no longer LIVE.
-    fn detail_comm(&self) -> NcclComm {
-        if self.is_live() {
-            self.comm()
-        } else {
-            std::ptr::null_mut()
-        }
-    }
-
-    /// Makes one NCCL call on the comm (the caller holds a [`CommUse`]):
-    /// the state is checked just before it, and its result settled.
-    fn call(&self, what: &str, f: impl FnOnce(NcclComm) -> NcclResult) -> Result<()> {
-        if !self.is_live() {
-            return Err(self.closed_error().context(what));
-        }
-        let r = f(self.comm());
-        self.settle(r, what)
-    }
-
-    /// Result of an NCCL call; on a non-blocking comm, waits (up to the
-    /// comm's timeout) until an in-progress call settled, and stops waiting
-    /// (without touching the comm again) once it is aborted.
-    fn settle(&self, r: NcclResult, what: &str) -> Result<()> {
-        let r = self.settled(r, what)?;
-        self.lib.check(r, what, self.detail_comm())
-    }
-
-    /// The final result of a call that answered `r`: on a non-blocking comm,
-    /// an in-progress call is polled until NCCL reports something else. An
-    /// error means the waiting stopped (timeout, abort, a failed poll) while
-    /// NCCL may still be at work.
-    fn settled(&self, r: NcclResult, what: &str) -> Result<NcclResult> {
-        if r != NCCL_IN_PROGRESS || !self.nonblocking {
-            return Ok(r);
-        }
-        let deadline = Instant::now() + self.timeout;
-        loop {
-            if !self.is_live() {
-                return Err(self.closed_error().context(what));
-            }
-            let mut state = NCCL_SUCCESS;
-            let r2 = {
-                let _polling = lock(&self.poll);
-                // SAFETY: the caller holds a use of the comm; valid out-pointer.
-                unsafe { (self.lib.comm_get_async_error)(self.comm(), &mut state) }
-            };
-            self.lib
-                .check(r2, "ncclCommGetAsyncError", self.detail_comm())?;
-            match state {
-                NCCL_IN_PROGRESS if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_micros(50))
-                }
-                NCCL_IN_PROGRESS => {
-                    return Err(Error::timeout(format!(
-                        "{what} still in progress after {} ms",
-                        self.timeout.as_millis()
-                    )))
-                }
-                s => return Ok(s),
-            }
-        }
-    }
-
-    /// Stops new users (CLOSING) and waits up to `wait` for the current ones
-    /// to leave. Returns the comm for the caller to free, and how many users
-    /// are still inside; None when another closer already took the comm.
-    fn close(&self, wait: Duration) -> Option<(NcclComm, u32)> {
-        let mut s = lock(&self.slot);
-        if self.state.load(Ordering::Acquire) == RELEASED {
-            return None;
-        }
-        self.state.store(CLOSING, Ordering::Release);
-        let deadline = Instant::now() + wait;
-        while s.users > 0 {
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            s = self
-                .idle
-                .wait_timeout(s, deadline - now)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
-        // Two closers may have waited together: the first one here takes it.
-        let c = self.comm.swap(std::ptr::null_mut(), Ordering::AcqRel);
-        self.state.store(RELEASED, Ordering::Release);
-        (!c.is_null()).then_some((c, s.users))
-    }
-
-    /// Aborts the NCCL comm (not waiting for peers); see "Abort and
-    /// concurrent users" on [`NcclBackend`].
-    fn abort_comm(&self) -> Result<()> {
-        let Some((c, inside)) = self.close(ABORT_GRACE) else {
-            return Ok(());
-        };
-        if inside > 0 {
-            crate::log_warn!(
-                "nccl comm '{}': {inside} call(s) still inside NCCL after {} ms; calling ncclCommAbort to unblock them",
-                self.name,
-                ABORT_GRACE.as_millis()
-            );
-        }
-        let _ctx = self.device.scoped();
-        // SAFETY: `c` was taken out of the backend by `close` (freed once);
-        // no user is inside except one blocked in NCCL, which NCCL allows.
-        self.lib.check(
-            unsafe { (self.lib.comm_abort)(c) },
-            "ncclCommAbort",
-            std::ptr::null_mut(),
-        )
-    }
-
-    /// Finalizes and destroys the NCCL comm, after the users left (waiting
-    /// up to the comm's timeout; one still inside then means abort).
-    fn finalize_comm(&self) -> Result<()> {
-        let Some((c, inside)) = self.close(self.timeout) else {
-            return Ok(());
-        };
-        let _ctx = self.device.scoped();
-        if inside > 0 {
-            // SAFETY: as in `abort_comm`.
-            unsafe { (self.lib.comm_abort)(c) };
-            return Err(Error::new(
-                ErrorKind::Aborted,
-                format!("nccl comm '{}': an operation was still being issued {} ms into finalize; aborted", self.name, self.timeout.as_millis()),
-            ));
-        }
-        // SAFETY: `c` is ours alone now (taken by `close`, no users left).
-        unsafe {
-            let r = (self.lib.comm_finalize)(c);
-            let fin = if r == NCCL_IN_PROGRESS || r == NCCL_SUCCESS {
-                // Non-blocking comms finish finalizing asynchronously.
-                let deadline = Instant::now() + self.timeout;
-                loop {
-                    let mut st = NCCL_SUCCESS;
-                    let r2 = (self.lib.comm_get_async_error)(c, &mut st);
-                    if r2 != NCCL_SUCCESS || st != NCCL_IN_PROGRESS || Instant::now() > deadline {
-                        break if r2 != NCCL_SUCCESS { r2 } else { st };
-                    }
-                    std::thread::sleep(Duration::from_micros(100));
-                }
-            } else {
-                r
-            };
-            if fin != NCCL_SUCCESS {
-                let e = self.lib.error(fin, "ncclCommFinalize", c);
-                (self.lib.comm_abort)(c);
-                return Err(e);
-            }
-            self.lib.check(
-                (self.lib.comm_destroy)(c),
-                "ncclCommDestroy",
-                std::ptr::null_mut(),
-            )
-        }
-    }
-}
 
 impl Backend for NcclBackend {
     fn version(&self) -> String {
