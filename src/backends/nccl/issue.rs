@@ -158,23 +158,33 @@ impl NcclBackend {
         self.settle(end, "ncclGroupEnd")
     }
 
-    /// Issues `op` on stream `s`. The device's context is current.
+    /// Issues `op` on stream `s`. The device's context is current. One
+    /// function per family of operations below.
     pub(super) fn issue(&self, op: &Op, s: *mut c_void) -> Result<()> {
-        let (l, n, me) = (self.lib, self.size as usize, self.rank);
-        let at = |p: Ptr, elems: usize, d: DType| -> *mut c_void {
-            unsafe { p.as_u8().add(elems * d.size()) as *mut c_void }
-        };
-        let offsets = |counts: &[usize]| -> Vec<usize> {
-            let mut acc = 0;
-            counts
-                .iter()
-                .map(|c| {
-                    let o = acc;
-                    acc += c;
-                    o
-                })
-                .collect()
-        };
+        match op {
+            Op::Send { .. } | Op::Recv { .. } | Op::Batch { .. } => {
+                self.issue_point_to_point(op, s)
+            }
+            Op::Broadcast { .. } | Op::Reduce { .. } | Op::AllReduce { .. } | Op::Barrier => {
+                self.issue_reduction(op, s)
+            }
+            Op::AllGather { .. } | Op::AllGatherSingle { .. } | Op::AllGatherV { .. } => {
+                self.issue_all_gather(op, s)
+            }
+            Op::ReduceScatter { .. }
+            | Op::ReduceScatterSingle { .. }
+            | Op::ReduceScatterV { .. } => self.issue_reduce_scatter(op, s),
+            Op::AllToAll { .. } | Op::AllToAllSingle { .. } => self.issue_all_to_all(op, s),
+            Op::AllToAllVSingle { .. } => self.issue_all_to_all_v(op, s),
+            Op::Scatter { .. } | Op::Gather { .. } | Op::GatherSingle { .. } => {
+                self.issue_scatter_gather(op, s)
+            }
+        }
+    }
+
+    /// Issues sends, receives and batches of them (see [`Self::issue`]).
+    fn issue_point_to_point(&self, op: &Op, s: *mut c_void) -> Result<()> {
+        let l = self.lib;
         // SAFETY (every NCCL call below): buffers were validated by the comm
         // (non-NULL where needed, sizes not overflowing) and the caller keeps
         // them alive until the work completes; `c` is the comm, checked live
@@ -216,6 +226,24 @@ impl NcclBackend {
                     }
                     Ok(())
                 }),
+                _ => Err(Error::internal(format!(
+                    "{} reached {} (issue dispatches by family)",
+                    op.name(),
+                    "issue_point_to_point"
+                ))),
+            }
+        }
+    }
+
+    /// Issues broadcast, reduce, all-reduce and barrier (see [`Self::issue`]).
+    fn issue_reduction(&self, op: &Op, s: *mut c_void) -> Result<()> {
+        let l = self.lib;
+        // SAFETY (every NCCL call below): buffers were validated by the comm
+        // (non-NULL where needed, sizes not overflowing) and the caller keeps
+        // them alive until the work completes; `c` is the comm, checked live
+        // by `call` just before each call.
+        unsafe {
+            match op {
                 Op::Broadcast {
                     buf,
                     count,
@@ -252,6 +280,30 @@ impl NcclBackend {
                         (l.all_reduce)(buf.0, buf.0, *count, dt, rop.op, c, s)
                     })
                 }
+                Op::Barrier => {
+                    let p = self.scratch.ptr();
+                    self.call("ncclAllReduce (barrier)", |c| {
+                        (l.all_reduce)(p, p, 1, NCCL_FLOAT32, NCCL_SUM, c, s)
+                    })
+                }
+                _ => Err(Error::internal(format!(
+                    "{} reached {} (issue dispatches by family)",
+                    op.name(),
+                    "issue_reduction"
+                ))),
+            }
+        }
+    }
+
+    /// Issues the all-gathers (see [`Self::issue`]).
+    fn issue_all_gather(&self, op: &Op, s: *mut c_void) -> Result<()> {
+        let (l, n, me) = (self.lib, self.size as usize, self.rank);
+        // SAFETY (every NCCL call below): buffers were validated by the comm
+        // (non-NULL where needed, sizes not overflowing) and the caller keeps
+        // them alive until the work completes; `c` is the comm, checked live
+        // by `call` just before each call.
+        unsafe {
+            match op {
                 Op::AllGather {
                     outputs,
                     input,
@@ -302,6 +354,24 @@ impl NcclBackend {
                         Ok(())
                     })
                 }
+                _ => Err(Error::internal(format!(
+                    "{} reached {} (issue dispatches by family)",
+                    op.name(),
+                    "issue_all_gather"
+                ))),
+            }
+        }
+    }
+
+    /// Issues the reduce-scatters (see [`Self::issue`]).
+    fn issue_reduce_scatter(&self, op: &Op, s: *mut c_void) -> Result<()> {
+        let (l, n, me) = (self.lib, self.size as usize, self.rank);
+        // SAFETY (every NCCL call below): buffers were validated by the comm
+        // (non-NULL where needed, sizes not overflowing) and the caller keeps
+        // them alive until the work completes; `c` is the comm, checked live
+        // by `call` just before each call.
+        unsafe {
+            match op {
                 Op::ReduceScatter {
                     output,
                     inputs,
@@ -374,6 +444,24 @@ impl NcclBackend {
                         Ok(())
                     })
                 }
+                _ => Err(Error::internal(format!(
+                    "{} reached {} (issue dispatches by family)",
+                    op.name(),
+                    "issue_reduce_scatter"
+                ))),
+            }
+        }
+    }
+
+    /// Issues all_to_all and all_to_all_single (see [`Self::issue`]).
+    fn issue_all_to_all(&self, op: &Op, s: *mut c_void) -> Result<()> {
+        let (l, n) = (self.lib, self.size as usize);
+        // SAFETY (every NCCL call below): buffers were validated by the comm
+        // (non-NULL where needed, sizes not overflowing) and the caller keeps
+        // them alive until the work completes; `c` is the comm, checked live
+        // by `call` just before each call.
+        unsafe {
+            match op {
                 Op::AllToAll {
                     outputs,
                     inputs,
@@ -430,6 +518,24 @@ impl NcclBackend {
                         Ok(())
                     })
                 }
+                _ => Err(Error::internal(format!(
+                    "{} reached {} (issue dispatches by family)",
+                    op.name(),
+                    "issue_all_to_all"
+                ))),
+            }
+        }
+    }
+
+    /// Issues all_to_all_v_single (see [`Self::issue`]).
+    fn issue_all_to_all_v(&self, op: &Op, s: *mut c_void) -> Result<()> {
+        let (l, n) = (self.lib, self.size as usize);
+        // SAFETY (every NCCL call below): buffers were validated by the comm
+        // (non-NULL where needed, sizes not overflowing) and the caller keeps
+        // them alive until the work completes; `c` is the comm, checked live
+        // by `call` just before each call.
+        unsafe {
+            match op {
                 Op::AllToAllVSingle {
                     output,
                     output_counts,
@@ -469,12 +575,24 @@ impl NcclBackend {
                         Ok(())
                     })
                 }
-                Op::Barrier => {
-                    let p = self.scratch.ptr();
-                    self.call("ncclAllReduce (barrier)", |c| {
-                        (l.all_reduce)(p, p, 1, NCCL_FLOAT32, NCCL_SUM, c, s)
-                    })
-                }
+                _ => Err(Error::internal(format!(
+                    "{} reached {} (issue dispatches by family)",
+                    op.name(),
+                    "issue_all_to_all_v"
+                ))),
+            }
+        }
+    }
+
+    /// Issues scatter and gather (see [`Self::issue`]).
+    fn issue_scatter_gather(&self, op: &Op, s: *mut c_void) -> Result<()> {
+        let (l, me) = (self.lib, self.rank);
+        // SAFETY (every NCCL call below): buffers were validated by the comm
+        // (non-NULL where needed, sizes not overflowing) and the caller keeps
+        // them alive until the work completes; `c` is the comm, checked live
+        // by `call` just before each call.
+        unsafe {
+            match op {
                 Op::Scatter {
                     output,
                     inputs,
@@ -542,7 +660,31 @@ impl NcclBackend {
                 Op::GatherSingle { .. } => Err(Error::internal(
                     "gather_single reached issue unlowered (enqueue lowers it to gather)",
                 )),
+                _ => Err(Error::internal(format!(
+                    "{} reached {} (issue dispatches by family)",
+                    op.name(),
+                    "issue_scatter_gather"
+                ))),
             }
         }
     }
+}
+
+/// `p` advanced by `elems` elements of `d`.
+fn at(p: Ptr, elems: usize, d: DType) -> *mut c_void {
+    // SAFETY: callers pass an offset within the buffer `p` starts.
+    unsafe { p.as_u8().add(elems * d.size()) as *mut c_void }
+}
+
+/// The start of each block when blocks of `counts` lie back to back.
+fn offsets(counts: &[usize]) -> Vec<usize> {
+    let mut acc = 0;
+    counts
+        .iter()
+        .map(|c| {
+            let o = acc;
+            acc += c;
+            o
+        })
+        .collect()
 }
