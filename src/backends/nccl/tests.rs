@@ -1,0 +1,198 @@
+//! Unit tests of the nccl backend's hint parsing and overlap staging.
+
+use super::checks::{hazardous_inputs, with_inputs};
+use super::creation::parse_hints;
+use super::*;
+use crate::op::{P2p, Ptr};
+use crate::types::{DType, Hints, PremulFactor, RedKind, ReduceOp};
+
+#[test]
+fn hints_map_onto_config_fields() {
+    let hints: Hints = vec![
+        ("blocking".into(), "0".into()),
+        ("nccl.max_ctas".into(), "8".into()),
+        ("net_name".into(), "Socket".into()),
+        ("gloo.iface".into(), "lo".into()),
+        ("mystery".into(), "1".into()),
+    ];
+    let s = parse_hints(&hints, version_code(2, 28, 9), "c0").unwrap();
+    assert_eq!(s.config.blocking, 0);
+    assert_eq!(s.config.max_ctas, 8);
+    assert_eq!(s.config.min_ctas, NCCL_CONFIG_UNDEF_INT);
+    let net = unsafe { std::ffi::CStr::from_ptr(s.config.net_name) };
+    assert_eq!(net.to_str().unwrap(), "Socket");
+    let name = unsafe { std::ffi::CStr::from_ptr(s.config.comm_name) };
+    assert_eq!(name.to_str().unwrap(), "c0");
+}
+
+#[test]
+fn overlaps_outside_nccl_in_place_layouts_are_staged() {
+    let p = |a: usize| Ptr(a as *mut c_void);
+    let (n, me, count, dtype) = (4, 1, 8, DType::F32); // 32-byte blocks
+    let b = 32;
+    // all_to_all_single: any overlap, in place included
+    let a2a = |o, i| Op::AllToAllSingle {
+        output: p(o),
+        input: p(i),
+        count,
+        dtype,
+    };
+    assert_eq!(hazardous_inputs(&a2a(0x1000, 0x1000), n, me).len(), 1);
+    assert_eq!(
+        hazardous_inputs(&a2a(0x1000, 0x1000 + 4 * b - 4), n, me).len(),
+        1
+    );
+    assert!(hazardous_inputs(&a2a(0x1000, 0x1000 + 4 * b), n, me).is_empty());
+    // all_gather_single: in place is the input at this rank's block
+    let ag = |o, i| Op::AllGatherSingle {
+        output: p(o),
+        input: p(i),
+        count,
+        dtype,
+    };
+    assert!(hazardous_inputs(&ag(0x1000, 0x1000 + b), n, me).is_empty());
+    assert_eq!(
+        hazardous_inputs(&ag(0x1000, 0x1000), n, me),
+        vec![(p(0x1000), b)]
+    );
+    // reduce_scatter_single: in place is the output at this rank's block
+    let rs = |o, i| Op::ReduceScatterSingle {
+        output: p(o),
+        input: p(i),
+        count,
+        dtype,
+        op: ReduceOp {
+            kind: RedKind::Sum,
+            factor: PremulFactor::Host(1.0),
+        },
+    };
+    assert!(hazardous_inputs(&rs(0x1000 + b, 0x1000), n, me).is_empty());
+    assert_eq!(
+        hazardous_inputs(&rs(0x1000, 0x1000), n, me),
+        vec![(p(0x1000), 4 * b)]
+    );
+    // all_to_all_v_single: overlap of the used lengths only
+    let v = |o, i| Op::AllToAllVSingle {
+        output: p(o),
+        output_counts: vec![1, 0, 2, 1],
+        input: p(i),
+        input_counts: vec![2, 2, 0, 0],
+        dtype,
+    };
+    assert_eq!(
+        hazardous_inputs(&v(0x1000, 0x1000), n, me),
+        vec![(p(0x1000), 16)]
+    );
+    assert!(hazardous_inputs(&v(0x1000, 0x1000 + 16), n, me).is_empty());
+    // lists: every input block is staged, and replaced in order
+    let l = Op::AllToAll {
+        outputs: (0..4).map(|q| p(0x1000 + q * b)).collect(),
+        inputs: (0..4).map(|q| p(0x1000 + q * b)).collect(),
+        count,
+        dtype,
+    };
+    let h = hazardous_inputs(&l, n, me);
+    assert_eq!(h.len(), 4);
+    let staged: Vec<Ptr> = (0..4).map(|q| p(0x9000 + q * b)).collect();
+    match with_inputs(&l, &staged) {
+        Op::AllToAll {
+            inputs, outputs, ..
+        } => {
+            assert_eq!(
+                inputs.iter().map(|x| x.0 as usize).collect::<Vec<_>>(),
+                vec![0x9000, 0x9020, 0x9040, 0x9060]
+            );
+            assert_eq!(outputs[0].0 as usize, 0x1000);
+        }
+        _ => unreachable!(),
+    }
+    // gather/scatter: the root's own block in place is fine; partial overlap is not
+    let g = |i| Op::Gather {
+        outputs: (0..4).map(|q| p(0x1000 + q * b)).collect(),
+        input: p(i),
+        count,
+        dtype,
+        root: 1,
+    };
+    assert!(hazardous_inputs(&g(0x1000 + b), n, me).is_empty());
+    assert_eq!(hazardous_inputs(&g(0x1000 + 2 * b), n, me).len(), 1);
+    let sc = |o| Op::Scatter {
+        output: p(o),
+        inputs: (0..4).map(|q| p(0x1000 + q * b)).collect(),
+        count,
+        dtype,
+        root: 1,
+    };
+    assert!(hazardous_inputs(&sc(0x1000 + b), n, me).is_empty());
+    assert!(
+        hazardous_inputs(&sc(0x1000 + 2 * b), n, me).is_empty(),
+        "another block is sent before the root's copy"
+    );
+    assert_eq!(hazardous_inputs(&sc(0x1000 + b + 4), n, me).len(), 4);
+    // non-root gather/scatter pass empty lists
+    assert!(hazardous_inputs(
+        &Op::Gather {
+            outputs: vec![],
+            input: p(0x1000),
+            count,
+            dtype,
+            root: 0
+        },
+        n,
+        me
+    )
+    .is_empty());
+    // batch: only the sends that overlap a receive of the same batch
+    let send = |a, peer| P2p {
+        is_send: true,
+        buf: p(a),
+        count,
+        dtype,
+        peer,
+        tag: 0,
+    };
+    let recv = |a, peer| P2p {
+        is_send: false,
+        buf: p(a),
+        count,
+        dtype,
+        peer,
+        tag: 0,
+    };
+    let ok = Op::Batch {
+        ops: vec![send(0x1000, 2), send(0x1000, 3), recv(0x1000 + b, 0)],
+    };
+    assert!(
+        hazardous_inputs(&ok, n, me).is_empty(),
+        "sends may share a buffer; a receive apart is fine"
+    );
+    let ring = Op::Batch {
+        ops: vec![send(0x2000, 2), recv(0x1000, 0), send(0x1000 + b - 4, 3)],
+    };
+    assert_eq!(hazardous_inputs(&ring, n, me), vec![(p(0x1000 + b - 4), b)]);
+    match with_inputs(&ring, &[p(0x9000)]) {
+        Op::Batch { ops } => {
+            assert_eq!(
+                ops.iter().map(|x| x.buf.0 as usize).collect::<Vec<_>>(),
+                vec![0x2000, 0x1000, 0x9000]
+            );
+        }
+        _ => unreachable!(),
+    }
+}
+
+#[test]
+fn malformed_hint_is_an_invalid_argument() {
+    for (k, v) in [
+        ("blocking", "yes"),
+        ("min_ctas", "0"),
+        ("nccl.split_share", "2"),
+        ("high_priority_stream", ""),
+    ] {
+        let e = parse_hints(&vec![(k.to_string(), v.to_string())], 22809, "c")
+            .err()
+            .expect("must fail");
+        assert_eq!(e.kind, ErrorKind::InvalidArgument, "{k}={v}");
+        assert!(e.message.contains(k), "{}", e.message);
+    }
+}
