@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 /// Whether `ptr` is device (or managed) memory. False without a CUDA driver.
 pub fn is_device(ptr: Ptr) -> Result<bool> {
-    if ptr.is_null() || cuda::available().is_err() {
+    if ptr.is_null() || !cuda::is_available() {
         return Ok(false);
     }
     Ok(cuda::memory_type(ptr.0)? != MemoryType::Host)

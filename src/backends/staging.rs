@@ -49,7 +49,7 @@ fn synchronize(stream: sys::CUstream) -> Result<()> {
 /// on `stream`, which is then synchronized). `None` when no buffer is device
 /// memory (always, without a CUDA driver).
 pub fn stage_in(op: &mut Op, rank: i32, size: i32, stream: *mut c_void) -> Result<Option<Staged>> {
-    if cuda::available().is_err() {
+    if !cuda::is_available() {
         return Ok(None);
     }
     let mut on_device = None;
@@ -183,7 +183,7 @@ mod tests {
     /// enqueued, and the caller's capture stays valid.
     #[test]
     fn staging_under_capture_is_refused_and_the_capture_survives() {
-        if cuda::available().is_err() || cuda::device_count().map_or(true, |n| n < 1) {
+        if !cuda::is_available() || cuda::device_count().map_or(true, |n| n < 1) {
             return;
         }
         let dev = cuda::Device::open(0).unwrap();
@@ -212,7 +212,7 @@ mod tests {
 
     #[test]
     fn without_cuda_nothing_is_staged() {
-        if cuda::available().is_ok() {
+        if cuda::is_available() {
             return; // a machine with a GPU stack: covered by the GPU suite
         }
         let mut data = [1.0f32; 4];

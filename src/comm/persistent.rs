@@ -58,7 +58,7 @@ impl PersistentAllGather {
             output,
             count,
             dtype,
-            cuda: crate::cuda::available().is_ok(),
+            cuda: crate::cuda::is_available(),
         })
     }
 

@@ -184,6 +184,17 @@ fn driver_library() -> Option<&'static libloading::Library> {
 /// Ok when the CUDA driver library loads and `cuInit` succeeds; otherwise
 /// `TC_ERR_UNAVAILABLE` saying what was looked for. Checked once per process.
 pub fn available() -> Result<()> {
+    driver_state().clone()
+}
+
+/// Whether [`available`] succeeds, without building its error: host
+/// operations ask this on every call.
+pub fn is_available() -> bool {
+    driver_state().is_ok()
+}
+
+/// The outcome of loading and initialising the driver, once per process.
+fn driver_state() -> &'static Result<()> {
     static STATE: OnceLock<Result<()>> = OnceLock::new();
     STATE
         .get_or_init(|| {
@@ -205,7 +216,6 @@ pub fn available() -> Result<()> {
                     .map_err(|e| Error::new(ErrorKind::Unavailable, format!("CUDA driver present but unusable: {}", e.message))),
             }
         })
-        .clone()
 }
 
 /// Number of visible CUDA devices (after [`available`]).

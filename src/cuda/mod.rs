@@ -33,7 +33,7 @@ pub use device::{
     begin_capture, capture_status, launch_host_func, stream_synchronize, stream_wait_event,
     Capture, CtxGuard, Device, GraphExec, HostFn, Stream,
 };
-pub use driver::{available, check, device_count};
+pub use driver::{available, check, device_count, is_available};
 pub(crate) use driver::{drv, CUDA_ERROR_INVALID_VALUE};
 pub use event::{Event, EventPool, TimingEvent};
 pub use memory::{

@@ -72,7 +72,7 @@ fn attribute(ptr: *const c_void, attr: CUpointer_attribute) -> Result<Option<u32
 /// device; pinned, registered and plain host memory is the CPU. Without a
 /// CUDA driver everything is host memory.
 pub fn place_of(ptr: *const c_void) -> Result<Place> {
-    if cuda::available().is_err() {
+    if !cuda::is_available() {
         return Ok(Place::Cpu);
     }
     let kind = attribute(ptr, CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE)?;

@@ -76,7 +76,7 @@ fn local_nan(
         if bytes == 0 {
             continue;
         }
-        let on_device = cuda::available().is_ok() && cuda::memory_type(p.0)? != MemoryType::Host;
+        let on_device = cuda::is_available() && cuda::memory_type(p.0)? != MemoryType::Host;
         let found = if on_device {
             if !synchronized {
                 // The input is complete once the caller's stream reaches here.
