@@ -243,6 +243,35 @@ impl Op {
         OP_NAMES[self.code() as usize]
     }
 
+    /// A send or receive as the one transfer of a batch; None for other
+    /// operations.
+    pub fn as_transfer(&self) -> Option<P2p> {
+        match *self {
+            Op::Send {
+                buf,
+                count,
+                dtype,
+                peer,
+                tag,
+            }
+            | Op::Recv {
+                buf,
+                count,
+                dtype,
+                peer,
+                tag,
+            } => Some(P2p {
+                is_send: matches!(self, Op::Send { .. }),
+                buf,
+                count,
+                dtype,
+                peer,
+                tag,
+            }),
+            _ => None,
+        }
+    }
+
     /// (dtype, per-rank count, root) that every rank must agree on for a
     /// collective; None for point-to-point operations. Used by
     /// `TORCHCOMM_CHECK_COLLECTIVES`.

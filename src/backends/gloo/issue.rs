@@ -73,42 +73,9 @@ impl GlooBackend {
     /// # Safety
     /// As for [`GlooBackend::execute_gloo`].
     unsafe fn gloo_point_to_point(&self, op: &Op, d: &Deadline) -> Result<()> {
-        match op {
-            Op::Send {
-                buf,
-                count,
-                dtype,
-                peer,
-                tag,
-            } => self.p2p(
-                &[P2p {
-                    is_send: true,
-                    buf: *buf,
-                    count: *count,
-                    dtype: *dtype,
-                    peer: *peer,
-                    tag: *tag,
-                }],
-                d,
-            ),
-            Op::Recv {
-                buf,
-                count,
-                dtype,
-                peer,
-                tag,
-            } => self.p2p(
-                &[P2p {
-                    is_send: false,
-                    buf: *buf,
-                    count: *count,
-                    dtype: *dtype,
-                    peer: *peer,
-                    tag: *tag,
-                }],
-                d,
-            ),
-            Op::Batch { ops } => self.p2p(ops, d),
+        match (op, op.as_transfer()) {
+            (Op::Batch { ops }, _) => self.p2p(ops, d),
+            (_, Some(single)) => self.p2p(&[single], d),
             _ => Err(misrouted("point_to_point", op)),
         }
     }

@@ -199,32 +199,12 @@ impl GlooBackend {
         d: &Deadline,
     ) -> Result<()> {
         let single;
-        let ops: &[P2p] = match op {
-            Op::Send {
-                buf,
-                count,
-                dtype,
-                peer,
-                tag,
-            }
-            | Op::Recv {
-                buf,
-                count,
-                dtype,
-                peer,
-                tag,
-            } => {
-                single = [P2p {
-                    is_send: matches!(op, Op::Send { .. }),
-                    buf: *buf,
-                    count: *count,
-                    dtype: *dtype,
-                    peer: *peer,
-                    tag: *tag,
-                }];
+        let ops: &[P2p] = match (op, op.as_transfer()) {
+            (Op::Batch { ops }, _) => ops,
+            (_, Some(transfer)) => {
+                single = [transfer];
                 &single
             }
-            Op::Batch { ops } => ops,
             _ => return Err(misrouted("point_to_point", op)),
         };
         let me = self.rank;
