@@ -1,22 +1,21 @@
-//! The communicator: its state, the per-comm progress and watchdog threads,
-//! failure handling, the flight recorder, finalize/abort and split. Every
-//! operation is validated here (`Op::validate`, in [`crate::op`]) before a
-//! backend (src/backends) sees it; host operations go through the host
-//! executor's queue ([`crate::backends::executor`]).
+//! The communicator: its state, its watchdog thread, failure handling, the
+//! flight recorder, finalize/abort and split. Every operation is validated
+//! here (`Op::validate`, in [`crate::op`]) before its backend (src/backends)
+//! receives it and returns its work; host backends run theirs through the
+//! host executor ([`crate::backends::host_executor`]).
 
-use crate::backends::executor::{completes_at_once, HostQueue, Issued, Job};
-use crate::backends::{self, Backend, BackendInit};
+use crate::backends::{self, Backend, BackendInit, CommEvents, CommLink, Issue, Submission};
 use crate::config::config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::recorder::FlightRecorder;
 use crate::store::StoreRef;
 use crate::types::{Device, Hints};
 use crate::util::lock;
-use crate::work::{DoneWork, HostWork, Work};
+use crate::work::Work;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Compatibility re-exports: the op vocabulary lives in [`crate::op`];
 /// `crate::comm::Op` and friends keep resolving for existing callers.
@@ -26,6 +25,7 @@ pub mod hooks;
 mod persistent;
 mod settings;
 mod shrink;
+mod watchdog;
 
 pub use persistent::PersistentAllGather;
 
@@ -48,8 +48,6 @@ enum State {
     Aborted(Error),
 }
 
-const WATCHDOG_PERIOD: Duration = Duration::from_millis(100);
-
 pub struct Comm {
     name: String,
     /// "comm 'name' (rank r/n)", shared by the messages of its operations.
@@ -71,8 +69,8 @@ pub struct Comm {
     base_store: StoreRef,
     backend: Box<dyn Backend>,
     state: Mutex<State>,
-    /// Host operations waiting for, or running on, the progress thread.
-    queue: HostQueue,
+    /// The watchdog's clock; stopped at shutdown.
+    ticker: watchdog::Ticker,
     outstanding: Mutex<Vec<Arc<dyn Work>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// First failure of any operation, reported by finalize.
@@ -173,7 +171,9 @@ impl Comm {
             timeout,
             abort_on_error: opts.abort_on_error.unwrap_or(config().abort_on_error),
             hints: opts.hints.clone(),
+            link: CommLink::default(),
         };
+        let link = init.link.clone();
         crate::config::set_log_rank(rank);
         let backend = make_backend(init)?;
         let comm = Arc::new(Comm {
@@ -191,7 +191,7 @@ impl Comm {
             base_store,
             backend,
             state: Mutex::new(State::Active),
-            queue: HostQueue::default(),
+            ticker: watchdog::Ticker::default(),
             outstanding: Mutex::new(Vec::new()),
             threads: Mutex::new(Vec::new()),
             first_failure: Mutex::new(None),
@@ -201,13 +201,7 @@ impl Comm {
             hooks: hooks::Hooks::from_environment(),
             shrink: shrink::ShrinkState::new(scope),
         });
-        let progress = {
-            let comm = comm.clone();
-            std::thread::Builder::new()
-                .name(format!("tc-progress-{}", comm.name))
-                .spawn(move || comm.progress_loop())
-                .map_err(|e| Error::system("spawning the progress thread", e))?
-        };
+        link.connect(Arc::downgrade(&comm) as Weak<dyn CommEvents>);
         let watchdog = {
             let comm = comm.clone();
             std::thread::Builder::new()
@@ -215,7 +209,7 @@ impl Comm {
                 .spawn(move || comm.watchdog_loop())
                 .map_err(|e| Error::system("spawning the watchdog thread", e))?
         };
-        lock(&comm.threads).extend([progress, watchdog]);
+        lock(&comm.threads).push(watchdog);
         crate::log_info!(
             "comm '{}' created: backend {} rank {}/{} timeout {} ms",
             comm.name,
@@ -342,7 +336,7 @@ impl Comm {
     #[inline(always)]
     pub(crate) fn issue(
         &self,
-        mut op: Op,
+        op: Op,
         opts: &OpOptions,
         post: Option<hooks::PostHooks>,
         may_be_device: bool,
@@ -350,168 +344,32 @@ impl Comm {
         let seq = post
             .as_ref()
             .map_or_else(|| self.recorder.reserve(), |p| p.seq());
-        let record = |op: &Op, w| self.recorder.record_as(seq, op, opts.async_op, w);
-        let timeout = opts.timeout.unwrap_or(self.timeout());
-        let at_once = |post: Option<hooks::PostHooks>, r: &Result<()>, done| {
-            if let Some(p) = post {
-                p.run(r, done);
-            }
-        };
-        let work = match self.backend.enqueue(&op, opts, timeout) {
-            Err(e) => {
-                record(&op, Err(e.kind));
-                at_once(post, &Err(e.clone()), true);
-                return Err(e);
-            }
-            Ok(work) => work,
-        };
-        if let Some(work) = work {
-            record(&op, Ok(&work));
-            lock(&self.outstanding).push(work.clone());
-            at_once(post, &Ok(()), false);
-            return Ok(work);
-        }
-        if completes_at_once(&op, self.size) {
-            let work: Arc<dyn Work> = Arc::new(DoneWork(Ok(())));
-            record(&op, Ok(&work));
-            at_once(post, &Ok(()), true);
-            return Ok(work);
-        }
-        // CUDA buffers on a host backend run on pinned copies, synchronously.
-        let staged = match may_be_device
-            .then(|| crate::backends::staging::stage_in(&mut op, self.rank, self.size, opts.stream))
-            .transpose()
-        {
-            Ok(staged) => staged.flatten(),
-            Err(e) => {
-                record(&op, Err(e.kind));
-                at_once(post, &Err(e.clone()), true);
-                return Err(e);
-            }
-        };
-        let blocking = !opts.async_op || staged.is_some();
-        let work = Arc::new(HostWork::new(
-            op.name(),
-            self.label.clone(),
-            timeout + self.backend.watchdog_grace(),
-        ));
-        if let Some(post) = post {
-            work.on_complete(Box::new(move |r| post.run(r, true)));
-        }
-        let handle: Arc<dyn Work> = work.clone();
-        record(&op, Ok(&handle));
-        lock(&self.outstanding).push(handle);
-        let job = Job {
-            op,
-            timeout,
-            work: work.clone(),
-        };
-        match self.queue.issue(job, blocking) {
-            Issued::Queued => {}
-            Issued::RunInline(job) => self.execute(job),
-            Issued::Stopped(_) => {
-                let e = Error::invalid_usage(format!("comm '{}' is shutting down", self.name));
-                work.complete(Err(e.clone()));
-                return Err(e);
-            }
-        }
-        if blocking {
-            work.wait_blocking()?;
-        }
-        if let Some(staged) = staged {
-            staged.finish()?;
-        }
-        Ok(work)
-    }
-
-    fn progress_loop(self: Arc<Self>) {
-        while let Some(job) = self.queue.next() {
-            self.execute(job);
-        }
-    }
-
-    /// Runs one operation (its `running` slot already taken) and releases the
-    /// slot.
-    fn execute(&self, job: Job) {
-        let result = self.check_active().and_then(|()| {
-            job.work.start();
-            crate::log_trace!("start {}", job.work.description());
-            self.backend.run(&job.op, job.timeout)
-        });
-        let result = result.map_err(|e| e.context(job.work.description()));
-        if let Err(e) = &result {
-            self.record_failure(e.clone());
-        }
-        job.work.complete(result);
-        self.queue.finished();
-    }
-
-    fn watchdog_loop(self: Arc<Self>) {
-        loop {
-            if !self.queue.tick(WATCHDOG_PERIOD) {
-                return;
-            }
-            let now = Instant::now();
-            let mut expired = None;
-            lock(&self.outstanding).retain(|w| {
-                if let Some(e) = w.check_timeout(now) {
-                    expired.get_or_insert(e);
+        let mut issued = |op: &Op, issue: Issue<'_>| {
+            let work = match issue {
+                Issue::Refused(kind) => Err(kind),
+                Issue::Done(work) => Ok(work),
+                Issue::Watched(work) => {
+                    lock(&self.outstanding).push(work.clone());
+                    Ok(work)
                 }
-                !w.status().is_finished()
-            });
-            if let Some(e) = expired.or_else(|| self.backend.async_error()) {
-                self.record_failure(e);
-            }
-        }
-    }
-
-    /// Records an operation's failure: the comm is aborted (or, with
-    /// abort-on-error, the process), so that no rank waits forever.
-    fn record_failure(&self, err: Error) {
-        lock(&self.first_failure).get_or_insert_with(|| err.clone());
-        // Caller errors that every rank detects alike (mismatched sizes or
-        // collectives) leave the connections healthy: fail only that call.
-        if matches!(
-            err.kind,
-            ErrorKind::Aborted
-                | ErrorKind::InvalidUsage
-                | ErrorKind::InvalidArgument
-                | ErrorKind::Unsupported
-        ) {
-            return;
-        }
-        if !self.enter_aborted(&err) {
-            return;
-        }
-        // The recent operations, with the failed one still in progress or
-        // timed out, are what a person reading a hang needs next to the
-        // error (compare the ranks' sequence numbers).
-        let recent = self.recorder.dump(&self.label);
-        if self.abort_on_error.load(Ordering::Relaxed) {
-            crate::config::log(
-                crate::config::Level::Warn,
-                &format!(
-                    "{}; aborting the process (abort_on_error; TORCHCOMM_ABORT_ON_ERROR=0 to fail calls instead)\n{recent}",
-                    err.message
-                ),
-            );
-            self.run_abort_hook(&err);
-            std::process::abort();
-        }
-        crate::log_warn!("comm '{}' aborted: {}\n{recent}", self.name, err.message);
-        self.run_abort_hook(&err);
-        self.backend.abort();
-        self.abort_windows(&Error::new(
-            ErrorKind::Aborted,
-            format!("comm '{}' was aborted: {}", self.name, err.message),
-        ));
+            };
+            self.recorder.record_as(seq, op, opts.async_op, work);
+        };
+        let sub = Submission {
+            opts,
+            timeout: opts.timeout.unwrap_or(self.timeout()),
+            may_be_device,
+            label: &self.label,
+            issued: &mut issued,
+            post: post.map(|p| Box::new(move |r: &Result<()>, done| p.run(r, done)) as _),
+        };
+        self.backend.submit(op, sub)
     }
 
     /// Stops the threads; queued operations that never ran fail with `err`.
     fn shutdown(&self, err: Error) {
-        for job in self.queue.stop() {
-            job.work.complete(Err(err.clone()));
-        }
+        self.backend.stop(&err);
+        self.ticker.stop();
         let threads: Vec<_> = lock(&self.threads).drain(..).collect();
         for t in threads {
             if t.thread().id() != std::thread::current().id() {
@@ -542,7 +400,7 @@ impl Comm {
             let failed = w.drain();
             window_failure = window_failure.or(failed);
         }
-        self.queue.wait_idle();
+        self.backend.wait_idle();
         for w in lock(&self.outstanding).drain(..).collect::<Vec<_>>() {
             let _ = w.wait_blocking();
         }
@@ -735,7 +593,6 @@ impl Comm {
                 .or(Some(self.abort_on_error.load(Ordering::Relaxed))),
             ..opts
         };
-        let color = split_color(ranks);
         Comm::with_store(
             &self.backend_name,
             self.device,
@@ -749,7 +606,7 @@ impl Comm {
             Some(self.child_root_ranks(ranks)),
             |init| {
                 if native {
-                    let child = self.backend.split(Some((color, new_rank as i32, init)))?;
+                    let child = self.backend.split(Some((ranks, init)))?;
                     child
                         .ok_or_else(|| Error::internal("the backend's split gave a member no comm"))
                 } else {
@@ -771,38 +628,4 @@ fn check_comm_name(name: &str) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// The color of a native split: the same for every rank passing the same
-/// list (ranks that pass different lists get different colors, which the
-/// backend then reports), never NCCL_SPLIT_NOCOLOR (negative).
-fn split_color(ranks: &[i32]) -> i32 {
-    // FNV-1a over the list, in the order given (it also fixes the new ranks).
-    let mut h: u32 = 0x811c_9dc5;
-    for r in ranks {
-        for b in r.to_le_bytes() {
-            h ^= b as u32;
-            h = h.wrapping_mul(0x0100_0193);
-        }
-    }
-    (h & 0x7fff_ffff) as i32
-}
-
-#[cfg(test)]
-mod tests {
-    use super::split_color;
-
-    #[test]
-    fn split_colors_are_non_negative_and_tell_lists_apart() {
-        let lists: [&[i32]; 6] = [&[0], &[1], &[0, 1], &[1, 0], &[0, 2, 4, 6], &[1, 3, 5, 7]];
-        let colors: Vec<i32> = lists.iter().map(|l| split_color(l)).collect();
-        assert!(colors.iter().all(|c| *c >= 0), "{colors:?}");
-        let distinct: std::collections::HashSet<i32> = colors.iter().copied().collect();
-        assert_eq!(distinct.len(), lists.len(), "{colors:?}");
-        assert_eq!(
-            split_color(&[0, 2, 4, 6]),
-            colors[4],
-            "same list, same color"
-        );
-    }
 }

@@ -5,10 +5,10 @@
 //! reads device memory), and one work that covers everything a call
 //! enqueued on a stream.
 
-use crate::backends::staging::{for_each_buffer, Use};
 use crate::comm::{Comm, Op, OpOptions, Ptr};
 use crate::cuda::{self, MemoryType};
 use crate::error::{Error, Result};
+use crate::op::{for_each_buffer, Use};
 use crate::types::Device;
 use crate::work::{Work, WorkStatus};
 use cudarc::driver::sys;

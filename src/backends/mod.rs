@@ -1,15 +1,19 @@
-//! Backends execute validated operations. Host backends (`gloo`) run them
-//! one at a time on the comm's progress thread through [`Backend::run`];
-//! device backends (`nccl`) enqueue them on CUDA streams through
-//! [`Backend::enqueue`] and return their own work.
+//! Backends execute validated operations: the comm hands each one to
+//! [`Backend::submit`] and gets its work back. Host backends (`gloo`) are
+//! served by the host executor ([`host_executor`]: queue, progress thread,
+//! CUDA staging), which runs them one at a time through
+//! [`host_executor::HostBackend::run`]; device backends (`nccl`) enqueue
+//! them on CUDA streams and return their own work.
 
-pub mod executor;
 pub mod gloo;
+pub mod host_executor;
 pub mod nccl;
-pub mod staging;
+mod submission;
+
+pub use submission::{CommEvents, CommLink, Issue, PostHook, Submission};
 
 use crate::error::{Error, Result};
-use crate::op::{Op, OpOptions};
+use crate::op::Op;
 use crate::store::StoreRef;
 use crate::types::{Device, Hints};
 use crate::work::Work;
@@ -37,20 +41,25 @@ pub struct BackendInit {
     /// Whether failures abort the process (the comm's abort-on-error).
     pub abort_on_error: bool,
     pub hints: Hints,
+    /// The way back to the comm (connected once the comm exists).
+    pub link: CommLink,
 }
 
 pub trait Backend: Send + Sync {
-    /// Device backends enqueue `op` and return its work; host backends return
-    /// `Ok(None)` and the comm schedules [`Backend::run`] on its progress
-    /// thread.
-    fn enqueue(
-        &self,
-        _op: &Op,
-        _opts: &OpOptions,
-        _timeout: Duration,
-    ) -> Result<Option<Arc<dyn Work>>> {
-        Ok(None)
-    }
+    /// Issues a validated `op` (checked by [`Backend::check`]) and returns
+    /// its work; tells the comm what became of it through `sub` (exactly
+    /// once, before the operation can run). With `async_op` off, returns
+    /// after the operation completed (host) or was enqueued on the stream
+    /// (device).
+    fn submit(&self, op: Op, sub: Submission<'_>) -> Result<Arc<dyn Work>>;
+
+    /// Waits until no issued operation is queued or running in the
+    /// backend's own threads (the comm's finalize).
+    fn wait_idle(&self) {}
+
+    /// Stops the backend's own threads; operations issued but never started
+    /// fail with `err`. Called once, at finalize or abort.
+    fn stop(&self, _err: &Error) {}
 
     /// Rejects, before anything is issued, an operation this backend cannot
     /// run (e.g. a reduction it does not implement for the dtype), so that the
@@ -58,10 +67,6 @@ pub trait Backend: Send + Sync {
     fn check(&self, _op: &Op) -> Result<()> {
         Ok(())
     }
-
-    /// Executes `op` to completion on the calling (progress) thread, failing
-    /// within `timeout`. Called for one operation at a time, in issue order.
-    fn run(&self, op: &Op, timeout: Duration) -> Result<()>;
 
     /// Unblocks any running operation and makes later ones fail. Called from
     /// any thread, possibly while `run` is in progress.
@@ -76,7 +81,7 @@ pub trait Backend: Send + Sync {
 
     /// The backend's version, as `tc_comm_get_backend_version` reports it.
     fn version(&self) -> String {
-        format!("torchcomm {}", env!("CARGO_PKG_VERSION"))
+        default_version()
     }
 
     /// Releases resources after every operation finished.
@@ -92,12 +97,13 @@ pub trait Backend: Send + Sync {
     }
 
     /// Makes the backend of a child comm, collectively over every rank of
-    /// this one: ranks passing the same `color` form one child, ordered by
-    /// `key`; a rank passing `None` opts out (it still takes part) and gets
-    /// `Ok(None)`. `init` describes the child as the caller expects it
-    /// (rank, size, name, store); the backend fails when the split it got
-    /// differs (ranks passed different lists).
-    fn split(&self, _member: Option<(i32, i32, BackendInit)>) -> Result<Option<Box<dyn Backend>>> {
+    /// this one: ranks passing the same `ranks` (the child's members in this
+    /// comm's numbering, in their new order) form one child; a rank passing
+    /// `None` opts out (it still takes part) and gets `Ok(None)`. `init`
+    /// describes the child as the caller expects it (rank, size, name,
+    /// store); the backend fails when the split it got differs (ranks
+    /// passed different lists).
+    fn split(&self, _member: Option<(&[i32], BackendInit)>) -> Result<Option<Box<dyn Backend>>> {
         Err(Error::unsupported("this backend has no native split"))
     }
 
@@ -114,9 +120,7 @@ pub trait Backend: Send + Sync {
     /// rank (see [`WindowBackend`]). Backends without windows answer
     /// `TC_ERR_UNSUPPORTED`.
     fn new_window(&self, _timeout: Duration) -> Result<Box<dyn WindowBackend>> {
-        Err(Error::unsupported(
-            "windows (RMA) are not implemented for this backend yet",
-        ))
+        Err(no_windows())
     }
 
     /// A failure found asynchronously (e.g. NCCL's async error), polled by
@@ -204,6 +208,16 @@ pub trait WindowBackend: Send + Sync {
 /// The answer of a backend without an optional hook.
 fn unsupported_hook(what: &str) -> Error {
     Error::unsupported(format!("this backend has no {what}"))
+}
+
+/// The answer of a backend without windows.
+fn no_windows() -> Error {
+    Error::unsupported("windows (RMA) are not implemented for this backend yet")
+}
+
+/// The version a backend reports when it names none of its own.
+fn default_version() -> String {
+    format!("torchcomm {}", env!("CARGO_PKG_VERSION"))
 }
 
 /// Names accepted by `tc_comm_new`.

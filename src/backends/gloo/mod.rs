@@ -43,6 +43,7 @@ mod signature;
 mod store_bridge;
 mod window;
 
+use super::host_executor::{HostBackend, HostExecutor};
 use super::{Backend, BackendInit, WindowBackend};
 use crate::error::{Error, ErrorKind, Result};
 use crate::op::{Op, P2p};
@@ -63,7 +64,8 @@ use store_bridge::{store_get, store_set, store_wait};
 /// Creates the backend: loads the Gloo module, connects the full mesh
 /// through the comm's store and agrees on settings with every peer.
 pub fn create(init: BackendInit) -> Result<Box<dyn Backend>> {
-    Ok(Box::new(GlooBackend::connect(init)?))
+    let backend = GlooBackend::connect(init.clone())?;
+    Ok(Box::new(HostExecutor::start(backend, &init)?))
 }
 
 const SLOT_PREFIX_P2P: u64 = 0x40;
@@ -77,7 +79,7 @@ const HELLO_MAGIC: u64 = 0x7463_676c_6f6f_0001; // "tcgloo" v1
 /// How long a rank whose operation timed out or lost a peer waits for the
 /// other ranks' failure reports (see `GlooBackend::diagnose`). Together with
 /// the thread start and store round trips it stays within the watchdog
-/// grace this backend asks for (`Backend::watchdog_grace`), so the diagnosis
+/// grace this backend asks for (`HostBackend::watchdog_grace`), so the diagnosis
 /// is part of the first error message.
 const DIAGNOSIS_WINDOW: Duration = Duration::from_millis(400);
 
@@ -217,7 +219,7 @@ impl GlooBackend {
     }
 }
 
-impl Backend for GlooBackend {
+impl HostBackend for GlooBackend {
     fn check(&self, op: &Op) -> Result<()> {
         if let (Some(r), Some((Some(dtype), _, _))) = (op.reduce_op(), op.signature()) {
             reduce::kernel(dtype, r.kind)?;

@@ -310,20 +310,15 @@ impl NcclBackend {
     /// illegal-address fault poisons the process's CUDA context for good.
     pub(super) fn check_buffers(&self, op: &Op) -> Result<()> {
         let mut op = op.clone();
-        crate::backends::staging::for_each_buffer(
-            &mut op,
-            self.rank,
-            self.size,
-            &mut |p, bytes, _| {
-                if bytes > 0 && !cuda::device_accessible(p.0)? {
-                    return Err(Error::invalid_argument(format!(
+        crate::op::for_each_buffer(&mut op, self.rank, self.size, &mut |p, bytes, _| {
+            if bytes > 0 && !cuda::device_accessible(p.0)? {
+                return Err(Error::invalid_argument(format!(
                     "buffer {:p} is host memory unknown to CUDA: the nccl backend needs device memory (or pinned or \
                      registered host memory); use the gloo backend for host buffers",
                     p.0
                 )));
-                }
-                Ok(())
-            },
-        )
+            }
+            Ok(())
+        })
     }
 }

@@ -27,7 +27,9 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 mod checks;
+mod color;
 mod creation;
+mod enqueue;
 mod issue;
 mod lifecycle;
 pub mod loader;
@@ -36,10 +38,10 @@ mod shrink;
 mod window;
 pub mod work;
 
-use super::{Backend, BackendInit, WindowBackend};
+use super::{Backend, BackendInit, Submission, WindowBackend};
 use crate::cuda::{self, Device as CudaDevice, DeviceBuffer, EventPool, Stream as CudaStream};
 use crate::error::{Error, ErrorKind, Result};
-use crate::op::{Op, OpOptions};
+use crate::op::Op;
 use crate::util::lock;
 use crate::work::Work;
 use checks::Staging;
@@ -50,7 +52,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicPtr, AtomicU8};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
-use work::{CudaWork, Shared};
+use work::Shared;
 
 pub fn create(init: BackendInit) -> Result<Box<dyn Backend>> {
     Ok(Box::new(NcclBackend::create(init)?))
@@ -180,75 +182,14 @@ impl Backend for NcclBackend {
         Ok(())
     }
 
-    fn enqueue(
-        &self,
-        op: &Op,
-        opts: &OpOptions,
-        timeout: Duration,
-    ) -> Result<Option<Arc<dyn Work>>> {
-        // gather_single runs as the grouped sends and receives of gather.
-        let name = op.name();
-        let lowered = op.gather_single_as_gather(self.rank, self.size);
-        let op = lowered.as_ref().unwrap_or(op);
-        let _serial = lock(&self.issue);
-        let _use = self.acquire()?;
-        let _ctx = self.device.scoped()?;
-        let user = opts.stream as cuda::RawStream;
-        let captured = match cuda::capture_status(user)? {
-            cuda::Capture::None => false,
-            cuda::Capture::Active => true,
-            cuda::Capture::Invalidated => {
-                return Err(Error::invalid_usage(
-                    "the stream's graph capture was invalidated by an earlier error",
-                ))
+    fn submit(&self, op: Op, sub: Submission<'_>) -> Result<Arc<dyn Work>> {
+        match self.enqueue(&op, sub.opts, sub.timeout) {
+            Ok(work) => {
+                sub.enqueued(&op, &work);
+                Ok(work)
             }
-        };
-        let end = self.events.get()?;
-        let (stream, start) = if captured {
-            (user, None)
-        } else {
-            let start = self.events.get()?;
-            let stream = if opts.async_op {
-                start.record(user)?;
-                cuda::stream_wait_event(self.stream.raw(), &start)?;
-                self.stream.raw()
-            } else {
-                user
-            };
-            // On the internal stream this re-records the event the stream
-            // just waited for: the wait keeps the earlier record.
-            start.record(stream)?;
-            (stream, Some(start))
-        };
-        match self.stage_overlapping(op, stream, captured)? {
-            Some(staged) => {
-                self.issue(&staged, stream as *mut c_void)?;
-                // The next user of the staging buffer waits for this record.
-                let mut st = lock(&self.staging);
-                if st.done.is_none() {
-                    st.done = Some(self.events.get()?);
-                }
-                st.done.as_ref().map(|e| e.record(stream)).transpose()?;
-            }
-            None => self.issue(op, stream as *mut c_void)?,
+            Err(e) => Err(sub.refuse(&op, e)),
         }
-        end.record(stream)?;
-        Ok(Some(Arc::new(CudaWork::new(
-            name,
-            self.label.clone(),
-            timeout,
-            captured,
-            start,
-            end,
-            self.shared.clone(),
-        ))))
-    }
-
-    fn run(&self, op: &Op, _timeout: Duration) -> Result<()> {
-        Err(Error::internal(format!(
-            "{} reached the host path of the nccl backend",
-            op.name()
-        )))
     }
 
     fn abort(&self) {
@@ -300,7 +241,7 @@ impl Backend for NcclBackend {
     /// child inherits this comm's whole config. A child whose size or rank differs from what
     /// this rank's list says (ranks passed different lists) is aborted and
     /// the call fails.
-    fn split(&self, member: Option<(i32, i32, BackendInit)>) -> Result<Option<Box<dyn Backend>>> {
+    fn split(&self, member: Option<(&[i32], BackendInit)>) -> Result<Option<Box<dyn Backend>>> {
         let split = self.lib.comm_split.ok_or_else(|| {
             Error::unsupported(format!(
                 "ncclCommSplit is missing from the loaded NCCL {}",
@@ -309,7 +250,7 @@ impl Backend for NcclBackend {
         })?;
         let _use = self.acquire()?;
         let _issuing = lock(&self.issue);
-        let Some((color, key, init)) = member else {
+        let Some((ranks, init)) = member else {
             let _ctx = self.device.scoped()?;
             let what = "ncclCommSplit (opting out)";
             // SAFETY: a live comm (held by `_use`), NULL config.
@@ -326,6 +267,8 @@ impl Backend for NcclBackend {
             return Ok(None);
         };
         let (want_size, want_rank) = (init.size, init.rank);
+        // The child's ranks are ordered by their place in the list.
+        let (color, key) = (color::split_color(ranks), init.rank);
         // Without hints the child inherits this comm's whole config (NULL),
         // as NCCL documents; with hints it gets a config of its own.
         let inherit = init.hints.is_empty();

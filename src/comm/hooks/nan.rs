@@ -210,7 +210,9 @@ fn device_of(comm: &Comm, op: &Op) -> Result<i32> {
     let mut found = None;
     for_each_buffer(&mut walked, comm.rank(), comm.size(), &mut |p, bytes, _| {
         if found.is_none() && bytes > 0 && cuda::memory_type(p.0)? != MemoryType::Host {
-            found = Some(crate::backends::staging::pointer_device(p.0)?);
+            found = Some(crate::backends::host_executor::staging::pointer_device(
+                p.0,
+            )?);
         }
         Ok(())
     })?;

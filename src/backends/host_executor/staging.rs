@@ -9,11 +9,9 @@
 
 use crate::cuda::{self, MemoryType, PinnedBuffer};
 use crate::error::{Error, Result};
-use crate::op::{Op, Ptr};
+use crate::op::{for_each_buffer, Op, Ptr, Use};
 use cudarc::driver::sys;
 use std::ffi::c_void;
-
-pub use crate::op::{for_each_buffer, Use};
 
 /// Device buffers of one operation, replaced by pinned host copies.
 pub struct Staged {

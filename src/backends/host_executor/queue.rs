@@ -1,8 +1,8 @@
-//! The host executor's queue: host backends ([`super::Backend::run`]) run one
-//! operation at a time, in issue order, on the comm's progress thread — or,
-//! for a blocking call with nothing ahead of it, inline on the caller's
-//! thread. This module owns that queue and its hand-offs; the comm owns
-//! what runs a job (its failure handling) and the threads.
+//! The host executor's queue: host backends ([`super::HostBackend::run`])
+//! run one operation at a time, in issue order, on the executor's progress
+//! thread — or, for a blocking call with nothing ahead of it, inline on the
+//! caller's thread. This module owns that queue and its hand-offs; the
+//! executor ([`super::HostExecutor`]) owns what runs a job and the thread.
 
 use crate::op::Op;
 use crate::util::lock;
@@ -96,17 +96,6 @@ impl HostQueue {
         self.changed.notify_all();
     }
 
-    /// Waits up to `period` (less when the queue changes); false once the
-    /// queue is stopped. The watchdog's clock.
-    pub fn tick(&self, period: Duration) -> bool {
-        let q = lock(&self.queue);
-        let (q, _) = self
-            .changed
-            .wait_timeout(q, period)
-            .unwrap_or_else(|e| e.into_inner());
-        !q.stop
-    }
-
     /// Waits until no job is queued or running.
     pub fn wait_idle(&self) {
         let mut q = lock(&self.queue);
@@ -152,11 +141,9 @@ mod tests {
         // An asynchronous call always goes through the queue.
         assert!(matches!(q.issue(job(), false), Issued::Queued));
         assert!(matches!(q.issue(job(), true), Issued::Queued));
-        assert!(q.tick(Duration::from_millis(1)));
         assert_eq!(q.stop().len(), 2, "the jobs that never ran come back");
         assert!(matches!(q.issue(job(), true), Issued::Stopped(_)));
         assert!(q.next().is_none());
-        assert!(!q.tick(Duration::from_millis(1)));
         q.wait_idle();
     }
 

@@ -1,0 +1,243 @@
+//! The host executor: what turns a host backend (one that runs an operation
+//! to completion on the calling thread, [`HostBackend::run`]) into a
+//! [`Backend`] that receives an operation and returns a work. It owns the
+//! queue ([`queue`]), the progress thread that drains it, the inline fast
+//! path for a blocking call with nothing ahead, the one-rank barrier that
+//! completes at once, and the CUDA staging of device buffers ([`staging`]).
+//! Any host backend is served by wrapping it: `HostExecutor::start(gloo,
+//! &init)`.
+
+pub mod queue;
+pub mod staging;
+
+use super::submission::{CommLink, Submission};
+use super::{unsupported_hook, Backend, BackendInit, WindowBackend, DEFAULT_WATCHDOG_GRACE};
+use crate::error::{Error, Result};
+use crate::op::Op;
+use crate::util::lock;
+use crate::work::{DoneWork, HostWork, Work};
+use queue::{completes_at_once, HostQueue, Issued, Job};
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// A backend that runs operations on the host, one at a time, to
+/// completion on the calling thread. The other methods mean what the
+/// [`Backend`] methods of the same names mean; the executor passes them on.
+pub trait HostBackend: Send + Sync + 'static {
+    /// Executes `op` to completion on the calling (progress) thread, failing
+    /// within `timeout`. Called for one operation at a time, in issue order.
+    fn run(&self, op: &Op, timeout: Duration) -> Result<()>;
+
+    /// Unblocks any running operation and makes later ones fail. Called from
+    /// any thread, possibly while `run` is in progress.
+    fn abort(&self);
+
+    fn check(&self, _op: &Op) -> Result<()> {
+        Ok(())
+    }
+    fn watchdog_grace(&self) -> Duration {
+        DEFAULT_WATCHDOG_GRACE
+    }
+    fn version(&self) -> String {
+        super::default_version()
+    }
+    fn finalize(&self) -> Result<()> {
+        Ok(())
+    }
+    fn new_window(&self, _timeout: Duration) -> Result<Box<dyn WindowBackend>> {
+        Err(super::no_windows())
+    }
+    fn async_error(&self) -> Option<Error> {
+        None
+    }
+    fn register(&self, _buf: *mut c_void, _bytes: usize) -> Result<*mut c_void> {
+        Err(unsupported_hook("memory registration (tc_comm_register)"))
+    }
+    fn deregister(&self, _handle: *mut c_void) -> Result<()> {
+        Err(unsupported_hook("memory registration (tc_comm_deregister)"))
+    }
+    fn mem_alloc(&self, _bytes: usize) -> Result<*mut c_void> {
+        Err(unsupported_hook("its own allocator (tc_mem_alloc)"))
+    }
+    fn mem_free(&self, _ptr: *mut c_void) -> Result<()> {
+        Err(unsupported_hook("its own allocator (tc_mem_free)"))
+    }
+}
+
+/// What the progress thread shares with the callers.
+struct Shared<B> {
+    backend: B,
+    queue: HostQueue,
+    link: CommLink,
+}
+
+/// A host backend served by a queue and a progress thread.
+pub struct HostExecutor<B: HostBackend> {
+    shared: Arc<Shared<B>>,
+    progress: Mutex<Option<JoinHandle<()>>>,
+    name: String,
+    rank: i32,
+    size: i32,
+}
+
+impl<B: HostBackend> HostExecutor<B> {
+    /// Serves `backend`, made for `init`'s comm, and starts its progress
+    /// thread.
+    pub fn start(backend: B, init: &BackendInit) -> Result<HostExecutor<B>> {
+        let shared = Arc::new(Shared {
+            backend,
+            queue: HostQueue::default(),
+            link: init.link.clone(),
+        });
+        let progress = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name(format!("tc-progress-{}", init.name))
+                .spawn(move || {
+                    while let Some(job) = shared.queue.next() {
+                        shared.execute(job);
+                    }
+                })
+                .map_err(|e| Error::system("spawning the progress thread", e))?
+        };
+        Ok(HostExecutor {
+            shared,
+            progress: Mutex::new(Some(progress)),
+            name: init.name.clone(),
+            rank: init.rank,
+            size: init.size,
+        })
+    }
+}
+
+impl<B: HostBackend> Shared<B> {
+    /// Runs one operation (its `running` slot already taken) and releases
+    /// the slot.
+    fn execute(&self, job: Job) {
+        let result = self.link.check_active().and_then(|()| {
+            job.work.start();
+            crate::log_trace!("start {}", job.work.description());
+            self.backend.run(&job.op, job.timeout)
+        });
+        let result = result.map_err(|e| e.context(job.work.description()));
+        if let Err(e) = &result {
+            self.link.operation_failed(e.clone());
+        }
+        job.work.complete(result);
+        self.queue.finished();
+    }
+}
+
+impl<B: HostBackend> Drop for HostExecutor<B> {
+    /// Ends the progress thread of an executor that was never stopped (a
+    /// comm whose creation failed after its backend was made).
+    fn drop(&mut self) {
+        for job in self.shared.queue.stop() {
+            job.work
+                .complete(Err(Error::invalid_usage("the comm was destroyed")));
+        }
+    }
+}
+
+impl<B: HostBackend> Backend for HostExecutor<B> {
+    fn submit(&self, mut op: Op, mut sub: Submission<'_>) -> Result<Arc<dyn Work>> {
+        if completes_at_once(&op, self.size) {
+            let work: Arc<dyn Work> = Arc::new(DoneWork(Ok(())));
+            sub.done_at_once(&op, &work);
+            return Ok(work);
+        }
+        // CUDA buffers on a host backend run on pinned copies, synchronously.
+        let staged = sub
+            .may_be_device
+            .then(|| staging::stage_in(&mut op, self.rank, self.size, sub.opts.stream))
+            .transpose();
+        let staged = match staged {
+            Ok(staged) => staged.flatten(),
+            Err(e) => return Err(sub.refuse(&op, e)),
+        };
+        let blocking = !sub.opts.async_op || staged.is_some();
+        let work = Arc::new(HostWork::new(
+            op.name(),
+            sub.label.clone(),
+            sub.timeout + self.shared.backend.watchdog_grace(),
+        ));
+        if let Some(post) = sub.post.take() {
+            work.on_complete(Box::new(move |r| post(r, true)));
+        }
+        let handle: Arc<dyn Work> = work.clone();
+        (sub.issued)(&op, super::Issue::Watched(&handle));
+        let job = Job {
+            op,
+            timeout: sub.timeout,
+            work: work.clone(),
+        };
+        match self.shared.queue.issue(job, blocking) {
+            Issued::Queued => {}
+            Issued::RunInline(job) => self.shared.execute(job),
+            Issued::Stopped(_) => {
+                let e = Error::invalid_usage(format!("comm '{}' is shutting down", self.name));
+                work.complete(Err(e.clone()));
+                return Err(e);
+            }
+        }
+        if blocking {
+            work.wait_blocking()?;
+        }
+        if let Some(staged) = staged {
+            staged.finish()?;
+        }
+        Ok(handle)
+    }
+
+    fn wait_idle(&self) {
+        self.shared.queue.wait_idle();
+    }
+
+    fn stop(&self, err: &Error) {
+        for job in self.shared.queue.stop() {
+            job.work.complete(Err(err.clone()));
+        }
+        let progress = lock(&self.progress).take();
+        if let Some(t) = progress {
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
+    }
+
+    fn check(&self, op: &Op) -> Result<()> {
+        self.shared.backend.check(op)
+    }
+    fn abort(&self) {
+        self.shared.backend.abort()
+    }
+    fn watchdog_grace(&self) -> Duration {
+        self.shared.backend.watchdog_grace()
+    }
+    fn version(&self) -> String {
+        self.shared.backend.version()
+    }
+    fn finalize(&self) -> Result<()> {
+        self.shared.backend.finalize()
+    }
+    fn new_window(&self, timeout: Duration) -> Result<Box<dyn WindowBackend>> {
+        self.shared.backend.new_window(timeout)
+    }
+    fn async_error(&self) -> Option<Error> {
+        self.shared.backend.async_error()
+    }
+    fn register(&self, buf: *mut c_void, bytes: usize) -> Result<*mut c_void> {
+        self.shared.backend.register(buf, bytes)
+    }
+    fn deregister(&self, handle: *mut c_void) -> Result<()> {
+        self.shared.backend.deregister(handle)
+    }
+    fn mem_alloc(&self, bytes: usize) -> Result<*mut c_void> {
+        self.shared.backend.mem_alloc(bytes)
+    }
+    fn mem_free(&self, ptr: *mut c_void) -> Result<()> {
+        self.shared.backend.mem_free(ptr)
+    }
+}

@@ -1,0 +1,128 @@
+//! The comm's watchdog and failure handling: the thread that fails works
+//! past their timeout and polls the backend's asynchronous errors, and what
+//! a failed operation does to its comm (abort, or abort the process).
+
+use super::Comm;
+use crate::backends::CommEvents;
+use crate::error::{Error, ErrorKind, Result};
+use crate::util::lock;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+const WATCHDOG_PERIOD: Duration = Duration::from_millis(100);
+
+/// The watchdog's clock: a period, cut short once stopped.
+#[derive(Default)]
+pub(super) struct Ticker {
+    stopped: Mutex<bool>,
+    changed: Condvar,
+}
+
+impl Ticker {
+    /// Waits up to `period` (less once stopped); false once stopped.
+    pub(super) fn tick(&self, period: Duration) -> bool {
+        let stopped = lock(&self.stopped);
+        if *stopped {
+            return false;
+        }
+        let (stopped, _) = self
+            .changed
+            .wait_timeout(stopped, period)
+            .unwrap_or_else(|e| e.into_inner());
+        !*stopped
+    }
+
+    pub(super) fn stop(&self) {
+        *lock(&self.stopped) = true;
+        self.changed.notify_all();
+    }
+}
+
+/// What the host executor reaches of its comm while an operation runs.
+impl CommEvents for Comm {
+    fn check_active(&self) -> Result<()> {
+        Comm::check_active(self)
+    }
+
+    fn operation_failed(&self, err: Error) {
+        self.record_failure(err);
+    }
+}
+
+impl Comm {
+    pub(super) fn watchdog_loop(self: Arc<Self>) {
+        loop {
+            if !self.ticker.tick(WATCHDOG_PERIOD) {
+                return;
+            }
+            let now = Instant::now();
+            let mut expired = None;
+            lock(&self.outstanding).retain(|w| {
+                if let Some(e) = w.check_timeout(now) {
+                    expired.get_or_insert(e);
+                }
+                !w.status().is_finished()
+            });
+            if let Some(e) = expired.or_else(|| self.backend.async_error()) {
+                self.record_failure(e);
+            }
+        }
+    }
+
+    /// Records an operation's failure: the comm is aborted (or, with
+    /// abort-on-error, the process), so that no rank waits forever.
+    pub(super) fn record_failure(&self, err: Error) {
+        lock(&self.first_failure).get_or_insert_with(|| err.clone());
+        // Caller errors that every rank detects alike (mismatched sizes or
+        // collectives) leave the connections healthy: fail only that call.
+        if matches!(
+            err.kind,
+            ErrorKind::Aborted
+                | ErrorKind::InvalidUsage
+                | ErrorKind::InvalidArgument
+                | ErrorKind::Unsupported
+        ) {
+            return;
+        }
+        if !self.enter_aborted(&err) {
+            return;
+        }
+        // The recent operations, with the failed one still in progress or
+        // timed out, are what a person reading a hang needs next to the
+        // error (compare the ranks' sequence numbers).
+        let recent = self.recorder.dump(&self.label);
+        if self.abort_on_error.load(Ordering::Relaxed) {
+            crate::config::log(
+                crate::config::Level::Warn,
+                &format!(
+                    "{}; aborting the process (abort_on_error; TORCHCOMM_ABORT_ON_ERROR=0 to fail calls instead)\n{recent}",
+                    err.message
+                ),
+            );
+            self.run_abort_hook(&err);
+            std::process::abort();
+        }
+        crate::log_warn!("comm '{}' aborted: {}\n{recent}", self.name, err.message);
+        self.run_abort_hook(&err);
+        self.backend.abort();
+        self.abort_windows(&Error::new(
+            ErrorKind::Aborted,
+            format!("comm '{}' was aborted: {}", self.name, err.message),
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Ticker;
+    use std::time::Duration;
+
+    #[test]
+    fn a_stopped_ticker_ends_the_watchdog_loop() {
+        let t = Ticker::default();
+        assert!(t.tick(Duration::from_millis(1)));
+        t.stop();
+        assert!(!t.tick(Duration::from_secs(60)), "returns at once, false");
+    }
+}
