@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Instructions per blocking 4-byte send and receive through the gloo
-# backend's shared-memory point-to-point, counted by callgrind on both of
-# 2 ranks (tc-osu --cost: the sends all fit the ring and the receives find
-# every message there, so no call waits and the counts do not depend on
-# timing), for builds side by side:
+# Work per blocking 4-byte send and receive through the gloo backend's
+# shared-memory point-to-point, counted by callgrind on both of 2 ranks
+# (tc-osu --cost: the sends all fit the ring and the receives find every
+# message there, so no call waits and the counts do not depend on timing),
+# for builds side by side:
 #   scripts/p2p-cost.sh [DIR ...]      (default: target/release)
-# Each DIR holds tc-run and tc-osu of one build (tc-osu links the library
-# statically; libtorchcomm-gloo.so is loaded from DIR). Also counts the
-# system calls per send and receive (strace -f -c, where strace exists):
-# each one is a kernel entry that a one-way latency pays.
+# Each DIR holds tc-run, tc-osu (which links the library statically) and
+# libtorchcomm-gloo.so of one build. Columns: instructions and system calls
+# per call of the calling thread, less clock_gettime (a system call under
+# valgrind only: natively it stays in user space). A futex wake there is a
+# kernel entry on the latency path, and wakes a thread that takes a core.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "SKIPPED: valgrind is not installed" >&2; exit 0; }
@@ -16,30 +17,35 @@ command -v valgrind >/dev/null || { echo "SKIPPED: valgrind is not installed" >&
 N=${TC_P2P_COST_CALLS:-2000}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-printf '%-24s %14s %14s %16s\n' "build" "Ir per send" "Ir per recv" "syscalls per op"
+printf '%-24s %12s %12s %18s %18s\n' "build" "Ir per send" "Ir per recv" "syscalls per send" "syscalls per recv"
+per_call() { # CALLGRIND_FILE FUNCTION -> "IR SYSCALLS" per call
+  callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null | python3 -c '
+import re, sys
+n, fn = int(sys.argv[1]), sys.argv[2]
+ir = calls = clock = 0
+num = lambda s: 0 if s == "." else int(s.replace(",", ""))
+for line in sys.stdin:
+    m = re.match(r"\s*([\d,]+|\.)(?: \([^)]*\))?\s+([\d,]+|\.)(?: \([^)]*\))?\s+\S+", line)
+    if not m or "=>" in line:
+        continue
+    # One entry per source file of inlined code: the largest is
+    # the inclusive cost of the function.
+    if re.search(r":tc_osu::" + fn + r"( |$)", line) and num(m.group(1)) > ir:
+        ir, calls = num(m.group(1)), num(m.group(2))
+    elif ":clock_gettime" in line:
+        clock = max(clock, num(m.group(2)))
+print(f"{ir / n:.0f} {max(calls - clock, 0) / n:.2f}")' "$N" "$2"
+}
 for dir in "$@"; do
   d=$(cd "$dir" && pwd)
   name=$(basename "$(dirname "$dir/x")")
   rm -f "$out"/cg.*
   TORCHCOMM_GLOO_LIBRARY=$d/libtorchcomm-gloo.so "$d/tc-run" -n 2 -- valgrind -q --tool=callgrind \
-    --callgrind-out-file="$out/cg.%q{RANK}" "$d/tc-osu" --cost "$N" >/dev/null
-  ir() { # RANKFILE FUNCTION
-    callgrind_annotate --inclusive=yes "$1" | awk -v f="$2" -v n="$N" \
-      '$0 ~ "tc_osu::" f "[ \\[]|tc_osu::" f "$" {gsub(",", "", $1); if ($1 > t) t = $1}
-       END {if (t) printf "%.0f", t / n; else print "-"}'
-  }
-  sys="-"
-  if command -v strace >/dev/null; then
-    # Two runs, N and 2N calls: the difference is N sends + N receives.
-    count() {
-      TORCHCOMM_GLOO_LIBRARY=$d/libtorchcomm-gloo.so "$d/tc-run" -n 2 -- sh -c \
-        'exec strace -f -c -o "$0.$RANK" "$1" --cost "$2"' "$out/st.$1" "$d/tc-osu" "$1" >/dev/null 2>&1 || true
-      cat "$out"/st."$1".* 2>/dev/null | awk '$NF == "total" {t += $(NF-1)} END {print t + 0}'
-    }
-    a=$(count "$N")
-    b=$(count $((2 * N)))
-    sys=$(awk -v a="$a" -v b="$b" -v n="$N" 'BEGIN {printf "%.2f", (b - a) / (2 * n)}')
-  fi
-  printf '%-24s %14s %14s %16s\n' "$name" "$(ir "$out/cg.0" cost_sends)" "$(ir "$out/cg.1" cost_receives)" "$sys"
+    --collect-systime=yes --separate-threads=yes '--toggle-collect=tc_osu::cost_*' \
+    --callgrind-out-file="$out/cg.%q{RANK}" "$d/tc-osu" --cost "$N" >/dev/null 2>&1
+  # Thread 1 of each rank: its main thread, which makes the calls.
+  read -r send_ir send_sys < <(per_call "$out/cg.0-01" cost_sends)
+  read -r recv_ir recv_sys < <(per_call "$out/cg.1-01" cost_receives)
+  printf '%-24s %12s %12s %18s %18s\n' "$name" "$send_ir" "$recv_ir" "$send_sys" "$recv_sys"
 done
-echo "($N calls of each; 2 ranks, one host; all threads of each rank; syscalls: all threads of both ranks)"
+echo "($N calls of each; 2 ranks on one host, both under callgrind; sends on rank 0, receives on rank 1)"

@@ -254,7 +254,14 @@ impl Comm {
     /// Puts a work issued outside [`Comm::submit`] (a window call) under the
     /// watchdog: past its timeout it fails and the comm is aborted.
     pub(crate) fn watch(&self, work: Arc<dyn Work>) {
-        lock(&self.outstanding).push(work);
+        let mut outstanding = lock(&self.outstanding);
+        // The watchdog prunes finished works only every WATCHDOG_PERIOD (an
+        // operation no longer wakes it): prune here too, when the list
+        // would grow, so that it stays bounded at an amortized O(1) a call.
+        if outstanding.len() == outstanding.capacity() {
+            outstanding.retain(|w| !w.status().is_finished());
+        }
+        outstanding.push(work);
     }
 
     /// Tracks a new window's lanes (see [`Comm::finalize`], [`Comm::abort`]).
@@ -367,7 +374,7 @@ impl Comm {
         };
         if let Some(work) = work {
             record(&op, Ok(&work));
-            lock(&self.outstanding).push(work.clone());
+            self.watch(work.clone());
             at_once(post, &Ok(()), false);
             return Ok(work);
         }
@@ -400,7 +407,7 @@ impl Comm {
         }
         let handle: Arc<dyn Work> = work.clone();
         record(&op, Ok(&handle));
-        lock(&self.outstanding).push(handle);
+        self.watch(handle);
         let job = Job {
             op,
             timeout,

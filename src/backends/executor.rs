@@ -31,6 +31,8 @@ struct Queue {
     /// Jobs taken but not finished (0 or 1).
     running: usize,
     stop: bool,
+    /// Threads in [`HostQueue::wait_idle`].
+    idle_waiters: usize,
 }
 
 /// What [`HostQueue::issue`] did with a job.
@@ -44,10 +46,17 @@ pub enum Issued {
     Stopped(Job),
 }
 
+/// Waking a thread costs a system call and, on a loaded host, a core taken
+/// from a rank that is polling for its peer: each condition variable is
+/// notified only when someone may be waiting for that change.
 #[derive(Default)]
 pub struct HostQueue {
     queue: Mutex<Queue>,
+    /// A job was queued, or the running one finished while jobs or idle
+    /// waiters were there (the progress thread and `wait_idle`).
     changed: Condvar,
+    /// The queue was stopped (the watchdog's clock).
+    stopped: Condvar,
 }
 
 impl HostQueue {
@@ -91,17 +100,27 @@ impl HostQueue {
 
     /// Releases the running slot of a job taken by [`HostQueue::next`] or
     /// run inline.
+    /// A blocking call run inline wakes nobody here when nothing is queued
+    /// behind it (the common case of a program that waits for each call).
     pub fn finished(&self) {
-        lock(&self.queue).running -= 1;
-        self.changed.notify_all();
+        let mut q = lock(&self.queue);
+        q.running -= 1;
+        let wanted = !q.jobs.is_empty() || q.idle_waiters > 0;
+        drop(q);
+        if wanted {
+            self.changed.notify_all();
+        }
     }
 
-    /// Waits up to `period` (less when the queue changes); false once the
+    /// Waits up to `period` (less when the queue is stopped); false once the
     /// queue is stopped. The watchdog's clock.
     pub fn tick(&self, period: Duration) -> bool {
         let q = lock(&self.queue);
+        if q.stop {
+            return false;
+        }
         let (q, _) = self
-            .changed
+            .stopped
             .wait_timeout(q, period)
             .unwrap_or_else(|e| e.into_inner());
         !q.stop
@@ -110,9 +129,11 @@ impl HostQueue {
     /// Waits until no job is queued or running.
     pub fn wait_idle(&self) {
         let mut q = lock(&self.queue);
+        q.idle_waiters += 1;
         while !q.jobs.is_empty() || q.running > 0 {
             q = self.changed.wait(q).unwrap_or_else(|e| e.into_inner());
         }
+        q.idle_waiters -= 1;
     }
 
     /// Stops the queue and returns the jobs that never ran.
@@ -123,6 +144,7 @@ impl HostQueue {
             q.jobs.drain(..).collect()
         };
         self.changed.notify_all();
+        self.stopped.notify_all();
         pending
     }
 }

@@ -210,22 +210,30 @@ impl GlooBackend {
         let me = self.rank;
         let mut errors: Vec<String> = Vec::new();
         self.local_transfers(ops, &mut errors);
-        let remote: Vec<intra_host::Transfer> = ops
-            .iter()
-            .filter(|o| o.peer != me)
-            .map(|o| intra_host::Transfer {
-                is_send: o.is_send,
-                peer: o.peer as usize,
-                tag: o.tag,
-                buf: o.buf.as_u8(),
-                count: o.count,
-                dtype: o.dtype,
-            })
-            .collect();
+        let convert = |o: &P2p| intra_host::Transfer {
+            is_send: o.is_send,
+            peer: o.peer as usize,
+            tag: o.tag,
+            buf: o.buf.as_u8(),
+            count: o.count,
+            dtype: o.dtype,
+        };
+        // A single send or receive (the latency-bound case) allocates nothing.
+        let (one, many): ([intra_host::Transfer; 1], Vec<intra_host::Transfer>);
+        let remote: &[intra_host::Transfer] = match ops {
+            [o] if o.peer != me => {
+                one = [convert(o)];
+                &one
+            }
+            _ => {
+                many = ops.iter().filter(|o| o.peer != me).map(convert).collect();
+                &many
+            }
+        };
         if !remote.is_empty() {
             self.check_not_broken()?;
             let alive = || self.check_not_broken();
-            errors.extend(ih.point_to_point(&remote, d, &alive)?);
+            errors.extend(ih.point_to_point(remote, d, &alive)?);
         }
         if errors.is_empty() {
             Ok(())
