@@ -248,7 +248,14 @@ impl Comm {
     /// Puts a work issued outside [`Comm::submit`] (a window call) under the
     /// watchdog: past its timeout it fails and the comm is aborted.
     pub(crate) fn watch(&self, work: Arc<dyn Work>) {
-        lock(&self.outstanding).push(work);
+        let mut outstanding = lock(&self.outstanding);
+        // The watchdog prunes finished works only every WATCHDOG_PERIOD (an
+        // operation no longer wakes it): prune here too, when the list
+        // would grow, so that it stays bounded at an amortized O(1) a call.
+        if outstanding.len() == outstanding.capacity() {
+            outstanding.retain(|w| !w.status().is_finished());
+        }
+        outstanding.push(work);
     }
 
     /// Tracks a new window's lanes (see [`Comm::finalize`], [`Comm::abort`]).
@@ -349,7 +356,7 @@ impl Comm {
                 Issue::Refused(kind) => Err(kind),
                 Issue::Done(work) => Ok(work),
                 Issue::Watched(work) => {
-                    lock(&self.outstanding).push(work.clone());
+                    self.watch(work.clone());
                     Ok(work)
                 }
             };

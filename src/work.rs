@@ -44,6 +44,9 @@ struct HostState {
     error: Option<Error>,
     started: Option<Instant>,
     on_complete: Option<CompletionHook>,
+    /// Threads in [`Work::wait_blocking`]: [`HostWork::complete`] notifies
+    /// only when there are some (a call run inline has none).
+    waiters: u32,
 }
 
 /// Run once with the outcome when a [`HostWork`] completes, before its
@@ -72,6 +75,7 @@ impl HostWork {
                 error: None,
                 started: None,
                 on_complete: None,
+                waiters: 0,
             }),
             done: Condvar::new(),
         }
@@ -121,8 +125,11 @@ impl HostWork {
                 }
             }
         }
+        let waiters = s.waiters > 0;
         drop(s);
-        self.done.notify_all();
+        if waiters {
+            self.done.notify_all();
+        }
     }
 
     fn outcome(s: &HostState) -> Result<()> {
@@ -144,8 +151,12 @@ impl Work for HostWork {
 
     fn wait_blocking(&self) -> Result<()> {
         let mut s = self.lock();
-        while !s.status.is_finished() {
-            s = self.done.wait(s).unwrap_or_else(|e| e.into_inner());
+        if !s.status.is_finished() {
+            s.waiters += 1;
+            while !s.status.is_finished() {
+                s = self.done.wait(s).unwrap_or_else(|e| e.into_inner());
+            }
+            s.waiters -= 1;
         }
         HostWork::outcome(&s)
     }
@@ -163,8 +174,11 @@ impl Work for HostWork {
         ));
         s.status = WorkStatus::TimedOut;
         s.error = Some(err.clone());
+        let waiters = s.waiters > 0;
         drop(s);
-        self.done.notify_all();
+        if waiters {
+            self.done.notify_all();
+        }
         Some(err)
     }
 }

@@ -4,7 +4,7 @@
 //! many messages in flight, batches with several transfers to the same and
 //! to different peers, a receive posted long before its send, a receive
 //! that does not match its message, every byte checked; the same job over
-//! Gloo (`TORCHCOMM_SHM_P2P=0`) for comparison; a peer killed in the
+//! Gloo (`TORCHCOMM_SHM_P2P=0`, and the hint `gloo.shm_p2p=0`); a peer killed in the
 //! middle of transfers named at once by the survivors; a stopped peer
 //! reported at the timeout.
 
@@ -221,16 +221,30 @@ fn late_send_and_mismatch(comm: &Comm) {
     ring_send_first(comm, &[5, 70_000], 9);
 }
 
-fn exchanges_child() {
-    let comm = child_comm("shm-p2p", TIMEOUT);
-    if std::env::var("TORCHCOMM_SHM_P2P").as_deref() == Ok("0") {
-        // Gloo's sends wait for their receive: only orders without a
-        // rank that sends first to a rank that does too.
-        batches(&comm);
-        run(&comm, Op::Barrier).unwrap();
-        println!("RESULT ok");
-        return;
+/// The comm of the exchanges: with `TC_TEST_P2P_HINT_OFF=1`, point-to-point
+/// is kept on Gloo by the comm's hint `gloo.shm_p2p=0` (else by the
+/// environment, or not at all).
+fn exchanges_comm() -> Arc<Comm> {
+    if std::env::var("TC_TEST_P2P_HINT_OFF").as_deref() != Ok("1") {
+        return child_comm("shm-p2p", TIMEOUT);
     }
+    let opts = torchcomm::comm::CommOptions {
+        name: Some("shm-p2p".into()),
+        timeout: Some(TIMEOUT),
+        abort_on_error: Some(false),
+        rank: Some(rank()),
+        world_size: Some(size()),
+        store: Some(child_store()),
+        hints: vec![("gloo.shm_p2p".into(), "0".into())],
+    };
+    Comm::new("gloo", torchcomm::types::Device::Cpu, opts).unwrap()
+}
+
+/// The same job on both paths: through Gloo too, every rank sends first
+/// (its sends are buffered, see `gloo::buffered_sends`), and a receive
+/// that does not match its message fails on the receiver alone.
+fn exchanges_child() {
+    let comm = exchanges_comm();
     ring_send_first(&comm, &SMALL, 0);
     ring_send_first(&comm, &BIG, 1);
     many_in_flight(&comm);
@@ -241,16 +255,16 @@ fn exchanges_child() {
 }
 
 fn exchanges(test: &str, n: usize, shm: bool) {
-    let out = launch(
-        test,
-        "exchanges",
-        n,
-        &[
-            ("TORCHCOMM_DEBUG", "INFO"),
-            ("TORCHCOMM_SHM_P2P", if shm { "1" } else { "0" }),
-        ],
-        Duration::from_secs(240),
-    );
+    exchanges_with(test, n, shm, &[]);
+}
+
+fn exchanges_with(test: &str, n: usize, shm: bool, extra: &[(&str, &str)]) {
+    let mut env = vec![("TORCHCOMM_DEBUG", "INFO")];
+    if extra.is_empty() {
+        env.push(("TORCHCOMM_SHM_P2P", if shm { "1" } else { "0" }));
+    }
+    env.extend_from_slice(extra);
+    let out = launch(test, "exchanges", n, &env, Duration::from_secs(240));
     assert_all_ok(&out);
     for o in &out {
         assert_eq!(o.results(), ["ok"], "{}", o.describe());
@@ -283,15 +297,38 @@ fn gloo_shm_p2p_exchanges_4() {
     exchanges("gloo_shm_p2p_exchanges_4", 4, true);
 }
 
-/// Batches over Gloo: the switch is honoured and both paths agree (the
-/// sends-first exchanges above time out there: Gloo's sends wait for their
-/// receive).
+/// Every exchange above over Gloo (`TORCHCOMM_SHM_P2P=0`): the switch is
+/// honoured and both paths give the same bytes, ranks that all send first
+/// included.
 #[test]
 fn gloo_shm_p2p_off_uses_gloo() {
     if role().is_some() {
         return exchanges_child();
     }
     exchanges("gloo_shm_p2p_off_uses_gloo", 3, false);
+}
+
+/// Both-send-first exchanges over Gloo chosen by the comm's hint
+/// `gloo.shm_p2p=0`, 2 processes (before buffered sends: every rank's
+/// first send waited for a receive that its peer, itself sending, never
+/// posted, until the timeout).
+#[test]
+fn gloo_p2p_hint_off_sends_first_2() {
+    if role().is_some() {
+        return exchanges_child();
+    }
+    let hint = [("TC_TEST_P2P_HINT_OFF", "1")];
+    exchanges_with("gloo_p2p_hint_off_sends_first_2", 2, false, &hint);
+}
+
+/// The same with 3 processes.
+#[test]
+fn gloo_p2p_hint_off_sends_first_3() {
+    if role().is_some() {
+        return exchanges_child();
+    }
+    let hint = [("TC_TEST_P2P_HINT_OFF", "1")];
+    exchanges_with("gloo_p2p_hint_off_sends_first_3", 3, false, &hint);
 }
 
 /// Rank 2 is killed while it receives from rank 0 and sends to rank 1 in a

@@ -4,6 +4,7 @@
 //! `gloo.shm_p2p=0`: Gloo over TCP loopback), interleaved round by round.
 //!
 //! `tc-run -n 2 -- tc-osu [-b MIN] [-e MAX] [-r ROUNDS] [--extra NAME=LAT,BW]...`
+//! `tc-run -n 2 -- tc-osu --cost N`
 //!
 //! Latency: ping-pong (rank 0 sends, rank 1 receives and sends back), half
 //! the round trip, as osu_latency. Bandwidth: rank 0 starts a window of
@@ -13,6 +14,13 @@
 //! `--extra` adds columns read from files of `size value` lines (other
 //! systems, e.g. torch.distributed, measured before this run). The first
 //! exchange of every size and system is checked byte by byte.
+//!
+//! `--cost N` measures no time: rank 0 makes N blocking 4-byte sends
+//! through shared memory ([`cost_sends`]), then both ranks meet at a
+//! barrier, then rank 1 makes the N receives ([`cost_receives`]), so that
+//! neither side ever waits for the other. Run under callgrind
+//! (scripts/p2p-cost.sh), the inclusive instructions of those two
+//! functions divided by N are the work of one send and one receive.
 
 use std::process::exit;
 use std::sync::Arc;
@@ -26,6 +34,8 @@ struct Args {
     max: usize,
     rounds: usize,
     extra: Vec<(String, String, String)>,
+    /// `--cost N`: the instruction-count mode.
+    cost: Option<usize>,
 }
 
 fn size_arg(s: &str) -> Option<usize> {
@@ -40,6 +50,7 @@ fn size_arg(s: &str) -> Option<usize> {
 
 fn usage() -> ! {
     eprintln!("usage: tc-run -n 2 -- tc-osu [-b MIN] [-e MAX] [-r ROUNDS] [--extra NAME=LATFILE,BWFILE]...");
+    eprintln!("       tc-run -n 2 -- tc-osu --cost N");
     exit(2)
 }
 
@@ -49,6 +60,7 @@ fn parse_args() -> Args {
         max: 16 << 20,
         rounds: 3,
         extra: Vec::new(),
+        cost: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -57,6 +69,7 @@ fn parse_args() -> Args {
             "-b" => a.min = size_arg(&value).unwrap_or_else(|| usage()),
             "-e" => a.max = size_arg(&value).unwrap_or_else(|| usage()),
             "-r" => a.rounds = value.parse().unwrap_or_else(|_| usage()),
+            "--cost" => a.cost = Some(value.parse().unwrap_or_else(|_| usage())),
             "--extra" => {
                 let (name, files) = value.split_once('=').unwrap_or_else(|| usage());
                 let (lat, bw) = files.split_once(',').unwrap_or_else(|| usage());
@@ -193,6 +206,37 @@ fn bandwidth(c: &Comm, buf: &mut [u8], len: usize, shm: bool) -> f64 {
     (window * windows * len) as f64 / t0.elapsed().as_secs_f64() / 1e6
 }
 
+/// `n` blocking 4-byte sends to rank 1 (the ring has room for them all).
+#[inline(never)]
+fn cost_sends(c: &Comm, buf: &mut [u8], n: usize) {
+    for _ in 0..n {
+        run(c, op(true, buf, 4, 1));
+    }
+}
+
+/// `n` blocking 4-byte receives from rank 0, every message already there.
+#[inline(never)]
+fn cost_receives(c: &Comm, buf: &mut [u8], n: usize) {
+    for _ in 0..n {
+        run(c, op(false, buf, 4, 0));
+    }
+}
+
+/// The `--cost` mode (see the module's documentation).
+fn cost(c: &Comm, n: usize) {
+    let mut buf = [0u8; 4];
+    // One exchange first, so that no first-call work is counted.
+    checked_exchange(c, &mut buf, 4);
+    if c.rank() == 0 {
+        cost_sends(c, &mut buf, n);
+    }
+    run(c, Op::Barrier);
+    if c.rank() == 1 {
+        cost_receives(c, &mut buf, n);
+    }
+    run(c, Op::Barrier);
+}
+
 /// Median and range of `v` (sorted in place).
 fn stats(v: &mut [f64]) -> (f64, f64, f64) {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -299,13 +343,17 @@ fn print_table(
 fn main() {
     let args = parse_args();
     let shm = comm("tc-osu-shm", true);
-    let gloo = comm("tc-osu-gloo", false);
     if shm.size() != 2 {
         die(
             "world size",
             format!("{} ranks; run 2 (tc-run -n 2)", shm.size()),
         );
     }
+    if let Some(n) = args.cost {
+        cost(&shm, n);
+        return;
+    }
+    let gloo = comm("tc-osu-gloo", false);
     let me = shm.rank();
     let mut sizes = Vec::new();
     let mut s = args.min.max(1);

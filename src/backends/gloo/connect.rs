@@ -54,6 +54,7 @@ impl GlooBackend {
             rank: init.rank,
             size: init.size,
             name: init.name.clone(),
+            buffered: Default::default(),
             ctx,
             seqs: Mutex::new(Seqs {
                 tag: 1,

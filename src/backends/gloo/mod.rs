@@ -9,8 +9,9 @@
 //! Safety rails around traps of this Gloo build:
 //! - a size mismatch between ranks makes Gloo terminate the receiving
 //!   process, so sizes are agreed before every transfer whose sizes could
-//!   differ: a 16-byte (count, dtype) exchange precedes each point-to-point
-//!   transfer through Gloo (the shared-memory one checks on the receiver), and the per-rank counts of the v-variants are all-gathered and
+//!   differ: each point-to-point send through Gloo carries a descriptor
+//!   (count, dtype, bytes) that its receive takes first (the shared-memory
+//!   path checks on the receiver too), and the per-rank counts of the v-variants are all-gathered and
 //!   compared first; with `TORCHCOMM_CHECK_COLLECTIVES=1` every collective
 //!   first all-gathers (op, dtype, count, root, reduce op) and fails on all
 //!   ranks, naming the rank that differs;
@@ -29,6 +30,7 @@
 //!   received blocks in rank order; the list forms go through contiguous
 //!   scratch buffers.
 
+mod buffered_sends;
 mod collectives;
 mod connect;
 mod failure;
@@ -69,8 +71,8 @@ pub fn create(init: BackendInit) -> Result<Box<dyn Backend>> {
 }
 
 const SLOT_PREFIX_P2P: u64 = 0x40;
-const SLOT_KIND_SENDER_DESC: u64 = 1;
-const SLOT_KIND_RECEIVER_DESC: u64 = 2;
+/// A send's descriptor (count, dtype, bytes), see `buffered_sends`.
+const SLOT_KIND_DESC: u64 = 1;
 const SLOT_KIND_DATA: u64 = 3;
 /// Added to a slot kind for transfers with a non-zero tag (see
 /// `GlooBackend::slot`).
@@ -101,6 +103,9 @@ pub struct GlooBackend {
     rank: i32,
     size: i32,
     name: String,
+    /// Sends whose Gloo posts were not waited for yet: declared before
+    /// `ctx`, so dropped before it.
+    buffered: buffered_sends::BufferedSends,
     /// None for a world of one rank, where every operation is local.
     ctx: Option<shim::Context>,
     seqs: Mutex<Seqs>,
@@ -261,8 +266,9 @@ impl HostBackend for GlooBackend {
         self.mark_broken(&Error::new(ErrorKind::Aborted, "the comm was aborted"));
     }
 
+    /// Waits until the peers received every buffered send.
     fn finalize(&self) -> Result<()> {
-        Ok(())
+        self.flush_buffered_sends()
     }
 
     fn version(&self) -> String {

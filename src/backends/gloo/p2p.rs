@@ -1,6 +1,9 @@
 //! Point-to-point: sends, receives and batches over Gloo's unbound
-//! buffers, each transfer preceded by a (count, dtype) exchange so that a
-//! size mismatch fails cleanly instead of terminating the process.
+//! buffers. Each send is buffered and carries a descriptor (count, dtype,
+//! bytes) ahead of its payload; its receive takes the descriptor first and
+//! posts the payload at the announced size, so that a size mismatch fails
+//! cleanly on the receiver instead of terminating the process, and a send
+//! never waits for its receive (see [`super::buffered_sends`]).
 //!
 //! Tags map onto Gloo's slots: Gloo matches a receive with a send of the
 //! same (peer, slot), in posting order, and a transfer's slot holds its tag
@@ -8,6 +11,7 @@
 //! receive only ever meets a send of its own tag, and the transfers of one
 //! batch, posted together, match whatever their order on either side.
 
+use super::buffered_sends::{DESC_BYTES, DESC_WORDS};
 use super::*;
 
 impl GlooBackend {
@@ -90,101 +94,97 @@ impl GlooBackend {
             .collect()
     }
 
-    /// Point-to-point transfers issued together: first each transfer's
-    /// (count, dtype) is exchanged with its peer, then the data of every
-    /// transfer whose sides agree moves; disagreeing transfers fail on both
-    /// sides without touching Gloo's data path.
+    /// Point-to-point transfers issued together. Sends are buffered (see
+    /// [`super::buffered_sends`]): each posts a descriptor (count, dtype,
+    /// bytes) and its payload and completes. Receives first take their
+    /// descriptors, all together, then post their payloads at the size the
+    /// sender announced: a receive whose descriptor disagrees fails with
+    /// `TC_ERR_INVALID_USAGE` naming both sides, its payload is taken into
+    /// scratch memory (the pair stays in step, nothing lands), and the
+    /// other transfers complete.
     pub(super) unsafe fn p2p(&self, ops: &[P2p], d: &Deadline) -> Result<()> {
         let me = self.rank;
         let mut errors: Vec<String> = Vec::new();
         self.local_transfers(ops, &mut errors);
         let remote: Vec<&P2p> = ops.iter().filter(|o| o.peer != me).collect();
-        if remote.is_empty() {
-            return if errors.is_empty() {
-                Ok(())
-            } else {
-                Err(Error::invalid_usage(errors.join("; ")))
-            };
-        }
-        self.check_not_broken()?;
-        let seqs = self.next_seqs(&remote);
-        let mut my_desc: Vec<[u64; 2]> = remote
-            .iter()
-            .map(|o| [o.count as u64, o.dtype.to_c() as u64])
-            .collect();
-        let mut their_desc: Vec<[u64; 2]> = vec![[u64::MAX; 2]; remote.len()];
-        let mut transfers = Vec::with_capacity(remote.len() * 2);
-        for (i, o) in remote.iter().enumerate() {
-            let (mine_kind, theirs_kind) = if o.is_send {
-                (SLOT_KIND_SENDER_DESC, SLOT_KIND_RECEIVER_DESC)
-            } else {
-                (SLOT_KIND_RECEIVER_DESC, SLOT_KIND_SENDER_DESC)
-            };
-            transfers.push(shim::Transfer {
-                peer: o.peer,
-                is_send: 1,
-                buf: my_desc[i].as_mut_ptr() as *mut c_void,
-                nbytes: 16,
-                slot: Self::slot(mine_kind, o.tag, seqs[i]),
-            });
-            transfers.push(shim::Transfer {
-                peer: o.peer,
-                is_send: 0,
-                buf: their_desc[i].as_mut_ptr() as *mut c_void,
-                nbytes: 16,
-                slot: Self::slot(theirs_kind, o.tag, seqs[i]),
-            });
-        }
-        self.ctx()
-            .p2p(&transfers, d.left()?)
-            .map_err(|e| self.fail(&exchange_label(&remote), e))?;
-        transfers.clear();
-        for (i, o) in remote.iter().enumerate() {
-            if my_desc[i] != their_desc[i] {
-                let dt = |v: u64| DType::ALL.get(v as usize).map_or("?", |d| d.name());
-                let (verb, their_verb) = if o.is_send {
-                    ("send of", "receive of")
-                } else {
-                    ("receive of", "send of")
-                };
-                errors.push(format!(
-                    "{verb} {} {} {} rank {}{} does not match that rank's {their_verb} {} {}",
-                    my_desc[i][0],
-                    dt(my_desc[i][1]),
-                    if o.is_send { "to" } else { "from" },
-                    o.peer,
-                    if o.tag == 0 {
-                        String::new()
-                    } else {
-                        format!(" with tag {}", o.tag)
-                    },
-                    their_desc[i][0],
-                    dt(their_desc[i][1])
-                ));
-                continue;
+        if !remote.is_empty() {
+            self.check_not_broken()?;
+            let seqs = self.next_seqs(&remote);
+            let mut receives = Vec::new();
+            for (o, seq) in remote.iter().zip(seqs) {
+                if !o.is_send {
+                    receives.push((*o, seq));
+                    continue;
+                }
+                let bytes = o.count * o.dtype.size();
+                let desc = [o.count as u64, o.dtype.to_c() as u64, bytes as u64];
+                let slots = (
+                    Self::slot(SLOT_KIND_DESC, o.tag, seq),
+                    Self::slot(SLOT_KIND_DATA, o.tag, seq),
+                );
+                self.buffered_send(o.peer, desc, o.buf.as_u8(), slots, d)?;
             }
-            let bytes = o.count * o.dtype.size();
-            if bytes == 0 {
-                continue;
+            if !receives.is_empty() {
+                self.receive(&receives, d, &mut errors)?;
             }
-            transfers.push(shim::Transfer {
-                peer: o.peer,
-                is_send: o.is_send as c_int,
-                buf: o.buf.0,
-                nbytes: bytes,
-                slot: Self::slot(SLOT_KIND_DATA, o.tag, seqs[i]),
-            });
-        }
-        if !transfers.is_empty() {
-            self.ctx()
-                .p2p(&transfers, d.left()?)
-                .map_err(|e| self.fail("point-to-point transfer", e))?;
         }
         if errors.is_empty() {
             Ok(())
         } else {
             Err(Error::invalid_usage(errors.join("; ")))
         }
+    }
+
+    /// The receives of one operation (with their sequence numbers): their
+    /// descriptors, then their payloads.
+    unsafe fn receive(
+        &self,
+        receives: &[(&P2p, u64)],
+        d: &Deadline,
+        errors: &mut Vec<String>,
+    ) -> Result<()> {
+        let mut descs = vec![[u64::MAX; DESC_WORDS]; receives.len()];
+        let transfers: Vec<shim::Transfer> = receives
+            .iter()
+            .zip(descs.iter_mut())
+            .map(|((o, seq), desc)| shim::Transfer {
+                peer: o.peer,
+                is_send: 0,
+                buf: desc.as_mut_ptr() as *mut c_void,
+                nbytes: DESC_BYTES,
+                slot: Self::slot(SLOT_KIND_DESC, o.tag, *seq),
+            })
+            .collect();
+        let tagged: Vec<&P2p> = receives.iter().map(|(o, _)| *o).collect();
+        self.ctx()
+            .p2p(&transfers, d.left()?)
+            .map_err(|e| self.fail(&descriptor_label(&tagged), e))?;
+        let mut scratch = Vec::new();
+        let mut payloads = Vec::with_capacity(receives.len());
+        for ((o, seq), [count, dtype, bytes]) in receives.iter().zip(descs) {
+            let mut buf = o.buf.0;
+            if count != o.count as u64 || dtype != o.dtype.to_c() as u64 {
+                errors.push(mismatch(o, count, dtype));
+                let mut s = Scratch::new(bytes as usize);
+                buf = s.ptr() as *mut c_void;
+                scratch.push(s);
+            }
+            if bytes > 0 {
+                payloads.push(shim::Transfer {
+                    peer: o.peer,
+                    is_send: 0,
+                    buf,
+                    nbytes: bytes as usize,
+                    slot: Self::slot(SLOT_KIND_DATA, o.tag, *seq),
+                });
+            }
+        }
+        if !payloads.is_empty() {
+            self.ctx()
+                .p2p(&payloads, d.left()?)
+                .map_err(|e| self.fail("point-to-point receive", e))?;
+        }
+        Ok(())
     }
 
     /// Send, receive and batch through the shared-memory rings (see
@@ -210,22 +210,30 @@ impl GlooBackend {
         let me = self.rank;
         let mut errors: Vec<String> = Vec::new();
         self.local_transfers(ops, &mut errors);
-        let remote: Vec<intra_host::Transfer> = ops
-            .iter()
-            .filter(|o| o.peer != me)
-            .map(|o| intra_host::Transfer {
-                is_send: o.is_send,
-                peer: o.peer as usize,
-                tag: o.tag,
-                buf: o.buf.as_u8(),
-                count: o.count,
-                dtype: o.dtype,
-            })
-            .collect();
+        let convert = |o: &P2p| intra_host::Transfer {
+            is_send: o.is_send,
+            peer: o.peer as usize,
+            tag: o.tag,
+            buf: o.buf.as_u8(),
+            count: o.count,
+            dtype: o.dtype,
+        };
+        // A single send or receive (the latency-bound case) allocates nothing.
+        let (one, many): ([intra_host::Transfer; 1], Vec<intra_host::Transfer>);
+        let remote: &[intra_host::Transfer] = match ops {
+            [o] if o.peer != me => {
+                one = [convert(o)];
+                &one
+            }
+            _ => {
+                many = ops.iter().filter(|o| o.peer != me).map(convert).collect();
+                &many
+            }
+        };
         if !remote.is_empty() {
             self.check_not_broken()?;
             let alive = || self.check_not_broken();
-            errors.extend(ih.point_to_point(&remote, d, &alive)?);
+            errors.extend(ih.point_to_point(remote, d, &alive)?);
         }
         if errors.is_empty() {
             Ok(())
@@ -235,20 +243,37 @@ impl GlooBackend {
     }
 }
 
-/// What the size exchange is called in errors: with the tags in use, since
+/// Why receive `o` cannot take its sender's message of `count` elements
+/// of dtype code `dtype`.
+fn mismatch(o: &P2p, count: u64, dtype: u64) -> String {
+    let name = DType::ALL.get(dtype as usize).map_or("?", |d| d.name());
+    let tag = match o.tag {
+        0 => String::new(),
+        t => format!(" with tag {t}"),
+    };
+    format!(
+        "receive of {} {} from rank {}{tag} does not match that rank's send of {count} {name} \
+         (the send completed there)",
+        o.count,
+        o.dtype.name(),
+        o.peer
+    )
+}
+
+/// What the descriptor receive is called in errors: with the tags in use, since
 /// a receive waiting for a tag its peer does not send fails only at the
 /// timeout.
-fn exchange_label(remote: &[&P2p]) -> String {
+fn descriptor_label(remote: &[&P2p]) -> String {
     let mut tags: Vec<u32> = remote.iter().map(|o| o.tag).filter(|t| *t != 0).collect();
     if tags.is_empty() {
-        return "point-to-point size exchange".into();
+        return "point-to-point receive of the sender's size".into();
     }
     tags.sort_unstable();
     tags.dedup();
     let list: Vec<String> = tags.iter().map(u32::to_string).collect();
     format!(
-        "point-to-point size exchange of tagged transfers (tags {}; a receive takes only \
-         a send of its own peer and tag, and operations run in issue order)",
+        "point-to-point receive of the sender's size for tagged transfers (tags {}; a receive \
+         takes only a send of its own peer and tag, and operations run in issue order)",
         list.join(", ")
     )
 }

@@ -31,6 +31,8 @@ struct Queue {
     /// Jobs taken but not finished (0 or 1).
     running: usize,
     stop: bool,
+    /// Threads in [`HostQueue::wait_idle`].
+    idle_waiters: usize,
 }
 
 /// What [`HostQueue::issue`] did with a job.
@@ -44,9 +46,14 @@ pub enum Issued {
     Stopped(Job),
 }
 
+/// Waking a thread costs a system call and, on a loaded host, a core taken
+/// from a rank that is polling for its peer: each condition variable is
+/// notified only when someone may be waiting for that change.
 #[derive(Default)]
 pub struct HostQueue {
     queue: Mutex<Queue>,
+    /// A job was queued, or the running one finished while jobs or idle
+    /// waiters were there (the progress thread and `wait_idle`).
     changed: Condvar,
 }
 
@@ -91,17 +98,26 @@ impl HostQueue {
 
     /// Releases the running slot of a job taken by [`HostQueue::next`] or
     /// run inline.
+    /// A blocking call run inline wakes nobody here when nothing is queued
+    /// behind it (the common case of a program that waits for each call).
     pub fn finished(&self) {
-        lock(&self.queue).running -= 1;
-        self.changed.notify_all();
+        let mut q = lock(&self.queue);
+        q.running -= 1;
+        let wanted = !q.jobs.is_empty() || q.idle_waiters > 0;
+        drop(q);
+        if wanted {
+            self.changed.notify_all();
+        }
     }
 
     /// Waits until no job is queued or running.
     pub fn wait_idle(&self) {
         let mut q = lock(&self.queue);
+        q.idle_waiters += 1;
         while !q.jobs.is_empty() || q.running > 0 {
             q = self.changed.wait(q).unwrap_or_else(|e| e.into_inner());
         }
+        q.idle_waiters -= 1;
     }
 
     /// Stops the queue and returns the jobs that never ran.

@@ -178,23 +178,32 @@ impl IntraHost {
             return Err(Error::internal("shared-memory point-to-point is off"));
         };
         let mut inboxes = crate::util::lock(inboxes);
-        let mut pend: Vec<Pending> = transfers
-            .iter()
-            .map(|t| Pending {
-                t: *t,
-                done: false,
-                matched: false,
-                moved: 0,
-                header_sent: false,
-                error: None,
-            })
-            .collect();
+        let pending = |t: &Transfer| Pending {
+            t: *t,
+            done: false,
+            matched: false,
+            moved: 0,
+            header_sent: false,
+            error: None,
+        };
+        // A single send or receive (the latency-bound case) allocates nothing.
+        let (mut one, mut many): ([Pending; 1], Vec<Pending>);
+        let pend: &mut [Pending] = match transfers {
+            [t] => {
+                one = [pending(t)];
+                &mut one
+            }
+            _ => {
+                many = transfers.iter().map(pending).collect();
+                &mut many
+            }
+        };
         for i in 0..pend.len() {
             if !pend[i].t.is_send {
-                self.take_early(&mut inboxes.0, &mut pend, i);
+                self.take_early(&mut inboxes.0, pend, i);
             }
         }
-        let result = self.progress_until_done(&mut inboxes.0, &mut pend, d, alive);
+        let result = self.progress_until_done(&mut inboxes.0, pend, d, alive);
         // Never write into a buffer of an operation that returned.
         for inbox in &mut inboxes.0 {
             if let Some(r) = &mut inbox.reading {
@@ -204,7 +213,7 @@ impl IntraHost {
             }
         }
         result?;
-        Ok(pend.into_iter().filter_map(|p| p.error).collect())
+        Ok(pend.iter_mut().filter_map(|p| p.error.take()).collect())
     }
 
     unsafe fn progress_until_done(

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Work per blocking 4-byte send and receive through the gloo backend's
+# shared-memory point-to-point, counted by callgrind on both of 2 ranks
+# (tc-osu --cost: the sends all fit the ring and the receives find every
+# message there, so no call waits and the counts do not depend on timing),
+# for builds side by side:
+#   scripts/p2p-cost.sh [DIR ...]      (default: target/release)
+# Each DIR holds tc-run, tc-osu (which links the library statically) and
+# libtorchcomm-gloo.so of one build. Columns: instructions and system calls
+# per call of the calling thread, less clock_gettime (a system call under
+# valgrind only: natively it stays in user space). A futex wake there is a
+# kernel entry on the latency path, and wakes a thread that takes a core.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v valgrind >/dev/null || { echo "SKIPPED: valgrind is not installed" >&2; exit 0; }
+[ $# -gt 0 ] || set -- target/release
+N=${TC_P2P_COST_CALLS:-2000}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+printf '%-24s %12s %12s %18s %18s\n' "build" "Ir per send" "Ir per recv" "syscalls per send" "syscalls per recv"
+per_call() { # CALLGRIND_FILE FUNCTION -> "IR SYSCALLS" per call
+  callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null | python3 -c '
+import re, sys
+n, fn = int(sys.argv[1]), sys.argv[2]
+ir = calls = clock = 0
+num = lambda s: 0 if s == "." else int(s.replace(",", ""))
+for line in sys.stdin:
+    m = re.match(r"\s*([\d,]+|\.)(?: \([^)]*\))?\s+([\d,]+|\.)(?: \([^)]*\))?\s+\S+", line)
+    if not m or "=>" in line:
+        continue
+    # One entry per source file of inlined code: the largest is
+    # the inclusive cost of the function.
+    if re.search(r":tc_osu::" + fn + r"( |$)", line) and num(m.group(1)) > ir:
+        ir, calls = num(m.group(1)), num(m.group(2))
+    elif ":clock_gettime" in line:
+        clock = max(clock, num(m.group(2)))
+print(f"{ir / n:.0f} {max(calls - clock, 0) / n:.2f}")' "$N" "$2"
+}
+for dir in "$@"; do
+  d=$(cd "$dir" && pwd)
+  name=$(basename "$(dirname "$dir/x")")
+  rm -f "$out"/cg.*
+  TORCHCOMM_GLOO_LIBRARY=$d/libtorchcomm-gloo.so "$d/tc-run" -n 2 -- valgrind -q --tool=callgrind \
+    --collect-systime=yes --separate-threads=yes '--toggle-collect=tc_osu::cost_*' \
+    --callgrind-out-file="$out/cg.%q{RANK}" "$d/tc-osu" --cost "$N" >/dev/null 2>&1
+  # Thread 1 of each rank: its main thread, which makes the calls.
+  read -r send_ir send_sys < <(per_call "$out/cg.0-01" cost_sends)
+  read -r recv_ir recv_sys < <(per_call "$out/cg.1-01" cost_receives)
+  printf '%-24s %12s %12s %18s %18s\n' "$name" "$send_ir" "$recv_ir" "$send_sys" "$recv_sys"
+done
+echo "($N calls of each; 2 ranks on one host, both under callgrind; sends on rank 0, receives on rank 1)"
