@@ -470,6 +470,12 @@ fn traffic(me: usize, n: usize, host: usize, hier: &Comm, flat: &Comm) -> bool {
         if me == 0 {
             println!("| {name} | {bytes} | {f} | {h} | {drop:.2} |");
         }
+        if *bytes > 0 && f < *bytes as u64 / 2 {
+            if me == 0 {
+                eprintln!("CHECK FAIL {name}: the flat path sent {f} bytes between hosts: the hosts were not told apart (shared memory across them?)");
+            }
+            ok = false;
+        }
         if *bytes > 0 && drop < min_drop {
             if me == 0 {
                 eprintln!("CHECK FAIL {name}: inter-host bytes dropped {drop:.2}x, expected >= {min_drop}x");
