@@ -486,12 +486,76 @@ fn traffic(me: usize, n: usize, host: usize, hier: &Comm, flat: &Comm) -> bool {
     ok
 }
 
+/// The fault case (`TC_HIER_FAULT=1`): the last rank (a member, not a
+/// leader, in the script's layout) exits without a word; every other rank's
+/// all_reduce on the hierarchical comm must fail, not hang: its own host's
+/// ranks see the process exit at once, the other hosts' leaders the closed
+/// Gloo connections, their members at the latest at the timeout.
+fn lose_a_member(me: usize, n: usize, hier: &Comm, store: &StoreRef, timeout: Duration) -> ! {
+    submit(hier, Op::Barrier);
+    if me == n - 1 {
+        println!("rank {me}: FAULT leaving without a word");
+        std::process::exit(0);
+    }
+    let mut v = vec![1i32; 1 << 16];
+    let t = std::time::Instant::now();
+    let op = Op::AllReduce {
+        buf: Ptr(v.as_mut_ptr() as *mut c_void),
+        count: v.len(),
+        dtype: DType::I32,
+        op: red(RedKind::Sum),
+    };
+    let outcome = hier.submit(op, &OpOptions::default());
+    let took = t.elapsed();
+    let ok = match &outcome {
+        Ok(_) => {
+            eprintln!(
+                "rank {me}: CHECK FAIL all_reduce succeeded without rank {}",
+                n - 1
+            );
+            false
+        }
+        Err(e) if took > timeout + Duration::from_secs(10) => {
+            eprintln!(
+                "rank {me}: CHECK FAIL the error came after {took:?}: {}",
+                e.message
+            );
+            false
+        }
+        Err(e) => {
+            println!(
+                "rank {me}: FAULT seen after {:.1} s: {:?}: {}",
+                took.as_secs_f64(),
+                e.kind,
+                e.message
+            );
+            true
+        }
+    };
+    // Rank 0 hosts the store: it leaves last.
+    store
+        .set(&format!("fault-done/{me}"), b"1")
+        .expect("the store");
+    if me == 0 {
+        let keys: Vec<String> = (0..n - 1).map(|r| format!("fault-done/{r}")).collect();
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        // Members of other hosts fail at their timeout (20 s), the store
+        // client's too: wait in rounds.
+        let done = (0..3).any(|_| store.wait(&keys, Some(timeout)).is_ok());
+        assert!(done, "every survivor done");
+    }
+    std::process::exit(if ok { 0 } else { 1 });
+}
+
 fn main() {
     let me: usize = env("RANK").parse().unwrap();
     let n: usize = env("WORLD_SIZE").parse().unwrap();
     let host: usize = env("TC_HIER_HOST").parse().unwrap();
     let port: u16 = env("MASTER_PORT").parse().unwrap();
-    let timeout = Duration::from_secs(120);
+    let timeout = Duration::from_secs(match std::env::var("TC_HIER_FAULT").as_deref() {
+        Ok("1") => 20,
+        _ => 120,
+    });
     let _server = (me == 0).then(|| TcpStoreServer::start(port).expect("the store server"));
     let mut opts = TcpStoreOptions::client(&env("MASTER_ADDR"), port, timeout);
     opts.wait_for_workers = false;
@@ -513,6 +577,9 @@ fn main() {
         .unwrap_or_else(|e| panic!("rank {me}: comm {name}: {}", e.message))
     };
     let hier = comm("hier", Vec::new());
+    if std::env::var("TC_HIER_FAULT").is_ok_and(|v| v == "1") {
+        lose_a_member(me, n, &hier, &store, timeout);
+    }
     let flat = comm("flat", vec![("gloo.hier".into(), "0".into())]);
     let failures = check_all(me, n, &hier, &flat);
     let traffic_ok = traffic(me, n, host, &hier, &flat);

@@ -57,16 +57,16 @@ run_layout() {
   for ranks in "$@"; do
     ip netns exec "tch$h$id" unshare --uts sh -c '
       hostname "$1"; shift
-      h="$1" iface="$2" size="$3" port="$4" prog="$5" log="$6" min_drop="$7"; shift 7
+      h="$1" iface="$2" size="$3" port="$4" prog="$5" log="$6" min_drop="$7" fault="$8"; shift 8
       fail=0; pids=""
       for r in "$@"; do
         env RANK="$r" WORLD_SIZE="$size" MASTER_ADDR=10.79.0.1 MASTER_PORT="$port" \
-          TC_HIER_HOST="$h" TC_HIER_IFACE="$iface" GLOO_SOCKET_IFNAME="$iface" TC_HIER_MIN_DROP="$min_drop" \
+          TC_HIER_HOST="$h" TC_HIER_IFACE="$iface" GLOO_SOCKET_IFNAME="$iface" TC_HIER_MIN_DROP="$min_drop" TC_HIER_FAULT="$fault" \
           TORCHCOMM_DEBUG="${TORCHCOMM_DEBUG:-INFO}" "$prog" >"$log.$r.log" 2>&1 &
         pids="$pids $!"
       done
       for p in $pids; do wait "$p" || fail=1; done
-      exit $fail' sh "tchost$h" "$h" "hh$h$id" "$size" "$port" "$prog" "$out/$name" "$min_drop" $ranks &
+      exit $fail' sh "tchost$h" "$h" "hh$h$id" "$size" "$port" "$prog" "$out/$name" "$min_drop" "${TC_HIER_FAULT:-0}" $ranks &
     pids+=($!)
     h=$((h + 1))
   done
@@ -86,7 +86,11 @@ run_layout() {
 run_layout one-per-host 0 "0" "1"
 run_layout two-by-two 1.4 "0 1" "2 3"
 run_layout three-uneven 1.4 "0 3" "1 4" "2"
+# The last rank (a member on host 1) exits before an all_reduce: every
+# other rank must get an error, none may hang past the timeout.
+TC_HIER_FAULT=1 run_layout lost-member 0 "0 1" "2 3"
+grep -h "FAULT" "$out"/lost-member.*.log | sed 's/^/    /'
 if [ "$rc" = 0 ]; then
-  echo "test-hier-hosts: hierarchical collectives over network namespaces (2x1, 2x2, 3 hosts of 2/2/1 ranks): all right"
+  echo "test-hier-hosts: hierarchical collectives over network namespaces (2x1, 2x2, 3 hosts of 2/2/1 ranks, a lost member): all right"
 fi
 exit $rc

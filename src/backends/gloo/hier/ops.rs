@@ -106,15 +106,31 @@ impl Hierarchy {
         })
     }
 
+    /// A step among this host's ranks (their messages number them from 0
+    /// within the host: the context names them as comm ranks).
     fn local(&self, op: Op, d: &Deadline) -> Result<()> {
-        self.local.execute(&op, d)
+        let host = self.place[self.rank].0;
+        self.local.execute(&op, d).map_err(|e| {
+            e.context(format_args!(
+                "hierarchical step among the ranks {:?} of host {host} (numbered 0.. there)",
+                self.hosts[host]
+            ))
+        })
     }
 
+    /// A step among the hosts' leaders (numbered by host there).
     fn leaders(&self, op: Op, d: &Deadline) -> Result<()> {
         match &self.leaders {
-            Some(l) => l.execute(&op, d),
+            Some(l) => l.execute(&op, d).map_err(|e| self.among_leaders(e)),
             None => Ok(()),
         }
+    }
+
+    fn among_leaders(&self, e: crate::error::Error) -> crate::error::Error {
+        let leaders: Vec<usize> = self.hosts.iter().map(|h| h[0]).collect();
+        e.context(format_args!(
+            "hierarchical step among the hosts' leaders, ranks {leaders:?} (numbered by host there)"
+        ))
     }
 
     fn is_leader(&self) -> bool {
@@ -257,7 +273,9 @@ impl Hierarchy {
         };
         if me != root_host {
             let ops = vec![p2p(true, target, root_host)];
-            return leaders.execute(&Op::Batch { ops }, d);
+            return leaders
+                .execute(&Op::Batch { ops }, d)
+                .map_err(|e| self.among_leaders(e));
         }
         let bytes = count * dtype.size();
         let mut parts = Scratch::new(bytes * hosts);
@@ -265,7 +283,9 @@ impl Hierarchy {
         let ops = others
             .map(|h| p2p(false, parts.ptr().add(h * bytes), h))
             .collect();
-        leaders.execute(&Op::Batch { ops }, d)?;
+        leaders
+            .execute(&Op::Batch { ops }, d)
+            .map_err(|e| self.among_leaders(e))?;
         let f = reduce::kernel(dtype, op.kind)?;
         for h in (0..hosts).filter(|h| *h != me) {
             let part = parts.ptr().add(h * bytes);
