@@ -31,7 +31,7 @@ build:
 # more prerequisite here.
 test: deps lint build header-check header-compile symbols-check cargo-test nccl-real-test \
       capi-test sim-gpu-test capi-valgrind install-check cpp-test python-test torch-parity \
-      torch-interop
+      torch-interop hier-hosts-test
 	@echo "make test: all checks passed"
 
 # The main job: examples/demo.c on 4 processes under tc-run.
@@ -85,6 +85,9 @@ torch-parity: build
 # network namespaces when root) with our library.
 torch-interop: build
 	$(AFTER_BUILD) bash scripts/test-torch-interop.sh
+
+# Hierarchical gloo collectives across hosts made of network namespaces (root).
+hier-hosts-test: build ; $(AFTER_BUILD) bash scripts/test-hier-hosts.sh
 
 # The C++ header (C++17, C++20, valgrind) and the Python package (pytest).
 cpp-test: build

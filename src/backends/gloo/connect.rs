@@ -72,6 +72,7 @@ impl GlooBackend {
             windows_made: AtomicU64::new(0),
             shared_memory: Default::default(),
             intra: None,
+            hier: None,
             hostname,
             iface,
         };
@@ -92,6 +93,9 @@ impl GlooBackend {
                     backend.all_gather_words(words, &deadline, "connect (shared-memory setup)")
                 },
             )?;
+            if backend.intra.is_none() {
+                backend.hier = hier::Hierarchy::setup(&backend, &init)?;
+            }
         }
         crate::log_info!(
             "gloo: comm '{}' rank {}/{} connected (module {})",

@@ -39,6 +39,9 @@ impl GlooBackend {
             if let Some(ih) = &self.intra {
                 ih.wake_self();
             }
+            if let Some(h) = &self.hier {
+                h.break_all(err);
+            }
         }
     }
 

@@ -8,6 +8,17 @@ impl GlooBackend {
         if self.check_collectives {
             self.check_collective(op, d)?;
         }
+        if let Some(h) = &self.hier {
+            // SAFETY: as for `execute_gloo`.
+            if let Some(result) = unsafe { h.run(self, op, d) } {
+                // A failed step leaves this rank out of step with the others.
+                return result.inspect_err(|e| {
+                    if !matches!(e.kind, ErrorKind::InvalidUsage | ErrorKind::InvalidArgument) {
+                        self.mark_broken(e)
+                    }
+                });
+            }
+        }
         if let Some(ih) = &self.intra {
             let p2p = matches!(op, Op::Send { .. } | Op::Recv { .. } | Op::Batch { .. });
             // The shared-memory path writes gather_single's blocks in place.

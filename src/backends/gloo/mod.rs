@@ -34,6 +34,7 @@ mod buffered_sends;
 mod collectives;
 mod connect;
 mod failure;
+mod hier;
 mod intra_host;
 mod issue;
 mod p2p;
@@ -130,6 +131,9 @@ pub struct GlooBackend {
     shared_memory: std::sync::Arc<shm::SharedAllocations>,
     /// Shared-memory collectives, when every rank is on this host.
     intra: Option<intra_host::IntraHost>,
+    /// Shared memory inside each host and Gloo between hosts' leaders, when
+    /// the comm spans hosts (see [`hier`]).
+    hier: Option<hier::Hierarchy>,
 }
 
 // ---- helpers ----------------------------------------------------------------

@@ -159,18 +159,50 @@ impl Drop for SharedAllocations {
     }
 }
 
-/// This boot of this host (the kernel's boot id), or zeros when unknown:
-/// only processes that agree on it can share memory.
+/// This host, as the processes that may share memory see it (zeros when
+/// unknown: then no memory is shared). Two processes are on the same host
+/// when they agree on all of: the kernel's boot id, their network
+/// namespace (the inode of `/proc/self/ns/net`) and their UTS hostname.
+/// The boot id alone is not enough: network namespaces on one machine
+/// (how containers and the netns tests make "hosts") share it, and share
+/// /proc and /dev/shm too, so memory could be mapped across them while
+/// the ranks behave as separate hosts everywhere else.
+/// `TORCHCOMM_HOST_ID` overrides the rule: processes that set the same
+/// non-empty value are one host (mapping a peer's memory is still
+/// verified, so a wrong claim costs the shared-memory path, not results).
 pub fn host_id() -> [u64; 2] {
     static ID: std::sync::OnceLock<[u64; 2]> = std::sync::OnceLock::new();
     *ID.get_or_init(|| {
-        let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-        let hex: String = text.chars().filter(|c| c.is_ascii_hexdigit()).collect();
-        match u128::from_str_radix(&hex, 16) {
-            Ok(v) if hex.len() == 32 => [(v >> 64) as u64, v as u64],
-            _ => [0, 0],
+        let forced = std::env::var("TORCHCOMM_HOST_ID").unwrap_or_default();
+        if !forced.trim().is_empty() {
+            return identity_hash(&["override", forced.trim()]);
         }
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+        let boot = boot.trim();
+        if boot.len() != 36 {
+            return [0, 0];
+        }
+        let netns = std::fs::read_link("/proc/self/ns/net")
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let uts = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        identity_hash(&[boot, &netns, uts.trim()])
     })
+}
+
+/// A 128-bit digest of `parts` (two FNV-1a passes with different seeds),
+/// the same in every process and build: never zero.
+fn identity_hash(parts: &[&str]) -> [u64; 2] {
+    let fnv = |seed: u64| {
+        let mut h = seed;
+        for part in parts {
+            for b in part.bytes().chain([0xff]) {
+                h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+        h.max(1)
+    };
+    [fnv(0xcbf2_9ce4_8422_2325), fnv(0x6c62_272e_07bb_0142)]
 }
 
 /// A peer's shared buffer mapped into this process.
@@ -434,6 +466,17 @@ mod tests {
         a.free(p as *mut c_void, "test").unwrap();
         assert!(a.free(p as *mut c_void, "test").is_err());
         assert_eq!(a.leftovers(), 0);
+    }
+
+    #[test]
+    fn host_identity_is_stable_and_names_its_parts() {
+        assert_ne!(host_id(), [0, 0], "this host has a boot id");
+        assert_eq!(host_id(), host_id());
+        let a = identity_hash(&["boot", "net:[1]", "h"]);
+        assert_eq!(a, identity_hash(&["boot", "net:[1]", "h"]));
+        assert_ne!(a, identity_hash(&["boot", "net:[2]", "h"]), "netns");
+        assert_ne!(a, identity_hash(&["boot", "net:[1]", "g"]), "hostname");
+        assert_ne!(a, identity_hash(&["boot", "net:[1", "]h"]), "separated");
     }
 
     #[test]

@@ -1,0 +1,469 @@
+//! The hierarchical collectives (see the module docs of [`super`]): each a
+//! sequence of operations of the host's sub-backend ("local") and the
+//! leaders' ("leaders"), run on this rank's progress thread in the comm's
+//! order, so every rank of a host runs the same local steps.
+//!
+//! Reductions: the local step applies the caller's operation (PREMUL_SUM
+//! scales each contribution there), the leaders combine host results with
+//! the same operation (SUM for PREMUL_SUM and AVG), and AVG divides the
+//! total by the comm's size once, on the leader, before the result goes
+//! back: integer results are those of the flat path bit for bit.
+
+use super::super::reduce::{self, Scale};
+use super::super::{copy, GlooBackend, Scratch};
+use super::Hierarchy;
+use crate::error::Result;
+use crate::op::{Op, P2p, Ptr};
+use crate::types::{DType, PremulFactor, RedKind, ReduceOp};
+use crate::util::Deadline;
+use std::ffi::c_void;
+
+/// How a reduction splits: the local step's operation, the leaders', and
+/// whether the total is divided by the comm's size afterwards.
+fn split(op: &ReduceOp) -> (ReduceOp, ReduceOp, bool) {
+    let sum = ReduceOp {
+        kind: RedKind::Sum,
+        factor: PremulFactor::Host(1.0),
+    };
+    match op.kind {
+        RedKind::Avg => (sum, sum, true),
+        RedKind::PremulSum => (*op, sum, false),
+        _ => (*op, *op, false),
+    }
+}
+
+fn ptr(p: *mut u8) -> Ptr {
+    Ptr(p as *mut c_void)
+}
+
+impl Hierarchy {
+    /// Runs `op` hierarchically, or None when it takes the flat path.
+    ///
+    /// # Safety
+    /// As for `GlooBackend::execute_gloo`: the comm validated the buffers.
+    pub(in super::super) unsafe fn run(
+        &self,
+        flat: &GlooBackend,
+        op: &Op,
+        d: &Deadline,
+    ) -> Option<Result<()>> {
+        if let (Some(r), Some((Some(dtype), _, _))) = (op.reduce_op(), op.signature()) {
+            if flat.sums_halves(dtype, r.kind) {
+                return None; // the flat path rounds such sums once
+            }
+        }
+        Some(match op {
+            Op::AllReduce {
+                buf,
+                count,
+                dtype,
+                op,
+            } => self.all_reduce(buf.as_u8(), *count, *dtype, op, d),
+            Op::Reduce {
+                buf,
+                count,
+                dtype,
+                root,
+                op,
+            } => self.reduce(buf.as_u8(), *count, *dtype, *root as usize, op, d),
+            Op::Broadcast {
+                buf,
+                count,
+                dtype,
+                root,
+            } => self.broadcast(*buf, *count, *dtype, *root as usize, d),
+            Op::AllGatherSingle {
+                output,
+                input,
+                count,
+                dtype,
+            } => self.all_gather(output.as_u8(), *input, *count, *dtype, d),
+            Op::AllGather {
+                outputs,
+                input,
+                count,
+                dtype,
+            } => self.all_gather_list(outputs, *input, *count, *dtype, d),
+            Op::ReduceScatterSingle {
+                output,
+                input,
+                count,
+                dtype,
+                op,
+            } => self.reduce_scatter(*output, input.as_u8(), *count, *dtype, op, d),
+            Op::ReduceScatter {
+                output,
+                inputs,
+                count,
+                dtype,
+                op,
+            } => {
+                let mut packed = Scratch::packed(inputs, count * dtype.size());
+                self.reduce_scatter(*output, packed.ptr(), *count, *dtype, op, d)
+            }
+            Op::Barrier => self.barrier(d),
+            _ => return None,
+        })
+    }
+
+    /// A step among this host's ranks (their messages number them from 0
+    /// within the host: the context names them as comm ranks).
+    fn local(&self, op: Op, d: &Deadline) -> Result<()> {
+        let host = self.place[self.rank].0;
+        self.local.execute(&op, d).map_err(|e| {
+            e.context(format_args!(
+                "hierarchical step among the ranks {:?} of host {host} (numbered 0.. there)",
+                self.hosts[host]
+            ))
+        })
+    }
+
+    /// A step among the hosts' leaders (numbered by host there).
+    fn leaders(&self, op: Op, d: &Deadline) -> Result<()> {
+        match &self.leaders {
+            Some(l) => l.execute(&op, d).map_err(|e| self.among_leaders(e)),
+            None => Ok(()),
+        }
+    }
+
+    fn among_leaders(&self, e: crate::error::Error) -> crate::error::Error {
+        let leaders: Vec<usize> = self.hosts.iter().map(|h| h[0]).collect();
+        e.context(format_args!(
+            "hierarchical step among the hosts' leaders, ranks {leaders:?} (numbered by host there)"
+        ))
+    }
+
+    fn is_leader(&self) -> bool {
+        self.leaders.is_some()
+    }
+
+    /// Local reduce to the leader, all_reduce among leaders, local broadcast.
+    unsafe fn all_reduce(
+        &self,
+        buf: *mut u8,
+        count: usize,
+        dtype: DType,
+        op: &ReduceOp,
+        d: &Deadline,
+    ) -> Result<()> {
+        let (local_op, top_op, avg) = split(op);
+        let buf = ptr(buf);
+        let reduce = |root: i32, op: ReduceOp| Op::Reduce {
+            buf,
+            count,
+            dtype,
+            root,
+            op,
+        };
+        self.local(reduce(0, local_op), d)?;
+        if self.is_leader() {
+            let all = Op::AllReduce {
+                buf,
+                count,
+                dtype,
+                op: top_op,
+            };
+            self.leaders(all, d)?;
+            if avg {
+                let n = self.place.len() as u64;
+                reduce::scale(dtype, buf.as_u8(), buf.as_u8(), count, Scale::Div(n))?;
+            }
+        }
+        let root = 0;
+        self.local(
+            Op::Broadcast {
+                buf,
+                count,
+                dtype,
+                root,
+            },
+            d,
+        )
+    }
+
+    /// Local reduce to each leader, reduce among leaders to the root's, then
+    /// (when the root is not its host's leader) one local send to the root.
+    unsafe fn reduce(
+        &self,
+        buf: *mut u8,
+        count: usize,
+        dtype: DType,
+        root: usize,
+        op: &ReduceOp,
+        d: &Deadline,
+    ) -> Result<()> {
+        let (local_op, top_op, avg) = split(op);
+        let (root_host, root_index) = self.place[root];
+        let (my_host, _) = self.place[self.rank];
+        let bytes = count * dtype.size();
+        // A leader that is not the root keeps its buffer as it was.
+        let mut scratch = None;
+        let target = match self.is_leader() && self.rank != root {
+            true => {
+                let s: &mut Scratch = scratch.insert(Scratch::new(bytes));
+                copy(s.ptr(), buf, bytes);
+                s.ptr()
+            }
+            false => buf,
+        };
+        let on = |root: usize, op: ReduceOp| Op::Reduce {
+            buf: ptr(target),
+            count,
+            dtype,
+            root: root as i32,
+            op,
+        };
+        self.local(on(0, local_op), d)?;
+        self.leaders_reduce(target, count, dtype, root_host, &top_op, d)?;
+        if my_host != root_host {
+            return Ok(());
+        }
+        if avg && self.is_leader() {
+            let n = self.place.len() as u64;
+            reduce::scale(dtype, target, target, count, Scale::Div(n))?;
+        }
+        let (send, recv) = (self.is_leader() && root_index != 0, self.rank == root);
+        let p2p = |is_send: bool, peer: usize| match is_send {
+            true => Op::Send {
+                buf: ptr(target),
+                count,
+                dtype,
+                peer: peer as i32,
+                tag: 0,
+            },
+            false => Op::Recv {
+                buf: ptr(buf),
+                count,
+                dtype,
+                peer: peer as i32,
+                tag: 0,
+            },
+        };
+        match (send, recv && root_index != 0) {
+            (true, _) => self.local(p2p(true, root_index), d),
+            (_, true) => self.local(p2p(false, 0), d),
+            _ => Ok(()),
+        }
+    }
+
+    /// The leaders' step of reduce: every other leader sends its host's
+    /// result to the root host's leader, which combines them in host order.
+    /// Each host's result crosses once (Gloo's reduce moves half as much
+    /// again between two leaders).
+    unsafe fn leaders_reduce(
+        &self,
+        target: *mut u8,
+        count: usize,
+        dtype: DType,
+        root_host: usize,
+        op: &ReduceOp,
+        d: &Deadline,
+    ) -> Result<()> {
+        let Some(leaders) = &self.leaders else {
+            return Ok(());
+        };
+        let (me, hosts) = (self.place[self.rank].0, self.hosts.len());
+        let p2p = |is_send, buf, peer: usize| P2p {
+            is_send,
+            buf: ptr(buf),
+            count,
+            dtype,
+            peer: peer as i32,
+            tag: 0,
+        };
+        if me != root_host {
+            let ops = vec![p2p(true, target, root_host)];
+            return leaders
+                .execute(&Op::Batch { ops }, d)
+                .map_err(|e| self.among_leaders(e));
+        }
+        let bytes = count * dtype.size();
+        let mut parts = Scratch::new(bytes * hosts);
+        let others = (0..hosts).filter(|h| *h != me);
+        let ops = others
+            .map(|h| p2p(false, parts.ptr().add(h * bytes), h))
+            .collect();
+        leaders
+            .execute(&Op::Batch { ops }, d)
+            .map_err(|e| self.among_leaders(e))?;
+        let f = reduce::kernel(dtype, op.kind)?;
+        for h in (0..hosts).filter(|h| *h != me) {
+            let part = parts.ptr().add(h * bytes);
+            f(
+                target as *mut c_void,
+                target as *const c_void,
+                part as *const c_void,
+                count,
+            );
+        }
+        Ok(())
+    }
+
+    /// On the root's host: local broadcast from the root; then broadcast
+    /// among leaders; then, on the other hosts, local broadcast from the
+    /// leader.
+    unsafe fn broadcast(
+        &self,
+        buf: Ptr,
+        count: usize,
+        dtype: DType,
+        root: usize,
+        d: &Deadline,
+    ) -> Result<()> {
+        let (root_host, root_index) = self.place[root];
+        let on = |root: usize| Op::Broadcast {
+            buf,
+            count,
+            dtype,
+            root: root as i32,
+        };
+        let home = self.place[self.rank].0 == root_host;
+        if home {
+            self.local(on(root_index), d)?;
+        }
+        self.leaders(on(root_host), d)?;
+        if !home {
+            self.local(on(0), d)?;
+        }
+        Ok(())
+    }
+
+    /// Local gather to the leader, all_gather_v of the hosts' blocks among
+    /// leaders, reordered into rank order, local broadcast of the whole.
+    unsafe fn all_gather(
+        &self,
+        output: *mut u8,
+        input: Ptr,
+        count: usize,
+        dtype: DType,
+        d: &Deadline,
+    ) -> Result<()> {
+        let bytes = count * dtype.size();
+        let (my_host, _) = self.place[self.rank];
+        let mine = self.hosts[my_host].len();
+        let mut block = Scratch::new(if self.is_leader() { mine * bytes } else { 0 });
+        let gather = Op::GatherSingle {
+            output: ptr(if self.is_leader() {
+                block.ptr()
+            } else {
+                std::ptr::null_mut()
+            }),
+            input,
+            count,
+            dtype,
+            root: 0,
+        };
+        let gather = gather.gather_single_as_gather(self.local.rank, self.local.size);
+        self.local(gather.expect("a gather_single"), d)?;
+        if self.is_leader() {
+            let n = self.place.len();
+            let mut all = Scratch::new(n * bytes);
+            let counts = self.hosts.iter().map(|h| h.len() * count).collect();
+            let op = Op::AllGatherV {
+                output: ptr(all.ptr()),
+                input: ptr(block.ptr()),
+                counts,
+                dtype,
+            };
+            self.leaders(op, d)?;
+            for (k, r) in self.hosts.iter().flatten().enumerate() {
+                copy(output.add(r * bytes), all.ptr().add(k * bytes), bytes);
+            }
+        }
+        let whole = Op::Broadcast {
+            buf: ptr(output),
+            count: count * self.place.len(),
+            dtype,
+            root: 0,
+        };
+        self.local(whole, d)
+    }
+
+    unsafe fn all_gather_list(
+        &self,
+        outputs: &[Ptr],
+        input: Ptr,
+        count: usize,
+        dtype: DType,
+        d: &Deadline,
+    ) -> Result<()> {
+        let bytes = count * dtype.size();
+        let mut all = Scratch::new(bytes * outputs.len());
+        self.all_gather(all.ptr(), input, count, dtype, d)?;
+        for (r, out) in outputs.iter().enumerate() {
+            copy(out.as_u8(), all.ptr().add(r * bytes), bytes);
+        }
+        Ok(())
+    }
+
+    /// Local reduce of the whole input to the leader, reduce_scatter_v
+    /// among leaders (each host gets its ranks' blocks), local scatter.
+    unsafe fn reduce_scatter(
+        &self,
+        output: Ptr,
+        input: *mut u8,
+        count: usize,
+        dtype: DType,
+        op: &ReduceOp,
+        d: &Deadline,
+    ) -> Result<()> {
+        let (local_op, top_op, avg) = split(op);
+        let n = self.place.len();
+        let bytes = count * dtype.size();
+        let mut sum = Scratch::new(n * bytes);
+        copy(sum.ptr(), input, n * bytes);
+        let reduce = Op::Reduce {
+            buf: ptr(sum.ptr()),
+            count: count * n,
+            dtype,
+            root: 0,
+            op: local_op,
+        };
+        self.local(reduce, d)?;
+        let my_ranks = &self.hosts[self.place[self.rank].0];
+        let leader = self.is_leader();
+        let mut mine = Scratch::new(if leader { my_ranks.len() * bytes } else { 0 });
+        let mut inputs = Vec::new();
+        if leader {
+            // Host-major order: each host's ranks' blocks together.
+            let mut by_host = Scratch::new(n * bytes);
+            for (k, r) in self.hosts.iter().flatten().enumerate() {
+                copy(
+                    by_host.ptr().add(k * bytes),
+                    sum.ptr().add(r * bytes),
+                    bytes,
+                );
+            }
+            let op = Op::ReduceScatterV {
+                output: ptr(mine.ptr()),
+                input: ptr(by_host.ptr()),
+                counts: self.hosts.iter().map(|h| h.len() * count).collect(),
+                dtype,
+                op: top_op,
+            };
+            self.leaders(op, d)?;
+            if avg {
+                let total = my_ranks.len() * count;
+                reduce::scale(dtype, mine.ptr(), mine.ptr(), total, Scale::Div(n as u64))?;
+            }
+            inputs = (0..my_ranks.len())
+                .map(|j| ptr(mine.ptr().add(j * bytes)))
+                .collect();
+        }
+        let scatter = Op::Scatter {
+            output,
+            inputs,
+            count,
+            dtype,
+            root: 0,
+        };
+        self.local(scatter, d)
+    }
+
+    /// Every rank of each host, then the leaders, then every rank again.
+    fn barrier(&self, d: &Deadline) -> Result<()> {
+        self.local(Op::Barrier, d)?;
+        self.leaders(Op::Barrier, d)?;
+        self.local(Op::Barrier, d)
+    }
+}
