@@ -29,6 +29,7 @@ typedef struct {
     void *in_ptr, *out_ptr;
     size_t in_count, out_count;
     int in_peer, out_peer;
+    uint32_t tag, in_tag, out_tag; /* in_tag / out_tag: 999 when NULL */
     char message[256];
     pthread_t thread;
 } event_t;
@@ -71,6 +72,9 @@ static void record(const tc_op_info_t *info, void *user_data) {
             e->out_count = info->outputs[0].count;
             e->out_peer = info->outputs[0].peer;
         }
+        e->tag = info->tag;
+        e->in_tag = info->input_tags ? info->input_tags[0] : 999;
+        e->out_tag = info->output_tags ? info->output_tags[0] : 999;
         if (info->message) snprintf(e->message, sizeof e->message, "%s", info->message);
         e->thread = pthread_self();
     }
@@ -146,13 +150,13 @@ static int hooks_rank(const char *path, int rank, int size) {
     CHECK(posts_after_wait == 2);
     tc_work_free(w);
     CHECK(b[2] == 1);
-    /* 3: a ring of send + recv in one batch. */
+    /* 3: a ring of send + recv in one batch, tagged 10 + the sender. */
     int next = (rank + 1) % size, prev = (rank + size - 1) % size;
     double out_d = rank, in_d = -1;
     tc_batch_t *batch = NULL;
     EXPECT_OK(tc_batch_begin(comm, &batch));
-    EXPECT_OK(tc_batch_send(batch, &out_d, 1, TC_FLOAT64, next));
-    EXPECT_OK(tc_batch_recv(batch, &in_d, 1, TC_FLOAT64, prev));
+    EXPECT_OK(tc_batch_send_tagged(batch, &out_d, 1, TC_FLOAT64, next, 10 + (uint32_t)rank));
+    EXPECT_OK(tc_batch_recv_tagged(batch, &in_d, 1, TC_FLOAT64, prev, 10 + (uint32_t)prev));
     EXPECT_OK(tc_batch_issue(batch, NULL, NULL));
     tc_batch_free(batch);
     CHECK(in_d == (double)prev);
@@ -192,6 +196,8 @@ static int hooks_rank(const char *path, int rank, int size) {
     const event_t *bp = &pre.events[2];
     CHECK(bp->dtype == TC_FLOAT64 && bp->num_inputs == 1 && bp->num_outputs == 1);
     CHECK(bp->in_ptr == (void *)&out_d && bp->in_peer == next && bp->out_ptr == (void *)&in_d && bp->out_peer == prev);
+    CHECK(bp->tag == 0 && bp->in_tag == 10 + (uint32_t)rank && bp->out_tag == 10 + (uint32_t)prev);
+    CHECK(ar->tag == 0 && ar->in_tag == 999 && ar->out_tag == 999); /* a collective has no tags */
     const event_t *agv = &pre.events[3];
     CHECK(agv->in_count == counts[rank] && agv->out_count == total && agv->out_ptr == (void *)all);
     CHECK(pre.events[4].dtype == -1 && pre.events[4].num_inputs == 0);
@@ -200,6 +206,27 @@ static int hooks_rank(const char *path, int rank, int size) {
     /* (this all_gather is operation 6; the hooks see it too) */
     EXPECT_OK(tc_all_gather_single(comm, seqs, &s0, 1, TC_UINT64, NULL, NULL));
     for (int r = 0; r < size; r++) CHECK(seqs[r] == s0);
+    /* 7, 8: a tagged send (async) and its ring's tagged recv; the hooks see
+       each one's tag (20 + the sender). */
+    tc_op_options_t tagged = TC_OP_OPTIONS_INIT;
+    tagged.async_op = 1;
+    tagged.tag = 20 + (uint32_t)rank;
+    float sent = (float)rank, got = -1;
+    tc_work_t *sw = NULL;
+    EXPECT_OK(tc_send(comm, &sent, 1, TC_FLOAT32, next, &tagged, &sw));
+    tagged.async_op = 0;
+    tagged.tag = 20 + (uint32_t)prev;
+    EXPECT_OK(tc_recv(comm, &got, 1, TC_FLOAT32, prev, &tagged, NULL));
+    EXPECT_OK(tc_work_wait(sw, NULL));
+    tc_work_free(sw);
+    CHECK(got == (float)prev && pre.n == 8);
+    if (pre.n == 8) {
+        const event_t *send = &pre.events[6], *recv = &pre.events[7];
+        CHECK(strcmp(send->op, "send") == 0 && send->peer == next && send->tag == 20 + (uint32_t)rank);
+        CHECK(send->in_tag == 20 + (uint32_t)rank && send->out_tag == 999 && send->in_ptr == (void *)&sent);
+        CHECK(strcmp(recv->op, "recv") == 0 && recv->peer == prev && recv->tag == 20 + (uint32_t)prev);
+        CHECK(recv->out_tag == 20 + (uint32_t)prev && recv->in_tag == 999);
+    }
 
     /* Removal: pre hook gone, post still there; then both gone. */
     EXPECT_OK(tc_comm_remove_hook(comm, pre_id));

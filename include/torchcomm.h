@@ -53,9 +53,10 @@
 /*
  The `tc_op_info_t.version` this library writes. Later versions only add
  fields at the end (`struct_size` grows); read a field only when
- `struct_size` covers it.
+ `struct_size` covers it. Version 2 added `tag`, `input_tags` and
+ `output_tags`.
  */
-#define TC_OP_INFO_VERSION 1
+#define TC_OP_INFO_VERSION 2
 
 #define TC_LOCAL_OPTIONS_MAGIC 1413696591
 
@@ -478,6 +479,19 @@ typedef struct {
      operation only enqueued on its stream. Pre: 0.
      */
     int completed;
+    /*
+     Version 2. The tag of a send or recv (`opts->tag`, 0 when untagged);
+     0 for other operations (a batch's tags are in `input_tags` /
+     `output_tags`).
+     */
+    uint32_t tag;
+    /*
+     Version 2. Send, recv and batch: `input_tags[i]` is the tag of
+     `inputs[i]` (a send) and `output_tags[i]` that of `outputs[i]` (a
+     receive). NULL for other operations.
+     */
+    const uint32_t *input_tags;
+    const uint32_t *output_tags;
 } tc_op_info_t;
 
 /*

@@ -15,8 +15,9 @@ pub const TC_HOOK_PRE: c_int = 0;
 pub const TC_HOOK_POST: c_int = 1;
 /// The `tc_op_info_t.version` this library writes. Later versions only add
 /// fields at the end (`struct_size` grows); read a field only when
-/// `struct_size` covers it.
-pub const TC_OP_INFO_VERSION: u32 = 1;
+/// `struct_size` covers it. Version 2 added `tag`, `input_tags` and
+/// `output_tags`.
+pub const TC_OP_INFO_VERSION: u32 = 2;
 
 /// The description of one operation given to a hook. It and everything it
 /// points to are valid only during the hook's call (copy what you keep).
@@ -68,6 +69,15 @@ pub struct tc_op_info_t {
     /// Post hooks: 1 when the operation finished; 0 when it is a device
     /// operation only enqueued on its stream. Pre: 0.
     pub completed: c_int,
+    /// Version 2. The tag of a send or recv (`opts->tag`, 0 when untagged);
+    /// 0 for other operations (a batch's tags are in `input_tags` /
+    /// `output_tags`).
+    pub tag: u32,
+    /// Version 2. Send, recv and batch: `input_tags[i]` is the tag of
+    /// `inputs[i]` (a send) and `output_tags[i]` that of `outputs[i]` (a
+    /// receive). NULL for other operations.
+    pub input_tags: *const u32,
+    pub output_tags: *const u32,
 }
 
 /// An operation hook: called with the operation's description and the
@@ -109,6 +119,15 @@ fn reduce_op_to_c(event: &HookEvent) -> tc_reduce_op_t {
     }
 }
 
+/// NULL for an operation without tags.
+fn tags_ptr(tags: &[u32]) -> *const u32 {
+    if tags.is_empty() {
+        std::ptr::null()
+    } else {
+        tags.as_ptr()
+    }
+}
+
 impl CHook {
     fn call(&self, event: &HookEvent) {
         let r = event.record;
@@ -142,6 +161,9 @@ impl CHook {
             status,
             message: message.as_ref().map_or(std::ptr::null(), |m| m.as_ptr()),
             completed: event.completed as c_int,
+            tag: r.tag,
+            input_tags: tags_ptr(&r.input_tags),
+            output_tags: tags_ptr(&r.output_tags),
         };
         (self.hook)(&info, self.user_data)
     }
