@@ -179,6 +179,7 @@ class OpInfo(C.Structure):
         ("tag", C.c_uint32),
         ("input_tags", C.POINTER(C.c_uint32)),
         ("output_tags", C.POINTER(C.c_uint32)),
+        ("window_offset", C.c_size_t),
     ]
 
 

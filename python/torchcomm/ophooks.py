@@ -36,6 +36,7 @@ class OpInfo:
     # send, recv, batch: the tag of each input / output buffer, in order
     input_tags: List[int] = field(default_factory=list)
     output_tags: List[int] = field(default_factory=list)
+    window_offset: int = 0  # a window put / get: the offset in the peer's window
 
 
 def _buffers(ptr: Any, n: int) -> List[Tuple[int, int, DType, int]]:
@@ -49,14 +50,15 @@ def _tags(ptr: Any, n: int) -> List[int]:
 def _info(p: Any) -> OpInfo:
     i = p.contents
     # Fields of version 2 only when the library wrote them.
-    has_tags = i.struct_size >= _lib.OpInfo.output_tags.offset + C.sizeof(C.c_void_p)
-    tags = (i.tag, _tags(i.input_tags, i.num_inputs), _tags(i.output_tags, i.num_outputs)) if has_tags else (0, [], [])
+    v2 = i.struct_size >= _lib.OpInfo.window_offset.offset + C.sizeof(C.c_size_t)
+    tags = (i.tag, _tags(i.input_tags, i.num_inputs), _tags(i.output_tags, i.num_outputs)) if v2 else (0, [], [])
+    offset = i.window_offset if v2 else 0
     return OpInfo(
         "pre" if i.phase == _lib.TC_HOOK_PRE else "post", (i.op_name or b"").decode(),
         (i.comm_name or b"").decode(errors="replace"), i.seq, i.rank, i.size,
         None if i.dtype < 0 else DType(i.dtype), i.root, i.peer, bool(i.async_op),
         _buffers(i.inputs, i.num_inputs), _buffers(i.outputs, i.num_outputs), i.status,
-        None if not i.message else i.message.decode(errors="replace"), bool(i.completed), *tags)
+        None if not i.message else i.message.decode(errors="replace"), bool(i.completed), *tags, offset)
 
 
 def callback(hook: Callable[[OpInfo], None]) -> Any:

@@ -25,6 +25,7 @@
 //! per operation ([`Hooks::active`]).
 
 pub mod nan;
+pub mod window;
 
 use crate::comm::{Comm, Op, OpOptions};
 use crate::error::{Error, Result};
@@ -72,6 +73,10 @@ const C_OP_NAMES: [&std::ffi::CStr; crate::op::OP_NAMES.len()] = [
     c"scatter",
     c"gather",
     c"gather_single",
+    c"window_put",
+    c"window_get",
+    c"window_signal",
+    c"window_wait_signal",
 ];
 
 /// The static C string of an operation's name.
@@ -103,6 +108,8 @@ pub struct OpRecord {
     /// buffer of `inputs` / `outputs`, in the same order; empty otherwise.
     pub input_tags: Vec<u32>,
     pub output_tags: Vec<u32>,
+    /// A window put or get: the byte offset in the target's window.
+    pub window_offset: usize,
 }
 
 // The raw addresses are only handed to the application's hooks.
@@ -142,6 +149,9 @@ pub struct Hooks {
     active: AtomicBool,
     nan_check: bool,
     list: Mutex<Arc<HookList>>,
+    /// The last sequence number given to a window call (their own count:
+    /// one-sided calls must not shift the collectives' numbers).
+    window_seq: AtomicU64,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -175,6 +185,7 @@ impl Hooks {
             active: AtomicBool::new(nan_check),
             nan_check,
             list: Mutex::new(Arc::default()),
+            window_seq: AtomicU64::new(0),
         }
     }
 
@@ -354,6 +365,7 @@ fn describe(op: &Op, opts: &OpOptions, seq: u64, rank: i32, size: i32) -> OpReco
         tag: 0,
         input_tags: Vec::new(),
         output_tags: Vec::new(),
+        window_offset: 0,
     };
     let r = &mut record;
     let mut push = |ptr: *mut c_void, bytes: usize, dtype: DType, usage: Use, peer: i32, tag| {
@@ -484,6 +496,7 @@ mod tests {
             active: AtomicBool::new(false),
             nan_check: false,
             list: Mutex::new(Arc::default()),
+            window_seq: AtomicU64::new(0),
         };
         let id = hooks.add(true, Box::new(|_| {})).unwrap();
         assert!(hooks.active());
