@@ -10,6 +10,8 @@
      rank with the NaN, TC_ERR_REMOTE elsewhere) with nothing exchanged,
      post hooks get that status, clean data (and f16 infinities, integer
      data, a broadcast's non-root buffer) passes, and the comm stays usable.
+   - windows: put, get, signal and wait_signal through the hooks (2 and 3
+     ranks, see window_rank).
    The one-rank part also runs under valgrind. */
 #include "capi_util.h"
 
@@ -29,6 +31,8 @@ typedef struct {
     void *in_ptr, *out_ptr;
     size_t in_count, out_count;
     int in_peer, out_peer;
+    uint32_t tag, in_tag, out_tag; /* in_tag / out_tag: 999 when NULL */
+    size_t window_offset;
     char message[256];
     pthread_t thread;
 } event_t;
@@ -40,6 +44,9 @@ typedef struct {
     tc_comm_t *comm; /* for the reentry checks */
     int reentry;     /* 1: the pre hook tries to call into the comm */
     tc_result_t reentry_op_rc, reentry_add_rc, reentry_query_rc;
+    tc_window_t *win; /* win_reentry: the pre hook tries a window call */
+    int win_reentry;
+    tc_result_t reentry_win_rc;
 } log_t;
 
 static void record(const tc_op_info_t *info, void *user_data) {
@@ -71,10 +78,18 @@ static void record(const tc_op_info_t *info, void *user_data) {
             e->out_count = info->outputs[0].count;
             e->out_peer = info->outputs[0].peer;
         }
+        e->tag = info->tag;
+        e->window_offset = info->window_offset;
+        e->in_tag = info->input_tags ? info->input_tags[0] : 999;
+        e->out_tag = info->output_tags ? info->output_tags[0] : 999;
         if (info->message) snprintf(e->message, sizeof e->message, "%s", info->message);
         e->thread = pthread_self();
     }
     pthread_mutex_unlock(&log->lock);
+    if (log->win_reentry && info->phase == TC_HOOK_PRE) {
+        log->reentry_win_rc = tc_window_signal(log->win, 0, NULL, NULL);
+        log->win_reentry = 0;
+    }
     if (log->reentry && info->phase == TC_HOOK_PRE) {
         float x = 1;
         int rank = -1;
@@ -146,13 +161,13 @@ static int hooks_rank(const char *path, int rank, int size) {
     CHECK(posts_after_wait == 2);
     tc_work_free(w);
     CHECK(b[2] == 1);
-    /* 3: a ring of send + recv in one batch. */
+    /* 3: a ring of send + recv in one batch, tagged 10 + the sender. */
     int next = (rank + 1) % size, prev = (rank + size - 1) % size;
     double out_d = rank, in_d = -1;
     tc_batch_t *batch = NULL;
     EXPECT_OK(tc_batch_begin(comm, &batch));
-    EXPECT_OK(tc_batch_send(batch, &out_d, 1, TC_FLOAT64, next));
-    EXPECT_OK(tc_batch_recv(batch, &in_d, 1, TC_FLOAT64, prev));
+    EXPECT_OK(tc_batch_send_tagged(batch, &out_d, 1, TC_FLOAT64, next, 10 + (uint32_t)rank));
+    EXPECT_OK(tc_batch_recv_tagged(batch, &in_d, 1, TC_FLOAT64, prev, 10 + (uint32_t)prev));
     EXPECT_OK(tc_batch_issue(batch, NULL, NULL));
     tc_batch_free(batch);
     CHECK(in_d == (double)prev);
@@ -192,6 +207,8 @@ static int hooks_rank(const char *path, int rank, int size) {
     const event_t *bp = &pre.events[2];
     CHECK(bp->dtype == TC_FLOAT64 && bp->num_inputs == 1 && bp->num_outputs == 1);
     CHECK(bp->in_ptr == (void *)&out_d && bp->in_peer == next && bp->out_ptr == (void *)&in_d && bp->out_peer == prev);
+    CHECK(bp->tag == 0 && bp->in_tag == 10 + (uint32_t)rank && bp->out_tag == 10 + (uint32_t)prev);
+    CHECK(ar->tag == 0 && ar->in_tag == 999 && ar->out_tag == 999); /* a collective has no tags */
     const event_t *agv = &pre.events[3];
     CHECK(agv->in_count == counts[rank] && agv->out_count == total && agv->out_ptr == (void *)all);
     CHECK(pre.events[4].dtype == -1 && pre.events[4].num_inputs == 0);
@@ -200,6 +217,27 @@ static int hooks_rank(const char *path, int rank, int size) {
     /* (this all_gather is operation 6; the hooks see it too) */
     EXPECT_OK(tc_all_gather_single(comm, seqs, &s0, 1, TC_UINT64, NULL, NULL));
     for (int r = 0; r < size; r++) CHECK(seqs[r] == s0);
+    /* 7, 8: a tagged send (async) and its ring's tagged recv; the hooks see
+       each one's tag (20 + the sender). */
+    tc_op_options_t tagged = TC_OP_OPTIONS_INIT;
+    tagged.async_op = 1;
+    tagged.tag = 20 + (uint32_t)rank;
+    float sent = (float)rank, got = -1;
+    tc_work_t *sw = NULL;
+    EXPECT_OK(tc_send(comm, &sent, 1, TC_FLOAT32, next, &tagged, &sw));
+    tagged.async_op = 0;
+    tagged.tag = 20 + (uint32_t)prev;
+    EXPECT_OK(tc_recv(comm, &got, 1, TC_FLOAT32, prev, &tagged, NULL));
+    EXPECT_OK(tc_work_wait(sw, NULL));
+    tc_work_free(sw);
+    CHECK(got == (float)prev && pre.n == 8);
+    if (pre.n == 8) {
+        const event_t *send = &pre.events[6], *recv = &pre.events[7];
+        CHECK(strcmp(send->op, "send") == 0 && send->peer == next && send->tag == 20 + (uint32_t)rank);
+        CHECK(send->in_tag == 20 + (uint32_t)rank && send->out_tag == 999 && send->in_ptr == (void *)&sent);
+        CHECK(strcmp(recv->op, "recv") == 0 && recv->peer == prev && recv->tag == 20 + (uint32_t)prev);
+        CHECK(recv->out_tag == 20 + (uint32_t)prev && recv->in_tag == 999);
+    }
 
     /* Removal: pre hook gone, post still there; then both gone. */
     EXPECT_OK(tc_comm_remove_hook(comm, pre_id));
@@ -255,6 +293,90 @@ static int hooks_rank(const char *path, int rank, int size) {
     }
     CHECK(tc_comm_finalize(failing) != TC_SUCCESS); /* it reports the failed operation */
     tc_comm_destroy(failing);
+    return capi_failures != 0;
+}
+
+/* Window calls through the hooks: a put (async), signal, wait_signal and
+   get, each seen once before and once after with its target rank, offset
+   and bytes; numbered apart from the collectives (rank 0 makes one more
+   window call, and the next barrier still has the same number everywhere);
+   a window call from inside a hook refused; calls discarded by the
+   window's free get their post hooks with TC_ERR_ABORTED. */
+static int window_rank(const char *path, int rank, int size) {
+    tc_comm_t *comm = make_comm("hooks-window", path, rank, size);
+    if (comm == NULL) return 1;
+    tc_window_t *win = NULL;
+    EXPECT_OK(tc_window_new(comm, &win));
+    int64_t mem[8] = {0};
+    EXPECT_OK(tc_window_register(win, mem, sizeof mem));
+    static log_t pre, post;
+    pthread_mutex_init(&pre.lock, NULL);
+    pthread_mutex_init(&post.lock, NULL);
+    EXPECT_OK(tc_comm_add_pre_hook(comm, record, &pre, NULL));
+    EXPECT_OK(tc_comm_add_post_hook(comm, record, &post, NULL));
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    int64_t val[2] = {100 + rank, 200 + rank}, got = -1;
+    tc_op_options_t async = TC_OP_OPTIONS_INIT;
+    async.async_op = 1;
+    tc_work_t *w = NULL;
+    EXPECT_OK(tc_window_put(win, val, sizeof val, next, 16, &async, &w));
+    EXPECT_OK(tc_work_wait(w, NULL));
+    tc_work_free(w);
+    CHECK(post.n == 1); /* before the wait returned */
+    EXPECT_OK(tc_window_signal(win, next, NULL, NULL));
+    EXPECT_OK(tc_window_wait_signal(win, prev, NULL, NULL));
+    CHECK(mem[2] == 100 + prev && mem[3] == 200 + prev);
+    EXPECT_OK(tc_window_get(win, &got, 8, next, 24, NULL, NULL)); /* after my put there */
+    CHECK(got == 200 + rank);
+    /* Neither a zero-byte put nor one refused by its checks runs a hook. */
+    EXPECT_OK(tc_window_put(win, val, 0, next, 0, NULL, NULL));
+    EXPECT_RC(tc_window_put(win, val, 8, next, 64, NULL, NULL), TC_ERR_INVALID_ARGUMENT, "dst_offset");
+    CHECK(pre.n == 4 && post.n == 4);
+    const char *names[4] = {"window_put", "window_signal", "window_wait_signal", "window_get"};
+    const int peers[4] = {next, next, prev, next};
+    log_t both = {.n = 0};
+    for (int i = 0; i < 4 && i < pre.n && i < post.n; i++) {
+        both.events[both.n++] = pre.events[i];
+        both.events[both.n++] = post.events[i];
+        CHECK(pre.events[i].peer == peers[i] && post.events[i].status == TC_SUCCESS && post.events[i].completed == 1);
+    }
+    for (int i = 0; i < 4; i++) expect_pair(&both, 2 * i, names[i], (uint64_t)i + 1);
+    const event_t *put = &pre.events[0], *get = &pre.events[3];
+    CHECK(put->async_op == 1 && put->window_offset == 16 && put->dtype == TC_UINT8);
+    CHECK(put->num_inputs == 1 && put->num_outputs == 0 && put->in_ptr == (void *)val && put->in_count == 16);
+    CHECK(!pthread_equal(post.events[0].thread, pthread_self())); /* the window's worker thread */
+    CHECK(pre.events[1].num_inputs == 0 && pre.events[1].dtype == -1 && pre.events[1].window_offset == 0);
+    CHECK(pthread_equal(post.events[2].thread, pthread_self())); /* a blocking wait runs inline */
+    CHECK(get->num_outputs == 1 && get->out_ptr == (void *)&got && get->out_count == 8 && get->window_offset == 24);
+    /* One-sided calls do not shift the collectives' numbers. */
+    if (rank == 0) EXPECT_OK(tc_window_get(win, &got, 8, 0, 0, NULL, NULL));
+    EXPECT_OK(tc_barrier(comm, NULL, NULL));
+    uint64_t barrier_seq = pre.events[pre.n - 1].seq, seqs[4] = {0};
+    CHECK(strcmp(pre.events[pre.n - 1].op, "barrier") == 0);
+    EXPECT_OK(tc_all_gather_single(comm, seqs, &barrier_seq, 1, TC_UINT64, NULL, NULL));
+    for (int r = 0; r < size; r++) CHECK(seqs[r] == barrier_seq);
+    /* A window call from inside a hook is refused. */
+    pre.win = win;
+    pre.win_reentry = 1;
+    EXPECT_OK(tc_window_signal(win, next, NULL, NULL));
+    EXPECT_OK(tc_window_wait_signal(win, prev, NULL, NULL));
+    CHECK(pre.reentry_win_rc == TC_ERR_INVALID_USAGE);
+    /* Two waits for a signal that never comes: the first runs, the second
+       is queued; the free ends one and discards the other. */
+    EXPECT_OK(tc_barrier(comm, NULL, NULL));
+    int posts = post.n;
+    tc_work_t *w1 = NULL, *w2 = NULL;
+    EXPECT_OK(tc_window_wait_signal(win, prev, &async, &w1));
+    EXPECT_OK(tc_window_wait_signal(win, prev, &async, &w2));
+    tc_window_free(win);
+    CHECK(tc_work_wait(w1, NULL) == TC_ERR_ABORTED && tc_work_wait(w2, NULL) == TC_ERR_ABORTED);
+    tc_work_free(w1);
+    tc_work_free(w2);
+    CHECK(post.n == posts + 2);
+    for (int i = posts; i < post.n; i++)
+        CHECK(strcmp(post.events[i].op, "window_wait_signal") == 0 && post.events[i].status == TC_ERR_ABORTED);
+    EXPECT_OK(tc_comm_finalize(comm));
+    tc_comm_destroy(comm);
     return capi_failures != 0;
 }
 
@@ -390,6 +512,7 @@ int main(void) {
         for (int size = 2; size <= 4; size++) {
             run_ranks(size, hooks_rank, "hooks");
             run_ranks(size, nan_rank, "nan check");
+            if (size <= 3) run_ranks(size, window_rank, "windows");
         }
     } else {
         fprintf(stderr, "test_hooks: multi-process part SKIPPED under valgrind (forked ranks)\n");

@@ -53,9 +53,10 @@
 /*
  The `tc_op_info_t.version` this library writes. Later versions only add
  fields at the end (`struct_size` grows); read a field only when
- `struct_size` covers it.
+ `struct_size` covers it. Version 2 added `tag`, `input_tags`,
+ `output_tags` and `window_offset`.
  */
-#define TC_OP_INFO_VERSION 1
+#define TC_OP_INFO_VERSION 2
 
 #define TC_LOCAL_OPTIONS_MAGIC 1413696591
 
@@ -427,7 +428,9 @@ typedef struct {
     /*
      The operation's sequence number on this comm: the number the flight
      recorder shows (`tc_comm_dump_flight_recorder`), from 1; collectives
-     issued in the same order have the same numbers on every rank.
+     issued in the same order have the same numbers on every rank. A
+     window call: its number among the comm's window calls, from 1 (not
+     in the flight recorder).
      */
     uint64_t seq;
     int rank;
@@ -478,6 +481,25 @@ typedef struct {
      operation only enqueued on its stream. Pre: 0.
      */
     int completed;
+    /*
+     Version 2. The tag of a send or recv (`opts->tag`, 0 when untagged);
+     0 for other operations (a batch's tags are in `input_tags` /
+     `output_tags`).
+     */
+    uint32_t tag;
+    /*
+     Version 2. Send, recv and batch: `input_tags[i]` is the tag of
+     `inputs[i]` (a send) and `output_tags[i]` that of `outputs[i]` (a
+     receive). NULL for other operations.
+     */
+    const uint32_t *input_tags;
+    const uint32_t *output_tags;
+    /*
+     Version 2. A window put or get: the byte offset in the target's
+     window (the rank is `peer`, the local buffer and its size in bytes
+     the one input of a put or output of a get); 0 otherwise.
+     */
+    size_t window_offset;
 } tc_op_info_t;
 
 /*
@@ -1239,12 +1261,17 @@ tc_result_t tc_get_version(int *major, int *minor, int *patch);
 /*
  Registers `hook`, called with `user_data` before every operation that
  `comm` issues after this returns: collectives, send/recv, batches, and
- the operations of the coalesced, reducer and sparse APIs on this comm
- (window calls are not hooked). It runs on the calling thread after the
+ the operations of the coalesced, reducer and sparse APIs on this comm,
+ and the calls of its windows (`tc_window_put`, `_get`, `_signal`,
+ `_wait_signal`: `op_name` "window_put", ..., the target rank in `peer`,
+ a put's source or a get's destination as its one buffer with `count` in
+ bytes, `window_offset`; `seq` counts the comm's window calls apart from
+ its operations, from 1; a zero-byte put or get does nothing and runs no
+ hook). It runs on the calling thread after the
  operation's arguments were validated (a call refused by validation runs
  no hook) and before anything is sent. Hooks run in registration order.
  `*id` (if `id` is not NULL) receives the id for `tc_comm_remove_hook`.
- A hook must not issue operations on `comm` nor register or remove hooks
+ A hook must not issue operations or window calls on `comm` nor register or remove hooks
  of any comm (such calls fail with `TC_ERR_INVALID_USAGE`), must not
  destroy `comm`, and should not issue operations on other comms (not
  checked; it would stall the thread running the hook, which may be the
@@ -1270,7 +1297,12 @@ tc_result_t tc_comm_add_pre_hook(tc_comm_t *comm, tc_op_hook_t hook, void *user_
  once enqueued on the stream, with `completed` = 0. An operation failed
  before issue (by the NaN check, on a comm shutting down): on the calling
  thread with the failure. A work that times out gets its post hooks when
- the operation's run ends (after the comm's abort at the latest). Same
+ the operation's run ends (after the comm's abort at the latest). Window
+ calls: when the call ended, on the thread that ran it (the caller's for
+ a blocking call, the window's worker thread for `async_op = 1`), before
+ its work completes; a call discarded before it ran (window freed, comm
+ aborted) gets them with `TC_ERR_ABORTED` on the thread that discarded
+ it. Same
  rules as pre hooks for `id`, reentry, lifetime and threads.
  */
 tc_result_t tc_comm_add_post_hook(tc_comm_t *comm, tc_op_hook_t hook, void *user_data, uint64_t *id);

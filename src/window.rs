@@ -71,6 +71,7 @@
 //! within its timeout does not abort the comm.
 
 use crate::backends::WindowBackend;
+use crate::comm::hooks::window::{self as hooks, WindowCall};
 use crate::comm::Comm;
 use crate::error::{Error, ErrorKind, Result};
 use crate::op::OpOptions;
@@ -286,7 +287,8 @@ impl Window {
             return Ok(done());
         }
         let (inner, timeout, src) = (self.lanes.backend.clone(), self.timeout(opts), src as usize);
-        self.issue(&self.lanes.origin, "window_put", opts, move || {
+        let call = WindowCall::transfer("window_put", dst_rank, (src, bytes), dst_offset, opts);
+        self.issue(&self.lanes.origin, call, opts, move || {
             inner.put(src as *const c_void, bytes, dst_rank, dst_offset, timeout)
         })
     }
@@ -311,7 +313,8 @@ impl Window {
             return Ok(done());
         }
         let (inner, timeout, dst) = (self.lanes.backend.clone(), self.timeout(opts), dst as usize);
-        self.issue(&self.lanes.origin, "window_get", opts, move || {
+        let call = WindowCall::transfer("window_get", src_rank, (dst, bytes), src_offset, opts);
+        self.issue(&self.lanes.origin, call, opts, move || {
             inner.get(dst as *mut c_void, bytes, src_rank, src_offset, timeout)
         })
     }
@@ -321,7 +324,8 @@ impl Window {
         self.check_rank(peer, "peer")?;
         let _state = self.registered_state("signal")?;
         let (inner, timeout) = (self.lanes.backend.clone(), self.timeout(opts));
-        self.issue(&self.lanes.origin, "window_signal", opts, move || {
+        let call = WindowCall::signal("window_signal", peer, opts);
+        self.issue(&self.lanes.origin, call, opts, move || {
             inner.signal(peer, timeout)
         })
     }
@@ -331,7 +335,8 @@ impl Window {
         self.check_rank(peer, "peer")?;
         let _state = self.registered_state("wait_signal")?;
         let (inner, timeout) = (self.lanes.backend.clone(), self.timeout(opts));
-        self.issue(&self.lanes.wait, "window_wait_signal", opts, move || {
+        let call = WindowCall::signal("window_wait_signal", peer, opts);
+        self.issue(&self.lanes.wait, call, opts, move || {
             inner.wait_signal(peer, timeout)
         })
     }
@@ -343,19 +348,31 @@ impl Window {
     }
 
     /// Runs `task` on `lane`: queued with an in-progress work (async), or to
-    /// completion before returning a finished one. Called with the state
-    /// shared, so that no deregistration slips between checks and issue.
+    /// completion before returning a finished one, between the comm's
+    /// operation hooks for `call`. Called with the state shared, so that no
+    /// deregistration slips between checks and issue.
     fn issue(
         &self,
         lane: &Arc<Lane>,
-        op: &'static str,
+        call: WindowCall,
         opts: &OpOptions,
         task: impl FnOnce() -> Result<()> + Send + 'static,
     ) -> Result<Arc<dyn Work>> {
+        let op = call.name;
+        let settler = hooks::Settler {
+            owed: self.comm.window_hooks(call)?,
+            name: op,
+        };
+        let task = move || {
+            let result = task();
+            hooks::settle(&settler.owed, &result);
+            result
+        };
         // The watchdog gives the backend's own timeout (and its better
         // message) the same head start as for the comm's operations.
         let watched = self.timeout(opts) + self.comm.backend().watchdog_grace();
         let watch = |work: Arc<HostWork>| self.comm.watch(work);
+        // A refused call drops its task, whose settler runs the post hooks.
         if opts.async_op {
             let work = lane.submit(op, &self.lanes.label, watched, true, Box::new(task))?;
             watch(work.clone());

@@ -65,6 +65,8 @@ def test_tags_select_the_matching_transfer(comm):
     peer = 1 - r
     a, b = np.full(3, 7, dtype=np.int64), np.full(5, 3, dtype=np.int64)
     got_a, got_b = np.zeros(3, dtype=np.int64), np.zeros(5, dtype=np.int64)
+    seen = []
+    hook_id = comm.add_pre_hook(seen.append)
     batch = comm.batch()
     if r == 0:  # tag 7 sent first, received second
         batch.send(a, peer, tag=7).send(b, peer, tag=3)
@@ -80,6 +82,10 @@ def test_tags_select_the_matching_transfer(comm):
     else:
         comm.recv(v, peer, tag=9, async_op=True).wait()
     assert v[0] == 40
+    comm.remove_hook(hook_id)  # the hooks saw each entry's tag
+    assert [(i.op_name, i.tag) for i in seen] == [("batch_p2p", 0), ("send" if r == 0 else "recv", 9)]
+    assert (seen[0].input_tags, seen[0].output_tags) == (([7, 3], []) if r == 0 else ([], [3, 7]))
+    assert (seen[1].input_tags, seen[1].output_tags) == (([9], []) if r == 0 else ([], [9]))
 
 
 def test_window_get(comm):

@@ -20,7 +20,7 @@ TC_REDUCER_OPTIONS_MAGIC = 1413698116
 TC_REDUCER_OPTIONS_VERSION = 2
 TC_HOOK_PRE = 0
 TC_HOOK_POST = 1
-TC_OP_INFO_VERSION = 1
+TC_OP_INFO_VERSION = 2
 
 ERROR_NAMES = {
     1001: "TC_ERR_NULL_ARGUMENT",
@@ -175,6 +175,11 @@ class OpInfo(C.Structure):
         ("status", C.c_int32),
         ("message", C.c_char_p),
         ("completed", C.c_int),
+        # version 2
+        ("tag", C.c_uint32),
+        ("input_tags", C.POINTER(C.c_uint32)),
+        ("output_tags", C.POINTER(C.c_uint32)),
+        ("window_offset", C.c_size_t),
     ]
 
 

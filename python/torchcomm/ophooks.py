@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes as C
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Tuple
 
 from . import _lib
@@ -32,20 +32,33 @@ class OpInfo:
     status: int  # post: 0 or the operation's error code
     message: Optional[str]  # post: the error's detail
     completed: bool  # post: the operation finished (not only enqueued)
+    tag: int = 0  # a send's or recv's tag; 0 otherwise
+    # send, recv, batch: the tag of each input / output buffer, in order
+    input_tags: List[int] = field(default_factory=list)
+    output_tags: List[int] = field(default_factory=list)
+    window_offset: int = 0  # a window put / get: the offset in the peer's window
 
 
 def _buffers(ptr: Any, n: int) -> List[Tuple[int, int, DType, int]]:
     return [(ptr[i].ptr or 0, ptr[i].count, DType(ptr[i].dtype), ptr[i].peer) for i in range(n)]
 
 
+def _tags(ptr: Any, n: int) -> List[int]:
+    return [ptr[k] for k in range(n)] if ptr else []
+
+
 def _info(p: Any) -> OpInfo:
     i = p.contents
+    # Fields of version 2 only when the library wrote them.
+    v2 = i.struct_size >= _lib.OpInfo.window_offset.offset + C.sizeof(C.c_size_t)
+    tags = (i.tag, _tags(i.input_tags, i.num_inputs), _tags(i.output_tags, i.num_outputs)) if v2 else (0, [], [])
+    offset = i.window_offset if v2 else 0
     return OpInfo(
         "pre" if i.phase == _lib.TC_HOOK_PRE else "post", (i.op_name or b"").decode(),
         (i.comm_name or b"").decode(errors="replace"), i.seq, i.rank, i.size,
         None if i.dtype < 0 else DType(i.dtype), i.root, i.peer, bool(i.async_op),
         _buffers(i.inputs, i.num_inputs), _buffers(i.outputs, i.num_outputs), i.status,
-        None if not i.message else i.message.decode(errors="replace"), bool(i.completed))
+        None if not i.message else i.message.decode(errors="replace"), bool(i.completed), *tags, offset)
 
 
 def callback(hook: Callable[[OpInfo], None]) -> Any:

@@ -25,6 +25,7 @@
 //! per operation ([`Hooks::active`]).
 
 pub mod nan;
+pub mod window;
 
 use crate::comm::{Comm, Op, OpOptions};
 use crate::error::{Error, Result};
@@ -72,6 +73,10 @@ const C_OP_NAMES: [&std::ffi::CStr; crate::op::OP_NAMES.len()] = [
     c"scatter",
     c"gather",
     c"gather_single",
+    c"window_put",
+    c"window_get",
+    c"window_signal",
+    c"window_wait_signal",
 ];
 
 /// The static C string of an operation's name.
@@ -97,6 +102,14 @@ pub struct OpRecord {
     pub inputs: Vec<tc_op_buffer_t>,
     /// Buffers written.
     pub outputs: Vec<tc_op_buffer_t>,
+    /// The tag of a send or recv, else 0.
+    pub tag: u32,
+    /// Point-to-point operations (send, recv, batch): the tag of each
+    /// buffer of `inputs` / `outputs`, in the same order; empty otherwise.
+    pub input_tags: Vec<u32>,
+    pub output_tags: Vec<u32>,
+    /// A window put or get: the byte offset in the target's window.
+    pub window_offset: usize,
 }
 
 // The raw addresses are only handed to the application's hooks.
@@ -136,6 +149,9 @@ pub struct Hooks {
     active: AtomicBool,
     nan_check: bool,
     list: Mutex<Arc<HookList>>,
+    /// The last sequence number given to a window call (their own count:
+    /// one-sided calls must not shift the collectives' numbers).
+    window_seq: AtomicU64,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -169,6 +185,7 @@ impl Hooks {
             active: AtomicBool::new(nan_check),
             nan_check,
             list: Mutex::new(Arc::default()),
+            window_seq: AtomicU64::new(0),
         }
     }
 
@@ -335,8 +352,23 @@ pub fn submit_hooked(comm: &Comm, op: Op, opts: &OpOptions) -> Result<Arc<dyn cr
 
 /// The hooks' description of `op` as `rank` of `size` sees it.
 fn describe(op: &Op, opts: &OpOptions, seq: u64, rank: i32, size: i32) -> OpRecord {
-    let (mut inputs, mut outputs) = (Vec::new(), Vec::new());
-    let mut push = |ptr: *mut c_void, bytes: usize, dtype: DType, usage: Use, peer: i32| {
+    let mut record = OpRecord {
+        name: op.name(),
+        seq,
+        dtype: op.dtype(),
+        root: -1,
+        peer: -1,
+        reduce_op: op.reduce_op().copied(),
+        async_op: opts.async_op,
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+        tag: 0,
+        input_tags: Vec::new(),
+        output_tags: Vec::new(),
+        window_offset: 0,
+    };
+    let r = &mut record;
+    let mut push = |ptr: *mut c_void, bytes: usize, dtype: DType, usage: Use, peer: i32, tag| {
         let b = tc_op_buffer_t {
             ptr,
             count: bytes / dtype.size(),
@@ -344,41 +376,44 @@ fn describe(op: &Op, opts: &OpOptions, seq: u64, rank: i32, size: i32) -> OpReco
             peer,
         };
         if usage != Use::Out {
-            inputs.push(b);
+            r.inputs.push(b);
+            r.input_tags.extend(tag);
         }
         if usage != Use::In {
-            outputs.push(b);
+            r.outputs.push(b);
+            r.output_tags.extend(tag);
         }
     };
-    let (mut root, mut peer) = (-1, -1);
-    match op {
-        Op::Send { peer: p, .. } | Op::Recv { peer: p, .. } => peer = *p,
-        _ => root = op.signature().map_or(-1, |s| s.2),
-    }
+    let (mut peer, mut p2p_tag) = (-1, None);
+    let root = match op {
+        Op::Send { peer: p, tag, .. } | Op::Recv { peer: p, tag, .. } => {
+            (peer, p2p_tag) = (*p, Some(*tag));
+            -1
+        }
+        _ => op.signature().map_or(-1, |s| s.2),
+    };
     if let Op::Batch { ops } = op {
         for p in ops {
             let usage = if p.is_send { Use::In } else { Use::Out };
-            push(p.buf.0, p.count * p.dtype.size(), p.dtype, usage, p.peer);
+            push(
+                p.buf.0,
+                p.count * p.dtype.size(),
+                p.dtype,
+                usage,
+                p.peer,
+                Some(p.tag),
+            );
         }
     } else if let Some(dtype) = op.dtype() {
         // for_each_buffer rewrites addresses for staging; a copy is walked.
         let mut walked = op.clone();
         let _ = for_each_buffer(&mut walked, rank, size, &mut |p, bytes, usage| {
-            push(p.0, bytes, dtype, usage, peer);
+            push(p.0, bytes, dtype, usage, peer, p2p_tag);
             Ok(())
         });
     }
-    OpRecord {
-        name: op.name(),
-        seq,
-        dtype: op.dtype(),
-        root,
-        peer,
-        reduce_op: op.reduce_op().copied(),
-        async_op: opts.async_op,
-        inputs,
-        outputs,
-    }
+    (record.root, record.peer, record.tag) = (root, peer, p2p_tag.unwrap_or(0));
+    record
 }
 
 #[cfg(test)]
@@ -397,6 +432,7 @@ mod tests {
         };
         let r = describe(&bcast, &OpOptions::default(), 7, 0, 2);
         assert_eq!((r.name, r.seq, r.root, r.peer), ("broadcast", 7, 1, -1));
+        assert!(r.tag == 0 && r.input_tags.is_empty() && r.output_tags.is_empty());
         assert_eq!((r.inputs.len(), r.outputs.len()), (1, 1));
         assert_eq!((r.inputs[0].ptr as usize, r.inputs[0].count), (16, 3));
         let batch = Op::Batch {
@@ -415,7 +451,7 @@ mod tests {
                     count: 5,
                     dtype: DType::I32,
                     peer: 2,
-                    tag: 0,
+                    tag: 9,
                 },
             ],
         };
@@ -423,6 +459,20 @@ mod tests {
         assert!(r.dtype.is_none());
         assert_eq!((r.inputs[0].count, r.inputs[0].peer), (2, 1));
         assert_eq!((r.outputs[0].count, r.outputs[0].peer), (5, 2));
+        assert_eq!(
+            (r.tag, &r.input_tags[..], &r.output_tags[..]),
+            (0, &[0][..], &[9][..])
+        );
+        let send = Op::Send {
+            buf: p(8),
+            count: 4,
+            dtype: DType::F32,
+            peer: 1,
+            tag: 77,
+        };
+        let r = describe(&send, &OpOptions::default(), 2, 0, 2);
+        assert_eq!((r.peer, r.tag, &r.input_tags[..]), (1, 77, &[77][..]));
+        assert!(r.outputs.is_empty() && r.output_tags.is_empty());
         let ag = Op::AllGatherSingle {
             output: p(64),
             input: p(8),
@@ -446,6 +496,7 @@ mod tests {
             active: AtomicBool::new(false),
             nan_check: false,
             list: Mutex::new(Arc::default()),
+            window_seq: AtomicU64::new(0),
         };
         let id = hooks.add(true, Box::new(|_| {})).unwrap();
         assert!(hooks.active());

@@ -188,7 +188,7 @@ pub enum Op {
 }
 
 /// Every operation's name, indexed by its [`Op::code`].
-pub const OP_NAMES: [&str; 19] = [
+pub const OP_NAMES: [&str; 23] = [
     "send",
     "recv",
     "batch_p2p",
@@ -208,6 +208,11 @@ pub const OP_NAMES: [&str; 19] = [
     "scatter",
     "gather",
     "gather_single",
+    // Window calls: not operations (no code), named here for the hooks.
+    "window_put",
+    "window_get",
+    "window_signal",
+    "window_wait_signal",
 ];
 
 impl Op {
