@@ -139,6 +139,17 @@ int main(void) {
     EXPECT_RC(tc_reducer_set_hook(red, NULL, NULL), TC_ERR_NULL_ARGUMENT, "'hook'");
     EXPECT_RC(tc_reducer_set_builtin_hook(NULL, TC_HOOK_NOOP), TC_ERR_NULL_ARGUMENT, "'reducer'");
     EXPECT_RC(tc_reducer_set_builtin_hook(red, 99), TC_ERR_INVALID_ARGUMENT, "kind");
+    tc_powersgd_options_t popts = TC_POWERSGD_OPTIONS_INIT;
+    EXPECT_RC(tc_reducer_set_powersgd(NULL, &popts), TC_ERR_NULL_ARGUMENT, "'reducer'");
+    popts.matrix_approximation_rank = 0;
+    EXPECT_RC(tc_reducer_set_powersgd(red, &popts), TC_ERR_INVALID_ARGUMENT, "matrix_approximation_rank");
+    popts.matrix_approximation_rank = 1;
+    popts.num_rows = 2;
+    EXPECT_RC(tc_reducer_set_powersgd(red, &popts), TC_ERR_NULL_ARGUMENT, "'opts.rows'");
+    popts.num_rows = 0;
+    EXPECT_OK(tc_reducer_set_powersgd(red, &popts));
+    EXPECT_OK(tc_reducer_set_powersgd(red, NULL));
+    EXPECT_OK(tc_reducer_set_builtin_hook(red, TC_HOOK_POWERSGD));
     EXPECT_OK(tc_reducer_set_builtin_hook(red, TC_HOOK_FP16_COMPRESS));
     EXPECT_RC(tc_reducer_mark_ready(NULL, 0), TC_ERR_NULL_ARGUMENT, "'reducer'");
     EXPECT_RC(tc_reducer_mark_ready(red, 2), TC_ERR_INVALID_ARGUMENT, "grad_index");

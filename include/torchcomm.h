@@ -27,6 +27,9 @@
 #define TC_REDUCER_OPTIONS_INIT                                                 \
     { sizeof(tc_reducer_options_t), TC_REDUCER_OPTIONS_MAGIC,                   \
       TC_REDUCER_OPTIONS_VERSION, 0, 0, 0, NULL }
+#define TC_POWERSGD_OPTIONS_INIT                                                \
+    { sizeof(tc_powersgd_options_t), TC_POWERSGD_OPTIONS_MAGIC,                 \
+      TC_POWERSGD_OPTIONS_VERSION, 1, 1000, 2.0, 0.0, 1, 1, 0, NULL, 0 }
 #define TC_LOCAL_OPTIONS_INIT                                                   \
     { sizeof(tc_local_options_t), TC_LOCAL_OPTIONS_MAGIC, TC_LOCAL_OPTIONS_VERSION, \
       TC_UNSET, 0 }
@@ -74,6 +77,10 @@
 #define TC_REDUCER_OPTIONS_MAGIC 1413698116
 
 #define TC_REDUCER_OPTIONS_VERSION 2
+
+#define TC_POWERSGD_OPTIONS_MAGIC 1413697619
+
+#define TC_POWERSGD_OPTIONS_VERSION 1
 
 /*
  Status values written by `tc_work_status`.
@@ -654,6 +661,77 @@ typedef tc_result_t (*tc_comm_hook_fn)(void *state, tc_comm_t *comm, tc_grad_buc
 typedef int32_t tc_hook_kind_t;
 
 /*
+ Parameters of `TC_HOOK_POWERSGD` (`tc_reducer_set_powersgd`), named as
+ PyTorch's `PowerSGDState`. Initialize with `TC_POWERSGD_OPTIONS_INIT`,
+ which holds PyTorch's defaults.
+ */
+typedef struct {
+    /*
+     `sizeof(tc_powersgd_options_t)` as the caller compiled it.
+     */
+    size_t size;
+    /*
+     Must be `TC_POWERSGD_OPTIONS_MAGIC`.
+     */
+    uint32_t magic;
+    /*
+     `TC_POWERSGD_OPTIONS_VERSION` as the caller compiled it.
+     */
+    uint32_t version;
+    /*
+     Rank r of the approximation (at least 1; per gradient at most its
+     rows and columns). Default 1.
+     */
+    size_t matrix_approximation_rank;
+    /*
+     Iterations exchanged with the plain all-reduce (`TC_HOOK_ALLREDUCE`)
+     before compression starts (`start_powerSGD_iter`). Default 1000.
+     0 compresses from the first iteration (PyTorch requires at least 2
+     with error feedback or warm start, for DDP's bucket rebuild, which
+     this reducer does not do).
+     */
+    uint64_t start_iter;
+    /*
+     A rows x cols gradient is compressed only when
+     (rows + cols) * r * `min_compression_rate` < rows * cols; the others
+     are all-reduced as they are. Finite, >= 0. Default 2.
+     */
+    double min_compression_rate;
+    /*
+     Added to each column's norm in Gram-Schmidt (finite, >= 0). Default
+     0 (a zero column then stays zeros).
+     */
+    double orthogonalization_epsilon;
+    /*
+     1: each rank adds its previous compression error to the bucket
+     before compressing. Default 1.
+     */
+    int32_t use_error_feedback;
+    /*
+     1: Q starts from the previous iteration's Q; 0: from fresh values
+     every iteration. Default 1.
+     */
+    int32_t warm_start;
+    /*
+     Seed of the starting values of Q, the same on every rank. Default 0.
+     */
+    uint64_t seed;
+    /*
+     Leading dimension of each gradient (its shape[0]): gradient i is
+     viewed as a `rows[i]` x (counts[i] / `rows[i]`) matrix, so `rows[i]`
+     must divide counts[i] (anything for an empty gradient). NULL: every
+     gradient is a column (count x 1), as a 1-D tensor is for PyTorch,
+     and with the default `min_compression_rate` nothing is compressed.
+     Copied during the call. Default NULL.
+     */
+    const size_t *rows;
+    /*
+     Entries of `rows`: the reducer's gradient count (0 with NULL).
+     */
+    size_t num_rows;
+} tc_powersgd_options_t;
+
+/*
  A sparse COO tensor, torch's layout: `shape` has `sparse_dim + dense_dim`
  sizes; `indices` holds `sparse_dim` rows of `nnz` indices (row-major, as
  torch's `indices()`); `values` holds `nnz` rows of prod(dense sizes)
@@ -794,6 +872,13 @@ typedef tc_window tc_window_t;
  No communication: the gradients keep their local values.
  */
 #define TC_HOOK_NOOP 3
+
+/*
+ PowerSGD low-rank compression with error feedback (PyTorch's
+ `powerSGD_hook`) with the default `tc_powersgd_options_t`; see
+ `tc_reducer_set_powersgd` for the algorithm and its parameters.
+ */
+#define TC_HOOK_POWERSGD 4
 
 #define TC_FLOAT32 0
 
@@ -1596,7 +1681,8 @@ tc_result_t tc_reducer_set_hook(tc_reducer_t *reducer, tc_comm_hook_fn hook, voi
 
 /*
  Sets a built-in hook (`TC_HOOK_ALLREDUCE`, `TC_HOOK_FP16_COMPRESS`,
- `TC_HOOK_BF16_COMPRESS`, `TC_HOOK_NOOP`). Only between iterations. The
+ `TC_HOOK_BF16_COMPRESS`, `TC_HOOK_NOOP`, `TC_HOOK_POWERSGD` with default
+ options, see `tc_reducer_set_powersgd`). Only between iterations. The
  compressing hooks reject float64 buckets (`TC_ERR_UNSUPPORTED` from the
  hook), and are `TC_ERR_UNSUPPORTED` on an nccl comm (their cast would
  need a device kernel).
@@ -1614,6 +1700,38 @@ tc_result_t tc_reducer_get_grad(tc_reducer_t *reducer, size_t grad_index, void *
  Writes the number of buckets.
  */
 tc_result_t tc_reducer_num_buckets(tc_reducer_t *reducer, size_t *num_buckets);
+
+/*
+ Sets the PowerSGD hook (`TC_HOOK_POWERSGD`) with `opts` (NULL:
+ `TC_POWERSGD_OPTIONS_INIT`), the algorithm of PyTorch's `powerSGD_hook`.
+ For the first `start_iter` iterations every bucket is exchanged as by
+ `TC_HOOK_ALLREDUCE`. From then on, per float32 bucket: with error
+ feedback the rank's previous compression error is added; each gradient
+ worth compressing (see `min_compression_rate`), viewed as a matrix M
+ (see `rows`), gets P = M Q with Q orthogonalized (the previous Q with
+ warm start, else fresh values from `seed`); one all-reduce (sum) carries
+ every P and the uncompressed gradients; then P is orthogonalized
+ (Gram-Schmidt), Q = M^T P, a second all-reduce (sum) carries every Q,
+ Q /= world size, the bucket gets M = P Q^T and the uncompressed sums /
+ world size; the error becomes the bucket before minus after. The second
+ all-reduce is issued when `tc_reducer_finalize` waits for the bucket.
+ Buckets of other dtypes (float16, bfloat16, float64) always take the
+ plain all-reduce. Starting values of Q: about standard normal, from
+ `seed`, the gradient's index and the iteration, computed without the
+ math library so every rank has the same bits (PyTorch draws them from
+ its own generator, so the two differ value by value). Orthogonalization
+ is always Gram-Schmidt (PyTorch uses QR above rank 2: the same span, and
+ the same P Q^T up to rounding). Every rank must pass the same options.
+ The hook's state (errors, Q, copies: about twice the buckets' size) is
+ freed when the hook is replaced or the reducer freed; a new call starts
+ from iteration 0. Only between iterations. `TC_ERR_INVALID_ARGUMENT` for
+ a rank of 0, a negative or non-finite rate or epsilon, `num_rows` other
+ than the gradient count, or a `rows[i]` that does not divide
+ counts[i]; `TC_ERR_UNSUPPORTED` on an nccl comm (device buckets: the
+ products would need device kernels). Not thread-safe with other calls on
+ the reducer.
+ */
+tc_result_t tc_reducer_set_powersgd(tc_reducer_t *reducer, const tc_powersgd_options_t *opts);
 
 /*
  Creates the comm of the ranks of `comm` not listed in `exclude_ranks`

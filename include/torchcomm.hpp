@@ -729,6 +729,12 @@ class Reducer {
                       "tc_reducer_set_builtin_hook");
         hook_.reset();
     }
+    /* PowerSGD with `opts` (start from TC_POWERSGD_OPTIONS_INIT; `rows`
+       is copied during the call). */
+    void set_powersgd(const tc_powersgd_options_t &opts) {
+        detail::check(tc_reducer_set_powersgd(h_.get(), &opts), "tc_reducer_set_powersgd");
+        hook_.reset();
+    }
     /* Where gradient i lives (its buffer, or its place in a bucket). */
     template <class T = void> T *grad(size_t i) const {
         void *p = nullptr;

@@ -576,6 +576,7 @@ enum class Hook : tc_hook_kind_t {
     Fp16Compress = TC_HOOK_FP16_COMPRESS,
     Bf16Compress = TC_HOOK_BF16_COMPRESS,
     NoOp = TC_HOOK_NOOP,
+    PowerSgd = TC_HOOK_POWERSGD, /* default options; see Reducer::set_powersgd */
 };
 
 

@@ -98,6 +98,22 @@ def test_reducer_fp16_compress_and_bucket_views(comm):
         np.testing.assert_allclose(g, (comm.size + 1) / 2)
 
 
+def test_reducer_powersgd_rank_one_is_exact(comm):
+    # Rank k's matrix is (k + 1) u v^T: the average has rank 1, so rank-1
+    # PowerSGD reproduces it up to rounding; the vector goes uncompressed.
+    u = np.linspace(1.0, 2.0, 12, dtype=np.float32)
+    v = np.linspace(-1.0, 1.0, 20, dtype=np.float32)
+    grads = [np.outer(u, v) * (comm.rank + 1), np.full(5, comm.rank + 1.0, np.float32)]
+    mean = sum(range(1, comm.size + 1)) / comm.size
+    with tc.Reducer(comm, grads) as red:
+        red.set_powersgd(matrix_approximation_rank=1, start_powerSGD_iter=0)
+        for i in range(len(grads)):
+            red.mark_ready(i)
+        red.finalize()
+    np.testing.assert_allclose(grads[0], np.outer(u, v) * mean, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(grads[1], np.full(5, mean, np.float32), rtol=1e-6)
+
+
 def test_reducer_python_hook(comm):
     grads = [np.full(4, comm.rank + 1.0, np.float32), np.full(3, -comm.rank - 1.0, np.float32)]
     seen = []
@@ -204,7 +220,8 @@ def test_hook_and_reducer_constants_match_the_header():
     defines = dict(re.findall(r"^#define (TC_\w+) (-?\d+)$", header, re.M))
     for h in tc.Hook:
         assert defines[f"TC_HOOK_{h.name}"] == str(int(h))
-    for name in ("TC_REDUCER_OPTIONS_MAGIC", "TC_REDUCER_OPTIONS_VERSION"):
+    for name in ("TC_REDUCER_OPTIONS_MAGIC", "TC_REDUCER_OPTIONS_VERSION", "TC_POWERSGD_OPTIONS_MAGIC",
+                 "TC_POWERSGD_OPTIONS_VERSION"):
         assert defines[name] == str(getattr(_lib, name))
 
 

@@ -18,6 +18,8 @@ TC_OP_OPTIONS_MAGIC = 1413697360
 TC_OP_OPTIONS_VERSION = 2
 TC_REDUCER_OPTIONS_MAGIC = 1413698116
 TC_REDUCER_OPTIONS_VERSION = 2
+TC_POWERSGD_OPTIONS_MAGIC = 1413697619
+TC_POWERSGD_OPTIONS_VERSION = 1
 TC_HOOK_PRE = 0
 TC_HOOK_POST = 1
 TC_OP_INFO_VERSION = 2
@@ -108,6 +110,25 @@ class ReducerOptions(C.Structure):
         ("first_bucket_bytes", C.c_size_t),
         ("gradient_as_bucket_view", C.c_int32),
         ("stream", C.c_void_p),  # version 2
+    ]
+
+
+class PowerSGDOptions(C.Structure):
+    """tc_powersgd_options_t."""
+
+    _fields_ = [
+        ("size", C.c_size_t),
+        ("magic", C.c_uint32),
+        ("version", C.c_uint32),
+        ("matrix_approximation_rank", C.c_size_t),
+        ("start_iter", C.c_uint64),
+        ("min_compression_rate", C.c_double),
+        ("orthogonalization_epsilon", C.c_double),
+        ("use_error_feedback", C.c_int32),
+        ("warm_start", C.c_int32),
+        ("seed", C.c_uint64),
+        ("rows", C.POINTER(C.c_size_t)),
+        ("num_rows", C.c_size_t),
     ]
 
 
@@ -238,6 +259,7 @@ PROTOTYPES = {
     "tc_reducer_set_builtin_hook": (_R, [_p, _i32]),
     "tc_reducer_get_grad": (_R, [_p, _sz, _out]),
     "tc_reducer_num_buckets": (_R, [_p, _sz_p]),
+    "tc_reducer_set_powersgd": (_R, [_p, C.POINTER(PowerSGDOptions)]),
     "tc_local_new": (_R, [C.POINTER(Device), _sz, C.POINTER(LocalOptions), _out]),
     "tc_local_free": (None, [_p]),
     "tc_local_broadcast": (_R, [_p, _p, _sz, _out, _sz, _i32, _out]),

@@ -20,6 +20,7 @@ class Hook(enum.IntEnum):
     FP16_COMPRESS = 1
     BF16_COMPRESS = 2
     NOOP = 3
+    POWERSGD = 4
 
 
 def _view(ptr: Optional[int], count: int, dtype: DType, shape: Any, as_torch: bool) -> Any:
@@ -204,6 +205,22 @@ class Reducer:
         kind = Hook[kind.upper()] if isinstance(kind, str) else Hook(kind)
         check(lib.tc_reducer_set_builtin_hook(self.handle, int(kind)), "tc_reducer_set_builtin_hook")
         self._hook = None
+
+    def set_powersgd(self, *, matrix_approximation_rank: int = 1, start_powerSGD_iter: int = 1000,
+                     min_compression_rate: float = 2.0, use_error_feedback: bool = True,
+                     warm_start: bool = True, orthogonalization_epsilon: float = 0.0,
+                     random_seed: int = 0) -> None:
+        """PowerSGD (``tc_reducer_set_powersgd``) with torch's parameter names;
+        each gradient is viewed as a shape[0] x rest matrix (1-D: a column),
+        from the shapes the reducer was given."""
+        rows = [shape[0] if shape else 1 for shape, _, _ in self._layouts]
+        arr = (C.c_size_t * len(rows))(*rows)
+        o = _lib.PowerSGDOptions(C.sizeof(_lib.PowerSGDOptions), _lib.TC_POWERSGD_OPTIONS_MAGIC,
+                                 _lib.TC_POWERSGD_OPTIONS_VERSION, int(matrix_approximation_rank),
+                                 int(start_powerSGD_iter), float(min_compression_rate),
+                                 float(orthogonalization_epsilon), int(bool(use_error_feedback)),
+                                 int(bool(warm_start)), int(random_seed), arr, len(rows))
+        check(lib.tc_reducer_set_powersgd(self.handle, C.byref(o)), "tc_reducer_set_powersgd")
 
     def free(self) -> None:
         if self._h:

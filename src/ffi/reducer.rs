@@ -12,6 +12,7 @@ use crate::ffi::{
 };
 use crate::options::{read_versioned, Versioned};
 use crate::reducer::hooks::{builtin_from_c, tc_grad_bucket_t, BuiltinHook, CommHook};
+use crate::reducer::powersgd::{PowerSgdHook, PowerSgdOptions};
 use crate::reducer::{Reducer, ReducerOptions};
 use crate::types::{tc_dtype_t, DType};
 use crate::work::{HostWork, Work};
@@ -34,6 +35,81 @@ pub const TC_HOOK_FP16_COMPRESS: tc_hook_kind_t = 1;
 pub const TC_HOOK_BF16_COMPRESS: tc_hook_kind_t = 2;
 /// No communication: the gradients keep their local values.
 pub const TC_HOOK_NOOP: tc_hook_kind_t = 3;
+/// PowerSGD low-rank compression with error feedback (PyTorch's
+/// `powerSGD_hook`) with the default `tc_powersgd_options_t`; see
+/// `tc_reducer_set_powersgd` for the algorithm and its parameters.
+pub const TC_HOOK_POWERSGD: tc_hook_kind_t = 4;
+
+pub const TC_POWERSGD_OPTIONS_MAGIC: u32 = 0x5443_5053;
+pub const TC_POWERSGD_OPTIONS_VERSION: u32 = 1;
+
+/// Parameters of `TC_HOOK_POWERSGD` (`tc_reducer_set_powersgd`), named as
+/// PyTorch's `PowerSGDState`. Initialize with `TC_POWERSGD_OPTIONS_INIT`,
+/// which holds PyTorch's defaults.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct tc_powersgd_options_t {
+    /// `sizeof(tc_powersgd_options_t)` as the caller compiled it.
+    pub size: usize,
+    /// Must be `TC_POWERSGD_OPTIONS_MAGIC`.
+    pub magic: u32,
+    /// `TC_POWERSGD_OPTIONS_VERSION` as the caller compiled it.
+    pub version: u32,
+    /// Rank r of the approximation (at least 1; per gradient at most its
+    /// rows and columns). Default 1.
+    pub matrix_approximation_rank: usize,
+    /// Iterations exchanged with the plain all-reduce (`TC_HOOK_ALLREDUCE`)
+    /// before compression starts (`start_powerSGD_iter`). Default 1000.
+    /// 0 compresses from the first iteration (PyTorch requires at least 2
+    /// with error feedback or warm start, for DDP's bucket rebuild, which
+    /// this reducer does not do).
+    pub start_iter: u64,
+    /// A rows x cols gradient is compressed only when
+    /// (rows + cols) * r * `min_compression_rate` < rows * cols; the others
+    /// are all-reduced as they are. Finite, >= 0. Default 2.
+    pub min_compression_rate: f64,
+    /// Added to each column's norm in Gram-Schmidt (finite, >= 0). Default
+    /// 0 (a zero column then stays zeros).
+    pub orthogonalization_epsilon: f64,
+    /// 1: each rank adds its previous compression error to the bucket
+    /// before compressing. Default 1.
+    pub use_error_feedback: i32,
+    /// 1: Q starts from the previous iteration's Q; 0: from fresh values
+    /// every iteration. Default 1.
+    pub warm_start: i32,
+    /// Seed of the starting values of Q, the same on every rank. Default 0.
+    pub seed: u64,
+    /// Leading dimension of each gradient (its shape[0]): gradient i is
+    /// viewed as a `rows[i]` x (counts[i] / `rows[i]`) matrix, so `rows[i]`
+    /// must divide counts[i] (anything for an empty gradient). NULL: every
+    /// gradient is a column (count x 1), as a 1-D tensor is for PyTorch,
+    /// and with the default `min_compression_rate` nothing is compressed.
+    /// Copied during the call. Default NULL.
+    pub rows: *const usize,
+    /// Entries of `rows`: the reducer's gradient count (0 with NULL).
+    pub num_rows: usize,
+}
+
+impl Versioned for tc_powersgd_options_t {
+    const MAGIC: u32 = TC_POWERSGD_OPTIONS_MAGIC;
+    const NAME: &'static str = "tc_powersgd_options_t";
+    fn defaults() -> Self {
+        tc_powersgd_options_t {
+            size: size_of::<Self>(),
+            magic: TC_POWERSGD_OPTIONS_MAGIC,
+            version: TC_POWERSGD_OPTIONS_VERSION,
+            matrix_approximation_rank: 1,
+            start_iter: 1000,
+            min_compression_rate: 2.0,
+            orthogonalization_epsilon: 0.0,
+            use_error_feedback: 1,
+            warm_start: 1,
+            seed: 0,
+            rows: std::ptr::null(),
+            num_rows: 0,
+        }
+    }
+}
 
 /// Options of `tc_reducer_new`. Initialize with `TC_REDUCER_OPTIONS_INIT`.
 #[repr(C)]
@@ -400,7 +476,8 @@ pub extern "C" fn tc_reducer_set_hook(
 }
 
 /// Sets a built-in hook (`TC_HOOK_ALLREDUCE`, `TC_HOOK_FP16_COMPRESS`,
-/// `TC_HOOK_BF16_COMPRESS`, `TC_HOOK_NOOP`). Only between iterations. The
+/// `TC_HOOK_BF16_COMPRESS`, `TC_HOOK_NOOP`, `TC_HOOK_POWERSGD` with default
+/// options, see `tc_reducer_set_powersgd`). Only between iterations. The
 /// compressing hooks reject float64 buckets (`TC_ERR_UNSUPPORTED` from the
 /// hook), and are `TC_ERR_UNSUPPORTED` on an nccl comm (their cast would
 /// need a device kernel).
@@ -411,6 +488,9 @@ pub extern "C" fn tc_reducer_set_builtin_hook(
 ) -> tc_result_t {
     boundary("tc_reducer_set_builtin_hook", || {
         let r = unsafe { reducer_mut(reducer)? };
+        if kind == TC_HOOK_POWERSGD {
+            return set_powersgd(r, &tc_powersgd_options_t::defaults());
+        }
         let hook = BuiltinHook::new(builtin_from_c(kind)?);
         let mut inner = r.get();
         hook.check_device(inner.on_device())?;
@@ -445,4 +525,80 @@ pub extern "C" fn tc_reducer_num_buckets(
         *n = r.get().num_buckets();
         Ok(())
     })
+}
+
+/// Sets the PowerSGD hook (`TC_HOOK_POWERSGD`) with `opts` (NULL:
+/// `TC_POWERSGD_OPTIONS_INIT`), the algorithm of PyTorch's `powerSGD_hook`.
+/// For the first `start_iter` iterations every bucket is exchanged as by
+/// `TC_HOOK_ALLREDUCE`. From then on, per float32 bucket: with error
+/// feedback the rank's previous compression error is added; each gradient
+/// worth compressing (see `min_compression_rate`), viewed as a matrix M
+/// (see `rows`), gets P = M Q with Q orthogonalized (the previous Q with
+/// warm start, else fresh values from `seed`); one all-reduce (sum) carries
+/// every P and the uncompressed gradients; then P is orthogonalized
+/// (Gram-Schmidt), Q = M^T P, a second all-reduce (sum) carries every Q,
+/// Q /= world size, the bucket gets M = P Q^T and the uncompressed sums /
+/// world size; the error becomes the bucket before minus after. The second
+/// all-reduce is issued when `tc_reducer_finalize` waits for the bucket.
+/// Buckets of other dtypes (float16, bfloat16, float64) always take the
+/// plain all-reduce. Starting values of Q: about standard normal, from
+/// `seed`, the gradient's index and the iteration, computed without the
+/// math library so every rank has the same bits (PyTorch draws them from
+/// its own generator, so the two differ value by value). Orthogonalization
+/// is always Gram-Schmidt (PyTorch uses QR above rank 2: the same span, and
+/// the same P Q^T up to rounding). Every rank must pass the same options.
+/// The hook's state (errors, Q, copies: about twice the buckets' size) is
+/// freed when the hook is replaced or the reducer freed; a new call starts
+/// from iteration 0. Only between iterations. `TC_ERR_INVALID_ARGUMENT` for
+/// a rank of 0, a negative or non-finite rate or epsilon, `num_rows` other
+/// than the gradient count, or a `rows[i]` that does not divide
+/// counts[i]; `TC_ERR_UNSUPPORTED` on an nccl comm (device buckets: the
+/// products would need device kernels). Not thread-safe with other calls on
+/// the reducer.
+#[no_mangle]
+pub extern "C" fn tc_reducer_set_powersgd(
+    reducer: *mut tc_reducer_t,
+    opts: *const tc_powersgd_options_t,
+) -> tc_result_t {
+    boundary("tc_reducer_set_powersgd", || {
+        let r = unsafe { reducer_mut(reducer)? };
+        let o = unsafe { read_versioned(opts, "opts")? };
+        set_powersgd(r, &o)
+    })
+}
+
+fn set_powersgd(r: &mut tc_reducer_t, o: &tc_powersgd_options_t) -> Result<()> {
+    let bool_arg = |v: i32, name: &str| match v {
+        0 => Ok(false),
+        1 => Ok(true),
+        v => Err(Error::invalid_argument(format!(
+            "argument 'opts.{name}': {v} is not 0 or 1"
+        ))),
+    };
+    let mut inner = r.get();
+    PowerSgdHook::check_device(inner.on_device())?;
+    let counts = inner.grad_counts();
+    let rows = match (o.rows.is_null(), o.num_rows) {
+        (true, 0) => Vec::new(),
+        (true, _) => return Err(Error::null_argument("opts.rows")),
+        (false, n) if n != counts.len() => {
+            return Err(Error::invalid_argument(format!(
+                "argument 'opts.num_rows': {n} (the reducer has {} gradients)",
+                counts.len()
+            )))
+        }
+        (false, n) => unsafe { arg_slice(o.rows, n, "opts.rows")? }.to_vec(),
+    };
+    let options = PowerSgdOptions {
+        rank: o.matrix_approximation_rank,
+        start_iter: o.start_iter,
+        min_compression_rate: o.min_compression_rate,
+        error_feedback: bool_arg(o.use_error_feedback, "use_error_feedback")?,
+        warm_start: bool_arg(o.warm_start, "warm_start")?,
+        epsilon: o.orthogonalization_epsilon as f32,
+        seed: o.seed,
+        rows,
+    };
+    options.validate(&counts)?;
+    inner.set_hook(Box::new(PowerSgdHook::new(options)))
 }

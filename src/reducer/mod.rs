@@ -11,6 +11,8 @@
 mod device;
 pub mod hooks;
 pub mod layout;
+mod lowrank;
+pub mod powersgd;
 
 use crate::coalesced::Buffer;
 use crate::comm::{Comm, Op, OpOptions, Ptr};
@@ -301,6 +303,17 @@ impl Reducer {
 
     pub fn comm(&self) -> &Arc<Comm> {
         &self.comm
+    }
+
+    /// Element count of every gradient, in list order.
+    pub fn grad_counts(&self) -> Vec<usize> {
+        let mut counts = vec![0; self.grads.len()];
+        for b in &self.buckets {
+            for (&g, &len) in b.members.iter().zip(&b.lengths) {
+                counts[g] = len;
+            }
+        }
+        counts
     }
 
     pub fn num_buckets(&self) -> usize {

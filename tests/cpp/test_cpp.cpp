@@ -392,6 +392,31 @@ static void test_reducer(tc::Comm &comm) {
     EXPECT_ERROR(red.mark_ready(3), TC_ERR_INVALID_ARGUMENT, "");
 }
 
+// Rank-1 PowerSGD reproduces a rank-1 average up to rounding.
+static void test_reducer_powersgd(tc::Comm &comm) {
+    const int rank = comm.rank(), size = comm.size();
+    std::vector<float> m(6 * 8);
+    for (size_t i = 0; i < 6; i++)
+        for (size_t j = 0; j < 8; j++) m[i * 8 + j] = float(rank + 1) * float(i + 1) * (float(j) - 3.5f);
+    tc::Reducer red(comm, {m});
+    tc_powersgd_options_t opts = TC_POWERSGD_OPTIONS_INIT;
+    size_t rows[] = {6};
+    opts.rows = rows;
+    opts.num_rows = 1;
+    opts.start_iter = 0;
+    red.set_powersgd(opts);
+    red.mark_ready(0);
+    red.finalize();
+    const double mean = (size + 1) / 2.0;
+    for (size_t i = 0; i < 6; i++)
+        for (size_t j = 0; j < 8; j++) {
+            const double want = mean * double(i + 1) * (double(j) - 3.5);
+            CHECK(std::abs(m[i * 8 + j] - want) <= 1e-5 * 30);
+        }
+    opts.matrix_approximation_rank = 0;
+    EXPECT_ERROR(red.set_powersgd(opts), TC_ERR_INVALID_ARGUMENT, "matrix_approximation_rank");
+}
+
 static void test_reducer_views(tc::Comm &comm) {
     const int rank = comm.rank(), size = comm.size();
     tc::Reducer red(comm, {tc::Buffer(nullptr, 4, tc::DType::Float32), tc::Buffer(nullptr, 2, tc::DType::Float32)},
@@ -571,6 +596,7 @@ int main() {
         test_broadcast_coalesced(comm);
         test_reducer(comm);
         test_reducer_views(comm);
+        test_reducer_powersgd(comm);
         test_sparse_all_reduce(comm);
         test_comm_settings(comm);
         test_gather_single_and_tags(comm);
