@@ -7,7 +7,7 @@
      init ncclConfig_t.blocking -2147483648    (NCCL_CONFIG_INITIALIZER's value)
      const ncclSum 0
 
-   The loader's ABI test (`abi_matches_the_nccl_header` in loader.rs) compiles
+   The loader's ABI test (`abi_matches_the_nccl_header` in loader/tests.rs) compiles
    and runs this program against the header named by
    TORCHCOMM_TEST_NCCL_HEADER and compares every line with the Rust side.
    Built with tests/nccl_abi/cuda_stub first on the include path, so no CUDA

@@ -93,10 +93,14 @@
      receiver waiting.
    Job files are removed when the comm is destroyed or aborted and at exit;
    ids are random, so a stale directory of a crashed run is never reused.
+   - windows and one-sided puts and signals (2.27 / 2.29+): see
+     fake_nccl_rma.c, included at the end.
    Compile with -DSIM_NCCL_VERSION=21805 (say) to get an older library:
    symbols newer than that version are not exported at all, like the real
    older library (ncclCommRegister/ncclMemAlloc 2.19, fp8 2.24, ncclAlltoAll,
-   ncclGather and ncclScatter 2.28). */
+   ncclGather and ncclScatter 2.28, ncclCommWindowRegister 2.27,
+   ncclPutSignal / ncclSignal / ncclWaitSignal 2.29). The default is
+   2.29.7. */
 #define _GNU_SOURCE
 #include "sim_gpu.h"
 #include <dirent.h>
@@ -116,7 +120,7 @@
 #include <unistd.h>
 
 #ifndef SIM_NCCL_VERSION
-#define SIM_NCCL_VERSION 22809
+#define SIM_NCCL_VERSION 22907
 #endif
 #define HAS(v) (SIM_NCCL_VERSION >= (v))
 #define EXPORT __attribute__((visibility("default")))
@@ -189,6 +193,7 @@ typedef struct ncclComm {
     unsigned long issued, next_run;
     int running, dir_users; /* dir_users: kernels and splits using the directory */
     struct selfmsg *self_head, *self_tail;
+    struct rma *rma; /* windows and one-sided traffic (fake_nccl_rma.c) */
     struct ncclComm *next;
 } *ncclComm_t;
 static void release_registrations(ncclComm_t c);
@@ -2195,3 +2200,6 @@ EXPORT ncclResult_t ncclMemFree(void *ptr) {
                              : fail(ncclUnhandledCudaError, "ncclMemFree(%p): not memory of ncclMemAlloc (CUDA error %d)", ptr, (int)c);
 }
 #endif
+
+/* ---- windows and one-sided operations ---------------------------------- */
+#include "fake_nccl_rma.c"

@@ -12,8 +12,9 @@
 # `make gpu-test` on a GPU machine.
 #
 #   1. builds target/sim_gpu/libcuda.so.1 (+ libcuda.so) and libnccl.so.2
-#      (NCCL 2.28.9), and nccl-2.18/libnccl.so.2 (an NCCL 2.18.5 without the
-#      newer optional symbols);
+#      (NCCL 2.29.7, with the host RMA calls windows use), nccl-2.28/libnccl.so.2
+#      (2.28.9, the wheel's version: no ncclPutSignal) and
+#      nccl-2.18/libnccl.so.2 (an NCCL 2.18.5 without the newer optional symbols);
 #   2. rehearses the GPU suite exactly as the GPU machine runs it: the folder
 #      `make gpu-suite` makes (capi_tests/gpu/make-gpu-suite.sh, into
 #      target/sim_gpu/rehearsal/gpu-suite), then `bash run.sh`,
@@ -39,7 +40,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 CC=${CC:-cc}
 SIM=$ROOT/target/sim_gpu
 REL=$ROOT/target/release
-mkdir -p "$SIM/nccl-2.18" "$SIM/cuda/include" "$SIM/cuda/lib64"
+mkdir -p "$SIM/nccl-2.18" "$SIM/nccl-2.28" "$SIM/cuda/include" "$SIM/cuda/lib64"
 
 # The output is long and CI keeps only its tail: run once more under tee and,
 # on failure, repeat every failing line last so the tail names them.
@@ -72,6 +73,8 @@ $CC $CFLAGS -DSIM_STUB "$ROOT/tests/sim_gpu/fake_cuda.c" -o "$SIM/stub/libcuda.s
 # valgrind's checks trip over glibc's $ORIGIN expansion.)
 $CC $CFLAGS "$ROOT/tests/sim_gpu/fake_nccl.c" -o "$SIM/libnccl.so.2" -Wl,-soname,libnccl.so.2 \
   -L"$SIM" -lcuda -lpthread -lm
+$CC $CFLAGS -DSIM_NCCL_VERSION=22809 "$ROOT/tests/sim_gpu/fake_nccl.c" -o "$SIM/nccl-2.28/libnccl.so.2" \
+  -Wl,-soname,libnccl.so.2 -L"$SIM" -lcuda -lpthread -lm
 $CC $CFLAGS -DSIM_NCCL_VERSION=21805 "$ROOT/tests/sim_gpu/fake_nccl.c" -o "$SIM/nccl-2.18/libnccl.so.2" \
   -Wl,-soname,libnccl.so.2 -L"$SIM" -lcuda -lpthread -lm
 # CUDA_HOME for the suite script: our cuda.h and the simulated libcuda.
@@ -176,7 +179,7 @@ RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "two comms in opposite or
 $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests" -I"$ROOT/capi_tests/gpu" -I"$SIM/cuda/include" \
   "$ROOT/tests/sim_gpu/test_sim_window.c" -o "$B/test_sim_window" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
   || { echo "sim-gpu-test: compiling test_sim_window failed"; status=1; }
-TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 TC_SIM_EXPECT_NCCL=2.28.9 extra "windows on nccl 2.28.9: TC_ERR_UNSUPPORTED naming the version" "$B/test_sim_window"
+TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.28/libnccl.so.2 TC_SIM_EXPECT_NCCL=2.28.9 extra "windows on nccl 2.28.9: TC_ERR_UNSUPPORTED naming the version" "$B/test_sim_window"
 TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.18/libnccl.so.2 TC_SIM_EXPECT_NCCL=2.18.5 extra "windows on nccl 2.18.5: TC_ERR_UNSUPPORTED naming the version" "$B/test_sim_window"
 # Capture rules of the driver: fork/join legal, legacy-stream use during a
 # blocking stream's capture and waits on non-captured events invalid.
