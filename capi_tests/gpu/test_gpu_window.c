@@ -7,7 +7,8 @@
    staging); get from itself works and from a peer is TC_ERR_UNSUPPORTED
    saying NCCL has no get; bad rank, offset past the end of the target's
    (differently sized) window and a second registered window of the comm
-   are refused with named errors. With an NCCL older than 2.29, checks
+   are refused with named errors; an asynchronous wait posted before the
+   rank's own puts (a ring); a wait past its timeout. With an NCCL older than 2.29, checks
    instead that tc_window_new is TC_ERR_UNSUPPORTED naming the version.
    Prints "N passed, N failed" on rank 0. */
 #define _POSIX_C_SOURCE 200809L
@@ -94,6 +95,50 @@ static void errors(tc_comm_t *comm, tc_window_t *win, void *src, int R, int N) {
     dfree(other);
 }
 
+/* Every rank first posts an asynchronous wait for the previous rank's
+   signal, then puts to the next rank and signals it: an outstanding wait
+   must not hold up the rank's own puts (a ring of waits would deadlock). */
+static void async_ring(tc_window_t *win, unsigned char *wbuf, void *src, int R, int N) {
+    int next = (R + 1) % N, prev = (R + N - 1) % N;
+    tc_op_options_t o = TC_OP_OPTIONS_INIT;
+    o.async_op = 1;
+    tc_work_t *w = NULL;
+    tc_result_t rc = tc_window_wait_signal(win, prev, &o, &w);
+    unsigned char *h = malloc(SLOT);
+    for (size_t i = 0; i < SLOT; i++) h[i] = pat(4, R, next, i);
+    h2d(src, h, SLOT);
+    if (rc == TC_SUCCESS) rc = tc_window_put(win, src, SLOT, next, (size_t)R * SLOT, NULL, NULL);
+    if (rc == TC_SUCCESS) rc = tc_window_signal(win, next, NULL, NULL);
+    if (rc == TC_SUCCESS) rc = tc_work_wait_blocking(w);
+    if (rc != TC_SUCCESS) fprintf(stderr, "async ring: %s\n", tc_last_error());
+    expect(rc == TC_SUCCESS, "asynchronous wait posted before this rank's put and signal completes");
+    tc_work_free(w);
+    d2h(h, wbuf + (size_t)prev * SLOT, SLOT);
+    expect(region_ok(h, 4, prev, R, SLOT), "every byte of the previous rank's put");
+    free(h);
+}
+
+/* Rank 0 waits for a signal rank 1 sends only later: TC_ERR_TIMEOUT naming
+   the call; NCCL's wait is still queued then, so a later wait on rank 0 is
+   refused, saying why. */
+static void timed_out_wait(tc_comm_t *comm, tc_window_t *win, int R) {
+    tc_op_options_t o = TC_OP_OPTIONS_INIT;
+    o.timeout_ms = 300;
+    if (R == 0) {
+        tc_result_t rc = tc_window_wait_signal(win, 1, &o, NULL);
+        printf("wait for a signal not sent: %s: %s\n", tc_result_string(rc), tc_last_error());
+        expect(rc == TC_ERR_TIMEOUT && has("wait_signal") && has("300 ms"), "a wait past its timeout: TC_ERR_TIMEOUT naming it");
+    }
+    expect(tc_barrier(comm, NULL, NULL) == TC_SUCCESS, "barrier after the timed-out wait");
+    if (R == 1) expect(tc_window_signal(win, 0, NULL, NULL) == TC_SUCCESS, "the late signal");
+    expect(tc_barrier(comm, NULL, NULL) == TC_SUCCESS, "barrier after the late signal");
+    if (R == 0) {
+        tc_result_t rc = tc_window_wait_signal(win, 1, &o, NULL);
+        printf("wait after a timed-out wait: %s: %s\n", tc_result_string(rc), tc_last_error());
+        expect(rc == TC_ERR_INVALID_USAGE && has("can no longer be matched"), "a wait after it is refused, saying why");
+    }
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     gpu_setup();
@@ -138,7 +183,10 @@ int main(void) {
         exchange(win, wbuf, src, 3, R, N, 1);
         rc = tc_window_get(win, h, SLOT, R, (size_t)prev * SLOT, NULL, NULL);
         expect(rc == TC_SUCCESS && region_ok(h, 3, prev, R, SLOT), "get from its own window");
+        expect(tc_barrier(comm, NULL, NULL) == TC_SUCCESS, "barrier");
+        async_ring(win, wbuf, src, R, N);
         errors(comm, win, src, R, N);
+        if (N > 1) timed_out_wait(comm, win, R);
         expect(tc_barrier(comm, NULL, NULL) == TC_SUCCESS, "barrier");
         expect(tc_window_deregister(win) == TC_SUCCESS, "deregister (collective)");
         tc_window_free(win);

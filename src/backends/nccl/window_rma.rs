@@ -370,7 +370,8 @@ impl NcclWindow {
         let stream = self.waits.raw() as Stream;
         // SAFETY: one valid descriptor.
         self.nccl("ncclWaitSignal", |c| unsafe { f(1, &mut desc, c, stream) })?;
-        if let Err(e) = self.finish(&self.waits, "wait_signal", timeout) {
+        let what = format!("wait_signal (for {ops} signal(s) of rank {peer})");
+        if let Err(e) = self.finish(&self.waits, &what, timeout) {
             lock(&self.counts).broken = Some(e.message.clone());
             return Err(e);
         }
