@@ -127,7 +127,7 @@ bench-local: build
 # machine from the repository root (no cargo there). See docs/gpu-testing.md.
 gpu-suite: build
 	$(AFTER_BUILD) $(S)/gpu-suite.sh
-# GPU_TESTS: part1 (default), part2, part3, all, list, or test names.
+# GPU_TESTS: part1 (default), part2, part3, part4, all, list, or test names.
 GPU_TESTS ?=
 gpu-test:
 	bash gpu-suite/run.sh $(GPU_TESTS)

@@ -46,4 +46,4 @@ echo "$nccl_note" > "$OUT/NCCL"
 size=$(du -sm "$OUT" | cut -f1)
 echo "gpu-suite: ${size} MiB in $OUT; NCCL $nccl_note"
 if [ "$size" -ge 64 ]; then echo "gpu-suite: $OUT is ${size} MiB, over the 64 MiB transfer limit"; exit 1; fi
-echo "gpu-suite: on the GPU machine, from the repository root: bash gpu-suite/run.sh   (then: bash gpu-suite/run.sh part2, then part3)"
+echo "gpu-suite: on the GPU machine, from the repository root: bash gpu-suite/run.sh   (then: bash gpu-suite/run.sh part2, then part3, then part4)"

@@ -4,7 +4,8 @@
 #   bash gpu-suite/run.sh            part 1 (under 9 minutes)
 #   bash gpu-suite/run.sh part2      part 2 (under 9 minutes)
 #   bash gpu-suite/run.sh part3      part 3 (under 9 minutes): the composite operations
-#                                    (broadcast_coalesced, reducer, sparse); with parts 1-2, the whole suite
+#                                    (broadcast_coalesced, reducer, sparse)
+#   bash gpu-suite/run.sh part4      part 4: windows on nccl (NCCL 2.29+; older: TC_ERR_UNSUPPORTED checked); with parts 1-3, the whole suite
 #   bash gpu-suite/run.sh ops2 mem1  the named tests only;  all: every test;  list: the tests
 # Needs an NVIDIA GPU and driver (libcuda.so.1, linked at run time by its
 # soname: no toolkit stub folder is needed), a C compiler, cuda.h (CUDA_HOME,
@@ -61,6 +62,8 @@ TESTS=(
   "sparse2 2 45 3 test_gpu_sparse"
   "sparse4 4 60 3 test_gpu_sparse"
   "shrink4 4 60 3 test_gpu_shrink"
+  "window2 2 60 4 test_gpu_window"
+  "window4 4 90 4 test_gpu_window"
 )
 
 list_tests() {
@@ -79,7 +82,7 @@ for s in "${sel[@]}"; do
   case $s in
     list) list_tests; exit 0 ;;
     all) selected+=("${TESTS[@]}") ;;
-    part1|part2|part3)
+    part1|part2|part3|part4)
       for t in "${TESTS[@]}"; do
         # shellcheck disable=SC2086
         set -- $t
@@ -208,6 +211,6 @@ echo "== summary"
 printf '%s\n' "${summary[@]}"
 echo "gpu-test: ${#selected[@]} test(s): $n_pass passed, $n_fail failed, $n_skip skipped or not run; checks: $checks_pass passed, $checks_fail failed; $(( $(date +%s) - START )) s"
 [ ${#left[@]} = 0 ] || echo "gpu-test: not run for lack of time; next: bash $0 ${left[*]}"
-case " ${sel[*]} " in *" part1 "*) echo "gpu-test: the rest of the suite: bash $0 part2; bash $0 part3" ;; esac
+case " ${sel[*]} " in *" part1 "*) echo "gpu-test: the rest of the suite: bash $0 part2; bash $0 part3; bash $0 part4" ;; esac
 [ "$sim" = 1 ] && echo "gpu-test: (SIMULATION: these results say nothing about real GPUs)"
 [ "$n_fail" = 0 ]

@@ -120,6 +120,7 @@ echo "sim-gpu-test: == rehearsal of the GPU suite (gpu-suite/run.sh from the gat
 rehearse part1
 rehearse part2 part2
 rehearse part3 part3
+rehearse part4 part4
 # An exclusive compute mode: the multi-rank runs are skipped, with the reason.
 mkdir -p "$SIM/rehearsal/smi"
 printf '#!/bin/sh\ncase "$1" in -q) printf "    Compute Mode                          : Exclusive_Process\\n" ;; esac\n' > "$SIM/rehearsal/smi/nvidia-smi"
@@ -181,6 +182,8 @@ $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests"
   || { echo "sim-gpu-test: compiling test_sim_window failed"; status=1; }
 TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.28/libnccl.so.2 TC_SIM_EXPECT_NCCL=2.28.9 extra "windows on nccl 2.28.9: TC_ERR_UNSUPPORTED naming the version" "$B/test_sim_window"
 TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.18/libnccl.so.2 TC_SIM_EXPECT_NCCL=2.18.5 extra "windows on nccl 2.18.5: TC_ERR_UNSUPPORTED naming the version" "$B/test_sim_window"
+RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.28/libnccl.so.2 extra "GPU-suite window test on NCCL 2.28.9, 2 ranks (TC_ERR_UNSUPPORTED path)" "$B/test_gpu_window"
+RANKS=3 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "windows on nccl 2.29.7, 3 ranks (uneven sizes, staged and direct puts, signals)" "$B/test_gpu_window"
 # Capture rules of the driver: fork/join legal, legacy-stream use during a
 # blocking stream's capture and waits on non-captured events invalid.
 $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/tests/sim_gpu" "$ROOT/tests/sim_gpu/test_sim_capture.c" \

@@ -36,6 +36,7 @@ pub mod loader;
 mod mem;
 mod shrink;
 mod window;
+mod window_rma;
 pub mod work;
 
 use super::{Backend, BackendInit, Submission, WindowBackend};
@@ -216,7 +217,7 @@ impl Backend for NcclBackend {
 
     /// Windows through NCCL's host RMA API (see [`window`]).
     fn new_window(&self, _timeout: Duration) -> Result<Box<dyn WindowBackend>> {
-        window::create(self.lib, &self.label)
+        window::create(self)
     }
 
     fn mem_alloc(&self, bytes: usize) -> Result<*mut c_void> {
