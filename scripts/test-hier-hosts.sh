@@ -62,7 +62,7 @@ run_layout() {
       for r in "$@"; do
         env RANK="$r" WORLD_SIZE="$size" MASTER_ADDR=10.79.0.1 MASTER_PORT="$port" \
           TC_HIER_HOST="$h" TC_HIER_IFACE="$iface" GLOO_SOCKET_IFNAME="$iface" TC_HIER_MIN_DROP="$min_drop" TC_HIER_FAULT="$fault" \
-          TORCHCOMM_DEBUG="${TORCHCOMM_DEBUG:-INFO}" "$prog" >"$log.$r.log" 2>&1 &
+          TORCHCOMM_DEBUG="${TORCHCOMM_DEBUG:-INFO}" sh -c '"'"'"$0" >"$1" 2>&1; rc=$?; echo "exit status $rc" >>"$1"; exit $rc'"'"' "$prog" "$log.$r.log" &
         pids="$pids $!"
       done
       for p in $pids; do wait "$p" || fail=1; done
