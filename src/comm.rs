@@ -26,6 +26,9 @@ mod persistent;
 mod settings;
 mod shrink;
 mod watchdog;
+mod windows;
+
+pub use windows::WindowLanes;
 
 pub use persistent::PersistentAllGather;
 
@@ -82,7 +85,7 @@ pub struct Comm {
     /// The lanes of this comm's windows (added by `Window::new`, pruned
     /// once dead): finalize waits for their asynchronous calls, an abort
     /// ends them. Copied out of the lock before any call into a window.
-    windows: Mutex<Vec<Weak<crate::window::Lanes>>>,
+    windows: Mutex<Vec<Weak<dyn WindowLanes>>>,
     /// Operation hooks and the NaN check ([`crate::comm::hooks`]).
     hooks: hooks::Hooks,
     /// Store scope and count of its shrinks (see [`shrink`]).
@@ -249,29 +252,6 @@ impl Comm {
     /// watchdog: past its timeout it fails and the comm is aborted.
     pub(crate) fn watch(&self, work: Arc<dyn Work>) {
         lock(&self.outstanding).push(work);
-    }
-
-    /// Tracks a new window's lanes (see [`Comm::finalize`], [`Comm::abort`]).
-    pub(crate) fn add_window(&self, lanes: &Arc<crate::window::Lanes>) {
-        let mut windows = lock(&self.windows);
-        windows.retain(|w| w.strong_count() > 0);
-        windows.push(Arc::downgrade(lanes));
-    }
-
-    /// The lanes of the windows still alive, taken out of the lock: the
-    /// comm calls into its windows holding none of its locks.
-    fn live_windows(&self) -> Vec<Arc<crate::window::Lanes>> {
-        let mut windows = lock(&self.windows);
-        windows.retain(|w| w.strong_count() > 0);
-        windows.iter().filter_map(Weak::upgrade).collect()
-    }
-
-    /// Ends the outstanding calls of the comm's windows with `err`
-    /// (`ErrorKind::Aborted`) and closes their backends.
-    fn abort_windows(&self, err: &Error) {
-        for w in self.live_windows() {
-            w.abort_outstanding(err);
-        }
     }
 
     /// Fails once the comm was finalized or aborted.
