@@ -153,13 +153,7 @@ impl Comm {
                 "rank {rank} is outside a world of size {size}"
             )));
         }
-        // Each creation of a name gets its own key scope, so that a comm made
-        // again under the same name (after a failure, say) never reads the
-        // keys of its predecessor. Creation is collective, so every rank of
-        // incarnation k has counted before any rank can count for k + 1.
-        let count = base_store.add(&format!("{name}/incarnations/{size}"), 1)?;
-        let incarnation = (count - 1) / size as i64;
-        let scope = format!("{name}/{size}.{incarnation}");
+        let scope = incarnation_scope(&base_store, &name, size)?;
         let store: StoreRef = Arc::new(crate::store::prefix::PrefixStore::new(
             &scope,
             base_store.clone(),
@@ -205,14 +199,7 @@ impl Comm {
             shrink: shrink::ShrinkState::new(scope),
         });
         link.connect(Arc::downgrade(&comm) as Weak<dyn CommEvents>);
-        let watchdog = {
-            let comm = comm.clone();
-            std::thread::Builder::new()
-                .name(format!("tc-watchdog-{}", comm.name))
-                .spawn(move || comm.watchdog_loop())
-                .map_err(|e| Error::system("spawning the watchdog thread", e))?
-        };
-        lock(&comm.threads).push(watchdog);
+        comm.start_watchdog()?;
         crate::log_info!(
             "comm '{}' created: backend {} rank {}/{} timeout {} ms",
             comm.name,
@@ -596,6 +583,17 @@ impl Comm {
         )
         .map(Some)
     }
+}
+
+/// The store scope of this creation of comm `name`: each creation of a
+/// name gets its own, so that a comm made again under the same name (after
+/// a failure, say) never reads the keys of its predecessor. Creation is
+/// collective, so every rank of incarnation k has counted before any rank
+/// can count for k + 1.
+fn incarnation_scope(base_store: &StoreRef, name: &str, size: i32) -> Result<String> {
+    let count = base_store.add(&format!("{name}/incarnations/{size}"), 1)?;
+    let incarnation = (count - 1) / size as i64;
+    Ok(format!("{name}/{size}.{incarnation}"))
 }
 
 /// Rejects a name that cannot prefix the comm's store keys.
