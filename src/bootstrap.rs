@@ -5,6 +5,7 @@
 use crate::error::{Error, Result};
 use crate::store::server::ServerOptions;
 use crate::store::{StoreRef, TcpStore, TcpStoreOptions, TcpStoreServer};
+use crate::util::lock;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ static HOSTED: Mutex<Vec<(u16, Arc<TcpStoreServer>)>> = Mutex::new(Vec::new());
 /// The server hosted on `port`, started (listening on `addr`'s interface,
 /// not every interface) by the first comm that needs it.
 fn hosted_server(addr: &str, port: u16, token: Option<Vec<u8>>) -> Result<Arc<TcpStoreServer>> {
-    let mut hosted = HOSTED.lock().unwrap_or_else(|p| p.into_inner());
+    let mut hosted = lock(&HOSTED);
     if let Some((_, s)) = hosted.iter().find(|(p, _)| *p == port) {
         return Ok(s.clone());
     }

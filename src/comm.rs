@@ -26,6 +26,9 @@ mod persistent;
 mod settings;
 mod shrink;
 mod watchdog;
+mod windows;
+
+pub use windows::WindowLanes;
 
 pub use persistent::PersistentAllGather;
 
@@ -82,7 +85,7 @@ pub struct Comm {
     /// The lanes of this comm's windows (added by `Window::new`, pruned
     /// once dead): finalize waits for their asynchronous calls, an abort
     /// ends them. Copied out of the lock before any call into a window.
-    windows: Mutex<Vec<Weak<crate::window::Lanes>>>,
+    windows: Mutex<Vec<Weak<dyn WindowLanes>>>,
     /// Operation hooks and the NaN check ([`crate::comm::hooks`]).
     hooks: hooks::Hooks,
     /// Store scope and count of its shrinks (see [`shrink`]).
@@ -150,13 +153,7 @@ impl Comm {
                 "rank {rank} is outside a world of size {size}"
             )));
         }
-        // Each creation of a name gets its own key scope, so that a comm made
-        // again under the same name (after a failure, say) never reads the
-        // keys of its predecessor. Creation is collective, so every rank of
-        // incarnation k has counted before any rank can count for k + 1.
-        let count = base_store.add(&format!("{name}/incarnations/{size}"), 1)?;
-        let incarnation = (count - 1) / size as i64;
-        let scope = format!("{name}/{size}.{incarnation}");
+        let scope = incarnation_scope(&base_store, &name, size)?;
         let store: StoreRef = Arc::new(crate::store::prefix::PrefixStore::new(
             &scope,
             base_store.clone(),
@@ -202,14 +199,7 @@ impl Comm {
             shrink: shrink::ShrinkState::new(scope),
         });
         link.connect(Arc::downgrade(&comm) as Weak<dyn CommEvents>);
-        let watchdog = {
-            let comm = comm.clone();
-            std::thread::Builder::new()
-                .name(format!("tc-watchdog-{}", comm.name))
-                .spawn(move || comm.watchdog_loop())
-                .map_err(|e| Error::system("spawning the watchdog thread", e))?
-        };
-        lock(&comm.threads).push(watchdog);
+        comm.start_watchdog()?;
         crate::log_info!(
             "comm '{}' created: backend {} rank {}/{} timeout {} ms",
             comm.name,
@@ -256,29 +246,6 @@ impl Comm {
             outstanding.retain(|w| !w.status().is_finished());
         }
         outstanding.push(work);
-    }
-
-    /// Tracks a new window's lanes (see [`Comm::finalize`], [`Comm::abort`]).
-    pub(crate) fn add_window(&self, lanes: &Arc<crate::window::Lanes>) {
-        let mut windows = lock(&self.windows);
-        windows.retain(|w| w.strong_count() > 0);
-        windows.push(Arc::downgrade(lanes));
-    }
-
-    /// The lanes of the windows still alive, taken out of the lock: the
-    /// comm calls into its windows holding none of its locks.
-    fn live_windows(&self) -> Vec<Arc<crate::window::Lanes>> {
-        let mut windows = lock(&self.windows);
-        windows.retain(|w| w.strong_count() > 0);
-        windows.iter().filter_map(Weak::upgrade).collect()
-    }
-
-    /// Ends the outstanding calls of the comm's windows with `err`
-    /// (`ErrorKind::Aborted`) and closes their backends.
-    fn abort_windows(&self, err: &Error) {
-        for w in self.live_windows() {
-            w.abort_outstanding(err);
-        }
     }
 
     /// Fails once the comm was finalized or aborted.
@@ -623,6 +590,17 @@ impl Comm {
         )
         .map(Some)
     }
+}
+
+/// The store scope of this creation of comm `name`: each creation of a
+/// name gets its own, so that a comm made again under the same name (after
+/// a failure, say) never reads the keys of its predecessor. Creation is
+/// collective, so every rank of incarnation k has counted before any rank
+/// can count for k + 1.
+fn incarnation_scope(base_store: &StoreRef, name: &str, size: i32) -> Result<String> {
+    let count = base_store.add(&format!("{name}/incarnations/{size}"), 1)?;
+    let incarnation = (count - 1) / size as i64;
+    Ok(format!("{name}/{size}.{incarnation}"))
 }
 
 /// Rejects a name that cannot prefix the comm's store keys.

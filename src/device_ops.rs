@@ -10,6 +10,7 @@ use crate::cuda::{self, MemoryType};
 use crate::error::{Error, Result};
 use crate::op::{for_each_buffer, Use};
 use crate::types::Device;
+use crate::util::lock;
 use crate::work::{Work, WorkStatus};
 use cudarc::driver::sys;
 use std::ffi::c_void;
@@ -236,7 +237,7 @@ impl Work for StreamWork {
 
 impl Drop for StreamWork {
     fn drop(&mut self) {
-        let keep = self.keep.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let keep = lock(&self.keep).take();
         let Some(keep) = keep else { return };
         if matches!(Self::done(&self.end), Ok(true) | Err(_)) {
             return;

@@ -72,7 +72,7 @@
 
 use crate::backends::WindowBackend;
 use crate::comm::hooks::window::{self as hooks, WindowCall};
-use crate::comm::Comm;
+use crate::comm::{Comm, WindowLanes};
 use crate::error::{Error, ErrorKind, Result};
 use crate::op::OpOptions;
 use crate::work::{DoneWork, HostWork, Work};
@@ -80,7 +80,7 @@ use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Once, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Once, RwLock, RwLockReadGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -112,12 +112,12 @@ pub(crate) struct Lanes {
     closed: Once,
 }
 
-impl Lanes {
+impl WindowLanes for Lanes {
     /// Blocks until no call is queued or running on either lane (the comm's
     /// finalize; the caller holds none of the comm's locks). Returns the
     /// first failure of an asynchronous call of this window that no drain
     /// has returned yet (puts and signals before waits).
-    pub(crate) fn drain(&self) -> Option<Error> {
+    fn drain(&self) -> Option<Error> {
         self.origin.wait_idle();
         self.wait.wait_idle();
         self.origin
@@ -130,12 +130,14 @@ impl Lanes {
     /// the backend is closed as by free, which ends the running put, signal
     /// or wait; that call then completes with `err` too, unless it
     /// succeeded first.
-    pub(crate) fn abort_outstanding(&self, err: &Error) {
+    fn abort_outstanding(&self, err: &Error) {
         self.origin.abort(err);
         self.wait.abort(err);
         self.close_backend();
     }
+}
 
+impl Lanes {
     fn close_backend(&self) {
         self.closed.call_once(|| self.backend.close());
     }
@@ -167,7 +169,7 @@ impl Window {
             label,
             closed: Once::new(),
         });
-        comm.add_window(&lanes);
+        comm.add_window(Arc::downgrade(&lanes) as Weak<dyn WindowLanes>);
         Window {
             comm: comm.clone(),
             lanes,

@@ -51,7 +51,18 @@ impl CommEvents for Comm {
 }
 
 impl Comm {
-    pub(super) fn watchdog_loop(self: Arc<Self>) {
+    /// Starts the watchdog thread (it holds the comm until stopped).
+    pub(super) fn start_watchdog(self: &Arc<Self>) -> Result<()> {
+        let comm = self.clone();
+        let watchdog = std::thread::Builder::new()
+            .name(format!("tc-watchdog-{}", self.name))
+            .spawn(move || comm.watchdog_loop())
+            .map_err(|e| Error::system("spawning the watchdog thread", e))?;
+        lock(&self.threads).push(watchdog);
+        Ok(())
+    }
+
+    fn watchdog_loop(self: Arc<Self>) {
         loop {
             if !self.ticker.tick(WATCHDOG_PERIOD) {
                 return;

@@ -10,6 +10,7 @@ use super::driver::{
     check, drv, with_relaxed_capture_mode, CUDA_ERROR_NOT_READY, MISSING_ENTRY_POINT,
 };
 use crate::error::Result;
+use crate::util::lock;
 use cudarc::driver::sys::{self, CUevent, CUstream};
 use std::sync::{Arc, Mutex};
 
@@ -35,7 +36,7 @@ impl EventPool {
     /// An event from the pool (created when the pool is empty). The device's
     /// context must be current.
     pub fn get(self: &Arc<Self>) -> Result<Event> {
-        let reused = self.free.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let reused = lock(&self.free).pop();
         let raw = match reused {
             Some(raw) => raw as CUevent,
             None => {
@@ -58,7 +59,7 @@ impl EventPool {
 
 impl Drop for EventPool {
     fn drop(&mut self) {
-        let free = std::mem::take(&mut *self.free.lock().unwrap_or_else(|e| e.into_inner()));
+        let free = std::mem::take(&mut *lock(&self.free));
         if let Ok(_g) = self.device.scoped() {
             for raw in free {
                 // SAFETY: each pooled event is destroyed once, here.
@@ -131,11 +132,7 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
-        self.pool
-            .free
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(self.raw as usize);
+        lock(&self.pool.free).push(self.raw as usize);
     }
 }
 

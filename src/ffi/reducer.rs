@@ -15,6 +15,7 @@ use crate::reducer::hooks::{builtin_from_c, tc_grad_bucket_t, BuiltinHook, CommH
 use crate::reducer::powersgd::{PowerSgdHook, PowerSgdOptions};
 use crate::reducer::{Reducer, ReducerOptions};
 use crate::types::{tc_dtype_t, DType};
+use crate::util::lock;
 use crate::work::{HostWork, Work};
 use std::ffi::{c_void, CStr};
 use std::mem::size_of;
@@ -190,7 +191,7 @@ impl tc_reducer {
         if let Some(t) = self.finishing.take() {
             let _ = t.join();
         }
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.inner)
     }
 }
 
@@ -438,10 +439,7 @@ pub extern "C" fn tc_reducer_finalize_async(
         let thread = std::thread::Builder::new()
             .name("tc-reducer-finalize".into())
             .spawn(move || {
-                let result = inner
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .end_finalize();
+                let result = lock(&inner).end_finalize();
                 finish.complete(result);
             });
         match thread {

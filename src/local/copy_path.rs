@@ -10,6 +10,7 @@ use crate::backends::gloo::reduce::{self, ReduceFn};
 use crate::cuda::{self, Event, PinnedBuffer, RawStream};
 use crate::error::{Error, Result};
 use crate::types::{DType, RedKind};
+use crate::util::lock;
 use std::ffi::c_void;
 use std::sync::Mutex;
 
@@ -101,7 +102,7 @@ pub struct Staging {
 impl Staging {
     /// A buffer of at least `bytes` bytes for device `ctx`, free for use now.
     fn take(&self, ctx: &DevCtx, bytes: usize) -> Result<PinnedBuffer> {
-        let mut items = self.items.lock().unwrap_or_else(|e| e.into_inner());
+        let mut items = lock(&self.items);
         let ready = items.iter().position(|(ord, e, b)| {
             *ord == ctx.dev.ordinal && b.bytes >= bytes && matches!(e.query(), Ok(true))
         });
@@ -116,7 +117,7 @@ impl Staging {
 
     /// Returns `buf`, in use until `done` completes.
     fn give(&self, ctx: &DevCtx, done: Event, buf: PinnedBuffer) {
-        let mut items = self.items.lock().unwrap_or_else(|e| e.into_inner());
+        let mut items = lock(&self.items);
         items.push((ctx.dev.ordinal, done, buf));
     }
 }

@@ -24,6 +24,7 @@ pub use check::{torch_chunks, Place};
 use crate::cuda::{self, Device, EventPool, RawStream};
 use crate::error::{Error, Result};
 use crate::types::DType;
+use crate::util::lock;
 use check::{bytes_of, disjoint, on_place, Span};
 use copy_path::{End, Staging};
 use nccl_path::Comms;
@@ -176,7 +177,7 @@ impl LocalGroup {
                 "argument '{arg}': CUDA device index {ord} is out of range (this process sees {count} devices)"
             )));
         }
-        let mut others = self.others.lock().unwrap_or_else(|e| e.into_inner());
+        let mut others = lock(&self.others);
         if let Some((_, c)) = others.iter().find(|(o, _)| *o == ord) {
             return Ok(Some(c.clone()));
         }
@@ -234,7 +235,7 @@ impl LocalGroup {
         if let Some(why) = &self.no_nccl {
             return Err(why.clone());
         }
-        let mut state = self.comms.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = lock(&self.comms);
         if let CommState::Untried = *state {
             let ords: Vec<i32> = self
                 .places

@@ -3,6 +3,7 @@
 //! `tc_free`), without a final copy.
 
 use crate::error::{Error, Result};
+use crate::util::lock;
 use std::ffi::c_void;
 
 pub struct CBuf {
@@ -130,7 +131,7 @@ const POOL_SIZE: usize = 4;
 impl CBuf {
     /// An empty buffer of at least `cap` bytes, reused when one is pooled.
     pub fn pooled(cap: usize) -> Result<CBuf> {
-        let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pool = lock(&POOL);
         let fit = (0..pool.len())
             .filter(|i| pool[*i].cap >= cap)
             .min_by_key(|i| pool[*i].cap);
@@ -149,7 +150,7 @@ impl CBuf {
 
     /// Returns the buffer to the pool (dropping the smallest when full).
     pub fn recycle(self) {
-        let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pool = lock(&POOL);
         pool.push(self);
         if pool.len() > POOL_SIZE {
             if let Some(i) = (0..pool.len()).min_by_key(|i| pool[*i].cap) {

@@ -5,6 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::store::{Store, StoreRef};
+use crate::util::lock;
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -168,7 +169,7 @@ impl FileStore {
         exclusive: bool,
         f: impl FnOnce(&mut Inner, &Path) -> Result<T>,
     ) -> Result<T> {
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut inner = lock(&self.inner);
         let file = inner
             .file
             .try_clone()

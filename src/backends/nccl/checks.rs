@@ -38,6 +38,26 @@ pub(super) fn offset(p: Ptr, bytes: usize) -> Ptr {
 /// group's operations run concurrently, so any other overlap is a race on a
 /// GPU. Empty when nothing needs a copy. `n`, `me`: size and rank.
 pub(super) fn hazardous_inputs(op: &Op, n: usize, me: usize) -> Vec<(Ptr, usize)> {
+    match op {
+        Op::AllGatherSingle { .. }
+        | Op::AllGather { .. }
+        | Op::AllGatherV { .. }
+        | Op::Gather { .. } => gather_hazards(op, n, me),
+        Op::ReduceScatterSingle { .. }
+        | Op::ReduceScatter { .. }
+        | Op::ReduceScatterV { .. }
+        | Op::Scatter { .. } => reduce_scatter_hazards(op, n, me),
+        Op::AllToAll { .. }
+        | Op::AllToAllSingle { .. }
+        | Op::AllToAllVSingle { .. }
+        | Op::Batch { .. } => all_to_all_hazards(op, n),
+        _ => Vec::new(),
+    }
+}
+
+/// [`hazardous_inputs`] of the all-gathers and gather: the input may sit
+/// only at this rank's block of the output.
+fn gather_hazards(op: &Op, n: usize, me: usize) -> Vec<(Ptr, usize)> {
     let sum = |c: &[usize]| c.iter().sum::<usize>();
     let before = |c: &[usize]| c[..me].iter().sum::<usize>();
     match op {
@@ -81,6 +101,35 @@ pub(super) fn hazardous_inputs(op: &Op, n: usize, me: usize) -> Vec<(Ptr, usize)
                 return vec![(*input, b)];
             }
         }
+        // The root receives into its outputs while the group runs, and
+        // copies its own input after it.
+        Op::Gather {
+            outputs,
+            input,
+            count,
+            dtype,
+            ..
+        } if !outputs.is_empty() => {
+            let b = count * dtype.size();
+            if outputs
+                .iter()
+                .enumerate()
+                .any(|(q, o)| overlaps(*input, b, *o, b) && !(q == me && o.0 == input.0))
+            {
+                return vec![(*input, b)];
+            }
+        }
+        _ => {}
+    }
+    Vec::new()
+}
+
+/// [`hazardous_inputs`] of the reduce-scatters and scatter: the output may
+/// sit only at this rank's block of the input.
+fn reduce_scatter_hazards(op: &Op, n: usize, me: usize) -> Vec<(Ptr, usize)> {
+    let sum = |c: &[usize]| c.iter().sum::<usize>();
+    let before = |c: &[usize]| c[..me].iter().sum::<usize>();
+    match op {
         Op::ReduceScatterSingle {
             output,
             input,
@@ -123,6 +172,30 @@ pub(super) fn hazardous_inputs(op: &Op, n: usize, me: usize) -> Vec<(Ptr, usize)
                 return vec![(*input, sum(counts) * es)];
             }
         }
+        // The root copies its own block after the group; a copy between
+        // partly overlapping buffers is undefined.
+        Op::Scatter {
+            output,
+            inputs,
+            count,
+            dtype,
+            ..
+        } if !inputs.is_empty() => {
+            let b = count * dtype.size();
+            if overlaps(inputs[me], b, *output, b) && inputs[me].0 != output.0 {
+                return inputs.iter().map(|i| (*i, b)).collect();
+            }
+        }
+        _ => {}
+    }
+    Vec::new()
+}
+
+/// [`hazardous_inputs`] of the all-to-alls and batches, whose sends and
+/// receives run concurrently: no input may overlap an output.
+fn all_to_all_hazards(op: &Op, n: usize) -> Vec<(Ptr, usize)> {
+    let sum = |c: &[usize]| c.iter().sum::<usize>();
+    match op {
         Op::AllToAll {
             outputs,
             inputs,
@@ -163,38 +236,6 @@ pub(super) fn hazardous_inputs(op: &Op, n: usize, me: usize) -> Vec<(Ptr, usize)
                 sum(output_counts) * es,
             ) {
                 return vec![(*input, sum(input_counts) * es)];
-            }
-        }
-        // The root receives into its outputs while the group runs, and
-        // copies its own input after it.
-        Op::Gather {
-            outputs,
-            input,
-            count,
-            dtype,
-            ..
-        } if !outputs.is_empty() => {
-            let b = count * dtype.size();
-            if outputs
-                .iter()
-                .enumerate()
-                .any(|(q, o)| overlaps(*input, b, *o, b) && !(q == me && o.0 == input.0))
-            {
-                return vec![(*input, b)];
-            }
-        }
-        // The root copies its own block after the group; a copy between
-        // partly overlapping buffers is undefined.
-        Op::Scatter {
-            output,
-            inputs,
-            count,
-            dtype,
-            ..
-        } if !inputs.is_empty() => {
-            let b = count * dtype.size();
-            if overlaps(inputs[me], b, *output, b) && inputs[me].0 != output.0 {
-                return inputs.iter().map(|i| (*i, b)).collect();
             }
         }
         // Sends and receives of a batch run concurrently.

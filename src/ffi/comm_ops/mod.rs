@@ -1,0 +1,142 @@
+//! The operations (`tc_send`, `tc_all_reduce`, ..., batches of p2p).
+//!
+//! Every operation returns when it is enqueued (`async_op = 1`) or, with
+//! `async_op = 0`, when host buffers are complete / device work is on the
+//! caller's stream. Buffers must stay valid until the work completes.
+
+use crate::comm::{Comm, Op, OpOptions, P2p, Ptr};
+use crate::error::{tc_result_t, Error, Result};
+use crate::ffi::comm::tc_comm_t;
+use crate::ffi::handle::{Handle, HandleType};
+use crate::ffi::work::tc_work_t;
+use crate::ffi::{
+    arg_out, arg_slice, boundary, boundary_void, handle_mut, handle_ref, into_handle, take_handle,
+};
+use crate::options::{read_versioned, tc_op_options_t, timeout_from_ms};
+use crate::types::{hints_from_c, tc_dtype_t, tc_reduce_op_t, DType, ReduceOp};
+use std::ffi::{c_int, c_void};
+use std::sync::Arc;
+
+// cbindgen follows the declaration order: p2p first, as in the header.
+mod p2p;
+
+mod collectives;
+
+pub use collectives::*;
+pub use p2p::*;
+
+/// A batch of sends and receives issued together by `tc_batch_issue`.
+/// Not thread-safe: build a batch from one thread.
+pub struct tc_batch {
+    comm: Arc<Comm>,
+    ops: Vec<P2p>,
+}
+
+pub type tc_batch_t = tc_batch;
+
+impl Handle for tc_batch {
+    const TYPE: HandleType = HandleType::Batch;
+}
+
+/// The options of a call that takes no tag: a non-zero `opts.tag` is
+/// refused.
+pub(crate) unsafe fn op_options(p: *const tc_op_options_t) -> Result<OpOptions> {
+    let (opts, tag) = op_options_and_tag(p)?;
+    refuse_tag(tag)?;
+    Ok(opts)
+}
+
+fn refuse_tag(tag: u32) -> Result<()> {
+    if tag == 0 {
+        return Ok(());
+    }
+    Err(Error::invalid_argument(format!(
+        "argument 'opts.tag': {tag}: only tc_send and tc_recv take a tag (batch entries \
+         carry their own: tc_batch_send_tagged, tc_batch_recv_tagged)"
+    )))
+}
+
+/// `op` with the caller's tag: on a send or receive, refused elsewhere.
+fn with_tag(mut op: Op, tag: u32) -> Result<Op> {
+    match &mut op {
+        Op::Send { tag: t, .. } | Op::Recv { tag: t, .. } => *t = tag,
+        _ => refuse_tag(tag)?,
+    }
+    Ok(op)
+}
+
+unsafe fn op_options_and_tag(p: *const tc_op_options_t) -> Result<(OpOptions, u32)> {
+    let o = read_versioned(p, "opts")?;
+    let async_op = match o.async_op {
+        0 => false,
+        1 => true,
+        v => {
+            return Err(Error::invalid_argument(format!(
+                "argument 'opts.async_op': {v} is not 0 or 1"
+            )))
+        }
+    };
+    let opts = OpOptions {
+        async_op,
+        timeout: timeout_from_ms(o.timeout_ms),
+        stream: o.stream,
+        hints: hints_from_c(o.hints, o.num_hints, "opts.hints")?,
+    };
+    Ok((opts, o.tag))
+}
+
+/// Shared body of every operation: reads the options, builds and submits
+/// the operation, hands out the work handle if asked.
+fn issue(
+    func: &'static str,
+    comm: *mut tc_comm_t,
+    opts: *const tc_op_options_t,
+    work: *mut *mut tc_work_t,
+    build: impl FnOnce(&Comm) -> Result<Op>,
+) -> tc_result_t {
+    boundary(func, || {
+        let comm = unsafe { handle_ref(comm, "comm")? };
+        let (opts, tag) = unsafe { op_options_and_tag(opts)? };
+        let op = with_tag(build(&comm.inner)?, tag)?;
+        let w = comm.inner.submit(op, &opts)?;
+        hand_out_work(work, w, &comm.inner);
+        Ok(())
+    })
+}
+
+/// Gives the caller a handle to `w` when it asked for one (`out` non-NULL);
+/// the handle keeps `comm` alive.
+pub(crate) fn hand_out_work(
+    out: *mut *mut tc_work_t,
+    w: Arc<dyn crate::work::Work>,
+    comm: &Arc<Comm>,
+) {
+    if !out.is_null() {
+        unsafe {
+            *out = into_handle(crate::ffi::work::tc_work {
+                inner: w,
+                _comm: comm.clone(),
+            })
+        };
+    }
+}
+
+fn dtype(dt: tc_dtype_t) -> Result<DType> {
+    DType::from_c(dt, "dtype")
+}
+
+fn reduce_op(op: &tc_reduce_op_t) -> Result<ReduceOp> {
+    ReduceOp::from_c(op, "op")
+}
+
+/// Reads one pointer per rank.
+unsafe fn ptr_list<T>(p: *const *mut T, n: usize, arg: &str) -> Result<Vec<Ptr>> {
+    Ok(arg_slice(p, n, arg)?
+        .iter()
+        .map(|b| Ptr(*b as *mut c_void))
+        .collect())
+}
+
+unsafe fn count_list(p: *const usize, n: usize, arg: &str) -> Result<Vec<usize>> {
+    Ok(arg_slice(p, n, arg)?.to_vec())
+}
