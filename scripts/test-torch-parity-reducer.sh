@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Parity of the gradient reducer (allreduce, fp16 and bf16 compress hooks)
-# and tc_broadcast_coalesced with PyTorch's DDP hooks and
+# Parity of the gradient reducer (allreduce, fp16 and bf16 compress hooks,
+# PowerSGD) and tc_broadcast_coalesced with PyTorch's DDP hooks and
 # torch.distributed._broadcast_coalesced on a torch gloo process group:
 # bit-identical on 2 ranks, within summation-order rounding on 4.
 # Needs target/release/libtorchcomm.so (make build). Gets torch through
@@ -17,4 +17,9 @@ set -e
 for world in 2 4; do
   "$py" "$root/tests/torch_parity/reducer_parity.py" "$lib" "$world"
 done
-echo "test-torch-parity-reducer: reducer and tc_broadcast_coalesced match PyTorch"
+# PowerSGD: the plain and uncompressed parts bit for bit (2 ranks), the
+# compressed ones statistically (see the script's docstring).
+for world in 2 3; do
+  "$py" "$root/tests/torch_parity/powersgd_parity.py" "$lib" "$world"
+done
+echo "test-torch-parity-reducer: reducer, its PowerSGD hook and tc_broadcast_coalesced match PyTorch"

@@ -537,7 +537,10 @@ pub extern "C" fn tc_reducer_num_buckets(
 /// (Gram-Schmidt), Q = M^T P, a second all-reduce (sum) carries every Q,
 /// Q /= world size, the bucket gets M = P Q^T and the uncompressed sums /
 /// world size; the error becomes the bucket before minus after. The second
-/// all-reduce is issued when `tc_reducer_finalize` waits for the bucket.
+/// all-reduce is issued when `tc_reducer_finalize` waits for the bucket;
+/// with `tc_reducer_finalize_async` it is issued from the finalize's own
+/// thread, so issue no other operation on the comm until that work
+/// completes (the ranks' operation orders could differ).
 /// Buckets of other dtypes (float16, bfloat16, float64) always take the
 /// plain all-reduce. Starting values of Q: about standard normal, from
 /// `seed`, the gradient's index and the iteration, computed without the

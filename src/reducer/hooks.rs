@@ -111,10 +111,11 @@ fn all_reduce_sum(
 }
 
 /// The built-in hooks all-reduce a bucket in pieces of this many bytes, all
-/// enqueued at once: on the shared-memory path a piece stays in cache
-/// between its copies, which one 25 MiB message does not (about 2x faster
-/// for a 100 MB bucket on 2 ranks). The result is the same element by
-/// element.
+/// enqueued at once, so that a piece can stay in cache between its copies.
+/// Measured against one message per bucket (`bench/shm_pieces.py`, see
+/// docs/performance.md) the difference flips sign between runs and stays
+/// within the run-to-run spread on the shared 2-core machine: no gain is
+/// shown. The result is the same element by element.
 const PIECE_BYTES: usize = 2 << 20;
 
 fn all_reduce(
