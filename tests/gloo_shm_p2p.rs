@@ -176,6 +176,30 @@ fn batches(comm: &Comm) {
     }
 }
 
+/// Rank 0 streams 1500 small messages to rank 1, which receives them as
+/// they come: through Gloo, more sends than are ever buffered at once
+/// (1024), so later sends first wait for the oldest (received by then);
+/// every message checked.
+fn stream(comm: &Comm) {
+    const COUNT: usize = 1500;
+    match comm.rank() {
+        0 => {
+            for k in 0..COUNT {
+                let mut out = payload(0, 1, 2000 + k, 12);
+                run(comm, send(&mut out, 1)).unwrap();
+            }
+        }
+        1 => {
+            for k in 0..COUNT {
+                let mut got = vec![0u8; 12];
+                run(comm, recv(&mut got, 0)).unwrap();
+                assert!(got == payload(0, 1, 2000 + k, 12), "stream message {k}");
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Rank 0 receives from the last rank long before that rank sends; the
 /// receive that does not match its message fails on the receiver, the pair
 /// stays usable.
@@ -249,6 +273,7 @@ fn exchanges_child() {
     ring_send_first(&comm, &BIG, 1);
     many_in_flight(&comm);
     batches(&comm);
+    stream(&comm);
     late_send_and_mismatch(&comm);
     run(&comm, Op::Barrier).unwrap();
     println!("RESULT ok");

@@ -100,8 +100,10 @@ impl GlooBackend {
                 let mut q = lock(&self.buffered.0);
                 let full = q.sends.len() >= MAX_SENDS || q.bytes + bytes > MAX_BYTES;
                 // Not popped unless full: dropping a send cancels it.
-                let popped = if full { q.sends.pop_front() } else { None };
-                let Some(s) = popped else {
+                if !full {
+                    return Ok(());
+                }
+                let Some(s) = q.sends.pop_front() else {
                     return Ok(());
                 };
                 q.bytes -= s.bytes;

@@ -343,7 +343,7 @@ impl IntraHost {
                     .iter()
                     .any(|p| !p.t.is_send && !p.done && !p.matched && p.t.peer == q);
             if wanted || drain {
-                moved |= self.pull(q, &mut inboxes[q], pend)?;
+                moved |= self.pull(q, &mut inboxes[q], pend, drain)?;
             }
         }
         Ok(moved)
@@ -398,8 +398,17 @@ impl IntraHost {
     }
 
     /// Reads what rank `q` published: headers are matched to receives (or
-    /// kept as early messages), bodies copied to their destination.
-    unsafe fn pull(&self, q: usize, inbox: &mut Inbox, pend: &mut [Pending]) -> Result<bool> {
+    /// kept as early messages), bodies copied to their destination. A next
+    /// header is read only while a receive from `q` waits for its message,
+    /// or when `drain`: a message queued behind the wanted one stays in
+    /// the ring for its own receive (no copy to the heap and back).
+    unsafe fn pull(
+        &self,
+        q: usize,
+        inbox: &mut Inbox,
+        pend: &mut [Pending],
+        drain: bool,
+    ) -> Result<bool> {
         let ring = self.ring(q, self.rank);
         let data = ring.add(CONTROL);
         let (head_word, tail_word) = (Self::head(ring), Self::tail(ring));
@@ -408,7 +417,11 @@ impl IntraHost {
         let start = tail;
         loop {
             if inbox.reading.is_none() {
-                if ((head - tail) as usize) < HEADER {
+                let unmatched = || {
+                    pend.iter()
+                        .any(|p| !p.t.is_send && !p.done && !p.matched && p.t.peer == q)
+                };
+                if ((head - tail) as usize) < HEADER || !(drain || unmatched()) {
                     break;
                 }
                 let [magic_tag, bytes, count, dtype] =
