@@ -1762,8 +1762,14 @@ tc_result_t tc_reducer_set_powersgd(tc_reducer_t *reducer, const tc_powersgd_opt
  bootstrap) that rank cannot be excluded, and the shrink fails with the
  store's error, saying so. On nccl it is `ncclCommShrink` (NCCL 2.27+;
  `TC_ERR_UNSUPPORTED` naming the loaded version otherwise) and needs the
- comm's NCCL comm: once the comm was aborted (as any failure it detects
- does) the shrink is `TC_ERR_UNSUPPORTED`, saying so.
+ comm's NCCL comm. Where the loaded NCCL has `ncclCommRevoke` (2.28+), a
+ failure the comm detects revokes its NCCL comm instead of aborting it
+ (its operations stop; the comm is aborted as usual, or the process with
+ abort-on-error), so the survivors can shrink it (`NCCL_SHRINK_ABORT`);
+ with an older NCCL a failure aborts the NCCL comm and the shrink is
+ `TC_ERR_UNSUPPORTED` naming `ncclCommRevoke` and the version. After
+ `tc_comm_abort` of a comm with no failure, nothing is left to shrink
+ either (`TC_ERR_UNSUPPORTED`, saying so).
 
  `name` must be unique among the live comms of this process
  (`TC_ERR_INVALID_ARGUMENT` otherwise, before any communication). `opts`

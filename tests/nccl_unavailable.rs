@@ -177,6 +177,7 @@ fn a_real_libnccl_loads_and_makes_a_unique_id() {
                 ),
                 ("ncclMemAlloc", lib.mem_alloc.is_some(), since(2, 19)),
                 ("ncclMemFree", lib.mem_free.is_some(), since(2, 19)),
+                ("ncclCommRevoke", lib.comm_revoke.is_some(), since(2, 28)),
                 (
                     "ncclCommWindowRegister",
                     lib.comm_window_register.is_some(),

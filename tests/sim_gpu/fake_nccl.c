@@ -47,6 +47,8 @@
    - ncclCommShrink (2.27+): collective over the ranks not excluded, which
      compare their lists (a difference is ncclInvalidUsage) and form a comm
      in parent order; a job of the parent like ncclCommSplit;
+   - ncclCommRevoke (2.28+): ends a comm's operations (kernels waiting for
+     data stop) and keeps it for ncclCommShrink/Split/Destroy/Abort only;
    - ncclCommSplit: collective over the parent (colors and keys are
      exchanged between all ranks); NCCL_SPLIT_NOCOLOR gives NULL; ranks of
      one color form a comm ordered by key, then parent rank. As in NCCL's
@@ -180,6 +182,7 @@ typedef struct ncclComm {
     CUstream held;
     int rank, nranks;
     ncclResult_t async_error; /* ncclRemoteError once a peer process died */
+    int revoked; /* ncclCommRevoke (2.28+): data transfers end, management calls only */
     struct user_op ops[MAX_USER_OPS];
     struct reg *regs; /* live registrations, released with the comm */
     /* several ranks: the job directory, the peers' processes and the next
@@ -312,6 +315,12 @@ static ncclResult_t enter(ncclComm_t c, const char *fn, int allow_finalized) {
         fprintf(stderr, "[sim-nccl] %s: comm %p used before the group that creates it ended\n", fn, (void *)c);
         r = fail(ncclInvalidUsage, "%s: comm %p is created by a group that has not ended", fn, (void *)c);
     }
+    /* a revoked comm takes management calls only (NCCL: new operations are
+       ncclInvalidUsage, ncclCommFinalize is not supported, nor a second revoke) */
+    if (r == ncclSuccess && c->revoked && strcmp(fn, "ncclCommShrink") != 0 && strcmp(fn, "ncclCommSplit") != 0 &&
+        strcmp(fn, "ncclCommDestroy") != 0)
+        r = fail(ncclInvalidUsage, "%s: comm %p was revoked (ncclCommRevoke): only destroy, split and shrink remain", fn,
+                 (void *)c);
     /* NCCL's ncclCommEnsureReady: a non-blocking comm must have reported
        ncclSuccess (ncclCommGetAsyncError) for its previous call first */
     if (r == ncclSuccess && !allow_finalized && !c->blocking && (c->job_running || c->pending_polls > 0)) {
@@ -461,6 +470,10 @@ static int msg_get(ncclComm_t c, char ch, int src, unsigned long seq, struct msg
         pthread_mutex_unlock(&M);
         if (state == ABORTED || state == DESTROYED) return 1;
         double t = now_ms();
+        pthread_mutex_lock(&M);
+        int revoked = c->revoked && ch == 'd'; /* a shrink's control messages still flow */
+        pthread_mutex_unlock(&M);
+        if (revoked) return 1;
         if (timeout_ms >= 0 && t - start > (double)timeout_ms) return 2;
         if (t - last_check > 200) {
             last_check = t;
@@ -1015,6 +1028,30 @@ EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int e
 static ncclResult_t shrink_work(struct split_job *j) {
     (void)j;
     return ncclInternalError;
+}
+#endif
+
+#if HAS(22800)
+/* ncclCommRevoke (2.28+): ends the comm's operations without freeing it.
+   Kernels waiting for data stop (as the abort ends them), the call returns
+   once none is left in flight (quiesced, also for a non-blocking comm:
+   NCCL may answer ncclInProgress, here it is done at once), and the comm
+   then takes only ncclCommShrink, ncclCommSplit, ncclCommDestroy and
+   ncclCommAbort (see enter). The failure it had stays its asynchronous
+   error. revokeFlags must be NCCL_REVOKE_DEFAULT (0). */
+static void drain(ncclComm_t c);
+EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+    const char *fn = "ncclCommRevoke";
+    if (revokeFlags != 0) return fail(ncclInvalidArgument, "%s: revokeFlags %d is not NCCL_REVOKE_DEFAULT (0)", fn, revokeFlags);
+    ncclResult_t r = enter(comm, fn, 0);
+    if (r != ncclSuccess) return r;
+    pthread_mutex_lock(&M);
+    comm->revoked = 1;
+    pthread_cond_broadcast(&MC);
+    drain(comm);
+    pthread_mutex_unlock(&M);
+    unbusy(comm);
+    return ncclSuccess;
 }
 #endif
 
@@ -1611,6 +1648,10 @@ static int await_receiver(struct kernel *k, int dst, unsigned long seq) {
         pthread_mutex_unlock(&M);
         if (state == ABORTED || state == DESTROYED) return 1;
         if (now_ms() - last_check > 200) {
+            pthread_mutex_lock(&M);
+            int revoked = c->revoked;
+            pthread_mutex_unlock(&M);
+            if (revoked) return 1;
             last_check = now_ms();
             if (!peer_alive(c, dst)) {
                 pthread_mutex_lock(&M);

@@ -171,6 +171,13 @@ $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests"
   || { echo "sim-gpu-test: compiling test_sim_nan_check failed"; status=1; }
 for n in 2 3; do RANKS=$n TORCHCOMM_NAN_CHECK=1 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "TORCHCOMM_NAN_CHECK with CUDA memory (nccl, gloo staging), $n ranks" "$B/test_sim_nan_check"; done
 RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.18/libnccl.so.2 extra "tc_comm_shrink on NCCL 2.18 (TC_ERR_UNSUPPORTED)" "$B/test_gpu_shrink" old
+# A rank dying mid all_reduce: the failure revokes the NCCL comm (ncclCommRevoke, 2.28+) so the
+# survivors can shrink it; an NCCL 2.27 double (ncclCommShrink, no ncclCommRevoke) refuses, saying why.
+mkdir -p "$SIM/nccl-2.27"
+$CC $CFLAGS -DSIM_NCCL_VERSION=22703 "$ROOT/tests/sim_gpu/fake_nccl.c" -o "$SIM/nccl-2.27/libnccl.so.2" \
+  -Wl,-soname,libnccl.so.2 -L"$SIM" -lcuda -lpthread -lm || { echo "sim-gpu-test: compiling the NCCL 2.27 double failed"; status=1; }
+RANKS=4 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "tc_comm_shrink after a rank died mid all_reduce, 4 ranks (ncclCommRevoke)" "$B/test_gpu_shrink" failure
+RANKS=4 TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.27/libnccl.so.2 extra "tc_comm_shrink after a failure on NCCL 2.27 (no ncclCommRevoke: TC_ERR_UNSUPPORTED)" "$B/test_gpu_shrink" failure-norevoke
 # Two comms on one device in opposite orders on two ranks: a deadlock (a
 # device runs one NCCL kernel at a time), ended by the library's timeout.
 $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests" -I"$ROOT/capi_tests/gpu" -I"$SIM/cuda/include" \

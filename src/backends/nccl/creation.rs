@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::types::{Device, Hints};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void, CString};
-use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -259,6 +259,8 @@ impl NcclBackend {
             shared: Arc::new(Shared::default()),
             issue: Mutex::new(()),
             poll: Mutex::new(()),
+            revoked: AtomicBool::new(false),
+            revoking: Mutex::new(()),
             registrations: Mutex::new(HashMap::new()),
             allocations: Mutex::new(HashMap::new()),
             staging: Mutex::new(Staging::default()),

@@ -8,6 +8,7 @@ use super::NcclBackend;
 use crate::error::{Error, ErrorKind, Result};
 use crate::util::lock;
 use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 pub(super) const LIVE: u8 = 0;
@@ -143,6 +144,20 @@ impl NcclBackend {
             return None;
         }
         self.state.store(CLOSING, Ordering::Release);
+        s = self.wait_for_users(s, wait);
+        // Two closers may have waited together: the first one here takes it.
+        let c = self.comm.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        self.state.store(RELEASED, Ordering::Release);
+        (!c.is_null()).then_some((c, s.users))
+    }
+
+    /// Waits up to `wait` (under `slot`, released while waiting) for the
+    /// comm's users to leave.
+    fn wait_for_users<'a>(
+        &self,
+        mut s: MutexGuard<'a, Slot>,
+        wait: Duration,
+    ) -> MutexGuard<'a, Slot> {
         let deadline = Instant::now() + wait;
         while s.users > 0 {
             let now = Instant::now();
@@ -155,10 +170,93 @@ impl NcclBackend {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
-        // Two closers may have waited together: the first one here takes it.
-        let c = self.comm.swap(std::ptr::null_mut(), Ordering::AcqRel);
-        self.state.store(RELEASED, Ordering::Release);
-        (!c.is_null()).then_some((c, s.users))
+        s
+    }
+
+    /// After a failure, where the loaded NCCL has ncclCommRevoke (2.28+):
+    /// revokes the comm instead of aborting it, so that its operations stop
+    /// (NCCL quiesces it) while the comm stays for the survivors'
+    /// ncclCommShrink. New users are held off (CLOSING) while the call is
+    /// made, then the comm is LIVE again, marked revoked: the comm layer
+    /// refuses operations on it (it is aborted there), it is never
+    /// finalized, and it is freed with ncclCommAbort when the backend goes.
+    /// True when the comm is revoked (now or before); false when it could
+    /// not be (no ncclCommRevoke, closing, a user still inside NCCL after
+    /// the grace, or the call failed): the caller aborts it.
+    pub(super) fn revoke_comm(&self) -> bool {
+        let Some(revoke) = self.lib.comm_revoke else {
+            return false;
+        };
+        let _one_at_a_time = lock(&self.revoking);
+        if self.revoked.load(Ordering::Acquire) {
+            return true;
+        }
+        let mut s = lock(&self.slot);
+        if !self.is_live() {
+            return false;
+        }
+        self.state.store(CLOSING, Ordering::Release);
+        s = self.wait_for_users(s, ABORT_GRACE);
+        if s.users > 0 {
+            return false; // left CLOSING: the abort that follows frees it
+        }
+        let _ctx = self.device.scoped();
+        // SAFETY: a live comm with no user inside (new ones held off).
+        let r = unsafe { revoke(self.comm(), NCCL_REVOKE_DEFAULT) };
+        let done = match r {
+            NCCL_SUCCESS => Ok(()),
+            // Non-blocking: quiescing goes on in the background until the
+            // comm's state leaves ncclInProgress (to the failure it already
+            // had, as likely as not).
+            NCCL_IN_PROGRESS => self.wait_revoked(),
+            r => Err(self.lib.error(r, "ncclCommRevoke", self.comm())),
+        };
+        if let Err(e) = done {
+            crate::log_warn!(
+                "nccl comm '{}': {}; aborting it instead",
+                self.name,
+                e.message
+            );
+            return false;
+        }
+        self.revoked.store(true, Ordering::Release);
+        self.state.store(LIVE, Ordering::Release);
+        crate::log_info!(
+            "nccl comm '{}' revoked after its failure (ncclCommRevoke): it can be shrunk",
+            self.name
+        );
+        true
+    }
+
+    /// Polls a non-blocking comm's revocation until its state is no longer
+    /// ncclInProgress (the caller holds the comm alone).
+    fn wait_revoked(&self) -> Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let mut state = NCCL_IN_PROGRESS;
+            let r = {
+                let _polling = lock(&self.poll);
+                // SAFETY: a live comm held by the caller; valid out-pointer.
+                unsafe { (self.lib.comm_get_async_error)(self.comm(), &mut state) }
+            };
+            if r != NCCL_SUCCESS {
+                return Err(self.lib.error(
+                    r,
+                    "ncclCommGetAsyncError after ncclCommRevoke",
+                    self.comm(),
+                ));
+            }
+            if state != NCCL_IN_PROGRESS {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::timeout(format!(
+                    "ncclCommRevoke still in progress after {} ms",
+                    self.timeout.as_millis()
+                )));
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
     }
 
     /// Aborts the NCCL comm (not waiting for peers); see "Abort and
@@ -187,6 +285,11 @@ impl NcclBackend {
     /// Finalizes and destroys the NCCL comm, after the users left (waiting
     /// up to the comm's timeout; one still inside then means abort).
     pub(super) fn finalize_comm(&self) -> Result<()> {
+        if self.revoked.load(Ordering::Acquire) {
+            // NCCL does not finalize a revoked comm: it is only freed.
+            self.abort_comm()?;
+            return Err(self.closed_error());
+        }
         let Some((c, inside)) = self.close(self.timeout) else {
             return Ok(());
         };

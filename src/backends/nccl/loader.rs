@@ -76,6 +76,8 @@ pub(crate) const NCCL_SPLIT_NOCOLOR: c_int = -1;
 /// the operations of a failed one.
 pub(crate) const NCCL_SHRINK_DEFAULT: c_int = 0;
 pub(crate) const NCCL_SHRINK_ABORT: c_int = 1;
+/// ncclCommRevoke's only accepted flags value (NCCL 2.28+).
+pub(crate) const NCCL_REVOKE_DEFAULT: c_int = 0;
 pub(crate) const NCCL_CONFIG_UNDEF_INT: c_int = i32::MIN;
 pub(crate) const NCCL_API_MAGIC: u32 = 0xcafe_beef;
 
@@ -189,6 +191,8 @@ type FnErrorString = unsafe extern "C" fn(NcclResult) -> *const c_char;
 type FnLastError = unsafe extern "C" fn(NcclComm) -> *const c_char;
 pub(crate) type FnSplit =
     unsafe extern "C" fn(NcclComm, c_int, c_int, *mut NcclComm, *mut Config) -> NcclResult;
+/// ncclCommRevoke(comm, revokeFlags).
+pub(crate) type FnRevoke = unsafe extern "C" fn(NcclComm, c_int) -> NcclResult;
 /// ncclCommShrink(comm, excludeRanksList, excludeRanksCount, newcomm,
 /// config, shrinkFlags).
 pub(crate) type FnShrink = unsafe extern "C" fn(
@@ -296,6 +300,8 @@ pub struct Nccl {
     pub comm_split: Option<FnSplit>,
     /// ncclCommShrink (2.27+).
     pub comm_shrink: Option<FnShrink>,
+    /// NCCL 2.28+: stops a failed comm's operations but keeps it for a shrink.
+    pub comm_revoke: Option<FnRevoke>,
     pub red_op_create_pre_mul_sum: Option<FnPreMulSum>,
     pub red_op_destroy: Option<FnRedOpDestroy>,
     pub reduce: FnReduce,
@@ -443,6 +449,7 @@ impl Nccl {
             get_last_error: sym(h, "ncclGetLastError"),
             comm_split: sym(h, "ncclCommSplit"),
             comm_shrink: sym(h, "ncclCommShrink"),
+            comm_revoke: sym(h, "ncclCommRevoke"),
             red_op_create_pre_mul_sum: sym(h, "ncclRedOpCreatePreMulSum"),
             red_op_destroy: sym(h, "ncclRedOpDestroy"),
             reduce: req!("ncclReduce"),

@@ -50,7 +50,7 @@ use lifecycle::Slot;
 use loader::*;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicPtr, AtomicU8};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 use work::Shared;
@@ -140,6 +140,12 @@ pub struct NcclBackend {
     /// Copies of inputs that overlap their outputs where NCCL leaves the
     /// result undefined (see [`NcclBackend::stage_overlapping`]).
     staging: Mutex<Staging>,
+    /// Set once ncclCommRevoke stopped the comm after a failure: it stays
+    /// LIVE for a shrink, is never finalized, and is freed (ncclCommAbort)
+    /// when the backend is dropped.
+    revoked: AtomicBool,
+    /// One revocation at a time (the watchdog's abort and a shrink).
+    revoking: Mutex<()>,
 }
 
 // SAFETY: the raw comm is only used under the rules documented above.
@@ -194,10 +200,16 @@ impl Backend for NcclBackend {
     }
 
     fn abort(&self) {
+        // A failure NCCL reported: revoke (where NCCL can), keeping the comm
+        // for the survivors' shrink; any other abort frees it.
+        let failed = self.shared.failure().is_some();
         self.shared.fail(Error::new(
             ErrorKind::Aborted,
             format!("nccl comm '{}' was aborted", self.name),
         ));
+        if failed && self.revoke_comm() {
+            return;
+        }
         if let Err(e) = self.abort_comm() {
             crate::log_warn!("{}", e.message);
         }

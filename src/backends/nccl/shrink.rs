@@ -2,10 +2,13 @@
 //! called by the remaining ranks only (the comm layer has already checked
 //! that they pass the same exclusion list). The child shares the parent's
 //! device and gets its own stream, events and watchdog, like a split child.
-//! A parent with a failure NCCL reported (but not yet aborted) is shrunk
-//! with NCCL_SHRINK_ABORT, which first ends its operations; a parent the
-//! comm already aborted (ncclCommAbort after a failure was found) has no
-//! NCCL comm left to shrink, and the shrink says so.
+//! A parent with a failure NCCL reported is shrunk with NCCL_SHRINK_ABORT,
+//! which NCCL asks for after an error. Where the loaded NCCL has
+//! ncclCommRevoke (2.28+), the failure revoked the parent's NCCL comm
+//! instead of aborting it ([`NcclBackend::revoke_comm`]), so it is still
+//! there to shrink; with an older NCCL the failure aborted it
+//! (ncclCommAbort), as did `tc_comm_abort`, and the shrink says that
+//! nothing is left to shrink and why.
 
 use super::*;
 
@@ -23,14 +26,15 @@ impl NcclBackend {
                 self.lib.origin
             ))
         })?;
-        let _use = self.acquire().map_err(|e| {
-            Error::unsupported(format!(
-                "nccl comm '{}' has no NCCL comm left to shrink: it was aborted (ncclCommAbort) \
-                 when its failure was found ({}); on nccl, shrink a comm before it is aborted \
-                 (with TORCHCOMM_ABORT_ON_ERROR=0 a failure still aborts it)",
-                self.name, e.message
-            ))
-        })?;
+        if let Some(failure) = self.shared.failure() {
+            // Revoked before this shrink holds the comm, so that the
+            // watchdog's abort for the same failure finds it revoked; without
+            // ncclCommRevoke that abort frees it (now or soon): refused alike.
+            if !self.revoke_comm() {
+                return Err(self.nothing_to_shrink(&failure));
+            }
+        }
+        let _use = self.acquire().map_err(|e| self.nothing_to_shrink(&e))?;
         let _issuing = lock(&self.issue);
         let flags = if self.shared.failure().is_some() {
             NCCL_SHRINK_ABORT
@@ -72,5 +76,25 @@ impl NcclBackend {
             )));
         }
         Ok(Box::new(child))
+    }
+
+    /// Why a shrink finds no NCCL comm (`closed`: the comm's own error).
+    fn nothing_to_shrink(&self, closed: &Error) -> Error {
+        let why = if self.lib.comm_revoke.is_none() {
+            format!(
+                "a failure aborts it (ncclCommAbort): the loaded NCCL {} \
+                 ({}) has no ncclCommRevoke (NCCL 2.28+), which would have kept it for a shrink",
+                self.lib.version_string(),
+                self.lib.origin
+            )
+        } else {
+            "it was aborted (tc_comm_abort), or revoking it after its failure did not succeed \
+             (see the log)"
+                .to_string()
+        };
+        Error::unsupported(format!(
+            "nccl comm '{}' has no NCCL comm left to shrink: {why} ({})",
+            self.name, closed.message
+        ))
     }
 }

@@ -75,6 +75,7 @@ pub fn table() -> Vec<(&'static str, String, bool)> {
         ("ncclGetLastError", sig::<FnLastError>(), false),
         ("ncclCommSplit", sig::<FnSplit>(), false),
         ("ncclCommShrink", sig::<FnShrink>(), false),
+        ("ncclCommRevoke", sig::<FnRevoke>(), false),
         ("ncclRedOpCreatePreMulSum", sig::<FnPreMulSum>(), false),
         ("ncclRedOpDestroy", sig::<FnRedOpDestroy>(), false),
         ("ncclReduce", sig::<FnReduce>(), true),
