@@ -257,14 +257,12 @@ fn tagged_calls(comm: &Comm) {
         assert_eq!(buf, vec![POISON; 3], "a receive took data of another tag");
         Ok(())
     };
-    // A send through shared memory completes once its bytes are in the
-    // ring (buffered); through Gloo it waits for a matching receive.
-    let off = |var: &str| std::env::var(var).as_deref() == Ok("0");
-    let buffered = !off("TORCHCOMM_GLOO_SHM") && !off("TORCHCOMM_SHM_P2P");
-    assert!(
-        me != 0 || buffered || result.is_err(),
-        "a send through Gloo to a receive of another tag completed"
-    );
+    // A send is buffered on both paths: it completes without its receive
+    // (through shared memory once its bytes are in the ring, through Gloo
+    // once posted).
+    if let Err(e) = result {
+        panic!("a buffered send failed: {e}");
+    }
     let _ = pair.finalize();
 }
 
