@@ -257,14 +257,12 @@ fn tagged_calls(comm: &Comm) {
         assert_eq!(buf, vec![POISON; 3], "a receive took data of another tag");
         Ok(())
     };
-    // Sends are buffered on both paths (shared memory: once its bytes are in
-    // the ring; Gloo: once descriptor and payload are copied and posted), so
-    // the unmatched send itself completes; only the receive may not.
-    assert!(
-        me != 0 || result.is_ok(),
-        "a buffered send to a receive of another tag failed: {:?}",
-        result.err()
-    );
+    // A send is buffered on both paths: it completes without its receive
+    // (through shared memory once its bytes are in the ring, through Gloo
+    // once posted).
+    if let Err(e) = result {
+        panic!("a buffered send failed: {e}");
+    }
     let _ = pair.finalize();
 }
 

@@ -4,6 +4,11 @@
 
 use super::*;
 
+/// Reductions up to this many bytes take one sync (see
+/// [`IntraHost::reduce`]): each rank reads every rank's input, which for so
+/// few bytes costs less than a second sync.
+const ONE_SYNC_BYTES: usize = 16 << 10;
+
 impl IntraHost {
     /// Reduces `len` elements at byte `at` of half `h` of every segment,
     /// in rank order, into `out`.
@@ -60,8 +65,43 @@ impl IntraHost {
     }
 
     /// all_reduce of `count` elements in place; with `root`, a reduce (the
-    /// result lands on the root only).
+    /// result lands on the root only). Up to [`ONE_SYNC_BYTES`]: one sync,
+    /// after which every rank (the root only, for a reduce) combines the
+    /// whole input itself, in rank order (the same bits everywhere). Its
+    /// half is next written two chunks later, after a sync that every rank
+    /// reaches only once done reading it.
     pub unsafe fn reduce(
+        &self,
+        buf: *mut u8,
+        count: usize,
+        red: &Reduction,
+        root: Option<usize>,
+        sync: &SyncAll,
+    ) -> Result<()> {
+        let es = red.dtype.size();
+        if count * es > ONE_SYNC_BYTES {
+            return self.reduce_in_shares(buf, count, red, root, sync);
+        }
+        let (me, h) = (self.rank, self.next_half());
+        let mine = self.half(me, h);
+        copy(mine, buf, count * es);
+        if let Some(k) = red.premul {
+            reduce::scale(red.dtype, mine, mine, count, Scale::Mul(k))?;
+        }
+        sync(if root.is_some() {
+            "reduce"
+        } else {
+            "all_reduce"
+        })?;
+        if root.map_or(true, |r| r == me) && count > 0 {
+            let mut blocks = self.blocks_for(red, count);
+            self.combine(red, h, 0, count, buf, &mut blocks)?;
+        }
+        Ok(())
+    }
+
+    /// [`IntraHost::reduce`] chunk by chunk, each rank reducing its share.
+    unsafe fn reduce_in_shares(
         &self,
         buf: *mut u8,
         count: usize,

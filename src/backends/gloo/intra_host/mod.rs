@@ -18,7 +18,8 @@
 //!   share of the chunk across all segments in rank order (every element is
 //!   reduced once, by one rank, so all ranks get identical bits) into its
 //!   own segment; sync; copy every share out (reduce: the root only). Two
-//!   syncs per chunk.
+//!   syncs per chunk. Up to 16 KiB, one sync: after it every rank (reduce:
+//!   the root) combines every rank's input itself, in rank order.
 //! - broadcast: the root copies in; sync; the others copy out.
 //! - all_gather_single: copy this rank's block in; sync; copy all out.
 //! - reduce_scatter_single: copy a chunk of every block in; sync; reduce
