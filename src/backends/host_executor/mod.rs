@@ -241,3 +241,6 @@ impl<B: HostBackend> Backend for HostExecutor<B> {
         self.shared.backend.mem_free(ptr)
     }
 }
+
+#[cfg(test)]
+mod tests;
