@@ -61,17 +61,16 @@ fn init(name: &str, size: i32, probe: &Arc<Probe>) -> BackendInit {
     init
 }
 
-/// Submits `op`; returns the outcome, what the comm was told and what the
-/// post hook saw (outcome ok, completed).
-fn submit(
-    ex: &HostExecutor<Fake>,
-    op: Op,
-    async_op: bool,
-) -> (
+/// A submission's outcome, what the comm was told and what the post hook
+/// saw (outcome ok, completed).
+type Seen = (
     Result<Arc<dyn Work>>,
     Vec<&'static str>,
     Option<(bool, bool)>,
-) {
+);
+
+/// Submits `op` (see [`Seen`]).
+fn submit(ex: &HostExecutor<Fake>, op: Op, async_op: bool) -> Seen {
     let opts = OpOptions {
         async_op,
         ..OpOptions::default()
@@ -92,6 +91,7 @@ fn submit(
         timeout: Duration::from_secs(30),
         may_be_device: false,
         label: &label,
+        comm: &ex.shared.link,
         issued: &mut issued,
         post: Some(Box::new(move |r: &Result<()>, done| {
             *lock(&post_seen) = Some((r.is_ok(), done));
