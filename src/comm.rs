@@ -334,6 +334,7 @@ impl Comm {
             timeout: opts.timeout.unwrap_or(self.timeout()),
             may_be_device,
             label: &self.label,
+            comm: self,
             issued: &mut issued,
             post: post.map(|p| Box::new(move |r: &Result<()>, done| p.run(r, done)) as _),
         };

@@ -332,6 +332,7 @@ pub type Hints = Vec<(String, String)>;
 ///
 /// # Safety
 /// `hints` must point to `n` valid `tc_hint_t` (or be NULL with `n == 0`).
+#[inline]
 pub unsafe fn hints_from_c(hints: *const tc_hint_t, n: usize, arg: &str) -> Result<Hints> {
     if n == 0 {
         return Ok(Vec::new());

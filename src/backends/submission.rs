@@ -34,6 +34,9 @@ pub struct Submission<'a> {
     pub may_be_device: bool,
     /// "comm 'name' (rank r/n)", for the work's messages.
     pub label: &'a Arc<str>,
+    /// The comm, for an operation run on the calling thread (the progress
+    /// thread reaches it through [`CommLink`]).
+    pub comm: &'a dyn CommEvents,
     /// Called exactly once, before the operation can run.
     pub issued: &'a mut dyn FnMut(&Op, Issue<'_>),
     /// The application's post hooks, if any.
@@ -43,6 +46,7 @@ pub struct Submission<'a> {
 impl Submission<'_> {
     /// The operation was refused: the comm records it, the post hooks see
     /// the error; returns it.
+    #[inline]
     pub fn refuse(mut self, op: &Op, e: Error) -> Error {
         (self.issued)(op, Issue::Refused(e.kind));
         if let Some(post) = self.post.take() {
@@ -53,6 +57,7 @@ impl Submission<'_> {
 
     /// The operation is enqueued on a stream as `work` (device backends):
     /// watched, and its post hooks run now with `completed` false.
+    #[inline]
     pub fn enqueued(mut self, op: &Op, work: &Arc<dyn Work>) {
         (self.issued)(op, Issue::Watched(work));
         if let Some(post) = self.post.take() {
@@ -61,6 +66,7 @@ impl Submission<'_> {
     }
 
     /// The operation had nothing to do: `work` is complete.
+    #[inline]
     pub fn done_at_once(mut self, op: &Op, work: &Arc<dyn Work>) {
         (self.issued)(op, Issue::Done(work));
         if let Some(post) = self.post.take() {
@@ -92,9 +98,12 @@ impl CommLink {
     fn comm(&self) -> Option<Arc<dyn CommEvents>> {
         self.0.get().and_then(Weak::upgrade)
     }
+}
 
-    /// [`CommEvents::check_active`]; fails when no comm is connected.
-    pub fn check_active(&self) -> Result<()> {
+/// The connected comm's answers; without one (not yet connected, or gone),
+/// no operation may run.
+impl CommEvents for CommLink {
+    fn check_active(&self) -> Result<()> {
         match self.comm() {
             Some(comm) => comm.check_active(),
             None => Err(Error::invalid_usage(
@@ -103,8 +112,7 @@ impl CommLink {
         }
     }
 
-    /// [`CommEvents::operation_failed`], when the comm still exists.
-    pub fn operation_failed(&self, err: Error) {
+    fn operation_failed(&self, err: Error) {
         if let Some(comm) = self.comm() {
             comm.operation_failed(err);
         }

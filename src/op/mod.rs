@@ -280,6 +280,7 @@ impl Op {
     /// (dtype, per-rank count, root) that every rank must agree on for a
     /// collective; None for point-to-point operations. Used by
     /// `TORCHCOMM_CHECK_COLLECTIVES`.
+    #[inline]
     pub fn signature(&self) -> Option<(Option<DType>, usize, i32)> {
         match self {
             Op::Send { .. } | Op::Recv { .. } | Op::Batch { .. } => None,

@@ -135,6 +135,7 @@ pub(super) const TAG_COUNTER_BITS: u32 = 12;
 /// terminates) or, at equal sizes, reduce the wrong data. The v-variants'
 /// counts are left out: they are compared first, by a message of a size
 /// every rank agrees on.
+#[inline]
 pub(super) fn tag_salt(op: &Op) -> u32 {
     let Some(mut words) = signature_words(op) else {
         return 0;

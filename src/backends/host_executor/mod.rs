@@ -10,7 +10,7 @@
 pub mod queue;
 pub mod staging;
 
-use super::submission::{CommLink, Submission};
+use super::submission::{CommEvents, CommLink, Submission};
 use super::{unsupported_hook, Backend, BackendInit, WindowBackend, DEFAULT_WATCHDOG_GRACE};
 use crate::error::{Error, Result};
 use crate::op::Op;
@@ -97,7 +97,7 @@ impl<B: HostBackend> HostExecutor<B> {
                 .name(format!("tc-progress-{}", init.name))
                 .spawn(move || {
                     while let Some(job) = shared.queue.next() {
-                        shared.execute(job);
+                        shared.execute(job, &shared.link);
                     }
                 })
                 .map_err(|e| Error::system("spawning the progress thread", e))?
@@ -113,17 +113,17 @@ impl<B: HostBackend> HostExecutor<B> {
 }
 
 impl<B: HostBackend> Shared<B> {
-    /// Runs one operation (its `running` slot already taken) and releases
-    /// the slot.
-    fn execute(&self, job: Job) {
-        let result = self.link.check_active().and_then(|()| {
+    /// Runs one operation (its `running` slot already taken) for `comm` and
+    /// releases the slot.
+    fn execute(&self, job: Job, comm: &dyn CommEvents) {
+        let result = comm.check_active().and_then(|()| {
             job.work.start();
             crate::log_trace!("start {}", job.work.description());
             self.backend.run(&job.op, job.timeout)
         });
         let result = result.map_err(|e| e.context(job.work.description()));
         if let Err(e) = &result {
-            self.link.operation_failed(e.clone());
+            comm.operation_failed(e.clone());
         }
         job.work.complete(result);
         self.queue.finished();
@@ -175,7 +175,7 @@ impl<B: HostBackend> Backend for HostExecutor<B> {
         };
         match self.shared.queue.issue(job, blocking) {
             Issued::Queued => {}
-            Issued::RunInline(job) => self.shared.execute(job),
+            Issued::RunInline(job) => self.shared.execute(job, sub.comm),
             Issued::Stopped(_) => {
                 let e = Error::invalid_usage(format!("comm '{}' is shutting down", self.name));
                 work.complete(Err(e.clone()));
@@ -241,3 +241,6 @@ impl<B: HostBackend> Backend for HostExecutor<B> {
         self.shared.backend.mem_free(ptr)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -285,6 +285,7 @@ pub type CallResult = std::result::Result<(), CallError>;
 
 const ERRLEN: usize = 1024;
 
+#[inline]
 fn call(f: impl FnOnce(Err) -> c_int) -> CallResult {
     let mut buf = vec![0 as c_char; ERRLEN];
     let rc = f((buf.as_mut_ptr(), ERRLEN));

@@ -1,0 +1,160 @@
+//! The host executor over a fake host backend: what it tells the comm, when
+//! it runs the backend, and how a stop ends it.
+
+use super::*;
+use crate::backends::{CommEvents, Issue};
+use crate::error::ErrorKind;
+use crate::op::{OpOptions, Ptr};
+use crate::types::{DType, ReduceOp};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Weak;
+
+#[derive(Default)]
+struct Fake {
+    runs: AtomicUsize,
+    fail: bool,
+}
+
+impl HostBackend for Fake {
+    fn run(&self, _op: &Op, _timeout: Duration) -> Result<()> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        if self.fail {
+            return Err(Error::new(ErrorKind::Remote, "peer lost"));
+        }
+        Ok(())
+    }
+    fn abort(&self) {}
+}
+
+#[derive(Default)]
+struct Probe {
+    failures: Mutex<Vec<ErrorKind>>,
+}
+
+impl CommEvents for Probe {
+    fn check_active(&self) -> Result<()> {
+        Ok(())
+    }
+    fn operation_failed(&self, err: Error) {
+        lock(&self.failures).push(err.kind);
+    }
+}
+
+fn init(name: &str, size: i32, probe: &Arc<Probe>) -> BackendInit {
+    let path = std::env::temp_dir().join(format!("tc-host-exec-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let store = crate::store::file::FileStore::new(&path, size, Duration::from_secs(30)).unwrap();
+    let init = BackendInit {
+        rank: 0,
+        size,
+        local_rank: 0,
+        name: name.into(),
+        device: crate::types::Device::Cpu,
+        store: Arc::new(store),
+        timeout: Duration::from_secs(30),
+        abort_on_error: false,
+        hints: Vec::new(),
+        link: CommLink::default(),
+    };
+    init.link
+        .connect(Arc::downgrade(probe) as Weak<dyn CommEvents>);
+    init
+}
+
+/// A submission's outcome, what the comm was told and what the post hook
+/// saw (outcome ok, completed).
+type Seen = (
+    Result<Arc<dyn Work>>,
+    Vec<&'static str>,
+    Option<(bool, bool)>,
+);
+
+/// Submits `op` (see [`Seen`]).
+fn submit(ex: &HostExecutor<Fake>, op: Op, async_op: bool) -> Seen {
+    let opts = OpOptions {
+        async_op,
+        ..OpOptions::default()
+    };
+    let label: Arc<str> = "comm 'test' (rank 0/1)".into();
+    let mut told = Vec::new();
+    let mut issued = |_: &Op, i: Issue<'_>| {
+        told.push(match i {
+            Issue::Refused(_) => "refused",
+            Issue::Watched(_) => "watched",
+            Issue::Done(_) => "done",
+        })
+    };
+    let seen = Arc::new(Mutex::new(None));
+    let post_seen = seen.clone();
+    let sub = Submission {
+        opts: &opts,
+        timeout: Duration::from_secs(30),
+        may_be_device: false,
+        label: &label,
+        comm: &ex.shared.link,
+        issued: &mut issued,
+        post: Some(Box::new(move |r: &Result<()>, done| {
+            *lock(&post_seen) = Some((r.is_ok(), done));
+        })),
+    };
+    let r = ex.submit(op, sub);
+    let seen = *lock(&seen);
+    (r, told, seen)
+}
+
+fn all_reduce(data: &mut [f32]) -> Op {
+    Op::AllReduce {
+        buf: Ptr(data.as_mut_ptr().cast()),
+        count: data.len(),
+        dtype: DType::F32,
+        op: ReduceOp::SUM,
+    }
+}
+
+#[test]
+fn ops_run_on_the_host_backend_and_the_comm_is_told_once() {
+    let probe = Arc::new(Probe::default());
+    let ex = HostExecutor::start(Fake::default(), &init("runs", 1, &probe)).unwrap();
+    // A barrier of one rank has nothing to do: no run, complete at once.
+    let (r, told, post) = submit(&ex, Op::Barrier, false);
+    assert!(r.unwrap().status().is_finished());
+    assert_eq!((told, post), (vec!["done"], Some((true, true))));
+    assert_eq!(ex.shared.backend.runs.load(Ordering::SeqCst), 0);
+    // Blocking (inline) and asynchronous (progress thread) calls run it.
+    let mut data = [1.0f32; 4];
+    let (r, told, post) = submit(&ex, all_reduce(&mut data), false);
+    assert!(r.unwrap().status().is_finished());
+    assert_eq!((told, post), (vec!["watched"], Some((true, true))));
+    let (r, told, _) = submit(&ex, all_reduce(&mut data), true);
+    r.unwrap().wait_blocking().unwrap();
+    assert_eq!(told, vec!["watched"]);
+    assert_eq!(ex.shared.backend.runs.load(Ordering::SeqCst), 2);
+    assert!(lock(&probe.failures).is_empty());
+    // Once stopped, an operation is refused and the backend not called.
+    ex.stop(&Error::invalid_usage("finalized"));
+    let e = submit(&ex, all_reduce(&mut data), false).0.err().unwrap();
+    assert_eq!(e.kind, ErrorKind::InvalidUsage, "{}", e.message);
+    assert!(e.message.contains("shutting down"), "{}", e.message);
+    assert_eq!(ex.shared.backend.runs.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn a_failed_run_fails_its_work_and_is_reported_to_the_comm() {
+    let probe = Arc::new(Probe::default());
+    let fake = Fake {
+        fail: true,
+        ..Fake::default()
+    };
+    let ex = HostExecutor::start(fake, &init("fails", 2, &probe)).unwrap();
+    let (r, told, post) = submit(&ex, Op::Barrier, false);
+    let e = r.err().expect("the run failed");
+    assert_eq!(e.kind, ErrorKind::Remote, "{}", e.message);
+    assert!(
+        e.message.contains("barrier on comm 'test'"),
+        "{}",
+        e.message
+    );
+    assert_eq!((told, post), (vec!["watched"], Some((false, true))));
+    assert_eq!(*lock(&probe.failures), vec![ErrorKind::Remote]);
+    ex.stop(&Error::invalid_usage("finalized"));
+}
