@@ -494,12 +494,32 @@ static int msg_get(ncclComm_t c, char ch, int src, unsigned long seq, struct msg
 
 /* Removes this rank's traces from the job directory; the last rank out
    removes the directory. */
+static int job_file_exists(const char *dir, const char *kind, int rank) {
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s.%d", dir, kind, rank);
+    return access(path, F_OK) == 0;
+}
+
+static void touch_job_file(const char *dir, const char *kind, int rank) {
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s.%d", dir, kind, rank);
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (fd >= 0) close(fd);
+}
+
 static void leave_job(ncclComm_t c) {
     if (!c->dir[0]) return;
     char suffix[32], path[PATH_MAX + 300];
     snprintf(suffix, sizeof suffix, ".%d.", c->rank);
+    /* A peer still polling for the join files (its init slower than ours)
+       must find ours after we left, as real NCCL's bootstrap completes on
+       every rank: the join file goes only once every rank has seen all of
+       them; until then a "left" marker says we are gone. */
+    int all_seen = 1;
+    for (int q = 0; q < c->nranks && all_seen; q++) all_seen = job_file_exists(c->dir, "seen", q);
     snprintf(path, sizeof path, "%s/join.%d", c->dir, c->rank);
-    unlink(path);
+    if (all_seen) unlink(path);
+    else touch_job_file(c->dir, "left", c->rank);
     DIR *d = opendir(c->dir);
     int others = 0;
     if (d) {
@@ -509,7 +529,8 @@ static void leave_job(ncclComm_t c) {
             /* a rank whose process is gone left its join file behind */
             if (strncmp(n, "join.", 5) == 0) {
                 int q = atoi(n + 5);
-                if (!(c->pids && q >= 0 && q < c->nranks && !peer_alive(c, q))) others++;
+                int gone = q == c->rank || job_file_exists(c->dir, "left", q);
+                if (!gone && !(c->pids && q >= 0 && q < c->nranks && !peer_alive(c, q))) others++;
             }
             /* messages to me: "<ch>.<src>.<me>.<seq>" */
             if ((n[0] == 'd' || n[0] == 'c' || n[0] == 'a') && n[1] == '.') {
@@ -597,6 +618,7 @@ static ncclResult_t join_job(ncclComm_t c, const char *dir, const char *fn) {
             sleep_us(pause);
         }
     }
+    touch_job_file(dir, "seen", c->rank);
     return ncclSuccess;
 }
 
