@@ -4,7 +4,10 @@
 //! receives it and returns its work; host backends run theirs through the
 //! host executor ([`crate::backends::host_executor`]).
 
-use crate::backends::{self, Backend, BackendInit, CommEvents, CommLink, Issue, Submission};
+use crate::backends::{
+    self, lacks, Backend, BackendInit, CommEvents, CommLink, Issue, MemoryAllocator,
+    MemoryRegistration, Submission,
+};
 use crate::config::config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::recorder::FlightRecorder;
@@ -496,15 +499,15 @@ impl Comm {
         bytes: usize,
     ) -> Result<*mut std::ffi::c_void> {
         self.check_active()?;
-        self.backend
-            .register(buf, bytes)
+        self.registration("tc_comm_register")
+            .and_then(|r| r.register(buf, bytes))
             .map_err(|e| self.backend_context(e))
     }
 
     /// Releases a registration; also after finalize or abort.
     pub fn deregister_memory(&self, handle: *mut std::ffi::c_void) -> Result<()> {
-        self.backend
-            .deregister(handle)
+        self.registration("tc_comm_deregister")
+            .and_then(|r| r.deregister(handle))
             .map_err(|e| self.backend_context(e))
     }
 
@@ -512,16 +515,28 @@ impl Comm {
     /// active.
     pub fn alloc_memory(&self, bytes: usize) -> Result<*mut std::ffi::c_void> {
         self.check_active()?;
-        self.backend
-            .mem_alloc(bytes)
+        self.allocator("tc_mem_alloc")
+            .and_then(|a| a.alloc(bytes))
             .map_err(|e| self.backend_context(e))
     }
 
     /// Frees memory from [`Comm::alloc_memory`]; also after finalize or abort.
     pub fn free_memory(&self, ptr: *mut std::ffi::c_void) -> Result<()> {
-        self.backend
-            .mem_free(ptr)
+        self.allocator("tc_mem_free")
+            .and_then(|a| a.free(ptr))
             .map_err(|e| self.backend_context(e))
+    }
+
+    fn registration(&self, call: &str) -> Result<&dyn MemoryRegistration> {
+        self.backend
+            .registration()
+            .ok_or_else(|| lacks(&format!("memory registration ({call})")))
+    }
+
+    fn allocator(&self, call: &str) -> Result<&dyn MemoryAllocator> {
+        self.backend
+            .allocator()
+            .ok_or_else(|| lacks(&format!("its own allocator ({call})")))
     }
 
     /// Collective over this comm: every rank calls it with the same `ranks`.

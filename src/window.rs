@@ -149,7 +149,10 @@ impl Window {
     pub fn new(comm: &Arc<Comm>) -> Result<Window> {
         comm.check_active()
             .map_err(|e| e.context("creating a window (tc_window_new)"))?;
-        let inner: Arc<dyn WindowBackend> = Arc::from(comm.backend().new_window(comm.timeout())?);
+        let windows = comm.backend().windows().ok_or_else(|| {
+            Error::unsupported("windows (RMA) are not implemented for this backend yet")
+        })?;
+        let inner: Arc<dyn WindowBackend> = Arc::from(windows.new_window(comm.timeout())?);
         Ok(Window::with_backend(comm, inner))
     }
 

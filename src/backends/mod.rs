@@ -116,44 +116,28 @@ pub trait Backend: Send + Sync {
         Err(Error::unsupported("this backend has no native shrink"))
     }
 
-    /// Creates a one-sided window over this comm, collectively over every
-    /// rank (see [`WindowBackend`]). Backends without windows answer
-    /// `TC_ERR_UNSUPPORTED`.
-    fn new_window(&self, _timeout: Duration) -> Result<Box<dyn WindowBackend>> {
-        Err(no_windows())
-    }
-
     /// A failure found asynchronously (e.g. NCCL's async error), polled by
     /// the comm's watchdog.
     fn async_error(&self) -> Option<crate::error::Error> {
         None
     }
 
-    // Memory hooks (`tc_comm_register`, `tc_mem_alloc`, ...). Arguments are
-    // validated by the caller (non-NULL, non-zero sizes); the comm adds its
-    // name and backend to errors. Backends without them answer
-    // `TC_ERR_UNSUPPORTED`.
+    // Optional capabilities: None where the backend has no such thing (the
+    // comm answers `TC_ERR_UNSUPPORTED`, naming the call and the backend).
 
-    /// Registers `bytes` at `buf` with the backend; returns its handle.
-    fn register(&self, _buf: *mut c_void, _bytes: usize) -> Result<*mut c_void> {
-        Err(unsupported_hook("memory registration (tc_comm_register)"))
+    /// Registration of user memory with the transport (`tc_comm_register`).
+    fn registration(&self) -> Option<&dyn MemoryRegistration> {
+        None
     }
 
-    /// Releases a handle returned by [`Backend::register`]. Also called
-    /// after finalize or abort.
-    fn deregister(&self, _handle: *mut c_void) -> Result<()> {
-        Err(unsupported_hook("memory registration (tc_comm_deregister)"))
+    /// Memory the backend allocates for its own transfers (`tc_mem_alloc`).
+    fn allocator(&self) -> Option<&dyn MemoryAllocator> {
+        None
     }
 
-    /// Allocates `bytes` of memory suited to the backend's transfers.
-    fn mem_alloc(&self, _bytes: usize) -> Result<*mut c_void> {
-        Err(unsupported_hook("its own allocator (tc_mem_alloc)"))
-    }
-
-    /// Frees memory from [`Backend::mem_alloc`]. Also called after finalize
-    /// or abort.
-    fn mem_free(&self, _ptr: *mut c_void) -> Result<()> {
-        Err(unsupported_hook("its own allocator (tc_mem_free)"))
+    /// One-sided windows (`tc_window_*`).
+    fn windows(&self) -> Option<&dyn Windows> {
+        None
     }
 }
 
@@ -205,14 +189,37 @@ pub trait WindowBackend: Send + Sync {
     fn close(&self);
 }
 
-/// The answer of a backend without an optional hook.
-fn unsupported_hook(what: &str) -> Error {
-    Error::unsupported(format!("this backend has no {what}"))
+/// Registration of user memory with a backend's transport. Arguments are
+/// validated by the caller (non-NULL, non-zero sizes); the comm adds its
+/// name and backend to errors.
+pub trait MemoryRegistration: Send + Sync {
+    /// Registers `bytes` at `buf`; returns its handle.
+    fn register(&self, buf: *mut c_void, bytes: usize) -> Result<*mut c_void>;
+    /// Releases a handle returned by [`MemoryRegistration::register`]. Also
+    /// called after finalize or abort.
+    fn deregister(&self, handle: *mut c_void) -> Result<()>;
 }
 
-/// The answer of a backend without windows.
-fn no_windows() -> Error {
-    Error::unsupported("windows (RMA) are not implemented for this backend yet")
+/// Memory suited to a backend's transfers, allocated by it.
+pub trait MemoryAllocator: Send + Sync {
+    /// Allocates `bytes` (non-zero, checked by the caller).
+    fn alloc(&self, bytes: usize) -> Result<*mut c_void>;
+    /// Frees memory from [`MemoryAllocator::alloc`]. Also called after
+    /// finalize or abort.
+    fn free(&self, ptr: *mut c_void) -> Result<()>;
+}
+
+/// One-sided windows over a comm.
+pub trait Windows: Send + Sync {
+    /// Creates a window, collectively over every rank (see
+    /// [`WindowBackend`]).
+    fn new_window(&self, timeout: Duration) -> Result<Box<dyn WindowBackend>>;
+}
+
+/// The answer for a capability a backend lacks: which call, and that this
+/// backend does not offer it.
+pub fn lacks(what: &str) -> Error {
+    Error::unsupported(format!("this backend has no {what}"))
 }
 
 /// The version a backend reports when it names none of its own.

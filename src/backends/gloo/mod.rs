@@ -47,7 +47,7 @@ mod store_bridge;
 mod window;
 
 use super::host_executor::{HostBackend, HostExecutor};
-use super::{Backend, BackendInit, WindowBackend};
+use super::{Backend, BackendInit, MemoryAllocator, WindowBackend, Windows};
 use crate::error::{Error, ErrorKind, Result};
 use crate::op::{Op, P2p};
 use crate::store::StoreRef;
@@ -290,18 +290,30 @@ impl HostBackend for GlooBackend {
         DIAGNOSIS_WINDOW + Duration::from_millis(500)
     }
 
+    fn allocator(&self) -> Option<&dyn MemoryAllocator> {
+        Some(self)
+    }
+
+    fn windows(&self) -> Option<&dyn Windows> {
+        Some(self)
+    }
+}
+
+impl Windows for GlooBackend {
     fn new_window(&self, timeout: Duration) -> Result<Box<dyn WindowBackend>> {
         window::create(self, timeout)
     }
+}
 
+impl MemoryAllocator for GlooBackend {
     /// Host memory that the comm's same-host peers can map (see [`shm`]):
     /// windows registered on it take puts as memory copies.
-    fn mem_alloc(&self, bytes: usize) -> Result<*mut c_void> {
+    fn alloc(&self, bytes: usize) -> Result<*mut c_void> {
         self.shared_memory
             .alloc(bytes, &format!("comm '{}'", self.name))
     }
 
-    fn mem_free(&self, ptr: *mut c_void) -> Result<()> {
+    fn free(&self, ptr: *mut c_void) -> Result<()> {
         self.shared_memory
             .free(ptr, &format!("gloo comm '{}'", self.name))
     }

@@ -11,13 +11,14 @@ pub mod queue;
 pub mod staging;
 
 use super::submission::{CommEvents, CommLink, Submission};
-use super::{unsupported_hook, Backend, BackendInit, WindowBackend, DEFAULT_WATCHDOG_GRACE};
+use super::{
+    Backend, BackendInit, MemoryAllocator, MemoryRegistration, Windows, DEFAULT_WATCHDOG_GRACE,
+};
 use crate::error::{Error, Result};
 use crate::op::Op;
 use crate::util::lock;
 use crate::work::{DoneWork, HostWork, Work};
 use queue::{completes_at_once, HostQueue, Issued, Job};
-use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -46,23 +47,17 @@ pub trait HostBackend: Send + Sync + 'static {
     fn finalize(&self) -> Result<()> {
         Ok(())
     }
-    fn new_window(&self, _timeout: Duration) -> Result<Box<dyn WindowBackend>> {
-        Err(super::no_windows())
-    }
     fn async_error(&self) -> Option<Error> {
         None
     }
-    fn register(&self, _buf: *mut c_void, _bytes: usize) -> Result<*mut c_void> {
-        Err(unsupported_hook("memory registration (tc_comm_register)"))
+    fn registration(&self) -> Option<&dyn MemoryRegistration> {
+        None
     }
-    fn deregister(&self, _handle: *mut c_void) -> Result<()> {
-        Err(unsupported_hook("memory registration (tc_comm_deregister)"))
+    fn allocator(&self) -> Option<&dyn MemoryAllocator> {
+        None
     }
-    fn mem_alloc(&self, _bytes: usize) -> Result<*mut c_void> {
-        Err(unsupported_hook("its own allocator (tc_mem_alloc)"))
-    }
-    fn mem_free(&self, _ptr: *mut c_void) -> Result<()> {
-        Err(unsupported_hook("its own allocator (tc_mem_free)"))
+    fn windows(&self) -> Option<&dyn Windows> {
+        None
     }
 }
 
@@ -222,23 +217,17 @@ impl<B: HostBackend> Backend for HostExecutor<B> {
     fn finalize(&self) -> Result<()> {
         self.shared.backend.finalize()
     }
-    fn new_window(&self, timeout: Duration) -> Result<Box<dyn WindowBackend>> {
-        self.shared.backend.new_window(timeout)
-    }
     fn async_error(&self) -> Option<Error> {
         self.shared.backend.async_error()
     }
-    fn register(&self, buf: *mut c_void, bytes: usize) -> Result<*mut c_void> {
-        self.shared.backend.register(buf, bytes)
+    fn registration(&self) -> Option<&dyn MemoryRegistration> {
+        self.shared.backend.registration()
     }
-    fn deregister(&self, handle: *mut c_void) -> Result<()> {
-        self.shared.backend.deregister(handle)
+    fn allocator(&self) -> Option<&dyn MemoryAllocator> {
+        self.shared.backend.allocator()
     }
-    fn mem_alloc(&self, bytes: usize) -> Result<*mut c_void> {
-        self.shared.backend.mem_alloc(bytes)
-    }
-    fn mem_free(&self, ptr: *mut c_void) -> Result<()> {
-        self.shared.backend.mem_free(ptr)
+    fn windows(&self) -> Option<&dyn Windows> {
+        self.shared.backend.windows()
     }
 }
 

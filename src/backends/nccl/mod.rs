@@ -39,7 +39,9 @@ mod window;
 mod window_rma;
 pub mod work;
 
-use super::{Backend, BackendInit, Submission, WindowBackend};
+use super::{
+    Backend, BackendInit, MemoryAllocator, MemoryRegistration, Submission, WindowBackend, Windows,
+};
 use crate::cuda::{self, Device as CudaDevice, DeviceBuffer, EventPool, Stream as CudaStream};
 use crate::error::{Error, ErrorKind, Result};
 use crate::op::Op;
@@ -219,25 +221,16 @@ impl Backend for NcclBackend {
         self.finalize_comm()
     }
 
-    fn register(&self, buf: *mut c_void, bytes: usize) -> Result<*mut c_void> {
-        self.register_memory(buf, bytes)
+    fn registration(&self) -> Option<&dyn MemoryRegistration> {
+        Some(self)
     }
 
-    fn deregister(&self, handle: *mut c_void) -> Result<()> {
-        self.deregister_memory(handle)
+    fn allocator(&self) -> Option<&dyn MemoryAllocator> {
+        Some(self)
     }
 
-    /// Windows through NCCL's host RMA API (see [`window`]).
-    fn new_window(&self, _timeout: Duration) -> Result<Box<dyn WindowBackend>> {
-        window::create(self)
-    }
-
-    fn mem_alloc(&self, bytes: usize) -> Result<*mut c_void> {
-        self.alloc_memory(bytes)
-    }
-
-    fn mem_free(&self, ptr: *mut c_void) -> Result<()> {
-        self.free_memory(ptr)
+    fn windows(&self) -> Option<&dyn Windows> {
+        Some(self)
     }
 
     fn splits_natively(&self) -> bool {
@@ -365,3 +358,30 @@ impl Drop for NcclBackend {
 
 #[cfg(test)]
 mod tests;
+
+impl MemoryRegistration for NcclBackend {
+    fn register(&self, buf: *mut c_void, bytes: usize) -> Result<*mut c_void> {
+        self.register_memory(buf, bytes)
+    }
+
+    fn deregister(&self, handle: *mut c_void) -> Result<()> {
+        self.deregister_memory(handle)
+    }
+}
+
+impl MemoryAllocator for NcclBackend {
+    fn alloc(&self, bytes: usize) -> Result<*mut c_void> {
+        self.alloc_memory(bytes)
+    }
+
+    fn free(&self, ptr: *mut c_void) -> Result<()> {
+        self.free_memory(ptr)
+    }
+}
+
+impl Windows for NcclBackend {
+    /// Windows through NCCL's host RMA API (see [`window`]).
+    fn new_window(&self, _timeout: Duration) -> Result<Box<dyn WindowBackend>> {
+        window::create(self)
+    }
+}
