@@ -222,7 +222,22 @@ def summarize(a, name, times, wrong, n, w):
             line += f" {s / (med[m][s] * 1e-6) / 1e9 * factor:>10.3f}"
         print(line)
     print("# wrong elements: " + ", ".join(f"{m} {wrong[m]}" for m in mpis))
+    small_collective_targets(med, sizes, "mpi_shm" if "mpi_shm" in mpis else None)
     return sizes, summary
+
+
+def small_collective_targets(med, sizes, mpi):
+    """Issue 17's targets for the shared-memory path: 4 B at most 1 us, and
+    64 KiB to 16 MiB at or below Open MPI's shared-memory time."""
+    if 4 in sizes:
+        t = med["ours_shm"][4]
+        print(f"# target 4 B all_reduce, shared memory <= 1 us: {t:.2f} us: {'met' if t <= 1.0 else 'missed'}")
+    mid = [s for s in sizes if 64 << 10 <= s <= 16 << 20]
+    if mpi and mid:
+        worst = max(mid, key=lambda s: med["ours_shm"][s] / med[mpi][s])
+        r = med["ours_shm"][worst] / med[mpi][worst]
+        print(f"# target 64 KiB-16 MiB at or below Open MPI shared memory: worst ratio {r:.2f} at "
+              f"{fmt_size(worst)}: {'met' if r <= 1.0 else 'missed'}")
 
 
 def torch_table(a, name, times, wrong, sizes, summary):
