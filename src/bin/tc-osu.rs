@@ -354,6 +354,18 @@ fn main() {
         return;
     }
     let gloo = comm("tc-osu-gloo", false);
+    let (lat_rows, bw_rows, memcpy) = measure(&args, &shm, &gloo);
+    run(&shm, Op::Barrier);
+    if shm.rank() != 0 {
+        return;
+    }
+    report(&args, &lat_rows, &bw_rows, memcpy);
+}
+
+/// Latency and bandwidth rows for every size (powers of two from `min` to
+/// `max`), both comms in interleaved rounds, and memcpy rates measured
+/// between the rounds on rank 0.
+fn measure(args: &Args, shm: &Comm, gloo: &Comm) -> (Vec<Row>, Vec<Row>, Vec<f64>) {
     let me = shm.rank();
     let mut sizes = Vec::new();
     let mut s = args.min.max(1);
@@ -368,13 +380,13 @@ fn main() {
     let mut memcpy = Vec::new();
     for &len in &sizes {
         let (mut lat, mut lat_off, mut bw, mut bw_off) = (vec![], vec![], vec![], vec![]);
-        checked_exchange(&shm, &mut buf, len);
-        checked_exchange(&gloo, &mut buf, len);
+        checked_exchange(shm, &mut buf, len);
+        checked_exchange(gloo, &mut buf, len);
         for _ in 0..args.rounds {
-            lat.push(latency(&shm, &mut buf, len, true));
-            lat_off.push(latency(&gloo, &mut buf, len, false));
-            bw.push(bandwidth(&shm, &mut buf, len, true));
-            bw_off.push(bandwidth(&gloo, &mut buf, len, false));
+            lat.push(latency(shm, &mut buf, len, true));
+            lat_off.push(latency(gloo, &mut buf, len, false));
+            bw.push(bandwidth(shm, &mut buf, len, true));
+            bw_off.push(bandwidth(gloo, &mut buf, len, false));
             if me == 0 {
                 memcpy.push(memcpy_rate(16 << 20, 3));
             }
@@ -390,10 +402,11 @@ fn main() {
             gloo: stats(&mut bw_off).0,
         });
     }
-    run(&shm, Op::Barrier);
-    if me != 0 {
-        return;
-    }
+    (lat_rows, bw_rows, memcpy)
+}
+
+/// Prints both tables, the memcpy rate and the two targets (rank 0).
+fn report(args: &Args, lat_rows: &[Row], bw_rows: &[Row], mut memcpy: Vec<f64>) {
     let lat_extra: Vec<_> = args
         .extra
         .iter()
@@ -408,14 +421,14 @@ fn main() {
     print_table(
         "OSU-style latency (ping-pong, half round trip)",
         "Latency (us)",
-        &lat_rows,
+        lat_rows,
         &lat_extra,
         true,
     );
     print_table(
         "OSU-style bandwidth (window of non-blocking sends)",
         "Bandwidth (MB/s)",
-        &bw_rows,
+        bw_rows,
         &bw_extra,
         false,
     );

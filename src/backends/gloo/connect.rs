@@ -9,47 +9,11 @@ impl GlooBackend {
         let module = shim::module()?;
         let check = crate::config::config().check_collectives;
         let n = init.size as usize;
-        let hint = |k: &str| {
-            init.hints
-                .iter()
-                .find(|(key, _)| key == k)
-                .map(|(_, v)| v.clone())
-        };
-        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        let hostname = hint("gloo.hostname").or_else(|| env("TORCHCOMM_GLOO_HOSTNAME"));
-        let iface = hint("gloo.iface")
+        let hostname = hint(&init, "gloo.hostname").or_else(|| env("TORCHCOMM_GLOO_HOSTNAME"));
+        let iface = hint(&init, "gloo.iface")
             .or_else(|| env("TORCHCOMM_GLOO_IFACE"))
             .or_else(|| env("GLOO_SOCKET_IFNAME"));
-        let ctx = if init.size > 1 {
-            let store: StoreRef = init.store.clone();
-            let vt = shim::StoreVtable {
-                user: &store as *const StoreRef as *mut c_void,
-                set: store_set,
-                get: store_get,
-                wait: store_wait,
-            };
-            let ctx = shim::Context::new(
-                module,
-                init.rank,
-                init.size,
-                &vt,
-                init.timeout,
-                hostname.as_deref(),
-                iface.as_deref(),
-            )
-            .map_err(|e| {
-                Error::new(
-                    e.kind(),
-                    format!(
-                        "gloo: connecting rank {} of {} for comm '{}': {}",
-                        init.rank, init.size, init.name, e.message
-                    ),
-                )
-            })?;
-            Some(ctx)
-        } else {
-            None
-        };
+        let ctx = connect_context(module, &init, hostname.as_deref(), iface.as_deref())?;
         let backend = GlooBackend {
             rank: init.rank,
             size: init.size,
@@ -80,22 +44,7 @@ impl GlooBackend {
         backend.hello(init.timeout)?;
         backend.peer_addresses = backend.exchange_addresses(init.timeout)?;
         if init.size > 1 {
-            let deadline = Deadline::after(init.timeout);
-            let label = format!("gloo comm '{}' rank {}/{}", init.name, init.rank, init.size);
-            let shm_p2p = hint("gloo.shm_p2p").or_else(|| env("TORCHCOMM_SHM_P2P"));
-            backend.intra = intra_host::IntraHost::setup(
-                init.rank as usize,
-                init.size as usize,
-                &label,
-                !shm_p2p.as_deref().is_some_and(intra_host::is_off),
-                describe_fingerprint,
-                &|words| {
-                    backend.all_gather_words(words, &deadline, "connect (shared-memory setup)")
-                },
-            )?;
-            if backend.intra.is_none() {
-                backend.hier = hier::Hierarchy::setup(&backend, &init)?;
-            }
+            backend.set_up_same_host_paths(&init)?;
         }
         crate::log_info!(
             "gloo: comm '{}' rank {}/{} connected (module {})",
@@ -105,6 +54,28 @@ impl GlooBackend {
             module.path
         );
         Ok(backend)
+    }
+
+    /// The shared-memory path when every rank shares this host, else the
+    /// hierarchical one when some do (collective).
+    fn set_up_same_host_paths(&mut self, init: &BackendInit) -> Result<()> {
+        let deadline = Deadline::after(init.timeout);
+        let label = format!("gloo comm '{}' rank {}/{}", init.name, init.rank, init.size);
+        let shm_p2p = hint(init, "gloo.shm_p2p").or_else(|| env("TORCHCOMM_SHM_P2P"));
+        let backend = &*self;
+        let intra = intra_host::IntraHost::setup(
+            init.rank as usize,
+            init.size as usize,
+            &label,
+            !shm_p2p.as_deref().is_some_and(intra_host::is_off),
+            describe_fingerprint,
+            &|words| backend.all_gather_words(words, &deadline, "connect (shared-memory setup)"),
+        )?;
+        self.intra = intra;
+        if self.intra.is_none() {
+            self.hier = hier::Hierarchy::setup(self, init)?;
+        }
+        Ok(())
     }
 
     /// Every rank checks that its peers run the same module ABI and the same
@@ -170,4 +141,55 @@ impl GlooBackend {
             })
             .collect())
     }
+}
+
+/// The comm's hint `k`, if the creator gave one.
+fn hint(init: &BackendInit, k: &str) -> Option<String> {
+    init.hints
+        .iter()
+        .find(|(key, _)| key == k)
+        .map(|(_, v)| v.clone())
+}
+
+/// Environment variable `k`, unless unset or empty.
+fn env(k: &str) -> Option<String> {
+    std::env::var(k).ok().filter(|v| !v.is_empty())
+}
+
+/// The comm's Gloo context over its store; none for one rank (collective).
+fn connect_context(
+    module: &'static shim::Module,
+    init: &BackendInit,
+    hostname: Option<&str>,
+    iface: Option<&str>,
+) -> Result<Option<shim::Context>> {
+    if init.size <= 1 {
+        return Ok(None);
+    }
+    let store: StoreRef = init.store.clone();
+    let vt = shim::StoreVtable {
+        user: &store as *const StoreRef as *mut c_void,
+        set: store_set,
+        get: store_get,
+        wait: store_wait,
+    };
+    let ctx = shim::Context::new(
+        module,
+        init.rank,
+        init.size,
+        &vt,
+        init.timeout,
+        hostname,
+        iface,
+    )
+    .map_err(|e| {
+        Error::new(
+            e.kind(),
+            format!(
+                "gloo: connecting rank {} of {} for comm '{}': {}",
+                init.rank, init.size, init.name, e.message
+            ),
+        )
+    })?;
+    Ok(Some(ctx))
 }

@@ -2,6 +2,7 @@
 //! else through Gloo, one function per family of operations.
 
 use super::*;
+use crate::op::Ptr;
 
 impl GlooBackend {
     pub(super) fn execute(&self, op: &Op, d: &Deadline) -> Result<()> {
@@ -391,8 +392,6 @@ impl GlooBackend {
     /// # Safety
     /// As for [`GlooBackend::execute_gloo`].
     unsafe fn gloo_scatter_or_gather(&self, op: &Op, d: &Deadline) -> Result<()> {
-        let n = self.size as usize;
-        let me = self.rank as usize;
         match op {
             Op::Scatter {
                 output,
@@ -400,99 +399,133 @@ impl GlooBackend {
                 count,
                 dtype,
                 root,
-            } => {
-                let bytes = count * dtype.size();
-                if n == 1 {
-                    copy(output.as_u8(), inputs[0].as_u8(), bytes);
-                    return Ok(());
-                }
-                if bytes == 0 {
-                    return Ok(());
-                }
-                let mut ins: Vec<*const u8> = Vec::new();
-                let mut own = Scratch::new(0);
-                if self.rank == *root {
-                    ins = inputs.iter().map(|p| p.as_u8() as *const u8).collect();
-                    if overlaps(ins[me], bytes, output.as_u8(), bytes) {
-                        own = Scratch::new(bytes);
-                        copy(own.ptr(), ins[me], bytes);
-                        ins[me] = own.ptr();
-                    }
-                }
-                let tag = self.next_tag();
-                let r = self
-                    .ctx()
-                    .scatter(&ins, output.as_u8(), bytes, *root, tag, d.left()?)
-                    .map_err(|e| self.fail("scatter", e));
-                drop(own);
-                r
-            }
+            } => self.gloo_scatter(*output, inputs, count * dtype.size(), *root, d),
             Op::Gather {
                 outputs,
                 input,
                 count,
                 dtype,
                 root,
-            } => {
-                let bytes = count * dtype.size();
-                if n == 1 {
-                    copy(outputs[0].as_u8(), input.as_u8(), bytes);
-                    return Ok(());
-                }
-                if bytes == 0 {
-                    return Ok(());
-                }
-                let is_root = self.rank == *root;
-                let mut tmp = Scratch::new(if is_root { bytes * n } else { 0 });
-                let tag = self.next_tag();
-                self.ctx()
-                    .gather(input.as_u8(), tmp.ptr(), bytes, *root, tag, d.left()?)
-                    .map_err(|e| self.fail("gather", e))?;
-                if is_root {
-                    for (r, p) in outputs.iter().enumerate() {
-                        copy(p.as_u8(), tmp.ptr().add(r * bytes), bytes);
-                    }
-                }
-                Ok(())
-            }
+            } => self.gloo_gather(outputs, *input, count * dtype.size(), *root, d),
             Op::GatherSingle {
                 output,
                 input,
                 count,
                 dtype,
                 root,
-            } => {
-                let bytes = count * dtype.size();
-                if bytes == 0 {
-                    return Ok(());
-                }
-                let is_root = self.rank == *root;
-                let out = if is_root {
-                    output.as_u8()
-                } else {
-                    std::ptr::null_mut()
-                };
-                // Gloo reads the root's input while it writes the output.
-                let mut own = Scratch::new(0);
-                let mut src = input.as_u8() as *const u8;
-                if is_root && overlaps(src, bytes, out, bytes * n) {
-                    own = Scratch::new(bytes);
-                    copy(own.ptr(), src, bytes);
-                    src = own.ptr();
-                }
-                if n == 1 {
-                    copy(out, src, bytes);
-                    return Ok(());
-                }
-                let tag = self.next_tag();
-                let r = self
-                    .ctx()
-                    .gather(src, out, bytes, *root, tag, d.left()?)
-                    .map_err(|e| self.fail("gather_single", e));
-                drop(own);
-                r
-            }
+            } => self.gloo_gather_single(*output, *input, count * dtype.size(), *root, d),
             _ => Err(misrouted("scatter_or_gather", op)),
         }
+    }
+
+    /// # Safety
+    /// As for [`GlooBackend::execute_gloo`].
+    unsafe fn gloo_scatter(
+        &self,
+        output: Ptr,
+        inputs: &[Ptr],
+        bytes: usize,
+        root: i32,
+        d: &Deadline,
+    ) -> Result<()> {
+        let n = self.size as usize;
+        let me = self.rank as usize;
+        if n == 1 {
+            copy(output.as_u8(), inputs[0].as_u8(), bytes);
+            return Ok(());
+        }
+        if bytes == 0 {
+            return Ok(());
+        }
+        let mut ins: Vec<*const u8> = Vec::new();
+        let mut own = Scratch::new(0);
+        if self.rank == root {
+            ins = inputs.iter().map(|p| p.as_u8() as *const u8).collect();
+            if overlaps(ins[me], bytes, output.as_u8(), bytes) {
+                own = Scratch::new(bytes);
+                copy(own.ptr(), ins[me], bytes);
+                ins[me] = own.ptr();
+            }
+        }
+        let tag = self.next_tag();
+        let r = self
+            .ctx()
+            .scatter(&ins, output.as_u8(), bytes, root, tag, d.left()?)
+            .map_err(|e| self.fail("scatter", e));
+        drop(own);
+        r
+    }
+
+    /// # Safety
+    /// As for [`GlooBackend::execute_gloo`].
+    unsafe fn gloo_gather(
+        &self,
+        outputs: &[Ptr],
+        input: Ptr,
+        bytes: usize,
+        root: i32,
+        d: &Deadline,
+    ) -> Result<()> {
+        let n = self.size as usize;
+        if n == 1 {
+            copy(outputs[0].as_u8(), input.as_u8(), bytes);
+            return Ok(());
+        }
+        if bytes == 0 {
+            return Ok(());
+        }
+        let is_root = self.rank == root;
+        let mut tmp = Scratch::new(if is_root { bytes * n } else { 0 });
+        let tag = self.next_tag();
+        self.ctx()
+            .gather(input.as_u8(), tmp.ptr(), bytes, root, tag, d.left()?)
+            .map_err(|e| self.fail("gather", e))?;
+        if is_root {
+            for (r, p) in outputs.iter().enumerate() {
+                copy(p.as_u8(), tmp.ptr().add(r * bytes), bytes);
+            }
+        }
+        Ok(())
+    }
+
+    /// # Safety
+    /// As for [`GlooBackend::execute_gloo`].
+    unsafe fn gloo_gather_single(
+        &self,
+        output: Ptr,
+        input: Ptr,
+        bytes: usize,
+        root: i32,
+        d: &Deadline,
+    ) -> Result<()> {
+        let n = self.size as usize;
+        if bytes == 0 {
+            return Ok(());
+        }
+        let is_root = self.rank == root;
+        let out = if is_root {
+            output.as_u8()
+        } else {
+            std::ptr::null_mut()
+        };
+        // Gloo reads the root's input while it writes the output.
+        let mut own = Scratch::new(0);
+        let mut src = input.as_u8() as *const u8;
+        if is_root && overlaps(src, bytes, out, bytes * n) {
+            own = Scratch::new(bytes);
+            copy(own.ptr(), src, bytes);
+            src = own.ptr();
+        }
+        if n == 1 {
+            copy(out, src, bytes);
+            return Ok(());
+        }
+        let tag = self.next_tag();
+        let r = self
+            .ctx()
+            .gather(src, out, bytes, root, tag, d.left()?)
+            .map_err(|e| self.fail("gather_single", e));
+        drop(own);
+        r
     }
 }

@@ -216,11 +216,7 @@ impl NcclBackend {
         let scratch = DeviceBuffer::zeroed(&device, 4)?;
 
         let mut config = settings.config;
-        if let (Some(parent_nonblocking), NCCL_CONFIG_UNDEF_INT) = (split_of, config.blocking) {
-            config.blocking = if parent_nonblocking { 0 } else { 1 };
-        }
-        let nonblocking = config.blocking == 0;
-        let call_blocks = !split_of.unwrap_or(nonblocking);
+        let (nonblocking, call_blocks) = blocking_mode(&mut config, split_of);
         let started = Instant::now();
         let what = format!(
             "{call} (comm '{}', rank {}/{}, device {ordinal}, NCCL {})",
@@ -268,18 +264,23 @@ impl NcclBackend {
         if nonblocking {
             backend.settle(NCCL_IN_PROGRESS, &what)?;
         }
+        backend.log_ready(started, call);
+        Ok(backend)
+    }
+
+    /// Logs the comm ready, with the time its creation took.
+    fn log_ready(&self, started: Instant, call: &str) {
         crate::log_info!(
             "nccl comm '{}' rank {}/{} on device {} ready in {} ms ({}, {}, NCCL {})",
-            backend.name,
-            backend.rank,
-            backend.size,
-            ordinal,
+            self.name,
+            self.rank,
+            self.size,
+            self.device.ordinal,
             started.elapsed().as_millis(),
             call,
-            lib.origin,
-            lib.version_string()
+            self.lib.origin,
+            self.lib.version_string()
         );
-        Ok(backend)
     }
 
     /// The size and rank NCCL gave the comm.
@@ -361,4 +362,16 @@ impl NcclBackend {
         }
         Ok(child)
     }
+}
+
+/// Settles a comm's mode: a split inherits its parent's unless a hint set
+/// `blocking`. Returns whether the comm is non-blocking and whether its
+/// creation call blocks (a split blocks as its parent does).
+fn blocking_mode(config: &mut loader::Config, split_of: Option<bool>) -> (bool, bool) {
+    if let (Some(parent_nonblocking), NCCL_CONFIG_UNDEF_INT) = (split_of, config.blocking) {
+        config.blocking = if parent_nonblocking { 0 } else { 1 };
+    }
+    let nonblocking = config.blocking == 0;
+    let call_blocks = !split_of.unwrap_or(nonblocking);
+    (nonblocking, call_blocks)
 }

@@ -365,7 +365,7 @@ impl NcclBackend {
 
     /// Issues the reduce-scatters (see [`Self::issue`]).
     fn issue_reduce_scatter(&self, op: &Op, s: *mut c_void) -> Result<()> {
-        let (l, n, me) = (self.lib, self.size as usize, self.rank);
+        let (l, me) = (self.lib, self.rank);
         // SAFETY (every NCCL call below): buffers were validated by the comm
         // (non-NULL where needed, sizes not overflowing) and the caller keeps
         // them alive until the work completes; `c` is the comm, checked live
@@ -414,36 +414,7 @@ impl NcclBackend {
                     counts,
                     dtype,
                     op,
-                } => {
-                    let dt = self.dtype(*dtype)?;
-                    let rop = self.red_op(op, *dtype)?;
-                    let offs = offsets(counts);
-                    self.group(|| {
-                        for q in 0..n {
-                            if counts[q] == 0 {
-                                continue;
-                            }
-                            let dst = if q as i32 == me {
-                                output.0
-                            } else {
-                                std::ptr::null_mut()
-                            };
-                            self.call("ncclReduce", |c| {
-                                (l.reduce)(
-                                    at(*input, offs[q], *dtype),
-                                    dst,
-                                    counts[q],
-                                    dt,
-                                    rop.op,
-                                    q as c_int,
-                                    c,
-                                    s,
-                                )
-                            })?;
-                        }
-                        Ok(())
-                    })
-                }
+                } => self.issue_reduce_scatter_v(*output, *input, counts, *dtype, op, s),
                 _ => Err(Error::internal(format!(
                     "{} reached {} (issue dispatches by family)",
                     op.name(),
@@ -451,6 +422,48 @@ impl NcclBackend {
                 ))),
             }
         }
+    }
+
+    /// Issues reduce_scatter_v as one grouped reduce per rank's block.
+    fn issue_reduce_scatter_v(
+        &self,
+        output: Ptr,
+        input: Ptr,
+        counts: &[usize],
+        dtype: DType,
+        op: &ReduceOp,
+        s: *mut c_void,
+    ) -> Result<()> {
+        let (l, n, me) = (self.lib, self.size as usize, self.rank);
+        let dt = self.dtype(dtype)?;
+        let rop = self.red_op(op, dtype)?;
+        let offs = offsets(counts);
+        self.group(|| {
+            for q in 0..n {
+                if counts[q] == 0 {
+                    continue;
+                }
+                let dst = if q as i32 == me {
+                    output.0
+                } else {
+                    std::ptr::null_mut()
+                };
+                // SAFETY: as in `issue_reduce_scatter`.
+                self.call("ncclReduce", |c| unsafe {
+                    (l.reduce)(
+                        at(input, offs[q], dtype),
+                        dst,
+                        counts[q],
+                        dt,
+                        rop.op,
+                        q as c_int,
+                        c,
+                        s,
+                    )
+                })?;
+            }
+            Ok(())
+        })
     }
 
     /// Issues all_to_all and all_to_all_single (see [`Self::issue`]).
@@ -599,32 +612,7 @@ impl NcclBackend {
                     count,
                     dtype,
                     root,
-                } => {
-                    let dt = self.dtype(*dtype)?;
-                    self.group(|| {
-                        if me == *root {
-                            for (q, inp) in inputs.iter().enumerate() {
-                                if q as i32 != me {
-                                    self.call("ncclSend", |c| {
-                                        (l.send)(inp.0, *count, dt, q as c_int, c, s)
-                                    })?;
-                                }
-                            }
-                        } else {
-                            self.call("ncclRecv", |c| (l.recv)(output.0, *count, dt, *root, c, s))?;
-                        }
-                        Ok(())
-                    })?;
-                    if me == *root && output.0 != inputs[me as usize].0 {
-                        cuda::memcpy_async(
-                            output.0,
-                            inputs[me as usize].0,
-                            count * dtype.size(),
-                            s as cuda::RawStream,
-                        )?;
-                    }
-                    Ok(())
-                }
+                } => self.issue_scatter(*output, inputs, *count, *dtype, *root, s),
                 Op::Gather {
                     outputs,
                     input,
@@ -667,6 +655,42 @@ impl NcclBackend {
                 ))),
             }
         }
+    }
+
+    /// Issues scatter: the root sends each peer its block and copies its own.
+    fn issue_scatter(
+        &self,
+        output: Ptr,
+        inputs: &[Ptr],
+        count: usize,
+        dtype: DType,
+        root: i32,
+        s: *mut c_void,
+    ) -> Result<()> {
+        let (l, me) = (self.lib, self.rank);
+        let dt = self.dtype(dtype)?;
+        // SAFETY: as in `issue_scatter_gather`.
+        self.group(|| unsafe {
+            if me == root {
+                for (q, inp) in inputs.iter().enumerate() {
+                    if q as i32 != me {
+                        self.call("ncclSend", |c| (l.send)(inp.0, count, dt, q as c_int, c, s))?;
+                    }
+                }
+            } else {
+                self.call("ncclRecv", |c| (l.recv)(output.0, count, dt, root, c, s))?;
+            }
+            Ok(())
+        })?;
+        if me == root && output.0 != inputs[me as usize].0 {
+            cuda::memcpy_async(
+                output.0,
+                inputs[me as usize].0,
+                count * dtype.size(),
+                s as cuda::RawStream,
+            )?;
+        }
+        Ok(())
     }
 }
 

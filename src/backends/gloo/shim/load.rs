@@ -60,23 +60,41 @@ fn candidates() -> Vec<PathBuf> {
 }
 
 fn load() -> std::result::Result<Module, Error> {
+    let (handle, path_used) = open_module()?;
+    let m = resolve_symbols(handle, &path_used)?;
+    // SAFETY: resolved above.
+    let v = unsafe { (m.abi_version)() };
+    if v != ABI_VERSION {
+        return Err(Error::unavailable(format!(
+            "{path_used} has ABI version {v}, this library needs {ABI_VERSION}"
+        )));
+    }
+    Ok(m)
+}
+
+/// dlopens `p`; on failure records why in `tried` and returns NULL.
+fn try_open(p: &str, tried: &mut Vec<String>) -> *mut c_void {
+    let c = match CString::new(p) {
+        Ok(c) => c,
+        Err(_) => return std::ptr::null_mut(),
+    };
+    // SAFETY: dlopen with a valid C string.
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if h.is_null() {
+        tried.push(format!("{p}: {}", dlerror_string()));
+    }
+    h
+}
+
+/// Opens the module named by TORCHCOMM_GLOO_LIBRARY, else the first
+/// candidate that loads, else whatever the loader's path finds; returns the
+/// handle and the path it was opened by.
+fn open_module() -> std::result::Result<(*mut c_void, String), Error> {
     let explicit = std::env::var_os("TORCHCOMM_GLOO_LIBRARY").filter(|v| !v.is_empty());
     let mut tried = Vec::new();
     let mut handle = std::ptr::null_mut();
     let mut path_used = String::new();
     let looked_in;
-    let try_open = |p: &str, tried: &mut Vec<String>| -> *mut c_void {
-        let c = match CString::new(p) {
-            Ok(c) => c,
-            Err(_) => return std::ptr::null_mut(),
-        };
-        // SAFETY: dlopen with a valid C string.
-        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        if h.is_null() {
-            tried.push(format!("{p}: {}", dlerror_string()));
-        }
-        h
-    };
     if let Some(p) = explicit {
         let p = p.to_string_lossy().into_owned();
         looked_in = format!("TORCHCOMM_GLOO_LIBRARY={p}");
@@ -115,6 +133,11 @@ fn load() -> std::result::Result<Module, Error> {
             tried.join("; ")
         )));
     }
+    Ok((handle, path_used))
+}
+
+/// The module's entry-point table, resolved from a live dlopen handle.
+fn resolve_symbols(handle: *mut c_void, path_used: &str) -> std::result::Result<Module, Error> {
     macro_rules! sym {
         ($name:literal) => {{
             let c = concat!($name, "\0");
@@ -134,7 +157,7 @@ fn load() -> std::result::Result<Module, Error> {
         }};
     }
     let m = Module {
-        path: path_used.clone(),
+        path: path_used.to_string(),
         abi_version: sym!("tc_gloo_abi_version"),
         // SAFETY: as for `sym!`; a missing symbol is None.
         gloo_version: unsafe {
@@ -167,12 +190,5 @@ fn load() -> std::result::Result<Module, Error> {
         ubuf_abort_wait_send: sym!("tc_gloo_ubuf_abort_wait_send"),
         ubuf_abort_wait_recv: sym!("tc_gloo_ubuf_abort_wait_recv"),
     };
-    // SAFETY: resolved above.
-    let v = unsafe { (m.abi_version)() };
-    if v != ABI_VERSION {
-        return Err(Error::unavailable(format!(
-            "{path_used} has ABI version {v}, this library needs {ABI_VERSION}"
-        )));
-    }
     Ok(m)
 }

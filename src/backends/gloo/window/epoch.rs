@@ -21,30 +21,8 @@ impl Inner {
     ) -> Result<()> {
         let w = self;
         let d = Deadline::after(timeout);
-        let n = w.size as usize;
-        {
-            let mut st = w.state();
-            w.usable_fresh(&st, "register")?;
-            if st.registered {
-                return Err(Error::invalid_usage(format!(
-                    "gloo {} register: rank {} already registered a buffer; deregister it first",
-                    w.label, w.rank
-                )));
-            }
-            // A new epoch: nothing from the previous one carries over.
-            st.signals = vec![0; n];
-            // No peer can signal before the exchange below, and every signal
-            // of the previous epoch preceded its sender's STOP.
-            st.shm_consumed = vec![0; n];
-            for q in 0..n {
-                w.area.counter(q).store(0, Ordering::Release);
-            }
-            st.refused = vec![None; n];
-            st.stopped = vec![false; n];
-            st.buf = buf as usize;
-            st.bytes = bytes;
-        }
-        if n == 1 {
+        w.begin_epoch(buf, bytes)?;
+        if w.size == 1 {
             let mut st = w.state();
             st.sizes = vec![bytes];
             st.registered = true;
@@ -52,6 +30,41 @@ impl Inner {
         }
         // The service runs before the exchange, so that a peer's first put
         // (possible as soon as its exchange completes) finds it.
+        w.start_service(buf, bytes)?;
+        w.exchange_registrations(buf, bytes, &d)
+    }
+
+    /// Checks that no buffer is registered and resets the per-epoch state.
+    fn begin_epoch(&self, buf: *mut c_void, bytes: usize) -> Result<()> {
+        let w = self;
+        let n = w.size as usize;
+        let mut st = w.state();
+        w.usable_fresh(&st, "register")?;
+        if st.registered {
+            return Err(Error::invalid_usage(format!(
+                "gloo {} register: rank {} already registered a buffer; deregister it first",
+                w.label, w.rank
+            )));
+        }
+        // A new epoch: nothing from the previous one carries over.
+        st.signals = vec![0; n];
+        // No peer can signal before the exchange below, and every signal
+        // of the previous epoch preceded its sender's STOP.
+        st.shm_consumed = vec![0; n];
+        for q in 0..n {
+            w.area.counter(q).store(0, Ordering::Release);
+        }
+        st.refused = vec![None; n];
+        st.stopped = vec![false; n];
+        st.buf = buf as usize;
+        st.bytes = bytes;
+        Ok(())
+    }
+
+    /// Binds the header and data buffers and starts the service thread that
+    /// takes peers' messages for this epoch.
+    fn start_service(self: &Arc<Self>, buf: *mut c_void, bytes: usize) -> Result<()> {
+        let w = self;
         let mut header_mem = Box::new([0u64; MESSAGE_MAX / 8]);
         let mut make = || -> std::result::Result<ServiceBufs, shim::CallError> {
             // SAFETY: header_mem is moved into the same struct (a Box: the
@@ -68,20 +81,26 @@ impl Inner {
             })
         };
         let bufs = Arc::new(make().map_err(|e| w.fail("register", -1, e))?);
-        {
-            let mut st = w.state();
-            st.service_done = false;
-            let me = w.clone();
-            let b = bufs.clone();
-            let thread = std::thread::Builder::new()
-                .name("tc-gloo-win".into())
-                .spawn(move || me.serve(b, bytes))
-                .map_err(|e| Error::system("starting the window's service thread", e))?;
-            st.service = Some(Service {
-                bufs,
-                thread: Some(thread),
-            });
-        }
+        let mut st = w.state();
+        st.service_done = false;
+        let me = w.clone();
+        let b = bufs.clone();
+        let thread = std::thread::Builder::new()
+            .name("tc-gloo-win".into())
+            .spawn(move || me.serve(b, bytes))
+            .map_err(|e| Error::system("starting the window's service thread", e))?;
+        st.service = Some(Service {
+            bufs,
+            thread: Some(thread),
+        });
+        Ok(())
+    }
+
+    /// All-gathers every rank's registration (size, shared-memory and signal
+    /// placement, host), maps same-host peers and completes the registration.
+    fn exchange_registrations(&self, buf: *mut c_void, bytes: usize, d: &Deadline) -> Result<()> {
+        let w = self;
+        let n = w.size as usize;
         let mine = Registration {
             bytes: bytes as u64,
             shared: w.shared_memory.placement(buf as usize, bytes),
@@ -132,7 +151,6 @@ impl Inner {
     pub(super) fn deregister(&self, timeout: Duration) -> Result<()> {
         let w = self;
         let d = Deadline::after(timeout);
-        let n = w.size as usize;
         {
             let mut st = w.state();
             if !st.registered {
@@ -143,83 +161,87 @@ impl Inner {
             }
             st.deregistering = true;
         }
-        let finish = |w: &Inner| {
-            let mut st = w.state();
-            st.deregistering = false;
-            st.registered = false;
-            st.buf = 0;
-            st.bytes = 0;
-            st.sizes = vec![0; n];
-            st.mapped = Vec::new();
-            st.peer_signals = Vec::new();
-        };
-        if n == 1 {
-            finish(w);
+        if w.size == 1 {
+            w.finish_deregister();
             return Ok(());
         }
-        let mut result = Ok(());
         // STOP follows this rank's earlier puts and signals on each
         // connection, so each peer's service has taken them when it sees it.
-        for p in (0..w.size).filter(|p| *p != w.rank) {
-            if let Err(e) = w.send_message(
-                "deregister",
-                p,
-                [MAGIC | KIND_STOP, 0, 0, 0],
-                None,
-                None,
-                &d,
-            ) {
-                result = Err(e);
-                break;
-            }
-        }
-        if result.is_ok() {
-            // This rank's service ends after STOP from every peer.
-            let mut st = w.state();
-            while !st.service_done && st.broken.is_none() && !d.passed() {
-                st =
-                    w.cv.wait_timeout(st, d.remaining())
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0;
-            }
-            if let Some(e) = &st.broken {
-                result = Err(Error::new(
-                    e.kind,
-                    format!(
-                        "gloo {} deregister on rank {}: {}",
-                        w.label, w.rank, e.message
-                    ),
-                ));
-            } else if !st.service_done {
-                let missing: Vec<String> = (0..n)
-                    .filter(|r| *r != w.rank as usize && !st.stopped[*r])
-                    .map(|r| r.to_string())
-                    .collect();
-                let msg = format!(
-                    "gloo {} deregister on rank {}: rank(s) {} did not deregister within {} ms (slow, stopped or gone)",
-                    w.label,
-                    w.rank,
-                    missing.join(", "),
-                    ms(timeout)
-                );
-                // A connection lost meanwhile (whose peer Gloo's message
-                // did not let us name) is the likelier cause.
-                let unnamed = st.lost_peer.map_or(true, |p| !st.stopped[p as usize]);
-                result = Err(match &st.lost {
-                    Some(lost) if unnamed => {
-                        Error::remote(format!("{msg}; meanwhile {}", lost.message))
-                    }
-                    _ => Error::timeout(msg),
-                });
-            }
-        }
+        let result = w
+            .send_stops(&d)
+            .and_then(|()| w.await_peer_stops(&d, timeout));
         if let Err(e) = &result {
             // Whatever failed, nothing may land in the buffer after this
             // returns: closing the connections guarantees it.
             w.mark_broken(e.clone());
         }
         w.stop_service();
-        finish(w);
+        w.finish_deregister();
         result
+    }
+
+    /// Clears the epoch's registration.
+    fn finish_deregister(&self) {
+        let n = self.size as usize;
+        let mut st = self.state();
+        st.deregistering = false;
+        st.registered = false;
+        st.buf = 0;
+        st.bytes = 0;
+        st.sizes = vec![0; n];
+        st.mapped = Vec::new();
+        st.peer_signals = Vec::new();
+    }
+
+    /// Sends STOP to every peer; stops at the first failure.
+    fn send_stops(&self, d: &Deadline) -> Result<()> {
+        for p in (0..self.size).filter(|p| *p != self.rank) {
+            self.send_message("deregister", p, [MAGIC | KIND_STOP, 0, 0, 0], None, None, d)?;
+        }
+        Ok(())
+    }
+
+    /// Waits until this rank's service has seen STOP from every peer (it then
+    /// ends), naming the peers that did not stop in time.
+    fn await_peer_stops(&self, d: &Deadline, timeout: Duration) -> Result<()> {
+        let w = self;
+        let n = w.size as usize;
+        let mut st = w.state();
+        while !st.service_done && st.broken.is_none() && !d.passed() {
+            st =
+                w.cv.wait_timeout(st, d.remaining())
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+        }
+        if let Some(e) = &st.broken {
+            return Err(Error::new(
+                e.kind,
+                format!(
+                    "gloo {} deregister on rank {}: {}",
+                    w.label, w.rank, e.message
+                ),
+            ));
+        }
+        if st.service_done {
+            return Ok(());
+        }
+        let missing: Vec<String> = (0..n)
+            .filter(|r| *r != w.rank as usize && !st.stopped[*r])
+            .map(|r| r.to_string())
+            .collect();
+        let msg = format!(
+            "gloo {} deregister on rank {}: rank(s) {} did not deregister within {} ms (slow, stopped or gone)",
+            w.label,
+            w.rank,
+            missing.join(", "),
+            ms(timeout)
+        );
+        // A connection lost meanwhile (whose peer Gloo's message
+        // did not let us name) is the likelier cause.
+        let unnamed = st.lost_peer.map_or(true, |p| !st.stopped[p as usize]);
+        Err(match &st.lost {
+            Some(lost) if unnamed => Error::remote(format!("{msg}; meanwhile {}", lost.message)),
+            _ => Error::timeout(msg),
+        })
     }
 }

@@ -92,7 +92,45 @@ pub(super) fn create(backend: &GlooBackend, timeout: Duration) -> Result<Box<dyn
     let k = backend.windows_made.fetch_add(1, Ordering::SeqCst);
     let label = format!("window {k} of comm '{}'", backend.name);
     let (rank, size) = (backend.rank, backend.size);
-    let ctx = if size > 1 {
+    let ctx = connect_context(backend, k, &label, timeout)?;
+    let n = size as usize;
+    let peer_addresses = match &ctx {
+        Some(c) => exchange_addresses(c, rank, size, timeout)
+            .map_err(|e| Error::new(e.kind(), format!("gloo {label}: {}", e.message)))?,
+        None => vec![String::new()],
+    };
+    let inner = Arc::new(Inner {
+        rank,
+        size,
+        label,
+        timeout,
+        shared_memory: backend.shared_memory.clone(),
+        area: SignalArea::new(n)?,
+        ctx,
+        peer_addresses,
+        send_lock: Mutex::new(()),
+        tag: AtomicU32::new(TAG_FIRST_REGISTER),
+        next_reply: AtomicU32::new(0),
+        st: Mutex::new(State::initial(n)),
+        cv: Condvar::new(),
+    });
+    if size > 1 {
+        inner.start_watch()?;
+    }
+    crate::log_info!("gloo: {} created on rank {rank}/{size}", inner.label);
+    Ok(Box::new(GlooWindow { inner }))
+}
+
+/// Connects the window's own Gloo context over a store prefix of its own;
+/// none for one rank.
+fn connect_context(
+    backend: &GlooBackend,
+    k: u64,
+    label: &str,
+    timeout: Duration,
+) -> Result<Option<shim::Context>> {
+    let (rank, size) = (backend.rank, backend.size);
+    if size > 1 {
         let module = shim::module()?;
         let store: StoreRef = Arc::new(PrefixStore::new(
             &format!("window/{k}"),
@@ -122,29 +160,16 @@ pub(super) fn create(backend: &GlooBackend, timeout: Duration) -> Result<Box<dyn
                 ),
             )
         })?;
-        Some(ctx)
+        Ok(Some(ctx))
     } else {
-        None
-    };
-    let n = size as usize;
-    let peer_addresses = match &ctx {
-        Some(c) => exchange_addresses(c, rank, size, timeout)
-            .map_err(|e| Error::new(e.kind(), format!("gloo {label}: {}", e.message)))?,
-        None => vec![String::new()],
-    };
-    let inner = Arc::new(Inner {
-        rank,
-        size,
-        label,
-        timeout,
-        shared_memory: backend.shared_memory.clone(),
-        area: SignalArea::new(n)?,
-        ctx,
-        peer_addresses,
-        send_lock: Mutex::new(()),
-        tag: AtomicU32::new(TAG_FIRST_REGISTER),
-        next_reply: AtomicU32::new(0),
-        st: Mutex::new(State {
+        Ok(None)
+    }
+}
+
+impl State {
+    /// A window's state before its first registration.
+    fn initial(n: usize) -> State {
+        State {
             buf: 0,
             bytes: 0,
             registered: false,
@@ -165,14 +190,8 @@ pub(super) fn create(backend: &GlooBackend, timeout: Duration) -> Result<Box<dyn
             inflight: Vec::new(),
             inflight_gets: Vec::new(),
             watch: None,
-        }),
-        cv: Condvar::new(),
-    });
-    if size > 1 {
-        inner.start_watch()?;
+        }
     }
-    crate::log_info!("gloo: {} created on rank {rank}/{size}", inner.label);
-    Ok(Box::new(GlooWindow { inner }))
 }
 
 /// Tag of the address exchange at creation; registrations count from the

@@ -115,16 +115,15 @@ impl Inner {
         st.sizes.get(rank as usize).copied().unwrap_or(0)
     }
 
-    pub(super) fn put(
+    /// Checks a put's destination; returns this rank's registered buffer and,
+    /// for a same-host peer, the address of its mapped buffer.
+    fn put_target(
         &self,
-        src: *const c_void,
         bytes: usize,
         dst_rank: i32,
         dst_offset: usize,
-        timeout: Duration,
-    ) -> Result<()> {
+    ) -> Result<(usize, Option<usize>)> {
         let w = self;
-        let d = Deadline::after(timeout);
         let (own, size, mapped) = {
             let st = w.state();
             w.usable_fresh(&st, "put")?;
@@ -157,6 +156,20 @@ impl Inner {
                 )))
             }
         }
+        Ok((own, mapped))
+    }
+
+    pub(super) fn put(
+        &self,
+        src: *const c_void,
+        bytes: usize,
+        dst_rank: i32,
+        dst_offset: usize,
+        timeout: Duration,
+    ) -> Result<()> {
+        let w = self;
+        let d = Deadline::after(timeout);
+        let (own, mapped) = w.put_target(bytes, dst_rank, dst_offset)?;
         if bytes == 0 {
             return Ok(());
         }

@@ -36,57 +36,12 @@ impl Inner {
                 )));
             }
             match h[0] & 0xff {
-                KIND_PUT => {
-                    let (off, len) = (h[1] as usize, h[2] as usize);
-                    if off.checked_add(len).is_some_and(|end| end <= size) {
-                        if let Err(e) = bufs.data.recv(src, SLOT_DATA, off, len) {
-                            break Err(self.fail("service (posting a payload receive)", src, e));
-                        }
-                        match bufs.data.wait_recv(Some(self.timeout)) {
-                            Ok(Waited::Done(_)) => {}
-                            Ok(Waited::Aborted) => break Ok(()),
-                            Err(e) => break Err(self.fail("service (payload of a put)", src, e)),
-                        }
-                    } else {
-                        // Origins check bounds, so this is a mismatch of
-                        // registrations: take the bytes (Gloo cannot drop
-                        // them) into scratch and fail the source's next wait.
-                        let msg = format!(
-                            "a put of {len} bytes at offset {off} from rank {src} exceeds the {size} bytes registered on rank {}; it was dropped",
-                            self.rank
-                        );
-                        crate::log_warn!("gloo {}: {msg}", self.label);
-                        if let Err(e) = self.drain(src, len) {
-                            break Err(e);
-                        }
-                        self.state().refused[src as usize] = Some(msg);
-                        self.wake();
-                    }
-                }
-                KIND_PUT_INLINE => {
-                    let (off, len) = (h[1] as usize, h[2] as usize);
-                    if len <= INLINE_MAX && off.checked_add(len).is_some_and(|end| end <= size) {
-                        // SAFETY: in bounds of the registered buffer (kept
-                        // valid by the caller while registered) and of the
-                        // message just received.
-                        unsafe {
-                            let from = (bufs.header_mem.as_ptr() as *const u8).add(HEADER_BYTES);
-                            std::ptr::copy_nonoverlapping(
-                                from,
-                                (bufs.data_ptr as *mut u8).add(off),
-                                len,
-                            );
-                        }
-                    } else {
-                        let msg = format!(
-                            "a put of {len} bytes at offset {off} from rank {src} exceeds the {size} bytes registered on rank {}; it was dropped",
-                            self.rank
-                        );
-                        crate::log_warn!("gloo {}: {msg}", self.label);
-                        self.state().refused[src as usize] = Some(msg);
-                        self.wake();
-                    }
-                }
+                KIND_PUT => match self.take_put(&bufs, src, h, size) {
+                    Ok(true) => {}
+                    Ok(false) => break Ok(()),
+                    Err(e) => break Err(e),
+                },
+                KIND_PUT_INLINE => self.take_inline_put(&bufs, src, h, size),
                 KIND_GET => match self.reply_to_get(&bufs, src, h, size) {
                     Ok(true) => {}
                     Ok(false) => break Ok(()),
@@ -117,6 +72,64 @@ impl Inner {
             self.mark_broken(e);
         }
         self.state().service_done = true;
+        self.wake();
+    }
+
+    /// Receives a put's payload into the registered buffer, or drains and
+    /// refuses one out of bounds; `Ok(false)` when the window was aborted.
+    fn take_put(&self, bufs: &ServiceBufs, src: i32, h: [u64; 4], size: usize) -> Result<bool> {
+        let (off, len) = (h[1] as usize, h[2] as usize);
+        if off.checked_add(len).is_some_and(|end| end <= size) {
+            bufs.data
+                .recv(src, SLOT_DATA, off, len)
+                .map_err(|e| self.fail("service (posting a payload receive)", src, e))?;
+            match bufs.data.wait_recv(Some(self.timeout)) {
+                Ok(Waited::Done(_)) => Ok(true),
+                Ok(Waited::Aborted) => Ok(false),
+                Err(e) => Err(self.fail("service (payload of a put)", src, e)),
+            }
+        } else {
+            // Origins check bounds, so this is a mismatch of
+            // registrations: take the bytes (Gloo cannot drop
+            // them) into scratch and fail the source's next wait.
+            let msg = self.put_out_of_bounds(src, off, len, size);
+            self.drain(src, len)?;
+            self.refuse(src, msg);
+            Ok(true)
+        }
+    }
+
+    /// Copies a put carried in the header message into the registered
+    /// buffer, or refuses one out of bounds.
+    fn take_inline_put(&self, bufs: &ServiceBufs, src: i32, h: [u64; 4], size: usize) {
+        let (off, len) = (h[1] as usize, h[2] as usize);
+        if len <= INLINE_MAX && off.checked_add(len).is_some_and(|end| end <= size) {
+            // SAFETY: in bounds of the registered buffer (kept
+            // valid by the caller while registered) and of the
+            // message just received.
+            unsafe {
+                let from = (bufs.header_mem.as_ptr() as *const u8).add(HEADER_BYTES);
+                std::ptr::copy_nonoverlapping(from, (bufs.data_ptr as *mut u8).add(off), len);
+            }
+        } else {
+            let msg = self.put_out_of_bounds(src, off, len, size);
+            self.refuse(src, msg);
+        }
+    }
+
+    /// Logs a dropped put and returns the message its source's next wait fails with.
+    fn put_out_of_bounds(&self, src: i32, off: usize, len: usize, size: usize) -> String {
+        let msg = format!(
+            "a put of {len} bytes at offset {off} from rank {src} exceeds the {size} bytes registered on rank {}; it was dropped",
+            self.rank
+        );
+        crate::log_warn!("gloo {}: {msg}", self.label);
+        msg
+    }
+
+    /// Records that `src`'s put was refused, for its next wait to report.
+    fn refuse(&self, src: i32, msg: String) {
+        self.state().refused[src as usize] = Some(msg);
         self.wake();
     }
 
