@@ -70,6 +70,24 @@ impl IntraHost {
         red.avg
     }
 
+    /// Copies `len` elements of an input into a segment; PREMUL_SUM's
+    /// factor is applied by the copy itself (one pass over the data).
+    unsafe fn copy_in(
+        &self,
+        red: &Reduction,
+        seg: *mut u8,
+        src: *const u8,
+        len: usize,
+    ) -> Result<()> {
+        match red.premul {
+            Some(k) => reduce::scale(red.dtype, seg, src, len, Scale::Mul(k)),
+            None => {
+                copy(seg, src, len * red.dtype.size());
+                Ok(())
+            }
+        }
+    }
+
     /// Scratch for [`IntraHost::combine`] of up to `len` elements.
     fn blocks_for(&self, red: &Reduction, len: usize) -> Scratch {
         Scratch::new(if red.halves {
@@ -99,10 +117,7 @@ impl IntraHost {
         }
         let (me, h) = (self.rank, self.next_half());
         let mine = self.half(me, h);
-        copy(mine, buf, count * es);
-        if let Some(k) = red.premul {
-            reduce::scale(red.dtype, mine, mine, count, Scale::Mul(k))?;
-        }
+        self.copy_in(red, mine, buf, count)?;
         sync(if root.is_some() {
             "reduce"
         } else {
@@ -145,10 +160,7 @@ impl IntraHost {
         for c0 in (0..count).step_by(per_chunk) {
             let (m, h) = ((count - c0).min(per_chunk), self.next_half());
             let mine = self.half(me, h);
-            copy(mine, buf.add(c0 * es), m * es);
-            if let Some(k) = red.premul {
-                reduce::scale(red.dtype, mine, mine, m, Scale::Mul(k))?;
-            }
+            self.copy_in(red, mine, buf.add(c0 * es), m)?;
             sync(what)?;
             let (s0, len) = share(m, n, me);
             let mut own_share_final = false;
@@ -237,14 +249,12 @@ impl IntraHost {
             let (m, h) = ((count - c0).min(per_block), self.next_half());
             let mine = self.half(me, h);
             for r in 0..n {
-                copy(
+                self.copy_in(
+                    red,
                     mine.add(r * m * es),
                     input.add((r * count + c0) * es),
-                    m * es,
-                );
-            }
-            if let Some(k) = red.premul {
-                reduce::scale(red.dtype, mine, mine, n * m, Scale::Mul(k))?;
+                    m,
+                )?;
             }
             sync("reduce_scatter_single")?;
             self.combine(red, h, me * m * es, m, out.add(c0 * es), &mut blocks)?;
@@ -367,10 +377,7 @@ impl IntraHost {
             let mine = self.half(me, h);
             for (r, start) in starts.iter().enumerate() {
                 let block = mine.add(r * step * es);
-                copy(block, input.add((start + c0) * es), part(r) * es);
-                if let Some(f) = red.premul {
-                    reduce::scale(red.dtype, block, block, part(r), Scale::Mul(f))?;
-                }
+                self.copy_in(red, block, input.add((start + c0) * es), part(r))?;
             }
             sync("reduce_scatter_v")?;
             self.combine(
