@@ -16,18 +16,26 @@ if [ $# -lt 2 ]; then
   echo "usage: $0 BEFORE_DIR AFTER_DIR [REPEATS]" >&2
   exit 2
 fi
+root="$(cd "$(dirname "$0")/.." && pwd)"
 before=$(cd "$1" && pwd)
 after=$(cd "$2" && pwd)
 repeats=${3:-3}
 command -v valgrind >/dev/null || { echo "SKIPPED: valgrind is not installed"; exit 0; }
 
+ops="sum avg"
+py=$("$root/scripts/torch-venv.sh") && ops="$ops premul" || echo "premul_sum row left out: no python with numpy" >&2
+
 # instructions DIR REDOP CALLS: rank 0's instructions, less the syncs.
 instructions() {
   local out
   out=$(mktemp -d)
-  TORCHCOMM_TIMEOUT=600 "$1/tc-run" -n 2 -- valgrind -q --tool=callgrind \
-    --callgrind-out-file="$out/cg.%q{RANK}.%p" "$1/tc-perf" -B gloo -b 2M -e 2M -n "$3" -w 2 \
-    -o all_reduce -d float32 -r "$2" -c 0 >/dev/null 2>&1
+  if [ "$2" = premul ]; then
+    TORCHCOMM_TIMEOUT=600 "$py" "$root/bench/shm_premul_calls.py" "$1/libtorchcomm.so" "$3" "$out" >/dev/null 2>&1
+  else
+    TORCHCOMM_TIMEOUT=600 "$1/tc-run" -n 2 -- valgrind -q --tool=callgrind \
+      --callgrind-out-file="$out/cg.%q{RANK}.%p" "$1/tc-perf" -B gloo -b 2M -e 2M -n "$3" -w 2 \
+      -o all_reduce -d float32 -r "$2" -c 0 >/dev/null 2>&1
+  fi
   callgrind_annotate --inclusive=no --threshold=100 "$out"/cg.0.* 2>/dev/null | python3 -c '
 import re, sys
 total = 0
@@ -43,7 +51,7 @@ long=${TC_CG_LONG:-24}
 counts=$(mktemp)
 trap 'rm -f "$counts"' EXIT
 for ((i = 0; i < repeats; i++)); do
-  for op in sum avg; do
+  for op in $ops; do
     for which in before after; do
       dir=$before
       [ "$which" = after ] && dir=$after
@@ -65,7 +73,9 @@ print(f"(run of {long} calls - run of {short}) / {int(long) - int(short)}; {repe
 print()
 print("| op | before | after | after / before (medians) |")
 print("|---|---|---|---|")
-for op in ("sum", "avg"):
+for op in ("sum", "avg", "premul"):
+    if (op, "before") not in per:
+        continue
     b, a = per[(op, "before")], per[(op, "after")]
     fmt = lambda v: f"{statistics.median(v):,} [{min(v):,}, {max(v):,}]"
     print(f"| {op} | {fmt(b)} | {fmt(a)} | {statistics.median(a) / statistics.median(b):.3f} |")
