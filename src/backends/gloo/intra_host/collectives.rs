@@ -21,6 +21,24 @@ impl IntraHost {
         out: *mut u8,
         blocks: &mut Scratch,
     ) -> Result<()> {
+        if self.combine_undivided(red, h, at, len, out, blocks) {
+            reduce::scale(red.dtype, out, out, len, Scale::Div(self.size as u64))?;
+        }
+        Ok(())
+    }
+
+    /// [`IntraHost::combine`] less AVG's division for the plain kernels:
+    /// true when the caller still has to divide `out` by the rank count
+    /// (the half-precision kernel divides as it sums).
+    unsafe fn combine_undivided(
+        &self,
+        red: &Reduction,
+        h: usize,
+        at: usize,
+        len: usize,
+        out: *mut u8,
+        blocks: &mut Scratch,
+    ) -> bool {
         let es = red.dtype.size();
         if red.halves {
             for r in 0..self.size {
@@ -38,7 +56,7 @@ impl IntraHost {
                 len,
                 red.avg.then_some(self.size as u64),
             );
-            return Ok(());
+            return false;
         }
         copy(out, self.half(0, h).add(at), len * es);
         for r in 1..self.size {
@@ -49,10 +67,25 @@ impl IntraHost {
                 len,
             );
         }
-        if red.avg {
-            reduce::scale(red.dtype, out, out, len, Scale::Div(self.size as u64))?;
+        red.avg
+    }
+
+    /// Copies `len` elements of an input into a segment; PREMUL_SUM's
+    /// factor is applied by the copy itself (one pass over the data).
+    unsafe fn copy_in(
+        &self,
+        red: &Reduction,
+        seg: *mut u8,
+        src: *const u8,
+        len: usize,
+    ) -> Result<()> {
+        match red.premul {
+            Some(k) => reduce::scale(red.dtype, seg, src, len, Scale::Mul(k)),
+            None => {
+                copy(seg, src, len * red.dtype.size());
+                Ok(())
+            }
         }
-        Ok(())
     }
 
     /// Scratch for [`IntraHost::combine`] of up to `len` elements.
@@ -84,10 +117,7 @@ impl IntraHost {
         }
         let (me, h) = (self.rank, self.next_half());
         let mine = self.half(me, h);
-        copy(mine, buf, count * es);
-        if let Some(k) = red.premul {
-            reduce::scale(red.dtype, mine, mine, count, Scale::Mul(k))?;
-        }
+        self.copy_in(red, mine, buf, count)?;
         sync(if root.is_some() {
             "reduce"
         } else {
@@ -112,7 +142,15 @@ impl IntraHost {
         let (n, me, es) = (self.size, self.rank, red.dtype.size());
         let per_chunk = HALF / es;
         let share_max = count.min(per_chunk).div_ceil(n);
-        let mut acc = Scratch::new(share_max * es);
+        // A rank that gets the result reduces its share straight into `buf`
+        // (its input there is already in its segment); only a reduce's
+        // other ranks, whose `buf` must stay as it was, need scratch.
+        let lands_here = root.map_or(true, |r| r == me);
+        if red.avg {
+            // A dtype AVG cannot divide fails here, before `buf` is touched.
+            reduce::scale(red.dtype, buf, buf, 0, Scale::Div(n as u64))?;
+        }
+        let mut acc = Scratch::new(if lands_here { 0 } else { share_max * es });
         let mut blocks = self.blocks_for(red, share_max);
         let what = if root.is_some() {
             "reduce"
@@ -122,19 +160,30 @@ impl IntraHost {
         for c0 in (0..count).step_by(per_chunk) {
             let (m, h) = ((count - c0).min(per_chunk), self.next_half());
             let mine = self.half(me, h);
-            copy(mine, buf.add(c0 * es), m * es);
-            if let Some(k) = red.premul {
-                reduce::scale(red.dtype, mine, mine, m, Scale::Mul(k))?;
-            }
+            self.copy_in(red, mine, buf.add(c0 * es), m)?;
             sync(what)?;
             let (s0, len) = share(m, n, me);
+            let mut own_share_final = false;
             if len > 0 {
-                self.combine(red, h, s0 * es, len, acc.ptr(), &mut blocks)?;
-                copy(mine.add(s0 * es), acc.ptr(), len * es);
+                let out = if lands_here {
+                    buf.add((c0 + s0) * es)
+                } else {
+                    acc.ptr()
+                };
+                // AVG's division, when still due, is the copy into the
+                // segment itself: one pass instead of two.
+                if self.combine_undivided(red, h, s0 * es, len, out, &mut blocks) {
+                    reduce::scale(red.dtype, mine.add(s0 * es), out, len, Scale::Div(n as u64))?;
+                } else {
+                    copy(mine.add(s0 * es), out, len * es);
+                    own_share_final = lands_here;
+                }
             }
             sync(what)?;
-            if root.map_or(true, |r| r == me) {
-                for r in 0..n {
+            if lands_here {
+                // This rank's share is in `buf` already unless AVG left the
+                // undivided sum there.
+                for r in (0..n).filter(|&r| r != me || !own_share_final) {
                     let (s, l) = share(m, n, r);
                     copy(buf.add((c0 + s) * es), self.half(r, h).add(s * es), l * es);
                 }
@@ -200,14 +249,12 @@ impl IntraHost {
             let (m, h) = ((count - c0).min(per_block), self.next_half());
             let mine = self.half(me, h);
             for r in 0..n {
-                copy(
+                self.copy_in(
+                    red,
                     mine.add(r * m * es),
                     input.add((r * count + c0) * es),
-                    m * es,
-                );
-            }
-            if let Some(k) = red.premul {
-                reduce::scale(red.dtype, mine, mine, n * m, Scale::Mul(k))?;
+                    m,
+                )?;
             }
             sync("reduce_scatter_single")?;
             self.combine(red, h, me * m * es, m, out.add(c0 * es), &mut blocks)?;
@@ -330,10 +377,7 @@ impl IntraHost {
             let mine = self.half(me, h);
             for (r, start) in starts.iter().enumerate() {
                 let block = mine.add(r * step * es);
-                copy(block, input.add((start + c0) * es), part(r) * es);
-                if let Some(f) = red.premul {
-                    reduce::scale(red.dtype, block, block, part(r), Scale::Mul(f))?;
-                }
+                self.copy_in(red, block, input.add((start + c0) * es), part(r))?;
             }
             sync("reduce_scatter_v")?;
             self.combine(
