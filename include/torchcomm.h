@@ -1731,8 +1731,11 @@ tc_result_t tc_reducer_num_buckets(tc_reducer_t *reducer, size_t *num_buckets);
  a rank of 0, a negative or non-finite rate or epsilon, `num_rows` other
  than the gradient count, or a `rows[i]` that does not divide
  counts[i]; `TC_ERR_UNSUPPORTED` on an nccl comm (device buckets: the
- products would need device kernels). Not thread-safe with other calls on
- the reducer.
+ products would need device kernels). `opts` and its `rows` array are
+ copied: the caller keeps ownership and may free them after the call. A
+ NULL `reducer`, or NULL `opts.rows` with a non-zero `num_rows`, is
+ `TC_ERR_INVALID_ARGUMENT`. Not thread-safe with other calls on the
+ reducer.
  */
 tc_result_t tc_reducer_set_powersgd(tc_reducer_t *reducer, const tc_powersgd_options_t *opts);
 

@@ -554,8 +554,11 @@ pub extern "C" fn tc_reducer_num_buckets(
 /// a rank of 0, a negative or non-finite rate or epsilon, `num_rows` other
 /// than the gradient count, or a `rows[i]` that does not divide
 /// counts[i]; `TC_ERR_UNSUPPORTED` on an nccl comm (device buckets: the
-/// products would need device kernels). Not thread-safe with other calls on
-/// the reducer.
+/// products would need device kernels). `opts` and its `rows` array are
+/// copied: the caller keeps ownership and may free them after the call. A
+/// NULL `reducer`, or NULL `opts.rows` with a non-zero `num_rows`, is
+/// `TC_ERR_INVALID_ARGUMENT`. Not thread-safe with other calls on the
+/// reducer.
 #[no_mangle]
 pub extern "C" fn tc_reducer_set_powersgd(
     reducer: *mut tc_reducer_t,
