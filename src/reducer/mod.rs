@@ -10,6 +10,8 @@
 
 mod device;
 pub mod hooks;
+#[cfg(test)]
+mod kernel_tests;
 pub mod layout;
 mod lowrank;
 pub mod powersgd;
