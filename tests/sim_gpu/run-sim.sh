@@ -23,7 +23,9 @@
 #      the simulated ones, and time limits are scaled (TC_GPU_TIME_SCALE=4)
 #      for this slower machine; then once more with an nvidia-smi that
 #      reports an exclusive compute mode (multi-rank runs must be skipped);
-#   3. runs what only a simulation can: ops (1 and 2 ranks) and mem on the
+#   3. checks src/cuda/kernels.ptx with NVIDIA's ptxas (scripts/check-ptx.sh,
+#      SKIPPED with the reason when the PyPI wheel cannot be had), then
+#      runs what only a simulation can: ops (1 and 2 ranks) and mem on the
 #      NCCL 2.18 double (grouped send/recv instead of ncclAlltoAll),
 #      mem with a stub libcuda.so ahead of the driver on the loader's path,
 #      a one-rank timeout/abort test over a simulated hung collective, a
@@ -149,6 +151,20 @@ extra() { # name program... (environment set by the caller)
   if [ "$rc" != 0 ] || [ -z "$line" ]; then echo "$o" | tail -n 30; status=1; f=${f:-1}; fi
   pass=$((pass + ${p:-0})) fail=$((fail + ${f:-0}))
 }
+
+# The library's hand-written PTX through NVIDIA's ptxas (a PyPI wheel, no
+# GPU needed): SKIPPED with the reason when ptxas cannot be had.
+o=$(bash "$ROOT/scripts/check-ptx.sh" 2>&1); rc=$?
+echo "$o" | sed 's/^/sim-gpu-test: /'
+if echo "$o" | grep -q "^check-ptx: SKIPPED"; then
+  skipped=$((skipped + 1))
+else
+  line=$(echo "$o" | grep -E '^check-ptx: [0-9]+ passed, [0-9]+ failed' | tail -n 1)
+  p=$(echo "$line" | sed -n 's/.*: \([0-9]*\) passed, \([0-9]*\) failed.*/\1/p')
+  f=$(echo "$line" | sed -n 's/.*: \([0-9]*\) passed, \([0-9]*\) failed.*/\2/p')
+  [ "$rc" = 0 ] && [ -n "$line" ] || { status=1; f=${f:-1}; }
+  pass=$((pass + ${p:-0})) fail=$((fail + ${f:-0}))
+fi
 
 echo "sim-gpu-test: == simulation-only runs"
 B=$RH/bin
