@@ -61,6 +61,8 @@ macro_rules! driver_api {
                 ///
                 /// # Safety
                 /// As the CUDA driver API documents for it.
+                // The driver's own signatures (cuLaunchKernel has 11).
+                #[allow(clippy::too_many_arguments)]
                 pub(crate) unsafe fn $name($($arg: $ty),*) -> CuResult {
                     match TABLE.get() {
                         Some(t) => match t.$name {

@@ -203,7 +203,15 @@ impl DeviceCompress {
         }
         let copy = slot.as_ref().expect("allocated above").ptr();
         let stream = stream as cuda::RawStream;
-        cast_on_stream(kernels, bucket.buffer, from, copy, half, bucket.count, stream)?;
+        cast_on_stream(
+            kernels,
+            bucket.buffer,
+            from,
+            copy,
+            half,
+            bucket.count,
+            stream,
+        )?;
         let half_elem = elem(half).expect("a 16-bit dtype");
         kernels.divide(copy, half_elem, bucket.count, world, stream)?;
         bucket.buffer = copy;

@@ -133,7 +133,13 @@ fn f32_samples() -> Vec<u8> {
         v.extend([m.wrapping_sub(1), m, m.wrapping_add(1)]);
     }
     v.extend((0..1u64 << 18).map(|i| (i * 0x9e37_79b1) as u32));
-    v.extend([0x7f80_0000, 0xff80_0000, 0x7fc0_0000, 0x7f80_0001, 0xffc0_1234]);
+    v.extend([
+        0x7f80_0000,
+        0xff80_0000,
+        0x7fc0_0000,
+        0x7f80_0001,
+        0xffc0_1234,
+    ]);
     v.iter().flat_map(|x| x.to_ne_bytes()).collect()
 }
 
