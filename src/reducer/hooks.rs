@@ -182,6 +182,50 @@ impl Work for AllOf {
     }
 }
 
+impl BuiltinHook {
+    /// Points the bucket at its compressed copy: cast to `half`, divided by
+    /// `world` in `half` precision (host buffers, or device kernels on the
+    /// reducer's stream for device buckets).
+    fn compress(
+        &mut self,
+        comm: &Arc<Comm>,
+        bucket: &mut tc_grad_bucket_t,
+        dtype: DType,
+        half: DType,
+        world: f64,
+    ) -> Result<()> {
+        if comm.device() != crate::types::Device::Cpu {
+            // Device buckets: cast and divide with the library's kernels on
+            // the reducer's stream, which the all-reduce then follows.
+            return self
+                .device
+                .get_or_insert_with(DeviceCompress::default)
+                .compress(comm, bucket, half, world as f32, self.stream);
+        }
+        if self.compressed.len() <= bucket.index {
+            self.compressed.resize(bucket.index + 1, Vec::new());
+        }
+        let copy = &mut self.compressed[bucket.index];
+        copy.resize(bucket.count, 0);
+        // SAFETY: the buffer holds the bucket's `count` elements of `dtype`
+        // (the reducer's storage or a hook's replacement); `copy` holds
+        // `count` 16-bit elements.
+        unsafe {
+            cast(
+                bucket.buffer.cast(),
+                dtype,
+                copy.as_mut_ptr().cast(),
+                half,
+                bucket.count,
+            )
+        }?;
+        unsafe { divide(copy.as_mut_ptr().cast(), half, bucket.count, world) };
+        bucket.buffer = copy.as_mut_ptr().cast();
+        bucket.dtype = half.to_c();
+        Ok(())
+    }
+}
+
 impl CommHook for BuiltinHook {
     fn run(&mut self, comm: &Arc<Comm>, bucket: &mut tc_grad_bucket_t) -> Result<Arc<dyn Work>> {
         let dtype = DType::from_c(bucket.dtype, "bucket.dtype")?;
@@ -235,34 +279,8 @@ impl CommHook for BuiltinHook {
             Builtin::Fp16Compress => DType::F16,
             Builtin::Bf16Compress => DType::BF16,
         };
-        if comm.device() != crate::types::Device::Cpu {
-            // Device buckets: cast and divide with the library's kernels on
-            // the reducer's stream, which the all-reduce then follows.
-            self.device
-                .get_or_insert_with(DeviceCompress::default)
-                .compress(comm, bucket, half, world as f32, self.stream)
-                .map_err(|e| e.context("the compressing hook"))?;
-            return all_reduce_sum(comm, bucket.buffer, bucket.count, half, self.stream);
-        }
-        if self.compressed.len() <= bucket.index {
-            self.compressed.resize(bucket.index + 1, Vec::new());
-        }
-        let copy = &mut self.compressed[bucket.index];
-        copy.resize(bucket.count, 0);
-        // SAFETY: as above; `copy` holds `count` 16-bit elements.
-        unsafe {
-            cast(
-                bucket.buffer.cast(),
-                dtype,
-                copy.as_mut_ptr().cast(),
-                half,
-                bucket.count,
-            )
-        }
-        .map_err(|e| e.context("the compressing hook"))?;
-        unsafe { divide(copy.as_mut_ptr().cast(), half, bucket.count, world) };
-        bucket.buffer = copy.as_mut_ptr().cast();
-        bucket.dtype = half.to_c();
+        self.compress(comm, bucket, dtype, half, world)
+            .map_err(|e| e.context("the compressing hook"))?;
         all_reduce_sum(comm, bucket.buffer, bucket.count, half, self.stream)
     }
 
