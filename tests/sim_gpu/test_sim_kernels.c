@@ -81,6 +81,9 @@ static CUdeviceptr dev_copy(const void *h, size_t bytes) {
     CUdeviceptr d;
     CU(cuMemAlloc(&d, bytes));
     CU(cuMemcpyHtoD(d, h, bytes));
+    /* from pageable memory the copy may return before the device has the
+       data, and the legacy stream is not ordered with a non-blocking one */
+    CU(cuStreamSynchronize(NULL));
     return d;
 }
 
