@@ -12,6 +12,7 @@ mod device;
 pub mod hooks;
 pub mod layout;
 mod lowrank;
+mod parts;
 pub mod powersgd;
 
 use crate::coalesced::Buffer;
@@ -76,7 +77,12 @@ struct Bucket {
     /// Gradients not yet marked this iteration.
     pending: usize,
     view: tc_grad_bucket_t,
-    work: Option<Arc<dyn Work>>,
+    /// The works of its exchange this iteration (one, or one per piece).
+    works: Vec<Arc<dyn Work>>,
+    /// Launching in parts: gradients at the front copied in (or, as views,
+    /// counted) this iteration, and elements launched.
+    ready_members: usize,
+    launched: usize,
 }
 
 impl Bucket {
@@ -107,6 +113,9 @@ pub struct Reducer {
     agreement: Agreement,
     iteration: u64,
     as_view: bool,
+    /// Buckets go out piece by piece as their gradients become ready (a hook
+    /// that runs in parts, host buckets and gradients).
+    in_parts: bool,
     /// Device copies (device buckets, or CUDA gradients on a host comm).
     copies: Option<DeviceCopies>,
 }
@@ -153,7 +162,9 @@ fn build_buckets(grads: &[(usize, DType)], opts: &ReducerOptions) -> Vec<Bucket>
                     offsets: std::ptr::null(),
                     lengths: std::ptr::null(),
                 },
-                work: None,
+                works: Vec::new(),
+                ready_members: 0,
+                launched: 0,
             }
         })
         .collect();
@@ -232,6 +243,7 @@ impl Reducer {
                 };
             }
         }
+        let in_parts = hook.runs_in_parts() && copies.is_none();
         Ok(Reducer {
             comm: comm.clone(),
             marked: vec![false; grads.len()],
@@ -247,6 +259,7 @@ impl Reducer {
             },
             iteration: 0,
             as_view: opts.gradient_as_bucket_view,
+            in_parts,
             copies,
         })
     }
@@ -337,6 +350,7 @@ impl Reducer {
                 .as_ref()
                 .map_or(std::ptr::null_mut(), |c| c.stream.0),
         );
+        self.in_parts = hook.runs_in_parts() && self.copies.is_none();
         self.hook = hook;
         Ok(())
     }
@@ -366,6 +380,9 @@ impl Reducer {
         if let Some((b, _)) = self.grads[index].slot {
             self.buckets[b].pending -= 1;
         }
+        if self.in_parts {
+            return self.launch_ready_parts();
+        }
         let mut first_error = Ok(());
         while self.next_launch < self.buckets.len() && self.buckets[self.next_launch].pending == 0 {
             let r = self.launch(self.next_launch);
@@ -392,7 +409,7 @@ impl Reducer {
         bucket.view.count = bucket.count;
         match self.hook.run(&self.comm, &mut bucket.view) {
             Ok(work) => {
-                bucket.work = Some(work);
+                bucket.works.push(work);
                 Ok(())
             }
             Err(e) => {
@@ -449,7 +466,10 @@ impl Reducer {
             .filter(|&i| !self.marked[i])
             .collect();
         while self.next_launch < self.buckets.len() {
-            let _ = self.launch(self.next_launch);
+            let _ = match self.in_parts {
+                true => self.launch_rest(self.next_launch),
+                false => self.launch(self.next_launch),
+            };
             self.next_launch += 1;
         }
         let record = &mut self.agreement.mine;
@@ -512,7 +532,7 @@ impl Reducer {
             .filter(|c| !c.host_buckets)
             .map(|c| c.stream.0);
         for bucket in &mut self.buckets {
-            if let Some(work) = bucket.work.take() {
+            for work in bucket.works.drain(..) {
                 // Device buckets: the stream waits, the host does not.
                 let r = match stream {
                     Some(s) => work.wait(s),
@@ -602,7 +622,7 @@ impl Reducer {
     /// about to be freed), ignoring their errors.
     pub fn wait_outstanding(&mut self) {
         for b in &mut self.buckets {
-            if let Some(w) = b.work.take() {
+            for w in b.works.drain(..) {
                 let _ = w.wait_blocking();
             }
         }
@@ -620,7 +640,9 @@ impl Reducer {
         self.marked.iter_mut().for_each(|m| *m = false);
         for b in &mut self.buckets {
             b.pending = b.members.len();
-            b.work = None;
+            b.works.clear();
+            b.ready_members = 0;
+            b.launched = 0;
             b.view.buffer = b.storage_ptr().cast();
             b.view.dtype = b.dtype.to_c();
             b.view.count = b.count;
