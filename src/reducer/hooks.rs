@@ -203,10 +203,10 @@ impl Work for AllOf {
             .fold(Ok(()), Result::and)
     }
     fn wait_blocking(&self) -> Result<()> {
-        self.0
-            .iter()
-            .map(|w| w.wait_blocking())
-            .fold(Ok(()), Result::and)
+        // Last first: host operations finish in issue order, so the others
+        // are done by then and the caller is woken once, not once per part.
+        let results: Vec<Result<()>> = self.0.iter().rev().map(|w| w.wait_blocking()).collect();
+        results.into_iter().rev().fold(Ok(()), Result::and)
     }
     fn check_timeout(&self, _now: Instant) -> Option<Error> {
         // Each part is watched by its comm.

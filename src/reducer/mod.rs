@@ -525,12 +525,19 @@ impl Reducer {
     }
 
     fn finish_iteration(&mut self) -> Result<()> {
-        let mut work_error = Ok(());
+        // The agreement was issued last: on a host comm, whose operations
+        // finish in issue order, the buckets are done once it is, so waiting
+        // for it first wakes this thread once instead of once per piece.
+        let agreed = match self.agreement.work.take() {
+            Some(w) => w.and_then(|w| w.wait_blocking()),
+            None => Err(Error::invalid_usage("finalize was not begun")),
+        };
         let stream = self
             .copies
             .as_ref()
             .filter(|c| !c.host_buckets)
             .map(|c| c.stream.0);
+        let mut work_error = Ok(());
         for bucket in &mut self.buckets {
             for work in bucket.works.drain(..) {
                 // Device buckets: the stream waits, the host does not.
@@ -543,10 +550,6 @@ impl Reducer {
                 }
             }
         }
-        let agreed = match self.agreement.work.take() {
-            Some(w) => w.and_then(|w| w.wait_blocking()),
-            None => Err(Error::invalid_usage("finalize was not begun")),
-        };
         agreed?;
         report_missing(&self.agreement.all, self.iteration)?;
         if let Some(e) = self.hook_error.take() {
