@@ -1638,6 +1638,12 @@ void tc_reducer_free(tc_reducer_t *reducer);
  Gradient `grad_index` is final for this iteration. When its bucket is
  complete and every earlier bucket has been launched, the bucket (and any
  later complete ones) is copied in and its hook runs, in bucket order.
+ With the built-in `TC_HOOK_ALLREDUCE` on host memory the exchange starts
+ earlier, in 2 MiB pieces: each piece goes out once the gradients under
+ it are marked and every earlier piece went out (the same operations, in
+ the same order, with the same results; a bucket's gradients are copied
+ in as its front becomes ready). In both cases the gradient must not
+ change until `tc_reducer_finalize` returns.
  `TC_ERR_INVALID_ARGUMENT` for an index out of range,
  `TC_ERR_INVALID_USAGE` for a gradient already marked in this iteration;
  a failing hook's error is returned here and by `tc_reducer_finalize`.

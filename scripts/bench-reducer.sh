@@ -18,8 +18,8 @@ fi
 set -e
 echo "## Gradient exchange of one training step (ms, median; rank 0; $(nproc) cores)"
 echo
-echo "| model | ranks | ours | ours view | per-tensor | torch DDP step - local backward = exchange | per-tensor / ours | torch / ours | torch / ours view | backward | exposed (view) | hidden |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| model | ranks | ours | ours view | per-tensor | torch DDP | torch DDP view | torch / ours | torch view / ours view | per-tensor / ours view | backward | exposed (view) | hidden |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for world in ${WORLDS:-2 4}; do
   "$py" "$root/bench/reducer_bench.py" "$lib" "$world" --models "${MODELS:-resnet50,bert_base}" "$@"
 done

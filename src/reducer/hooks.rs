@@ -52,6 +52,24 @@ pub trait CommHook: Send {
     /// The reducer's stream (device memory), which the hook's operations
     /// must follow.
     fn set_stream(&mut self, _stream: *mut c_void) {}
+    /// Whether the exchange works element by element in place on the
+    /// bucket's own buffer, cut into [`piece_elements`] pieces (the built-in
+    /// all-reduce): the reducer may then start each piece of a host bucket
+    /// as soon as the gradients under it are ready ([`CommHook::run_part`]).
+    fn runs_in_parts(&self) -> bool {
+        false
+    }
+    /// The exchange of one piece, `count` elements at `buf` (host memory,
+    /// inside a bucket); called only when [`CommHook::runs_in_parts`].
+    fn run_part(
+        &mut self,
+        _comm: &Arc<Comm>,
+        _buf: *mut c_void,
+        _count: usize,
+        _dtype: DType,
+    ) -> Result<Arc<dyn Work>> {
+        Err(Error::internal("this hook does not run in parts"))
+    }
 }
 
 /// The built-in hooks (`TC_HOOK_*`).
@@ -109,6 +127,11 @@ fn all_reduce_sum(
 /// shown. The result is the same element by element.
 const PIECE_BYTES: usize = 2 << 20;
 
+/// Elements of `dtype` in one piece of a built-in hook's all-reduce.
+pub fn piece_elements(dtype: DType) -> usize {
+    (PIECE_BYTES / dtype.size()).max(1)
+}
+
 fn all_reduce(
     comm: &Comm,
     buf: *mut c_void,
@@ -122,7 +145,7 @@ fn all_reduce(
         stream,
         ..OpOptions::default()
     };
-    let piece = (PIECE_BYTES / dtype.size()).max(1);
+    let piece = piece_elements(dtype);
     let mut works = Vec::with_capacity(count.div_ceil(piece));
     for start in (0..count.max(1)).step_by(piece) {
         let op = Op::AllReduce {
@@ -171,10 +194,10 @@ impl Work for AllOf {
             .fold(Ok(()), Result::and)
     }
     fn wait_blocking(&self) -> Result<()> {
-        self.0
-            .iter()
-            .map(|w| w.wait_blocking())
-            .fold(Ok(()), Result::and)
+        // Last first: host operations finish in issue order, so the others
+        // are done by then and the caller is woken once, not once per part.
+        let results: Vec<Result<()>> = self.0.iter().rev().map(|w| w.wait_blocking()).collect();
+        results.into_iter().rev().fold(Ok(()), Result::and)
     }
     fn check_timeout(&self, _now: Instant) -> Option<Error> {
         // Each part is watched by its comm.
@@ -226,6 +249,32 @@ impl BuiltinHook {
     }
 }
 
+/// The built-in all-reduce of `count` elements of host memory at `buf`:
+/// divided by the world size, then summed (PyTorch's order).
+fn mean_all_reduce_host(
+    comm: &Comm,
+    buf: *mut c_void,
+    count: usize,
+    dtype: DType,
+    stream: *mut c_void,
+) -> Result<Arc<dyn Work>> {
+    let world = comm.size() as f64;
+    // Multiplying by 2^-k rounds exactly as dividing by 2^k, so for
+    // float32/float64 the division can ride on the all-reduce's own pass
+    // over the data (PREMUL_SUM) with the same bits.
+    if matches!(dtype, DType::F32 | DType::F64) && (comm.size() as u32).is_power_of_two() {
+        let premul = ReduceOp {
+            kind: RedKind::PremulSum,
+            factor: PremulFactor::Host(1.0 / world),
+        };
+        return all_reduce(comm, buf, count, dtype, premul, stream);
+    }
+    // SAFETY: the caller's buffer holds `count` elements (the reducer's
+    // storage, or a hook's replacement of the same count).
+    unsafe { divide(buf.cast(), dtype, count, world) };
+    all_reduce_sum(comm, buf, count, dtype, stream)
+}
+
 impl CommHook for BuiltinHook {
     fn run(&mut self, comm: &Arc<Comm>, bucket: &mut tc_grad_bucket_t) -> Result<Arc<dyn Work>> {
         let dtype = DType::from_c(bucket.dtype, "bucket.dtype")?;
@@ -251,30 +300,7 @@ impl CommHook for BuiltinHook {
                 );
             }
             Builtin::AllReduce => {
-                // Multiplying by 2^-k rounds exactly as dividing by 2^k, so
-                // for float32/float64 the division can ride on the
-                // all-reduce's own pass over the data (PREMUL_SUM) with the
-                // same bits. Otherwise, PyTorch's order: divide, then sum.
-                if matches!(dtype, DType::F32 | DType::F64)
-                    && (comm.size() as u32).is_power_of_two()
-                {
-                    let premul = ReduceOp {
-                        kind: RedKind::PremulSum,
-                        factor: PremulFactor::Host(1.0 / world),
-                    };
-                    return all_reduce(
-                        comm,
-                        bucket.buffer,
-                        bucket.count,
-                        dtype,
-                        premul,
-                        self.stream,
-                    );
-                }
-                // SAFETY: the buffer holds the bucket (the reducer's storage or
-                // a hook's replacement of the same count).
-                unsafe { divide(bucket.buffer.cast(), dtype, bucket.count, world) };
-                return all_reduce_sum(comm, bucket.buffer, bucket.count, dtype, self.stream);
+                return mean_all_reduce_host(comm, bucket.buffer, bucket.count, dtype, self.stream)
             }
             Builtin::Fp16Compress => DType::F16,
             Builtin::Bf16Compress => DType::BF16,
@@ -286,6 +312,20 @@ impl CommHook for BuiltinHook {
 
     fn set_stream(&mut self, stream: *mut c_void) {
         self.stream = stream;
+    }
+
+    fn runs_in_parts(&self) -> bool {
+        self.kind == Builtin::AllReduce
+    }
+
+    fn run_part(
+        &mut self,
+        comm: &Arc<Comm>,
+        buf: *mut c_void,
+        count: usize,
+        dtype: DType,
+    ) -> Result<Arc<dyn Work>> {
+        mean_all_reduce_host(comm, buf, count, dtype, self.stream)
     }
 }
 

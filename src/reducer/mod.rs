@@ -14,6 +14,7 @@ pub mod hooks;
 mod kernel_tests;
 pub mod layout;
 mod lowrank;
+mod parts;
 pub mod powersgd;
 
 use crate::coalesced::Buffer;
@@ -78,7 +79,12 @@ struct Bucket {
     /// Gradients not yet marked this iteration.
     pending: usize,
     view: tc_grad_bucket_t,
-    work: Option<Arc<dyn Work>>,
+    /// The works of its exchange this iteration (one, or one per piece).
+    works: Vec<Arc<dyn Work>>,
+    /// Launching in parts: gradients at the front copied in (or, as views,
+    /// counted) this iteration, and elements launched.
+    ready_members: usize,
+    launched: usize,
 }
 
 impl Bucket {
@@ -109,6 +115,9 @@ pub struct Reducer {
     agreement: Agreement,
     iteration: u64,
     as_view: bool,
+    /// Buckets go out piece by piece as their gradients become ready (a hook
+    /// that runs in parts, host buckets and gradients).
+    in_parts: bool,
     /// Device copies (device buckets, or CUDA gradients on a host comm).
     copies: Option<DeviceCopies>,
 }
@@ -155,7 +164,9 @@ fn build_buckets(grads: &[(usize, DType)], opts: &ReducerOptions) -> Vec<Bucket>
                     offsets: std::ptr::null(),
                     lengths: std::ptr::null(),
                 },
-                work: None,
+                works: Vec::new(),
+                ready_members: 0,
+                launched: 0,
             }
         })
         .collect();
@@ -234,6 +245,7 @@ impl Reducer {
                 };
             }
         }
+        let in_parts = hook.runs_in_parts() && copies.is_none();
         Ok(Reducer {
             comm: comm.clone(),
             marked: vec![false; grads.len()],
@@ -249,6 +261,7 @@ impl Reducer {
             },
             iteration: 0,
             as_view: opts.gradient_as_bucket_view,
+            in_parts,
             copies,
         })
     }
@@ -344,6 +357,7 @@ impl Reducer {
         if let Some(c) = &self.copies {
             c.device.scoped().and_then(|_g| c.synchronize())?;
         }
+        self.in_parts = hook.runs_in_parts() && self.copies.is_none();
         self.hook = hook;
         Ok(())
     }
@@ -373,6 +387,9 @@ impl Reducer {
         if let Some((b, _)) = self.grads[index].slot {
             self.buckets[b].pending -= 1;
         }
+        if self.in_parts {
+            return self.launch_ready_parts();
+        }
         let mut first_error = Ok(());
         while self.next_launch < self.buckets.len() && self.buckets[self.next_launch].pending == 0 {
             let r = self.launch(self.next_launch);
@@ -399,7 +416,7 @@ impl Reducer {
         bucket.view.count = bucket.count;
         match self.hook.run(&self.comm, &mut bucket.view) {
             Ok(work) => {
-                bucket.work = Some(work);
+                bucket.works.push(work);
                 Ok(())
             }
             Err(e) => {
@@ -456,7 +473,10 @@ impl Reducer {
             .filter(|&i| !self.marked[i])
             .collect();
         while self.next_launch < self.buckets.len() {
-            let _ = self.launch(self.next_launch);
+            let _ = match self.in_parts {
+                true => self.launch_rest(self.next_launch),
+                false => self.launch(self.next_launch),
+            };
             self.next_launch += 1;
         }
         let record = &mut self.agreement.mine;
@@ -512,14 +532,21 @@ impl Reducer {
     }
 
     fn finish_iteration(&mut self) -> Result<()> {
-        let mut work_error = Ok(());
+        // The agreement was issued last: on a host comm, whose operations
+        // finish in issue order, the buckets are done once it is, so waiting
+        // for it first wakes this thread once instead of once per piece.
+        let agreed = match self.agreement.work.take() {
+            Some(w) => w.and_then(|w| w.wait_blocking()),
+            None => Err(Error::invalid_usage("finalize was not begun")),
+        };
         let stream = self
             .copies
             .as_ref()
             .filter(|c| !c.host_buckets)
             .map(|c| c.stream.0);
+        let mut work_error = Ok(());
         for bucket in &mut self.buckets {
-            if let Some(work) = bucket.work.take() {
+            for work in bucket.works.drain(..) {
                 // Device buckets: the stream waits, the host does not.
                 let r = match stream {
                     Some(s) => work.wait(s),
@@ -530,10 +557,6 @@ impl Reducer {
                 }
             }
         }
-        let agreed = match self.agreement.work.take() {
-            Some(w) => w.and_then(|w| w.wait_blocking()),
-            None => Err(Error::invalid_usage("finalize was not begun")),
-        };
         agreed?;
         report_missing(&self.agreement.all, self.iteration)?;
         if let Some(e) = self.hook_error.take() {
@@ -604,7 +627,7 @@ impl Reducer {
     /// about to be freed), ignoring their errors.
     pub fn wait_outstanding(&mut self) {
         for b in &mut self.buckets {
-            if let Some(w) = b.work.take() {
+            for w in b.works.drain(..) {
                 let _ = w.wait_blocking();
             }
         }
@@ -622,7 +645,9 @@ impl Reducer {
         self.marked.iter_mut().for_each(|m| *m = false);
         for b in &mut self.buckets {
             b.pending = b.members.len();
-            b.work = None;
+            b.works.clear();
+            b.ready_members = 0;
+            b.launched = 0;
             b.view.buffer = b.storage_ptr().cast();
             b.view.dtype = b.dtype.to_c();
             b.view.count = b.count;
