@@ -2,7 +2,7 @@
 # Usage: scripts/deps.sh [--bench]
 # What the build and the tests need, installed or fetched (the only step that
 # downloads; `make test` and `make run` call it first):
-#   - Debian packages: libgloo-dev pkg-config cmake valgrind g++ python3
+#   - Debian packages: libgloo-dev pkg-config cmake valgrind g++ python3 python3-venv
 #     ca-certificates; installed with apt-get when run as root, otherwise
 #     printed (the build goes on without them: no gloo module, fewer checks);
 #   - rustfmt and clippy (rustup component add) when missing, for make lint;
@@ -44,7 +44,7 @@ if [ "${1:-}" = --bench ]; then
   exit 0
 fi
 
-apt_install libgloo-dev pkg-config cmake valgrind g++ python3 ca-certificates
+apt_install libgloo-dev pkg-config cmake valgrind g++ python3 python3-venv ca-certificates
 if ! { "$CARGO" fmt --version && "$CARGO" clippy --version; } >/dev/null 2>&1; then
   if command -v rustup >/dev/null; then
     rustup component add rustfmt clippy
