@@ -1690,8 +1690,9 @@ tc_result_t tc_reducer_set_hook(tc_reducer_t *reducer, tc_comm_hook_fn hook, voi
  `TC_HOOK_BF16_COMPRESS`, `TC_HOOK_NOOP`, `TC_HOOK_POWERSGD` with default
  options, see `tc_reducer_set_powersgd`). Only between iterations. The
  compressing hooks reject float64 buckets (`TC_ERR_UNSUPPORTED` from the
- hook), and are `TC_ERR_UNSUPPORTED` on an nccl comm (their cast would
- need a device kernel).
+ hook); on an nccl comm they cast and divide with the library's own PTX
+ kernels on the reducer's stream (run on a simulated driver only, never
+ on a GPU yet).
  */
 tc_result_t tc_reducer_set_builtin_hook(tc_reducer_t *reducer, tc_hook_kind_t kind);
 

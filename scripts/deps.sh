@@ -2,11 +2,14 @@
 # Usage: scripts/deps.sh [--bench]
 # What the build and the tests need, installed or fetched (the only step that
 # downloads; `make test` and `make run` call it first):
-#   - Debian packages: libgloo-dev pkg-config cmake valgrind g++ python3
+#   - Debian packages: libgloo-dev pkg-config cmake valgrind g++ python3 python3-venv
 #     ca-certificates; installed with apt-get when run as root, otherwise
 #     printed (the build goes on without them: no gloo module, fewer checks);
 #   - rustfmt and clippy (rustup component add) when missing, for make lint;
-#   - the crates of Cargo.lock (cargo fetch), so that `make build` is offline.
+#   - the crates of Cargo.lock (cargo fetch), so that `make build` is offline;
+#   - NVIDIA's ptxas from PyPI into build/ptxas-venv (scripts/ptxas-venv.sh),
+#     which scripts/check-ptx.sh uses; when it cannot be had the check says
+#     SKIPPED.
 # --bench instead: Open MPI (the figure to beat in make bench-host) and
 # matplotlib (the plots); when they cannot be had the benchmark says so and
 # goes on without them.
@@ -41,7 +44,7 @@ if [ "${1:-}" = --bench ]; then
   exit 0
 fi
 
-apt_install libgloo-dev pkg-config cmake valgrind g++ python3 ca-certificates
+apt_install libgloo-dev pkg-config cmake valgrind g++ python3 python3-venv ca-certificates
 if ! { "$CARGO" fmt --version && "$CARGO" clippy --version; } >/dev/null 2>&1; then
   if command -v rustup >/dev/null; then
     rustup component add rustfmt clippy
@@ -50,3 +53,5 @@ if ! { "$CARGO" fmt --version && "$CARGO" clippy --version; } >/dev/null 2>&1; t
   fi
 fi
 "$CARGO" fetch
+# NVIDIA's ptxas from PyPI (build/ptxas-venv), for scripts/check-ptx.sh.
+bash "$(dirname "$0")/ptxas-venv.sh" >/dev/null || echo "deps: ptxas could not be had; check-ptx will say SKIPPED"

@@ -6,9 +6,17 @@
    a non-default stream just before it is marked, marked in reverse order
    over several iterations, every element checked against a host reference;
    values are small integers so that every dtype and world size 1, 2, 4
-   gives exact results. Also: gradient_as_bucket_view, TC_HOOK_NOOP, the
-   compressing hooks (refused on nccl, checked on gloo), and a gradient never
-   marked (every rank fails, nothing written back). */
+   gives exact results. Also: gradient_as_bucket_view, TC_HOOK_NOOP, and a
+   gradient never marked (every rank fails, nothing written back).
+   The compressing hooks (TC_HOOK_FP16_COMPRESS, TC_HOOK_BF16_COMPRESS; on
+   nccl through the library's PTX kernels) get fractions of many magnitudes,
+   so that every cast and the division round (float16 subnormals included),
+   and every element is checked against a reference computed here the way
+   torch's fp16_compress_hook / bf16_compress_hook do it (cast to half
+   precision, divide by the world size in it, sum in it, cast back): exactly
+   on 1 and 2 ranks and on the simulated NCCL (which sums in rank order);
+   with more ranks on real NCCL within the rounding another summation order
+   allows. */
 #include "gpu_util.h"
 
 enum { NG = 40 };
@@ -30,8 +38,27 @@ static void make_list(void) {
     }
 }
 
-/* Rank r's value of element i of gradient g in iteration it: a small integer. */
-static double value(int r, int g, size_t i, int it) { return (double)((r + 1) * ((int)((g * 7 + i + it) % 13) - 6)); }
+/* Values for the compressing hooks instead of the small integers. */
+static int fractional;
+
+/* A fraction in [0.5, 1.5) times 2^-27 .. 2^12, either sign: sums of up to
+   4 stay far below float16's largest value, and the smallest ones fall
+   below float16's subnormals. */
+static double fraction(int r, int g, size_t i, int it) {
+    uint32_t h = (uint32_t)g * 2654435761u ^ (uint32_t)i * 40503u ^ (uint32_t)it * 9973u ^ (uint32_t)r * 7919u;
+    h ^= h >> 13;
+    h *= 0x5bd1e995u;
+    h ^= h >> 15;
+    double v = ldexp(0.5 + (double)(h & 0xffffff) / 0x1000000, (int)((h >> 24) % 40) - 27);
+    return (h >> 7) & 1 ? -v : v;
+}
+
+/* Rank r's value of element i of gradient g in iteration it: a small integer
+   (or a fraction, see above). */
+static double value(int r, int g, size_t i, int it) {
+    if (fractional) return fraction(r, g, i, it);
+    return (double)((r + 1) * ((int)((g * 7 + i + it) % 13) - 6));
+}
 
 /* Host copy of rank r's gradient g (in its dtype). */
 static void host_grad(unsigned char *h, int r, int g, int it) {
@@ -101,6 +128,105 @@ static int iteration(tc_reducer_t *r, void **d, unsigned char **h, int it, int a
     return ok;
 }
 
+/* ---- the compressing hooks, checked the torch way ---------------------- */
+
+/* x rounded to a binary format with `bits` significant bits, smallest step
+   2^min_q and largest finite value `max` (ties to even). */
+static double round_fmt(double x, int bits, int min_q, double max) {
+    if (x == 0 || isnan(x) || isinf(x)) return x;
+    int e;
+    frexp(fabs(x), &e);
+    int q = e - bits < min_q ? min_q : e - bits;
+    double r = ldexp(rint(ldexp(fabs(x), -q)), q);
+    return copysign(r > max ? INFINITY : r, x);
+}
+static int fmt_bits(tc_dtype_t t) { return t == TC_FLOAT16 ? 11 : t == TC_BFLOAT16 ? 8 : 24; }
+static int fmt_min_q(tc_dtype_t t) { return t == TC_FLOAT16 ? -24 : t == TC_BFLOAT16 ? -133 : -149; }
+static double to_dtype(tc_dtype_t t, double x) {
+    if (t == TC_FLOAT32) return (double)(float)x;
+    return round_fmt(x, fmt_bits(t), fmt_min_q(t), t == TC_FLOAT16 ? 65504.0 : 0x1.fep127);
+}
+/* One unit in the last place of dtype t at magnitude x. */
+static double ulp(tc_dtype_t t, double x) {
+    int e;
+    frexp(x, &e);
+    return ldexp(1, e - fmt_bits(t) < fmt_min_q(t) ? fmt_min_q(t) : e - fmt_bits(t));
+}
+/* Element i of a buffer of dtype t, exactly (float16 subnormals included). */
+static double exact_get(tc_dtype_t t, const unsigned char *p, size_t i) {
+    if (t == TC_FLOAT32) {
+        float f;
+        memcpy(&f, p + 4 * i, 4);
+        return f;
+    }
+    uint16_t b;
+    memcpy(&b, p + 2 * i, 2);
+    if (t == TC_BFLOAT16) return bf16_to_f(b);
+    int e = (b >> 10) & 31, m = b & 1023;
+    double v = e == 31 ? (m ? NAN : INFINITY) : e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
+    return b & 0x8000 ? -v : v;
+}
+
+/* Element i of gradient g after a compressing hook, the torch way: every
+   rank's value (as stored in the gradient's dtype) cast to `half`, divided
+   by the world size in it (a float32 division rounded once), summed in it
+   in rank order (each step rounded), cast back into the gradient's dtype.
+   *tol: how much another summation order may change the result. */
+static double reference(tc_dtype_t half, int g, size_t i, int it, double *tol) {
+    unsigned char tmp[8];
+    double acc = 0, big = 0;
+    for (int r = 0; r < N; r++) {
+        put(dtypes[g], tmp, 0, value(r, g, i, it));
+        double x = to_dtype(half, exact_get(dtypes[g], tmp, 0));
+        double q = to_dtype(half, (double)((float)x / (float)N));
+        acc = r == 0 ? q : to_dtype(half, (double)((float)acc + (float)q));
+        big = fmax(big, fmax(fabs(q), fabs(acc)));
+    }
+    double want = to_dtype(dtypes[g], acc);
+    *tol = N * ulp(half, big) + ulp(dtypes[g], fabs(want));
+    return want;
+}
+
+static int check_compressed(void **d, unsigned char **h, int it, tc_dtype_t half, int exact, const char *label) {
+    for (int g = 0; g < NG; g++) {
+        d2h(h[g], d[g], counts[g] * dt_size(dtypes[g]));
+        for (size_t i = 0; i < counts[g]; i++) {
+            double tol, want = reference(half, g, i, it, &tol), got = exact_get(dtypes[g], h[g], i);
+            if (exact ? got != want : !(fabs(got - want) <= tol)) {
+                fprintf(stderr, "rank %d: %s: grad %d (%s) element %zu is %a, expected %a%s\n", R, label, g,
+                        dt_name(dtypes[g]), i, got, want, exact ? "" : " (beyond the summation order's rounding)");
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+/* Both compressing hooks, two iterations each (finalize, finalize_async). */
+static void compress_hooks(tc_reducer_t *r, void **d, unsigned char **h, const char *backend, int nccl, int as_view) {
+    const char *sim = getenv("TC_GPU_SIMULATION");
+    int exact = N <= 2 || (nccl && sim && strcmp(sim, "1") == 0);
+    char label[240];
+    fractional = 1;
+    for (int k = 0; k < 2; k++) {
+        const char *name = k ? "TC_HOOK_BF16_COMPRESS" : "TC_HOOK_FP16_COMPRESS";
+        tc_dtype_t half = k ? TC_BFLOAT16 : TC_FLOAT16;
+        tc_result_t rc = tc_reducer_set_builtin_hook(r, k ? TC_HOOK_BF16_COMPRESS : TC_HOOK_FP16_COMPRESS);
+        snprintf(label, sizeof label, "%s: set %s", backend, name);
+        report(label, rc == TC_SUCCESS);
+        if (rc != TC_SUCCESS) continue;
+        for (int it = 20 + 10 * k; it < 22 + 10 * k; it++) {
+            snprintf(label, sizeof label, "%s: %s, as_view %d, iteration %d (%s), every element %s", backend, name,
+                     as_view, it, it % 2 ? "finalize_async" : "finalize",
+                     exact ? "exactly as torch" : "as torch within the summation order's rounding");
+            int ok = iteration(r, d, h, it, it % 2);
+            report(label, ok && check_compressed(d, h, it, half, exact, label));
+        }
+    }
+    fractional = 0;
+    report("set TC_HOOK_ALLREDUCE again", tc_reducer_set_builtin_hook(r, TC_HOOK_ALLREDUCE) == TC_SUCCESS);
+}
+
 static void run_backend(tc_comm_t *comm, const char *backend, int nccl, void **d, unsigned char **h) {
     char label[200];
     for (int as_view = 0; as_view < (nccl ? 2 : 1); as_view++) {
@@ -116,15 +242,6 @@ static void run_backend(tc_comm_t *comm, const char *backend, int nccl, void **d
             report("set TC_HOOK_NOOP", tc_reducer_set_builtin_hook(r, TC_HOOK_NOOP) == TC_SUCCESS);
             snprintf(label, sizeof label, "%s: noop hook leaves the gradients", backend);
             report(label, iteration(r, d, h, 7, 0) && check_grads(d, h, 7, 0, label));
-            tc_result_t rc = tc_reducer_set_builtin_hook(r, TC_HOOK_FP16_COMPRESS);
-            if (nccl) {
-                report("nccl: TC_HOOK_FP16_COMPRESS refused", rc == TC_ERR_UNSUPPORTED && strstr(tc_last_error(), "kernel"));
-                report("nccl: TC_HOOK_BF16_COMPRESS refused",
-                       tc_reducer_set_builtin_hook(r, TC_HOOK_BF16_COMPRESS) == TC_ERR_UNSUPPORTED);
-            } else {
-                snprintf(label, sizeof label, "%s: fp16 compress hook", backend);
-                report(label, rc == TC_SUCCESS && iteration(r, d, h, 5, 0) && check_grads(d, h, 5, 1, label));
-            }
             report("set TC_HOOK_ALLREDUCE", tc_reducer_set_builtin_hook(r, TC_HOOK_ALLREDUCE) == TC_SUCCESS);
             if (N > 1) {
                 /* rank 0 never marks gradient 3: every rank fails, nothing written back */
@@ -141,6 +258,7 @@ static void run_backend(tc_comm_t *comm, const char *backend, int nccl, void **d
                 report(label, iteration(r, d, h, 10, 0) && check_grads(d, h, 10, 1, label));
             }
         }
+        compress_hooks(r, d, h, backend, nccl, as_view);
         tc_reducer_free(r);
     }
 }

@@ -61,6 +61,8 @@ macro_rules! driver_api {
                 ///
                 /// # Safety
                 /// As the CUDA driver API documents for it.
+                // The driver's own signatures (cuLaunchKernel has 11).
+                #[allow(clippy::too_many_arguments)]
                 pub(crate) unsafe fn $name($($arg: $ty),*) -> CuResult {
                     match TABLE.get() {
                         Some(t) => match t.$name {
@@ -121,6 +123,23 @@ driver_api! {
     fn cuEventElapsedTime_v2(ms: *mut f32, start: CUevent, end: CUevent);
     // Drivers before CUDA 12.8 have only this one.
     fn cuEventElapsedTime(ms: *mut f32, start: CUevent, end: CUevent);
+    // The library's own PTX kernels (kernels.rs).
+    fn cuModuleLoadData(module: *mut CUmodule, image: *const c_void);
+    fn cuModuleGetFunction(func: *mut CUfunction, module: CUmodule, name: *const c_char);
+    fn cuModuleUnload(module: CUmodule);
+    fn cuLaunchKernel(
+        func: CUfunction,
+        grid_x: c_uint,
+        grid_y: c_uint,
+        grid_z: c_uint,
+        block_x: c_uint,
+        block_y: c_uint,
+        block_z: c_uint,
+        shared_bytes: c_uint,
+        stream: CUstream,
+        params: *mut *mut c_void,
+        extra: *mut *mut c_void
+    );
 }
 
 /// The name CUDA gives an error code ("CUDA_ERROR_INVALID_VALUE"), or its

@@ -20,11 +20,14 @@
 //!
 //! `driver.rs` loads the library and its entry points; `device.rs` has
 //! devices, contexts, streams and graph capture; `memory.rs` pointer kinds,
-//! buffers and copies; `event.rs` pooled and timing events.
+//! buffers and copies; `event.rs` pooled and timing events; `kernels.rs`
+//! the library's own PTX kernels (`kernels.ptx`), loaded with
+//! `cuModuleLoadData` and launched on the caller's stream.
 
 mod device;
 mod driver;
 mod event;
+mod kernels;
 mod memory;
 #[cfg(test)]
 mod tests;
@@ -36,6 +39,7 @@ pub use device::{
 pub use driver::{available, check, device_count, is_available};
 pub(crate) use driver::{drv, CUDA_ERROR_INVALID_VALUE};
 pub use event::{Event, EventPool, TimingEvent};
+pub use kernels::{Elem, Kernels};
 pub use memory::{
     copy_to_device, copy_to_host, device_accessible, device_alloc, device_free, memcpy_async,
     memory_type, DeviceBuffer, MemoryType, PinnedBuffer,

@@ -483,8 +483,9 @@ pub extern "C" fn tc_reducer_set_hook(
 /// `TC_HOOK_BF16_COMPRESS`, `TC_HOOK_NOOP`, `TC_HOOK_POWERSGD` with default
 /// options, see `tc_reducer_set_powersgd`). Only between iterations. The
 /// compressing hooks reject float64 buckets (`TC_ERR_UNSUPPORTED` from the
-/// hook), and are `TC_ERR_UNSUPPORTED` on an nccl comm (their cast would
-/// need a device kernel).
+/// hook); on an nccl comm they cast and divide with the library's own PTX
+/// kernels on the reducer's stream (run on a simulated driver only, never
+/// on a GPU yet).
 #[no_mangle]
 pub extern "C" fn tc_reducer_set_builtin_hook(
     reducer: *mut tc_reducer_t,
@@ -496,9 +497,7 @@ pub extern "C" fn tc_reducer_set_builtin_hook(
             return set_powersgd(r, &tc_powersgd_options_t::defaults());
         }
         let hook = BuiltinHook::new(builtin_from_c(kind)?);
-        let mut inner = r.get();
-        hook.check_device(inner.on_device())?;
-        inner.set_hook(Box::new(hook))
+        r.get().set_hook(Box::new(hook))
     })
 }
 

@@ -8,13 +8,55 @@
 //! - gloo comm with CUDA gradients: the buckets stay in host memory; the
 //!   copies are made on the reducer's stream, which is synchronized before a
 //!   hook runs and before finalize returns.
+//!
+//! On device buckets the compressing built-in hooks cast and divide with the
+//! library's PTX kernels ([`DeviceCompress`]), and a hook's buffer of
+//! another dtype is cast back into the bucket the same way, all on the
+//! reducer's stream.
 
-use crate::comm::Ptr;
-use crate::cuda::{self, DeviceBuffer, EventPool};
-use crate::device_ops::StreamWork;
-use crate::error::Result;
+use super::hooks::tc_grad_bucket_t;
+use crate::comm::{Comm, Ptr};
+use crate::cuda::{self, DeviceBuffer, Elem, EventPool, Kernels};
+use crate::device_ops::{self, CommScratch, StreamWork};
+use crate::error::{Error, Result};
+use crate::types::DType;
 use std::ffi::c_void;
 use std::sync::Arc;
+
+/// The kernels' element type for a dtype (None: no kernel handles it).
+fn elem(d: DType) -> Option<Elem> {
+    match d {
+        DType::F32 => Some(Elem::F32),
+        DType::F16 => Some(Elem::F16),
+        DType::BF16 => Some(Elem::Bf16),
+        _ => None,
+    }
+}
+
+/// Enqueues `count` elements of `src` (dtype `from`) into `dst` (dtype `to`)
+/// on `stream`: a device copy for the same dtype, else a cast kernel.
+fn cast_on_stream(
+    kernels: &Kernels,
+    src: *const c_void,
+    from: DType,
+    dst: *mut c_void,
+    to: DType,
+    count: usize,
+    stream: cuda::RawStream,
+) -> Result<()> {
+    if from == to {
+        return cuda::memcpy_async(dst, src, count * from.size(), stream);
+    }
+    match (elem(from), elem(to)) {
+        (Some(f), Some(t)) => kernels.cast(src, f, dst, t, count, stream),
+        _ => Err(Error::unsupported(format!(
+            "casting {} to {} on the device is not supported (the kernels cast between float32, float16 and \
+             bfloat16)",
+            from.name(),
+            to.name()
+        ))),
+    }
+}
 
 pub struct DeviceCopies {
     pub device: Arc<cuda::Device>,
@@ -27,6 +69,8 @@ pub struct DeviceCopies {
     /// a copy may still read it.
     zeros: Option<DeviceBuffer>,
     max_grad_bytes: usize,
+    /// The cast kernels, loaded at the first hook buffer of another dtype.
+    kernels: Option<Kernels>,
 }
 
 impl DeviceCopies {
@@ -43,6 +87,26 @@ impl DeviceCopies {
             stream: Ptr(stream),
             host_buckets,
             zeros: None,
+            kernels: None,
+        }
+    }
+
+    /// Enqueues the cast of a hook's buffer (`count` elements of `from`)
+    /// back into a device bucket of dtype `to`.
+    pub fn cast_back(
+        &mut self,
+        dst: *mut u8,
+        to: DType,
+        src: *const c_void,
+        from: DType,
+        count: usize,
+    ) -> Result<()> {
+        if self.kernels.is_none() && from != to {
+            self.kernels = Some(Kernels::load(&self.device)?);
+        }
+        match &self.kernels {
+            Some(k) => cast_on_stream(k, src, from, dst.cast(), to, count, self.raw()),
+            None => self.copy(dst, src.cast(), count * to.size()),
         }
     }
 
@@ -91,5 +155,67 @@ impl DeviceCopies {
     /// Blocks until the stream is past everything enqueued so far.
     pub fn synchronize(&self) -> Result<()> {
         cuda::stream_synchronize(self.raw())
+    }
+}
+
+/// The device side of the compressing built-in hooks: the kernels and one
+/// compressed copy per bucket (device memory from the comm's allocator).
+/// Its buffers are read by the cast back that `finalize` enqueues: the
+/// reducer synchronizes its stream before it drops a hook.
+#[derive(Default)]
+pub struct DeviceCompress {
+    kernels: Option<Kernels>,
+    buffers: Vec<Option<CommScratch>>,
+}
+
+impl DeviceCompress {
+    /// Enqueues on `stream`, as `fp16_compress_hook` / `bf16_compress_hook`
+    /// do on the host: the bucket cast to `half` into the bucket's
+    /// compressed copy, then divided there by `world` in `half` precision;
+    /// points the bucket at the copy.
+    pub fn compress(
+        &mut self,
+        comm: &Arc<Comm>,
+        bucket: &mut tc_grad_bucket_t,
+        half: DType,
+        world: f32,
+        stream: *mut c_void,
+    ) -> Result<()> {
+        let from = DType::from_c(bucket.dtype, "bucket.dtype")?;
+        if elem(from).is_none() {
+            return Err(Error::unsupported(format!(
+                "casting {} gradients to 16 bits is not supported",
+                from.name()
+            )));
+        }
+        if self.kernels.is_none() {
+            let device = device_ops::device_of(Ptr(bucket.buffer))?;
+            self.kernels = Some(Kernels::load(&device)?);
+        }
+        let kernels = self.kernels.as_ref().expect("loaded above");
+        if self.buffers.len() <= bucket.index {
+            self.buffers.resize_with(bucket.index + 1, || None);
+        }
+        let bytes = bucket.count * half.size();
+        let slot = &mut self.buffers[bucket.index];
+        if !matches!(slot, Some(b) if b.bytes >= bytes) {
+            *slot = Some(CommScratch::new(comm, bytes)?);
+        }
+        let copy = slot.as_ref().expect("allocated above").ptr();
+        let stream = stream as cuda::RawStream;
+        cast_on_stream(
+            kernels,
+            bucket.buffer,
+            from,
+            copy,
+            half,
+            bucket.count,
+            stream,
+        )?;
+        let half_elem = elem(half).expect("a 16-bit dtype");
+        kernels.divide(copy, half_elem, bucket.count, world, stream)?;
+        bucket.buffer = copy;
+        bucket.dtype = half.to_c();
+        Ok(())
     }
 }

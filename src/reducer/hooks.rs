@@ -5,6 +5,7 @@
 //! compressed copy, say) with its own dtype; once the work completes the
 //! reducer casts that buffer back into the bucket.
 
+use super::device::DeviceCompress;
 use super::layout::{cast, divide};
 use crate::comm::{Comm, Op, OpOptions, Ptr};
 use crate::error::{Error, Result};
@@ -85,10 +86,12 @@ pub enum Builtin {
     Noop,
 }
 
-/// A built-in hook with its state: the compressed copies of the buckets.
+/// A built-in hook with its state: the compressed copies of the buckets
+/// (host memory, or device memory with the kernels on a device comm).
 pub struct BuiltinHook {
     kind: Builtin,
     compressed: Vec<Vec<u16>>,
+    device: Option<DeviceCompress>,
     stream: *mut c_void,
 }
 
@@ -100,21 +103,9 @@ impl BuiltinHook {
         BuiltinHook {
             kind,
             compressed: Vec::new(),
+            device: None,
             stream: std::ptr::null_mut(),
         }
-    }
-
-    /// The compressing hooks cast on the host: a device comm's buckets
-    /// would need a device kernel, which the library does not have.
-    pub fn check_device(&self, on_device: bool) -> Result<()> {
-        if on_device && matches!(self.kind, Builtin::Fp16Compress | Builtin::Bf16Compress) {
-            return Err(Error::unsupported(
-                "TC_HOOK_FP16_COMPRESS and TC_HOOK_BF16_COMPRESS are not available for device buckets (an nccl \
-                 comm): their cast needs a device kernel, which the library does not have; use TC_HOOK_ALLREDUCE \
-                 or a hook of your own",
-            ));
-        }
-        Ok(())
     }
 }
 
@@ -214,6 +205,50 @@ impl Work for AllOf {
     }
 }
 
+impl BuiltinHook {
+    /// Points the bucket at its compressed copy: cast to `half`, divided by
+    /// `world` in `half` precision (host buffers, or device kernels on the
+    /// reducer's stream for device buckets).
+    fn compress(
+        &mut self,
+        comm: &Arc<Comm>,
+        bucket: &mut tc_grad_bucket_t,
+        dtype: DType,
+        half: DType,
+        world: f64,
+    ) -> Result<()> {
+        if comm.device() != crate::types::Device::Cpu {
+            // Device buckets: cast and divide with the library's kernels on
+            // the reducer's stream, which the all-reduce then follows.
+            return self
+                .device
+                .get_or_insert_with(DeviceCompress::default)
+                .compress(comm, bucket, half, world as f32, self.stream);
+        }
+        if self.compressed.len() <= bucket.index {
+            self.compressed.resize(bucket.index + 1, Vec::new());
+        }
+        let copy = &mut self.compressed[bucket.index];
+        copy.resize(bucket.count, 0);
+        // SAFETY: the buffer holds the bucket's `count` elements of `dtype`
+        // (the reducer's storage or a hook's replacement); `copy` holds
+        // `count` 16-bit elements.
+        unsafe {
+            cast(
+                bucket.buffer.cast(),
+                dtype,
+                copy.as_mut_ptr().cast(),
+                half,
+                bucket.count,
+            )
+        }?;
+        unsafe { divide(copy.as_mut_ptr().cast(), half, bucket.count, world) };
+        bucket.buffer = copy.as_mut_ptr().cast();
+        bucket.dtype = half.to_c();
+        Ok(())
+    }
+}
+
 /// The built-in all-reduce of `count` elements of host memory at `buf`:
 /// divided by the world size, then summed (PyTorch's order).
 fn mean_all_reduce_host(
@@ -270,25 +305,8 @@ impl CommHook for BuiltinHook {
             Builtin::Fp16Compress => DType::F16,
             Builtin::Bf16Compress => DType::BF16,
         };
-        if self.compressed.len() <= bucket.index {
-            self.compressed.resize(bucket.index + 1, Vec::new());
-        }
-        let copy = &mut self.compressed[bucket.index];
-        copy.resize(bucket.count, 0);
-        // SAFETY: as above; `copy` holds `count` 16-bit elements.
-        unsafe {
-            cast(
-                bucket.buffer.cast(),
-                dtype,
-                copy.as_mut_ptr().cast(),
-                half,
-                bucket.count,
-            )
-        }
-        .map_err(|e| e.context("the compressing hook"))?;
-        unsafe { divide(copy.as_mut_ptr().cast(), half, bucket.count, world) };
-        bucket.buffer = copy.as_mut_ptr().cast();
-        bucket.dtype = half.to_c();
+        self.compress(comm, bucket, dtype, half, world)
+            .map_err(|e| e.context("the compressing hook"))?;
         all_reduce_sum(comm, bucket.buffer, bucket.count, half, self.stream)
     }
 

@@ -10,6 +10,8 @@
 
 mod device;
 pub mod hooks;
+#[cfg(test)]
+mod kernel_tests;
 pub mod layout;
 mod lowrank;
 mod parts;
@@ -350,6 +352,11 @@ impl Reducer {
                 .as_ref()
                 .map_or(std::ptr::null_mut(), |c| c.stream.0),
         );
+        // The last finalize's cast back may still read the old hook's
+        // device buffers.
+        if let Some(c) = &self.copies {
+            c.device.scoped().and_then(|_g| c.synchronize())?;
+        }
         self.in_parts = hook.runs_in_parts() && self.copies.is_none();
         self.hook = hook;
         Ok(())
@@ -585,16 +592,11 @@ impl Reducer {
                 )));
             }
             if view.buffer.cast::<u8>() != base && on_device {
-                let copies = self.copies.as_ref().expect("device buckets have copies");
-                if view.dtype != bucket.dtype.to_c() {
-                    return Err(Error::unsupported(format!(
-                        "bucket {}: the hook replaced the buffer with one of another dtype; casting it back needs a \
-                         device kernel, which the nccl reducer does not have (a replacement of the bucket's own dtype \
-                         is copied back)",
-                        view.index
-                    )));
-                }
-                copies.copy(base, view.buffer.cast(), bucket.count * bucket.dtype.size())?;
+                let copies = self.copies.as_mut().expect("device buckets have copies");
+                let from = DType::from_c(view.dtype, "bucket.dtype")?;
+                copies
+                    .cast_back(base, bucket.dtype, view.buffer, from, bucket.count)
+                    .map_err(|e| e.context(format!("bucket {}", view.index)))?;
             } else if view.buffer.cast::<u8>() != base {
                 let from = DType::from_c(view.dtype, "bucket.dtype")?;
                 layout::check_grad_dtype(from, "bucket.dtype")?;

@@ -35,7 +35,10 @@
      capturing stream waiting on an event recorded outside the capture
      without CU_EVENT_WAIT_EXTERNAL (..._ISOLATION) invalidate the capture;
    - strict handles: destroyed or unknown streams, events, graphs and freed
-     memory give error codes.
+     memory give error codes;
+   - modules and kernel launches (fake_cuda_kernels.c, linked into the same
+     library): PTX text with a checked header, only the library's kernels
+     (each run as a host emulation on the stream), parameters counted.
    Built with -DSIM_STUB it plays the toolkit's link-time stub libcuda.so
    (cuInit answers CUDA_ERROR_STUB_LIBRARY).
    TC_SIM_DELAY_US=N makes every kernel/copy/host function take N us, so that
@@ -454,7 +457,11 @@ static const struct {
     {34, "CUDA_ERROR_STUB_LIBRARY", "CUDA driver is a stub library"},
     {100, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
     {101, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {200, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
     {201, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {209, "CUDA_ERROR_NO_BINARY_FOR_GPU", "no kernel image is available for execution on the device"},
+    {218, "CUDA_ERROR_INVALID_PTX", "a PTX JIT compilation failed"},
+    {222, "CUDA_ERROR_UNSUPPORTED_PTX_VERSION", "the provided PTX was compiled with an unsupported toolchain."},
     {400, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
     {401, "CUDA_ERROR_ILLEGAL_STATE", "the operation cannot be performed in the present state"},
     {500, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},

@@ -23,7 +23,9 @@
 #      the simulated ones, and time limits are scaled (TC_GPU_TIME_SCALE=4)
 #      for this slower machine; then once more with an nvidia-smi that
 #      reports an exclusive compute mode (multi-rank runs must be skipped);
-#   3. runs what only a simulation can: ops (1 and 2 ranks) and mem on the
+#   3. checks src/cuda/kernels.ptx with NVIDIA's ptxas (scripts/check-ptx.sh,
+#      SKIPPED with the reason when the PyPI wheel cannot be had), then
+#      runs what only a simulation can: ops (1 and 2 ranks) and mem on the
 #      NCCL 2.18 double (grouped send/recv instead of ncclAlltoAll),
 #      mem with a stub libcuda.so ahead of the driver on the loader's path,
 #      a one-rank timeout/abort test over a simulated hung collective, a
@@ -63,12 +65,14 @@ echo "sim-gpu-test: ============================================================
 
 CFLAGS="-std=c11 -O1 -g -Wall -Wextra -Werror -fPIC -shared -fvisibility=hidden -I$ROOT/tests/sim_gpu"
 set -e
-$CC $CFLAGS "$ROOT/tests/sim_gpu/fake_cuda.c" -o "$SIM/libcuda.so.1" -Wl,-soname,libcuda.so.1 -lpthread
+$CC $CFLAGS "$ROOT/tests/sim_gpu/fake_cuda.c" "$ROOT/tests/sim_gpu/fake_cuda_kernels.c" -o "$SIM/libcuda.so.1" \
+  -Wl,-soname,libcuda.so.1 -lpthread -lm
 # A link, not a copy: a process that opens both names must get one driver.
 ln -sf libcuda.so.1 "$SIM/libcuda.so"
 # The toolkit's link-time stub, to be put before the driver on the path.
 mkdir -p "$SIM/stub"
-$CC $CFLAGS -DSIM_STUB "$ROOT/tests/sim_gpu/fake_cuda.c" -o "$SIM/stub/libcuda.so" -Wl,-soname,libcuda.so.1 -lpthread
+$CC $CFLAGS -DSIM_STUB "$ROOT/tests/sim_gpu/fake_cuda.c" "$ROOT/tests/sim_gpu/fake_cuda_kernels.c" \
+  -o "$SIM/stub/libcuda.so" -Wl,-soname,libcuda.so.1 -lpthread -lm
 # (No $ORIGIN rpath: libcuda.so.1 comes from LD_LIBRARY_PATH, and
 # valgrind's checks trip over glibc's $ORIGIN expansion.)
 $CC $CFLAGS "$ROOT/tests/sim_gpu/fake_nccl.c" -o "$SIM/libnccl.so.2" -Wl,-soname,libnccl.so.2 \
@@ -148,6 +152,20 @@ extra() { # name program... (environment set by the caller)
   pass=$((pass + ${p:-0})) fail=$((fail + ${f:-0}))
 }
 
+# The library's hand-written PTX through NVIDIA's ptxas (a PyPI wheel, no
+# GPU needed): SKIPPED with the reason when ptxas cannot be had.
+o=$(bash "$ROOT/scripts/check-ptx.sh" 2>&1); rc=$?
+echo "$o" | sed 's/^/sim-gpu-test: /'
+if echo "$o" | grep -q "^check-ptx: SKIPPED"; then
+  skipped=$((skipped + 1))
+else
+  line=$(echo "$o" | grep -E '^check-ptx: [0-9]+ passed, [0-9]+ failed' | tail -n 1)
+  p=$(echo "$line" | sed -n 's/.*: \([0-9]*\) passed, \([0-9]*\) failed.*/\1/p')
+  f=$(echo "$line" | sed -n 's/.*: \([0-9]*\) passed, \([0-9]*\) failed.*/\2/p')
+  [ "$rc" = 0 ] && [ -n "$line" ] || { status=1; f=${f:-1}; }
+  pass=$((pass + ${p:-0})) fail=$((fail + ${f:-0}))
+fi
+
 echo "sim-gpu-test: == simulation-only runs"
 B=$RH/bin
 TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.18/libnccl.so.2 TC_GPU_MODES=1 extra "ops on NCCL 2.18 (no ncclAlltoAll, fp8, registration, ncclMemAlloc)" "$B/test_gpu_ops"
@@ -191,6 +209,12 @@ TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.28/libnccl.so.2 TC_SIM_EXPECT_NCCL=2.28.9 ext
 TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.18/libnccl.so.2 TC_SIM_EXPECT_NCCL=2.18.5 extra "windows on nccl 2.18.5: TC_ERR_UNSUPPORTED naming the version" "$B/test_sim_window"
 RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.28/libnccl.so.2 extra "GPU-suite window test on NCCL 2.28.9, 2 ranks (TC_ERR_UNSUPPORTED path)" "$B/test_gpu_window"
 RANKS=3 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "windows on nccl 2.29.7, 3 ranks (uneven sizes, staged and direct puts, signals)" "$B/test_gpu_window"
+# The simulated driver's modules and launches on the library's PTX: what it
+# refuses (not PTX, unknown kernels, parameter lists and counts that differ,
+# 2-D launches, unloaded modules, memory not the device's) and IEEE results.
+$CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/tests/sim_gpu" "$ROOT/tests/sim_gpu/test_sim_kernels.c" \
+  -o "$B/test_sim_kernels" -L"$SIM" -lcuda -Wl,-rpath,"$SIM" || { echo "sim-gpu-test: compiling test_sim_kernels failed"; status=1; }
+extra "PTX modules and kernel launches of the simulated driver (refusals, IEEE results)" "$B/test_sim_kernels" "$ROOT/src/cuda/kernels.ptx"
 # Capture rules of the driver: fork/join legal, legacy-stream use during a
 # blocking stream's capture and waits on non-captured events invalid.
 $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/tests/sim_gpu" "$ROOT/tests/sim_gpu/test_sim_capture.c" \
@@ -318,12 +342,16 @@ else
 fi
 
 # The unit tests of src/cuda.rs and staging that need a driver (they return
-# early without one, as in `cargo test`), with slow simulated streams.
-o=$(TC_SIM_DELAY_US=2000 ${CARGO:-cargo} test --release --lib --quiet -- cuda::tests staging::tests 2>&1); rc=$?
+# early without one, as in `cargo test`), with slow simulated streams; and
+# the reducer's PTX kernels against its host path (reducer::kernel_tests:
+# every float16/bfloat16 value, float32 values at every rounding boundary),
+# which on the simulated driver compares the host path with the driver's
+# independent C emulation of each kernel.
+o=$(TC_SIM_DELAY_US=2000 ${CARGO:-cargo} test --release --lib --quiet -- cuda::tests staging::tests reducer::kernel_tests 2>&1); rc=$?
 line=$(echo "$o" | grep -E '^test result:' | tail -n 1)
 p=$(echo "$line" | sed -n 's/.* \([0-9]*\) passed; \([0-9]*\) failed.*/\1/p')
 f=$(echo "$line" | sed -n 's/.* \([0-9]*\) passed; \([0-9]*\) failed.*/\2/p')
-echo "sim-gpu-test: cargo test --lib cuda:: staging:: on the simulated driver: ${p:-?} passed, ${f:-?} failed (exit $rc)"
+echo "sim-gpu-test: cargo test --lib cuda:: staging:: reducer::kernel_tests on the simulated driver: ${p:-?} passed, ${f:-?} failed (exit $rc)"
 if [ "$rc" != 0 ] || [ -z "$p" ]; then echo "$o" | tail -n 30; status=1; f=${f:-1}; fi
 pass=$((pass + ${p:-0})) fail=$((fail + ${f:-0}))
 
