@@ -34,6 +34,7 @@ mod issue;
 mod lifecycle;
 pub mod loader;
 mod mem;
+mod red_op;
 mod shrink;
 mod window;
 mod window_rma;
