@@ -242,198 +242,252 @@ impl Op {
     /// The operation's bytes as `rank` of `size` sees them. The op must have
     /// been validated, so that no size overflows.
     pub fn layout(&self, rank: i32, size: i32) -> Layout<'_> {
-        let (n, me) = (size as usize, rank as usize);
-        let even = |count: usize, dtype: DType| BlockSizes::Even {
-            bytes: count * dtype.size(),
+        let at = At {
+            n: size as usize,
+            me: rank as usize,
+            rank,
         };
-        fn blocks(base: Ptr, sizes: BlockSizes<'_>, ranks: usize) -> Side<'_> {
-            Side::Blocks { base, sizes, ranks }
-        }
-        let own = |p: Ptr, bytes: usize| Side::Own(Span::new(p, bytes));
-        let apart = |input, output| Layout::Apart { input, output };
         match self {
             Op::Barrier => Layout::Nothing,
-            Op::Send {
-                buf, count, dtype, ..
-            } => Layout::One(Span::new(*buf, count * dtype.size()), Use::In),
-            Op::Recv {
-                buf, count, dtype, ..
-            } => Layout::One(Span::new(*buf, count * dtype.size()), Use::Out),
             Op::Batch { ops } => Layout::Batch(ops),
-            Op::Broadcast {
-                buf, count, dtype, ..
-            }
-            | Op::Reduce {
-                buf, count, dtype, ..
-            }
-            | Op::AllReduce {
-                buf, count, dtype, ..
-            } => Layout::One(Span::new(*buf, count * dtype.size()), Use::InOut),
-            Op::AllGather {
-                outputs,
-                input,
-                count,
-                dtype,
-            }
-            | Op::Gather {
-                outputs,
-                input,
-                count,
-                dtype,
-                ..
-            } => {
-                let b = count * dtype.size();
-                apart(
-                    own(*input, b),
-                    Side::List {
-                        ptrs: outputs,
-                        bytes: b,
-                    },
-                )
-            }
-            Op::AllGatherSingle {
-                output,
-                input,
-                count,
-                dtype,
-            } => apart(
-                own(*input, count * dtype.size()),
-                blocks(*output, even(*count, *dtype), n),
-            ),
-            Op::GatherSingle {
-                output,
-                input,
-                count,
-                dtype,
-                root,
-            } => apart(
-                own(*input, count * dtype.size()),
-                if *root == rank {
-                    blocks(*output, even(*count, *dtype), n)
-                } else {
-                    Side::Absent
-                },
-            ),
-            Op::AllGatherV {
-                output,
-                input,
-                counts,
-                dtype,
-            } => apart(
-                own(*input, counts[me] * dtype.size()),
-                blocks(
-                    *output,
-                    BlockSizes::Counts {
-                        counts,
-                        elem: dtype.size(),
-                    },
-                    n,
-                ),
-            ),
-            Op::ReduceScatter {
-                output,
-                inputs,
-                count,
-                dtype,
-                ..
-            }
-            | Op::Scatter {
-                output,
-                inputs,
-                count,
-                dtype,
-                ..
-            } => {
-                let b = count * dtype.size();
-                apart(
-                    Side::List {
-                        ptrs: inputs,
-                        bytes: b,
-                    },
-                    own(*output, b),
-                )
-            }
-            Op::ReduceScatterSingle {
-                output,
-                input,
-                count,
-                dtype,
-                ..
-            } => apart(
-                blocks(*input, even(*count, *dtype), n),
-                own(*output, count * dtype.size()),
-            ),
-            Op::ReduceScatterV {
-                output,
-                input,
-                counts,
-                dtype,
-                ..
-            } => apart(
-                blocks(
-                    *input,
-                    BlockSizes::Counts {
-                        counts,
-                        elem: dtype.size(),
-                    },
-                    n,
-                ),
-                own(*output, counts[me] * dtype.size()),
-            ),
-            Op::AllToAll {
-                outputs,
-                inputs,
-                count,
-                dtype,
-            } => {
-                let b = count * dtype.size();
-                apart(
-                    Side::List {
-                        ptrs: inputs,
-                        bytes: b,
-                    },
-                    Side::List {
-                        ptrs: outputs,
-                        bytes: b,
-                    },
-                )
-            }
-            Op::AllToAllSingle {
-                output,
-                input,
-                count,
-                dtype,
-            } => apart(
-                blocks(*input, even(*count, *dtype), n),
-                blocks(*output, even(*count, *dtype), n),
-            ),
-            Op::AllToAllVSingle {
-                output,
-                output_counts,
-                input,
-                input_counts,
-                dtype,
-            } => {
-                let elem = dtype.size();
-                apart(
-                    blocks(
-                        *input,
-                        BlockSizes::Counts {
-                            counts: input_counts,
-                            elem,
-                        },
-                        n,
-                    ),
-                    blocks(
-                        *output,
-                        BlockSizes::Counts {
-                            counts: output_counts,
-                            elem,
-                        },
-                        n,
-                    ),
-                )
+            Op::Send { .. }
+            | Op::Recv { .. }
+            | Op::Broadcast { .. }
+            | Op::Reduce { .. }
+            | Op::AllReduce { .. } => one_buffer(self),
+            Op::AllGather { .. }
+            | Op::Gather { .. }
+            | Op::AllGatherSingle { .. }
+            | Op::GatherSingle { .. }
+            | Op::AllGatherV { .. } => gathers(self, at),
+            Op::ReduceScatter { .. }
+            | Op::Scatter { .. }
+            | Op::ReduceScatterSingle { .. }
+            | Op::ReduceScatterV { .. } => scatters(self, at),
+            Op::AllToAll { .. } | Op::AllToAllSingle { .. } | Op::AllToAllVSingle { .. } => {
+                all_to_alls(self, at)
             }
         }
     }
+}
+
+/// The rank a layout is seen from: the comm's size, and the rank as an
+/// index and as the ops number roots.
+#[derive(Clone, Copy)]
+struct At {
+    n: usize,
+    me: usize,
+    rank: i32,
+}
+
+/// `count` elements of `dtype` per rank.
+fn even(count: usize, dtype: DType) -> BlockSizes<'static> {
+    BlockSizes::Even {
+        bytes: count * dtype.size(),
+    }
+}
+
+/// `counts[r]` elements of `dtype` for rank r.
+fn counted(counts: &[usize], dtype: DType) -> BlockSizes<'_> {
+    BlockSizes::Counts {
+        counts,
+        elem: dtype.size(),
+    }
+}
+
+/// One buffer of blocks `sizes` for `at.n` ranks at `base`.
+fn blocks(base: Ptr, sizes: BlockSizes<'_>, at: At) -> Side<'_> {
+    Side::Blocks {
+        base,
+        sizes,
+        ranks: at.n,
+    }
+}
+
+/// This rank's own `bytes` at `p`.
+fn own<'a>(p: Ptr, bytes: usize) -> Side<'a> {
+    Side::Own(Span::new(p, bytes))
+}
+
+/// Point-to-point and the in-place collectives: one buffer.
+fn one_buffer(op: &Op) -> Layout<'_> {
+    let (buf, count, dtype, usage) = match op {
+        Op::Send {
+            buf, count, dtype, ..
+        } => (buf, count, dtype, Use::In),
+        Op::Recv {
+            buf, count, dtype, ..
+        } => (buf, count, dtype, Use::Out),
+        Op::Broadcast {
+            buf, count, dtype, ..
+        }
+        | Op::Reduce {
+            buf, count, dtype, ..
+        }
+        | Op::AllReduce {
+            buf, count, dtype, ..
+        } => (buf, count, dtype, Use::InOut),
+        _ => unreachable!("Op::layout sends only one-buffer operations here"),
+    };
+    Layout::One(Span::new(*buf, count * dtype.size()), usage)
+}
+
+/// The all-gathers and gathers: this rank's block in, every rank's out (on
+/// the root only, for the gathers).
+fn gathers(op: &Op, at: At) -> Layout<'_> {
+    let (input, output) = match op {
+        Op::AllGather {
+            outputs,
+            input,
+            count,
+            dtype,
+        }
+        | Op::Gather {
+            outputs,
+            input,
+            count,
+            dtype,
+            ..
+        } => {
+            let bytes = count * dtype.size();
+            (
+                own(*input, bytes),
+                Side::List {
+                    ptrs: outputs,
+                    bytes,
+                },
+            )
+        }
+        Op::AllGatherSingle {
+            output,
+            input,
+            count,
+            dtype,
+        } => (
+            own(*input, count * dtype.size()),
+            blocks(*output, even(*count, *dtype), at),
+        ),
+        Op::GatherSingle {
+            output,
+            input,
+            count,
+            dtype,
+            root,
+        } => (
+            own(*input, count * dtype.size()),
+            if *root == at.rank {
+                blocks(*output, even(*count, *dtype), at)
+            } else {
+                Side::Absent
+            },
+        ),
+        Op::AllGatherV {
+            output,
+            input,
+            counts,
+            dtype,
+        } => (
+            own(*input, counts[at.me] * dtype.size()),
+            blocks(*output, counted(counts, *dtype), at),
+        ),
+        _ => unreachable!("Op::layout sends only gathers here"),
+    };
+    Layout::Apart { input, output }
+}
+
+/// The reduce-scatters and scatter: every rank's block in (on the root
+/// only, for the scatter), this rank's out.
+fn scatters(op: &Op, at: At) -> Layout<'_> {
+    let (input, output) = match op {
+        Op::ReduceScatter {
+            output,
+            inputs,
+            count,
+            dtype,
+            ..
+        }
+        | Op::Scatter {
+            output,
+            inputs,
+            count,
+            dtype,
+            ..
+        } => {
+            let bytes = count * dtype.size();
+            (
+                Side::List {
+                    ptrs: inputs,
+                    bytes,
+                },
+                own(*output, bytes),
+            )
+        }
+        Op::ReduceScatterSingle {
+            output,
+            input,
+            count,
+            dtype,
+            ..
+        } => (
+            blocks(*input, even(*count, *dtype), at),
+            own(*output, count * dtype.size()),
+        ),
+        Op::ReduceScatterV {
+            output,
+            input,
+            counts,
+            dtype,
+            ..
+        } => (
+            blocks(*input, counted(counts, *dtype), at),
+            own(*output, counts[at.me] * dtype.size()),
+        ),
+        _ => unreachable!("Op::layout sends only scatters here"),
+    };
+    Layout::Apart { input, output }
+}
+
+/// The all-to-alls: every rank's block in and out.
+fn all_to_alls(op: &Op, at: At) -> Layout<'_> {
+    let (input, output) = match op {
+        Op::AllToAll {
+            outputs,
+            inputs,
+            count,
+            dtype,
+        } => {
+            let bytes = count * dtype.size();
+            (
+                Side::List {
+                    ptrs: inputs,
+                    bytes,
+                },
+                Side::List {
+                    ptrs: outputs,
+                    bytes,
+                },
+            )
+        }
+        Op::AllToAllSingle {
+            output,
+            input,
+            count,
+            dtype,
+        } => (
+            blocks(*input, even(*count, *dtype), at),
+            blocks(*output, even(*count, *dtype), at),
+        ),
+        Op::AllToAllVSingle {
+            output,
+            output_counts,
+            input,
+            input_counts,
+            dtype,
+        } => (
+            blocks(*input, counted(input_counts, *dtype), at),
+            blocks(*output, counted(output_counts, *dtype), at),
+        ),
+        _ => unreachable!("Op::layout sends only all-to-alls here"),
+    };
+    Layout::Apart { input, output }
 }
