@@ -472,7 +472,7 @@ fn check_prototypes(text: &str, bad: &mut Vec<String>) -> (usize, Vec<&'static s
     let mut functions = 0;
     let mut absent = Vec::new();
     for (name, ours, required) in abi::table() {
-        match abi::c_signature(&text, name) {
+        match abi::c_signature(text, name) {
             Some(Ok(theirs)) => {
                 functions += 1;
                 if theirs != ours {
