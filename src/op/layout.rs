@@ -18,12 +18,14 @@ pub struct Span {
 }
 
 impl Span {
+    #[inline(always)]
     pub fn new(ptr: Ptr, bytes: usize) -> Span {
         Span { ptr, bytes }
     }
 
     /// Whether the two spans share a byte (overflow-guarded, see
     /// [`util::overlaps`]).
+    #[inline(always)]
     pub fn overlaps(&self, other: &Span) -> bool {
         util::overlaps(self.ptr.as_u8(), self.bytes, other.ptr.as_u8(), other.bytes)
     }
@@ -40,6 +42,7 @@ pub enum BlockSizes<'a> {
 
 impl BlockSizes<'_> {
     /// Rank `r`'s block length in bytes.
+    #[inline(always)]
     pub fn bytes(&self, r: usize) -> usize {
         match *self {
             BlockSizes::Even { bytes } => bytes,
@@ -48,6 +51,7 @@ impl BlockSizes<'_> {
     }
 
     /// Where rank `r`'s block starts, in bytes from the buffer's start.
+    #[inline(always)]
     pub fn offset(&self, r: usize) -> usize {
         match *self {
             BlockSizes::Even { bytes } => r * bytes,
@@ -56,6 +60,7 @@ impl BlockSizes<'_> {
     }
 
     /// The whole buffer's length in bytes, for `ranks` blocks.
+    #[inline(always)]
     pub fn total(&self, ranks: usize) -> usize {
         match *self {
             BlockSizes::Even { bytes } => ranks * bytes,
@@ -85,6 +90,7 @@ pub enum Side<'a> {
 
 impl Side<'_> {
     /// How many buffers the side has.
+    #[inline(always)]
     pub fn buffer_count(&self) -> usize {
         match self {
             Side::Absent => 0,
@@ -94,6 +100,7 @@ impl Side<'_> {
     }
 
     /// Buffer `i` of the side, whole (a `Blocks` side is one buffer).
+    #[inline(always)]
     pub fn buffer(&self, i: usize) -> Span {
         match *self {
             Side::Absent => unreachable!("an absent side has no buffer"),
@@ -104,12 +111,14 @@ impl Side<'_> {
     }
 
     /// The side's buffers, in order.
+    #[inline(always)]
     pub fn buffers(&self) -> impl Iterator<Item = Span> + '_ {
         (0..self.buffer_count()).map(|i| self.buffer(i))
     }
 
     /// Rank `r`'s block, where the side has one block per rank (and holds
     /// them: not off the root).
+    #[inline(always)]
     pub fn block(&self, r: usize) -> Option<Span> {
         match *self {
             Side::Blocks { base, sizes, .. } => Some(Span::new(
@@ -139,6 +148,7 @@ pub enum Layout<'a> {
 impl<'a> Layout<'a> {
     /// Calls `f(span, use)` for every buffer, inputs before outputs (the
     /// order of [`super::for_each_buffer`]).
+    #[inline]
     pub fn each(&self, mut f: impl FnMut(Span, Use)) {
         match self {
             Layout::Nothing => {}
@@ -156,6 +166,7 @@ impl<'a> Layout<'a> {
 
     /// The input buffers, in order (a batch's sends; the one buffer of an
     /// in-place collective).
+    #[inline]
     pub fn inputs(&self) -> Vec<Span> {
         let mut v = Vec::new();
         self.each(|s, u| {
@@ -169,6 +180,7 @@ impl<'a> Layout<'a> {
     /// For the collectives where one side is this rank's own block and the
     /// other holds every rank's (gathers, scatters): the own buffer and
     /// this rank's block of the other side, where that side holds blocks.
+    #[inline(always)]
     pub fn own_and_block(&self, me: usize) -> Option<(Span, Span)> {
         match *self {
             Layout::Apart {
@@ -187,6 +199,7 @@ impl<'a> Layout<'a> {
     /// output) overlaps the other side anywhere but exactly at this rank's
     /// block there: the in-place layout every backend accepts. False for
     /// other operations.
+    #[inline(always)]
     pub fn overlaps_outside_own_block(&self, me: usize) -> bool {
         let (own, other) = match *self {
             Layout::Apart {
@@ -200,8 +213,9 @@ impl<'a> Layout<'a> {
             _ => return false,
         };
         match other {
+            // The in-place test first: the cheaper one.
             Side::Blocks { .. } => {
-                own.overlaps(&other.buffer(0)) && other.block(me).map_or(true, |b| b.ptr != own.ptr)
+                other.block(me).map_or(true, |b| b.ptr != own.ptr) && own.overlaps(&other.buffer(0))
             }
             Side::List { ptrs, bytes } => ptrs
                 .iter()
@@ -212,6 +226,7 @@ impl<'a> Layout<'a> {
     }
 
     /// Whether some input buffer overlaps some output buffer.
+    #[inline(always)]
     pub fn inputs_overlap_outputs(&self) -> bool {
         match self {
             Layout::Apart { input, output } => input
@@ -223,6 +238,7 @@ impl<'a> Layout<'a> {
 
     /// Whether input and output are one buffer cut into the same blocks
     /// (an in-place all-to-all with the same splits both ways).
+    #[inline(always)]
     pub fn same_blocks_in_place(&self) -> bool {
         match self {
             Layout::Apart {
@@ -241,6 +257,7 @@ impl<'a> Layout<'a> {
 impl Op {
     /// The operation's bytes as `rank` of `size` sees them. The op must have
     /// been validated, so that no size overflows.
+    #[inline(always)]
     pub fn layout(&self, rank: i32, size: i32) -> Layout<'_> {
         let at = At {
             n: size as usize,
@@ -281,6 +298,7 @@ struct At {
 }
 
 /// `count` elements of `dtype` per rank.
+#[inline(always)]
 fn even(count: usize, dtype: DType) -> BlockSizes<'static> {
     BlockSizes::Even {
         bytes: count * dtype.size(),
@@ -288,6 +306,7 @@ fn even(count: usize, dtype: DType) -> BlockSizes<'static> {
 }
 
 /// `counts[r]` elements of `dtype` for rank r.
+#[inline(always)]
 fn counted(counts: &[usize], dtype: DType) -> BlockSizes<'_> {
     BlockSizes::Counts {
         counts,
@@ -296,6 +315,7 @@ fn counted(counts: &[usize], dtype: DType) -> BlockSizes<'_> {
 }
 
 /// One buffer of blocks `sizes` for `at.n` ranks at `base`.
+#[inline(always)]
 fn blocks(base: Ptr, sizes: BlockSizes<'_>, at: At) -> Side<'_> {
     Side::Blocks {
         base,
@@ -305,11 +325,13 @@ fn blocks(base: Ptr, sizes: BlockSizes<'_>, at: At) -> Side<'_> {
 }
 
 /// This rank's own `bytes` at `p`.
+#[inline(always)]
 fn own<'a>(p: Ptr, bytes: usize) -> Side<'a> {
     Side::Own(Span::new(p, bytes))
 }
 
 /// Point-to-point and the in-place collectives: one buffer.
+#[inline(always)]
 fn one_buffer(op: &Op) -> Layout<'_> {
     let (buf, count, dtype, usage) = match op {
         Op::Send {
@@ -334,6 +356,7 @@ fn one_buffer(op: &Op) -> Layout<'_> {
 
 /// The all-gathers and gathers: this rank's block in, every rank's out (on
 /// the root only, for the gathers).
+#[inline(always)]
 fn gathers(op: &Op, at: At) -> Layout<'_> {
     let (input, output) = match op {
         Op::AllGather {
@@ -397,6 +420,7 @@ fn gathers(op: &Op, at: At) -> Layout<'_> {
 
 /// The reduce-scatters and scatter: every rank's block in (on the root
 /// only, for the scatter), this rank's out.
+#[inline(always)]
 fn scatters(op: &Op, at: At) -> Layout<'_> {
     let (input, output) = match op {
         Op::ReduceScatter {
@@ -448,6 +472,7 @@ fn scatters(op: &Op, at: At) -> Layout<'_> {
 }
 
 /// The all-to-alls: every rank's block in and out.
+#[inline(always)]
 fn all_to_alls(op: &Op, at: At) -> Layout<'_> {
     let (input, output) = match op {
         Op::AllToAll {

@@ -7,7 +7,11 @@
 use super::*;
 use crate::op::{Layout, Ptr};
 
+// These helpers are inlined into each operation's arm, where the op's kind
+// is known, so that its layout is never built as a whole.
+
 /// `op`'s layout as this rank of the shared-memory comm sees it.
+#[inline(always)]
 fn layout_of<'a>(ih: &intra_host::IntraHost, op: &'a Op) -> Layout<'a> {
     op.layout(ih.rank() as i32, ih.size() as i32)
 }
@@ -17,12 +21,38 @@ fn layout_of<'a>(ih: &intra_host::IntraHost, op: &'a Op) -> Layout<'a> {
 ///
 /// # Safety
 /// As for [`GlooBackend::intra_host_op`].
+#[inline(always)]
 unsafe fn input_or_copy(layout: &Layout<'_>, needed: bool) -> (Option<Scratch>, *const u8) {
     let Layout::Apart { input, .. } = layout else {
         unreachable!("only collectives that are not in place read a private copy")
     };
     let whole = input.buffer(0);
     private_input(whole.ptr.as_u8(), whole.bytes, needed)
+}
+
+/// The input of a gather or reduce-scatter: read where it is, or from a
+/// private copy when it overlaps the output anywhere but at this rank's own
+/// block (later chunks would read what earlier ones wrote).
+///
+/// # Safety
+/// As for [`GlooBackend::intra_host_op`].
+#[inline(always)]
+unsafe fn own_block_input(ih: &intra_host::IntraHost, op: &Op) -> (Option<Scratch>, *const u8) {
+    let layout = layout_of(ih, op);
+    input_or_copy(&layout, layout.overlaps_outside_own_block(ih.rank()))
+}
+
+/// The input of an all-to-all: read where it is when apart from the output
+/// or in place with the same blocks (each chunk is read whole before any
+/// of it is written), else from a private copy.
+///
+/// # Safety
+/// As for [`GlooBackend::intra_host_op`].
+#[inline(always)]
+unsafe fn all_to_all_input(ih: &intra_host::IntraHost, op: &Op) -> (Option<Scratch>, *const u8) {
+    let layout = layout_of(ih, op);
+    let clash = layout.inputs_overlap_outputs() && !layout.same_blocks_in_place();
+    input_or_copy(&layout, clash)
 }
 
 impl GlooBackend {
@@ -145,11 +175,6 @@ impl GlooBackend {
         sync: &intra_host::SyncAll,
     ) -> Option<Result<()>> {
         let n = ih.size();
-        // Later chunks read the input after earlier ones wrote the output:
-        // fine in place (the input at this rank's block) or apart, else
-        // read a copy.
-        let layout = layout_of(ih, op);
-        let clash = layout.overlaps_outside_own_block(ih.rank());
         match op {
             Op::AllGatherSingle {
                 output,
@@ -157,7 +182,7 @@ impl GlooBackend {
                 dtype,
                 ..
             } => {
-                let (_copy, input) = input_or_copy(&layout, clash);
+                let (_copy, input) = own_block_input(ih, op);
                 Some(ih.all_gather(output.as_u8(), input, count * dtype.size(), sync))
             }
             Op::AllGather {
@@ -183,7 +208,7 @@ impl GlooBackend {
                 dtype,
                 ..
             } => {
-                let (_copy, input) = input_or_copy(&layout, clash);
+                let (_copy, input) = own_block_input(ih, op);
                 Some(ih.all_gather_v(output.as_u8(), input, counts, dtype.size(), sync))
             }
             Op::Gather {
@@ -195,7 +220,7 @@ impl GlooBackend {
             } => {
                 // The root writes outputs while later chunks of its input
                 // are still read.
-                let (_copy, input) = input_or_copy(&layout, clash);
+                let (_copy, input) = own_block_input(ih, op);
                 let outs: Vec<*mut u8> = outputs.iter().map(|o| o.as_u8()).collect();
                 Some(ih.gather(&outs, input, count * dtype.size(), *root as usize, sync))
             }
@@ -213,23 +238,17 @@ impl GlooBackend {
         op: &Op,
         sync: &intra_host::SyncAll,
     ) -> Option<Result<()>> {
-        // The output written while later chunks of the input are still
-        // read: fine in place (the output at this rank's block) or apart,
-        // else the input is read from a copy (scatter: the output lands in
-        // one).
-        let layout = layout_of(ih, op);
-        let clash = layout.overlaps_outside_own_block(ih.rank());
         match op {
             Op::ReduceScatterSingle {
                 output,
                 count,
                 dtype,
-                op,
+                op: red,
                 ..
             } => {
-                let (_copy, input) = input_or_copy(&layout, clash);
+                let (_copy, input) = own_block_input(ih, op);
                 Some(
-                    self.reduction(*dtype, op)
+                    self.reduction(*dtype, red)
                         .and_then(|r| ih.reduce_scatter(output.as_u8(), input, *count, &r, sync)),
                 )
             }
@@ -250,12 +269,12 @@ impl GlooBackend {
                 output,
                 counts,
                 dtype,
-                op,
+                op: red,
                 ..
             } => {
-                let (_copy, input) = input_or_copy(&layout, clash);
+                let (_copy, input) = own_block_input(ih, op);
                 Some(
-                    self.reduction(*dtype, op)
+                    self.reduction(*dtype, red)
                         .and_then(|r| ih.reduce_scatter_v(output.as_u8(), input, counts, &r, sync)),
                 )
             }
@@ -268,6 +287,7 @@ impl GlooBackend {
             } => {
                 let bytes = count * dtype.size();
                 let to = (*output, bytes, *root as usize);
+                let clash = layout_of(ih, op).overlaps_outside_own_block(ih.rank());
                 Some(shm_scatter(ih, to, inputs, clash, sync))
             }
             _ => None,
@@ -285,8 +305,6 @@ impl GlooBackend {
         sync: &intra_host::SyncAll,
     ) -> Option<Result<()>> {
         let n = ih.size();
-        let layout = layout_of(ih, op);
-        let clash = layout.inputs_overlap_outputs() && !layout.same_blocks_in_place();
         match op {
             Op::AllToAllSingle {
                 output,
@@ -294,9 +312,7 @@ impl GlooBackend {
                 dtype,
                 ..
             } => {
-                // Each chunk is read whole before any of it is written: in
-                // place is fine, any other overlap reads a copy.
-                let (_copy, input) = input_or_copy(&layout, clash);
+                let (_copy, input) = all_to_all_input(ih, op);
                 Some(ih.all_to_all(output.as_u8(), input, count * dtype.size(), sync))
             }
             Op::AllToAll {
@@ -324,9 +340,7 @@ impl GlooBackend {
                 dtype,
                 ..
             } => {
-                // In place with the same splits, each chunk is read before
-                // it is written; any other overlap reads a copy.
-                let (_copy, input) = input_or_copy(&layout, clash);
+                let (_copy, input) = all_to_all_input(ih, op);
                 let es = dtype.size();
                 Some(ih.all_to_all_v(output.as_u8(), output_counts, input, input_counts, es, sync))
             }
