@@ -14,6 +14,7 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Whether the byte ranges [a, a + alen) and [b, b + blen) share a byte;
 /// ranges that would pass the end of the address space end there.
+#[inline]
 pub fn overlaps(a: *const u8, alen: usize, b: *const u8, blen: usize) -> bool {
     let (a, b) = (a as usize, b as usize);
     alen > 0 && blen > 0 && a < b.saturating_add(blen) && b < a.saturating_add(alen)

@@ -45,7 +45,26 @@ pub struct BackendInit {
     pub link: CommLink,
 }
 
+/// Where a backend's operations touch their buffers. The comm asks this,
+/// never the backend's name, when it runs collectives of its own (the NaN
+/// check's verdicts, a persistent all-gather's agreement) or decides which
+/// per-call checks an operation may skip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BufferHome {
+    /// On the host, one operation at a time (CUDA buffers are staged through
+    /// host copies by the host executor); `check` looks at no pointer, so a
+    /// prepared operation may skip it.
+    Host,
+    /// On CUDA streams, in device memory: `check` refuses every buffer NCCL
+    /// could not reach, so every call goes through it; the comm's own
+    /// exchanges run in device memory on the operation's stream.
+    Device,
+}
+
 pub trait Backend: Send + Sync {
+    /// Where this backend's operations read and write (see [`BufferHome`]).
+    fn buffer_home(&self) -> BufferHome;
+
     /// Issues a validated `op` (checked by [`Backend::check`]) and returns
     /// its work; tells the comm what became of it through `sub` (exactly
     /// once, before the operation can run). With `async_op` off, returns

@@ -6,6 +6,7 @@
 //! per-call look for device buffers to stage.
 
 use super::Comm;
+use crate::backends::BufferHome;
 use crate::error::{Error, Result};
 use crate::op::{Op, OpOptions, Ptr};
 use crate::types::DType;
@@ -26,10 +27,11 @@ pub struct PersistentAllGather {
 }
 
 impl PersistentAllGather {
-    /// Validates the output for `count` elements per rank; on gloo,
-    /// collectively, has every rank agree on (count, dtype) with one
-    /// all-gather, failing on every rank, naming a rank that differs, when
-    /// they do not (on nccl the set-up is local).
+    /// Validates the output for `count` elements per rank; on a host
+    /// backend (gloo), collectively, has every rank agree on (count, dtype)
+    /// with one all-gather, failing on every rank, naming a rank that
+    /// differs, when they do not (on a device backend, nccl, the set-up is
+    /// local).
     pub fn new(comm: Arc<Comm>, output: Ptr, count: usize, dtype: DType) -> Result<Self> {
         comm.check_active()?;
         if output.is_null() && count > 0 {
@@ -48,9 +50,9 @@ impl PersistentAllGather {
         };
         probe.validate(comm.rank(), comm.size())?;
         comm.backend().check(&probe)?;
-        // Host buffers only on gloo; on nccl, as for the plain call, the
-        // ranks' counts must agree without a check.
-        if comm.backend_name() == "gloo" {
+        // Host buffers only on a host backend; on a device backend, as for
+        // the plain call, the ranks' counts must agree without a check.
+        if comm.backend().buffer_home() == BufferHome::Host {
             agree(&comm, count, dtype)?;
         }
         Ok(PersistentAllGather {
@@ -78,9 +80,9 @@ impl PersistentAllGather {
             count: self.count,
             dtype: self.dtype,
         };
-        // The nccl backend checks every call's input pointer (device
+        // A device backend (nccl) checks every call's input pointer (device
         // memory of the comm's device): the plain call there.
-        if self.comm.backend_name() != "gloo" {
+        if self.comm.backend().buffer_home() != BufferHome::Host {
             return self.comm.submit(op, opts);
         }
         self.comm.submit_checked(op, opts, self.cuda)

@@ -1,7 +1,9 @@
 //! The op vocabulary: the operations a comm runs (`Op`, its point-to-point
 //! members `P2p`, the raw addresses `Ptr`), their per-call options
-//! (`OpOptions`), their validation, and the one description of the buffers
-//! each operation reads or writes ([`for_each_buffer`]). Everything here is
+//! (`OpOptions`), their validation, and the one description of the bytes
+//! each operation reads or writes ([`Op::layout`]: every buffer's address,
+//! size and use, and where each rank's block lies; [`for_each_buffer`]
+//! walks it with rewritable addresses). Everything here is
 //! plain data: backends and the comm both depend on it, it depends on
 //! neither.
 
@@ -10,11 +12,15 @@ use std::ffi::c_void;
 use std::time::Duration;
 
 mod buffers;
+mod layout;
+#[cfg(test)]
+mod layout_tests;
 mod validate;
 #[cfg(test)]
 mod validate_tests;
 
 pub use buffers::{for_each_buffer, Use};
+pub use layout::{BlockSizes, Layout, Side, Span};
 
 /// A raw buffer address handed in by C. The caller guarantees it stays valid
 /// until the operation's work completes (torchcomms' contract).

@@ -82,13 +82,16 @@ impl GlooBackend {
             .map_err(|e| self.fail("all_to_all", e))
     }
 
+    /// all_to_all_v_single of `input` (`in_counts[r]` elements to rank r)
+    /// into `out` (`out_counts[r]` from rank r); `clash`: the input
+    /// overlaps the output (see [`crate::op::Layout`]) and is read from a
+    /// copy.
     pub(super) unsafe fn all_to_all_v(
         &self,
-        out: *mut u8,
-        out_counts: &[usize],
-        input: *const u8,
-        in_counts: &[usize],
+        (out, out_counts): (*mut u8, &[usize]),
+        (input, in_counts): (*const u8, &[usize]),
         dtype: DType,
+        clash: bool,
         d: &Deadline,
     ) -> Result<()> {
         let n = self.size as usize;
@@ -114,7 +117,6 @@ impl GlooBackend {
         let in_bytes: Vec<usize> = in_counts.iter().map(|c| c * es).collect();
         let out_bytes: Vec<usize> = out_counts.iter().map(|c| c * es).collect();
         let in_total: usize = in_bytes.iter().sum();
-        let out_total: usize = out_bytes.iter().sum();
         if n == 1 {
             copy(out, input, in_total);
             return Ok(());
@@ -125,7 +127,7 @@ impl GlooBackend {
         }
         let mut tin = Scratch::new(0);
         let mut input = input;
-        if overlaps(input, in_total, out, out_total) {
+        if clash {
             tin = Scratch::new(in_total);
             copy(tin.ptr(), input, in_total);
             input = tin.ptr();

@@ -203,9 +203,13 @@ impl GlooBackend {
             } => {
                 let bytes = count * dtype.size();
                 let out = output.as_u8();
-                if input.as_u8() == out.add(me * bytes) {
+                let layout = op.layout(self.rank, self.size);
+                let in_place = layout
+                    .own_and_block(me)
+                    .is_some_and(|(own, block)| own.ptr == block.ptr);
+                if in_place {
                     self.all_gather_into(std::ptr::null(), out, bytes, d)
-                } else if overlaps(input.as_u8(), bytes, out, bytes * n) {
+                } else if layout.inputs_overlap_outputs() {
                     let mut tmp = Scratch::new(bytes);
                     copy(tmp.ptr(), input.as_u8(), bytes);
                     self.all_gather_into(tmp.ptr(), out, bytes, d)
@@ -326,7 +330,7 @@ impl GlooBackend {
                 dtype,
             } => {
                 let bytes = count * dtype.size();
-                if overlaps(input.as_u8(), bytes * n, output.as_u8(), bytes * n) {
+                if op.layout(self.rank, self.size).inputs_overlap_outputs() {
                     let mut tin = Scratch::new(bytes * n);
                     copy(tin.ptr(), input.as_u8(), bytes * n);
                     self.all_to_all(tin.ptr(), output.as_u8(), bytes, d)
@@ -341,11 +345,10 @@ impl GlooBackend {
                 input_counts,
                 dtype,
             } => self.all_to_all_v(
-                output.as_u8(),
-                output_counts,
-                input.as_u8(),
-                input_counts,
+                (output.as_u8(), output_counts),
+                (input.as_u8(), input_counts),
                 *dtype,
+                op.layout(self.rank, self.size).inputs_overlap_outputs(),
                 d,
             ),
             _ => Err(misrouted("all_to_alls", op)),
@@ -392,6 +395,7 @@ impl GlooBackend {
     /// # Safety
     /// As for [`GlooBackend::execute_gloo`].
     unsafe fn gloo_scatter_or_gather(&self, op: &Op, d: &Deadline) -> Result<()> {
+        let layout = op.layout(self.rank, self.size);
         match op {
             Op::Scatter {
                 output,
@@ -399,7 +403,15 @@ impl GlooBackend {
                 count,
                 dtype,
                 root,
-            } => self.gloo_scatter(*output, inputs, count * dtype.size(), *root, d),
+            } => {
+                // The root's own block overlapping its output: read from a
+                // copy.
+                let own_clash = layout
+                    .own_and_block(self.rank as usize)
+                    .is_some_and(|(own, block)| own.overlaps(&block));
+                let to = (*output, count * dtype.size(), *root);
+                self.gloo_scatter(to, inputs, own_clash, d)
+            }
             Op::Gather {
                 outputs,
                 input,
@@ -413,19 +425,27 @@ impl GlooBackend {
                 count,
                 dtype,
                 root,
-            } => self.gloo_gather_single(*output, *input, count * dtype.size(), *root, d),
+            } => {
+                // Gloo reads the root's input while it writes the output.
+                let clash = layout.inputs_overlap_outputs();
+                let at = (*output, count * dtype.size(), *root);
+                self.gloo_gather_single(at, *input, clash, d)
+            }
             _ => Err(misrouted("scatter_or_gather", op)),
         }
     }
 
+    /// The scatter of `bytes` per rank from `root`'s `inputs` into `output`
+    /// (`to`: output, bytes, root); `own_clash`: the root's own input
+    /// overlaps its output, and is read from a copy.
+    ///
     /// # Safety
     /// As for [`GlooBackend::execute_gloo`].
     unsafe fn gloo_scatter(
         &self,
-        output: Ptr,
+        (output, bytes, root): (Ptr, usize, i32),
         inputs: &[Ptr],
-        bytes: usize,
-        root: i32,
+        own_clash: bool,
         d: &Deadline,
     ) -> Result<()> {
         let n = self.size as usize;
@@ -441,7 +461,7 @@ impl GlooBackend {
         let mut own = Scratch::new(0);
         if self.rank == root {
             ins = inputs.iter().map(|p| p.as_u8() as *const u8).collect();
-            if overlaps(ins[me], bytes, output.as_u8(), bytes) {
+            if own_clash {
                 own = Scratch::new(bytes);
                 copy(own.ptr(), ins[me], bytes);
                 ins[me] = own.ptr();
@@ -488,14 +508,17 @@ impl GlooBackend {
         Ok(())
     }
 
+    /// The gather of `bytes` per rank into `root`'s `output` (`at`: output,
+    /// bytes, root); `clash`: the root's input overlaps its output, and is
+    /// read from a copy.
+    ///
     /// # Safety
     /// As for [`GlooBackend::execute_gloo`].
     unsafe fn gloo_gather_single(
         &self,
-        output: Ptr,
+        (output, bytes, root): (Ptr, usize, i32),
         input: Ptr,
-        bytes: usize,
-        root: i32,
+        clash: bool,
         d: &Deadline,
     ) -> Result<()> {
         let n = self.size as usize;
@@ -511,7 +534,7 @@ impl GlooBackend {
         // Gloo reads the root's input while it writes the output.
         let mut own = Scratch::new(0);
         let mut src = input.as_u8() as *const u8;
-        if is_root && overlaps(src, bytes, out, bytes * n) {
+        if clash {
             own = Scratch::new(bytes);
             copy(own.ptr(), src, bytes);
             src = own.ptr();

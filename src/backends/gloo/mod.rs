@@ -52,7 +52,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::op::{Op, P2p};
 use crate::store::StoreRef;
 use crate::types::{DType, PremulFactor, RedKind, ReduceOp};
-use crate::util::{lock, overlaps, Deadline};
+use crate::util::{lock, Deadline};
 use reduce::Scale;
 use signature::{
     describe_fingerprint, describe_sig, fingerprint, signature_words, tag_salt, CHECK_HINT,

@@ -1,8 +1,59 @@
 //! The shared-memory forms of the collectives (see [`super::intra_host`]):
 //! which operations take that path and how their buffers are prepared.
+//! Whether an input must be read from a private copy is decided on the
+//! operation's [`Layout`] (where each rank's block lies), not re-derived
+//! here.
 
 use super::*;
-use crate::op::Ptr;
+use crate::op::{Layout, Ptr};
+
+// These helpers are inlined into each operation's arm, where the op's kind
+// is known, so that its layout is never built as a whole.
+
+/// `op`'s layout as this rank of the shared-memory comm sees it.
+#[inline(always)]
+fn layout_of<'a>(ih: &intra_host::IntraHost, op: &'a Op) -> Layout<'a> {
+    op.layout(ih.rank() as i32, ih.size() as i32)
+}
+
+/// `op`'s one input buffer, or a private copy of it when `needed` (see
+/// [`private_input`]).
+///
+/// # Safety
+/// As for [`GlooBackend::intra_host_op`].
+#[inline(always)]
+unsafe fn input_or_copy(layout: &Layout<'_>, needed: bool) -> (Option<Scratch>, *const u8) {
+    let Layout::Apart { input, .. } = layout else {
+        unreachable!("only collectives that are not in place read a private copy")
+    };
+    let whole = input.buffer(0);
+    private_input(whole.ptr.as_u8(), whole.bytes, needed)
+}
+
+/// The input of a gather or reduce-scatter: read where it is, or from a
+/// private copy when it overlaps the output anywhere but at this rank's own
+/// block (later chunks would read what earlier ones wrote).
+///
+/// # Safety
+/// As for [`GlooBackend::intra_host_op`].
+#[inline(always)]
+unsafe fn own_block_input(ih: &intra_host::IntraHost, op: &Op) -> (Option<Scratch>, *const u8) {
+    let layout = layout_of(ih, op);
+    input_or_copy(&layout, layout.overlaps_outside_own_block(ih.rank()))
+}
+
+/// The input of an all-to-all: read where it is when apart from the output
+/// or in place with the same blocks (each chunk is read whole before any
+/// of it is written), else from a private copy.
+///
+/// # Safety
+/// As for [`GlooBackend::intra_host_op`].
+#[inline(always)]
+unsafe fn all_to_all_input(ih: &intra_host::IntraHost, op: &Op) -> (Option<Scratch>, *const u8) {
+    let layout = layout_of(ih, op);
+    let clash = layout.inputs_overlap_outputs() && !layout.same_blocks_in_place();
+    input_or_copy(&layout, clash)
+}
 
 impl GlooBackend {
     /// Runs `op` through shared memory (see [`intra_host`]) when that path
@@ -123,25 +174,16 @@ impl GlooBackend {
         op: &Op,
         sync: &intra_host::SyncAll,
     ) -> Option<Result<()>> {
-        let (n, me) = (ih.size(), ih.rank());
+        let n = ih.size();
         match op {
             Op::AllGatherSingle {
                 output,
-                input,
                 count,
                 dtype,
+                ..
             } => {
-                let bytes = count * dtype.size();
-                let out = output.as_u8();
-                // Later chunks read the input after earlier ones wrote the
-                // output: fine in place or apart, else read a copy.
-                let in_place = std::ptr::eq(input.as_u8(), out.add(me * bytes));
-                let (_copy, input) = private_input(
-                    input.as_u8(),
-                    bytes,
-                    !in_place && overlaps(input.as_u8(), bytes, out, bytes * n),
-                );
-                Some(ih.all_gather(out, input, bytes, sync))
+                let (_copy, input) = own_block_input(ih, op);
+                Some(ih.all_gather(output.as_u8(), input, count * dtype.size(), sync))
             }
             Op::AllGather {
                 outputs,
@@ -162,37 +204,25 @@ impl GlooBackend {
             }
             Op::AllGatherV {
                 output,
-                input,
                 counts,
                 dtype,
+                ..
             } => {
-                let es = dtype.size();
-                let (total, before) = (
-                    counts.iter().sum::<usize>(),
-                    counts[..me].iter().sum::<usize>(),
-                );
-                let in_place = std::ptr::eq(input.as_u8(), output.as_u8().add(before * es));
-                let clash = !in_place
-                    && overlaps(input.as_u8(), counts[me] * es, output.as_u8(), total * es);
-                let (_copy, input) = private_input(input.as_u8(), counts[me] * es, clash);
-                Some(ih.all_gather_v(output.as_u8(), input, counts, es, sync))
+                let (_copy, input) = own_block_input(ih, op);
+                Some(ih.all_gather_v(output.as_u8(), input, counts, dtype.size(), sync))
             }
             Op::Gather {
                 outputs,
-                input,
                 count,
                 dtype,
                 root,
+                ..
             } => {
-                let bytes = count * dtype.size();
-                // The root writes outputs while later chunks of its input are
-                // still to be read: its own block in place, or apart, or a copy.
-                let clash = outputs.iter().enumerate().any(|(r, o)| {
-                    overlaps(input.as_u8(), bytes, o.as_u8(), bytes) && !(r == me && o.0 == input.0)
-                });
-                let (_copy, input) = private_input(input.as_u8(), bytes, clash);
+                // The root writes outputs while later chunks of its input
+                // are still read.
+                let (_copy, input) = own_block_input(ih, op);
                 let outs: Vec<*mut u8> = outputs.iter().map(|o| o.as_u8()).collect();
-                Some(ih.gather(&outs, input, bytes, *root as usize, sync))
+                Some(ih.gather(&outs, input, count * dtype.size(), *root as usize, sync))
             }
             _ => None,
         }
@@ -208,22 +238,18 @@ impl GlooBackend {
         op: &Op,
         sync: &intra_host::SyncAll,
     ) -> Option<Result<()>> {
-        let (n, me) = (ih.size(), ih.rank());
         match op {
             Op::ReduceScatterSingle {
                 output,
-                input,
                 count,
                 dtype,
-                op,
+                op: red,
+                ..
             } => {
-                let (es, out) = (dtype.size(), output.as_u8());
-                let in_place = std::ptr::eq(out, input.as_u8().add(me * count * es));
-                let clash = !in_place && overlaps(input.as_u8(), count * es * n, out, count * es);
-                let (_copy, input) = private_input(input.as_u8(), count * es * n, clash);
+                let (_copy, input) = own_block_input(ih, op);
                 Some(
-                    self.reduction(*dtype, op)
-                        .and_then(|r| ih.reduce_scatter(out, input, *count, &r, sync)),
+                    self.reduction(*dtype, red)
+                        .and_then(|r| ih.reduce_scatter(output.as_u8(), input, *count, &r, sync)),
                 )
             }
             Op::ReduceScatter {
@@ -241,22 +267,15 @@ impl GlooBackend {
             }
             Op::ReduceScatterV {
                 output,
-                input,
                 counts,
                 dtype,
-                op,
+                op: red,
+                ..
             } => {
-                let (es, out) = (dtype.size(), output.as_u8());
-                let (total, before) = (
-                    counts.iter().sum::<usize>(),
-                    counts[..me].iter().sum::<usize>(),
-                );
-                let in_place = std::ptr::eq(out, input.as_u8().add(before * es));
-                let clash = !in_place && overlaps(input.as_u8(), total * es, out, counts[me] * es);
-                let (_copy, input) = private_input(input.as_u8(), total * es, clash);
+                let (_copy, input) = own_block_input(ih, op);
                 Some(
-                    self.reduction(*dtype, op)
-                        .and_then(|r| ih.reduce_scatter_v(out, input, counts, &r, sync)),
+                    self.reduction(*dtype, red)
+                        .and_then(|r| ih.reduce_scatter_v(output.as_u8(), input, counts, &r, sync)),
                 )
             }
             Op::Scatter {
@@ -267,14 +286,9 @@ impl GlooBackend {
                 root,
             } => {
                 let bytes = count * dtype.size();
-                Some(shm_scatter(
-                    ih,
-                    *output,
-                    inputs,
-                    bytes,
-                    *root as usize,
-                    sync,
-                ))
+                let to = (*output, bytes, *root as usize);
+                let clash = layout_of(ih, op).overlaps_outside_own_block(ih.rank());
+                Some(shm_scatter(ih, to, inputs, clash, sync))
             }
             _ => None,
         }
@@ -294,16 +308,12 @@ impl GlooBackend {
         match op {
             Op::AllToAllSingle {
                 output,
-                input,
                 count,
                 dtype,
+                ..
             } => {
-                let (block, out) = (count * dtype.size(), output.as_u8());
-                // Each chunk is read whole before any of it is written.
-                let clash = !std::ptr::eq(out, input.as_u8())
-                    && overlaps(input.as_u8(), block * n, out, block * n);
-                let (_copy, input) = private_input(input.as_u8(), block * n, clash);
-                Some(ih.all_to_all(out, input, block, sync))
+                let (_copy, input) = all_to_all_input(ih, op);
+                Some(ih.all_to_all(output.as_u8(), input, count * dtype.size(), sync))
             }
             Op::AllToAll {
                 outputs,
@@ -326,21 +336,12 @@ impl GlooBackend {
             Op::AllToAllVSingle {
                 output,
                 output_counts,
-                input,
                 input_counts,
                 dtype,
+                ..
             } => {
+                let (_copy, input) = all_to_all_input(ih, op);
                 let es = dtype.size();
-                let (in_total, out_total) = (
-                    input_counts.iter().sum::<usize>(),
-                    output_counts.iter().sum::<usize>(),
-                );
-                // In place with the same splits, each chunk is read before it
-                // is written; any other overlap reads a copy.
-                let same_layout = output.0 == input.0 && input_counts == output_counts;
-                let clash = !same_layout
-                    && overlaps(input.as_u8(), in_total * es, output.as_u8(), out_total * es);
-                let (_copy, input) = private_input(input.as_u8(), in_total * es, clash);
                 Some(ih.all_to_all_v(output.as_u8(), output_counts, input, input_counts, es, sync))
             }
             _ => None,
@@ -363,24 +364,20 @@ impl GlooBackend {
     }
 }
 
-/// The scatter of `bytes` per rank from `root`'s `inputs` into `output`.
+/// The scatter of `bytes` per rank from `root`'s `inputs` into `output`
+/// (`to`: output, bytes, root); `clash`: the root's output overlaps its
+/// inputs outside its own block, so it is received into a copy instead
+/// (written while later chunks of the inputs are still to be read).
 ///
 /// # Safety
 /// As for [`GlooBackend::intra_host_op`].
 unsafe fn shm_scatter(
     ih: &intra_host::IntraHost,
-    output: Ptr,
+    (output, bytes, root): (Ptr, usize, usize),
     inputs: &[Ptr],
-    bytes: usize,
-    root: usize,
+    clash: bool,
     sync: &intra_host::SyncAll,
 ) -> Result<()> {
-    let me = ih.rank();
-    // The root's output written while later chunks of its inputs are still
-    // to be read: received into a copy instead.
-    let clash = inputs.iter().enumerate().any(|(r, i)| {
-        overlaps(i.as_u8(), bytes, output.as_u8(), bytes) && !(r == me && i.0 == output.0)
-    });
     let mut landing = Scratch::new(if clash { bytes } else { 0 });
     let out = if clash { landing.ptr() } else { output.as_u8() };
     let ins: Vec<*const u8> = inputs.iter().map(|i| i.as_u8() as *const u8).collect();

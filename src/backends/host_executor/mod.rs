@@ -12,7 +12,8 @@ pub mod staging;
 
 use super::submission::{CommEvents, CommLink, Submission};
 use super::{
-    Backend, BackendInit, MemoryAllocator, MemoryRegistration, Windows, DEFAULT_WATCHDOG_GRACE,
+    Backend, BackendInit, BufferHome, MemoryAllocator, MemoryRegistration, Windows,
+    DEFAULT_WATCHDOG_GRACE,
 };
 use crate::error::{Error, Result};
 use crate::op::Op;
@@ -137,6 +138,10 @@ impl<B: HostBackend> Drop for HostExecutor<B> {
 }
 
 impl<B: HostBackend> Backend for HostExecutor<B> {
+    fn buffer_home(&self) -> BufferHome {
+        BufferHome::Host
+    }
+
     fn submit(&self, mut op: Op, mut sub: Submission<'_>) -> Result<Arc<dyn Work>> {
         if completes_at_once(&op, self.size) {
             let work: Arc<dyn Work> = Arc::new(DoneWork(Ok(())));

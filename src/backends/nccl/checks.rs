@@ -36,207 +36,30 @@ pub(super) fn offset(p: Ptr, bytes: usize) -> Ptr {
 /// the output, for reduce-scatter the output at this rank's block of the
 /// input). All-to-alls run their sends and receives concurrently, and a
 /// group's operations run concurrently, so any other overlap is a race on a
-/// GPU. Empty when nothing needs a copy. `n`, `me`: size and rank.
+/// GPU. Empty when nothing needs a copy, else every input buffer of the
+/// operation's [`Layout`](crate::op::Layout) (a batch: the sends that
+/// overlap a receive).
+/// `n`, `me`: size and rank.
 pub(super) fn hazardous_inputs(op: &Op, n: usize, me: usize) -> Vec<(Ptr, usize)> {
-    match op {
+    let layout = op.layout(me as i32, n as i32);
+    let hazard = match op {
+        // Only this rank's own block in place (a gather's root receives
+        // into its outputs while the group runs and copies its own input
+        // after it).
         Op::AllGatherSingle { .. }
         | Op::AllGather { .. }
         | Op::AllGatherV { .. }
-        | Op::Gather { .. } => gather_hazards(op, n, me),
-        Op::ReduceScatterSingle { .. }
+        | Op::Gather { .. }
+        | Op::ReduceScatterSingle { .. }
         | Op::ReduceScatter { .. }
-        | Op::ReduceScatterV { .. }
-        | Op::Scatter { .. } => reduce_scatter_hazards(op, n, me),
-        Op::AllToAll { .. }
-        | Op::AllToAllSingle { .. }
-        | Op::AllToAllVSingle { .. }
-        | Op::Batch { .. } => all_to_all_hazards(op, n),
-        _ => Vec::new(),
-    }
-}
-
-/// [`hazardous_inputs`] of the all-gathers and gather: the input may sit
-/// only at this rank's block of the output.
-fn gather_hazards(op: &Op, n: usize, me: usize) -> Vec<(Ptr, usize)> {
-    let sum = |c: &[usize]| c.iter().sum::<usize>();
-    let before = |c: &[usize]| c[..me].iter().sum::<usize>();
-    match op {
-        Op::AllGatherSingle {
-            output,
-            input,
-            count,
-            dtype,
-        } => {
-            let b = count * dtype.size();
-            if overlaps(*input, b, *output, b * n) && input.0 != offset(*output, b * me).0 {
-                return vec![(*input, b)];
-            }
-        }
-        Op::AllGather {
-            outputs,
-            input,
-            count,
-            dtype,
-        } => {
-            let b = count * dtype.size();
-            if outputs
-                .iter()
-                .enumerate()
-                .any(|(q, o)| overlaps(*input, b, *o, b) && !(q == me && o.0 == input.0))
-            {
-                return vec![(*input, b)];
-            }
-        }
-        Op::AllGatherV {
-            output,
-            input,
-            counts,
-            dtype,
-        } => {
-            let es = dtype.size();
-            let b = counts[me] * es;
-            if overlaps(*input, b, *output, sum(counts) * es)
-                && input.0 != offset(*output, before(counts) * es).0
-            {
-                return vec![(*input, b)];
-            }
-        }
-        // The root receives into its outputs while the group runs, and
-        // copies its own input after it.
-        Op::Gather {
-            outputs,
-            input,
-            count,
-            dtype,
-            ..
-        } if !outputs.is_empty() => {
-            let b = count * dtype.size();
-            if outputs
-                .iter()
-                .enumerate()
-                .any(|(q, o)| overlaps(*input, b, *o, b) && !(q == me && o.0 == input.0))
-            {
-                return vec![(*input, b)];
-            }
-        }
-        _ => {}
-    }
-    Vec::new()
-}
-
-/// [`hazardous_inputs`] of the reduce-scatters and scatter: the output may
-/// sit only at this rank's block of the input.
-fn reduce_scatter_hazards(op: &Op, n: usize, me: usize) -> Vec<(Ptr, usize)> {
-    let sum = |c: &[usize]| c.iter().sum::<usize>();
-    let before = |c: &[usize]| c[..me].iter().sum::<usize>();
-    match op {
-        Op::ReduceScatterSingle {
-            output,
-            input,
-            count,
-            dtype,
-            ..
-        } => {
-            let b = count * dtype.size();
-            if overlaps(*input, b * n, *output, b) && output.0 != offset(*input, b * me).0 {
-                return vec![(*input, b * n)];
-            }
-        }
-        Op::ReduceScatter {
-            output,
-            inputs,
-            count,
-            dtype,
-            ..
-        } => {
-            let b = count * dtype.size();
-            if inputs
-                .iter()
-                .enumerate()
-                .any(|(q, i)| overlaps(*i, b, *output, b) && !(q == me && i.0 == output.0))
-            {
-                return inputs.iter().map(|i| (*i, b)).collect();
-            }
-        }
-        Op::ReduceScatterV {
-            output,
-            input,
-            counts,
-            dtype,
-            ..
-        } => {
-            let es = dtype.size();
-            if overlaps(*input, sum(counts) * es, *output, counts[me] * es)
-                && output.0 != offset(*input, before(counts) * es).0
-            {
-                return vec![(*input, sum(counts) * es)];
-            }
-        }
+        | Op::ReduceScatterV { .. } => layout.overlaps_outside_own_block(me),
         // The root copies its own block after the group; a copy between
         // partly overlapping buffers is undefined.
-        Op::Scatter {
-            output,
-            inputs,
-            count,
-            dtype,
-            ..
-        } if !inputs.is_empty() => {
-            let b = count * dtype.size();
-            if overlaps(inputs[me], b, *output, b) && inputs[me].0 != output.0 {
-                return inputs.iter().map(|i| (*i, b)).collect();
-            }
-        }
-        _ => {}
-    }
-    Vec::new()
-}
-
-/// [`hazardous_inputs`] of the all-to-alls and batches, whose sends and
-/// receives run concurrently: no input may overlap an output.
-fn all_to_all_hazards(op: &Op, n: usize) -> Vec<(Ptr, usize)> {
-    let sum = |c: &[usize]| c.iter().sum::<usize>();
-    match op {
-        Op::AllToAll {
-            outputs,
-            inputs,
-            count,
-            dtype,
-        } => {
-            let b = count * dtype.size();
-            if inputs
-                .iter()
-                .any(|i| outputs.iter().any(|o| overlaps(*i, b, *o, b)))
-            {
-                return inputs.iter().map(|i| (*i, b)).collect();
-            }
-        }
-        Op::AllToAllSingle {
-            output,
-            input,
-            count,
-            dtype,
-        } => {
-            let b = count * dtype.size() * n;
-            if overlaps(*input, b, *output, b) {
-                return vec![(*input, b)];
-            }
-        }
-        Op::AllToAllVSingle {
-            output,
-            output_counts,
-            input,
-            input_counts,
-            dtype,
-        } => {
-            let es = dtype.size();
-            if overlaps(
-                *input,
-                sum(input_counts) * es,
-                *output,
-                sum(output_counts) * es,
-            ) {
-                return vec![(*input, sum(input_counts) * es)];
-            }
+        Op::Scatter { .. } => layout
+            .own_and_block(me)
+            .is_some_and(|(own, block)| own.overlaps(&block) && own.ptr != block.ptr),
+        Op::AllToAll { .. } | Op::AllToAllSingle { .. } | Op::AllToAllVSingle { .. } => {
+            layout.inputs_overlap_outputs()
         }
         // Sends and receives of a batch run concurrently.
         Op::Batch { ops } => {
@@ -246,9 +69,12 @@ fn all_to_all_hazards(op: &Op, n: usize) -> Vec<(Ptr, usize)> {
                 .map(|s| (s.buf, s.count * s.dtype.size()))
                 .collect();
         }
-        _ => {}
+        _ => false,
+    };
+    if !hazard {
+        return Vec::new();
     }
-    Vec::new()
+    layout.inputs().iter().map(|s| (s.ptr, s.bytes)).collect()
 }
 
 /// Whether `p` is a send whose buffer overlaps a receive buffer of `batch`.

@@ -34,13 +34,15 @@ mod issue;
 mod lifecycle;
 pub mod loader;
 mod mem;
+mod red_op;
 mod shrink;
 mod window;
 mod window_rma;
 pub mod work;
 
 use super::{
-    Backend, BackendInit, MemoryAllocator, MemoryRegistration, Submission, WindowBackend, Windows,
+    Backend, BackendInit, BufferHome, MemoryAllocator, MemoryRegistration, Submission,
+    WindowBackend, Windows,
 };
 use crate::cuda::{self, Device as CudaDevice, DeviceBuffer, EventPool, Stream as CudaStream};
 use crate::error::{Error, ErrorKind, Result};
@@ -155,6 +157,10 @@ unsafe impl Send for NcclBackend {}
 unsafe impl Sync for NcclBackend {}
 
 impl Backend for NcclBackend {
+    fn buffer_home(&self) -> BufferHome {
+        BufferHome::Device
+    }
+
     fn version(&self) -> String {
         format!("nccl {}", self.lib.version_string())
     }

@@ -25,11 +25,20 @@ fn hints_map_onto_config_fields() {
     assert_eq!(name.to_str().unwrap(), "c0");
 }
 
+// The overlap staging cases: rank 1 of 4, 8 float32 (32 bytes) per block.
+const N: usize = 4;
+const ME: usize = 1;
+const COUNT: usize = 8;
+const DTYPE: DType = DType::F32;
+const B: usize = 32;
+
+fn p(a: usize) -> Ptr {
+    Ptr(a as *mut c_void)
+}
+
 #[test]
-fn overlaps_outside_nccl_in_place_layouts_are_staged() {
-    let p = |a: usize| Ptr(a as *mut c_void);
-    let (n, me, count, dtype) = (4, 1, 8, DType::F32); // 32-byte blocks
-    let b = 32;
+fn all_to_all_overlaps_are_staged_in_place_included() {
+    let (n, me, count, dtype, b) = (N, ME, COUNT, DTYPE, B);
     // all_to_all_single: any overlap, in place included
     let a2a = |o, i| Op::AllToAllSingle {
         output: p(o),
@@ -43,6 +52,24 @@ fn overlaps_outside_nccl_in_place_layouts_are_staged() {
         1
     );
     assert!(hazardous_inputs(&a2a(0x1000, 0x1000 + 4 * b), n, me).is_empty());
+    // all_to_all_v_single: overlap of the used lengths only
+    let v = |o, i| Op::AllToAllVSingle {
+        output: p(o),
+        output_counts: vec![1, 0, 2, 1],
+        input: p(i),
+        input_counts: vec![2, 2, 0, 0],
+        dtype,
+    };
+    assert_eq!(
+        hazardous_inputs(&v(0x1000, 0x1000), n, me),
+        vec![(p(0x1000), 16)]
+    );
+    assert!(hazardous_inputs(&v(0x1000, 0x1000 + 16), n, me).is_empty());
+}
+
+#[test]
+fn single_forms_are_in_place_at_this_ranks_block_only() {
+    let (n, me, count, dtype, b) = (N, ME, COUNT, DTYPE, B);
     // all_gather_single: in place is the input at this rank's block
     let ag = |o, i| Op::AllGatherSingle {
         output: p(o),
@@ -71,19 +98,11 @@ fn overlaps_outside_nccl_in_place_layouts_are_staged() {
         hazardous_inputs(&rs(0x1000, 0x1000), n, me),
         vec![(p(0x1000), 4 * b)]
     );
-    // all_to_all_v_single: overlap of the used lengths only
-    let v = |o, i| Op::AllToAllVSingle {
-        output: p(o),
-        output_counts: vec![1, 0, 2, 1],
-        input: p(i),
-        input_counts: vec![2, 2, 0, 0],
-        dtype,
-    };
-    assert_eq!(
-        hazardous_inputs(&v(0x1000, 0x1000), n, me),
-        vec![(p(0x1000), 16)]
-    );
-    assert!(hazardous_inputs(&v(0x1000, 0x1000 + 16), n, me).is_empty());
+}
+
+#[test]
+fn list_inputs_are_all_staged_and_replaced_in_order() {
+    let (n, me, count, dtype, b) = (N, ME, COUNT, DTYPE, B);
     // lists: every input block is staged, and replaced in order
     let l = Op::AllToAll {
         outputs: (0..4).map(|q| p(0x1000 + q * b)).collect(),
@@ -106,6 +125,11 @@ fn overlaps_outside_nccl_in_place_layouts_are_staged() {
         }
         _ => unreachable!(),
     }
+}
+
+#[test]
+fn gather_and_scatter_roots_may_keep_their_own_block_in_place() {
+    let (n, me, count, dtype, b) = (N, ME, COUNT, DTYPE, B);
     // gather/scatter: the root's own block in place is fine; partial overlap is not
     let g = |i| Op::Gather {
         outputs: (0..4).map(|q| p(0x1000 + q * b)).collect(),
@@ -142,6 +166,11 @@ fn overlaps_outside_nccl_in_place_layouts_are_staged() {
         me
     )
     .is_empty());
+}
+
+#[test]
+fn batch_sends_overlapping_a_receive_are_staged() {
+    let (n, me, count, dtype, b) = (N, ME, COUNT, DTYPE, B);
     // batch: only the sends that overlap a receive of the same batch
     let send = |a, peer| P2p {
         is_send: true,

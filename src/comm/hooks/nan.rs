@@ -14,6 +14,7 @@
 //! out and abort the comm); the comm stays usable. Point-to-point
 //! operations are not checked (their receiver could not be told).
 
+use crate::backends::BufferHome;
 use crate::comm::{Comm, Op, OpOptions, Ptr};
 use crate::cuda::{self, MemoryType};
 use crate::error::{Error, Result};
@@ -153,7 +154,7 @@ pub fn check(comm: &Comm, op: &Op, opts: &OpOptions) -> Result<()> {
 }
 
 /// Every rank's verdict, by a one-element all_gather on `comm` (on the
-/// operation's stream, in device memory, for the nccl backend).
+/// operation's stream, in device memory, for a device backend: nccl).
 fn exchange(comm: &Comm, op: &Op, mine: i64, opts: &OpOptions) -> Result<Vec<i64>> {
     let n = comm.size() as usize;
     if n == 1 {
@@ -165,7 +166,7 @@ fn exchange(comm: &Comm, op: &Op, mine: i64, opts: &OpOptions) -> Result<Vec<i64
         stream: opts.stream,
         hints: Vec::new(),
     };
-    if comm.backend_name() == "nccl" {
+    if comm.backend().buffer_home() == BufferHome::Device {
         return exchange_on_device(comm, op, mine, &blocking);
     }
     let input = [mine];

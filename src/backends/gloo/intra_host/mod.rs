@@ -194,6 +194,82 @@ fn exited(pidfd: &OwnedFd) -> bool {
 /// Words each rank publishes at creation.
 const OFFER: usize = 8;
 
+/// This rank's segment of `len` bytes (None when shared memory is switched
+/// off or cannot be had) and its offer to the other ranks: [1, pid, fd,
+/// device, inode, len, host id (2 words)], all zero without a segment.
+fn offer_segment(wanted: bool, len: usize, label: &str) -> (Option<OwnMapping>, [u64; OFFER]) {
+    let own = if wanted {
+        create_segment(len)
+            .map_err(|e| crate::log_info!("{label}: no shared segment ({e})"))
+            .ok()
+    } else {
+        None
+    };
+    let mut offer = [0u64; OFFER];
+    if let Some(fd) = own.as_ref().and_then(|o| o.fd.as_ref()) {
+        let (dev, ino) = file_id(fd.as_raw_fd()).unwrap_or((0, 0));
+        let host = host_id();
+        offer = [
+            1,
+            std::process::id() as u64,
+            fd.as_raw_fd() as u64,
+            dev,
+            ino,
+            len as u64,
+            host[0],
+            host[1],
+        ];
+    }
+    (own, offer)
+}
+
+/// The peers' segments as mapped here, by rank (this rank's own base is
+/// filled in once every rank agreed).
+struct Mapped {
+    peers: Vec<PeerMapping>,
+    bases: Vec<*mut u8>,
+    pidfds: Vec<Option<Arc<OwnedFd>>>,
+}
+
+impl Mapped {
+    fn new(size: usize) -> Self {
+        Mapped {
+            peers: Vec::new(),
+            bases: vec![std::ptr::null_mut(); size],
+            pidfds: (0..size).map(|_| None).collect(),
+        }
+    }
+
+    /// Maps every other rank's offered segment of `len` bytes and watches
+    /// its process; false at the first one that cannot be mapped here or
+    /// has another length.
+    fn map_peers(&mut self, rank: usize, len: usize, label: &str, offers: &[&[u64]]) -> bool {
+        for (q, o) in offers.iter().enumerate().filter(|(q, _)| *q != rank) {
+            let at = Placement {
+                pid: o[1],
+                fd: o[2],
+                offset: 0,
+                len: o[5],
+                dev: o[3],
+                ino: o[4],
+            };
+            match PeerMapping::map(&at) {
+                Ok(m) if at.len as usize == len => {
+                    self.bases[q] = m.ptr;
+                    self.peers.push(m);
+                    self.pidfds[q] = watch_process(o[1] as u32);
+                }
+                Ok(_) => return false,
+                Err(e) => {
+                    crate::log_info!("{label}: rank {q}'s segment cannot be mapped here ({e})");
+                    return false;
+                }
+            }
+        }
+        true
+    }
+}
+
 impl IntraHost {
     /// Sets up the shared segments, collectively over `all_gather` (every
     /// rank calls it, in the same order). None when any rank cannot share
@@ -210,62 +286,15 @@ impl IntraHost {
     ) -> Result<Option<IntraHost>> {
         let wanted = !switched_off("TORCHCOMM_GLOO_SHM");
         let len = segment_len(size);
-        let own = if wanted {
-            create_segment(len)
-                .map_err(|e| crate::log_info!("{label}: no shared segment ({e})"))
-                .ok()
-        } else {
-            None
-        };
-        let mut offer = [0u64; OFFER];
-        if let Some(fd) = own.as_ref().and_then(|o| o.fd.as_ref()) {
-            let (dev, ino) = file_id(fd.as_raw_fd()).unwrap_or((0, 0));
-            let host = host_id();
-            offer = [
-                1,
-                std::process::id() as u64,
-                fd.as_raw_fd() as u64,
-                dev,
-                ino,
-                len as u64,
-                host[0],
-                host[1],
-            ];
-        }
+        let (own, offer) = offer_segment(wanted, len, label);
         let all = all_gather(&offer)?;
         let offers: Vec<&[u64]> = all.chunks(OFFER).collect();
-        let mut peers = Vec::new();
-        let mut bases = vec![std::ptr::null_mut(); size];
-        let mut pidfds: Vec<Option<Arc<OwnedFd>>> = (0..size).map(|_| None).collect();
-        let mut ok = own.is_some()
+        let ok = own.is_some()
             && offers
                 .iter()
                 .all(|o| o[0] == 1 && o[6..8] == offer[6..8] && offer[6..8] != [0, 0]);
-        for (q, o) in offers.iter().enumerate().filter(|(q, _)| *q != rank) {
-            if !ok {
-                break;
-            }
-            let at = Placement {
-                pid: o[1],
-                fd: o[2],
-                offset: 0,
-                len: o[5],
-                dev: o[3],
-                ino: o[4],
-            };
-            match PeerMapping::map(&at) {
-                Ok(m) if at.len as usize == len => {
-                    bases[q] = m.ptr;
-                    peers.push(m);
-                    pidfds[q] = watch_process(o[1] as u32);
-                }
-                Ok(_) => ok = false,
-                Err(e) => {
-                    crate::log_info!("{label}: rank {q}'s segment cannot be mapped here ({e})");
-                    ok = false;
-                }
-            }
-        }
+        let mut mapped = Mapped::new(size);
+        let ok = ok && mapped.map_peers(rank, len, label, &offers);
         let votes = all_gather(&[ok as u64, p2p_wanted as u64])?;
         if !votes.chunks(2).all(|v| v[0] == 1) {
             let why = if wanted {
@@ -285,7 +314,7 @@ impl IntraHost {
         };
         // Every peer has mapped it (they voted after mapping).
         own.fd = None;
-        bases[rank] = own.base;
+        mapped.bases[rank] = own.base;
         // One rank's TORCHCOMM_SHM_P2P=0 keeps every rank's on Gloo (a ring
         // nobody reads would hang its sender).
         let p2p_on = votes.chunks(2).all(|v| v[1] == 1);
@@ -298,10 +327,10 @@ impl IntraHost {
         Ok(Some(IntraHost {
             rank,
             size,
-            bases,
+            bases: mapped.bases,
             _own: own,
-            _peers: peers,
-            pidfds,
+            _peers: mapped.peers,
+            pidfds: mapped.pidfds,
             phase: AtomicU64::new(0),
             chunks: AtomicU64::new(0),
             busy_spins,

@@ -416,74 +416,116 @@ impl IntraHost {
         let mut tail = tail_word.load(Ordering::Relaxed);
         let start = tail;
         loop {
-            if inbox.reading.is_none() {
-                let unmatched = || {
-                    pend.iter()
-                        .any(|p| !p.t.is_send && !p.done && !p.matched && p.t.peer == q)
-                };
-                if ((head - tail) as usize) < HEADER || !(drain || unmatched()) {
-                    break;
-                }
-                let [magic_tag, bytes, count, dtype] =
-                    (data.add(tail as usize % RING) as *const [u64; 4]).read();
-                if magic_tag >> 32 != MAGIC {
-                    return Err(Error::internal(format!(
-                        "point-to-point ring from rank {q} to rank {} is corrupt",
-                        self.rank
-                    )));
-                }
-                tail += HEADER as u64;
-                inbox.reading = Some(self.match_message(
-                    q,
-                    inbox,
-                    pend,
-                    (magic_tag as u32, count, dtype),
-                    bytes as usize,
-                ));
-            }
-            let Some(r) = &mut inbox.reading else {
-                break;
-            };
-            let at = tail as usize % RING;
-            let n = (r.body - r.done).min((head - tail) as usize).min(RING - at);
-            let real = n.min(r.bytes.saturating_sub(r.done));
-            match r.dest {
-                Dest::Recv(i) => {
-                    std::ptr::copy_nonoverlapping(data.add(at), pend[i].t.buf.add(r.done), real)
-                }
-                Dest::Early => {
-                    let src = std::slice::from_raw_parts(data.add(at), real);
-                    if let Some(e) = inbox.early.back_mut() {
-                        e.data.extend_from_slice(src);
-                    }
-                }
-                Dest::Skip => {}
-            }
-            r.done += n;
-            tail += n as u64;
-            if n > 0 {
-                tail_word.store(tail, Ordering::Release);
-                self.notify(q);
-            }
-            if r.done < r.body {
+            if inbox.reading.is_none()
+                && !self.read_header(q, inbox, pend, drain, (data, head), &mut tail)?
+            {
                 break;
             }
-            match r.dest {
-                Dest::Recv(i) => pend[i].done = true,
-                Dest::Early => {
-                    if let Some(e) = inbox.early.back_mut() {
-                        e.complete = true;
-                    }
-                }
-                Dest::Skip => {}
+            if !self.read_body(q, inbox, pend, (data, head), &mut tail, tail_word) {
+                break;
             }
-            inbox.reading = None;
         }
         if tail != tail_word.load(Ordering::Relaxed) {
             tail_word.store(tail, Ordering::Release);
             self.notify(q);
         }
         Ok(tail != start)
+    }
+
+    /// [`Self::pull`]'s first step: the header at `tail` of `q`'s ring
+    /// (`data` up to `head`) matched to its destination in
+    /// `inbox.reading`, when a whole header is there and a receive from
+    /// `q` waits for it (or `drain`); false when none was read.
+    #[inline(always)]
+    unsafe fn read_header(
+        &self,
+        q: usize,
+        inbox: &mut Inbox,
+        pend: &mut [Pending],
+        drain: bool,
+        (data, head): (*mut u8, u64),
+        tail: &mut u64,
+    ) -> Result<bool> {
+        let unmatched = || {
+            pend.iter()
+                .any(|p| !p.t.is_send && !p.done && !p.matched && p.t.peer == q)
+        };
+        if ((head - *tail) as usize) < HEADER || !(drain || unmatched()) {
+            return Ok(false);
+        }
+        let [magic_tag, bytes, count, dtype] =
+            (data.add(*tail as usize % RING) as *const [u64; 4]).read();
+        if magic_tag >> 32 != MAGIC {
+            return Err(Error::internal(format!(
+                "point-to-point ring from rank {q} to rank {} is corrupt",
+                self.rank
+            )));
+        }
+        *tail += HEADER as u64;
+        inbox.reading = Some(self.match_message(
+            q,
+            inbox,
+            pend,
+            (magic_tag as u32, count, dtype),
+            bytes as usize,
+        ));
+        Ok(true)
+    }
+
+    /// [`Self::pull`]'s second step: what `q`'s ring holds (from `tail` up
+    /// to `head`) of the message being read, copied to its destination;
+    /// the space is given back to the sender. True when the message is
+    /// complete (its destination is told and the next header may follow).
+    #[inline(always)]
+    unsafe fn read_body(
+        &self,
+        q: usize,
+        inbox: &mut Inbox,
+        pend: &mut [Pending],
+        (data, head): (*mut u8, u64),
+        tail: &mut u64,
+        tail_word: &AtomicU64,
+    ) -> bool {
+        let Some(r) = &mut inbox.reading else {
+            return false;
+        };
+        let at = *tail as usize % RING;
+        let n = (r.body - r.done)
+            .min((head - *tail) as usize)
+            .min(RING - at);
+        let real = n.min(r.bytes.saturating_sub(r.done));
+        match r.dest {
+            Dest::Recv(i) => {
+                std::ptr::copy_nonoverlapping(data.add(at), pend[i].t.buf.add(r.done), real)
+            }
+            Dest::Early => {
+                let src = std::slice::from_raw_parts(data.add(at), real);
+                if let Some(e) = inbox.early.back_mut() {
+                    e.data.extend_from_slice(src);
+                }
+            }
+            Dest::Skip => {}
+        }
+        r.done += n;
+        *tail += n as u64;
+        if n > 0 {
+            tail_word.store(*tail, Ordering::Release);
+            self.notify(q);
+        }
+        if r.done < r.body {
+            return false;
+        }
+        match r.dest {
+            Dest::Recv(i) => pend[i].done = true,
+            Dest::Early => {
+                if let Some(e) = inbox.early.back_mut() {
+                    e.complete = true;
+                }
+            }
+            Dest::Skip => {}
+        }
+        inbox.reading = None;
+        true
     }
 
     /// Where a message just announced by rank `q` goes: the first receive

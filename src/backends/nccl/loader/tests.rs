@@ -94,6 +94,36 @@ fn abi_matches_the_nccl_header() {
     let header = std::path::PathBuf::from(header);
     let text =
         std::fs::read_to_string(&header).unwrap_or_else(|e| panic!("{}: {e}", header.display()));
+    let c = probe_header(&header);
+    let hv = c["header NCCL_VERSION_CODE"] as i32;
+    let mut d = Diffs::default();
+    check_sizes(&c, &mut d);
+    let (c_size, ours_size, beyond) = check_config(&c, hv, &mut d);
+    check_constants(&c, hv, &mut d);
+    let constants = d.checked;
+    let (functions, absent) = check_prototypes(&text, &mut d.bad);
+    let bad = d.bad;
+    assert!(
+        bad.is_empty(),
+        "loader.rs differs from NCCL {}'s nccl.h ({}):\n  {}",
+        version_string(hv),
+        header.display(),
+        bad.join("\n  ")
+    );
+    println!(
+        "abi_matches_the_nccl_header: NCCL {} ({}): {constants} sizes/offsets/values and {functions} prototypes match; \
+         ncclConfig_t {c_size} bytes there, {ours_size} ours{}{}",
+        version_string(hv),
+        header.display(),
+        if beyond.is_empty() { String::new() } else { format!(" (fields past its end, unread by it: {})", beyond.join(", ")) },
+        if absent.is_empty() { String::new() } else { format!("; optional, not in this version: {}", absent.join(", ")) },
+    );
+}
+
+/// Compiles tests/nccl_abi/nccl_abi.c against `header` (CUDA headers
+/// stubbed), runs it, and returns what it printed: each key (e.g. "sizeof
+/// ncclComm_t", "const ncclSum", "init ncclConfig_t.magic") with its value.
+fn probe_header(header: &std::path::Path) -> std::collections::HashMap<String, i64> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/nccl_abi");
     let exe = std::env::temp_dir().join(format!("tc-nccl-abi-{}", std::process::id()));
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
@@ -120,29 +150,39 @@ fn abi_matches_the_nccl_header() {
         let (key, value) = line.rsplit_once(' ').unwrap();
         c.insert(key.to_string(), value.parse::<i64>().unwrap());
     }
-    let hv = c["header NCCL_VERSION_CODE"] as i32;
-    let mut bad = Vec::new();
-    let mut checked = 0;
-    let mut same = |what: &str, c_value: i64, ours: i64, bad: &mut Vec<String>| {
-        checked += 1;
+    c
+}
+
+/// What differs between nccl.h and loader.rs, and how many values were
+/// compared.
+#[derive(Default)]
+struct Diffs {
+    bad: Vec<String>,
+    checked: usize,
+}
+
+impl Diffs {
+    fn same(&mut self, what: &str, c_value: i64, ours: i64) {
+        self.checked += 1;
         if c_value != ours {
-            bad.push(format!(
+            self.bad.push(format!(
                 "{what}: nccl.h has {c_value}, loader.rs has {ours}"
             ));
         }
-    };
+    }
+}
 
-    same(
+/// Version macros, type sizes and the ncclWaitSignalDesc_t layout.
+fn check_sizes(c: &std::collections::HashMap<String, i64>, d: &mut Diffs) {
+    d.same(
         "NCCL_VERSION(2,28,9)",
         c["header NCCL_VERSION(2,28,9)"],
         version_code(2, 28, 9) as i64,
-        &mut bad,
     );
-    same(
+    d.same(
         "NCCL_VERSION(2,8,4)",
         c["header NCCL_VERSION(2,8,4)"],
         version_code(2, 8, 4) as i64,
-        &mut bad,
     );
     let sizes: [(&str, usize); 6] = [
         ("ncclUniqueId", std::mem::size_of::<UniqueId>()),
@@ -153,27 +193,24 @@ fn abi_matches_the_nccl_header() {
         ("ncclScalarResidence_t", std::mem::size_of::<c_int>()),
     ];
     for (name, ours) in sizes {
-        same(
+        d.same(
             &format!("sizeof({name})"),
             c[&format!("sizeof {name}")],
             ours as i64,
-            &mut bad,
         );
     }
     if let Some(v) = c.get("sizeof ncclWindow_t") {
-        same(
+        d.same(
             "sizeof(ncclWindow_t)",
             *v,
             std::mem::size_of::<NcclWindow>() as i64,
-            &mut bad,
         );
     }
     if let Some(v) = c.get("sizeof ncclWaitSignalDesc_t") {
-        same(
+        d.same(
             "sizeof(ncclWaitSignalDesc_t)",
             *v,
             std::mem::size_of::<WaitSignalDesc>() as i64,
-            &mut bad,
         );
         for (f, ours) in [
             ("opCnt", std::mem::offset_of!(WaitSignalDesc, op_cnt)),
@@ -181,23 +218,21 @@ fn abi_matches_the_nccl_header() {
             ("sigIdx", std::mem::offset_of!(WaitSignalDesc, sig_idx)),
             ("ctx", std::mem::offset_of!(WaitSignalDesc, ctx)),
         ] {
-            same(
+            d.same(
                 &format!("offsetof(ncclWaitSignalDesc_t, {f})"),
                 c[&format!("offsetof ncclWaitSignalDesc_t.{f}")],
                 ours as i64,
-                &mut bad,
             );
         }
     }
+}
 
-    // ncclConfig_t: every field of ours at the header's offset, or (an
-    // older header) past the end of the header's struct, which that
-    // NCCL does not read; our initializer equal to the header's.
+/// Every field of our ncclConfig_t: (name in nccl.h, our offset, our
+/// initializer's value for NCCL version `hv`).
+fn config_fields(hv: i32) -> [(&'static str, usize, i64); 17] {
     use std::mem::offset_of;
     let init = Config::new(hv);
-    let c_size = c["sizeof ncclConfig_t"];
-    let ours_size = std::mem::size_of::<Config>() as i64;
-    let fields: [(&str, usize, i64); 17] = [
+    [
         ("size", offset_of!(Config, size), init.size as i64),
         ("magic", offset_of!(Config, magic), init.magic as i64),
         ("version", offset_of!(Config, version), init.version as i64),
@@ -271,60 +306,65 @@ fn abi_matches_the_nccl_header() {
             offset_of!(Config, nvlink_centric_sched),
             init.nvlink_centric_sched as i64,
         ),
-    ];
+    ]
+}
+
+/// ncclConfig_t: every field of ours at the header's offset, or (an older
+/// header) past the end of the header's struct, which that NCCL does not
+/// read; our initializer equal to the header's. Returns the header's size,
+/// ours, and our fields past the header's end.
+fn check_config(
+    c: &std::collections::HashMap<String, i64>,
+    hv: i32,
+    d: &mut Diffs,
+) -> (i64, i64, Vec<&'static str>) {
+    let c_size = c["sizeof ncclConfig_t"];
+    let ours_size = std::mem::size_of::<Config>() as i64;
+    let fields = config_fields(hv);
     let mut beyond = Vec::new();
     for (f, off, value) in fields {
         match c.get(&format!("offsetof ncclConfig_t.{f}")) {
             Some(c_off) => {
-                same(
-                    &format!("offsetof(ncclConfig_t, {f})"),
-                    *c_off,
-                    off as i64,
-                    &mut bad,
-                );
+                d.same(&format!("offsetof(ncclConfig_t, {f})"), *c_off, off as i64);
                 let c_init = c[&format!("init ncclConfig_t.{f}")];
                 match f {
                     // Ours describes our struct: its size, and the
                     // header's version up to our layout's.
                     "size" => {
-                        same("NCCL_CONFIG_INITIALIZER.size", c_init, c_size, &mut bad);
-                        same("Config::new().size", value, ours_size, &mut bad);
+                        d.same("NCCL_CONFIG_INITIALIZER.size", c_init, c_size);
+                        d.same("Config::new().size", value, ours_size);
                     }
-                    "version" => same(
+                    "version" => d.same(
                         "NCCL_CONFIG_INITIALIZER.version (ours: up to the layout's)",
                         c_init.min(CONFIG_LAYOUT_VERSION as i64),
                         value,
-                        &mut bad,
                     ),
-                    _ => same(
-                        &format!("NCCL_CONFIG_INITIALIZER.{f}"),
-                        c_init,
-                        value,
-                        &mut bad,
-                    ),
+                    _ => d.same(&format!("NCCL_CONFIG_INITIALIZER.{f}"), c_init, value),
                 }
             }
             None if (off as i64) >= c_size => beyond.push(f),
-            None => bad.push(format!(
+            None => d.bad.push(format!(
                 "ncclConfig_t.{f}: not in nccl.h, yet inside its {c_size}-byte struct"
             )),
         }
     }
     if hv / 100 == CONFIG_LAYOUT_VERSION / 100 {
-        same(
+        d.same(
             "sizeof(ncclConfig_t) (the layout's own version)",
             c_size,
             ours_size,
-            &mut bad,
         );
     } else if c_size < ours_size && beyond.is_empty() {
-        bad.push(format!(
+        d.bad.push(format!(
             "sizeof(ncclConfig_t) is {c_size} but no field of ours lies past it"
         ));
     }
+    (c_size, ours_size, beyond)
+}
 
-    // Constants. Some exist only from some version on.
-    let consts: [(&str, i64, i32); 31] = [
+/// The constants: (name in nccl.h, ours, the NCCL version it exists from).
+fn constants() -> [(&'static str, i64, i32); 31] {
+    [
         ("NCCL_CONFIG_UNDEF_INT", NCCL_CONFIG_UNDEF_INT as i64, 0),
         ("NCCL_SPLIT_NOCOLOR", NCCL_SPLIT_NOCOLOR as i64, 0),
         (
@@ -380,60 +420,59 @@ fn abi_matches_the_nccl_header() {
         ("ncclMax", NCCL_MAX as i64, 0),
         ("ncclMin", NCCL_MIN as i64, 0),
         ("ncclAvg", NCCL_AVG as i64, 0),
-    ];
+    ]
+}
+
+/// The constants, where the header's version has them, and the values
+/// nccl.h defines otherwise.
+fn check_constants(c: &std::collections::HashMap<String, i64>, hv: i32, d: &mut Diffs) {
+    let consts = constants();
     for (name, ours, since) in consts {
         match c.get(&format!("const {name}")) {
-            Some(v) => same(name, *v, ours, &mut bad),
+            Some(v) => d.same(name, *v, ours),
             None if hv < since => {}
-            None => bad.push(format!(
+            None => d.bad.push(format!(
                 "{name}: missing from NCCL {} header",
                 version_string(hv)
             )),
         }
     }
     if !c.contains_key("const NCCL_API_MAGIC") {
-        same(
+        d.same(
             "NCCL_CONFIG_INITIALIZER.magic",
             c["init ncclConfig_t.magic"],
             NCCL_API_MAGIC as i64,
-            &mut bad,
         );
     }
-    same(
+    d.same(
         "ncclScalarDevice",
         c["const ncclScalarDevice"],
         NCCL_SCALAR_DEVICE as i64,
-        &mut bad,
     );
-    same(
+    d.same(
         "ncclScalarHostImmediate",
         c["const ncclScalarHostImmediate"],
         NCCL_SCALAR_HOST_IMMEDIATE as i64,
-        &mut bad,
     );
     // PreMulSum ops are numbered from ncclNumOps: the built-in list is ours.
-    same(
-        "ncclNumOps",
-        c["const ncclNumOps"],
-        NCCL_AVG as i64 + 1,
-        &mut bad,
-    );
+    d.same("ncclNumOps", c["const ncclNumOps"], NCCL_AVG as i64 + 1);
     if let Some(v) = c.get("const NCCL_WIN_DEFAULT") {
-        same("NCCL_WIN_DEFAULT", *v, NCCL_WIN_DEFAULT as i64, &mut bad);
-        same(
+        d.same("NCCL_WIN_DEFAULT", *v, NCCL_WIN_DEFAULT as i64);
+        d.same(
             "NCCL_WIN_COLL_SYMMETRIC",
             c["const NCCL_WIN_COLL_SYMMETRIC"],
             NCCL_WIN_COLL_SYMMETRIC as i64,
-            &mut bad,
         );
     }
-    let constants = checked;
+}
 
-    // Entry points: the Rust type of each against the header's prototype.
+/// Entry points: the Rust type of each against the header's prototype.
+/// Returns how many matched and the optional ones the header lacks.
+fn check_prototypes(text: &str, bad: &mut Vec<String>) -> (usize, Vec<&'static str>) {
     let mut functions = 0;
     let mut absent = Vec::new();
     for (name, ours, required) in abi::table() {
-        match abi::c_signature(&text, name) {
+        match abi::c_signature(text, name) {
             Some(Ok(theirs)) => {
                 functions += 1;
                 if theirs != ours {
@@ -449,21 +488,7 @@ fn abi_matches_the_nccl_header() {
             None => absent.push(name),
         }
     }
-    assert!(
-        bad.is_empty(),
-        "loader.rs differs from NCCL {}'s nccl.h ({}):\n  {}",
-        version_string(hv),
-        header.display(),
-        bad.join("\n  ")
-    );
-    println!(
-        "abi_matches_the_nccl_header: NCCL {} ({}): {constants} sizes/offsets/values and {functions} prototypes match; \
-         ncclConfig_t {c_size} bytes there, {ours_size} ours{}{}",
-        version_string(hv),
-        header.display(),
-        if beyond.is_empty() { String::new() } else { format!(" (fields past its end, unread by it: {})", beyond.join(", ")) },
-        if absent.is_empty() { String::new() } else { format!("; optional, not in this version: {}", absent.join(", ")) },
-    );
+    (functions, absent)
 }
 
 #[test]
