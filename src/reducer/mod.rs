@@ -179,6 +179,37 @@ fn build_buckets(grads: &[(usize, DType)], opts: &ReducerOptions) -> Vec<Bucket>
     buckets
 }
 
+/// Each gradient's place in its bucket; with `as_view` its pointer becomes
+/// that place (NULL for an empty gradient).
+fn place_grads(grads: &[Buffer], buckets: &mut [Bucket], as_view: bool) -> Vec<Grad> {
+    let mut grads: Vec<Grad> = grads
+        .iter()
+        .map(|g| Grad {
+            ptr: g.ptr,
+            dtype: g.dtype,
+            slot: None,
+        })
+        .collect();
+    for (b, bucket) in buckets.iter_mut().enumerate() {
+        for (k, &g) in bucket.members.iter().enumerate() {
+            grads[g].slot = Some((b, bucket.offsets[k]));
+        }
+        bucket.view.buffer = bucket.storage_ptr().cast();
+    }
+    if as_view {
+        for g in &mut grads {
+            g.ptr = match g.slot {
+                // SAFETY: the bucket holds the gradient at `off`.
+                Some((b, off)) => {
+                    Ptr(unsafe { buckets[b].storage_ptr().add(off * g.dtype.size()).cast() })
+                }
+                None => Ptr(std::ptr::null_mut()),
+            };
+        }
+    }
+    grads
+}
+
 impl Reducer {
     /// Collective: every rank passes the same counts, dtypes and options
     /// (checked; a difference fails every rank naming it). With
@@ -195,56 +226,11 @@ impl Reducer {
         if on_device {
             device_ops::refuse_capture(opts.stream, "tc_reducer_new")?;
         }
-        let valid = Self::validate(grads, &opts);
-        let entries: Vec<(usize, DType)> = grads.iter().map(|g| (g.count, g.dtype)).collect();
-        let scalars = [
-            ("arguments valid (1: yes)", valid.is_ok() as u64),
-            ("bucket_cap_bytes", opts.bucket_cap_bytes as u64),
-            ("first_bucket_bytes", opts.first_bucket_bytes as u64),
-            (
-                "gradient_as_bucket_view",
-                opts.gradient_as_bucket_view as u64,
-            ),
-        ];
-        let agreed = agree(
-            &comm,
-            "tc_reducer_new",
-            0,
-            &Layout {
-                scalars: &scalars,
-                entries: entries.clone(),
-            },
-            opts.stream,
-        );
-        valid?;
-        agreed?;
+        let entries = Self::agree_on_list(&comm, grads, &opts)?;
         let mut buckets = build_buckets(&entries, &opts);
         let copies = Self::device_copies(&comm, grads, &mut buckets, &opts)?;
         hook.set_stream(opts.stream);
-        let mut grads: Vec<Grad> = grads
-            .iter()
-            .map(|g| Grad {
-                ptr: g.ptr,
-                dtype: g.dtype,
-                slot: None,
-            })
-            .collect();
-        for (b, bucket) in buckets.iter_mut().enumerate() {
-            for (k, &g) in bucket.members.iter().enumerate() {
-                grads[g].slot = Some((b, bucket.offsets[k]));
-            }
-            bucket.view.buffer = bucket.storage_ptr().cast();
-        }
-        if opts.gradient_as_bucket_view {
-            for g in &mut grads {
-                g.ptr = match g.slot {
-                    Some((b, off)) => {
-                        Ptr(unsafe { buckets[b].storage_ptr().add(off * g.dtype.size()).cast() })
-                    }
-                    None => Ptr(std::ptr::null_mut()),
-                };
-            }
-        }
+        let grads = place_grads(grads, &mut buckets, opts.gradient_as_bucket_view);
         let in_parts = hook.runs_in_parts() && copies.is_none();
         Ok(Reducer {
             comm: comm.clone(),
@@ -264,6 +250,40 @@ impl Reducer {
             in_parts,
             copies,
         })
+    }
+
+    /// Checks the arguments and agrees with every rank on the list and the
+    /// options (a difference, or bad arguments on any rank, fails every
+    /// rank); gives each gradient's (count, dtype).
+    fn agree_on_list(
+        comm: &Arc<Comm>,
+        grads: &[Buffer],
+        opts: &ReducerOptions,
+    ) -> Result<Vec<(usize, DType)>> {
+        let valid = Self::validate(grads, opts);
+        let entries: Vec<(usize, DType)> = grads.iter().map(|g| (g.count, g.dtype)).collect();
+        let scalars = [
+            ("arguments valid (1: yes)", valid.is_ok() as u64),
+            ("bucket_cap_bytes", opts.bucket_cap_bytes as u64),
+            ("first_bucket_bytes", opts.first_bucket_bytes as u64),
+            (
+                "gradient_as_bucket_view",
+                opts.gradient_as_bucket_view as u64,
+            ),
+        ];
+        let agreed = agree(
+            comm,
+            "tc_reducer_new",
+            0,
+            &Layout {
+                scalars: &scalars,
+                entries: entries.clone(),
+            },
+            opts.stream,
+        );
+        valid?;
+        agreed?;
+        Ok(entries)
     }
 
     /// On a device comm, moves the buckets to device memory from the comm's
