@@ -8,6 +8,7 @@
 //! the iteration is complete (one small all-gather), waits, and writes the
 //! results back.
 
+mod buckets;
 mod device;
 pub mod hooks;
 #[cfg(test)]
@@ -24,6 +25,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::layout_check::{agree, Layout};
 use crate::types::{DType, Device};
 use crate::work::{DoneWork, Work};
+use buckets::{build_buckets, place_grads};
 use device::DeviceCopies;
 use hooks::{tc_grad_bucket_t, CommHook};
 use std::sync::Arc;
@@ -125,90 +127,6 @@ pub struct Reducer {
 // SAFETY: the raw pointers are the caller's gradient buffers and the
 // reducer's own storage; the reducer is used by one thread at a time.
 unsafe impl Send for Reducer {}
-
-fn build_buckets(grads: &[(usize, DType)], opts: &ReducerOptions) -> Vec<Bucket> {
-    let assignment = layout::assign(grads, opts.first_bucket_bytes, opts.bucket_cap_bytes);
-    let num_buckets = assignment.len();
-    let mut buckets: Vec<Bucket> = assignment
-        .into_iter()
-        .enumerate()
-        .map(|(index, members)| {
-            let dtype = grads[members[0]].1;
-            let lengths: Vec<usize> = members.iter().map(|&g| grads[g].0).collect();
-            let offsets = lengths
-                .iter()
-                .scan(0, |at, &l| {
-                    *at += l;
-                    Some(*at - l)
-                })
-                .collect();
-            let count = lengths.iter().sum::<usize>();
-            Bucket {
-                dtype,
-                pending: members.len(),
-                storage: vec![0u64; (count * dtype.size()).div_ceil(8)],
-                scratch: None,
-                members,
-                offsets,
-                lengths,
-                count,
-                view: tc_grad_bucket_t {
-                    index,
-                    num_buckets,
-                    is_last: (index + 1 == num_buckets) as i32,
-                    buffer: std::ptr::null_mut(),
-                    count,
-                    dtype: dtype.to_c(),
-                    num_grads: 0,
-                    grad_indices: std::ptr::null(),
-                    offsets: std::ptr::null(),
-                    lengths: std::ptr::null(),
-                },
-                works: Vec::new(),
-                ready_members: 0,
-                launched: 0,
-            }
-        })
-        .collect();
-    for b in &mut buckets {
-        b.view.num_grads = b.members.len();
-        b.view.grad_indices = b.members.as_ptr();
-        b.view.offsets = b.offsets.as_ptr();
-        b.view.lengths = b.lengths.as_ptr();
-    }
-    buckets
-}
-
-/// Each gradient's place in its bucket; with `as_view` its pointer becomes
-/// that place (NULL for an empty gradient).
-fn place_grads(grads: &[Buffer], buckets: &mut [Bucket], as_view: bool) -> Vec<Grad> {
-    let mut grads: Vec<Grad> = grads
-        .iter()
-        .map(|g| Grad {
-            ptr: g.ptr,
-            dtype: g.dtype,
-            slot: None,
-        })
-        .collect();
-    for (b, bucket) in buckets.iter_mut().enumerate() {
-        for (k, &g) in bucket.members.iter().enumerate() {
-            grads[g].slot = Some((b, bucket.offsets[k]));
-        }
-        bucket.view.buffer = bucket.storage_ptr().cast();
-    }
-    if as_view {
-        for g in &mut grads {
-            g.ptr = match g.slot {
-                // SAFETY: the bucket holds the gradient at `off`.
-                Some((b, off)) => {
-                    Ptr(unsafe { buckets[b].storage_ptr().add(off * g.dtype.size()).cast() })
-                }
-                None => Ptr(std::ptr::null_mut()),
-            };
-        }
-    }
-    grads
-}
 
 impl Reducer {
     /// Collective: every rank passes the same counts, dtypes and options
