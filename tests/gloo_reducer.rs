@@ -9,9 +9,11 @@
 
 mod capi_common;
 mod gloo_common;
+mod reducer_values;
 
 use capi_common::{last_error, new_comm};
 use gloo_common::*;
+use reducer_values::{reference, value};
 use std::ffi::c_void;
 use std::time::Duration;
 use torchcomm::error::{tc_result_t, TC_ERR_INVALID_ARGUMENT, TC_ERR_INVALID_USAGE, TC_SUCCESS};
@@ -47,19 +49,6 @@ fn resnet_list() -> Vec<(usize, tc_dtype_t)> {
             (count, dtype)
         })
         .collect()
-}
-
-/// Gradient values whose hook results are exact in every dtype: world size
-/// times a multiple of 1/8 in [-1, 1].
-fn value(world: usize, rank: usize, grad: usize, elem: usize, iter: usize) -> f32 {
-    let k = ((rank * 7 + grad * 11 + elem * 3 + iter * 5) % 17) as f32 - 8.0;
-    world as f32 * k / 8.0
-}
-
-fn reference(world: usize, grad: usize, elem: usize, iter: usize) -> f32 {
-    (0..world)
-        .map(|r| value(world, r, grad, elem, iter) / world as f32)
-        .sum()
 }
 
 struct Grads {

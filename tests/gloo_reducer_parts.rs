@@ -6,9 +6,11 @@
 
 mod capi_common;
 mod gloo_common;
+mod reducer_values;
 
 use capi_common::{last_error, new_comm};
 use gloo_common::*;
+use reducer_values::{reference, value};
 use std::ffi::{c_void, CStr};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -37,18 +39,6 @@ extern "C" fn record(info: *const tc_op_info_t, _: *mut c_void) {
         let buf = unsafe { &*info.inputs };
         ISSUED.lock().unwrap().push((buf.ptr as usize, buf.count));
     }
-}
-
-/// Exact in float32 after dividing by the world and summing.
-fn value(world: usize, rank: usize, grad: usize, elem: usize, iter: usize) -> f32 {
-    let k = ((rank * 7 + grad * 11 + elem * 3 + iter * 5) % 17) as f32 - 8.0;
-    world as f32 * k / 8.0
-}
-
-fn reference(world: usize, grad: usize, elem: usize, iter: usize) -> f32 {
-    (0..world)
-        .map(|r| value(world, r, grad, elem, iter) / world as f32)
-        .sum()
 }
 
 fn fill(grads: &mut [Vec<f32>], world: usize, me: usize, iter: usize) {

@@ -196,8 +196,15 @@ impl Work for AllOf {
     fn wait_blocking(&self) -> Result<()> {
         // Last first: host operations finish in issue order, so the others
         // are done by then and the caller is woken once, not once per part.
-        let results: Vec<Result<()>> = self.0.iter().rev().map(|w| w.wait_blocking()).collect();
-        results.into_iter().rev().fold(Ok(()), Result::and)
+        // Every part is waited for; the error reported is the first part's.
+        let mut first_error = Ok(());
+        for w in self.0.iter().rev() {
+            let r = w.wait_blocking();
+            if r.is_err() {
+                first_error = r;
+            }
+        }
+        first_error
     }
     fn check_timeout(&self, _now: Instant) -> Option<Error> {
         // Each part is watched by its comm.
