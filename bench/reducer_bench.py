@@ -4,27 +4,35 @@ reducer, on the same gradient list (float32, the parameter shapes of
 ResNet-50 or BERT-base), side by side, interleaved, in one run.
 
 Per step and variant (all ranks start together after a barrier; rank 0's
-time is reported, median over the measured steps):
-  ours        mark every gradient ready in reverse order, then finalize
+time is reported, median over the measured steps). Each of ours is measured
+as torch's is: a backward that writes every gradient (fill_, in reverse
+order) with the exchange, minus the same backward without it (measured
+alternately), so both libraries copy gradients that a backward has just
+written (--cold: no writes and no subtraction, the exchange of gradients
+written long before, the method of the earlier tables in
+docs/performance.md):
+  ours        write and mark every gradient in reverse order, then finalize
               (bucketed: 25 MiB buckets, 1 MiB first bucket; all-reduce hook;
               gradients copied into the buckets and back)
-  ours view   the same with gradient_as_bucket_view (no copies) and
-              --bucket-cap-mb (default 25) buckets
-  per-tensor  one blocking tc_all_reduce per gradient, reverse order
+  ours view   the same with gradient_as_bucket_view (no copies; the writes
+              go to the bucket views) and --bucket-cap-mb (default 25)
+              buckets
+  per-tensor  write each gradient, then one blocking tc_all_reduce of it,
+              reverse order
   torch DDP   backward of loss = sum(p.sum()) (the cheapest backward: every
               gradient is ones) under DDP (gloo, 25 MiB buckets) minus the
               same backward without DDP (measured alternately): the exchange
               DDP adds; "copy" with DDP's default (gradients copied into the
               buckets and back, as "ours"), "view" with
               gradient_as_bucket_view (as "ours view")
-  overlap     ours view again, each gradient marked after a simulated
-              backward slice (sleep, so the CPU stays free as under a GPU
-              backward; the whole backward takes --backward-ms, default the
-              measured "ours view" time): exposed = step - backward, hidden =
-              1 - exposed / ours view
+  overlap     ours view again (no writes), each gradient marked after a
+              simulated backward slice (sleep, so the CPU stays free as under
+              a GPU backward; the whole backward takes --backward-ms, default
+              the measured "ours view" time): exposed = step - backward,
+              hidden = 1 - exposed / ours view
 
     python reducer_bench.py LIBTORCHCOMM.so WORLD [--models resnet50,bert_base]
-        [--steps 7] [--warmup 2] [--backward-ms MS] [--bucket-cap-mb MB]
+        [--steps 7] [--warmup 2] [--backward-ms MS] [--bucket-cap-mb MB] [--cold]
 """
 import argparse
 import ctypes as C
@@ -99,6 +107,7 @@ class Lib:
         lib.tc_reducer_mark_ready.argtypes = [C.c_void_p, C.c_size_t]
         lib.tc_reducer_finalize.argtypes = [C.c_void_p]
         lib.tc_reducer_free.argtypes = [C.c_void_p]
+        lib.tc_reducer_get_grad.argtypes = [C.c_void_p, C.c_size_t, C.POINTER(C.c_void_p)]
         lib.tc_all_reduce.argtypes = [C.c_void_p, C.c_void_p, C.c_size_t, C.c_int32, ReduceOp,
                                       C.c_void_p, C.c_void_p]
         lib.tc_comm_finalize.argtypes = [C.c_void_p]
@@ -114,6 +123,16 @@ class Lib:
     def ok(self, rc):
         if rc != 0:
             raise RuntimeError(f"libtorchcomm error {rc}: {self.lib.tc_last_error().decode()}")
+
+
+def view_tensor(lib, red, i, count):
+    """Gradient i of a gradient_as_bucket_view reducer, as a float32 tensor
+    over the reducer's bucket."""
+    if count == 0:
+        return torch.empty(0)
+    ptr = C.c_void_p()
+    lib.ok(lib.lib.tc_reducer_get_grad(red, i, C.byref(ptr)))
+    return torch.frombuffer((C.c_float * count).from_address(ptr.value), dtype=torch.float32)
 
 
 def timed(fn):
@@ -138,14 +157,16 @@ def bench_model(lib, model, args, rank, world):
     red_view = C.c_void_p()
     lib.ok(lib.lib.tc_reducer_new(lib.comm, None, counts, dtypes, n, C.byref(view_opts),
                                   C.byref(red_view)))
+    views = [view_tensor(lib, red_view, i, sizes[i]) for i in range(n)]
     local = Params(sizes)
     ddp = torch.nn.parallel.DistributedDataParallel(Params(sizes), gradient_as_bucket_view=True)
     ddp_copy = torch.nn.parallel.DistributedDataParallel(Params(sizes))
     sum_op = ReduceOp(0, 1.0, None)
     total = sum(sizes)
     order = list(reversed(range(n)))
+    write = not args.cold
 
-    def ours(backward_ms=0.0, red=red):
+    def ours(backward_ms=0.0, red=red, written=grads):
         t0 = time.perf_counter()
         done = 0
         for i in order:
@@ -155,12 +176,22 @@ def bench_model(lib, model, args, rank, world):
                 pause = wake - time.perf_counter()
                 if pause > 0:
                     time.sleep(pause)
+            elif write:
+                written[i].fill_(1e-3)
             lib.ok(lib.lib.tc_reducer_mark_ready(red, i))
         lib.ok(lib.lib.tc_reducer_finalize(red))
 
     def per_tensor():
         for i in order:
+            if write:
+                grads[i].fill_(1e-3)
             lib.ok(lib.lib.tc_all_reduce(lib.comm, ptrs[i], sizes[i], 0, sum_op, None, None))
+
+    def writes_only(tensors):
+        # The backward of "ours" without the exchange: what is subtracted.
+        if write:
+            for i in order:
+                tensors[i].fill_(1e-3)
 
     def backward(module):
         # The cheapest backward: every gradient is ones, so the step is
@@ -172,9 +203,9 @@ def bench_model(lib, model, args, rank, world):
     results = {k: [] for k in ["ours", "view", "per-tensor", "ddp", "local", "overlap", "ddp copy",
                                 "local 2"]}
     for step in range(args.warmup + args.steps):
-        t_ours = timed(ours)
-        t_view = timed(lambda: ours(red=red_view))
-        t_pt = timed(per_tensor)
+        t_ours = timed(ours) - timed(lambda: writes_only(grads))
+        t_view = timed(lambda: ours(red=red_view, written=views)) - timed(lambda: writes_only(views))
+        t_pt = timed(per_tensor) - timed(lambda: writes_only(grads))
         run_ddp, run_local = backward(ddp), backward(local)
         t_ddp = timed(run_ddp)
         t_local = timed(run_local)
@@ -224,6 +255,8 @@ def main():
     p.add_argument("--backward-ms", type=float, default=None)
     p.add_argument("--bucket-cap-mb", type=float, default=25.0,
                    help="bucket_cap_bytes of the 'ours view' reducer (MiB)")
+    p.add_argument("--cold", action="store_true",
+                   help="exchange gradients written long before (no writes, nothing subtracted)")
     p.add_argument("--rank", type=int, default=None)
     p.add_argument("--port", type=int, default=None)
     args = p.parse_args()
