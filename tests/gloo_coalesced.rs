@@ -5,12 +5,12 @@
 //! usable.
 
 mod capi_common;
+#[macro_use]
 mod gloo_common;
 
 use capi_common::{last_error, new_comm};
 use gloo_common::*;
 use std::ffi::c_void;
-use std::time::Duration;
 use torchcomm::error::{TC_ERR_INVALID_USAGE, TC_SUCCESS};
 use torchcomm::ffi::coalesced::tc_broadcast_coalesced;
 use torchcomm::ffi::comm::{tc_comm_destroy, tc_comm_finalize, tc_comm_t};
@@ -204,27 +204,6 @@ fn mismatch_child() {
     assert_eq!(tc_comm_finalize(comm), TC_SUCCESS, "{}", last_error());
     tc_comm_destroy(comm);
     println!("RESULT mismatch ok");
-}
-
-fn run_world(test: &str, role: &str, size: usize) {
-    let out = launch(test, role, size, &[], Duration::from_secs(180));
-    assert_all_ok(&out);
-    for o in &out {
-        assert_eq!(o.results().len(), 1, "{}", o.describe());
-    }
-}
-
-macro_rules! world_tests {
-    ($($name:ident: $role:literal, $child:ident, $size:literal;)*) => {$(
-        #[test]
-        fn $name() {
-            match role().as_deref() {
-                Some($role) => $child(),
-                Some(_) => {}
-                None => run_world(stringify!($name), $role, $size),
-            }
-        }
-    )*};
 }
 
 world_tests! {

@@ -8,6 +8,7 @@
 //! gradient reproduced exactly up to rounding; and the argument checks.
 
 mod capi_common;
+#[macro_use]
 mod gloo_common;
 
 use capi_common::{last_error, new_comm};
@@ -469,29 +470,6 @@ fn rank_one_child() {
     println!("RESULT rank_one ok");
 }
 
-fn run_world(test: &str, role: &str, size: usize) -> Vec<Outcome> {
-    launch(test, role, size, &[], Duration::from_secs(300))
-}
-
-macro_rules! world_tests {
-    ($($name:ident: $role:literal, $child:ident, $size:literal;)*) => {$(
-        #[test]
-        fn $name() {
-            match role().as_deref() {
-                Some($role) => $child(),
-                Some(_) => {}
-                None => {
-                    let out = run_world(stringify!($name), $role, $size);
-                    assert_all_ok(&out);
-                    for o in &out {
-                        assert_eq!(o.results().len(), 1, "{}", o.describe());
-                    }
-                }
-            }
-        }
-    )*};
-}
-
 world_tests! {
     powersgd_reference_world_2: "reference", reference_child, 2;
     powersgd_reference_world_3: "reference", reference_child, 3;
@@ -508,7 +486,13 @@ fn powersgd_bad_options() {
         Some("options") => {}
         Some(_) => return,
         None => {
-            let out = run_world("powersgd_bad_options", "options", 1);
+            let out = launch(
+                "powersgd_bad_options",
+                "options",
+                1,
+                &[],
+                Duration::from_secs(300),
+            );
             assert_all_ok(&out);
             return;
         }

@@ -8,6 +8,7 @@
 //! differ across ranks, a peer killed mid-iteration.
 
 mod capi_common;
+#[macro_use]
 mod gloo_common;
 mod reducer_values;
 
@@ -484,29 +485,6 @@ fn view_child() {
     println!("RESULT view ok");
 }
 
-fn run_world(test: &str, role: &str, size: usize) -> Vec<Outcome> {
-    launch(test, role, size, &[], Duration::from_secs(300))
-}
-
-macro_rules! world_tests {
-    ($($name:ident: $role:literal, $child:ident, $size:literal;)*) => {$(
-        #[test]
-        fn $name() {
-            match role().as_deref() {
-                Some($role) => $child(),
-                Some(_) => {}
-                None => {
-                    let out = run_world(stringify!($name), $role, $size);
-                    assert_all_ok(&out);
-                    for o in &out {
-                        assert_eq!(o.results().len(), 1, "{}", o.describe());
-                    }
-                }
-            }
-        }
-    )*};
-}
-
 world_tests! {
     reducer_hooks_world_1: "hooks", hooks_child, 1;
     reducer_hooks_world_2: "hooks", hooks_child, 2;
@@ -527,7 +505,13 @@ fn reducer_peer_killed_world_3() {
         }
         return;
     }
-    let out = run_world("reducer_peer_killed_world_3", "killed", 3);
+    let out = launch(
+        "reducer_peer_killed_world_3",
+        "killed",
+        3,
+        &[],
+        Duration::from_secs(300),
+    );
     assert_eq!(
         out[2].signal(),
         Some(libc::SIGABRT),

@@ -5,6 +5,7 @@
 //! the operations a pre hook saw must cover each bucket element exactly once.
 
 mod capi_common;
+#[macro_use]
 mod gloo_common;
 mod reducer_values;
 
@@ -13,7 +14,6 @@ use gloo_common::*;
 use reducer_values::{reference, value};
 use std::ffi::{c_void, CStr};
 use std::sync::Mutex;
-use std::time::Duration;
 use torchcomm::error::{TC_ERR_INVALID_USAGE, TC_SUCCESS};
 use torchcomm::ffi::comm::{tc_comm_destroy, tc_comm_finalize};
 use torchcomm::ffi::hooks::{tc_comm_add_pre_hook, tc_op_info_t};
@@ -148,27 +148,8 @@ fn parts_child() {
     println!("RESULT parts ok");
 }
 
-macro_rules! world_tests {
-    ($($name:ident: $size:literal;)*) => {$(
-        #[test]
-        fn $name() {
-            match role().as_deref() {
-                Some("parts") => parts_child(),
-                Some(_) => {}
-                None => {
-                    let out = launch(stringify!($name), "parts", $size, &[], Duration::from_secs(300));
-                    assert_all_ok(&out);
-                    for o in &out {
-                        assert_eq!(o.results().len(), 1, "{}", o.describe());
-                    }
-                }
-            }
-        }
-    )*};
-}
-
 world_tests! {
-    reducer_parts_world_2: 2;
-    reducer_parts_world_3: 3;
-    reducer_parts_world_4: 4;
+    reducer_parts_world_2: "parts", parts_child, 2;
+    reducer_parts_world_3: "parts", parts_child, 3;
+    reducer_parts_world_4: "parts", parts_child, 4;
 }

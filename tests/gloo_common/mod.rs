@@ -194,3 +194,31 @@ pub fn child_comm(name: &str, timeout: Duration) -> Arc<Comm> {
 pub fn run(comm: &Comm, op: Op) -> Result<()> {
     comm.submit(op, &OpOptions::default()).map(|_| ())
 }
+
+/// Launches `size` ranks of `test` in `role`: each must exit 0 having
+/// printed exactly one `RESULT` line.
+pub fn run_world_once(test: &str, role: &str, size: usize) {
+    let out = launch(test, role, size, &[], Duration::from_secs(300));
+    assert_all_ok(&out);
+    for o in &out {
+        assert_eq!(o.results().len(), 1, "{}", o.describe());
+    }
+}
+
+/// One `#[test]` per line `name: "role", child_fn, size;`: the test
+/// launches `size` ranks of itself in that role ([`run_world_once`]) and
+/// each rank runs `child_fn`. For files that `#[macro_use] mod
+/// gloo_common;`.
+#[allow(unused_macros)]
+macro_rules! world_tests {
+    ($($name:ident: $role:literal, $child:ident, $size:literal;)*) => {$(
+        #[test]
+        fn $name() {
+            match gloo_common::role().as_deref() {
+                Some($role) => $child(),
+                Some(_) => {}
+                None => gloo_common::run_world_once(stringify!($name), $role, $size),
+            }
+        }
+    )*};
+}
