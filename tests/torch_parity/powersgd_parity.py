@@ -27,8 +27,6 @@ What is compared, honestly:
 """
 import ctypes as C
 import os
-import socket
-import subprocess
 import sys
 
 import torch
@@ -189,28 +187,5 @@ def rank_main(lib_path, rank, world, port):
     dist.destroy_process_group()
 
 
-def main():
-    if len(sys.argv) == 5:
-        rank_main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
-        return
-    lib_path, world = sys.argv[1], int(sys.argv[2])
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    procs = [subprocess.Popen([sys.executable, __file__, lib_path, str(r), str(world), str(port)])
-             for r in range(world)]
-    codes = []
-    for p in procs:
-        try:
-            codes.append(p.wait(timeout=600))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            codes.append("timeout")
-    if any(c != 0 for c in codes):
-        sys.exit(f"powersgd parity on {world} ranks failed: exit codes {codes}")
-    print(f"powersgd parity on {world} ranks: ok")
-
-
 if __name__ == "__main__":
-    main()
+    rp.run_ranks(__file__, rank_main, "powersgd parity")

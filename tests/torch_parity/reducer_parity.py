@@ -217,7 +217,10 @@ def rank_main(lib_path, rank, world, port):
     dist.destroy_process_group()
 
 
-def main():
+def run_ranks(script, rank_main, what):
+    """As a rank (argv: lib rank world port), runs rank_main; else launches
+    `script` once per rank (argv: lib world) and fails unless every rank
+    exits 0 within 10 minutes."""
     if len(sys.argv) == 5:
         rank_main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
         return
@@ -226,7 +229,7 @@ def main():
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    procs = [subprocess.Popen([sys.executable, __file__, lib_path, str(r), str(world), str(port)])
+    procs = [subprocess.Popen([sys.executable, script, lib_path, str(r), str(world), str(port)])
              for r in range(world)]
     codes = []
     for p in procs:
@@ -236,9 +239,9 @@ def main():
             p.kill()
             codes.append("timeout")
     if any(c != 0 for c in codes):
-        sys.exit(f"reducer parity on {world} ranks failed: exit codes {codes}")
-    print(f"reducer parity on {world} ranks: ok")
+        sys.exit(f"{what} on {world} ranks failed: exit codes {codes}")
+    print(f"{what} on {world} ranks: ok")
 
 
 if __name__ == "__main__":
-    main()
+    run_ranks(__file__, rank_main, "reducer parity")
