@@ -41,6 +41,22 @@ static CUcontext gpu_setup(void) {
     return ctx;
 }
 
+/* A comm (abort_on_error off, so a failure is a result the test can
+   report), or NULL after printing why; the result goes to *rc. */
+static inline tc_comm_t *test_comm_new(const char *backend, tc_device_t dev, const char *name,
+                                       tc_result_t *rc) {
+    tc_comm_options_t co = TC_COMM_OPTIONS_INIT;
+    co.abort_on_error = 0;
+    co.name = name;
+    tc_comm_t *comm = NULL;
+    *rc = tc_comm_new(backend, dev, &co, &comm);
+    if (*rc != TC_SUCCESS) {
+        fprintf(stderr, "tc_comm_new(%s): %s: %s\n", backend, tc_result_string(*rc), tc_last_error());
+        return NULL;
+    }
+    return comm;
+}
+
 /* The synchronous copy and memset functions run on the legacy stream,
    which a CU_STREAM_NON_BLOCKING stream (the tests' and the library's) does
    not wait for; and cuMemsetD8, or cuMemcpyHtoD from pageable memory, may

@@ -275,14 +275,10 @@ int main(void) {
         own[g] = dalloc(b);
         h[g] = malloc(b ? b : 1);
     }
-    tc_comm_options_t co = TC_COMM_OPTIONS_INIT;
-    co.abort_on_error = 0;
-    co.name = "gpu-reducer-nccl";
+    tc_result_t rc;
     tc_device_t cuda_dev = {TC_DEVICE_CUDA, -1};
-    tc_comm_t *comm = NULL;
-    tc_result_t rc = tc_comm_new("nccl", cuda_dev, &co, &comm);
-    if (rc != TC_SUCCESS) {
-        fprintf(stderr, "tc_comm_new(nccl): %s: %s\n", tc_result_string(rc), tc_last_error());
+    tc_comm_t *comm = test_comm_new("nccl", cuda_dev, "gpu-reducer-nccl", &rc);
+    if (!comm) {
         printf("0 passed, 1 failed\n");
         return 1;
     }
@@ -293,10 +289,8 @@ int main(void) {
     report("nccl: finalize", tc_comm_finalize(comm) == TC_SUCCESS);
     tc_comm_destroy(comm);
 
-    co.name = "gpu-reducer-gloo";
     tc_device_t cpu = {TC_DEVICE_CPU, 0};
-    comm = NULL;
-    rc = tc_comm_new("gloo", cpu, &co, &comm);
+    comm = test_comm_new("gloo", cpu, "gpu-reducer-gloo", &rc);
     if (rc == TC_ERR_UNAVAILABLE) {
         printf("rank %d: SKIP gloo with CUDA gradients: %s\n", R, tc_last_error());
         skipped++;
