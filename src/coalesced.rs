@@ -306,20 +306,13 @@ pub fn broadcast_coalesced(
             }
         }
     }
-    let label: Arc<str> = format!(
-        "comm '{}' (rank {}/{})",
-        comm.name(),
-        comm.rank(),
-        comm.size()
-    )
-    .into();
-    let work = Arc::new(HostWork::new("broadcast_coalesced", label, comm.timeout()));
-    work.start();
-    let done = work.clone();
-    std::thread::Builder::new()
-        .name("tc-bcast-coalesced".into())
-        .spawn(move || done.complete(land_all(&plan, staged)))
-        .map_err(|e| Error::system("starting the broadcast_coalesced thread", e))?;
+    let work = HostWork::run_on_thread(
+        "broadcast_coalesced",
+        comm.label(),
+        comm.timeout(),
+        "tc-bcast-coalesced",
+        move || land_all(&plan, staged),
+    )?;
     Ok(work)
 }
 

@@ -217,6 +217,10 @@ impl Comm {
     pub fn name(&self) -> &str {
         &self.name
     }
+    /// "comm 'name' (rank r/n)", as works and messages name this comm.
+    pub fn label(&self) -> Arc<str> {
+        self.label.clone()
+    }
     pub fn rank(&self) -> i32 {
         self.rank
     }

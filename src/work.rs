@@ -81,6 +81,26 @@ impl HostWork {
         }
     }
 
+    /// A started work that a new thread named `thread` completes with
+    /// `job`'s outcome: the async form of a call that runs outside a comm's
+    /// progress thread.
+    pub fn run_on_thread(
+        op: &'static str,
+        comm_label: Arc<str>,
+        timeout: Duration,
+        thread: &str,
+        job: impl FnOnce() -> Result<()> + Send + 'static,
+    ) -> Result<Arc<HostWork>> {
+        let work = Arc::new(HostWork::new(op, comm_label, timeout));
+        work.start();
+        let done = work.clone();
+        std::thread::Builder::new()
+            .name(thread.into())
+            .spawn(move || done.complete(job()))
+            .map_err(|e| Error::system(format!("starting the {op} thread"), e))?;
+        Ok(work)
+    }
+
     /// "all_reduce on comm 'x' (rank 0/4)", for messages.
     pub fn description(&self) -> String {
         format!("{} on {}", self.op, self.comm_label)

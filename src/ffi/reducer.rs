@@ -432,14 +432,11 @@ pub extern "C" fn tc_reducer_finalize_async(
             inner.begin_finalize();
             inner.comm().clone()
         };
-        let label: Arc<str> = format!(
-            "comm '{}' (rank {}/{})",
-            comm.name(),
-            comm.rank(),
-            comm.size()
-        )
-        .into();
-        let done = Arc::new(HostWork::new("reducer_finalize", label, comm.timeout()));
+        let done = Arc::new(HostWork::new(
+            "reducer_finalize",
+            comm.label(),
+            comm.timeout(),
+        ));
         done.start();
         let (finish, inner) = (done.clone(), r.inner.clone());
         let thread = std::thread::Builder::new()

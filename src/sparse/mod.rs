@@ -298,20 +298,13 @@ pub unsafe fn sparse_all_reduce(
         deliver(pending.finish()?)?;
         return Ok(Arc::new(DoneWork(Ok(()))));
     }
-    let label: Arc<str> = format!(
-        "comm '{}' (rank {}/{})",
-        comm.name(),
-        comm.rank(),
-        comm.size()
-    )
-    .into();
-    let work = Arc::new(HostWork::new("sparse_all_reduce", label, comm.timeout()));
-    work.start();
-    let done = work.clone();
-    std::thread::Builder::new()
-        .name("tc-sparse".into())
-        .spawn(move || done.complete(pending.finish().and_then(deliver)))
-        .map_err(|e| Error::system("starting the sparse all-reduce thread", e))?;
+    let work = HostWork::run_on_thread(
+        "sparse_all_reduce",
+        comm.label(),
+        comm.timeout(),
+        "tc-sparse",
+        move || pending.finish().and_then(deliver),
+    )?;
     Ok(work)
 }
 
