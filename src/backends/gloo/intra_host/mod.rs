@@ -513,16 +513,14 @@ impl IntraHost {
         let me = self.rank;
         // SeqCst: the re-check after raising `sleeping` must not be ordered
         // before it (a waker that saw `sleeping` clear relies on it).
-        let missing = || {
-            (0..self.size)
-                .filter(|r| self.phase_of(*r).load(Ordering::SeqCst) < p)
-                .collect::<Vec<_>>()
-        };
+        // The spin checks allocate nothing: only a wait that goes on to the
+        // slow path lists who is late.
+        let arrived = |r: &usize| self.phase_of(*r).load(Ordering::SeqCst) >= p;
+        let all_arrived = || (0..self.size).all(|r| arrived(&r));
         let mut spins = 0;
         loop {
             let seen = self.bell_of(me).load(Ordering::SeqCst);
-            let late = missing();
-            if late.is_empty() {
+            if all_arrived() {
                 return Ok(());
             }
             if spins < self.busy_spins + YIELDS {
@@ -538,6 +536,7 @@ impl IntraHost {
                 continue;
             }
             alive()?;
+            let late: Vec<usize> = (0..self.size).filter(|r| !arrived(r)).collect();
             let names = || {
                 late.iter()
                     .map(|r| r.to_string())
@@ -572,7 +571,7 @@ impl IntraHost {
                 }
             };
             self.sleeping_of(me).store(1, Ordering::SeqCst);
-            if missing().is_empty() {
+            if all_arrived() {
                 self.sleeping_of(me).store(0, Ordering::SeqCst);
                 return Ok(());
             }
