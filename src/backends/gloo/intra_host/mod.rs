@@ -88,12 +88,45 @@ const SEGMENT: usize = HEADER + 2 * HALF;
 fn segment_len(size: usize) -> usize {
     SEGMENT + size * p2p::RING_STRIDE
 }
-/// Busy polls before a sync yields, when the host has a core per rank
+/// Busy polls before a wait yields, when the host has a core per rank
 /// (busy polling ranks that share cores delays the very peers they wait
 /// for: measured 10x slower with 4 ranks on 2 cores).
 const BUSY_SPINS: u32 = 2000;
-/// Yielding polls before a sync goes to sleep.
+/// Yielding polls before a wait goes to sleep.
 const YIELDS: u32 = 64;
+
+/// A waiter's polling before it sleeps: `busy_spins` busy polls (none when
+/// ranks share cores), then [`YIELDS`] yields.
+struct Patience {
+    busy_spins: u32,
+    polls: u32,
+}
+
+impl Patience {
+    fn new(busy_spins: u32) -> Patience {
+        Patience {
+            busy_spins,
+            polls: 0,
+        }
+    }
+
+    /// Waits a little before the next poll; false once it is time to sleep.
+    fn poll_again(&mut self) -> bool {
+        self.polls += 1;
+        if self.polls <= self.busy_spins {
+            std::hint::spin_loop();
+            return true;
+        }
+        if self.polls <= self.busy_spins + YIELDS {
+            std::thread::yield_now();
+            return true;
+        }
+        false
+    }
+}
+
+/// The longest a wait sleeps between its checks of the deadline, the
+/// comm's abort and the peers' processes.
 const SLICE: Duration = Duration::from_millis(10);
 
 /// One rank's view of the comm's segments.
@@ -517,22 +550,16 @@ impl IntraHost {
         // slow path lists who is late.
         let arrived = |r: &usize| self.phase_of(*r).load(Ordering::SeqCst) >= p;
         let all_arrived = || (0..self.size).all(|r| arrived(&r));
-        let mut spins = 0;
+        // Busy first when every rank can have a core of its own (a peer on
+        // another core arrives within microseconds), then yield the core to
+        // a peer that may share it.
+        let mut patience = Patience::new(self.busy_spins);
         loop {
             let seen = self.bell_of(me).load(Ordering::SeqCst);
             if all_arrived() {
                 return Ok(());
             }
-            if spins < self.busy_spins + YIELDS {
-                // Busy first when every rank can have a core of its own (a
-                // peer on another core arrives within microseconds), then
-                // yield the core to a peer that may share it.
-                spins += 1;
-                if spins <= self.busy_spins {
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
+            if patience.poll_again() {
                 continue;
             }
             alive()?;

@@ -31,7 +31,7 @@
 //! seen, and the deadline gives `TC_ERR_TIMEOUT` naming the peers waited
 //! for.
 
-use super::{exited, futex_wait, futex_wake, IntraHost, SEGMENT, SLICE, YIELDS};
+use super::{exited, futex_wait, futex_wake, IntraHost, Patience, SEGMENT, SLICE};
 use crate::error::{Error, Result};
 use crate::types::DType;
 use crate::util::Deadline;
@@ -223,10 +223,10 @@ impl IntraHost {
         d: &Deadline,
         alive: &dyn Fn() -> Result<()>,
     ) -> Result<()> {
-        let mut spins = 0u32;
+        let mut patience = Patience::new(self.busy_spins);
         loop {
             if self.step(inboxes, pend, false)? {
-                spins = 0;
+                patience = Patience::new(self.busy_spins);
                 continue;
             }
             if pend.iter().all(|p| p.done) {
@@ -235,16 +235,10 @@ impl IntraHost {
             // Stuck: read whatever peers sent, so that a peer blocked
             // sending to this rank moves on.
             if self.step(inboxes, pend, true)? {
-                spins = 0;
+                patience = Patience::new(self.busy_spins);
                 continue;
             }
-            spins += 1;
-            if spins <= self.busy_spins {
-                std::hint::spin_loop();
-                continue;
-            }
-            if spins <= self.busy_spins + YIELDS {
-                std::thread::yield_now();
+            if patience.poll_again() {
                 continue;
             }
             alive()?;
