@@ -106,6 +106,19 @@ impl Grads {
             (0..c).for_each(|e| put(p, dt, e, value(world, rank, g, e, iter)));
         }
     }
+    /// Every gradient holds this rank's own iteration-`iter` values, as
+    /// `fill` wrote them (rounded to its dtype): a failed iteration wrote
+    /// nothing back.
+    fn check_own(&self, world: usize, me: usize, iter: usize) {
+        let own = |gi: usize, e: usize| {
+            let mut w = [0u64];
+            let dt = self.list[gi].1;
+            put(w.as_mut_ptr().cast(), dt, 0, value(world, me, gi, e, iter));
+            get(w.as_ptr().cast(), dt, 0)
+        };
+        self.check(world, iter, own);
+    }
+
     fn check(&self, world: usize, iter: usize, expect: impl Fn(usize, usize) -> f32) {
         for g in 0..self.list.len() {
             let (c, dt) = self.list[g];
@@ -315,17 +328,7 @@ fn errors_child() {
         assert!(g.words != before, "the fill changed nothing");
     }
     // Nothing was written back: the gradients hold this rank's own values.
-    let own = |gi: usize, e: usize| {
-        let mut w = [0u64];
-        put(
-            w.as_mut_ptr().cast(),
-            g.list[gi].1,
-            0,
-            value(world, me, gi, e, 1),
-        );
-        get(w.as_ptr().cast(), g.list[gi].1, 0)
-    };
-    g.check(world, 1, own);
+    g.check_own(world, me, 1);
     // The reducer stays usable.
     assert_eq!(
         run_iteration(r, &mut g, &[], 2),
@@ -400,7 +403,10 @@ fn killed_child() {
     }
     let rc = tc_reducer_finalize(r);
     assert_ne!(rc, TC_SUCCESS);
-    println!("RESULT killed ok rc={rc} {}", last_error());
+    let message = last_error();
+    // The survivors' gradients are as their backward left them.
+    g.check_own(world, me, 1);
+    println!("RESULT killed ok rc={rc} {message}");
 }
 
 /// Gradients living in the buckets (`gradient_as_bucket_view`), finalized
