@@ -18,6 +18,8 @@ fi
 set -e
 echo "## Gradient exchange of one training step (ms, median; rank 0; $(nproc) cores)"
 echo
+echo "Each side: a backward that writes every gradient, with the exchange, minus the same backward alone (--cold: ours on gradients written long before)."
+echo
 echo "| model | ranks | ours | ours view | per-tensor | torch DDP | torch DDP view | torch / ours | torch view / ours view | per-tensor / ours view | backward | exposed (view) | hidden |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for world in ${WORLDS:-2 4}; do
