@@ -19,3 +19,35 @@ CTEST_LIBS=(-L"$REL" -ltorchcomm -Wl,-rpath,"$REL")
 ensure_built() {
   [ "${TC_BUILT:-}" = 1 ] || "$ROOT/scripts/build.sh"
 }
+
+# Makes the Python virtual environment VENV once, under a lock (callers may
+# run at the same time): pip installs the remaining arguments into it,
+# announced as WHAT (SIZE). READY names a function that prints the tool's
+# path and succeeds once the environment works. Prints that path; when the
+# environment cannot be had, calls the caller's `skip` with the reason.
+make_venv() {
+  local venv=$1 what=$2 size=$3 ready=$4
+  shift 4
+  local stamp="$venv/.torchcomm-ready" log="$venv.install.log" out
+  if [ -f "$stamp" ] && out=$("$ready" 2>/dev/null); then
+    echo "$out"
+    return 0
+  fi
+  mkdir -p "$(dirname "$venv")"
+  exec 9>"$venv.lock"
+  flock 9
+  if [ -f "$stamp" ] && out=$("$ready" 2>/dev/null); then
+    echo "$out"
+    return 0
+  fi
+  command -v python3 >/dev/null || skip "python3 not found"
+  python3 -m venv "$venv" >/dev/null 2>&1 || skip "python3 -m venv failed (install python3-venv)"
+  echo "$what: installing $* from PyPI into $venv ($size)" >&2
+  if ! "$venv/bin/pip" install --disable-pip-version-check -q "$@" >"$log" 2>&1; then
+    tail -n 5 "$log" >&2
+    skip "pip install $* failed (see $log)"
+  fi
+  out=$("$ready" 2>>"$log") || skip "$* installed but not usable (see $log)"
+  touch "$stamp"
+  echo "$out"
+}

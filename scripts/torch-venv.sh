@@ -10,30 +10,8 @@
 # as a line starting with "SKIPPED", which the callers pass on: a test that
 # needs torch reports that line, never a silent pass.
 set -uo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
-venv="${TORCHCOMM_TORCH_VENV:-$root/build/torch-venv}"
-py="$venv/bin/python"
-stamp="$venv/.torchcomm-ready"
+source "$(dirname "$0")/common.sh"
+venv="${TORCHCOMM_TORCH_VENV:-$BUILD/torch-venv}"
 skip() { echo "SKIPPED: torch unavailable: $*" >&2; exit 2; }
-
-if [ -f "$stamp" ] && "$py" -c 'import torch, numpy' 2>/dev/null; then
-  echo "$py"; exit 0
-fi
-lock="$venv.lock"
-mkdir -p "$(dirname "$venv")"
-exec 9>"$lock"
-flock 9
-if [ -f "$stamp" ] && "$py" -c 'import torch, numpy' 2>/dev/null; then
-  echo "$py"; exit 0
-fi
-command -v python3 >/dev/null || skip "python3 not found"
-python3 -m venv "$venv" >/dev/null 2>&1 || skip "python3 -m venv failed (install python3-venv)"
-log="$venv.install.log"
-echo "torch-venv: installing torch, numpy, pytest from PyPI into $venv (about 2 minutes, 5 GB)" >&2
-if ! "$venv/bin/pip" install --disable-pip-version-check -q torch numpy pytest >"$log" 2>&1; then
-  tail -n 5 "$log" >&2
-  skip "pip install torch failed (see $log)"
-fi
-"$py" -c 'import torch, numpy' 2>>"$log" || skip "torch does not import (see $log)"
-touch "$stamp"
-echo "$py"
+torch_ready() { "$venv/bin/python" -c 'import torch, numpy' && echo "$venv/bin/python"; }
+make_venv "$venv" torch-venv "about 2 minutes, 5 GB" torch_ready torch numpy pytest
