@@ -278,6 +278,8 @@ def test_sparse_all_reduce_refuses_non_integer_indices(comm):
         with pytest.raises(tc.TorchCommError) as e:  # [[0.7, 2.9]] was summed as [[0, 2]]
             comm.sparse_all_reduce(idx, vals, (4,))
         assert e.value.code == 1002 and "'indices' must be integers" in e.value.detail, e.value
+    with pytest.raises(tc.TorchCommError, match="'indices' holds 9223372036854775809, beyond int64"):
+        comm.sparse_all_reduce(np.array([[2**63 + 1, 0]], np.uint64), vals, (4,))
     # Integers of any width and byte order keep their values.
     idx = np.array([[comm.rank, 3]], dtype=other_order(np.int32))
     i, v, s = comm.sparse_all_reduce(idx, vals, (4,))
