@@ -248,7 +248,8 @@ class Reducer:
 
     def free(self) -> None:
         """Ends the reducer: its calls raise from now on. The library frees
-        it now, or (bucket views) when the last view of its memory goes."""
+        it now, or, while views of its memory remain (``grad(i)``, a hook's
+        ``bucket.buffer``), when the last of them goes."""
         if self._owner:
             owner, self._owner = self._owner, None
             owner.keep, self._iteration_keep = self._iteration_keep, []
