@@ -6,6 +6,11 @@ test in the same order.
 
     tc-run -n 3 -- python -m pytest -q python/tests/test_grad_families.py
 """
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -230,3 +235,67 @@ def test_sparse_all_reduce_refuses_async(comm):
     with pytest.raises(tc.TorchCommError) as e:
         comm.sparse_all_reduce(mine, async_op=True)
     assert e.value.code == 1002 and "async_op" in str(e.value)
+
+
+def other_order(dtype):
+    """`dtype` in the byte order that is not this machine's ('>f4' here)."""
+    return np.dtype(dtype).newbyteorder("S")
+
+
+def test_reducer_and_sparse_refuse_non_native_byte_order(comm):
+    # Read in this machine's order, a '>f4' gradient was averaged as
+    # garbage; every rank refuses locally, naming the argument.
+    swapped = other_order(np.float32)
+    cases = [([np.zeros(4, np.float32), np.zeros(3, swapped)], False, "grads[1]"),
+             ([np.zeros(3, swapped)], True, "grads[0]"),
+             ([((2, 3), swapped)], True, "grads[0]")]
+    for grads, as_view, what in cases:
+        with pytest.raises(tc.TorchCommError) as e:
+            tc.Reducer(comm, grads, gradient_as_bucket_view=as_view)
+        assert e.value.code == 1002 and f"'{what}' has non-native byte order" in e.value.detail, e.value
+
+    grads = [np.full(4, comm.rank + 1.0, np.float32)]
+    with tc.Reducer(comm, grads) as red:
+        red.set_hook(lambda bucket: bucket.set_buffer(np.zeros(bucket.count, swapped)))
+        with pytest.raises(tc.TorchCommError) as e:
+            red.mark_ready(0)
+        assert "'buf' has non-native byte order" in str(e.value.__cause__)
+        with pytest.raises(tc.TorchCommError):
+            red.finalize()
+        red.set_builtin_hook("allreduce")  # the reducer serves the next iteration
+        red.mark_ready(0)
+        red.finalize()
+    np.testing.assert_allclose(grads[0], (comm.size + 1) / 2)
+
+    with pytest.raises(tc.TorchCommError) as e:
+        comm.sparse_all_reduce(np.array([[0, 1]]), np.ones(2, swapped), (3,))
+    assert e.value.code == 1002 and "'values' has non-native byte order" in e.value.detail
+
+
+def test_sparse_all_reduce_refuses_non_integer_indices(comm):
+    vals = np.ones(2, np.float32)
+    for idx in ([[0.7, 2.9]], np.array([[0.0, 2.0]]), np.array([[True, False]])):
+        with pytest.raises(tc.TorchCommError) as e:  # [[0.7, 2.9]] was summed as [[0, 2]]
+            comm.sparse_all_reduce(idx, vals, (4,))
+        assert e.value.code == 1002 and "'indices' must be integers" in e.value.detail, e.value
+    with pytest.raises(tc.TorchCommError, match="'indices' holds 9223372036854775809, beyond int64"):
+        comm.sparse_all_reduce(np.array([[2**63 + 1, 0]], np.uint64), vals, (4,))
+    # Integers of any width and byte order keep their values.
+    idx = np.array([[comm.rank, 3]], dtype=other_order(np.int32))
+    i, v, s = comm.sparse_all_reduce(idx, vals, (4,))
+    assert s == (4,) and i.tolist() == [list(range(comm.size)) + [3]]
+    assert v.tolist() == [1.0] * comm.size + [float(comm.size)]
+
+
+def test_reducer_views_keep_its_memory_alive(tmp_path):
+    # Writing through grad(i) (or a hook's bucket.buffer) after free() or
+    # the with block was a SIGSEGV; the views now keep the memory, and only
+    # the memory, until the last of them goes. A child process of its own,
+    # so that a crash fails this test only.
+    child = Path(__file__).with_name("reducer_view_lifetime.py")
+    scenarios = ["numpy_free", "torch_with", "from_numpy", "hook_buffer", "released"]
+    r = subprocess.run([sys.executable, str(child), str(tmp_path), *scenarios], capture_output=True, text=True,
+                       timeout=240)
+    assert r.returncode != -signal.SIGSEGV, f"SIGSEGV after: {r.stdout!r}"
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split("\n")[:-1] == [f"{s}: held" for s in scenarios]

@@ -227,6 +227,49 @@ def test_argument_errors_lose_nothing(comm):
     assert (x == n).all()
 
 
+def test_non_native_byte_order_is_refused(comm):
+    # The library reads elements in this machine's byte order: a '>f4'
+    # [1, 2, 3] was all-reduced as garbage. Every entry point that takes an
+    # array refuses it, naming the argument; each rank refuses before any
+    # communication, so the comm stays in step.
+    r, n = comm.rank, comm.size
+    swapped = np.dtype(np.float32).newbyteorder("S")  # '>f4' here
+    x = np.array([1, 2, 3], dtype=swapped)
+    native = np.zeros(3 * n, np.float32)
+
+    def refused(what, fn, *args):
+        with pytest.raises(tc.TorchCommError) as e:
+            fn(*args)
+        assert e.value.code == 1002 and f"'{what}' has non-native byte order" in e.value.detail, e.value
+
+    refused("buf", comm.all_reduce, x)
+    refused("buf", comm.all_reduce, memoryview(x))
+    refused("buf", comm.broadcast, x, 0)
+    refused("input", comm.all_gather_single, native, x)
+    refused("output", comm.all_gather_single, native.astype(swapped), np.zeros(3, np.float32))
+    refused("bufs[1]", comm.broadcast_coalesced, [np.zeros(2), x], 0)
+    refused("buf", comm.batch().send, x, (r + 1) % n)
+    refused("buf", comm.register, x)
+    refused("factor", tc.ReduceOp.premul_sum, np.ones(1, swapped))
+    refused("dtype", tc.raw, native.ctypes.data, 3, swapped)
+    mem = comm.mem_alloc(16)
+    refused("dtype", mem.numpy, swapped)
+    mem.free()
+    refused("output", comm.all_gather_p, native.astype(swapped))
+    with comm.all_gather_p(native) as ag:
+        refused("input", ag.exec, x)
+    with tc.Window(comm) as win:
+        refused("buf", win.register, x)
+        win.register(native)
+        refused("src", win.put, x, (r + 1) % n)
+        refused("dst", win.get, x, (r + 1) % n)
+        comm.barrier()
+        win.deregister()
+    y = x.astype(x.dtype.newbyteorder("="))  # converted, as the error says
+    comm.all_reduce(y)
+    assert y.tolist() == [n, 2 * n, 3 * n]
+
+
 def test_shrink_excluding_the_last_rank(comm):
     r, n = comm.rank, comm.size
     if r == n - 1:

@@ -7,7 +7,8 @@
 
 Buffers: numpy arrays, torch tensors (CPU; CUDA through data_ptr() on the
 current stream), DLPack exporters, anything with the buffer protocol, or
-``tc.raw(ptr, count, dtype)``. Failures raise ``TorchCommError`` with the
+``tc.raw(ptr, count, dtype)``, in this machine's byte order (others are
+refused). Failures raise ``TorchCommError`` with the
 C result ``code``, its ``name`` and the library's ``detail``.
 """
 from __future__ import annotations

@@ -52,6 +52,8 @@ for _ch in "hHiIlLqQnN":
     _kind = {4: (DType.INT32, DType.UINT32), 8: (DType.INT64, DType.UINT64)}.get(_size)
     if _kind:
         _FORMATS[_ch] = _kind[_ch.isupper()]
+# A format's byte-order prefix naming this machine's order.
+_NATIVE_ORDER = "<" if sys.byteorder == "little" else ">"
 
 
 def to_numpy_dtype(dt: DType) -> Any:
@@ -68,8 +70,19 @@ def to_torch_dtype(dt: DType) -> Any:
     return getattr(torch, _TORCH_NAMES[dt])
 
 
-def dtype_of(obj: Any) -> DType:
-    """The DType of a numpy/torch dtype, an array or tensor, a DType or its name."""
+def _non_native(what: Optional[str], order: str) -> Exception:
+    """The refusal of elements stored in the other byte order: the library
+    reads every element in this machine's order, so they would be garbage
+    (and a result written in place would be garbage to the caller)."""
+    arg = f"'{what}'" if what else "the dtype"
+    return invalid(f"{arg} has non-native byte order ({order}); torchcomm reads elements in this machine's "
+                   f"({sys.byteorder}-endian) byte order: convert it first, e.g. "
+                   "a.astype(a.dtype.newbyteorder('='))")
+
+
+def dtype_of(obj: Any, what: Optional[str] = None) -> DType:
+    """The DType of a numpy/torch dtype, an array or tensor, a DType or its
+    name. A numpy dtype of non-native byte order is refused, naming `what`."""
     if isinstance(obj, DType):
         return obj
     if isinstance(obj, str):
@@ -84,7 +97,10 @@ def dtype_of(obj: Any) -> DType:
         raise invalid(f"torch dtype {dt} has no torchcomm dtype")
     np = sys.modules.get("numpy")
     if np is not None:
-        name = np.dtype(dt).name
+        dt = np.dtype(dt)
+        if not dt.isnative:
+            raise _non_native(what, f"dtype {dt.str!r}")
+        name = dt.name
         for k, v in _NUMPY_NAMES.items():
             if v == name:
                 return k
@@ -124,7 +140,7 @@ def _numpy_buffer(a: Any, writable: bool, what: str) -> Buf:
         raise invalid(f"'{what}' is not C-contiguous")
     if writable and not a.flags.writeable:
         raise invalid(f"'{what}' is read-only")
-    return Buf(a.ctypes.data, a.size, dtype_of(a.dtype), False, None, a)
+    return Buf(a.ctypes.data, a.size, dtype_of(a.dtype, what), False, None, a)
 
 
 def _memoryview_buffer(obj: Any, writable: bool, what: str, dtype: Optional[DType]) -> Buf:
@@ -132,6 +148,9 @@ def _memoryview_buffer(obj: Any, writable: bool, what: str, dtype: Optional[DTyp
     if not mv.c_contiguous:
         raise invalid(f"'{what}' is not contiguous")
     fmt = mv.format.lstrip("@=")
+    order, code = fmt[:1], fmt[1:]
+    if order in ("<", ">", "!") and order != _NATIVE_ORDER and code not in ("b", "B", "?", "c"):
+        raise _non_native(what, f"buffer format {mv.format!r}")
     dt = dtype if dtype is not None else _FORMATS.get(fmt)
     if dt is None:
         raise invalid(f"'{what}' has buffer format {mv.format!r}, which maps to no dtype")
@@ -172,4 +191,4 @@ def as_buffer(obj: Any, writable: bool, what: str, dtype: Optional[DType] = None
 
 def raw(ptr: int, count: int, dtype: Any, cuda: bool = False, stream: Optional[int] = None) -> Buf:
     """A buffer from an address (e.g. from tc_mem_alloc or another library)."""
-    return Buf(int(ptr), int(count), dtype_of(dtype), cuda, stream, None)
+    return Buf(int(ptr), int(count), dtype_of(dtype, "dtype"), cuda, stream, None)

@@ -596,7 +596,7 @@ class Memory:
 
         from ._buffers import to_numpy_dtype, dtype_of
 
-        dt = to_numpy_dtype(dtype_of(dtype))
+        dt = to_numpy_dtype(dtype_of(dtype, "dtype"))
         arr = (C.c_char * self.nbytes).from_address(self.ptr)
         return np.frombuffer(arr, dtype=dt)
 

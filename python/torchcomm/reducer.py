@@ -23,8 +23,28 @@ class Hook(enum.IntEnum):
     POWERSGD = 4
 
 
-def _view(ptr: Optional[int], count: int, dtype: DType, shape: Any, as_torch: bool) -> Any:
-    """numpy array or torch tensor over `count` elements at `ptr` (no copy)."""
+class _Owner:
+    """The C reducer, freed when the last reference to this goes: the
+    Reducer's (dropped by ``free()``) and those of the views of its memory.
+    A view keeps only this, not the Reducer: after ``free()`` the reducer's
+    calls raise while the memory under a view stays valid. `keep`: what an
+    unfinished iteration's exchanges may still read or write, released
+    after ``tc_reducer_free`` has waited for them."""
+
+    def __init__(self, h: C.c_void_p):
+        self.h: Optional[C.c_void_p] = h
+        self.keep: List[Any] = []
+
+    def __del__(self) -> None:
+        if self.h:
+            lib.tc_reducer_free(self.h)
+            self.h = None
+
+
+def _view(ptr: Optional[int], count: int, dtype: DType, shape: Any, as_torch: bool, owner: _Owner) -> Any:
+    """numpy array or torch tensor over `count` elements at `ptr` (no copy),
+    keeping `owner` alive: numpy's base and torch's storage hold `raw`, so
+    every view derived from it (slices, reshapes, torch.from_numpy) does."""
     nbytes = count * dtype.itemsize
     if as_torch:
         import torch
@@ -32,12 +52,14 @@ def _view(ptr: Optional[int], count: int, dtype: DType, shape: Any, as_torch: bo
         if not ptr or not nbytes:
             return torch.empty(shape, dtype=to_torch_dtype(dtype))
         raw = (C.c_char * nbytes).from_address(ptr)
+        raw.owner = owner
         return torch.frombuffer(raw, dtype=to_torch_dtype(dtype), count=count).view(shape)
     import numpy as np
 
     if not ptr or not nbytes:
         return np.empty(shape, dtype=to_numpy_dtype(dtype))
     raw = (C.c_char * nbytes).from_address(ptr)
+    raw.owner = owner
     return np.frombuffer(raw, dtype=to_numpy_dtype(dtype), count=count).reshape(shape)
 
 
@@ -46,9 +68,10 @@ class GradBucket:
     ``index``, ``num_buckets``, ``is_last``, ``dtype``, ``count``, and per
     gradient ``grad_indices``, ``offsets``, ``lengths`` (elements)."""
 
-    def __init__(self, comm: Comm, c: _lib.GradBucketC, reducer: "Reducer"):
+    def __init__(self, comm: Comm, c: _lib.GradBucketC, reducer: "Reducer", owner: _Owner):
         self.comm = comm
-        self._c, self._reducer = c, reducer
+        # `c` is the library's memory: `owner` keeps it (and the views) valid.
+        self._c, self._reducer, self._owner = c, reducer, owner
         self.index, self.num_buckets, self.is_last = c.index, c.num_buckets, bool(c.is_last)
         self.count, self.dtype = c.count, DType(c.dtype)
         n = c.num_grads
@@ -59,12 +82,12 @@ class GradBucket:
     @property
     def buffer(self) -> Any:
         """The flat buffer as a numpy view (not for bfloat16: use ``tensor``)."""
-        return _view(self._c.buffer, self.count, DType(self._c.dtype), (self.count,), False)
+        return _view(self._c.buffer, self.count, DType(self._c.dtype), (self.count,), False, self._owner)
 
     @property
     def tensor(self) -> Any:
         """The flat buffer as a torch tensor view."""
-        return _view(self._c.buffer, self.count, DType(self._c.dtype), (self.count,), True)
+        return _view(self._c.buffer, self.count, DType(self._c.dtype), (self.count,), True, self._owner)
 
     def set_buffer(self, buf: Any) -> None:
         """Exchange `buf` (the bucket's element count, a floating-point dtype)
@@ -80,20 +103,20 @@ class GradBucket:
 HookFn = Callable[[GradBucket], Work]
 
 
-def _layout(g: Any) -> Tuple[Tuple[int, ...], DType, bool]:
+def _layout(g: Any, what: str) -> Tuple[Tuple[int, ...], DType, bool]:
     """(shape, dtype, is_torch) of a gradient given as array/tensor or
-    (shape, dtype)."""
+    (shape, dtype); `what` names it in errors."""
     torch = sys.modules.get("torch")
     if isinstance(g, tuple) and len(g) == 2:
         shape = (g[0],) if isinstance(g[0], int) else tuple(g[0])
         is_torch = torch is not None and isinstance(g[1], torch.dtype)
         if is_torch or isinstance(g[1], (str, DType)):
-            return shape, dtype_of(g[1]), is_torch
+            return shape, dtype_of(g[1], what), is_torch
         import numpy as np
 
-        return shape, dtype_of(np.dtype(g[1])), False
+        return shape, dtype_of(np.dtype(g[1]), what), False
     is_torch = torch is not None and isinstance(g, torch.Tensor)
-    return tuple(g.shape), dtype_of(g), is_torch
+    return tuple(g.shape), dtype_of(g, what), is_torch
 
 
 class Reducer:
@@ -106,16 +129,17 @@ class Reducer:
     same kind. Each iteration: ``mark_ready(i)`` for every gradient (hooks
     run as buckets complete), then ``finalize()`` (or ``finalize_async()``).
     The default hook averages (``Hook.ALLREDUCE``). Use as a context
-    manager, or call ``free()``.
+    manager, or call ``free()``: the reducer's calls raise from then on,
+    while its memory lives on until the last view of it is gone.
     """
 
     def __init__(self, comm: Comm, grads: Sequence[Any], *, bucket_cap_bytes: int = 0,
                  first_bucket_bytes: int = 0, gradient_as_bucket_view: bool = False):
-        self._h: Optional[C.c_void_p] = None
+        self._owner: Optional[_Owner] = None
         self._comm, self._hook, self._hook_error = comm, None, None  # type: ignore[var-annotated]
         self._iteration_keep: List[Any] = []
         self._view = bool(gradient_as_bucket_view)
-        self._layouts = [_layout(g) for g in grads]
+        self._layouts = [_layout(g, f"grads[{i}]") for i, g in enumerate(grads)]
         n = len(grads)
         if self._view:
             self._grads: List[Any] = []
@@ -134,13 +158,13 @@ class Reducer:
         h = C.c_void_p()
         check(lib.tc_reducer_new(comm.handle, ptrs, (C.c_size_t * n)(*counts), dtypes, n, C.byref(opts),
                                  C.byref(h)), "tc_reducer_new")
-        self._h = h
+        self._owner = _Owner(h)
 
     @property
     def handle(self) -> C.c_void_p:
-        if not self._h:
+        if not self._owner:
             raise ValueError("the reducer is freed")
-        return self._h
+        return self._owner.h  # type: ignore[return-value]
 
     @property
     def num_buckets(self) -> int:
@@ -158,7 +182,7 @@ class Reducer:
         p = C.c_void_p()
         check(lib.tc_reducer_get_grad(self.handle, i, C.byref(p)), "tc_reducer_get_grad")
         shape, dtype, is_torch = self._layouts[i]
-        return _view(p.value, _count(shape), dtype, shape, is_torch)
+        return _view(p.value, _count(shape), dtype, shape, is_torch, self._owner)  # type: ignore[arg-type]
 
     def mark_ready(self, i: int) -> None:
         self._run(lambda: lib.tc_reducer_mark_ready(self.handle, i), "tc_reducer_mark_ready")
@@ -184,7 +208,7 @@ class Reducer:
 
         def call(_state: Any, _comm: Any, bucket: Any, work: Any) -> int:
             try:
-                w = hook(GradBucket(self._comm, bucket.contents, self))
+                w = hook(GradBucket(self._comm, bucket.contents, self, self._owner))  # type: ignore[arg-type]
                 if not isinstance(w, Work) or not w._h:
                     raise TypeError(f"the hook returned {w!r}, not a live torchcomm.Work")
                 self._iteration_keep.append(w._keep)
@@ -223,9 +247,12 @@ class Reducer:
         check(lib.tc_reducer_set_powersgd(self.handle, C.byref(o)), "tc_reducer_set_powersgd")
 
     def free(self) -> None:
-        if self._h:
-            lib.tc_reducer_free(self._h)
-            self._h = None
+        """Ends the reducer: its calls raise from now on. The library frees
+        it now, or, while views of its memory remain (``grad(i)``, a hook's
+        ``bucket.buffer``), when the last of them goes."""
+        if self._owner:
+            owner, self._owner = self._owner, None
+            owner.keep, self._iteration_keep = self._iteration_keep, []
             self._hook = None
 
     def __del__(self) -> None:

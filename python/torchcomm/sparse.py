@@ -25,7 +25,14 @@ def _input(indices: Any, values: Any, shape: Optional[Sequence[int]]) -> Tuple[A
         raise invalid("pass a torch sparse COO tensor, or 'indices', 'values' and 'shape'", CALL)
     import numpy as np
 
-    idx = np.ascontiguousarray(indices, dtype=np.int64)
+    idx = np.asarray(indices)
+    # A cast to int64 would truncate 0.7 to 0: only integers are indices
+    # (of any width or byte order: the cast then keeps their values).
+    if idx.size and idx.dtype.kind not in ("i", "u"):
+        raise invalid(f"'indices' must be integers, not {idx.dtype}", CALL)
+    if idx.size and idx.dtype.kind == "u" and idx.max() > np.iinfo(np.int64).max:
+        raise invalid(f"'indices' holds {idx.max()}, beyond int64", CALL)
+    idx = np.ascontiguousarray(idx, dtype=np.int64)
     if idx.ndim != 2:
         raise invalid(f"'indices' must be 2-D (sparse_dim x nnz), not {idx.ndim}-D", CALL)
     vals = np.ascontiguousarray(values)
