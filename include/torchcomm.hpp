@@ -847,7 +847,7 @@ class Local {
     void broadcast_coalesced(const std::vector<ConstBuffer> &srcs, Pointers dsts, size_t buffer_bytes = 0,
                              Pointers streams = {}) {
         constexpr const char *call = "tc_local_broadcast_coalesced";
-        Lists l(srcs);
+        Lists<ConstBuffer> l(srcs);
         members(dsts.size(), "dsts", call, srcs.size());
         detail::check(tc_local_broadcast_coalesced(h_.get(), l.ptrs.data(), l.counts.data(), l.dtypes.data(),
                                                    srcs.size(), buffer_bytes, dsts.data(),
@@ -894,27 +894,25 @@ class Local {
     void reduce_add_coalesced(ConstPointers srcs, const std::vector<Buffer> &dsts, size_t dst_index,
                               size_t buffer_bytes = 0, Pointers streams = {}) {
         constexpr const char *call = "tc_local_reduce_add_coalesced";
-        Lists l(dsts);
+        Lists<Buffer> l(dsts);
         members(srcs.size(), "srcs", call, dsts.size());
-        std::vector<void *> out(l.ptrs.size());
-        for (size_t t = 0; t < out.size(); t++) out[t] = dsts[t].data();
         detail::check(tc_local_reduce_add_coalesced(h_.get(), srcs.data(), l.counts.data(), l.dtypes.data(),
-                                                    dsts.size(), buffer_bytes, out.data(), dst_index,
+                                                    dsts.size(), buffer_bytes, l.ptrs.data(), dst_index,
                                                     streams_of(streams, call)),
                       call);
     }
 
   private:
     /* The C arrays of a list of buffers. */
-    struct Lists {
-        template <class B> explicit Lists(const std::vector<B> &bufs) {
+    template <class B> struct Lists {
+        explicit Lists(const std::vector<B> &bufs) {
             for (const B &b : bufs) {
                 ptrs.push_back(b.data());
                 counts.push_back(b.count());
                 dtypes.push_back(b.c_dtype());
             }
         }
-        std::vector<const void *> ptrs;
+        std::vector<typename B::pointer> ptrs;
         std::vector<size_t> counts;
         std::vector<tc_dtype_t> dtypes;
     };

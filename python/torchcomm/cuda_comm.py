@@ -114,7 +114,7 @@ def _reducible(t: torch.Tensor) -> Tuple[int, int, int]:
     return r.data_ptr(), r.numel(), int(dtype_of(r.dtype))
 
 
-def _check_positive_size(buffer_size: Any) -> int:
+def _bucket_bytes(buffer_size: Any) -> int:
     if not isinstance(buffer_size, int) or isinstance(buffer_size, bool) or buffer_size < 0:
         raise TypeError(f"argument 'buffer_size' must be a non-negative int, not {buffer_size!r}")
     return max(buffer_size, 1)  # 0: every tensor its own bucket, as in torch (0 means the default in C)
@@ -202,13 +202,15 @@ def _broadcast_coalesced(tensors: List[torch.Tensor], devices: List[int], buffer
         raise RuntimeError("Expected at least one device to broadcast to")
     if not all(t.get_device() == devices[0] for t in tensors):
         raise RuntimeError(f"All tensors must be on devices[0]: {devices[0]}")
-    bucket = _check_positive_size(buffer_size)
+    bucket = _bucket_bytes(buffer_size)
     outputs: List[List[Any]] = [list(tensors)] + [[None] * len(tensors) for _ in devices[1:]]
-    if not tensors or len(devices) == 1:
+    if not tensors:
         return outputs
     for d in devices:
         if d < 0:
             raise RuntimeError(f"Expected non-negative device index, but got {d}")
+    if len(devices) == 1:
+        return outputs
     dense = [i for i, t in enumerate(tensors) if not t.is_sparse]
     for i, t in enumerate(tensors):
         if t.is_sparse:
@@ -541,7 +543,7 @@ def reduce_add_coalesced(inputs: Sequence[Sequence[torch.Tensor]], destination: 
 def _reduce_add_dense(rows: List[List[torch.Tensor]], destination: Optional[int], buffer_size: int) -> List[torch.Tensor]:
     """reduce_add's checks on each device's row (as torch makes them on the
     rows' flattened buckets), then one tc_local_reduce_add_coalesced."""
-    bucket = _check_positive_size(buffer_size)
+    bucket = _bucket_bytes(buffer_size)
     destination = _get_device_index(destination, optional=True)
     root_index = None
     places = []
