@@ -299,6 +299,8 @@ if command -v valgrind >/dev/null; then
   RANKS=2 TC_GPU_MODES=1 extra "valgrind ops, 2 ranks" $VG "$B/test_gpu_ops"
   # shellcheck disable=SC2086
   RANKS=2 extra "valgrind timeout/abort, 2 ranks (a peer that does not join)" $VG "$B/test_gpu_timeout"
+  # shellcheck disable=SC2086
+  TC_SIM_DEVICES=3 extra "valgrind tc::Local (C++), 3 devices" $VG "$B/test_cpp_local"
   unset TORCHCOMM_NCCL_LIBRARY
 else
   echo "sim-gpu-test: valgrind runs SKIPPED: valgrind not installed"
