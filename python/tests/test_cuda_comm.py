@@ -165,3 +165,24 @@ def test_gather_calls_on_cpu_members(dim):
                 torch.empty(tuple(reversed(want.shape))).t()):
         assert ours._gather_out_impl(parts, out, dim) is out
         assert torch.equal(out, want.to(out.dtype))
+
+
+def test_buckets_as_torchs_cpp_take_tensors():
+    # per type, in order; a bucket closes once it holds the limit (the tensor that reaches it included)
+    ts = [torch.zeros(100), torch.zeros(21, dtype=torch.int64), torch.zeros(33, dtype=torch.float16),
+          torch.zeros(100), torch.zeros(2), torch.zeros(3, dtype=torch.int64)]
+    assert ours._cpp_buckets(ts, 400) == [[0], [3], [1, 5], [2], [4]]
+    assert ours._cpp_buckets(ts, 0) == [[0], [1], [2], [3], [4], [5]]
+    assert ours._cpp_buckets(ts, 10485760) == [[0, 3, 4], [1, 5], [2]]
+
+
+def test_source_device_row_aliases_as_torch():
+    # devices[0] listed again: a lone contiguous tensor's bucket is the tensor's own memory,
+    # a bucket of several is one new buffer; every result a new tensor object
+    ts = [torch.arange(100.0), torch.arange(21, dtype=torch.int64), torch.arange(4.0), torch.arange(6.0).reshape(2, 3).t()]
+    row = ours._source_device_row(ts, 400)  # buckets [0], [1], [2, 3]
+    for t, r in zip(ts, row):
+        assert r is not t and torch.equal(r, t) and r.shape == t.shape
+    storage = [r.untyped_storage().data_ptr() for r in row]
+    assert storage[0] == ts[0].untyped_storage().data_ptr() and storage[1] == ts[1].untyped_storage().data_ptr()
+    assert storage[2] == storage[3] != ts[2].untyped_storage().data_ptr()

@@ -22,7 +22,14 @@ from contextlib import nullcontext
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
-from torch._utils import _get_device_index, _handle_complex
+from torch._utils import (
+    _flatten_dense_tensors,
+    _get_device_index,
+    _handle_complex,
+    _reorder_tensors_as,
+    _take_tensors,
+    _unflatten_dense_tensors,
+)
 
 from . import _lib
 from ._buffers import DType, dtype_of
@@ -211,18 +218,64 @@ def _broadcast_coalesced(tensors: List[torch.Tensor], devices: List[int], buffer
             raise RuntimeError(f"Expected non-negative device index, but got {d}")
     if len(devices) == 1:
         return outputs
+    for k in range(1, len(devices)):
+        if devices[k] == devices[0]:
+            outputs[k] = _source_device_row(tensors, buffer_size)
+    others = [k for k in range(1, len(devices)) if devices[k] != devices[0]]
+    if not others:
+        return outputs
     dense = [i for i, t in enumerate(tensors) if not t.is_sparse]
     for i, t in enumerate(tensors):
         if t.is_sparse:
-            for k, copy in enumerate(_broadcast(t, devices)[1:], 1):
+            copies = _broadcast(t, [devices[0]] + [devices[k] for k in others])
+            for k, copy in zip(others, copies[1:]):
                 outputs[k][i] = copy
     srcs = [tensors[i].contiguous() for i in dense]
-    for k, d in enumerate(devices[1:], 1):
+    for k in others:
         for i, s in zip(dense, srcs):
-            outputs[k][i] = torch.empty(s.shape, dtype=s.dtype, device=torch.device("cuda", d))
+            outputs[k][i] = torch.empty(s.shape, dtype=s.dtype, device=torch.device("cuda", devices[k]))
     if srcs:
-        _lib_broadcast_coalesced(srcs, [[outputs[k][i] for i in dense] for k in range(1, len(devices))], bucket)
+        _lib_broadcast_coalesced(srcs, [[outputs[k][i] for i in dense] for k in others], bucket)
     return outputs
+
+
+def _cpp_buckets(tensors: List[torch.Tensor], size_limit: int) -> List[List[int]]:
+    """torch's C++ take_tensors, as indices: per tensor type (layout, dtype,
+    device) in order, a bucket closed once it holds `size_limit` bytes."""
+    groups: Dict[Any, List[int]] = {}
+    sizes: Dict[Any, int] = {}
+    buckets = []
+    for i, t in enumerate(tensors):
+        key = (t.layout, t.dtype, t.device)
+        if t.is_sparse:  # torch counts the values with the indices' element size
+            size = (t._indices().numel() + t._values().numel()) * t._indices().element_size()
+        else:
+            size = _nbytes(t)
+        groups.setdefault(key, []).append(i)
+        sizes[key] = sizes.get(key, 0) + size
+        if sizes[key] >= size_limit:
+            buckets.append(groups.pop(key))
+            sizes[key] = 0
+    return buckets + [b for b in groups.values() if b]
+
+
+def _source_device_row(tensors: List[torch.Tensor], buffer_size: int) -> List[torch.Tensor]:
+    """broadcast_coalesced's result for devices[0] listed again: nothing to
+    copy, so as torch: each bucket flattened (a lone contiguous tensor's
+    flat view is the tensor's memory) and split into new tensors."""
+    row: List[Any] = [None] * len(tensors)
+    for bucket in _cpp_buckets(tensors, buffer_size):
+        ts = [tensors[i] for i in bucket]
+        if ts[0].is_sparse:
+            flat_i, flat_v = _flatten_dense_tensors([t._indices() for t in ts]), _flatten_dense_tensors([t._values() for t in ts])
+            parts = zip(_unflatten_dense_tensors(flat_i, [t._indices() for t in ts]),
+                        _unflatten_dense_tensors(flat_v, [t._values() for t in ts]))
+            views = [torch.sparse_coo_tensor(i, v, t.shape, is_coalesced=t.is_coalesced()) for (i, v), t in zip(parts, ts)]
+        else:
+            views = _unflatten_dense_tensors(_flatten_dense_tensors(ts), ts)
+        for i, v in zip(bucket, views):
+            row[i] = v.detach()
+    return row
 
 
 def _lib_broadcast_coalesced(srcs: List[torch.Tensor], rows: List[List[torch.Tensor]], bucket: int) -> None:
@@ -543,7 +596,8 @@ def reduce_add_coalesced(inputs: Sequence[Sequence[torch.Tensor]], destination: 
 def _reduce_add_dense(rows: List[List[torch.Tensor]], destination: Optional[int], buffer_size: int) -> List[torch.Tensor]:
     """reduce_add's checks on each device's row (as torch makes them on the
     rows' flattened buckets), then one tc_local_reduce_add_coalesced."""
-    bucket = _bucket_bytes(buffer_size)
+    if isinstance(buffer_size, bool) or not isinstance(buffer_size, (int, float)):
+        raise TypeError(f"argument 'buffer_size' must be a number, not {buffer_size!r}")
     destination = _get_device_index(destination, optional=True)
     root_index = None
     places = []
@@ -565,10 +619,16 @@ def _reduce_add_dense(rows: List[List[torch.Tensor]], destination: Optional[int]
                 raise RuntimeError(f"reduce_add_coalesced: input {i} has a {t.dtype} tensor where input 0 has {t0.dtype}")
     if root_index is None:
         raise RuntimeError("reduce_add expects destination to be on the same GPU with one of the tensors")
+    if len(rows) == 1:  # nothing to sum: as torch, each bucket flattened and split into new tensors
+        out = []
+        for chunk in _take_tensors(rows[0], buffer_size):
+            out += [t.data for t in _unflatten_dense_tensors(_flatten_dense_tensors(chunk), chunk)]
+        return list(_reorder_tensors_as(out, rows[0]))
     srcs = [t.contiguous() for row in rows for t in row]
     dsts = [torch.empty(t.shape, dtype=t.dtype, device=rows[root_index][0].device) for t in rows[0]]
     n = len(dsts)
     info = [_reducible(t) for t in dsts]
+    bucket = max(int(buffer_size), 1)  # torch's buckets hold at least one tensor
     check(lib.tc_local_reduce_add_coalesced(
         _group(places), _ptrs([_reducible(s)[0] for s in srcs]), (C.c_size_t * n)(*[c for _, c, _ in info]),
         (C.c_int32 * n)(*[d for _, _, d in info]), n, bucket, _ptrs([p for p, _, _ in info]), root_index,
