@@ -14,7 +14,7 @@ AFTER_BUILD := TC_BUILT=1
 
 .PHONY: all build deps lint header header-check header-compile symbols-check \
         cargo-test nccl-wheel nccl-real-test capi-test capi-valgrind sim-gpu-test \
-        install uninstall install-check test run bench bench-deps bench-store \
+        install uninstall install-check wheel wheel-test test run bench bench-deps bench-store \
         bench-host bench-p2p bench-window bench-sparse bench-reducer bench-local run-reducer torch-parity cpp-test python-test torch-interop gpu-suite gpu-test gpu-bench clean
 
 all: build
@@ -31,7 +31,7 @@ build:
 # more prerequisite here.
 test: deps lint build header-check header-compile symbols-check cargo-test nccl-real-test \
       capi-test sim-gpu-test capi-valgrind install-check cpp-test python-test torch-parity \
-      torch-interop hier-hosts-test
+      torch-interop hier-hosts-test wheel-test
 	@echo "make test: all checks passed"
 
 # The main job: examples/demo.c on 4 processes under tc-run.
@@ -102,6 +102,13 @@ uninstall:
 	$(S)/install.sh --uninstall
 install-check: build
 	$(AFTER_BUILD) $(S)/install-check.sh
+
+# The Python wheel with the libraries inside (build/wheel/*.whl); wheel-test
+# installs it into a fresh venv and runs a 2-process all_reduce from it.
+wheel: build
+	$(AFTER_BUILD) $(S)/build-wheel.sh
+wheel-test: build
+	$(AFTER_BUILD) $(S)/test-wheel.sh
 
 # Benchmarks, not part of `make test`: tables on stdout, files in bench/results/.
 bench: bench-store bench-host bench-window bench-sparse bench-reducer

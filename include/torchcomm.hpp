@@ -5,7 +5,7 @@
  *
  * - Handles are move-only RAII types (tc::Comm, tc::Work, tc::Store,
  *   tc::Window, tc::Batch, tc::Memory, tc::Registration, tc::Reducer,
- *   tc::SparseCoo, tc::AllGatherP): the destructor
+ *   tc::SparseCoo, tc::AllGatherP, tc::Local): the destructor
  *   calls the C destroy/free function.
  * - A failing call throws tc::Error, carrying the tc_result_t code and the
  *   thread's tc_last_error() detail.
@@ -782,6 +782,157 @@ class Reducer {
 
     detail::Handle<tc_reducer_t, tc_reducer_free> h_;
     std::unique_ptr<HookState> hook_;
+};
+
+/* ------------------------------------------------------------ local group */
+
+/* Options of tc::Local (tc_local_options_t), as a builder. */
+class LocalOptions {
+  public:
+    LocalOptions() noexcept : c_(TC_LOCAL_OPTIONS_INIT) {}
+    /* false: always the copies path; true (default): NCCL where it applies. */
+    LocalOptions &use_nccl(bool on) noexcept { return c_.use_nccl = on ? 1 : 0, *this; }
+    /* Bucket size of the coalesced forms when a call passes 0 (0: 10 MiB). */
+    LocalOptions &bucket_bytes(size_t n) noexcept { return c_.bucket_bytes = n, *this; }
+    const tc_local_options_t *c() const noexcept { return &c_; }
+
+  private:
+    tc_local_options_t c_;
+};
+
+/* A device group (tc_local_t): one process driving several CUDA devices
+   (and the CPU where an operation allows it), torch.cuda.comm's broadcast,
+   broadcast_coalesced, scatter, gather, reduce_add and
+   reduce_add_coalesced. Member i is devices[i]. Buffers are raw device (or
+   host) pointers; every list is checked against the group's size before
+   the C call (tc::Error TC_ERR_INVALID_ARGUMENT naming the argument).
+   `streams`: empty (every member's legacy stream) or one CUstream per
+   member. Stream ordering, threading and errors: see tc_local in
+   torchcomm.h. */
+class Local {
+  public:
+    using Pointers = Span<void *const>;
+    using ConstPointers = Span<const void *const>;
+
+    Local() noexcept = default;
+    explicit Local(const std::vector<Device> &devices, const LocalOptions &opts = {}) {
+        std::vector<tc_device_t> c;
+        for (const Device &d : devices) c.push_back(d.c);
+        tc_local_t *g = nullptr;
+        detail::check(tc_local_new(c.data(), c.size(), opts.c(), &g), "tc_local_new");
+        h_.reset(g);
+        size_ = c.size();
+    }
+    Local(Local &&o) noexcept : h_(std::move(o.h_)), size_(std::exchange(o.size_, 0)) {}
+    Local &operator=(Local &&o) noexcept {
+        if (this != &o) h_ = std::move(o.h_), size_ = std::exchange(o.size_, 0);
+        return *this;
+    }
+    explicit operator bool() const noexcept { return h_.get() != nullptr; }
+    tc_local_t *get() const noexcept { return h_.get(); }
+    /* The number of members. */
+    size_t size() const noexcept { return size_; }
+
+    /* src (on member src_index) into dsts[i] on member i; dsts[src_index]
+       may be src.data(). */
+    void broadcast(ConstBuffer src, size_t src_index, Pointers dsts, Pointers streams = {}) {
+        constexpr const char *call = "tc_local_broadcast";
+        members(dsts.size(), "dsts", call);
+        detail::check(tc_local_broadcast(h_.get(), src.data(), src_index, dsts.data(), src.count(),
+                                         src.c_dtype(), streams_of(streams, call)),
+                      call);
+    }
+    /* srcs[t] (on member 0) into dsts[d * srcs.size() + t] on member d;
+       buffer_bytes 0: the group's bucket size. */
+    void broadcast_coalesced(const std::vector<ConstBuffer> &srcs, Pointers dsts, size_t buffer_bytes = 0,
+                             Pointers streams = {}) {
+        constexpr const char *call = "tc_local_broadcast_coalesced";
+        Lists<ConstBuffer> l(srcs);
+        members(dsts.size(), "dsts", call, srcs.size());
+        detail::check(tc_local_broadcast_coalesced(h_.get(), l.ptrs.data(), l.counts.data(), l.dtypes.data(),
+                                                   srcs.size(), buffer_bytes, dsts.data(),
+                                                   streams_of(streams, call)),
+                      call);
+    }
+    /* src (on src_device) split along its first dimension into dsts[i] on
+       member i: chunk_counts (one per member, summing to src.count()) or,
+       empty, torch.chunk's rule. Counts are elements (rows x row length). */
+    void scatter(ConstBuffer src, Device src_device, Pointers dsts, Span<const size_t> chunk_counts = {},
+                 Pointers streams = {}) {
+        constexpr const char *call = "tc_local_scatter";
+        members(dsts.size(), "dsts", call);
+        if (chunk_counts.size()) members(chunk_counts.size(), "chunk_counts", call);
+        detail::check(tc_local_scatter(h_.get(), src.data(), src_device.c, src.count(), src.c_dtype(),
+                                       chunk_counts.size() ? chunk_counts.data() : nullptr, dsts.data(),
+                                       streams_of(streams, call)),
+                      call);
+    }
+    /* srcs[i] (counts[i] elements of dtype on member i) concatenated into
+       dst on dst_device (Device::cpu(): torch's destination=-1), ordered
+       on `stream` of that device (nullptr: its legacy stream). */
+    void gather(ConstPointers srcs, Span<const size_t> counts, DType dtype, void *dst, Device dst_device,
+                void *stream = nullptr) {
+        constexpr const char *call = "tc_local_gather";
+        members(srcs.size(), "srcs", call);
+        members(counts.size(), "counts", call);
+        detail::check(tc_local_gather(h_.get(), srcs.data(), counts.data(), static_cast<tc_dtype_t>(dtype), dst,
+                                      dst_device.c, stream),
+                      call);
+    }
+    /* The elementwise sum of srcs[i] (count elements of dtype on member i)
+       into dst on member dst_index (dst may be srcs[dst_index]). */
+    void reduce_add(ConstPointers srcs, size_t count, DType dtype, void *dst, size_t dst_index,
+                    Pointers streams = {}) {
+        constexpr const char *call = "tc_local_reduce_add";
+        members(srcs.size(), "srcs", call);
+        detail::check(tc_local_reduce_add(h_.get(), srcs.data(), count, static_cast<tc_dtype_t>(dtype), dst,
+                                          dst_index, streams_of(streams, call)),
+                      call);
+    }
+    /* Buffer t: the sum over members d of srcs[d * dsts.size() + t]
+       (dsts[t]'s count and dtype) into dsts[t] on member dst_index. */
+    void reduce_add_coalesced(ConstPointers srcs, const std::vector<Buffer> &dsts, size_t dst_index,
+                              size_t buffer_bytes = 0, Pointers streams = {}) {
+        constexpr const char *call = "tc_local_reduce_add_coalesced";
+        Lists<Buffer> l(dsts);
+        members(srcs.size(), "srcs", call, dsts.size());
+        detail::check(tc_local_reduce_add_coalesced(h_.get(), srcs.data(), l.counts.data(), l.dtypes.data(),
+                                                    dsts.size(), buffer_bytes, l.ptrs.data(), dst_index,
+                                                    streams_of(streams, call)),
+                      call);
+    }
+
+  private:
+    /* The C arrays of a list of buffers. */
+    template <class B> struct Lists {
+        explicit Lists(const std::vector<B> &bufs) {
+            for (const B &b : bufs) {
+                ptrs.push_back(b.data());
+                counts.push_back(b.count());
+                dtypes.push_back(b.c_dtype());
+            }
+        }
+        std::vector<typename B::pointer> ptrs;
+        std::vector<size_t> counts;
+        std::vector<tc_dtype_t> dtypes;
+    };
+    /* A list must hold `per_member` entries per member. */
+    void members(size_t n, const char *arg, const char *call, size_t per_member = 1) const {
+        if (n != size_ * per_member)
+            detail::invalid("argument '" + std::string(arg) + "': " + std::to_string(n) + " entries, expected " +
+                                std::to_string(size_ * per_member) +
+                                (per_member == 1 ? " (one per member)"
+                                                 : " (" + std::to_string(per_member) + " per member)"),
+                            call);
+    }
+    void *const *streams_of(Pointers streams, const char *call) const {
+        if (!streams.size()) return nullptr;
+        members(streams.size(), "streams", call);
+        return streams.data();
+    }
+
+    detail::Handle<tc_local_t, tc_local_free> h_;
+    size_t size_ = 0;
 };
 
 } // namespace tc

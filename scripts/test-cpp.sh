@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The C++ interface (include/torchcomm.hpp): tests/cpp/test_cpp.cpp built as
-# C++17 and C++20 with -Wall -Wextra -Werror -pedantic, run on 2 and 3 ranks
+# C++17 and C++20 with -Wall -Wextra -Werror -pedantic (tests/cpp/
+# test_cpp_local.cpp, tc::Local, only compiled: it runs on the simulated
+# driver in make sim-gpu-test), run on 2 and 3 ranks
 # through tc-run and once more on 2 ranks under valgrind (no errors, no
 # definite or indirect leaks); then the header installed into a scratch
 # prefix with examples/cpp/hello.cpp built against it through pkg-config and
@@ -18,6 +20,8 @@ libs=(-L"$rel" -ltorchcomm -Wl,-rpath,"$rel")
 
 for std in 17 20; do
   "$CXX" -std=c++$std "${flags[@]}" tests/cpp/test_cpp.cpp -o "$out/test_cpp$std" "${libs[@]}"
+  # tc::Local's test needs a CUDA driver: it runs in make sim-gpu-test; compiled here.
+  "$CXX" -std=c++$std "${flags[@]}" -Itests/sim_gpu -fsyntax-only tests/cpp/test_cpp_local.cpp
 done
 for std in 17 20; do
   for n in 2 3; do

@@ -3,7 +3,8 @@
 # git) everything the GPU machine needs to run the GPU suite with no cargo,
 # no make and no network: the release library (debug info stripped), tc-run
 # and tc-perf, the gloo module and the libraries it links (libgloo,
-# libhiredis, libibverbs, libnl), the header, the C/Python test sources, the
+# libhiredis, libibverbs, libnl), the header, the C/Python test sources and
+# the Python package (python/torchcomm, for test_cuda_comm.py), the
 # benchmark sources, and run.sh (capi_tests/gpu/run-gpu-suite.sh). The
 # fetched NCCL wheel's libnccl.so.2 (target/nccl-wheel/) is carried when it
 # fits the transfer limit (TC_GPU_SUITE_MAX_NCCL_MIB, default 40 MiB, so
@@ -30,6 +31,8 @@ cp "$ROOT/bench/nccl_raw.c" "$ROOT/bench/torch_dist.py" "$ROOT/bench/gpu_compare
 cp "$ROOT/include/torchcomm.h" "$OUT/include/"
 cp "$ROOT/capi_tests/capi_util.h" "$ROOT"/capi_tests/gpu/*.c "$ROOT"/capi_tests/gpu/*.h "$ROOT"/capi_tests/gpu/*.py "$OUT/tests/"
 cp "$ROOT/capi_tests/gpu/run-gpu-suite.sh" "$OUT/run.sh" && chmod +x "$OUT/run.sh"
+# The Python package, for tests/test_cuda_comm.py (torchcomm.cuda_comm against torch.cuda.comm).
+mkdir -p "$OUT/python/torchcomm" && cp "$ROOT"/python/torchcomm/*.py "$OUT/python/torchcomm/"
 
 nccl_note="not carried: no wheel was fetched (make nccl-wheel); run.sh uses the GPU machine's NCCL"
 wheel=$(ls -1 "$ROOT"/target/nccl-wheel/*/lib/libnccl.so.2 2>/dev/null | tail -n 1 || true)

@@ -5,7 +5,8 @@
 #   bash gpu-suite/run.sh part2      part 2 (under 9 minutes)
 #   bash gpu-suite/run.sh part3      part 3 (under 9 minutes): the composite operations
 #                                    (broadcast_coalesced, reducer, sparse)
-#   bash gpu-suite/run.sh part4      part 4: windows on nccl (NCCL 2.29+; older: TC_ERR_UNSUPPORTED checked); with parts 1-3, the whole suite
+#   bash gpu-suite/run.sh part4      part 4: windows on nccl (NCCL 2.29+; older: TC_ERR_UNSUPPORTED checked) and
+#                                    torchcomm.cuda_comm against torch.cuda.comm; with parts 1-3, the whole suite
 #   bash gpu-suite/run.sh ops2 mem1  the named tests only;  all: every test;  list: the tests
 # Needs an NVIDIA GPU and driver (libcuda.so.1, linked at run time by its
 # soname: no toolkit stub folder is needed), a C compiler, cuda.h (CUDA_HOME,
@@ -27,7 +28,7 @@
 #   TC_GPU_SIMULATION=1       say loudly that this is a simulation
 #   TC_GPU_TIME_SCALE=N       multiply every time limit and the budget by N
 #   TC_GPU_NCCL_MAX_RANKS=N   nccl runs needing more ranks are skipped (counted)
-#   TC_GPU_TORCH=0            skip the torch smoke test
+#   TC_GPU_TORCH=0            skip the tests that need torch (torch_smoke.py, test_cuda_comm.py)
 set -u
 SUITE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CC=${CC:-cc}
@@ -64,6 +65,7 @@ TESTS=(
   "shrink4 4 60 3 test_gpu_shrink"
   "window2 2 60 4 test_gpu_window"
   "window4 4 90 4 test_gpu_window"
+  "cuda-comm 1 90 4 test_cuda_comm.py"
 )
 
 list_tests() {
@@ -178,12 +180,16 @@ for t in "${selected[@]}"; do
   if [ "$nccl" = 1 ] && [ "$ranks" -gt "$max_ranks" ]; then reason="needs $ranks nccl ranks; this NCCL runs at most $max_ranks"; fi
   if [ "$nccl" = 0 ] && [ ! -f "$SUITE/lib/libtorchcomm-gloo.so" ]; then reason="the gloo module was not built into the suite (libgloo-dev missing on the build machine?)"; fi
   if [ "$ranks" -gt 1 ] && [ -n "$exclusive" ]; then reason="$ranks processes on one GPU, but its compute mode is $exclusive (nvidia-smi -c DEFAULT to allow)"; fi
-  if [ "$prog" = torch_smoke.py ]; then
+  case $prog in *.py)
     if [ "${TC_GPU_TORCH:-1}" = 0 ]; then reason="TC_GPU_TORCH=0"
-    elif ! python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then reason="torch with CUDA not importable"; fi
-  fi
+    elif ! python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then reason="torch with CUDA not importable"; fi ;;
+  esac
   if [ -n "$reason" ]; then line_for "SKIP $name: $reason"; n_skip=$((n_skip + 1)); continue; fi
-  if [ "$prog" = torch_smoke.py ]; then cmd=(python3 "$SUITE/tests/torch_smoke.py" "$SUITE/lib/libtorchcomm.so"); else cmd=("$SUITE/bin/$prog"); fi
+  case $prog in
+    torch_smoke.py) cmd=(python3 "$SUITE/tests/torch_smoke.py" "$SUITE/lib/libtorchcomm.so") ;;
+    *.py) cmd=(env PYTHONPATH="$SUITE/python" TORCHCOMM_LIBRARY="$SUITE/lib/libtorchcomm.so" python3 "$SUITE/tests/$prog") ;;
+    *) cmd=("$SUITE/bin/$prog") ;;
+  esac
   # tc_local_*: one process, every visible device plus the CPU; its path checks read the INFO log.
   [ "$prog" = test_gpu_local ] && cmd=(env TORCHCOMM_DEBUG=INFO "${cmd[@]}")
   case $name in ops2) export TC_GPU_MODES=${TC_GPU_MODES_MULTI:-2} ;; ops4) export TC_GPU_MODES=${TC_GPU_MODES_MULTI:-1} ;; *) unset TC_GPU_MODES ;; esac

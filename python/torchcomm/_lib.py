@@ -342,6 +342,11 @@ def _candidates() -> List[str]:
     env = os.environ.get("TORCHCOMM_LIBRARY")
     if env:
         return [env]
+    # A wheel carries the library (and the gloo module beside it, which the
+    # library finds by its own directory) inside the package.
+    packaged = Path(__file__).resolve().parent / "libtorchcomm.so"
+    if packaged.is_file():
+        found.append(str(packaged))
     found.append("libtorchcomm.so.0")  # the installed one, through the loader's path
     name = ctypes.util.find_library("torchcomm")
     if name:

@@ -28,6 +28,7 @@
 #      runs what only a simulation can: ops (1 and 2 ranks) and mem on the
 #      NCCL 2.18 double (grouped send/recv instead of ncclAlltoAll),
 #      mem with a stub libcuda.so ahead of the driver on the loader's path,
+#      the C++ wrapper tc::Local (tests/cpp/test_cpp_local.cpp, 3 devices),
 #      a one-rank timeout/abort test over a simulated hung collective, a
 #      two-rank test where one process dies (test_sim_peer_exit.c), a
 #      checked tc-perf -B nccl pass on 1, 2 and 4 ranks (with and without
@@ -171,6 +172,11 @@ B=$RH/bin
 TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.18/libnccl.so.2 TC_GPU_MODES=1 extra "ops on NCCL 2.18 (no ncclAlltoAll, fp8, registration, ncclMemAlloc)" "$B/test_gpu_ops"
 for n in 2 3 4; do TC_SIM_DEVICES=$n TORCHCOMM_DEBUG=INFO TC_LOCAL_NCCL=1 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "tc_local device group, $n devices in one process" "$B/test_gpu_local"; done
 TC_SIM_DEVICES=3 TORCHCOMM_DEBUG=INFO TC_LOCAL_NCCL=0 TORCHCOMM_NCCL_LIBRARY=$SIM/absent/libnccl.so.2 extra "tc_local device group, 3 devices, NCCL absent (copies path)" "$B/test_gpu_local"
+# The C++ wrapper of the same calls (tc::Local in include/torchcomm.hpp).
+${CXX:-c++} -std=c++17 -O1 -g -Wall -Wextra -Werror -pedantic -I"$ROOT/include" -I"$SIM/cuda/include" "$ROOT/tests/cpp/test_cpp_local.cpp" \
+  -o "$B/test_cpp_local" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda \
+  || { echo "sim-gpu-test: compiling tests/cpp/test_cpp_local.cpp failed"; status=1; }
+TC_SIM_DEVICES=3 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "tc::Local (C++ wrapper of tc_local_*), 3 devices in one process" "$B/test_cpp_local"
 RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.18/libnccl.so.2 TC_GPU_MODES=1 extra "ops on NCCL 2.18, 2 ranks (all-to-all as grouped send/recv)" "$B/test_gpu_ops"
 TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.18/libnccl.so.2 extra "mem on NCCL 2.18 (cuMemAlloc fallback, registration unsupported)" "$B/test_gpu_mem"
 LD_LIBRARY_PATH="$SIM/stub:$LD_LIBRARY_PATH" TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 \
@@ -293,6 +299,8 @@ if command -v valgrind >/dev/null; then
   RANKS=2 TC_GPU_MODES=1 extra "valgrind ops, 2 ranks" $VG "$B/test_gpu_ops"
   # shellcheck disable=SC2086
   RANKS=2 extra "valgrind timeout/abort, 2 ranks (a peer that does not join)" $VG "$B/test_gpu_timeout"
+  # shellcheck disable=SC2086
+  TC_SIM_DEVICES=3 extra "valgrind tc::Local (C++), 3 devices" $VG "$B/test_cpp_local"
   unset TORCHCOMM_NCCL_LIBRARY
 else
   echo "sim-gpu-test: valgrind runs SKIPPED: valgrind not installed"
