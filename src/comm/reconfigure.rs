@@ -412,15 +412,16 @@ impl Reconfigurable {
                 a.sort_unstable();
                 b.sort_unstable();
                 let how = if a == b {
-                    "the same handles in another order: pass them in one order, or as a set"
+                    "the same handles in another order"
                 } else {
                     "other handles"
                 };
                 Error::invalid_usage(format!(
                     "the member at rank {r} (handle {:?}) passed {how} ({} of them); every \
-                     member must pass the same handles with the same uuid",
+                     member must pass the same handles, in the same order (or all as a set), \
+                     with the same uuid",
                     members[r],
-                    theirs.split(',').count()
+                    a.len()
                 ))
             },
         )
