@@ -81,12 +81,13 @@ pub extern "C" fn tc_comm_get_init_handle(
 /// aborted (after a failure), not finalized. On failure the comm is left as
 /// it was.
 ///
-/// Refused, before any communication, with `TC_ERR_INVALID_ARGUMENT`
-/// naming the argument: NULL `init_handles` (with `n > 0`), `n == 0`, a
-/// NULL or malformed handle, a handle of another job (another store) or of
-/// a comm of another name, a handle listed twice, this comm's own handle
-/// missing, a negative `uuid`, a `form` other than the two above. A comm
-/// created without `enable_reconfigure`: `TC_ERR_INVALID_USAGE`.
+/// Refused before any communication, naming the argument: NULL
+/// `init_handles` (with `n > 0`) or a NULL handle, `TC_ERR_NULL_ARGUMENT`;
+/// with `TC_ERR_INVALID_ARGUMENT`, `n == 0`, a malformed handle, a handle
+/// of another job (another store) or of a comm of another name, a handle
+/// listed twice, this comm's own handle missing, a negative `uuid`, a
+/// `form` other than the two above. A comm created without
+/// `enable_reconfigure`: `TC_ERR_INVALID_USAGE`.
 ///
 /// Not to be called concurrently with other calls on `comm` (a call that
 /// races with it goes to the old comm or the new one).
