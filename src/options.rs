@@ -360,9 +360,19 @@ mod tests {
     fn comm_options_enable_reconfigure_is_read_from_version_2_only() {
         let mut o = tc_comm_options_t::defaults();
         o.enable_reconfigure = 1;
-        assert_eq!(unsafe { read_versioned(&o, "opts") }.unwrap().enable_reconfigure, 1);
+        assert_eq!(
+            unsafe { read_versioned(&o, "opts") }
+                .unwrap()
+                .enable_reconfigure,
+            1
+        );
         o.version = 1;
-        assert_eq!(unsafe { read_versioned(&o, "opts") }.unwrap().enable_reconfigure, 0);
+        assert_eq!(
+            unsafe { read_versioned(&o, "opts") }
+                .unwrap()
+                .enable_reconfigure,
+            0
+        );
     }
 
     #[test]

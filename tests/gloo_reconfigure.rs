@@ -82,7 +82,11 @@ fn check_formed(r: &Reconfigurable, id: i32, members: &[i32]) {
     )
     .unwrap();
     let want: f32 = members.iter().map(|m| *m as f32 + 1.0).sum();
-    assert!(x.iter().all(|v| *v == want), "all_reduce {} != {want}", x[0]);
+    assert!(
+        x.iter().all(|v| *v == want),
+        "all_reduce {} != {want}",
+        x[0]
+    );
     let mut mine = [id];
     let mut all = vec![-1i32; members.len()];
     run(
@@ -107,7 +111,11 @@ fn check_formed(r: &Reconfigurable, id: i32, members: &[i32]) {
         },
     )
     .unwrap();
-    assert!(b.iter().all(|v| *v == members[0] * 10 + 7), "broadcast {}", b[0]);
+    assert!(
+        b.iter().all(|v| *v == members[0] * 10 + 7),
+        "broadcast {}",
+        b[0]
+    );
     println!("RESULT formed {members:?}");
 }
 
@@ -164,7 +172,11 @@ fn shrink_grow_reorder() {
 
 fn launch_elastic(test: &str, env: &[(&str, &str)]) {
     let out = launch(test, "elastic", 4, env, LIMIT);
-    let all: String = out.iter().map(|o| o.describe()).collect::<Vec<_>>().join("\n");
+    let all: String = out
+        .iter()
+        .map(|o| o.describe())
+        .collect::<Vec<_>>()
+        .join("\n");
     assert_all_ok(&out);
     // Formed: 4 times by 0 and 1 after the first, 3 by the newcomer; 2
     // leaves after the first.
@@ -256,7 +268,11 @@ fn gloo_reconfigure_mismatch_and_missing_member() {
         &[],
         LIMIT,
     );
-    let all: String = out.iter().map(|o| o.describe()).collect::<Vec<_>>().join("\n");
+    let all: String = out
+        .iter()
+        .map(|o| o.describe())
+        .collect::<Vec<_>>()
+        .join("\n");
     assert_all_ok(&out);
     let counts: Vec<usize> = out.iter().map(|o| o.results().len()).collect();
     assert_eq!(counts, vec![4, 4, 0], "{all}");
@@ -269,9 +285,7 @@ fn gloo_reconfigure_refuses_bad_arguments() {
     let server = TcpStoreServer::start(0).unwrap();
     let other_job = TcpStoreServer::start(0).unwrap();
     let store_of = |s: &TcpStoreServer| -> StoreRef {
-        Arc::new(
-            TcpStore::new(&TcpStoreOptions::client("127.0.0.1", s.port(), TIMEOUT)).unwrap(),
-        )
+        Arc::new(TcpStore::new(&TcpStoreOptions::client("127.0.0.1", s.port(), TIMEOUT)).unwrap())
     };
     let store = store_of(&server);
     let r = reconfigurable(store.clone(), "solo");
@@ -305,7 +319,9 @@ fn gloo_reconfigure_refuses_bad_arguments() {
     // A comm of one member forms; a uuid serves once.
     reconfigure(&r, 7, &[mine.clone()], false);
     assert_eq!(r.current().unwrap().size(), 1);
-    let e = r.reconfigure(7, &[&mine], false, None, Vec::new()).unwrap_err();
+    let e = r
+        .reconfigure(7, &[&mine], false, None, Vec::new())
+        .unwrap_err();
     assert_eq!(e.kind, ErrorKind::InvalidUsage, "{e}");
     assert!(e.message.contains("uuid 7"), "{e}");
     // A comm formed at creation is not reconfigurable.

@@ -203,9 +203,10 @@ impl Reconfigurable {
     pub fn finalize(&self) -> Result<()> {
         match self.current() {
             Some(comm) => comm.finalize(),
-            None if self.ended.swap(true, Ordering::AcqRel) => Err(Error::invalid_usage(
-                format!("comm '{}' was already finalized", self.name),
-            )),
+            None if self.ended.swap(true, Ordering::AcqRel) => Err(Error::invalid_usage(format!(
+                "comm '{}' was already finalized",
+                self.name
+            ))),
             None => Ok(()),
         }
     }
@@ -322,7 +323,8 @@ impl Reconfigurable {
         let mut held = lock(&self.held);
         held.push(Box::new(comm));
         let newest: *const Arc<Comm> = &**held.last().expect("just pushed");
-        self.current.store(newest as *mut Arc<Comm>, Ordering::Release);
+        self.current
+            .store(newest as *mut Arc<Comm>, Ordering::Release);
         drop(held);
         drop(used);
         if let Some(old) = old {
@@ -453,11 +455,7 @@ fn random_hex() -> Result<String> {
     while filled < bytes.len() {
         // SAFETY: writes at most the rest of `bytes`.
         let n = unsafe {
-            libc::getrandom(
-                bytes[filled..].as_mut_ptr().cast(),
-                bytes.len() - filled,
-                0,
-            )
+            libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0)
         };
         if n < 0 {
             let err = std::io::Error::last_os_error();
@@ -476,8 +474,12 @@ fn parse_handle(h: &str) -> Option<HandleParts<'_>> {
     let mut parts = h.split('/');
     let (prefix, job, name, id) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
     let hex32 = |s: &str| s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit());
-    (parts.next().is_none() && prefix == HANDLE_PREFIX && hex32(job) && hex32(id) && !name.is_empty())
-        .then_some(HandleParts { job, name })
+    (parts.next().is_none()
+        && prefix == HANDLE_PREFIX
+        && hex32(job)
+        && hex32(id)
+        && !name.is_empty())
+    .then_some(HandleParts { job, name })
 }
 
 /// FNV-1a, 64 bits: a short, stable name for a member list.

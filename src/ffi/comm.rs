@@ -56,9 +56,7 @@ pub(crate) unsafe fn comm_options(p: *const tc_comm_options_t) -> Result<CommOpt
 }
 
 /// The options, and whether `enable_reconfigure` is set.
-unsafe fn comm_options_and_reconfigure(
-    p: *const tc_comm_options_t,
-) -> Result<(CommOptions, bool)> {
+unsafe fn comm_options_and_reconfigure(p: *const tc_comm_options_t) -> Result<(CommOptions, bool)> {
     let o = read_versioned(p, "opts")?;
     let enable_reconfigure = match o.enable_reconfigure {
         0 => false,
