@@ -223,7 +223,7 @@ fn gloo_reconfigure_mismatch_and_missing_member() {
             fetch(&store, "done/1");
             return;
         }
-        let mut pair = vec![h(0), h(1)];
+        let mut pair = [h(0), h(1)];
         if id == 1 {
             pair.reverse();
         }
@@ -317,7 +317,7 @@ fn gloo_reconfigure_refuses_bad_arguments() {
         unreachable!()
     };
     // A comm of one member forms; a uuid serves once.
-    reconfigure(&r, 7, &[mine.clone()], false);
+    reconfigure(&r, 7, std::slice::from_ref(&mine), false);
     assert_eq!(r.current().unwrap().size(), 1);
     let e = r
         .reconfigure(7, &[&mine], false, None, Vec::new())

@@ -104,7 +104,9 @@ pub struct Reconfigurable {
     /// The current comm: null until the first reconfigure, else a comm in
     /// `held`.
     current: AtomicPtr<Arc<Comm>>,
-    /// Every comm formed, kept (boxed, so at a fixed address) until drop.
+    /// Every comm formed, kept (boxed, so at a fixed address while the
+    /// list grows) until drop.
+    #[allow(clippy::vec_box)]
     held: Mutex<Vec<Box<Arc<Comm>>>>,
     /// Uuids this comm took part in a reconfigure with; also serializes
     /// reconfigures.
@@ -391,46 +393,49 @@ impl Reconfigurable {
         let ids: Vec<String> = members.iter().map(|h| id(h)).collect();
         let mine = ids.join(",");
         let rank_of = |peer: &str| ids.iter().position(|i| i == peer).unwrap_or(0);
-        super::agreement::agree(
-            &self.store,
-            &format!("{scope}/members"),
-            &ids[me],
-            &mine,
-            ids.iter().map(String::as_str),
+        let agreement = super::agreement::Agreement {
+            store: &self.store,
+            scope: &format!("{scope}/members"),
             timeout,
-            |peer, why| {
-                let r = rank_of(peer);
-                Error::timeout(format!(
-                    "the member at rank {r} (handle {:?}) did not call tc_comm_reconfigure \
+        };
+        agreement
+            .agree(
+                &ids[me],
+                &mine,
+                ids.iter().map(String::as_str),
+                |peer, why| {
+                    let r = rank_of(peer);
+                    Error::timeout(format!(
+                        "the member at rank {r} (handle {:?}) did not call tc_comm_reconfigure \
                      within {} ms: {why}",
-                    members[r],
-                    timeout.as_millis()
-                ))
-            },
-            |peer, theirs| {
-                let r = rank_of(peer);
-                let mut a: Vec<&str> = theirs.split(',').collect();
-                let mut b: Vec<&str> = ids.iter().map(String::as_str).collect();
-                a.sort_unstable();
-                b.sort_unstable();
-                let how = if a == b {
-                    "the same handles in another order"
-                } else {
-                    "other handles"
-                };
-                Error::invalid_usage(format!(
-                    "the member at rank {r} (handle {:?}) passed {how} ({} of them); every \
+                        members[r],
+                        timeout.as_millis()
+                    ))
+                },
+                |peer, theirs| {
+                    let r = rank_of(peer);
+                    let mut a: Vec<&str> = theirs.split(',').collect();
+                    let mut b: Vec<&str> = ids.iter().map(String::as_str).collect();
+                    a.sort_unstable();
+                    b.sort_unstable();
+                    let how = if a == b {
+                        "the same handles in another order"
+                    } else {
+                        "other handles"
+                    };
+                    Error::invalid_usage(format!(
+                        "the member at rank {r} (handle {:?}) passed {how} ({} of them); every \
                      member must pass the same handles, in the same order (or all as a set), \
                      with the same uuid",
-                    members[r],
-                    a.len()
-                ))
-            },
-        )
-        .map_err(|e| match e.kind {
-            ErrorKind::Remote | ErrorKind::System => e.context("the comm's store"),
-            _ => e,
-        })
+                        members[r],
+                        a.len()
+                    ))
+                },
+            )
+            .map_err(|e| match e.kind {
+                ErrorKind::Remote | ErrorKind::System => e.context("the comm's store"),
+                _ => e,
+            })
     }
 }
 

@@ -173,13 +173,15 @@ fn agree_on_exclusions(
 ) -> Result<()> {
     let mine = list_text(excluded);
     let peers: Vec<String> = survivors.iter().map(i32::to_string).collect();
-    super::agreement::agree(
+    let agreement = super::agreement::Agreement {
         store,
-        &format!("{scope}/excluded"),
+        scope: &format!("{scope}/excluded"),
+        timeout,
+    };
+    agreement.agree(
         &me.to_string(),
         &mine,
         peers.iter().map(String::as_str),
-        timeout,
         |r, why| {
             Error::timeout(format!(
                 "rank {r} did not call shrink within {} ms (a rank that died or does \
