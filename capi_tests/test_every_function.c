@@ -282,6 +282,10 @@ int main(void) {
         if (elastic != NULL) {
             int r = -7;
             EXPECT_RC(tc_comm_get_rank(elastic, &r), TC_ERR_INVALID_USAGE, "tc_comm_reconfigure");
+            tc_device_t d = {-7, -7};
+            EXPECT_OK(tc_comm_get_device(elastic, &d));
+            EXPECT_OK(tc_comm_get_async_error(elastic));
+            CHECK(r == -7 && d.type == TC_DEVICE_CPU);
             EXPECT_OK(tc_comm_get_init_handle(elastic, &init));
             const char *handles[2] = {init, NULL};
             const int L = TC_INIT_HANDLES_LIST;

@@ -1021,7 +1021,8 @@ tc_result_t tc_broadcast_coalesced(tc_comm_t *comm, void *const *bufs, const siz
  the environment as above, which may need the launcher's rank to know who
  hosts it); the comm takes part in nothing until `tc_comm_reconfigure`
  forms it (see there), and until then every call on it but
- `tc_comm_get_name`, `tc_comm_get_backend`, `tc_comm_get_init_handle`,
+ `tc_comm_get_name`, `tc_comm_get_backend`, `tc_comm_get_device`,
+ `tc_comm_get_async_error` (`TC_SUCCESS`), `tc_comm_get_init_handle`,
  `tc_comm_reconfigure`, `tc_comm_finalize`, `tc_comm_abort` and
  `tc_comm_destroy` fails with `TC_ERR_INVALID_USAGE`. On `nccl` it is
  `TC_ERR_UNSUPPORTED`, naming the loaded NCCL.
@@ -1687,12 +1688,13 @@ tc_result_t tc_comm_get_init_handle(const tc_comm_t *comm, const char **handle);
  aborted (after a failure), not finalized. On failure the comm is left as
  it was.
 
- Refused, before any communication, with `TC_ERR_INVALID_ARGUMENT`
- naming the argument: NULL `init_handles` (with `n > 0`), `n == 0`, a
- NULL or malformed handle, a handle of another job (another store) or of
- a comm of another name, a handle listed twice, this comm's own handle
- missing, a negative `uuid`, a `form` other than the two above. A comm
- created without `enable_reconfigure`: `TC_ERR_INVALID_USAGE`.
+ Refused before any communication, naming the argument: NULL
+ `init_handles` (with `n > 0`) or a NULL handle, `TC_ERR_NULL_ARGUMENT`;
+ with `TC_ERR_INVALID_ARGUMENT`, `n == 0`, a malformed handle, a handle
+ of another job (another store) or of a comm of another name, a handle
+ listed twice, this comm's own handle missing, a negative `uuid`, a
+ `form` other than the two above. A comm created without
+ `enable_reconfigure`: `TC_ERR_INVALID_USAGE`.
 
  Not to be called concurrently with other calls on `comm` (a call that
  races with it goes to the old comm or the new one).

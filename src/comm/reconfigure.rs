@@ -72,6 +72,14 @@ impl CommSlot {
         }
     }
 
+    /// The comm's device (known before a reconfigurable comm is formed).
+    pub fn device(&self) -> Device {
+        match self {
+            CommSlot::Fixed(comm) => comm.device(),
+            CommSlot::Reconfigurable(r) => r.device,
+        }
+    }
+
     /// The reconfigurable part; an error naming `call` for a fixed comm.
     pub fn reconfigurable(&self, call: &str) -> Result<&Reconfigurable> {
         match self {

@@ -136,7 +136,8 @@ fn slot_handle(slot: CommSlot, name: &str, backend: &str, lease: NameLease) -> *
 /// the environment as above, which may need the launcher's rank to know who
 /// hosts it); the comm takes part in nothing until `tc_comm_reconfigure`
 /// forms it (see there), and until then every call on it but
-/// `tc_comm_get_name`, `tc_comm_get_backend`, `tc_comm_get_init_handle`,
+/// `tc_comm_get_name`, `tc_comm_get_backend`, `tc_comm_get_device`,
+/// `tc_comm_get_async_error` (`TC_SUCCESS`), `tc_comm_get_init_handle`,
 /// `tc_comm_reconfigure`, `tc_comm_finalize`, `tc_comm_abort` and
 /// `tc_comm_destroy` fails with `TC_ERR_INVALID_USAGE`. On `nccl` it is
 /// `TC_ERR_UNSUPPORTED`, naming the loaded NCCL.
@@ -224,7 +225,7 @@ pub extern "C" fn tc_comm_get_device(
 ) -> tc_result_t {
     boundary("tc_comm_get_device", || {
         let (comm, device) = unsafe { (handle_ref(comm, "comm")?, arg_out(device, "device")?) };
-        *device = comm.inner()?.device().to_c();
+        *device = comm.slot.device().to_c();
         Ok(())
     })
 }
@@ -236,7 +237,11 @@ pub extern "C" fn tc_comm_get_device(
 pub extern "C" fn tc_comm_get_async_error(comm: *const tc_comm_t) -> tc_result_t {
     boundary("tc_comm_get_async_error", || {
         let comm = unsafe { handle_ref(comm, "comm")? };
-        comm.inner()?.async_error().map_or(Ok(()), Err)
+        // A comm not formed yet has nothing that could have failed.
+        match comm.slot.formed() {
+            Some(comm) => comm.async_error().map_or(Ok(()), Err),
+            None => Ok(()),
+        }
     })
 }
 
