@@ -249,18 +249,7 @@ impl Reconfigurable {
                 "argument 'uuid': {uuid} is negative"
             )));
         }
-        let members = self.checked_members(handles, as_set)?;
-        let me = members
-            .iter()
-            .position(|h| *h == self.own_handle())
-            .ok_or_else(|| {
-                Error::invalid_argument(format!(
-                    "argument 'init_handles': this comm's own handle {:?} is not in the list; \
-                     only the members of the new comm call tc_comm_reconfigure (one that \
-                     leaves finalizes its comm instead)",
-                    self.own_handle()
-                ))
-            })?;
+        let (members, me) = self.checked_members(handles, as_set)?;
         let mut used = lock(&self.used);
         if self.ended.load(Ordering::Acquire)
             || self
@@ -280,18 +269,43 @@ impl Reconfigurable {
             )));
         }
         let old = self.current();
-        let timeout = timeout.unwrap_or_else(|| old.map_or(self.timeout, |c| c.timeout()));
+        let comm = self.form(uuid, &members, me, timeout, hints, old)?;
+        let mut held = lock(&self.held);
+        held.push(Box::new(comm));
+        let newest: *const Arc<Comm> = &**held.last().expect("just pushed");
+        self.current
+            .store(newest as *mut Arc<Comm>, Ordering::Release);
+        drop(held);
+        drop(used);
+        if let Some(old) = old {
+            old.retire(&format!("reconfigured (uuid {uuid})"));
+        }
+        Ok(())
+    }
+
+    /// Makes the comm of `members` (this one at `me`) once they agreed,
+    /// with the settings of `old` (the comm now held, if any).
+    fn form(
+        &self,
+        uuid: i64,
+        members: &[&str],
+        me: usize,
+        timeout: Option<Duration>,
+        hints: Hints,
+        old: Option<&Arc<Comm>>,
+    ) -> Result<Arc<Comm>> {
+        let op_timeout = old.map_or(self.timeout, |c| c.timeout());
+        let timeout = timeout.unwrap_or(op_timeout);
         let size = members.len();
         let what = format!(
             "reconfiguring comm '{}' (uuid {uuid}, this member rank {me} of {size})",
             self.name
         );
         let scope = format!("{}/reconfigure/{uuid}", self.name);
-        self.agree_on_members(&scope, &members, me, timeout)
+        self.agree_on_members(&scope, members, me, timeout)
             .map_err(|e| e.context(&what))?;
-        let member_list = members.join(",");
         let backend_store: StoreRef = Arc::new(PrefixStore::new(
-            &format!("{scope}/{:016x}", fnv1a(member_list.as_bytes())),
+            &format!("{scope}/{:016x}", fnv1a(members.join(",").as_bytes())),
             self.store.clone(),
         ));
         let opts = CommOptions {
@@ -322,30 +336,23 @@ impl Reconfigurable {
         .map_err(|e| e.context(&what))?;
         // The operations' default timeout is the comm's, not the
         // reconfigure's.
-        comm.timeout_ms.store(
-            old.map_or(self.timeout, |c| c.timeout()).as_millis() as u64,
-            Ordering::Relaxed,
-        );
+        comm.timeout_ms
+            .store(op_timeout.as_millis() as u64, Ordering::Relaxed);
         if let Some(old) = old {
             let hook = lock(&old.abort_hook).take();
             *lock(&comm.abort_hook) = hook;
         }
-        let mut held = lock(&self.held);
-        held.push(Box::new(comm));
-        let newest: *const Arc<Comm> = &**held.last().expect("just pushed");
-        self.current
-            .store(newest as *mut Arc<Comm>, Ordering::Release);
-        drop(held);
-        drop(used);
-        if let Some(old) = old {
-            old.retire(&format!("reconfigured (uuid {uuid})"));
-        }
-        Ok(())
+        Ok(comm)
     }
 
     /// `handles` checked (each a handle of this job and comm name, none
-    /// twice, at least one) and, with `as_set`, sorted.
-    fn checked_members<'h>(&self, handles: &[&'h str], as_set: bool) -> Result<Vec<&'h str>> {
+    /// twice, this comm's among them) and, with `as_set`, sorted; with this
+    /// comm's place among them.
+    fn checked_members<'h>(
+        &self,
+        handles: &[&'h str],
+        as_set: bool,
+    ) -> Result<(Vec<&'h str>, usize)> {
         if handles.is_empty() {
             return Err(Error::invalid_argument(
                 "argument 'init_handles': empty; list every member of the new comm, this one \
@@ -384,7 +391,18 @@ impl Reconfigurable {
         if as_set {
             members.sort_unstable();
         }
-        Ok(members)
+        let me = members
+            .iter()
+            .position(|h| *h == self.own_handle())
+            .ok_or_else(|| {
+                Error::invalid_argument(format!(
+                    "argument 'init_handles': this comm's own handle {:?} is not in the list; \
+                     only the members of the new comm call tc_comm_reconfigure (one that \
+                     leaves finalizes its comm instead)",
+                    self.own_handle()
+                ))
+            })?;
+        Ok((members, me))
     }
 
     /// Checks through the store that every member passed `members` in this
