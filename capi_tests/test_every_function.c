@@ -257,6 +257,63 @@ int main(void) {
     EXPECT_RC(tc_comm_shrink(comm, ranks, 1, NULL, NULL, &child), TC_ERR_NULL_ARGUMENT, "'name'");
     EXPECT_RC(tc_comm_shrink(comm, ranks, 1, "x", &bad_comm, &child), TC_ERR_INVALID_ARGUMENT, "magic");
     CHECK(i == -7 && s == SENTINEL && dev.type == -7 && child == SENTINEL);
+
+    /* ---- reconfigure: a comm created with enable_reconfigure ------------ */
+    {
+        const char *init = SENTINEL;
+        EXPECT_RC(tc_comm_get_init_handle(NULL, &init), TC_ERR_NULL_ARGUMENT, "'comm'");
+        EXPECT_RC(tc_comm_get_init_handle(comm, NULL), TC_ERR_NULL_ARGUMENT, "'handle'");
+        EXPECT_RC(tc_comm_get_init_handle(comm, &init), TC_ERR_INVALID_USAGE, "enable_reconfigure");
+        CHECK(init == SENTINEL);
+        tc_device_t cpu = {TC_DEVICE_CPU, 0}, cuda = {TC_DEVICE_CUDA, 0};
+        tc_comm_options_t ro = TC_COMM_OPTIONS_INIT;
+        ro.name = "every-function-elastic";
+        ro.store = store;
+        ro.abort_on_error = 0;
+        ro.enable_reconfigure = 2;
+        tc_comm_t *elastic = SENTINEL;
+        EXPECT_RC(tc_comm_new("gloo", cpu, &ro, &elastic), TC_ERR_INVALID_ARGUMENT, "'opts.enable_reconfigure'");
+        ro.enable_reconfigure = 1;
+        EXPECT_RC(tc_comm_split(comm, ranks, 1, "x", &ro, &child), TC_ERR_INVALID_ARGUMENT, "'opts.enable_reconfigure'");
+        EXPECT_RC(tc_comm_new("nccl", cuda, &ro, &elastic), TC_ERR_UNSUPPORTED, "NCCL");
+        CHECK(elastic == SENTINEL && child == SENTINEL);
+        elastic = NULL;
+        EXPECT_OK(tc_comm_new("gloo", cpu, &ro, &elastic));
+        if (elastic != NULL) {
+            int r = -7;
+            EXPECT_RC(tc_comm_get_rank(elastic, &r), TC_ERR_INVALID_USAGE, "tc_comm_reconfigure");
+            tc_device_t d = {-7, -7};
+            EXPECT_OK(tc_comm_get_device(elastic, &d));
+            EXPECT_OK(tc_comm_get_async_error(elastic));
+            CHECK(r == -7 && d.type == TC_DEVICE_CPU);
+            EXPECT_OK(tc_comm_get_init_handle(elastic, &init));
+            const char *handles[2] = {init, NULL};
+            const int L = TC_INIT_HANDLES_LIST;
+            EXPECT_RC(tc_comm_reconfigure(NULL, 0, handles, 1, L, NULL, &work), TC_ERR_NULL_ARGUMENT, "'comm'");
+            EXPECT_RC(tc_comm_reconfigure(elastic, 0, NULL, 1, L, NULL, &work), TC_ERR_NULL_ARGUMENT, "'init_handles'");
+            EXPECT_RC(tc_comm_reconfigure(elastic, 0, handles, 0, L, NULL, &work), TC_ERR_INVALID_ARGUMENT, "empty");
+            EXPECT_RC(tc_comm_reconfigure(elastic, 0, handles, 2, L, NULL, &work), TC_ERR_NULL_ARGUMENT, "'init_handles[1]'");
+            handles[1] = init;
+            EXPECT_RC(tc_comm_reconfigure(elastic, 0, handles, 2, L, NULL, &work), TC_ERR_INVALID_ARGUMENT, "'init_handles[1]': handle");
+            handles[1] = "gloo:0:0:127.0.0.1:29500";
+            EXPECT_RC(tc_comm_reconfigure(elastic, 0, handles, 2, L, NULL, &work), TC_ERR_INVALID_ARGUMENT, "not an init handle");
+            EXPECT_RC(tc_comm_reconfigure(elastic, 0, handles, 1, 2, NULL, &work), TC_ERR_INVALID_ARGUMENT, "'form'");
+            EXPECT_RC(tc_comm_reconfigure(elastic, -1, handles, 1, L, NULL, &work), TC_ERR_INVALID_ARGUMENT, "'uuid'");
+            EXPECT_RC(tc_comm_reconfigure(elastic, 0, handles, 1, L, &bad, &work), TC_ERR_INVALID_ARGUMENT, "magic");
+            EXPECT_RC(tc_comm_reconfigure(comm, 0, handles, 1, L, NULL, &work), TC_ERR_INVALID_USAGE, "enable_reconfigure");
+            CHECK(work == SENTINEL);
+            /* One member: the comm forms, with a completed work. */
+            EXPECT_OK(tc_comm_reconfigure(elastic, 0, handles, 1, TC_INIT_HANDLES_SET, NULL, &work));
+            int size = -1, done = 0;
+            EXPECT_OK(tc_comm_get_size(elastic, &size));
+            EXPECT_OK(tc_work_is_completed(work, &done));
+            CHECK(size == 1 && done == 1);
+            tc_work_free(work);
+            work = SENTINEL;
+            EXPECT_OK(tc_comm_finalize(elastic));
+            tc_comm_destroy(elastic);
+        }
+    }
     EXPECT_RC(tc_comm_finalize(NULL), TC_ERR_NULL_ARGUMENT, "'comm'");
     EXPECT_RC(tc_comm_abort(NULL), TC_ERR_NULL_ARGUMENT, "'comm'");
     tc_comm_destroy(NULL);

@@ -20,7 +20,7 @@
    the fields you need. Unset fields take the library's defaults. */
 #define TC_COMM_OPTIONS_INIT                                                    \
     { sizeof(tc_comm_options_t), TC_COMM_OPTIONS_MAGIC, TC_COMM_OPTIONS_VERSION, \
-      NULL, TC_UNSET, TC_UNSET, TC_UNSET, TC_UNSET, NULL, NULL, 0 }
+      NULL, TC_UNSET, TC_UNSET, TC_UNSET, TC_UNSET, NULL, NULL, 0, 0 }
 #define TC_OP_OPTIONS_INIT                                                      \
     { sizeof(tc_op_options_t), TC_OP_OPTIONS_MAGIC, TC_OP_OPTIONS_VERSION,      \
       0, TC_UNSET, NULL, NULL, 0, 0 }
@@ -74,6 +74,19 @@
 
 #define TC_LOG_TRACE 3
 
+/*
+ `form` of `tc_comm_reconfigure`: the handles are a list, ranked in
+ their order.
+ */
+#define TC_INIT_HANDLES_LIST 0
+
+/*
+ `form` of `tc_comm_reconfigure`: the handles are a set, ranked in the
+ byte order of their text (the same on every member whatever order each
+ passed).
+ */
+#define TC_INIT_HANDLES_SET 1
+
 #define TC_REDUCER_OPTIONS_MAGIC 1413698116
 
 #define TC_REDUCER_OPTIONS_VERSION 2
@@ -107,7 +120,10 @@
 
 #define TC_COMM_OPTIONS_MAGIC 1413697357
 
-#define TC_COMM_OPTIONS_VERSION 1
+/*
+ Version 2 added `enable_reconfigure`.
+ */
+#define TC_COMM_OPTIONS_VERSION 2
 
 #define TC_OP_OPTIONS_MAGIC 1413697360
 
@@ -348,6 +364,15 @@ typedef struct {
      */
     const tc_hint_t *hints;
     size_t num_hints;
+    /*
+     (Version 2.) 1: `tc_comm_new` makes a comm with no members yet, to be
+     formed by `tc_comm_reconfigure` (torchcomms' `enable_reconfigure`);
+     `rank` and `world_size` are then not the comm's (see
+     `tc_comm_reconfigure`). 0, the default and what version-1 callers
+     get: a comm formed at creation, which cannot be reconfigured.
+     `tc_comm_split` and `tc_comm_shrink` refuse 1.
+     */
+    int32_t enable_reconfigure;
 } tc_comm_options_t;
 
 /*
@@ -990,6 +1015,17 @@ tc_result_t tc_broadcast_coalesced(tc_comm_t *comm, void *const *bufs, const siz
  `opts` may be NULL (defaults) and is copied.
  On success `*comm` receives a handle to destroy with `tc_comm_destroy`;
  on failure it is left untouched.
+
+ With `opts->enable_reconfigure = 1` the call is not collective and the
+ comm has no members yet: only the store is resolved (`opts->store`, else
+ the environment as above, which may need the launcher's rank to know who
+ hosts it); the comm takes part in nothing until `tc_comm_reconfigure`
+ forms it (see there), and until then every call on it but
+ `tc_comm_get_name`, `tc_comm_get_backend`, `tc_comm_get_device`,
+ `tc_comm_get_async_error` (`TC_SUCCESS`), `tc_comm_get_init_handle`,
+ `tc_comm_reconfigure`, `tc_comm_finalize`, `tc_comm_abort` and
+ `tc_comm_destroy` fails with `TC_ERR_INVALID_USAGE`. On `nccl` it is
+ `TC_ERR_UNSUPPORTED`, naming the loaded NCCL.
  */
 tc_result_t tc_comm_new(const char *backend, tc_device_t device, const tc_comm_options_t *opts, tc_comm_t **comm);
 
@@ -1601,6 +1637,69 @@ tc_result_t tc_all_gather_p_exec(tc_all_gather_p_t *handle, const void *input, c
  live is left alone with a warning and `tc_last_error` set.
  */
 void tc_all_gather_p_free(tc_all_gather_p_t *handle);
+
+/*
+ Writes to `*handle` the init handle of a comm created with
+ `enable_reconfigure`: a NUL-terminated ASCII string naming the job (an
+ id kept in the comm's store), the comm's name and a random id of this
+ process's comm. It is the same for the comm's lifetime, before and after
+ reconfigures, is owned by the comm and valid until `tc_comm_destroy`.
+ Publish it to the other processes (through a store, say) for their
+ `tc_comm_reconfigure`. A comm created without `enable_reconfigure`:
+ `TC_ERR_INVALID_USAGE`. `handle` must not be NULL; untouched on failure.
+ Thread-safe; never blocks.
+ */
+tc_result_t tc_comm_get_init_handle(const tc_comm_t *comm, const char **handle);
+
+/*
+ Re-forms `comm` (created with `enable_reconfigure`) in place from the
+ processes whose init handles are `init_handles` (`n` NUL-terminated
+ strings from `tc_comm_get_init_handle`, copied during the call): their
+ comms become one comm of `n` ranks, ranked in list order with
+ `form = TC_INIT_HANDLES_LIST`, in the byte order of the handles' text
+ with `TC_INIT_HANDLES_SET`. It shrinks (a member left out takes no part:
+ it finalizes its comm), grows (a newcomer's comm, created with
+ `enable_reconfigure` and never formed, joins), reorders, or forms a comm
+ for the first time, as torchcomms' `reconfigure` does.
+
+ Collective over the listed members only: each calls it with the same
+ `uuid` (an integer >= 0 naming this reconfigure: the new comm meets in
+ the store under `<name>/reconfigure/<uuid>`, so a comm's reconfigures
+ need distinct uuids; one this comm already took part in is
+ `TC_ERR_INVALID_USAGE`) and the same handles. A member that passed other
+ handles, or the same in another order, makes the members that see it
+ fail with `TC_ERR_INVALID_USAGE` naming it; a member that does not call
+ within the timeout makes the others fail with `TC_ERR_TIMEOUT` naming
+ its rank and handle.
+
+ Blocks until the new comm is formed or the timeout passed:
+ `opts->timeout_ms` (0 or `TC_UNSET`: the comm's timeout, for a comm
+ never formed its creation's). `opts->hints` are the new backend's
+ (none: the creation's). `opts` may be NULL; `opts->async_op` must be 0.
+ If `work` is not NULL, `*work` receives a completed work handle
+ (torchcomms returns one; destroy it with `tc_work_free`).
+
+ On success the handle's rank and size are the new ones; the comm it
+ held before is stopped: its outstanding works and window calls fail
+ with `TC_ERR_ABORTED` (wait for those that matter first; free its
+ windows), while comms split or shrunk from it are separate comms and
+ keep working. Its timeout, abort-on-error setting and abort hook carry
+ over; operation hooks (`tc_comm_add_hook`) do not. The comm may be
+ aborted (after a failure), not finalized. On failure the comm is left as
+ it was.
+
+ Refused before any communication, naming the argument: NULL
+ `init_handles` (with `n > 0`) or a NULL handle, `TC_ERR_NULL_ARGUMENT`;
+ with `TC_ERR_INVALID_ARGUMENT`, `n == 0`, a malformed handle, a handle
+ of another job (another store) or of a comm of another name, a handle
+ listed twice, this comm's own handle missing, a negative `uuid`, a
+ `form` other than the two above. A comm created without
+ `enable_reconfigure`: `TC_ERR_INVALID_USAGE`.
+
+ Not to be called concurrently with other calls on `comm` (a call that
+ races with it goes to the old comm or the new one).
+ */
+tc_result_t tc_comm_reconfigure(tc_comm_t *comm, int64_t uuid, const char *const *init_handles, size_t n, int form, const tc_op_options_t *opts, tc_work_t **work);
 
 /*
  Creates a reducer for `n` gradients: `grads[i]` holds `counts[i]`

@@ -258,6 +258,21 @@ class Comm {
         });
         return Comm(c);
     }
+    /* The init handle of a comm created with enable_reconfigure (see
+       tc_comm_get_init_handle): publish it for the members' reconfigure. */
+    std::string init_handle() const { return get_str(tc_comm_get_init_handle, "tc_comm_get_init_handle"); }
+    /* Re-forms this comm in place from the members' init handles, ranked
+       in list order or, with `as_set`, in the handles' byte order;
+       collective over the members, blocking (see tc_comm_reconfigure). */
+    Work reconfigure(int64_t uuid, const std::vector<std::string> &init_handles, bool as_set = false,
+                     const OpOptions &o = {}) {
+        std::vector<const char *> list;
+        for (const std::string &h : init_handles) list.push_back(h.c_str());
+        const int form = as_set ? TC_INIT_HANDLES_SET : TC_INIT_HANDLES_LIST;
+        return op("tc_comm_reconfigure", o, [&](auto c, auto w) {
+            return tc_comm_reconfigure(h_.get(), uuid, list.data(), list.size(), form, c, w);
+        });
+    }
     void finalize() { detail::check(tc_comm_finalize(h_.get()), "tc_comm_finalize"); }
     void abort() { detail::check(tc_comm_abort(h_.get()), "tc_comm_abort"); }
 

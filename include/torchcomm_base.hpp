@@ -313,6 +313,8 @@ class CommOptions {
     CommOptions &abort_on_error(bool on) noexcept { return c_.abort_on_error = on ? 1 : 0, *this; }
     CommOptions &rank(int32_t r) noexcept { return c_.rank = r, *this; }
     CommOptions &world_size(int32_t n) noexcept { return c_.world_size = n, *this; }
+    /* A comm with no members until Comm::reconfigure (tc_comm_new only). */
+    CommOptions &enable_reconfigure(bool on) noexcept { return c_.enable_reconfigure = on ? 1 : 0, *this; }
     /* Borrowed until the comm is created (the comm keeps its own reference). */
     inline CommOptions &store(const Store &s) noexcept;
     CommOptions &hint(std::string key, std::string value) {

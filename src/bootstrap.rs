@@ -133,6 +133,12 @@ pub fn from_environment(
     )
 }
 
+/// This process's rank among its host's processes, from the launcher's
+/// variables, when it set one.
+pub fn local_rank_from_environment() -> Result<Option<i32>> {
+    lookup_int(&|k| std::env::var(k).ok(), &LOCAL_RANK_VARS)
+}
+
 /// Resolves rank, size, local rank and store, reading variables through
 /// `lookup` (injectable for tests).
 pub fn from_lookup(

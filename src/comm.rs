@@ -24,8 +24,10 @@ use std::time::Duration;
 /// `crate::comm::Op` and friends keep resolving for existing callers.
 pub use crate::op::{Op, OpOptions, P2p, Ptr};
 
+mod agreement;
 pub mod hooks;
 mod persistent;
+mod reconfigure;
 mod settings;
 mod shrink;
 mod watchdog;
@@ -34,6 +36,7 @@ mod windows;
 pub use windows::WindowLanes;
 
 pub use persistent::PersistentAllGather;
+pub use reconfigure::{CommSlot, Reconfigurable};
 
 /// Creation options, read from `tc_comm_options_t`.
 #[derive(Clone, Default)]
@@ -427,14 +430,26 @@ impl Comm {
     /// with `TC_ERR_ABORTED`, and so do the outstanding calls of its windows
     /// (whose backends are closed).
     pub fn abort(&self) {
-        let err = Error::new(ErrorKind::Aborted, "aborted by the application");
-        if self.enter_aborted(&err) {
+        self.stop("aborted by the application", true);
+    }
+
+    /// Stops a comm that a reconfigure replaced, as [`Comm::abort`] does
+    /// but without the abort hook (which moved to the new comm), saying
+    /// `why` ("reconfigured (uuid 3)") to the calls it fails.
+    pub(crate) fn retire(&self, why: &str) {
+        self.stop(why, false);
+        self.hooks.clear();
+    }
+
+    fn stop(&self, why: &str, run_hook: bool) {
+        let err = Error::new(ErrorKind::Aborted, why);
+        if self.enter_aborted(&err) && run_hook {
             self.run_abort_hook(&err);
         }
         self.backend.abort();
         self.abort_windows(&Error::new(
             ErrorKind::Aborted,
-            format!("comm '{}' was aborted by the application", self.name),
+            format!("comm '{}' was {why}", self.name),
         ));
         self.shutdown(Error::new(
             ErrorKind::Aborted,

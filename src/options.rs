@@ -23,7 +23,8 @@ use std::mem::size_of;
 pub const TC_UNSET: i32 = -1;
 
 pub const TC_COMM_OPTIONS_MAGIC: u32 = 0x5443_4F4D;
-pub const TC_COMM_OPTIONS_VERSION: u32 = 1;
+/// Version 2 added `enable_reconfigure`.
+pub const TC_COMM_OPTIONS_VERSION: u32 = 2;
 pub const TC_OP_OPTIONS_MAGIC: u32 = 0x5443_4F50;
 /// Version 2 added `tag`.
 pub const TC_OP_OPTIONS_VERSION: u32 = 2;
@@ -64,6 +65,13 @@ pub struct tc_comm_options_t {
     /// Backend hints, copied during the call; NULL when `num_hints` is 0.
     pub hints: *const tc_hint_t,
     pub num_hints: usize,
+    /// (Version 2.) 1: `tc_comm_new` makes a comm with no members yet, to be
+    /// formed by `tc_comm_reconfigure` (torchcomms' `enable_reconfigure`);
+    /// `rank` and `world_size` are then not the comm's (see
+    /// `tc_comm_reconfigure`). 0, the default and what version-1 callers
+    /// get: a comm formed at creation, which cannot be reconfigured.
+    /// `tc_comm_split` and `tc_comm_shrink` refuse 1.
+    pub enable_reconfigure: i32,
 }
 
 /// Options of every operation. Initialize with `TC_OP_OPTIONS_INIT`.
@@ -114,6 +122,12 @@ pub trait Versioned: Copy {
 impl Versioned for tc_comm_options_t {
     const MAGIC: u32 = TC_COMM_OPTIONS_MAGIC;
     const NAME: &'static str = "tc_comm_options_t";
+    fn size_in_version(version: u32) -> usize {
+        match version {
+            1 => std::mem::offset_of!(tc_comm_options_t, enable_reconfigure),
+            _ => size_of::<Self>(),
+        }
+    }
     fn defaults() -> Self {
         tc_comm_options_t {
             size: size_of::<Self>(),
@@ -127,6 +141,7 @@ impl Versioned for tc_comm_options_t {
             store: std::ptr::null_mut(),
             hints: std::ptr::null(),
             num_hints: 0,
+            enable_reconfigure: 0,
         }
     }
 }
@@ -339,6 +354,25 @@ mod tests {
         o.version = 2;
         o.size = std::mem::offset_of!(tc_op_options_t, tag);
         assert_eq!(unsafe { read_versioned(&o, "opts") }.unwrap().tag, 0);
+    }
+
+    #[test]
+    fn comm_options_enable_reconfigure_is_read_from_version_2_only() {
+        let mut o = tc_comm_options_t::defaults();
+        o.enable_reconfigure = 1;
+        assert_eq!(
+            unsafe { read_versioned(&o, "opts") }
+                .unwrap()
+                .enable_reconfigure,
+            1
+        );
+        o.version = 1;
+        assert_eq!(
+            unsafe { read_versioned(&o, "opts") }
+                .unwrap()
+                .enable_reconfigure,
+            0
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@ TC_UNSET = -1
 TC_DEVICE_CPU = 0
 TC_DEVICE_CUDA = 1
 TC_COMM_OPTIONS_MAGIC = 1413697357
-TC_COMM_OPTIONS_VERSION = 1
+TC_COMM_OPTIONS_VERSION = 2
 TC_OP_OPTIONS_MAGIC = 1413697360
 TC_OP_OPTIONS_VERSION = 2
 TC_REDUCER_OPTIONS_MAGIC = 1413698116
@@ -23,6 +23,8 @@ TC_POWERSGD_OPTIONS_VERSION = 1
 TC_HOOK_PRE = 0
 TC_HOOK_POST = 1
 TC_OP_INFO_VERSION = 2
+TC_INIT_HANDLES_LIST = 0
+TC_INIT_HANDLES_SET = 1
 
 ERROR_NAMES = {
     1001: "TC_ERR_NULL_ARGUMENT",
@@ -64,6 +66,7 @@ class CommOptions(C.Structure):
         ("store", C.c_void_p),
         ("hints", C.POINTER(Hint)),
         ("num_hints", C.c_size_t),
+        ("enable_reconfigure", C.c_int32),
     ]
 
 
@@ -235,6 +238,8 @@ PROTOTYPES = {
     "tc_comm_remove_hook": (_R, [_p, C.c_uint64]),
     "tc_comm_split": (_R, [_p, C.POINTER(C.c_int), _sz, C.c_char_p, C.POINTER(CommOptions), _out]),
     "tc_comm_shrink": (_R, [_p, C.POINTER(C.c_int), _sz, C.c_char_p, C.POINTER(CommOptions), _out]),
+    "tc_comm_get_init_handle": (_R, [_p, C.POINTER(C.c_char_p)]),
+    "tc_comm_reconfigure": (_R, [_p, C.c_int64, C.POINTER(C.c_char_p), _sz, C.c_int, _opts, _out]),
     "tc_comm_finalize": (_R, [_p]),
     "tc_comm_abort": (_R, [_p]),
     "tc_comm_destroy": (None, [_p]),

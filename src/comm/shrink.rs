@@ -25,7 +25,6 @@ use crate::backends::{self, BackendInit};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::prefix::PrefixStore;
 use crate::store::StoreRef;
-use crate::util::Deadline;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -173,25 +172,26 @@ fn agree_on_exclusions(
     timeout: std::time::Duration,
 ) -> Result<()> {
     let mine = list_text(excluded);
-    store.set(&format!("{scope}/excluded/{me}"), mine.as_bytes())?;
-    let deadline = Deadline::after(timeout);
-    for r in survivors.iter().filter(|r| **r != me) {
-        let key = format!("{scope}/excluded/{r}");
-        store
-            .wait(&[key.as_str()], Some(deadline.remaining()))
-            .map_err(|e| match e.kind {
-                ErrorKind::Timeout => Error::timeout(format!(
-                    "rank {r} did not call shrink within {} ms (a rank that died or does \
-                     not take part must be in exclude_ranks): {}",
-                    timeout.as_millis(),
-                    e.message
-                )),
-                _ => e,
-            })?;
-        let theirs = String::from_utf8_lossy(&store.get(&key)?).into_owned();
-        if theirs != mine {
+    let peers: Vec<String> = survivors.iter().map(i32::to_string).collect();
+    let agreement = super::agreement::Agreement {
+        store,
+        scope: &format!("{scope}/excluded"),
+        timeout,
+    };
+    agreement.agree(
+        &me.to_string(),
+        &mine,
+        peers.iter().map(String::as_str),
+        |r, why| {
+            Error::timeout(format!(
+                "rank {r} did not call shrink within {} ms (a rank that died or does \
+                 not take part must be in exclude_ranks): {why}",
+                timeout.as_millis(),
+            ))
+        },
+        |r, theirs| {
             let excludes_me = theirs.split(',').any(|t| t == me.to_string());
-            return Err(Error::invalid_usage(format!(
+            Error::invalid_usage(format!(
                 "rank {r} passed exclude_ranks [{theirs}], this rank passed [{mine}]{}: \
                  every remaining rank must pass the same ranks (in any order)",
                 if excludes_me {
@@ -199,10 +199,9 @@ fn agree_on_exclusions(
                 } else {
                     String::new()
                 }
-            )));
-        }
-    }
-    Ok(())
+            ))
+        },
+    )
 }
 
 /// Says, of a failure to reach the store, that the store must survive.

@@ -69,8 +69,9 @@ pub extern "C" fn tc_broadcast_coalesced(
                 })
             })
             .collect::<crate::error::Result<Vec<_>>>()?;
-        let done = broadcast_coalesced(&comm.inner, list, buffer_bytes, root, &opts)?;
-        hand_out_work(work, done, &comm.inner);
+        let comm = comm.inner()?;
+        let done = broadcast_coalesced(comm, list, buffer_bytes, root, &opts)?;
+        hand_out_work(work, done, comm);
         Ok(())
     })
 }

@@ -1,7 +1,7 @@
 //! `tc_comm_*`: creating, querying, splitting and ending communicators
 //! (the operations on them are in `comm_ops`).
 
-use crate::comm::{Comm, CommOptions};
+use crate::comm::{Comm, CommOptions, CommSlot, Reconfigurable};
 use crate::error::{tc_result_t, Error, Result};
 use crate::ffi::comm_names::{self, NameLease};
 use crate::ffi::handle::{Handle, HandleType};
@@ -17,7 +17,7 @@ use std::sync::Arc;
 /// they run in the order the library received them, so ranks must agree on
 /// that order (as with NCCL, serialize issuing if threads race).
 pub struct tc_comm {
-    pub(crate) inner: Arc<Comm>,
+    slot: CommSlot,
     name: CString,
     backend: CString,
     /// Keeps the name taken until `tc_comm_destroy`.
@@ -30,8 +30,43 @@ impl Handle for tc_comm {
     const TYPE: HandleType = HandleType::Comm;
 }
 
+impl tc_comm {
+    /// The comm its calls go to; an error for a comm created with
+    /// `enable_reconfigure` and not reconfigured yet.
+    #[inline]
+    pub(crate) fn inner(&self) -> Result<&Arc<Comm>> {
+        self.slot.get()
+    }
+
+    pub(crate) fn slot(&self) -> &CommSlot {
+        &self.slot
+    }
+}
+
+/// The options of `tc_comm_split` and `tc_comm_shrink`, which refuse
+/// `enable_reconfigure`.
 pub(crate) unsafe fn comm_options(p: *const tc_comm_options_t) -> Result<CommOptions> {
+    let (opts, enable_reconfigure) = comm_options_and_reconfigure(p)?;
+    if enable_reconfigure {
+        return Err(Error::invalid_argument(
+            "argument 'opts.enable_reconfigure': only tc_comm_new makes reconfigurable comms",
+        ));
+    }
+    Ok(opts)
+}
+
+/// The options, and whether `enable_reconfigure` is set.
+unsafe fn comm_options_and_reconfigure(p: *const tc_comm_options_t) -> Result<(CommOptions, bool)> {
     let o = read_versioned(p, "opts")?;
+    let enable_reconfigure = match o.enable_reconfigure {
+        0 => false,
+        1 => true,
+        v => {
+            return Err(Error::invalid_argument(format!(
+                "argument 'opts.enable_reconfigure': {v} is not 0 or 1"
+            )))
+        }
+    };
     let name = if o.name.is_null() {
         None
     } else {
@@ -61,7 +96,7 @@ pub(crate) unsafe fn comm_options(p: *const tc_comm_options_t) -> Result<CommOpt
             v => Ok(Some(v)),
         }
     };
-    Ok(CommOptions {
+    let opts = CommOptions {
         name,
         timeout: timeout_from_ms(o.timeout_ms),
         abort_on_error,
@@ -69,17 +104,21 @@ pub(crate) unsafe fn comm_options(p: *const tc_comm_options_t) -> Result<CommOpt
         world_size: explicit(o.world_size, "opts.world_size")?,
         store,
         hints: hints_from_c(o.hints, o.num_hints, "opts.hints")?,
-    })
+    };
+    Ok((opts, enable_reconfigure))
 }
 
 pub(crate) fn comm_handle(inner: Arc<Comm>, name_lease: NameLease) -> *mut tc_comm_t {
-    let name = CString::new(inner.name()).unwrap_or_default();
-    let backend = CString::new(inner.backend_name()).unwrap_or_default();
+    let (name, backend) = (inner.name().to_string(), inner.backend_name().to_string());
+    slot_handle(CommSlot::Fixed(inner), &name, &backend, name_lease)
+}
+
+fn slot_handle(slot: CommSlot, name: &str, backend: &str, lease: NameLease) -> *mut tc_comm_t {
     into_handle(tc_comm {
-        inner,
-        name,
-        backend,
-        _name_lease: name_lease,
+        slot,
+        name: CString::new(name).unwrap_or_default(),
+        backend: CString::new(backend).unwrap_or_default(),
+        _name_lease: lease,
     })
 }
 
@@ -91,6 +130,17 @@ pub(crate) fn comm_handle(inner: Arc<Comm>, name_lease: NameLease) -> *mut tc_co
 /// `opts` may be NULL (defaults) and is copied.
 /// On success `*comm` receives a handle to destroy with `tc_comm_destroy`;
 /// on failure it is left untouched.
+///
+/// With `opts->enable_reconfigure = 1` the call is not collective and the
+/// comm has no members yet: only the store is resolved (`opts->store`, else
+/// the environment as above, which may need the launcher's rank to know who
+/// hosts it); the comm takes part in nothing until `tc_comm_reconfigure`
+/// forms it (see there), and until then every call on it but
+/// `tc_comm_get_name`, `tc_comm_get_backend`, `tc_comm_get_device`,
+/// `tc_comm_get_async_error` (`TC_SUCCESS`), `tc_comm_get_init_handle`,
+/// `tc_comm_reconfigure`, `tc_comm_finalize`, `tc_comm_abort` and
+/// `tc_comm_destroy` fails with `TC_ERR_INVALID_USAGE`. On `nccl` it is
+/// `TC_ERR_UNSUPPORTED`, naming the loaded NCCL.
 #[no_mangle]
 pub extern "C" fn tc_comm_new(
     backend: *const c_char,
@@ -102,13 +152,19 @@ pub extern "C" fn tc_comm_new(
         let out = unsafe { arg_out(comm, "comm")? };
         let backend = unsafe { c_string(backend, "backend")? };
         let device = Device::from_c(device, "device")?;
-        let mut opts = unsafe { comm_options(opts)? };
+        let (mut opts, enable_reconfigure) = unsafe { comm_options_and_reconfigure(opts)? };
         let lease = match &opts.name {
             Some(name) => comm_names::lease(name, "opts.name")?,
             None => comm_names::lease_generated(),
         };
         opts.name = Some(lease.name().to_string());
-        *out = comm_handle(Comm::new(backend, device, opts)?, lease);
+        *out = if enable_reconfigure {
+            let r = Reconfigurable::new(backend, device, opts)?;
+            let name = r.name().to_string();
+            slot_handle(CommSlot::Reconfigurable(Box::new(r)), &name, backend, lease)
+        } else {
+            comm_handle(Comm::new(backend, device, opts)?, lease)
+        };
         Ok(())
     })
 }
@@ -118,7 +174,7 @@ pub extern "C" fn tc_comm_new(
 pub extern "C" fn tc_comm_get_rank(comm: *const tc_comm_t, rank: *mut c_int) -> tc_result_t {
     boundary("tc_comm_get_rank", || {
         let (comm, rank) = unsafe { (handle_ref(comm, "comm")?, arg_out(rank, "rank")?) };
-        *rank = comm.inner.rank();
+        *rank = comm.inner()?.rank();
         Ok(())
     })
 }
@@ -128,7 +184,7 @@ pub extern "C" fn tc_comm_get_rank(comm: *const tc_comm_t, rank: *mut c_int) -> 
 pub extern "C" fn tc_comm_get_size(comm: *const tc_comm_t, size: *mut c_int) -> tc_result_t {
     boundary("tc_comm_get_size", || {
         let (comm, size) = unsafe { (handle_ref(comm, "comm")?, arg_out(size, "size")?) };
-        *size = comm.inner.size();
+        *size = comm.inner()?.size();
         Ok(())
     })
 }
@@ -169,7 +225,7 @@ pub extern "C" fn tc_comm_get_device(
 ) -> tc_result_t {
     boundary("tc_comm_get_device", || {
         let (comm, device) = unsafe { (handle_ref(comm, "comm")?, arg_out(device, "device")?) };
-        *device = comm.inner.device().to_c();
+        *device = comm.slot.device().to_c();
         Ok(())
     })
 }
@@ -181,7 +237,11 @@ pub extern "C" fn tc_comm_get_device(
 pub extern "C" fn tc_comm_get_async_error(comm: *const tc_comm_t) -> tc_result_t {
     boundary("tc_comm_get_async_error", || {
         let comm = unsafe { handle_ref(comm, "comm")? };
-        comm.inner.async_error().map_or(Ok(()), Err)
+        // A comm not formed yet has nothing that could have failed.
+        match comm.slot.formed() {
+            Some(comm) => comm.async_error().map_or(Ok(()), Err),
+            None => Ok(()),
+        }
     })
 }
 
@@ -205,7 +265,7 @@ pub extern "C" fn tc_comm_dump_flight_recorder(
 ) -> tc_result_t {
     boundary("tc_comm_dump_flight_recorder", || {
         let (comm, out) = unsafe { (handle_ref(comm, "comm")?, arg_out(text, "text")?) };
-        let mut bytes = comm.inner.dump_flight_recorder().into_bytes();
+        let mut bytes = comm.inner()?.dump_flight_recorder().into_bytes();
         bytes.push(0);
         *out = malloc_copy(&bytes)?.cast::<c_char>();
         Ok(())
@@ -253,7 +313,7 @@ pub extern "C" fn tc_comm_set_abort_hook(
 ) -> tc_result_t {
     boundary("tc_comm_set_abort_hook", || {
         let comm = unsafe { handle_ref(comm, "comm")? };
-        comm.inner.set_abort_hook(hook.map(|hook| {
+        comm.inner()?.set_abort_hook(hook.map(|hook| {
             let c = CAbortHook { hook, user_data };
             Box::new(move |e: &Error| c.call(e)) as crate::comm::AbortHook
         }));
@@ -285,12 +345,12 @@ pub extern "C" fn tc_comm_split(
         let name = unsafe { c_string(name, "name")? };
         let opts = unsafe { comm_options(opts)? };
         if ranks.is_empty() {
-            comm.inner.split(ranks, name, opts)?;
+            comm.inner()?.split(ranks, name, opts)?;
             *out = std::ptr::null_mut();
             return Ok(());
         }
         let lease = comm_names::lease(name, "name")?;
-        *out = match comm.inner.split(ranks, name, opts)? {
+        *out = match comm.inner()?.split(ranks, name, opts)? {
             Some(child) => comm_handle(child, lease),
             None => std::ptr::null_mut(),
         };
@@ -310,7 +370,10 @@ pub extern "C" fn tc_comm_split(
 #[no_mangle]
 pub extern "C" fn tc_comm_finalize(comm: *mut tc_comm_t) -> tc_result_t {
     boundary("tc_comm_finalize", || {
-        unsafe { handle_ref(comm, "comm")? }.inner.finalize()
+        match unsafe { handle_ref(comm, "comm")? }.slot() {
+            CommSlot::Fixed(comm) => comm.finalize(),
+            CommSlot::Reconfigurable(r) => r.finalize(),
+        }
     })
 }
 
@@ -322,7 +385,10 @@ pub extern "C" fn tc_comm_finalize(comm: *mut tc_comm_t) -> tc_result_t {
 #[no_mangle]
 pub extern "C" fn tc_comm_abort(comm: *mut tc_comm_t) -> tc_result_t {
     boundary("tc_comm_abort", || {
-        unsafe { handle_ref(comm, "comm")? }.inner.abort();
+        match unsafe { handle_ref(comm, "comm")? }.slot() {
+            CommSlot::Fixed(comm) => comm.abort(),
+            CommSlot::Reconfigurable(r) => r.abort(),
+        }
         Ok(())
     })
 }
@@ -337,7 +403,9 @@ pub extern "C" fn tc_comm_abort(comm: *mut tc_comm_t) -> tc_result_t {
 pub extern "C" fn tc_comm_destroy(comm: *mut tc_comm_t) {
     boundary_void("tc_comm_destroy", || {
         if let Some(comm) = unsafe { take_handle(comm, "comm")? } {
-            comm.inner.release();
+            if let Some(current) = comm.slot.formed() {
+                current.release();
+            }
         }
         Ok(())
     })

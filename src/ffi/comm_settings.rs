@@ -28,7 +28,7 @@ pub extern "C" fn tc_comm_get_ranks(
 ) -> tc_result_t {
     boundary("tc_comm_get_ranks", || {
         let (comm, count) = unsafe { (handle_ref(comm, "comm")?, arg_out(count, "count")?) };
-        let root_ranks = comm.inner.root_ranks();
+        let root_ranks = comm.inner()?.root_ranks();
         let capacity = *count;
         *count = root_ranks.len();
         if ranks.is_null() {
@@ -60,7 +60,7 @@ pub extern "C" fn tc_comm_get_backend_version(
 ) -> tc_result_t {
     boundary("tc_comm_get_backend_version", || {
         let (comm, version) = unsafe { (handle_ref(comm, "comm")?, arg_out(version, "version")?) };
-        *version = comm.inner.backend_version().as_ptr();
+        *version = comm.inner()?.backend_version().as_ptr();
         Ok(())
     })
 }
@@ -81,7 +81,7 @@ pub extern "C" fn tc_comm_set_timeout(comm: *mut tc_comm_t, timeout_ms: i64) -> 
                 "argument 'timeout_ms': {timeout_ms} is not a positive number of milliseconds"
             )));
         }
-        comm.inner
+        comm.inner()?
             .set_timeout(Duration::from_millis(timeout_ms as u64))
     })
 }
@@ -105,6 +105,6 @@ pub extern "C" fn tc_comm_set_hints(
     boundary("tc_comm_set_hints", || {
         let comm = unsafe { handle_ref(comm, "comm")? };
         let hints = unsafe { hints_from_c(hints, num_hints, "hints")? };
-        comm.inner.set_hints(&hints)
+        comm.inner()?.set_hints(&hints)
     })
 }

@@ -185,17 +185,17 @@ fn add(
     id: *mut u64,
 ) -> tc_result_t {
     boundary(func, || {
-        let comm = unsafe { handle_ref(comm, "comm")? };
+        let comm = unsafe { handle_ref(comm, "comm")? }.inner()?;
         let hook = hook.ok_or_else(|| Error::null_argument("hook"))?;
         let c = CHook {
             hook,
             user_data,
-            comm_name: CString::new(comm.inner.name()).unwrap_or_default(),
-            rank: comm.inner.rank(),
-            size: comm.inner.size(),
+            comm_name: CString::new(comm.name()).unwrap_or_default(),
+            rank: comm.rank(),
+            size: comm.size(),
         };
         let f: HookFn = Box::new(move |event: &HookEvent| c.call(event));
-        let new_id = comm.inner.hooks().add(post, f)?;
+        let new_id = comm.hooks().add(post, f)?;
         if !id.is_null() {
             unsafe { *id = new_id };
         }
@@ -274,6 +274,6 @@ pub extern "C" fn tc_comm_add_post_hook(
 pub extern "C" fn tc_comm_remove_hook(comm: *mut tc_comm_t, id: u64) -> tc_result_t {
     boundary("tc_comm_remove_hook", || {
         let comm = unsafe { handle_ref(comm, "comm")? };
-        comm.inner.hooks().remove(id)
+        comm.inner()?.hooks().remove(id)
     })
 }

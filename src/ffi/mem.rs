@@ -48,7 +48,7 @@ pub extern "C" fn tc_comm_register(
             return Err(Error::null_argument("buf"));
         }
         nonzero(bytes)?;
-        *handle = comm.inner.register_memory(buf, bytes)?;
+        *handle = comm.inner()?.register_memory(buf, bytes)?;
         Ok(())
     })
 }
@@ -67,7 +67,7 @@ pub extern "C" fn tc_comm_deregister(comm: *mut tc_comm_t, handle: *mut c_void) 
         if handle.is_null() {
             return Ok(());
         }
-        comm.inner.deregister_memory(handle)
+        comm.inner()?.deregister_memory(handle)
     })
 }
 
@@ -97,7 +97,7 @@ pub extern "C" fn tc_mem_alloc(
     boundary("tc_mem_alloc", || {
         let (comm, ptr) = unsafe { (handle_ref(comm, "comm")?, arg_out(ptr, "ptr")?) };
         nonzero(bytes)?;
-        *ptr = comm.inner.alloc_memory(bytes)?;
+        *ptr = comm.inner()?.alloc_memory(bytes)?;
         Ok(())
     })
 }
@@ -114,6 +114,6 @@ pub extern "C" fn tc_mem_free(comm: *mut tc_comm_t, ptr: *mut c_void) -> tc_resu
         if ptr.is_null() {
             return Ok(());
         }
-        comm.inner.free_memory(ptr)
+        comm.inner()?.free_memory(ptr)
     })
 }

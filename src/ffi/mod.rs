@@ -21,6 +21,7 @@ pub mod local;
 pub mod log;
 pub mod mem;
 pub mod persistent;
+pub mod reconfigure;
 pub mod reducer;
 pub mod shrink;
 pub mod sparse;

@@ -52,7 +52,7 @@ pub extern "C" fn tc_all_gather_p_init(
         let (comm, out) = unsafe { (handle_ref(comm, "comm")?, arg_out(handle, "handle")?) };
         unsafe { op_options(opts)? };
         let dtype = DType::from_c(dt, "dtype")?;
-        let inner = PersistentAllGather::new(comm.inner.clone(), Ptr(output), count, dtype)?;
+        let inner = PersistentAllGather::new(comm.inner()?.clone(), Ptr(output), count, dtype)?;
         *out = into_handle(tc_all_gather_p { inner });
         Ok(())
     })

@@ -320,7 +320,7 @@ pub extern "C" fn tc_reducer_new(
             stream: o.stream,
         };
         let hook = Box::new(BuiltinHook::new(builtin_from_c(TC_HOOK_ALLREDUCE)?));
-        let inner = Reducer::new(handle.inner.clone(), &list, options, hook)?;
+        let inner = Reducer::new(handle.inner()?.clone(), &list, options, hook)?;
         *out = into_handle(tc_reducer {
             inner: Arc::new(Mutex::new(inner)),
             comm,

@@ -65,7 +65,7 @@ pub extern "C" fn tc_comm_shrink(
         let name = unsafe { c_string(name, "name")? };
         let opts = unsafe { comm_options(opts)? };
         let lease = comm_names::lease(name, "name")?;
-        *out = comm_handle(comm.inner.shrink(exclude, name, opts)?, lease);
+        *out = comm_handle(comm.inner()?.shrink(exclude, name, opts)?, lease);
         Ok(())
     })
 }

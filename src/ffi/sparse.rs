@@ -146,12 +146,11 @@ pub extern "C" fn tc_sparse_all_reduce(
             dtype: input.dtype,
         };
         let dst = OutPtr(output);
-        let place = placement(&comm.inner, &coo, opts.stream)?;
+        let comm = comm.inner()?;
+        let place = placement(comm, &coo, opts.stream)?;
         let deliver = Box::new(move |out: CooOutput| write_output(dst, out, place));
-        let w = unsafe {
-            crate::sparse::sparse_all_reduce(&comm.inner, &coo, op.kind, &opts, deliver)?
-        };
-        hand_out_work(work, w, &comm.inner);
+        let w = unsafe { crate::sparse::sparse_all_reduce(comm, &coo, op.kind, &opts, deliver)? };
+        hand_out_work(work, w, comm);
         Ok(())
     })
 }

@@ -80,7 +80,7 @@ pub extern "C" fn tc_window_new(
 ) -> tc_result_t {
     boundary("tc_window_new", || {
         let (comm, out) = unsafe { (handle_ref(comm, "comm")?, arg_out(window, "window")?) };
-        let inner = Window::new(&comm.inner)?;
+        let inner = Window::new(comm.inner()?)?;
         *out = into_handle(tc_window { inner });
         Ok(())
     })

@@ -486,6 +486,35 @@ static void test_comm_settings(tc::Comm &comm) {
     EXPECT_ERROR(comm.set_hints({{"no.such.hint", "1"}}), TC_ERR_INVALID_ARGUMENT, "no.such.hint");
 }
 
+// Every rank's reconfigurable comm formed in reverse rank order, then
+// shrunk to all but the first rank (which leaves).
+static void test_reconfigure(const tc::Store &job, int rank, int size) {
+    tc::Comm elastic("gloo", tc::Device::cpu(),
+                     tc::CommOptions().name("cpp-elastic").store(job).abort_on_error(false).enable_reconfigure(true));
+    EXPECT_ERROR(elastic.rank(), TC_ERR_INVALID_USAGE, "tc_comm_reconfigure");
+    tc::Store s = tc::Store::prefix(job, "cpp-elastic-handles");
+    s.set(std::to_string(rank), elastic.init_handle());
+    std::vector<std::string> reversed;
+    for (int r = size - 1; r >= 0; r--) {
+        s.wait({std::to_string(r)}, std::chrono::milliseconds(60000));
+        reversed.push_back(s.get(std::to_string(r)));
+    }
+    CHECK(elastic.reconfigure(1, reversed).is_completed());
+    CHECK(elastic.rank() == size - 1 - rank && elastic.size() == size);
+    int v = rank + 1;
+    elastic.all_reduce({&v, 1}, tc::Sum);
+    CHECK(v == size * (size + 1) / 2);
+    if (rank == 0) {
+        elastic.finalize();
+        return;
+    }
+    reversed.pop_back(); // rank 0's handle
+    elastic.reconfigure(2, reversed);
+    CHECK(elastic.rank() == size - 1 - rank && elastic.size() == size - 1);
+    EXPECT_ERROR(elastic.reconfigure(2, reversed), TC_ERR_INVALID_USAGE, "uuid 2");
+    elastic.finalize();
+}
+
 static void test_gather_single_and_tags(tc::Comm &comm) {
     const int rank = comm.rank(), size = comm.size(), root = size - 1;
     std::array<int32_t, 2> in{rank * 10, rank * 10 + 1};
@@ -602,6 +631,7 @@ int main() {
         test_gather_single_and_tags(comm);
         test_window_get_and_all_gather_p(comm);
         test_op_hooks(comm);
+        test_reconfigure(job, comm.rank(), comm.size());
         CHECK(comm.dump_flight_recorder().find("all_reduce") != std::string::npos);
         tc::Comm moved(std::move(comm));
         CHECK(!comm && moved.size() >= 1);

@@ -36,6 +36,7 @@ pub mod loader;
 mod mem;
 mod red_op;
 mod shrink;
+pub use shrink::reconfigure_unsupported;
 mod window;
 mod window_rma;
 pub mod work;

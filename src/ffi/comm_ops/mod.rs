@@ -95,11 +95,11 @@ fn issue(
     build: impl FnOnce(&Comm) -> Result<Op>,
 ) -> tc_result_t {
     boundary(func, || {
-        let comm = unsafe { handle_ref(comm, "comm")? };
+        let comm = unsafe { handle_ref(comm, "comm")? }.inner()?;
         let (opts, tag) = unsafe { op_options_and_tag(opts)? };
-        let op = with_tag(build(&comm.inner)?, tag)?;
-        let w = comm.inner.submit(op, &opts)?;
-        hand_out_work(work, w, &comm.inner);
+        let op = with_tag(build(comm)?, tag)?;
+        let w = comm.submit(op, &opts)?;
+        hand_out_work(work, w, comm);
         Ok(())
     })
 }

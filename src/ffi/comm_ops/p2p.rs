@@ -65,7 +65,7 @@ pub extern "C" fn tc_batch_begin(comm: *mut tc_comm_t, batch: *mut *mut tc_batch
     boundary("tc_batch_begin", || {
         let (comm, out) = unsafe { (handle_ref(comm, "comm")?, arg_out(batch, "batch")?) };
         *out = into_handle(tc_batch {
-            comm: comm.inner.clone(),
+            comm: comm.inner()?.clone(),
             ops: Vec::new(),
         });
         Ok(())
