@@ -853,6 +853,13 @@ typedef tc_window tc_window_t;
 #define TC_ERR_NOT_FOUND 1015
 
 /*
+ Memory of a size the caller chose (a gradient, a sparse tensor's
+ entries, ...) could not be allocated; the message names the argument and
+ the number of bytes. Nothing was changed.
+ */
+#define TC_ERR_OUT_OF_MEMORY 1016
+
+/*
  Divide by the world size, then all-reduce (sum): DDP's default.
  */
 #define TC_HOOK_ALLREDUCE 0

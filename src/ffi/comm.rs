@@ -207,7 +207,7 @@ pub extern "C" fn tc_comm_dump_flight_recorder(
         let (comm, out) = unsafe { (handle_ref(comm, "comm")?, arg_out(text, "text")?) };
         let mut bytes = comm.inner.dump_flight_recorder().into_bytes();
         bytes.push(0);
-        *out = malloc_copy(&bytes)?.cast::<c_char>();
+        *out = malloc_copy(&bytes, "argument 'text': the flight recorder's table")?.cast::<c_char>();
         Ok(())
     })
 }

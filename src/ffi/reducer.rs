@@ -296,17 +296,17 @@ pub extern "C" fn tc_reducer_new(
                 "argument 'grads' must be NULL with opts.gradient_as_bucket_view",
             ));
         }
-        let ptrs = if as_view {
-            vec![std::ptr::null_mut(); n]
-        } else {
-            unsafe { arg_slice(grads, n, "grads")? }.to_vec()
-        };
+        // The lists first: they bound `n` to a real array.
         let counts = unsafe { arg_slice(counts, n, "counts")? };
         let dtypes = unsafe { arg_slice(dtypes, n, "dtypes")? };
+        let ptrs = match as_view {
+            true => &[][..],
+            false => unsafe { arg_slice(grads, n, "grads")? },
+        };
         let list = (0..n)
             .map(|i| {
                 Ok(Buffer {
-                    ptr: Ptr(ptrs[i]),
+                    ptr: Ptr(ptrs.get(i).copied().unwrap_or(std::ptr::null_mut())),
                     count: counts[i],
                     dtype: DType::from_c(dtypes[i], &format!("dtypes[{i}]"))?,
                 })

@@ -144,8 +144,7 @@ impl Reducer {
         if on_device {
             device_ops::refuse_capture(opts.stream, "tc_reducer_new")?;
         }
-        let entries = Self::agree_on_list(&comm, grads, &opts)?;
-        let mut buckets = build_buckets(&entries, &opts);
+        let mut buckets = Self::agree_on_list(&comm, grads, &opts)?;
         let copies = Self::device_copies(&comm, grads, &mut buckets, &opts)?;
         hook.set_stream(opts.stream);
         let grads = place_grads(grads, &mut buckets, opts.gradient_as_bucket_view);
@@ -170,18 +169,19 @@ impl Reducer {
         })
     }
 
-    /// Checks the arguments and agrees with every rank on the list and the
-    /// options (a difference, or bad arguments on any rank, fails every
-    /// rank); gives each gradient's (count, dtype).
+    /// Checks the arguments, builds the buckets (their memory is the
+    /// caller's to size, so it may not be had) and agrees with every rank on
+    /// the list and the options (a difference, bad arguments or no memory on
+    /// any rank fails every rank); gives the buckets.
     fn agree_on_list(
         comm: &Arc<Comm>,
         grads: &[Buffer],
         opts: &ReducerOptions,
-    ) -> Result<Vec<(usize, DType)>> {
-        let valid = Self::validate(grads, opts);
+    ) -> Result<Vec<Bucket>> {
         let entries: Vec<(usize, DType)> = grads.iter().map(|g| (g.count, g.dtype)).collect();
+        let buckets = Self::validate(grads, opts).and_then(|()| build_buckets(&entries, opts));
         let scalars = [
-            ("arguments valid (1: yes)", valid.is_ok() as u64),
+            ("arguments valid (1: yes)", buckets.is_ok() as u64),
             ("bucket_cap_bytes", opts.bucket_cap_bytes as u64),
             ("first_bucket_bytes", opts.first_bucket_bytes as u64),
             (
@@ -195,13 +195,13 @@ impl Reducer {
             0,
             &Layout {
                 scalars: &scalars,
-                entries: entries.clone(),
+                entries,
             },
             opts.stream,
         );
-        valid?;
+        let buckets = buckets?;
         agreed?;
-        Ok(entries)
+        Ok(buckets)
     }
 
     /// On a device comm, moves the buckets to device memory from the comm's
