@@ -417,6 +417,11 @@ impl Reducer {
             };
             self.next_launch += 1;
         }
+        // Every hook has run: a bucket it left unusable is a hook failure,
+        // agreed on below, so no rank writes anything back.
+        if self.hook_error.is_none() {
+            self.hook_error = self.check_views().err();
+        }
         let record = &mut self.agreement.mine;
         record.fill(0);
         record[0] = missing.len() as u64;
@@ -511,8 +516,41 @@ impl Reducer {
         self.write_back()
     }
 
+    /// Checks what the hooks left in every bucket's view (its count, and
+    /// that a replaced buffer's dtype can be cast back), so that a bad one
+    /// fails the iteration before anything is written back.
+    fn check_views(&mut self) -> Result<()> {
+        let on_device = self.on_device();
+        for bucket in &mut self.buckets {
+            let view = bucket.view;
+            let bad = |what: String| {
+                Error::invalid_usage(format!(
+                    "the communication hook {what} of bucket {}; nothing was written back",
+                    view.index
+                ))
+            };
+            if view.count != bucket.count {
+                return Err(bad(format!(
+                    "changed the count from {} to {}",
+                    bucket.count, view.count
+                )));
+            }
+            if view.buffer.cast::<u8>() == bucket.storage_ptr() {
+                continue;
+            }
+            let from = DType::from_c(view.dtype, "bucket.dtype")?;
+            let castable = match on_device {
+                true => device::check_cast(from, bucket.dtype),
+                false => layout::check_cast(from, bucket.dtype),
+            };
+            castable.map_err(|e| bad(format!("left a buffer that cannot be cast back ({e})")))?;
+        }
+        Ok(())
+    }
+
     /// Casts buffers that hooks replaced back into the buckets, then copies
-    /// the buckets into the gradients.
+    /// the buckets into the gradients (the views were checked by
+    /// [`Reducer::check_views`]).
     fn write_back(&mut self) -> Result<()> {
         let _current = self
             .copies
@@ -523,12 +561,6 @@ impl Reducer {
         for bucket in &mut self.buckets {
             let base = bucket.storage_ptr();
             let view = bucket.view;
-            if view.count != bucket.count {
-                return Err(Error::invalid_usage(format!(
-                    "the communication hook changed bucket {}'s count from {} to {}",
-                    view.index, bucket.count, view.count
-                )));
-            }
             if view.buffer.cast::<u8>() != base && on_device {
                 let copies = self.copies.as_mut().expect("device buckets have copies");
                 let from = DType::from_c(view.dtype, "bucket.dtype")?;
@@ -537,7 +569,6 @@ impl Reducer {
                     .map_err(|e| e.context(format!("bucket {}", view.index)))?;
             } else if view.buffer.cast::<u8>() != base {
                 let from = DType::from_c(view.dtype, "bucket.dtype")?;
-                layout::check_grad_dtype(from, "bucket.dtype")?;
                 // SAFETY: the hook's buffer holds `count` elements of its
                 // dtype and stays valid until finalize returns.
                 unsafe {
