@@ -40,7 +40,9 @@ pub struct PowerSgdOptions {
     pub min_compression_rate: f64,
     pub error_feedback: bool,
     pub warm_start: bool,
-    pub epsilon: f32,
+    /// As the caller gave it; the orthogonalization adds it in float32
+    /// ([`PowerSgdOptions::validate`] refuses what float32 cannot hold).
+    pub epsilon: f64,
     pub seed: u64,
     /// Leading dimension of each gradient; empty: every gradient is a
     /// column (count x 1), as a 1-D tensor is for PyTorch.
@@ -62,10 +64,20 @@ impl PowerSgdOptions {
                 self.min_compression_rate
             )));
         }
-        if !(self.epsilon.is_finite() && self.epsilon >= 0.0) {
+        let epsilon = self.epsilon;
+        if !(epsilon.is_finite() && epsilon >= 0.0) {
             return Err(Error::invalid_argument(format!(
-                "argument 'opts.orthogonalization_epsilon': {} is not a finite number >= 0",
-                self.epsilon
+                "argument 'opts.orthogonalization_epsilon': {epsilon} is not a finite number >= 0"
+            )));
+        }
+        // The orthogonalization runs in float32: a value it would turn into
+        // inf or 0 is refused rather than changed.
+        if epsilon as f32 == f32::INFINITY || (epsilon > 0.0 && epsilon as f32 == 0.0) {
+            return Err(Error::invalid_argument(format!(
+                "argument 'opts.orthogonalization_epsilon': {epsilon:e} is outside float32's range \
+                 (0, or from {:e} to {:e}); the orthogonalization adds it in float32",
+                f32::from_bits(1),
+                f32::MAX
             )));
         }
         for (i, (&rows, &count)) in self.rows.iter().zip(counts).enumerate() {
@@ -172,7 +184,7 @@ impl BucketState {
             if fresh {
                 initial_factor(opts.seed, m.grad, iteration, q);
             }
-            orthogonalize(q, m.cols, m.rank, opts.epsilon);
+            orthogonalize(q, m.cols, m.rank, opts.epsilon as f32);
         }
         self.warm = true;
         self.exchange.clear();
@@ -217,7 +229,7 @@ impl BucketState {
         let p_all = &mut self.exchange[plan.plain_len..];
         for m in &plan.matrices {
             let p = &mut p_all[m.p_offset..m.p_offset + m.rows * m.rank];
-            orthogonalize(p, m.rows, m.rank, opts.epsilon);
+            orthogonalize(p, m.rows, m.rank, opts.epsilon as f32);
             let matrix = &buf[m.offset..m.offset + m.rows * m.cols];
             let q = &mut self.q[m.q_offset..m.q_offset + m.cols * m.rank];
             transposed_times_factor(matrix, p, q, (m.rows, m.cols, m.rank), &mut self.scratch);
