@@ -192,7 +192,10 @@ fn launch(
     opts: &OpOptions,
 ) -> Result<Staged> {
     let bucket = &plan.buckets[index];
-    let what = format!("argument 'counts': bucket {index} of {} bytes", bucket.bytes);
+    let what = format!(
+        "argument 'counts': bucket {index} of {} bytes",
+        bucket.bytes
+    );
     try_resize(&mut stage, bucket.bytes, 0, &what)?;
     if plan.is_root {
         copy_bucket(&plan.bufs, bucket, &mut stage, true, plan.staging.as_ref())?;

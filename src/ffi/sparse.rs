@@ -49,7 +49,11 @@ fn write_output(dst: OutPtr, out: CooOutput, place: Placement) -> Result<()> {
     let free_shape = |_: &Error| unsafe { libc::free(shape) };
     let (indices, values) = match place {
         Placement::Host => {
-            let indices = malloc_copy(bytes(&out.indices), "argument 'input.nnz': the result's indices").inspect_err(free_shape)?;
+            let indices = malloc_copy(
+                bytes(&out.indices),
+                "argument 'input.nnz': the result's indices",
+            )
+            .inspect_err(free_shape)?;
             (indices, out.values.into_raw())
         }
         place => {

@@ -11,7 +11,10 @@ use crate::util::try_filled;
 
 /// The buckets of a gradient list (count, dtype per gradient), in launch
 /// order, with zeroed host storage and their hook views.
-pub(super) fn build_buckets(grads: &[(usize, DType)], opts: &ReducerOptions) -> Result<Vec<Bucket>> {
+pub(super) fn build_buckets(
+    grads: &[(usize, DType)],
+    opts: &ReducerOptions,
+) -> Result<Vec<Bucket>> {
     let assignment = layout::assign(grads, opts.first_bucket_bytes, opts.bucket_cap_bytes);
     let num_buckets = assignment.len();
     let mut buckets: Vec<Bucket> = assignment
@@ -31,7 +34,10 @@ pub(super) fn build_buckets(grads: &[(usize, DType)], opts: &ReducerOptions) -> 
             // overflow, which no memory can hold either.
             let count = lengths.iter().map(|&l| l as u128).sum::<u128>();
             let (what, bytes) = (
-                format!("argument 'counts': bucket {index} of {count} {} elements", dtype.name()),
+                format!(
+                    "argument 'counts': bucket {index} of {count} {} elements",
+                    dtype.name()
+                ),
                 count * dtype.size() as u128,
             );
             let words = usize::try_from(bytes.div_ceil(8))

@@ -237,7 +237,12 @@ impl BuiltinHook {
             self.compressed.resize(bucket.index + 1, Vec::new());
         }
         let copy = &mut self.compressed[bucket.index];
-        try_resize(copy, bucket.count, 0, "compressed copy of a bucket (argument 'counts')")?;
+        try_resize(
+            copy,
+            bucket.count,
+            0,
+            "compressed copy of a bucket (argument 'counts')",
+        )?;
         // SAFETY: the buffer holds the bucket's `count` elements of `dtype`
         // (the reducer's storage or a hook's replacement); `copy` holds
         // `count` 16-bit elements.

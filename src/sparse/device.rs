@@ -73,7 +73,11 @@ fn to_host<T: Copy + Default>(
     n: usize,
     stream: cuda::RawStream,
 ) -> Result<Vec<T>> {
-    let mut v = try_filled(T::default(), n, "argument 'input.nnz': the input's host copy")?;
+    let mut v = try_filled(
+        T::default(),
+        n,
+        "argument 'input.nnz': the input's host copy",
+    )?;
     let bytes = n * std::mem::size_of::<T>();
     cuda::memcpy_async(v.as_mut_ptr().cast(), src, bytes, stream)?;
     Ok(v)

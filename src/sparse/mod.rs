@@ -157,12 +157,11 @@ unsafe fn check_local(
     let indices = slice(input.indices, index_count, "input.indices")?;
     let values = slice(input.values as *const u8, value_bytes, "input.values")?;
     let keys = linearise(indices, sparse, input.nnz)?;
-    let entries = coalesce::coalesce_local(dtype, &keys, values, row).map_err(|e| {
-        match e.kind {
+    let entries =
+        coalesce::coalesce_local(dtype, &keys, values, row).map_err(|e| match e.kind {
             ErrorKind::OutOfMemory => Problem::OutOfMemory(OutOfMemoryIn::Coalescing, keys.len()),
             _ => Problem::Dtype(input.dtype),
-        }
-    })?;
+        })?;
     Ok(Local {
         dtype,
         kind,

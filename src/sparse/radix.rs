@@ -98,7 +98,11 @@ mod tests {
             let keys = pseudo_random(n, modulus, 0x9e37_79b9_7f4a_7c15 ^ n as u64);
             let mut want: Vec<(u64, usize)> = keys.iter().copied().zip(0..).collect();
             want.sort_by_key(|p| p.0);
-            assert_eq!(stable_order(&keys).unwrap(), want, "n {n} modulus {modulus}");
+            assert_eq!(
+                stable_order(&keys).unwrap(),
+                want,
+                "n {n} modulus {modulus}"
+            );
         }
     }
 

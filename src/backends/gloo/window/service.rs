@@ -135,7 +135,10 @@ impl Inner {
     }
 
     pub(super) fn drain(&self, src: i32, len: usize) -> Result<()> {
-        let what = format!("gloo {}: draining a refused put from rank {src}", self.label);
+        let what = format!(
+            "gloo {}: draining a refused put from rank {src}",
+            self.label
+        );
         let mut scratch = try_filled(0u8, len, &what)?;
         // SAFETY: scratch outlives the buffer (dropped at the end of scope,
         // after the receive completed or the window broke).
