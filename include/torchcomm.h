@@ -700,10 +700,10 @@ typedef struct {
      */
     double min_compression_rate;
     /*
-     Added to each column's norm in Gram-Schmidt, in float32: finite,
-     >= 0, and 0 or between float32's smallest (1.4e-45) and largest
-     (3.4e38) values (others are `TC_ERR_INVALID_ARGUMENT`, not rounded
-     to 0 or inf). Default 0 (a zero column then stays zeros).
+     Added to each column's norm in Gram-Schmidt, in float32: 0, or a
+     finite value between float32's smallest (1.4e-45) and largest
+     (3.4e38); others are `TC_ERR_INVALID_ARGUMENT`, never rounded to 0
+     or inf. Default 0 (a zero column then stays zeros).
      */
     double orthogonalization_epsilon;
     /*

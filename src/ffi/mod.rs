@@ -102,9 +102,7 @@ pub unsafe fn arg_slice<'a, T>(p: *const T, n: usize, name: &str) -> Result<&'a 
         return Err(Error::null_argument(name));
     }
     let size = std::mem::size_of::<T>();
-    if n.checked_mul(size)
-        .is_none_or(|bytes| bytes > isize::MAX as usize)
-    {
+    if !matches!(n.checked_mul(size), Some(bytes) if bytes <= isize::MAX as usize) {
         return Err(Error::invalid_argument(format!(
             "argument '{name}': {n} elements of {size} bytes are more than any array can hold"
         )));

@@ -70,10 +70,10 @@ pub struct tc_powersgd_options_t {
     /// (rows + cols) * r * `min_compression_rate` < rows * cols; the others
     /// are all-reduced as they are. Finite, >= 0. Default 2.
     pub min_compression_rate: f64,
-    /// Added to each column's norm in Gram-Schmidt, in float32: finite,
-    /// >= 0, and 0 or between float32's smallest (1.4e-45) and largest
-    /// (3.4e38) values (others are `TC_ERR_INVALID_ARGUMENT`, not rounded
-    /// to 0 or inf). Default 0 (a zero column then stays zeros).
+    /// Added to each column's norm in Gram-Schmidt, in float32: 0, or a
+    /// finite value between float32's smallest (1.4e-45) and largest
+    /// (3.4e38); others are `TC_ERR_INVALID_ARGUMENT`, never rounded to 0
+    /// or inf. Default 0 (a zero column then stays zeros).
     pub orthogonalization_epsilon: f64,
     /// 1: each rank adds its previous compression error to the bucket
     /// before compressing. Default 1.
