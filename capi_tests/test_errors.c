@@ -29,6 +29,7 @@ int main(void) {
     CHECK(strcmp(tc_result_string(TC_ERR_NULL_ARGUMENT), tc_result_string(TC_ERR_INVALID_ARGUMENT)) != 0);
     CHECK(strcmp(tc_result_string(123456), "unknown result code") == 0);
     CHECK(strcmp(tc_result_string(-1), "unknown result code") == 0);
+    CHECK(strcmp(tc_result_string(TC_ERR_OUT_OF_MEMORY), "out of memory") == 0);
 
     /* dtype sizes, unknown dtype */
     const struct { tc_dtype_t dt; size_t size; } sizes[] = {

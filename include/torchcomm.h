@@ -673,7 +673,9 @@ typedef struct {
  A communication hook: exchanges `bucket` (see `tc_grad_bucket_t`) over
  `comm` and returns the exchange's work in `*work` (which the reducer
  frees). Called from `tc_reducer_mark_ready` or `tc_reducer_finalize`, on
- their thread; it must not call functions of its own reducer. Every rank's
+ their thread; it must not call functions of its own reducer: such a call
+ fails with `TC_ERR_INVALID_USAGE` (`tc_reducer_free` leaves the reducer as
+ it is, with a warning and `tc_last_error` set). Every rank's
  hook must issue the same operations; a hook returning an error without
  issuing them on some ranks leaves the others waiting until the comm's
  timeout.
@@ -723,8 +725,10 @@ typedef struct {
      */
     double min_compression_rate;
     /*
-     Added to each column's norm in Gram-Schmidt (finite, >= 0). Default
-     0 (a zero column then stays zeros).
+     Added to each column's norm in Gram-Schmidt, in float32: 0, or a
+     finite value between float32's smallest (1.4e-45) and largest
+     (3.4e38); others are `TC_ERR_INVALID_ARGUMENT`, never rounded to 0
+     or inf. Default 0 (a zero column then stays zeros).
      */
     double orthogonalization_epsilon;
     /*
@@ -876,6 +880,13 @@ typedef tc_window tc_window_t;
  A key or object that was asked for does not exist.
  */
 #define TC_ERR_NOT_FOUND 1015
+
+/*
+ Memory of a size the caller chose (a gradient, a sparse tensor's
+ entries, ...) could not be allocated; the message names the argument and
+ the number of bytes. Nothing was changed.
+ */
+#define TC_ERR_OUT_OF_MEMORY 1016
 
 /*
  Divide by the world size, then all-reduce (sum): DDP's default.
@@ -1116,7 +1127,10 @@ tc_result_t tc_comm_split(tc_comm_t *comm, const int *ranks, size_t n, const cha
  before finalize). Returns `TC_ERR_ABORTED` if the comm was aborted, else
  the first failure of any operation, else the first failure of an
  asynchronous call of a window not yet freed (a window freed earlier is
- not reported). Call `tc_comm_destroy` afterwards.
+ not reported). Call `tc_comm_destroy` afterwards. From inside an
+ operation hook (`tc_comm_add_pre_hook` / `tc_comm_add_post_hook`; a post
+ hook may run on the comm's progress thread, which finalize would wait
+ for) it fails with `TC_ERR_INVALID_USAGE` and changes nothing.
  */
 tc_result_t tc_comm_finalize(tc_comm_t *comm);
 
@@ -1135,7 +1149,9 @@ tc_result_t tc_comm_abort(tc_comm_t *comm);
  other call may use the handle during or after this one; one that does
  anyway (a second destroy, say) gets `TC_ERR_INVALID_ARGUMENT` ("not a
  live tc_comm_t"), here a warning with `tc_last_error` set. Its name is
- free for a new comm once this returns.
+ free for a new comm once this returns. From inside an operation hook it
+ is refused (`TC_ERR_INVALID_USAGE` in `tc_last_error`, a warning) and the
+ comm stays as it was.
  */
 void tc_comm_destroy(tc_comm_t *comm);
 
@@ -1755,7 +1771,10 @@ tc_result_t tc_reducer_mark_ready(tc_reducer_t *reducer, size_t grad_index);
  every hook ran, waits for every bucket and writes the results into the
  gradients. Gradients never marked fail every rank with
  `TC_ERR_INVALID_USAGE` naming them per rank, a hook's failure fails the
- ranks that saw it with its error and the others with `TC_ERR_REMOTE`,
+ ranks that saw it with its error and the others with `TC_ERR_REMOTE`
+ (a bucket the hook left unusable counts as its failure: a changed
+ `count`, or a replaced buffer whose dtype cannot be cast back, is
+ `TC_ERR_INVALID_USAGE`, found before anything is written back),
  and a failed exchange (a peer died) fails with its error; on failure
  nothing is written back. Either way the reducer is ready for the next
  iteration. Blocks until done (with device buckets, until the copies out
@@ -1834,9 +1853,9 @@ tc_result_t tc_reducer_num_buckets(tc_reducer_t *reducer, size_t *num_buckets);
  The hook's state (errors, Q, copies: about twice the buckets' size) is
  freed when the hook is replaced or the reducer freed; a new call starts
  from iteration 0. Only between iterations. `TC_ERR_INVALID_ARGUMENT` for
- a rank of 0, a negative or non-finite rate or epsilon, `num_rows` other
- than the gradient count, or a `rows[i]` that does not divide
- counts[i]; `TC_ERR_UNSUPPORTED` on an nccl comm (device buckets: the
+ a rank of 0, a negative or non-finite rate or epsilon, an epsilon
+ outside float32's range, `num_rows` other than the gradient count, or a
+ `rows[i]` that does not divide counts[i]; `TC_ERR_UNSUPPORTED` on an nccl comm (device buckets: the
  products would need device kernels). `opts` and its `rows` array are
  copied: the caller keeps ownership and may free them after the call. A
  NULL `reducer`, or NULL `opts.rows` with a non-zero `num_rows`, is
@@ -2117,7 +2136,8 @@ tc_result_t tc_window_deregister(tc_window_t *window);
  `tc_window_signal` from this rank (`tc_window_wait_signal`); puts from
  one origin to one target land in order, puts from different origins in
  no defined order. `dst_offset + bytes` beyond the target's registered
- size fails with `TC_ERR_INVALID_ARGUMENT` naming both. A put to this
+ size fails with `TC_ERR_INVALID_ARGUMENT` naming both. `bytes = 0` does
+ nothing, whatever `dst_offset` (as MPI's zero counts). A put to this
  rank itself is a copy. `opts` may be NULL (defaults; `timeout_ms`
  applies, `stream` is ignored).
 
@@ -2161,8 +2181,8 @@ tc_result_t tc_window_put(tc_window_t *window, const void *src, size_t bytes, in
  `src_rank`); `src_offset + bytes` must not overflow nor pass the end of
  `src_rank`'s registered size (naming `src_offset`, with both numbers).
  A buffer must be registered on this rank (`TC_ERR_INVALID_USAGE`).
- `bytes = 0` does nothing. `opts` may be NULL (defaults; `timeout_ms`
- applies, `stream` is ignored).
+ `bytes = 0` does nothing, whatever `src_offset`. `opts` may be NULL
+ (defaults; `timeout_ms` applies, `stream` is ignored).
 
  With `opts.async_op = 0` the call returns when the bytes are in `dst`.
  With `opts.async_op = 1` it checks its arguments, queues the get and

@@ -25,6 +25,7 @@ use crate::device_ops::{self, CommScratch, StreamWork};
 use crate::error::{Error, Result};
 use crate::layout_check::{agree, Layout};
 use crate::types::{DType, Device};
+use crate::util::try_resize;
 use crate::work::{DoneWork, HostWork, Work};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -191,7 +192,11 @@ fn launch(
     opts: &OpOptions,
 ) -> Result<Staged> {
     let bucket = &plan.buckets[index];
-    stage.resize(bucket.bytes, 0);
+    let what = format!(
+        "argument 'counts': bucket {index} of {} bytes",
+        bucket.bytes
+    );
+    try_resize(&mut stage, bucket.bytes, 0, &what)?;
     if plan.is_root {
         copy_bucket(&plan.bufs, bucket, &mut stage, true, plan.staging.as_ref())?;
     }

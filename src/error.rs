@@ -46,6 +46,10 @@ pub const TC_ERR_PANIC: tc_result_t = 1013;
 pub const TC_ERR_BUFFER_TOO_SMALL: tc_result_t = 1014;
 /// A key or object that was asked for does not exist.
 pub const TC_ERR_NOT_FOUND: tc_result_t = 1015;
+/// Memory of a size the caller chose (a gradient, a sparse tensor's
+/// entries, ...) could not be allocated; the message names the argument and
+/// the number of bytes. Nothing was changed.
+pub const TC_ERR_OUT_OF_MEMORY: tc_result_t = 1016;
 
 /// The error kinds of the Rust side; each maps to exactly one `TC_ERR_*` code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -66,10 +70,11 @@ pub enum ErrorKind {
     Panic = TC_ERR_PANIC,
     BufferTooSmall = TC_ERR_BUFFER_TOO_SMALL,
     NotFound = TC_ERR_NOT_FOUND,
+    OutOfMemory = TC_ERR_OUT_OF_MEMORY,
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 15] = [
+    pub const ALL: [ErrorKind; 16] = [
         ErrorKind::NullArgument,
         ErrorKind::InvalidArgument,
         ErrorKind::InvalidUsage,
@@ -85,6 +90,7 @@ impl ErrorKind {
         ErrorKind::Panic,
         ErrorKind::BufferTooSmall,
         ErrorKind::NotFound,
+        ErrorKind::OutOfMemory,
     ];
 
     pub fn code(self) -> tc_result_t {
@@ -113,6 +119,7 @@ impl ErrorKind {
             ErrorKind::Panic => "panic caught at the C boundary\0",
             ErrorKind::BufferTooSmall => "buffer too small\0",
             ErrorKind::NotFound => "not found\0",
+            ErrorKind::OutOfMemory => "out of memory\0",
         }
     }
 }
@@ -149,6 +156,14 @@ impl Error {
     }
     pub fn unsupported(message: impl Into<String>) -> Error {
         Error::new(ErrorKind::Unsupported, message)
+    }
+    /// `what` (naming the argument that chose the size) could not get
+    /// `bytes` bytes of memory.
+    pub fn out_of_memory(what: &str, bytes: u128) -> Error {
+        Error::new(
+            ErrorKind::OutOfMemory,
+            format!("{what}: out of memory allocating {bytes} bytes"),
+        )
     }
     pub fn unavailable(message: impl Into<String>) -> Error {
         Error::new(ErrorKind::Unavailable, message)

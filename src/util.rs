@@ -1,5 +1,5 @@
 //! Small helpers every module uses: a poison-ignoring lock, the overlap test
-//! of two byte ranges, and deadlines.
+//! of two byte ranges, deadlines, and allocations whose size a caller chose.
 
 use crate::error::{Error, Result};
 use std::sync::{Mutex, MutexGuard};
@@ -10,6 +10,37 @@ use std::time::{Duration, Instant};
 /// leaves it consistent between statements.
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// An empty vector with room for `len` elements, for memory whose size a
+/// caller chose (a gradient's count, a sparse tensor's entries, ...): a
+/// failed allocation is `TC_ERR_OUT_OF_MEMORY` naming `what` (the argument)
+/// and the bytes, where `Vec`'s own allocation would abort the process.
+/// Every such allocation goes through here or [`try_filled`].
+pub fn try_vec<T>(len: usize, what: &str) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len)
+        .map_err(|_| Error::out_of_memory(what, len as u128 * std::mem::size_of::<T>() as u128))?;
+    Ok(v)
+}
+
+/// `len` copies of `value`, allocated as [`try_vec`] does.
+pub fn try_filled<T: Clone>(value: T, len: usize, what: &str) -> Result<Vec<T>> {
+    let mut v = try_vec(len, what)?;
+    v.resize(len, value);
+    Ok(v)
+}
+
+/// Resizes `v` to `len` elements (new ones `value`), growing as [`try_vec`]
+/// allocates.
+pub fn try_resize<T: Clone>(v: &mut Vec<T>, len: usize, value: T, what: &str) -> Result<()> {
+    if len > v.len() {
+        v.try_reserve_exact(len - v.len()).map_err(|_| {
+            Error::out_of_memory(what, len as u128 * std::mem::size_of::<T>() as u128)
+        })?;
+    }
+    v.resize(len, value);
+    Ok(())
 }
 
 /// Whether the byte ranges [a, a + alen) and [b, b + blen) share a byte;

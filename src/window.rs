@@ -286,11 +286,12 @@ impl Window {
     ) -> Result<Arc<dyn Work>> {
         self.check_rank(dst_rank, "dst_rank")?;
         let _state = self.registered_state("put")?;
-        let size = self.lanes.backend.remote_size(dst_rank);
-        check_span("dst_offset", dst_offset, bytes, dst_rank, size)?;
+        // Zero bytes move nothing, whatever the offset (as MPI's zero counts).
         if bytes == 0 {
             return Ok(done());
         }
+        let size = self.lanes.backend.remote_size(dst_rank);
+        check_span("dst_offset", dst_offset, bytes, dst_rank, size)?;
         let (inner, timeout, src) = (self.lanes.backend.clone(), self.timeout(opts), src as usize);
         let call = WindowCall::transfer("window_put", dst_rank, (src, bytes), dst_offset, opts);
         self.issue(&self.lanes.origin, call, opts, move || {
@@ -312,11 +313,11 @@ impl Window {
     ) -> Result<Arc<dyn Work>> {
         self.check_rank(src_rank, "src_rank")?;
         let _state = self.registered_state("get")?;
-        let size = self.lanes.backend.remote_size(src_rank);
-        check_span("src_offset", src_offset, bytes, src_rank, size)?;
         if bytes == 0 {
             return Ok(done());
         }
+        let size = self.lanes.backend.remote_size(src_rank);
+        check_span("src_offset", src_offset, bytes, src_rank, size)?;
         let (inner, timeout, dst) = (self.lanes.backend.clone(), self.timeout(opts), dst as usize);
         let call = WindowCall::transfer("window_get", src_rank, (dst, bytes), src_offset, opts);
         self.issue(&self.lanes.origin, call, opts, move || {

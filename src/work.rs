@@ -44,6 +44,9 @@ struct HostState {
     error: Option<Error>,
     started: Option<Instant>,
     on_complete: Option<CompletionHook>,
+    /// The operation finished and its completion hook runs: its duration
+    /// delays the completion but is no part of the timeout.
+    settling: bool,
     /// Threads in [`Work::wait_blocking`]: [`HostWork::complete`] notifies
     /// only when there are some (a call run inline has none).
     waiters: u32,
@@ -75,6 +78,7 @@ impl HostWork {
                 error: None,
                 started: None,
                 on_complete: None,
+                settling: false,
                 waiters: 0,
             }),
             done: Condvar::new(),
@@ -124,10 +128,12 @@ impl HostWork {
     }
 
     /// Records the outcome (after running the completion hook, with no lock
-    /// held); a work already marked timed out keeps that status.
+    /// held, during which the watchdog no longer times the work out); a work
+    /// already marked timed out keeps that status.
     pub fn complete(&self, result: Result<()>) {
         let mut s = self.lock();
         if let Some(hook) = s.on_complete.take() {
+            s.settling = true;
             drop(s);
             hook(&result);
             s = self.lock();
@@ -184,7 +190,10 @@ impl Work for HostWork {
     fn check_timeout(&self, now: Instant) -> Option<Error> {
         let mut s = self.lock();
         let started = s.started?;
-        if s.status != WorkStatus::InProgress || now.duration_since(started) <= self.timeout {
+        if s.status != WorkStatus::InProgress
+            || s.settling
+            || now.duration_since(started) <= self.timeout
+        {
             return None;
         }
         let err = Error::timeout(format!(

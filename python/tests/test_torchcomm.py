@@ -44,6 +44,8 @@ def test_constants_match_the_header():
         assert defines[f"TC_{op.name}"] == str(int(op))
     for code, name in tc.ERROR_NAMES.items():
         assert defines[name] == str(code)
+    codes = {n for n in defines if n.startswith("TC_ERR_")}
+    assert codes == set(tc.ERROR_NAMES.values()), codes ^ set(tc.ERROR_NAMES.values())
     for st in tc.WorkStatus:
         assert defines[f"TC_WORK_{st.name}"] == str(int(st))
     from torchcomm import _lib

@@ -96,6 +96,10 @@ class GradBucket:
         b = as_buffer(buf, True, "buf")
         if b.count != self.count:
             raise _lib.invalid(f"'buf' has {b.count} elements, the bucket {self.count}", "set_buffer")
+        floats = (DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.BFLOAT16)
+        if b.dtype not in floats:
+            raise _lib.invalid(f"'buf' is {DType(b.dtype).name.lower()}: the reducer casts only "
+                               "float32, float64, float16 and bfloat16 back into a bucket", "set_buffer")
         self._c.buffer, self._c.dtype = b.ptr, int(b.dtype)
         self._reducer._iteration_keep.append(b)
 

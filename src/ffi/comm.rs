@@ -1,6 +1,7 @@
 //! `tc_comm_*`: creating, querying, splitting and ending communicators
 //! (the operations on them are in `comm_ops`).
 
+use crate::comm::hooks::refuse_inside_hook;
 use crate::comm::{Comm, CommOptions, CommSlot, Reconfigurable};
 use crate::error::{tc_result_t, Error, Result};
 use crate::ffi::comm_names::{self, NameLease};
@@ -267,7 +268,8 @@ pub extern "C" fn tc_comm_dump_flight_recorder(
         let (comm, out) = unsafe { (handle_ref(comm, "comm")?, arg_out(text, "text")?) };
         let mut bytes = comm.inner()?.dump_flight_recorder().into_bytes();
         bytes.push(0);
-        *out = malloc_copy(&bytes)?.cast::<c_char>();
+        *out =
+            malloc_copy(&bytes, "argument 'text': the flight recorder's table")?.cast::<c_char>();
         Ok(())
     })
 }
@@ -366,11 +368,16 @@ pub extern "C" fn tc_comm_split(
 /// before finalize). Returns `TC_ERR_ABORTED` if the comm was aborted, else
 /// the first failure of any operation, else the first failure of an
 /// asynchronous call of a window not yet freed (a window freed earlier is
-/// not reported). Call `tc_comm_destroy` afterwards.
+/// not reported). Call `tc_comm_destroy` afterwards. From inside an
+/// operation hook (`tc_comm_add_pre_hook` / `tc_comm_add_post_hook`; a post
+/// hook may run on the comm's progress thread, which finalize would wait
+/// for) it fails with `TC_ERR_INVALID_USAGE` and changes nothing.
 #[no_mangle]
 pub extern "C" fn tc_comm_finalize(comm: *mut tc_comm_t) -> tc_result_t {
     boundary("tc_comm_finalize", || {
-        match unsafe { handle_ref(comm, "comm")? }.slot() {
+        let comm = unsafe { handle_ref(comm, "comm")? };
+        refuse_inside_hook("tc_comm_finalize")?;
+        match comm.slot() {
             CommSlot::Fixed(comm) => comm.finalize(),
             CommSlot::Reconfigurable(r) => r.finalize(),
         }
@@ -398,10 +405,15 @@ pub extern "C" fn tc_comm_abort(comm: *mut tc_comm_t) -> tc_result_t {
 /// other call may use the handle during or after this one; one that does
 /// anyway (a second destroy, say) gets `TC_ERR_INVALID_ARGUMENT` ("not a
 /// live tc_comm_t"), here a warning with `tc_last_error` set. Its name is
-/// free for a new comm once this returns.
+/// free for a new comm once this returns. From inside an operation hook it
+/// is refused (`TC_ERR_INVALID_USAGE` in `tc_last_error`, a warning) and the
+/// comm stays as it was.
 #[no_mangle]
 pub extern "C" fn tc_comm_destroy(comm: *mut tc_comm_t) {
     boundary_void("tc_comm_destroy", || {
+        if !comm.is_null() {
+            refuse_inside_hook("tc_comm_destroy")?;
+        }
         if let Some(comm) = unsafe { take_handle(comm, "comm")? } {
             if let Some(current) = comm.slot.formed() {
                 current.release();

@@ -89,7 +89,9 @@ pub unsafe fn arg_out<'a, T>(p: *mut T, name: &str) -> Result<&'a mut T> {
     p.as_mut().ok_or_else(|| Error::null_argument(name))
 }
 
-/// Borrows `n` elements at `p`; NULL is allowed only when `n == 0`.
+/// Borrows `n` elements at `p`; NULL is allowed only when `n == 0`. A count
+/// no array can have (its bytes overflow or exceed `isize::MAX`) is
+/// `TC_ERR_INVALID_ARGUMENT` naming `name`.
 ///
 /// # Safety
 /// `p` must be valid for reads of `n` elements for `'a`.
@@ -100,18 +102,22 @@ pub unsafe fn arg_slice<'a, T>(p: *const T, n: usize, name: &str) -> Result<&'a 
     if p.is_null() {
         return Err(Error::null_argument(name));
     }
+    let size = std::mem::size_of::<T>();
+    if !matches!(n.checked_mul(size), Some(bytes) if bytes <= isize::MAX as usize) {
+        return Err(Error::invalid_argument(format!(
+            "argument '{name}': {n} elements of {size} bytes are more than any array can hold"
+        )));
+    }
     Ok(std::slice::from_raw_parts(p, n))
 }
 
 /// Copies `bytes` into memory from `malloc`, for the caller to release with
-/// `tc_free` (never NULL, even when empty).
-pub fn malloc_copy(bytes: &[u8]) -> Result<*mut std::ffi::c_void> {
+/// `tc_free` (never NULL, even when empty); `what` names it when there is
+/// no memory for it.
+pub fn malloc_copy(bytes: &[u8], what: &str) -> Result<*mut std::ffi::c_void> {
     let p = unsafe { libc::malloc(bytes.len().max(1)) };
     if p.is_null() {
-        return Err(Error::system(
-            "allocating memory for the caller",
-            std::io::Error::from(std::io::ErrorKind::OutOfMemory),
-        ));
+        return Err(Error::out_of_memory(what, bytes.len() as u128));
     }
     unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p.cast::<u8>(), bytes.len()) };
     Ok(p)
@@ -137,6 +143,18 @@ mod tests {
             "{}",
             last_error()
         );
+    }
+
+    #[test]
+    fn impossible_count_is_named() {
+        let x = [0u32; 1];
+        for n in [usize::MAX, usize::MAX / 4 + 1, isize::MAX as usize / 4 + 1] {
+            let r = unsafe { arg_slice(x.as_ptr(), n, "ranks") };
+            let e = r.unwrap_err();
+            assert_eq!(e.kind, ErrorKind::InvalidArgument);
+            assert!(e.message.contains("'ranks'"), "{}", e.message);
+        }
+        assert_eq!(unsafe { arg_slice(x.as_ptr(), 1, "ranks") }.unwrap(), &[0]);
     }
 
     #[test]

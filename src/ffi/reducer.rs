@@ -17,6 +17,7 @@ use crate::reducer::{Reducer, ReducerOptions};
 use crate::types::{tc_dtype_t, DType};
 use crate::util::lock;
 use crate::work::{HostWork, Work};
+use std::cell::Cell;
 use std::ffi::{c_void, CStr};
 use std::mem::size_of;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -69,8 +70,10 @@ pub struct tc_powersgd_options_t {
     /// (rows + cols) * r * `min_compression_rate` < rows * cols; the others
     /// are all-reduced as they are. Finite, >= 0. Default 2.
     pub min_compression_rate: f64,
-    /// Added to each column's norm in Gram-Schmidt (finite, >= 0). Default
-    /// 0 (a zero column then stays zeros).
+    /// Added to each column's norm in Gram-Schmidt, in float32: 0, or a
+    /// finite value between float32's smallest (1.4e-45) and largest
+    /// (3.4e38); others are `TC_ERR_INVALID_ARGUMENT`, never rounded to 0
+    /// or inf. Default 0 (a zero column then stays zeros).
     pub orthogonalization_epsilon: f64,
     /// 1: each rank adds its previous compression error to the bucket
     /// before compressing. Default 1.
@@ -162,7 +165,9 @@ impl Versioned for tc_reducer_options_t {
 /// A communication hook: exchanges `bucket` (see `tc_grad_bucket_t`) over
 /// `comm` and returns the exchange's work in `*work` (which the reducer
 /// frees). Called from `tc_reducer_mark_ready` or `tc_reducer_finalize`, on
-/// their thread; it must not call functions of its own reducer. Every rank's
+/// their thread; it must not call functions of its own reducer: such a call
+/// fails with `TC_ERR_INVALID_USAGE` (`tc_reducer_free` leaves the reducer as
+/// it is, with a warning and `tc_last_error` set). Every rank's
 /// hook must issue the same operations; a hook returning an error without
 /// issuing them on some ranks leaves the others waiting until the comm's
 /// timeout.
@@ -185,17 +190,65 @@ pub struct tc_reducer {
     finishing: Option<JoinHandle<()>>,
 }
 
-impl tc_reducer {
-    /// The reducer, once an asynchronous finalize has finished.
-    fn get(&mut self) -> MutexGuard<'_, Reducer> {
-        if let Some(t) = self.finishing.take() {
-            let _ = t.join();
-        }
-        lock(&self.inner)
+thread_local! {
+    /// The reducer this thread holds locked, running its hooks meanwhile: a
+    /// call on it from one of them would wait for itself.
+    static HELD: Cell<*const tc_reducer> = const { Cell::new(std::ptr::null()) };
+}
+
+/// The locked reducer, noted in [`HELD`] while held.
+struct Held<'a> {
+    guard: MutexGuard<'a, Reducer>,
+    before: *const tc_reducer,
+}
+
+impl std::ops::Deref for Held<'_> {
+    type Target = Reducer;
+    fn deref(&self) -> &Reducer {
+        &self.guard
     }
 }
 
+impl std::ops::DerefMut for Held<'_> {
+    fn deref_mut(&mut self) -> &mut Reducer {
+        &mut self.guard
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        HELD.with(|h| h.set(self.before));
+    }
+}
+
+impl tc_reducer {
+    /// The reducer, once an asynchronous finalize has finished.
+    fn get(&mut self) -> Held<'_> {
+        if let Some(t) = self.finishing.take() {
+            let _ = t.join();
+        }
+        let before = HELD.with(|h| h.replace(self as *const tc_reducer));
+        Held {
+            guard: lock(&self.inner),
+            before,
+        }
+    }
+}
+
+/// Refuses a call on reducer `p` from inside its own communication hook
+/// (`TC_ERR_INVALID_USAGE`): the reducer is locked by the call running it.
+fn refuse_from_own_hook(p: *const tc_reducer_t) -> Result<()> {
+    if !p.is_null() && HELD.with(Cell::get) == p {
+        return Err(Error::invalid_usage(
+            "argument 'reducer': called from inside its own communication hook (the reducer is \
+             running the hook)",
+        ));
+    }
+    Ok(())
+}
+
 unsafe fn reducer_mut<'a>(p: *mut tc_reducer_t) -> Result<&'a mut tc_reducer_t> {
+    refuse_from_own_hook(p)?;
     handle_mut(p, "reducer")
 }
 
@@ -296,17 +349,17 @@ pub extern "C" fn tc_reducer_new(
                 "argument 'grads' must be NULL with opts.gradient_as_bucket_view",
             ));
         }
-        let ptrs = if as_view {
-            vec![std::ptr::null_mut(); n]
-        } else {
-            unsafe { arg_slice(grads, n, "grads")? }.to_vec()
-        };
+        // The lists first: they bound `n` to a real array.
         let counts = unsafe { arg_slice(counts, n, "counts")? };
         let dtypes = unsafe { arg_slice(dtypes, n, "dtypes")? };
+        let ptrs = match as_view {
+            true => &[][..],
+            false => unsafe { arg_slice(grads, n, "grads")? },
+        };
         let list = (0..n)
             .map(|i| {
                 Ok(Buffer {
-                    ptr: Ptr(ptrs[i]),
+                    ptr: Ptr(ptrs.get(i).copied().unwrap_or(std::ptr::null_mut())),
                     count: counts[i],
                     dtype: DType::from_c(dtypes[i], &format!("dtypes[{i}]"))?,
                 })
@@ -343,6 +396,7 @@ fn nonzero_or(v: usize, default: usize) -> usize {
 #[no_mangle]
 pub extern "C" fn tc_reducer_free(reducer: *mut tc_reducer_t) {
     boundary_void("tc_reducer_free", || {
+        refuse_from_own_hook(reducer)?;
         if let Some(mut r) = unsafe { take_handle(reducer, "reducer")? } {
             r.get().wait_outstanding();
         }
@@ -378,7 +432,10 @@ pub extern "C" fn tc_reducer_mark_ready(
 /// every hook ran, waits for every bucket and writes the results into the
 /// gradients. Gradients never marked fail every rank with
 /// `TC_ERR_INVALID_USAGE` naming them per rank, a hook's failure fails the
-/// ranks that saw it with its error and the others with `TC_ERR_REMOTE`,
+/// ranks that saw it with its error and the others with `TC_ERR_REMOTE`
+/// (a bucket the hook left unusable counts as its failure: a changed
+/// `count`, or a replaced buffer whose dtype cannot be cast back, is
+/// `TC_ERR_INVALID_USAGE`, found before anything is written back),
 /// and a failed exchange (a peer died) fails with its error; on failure
 /// nothing is written back. Either way the reducer is ready for the next
 /// iteration. Blocks until done (with device buckets, until the copies out
@@ -553,9 +610,9 @@ pub extern "C" fn tc_reducer_num_buckets(
 /// The hook's state (errors, Q, copies: about twice the buckets' size) is
 /// freed when the hook is replaced or the reducer freed; a new call starts
 /// from iteration 0. Only between iterations. `TC_ERR_INVALID_ARGUMENT` for
-/// a rank of 0, a negative or non-finite rate or epsilon, `num_rows` other
-/// than the gradient count, or a `rows[i]` that does not divide
-/// counts[i]; `TC_ERR_UNSUPPORTED` on an nccl comm (device buckets: the
+/// a rank of 0, a negative or non-finite rate or epsilon, an epsilon
+/// outside float32's range, `num_rows` other than the gradient count, or a
+/// `rows[i]` that does not divide counts[i]; `TC_ERR_UNSUPPORTED` on an nccl comm (device buckets: the
 /// products would need device kernels). `opts` and its `rows` array are
 /// copied: the caller keeps ownership and may free them after the call. A
 /// NULL `reducer`, or NULL `opts.rows` with a non-zero `num_rows`, is
@@ -601,7 +658,7 @@ fn set_powersgd(r: &mut tc_reducer_t, o: &tc_powersgd_options_t) -> Result<()> {
         min_compression_rate: o.min_compression_rate,
         error_feedback: bool_arg(o.use_error_feedback, "use_error_feedback")?,
         warm_start: bool_arg(o.warm_start, "warm_start")?,
-        epsilon: o.orthogonalization_epsilon as f32,
+        epsilon: o.orthogonalization_epsilon,
         seed: o.seed,
         rows,
     };

@@ -45,11 +45,15 @@ unsafe impl Send for OutPtr {}
 fn write_output(dst: OutPtr, out: CooOutput, place: Placement) -> Result<()> {
     let bytes =
         |v: &[i64]| unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), v.len() * 8) };
-    let shape = malloc_copy(bytes(&out.shape))?;
+    let shape = malloc_copy(bytes(&out.shape), "argument 'out': the result's shape")?;
     let free_shape = |_: &Error| unsafe { libc::free(shape) };
     let (indices, values) = match place {
         Placement::Host => {
-            let indices = malloc_copy(bytes(&out.indices)).inspect_err(free_shape)?;
+            let indices = malloc_copy(
+                bytes(&out.indices),
+                "argument 'input.nnz': the result's indices",
+            )
+            .inspect_err(free_shape)?;
             (indices, out.values.into_raw())
         }
         place => {

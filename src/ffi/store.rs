@@ -250,7 +250,7 @@ pub extern "C" fn tc_store_get_alloc(
         let store = unsafe { handle_ref(store, "store")? };
         let key = unsafe { c_string(key, "key")? };
         let v = store.inner.get(key)?;
-        *value_out = malloc_copy(&v)?;
+        *value_out = malloc_copy(&v, "argument 'value': the key's value")?;
         *len_out = v.len();
         Ok(())
     })
@@ -307,7 +307,7 @@ pub extern "C" fn tc_store_compare_set(
         let expected = unsafe { value_arg(expected, "expected", expected_len, "expected_len")? };
         let desired = unsafe { value_arg(desired, "desired", desired_len, "desired_len")? };
         let v = store.inner.compare_set(key, expected, desired)?;
-        *cur_out = malloc_copy(&v)?;
+        *cur_out = malloc_copy(&v, "argument 'current': the key's value")?;
         *len_out = v.len();
         Ok(())
     })

@@ -131,7 +131,8 @@ pub extern "C" fn tc_window_deregister(window: *mut tc_window_t) -> tc_result_t 
 /// `tc_window_signal` from this rank (`tc_window_wait_signal`); puts from
 /// one origin to one target land in order, puts from different origins in
 /// no defined order. `dst_offset + bytes` beyond the target's registered
-/// size fails with `TC_ERR_INVALID_ARGUMENT` naming both. A put to this
+/// size fails with `TC_ERR_INVALID_ARGUMENT` naming both. `bytes = 0` does
+/// nothing, whatever `dst_offset` (as MPI's zero counts). A put to this
 /// rank itself is a copy. `opts` may be NULL (defaults; `timeout_ms`
 /// applies, `stream` is ignored).
 ///
@@ -189,8 +190,8 @@ pub extern "C" fn tc_window_put(
 /// `src_rank`); `src_offset + bytes` must not overflow nor pass the end of
 /// `src_rank`'s registered size (naming `src_offset`, with both numbers).
 /// A buffer must be registered on this rank (`TC_ERR_INVALID_USAGE`).
-/// `bytes = 0` does nothing. `opts` may be NULL (defaults; `timeout_ms`
-/// applies, `stream` is ignored).
+/// `bytes = 0` does nothing, whatever `src_offset`. `opts` may be NULL
+/// (defaults; `timeout_ms` applies, `stream` is ignored).
 ///
 /// With `opts.async_op = 0` the call returns when the bytes are in `dst`.
 /// With `opts.async_op = 1` it checks its arguments, queues the get and

@@ -5,11 +5,16 @@ use super::hooks::tc_grad_bucket_t;
 use super::{layout, Bucket, Grad, ReducerOptions};
 use crate::coalesced::Buffer;
 use crate::comm::Ptr;
+use crate::error::{Error, Result};
 use crate::types::DType;
+use crate::util::try_filled;
 
 /// The buckets of a gradient list (count, dtype per gradient), in launch
 /// order, with zeroed host storage and their hook views.
-pub(super) fn build_buckets(grads: &[(usize, DType)], opts: &ReducerOptions) -> Vec<Bucket> {
+pub(super) fn build_buckets(
+    grads: &[(usize, DType)],
+    opts: &ReducerOptions,
+) -> Result<Vec<Bucket>> {
     let assignment = layout::assign(grads, opts.first_bucket_bytes, opts.bucket_cap_bytes);
     let num_buckets = assignment.len();
     let mut buckets: Vec<Bucket> = assignment
@@ -25,11 +30,23 @@ pub(super) fn build_buckets(grads: &[(usize, DType)], opts: &ReducerOptions) -> 
                     Some(*at - l)
                 })
                 .collect();
-            let count = lengths.iter().sum::<usize>();
-            Bucket {
+            // Each gradient's bytes were checked; their sum may still
+            // overflow, which no memory can hold either.
+            let count = lengths.iter().map(|&l| l as u128).sum::<u128>();
+            let (what, bytes) = (
+                format!(
+                    "argument 'counts': bucket {index} of {count} {} elements",
+                    dtype.name()
+                ),
+                count * dtype.size() as u128,
+            );
+            let words = usize::try_from(bytes.div_ceil(8))
+                .map_err(|_| Error::out_of_memory(&what, bytes))?;
+            let count = count as usize;
+            Ok(Bucket {
                 dtype,
                 pending: members.len(),
-                storage: vec![0u64; (count * dtype.size()).div_ceil(8)],
+                storage: try_filled(0u64, words, &what)?,
                 scratch: None,
                 members,
                 offsets,
@@ -50,16 +67,16 @@ pub(super) fn build_buckets(grads: &[(usize, DType)], opts: &ReducerOptions) -> 
                 works: Vec::new(),
                 ready_members: 0,
                 launched: 0,
-            }
+            })
         })
-        .collect();
+        .collect::<Result<_>>()?;
     for b in &mut buckets {
         b.view.num_grads = b.members.len();
         b.view.grad_indices = b.members.as_ptr();
         b.view.offsets = b.offsets.as_ptr();
         b.view.lengths = b.lengths.as_ptr();
     }
-    buckets
+    Ok(buckets)
 }
 
 /// Each gradient's place in its bucket; with `as_view` its pointer becomes

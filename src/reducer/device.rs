@@ -44,18 +44,28 @@ fn cast_on_stream(
     count: usize,
     stream: cuda::RawStream,
 ) -> Result<()> {
+    check_cast(from, to)?;
     if from == to {
         return cuda::memcpy_async(dst, src, count * from.size(), stream);
     }
     match (elem(from), elem(to)) {
         (Some(f), Some(t)) => kernels.cast(src, f, dst, t, count, stream),
-        _ => Err(Error::unsupported(format!(
-            "casting {} to {} on the device is not supported (the kernels cast between float32, float16 and \
-             bfloat16)",
-            from.name(),
-            to.name()
-        ))),
+        _ => Err(Error::internal("check_cast let an uncastable pair through")),
     }
+}
+
+/// Whether [`cast_on_stream`] converts `from` to `to`: the same dtype, or
+/// between the dtypes the kernels cast.
+pub fn check_cast(from: DType, to: DType) -> Result<()> {
+    if from == to || (elem(from).is_some() && elem(to).is_some()) {
+        return Ok(());
+    }
+    Err(Error::unsupported(format!(
+        "casting {} to {} on the device is not supported (the kernels cast between float32, float16 and \
+         bfloat16)",
+        from.name(),
+        to.name()
+    )))
 }
 
 pub struct DeviceCopies {

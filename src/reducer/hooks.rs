@@ -10,6 +10,7 @@ use super::layout::{cast, divide};
 use crate::comm::{Comm, Op, OpOptions, Ptr};
 use crate::error::{Error, Result};
 use crate::types::{tc_dtype_t, DType, PremulFactor, RedKind, ReduceOp};
+use crate::util::try_resize;
 use crate::work::{DoneWork, Work, WorkStatus};
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
@@ -236,7 +237,12 @@ impl BuiltinHook {
             self.compressed.resize(bucket.index + 1, Vec::new());
         }
         let copy = &mut self.compressed[bucket.index];
-        copy.resize(bucket.count, 0);
+        try_resize(
+            copy,
+            bucket.count,
+            0,
+            "compressed copy of a bucket (argument 'counts')",
+        )?;
         // SAFETY: the buffer holds the bucket's `count` elements of `dtype`
         // (the reducer's storage or a hook's replacement); `copy` holds
         // `count` 16-bit elements.

@@ -104,6 +104,19 @@ fn store(dst: *mut u8, dtype: DType, i: usize, x: f64) {
     }
 }
 
+/// Whether [`cast`] converts `from` to `to`: between the gradient dtypes,
+/// float64 never to 16 bits.
+pub fn check_cast(from: DType, to: DType) -> Result<()> {
+    check_grad_dtype(from, "bucket.dtype")?;
+    check_grad_dtype(to, "bucket.dtype")?;
+    if from == DType::F64 && matches!(to, DType::F16 | DType::BF16) {
+        return Err(Error::unsupported(
+            "casting float64 gradients to 16 bits is not supported",
+        ));
+    }
+    Ok(())
+}
+
 /// Converts `count` elements between floating-point dtypes (round to nearest
 /// even, as PyTorch's casts). A float64 source going to a 16-bit dtype is
 /// rejected: the two roundings through float32 could differ from a direct one.
@@ -117,11 +130,7 @@ pub unsafe fn cast(
     to: DType,
     count: usize,
 ) -> Result<()> {
-    if from == DType::F64 && matches!(to, DType::F16 | DType::BF16) {
-        return Err(Error::unsupported(
-            "casting float64 gradients to 16 bits is not supported",
-        ));
-    }
+    check_cast(from, to)?;
     if from == to {
         // SAFETY: both hold `count` elements; `copy` allows overlap.
         unsafe { std::ptr::copy(src, dst, count * from.size()) };

@@ -144,8 +144,7 @@ impl Reducer {
         if on_device {
             device_ops::refuse_capture(opts.stream, "tc_reducer_new")?;
         }
-        let entries = Self::agree_on_list(&comm, grads, &opts)?;
-        let mut buckets = build_buckets(&entries, &opts);
+        let mut buckets = Self::agree_on_list(&comm, grads, &opts)?;
         let copies = Self::device_copies(&comm, grads, &mut buckets, &opts)?;
         hook.set_stream(opts.stream);
         let grads = place_grads(grads, &mut buckets, opts.gradient_as_bucket_view);
@@ -170,18 +169,19 @@ impl Reducer {
         })
     }
 
-    /// Checks the arguments and agrees with every rank on the list and the
-    /// options (a difference, or bad arguments on any rank, fails every
-    /// rank); gives each gradient's (count, dtype).
+    /// Checks the arguments, builds the buckets (their memory is the
+    /// caller's to size, so it may not be had) and agrees with every rank on
+    /// the list and the options (a difference, bad arguments or no memory on
+    /// any rank fails every rank); gives the buckets.
     fn agree_on_list(
         comm: &Arc<Comm>,
         grads: &[Buffer],
         opts: &ReducerOptions,
-    ) -> Result<Vec<(usize, DType)>> {
-        let valid = Self::validate(grads, opts);
+    ) -> Result<Vec<Bucket>> {
         let entries: Vec<(usize, DType)> = grads.iter().map(|g| (g.count, g.dtype)).collect();
+        let buckets = Self::validate(grads, opts).and_then(|()| build_buckets(&entries, opts));
         let scalars = [
-            ("arguments valid (1: yes)", valid.is_ok() as u64),
+            ("arguments valid (1: yes)", buckets.is_ok() as u64),
             ("bucket_cap_bytes", opts.bucket_cap_bytes as u64),
             ("first_bucket_bytes", opts.first_bucket_bytes as u64),
             (
@@ -195,13 +195,13 @@ impl Reducer {
             0,
             &Layout {
                 scalars: &scalars,
-                entries: entries.clone(),
+                entries,
             },
             opts.stream,
         );
-        valid?;
+        let buckets = buckets?;
         agreed?;
-        Ok(entries)
+        Ok(buckets)
     }
 
     /// On a device comm, moves the buckets to device memory from the comm's
@@ -417,6 +417,11 @@ impl Reducer {
             };
             self.next_launch += 1;
         }
+        // Every hook has run: a bucket it left unusable is a hook failure,
+        // agreed on below, so no rank writes anything back.
+        if self.hook_error.is_none() {
+            self.hook_error = self.check_views().err();
+        }
         let record = &mut self.agreement.mine;
         record.fill(0);
         record[0] = missing.len() as u64;
@@ -511,8 +516,41 @@ impl Reducer {
         self.write_back()
     }
 
+    /// Checks what the hooks left in every bucket's view (its count, and
+    /// that a replaced buffer's dtype can be cast back), so that a bad one
+    /// fails the iteration before anything is written back.
+    fn check_views(&mut self) -> Result<()> {
+        let on_device = self.on_device();
+        for bucket in &mut self.buckets {
+            let view = bucket.view;
+            let bad = |what: String| {
+                Error::invalid_usage(format!(
+                    "the communication hook {what} of bucket {}; nothing was written back",
+                    view.index
+                ))
+            };
+            if view.count != bucket.count {
+                return Err(bad(format!(
+                    "changed the count from {} to {}",
+                    bucket.count, view.count
+                )));
+            }
+            if view.buffer.cast::<u8>() == bucket.storage_ptr() {
+                continue;
+            }
+            let from = DType::from_c(view.dtype, "bucket.dtype")?;
+            let castable = match on_device {
+                true => device::check_cast(from, bucket.dtype),
+                false => layout::check_cast(from, bucket.dtype),
+            };
+            castable.map_err(|e| bad(format!("left a buffer that cannot be cast back ({e})")))?;
+        }
+        Ok(())
+    }
+
     /// Casts buffers that hooks replaced back into the buckets, then copies
-    /// the buckets into the gradients.
+    /// the buckets into the gradients (the views were checked by
+    /// [`Reducer::check_views`]).
     fn write_back(&mut self) -> Result<()> {
         let _current = self
             .copies
@@ -523,12 +561,6 @@ impl Reducer {
         for bucket in &mut self.buckets {
             let base = bucket.storage_ptr();
             let view = bucket.view;
-            if view.count != bucket.count {
-                return Err(Error::invalid_usage(format!(
-                    "the communication hook changed bucket {}'s count from {} to {}",
-                    view.index, bucket.count, view.count
-                )));
-            }
             if view.buffer.cast::<u8>() != base && on_device {
                 let copies = self.copies.as_mut().expect("device buckets have copies");
                 let from = DType::from_c(view.dtype, "bucket.dtype")?;
@@ -537,7 +569,6 @@ impl Reducer {
                     .map_err(|e| e.context(format!("bucket {}", view.index)))?;
             } else if view.buffer.cast::<u8>() != base {
                 let from = DType::from_c(view.dtype, "bucket.dtype")?;
-                layout::check_grad_dtype(from, "bucket.dtype")?;
                 // SAFETY: the hook's buffer holds `count` elements of its
                 // dtype and stays valid until finalize returns.
                 unsafe {

@@ -26,7 +26,7 @@ use super::lowrank::{
 use crate::comm::{Comm, Op, OpOptions, Ptr};
 use crate::error::{Error, Result};
 use crate::types::{DType, ReduceOp};
-use crate::util::lock;
+use crate::util::{lock, try_filled, try_resize};
 use crate::work::{Work, WorkStatus};
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
@@ -40,7 +40,9 @@ pub struct PowerSgdOptions {
     pub min_compression_rate: f64,
     pub error_feedback: bool,
     pub warm_start: bool,
-    pub epsilon: f32,
+    /// As the caller gave it; the orthogonalization adds it in float32
+    /// ([`PowerSgdOptions::validate`] refuses what float32 cannot hold).
+    pub epsilon: f64,
     pub seed: u64,
     /// Leading dimension of each gradient; empty: every gradient is a
     /// column (count x 1), as a 1-D tensor is for PyTorch.
@@ -62,10 +64,20 @@ impl PowerSgdOptions {
                 self.min_compression_rate
             )));
         }
-        if !(self.epsilon.is_finite() && self.epsilon >= 0.0) {
+        let epsilon = self.epsilon;
+        if !(epsilon.is_finite() && epsilon >= 0.0) {
             return Err(Error::invalid_argument(format!(
-                "argument 'opts.orthogonalization_epsilon': {} is not a finite number >= 0",
-                self.epsilon
+                "argument 'opts.orthogonalization_epsilon': {epsilon} is not a finite number >= 0"
+            )));
+        }
+        // The orthogonalization runs in float32: a value it would turn into
+        // inf or 0 is refused rather than changed.
+        if epsilon as f32 == f32::INFINITY || (epsilon > 0.0 && epsilon as f32 == 0.0) {
+            return Err(Error::invalid_argument(format!(
+                "argument 'opts.orthogonalization_epsilon': {epsilon:e} is outside float32's range \
+                 (0, or from {:e} to {:e}); the orthogonalization adds it in float32",
+                f32::from_bits(1),
+                f32::MAX
             )));
         }
         for (i, (&rows, &count)) in self.rows.iter().zip(counts).enumerate() {
@@ -78,6 +90,9 @@ impl PowerSgdOptions {
         Ok(())
     }
 }
+
+/// What the hook's per-bucket memory is named by when it cannot be had.
+const WHAT: &str = "PowerSGD state of a bucket (argument 'counts')";
 
 /// How a bucket is split, fixed with the reducer's layout.
 #[derive(Debug)]
@@ -150,32 +165,35 @@ struct BucketState {
 
 impl BucketState {
     /// Steps 1 and 2: error feedback, P = M Q, the exchange buffer packed.
-    fn compress(&mut self, buf: &mut [f32], opts: &PowerSgdOptions, iteration: u64) {
+    fn compress(&mut self, buf: &mut [f32], opts: &PowerSgdOptions, iteration: u64) -> Result<()> {
         let plan = self.plan.clone().expect("planned before compressing");
         if opts.error_feedback {
             if self.error.len() == buf.len() {
                 buf.iter_mut().zip(&self.error).for_each(|(x, e)| *x += e);
             } else {
-                self.error = vec![0.0; buf.len()];
+                self.error = try_filled(0.0, buf.len(), WHAT)?;
             }
             self.input.clear();
-            self.input.extend_from_slice(buf);
+            try_resize(&mut self.input, buf.len(), 0.0, WHAT)?;
+            self.input.copy_from_slice(buf);
         }
         let fresh = !(opts.warm_start && self.warm);
-        self.q.resize(plan.q_len, 0.0);
+        try_resize(&mut self.q, plan.q_len, 0.0, WHAT)?;
         for m in &plan.matrices {
             let q = &mut self.q[m.q_offset..m.q_offset + m.cols * m.rank];
             if fresh {
                 initial_factor(opts.seed, m.grad, iteration, q);
             }
-            orthogonalize(q, m.cols, m.rank, opts.epsilon);
+            orthogonalize(q, m.cols, m.rank, opts.epsilon as f32);
         }
         self.warm = true;
         self.exchange.clear();
+        try_resize(&mut self.exchange, plan.plain_len + plan.p_len, 0.0, WHAT)?;
+        let mut at = 0;
         for &(offset, len) in &plan.plain {
-            self.exchange.extend_from_slice(&buf[offset..offset + len]);
+            self.exchange[at..at + len].copy_from_slice(&buf[offset..offset + len]);
+            at += len;
         }
-        self.exchange.resize(plan.plain_len + plan.p_len, 0.0);
         let p_all = &mut self.exchange[plan.plain_len..];
         for m in &plan.matrices {
             let matrix = &buf[m.offset..m.offset + m.rows * m.cols];
@@ -183,6 +201,7 @@ impl BucketState {
             let p = &mut p_all[m.p_offset..m.p_offset + m.rows * m.rank];
             times_factor(matrix, q, p, m.rows, m.cols, m.rank);
         }
+        Ok(())
     }
 
     /// Step 3, once the sum of the exchange buffer arrived.
@@ -204,10 +223,13 @@ impl BucketState {
             }
             at += len;
         }
+        // Room for every product's scratch, so that none allocates.
+        let scratch = plan.matrices.iter().map(|m| m.cols * m.rank).max();
+        try_resize(&mut self.scratch, scratch.unwrap_or(0), 0.0, WHAT)?;
         let p_all = &mut self.exchange[plan.plain_len..];
         for m in &plan.matrices {
             let p = &mut p_all[m.p_offset..m.p_offset + m.rows * m.rank];
-            orthogonalize(p, m.rows, m.rank, opts.epsilon);
+            orthogonalize(p, m.rows, m.rank, opts.epsilon as f32);
             let matrix = &buf[m.offset..m.offset + m.rows * m.cols];
             let q = &mut self.q[m.q_offset..m.q_offset + m.cols * m.rank];
             transposed_times_factor(matrix, p, q, (m.rows, m.cols, m.rank), &mut self.scratch);
@@ -292,7 +314,7 @@ impl CommHook for PowerSgdHook {
         // aligned, and stays put until the iteration is finalized.
         let buf =
             unsafe { std::slice::from_raw_parts_mut(bucket.buffer.cast::<f32>(), bucket.count) };
-        s.compress(buf, &self.opts, iteration);
+        s.compress(buf, &self.opts, iteration)?;
         let first = sum(comm, s.exchange.as_mut_ptr(), s.exchange.len(), self.stream)?;
         drop(s);
         Ok(Arc::new(PowerSgdWork {

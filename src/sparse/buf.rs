@@ -29,9 +29,9 @@ impl CBuf {
             unsafe { libc::malloc(cap.max(1)) as *mut u8 }
         };
         if ptr.is_null() {
-            return Err(Error::system(
-                format!("allocating {cap} bytes for a sparse all-reduce"),
-                std::io::Error::from(std::io::ErrorKind::OutOfMemory),
+            return Err(Error::out_of_memory(
+                "argument 'input.nnz': a sparse all-reduce's entries",
+                cap as u128,
             ));
         }
         Ok(CBuf { ptr, len: 0, cap })

@@ -12,6 +12,7 @@ use super::buf::CBuf;
 use crate::error::{Error, Result};
 use crate::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use crate::types::DType;
+use crate::util::{try_filled, try_vec};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -143,16 +144,17 @@ struct Sink<'a, S: Summand> {
 }
 
 impl<'a, S: Summand> Sink<'a, S> {
-    fn new(row: usize, keys: usize, values: CBuf) -> Self {
-        Sink {
+    fn new(row: usize, keys: usize, values: CBuf) -> Result<Self> {
+        const WHAT: &str = "argument 'input.nnz': the coalesced entries";
+        Ok(Sink {
             out: Coalesced {
-                keys: Vec::with_capacity(keys),
+                keys: try_vec(keys, WHAT)?,
                 values,
             },
             row_bytes: row * std::mem::size_of::<S::T>(),
-            acc: vec![S::ZERO; row],
+            acc: try_filled(S::ZERO, row, WHAT)?,
             first: None,
-        }
+        })
     }
 
     fn push(&mut self, key: u64, src: &'a [u8]) {
@@ -219,14 +221,16 @@ fn local<S: Summand>(keys: &[u64], values: &[u8], row: usize) -> Result<Coalesce
     if keys.windows(2).all(|w| w[0] < w[1]) {
         // Already coalesced (torch's coalesced tensors): no sort, no sums.
         out.append(values);
+        let mut copy = try_vec(keys.len(), "argument 'input.nnz': the entries' keys")?;
+        copy.extend_from_slice(keys);
         return Ok(Coalesced {
-            keys: keys.to_vec(),
+            keys: copy,
             values: out,
         });
     }
     // Stable: duplicates keep their input order.
-    let order = super::radix::stable_order(keys);
-    let mut sink = Sink::<S>::new(row, keys.len(), out);
+    let order = super::radix::stable_order(keys)?;
+    let mut sink = Sink::<S>::new(row, keys.len(), out)?;
     for (key, i) in order {
         sink.push(key, &values[i * row_bytes..(i + 1) * row_bytes]);
     }
@@ -241,7 +245,13 @@ fn merge<'a, S: Summand>(ranks: &[Entries<'a>], row: usize) -> Result<Coalesced>
     let total: usize = ranks.iter().map(|r| r.keys.len()).sum();
     let row_bytes = row * std::mem::size_of::<S::T>();
     // The result, handed to the caller: fresh memory.
-    let mut sink = Sink::<'a, S>::new(row, total, CBuf::with_capacity(total * row_bytes)?);
+    let bytes = total.checked_mul(row_bytes).ok_or_else(|| {
+        Error::out_of_memory(
+            "argument 'input.nnz': the summed entries",
+            total as u128 * row_bytes as u128,
+        )
+    })?;
+    let mut sink = Sink::<'a, S>::new(row, total, CBuf::with_capacity(bytes)?)?;
     let mut next = vec![0usize; ranks.len()];
     // Emits rank r's next entry; returns its following key, if any.
     let emit = |r: usize, next: &mut [usize], sink: &mut Sink<'a, S>| {

@@ -17,6 +17,7 @@ use crate::cuda;
 use crate::device_ops::{device_of, is_device};
 use crate::error::Result;
 use crate::types::{DType, Device};
+use crate::util::try_filled;
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -72,7 +73,11 @@ fn to_host<T: Copy + Default>(
     n: usize,
     stream: cuda::RawStream,
 ) -> Result<Vec<T>> {
-    let mut v = vec![T::default(); n];
+    let mut v = try_filled(
+        T::default(),
+        n,
+        "argument 'input.nnz': the input's host copy",
+    )?;
     let bytes = n * std::mem::size_of::<T>();
     cuda::memcpy_async(v.as_mut_ptr().cast(), src, bytes, stream)?;
     Ok(v)
@@ -125,7 +130,8 @@ pub fn stage_input(input: &CooInput, stream: *mut c_void) -> Result<Option<HostI
     };
     let values: Vec<u64> = match val_dev {
         true => {
-            let mut v = vec![0u64; value_bytes.div_ceil(8)];
+            let words = value_bytes.div_ceil(8);
+            let mut v = try_filled(0u64, words, "argument 'input.nnz': the input's host copy")?;
             cuda::memcpy_async(v.as_mut_ptr().cast(), input.values, value_bytes, s)?;
             v
         }

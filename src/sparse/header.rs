@@ -21,6 +21,17 @@ pub enum Problem {
         value: i64,
         size: i64,
     },
+    /// No memory for the local work on `input.nnz` entries.
+    OutOfMemory(OutOfMemoryIn, usize),
+}
+
+/// The local step that found no memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutOfMemoryIn {
+    /// The entries' linear indices (8 bytes each).
+    Linearising,
+    /// Sorting and summing the entries (at least 16 bytes each).
+    Coalescing,
 }
 
 const NULL_ARGS: [&str; 3] = ["input.shape", "input.indices", "input.values"];
@@ -54,6 +65,7 @@ impl Problem {
                 value,
                 size,
             } => [7, dim as i64, entry as i64, value, size],
+            Problem::OutOfMemory(step, nnz) => [8, step as i64, nnz as i64, 0, 0],
         }
     }
 
@@ -71,6 +83,13 @@ impl Problem {
                 value: w[3],
                 size: w[4],
             },
+            8 => Problem::OutOfMemory(
+                match w[1] {
+                    0 => OutOfMemoryIn::Linearising,
+                    _ => OutOfMemoryIn::Coalescing,
+                },
+                w[2] as usize,
+            ),
             _ => return None,
         })
     }
@@ -118,6 +137,20 @@ impl Problem {
                 format!(
                     "argument 'input.indices': index {value} of entry {entry} in dimension {dim} \
                      is outside [0, {size})"
+                ),
+            ),
+            Problem::OutOfMemory(OutOfMemoryIn::Linearising, nnz) => {
+                let e = Error::out_of_memory(
+                    &format!("argument 'input.nnz': the linear indices of {nnz} entries"),
+                    nnz as u128 * 8,
+                );
+                (e.kind, e.message)
+            }
+            Problem::OutOfMemory(OutOfMemoryIn::Coalescing, nnz) => (
+                ErrorKind::OutOfMemory,
+                format!(
+                    "argument 'input.nnz': out of memory coalescing {nnz} entries (at least {} bytes)",
+                    nnz as u128 * 16
                 ),
             ),
         };

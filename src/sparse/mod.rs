@@ -30,9 +30,10 @@ use crate::comm::{Comm, Op, OpOptions, Ptr};
 use crate::device_ops::host_collective;
 use crate::error::{Error, ErrorKind, Result};
 use crate::types::{tc_dtype_t, tc_red_kind_t, DType, Device, RedKind};
+use crate::util::try_filled;
 use crate::work::{DoneWork, HostWork, Work};
 use coalesce::Entries;
-use header::{Header, Problem};
+use header::{Header, OutOfMemoryIn, Problem};
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -156,8 +157,11 @@ unsafe fn check_local(
     let indices = slice(input.indices, index_count, "input.indices")?;
     let values = slice(input.values as *const u8, value_bytes, "input.values")?;
     let keys = linearise(indices, sparse, input.nnz)?;
-    let entries = coalesce::coalesce_local(dtype, &keys, values, row)
-        .map_err(|_| Problem::Dtype(input.dtype))?;
+    let entries =
+        coalesce::coalesce_local(dtype, &keys, values, row).map_err(|e| match e.kind {
+            ErrorKind::OutOfMemory => Problem::OutOfMemory(OutOfMemoryIn::Coalescing, keys.len()),
+            _ => Problem::Dtype(input.dtype),
+        })?;
     Ok(Local {
         dtype,
         kind,
@@ -171,7 +175,8 @@ unsafe fn check_local(
 
 /// Row-major linear index of every entry, refusing indices out of range.
 fn linearise(indices: &[i64], sizes: &[i64], nnz: usize) -> std::result::Result<Vec<u64>, Problem> {
-    let mut keys = vec![0u64; nnz];
+    let mut keys = try_filled(0u64, nnz, "")
+        .map_err(|_| Problem::OutOfMemory(OutOfMemoryIn::Linearising, nnz))?;
     let mut stride = 1u64;
     for d in (0..sizes.len()).rev() {
         let size = sizes[d];
@@ -193,9 +198,12 @@ fn linearise(indices: &[i64], sizes: &[i64], nnz: usize) -> std::result::Result<
 }
 
 /// Indices back from linear keys, `sizes.len()` rows of `keys.len()`.
-fn delinearise(keys: &[u64], sizes: &[i64]) -> Vec<i64> {
+fn delinearise(keys: &[u64], sizes: &[i64]) -> Result<Vec<i64>> {
     let nnz = keys.len();
-    let mut out = vec![0i64; sizes.len() * nnz];
+    let what = "argument 'input.nnz': the result's indices";
+    let len = sizes.len().checked_mul(nnz);
+    let len = len.ok_or_else(|| Error::out_of_memory(what, sizes.len() as u128 * nnz as u128))?;
+    let mut out = try_filled(0i64, len, what)?;
     for (j, key) in keys.iter().enumerate() {
         let mut k = *key;
         for d in (0..sizes.len()).rev() {
@@ -204,7 +212,7 @@ fn delinearise(keys: &[u64], sizes: &[i64]) -> Vec<i64> {
             k /= s;
         }
     }
-    out
+    Ok(out)
 }
 
 /// The gather in flight and the buffers it uses.
@@ -266,7 +274,7 @@ fn merge(l: &Local, nnz: &[usize], gathered: &[u8], size: u64) -> Result<CooOutp
         sparse_dim: l.sparse_dim,
         dense_dim: l.shape.len() - l.sparse_dim,
         nnz: merged.keys.len(),
-        indices: delinearise(&merged.keys, &l.shape[..l.sparse_dim]),
+        indices: delinearise(&merged.keys, &l.shape[..l.sparse_dim])?,
         values: merged.values,
         shape: l.shape.clone(),
         dtype: l.dtype,
@@ -404,7 +412,7 @@ mod tests {
         let idx = [2, 0, 1, 3, 0, 4];
         let keys = linearise(&idx, &sizes, 2).unwrap();
         assert_eq!(keys, vec![2 * 20 + 5, 3 * 5 + 4]);
-        assert_eq!(delinearise(&keys, &sizes), idx.to_vec());
+        assert_eq!(delinearise(&keys, &sizes).unwrap(), idx.to_vec());
     }
 
     #[test]

@@ -4,6 +4,9 @@
 //! O(n log n) with far more branches. Stability is what keeps duplicates of
 //! one key in input order, which decides the float sums bit for bit.
 
+use crate::error::Result;
+use crate::util::{try_filled, try_vec};
+
 /// Bits sorted per pass: 2048 counters stay in the L1 cache.
 const DIGIT_BITS: u32 = 11;
 const BUCKETS: usize = 1 << DIGIT_BITS;
@@ -11,18 +14,20 @@ const BUCKETS: usize = 1 << DIGIT_BITS;
 const SMALL: usize = 256;
 
 /// `(key, input position)` in ascending key order, equal keys in input
-/// order.
-pub fn stable_order(keys: &[u64]) -> Vec<(u64, usize)> {
-    let mut order: Vec<(u64, usize)> = keys.iter().copied().zip(0..).collect();
+/// order; `TC_ERR_OUT_OF_MEMORY` when there is no room for two copies.
+pub fn stable_order(keys: &[u64]) -> Result<Vec<(u64, usize)>> {
+    const WHAT: &str = "argument 'input.nnz': sorting the entries";
+    let mut order = try_vec(keys.len(), WHAT)?;
+    order.extend(keys.iter().copied().zip(0..));
     if keys.len() < SMALL {
         // (key, position) pairs are unique: unstable on pairs is stable on keys.
         order.sort_unstable();
-        return order;
+        return Ok(order);
     }
     let max = keys.iter().copied().max().unwrap_or(0);
     let passes = (u64::BITS - max.leading_zeros()).div_ceil(DIGIT_BITS);
     let counts = histograms(keys, passes);
-    let mut spare = vec![(0u64, 0usize); keys.len()];
+    let mut spare = try_filled((0u64, 0usize), keys.len(), WHAT)?;
     for (pass, count) in counts.iter().enumerate() {
         // A digit every key shares leaves the order as it is.
         if count.contains(&keys.len()) {
@@ -31,7 +36,7 @@ pub fn stable_order(keys: &[u64]) -> Vec<(u64, usize)> {
         scatter(&order, &mut spare, count, pass as u32 * DIGIT_BITS);
         std::mem::swap(&mut order, &mut spare);
     }
-    order
+    Ok(order)
 }
 
 /// One histogram of digit values per pass, from a single read of the keys.
@@ -93,7 +98,11 @@ mod tests {
             let keys = pseudo_random(n, modulus, 0x9e37_79b9_7f4a_7c15 ^ n as u64);
             let mut want: Vec<(u64, usize)> = keys.iter().copied().zip(0..).collect();
             want.sort_by_key(|p| p.0);
-            assert_eq!(stable_order(&keys), want, "n {n} modulus {modulus}");
+            assert_eq!(
+                stable_order(&keys).unwrap(),
+                want,
+                "n {n} modulus {modulus}"
+            );
         }
     }
 
@@ -101,7 +110,7 @@ mod tests {
     fn duplicates_keep_input_order() {
         let mut keys = vec![7u64; 600];
         keys.extend(std::iter::repeat_n(3u64, 600));
-        let order = stable_order(&keys);
+        let order = stable_order(&keys).unwrap();
         let positions: Vec<usize> = order.iter().map(|p| p.1).collect();
         let want: Vec<usize> = (600..1200).chain(0..600).collect();
         assert_eq!(positions, want);

@@ -13,6 +13,11 @@ use torchcomm::types::{tc_device_t, TC_DEVICE_CPU};
 /// A gloo comm named `name` over the parent's store, failing calls (not the
 /// process) on errors, with a 60 s timeout.
 pub fn new_comm(name: &str) -> *mut tc_comm_t {
+    new_comm_with_timeout(name, 60_000)
+}
+
+/// [`new_comm`] with a timeout of `timeout_ms`.
+pub fn new_comm_with_timeout(name: &str, timeout_ms: i64) -> *mut tc_comm_t {
     let port: u16 = std::env::var("TC_GLOO_PORT").unwrap().parse().unwrap();
     let mut store = std::ptr::null_mut();
     let rc = tc_store_tcp_new(c"127.0.0.1".as_ptr(), port, 0, -1, 30_000, &mut store);
@@ -23,7 +28,7 @@ pub fn new_comm(name: &str) -> *mut tc_comm_t {
     opts.rank = rank();
     opts.world_size = size();
     opts.abort_on_error = 0;
-    opts.timeout_ms = 60_000;
+    opts.timeout_ms = timeout_ms;
     opts.store = store;
     let mut comm = std::ptr::null_mut();
     let cpu = tc_device_t {

@@ -198,7 +198,13 @@ pub fn run(comm: &Comm, op: Op) -> Result<()> {
 /// Launches `size` ranks of `test` in `role`: each must exit 0 having
 /// printed exactly one `RESULT` line.
 pub fn run_world_once(test: &str, role: &str, size: usize) {
-    let out = launch(test, role, size, &[], Duration::from_secs(300));
+    run_world_within(test, role, size, Duration::from_secs(300));
+}
+
+/// [`run_world_once`], killing what still runs after `limit` (a hang fails
+/// the test then).
+pub fn run_world_within(test: &str, role: &str, size: usize, limit: Duration) {
+    let out = launch(test, role, size, &[], limit);
     assert_all_ok(&out);
     for o in &out {
         assert_eq!(o.results().len(), 1, "{}", o.describe());

@@ -20,6 +20,7 @@ use crate::cuda::{self, MemoryType};
 use crate::error::{Error, Result};
 use crate::op::{for_each_buffer, Use};
 use crate::types::DType;
+use crate::util::try_filled;
 
 /// The dtype of `op` if the check applies to it.
 fn checked_dtype(op: &Op) -> Option<DType> {
@@ -84,7 +85,7 @@ fn local_nan(
                 cuda::stream_synchronize(stream as _)?;
                 synchronized = true;
             }
-            let mut host = vec![0u8; bytes];
+            let mut host = try_filled(0u8, bytes, "argument 'count': the NaN check's host copy")?;
             cuda::copy_to_host(&mut host, p.0)?;
             first_nan(&host, dtype)
         } else {

@@ -10,6 +10,7 @@ use super::{
     KIND_STOP, MAGIC, MESSAGE_MAX, SLOT_DATA, SLOT_HEADER,
 };
 use crate::error::{Error, Result};
+use crate::util::try_filled;
 use std::sync::Arc;
 
 impl Inner {
@@ -134,14 +135,11 @@ impl Inner {
     }
 
     pub(super) fn drain(&self, src: i32, len: usize) -> Result<()> {
-        let mut scratch: Vec<u8> = Vec::new();
-        scratch.try_reserve_exact(len).map_err(|_| {
-            Error::internal(format!(
-                "gloo {}: no memory to drain a refused put of {len} bytes from rank {src}",
-                self.label
-            ))
-        })?;
-        scratch.resize(len, 0);
+        let what = format!(
+            "gloo {}: draining a refused put from rank {src}",
+            self.label
+        );
+        let mut scratch = try_filled(0u8, len, &what)?;
         // SAFETY: scratch outlives the buffer (dropped at the end of scope,
         // after the receive completed or the window broke).
         let ub = unsafe { UnboundBuffer::new(self.ctx(), scratch.as_mut_ptr(), len) }
