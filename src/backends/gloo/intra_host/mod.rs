@@ -678,6 +678,14 @@ impl IntraHost {
                     .collect::<Vec<_>>()
                     .join(", ")
             };
+            if let Some(q) = late
+                .iter()
+                .find(|q| self.pidfds[**q].as_deref().is_some_and(exited))
+            {
+                return Err(Error::remote(format!(
+                    "{what} through shared memory on rank {me}: rank {q}'s process exited before reaching it"
+                )));
+            }
             let gave_up: Vec<String> = late
                 .iter()
                 .filter(|q| self.gave_up_of(**q).load(Ordering::SeqCst) != 0)
@@ -688,14 +696,6 @@ impl IntraHost {
                     "{what} through shared memory on rank {me}: rank(s) {} gave up waiting for this operation \
                      (timed out or aborted before every rank arrived) and withdrew their part: it cannot complete",
                     gave_up.join(", ")
-                )));
-            }
-            if let Some(q) = late
-                .iter()
-                .find(|q| self.pidfds[**q].as_deref().is_some_and(exited))
-            {
-                return Err(Error::remote(format!(
-                    "{what} through shared memory on rank {me}: rank {q}'s process exited before reaching it"
                 )));
             }
             if let Some(q) = late
