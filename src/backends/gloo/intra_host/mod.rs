@@ -678,34 +678,8 @@ impl IntraHost {
                     .collect::<Vec<_>>()
                     .join(", ")
             };
-            if let Some(q) = late
-                .iter()
-                .find(|q| self.pidfds[**q].as_deref().is_some_and(exited))
-            {
-                return Err(Error::remote(format!(
-                    "{what} through shared memory on rank {me}: rank {q}'s process exited before reaching it"
-                )));
-            }
-            let gave_up: Vec<String> = late
-                .iter()
-                .filter(|q| self.gave_up_of(**q).load(Ordering::SeqCst) != 0)
-                .map(|q| q.to_string())
-                .collect();
-            if !gave_up.is_empty() {
-                return Err(Error::remote(format!(
-                    "{what} through shared memory on rank {me}: rank(s) {} gave up waiting for this operation \
-                     (timed out or aborted before every rank arrived) and withdrew their part: it cannot complete",
-                    gave_up.join(", ")
-                )));
-            }
-            if let Some(q) = late
-                .iter()
-                .find(|q| self.left_of(**q).load(Ordering::SeqCst) != 0)
-            {
-                return Err(Error::remote(format!(
-                    "{what} through shared memory on rank {me}: rank {q} left the comm (destroyed it) before reaching it: \
-                     the ranks issued different numbers of collectives"
-                )));
+            if let Some(e) = self.never_coming(what, &late) {
+                return Err(e);
             }
             let left = match d.left() {
                 Ok(left) => left,
@@ -725,6 +699,44 @@ impl IntraHost {
             futex_wait(self.bell_of(me), seen, left.min(SLICE));
             self.sleeping_of(me).store(0, Ordering::SeqCst);
         }
+    }
+
+    /// Why late ranks `late` will never reach this sync, if one will not:
+    /// its process exited, it gave up waiting (see [`IntraHost::give_up`]),
+    /// or it left the comm.
+    #[cold]
+    fn never_coming(&self, what: &str, late: &[usize]) -> Option<Error> {
+        let me = self.rank;
+        if let Some(q) = late
+            .iter()
+            .find(|q| self.pidfds[**q].as_deref().is_some_and(exited))
+        {
+            return Some(Error::remote(format!(
+                "{what} through shared memory on rank {me}: rank {q}'s process exited before reaching it"
+            )));
+        }
+        let gave_up: Vec<String> = late
+            .iter()
+            .filter(|q| self.gave_up_of(**q).load(Ordering::SeqCst) != 0)
+            .map(|q| q.to_string())
+            .collect();
+        if !gave_up.is_empty() {
+            return Some(Error::remote(format!(
+                "{what} through shared memory on rank {me}: rank(s) {} gave up waiting for this operation \
+                 (timed out or aborted before every rank arrived) and withdrew their part: it cannot complete",
+                gave_up.join(", ")
+            )));
+        }
+        if let Some(q) = late
+            .iter()
+            .find(|q| self.left_of(**q).load(Ordering::SeqCst) != 0)
+        {
+            return Some(Error::remote(format!(
+                "{what} through shared memory on rank {me}: rank {q} left the comm (destroyed it) before reaching it: \
+                 the ranks issued different numbers of collectives"
+            )));
+        }
+        None
     }
 }
 
