@@ -313,6 +313,66 @@ fn late_child() {
     }
 }
 
+extern "C" fn sleep_past_the_timeout(
+    _info: *const torchcomm::ffi::hooks::tc_op_info_t,
+    _user_data: *mut c_void,
+) {
+    std::thread::sleep(Duration::from_millis(2600));
+}
+
+/// As [`late_child`], rank 0 late through a pre hook that sleeps past its
+/// peers' timeout (2 s): its call must still fail well before its own
+/// timeout (20 s), naming who gave up.
+fn late_hook_child() {
+    let comm = new_comm("late-hook");
+    let me = rank();
+    let mut opts = tc_op_options_t::defaults();
+    if me == 0 {
+        let mut id = 0u64;
+        let rc = torchcomm::ffi::hooks::tc_comm_add_pre_hook(
+            comm,
+            Some(sleep_past_the_timeout),
+            std::ptr::null_mut(),
+            &mut id,
+        );
+        assert_eq!(rc, TC_SUCCESS, "{}", last_error());
+    } else {
+        opts.timeout_ms = 2000;
+    }
+    let mut x = vec![1.0f32; 8];
+    let start = Instant::now();
+    let rc = tc_all_reduce(
+        comm,
+        f32s(&mut x),
+        8,
+        TC_FLOAT32,
+        tc_reduce_op_t {
+            kind: TC_SUM,
+            premul_factor: 1.0,
+            premul_factor_ptr: std::ptr::null(),
+        },
+        &opts,
+        std::ptr::null_mut(),
+    );
+    let took = start.elapsed();
+    let err = last_error();
+    println!(
+        "RESULT late-hook rank {me}: rc={rc} ms={} {err}",
+        took.as_millis()
+    );
+    assert_ne!(rc, TC_SUCCESS, "rank {me}: the call succeeded");
+    if me != 0 {
+        std::thread::sleep(Duration::from_secs(5));
+    } else {
+        assert!(
+            took < Duration::from_millis(2600) + WELL_BEFORE,
+            "{took:?}: {err}"
+        );
+        assert!(err.contains("gave up"), "{err}");
+    }
+    tc_comm_destroy(comm);
+}
+
 fn launch_case(test: &str, case: &str, n: usize, shm: bool) {
     let mut env = vec![("TC_REFUSAL_CASE", case)];
     if !shm {
@@ -338,6 +398,7 @@ fn child() -> bool {
     }
     match std::env::var("TC_REFUSAL_CASE").unwrap().as_str() {
         "late" => late_child(),
+        "late-hook" => late_hook_child(),
         _ => refusal_child(),
     }
     true
@@ -396,4 +457,13 @@ fn refused_persistent_all_gather_exec_2_ranks() {
 #[test]
 fn late_rank_fails_when_peers_gave_up_3_ranks() {
     both_paths("late_rank_fails_when_peers_gave_up_3_ranks", "late", 3);
+}
+
+#[test]
+fn late_rank_through_a_sleeping_pre_hook_3_ranks() {
+    both_paths(
+        "late_rank_through_a_sleeping_pre_hook_3_ranks",
+        "late-hook",
+        3,
+    );
 }
