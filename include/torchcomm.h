@@ -15,8 +15,9 @@
  * (a bad argument there) fails on every rank: the refusing rank still takes
  * its place in the comm's sequence, and on gloo its peers fail at once with
  * TC_ERR_INVALID_USAGE naming it and the argument (over TCP the comm is then
- * unusable); on nccl they fail at their timeout, which names it. A refused
- * send or receive fails only its rank. See docs/conventions.md.
+ * unusable unless every rank refused); on nccl they fail at their timeout,
+ * which names it. A refused send or receive fails only its rank. See
+ * docs/conventions.md.
  */
 
 #ifndef TORCHCOMM_H

@@ -226,6 +226,37 @@ fn argument(case: &str) -> &'static str {
     }
 }
 
+/// Every rank refuses the same call: each gets its own error, and the comm
+/// stays usable on both paths.
+fn every_rank_refuses_child() {
+    let comm = new_comm("refusal-every-rank");
+    let me = rank();
+    let start = Instant::now();
+    let rc = call("coalesced-dtype", comm, true);
+    let took = start.elapsed();
+    let err = last_error();
+    println!(
+        "RESULT every rank refuses: rc={rc} ms={} {err}",
+        took.as_millis()
+    );
+    assert_eq!(rc, TC_ERR_INVALID_ARGUMENT, "rank {me}: {err}");
+    assert!(
+        err.contains("'dtypes[0]'") && !err.contains("refused this call"),
+        "{err}"
+    );
+    assert!(took < WELL_BEFORE, "rank {me}: took {took:?}");
+    let mut x = vec![if me == 0 { 2.0f32 } else { 0.0 }; 8];
+    assert_eq!(
+        broadcast(comm, &mut x),
+        TC_SUCCESS,
+        "rank {me}: {}",
+        last_error()
+    );
+    assert_eq!(x, vec![2.0f32; 8], "rank {me}: the ranks are out of step");
+    println!("RESULT in step afterwards");
+    tc_comm_destroy(comm);
+}
+
 fn refusal_child() {
     let case = std::env::var("TC_REFUSAL_CASE").unwrap();
     let comm = new_comm(&format!("refusal-{case}"));
@@ -399,6 +430,7 @@ fn child() -> bool {
     match std::env::var("TC_REFUSAL_CASE").unwrap().as_str() {
         "late" => late_child(),
         "late-hook" => late_hook_child(),
+        "every-rank" => every_rank_refuses_child(),
         _ => refusal_child(),
     }
     true
@@ -464,6 +496,15 @@ fn late_rank_through_a_sleeping_pre_hook_3_ranks() {
     both_paths(
         "late_rank_through_a_sleeping_pre_hook_3_ranks",
         "late-hook",
+        3,
+    );
+}
+
+#[test]
+fn refused_on_every_rank_keeps_the_comm_3_ranks() {
+    both_paths(
+        "refused_on_every_rank_keeps_the_comm_3_ranks",
+        "every-rank",
         3,
     );
 }

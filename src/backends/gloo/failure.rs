@@ -122,10 +122,12 @@ impl GlooBackend {
     /// refused call: Ok once the other ranks were told. Through shared
     /// memory it is one sync that fails every other rank's call with the
     /// reason, all ranks staying in step. Over Gloo a peer waits only for
-    /// the messages of its own call, so the refusal is this rank's failure
-    /// report in the store (see [`GlooBackend::diagnose`]) and the
-    /// connections are closed: the peers' calls fail at once, naming this
-    /// rank and the reason, and the comm is unusable on every rank after.
+    /// the messages of its own call, so the refusal goes through the store:
+    /// when every rank refused the call (within [`REFUSAL_GRACE`]) nothing
+    /// else happens and the comm stays usable; otherwise this rank's
+    /// failure report names the refusal (see [`GlooBackend::diagnose`]) and
+    /// the connections are closed: the peers' calls fail at once, naming
+    /// this rank and the reason, and the comm is unusable on every rank.
     pub(super) fn refuse(&self, refusal: &Refusal, d: &Deadline) -> Result<()> {
         let told = refusal.told();
         if let Some(ih) = &self.intra {
@@ -138,14 +140,26 @@ impl GlooBackend {
                 }
             };
         }
+        // Every refusal of a usable comm was made by every rank (a partial
+        // one closes it), so the ranks count their refusals alike.
+        let n = self.refusals.fetch_add(1, Ordering::Relaxed) + 1;
+        let key = |r: usize| format!("refusal/{r}/{n}");
+        let keys: Vec<String> = (0..self.size as usize).map(key).collect();
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let me = self.rank as usize;
+        let every_rank = self.store.set(keys[me], told.as_bytes()).and_then(|()| {
+            self.store
+                .wait(&keys, Some(REFUSAL_GRACE.min(d.remaining())))
+        });
+        if every_rank.is_ok() {
+            return Ok(());
+        }
         let seq = self.ops_run.load(Ordering::Relaxed);
         self.diagnosed.store(true, Ordering::SeqCst);
-        let report = format!("{seq} refused Refused {told}");
-        let reported = self
-            .store
-            .set(&failure_report_key(self.rank as usize), report.as_bytes());
+        let report = format!("{seq} refused {REFUSED_KIND} {told}");
+        let reported = self.store.set(&failure_report_key(me), report.as_bytes());
         self.mark_broken(&Error::invalid_usage(format!(
-            "this rank refused a collective, which closed the comm's connections: {told}"
+            "this rank refused a collective that not every rank refused, which closed the comm's connections: {told}"
         )));
         reported.map_err(|e| {
             Error::new(
@@ -227,6 +241,10 @@ pub(super) struct Diagnosis {
     pub found: String,
     pub refusal: Option<String>,
 }
+
+/// How long a rank that refused a collective over Gloo waits for every
+/// other rank's refusal of it before it closes the connections.
+const REFUSAL_GRACE: Duration = Duration::from_secs(1);
 
 /// The kind in a refusing rank's failure report.
 const REFUSED_KIND: &str = "Refused";

@@ -122,6 +122,8 @@ pub struct GlooBackend {
     ops_run: AtomicU64,
     /// Set by the first failure that was diagnosed.
     diagnosed: AtomicBool,
+    /// Refusals run over Gloo (see [`GlooBackend::refuse`]).
+    refusals: AtomicU64,
     /// Windows created so far (each rendezvouses under `window/<k>`).
     windows_made: AtomicU64,
     /// The address selection of the comm's context, reused by windows.
