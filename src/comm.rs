@@ -340,6 +340,7 @@ impl Comm {
     /// every later collective by one (see [`crate::op::Refusal`]); returns
     /// the error for this rank's caller. Nothing is issued on an inactive
     /// comm (every later call fails anyway) or a comm of one rank.
+    #[cold]
     pub(crate) fn refuse(&self, call: &'static str, error: Error) -> Error {
         if self.size == 1 || self.check_active().is_err() {
             return error;
