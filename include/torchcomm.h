@@ -9,6 +9,15 @@
  * handle argument means the call does not change the object. Handles are
  * checked on entry: one that is not live (freed or destroyed, of another
  * type, never made by the library) gives TC_ERR_INVALID_ARGUMENT.
+ *
+ * A collective, or a call built on collectives (coalesced broadcast, reducer
+ * set-up, sparse all-reduce, persistent all-gather), that one rank refuses
+ * (a bad argument there) fails on every rank: the refusing rank still takes
+ * its place in the comm's sequence, and on gloo its peers fail at once with
+ * TC_ERR_INVALID_USAGE naming it and the argument (over TCP the comm is then
+ * unusable unless every rank refused); on nccl they fail at their timeout,
+ * which names it. A refused send or receive fails only its rank. See
+ * docs/conventions.md.
  */
 
 #ifndef TORCHCOMM_H
@@ -1164,7 +1173,9 @@ void tc_comm_destroy(tc_comm_t *comm);
  the peer issues that send after others: a tag selects among transfers in
  flight together (a batch), and never lets a receive take the data of a
  send with another tag. On `nccl`, a non-zero tag is refused
- (`TC_ERR_UNSUPPORTED`: NCCL matches by peer and order only).
+ (`TC_ERR_UNSUPPORTED`: NCCL matches by peer and order only). A send
+ refused here (a bad argument) fails only this rank: the peer's receive
+ waits until its timeout, or takes this rank's next send to it.
  `work` may be NULL. `opts` may be NULL (defaults).
  */
 tc_result_t tc_send(tc_comm_t *comm, const void *buf, size_t count, tc_dtype_t dt, int peer, const tc_op_options_t *opts, tc_work_t **work);

@@ -283,8 +283,18 @@ impl Comm {
 
     /// Validates and issues `op`. With `async_op` off, returns after the
     /// operation completed (host) or was enqueued on the stream (device).
+    /// A collective refused here (validation, the backend's check) is
+    /// issued as a refusal instead (see [`Comm::refuse`]).
     pub fn submit(&self, mut op: Op, opts: &OpOptions) -> Result<Arc<dyn Work>> {
-        self.admit(&mut op)?;
+        self.check_active()?;
+        if let Err(e) = self.admit(&mut op) {
+            let collective = op.signature().is_some();
+            return Err(if collective {
+                self.refuse(op.name(), e)
+            } else {
+                e
+            });
+        }
         if self.hooks.active() {
             return hooks::submit_hooked(self, op, opts);
         }
@@ -309,10 +319,50 @@ impl Comm {
 
     #[inline(always)]
     fn admit(&self, op: &mut Op) -> Result<()> {
-        self.check_active()?;
         op.validate(self.rank, self.size)
             .map_err(|e| e.context(op.name()))?;
         self.backend.check(op).map_err(|e| e.context(op.name()))
+    }
+
+    /// Runs `body`, a call that issues at least one collective on every
+    /// rank when it succeeds (a collective, a family built on them); if it
+    /// fails before issuing any operation, issues the refusal of `call` in
+    /// its place (see [`Comm::refuse`]). A failure after the call issued
+    /// an operation is left as it is: the operation's own failure reached
+    /// the other ranks, or the call's collectives ran on every rank.
+    pub fn refusing<T>(&self, call: &'static str, body: impl FnOnce() -> Result<T>) -> Result<T> {
+        let issued = self.recorder.issued();
+        body().map_err(|e| match self.recorder.issued() == issued {
+            true => self.refuse(call, e),
+            false => e,
+        })
+    }
+
+    /// Issues the refusal of collective `call` (this rank's `error`) in the
+    /// call's place, so that it fails on every rank instead of shifting
+    /// every later collective by one (see [`crate::op::Refusal`]); returns
+    /// the error for this rank's caller. Nothing is issued on an inactive
+    /// comm (every later call fails anyway) or a comm of one rank.
+    #[cold]
+    pub(crate) fn refuse(&self, call: &'static str, error: Error) -> Error {
+        if self.size == 1 || self.check_active().is_err() {
+            return error;
+        }
+        let refusal = Op::Refused(crate::op::Refusal {
+            call,
+            rank: self.rank,
+            error: error.clone(),
+        });
+        match self.issue(refusal, &OpOptions::default(), None, false) {
+            Ok(_) => error,
+            Err(told) => Error::new(
+                error.kind,
+                format!(
+                    "{}; telling the other ranks failed: {}",
+                    error.message, told.message
+                ),
+            ),
+        }
     }
 
     /// Issues a validated `op`; `post` (hooked operations) runs once with

@@ -77,6 +77,7 @@ const C_OP_NAMES: [&std::ffi::CStr; crate::op::OP_NAMES.len()] = [
     c"window_get",
     c"window_signal",
     c"window_wait_signal",
+    c"refused",
 ];
 
 /// The static C string of an operation's name.

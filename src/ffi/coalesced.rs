@@ -3,10 +3,10 @@
 use crate::coalesced::{broadcast_coalesced, Buffer};
 use crate::comm::Ptr;
 use crate::error::tc_result_t;
+use crate::ffi::arg_slice;
 use crate::ffi::comm::tc_comm_t;
-use crate::ffi::comm_ops::{hand_out_work, op_options};
+use crate::ffi::comm_ops::{collective_boundary, hand_out_work, op_options};
 use crate::ffi::work::tc_work_t;
-use crate::ffi::{arg_slice, boundary, handle_ref};
 use crate::options::tc_op_options_t;
 use crate::types::{tc_dtype_t, DType};
 use std::ffi::{c_int, c_void};
@@ -54,8 +54,7 @@ pub extern "C" fn tc_broadcast_coalesced(
     opts: *const tc_op_options_t,
     work: *mut *mut tc_work_t,
 ) -> tc_result_t {
-    boundary("tc_broadcast_coalesced", || {
-        let comm = unsafe { handle_ref(comm, "comm")? };
+    collective_boundary("tc_broadcast_coalesced", comm, |comm| {
         let ptrs = unsafe { arg_slice(bufs, n, "bufs")? };
         let counts = unsafe { arg_slice(counts, n, "counts")? };
         let dtypes = unsafe { arg_slice(dtypes, n, "dtypes")? };

@@ -4,7 +4,7 @@
 use crate::comm::{PersistentAllGather, Ptr};
 use crate::error::tc_result_t;
 use crate::ffi::comm::tc_comm_t;
-use crate::ffi::comm_ops::{hand_out_work, op_options};
+use crate::ffi::comm_ops::{collective_boundary, hand_out_work, op_options};
 use crate::ffi::handle::{Handle, HandleType};
 use crate::ffi::work::tc_work_t;
 use crate::ffi::{arg_out, boundary, boundary_void, handle_ref, into_handle, take_handle};
@@ -48,8 +48,8 @@ pub extern "C" fn tc_all_gather_p_init(
     opts: *const tc_op_options_t,
     handle: *mut *mut tc_all_gather_p_t,
 ) -> tc_result_t {
-    boundary("tc_all_gather_p_init", || {
-        let (comm, out) = unsafe { (handle_ref(comm, "comm")?, arg_out(handle, "handle")?) };
+    collective_boundary("tc_all_gather_p_init", comm, |comm| {
+        let out = unsafe { arg_out(handle, "handle")? };
         unsafe { op_options(opts)? };
         let dtype = DType::from_c(dt, "dtype")?;
         let inner = PersistentAllGather::new(comm.inner()?.clone(), Ptr(output), count, dtype)?;
@@ -74,11 +74,13 @@ pub extern "C" fn tc_all_gather_p_exec(
 ) -> tc_result_t {
     boundary("tc_all_gather_p_exec", || {
         let handle = unsafe { handle_ref(handle, "handle")? };
-        let opts = unsafe { op_options(opts)? };
-        let w = handle
-            .inner
-            .exec(Ptr(input as *mut c_void), &opts)
-            .map_err(|e| e.context("all_gather_p_exec"))?;
+        let w = handle.inner.comm().refusing("tc_all_gather_p_exec", || {
+            let opts = unsafe { op_options(opts)? };
+            handle
+                .inner
+                .exec(Ptr(input as *mut c_void), &opts)
+                .map_err(|e| e.context("all_gather_p_exec"))
+        })?;
         hand_out_work(work, w, handle.inner.comm());
         Ok(())
     })

@@ -5,10 +5,11 @@ use crate::comm::Ptr;
 use crate::error::TC_SUCCESS;
 use crate::error::{clear_last_error, last_error_ptr, tc_result_t, Error, ErrorKind, Result};
 use crate::ffi::comm::tc_comm_t;
+use crate::ffi::comm_ops::collective_boundary;
 use crate::ffi::handle::{Handle, HandleType};
 use crate::ffi::work::{tc_work, tc_work_t};
 use crate::ffi::{
-    arg_out, arg_slice, boundary, boundary_void, handle_mut, handle_ref, into_handle, take_handle,
+    arg_out, arg_slice, boundary, boundary_void, handle_mut, into_handle, take_handle,
 };
 use crate::options::{read_versioned, Versioned};
 use crate::reducer::hooks::{builtin_from_c, tc_grad_bucket_t, BuiltinHook, CommHook};
@@ -331,9 +332,8 @@ pub extern "C" fn tc_reducer_new(
     opts: *const tc_reducer_options_t,
     out: *mut *mut tc_reducer_t,
 ) -> tc_result_t {
-    boundary("tc_reducer_new", || {
+    collective_boundary("tc_reducer_new", comm, |handle| {
         let out = unsafe { arg_out(out, "out")? };
-        let handle = unsafe { handle_ref(comm, "comm")? };
         let o = unsafe { read_versioned(opts, "opts")? };
         let as_view = match o.gradient_as_bucket_view {
             0 => false,

@@ -2,9 +2,9 @@
 
 use crate::error::{tc_result_t, Error, Result};
 use crate::ffi::comm::tc_comm_t;
-use crate::ffi::comm_ops::{hand_out_work, op_options};
+use crate::ffi::comm_ops::{collective_boundary, hand_out_work, op_options};
 use crate::ffi::work::tc_work_t;
-use crate::ffi::{arg_out, arg_ref, boundary, handle_ref, malloc_copy};
+use crate::ffi::{arg_out, arg_ref, malloc_copy};
 use crate::options::tc_op_options_t;
 use crate::sparse::device::{free_device, placement, to_device, Placement};
 use crate::sparse::{CooInput, CooOutput};
@@ -130,8 +130,7 @@ pub extern "C" fn tc_sparse_all_reduce(
     opts: *const tc_op_options_t,
     work: *mut *mut tc_work_t,
 ) -> tc_result_t {
-    boundary("tc_sparse_all_reduce", || {
-        let comm = unsafe { handle_ref(comm, "comm")? };
+    collective_boundary("tc_sparse_all_reduce", comm, |comm| {
         let input = unsafe { arg_ref(input, "input")? };
         unsafe { arg_out(output, "output")? };
         let opts = unsafe { op_options(opts)? };

@@ -59,7 +59,7 @@ pub fn for_each_buffer(op: &mut Op, rank: i32, size: i32, f: Visit<'_>) -> Resul
 /// batch's members, first otherwise.
 fn pointers_mut(op: &mut Op) -> [Vec<&mut Ptr>; 2] {
     match op {
-        Op::Barrier => Default::default(),
+        Op::Barrier | Op::Refused(_) => Default::default(),
         Op::Send { buf, .. }
         | Op::Recv { buf, .. }
         | Op::Broadcast { buf, .. }

@@ -265,7 +265,7 @@ impl Op {
             rank,
         };
         match self {
-            Op::Barrier => Layout::Nothing,
+            Op::Barrier | Op::Refused(_) => Layout::Nothing,
             Op::Batch { ops } => Layout::Batch(ops),
             Op::Send { .. }
             | Op::Recv { .. }

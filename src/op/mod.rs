@@ -191,10 +191,40 @@ pub enum Op {
         dtype: DType,
         root: i32,
     },
+    /// A collective this rank refused before issuing it (see [`Refusal`]),
+    /// issued in its place so that the other ranks fail too.
+    Refused(Refusal),
+}
+
+/// A collective call refused on this rank (a bad argument, a failed local
+/// check), issued in place of the call so that every rank fails it: a
+/// backend takes part in the synchronisation its peers make for their
+/// call, tells them this rank's `reason`, and fails. Without it the
+/// refusing rank would skip a collective its peers run, and every later
+/// collective would pair with the wrong call (silent wrong data).
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    /// The refused call's name, as the C API spells it (`tc_all_reduce`).
+    pub call: &'static str,
+    /// The refusing rank.
+    pub rank: i32,
+    /// Why: the error this rank's caller gets.
+    pub error: crate::error::Error,
+}
+
+impl Refusal {
+    /// What the other ranks are told: "rank 1 refused this call
+    /// (tc_broadcast_coalesced): argument 'dtypes[0]' ...".
+    pub fn told(&self) -> String {
+        format!(
+            "rank {} refused this call ({}): {}",
+            self.rank, self.call, self.error.message
+        )
+    }
 }
 
 /// Every operation's name, indexed by its [`Op::code`].
-pub const OP_NAMES: [&str; 23] = [
+pub const OP_NAMES: [&str; 24] = [
     "send",
     "recv",
     "batch_p2p",
@@ -219,6 +249,8 @@ pub const OP_NAMES: [&str; 23] = [
     "window_get",
     "window_signal",
     "window_wait_signal",
+    // A refused collective (Op::Refused).
+    "refused",
 ];
 
 impl Op {
@@ -246,6 +278,7 @@ impl Op {
             Op::Scatter { .. } => 16,
             Op::Gather { .. } => 17,
             Op::GatherSingle { .. } => 18,
+            Op::Refused(_) => 23,
         }
     }
 
@@ -284,12 +317,12 @@ impl Op {
     }
 
     /// (dtype, per-rank count, root) that every rank must agree on for a
-    /// collective; None for point-to-point operations. Used by
+    /// collective; None for point-to-point operations and refusals. Used by
     /// `TORCHCOMM_CHECK_COLLECTIVES`.
     #[inline]
     pub fn signature(&self) -> Option<(Option<DType>, usize, i32)> {
         match self {
-            Op::Send { .. } | Op::Recv { .. } | Op::Batch { .. } => None,
+            Op::Send { .. } | Op::Recv { .. } | Op::Batch { .. } | Op::Refused(_) => None,
             Op::Broadcast {
                 count, dtype, root, ..
             } => Some((Some(*dtype), *count, *root)),

@@ -31,6 +31,7 @@
 #      the C++ wrapper tc::Local (tests/cpp/test_cpp_local.cpp, 3 devices),
 #      a one-rank timeout/abort test over a simulated hung collective, a
 #      two-rank test where one process dies (test_sim_peer_exit.c), a
+#      two-rank refusal whose peer's timeout names it (test_sim_refusal.c), a
 #      checked tc-perf -B nccl pass on 1, 2 and 4 ranks (with and without
 #      graph replay), and the
 #      Rust unit tests of src/cuda.rs and staging that need a driver (cargo
@@ -190,6 +191,10 @@ $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests"
   "$ROOT/tests/sim_gpu/test_sim_peer_exit.c" -o "$B/test_sim_peer_exit" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
   || { echo "sim-gpu-test: compiling test_sim_peer_exit failed"; status=1; }
 RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "a peer process that dies, 2 ranks (TC_ERR_REMOTE, not a hang)" "$B/test_sim_peer_exit"
+$CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests" -I"$ROOT/capi_tests/gpu" -I"$SIM/cuda/include" \
+  "$ROOT/tests/sim_gpu/test_sim_refusal.c" -o "$B/test_sim_refusal" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
+  || { echo "sim-gpu-test: compiling test_sim_refusal failed"; status=1; }
+RANKS=2 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "a collective refused on one rank, 2 ranks (the peer's timeout names it)" "$B/test_sim_refusal"
 $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests" -I"$ROOT/capi_tests/gpu" -I"$SIM/cuda/include" \
   "$ROOT/tests/sim_gpu/test_sim_nan_check.c" -o "$B/test_sim_nan_check" -L"$REL" -ltorchcomm -Wl,-rpath,"$REL" -L"$SIM" -lcuda -lm \
   || { echo "sim-gpu-test: compiling test_sim_nan_check failed"; status=1; }

@@ -33,6 +33,7 @@ impl GlooBackend {
             store: init.store.clone(),
             ops_run: AtomicU64::new(0),
             diagnosed: AtomicBool::new(false),
+            refusals: AtomicU64::new(0),
             windows_made: AtomicU64::new(0),
             shared_memory: Default::default(),
             intra: None,

@@ -83,7 +83,7 @@ impl GlooBackend {
     /// are out of step. The store work runs on its own thread and
     /// connection, so a store host that is itself stopped costs no more
     /// than the window.
-    pub(super) fn diagnose(&self, op: &Op, seq: u64, kind: ErrorKind) -> String {
+    pub(super) fn diagnose(&self, op: &Op, seq: u64, kind: ErrorKind) -> Diagnosis {
         let (me, n) = (self.rank as usize, self.size as usize);
         let store = self.store.clone();
         let op_name = op.name();
@@ -96,19 +96,80 @@ impl GlooBackend {
                 let store = store.clone_store().unwrap_or(store);
                 let _ = tx.send(collect_failure_reports(&*store, me, n, &mine));
             });
+        let unknown = |why: String| Diagnosis {
+            found: format!("; the other ranks' state is unknown ({why})"),
+            refusal: None,
+        };
         if spawned.is_err() {
-            return String::new();
+            return unknown("no thread to ask the store".into());
         }
         let reports = match rx.recv_timeout(DIAGNOSIS_WINDOW + Duration::from_millis(150)) {
             Ok(Ok(reports)) => reports,
-            Ok(Err(e)) => {
-                return format!("; the other ranks' state is unknown (store: {})", e.message)
-            }
-            Err(_) => {
-                return "; the other ranks' state is unknown (the store did not answer)".into()
-            }
+            Ok(Err(e)) => return unknown(format!("store: {}", e.message)),
+            Err(_) => return unknown("the store did not answer".into()),
         };
-        explain_failure_reports(&reports, me, seq, op_name, &call)
+        let refusal = reports.iter().flatten().find_map(|report| {
+            let mut it = report.splitn(4, ' ');
+            (it.nth(2) == Some(REFUSED_KIND)).then(|| it.next().unwrap_or("?").to_string())
+        });
+        Diagnosis {
+            found: explain_failure_reports(&reports, me, seq, op_name, &call),
+            refusal,
+        }
+    }
+
+    /// Runs a refusal (see [`crate::op::Refusal`]) in the place of the
+    /// refused call: Ok once the other ranks were told. Through shared
+    /// memory it is one sync that fails every other rank's call with the
+    /// reason, all ranks staying in step. Over Gloo a peer waits only for
+    /// the messages of its own call, so the refusal goes through the store:
+    /// when every rank refused the call (within [`REFUSAL_GRACE`]) nothing
+    /// else happens and the comm stays usable; otherwise this rank's
+    /// failure report names the refusal (see [`GlooBackend::diagnose`]) and
+    /// the connections are closed: the peers' calls fail at once, naming
+    /// this rank and the reason, and the comm is unusable on every rank.
+    pub(super) fn refuse(&self, refusal: &Refusal, d: &Deadline) -> Result<()> {
+        let told = refusal.told();
+        if let Some(ih) = &self.intra {
+            let alive = || self.check_not_broken();
+            return match ih.refuse(&told, d, &alive) {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    self.mark_broken(&e);
+                    Err(e)
+                }
+            };
+        }
+        // Every refusal of a usable comm was made by every rank (a partial
+        // one closes it), so the ranks count their refusals alike.
+        let n = self.refusals.fetch_add(1, Ordering::Relaxed) + 1;
+        let key = |r: usize| format!("refusal/{r}/{n}");
+        let keys: Vec<String> = (0..self.size as usize).map(key).collect();
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let me = self.rank as usize;
+        let every_rank = self.store.set(keys[me], told.as_bytes()).and_then(|()| {
+            self.store
+                .wait(&keys, Some(REFUSAL_GRACE.min(d.remaining())))
+        });
+        if every_rank.is_ok() {
+            return Ok(());
+        }
+        let seq = self.ops_run.load(Ordering::Relaxed);
+        self.diagnosed.store(true, Ordering::SeqCst);
+        let report = format!("{seq} refused {REFUSED_KIND} {told}");
+        let reported = self.store.set(&failure_report_key(me), report.as_bytes());
+        self.mark_broken(&Error::invalid_usage(format!(
+            "this rank refused a collective that not every rank refused, which closed the comm's connections: {told}"
+        )));
+        reported.map_err(|e| {
+            Error::new(
+                e.kind,
+                format!(
+                    "the store did not take the refusal ({}): the other ranks fail with a lost connection",
+                    e.message
+                ),
+            )
+        })
     }
 
     pub(super) fn all_gather_words(
@@ -174,6 +235,24 @@ impl GlooBackend {
     }
 }
 
+/// What [`GlooBackend::diagnose`] found: the text for the error, and what
+/// a rank that refused the call (see [`GlooBackend::refuse`]) told.
+pub(super) struct Diagnosis {
+    pub found: String,
+    pub refusal: Option<String>,
+}
+
+/// How long a rank that refused a collective over Gloo waits for every
+/// other rank's refusal of it before it closes the connections.
+const REFUSAL_GRACE: Duration = Duration::from_secs(1);
+
+/// The kind in a refusing rank's failure report.
+const REFUSED_KIND: &str = "Refused";
+
+fn failure_report_key(rank: usize) -> String {
+    format!("failure_report/{rank}")
+}
+
 /// Publishes this rank's failure report `mine` and collects the other
 /// ranks' reports for up to [`DIAGNOSIS_WINDOW`] (None: no report).
 fn collect_failure_reports(
@@ -182,7 +261,7 @@ fn collect_failure_reports(
     n: usize,
     mine: &str,
 ) -> Result<Vec<Option<String>>> {
-    let key = |r: usize| format!("failure_report/{r}");
+    let key = failure_report_key;
     store.set(&key(me), mine.as_bytes())?;
     let deadline = Instant::now() + DIAGNOSIS_WINDOW;
     let mut reports: Vec<Option<String>> = vec![None; n];
@@ -243,15 +322,30 @@ fn explain_failure_reports(
         let Some(report) = report else { continue };
         let mut it = report.splitn(4, ' ');
         let (their_seq, their_op) = (it.next().unwrap_or("?"), it.next().unwrap_or("?"));
-        let their_call = it.nth(1).unwrap_or("?");
-        if their_seq != seq.to_string() {
+        let their_kind = it.next().unwrap_or("?");
+        let their_call = it.next().unwrap_or("?");
+        if their_kind == REFUSED_KIND {
+            parts.insert(0, their_call.to_string());
+        } else if their_seq != seq.to_string() {
             parts.push(format!("rank {r} failed in operation #{their_seq} ({their_op}) while this rank was at #{seq} ({op_name}): the ranks are out of step"));
         } else if their_call != call {
             parts.push(format!("rank {r} called {their_call} as operation #{seq}, this rank {call}: the ranks called different collectives"));
         }
     }
     if parts.is_empty() {
-        return format!("; every other rank failed in the same operation (#{seq})");
+        // Name them and how: a rank that arrives late learns who gave up.
+        let how: Vec<String> = reports
+            .iter()
+            .enumerate()
+            .filter_map(|(r, report)| {
+                let kind = report.as_deref()?.split(' ').nth(2).unwrap_or("?");
+                Some(format!("rank {r} ({kind})"))
+            })
+            .collect();
+        return format!(
+            "; every other rank failed in the same operation (#{seq}) and gave up: {}",
+            how.join(", ")
+        );
     }
     format!("; {}", parts.join("; "))
 }

@@ -6,6 +6,9 @@ use crate::op::Ptr;
 
 impl GlooBackend {
     pub(super) fn execute(&self, op: &Op, d: &Deadline) -> Result<()> {
+        if let Op::Refused(refusal) = op {
+            return self.refuse(refusal, d);
+        }
         if self.check_collectives {
             self.check_collective(op, d)?;
         }
@@ -76,6 +79,7 @@ impl GlooBackend {
                 Op::Scatter { .. } | Op::Gather { .. } | Op::GatherSingle { .. } => {
                     self.gloo_scatter_or_gather(op, d)
                 }
+                Op::Refused(refusal) => self.refuse(refusal, d),
             }
         }
     }

@@ -49,7 +49,7 @@ mod window;
 use super::host_executor::{HostBackend, HostExecutor};
 use super::{Backend, BackendInit, MemoryAllocator, WindowBackend, Windows};
 use crate::error::{Error, ErrorKind, Result};
-use crate::op::{Op, P2p};
+use crate::op::{Op, P2p, Refusal};
 use crate::store::StoreRef;
 use crate::types::{DType, PremulFactor, RedKind, ReduceOp};
 use crate::util::{lock, Deadline};
@@ -122,6 +122,8 @@ pub struct GlooBackend {
     ops_run: AtomicU64,
     /// Set by the first failure that was diagnosed.
     diagnosed: AtomicBool,
+    /// Refusals run over Gloo (see [`GlooBackend::refuse`]).
+    refusals: AtomicU64,
     /// Windows created so far (each rendezvouses under `window/<k>`).
     windows_made: AtomicU64,
     /// The address selection of the comm's context, reused by windows.
@@ -249,11 +251,21 @@ impl HostBackend for GlooBackend {
             }
             let lost_peer = matches!(e.kind, ErrorKind::Timeout | ErrorKind::Remote);
             if lost_peer && self.size > 1 && !self.diagnosed.swap(true, Ordering::SeqCst) {
-                let found = self.diagnose(op, seq, e.kind);
-                e.message.push_str(&found);
+                let diagnosis = self.diagnose(op, seq, e.kind);
                 if let Some(b) = lock(&self.broken).as_mut() {
-                    b.message.push_str(&found);
+                    b.message.push_str(&diagnosis.found);
                 }
+                if let Some(told) = diagnosis.refusal {
+                    // A caller's error, not a lost peer: fail the call
+                    // (the comm stays broken) without aborting.
+                    return Error::invalid_usage(format!(
+                        "{} on rank {}: {told}; the refusing rank closed the connections ({})",
+                        op.name(),
+                        self.rank,
+                        e.message
+                    ));
+                }
+                e.message.push_str(&diagnosis.found);
             }
             if lost_peer && !self.check_collectives && self.size > 1 {
                 // Ranks that called different collectives exchange nothing

@@ -177,9 +177,16 @@ pub(super) fn fingerprint(op: &Op) -> Option<Fingerprint> {
 /// transfer: the other ranks fail too instead of waiting for it.
 pub(super) const FAILED_ALONE: u8 = u8::MAX;
 
+/// The fingerprint code of a refusal (see [`crate::op::Refusal`]): the
+/// other ranks fail with the refusing rank's reason.
+pub(super) const REFUSED: u8 = u8::MAX - 1;
+
 pub(super) fn describe_fingerprint(fp: &Fingerprint) -> String {
     if fp.op == FAILED_ALONE {
         return "a collective that failed there before any transfer (see that rank's error)".into();
+    }
+    if fp.op == REFUSED {
+        return "a collective it refused".into();
     }
     let count = if fp.counts_digest { 0 } else { fp.count };
     let text = describe_sig(&[fp.op as u64, fp.dtype as u64, count, fp.root, fp.red as u64]);

@@ -5,6 +5,7 @@
 use super::checks::Staging;
 use super::lifecycle::{Slot, LIVE};
 use super::loader::{self, *};
+use super::refusal::Refusals;
 use super::work::Shared;
 use super::{load, NcclBackend};
 use crate::backends::BackendInit;
@@ -252,7 +253,11 @@ impl NcclBackend {
             stream,
             events,
             scratch,
-            shared: Arc::new(Shared::default()),
+            shared: Arc::new(Shared::with_refusals(Refusals::new(
+                init.store.clone(),
+                init.rank,
+                init.size,
+            ))),
             issue: Mutex::new(()),
             poll: Mutex::new(()),
             revoked: AtomicBool::new(false),

@@ -47,6 +47,8 @@ impl NcclBackend {
             Op::Scatter { .. } | Op::Gather { .. } | Op::GatherSingle { .. } => {
                 self.issue_scatter_gather(op, s)
             }
+            // Never enqueued (see `NcclBackend::submit`).
+            Op::Refused(refusal) => Err(refusal.error.clone()),
         }
     }
 

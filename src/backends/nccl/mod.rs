@@ -35,6 +35,7 @@ mod lifecycle;
 pub mod loader;
 mod mem;
 mod red_op;
+mod refusal;
 mod shrink;
 pub use shrink::reconfigure_unsupported;
 mod window;
@@ -199,6 +200,20 @@ impl Backend for NcclBackend {
     }
 
     fn submit(&self, op: Op, sub: Submission<'_>) -> Result<Arc<dyn Work>> {
+        if let Op::Refused(refusal) = &op {
+            // NCCL's peers cannot be told: their timeout names this rank.
+            let published = self
+                .shared
+                .refusals
+                .as_ref()
+                .map(|r| r.publish(&refusal.told()));
+            if let Some(Err(e)) = published {
+                return Err(sub.refuse(&op, e));
+            }
+            let work: Arc<dyn Work> = Arc::new(crate::work::DoneWork(Ok(())));
+            sub.done_at_once(&op, &work);
+            return Ok(work);
+        }
         match self.enqueue(&op, sub.opts, sub.timeout) {
             Ok(work) => {
                 sub.enqueued(&op, &work);

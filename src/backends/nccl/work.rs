@@ -19,13 +19,21 @@ use std::ffi::c_void;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// State shared by a backend and its works: the failure that broke the comm.
+/// State shared by a backend and its works: the failure that broke the
+/// comm, and the comm's refusals (named by a timeout).
 #[derive(Default)]
 pub struct Shared {
     failure: Mutex<Option<Error>>,
+    pub refusals: Option<super::refusal::Refusals>,
 }
 
 impl Shared {
+    pub fn with_refusals(refusals: super::refusal::Refusals) -> Shared {
+        Shared {
+            failure: Mutex::new(None),
+            refusals: Some(refusals),
+        }
+    }
     pub fn fail(&self, e: Error) {
         lock(&self.failure).get_or_insert(e);
     }
@@ -188,10 +196,21 @@ impl Work for CudaWork {
         if s.status != WorkStatus::InProgress || now.duration_since(started) <= self.timeout {
             return None;
         }
+        // A rank that refused this call never issued it (NCCL cannot be
+        // told): name it.
+        let refused = self
+            .shared
+            .refusals
+            .as_ref()
+            .and_then(|r| r.by_peers())
+            .map(|told| {
+                format!("; a peer refused a collective, which this rank then waits for: {told}")
+            })
+            .unwrap_or_default();
         let err = Error::new(
             ErrorKind::Timeout,
             format!(
-                "{} timed out: still running {} ms after it started on the device (timeout {} ms)",
+                "{} timed out: still running {} ms after it started on the device (timeout {} ms){refused}",
                 self.description(),
                 now.duration_since(started).as_millis(),
                 self.timeout.as_millis()

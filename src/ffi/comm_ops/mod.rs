@@ -86,7 +86,10 @@ unsafe fn op_options_and_tag(p: *const tc_op_options_t) -> Result<(OpOptions, u3
 }
 
 /// Shared body of every operation: reads the options, builds and submits
-/// the operation, hands out the work handle if asked.
+/// the operation, hands out the work handle if asked. A collective refused
+/// here (its options or arguments) is issued as a refusal, so that it
+/// fails on every rank (see [`Comm::refuse`]); a refused send or receive
+/// fails on this rank only.
 fn issue(
     func: &'static str,
     comm: *mut tc_comm_t,
@@ -96,11 +99,31 @@ fn issue(
 ) -> tc_result_t {
     boundary(func, || {
         let comm = unsafe { handle_ref(comm, "comm")? }.inner()?;
-        let (opts, tag) = unsafe { op_options_and_tag(opts)? };
-        let op = with_tag(build(comm)?, tag)?;
+        let built = unsafe { op_options_and_tag(opts) }
+            .and_then(|(opts, tag)| Ok((with_tag(build(comm)?, tag)?, opts)));
+        let (op, opts) = match built {
+            Ok(built) => built,
+            Err(e) if matches!(func, "tc_send" | "tc_recv") => return Err(e),
+            Err(e) => return Err(comm.refuse(func, e)),
+        };
         let w = comm.submit(op, &opts)?;
         hand_out_work(work, w, comm);
         Ok(())
+    })
+}
+
+/// [`boundary`] for a call built on collectives that issues at least one
+/// on every rank when it succeeds (`tc_broadcast_coalesced`,
+/// `tc_reducer_new`, ...): if `body` fails before issuing any operation,
+/// the refusal is issued in the call's place (see [`Comm::refusing`]).
+pub(crate) fn collective_boundary(
+    func: &'static str,
+    comm: *mut tc_comm_t,
+    body: impl FnOnce(&crate::ffi::comm::tc_comm) -> Result<()>,
+) -> tc_result_t {
+    boundary(func, || {
+        let comm = unsafe { handle_ref(comm, "comm")? };
+        comm.inner()?.refusing(func, || body(comm))
     })
 }
 

@@ -11,7 +11,9 @@ use super::*;
 /// the peer issues that send after others: a tag selects among transfers in
 /// flight together (a batch), and never lets a receive take the data of a
 /// send with another tag. On `nccl`, a non-zero tag is refused
-/// (`TC_ERR_UNSUPPORTED`: NCCL matches by peer and order only).
+/// (`TC_ERR_UNSUPPORTED`: NCCL matches by peer and order only). A send
+/// refused here (a bad argument) fails only this rank: the peer's receive
+/// waits until its timeout, or takes this rank's next send to it.
 /// `work` may be NULL. `opts` may be NULL (defaults).
 #[no_mangle]
 pub extern "C" fn tc_send(

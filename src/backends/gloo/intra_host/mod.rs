@@ -62,7 +62,7 @@ pub use p2p::Transfer;
 
 use super::reduce::{self, ReduceFn, Scale};
 use super::shm::{file_id, futex_wait, futex_wake, host_id, shared_file, PeerMapping, Placement};
-use super::signature::Fingerprint;
+use super::signature::{self, Fingerprint};
 use super::{copy, Scratch};
 use crate::error::{Error, Result};
 use crate::types::DType;
@@ -76,11 +76,15 @@ use std::time::Duration;
 
 /// Bytes of each of a segment's two data halves: the chunk size.
 pub(super) const HALF: usize = 512 << 10;
-/// Header words: phase (0), bell (8), sleeping (12), left (16), and from
-/// [`SLOTS`] two fingerprint slots (see [`Fingerprint`]).
-const HEADER: usize = 128;
+/// Header words: phase (0), bell (8), sleeping (12), left (16), gave up
+/// (24), from [`SLOTS`] two fingerprint slots (see [`Fingerprint`]) and
+/// from [`REASONS`] two refusal reasons (see [`IntraHost::refuse`]).
+const HEADER: usize = REASONS + 2 * REASON_BYTES;
 const SLOTS: usize = 64;
 const SLOT_WORDS: usize = 4;
+const REASONS: usize = SLOTS + 2 * SLOT_WORDS * 8;
+/// A reason slot: its length (8 bytes), then its text (cut to fit).
+const REASON_BYTES: usize = 448;
 const SEGMENT: usize = HEADER + 2 * HALF;
 
 /// A segment's length in a comm of `size` ranks: the collectives' part,
@@ -391,6 +395,21 @@ impl IntraHost {
         unsafe { &*(self.bases[r].add(16) as *const AtomicU32) }
     }
 
+    /// The phase of the sync at which rank `r` gave up waiting (0: never):
+    /// it withdrew its arrival there (see [`IntraHost::give_up`]), so a
+    /// late rank fails at once instead of completing with the data the
+    /// rank left behind, or waiting for its own timeout.
+    fn gave_up_of(&self, r: usize) -> &AtomicU64 {
+        unsafe { &*(self.bases[r].add(24) as *const AtomicU64) }
+    }
+
+    /// Rank `r`'s reason slot for a first sync at phase `p` (alternating,
+    /// as the fingerprint slots).
+    fn reason_slot(&self, r: usize, p: u64) -> *mut u8 {
+        // SAFETY: within the header.
+        unsafe { self.bases[r].add(REASONS + (p % 2) as usize * REASON_BYTES) }
+    }
+
     /// Word `i` of rank `r`'s fingerprint slot for a first sync at phase `p`:
     /// alternate slots, so that a rank that passed that sync and published
     /// its next operation's fingerprint (at phase `p + 1` at the earliest)
@@ -445,6 +464,17 @@ impl IntraHost {
             return Ok(());
         };
         self.chunks.store(0, Ordering::Relaxed);
+        let refused = (0..self.size).find(|r| {
+            self.published(*r, p)
+                .is_some_and(|fp| fp.op == signature::REFUSED)
+        });
+        if let Some(q) = refused {
+            return Err(Error::invalid_usage(format!(
+                "{what} through shared memory on rank {}: {} (nothing was transferred)",
+                self.rank,
+                self.reason(q, p)
+            )));
+        }
         let others = match differ.len() {
             1 => String::new(),
             _ => format!(
@@ -465,6 +495,44 @@ impl IntraHost {
             describe(&first),
             theirs.differing_field(&first)
         )))
+    }
+
+    /// Takes part in the first sync of the other ranks' operation in place
+    /// of a call this rank refused, telling them `told` (why): they fail
+    /// there, naming this rank, and every rank stays in step (see
+    /// [`crate::op::Refusal`]). Ok when the sync completed (every rank
+    /// then failed, or refused too).
+    pub fn refuse(&self, told: &str, d: &Deadline, alive: &dyn Fn() -> Result<()>) -> Result<()> {
+        let p = self.phase.load(Ordering::Relaxed) + 1;
+        let text = &told.as_bytes()[..told.len().min(REASON_BYTES - 8)];
+        // SAFETY: this rank's own reason slot for phase `p`, which no peer
+        // reads before this rank publishes the phase (as the fingerprint).
+        unsafe {
+            let slot = self.reason_slot(self.rank, p);
+            std::ptr::write_unaligned(slot as *mut u64, text.len() as u64);
+            std::ptr::copy_nonoverlapping(text.as_ptr(), slot.add(8), text.len());
+        }
+        let refusal = Fingerprint {
+            op: signature::REFUSED,
+            ..Default::default()
+        };
+        match self.sync("refusal", Some(&refusal), d, alive) {
+            Err(e) if e.kind == crate::error::ErrorKind::InvalidUsage => Ok(()),
+            other => other,
+        }
+    }
+
+    /// What rank `r`, which refused the operation whose first sync is at
+    /// phase `p`, told the others.
+    fn reason(&self, r: usize, p: u64) -> String {
+        // SAFETY: rank `r` wrote the slot before publishing phase `p`, and
+        // writes it again only after every rank passed a later sync.
+        unsafe {
+            let slot = self.reason_slot(r, p);
+            let len = (std::ptr::read_unaligned(slot as *const u64) as usize).min(REASON_BYTES - 8);
+            let text = std::slice::from_raw_parts(slot.add(8), len);
+            String::from_utf8_lossy(text).into_owned()
+        }
     }
 
     fn out_of_step(&self, what: &str, r: usize) -> Error {
@@ -535,8 +603,48 @@ impl IntraHost {
         }
     }
 
-    /// Waits until every rank's phase reached `p`.
+    /// Waits until every rank's phase reached `p`; a rank that fails here
+    /// gives up (see [`IntraHost::give_up`]).
+    #[inline(always)]
     fn wait_all(
+        &self,
+        what: &str,
+        p: u64,
+        d: &Deadline,
+        alive: &dyn Fn() -> Result<()>,
+    ) -> Result<()> {
+        match self.wait_for_peers(what, p, d, alive) {
+            Ok(()) => Ok(()),
+            Err(e) => self.give_up(p, e),
+        }
+    }
+
+    /// After this rank's wait at phase `p` failed with `err` (timeout,
+    /// abort, a peer gone): withdraws its arrival, so that a rank arriving
+    /// later neither passes the sync nor reads this rank's contribution,
+    /// and marks the phase given up, so that it fails at once naming this
+    /// rank. Every peer that arrived meanwhile (seen after the withdrawal:
+    /// one of the two ranks always sees the other's store) completes the
+    /// sync instead.
+    #[cold]
+    fn give_up(&self, p: u64, err: Error) -> Result<()> {
+        let me = self.rank;
+        self.phase_of(me).store(p - 1, Ordering::SeqCst);
+        let others = (0..self.size).filter(|r| *r != me);
+        if others
+            .clone()
+            .all(|r| self.phase_of(r).load(Ordering::SeqCst) >= p)
+        {
+            self.phase_of(me).store(p, Ordering::SeqCst);
+            return Ok(());
+        }
+        self.gave_up_of(me).store(p, Ordering::SeqCst);
+        self.ring_peers();
+        Err(err)
+    }
+
+    /// Waits until every rank's phase reached `p`.
+    fn wait_for_peers(
         &self,
         what: &str,
         p: u64,
@@ -570,22 +678,8 @@ impl IntraHost {
                     .collect::<Vec<_>>()
                     .join(", ")
             };
-            if let Some(q) = late
-                .iter()
-                .find(|q| self.pidfds[**q].as_deref().is_some_and(exited))
-            {
-                return Err(Error::remote(format!(
-                    "{what} through shared memory on rank {me}: rank {q}'s process exited before reaching it"
-                )));
-            }
-            if let Some(q) = late
-                .iter()
-                .find(|q| self.left_of(**q).load(Ordering::SeqCst) != 0)
-            {
-                return Err(Error::remote(format!(
-                    "{what} through shared memory on rank {me}: rank {q} left the comm (destroyed it) before reaching it: \
-                     the ranks issued different numbers of collectives"
-                )));
+            if let Some(e) = self.never_coming(what, &late) {
+                return Err(e);
             }
             let left = match d.left() {
                 Ok(left) => left,
@@ -605,6 +699,44 @@ impl IntraHost {
             futex_wait(self.bell_of(me), seen, left.min(SLICE));
             self.sleeping_of(me).store(0, Ordering::SeqCst);
         }
+    }
+
+    /// Why late ranks `late` will never reach this sync, if one will not:
+    /// its process exited, it gave up waiting (see [`IntraHost::give_up`]),
+    /// or it left the comm.
+    #[cold]
+    fn never_coming(&self, what: &str, late: &[usize]) -> Option<Error> {
+        let me = self.rank;
+        if let Some(q) = late
+            .iter()
+            .find(|q| self.pidfds[**q].as_deref().is_some_and(exited))
+        {
+            return Some(Error::remote(format!(
+                "{what} through shared memory on rank {me}: rank {q}'s process exited before reaching it"
+            )));
+        }
+        let gave_up: Vec<String> = late
+            .iter()
+            .filter(|q| self.gave_up_of(**q).load(Ordering::SeqCst) != 0)
+            .map(|q| q.to_string())
+            .collect();
+        if !gave_up.is_empty() {
+            return Some(Error::remote(format!(
+                "{what} through shared memory on rank {me}: rank(s) {} gave up waiting for this operation \
+                 (timed out or aborted before every rank arrived) and withdrew their part: it cannot complete",
+                gave_up.join(", ")
+            )));
+        }
+        if let Some(q) = late
+            .iter()
+            .find(|q| self.left_of(**q).load(Ordering::SeqCst) != 0)
+        {
+            return Some(Error::remote(format!(
+                "{what} through shared memory on rank {me}: rank {q} left the comm (destroyed it) before reaching it: \
+                 the ranks issued different numbers of collectives"
+            )));
+        }
+        None
     }
 }
 
