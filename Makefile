@@ -15,7 +15,7 @@ AFTER_BUILD := TC_BUILT=1
 .PHONY: all build deps lint header header-check header-compile symbols-check \
         cargo-test nccl-wheel nccl-real-test capi-test capi-valgrind sim-gpu-test \
         install uninstall install-check wheel wheel-test test run bench bench-deps bench-store \
-        bench-host bench-p2p bench-window bench-sparse bench-reducer bench-local run-reducer torch-parity cpp-test python-test torch-interop gpu-suite gpu-test gpu-bench clean
+        bench-host bench-p2p bench-window bench-sparse bench-reducer bench-torchcomms-call bench-local run-reducer torch-parity cpp-test python-test torchcomms-test torch-interop gpu-suite gpu-test gpu-bench clean
 
 all: build
 
@@ -30,7 +30,7 @@ build:
 # The whole suite; CI runs it on a clean clone (.ci/run). A new check is one
 # more prerequisite here.
 test: deps lint build header-check header-compile symbols-check cargo-test nccl-real-test \
-      capi-test sim-gpu-test capi-valgrind install-check cpp-test python-test torch-parity \
+      capi-test sim-gpu-test capi-valgrind install-check cpp-test python-test torchcomms-test torch-parity \
       torch-interop hier-hosts-test wheel-test
 	@echo "make test: all checks passed"
 
@@ -95,6 +95,11 @@ cpp-test: build
 python-test: build
 	$(AFTER_BUILD) bash scripts/test-python.sh
 
+# torchcomm.torchcomms (torchcomms' API) and the torch store bridge under
+# tc-run and torchrun, and seed 004's examples.
+torchcomms-test: build
+	$(AFTER_BUILD) bash scripts/test-torchcomms.sh
+
 # PREFIX (default /usr/local), DESTDIR; install-check uses build/stage.
 install: build
 	$(AFTER_BUILD) $(S)/install.sh
@@ -124,6 +129,9 @@ bench-sparse: build
 	$(AFTER_BUILD) bash scripts/bench-sparse.sh
 bench-reducer: build
 	$(AFTER_BUILD) bash scripts/bench-reducer.sh
+# torchcomm.torchcomms' cost per call against tc-perf (4 B all_reduce, 2 ranks).
+bench-torchcomms-call: build
+	$(AFTER_BUILD) bash scripts/bench-torchcomms-call.sh
 # tc_local_* host cost per call on the simulated stack (make sim-gpu-test first).
 bench-p2p: build
 	$(AFTER_BUILD) $(S)/bench-p2p.sh

@@ -29,7 +29,8 @@ export PYTHONPATH="$site"
 for n in 2 3; do
   echo "== pytest python/tests on $n ranks"
   TORCHCOMM_LIBRARY="$rel/libtorchcomm.so" "$rel/tc-run" -n "$n" -- \
-    "$py" -m pytest -q -p no:cacheprovider python/tests
+    "$py" -m pytest -q -p no:cacheprovider python/tests \
+    --ignore python/tests/test_torchcomms.py --ignore python/tests/test_torch_store.py  # scripts/test-torchcomms.sh
 done
 echo "== docs/python.md's program on 2 ranks"
 awk '/^```python$/{f=1;next}/^```$/{f=0}f' docs/python.md > "$root/build/doc_program.py"
