@@ -122,10 +122,18 @@ class _TcWork(_c10d.Work):
 
     def get_future(self) -> torch.futures.Future:
         with self._lock:
-            if self._future is None:
-                self._future = torch.futures.Future()
-                self._backend._completer.watch(self)
-            return self._future
+            if self._future is not None:
+                return self._future
+            self._future = torch.futures.Future()
+        completer = self._backend._completer
+        if completer.on_thread():
+            # A future's callback asks for another future (PowerSGD waits on
+            # it inside its callback): the thread that would complete it is
+            # this one, so it is completed here, in issue order still.
+            self._complete_future()
+        else:
+            completer.watch(self)
+        return self._future
 
     def _complete_future(self) -> None:
         self._finish()
@@ -138,12 +146,17 @@ class _TcWork(_c10d.Work):
 class _Completer:
     """One thread per backend that completes the futures of works in issue
     order (operations of one comm complete in order), so that DDP's comm
-    hooks and its reducer see their futures done without polling."""
+    hooks and its reducer see their futures done without polling. The
+    futures' callbacks run on it, one at a time: operations they issue are
+    issued in the same order on every rank."""
 
     def __init__(self) -> None:
         self._cv = threading.Condition()
         self._queue: List[_TcWork] = []
         self._thread: Optional[threading.Thread] = None
+
+    def on_thread(self) -> bool:
+        return self._thread is not None and threading.current_thread() is self._thread
 
     def watch(self, work: _TcWork) -> None:
         with self._cv:
@@ -169,7 +182,7 @@ def _completed(result: Any) -> Any:
     return _c10d._create_work_from_future(fut)
 
 
-def _our_store(store: Any, rank: int) -> Store:
+def _our_store(store: Any, rank: int, key: str) -> Store:
     """Our store client over the torch store the creator got: a PrefixStore
     chain over a TCPStore (env:// and tcp:// init). The group's own key
     space is a fresh prefix that rank 0 publishes through torch's store."""
@@ -180,7 +193,7 @@ def _our_store(store: Any, rank: int) -> Store:
         raise NotImplementedError(
             f"torchcomm backend: the group's store is a {type(base).__name__}; only TCPStore-based init "
             "(env://, tcp://, torchrun) is supported")
-    key = "torchcomm/prefix"
+    key = f"torchcomm/prefix/{key}"
     if rank == 0:
         import uuid
 
@@ -198,15 +211,11 @@ class TorchCommBackend(_c10d.Backend):
     """torch.distributed's ``Backend`` over torchcomm communicators."""
 
     def __init__(self, store: Any, rank: int, size: int, timeout: timedelta, name: str = "default",
-                 comm: Optional[Comm] = None):
+                 store_key: str = "group"):
         super().__init__(rank, size)
         self._rank, self._size, self._timeout, self._name = rank, size, timeout, name
-        self._store: Optional[Store] = None if comm is not None else _our_store(store, rank)
-        self._comms: Dict[str, Comm] = {}
-        if comm is not None:
-            self._comms["cpu"] = comm
-        else:
-            self._comms["cpu"] = self._new_comm("cpu")
+        self._store = _our_store(store, rank, store_key)
+        self._comms: Dict[str, Comm] = {"cpu": self._new_comm("cpu")}
         self._cpu_handle = self._comms["cpu"].handle
         self._done = _completed([])  # the Work of every finished blocking operation
         self._completer = _Completer()
@@ -217,9 +226,7 @@ class TorchCommBackend(_c10d.Backend):
     def _new_comm(self, device: str) -> Comm:
         kind = "gloo" if device == "cpu" else "nccl"
         dev = "cpu" if device == "cpu" else f"cuda:{torch.cuda.current_device()}"
-        store = PrefixStore(kind, self._store) if self._store is not None else None
-        if store is None:
-            raise RuntimeError(f"torchcomm backend: group {self._name!r} made by split has no {device} comm")
+        store = PrefixStore(kind, self._store)
         return Comm(kind, dev, name=_comm_name(f"pg{self._name}-{kind}"), rank=self._rank, world_size=self._size, store=store,
                     timeout=self._timeout.total_seconds(), abort_on_error=False)
 
@@ -255,6 +262,12 @@ class TorchCommBackend(_c10d.Backend):
     # -- identity
     def getBackendName(self) -> str:  # noqa: N802 (torch's name)
         return BACKEND_NAME
+
+    @property
+    def options(self) -> Any:
+        # Defined here: torch's inherited getter calls back into this
+        # subclass for its options and recurses without end.
+        return _c10d.Backend.Options(BACKEND_NAME, self._timeout)
 
     @property
     def supports_splitting(self) -> bool:
@@ -452,12 +465,15 @@ class TorchCommBackend(_c10d.Backend):
 
     # -- groups and lifetime
     def split(self, store: Any, ranks: List[int], opts: Any) -> Any:
-        name = f"{self._name}-split{len(ranks)}-{'.'.join(map(str, ranks[:8]))}"
-        sub = self._comms["cpu"].split(sorted(ranks), _comm_name(name))
-        if sub is None:
+        """The backend of this rank's part of a split_group: a new comm over
+        the store torch passes (disjoint parts are made concurrently, which
+        tc_comm_split's one-list-for-all does not offer)."""
+        if self._rank not in ranks:
             return None
         timeout = getattr(opts, "_timeout", None) or self._timeout
-        return TorchCommBackend(None, sub.rank, sub.size, timeout, name, comm=sub)
+        key = "split-" + ".".join(map(str, ranks))
+        return TorchCommBackend(store, ranks.index(self._rank), len(ranks), timeout, f"{self._name}-{key}",
+                                store_key=key)
 
     def set_timeout(self, timeout: timedelta) -> None:
         self._timeout = timeout
