@@ -124,7 +124,12 @@ class _TcWork(_c10d.Work):
         with self._lock:
             if self._future is not None:
                 return self._future
-            self._future = torch.futures.Future()
+            # The future handed out follows `_done` through a callback: a
+            # callback that raises marks it failed in C++ (DDP's reducer
+            # reads that); Future.set_exception would mark it succeeded
+            # with the exception as its value.
+            self._done = torch.futures.Future()
+            self._future = self._done.then(self._outcome)
         completer = self._backend._completer
         if completer.on_thread():
             # A future's callback asks for another future (PowerSGD waits on
@@ -135,12 +140,14 @@ class _TcWork(_c10d.Work):
             completer.watch(self)
         return self._future
 
+    def _outcome(self, _done: Any) -> Any:
+        if self._error is not None:
+            raise RuntimeError(f"torchcomm backend: {self._error}")
+        return self._result
+
     def _complete_future(self) -> None:
         self._finish()
-        if self._error is not None:
-            self._future.set_exception(RuntimeError(f"torchcomm backend: {self._error}"))
-        else:
-            self._future.set_result(self._result)
+        self._done.set_result(None)
 
 
 class _Completer:

@@ -100,13 +100,13 @@ def full_params(model):
     return out
 
 
-def compare(a, b, what, exact):
+def compare(a, b, what, exact, tol=1e-4):
     diff = max((x - y).abs().max().item() for x, y in zip(a, b))
     same = all(torch.equal(x, y) for x, y in zip(a, b))
     if exact:
         check(same, f"{what}: parameters bit-identical to gloo's (max diff {diff:.3g})")
     else:
-        check(diff < 1e-4, f"{what}: parameters within 1e-4 of gloo's (max diff {diff:.3g})")
+        check(diff < tol, f"{what}: parameters within {tol:g} of gloo's (max diff {diff:.3g})")
 
 
 def ddp_parity(ours, gloo, rank, world):
@@ -131,7 +131,9 @@ def ddp_parity(ours, gloo, rank, world):
                                                         start_powerSGD_iter=2, random_seed=7)
                     m.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
                 result.append(full_params(train(m, cls, rank).module))
-            compare(*result, f"DDP {cls.__name__} {mode}", exact and mode != "powersgd")
+            # fp16 sums in another order round differently (half's epsilon is 1e-3)
+            compare(*result, f"DDP {cls.__name__} {mode}", exact and mode != "powersgd",
+                    2e-3 if mode == "fp16_compress" else 1e-4)
 
 
 def fsdp_parity(ours, gloo, rank, world):
@@ -319,7 +321,9 @@ def killed():
     x, y = CNN.data(0, rank)
     nn.functional.cross_entropy(m(x), y).backward()
     if rank == world - 1:
-        os._exit(0)  # exit 0: torchrun then lets the others finish on their own
+        # Leaves in the middle of the next backward, with some buckets'
+        # all_reduce issued (exit 0: torchrun lets the others finish).
+        m.module.body[0].weight.register_hook(lambda g: os._exit(0))
     t0 = time.monotonic()
     try:
         for _ in range(3):

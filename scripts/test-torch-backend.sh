@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# torch.distributed's "torchcomm" backend (python/torchcomm/distributed.py)
+# with the real PyTorch, under torchrun, one job per world size (2 and 4):
+#  - tests/torch_backend/train.py parity: every collective against gloo's
+#    answer; DDP (default, gradient_as_bucket_view, fp16-compress and
+#    PowerSGD hooks) and FSDP2 training a small CNN and a small transformer
+#    for 20 steps, our backend against gloo;
+#  - tests/torch_backend/train.py killed: a rank leaves mid-backward, the
+#    others get an error (never a hang);
+#  - a fixed subset of torch's own distributed suite on our backend
+#    (tests/torch_backend/torch_suite.py --subset).
+# Python with torch comes from scripts/torch-venv.sh; when it cannot be had,
+# prints a SKIPPED line with the reason and exits 0.
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+rel="$root/target/release"
+if ! py="$(bash scripts/torch-venv.sh 2>/tmp/torchcomm-venv.$$)"; then
+  echo "test-torch-backend: SKIPPED (DDP, FSDP2 and torch's suite on the torchcomm backend):" \
+    "$(grep -m1 SKIPPED /tmp/torchcomm-venv.$$ || echo 'scripts/torch-venv.sh failed')"
+  rm -f /tmp/torchcomm-venv.$$; exit 0
+fi
+rm -f /tmp/torchcomm-venv.$$
+set -e
+torchrun="$(dirname "$py")/torchrun"
+export TORCHCOMM_LIBRARY="$rel/libtorchcomm.so" PYTHONPATH="$root/python"
+quiet() { grep -v '^\[W[0-9].*socket.cpp\|run.py:[0-9]*\] \*\|OMP_NUM_THREADS\|^W[0-9].*run.py:[0-9]*\] *$\|FutureWarning\|return func(\*args' || true; }
+for n in 2 4; do
+  echo "== DDP, FSDP2 and the collectives against gloo, $n ranks"
+  "$torchrun" --standalone --nproc-per-node "$n" tests/torch_backend/train.py parity 2>&1 | quiet
+  test "${PIPESTATUS[0]}" -eq 0
+  echo "== a rank leaves mid-step, $n ranks"
+  "$torchrun" --standalone --nproc-per-node "$n" tests/torch_backend/train.py killed 2>&1 | quiet
+  test "${PIPESTATUS[0]}" -eq 0
+done
+echo "== torch's distributed suite, fixed subset, torchcomm backend"
+"$py" tests/torch_backend/torch_suite.py --backend torchcomm --subset
+echo "test-torch-backend: all passed"
