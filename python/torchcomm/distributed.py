@@ -16,6 +16,7 @@ C++ extension (measured); docs/status.md lists what is missing.
 """
 from __future__ import annotations
 
+import os
 import threading
 from datetime import timedelta
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -190,23 +191,34 @@ def _completed(result: Any) -> Any:
 
 
 def _our_store(store: Any, rank: int, key: str) -> Store:
-    """Our store client over the torch store the creator got: a PrefixStore
-    chain over a TCPStore (env:// and tcp:// init). The group's own key
-    space is a fresh prefix that rank 0 publishes through torch's store."""
+    """Our store client for a group whose torch store is `store`. Over a
+    TCPStore (env://, tcp://, torchrun; under PrefixStores): a client of
+    that server. Any other store (file://): rank 0 hosts a store server of
+    ours and publishes its address through `store` (the host is
+    MASTER_ADDR, else 127.0.0.1). Either way the group's keys are under a
+    fresh prefix rank 0 publishes through `store`."""
     base = store
     while isinstance(base, dist.PrefixStore):
         base = base.underlying_store
-    if not isinstance(base, dist.TCPStore):
-        raise NotImplementedError(
-            f"torchcomm backend: the group's store is a {type(base).__name__}; only TCPStore-based init "
-            "(env://, tcp://, torchrun) is supported")
-    key = f"torchcomm/prefix/{key}"
+    timeout = store.timeout
+    key = f"torchcomm/{key}"
     if rank == 0:
         import uuid
 
-        store.set(key, f"torchcomm-{uuid.uuid4().hex}")
+        prefix = f"torchcomm-{uuid.uuid4().hex}"
+        if isinstance(base, dist.TCPStore):
+            ours: Store = TCPStore(base.host, base.port, timeout=timeout)
+        else:
+            host = os.environ.get("MASTER_ADDR", "127.0.0.1")
+            ours = TCPStore(host, 0, is_server=True, timeout=timeout)
+            prefix += f"@{host}:{ours.port}"
+        store.set(key, prefix)
+        return PrefixStore(prefix, ours)
     prefix = store.get(key).decode()
-    return PrefixStore(prefix, TCPStore(base.host, base.port, timeout=store.timeout))
+    if isinstance(base, dist.TCPStore):
+        return PrefixStore(prefix, TCPStore(base.host, base.port, timeout=timeout))
+    host, _, port = prefix.rpartition("@")[2].rpartition(":")
+    return PrefixStore(prefix, TCPStore(host, int(port), timeout=timeout))
 
 
 def _comm_name(name: str) -> str:
