@@ -8,6 +8,8 @@
 #  - tests/torch_backend/train.py killed: a rank leaves mid-backward, the
 #    others get an error (never a hang);
 #  - docs/python.md's DDP program under tc-run;
+#  - the pip-installed package's entry point (torch.distributed.backends):
+#    init_process_group("torchcomm") without importing torchcomm;
 #  - a fixed subset of torch's own distributed suite on our backend
 #    (tests/torch_backend/torch_suite.py --subset, 3 ranks; about 9 s a
 #    test on a quiet 2-core machine: each spawns 3 processes importing torch).
@@ -38,6 +40,17 @@ mkdir -p build
 awk '/^```py$/{f=1;next}/^```$/{f=0}f' docs/python.md > build/doc_ddp_program.py
 test -s build/doc_ddp_program.py
 "$rel/tc-run" -n 2 -- "$py" build/doc_ddp_program.py 2>&1 | quiet
+echo "== the package's entry point: init_process_group(\"torchcomm\") with no import of torchcomm, 2 ranks"
+site="$root/build/torch-backend-site"
+rm -rf "$site"
+"$py" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation --target "$site" ./python
+rm -rf python/build python/*.egg-info
+PYTHONPATH="$site" "$rel/tc-run" -n 2 -- "$py" -c '
+import sys, torch, torch.distributed as dist
+dist.init_process_group("torchcomm")
+assert "torchcomm" in sys.modules, "the backend did not come from the torchcomm package"
+t = torch.ones(1); dist.all_reduce(t); assert t.item() == dist.get_world_size()
+print("entry point: ok"); dist.destroy_process_group()' 2>&1 | quiet
 echo "== torch's distributed suite, fixed subset, torchcomm backend"
 "$py" tests/torch_backend/torch_suite.py --backend torchcomm --subset 2>&1 | grep '^PASS\|^FAIL\|^SKIP\|^torch_suite'
 echo "test-torch-backend: all passed"
