@@ -346,6 +346,14 @@ int main(void) {
     EXPECT_RC(tc_store_delete(NULL, "k", &i), TC_ERR_NULL_ARGUMENT, "'store'");
     EXPECT_RC(tc_store_num_keys(NULL, &n64), TC_ERR_NULL_ARGUMENT, "'store'");
     EXPECT_RC(tc_store_num_keys(store, NULL), TC_ERR_NULL_ARGUMENT, "'n'");
+    tc_store_callbacks_t callbacks = TC_STORE_CALLBACKS_INIT;
+    EXPECT_RC(tc_store_new_callbacks(NULL, &st_out), TC_ERR_NULL_ARGUMENT, "'callbacks'");
+    EXPECT_RC(tc_store_new_callbacks(&callbacks, NULL), TC_ERR_NULL_ARGUMENT, "'out'");
+    EXPECT_RC(tc_store_new_callbacks(&callbacks, &st_out), TC_ERR_NULL_ARGUMENT, "'callbacks->set'");
+    callbacks.magic = 0;
+    EXPECT_RC(tc_store_new_callbacks(&callbacks, &st_out), TC_ERR_INVALID_ARGUMENT, "bad magic");
+    EXPECT_RC(tc_store_reply_value(NULL, "v", 1), TC_ERR_NULL_ARGUMENT, "'reply'");
+    EXPECT_RC(tc_store_reply_error(NULL, "m"), TC_ERR_NULL_ARGUMENT, "'reply'");
     CHECK(st_out == SENTINEL && p == SENTINEL && n64 == -7 && i == -7 && port == 7);
     tc_store_free(NULL);
     tc_free(NULL);

@@ -33,6 +33,10 @@
 #define TC_LOCAL_OPTIONS_INIT                                                   \
     { sizeof(tc_local_options_t), TC_LOCAL_OPTIONS_MAGIC, TC_LOCAL_OPTIONS_VERSION, \
       TC_UNSET, 0 }
+#define TC_STORE_CALLBACKS_INIT                                                 \
+    { sizeof(tc_store_callbacks_t), TC_STORE_CALLBACKS_MAGIC,                   \
+      TC_STORE_CALLBACKS_VERSION, NULL, NULL, NULL, NULL, NULL, NULL, NULL,     \
+      NULL, NULL, NULL, TC_UNSET }
 /* A reduce op without a factor: TC_REDUCE_OP(TC_SUM). */
 #define TC_REDUCE_OP(kind) { (kind), 1.0, NULL }
 
@@ -81,6 +85,10 @@
 #define TC_POWERSGD_OPTIONS_MAGIC 1413697619
 
 #define TC_POWERSGD_OPTIONS_VERSION 1
+
+#define TC_STORE_CALLBACKS_MAGIC 1413698371
+
+#define TC_STORE_CALLBACKS_VERSION 1
 
 /*
  Status values written by `tc_work_status`.
@@ -198,6 +206,13 @@ typedef struct tc_reducer tc_reducer;
  may be freed while they live.
  */
 typedef struct tc_store tc_store;
+
+/*
+ Where a callback puts its answer: a value (`tc_store_reply_value`) and,
+ on failure, a message (`tc_store_reply_error`). Valid only during the
+ callback's call, on the thread that called it.
+ */
+typedef struct tc_store_reply_t tc_store_reply_t;
 
 /*
  A one-sided communication window over a comm.
@@ -767,6 +782,133 @@ typedef struct {
      */
     tc_dtype_t dtype;
 } tc_sparse_coo_t;
+
+/*
+ `set(user_data, key, value, len, reply)`: store `len` bytes at `key`.
+ */
+typedef tc_result_t (*tc_store_set_fn)(void *user_data, const char *key, const void *value, size_t len, tc_store_reply_t *reply);
+
+/*
+ `get(user_data, key, reply)`: wait (up to the store's timeout) for `key`,
+ then answer its value with `tc_store_reply_value`.
+ */
+typedef tc_result_t (*tc_store_get_fn)(void *user_data, const char *key, tc_store_reply_t *reply);
+
+/*
+ `add(user_data, key, delta, new_value, reply)`: add to the decimal
+ integer at `key` (missing: 0) and write the result to `*new_value`.
+ */
+typedef tc_result_t (*tc_store_add_fn)(void *user_data, const char *key, int64_t delta, int64_t *new_value, tc_store_reply_t *reply);
+
+/*
+ `check(user_data, keys, n, ready, reply)`: write 1 to `*ready` when all
+ `n` keys exist, else 0, without waiting.
+ */
+typedef tc_result_t (*tc_store_check_fn)(void *user_data, const char *const *keys, size_t n, int *ready, tc_store_reply_t *reply);
+
+/*
+ `wait(user_data, keys, n, timeout_ms, reply)`: wait until all `n` keys
+ exist, at most `timeout_ms` (always positive); `TC_ERR_TIMEOUT` after.
+ */
+typedef tc_result_t (*tc_store_wait_fn)(void *user_data, const char *const *keys, size_t n, int64_t timeout_ms, tc_store_reply_t *reply);
+
+/*
+ `delete_key(user_data, key, deleted, reply)`: delete `key`; write 1 to
+ `*deleted` when it existed, else 0.
+ */
+typedef tc_result_t (*tc_store_delete_fn)(void *user_data, const char *key, int *deleted, tc_store_reply_t *reply);
+
+/*
+ `compare_set(user_data, key, expected, expected_len, desired,
+ desired_len, reply)`: torch's compare_set (see `tc_store_compare_set`);
+ answer the value now current with `tc_store_reply_value`.
+ */
+typedef tc_result_t (*tc_store_compare_set_fn)(void *user_data, const char *key, const void *expected, size_t expected_len, const void *desired, size_t desired_len, tc_store_reply_t *reply);
+
+/*
+ `num_keys(user_data, n, reply)`: write the number of keys to `*n`.
+ */
+typedef tc_result_t (*tc_store_num_keys_fn)(void *user_data, int64_t *n, tc_store_reply_t *reply);
+
+/*
+ `destroy(user_data)`: the store is gone; release `user_data`.
+ */
+typedef void (*tc_store_destroy_fn)(void *user_data);
+
+/*
+ The functions of a store served by the application
+ (`tc_store_new_callbacks`). Initialize with `TC_STORE_CALLBACKS_INIT`,
+ then set the functions. Each returns `TC_SUCCESS` or an error code
+ (`TC_ERR_TIMEOUT` for a get or wait that ran out of time; another code of
+ this library is kept; any other nonzero value becomes `TC_ERR_REMOTE`),
+ with a message through `tc_store_reply_error` if it likes. Keys are
+ NUL-terminated UTF-8 and every pointer argument is valid only during the
+ call. A callback must not unwind (no C++ exception, no longjmp) through
+ the library.
+ */
+typedef struct {
+    /*
+     `sizeof(tc_store_callbacks_t)` as the caller compiled it.
+     */
+    size_t size;
+    /*
+     Must be `TC_STORE_CALLBACKS_MAGIC`.
+     */
+    uint32_t magic;
+    /*
+     `TC_STORE_CALLBACKS_VERSION` as the caller compiled it.
+     */
+    uint32_t version;
+    /*
+     Passed to every callback as is.
+     */
+    void *user_data;
+    /*
+     Required.
+     */
+    tc_store_set_fn set;
+    /*
+     Required.
+     */
+    tc_store_get_fn get;
+    /*
+     Required.
+     */
+    tc_store_add_fn add;
+    /*
+     Required.
+     */
+    tc_store_check_fn check;
+    /*
+     Required.
+     */
+    tc_store_wait_fn wait;
+    /*
+     Optional: NULL makes `tc_store_delete` fail with `TC_ERR_UNSUPPORTED`.
+     */
+    tc_store_delete_fn delete_key;
+    /*
+     Optional: NULL makes `tc_store_compare_set` fail with
+     `TC_ERR_UNSUPPORTED`.
+     */
+    tc_store_compare_set_fn compare_set;
+    /*
+     Optional: NULL makes `tc_store_num_keys` fail with `TC_ERR_UNSUPPORTED`.
+     */
+    tc_store_num_keys_fn num_keys;
+    /*
+     Optional: called once, when the last reference to the store (the
+     handle, prefix stores over it, comms bootstrapped with it) is gone,
+     possibly on a library thread.
+     */
+    tc_store_destroy_fn destroy;
+    /*
+     The timeout the store's own get and wait keep, in milliseconds (the
+     wait callback gets it when the library waits with the store's
+     timeout). 0 or `TC_UNSET`: `TORCHCOMM_TIMEOUT_SECONDS`, else 600 s.
+     */
+    int64_t timeout_ms;
+} tc_store_callbacks_t;
 
 typedef tc_window tc_window_t;
 
@@ -1967,6 +2109,43 @@ tc_result_t tc_store_num_keys(tc_store_t *store, int64_t *n);
  set.
  */
 void tc_store_free(tc_store_t *store);
+
+/*
+ Creates a store served by the application's functions in `*callbacks`
+ (copied during the call; see `tc_store_callbacks_t`): how a store the
+ library does not speak itself (torch's FileStore or HashStore, a store
+ written in Python) serves `tc_comm_new` and the other `tc_store_*` calls.
+ `callbacks` must be non-NULL with `set`, `get`, `add`, `check` and `wait`
+ set (`TC_ERR_NULL_ARGUMENT` naming the missing one otherwise).
+
+ Threads: the library calls the functions from any thread, its own
+ included (a comm's bootstrap, failure diagnosis), several at once, so
+ they and `user_data` must be thread-safe. A get or wait may block up to
+ its timeout. A callback must not free the store it serves.
+
+ Ownership: on success `*out` receives a handle to free with
+ `tc_store_free`; `user_data` then belongs to the store, and `destroy`
+ (if set) is called once with it when the handle and everything created
+ with it (prefix stores, comms) are gone. On failure `*out` is untouched
+ and `destroy` is not called.
+ */
+tc_result_t tc_store_new_callbacks(const tc_store_callbacks_t *callbacks, tc_store_t **out);
+
+/*
+ Called by a store callback (get, compare_set) to answer its value: the
+ `len` bytes at `value` (NULL allowed when `len` is 0) are copied; a
+ second call replaces the first. `reply` is the one the callback was
+ given, valid only during that call. Values over 8 MiB are refused.
+ */
+tc_result_t tc_store_reply_value(tc_store_reply_t *reply, const void *value, size_t len);
+
+/*
+ Called by a store callback that fails, before returning its error code:
+ `message` (NUL-terminated, copied) becomes the detail of the error the
+ library reports (`tc_last_error`), after the operation and key. `reply`
+ is the one the callback was given, valid only during that call.
+ */
+tc_result_t tc_store_reply_error(tc_store_reply_t *reply, const char *message);
 
 /*
  Writes the size in bytes of one element of `dtype` to `*size`. Returns

@@ -48,7 +48,7 @@ def test_constants_match_the_header():
         assert defines[f"TC_WORK_{st.name}"] == str(int(st))
     from torchcomm import _lib
 
-    for name in ("TC_COMM_OPTIONS_MAGIC", "TC_OP_OPTIONS_MAGIC", "TC_UNSET", "TC_DEVICE_CUDA"):
+    for name in ("TC_COMM_OPTIONS_MAGIC", "TC_OP_OPTIONS_MAGIC", "TC_STORE_CALLBACKS_MAGIC", "TC_UNSET", "TC_DEVICE_CUDA"):
         assert defines[name] == str(getattr(_lib, name))
     exported = set(re.findall(r"^(?:tc_result_t|void|const char) \*?(tc_\w+)\(", header, re.M))
     assert exported == set(_lib.PROTOTYPES), exported ^ set(_lib.PROTOTYPES)

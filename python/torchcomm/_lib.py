@@ -23,6 +23,10 @@ TC_POWERSGD_OPTIONS_VERSION = 1
 TC_HOOK_PRE = 0
 TC_HOOK_POST = 1
 TC_OP_INFO_VERSION = 2
+TC_STORE_CALLBACKS_MAGIC = 1413698371
+TC_STORE_CALLBACKS_VERSION = 1
+TC_ERR_REMOTE = 1007
+TC_ERR_TIMEOUT = 1006
 
 ERROR_NAMES = {
     1001: "TC_ERR_NULL_ARGUMENT",
@@ -209,6 +213,40 @@ COMM_HOOK = C.CFUNCTYPE(C.c_int32, C.c_void_p, C.c_void_p, C.POINTER(GradBucketC
 LOG_CALLBACK = C.CFUNCTYPE(None, C.c_int32, C.c_char_p, C.c_void_p)
 
 _p, _sz, _i32, _i64 = C.c_void_p, C.c_size_t, C.c_int32, C.c_int64
+
+# tc_store_callbacks_t's functions; the last argument is the tc_store_reply_t.
+STORE_SET = C.CFUNCTYPE(C.c_int32, C.c_void_p, C.c_char_p, C.c_void_p, C.c_size_t, C.c_void_p)
+STORE_GET = C.CFUNCTYPE(C.c_int32, C.c_void_p, C.c_char_p, C.c_void_p)
+STORE_ADD = C.CFUNCTYPE(C.c_int32, C.c_void_p, C.c_char_p, C.c_int64, C.POINTER(C.c_int64), C.c_void_p)
+STORE_CHECK = C.CFUNCTYPE(C.c_int32, C.c_void_p, C.POINTER(C.c_char_p), C.c_size_t, C.POINTER(C.c_int), C.c_void_p)
+STORE_WAIT = C.CFUNCTYPE(C.c_int32, C.c_void_p, C.POINTER(C.c_char_p), C.c_size_t, C.c_int64, C.c_void_p)
+STORE_DELETE = C.CFUNCTYPE(C.c_int32, C.c_void_p, C.c_char_p, C.POINTER(C.c_int), C.c_void_p)
+STORE_COMPARE_SET = C.CFUNCTYPE(C.c_int32, C.c_void_p, C.c_char_p, C.c_void_p, C.c_size_t, C.c_void_p, C.c_size_t,
+                                C.c_void_p)
+STORE_NUM_KEYS = C.CFUNCTYPE(C.c_int32, C.c_void_p, C.POINTER(C.c_int64), C.c_void_p)
+STORE_DESTROY = C.CFUNCTYPE(None, C.c_void_p)
+
+
+class StoreCallbacks(C.Structure):
+    """tc_store_callbacks_t."""
+
+    _fields_ = [
+        ("size", C.c_size_t),
+        ("magic", C.c_uint32),
+        ("version", C.c_uint32),
+        ("user_data", C.c_void_p),
+        ("set", STORE_SET),
+        ("get", STORE_GET),
+        ("add", STORE_ADD),
+        ("check", STORE_CHECK),
+        ("wait", STORE_WAIT),
+        ("delete_key", STORE_DELETE),
+        ("compare_set", STORE_COMPARE_SET),
+        ("num_keys", STORE_NUM_KEYS),
+        ("destroy", STORE_DESTROY),
+        ("timeout_ms", C.c_int64),
+    ]
+
 _out = C.POINTER(C.c_void_p)
 _int_p = C.POINTER(C.c_int)
 _sz_p = C.POINTER(C.c_size_t)
@@ -318,6 +356,9 @@ PROTOTYPES = {
     "tc_store_delete": (_R, [_p, C.c_char_p, _int_p]),
     "tc_store_num_keys": (_R, [_p, C.POINTER(C.c_int64)]),
     "tc_store_free": (None, [_p]),
+    "tc_store_new_callbacks": (_R, [C.POINTER(StoreCallbacks), _out]),
+    "tc_store_reply_value": (_R, [_p, C.c_char_p, _sz]),
+    "tc_store_reply_error": (_R, [_p, C.c_char_p]),
     "tc_dtype_size": (_R, [_i32, _sz_p]),
     "tc_window_new": (_R, [_p, _out]),
     "tc_window_register": (_R, [_p, _p, _sz]),

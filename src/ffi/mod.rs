@@ -25,6 +25,7 @@ pub mod reducer;
 pub mod shrink;
 pub mod sparse;
 pub mod store;
+pub mod store_callbacks;
 pub mod types;
 pub mod window;
 pub mod work;

@@ -32,7 +32,7 @@ unsafe fn keys_from_c<'a>(keys: *const *const c_char, n: usize) -> Result<Vec<&'
 /// A value argument: refused beyond the store's value limit (8 MiB, torch's
 /// TCPStore limit, for every kind of store) before anything is read or
 /// copied, so that a length like `SIZE_MAX` fails cleanly.
-unsafe fn value_arg<'a>(
+pub(crate) unsafe fn value_arg<'a>(
     p: *const c_void,
     name: &str,
     len: usize,

@@ -1,5 +1,6 @@
 //! Key-value stores used for rendezvous: a TCPStore client and server that
-//! speak PyTorch c10d's wire protocol, a FileStore, and a PrefixStore.
+//! speak PyTorch c10d's wire protocol, a FileStore, and a PrefixStore (the
+//! store served by the application's callbacks is `ffi::store_callbacks`).
 //!
 //! Keys are user keys (as Python's `store.set("k")` sees them); the TCP
 //! client adds torch's leading `/` on the wire itself.
