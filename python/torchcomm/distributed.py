@@ -16,7 +16,6 @@ C++ extension (measured); docs/status.md lists what is missing.
 """
 from __future__ import annotations
 
-import os
 import threading
 from datetime import timedelta
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -29,7 +28,8 @@ from . import _lib
 from ._buffers import DType, to_torch_dtype
 from ._lib import TorchCommError, check, lib
 from .comm import Comm, RedOp, ReduceOp, Work
-from .store import PrefixStore, Store, TCPStore
+from .store import PrefixStore, Store
+from .torch_store import from_torch
 
 BACKEND_NAME = "torchcomm"
 
@@ -190,35 +190,11 @@ def _completed(result: Any) -> Any:
     return _c10d._create_work_from_future(fut)
 
 
-def _our_store(store: Any, rank: int, key: str) -> Store:
-    """Our store client for a group whose torch store is `store`. Over a
-    TCPStore (env://, tcp://, torchrun; under PrefixStores): a client of
-    that server. Any other store (file://): rank 0 hosts a store server of
-    ours and publishes its address through `store` (the host is
-    MASTER_ADDR, else 127.0.0.1). Either way the group's keys are under a
-    fresh prefix rank 0 publishes through `store`."""
-    base = store
-    while isinstance(base, dist.PrefixStore):
-        base = base.underlying_store
-    timeout = store.timeout
-    key = f"torchcomm/{key}"
-    if rank == 0:
-        import uuid
-
-        prefix = f"torchcomm-{uuid.uuid4().hex}"
-        if isinstance(base, dist.TCPStore):
-            ours: Store = TCPStore(base.host, base.port, timeout=timeout)
-        else:
-            host = os.environ.get("MASTER_ADDR", "127.0.0.1")
-            ours = TCPStore(host, 0, is_server=True, timeout=timeout)
-            prefix += f"@{host}:{ours.port}"
-        store.set(key, prefix)
-        return PrefixStore(prefix, ours)
-    prefix = store.get(key).decode()
-    if isinstance(base, dist.TCPStore):
-        return PrefixStore(prefix, TCPStore(base.host, base.port, timeout=timeout))
-    host, _, port = prefix.rpartition("@")[2].rpartition(":")
-    return PrefixStore(prefix, TCPStore(host, int(port), timeout=timeout))
+def _our_store(store: Any, key: str) -> Store:
+    """Our store for a group whose torch store is `store` (the store bridge:
+    a native client over a TCPStore, torch's own methods otherwise), the
+    group's keys under `key`."""
+    return PrefixStore(f"torchcomm-{key}", from_torch(store))
 
 
 def _comm_name(name: str) -> str:
@@ -233,7 +209,7 @@ class TorchCommBackend(_c10d.Backend):
                  store_key: str = "group"):
         super().__init__(rank, size)
         self._rank, self._size, self._timeout, self._name = rank, size, timeout, name
-        self._store = _our_store(store, rank, store_key)
+        self._store = _our_store(store, store_key)
         self._comms: Dict[str, Comm] = {"cpu": self._new_comm("cpu")}
         self._cpu_handle = self._comms["cpu"].handle
         self._done = _completed([])  # the Work of every finished blocking operation
