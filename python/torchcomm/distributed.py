@@ -284,10 +284,21 @@ class TorchCommBackend(_c10d.Backend):
                 return self._done
         op = _reduce_op(opts.reduceOp)
         comm = self._comm(tensors[0])
+        if tensors[0].is_sparse:
+            return self._sparse_all_reduce(comm, tensors, op)
         if len(tensors) == 1:
             t = tensors[0]
             return self._run(comm, opts, tensors, lambda **o: comm.all_reduce(t, op, **o))
         return self._many(opts, tensors, [lambda t=t, **o: comm.all_reduce(t, op, **o) for t in tensors])
+
+    def _sparse_all_reduce(self, comm: Comm, tensors: List[torch.Tensor], op: Any) -> Any:
+        """Sparse COO tensors (SUM, AVG): each is replaced in place by the
+        coalesced sum, as torch's gloo does. Blocking."""
+        if self._coalescing is not None:
+            raise RuntimeError("torchcomm backend: sparse all_reduce cannot be coalesced")
+        for t in tensors:
+            t.copy_(comm.sparse_all_reduce(t, op=op))
+        return _completed(tensors)
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any) -> Any:
         op = _reduce_op(opts.reduceOp)

@@ -182,6 +182,12 @@ def collectives(ours, gloo, rank, world):
     dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5), group=ours)
     check(torch.equal(t, (torch.arange(6.0) * world + 10 * sum(range(world))) * 0.5), "all_reduce PREMUL_SUM")
 
+    def sparse_all_reduce(g):
+        t = torch.sparse_coo_tensor([[rank, world]], [1.0, 2.0 + rank], (world + 1,), check_invariants=True)
+        dist.all_reduce(t, group=g)
+        return [t.to_dense()]
+    both("all_reduce of a sparse tensor", sparse_all_reduce)
+
     def all_reduce_coalesced(g):
         ts = [base(3), base(5) * 2]
         dist.all_reduce_coalesced(ts, group=g)
