@@ -13,6 +13,7 @@ our C ABI with ctypes, no torch in between). Tables in markdown on rank 0.
     same without it (a model whose forward is sum(p) over the shapes).
 
 Usage: torch_backend_bench.py WORLD [--sizes 4,64,...] [--only all_reduce|ddp] [--rounds N] [--iters N]
+                               [--steps N] [--models resnet50,bert_base]
 Run by scripts/bench-torch.sh (make bench-torch).
 """
 import argparse
@@ -100,7 +101,7 @@ def bench_ddp(args, rank, gloo, ours):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     rows = []
-    for model in ("resnet50", "bert_base"):
+    for model in args.models.split(","):
         sh = shapes(model)
         base = Grads(sh)
         def step(m):
@@ -154,6 +155,7 @@ def main():
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--iters", type=int, default=2000)
     p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--models", default="resnet50,bert_base")
     args = p.parse_args()
     args.sizes = [int(s) for s in args.sizes.split(",")]
     import socket
