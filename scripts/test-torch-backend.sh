@@ -6,7 +6,8 @@
 #    PowerSGD hooks) and FSDP2 training a small CNN and a small transformer
 #    for 20 steps, our backend against gloo;
 #  - tests/torch_backend/train.py killed: a rank leaves mid-backward, the
-#    others get an error (never a hang);
+#    others get an error (never a hang); train.py late: monitored_barrier
+#    names the rank that did not come in time;
 #  - docs/python.md's DDP program under tc-run;
 #  - the pip-installed package's entry point (torch.distributed.backends):
 #    init_process_group("torchcomm") without importing torchcomm;
@@ -34,6 +35,8 @@ for n in 2 4; do
   "$torchrun" --standalone --nproc-per-node "$n" tests/torch_backend/train.py parity 2>&1 | quiet
   echo "== a rank leaves mid-step, $n ranks"
   "$torchrun" --standalone --nproc-per-node "$n" tests/torch_backend/train.py killed 2>&1 | quiet
+  echo "== monitored_barrier with a rank late, $n ranks"
+  "$torchrun" --standalone --nproc-per-node "$n" tests/torch_backend/train.py late 2>&1 | quiet
 done
 echo "== docs/python.md's DDP program on 2 ranks (tc-run: torch's store client on our server)"
 mkdir -p build

@@ -16,6 +16,8 @@ once per rank).
     train.py killed   the last rank leaves (os._exit) in the middle of a DDP
                       step; the others must get an error, well before the
                       group's 20 s timeout, never hang.
+    train.py late     monitored_barrier (2 s) with the last rank 8 s late:
+                      rank 0's error names it, every rank fails in time.
 Exit status 0 only when every check held; each check prints one line.
 """
 import os
@@ -346,8 +348,31 @@ def killed():
     os._exit(0 if ok else 1)  # the group cannot be finalized without the peer
 
 
+def late():
+    """monitored_barrier with a 2 s timeout while the last rank is 8 s late:
+    rank 0 names that rank in its error, well before the late rank comes."""
+    dist.init_process_group("torchcomm", timeout=timedelta(seconds=20))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dist.barrier()
+    if rank == world - 1:
+        time.sleep(8)
+        os._exit(0)
+    t0 = time.monotonic()
+    try:
+        dist.monitored_barrier(timeout=timedelta(seconds=2))
+        error = None
+    except Exception as e:
+        error = e
+    took = time.monotonic() - t0
+    named = error is not None and f"rank {world - 1}" in str(error)
+    ok = error is not None and took < 7 and (rank != 0 or named)
+    print(("ok   " if ok else "FAIL ") + f"[rank {rank}] monitored_barrier, rank {world - 1} late: "
+          f"{type(error).__name__ if error else 'no error'} after {took:.1f} s: {str(error)[:120]}", flush=True)
+    os._exit(0 if ok else 1)
+
+
 if __name__ == "__main__":
-    {"parity": parity, "killed": killed}[sys.argv[1]]()
+    {"parity": parity, "killed": killed, "late": late}[sys.argv[1]]()
     if failures:
         print(f"FAILED: {failures}", flush=True)
     sys.exit(1 if failures else 0)
