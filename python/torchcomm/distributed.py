@@ -322,7 +322,11 @@ class TorchCommBackend(_c10d.Backend):
 
     def allgather_coalesced(self, outputs: List[List[torch.Tensor]], inputs: List[torch.Tensor],
                             opts: Any) -> Any:
-        return self.allgather(outputs, inputs, opts)
+        """`outputs[r][k]` receives rank r's `inputs[k]`."""
+        comm = self._comm(inputs[0])
+        per_input = [[outputs[r][k] for r in range(self._size)] for k in range(len(inputs))]
+        return self._many(opts, outputs, [lambda out=out, inp=inp, **o: comm.all_gather(out, inp, **o)
+                                          for out, inp in zip(per_input, inputs)])
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Any:
         comm = self._comm(input)

@@ -103,8 +103,12 @@ class _Result(unittest.TestResult):
 
 
 def _last_line(text):
+    """The error a failure ends with (the spawned ranks' tracebacks are part
+    of the parent's message): the last line naming an error, else the last."""
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else ""
+    errors = [ln for ln in lines if "Error" in ln or "error" in ln]
+    line = (errors or lines or [""])[-1]
+    return line.split("] ", 1)[-1].strip()[:300] if "common_distributed.py" in line else line.strip()[:300]
 
 
 def run(cls, names):

@@ -214,6 +214,12 @@ def collectives(ours, gloo, rank, world):
         return out
     both("all_gather", all_gather)
 
+    def all_gather_coalesced(g):
+        outs = [[torch.empty(3), torch.empty(2)] for _ in range(world)]
+        dist.all_gather_coalesced(outs, [base(3), torch.arange(2.0) * rank], group=g)
+        return [t for per_rank in outs for t in per_rank]
+    both("all_gather_coalesced", all_gather_coalesced)
+
     def all_gather_into_tensor(g):
         out = torch.empty(6 * world)
         dist.all_gather_into_tensor(out, base(), group=g)
