@@ -75,10 +75,6 @@ def _timeout_s(opts: Any) -> Optional[float]:
     return secs if secs > 0 else None
 
 
-class _Done:
-    """An operation that already finished (or a group of them)."""
-
-
 class _TcWork(_c10d.Work):
     """A torch Work over torchcomm work handles: ``wait()`` waits for all of
     them; ``get_future()`` completes (with `result`) when they have."""
