@@ -15,7 +15,8 @@ AFTER_BUILD := TC_BUILT=1
 .PHONY: all build deps lint header header-check header-compile symbols-check \
         cargo-test nccl-wheel nccl-real-test capi-test capi-valgrind sim-gpu-test \
         install uninstall install-check wheel wheel-test test run bench bench-deps bench-store \
-        bench-host bench-p2p bench-window bench-sparse bench-reducer bench-torchcomms-call bench-local run-reducer torch-parity cpp-test python-test torchcomms-test torch-interop gpu-suite gpu-test gpu-bench clean
+        bench-host bench-p2p bench-window bench-sparse bench-reducer bench-torchcomms-call bench-local bench-torch run-reducer \
+        torch-parity torch-backend-test torch-suite cpp-test python-test torchcomms-test torch-interop gpu-suite gpu-test gpu-bench clean
 
 all: build
 
@@ -31,7 +32,7 @@ build:
 # more prerequisite here.
 test: deps lint build header-check header-compile symbols-check cargo-test nccl-real-test \
       capi-test sim-gpu-test capi-valgrind install-check cpp-test python-test torchcomms-test torch-parity \
-      torch-interop hier-hosts-test wheel-test
+      torch-interop torch-backend-test hier-hosts-test wheel-test
 	@echo "make test: all checks passed"
 
 # The main job: examples/demo.c on 4 processes under tc-run.
@@ -86,6 +87,15 @@ torch-parity: build
 torch-interop: build
 	$(AFTER_BUILD) bash scripts/test-torch-interop.sh
 
+# torch.distributed's "torchcomm" backend: DDP and FSDP2 against gloo, a
+# killed peer, docs/python.md's DDP program, a subset of torch's own suite.
+torch-backend-test: build
+	$(AFTER_BUILD) bash scripts/test-torch-backend.sh
+# torch's whole distributed suite on "torchcomm" and gloo, side by side
+# (long: not in `make test`); BACKENDS="torchcomm" narrows it.
+torch-suite: build
+	$(AFTER_BUILD) bash scripts/torch-suite.sh
+
 # Hierarchical gloo collectives across hosts made of network namespaces (root).
 hier-hosts-test: build ; $(AFTER_BUILD) bash scripts/test-hier-hosts.sh
 
@@ -137,6 +147,9 @@ bench-p2p: build
 	$(AFTER_BUILD) $(S)/bench-p2p.sh
 bench-local: build
 	$(AFTER_BUILD) bash scripts/bench-local.sh
+# torch.distributed: "torchcomm" against gloo and our C call (all_reduce, DDP).
+bench-torch: build
+	$(AFTER_BUILD) bash scripts/bench-torch.sh
 
 # GPU: gpu-suite/ gathered here; gpu-test and gpu-bench run on the GPU
 # machine from the repository root (no cargo there). See docs/gpu-testing.md.

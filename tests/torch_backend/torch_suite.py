@@ -1,0 +1,162 @@
+"""torch's own distributed test suite (DistributedTest._DistTestBase of the
+wheel's torch/testing/_internal/distributed/distributed_test.py) on a backend,
+the way torch's test/distributed/test_distributed_spawn.py runs it: a class
+deriving from TestDistBackend and the test base, whose setUp spawns
+WORLD_SIZE processes; BACKEND, WORLD_SIZE and TEMP_DIR steer it.
+
+    torch_suite.py --backend torchcomm|gloo [--world N] [--subset | -k PATTERN ... | --all]
+                   [--results FILE.json]
+
+--subset runs the fixed list SUBSET below (collectives, new_group, DDP with
+hooks and bucket views; `make test`); --all every test (`make torch-suite`).
+For "torchcomm" the backend is registered (import torchcomm.distributed) and
+marked as having torch's "ddp", "subgroup" and "plugin" features before the
+suite is imported; receives from any source are marked unsupported. Prints
+one line per test (PASS, FAIL, SKIP with the reason) and a summary; --results
+writes {test: [status, reason]}. Exit status 1 when a test failed.
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import unittest
+
+SUBSET = [
+    # collectives (the suite's `_group` variants skip below 8 ranks; its
+    # CPU all_to_all and all_reduce_coalesced tests run on MPI or gloo only)
+    "test_broadcast", "test_reduce_sum", "test_reduce_max", "test_all_reduce_sum", "test_all_reduce_sum_async",
+    "test_all_reduce_sum_complex", "test_all_reduce_product", "test_scatter", "test_gather", "test_all_gather",
+    "test_all_gather_coalesced_simple", "test_barrier", "test_send_recv", "test_send_recv_with_tag", "test_isend",
+    "test_irecv", "test_coalescing_manager", "test_broadcast_object_list", "test_all_gather_object_default_pg",
+    # groups
+    "test_new_subgroups", "test_new_subgroups_by_enumeration", "test_get_rank_size_group", "test_destroy_group",
+    # DDP: hooks and bucket views
+    "test_DistributedDataParallelCPU", "test_DistributedDataParallelCPU_grad_is_view",
+    "test_ddp_hook_parity_allreduce", "test_ddp_hook_parity_allreduce_process_group",
+    "test_ddp_hook_parity_powerSGD", "test_accumulate_gradients_no_sync_allreduce_hook",
+    "test_accumulate_gradients_no_sync_grad_is_view", "test_get_future", "test_ddp_comm_hook_logging",
+]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--backend", required=True, choices=["torchcomm", "gloo"])
+    p.add_argument("--world", type=int, default=3)
+    p.add_argument("--subset", action="store_true")
+    p.add_argument("--all", action="store_true")
+    p.add_argument("-k", action="append", default=[], help="run the tests whose name contains this")
+    p.add_argument("--results")
+    a = p.parse_args()
+    tmp = tempfile.mkdtemp(prefix="torchcomm-suite-")
+    os.environ.update(BACKEND=a.backend, WORLD_SIZE=str(a.world), TEMP_DIR=tmp)
+    # The spawned processes import this file again: the environment above
+    # makes them register the backend the same way (at import, see below).
+    try:
+        cls = suite_class()
+        names = sorted(n for n in dir(cls) if n.startswith("test_"))
+        if a.subset:
+            missing = [n for n in SUBSET if n not in names]
+            if missing:
+                sys.exit(f"torch_suite: not in this torch's suite: {missing}")
+            names = SUBSET
+        elif a.k:
+            names = [n for n in names if any(k in n for k in a.k)]
+        elif not a.all:
+            sys.exit("torch_suite: name --subset, --all or -k PATTERN")
+        results = run(cls, names)
+    finally:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    if a.results:
+        with open(a.results, "w") as f:
+            json.dump(results, f, indent=1, sort_keys=True)
+    counts = {s: sum(1 for v in results.values() if v[0] == s) for s in ("PASS", "FAIL", "SKIP")}
+    print(f"torch_suite {a.backend}, {a.world} ranks: {len(results)} tests: {counts['PASS']} passed, "
+          f"{counts['FAIL']} failed, {counts['SKIP']} skipped", flush=True)
+    return 1 if counts["FAIL"] else 0
+
+
+class _Result(unittest.TestResult):
+    def __init__(self):
+        super().__init__()
+        self.status = {}
+
+    def addSuccess(self, test):
+        self.status[test._testMethodName] = ["PASS", ""]
+
+    def addFailure(self, test, err):
+        self.status[test._testMethodName] = ["FAIL", _last_line(self._exc_info_to_string(err, test))]
+
+    addError = addFailure
+
+    def addSkip(self, test, reason):
+        self.status[test._testMethodName] = ["SKIP", reason.splitlines()[0][:200] if reason else ""]
+
+    def addExpectedFailure(self, test, err):
+        self.status[test._testMethodName] = ["PASS", "expected failure"]
+
+    def addUnexpectedSuccess(self, test):
+        self.status[test._testMethodName] = ["FAIL", "unexpected success"]
+
+
+def _last_line(text):
+    """The error a failure ends with (the spawned ranks' tracebacks are part
+    of the parent's message): the last line naming an error, else the last."""
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "Error" in ln or "error" in ln]
+    line = (errors or lines or [""])[-1]
+    return line.split("] ", 1)[-1].strip()[:300] if "common_distributed.py" in line else line.strip()[:300]
+
+
+def run(cls, names):
+    results = {}
+    for name in names:
+        r = _Result()
+        t0 = time.monotonic()
+        cls(name).run(r)
+        status, reason = r.status.get(name, ["FAIL", "no result"])
+        results[name] = [status, reason]
+        print(f"{status:4} {name} ({time.monotonic() - t0:.1f} s){': ' + reason if reason else ''}", flush=True)
+    return results
+
+
+def suite_class():
+    if "TestDistBackendWithSpawn" not in globals():
+        _define()
+    return globals()["TestDistBackendWithSpawn"]
+
+
+def _define():
+    """The test class, at import (the spawned processes look it up by name)."""
+    backend = os.environ.get("BACKEND")
+    if backend is None:
+        return
+    import torch
+
+    if backend == "torchcomm":
+        import torchcomm.distributed  # noqa: F401
+
+        from torch.testing._internal.common_distributed import DistTestCases
+
+        for feature in ("ddp", "subgroup", "plugin"):
+            DistTestCases.backend_feature[feature].add("torchcomm")
+        DistTestCases.skip_collective["sendrecv anysource"].add("torchcomm")
+    from torch.testing._internal.distributed.distributed_test import DistributedTest, TestDistBackend
+
+    class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
+        def setUp(self):
+            super().setUp()
+            self._spawn_processes()
+            torch.backends.cudnn.flags(enabled=True, allow_tf32=False).__enter__()
+
+    TestDistBackendWithSpawn.__qualname__ = TestDistBackendWithSpawn.__name__  # picklable by name
+    globals()["TestDistBackendWithSpawn"] = TestDistBackendWithSpawn
+
+
+_define()
+
+if __name__ == "__main__":
+    sys.exit(main())
