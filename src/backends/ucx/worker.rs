@@ -358,9 +358,10 @@ impl Worker {
                 break;
             }
         }
-        // A request UCX still holds after that is leaked, not freed under it.
+        // A request UCX still holds after that is handed back to it (it frees
+        // it when done), so that the worker can be destroyed.
         for r in reqs.iter_mut() {
-            r.handle = std::ptr::null_mut();
+            self.release(r);
         }
     }
 
@@ -404,8 +405,24 @@ impl Worker {
                 s == UCS_INPROGRESS
             });
         }
-        for b in &mut self.buffered {
-            b.request.handle = std::ptr::null_mut();
+        for p in closing {
+            // SAFETY: a live close request, released once.
+            unsafe { (self.ucp.request_free)(p) };
+        }
+        let mut buffered = std::mem::take(&mut self.buffered);
+        for b in &mut buffered {
+            self.release(&mut b.request);
+        }
+        self.buffered = buffered;
+    }
+
+    /// Hands a request that may still be pending back to UCX, which frees
+    /// it when it completes.
+    fn release(&self, r: &mut Request) {
+        if !r.handle.is_null() {
+            // SAFETY: a live request of this worker, released once.
+            unsafe { (self.ucp.request_free)(r.handle) };
+            r.handle = std::ptr::null_mut();
         }
     }
 
