@@ -129,6 +129,9 @@ fn red(kind: RedKind) -> ReduceOp {
     }
 }
 
+/// Makes an op over a case's buffers (input, output).
+type MakeOp<'a> = Box<dyn Fn(&mut Vec<Vec<u8>>) -> Op + 'a>;
+
 /// The reductions: all_reduce (both algorithms), reduce, reduce_scatter
 /// (single and list), each on UCX and on Gloo.
 fn check_reductions(ucx: &Comm, gloo: &Comm) {
@@ -143,7 +146,7 @@ fn check_reductions(ucx: &Comm, gloo: &Comm) {
                     continue;
                 }
                 let es = dtype.size();
-                let cases: Vec<(&str, Box<dyn Fn(&mut Vec<Vec<u8>>) -> Op>)> = vec![
+                let cases: Vec<(&str, MakeOp)> = vec![
                     (
                         "all_reduce",
                         Box::new(|b| Op::AllReduce {

@@ -150,8 +150,8 @@ impl Worker {
         let keys: Vec<String> = (0..self.size).map(address_key).collect();
         let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         store.wait(&refs, Some(d.left()?))?;
-        for r in 0..self.size {
-            let address = store.get(&keys[r])?;
+        for (r, key) in keys.iter().enumerate() {
+            let address = store.get(key)?;
             let params = EpParams {
                 field_mask: UCP_EP_PARAM_FIELD_REMOTE_ADDRESS
                     | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE
