@@ -96,7 +96,7 @@ pub(crate) struct EpParams {
     pub err_mode: c_int,
     pub err_handler_cb: Option<ErrHandlerCb>,
     pub err_handler_arg: *mut c_void,
-    pub rest: [u8; 56],
+    pub rest: [u8; 64],
 }
 
 /// ucp_request_param_t (72 bytes in 1.13); `cb` is a union of callbacks,

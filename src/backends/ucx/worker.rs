@@ -160,7 +160,7 @@ impl Worker {
                 err_mode: UCP_ERR_HANDLING_MODE_PEER,
                 err_handler_cb: Some(on_peer_failure),
                 err_handler_arg: &self.peers[r] as *const PeerSlot as *mut c_void,
-                rest: [0; 56],
+                rest: [0; 64],
             };
             let mut ep: Ep = std::ptr::null_mut();
             // SAFETY: a live worker; UCX copies the address.
