@@ -74,7 +74,7 @@ run_layout() {
   for p in "${pids[@]}"; do wait "$p" || bad=1; done
   echo "--- $name: $# hosts, $size ranks"
   cat "$out/$name.0.log" | grep -v "torchcomm\]" || true
-  grep -h "hierarchical collectives" "$out/$name".*.log | sed 's/^[^[]*\[torchcomm\] INFO //' | sort | uniq -c | sed 's/^/    /' || true
+  grep -h "hierarchical collectives\|between hosts" "$out/$name".*.log | sed 's/^[^[]*\[torchcomm\] INFO //' | sort | uniq -c | sed 's/^/    /' || true
   if [ "$bad" != 0 ] || grep -q "CHECK FAIL" "$out/$name".*.log; then
     echo "test-hier-hosts: FAILED ($name); logs in $out:"
     grep -h "CHECK FAIL\|panicked\|error" "$out/$name".*.log | head -20
