@@ -61,7 +61,7 @@ run_layout() {
       fail=0; pids=""
       for r in "$@"; do
         env RANK="$r" WORLD_SIZE="$size" MASTER_ADDR=10.79.0.1 MASTER_PORT="$port" \
-          TC_HIER_HOST="$h" TC_HIER_IFACE="$iface" GLOO_SOCKET_IFNAME="$iface" TC_HIER_MIN_DROP="$min_drop" TC_HIER_FAULT="$fault" \
+          TC_HIER_HOST="$h" TC_HIER_IFACE="$iface" GLOO_SOCKET_IFNAME="$iface" UCX_NET_DEVICES="$iface" TC_HIER_MIN_DROP="$min_drop" TC_HIER_FAULT="$fault" \
           TORCHCOMM_DEBUG="${TORCHCOMM_DEBUG:-INFO}" sh -c '"'"'"$0" >"$1" 2>&1; rc=$?; echo "exit status $rc" >>"$1"; exit $rc'"'"' "$prog" "$log.$r.log" &
         pids="$pids $!"
       done

@@ -7,9 +7,14 @@
 //! a mismatch fails the receive with `TC_ERR_INVALID_USAGE` naming both
 //! sides, the payload goes to scratch, and the pair stays in step.
 //!
-//! Sends complete once posted (as on the Gloo path, so that a send followed
-//! by a receive on both sides never waits for itself): UCX sends from a
-//! copy it owns until the peer took it.
+//! A call returns once UCX completed its sends too: an eager one (a head)
+//! at once, a rendezvous one when the peer posted its receive. Between
+//! calls nothing progresses the worker (there is no service thread), so a
+//! send left pending would never move. Unlike the Gloo path, where sends
+//! complete once posted, a blocking send of more than [`PACKED_MAX`] bytes
+//! followed by a receive on both sides waits for the timeout: issue such
+//! pairs as one batch (the receives of a batch are posted before its sends
+//! are waited for).
 
 use super::worker::{Request, Worker};
 use super::*;
@@ -100,6 +105,7 @@ pub(super) unsafe fn run(
             w.wait(&mut payloads, d, alive, "point-to-point receive")?;
         }
     }
+    w.flush(d, alive)?;
     messages.extend(errors.drain(..).map(|(_, m)| m));
     if messages.is_empty() {
         Ok(())

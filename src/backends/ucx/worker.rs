@@ -43,7 +43,7 @@ pub(super) struct Request {
 /// done with them.
 struct BufferedSend {
     request: Request,
-    _bytes: Vec<u8>,
+    bytes: Vec<u8>,
 }
 
 /// The comm's UCP objects. Used by one thread at a time (the comm runs one
@@ -225,10 +225,7 @@ impl Worker {
         // SAFETY: the bytes move into `buffered` with the request (a Vec's
         // heap buffer does not move with it).
         let request = unsafe { self.send(peer, bytes.as_ptr(), bytes.len(), tag) };
-        self.buffered.push(BufferedSend {
-            request,
-            _bytes: bytes,
-        });
+        self.buffered.push(BufferedSend { request, bytes });
     }
 
     /// Polls `r` once; true when it is complete.
@@ -426,13 +423,18 @@ impl Worker {
         }
     }
 
-    /// Waits until every buffered send reached its peer.
+    /// Waits until UCX completed every buffered send (an eager one is
+    /// done once handed over, a rendezvous one once its receive was
+    /// posted), bounded by `d` and `alive` like every wait.
     pub fn flush(&mut self, d: &Deadline, alive: &dyn Fn() -> Result<()>) -> Result<()> {
-        self.wait(&mut [], d, alive, "flush of sends")?;
-        while !self.buffered.is_empty() {
-            self.wait(&mut [], d, alive, "flush of sends")?;
-        }
-        Ok(())
+        let buffered = std::mem::take(&mut self.buffered);
+        let (mut reqs, bytes): (Vec<Request>, Vec<Vec<u8>>) =
+            buffered.into_iter().map(|b| (b.request, b.bytes)).unzip();
+        let r = self.wait(&mut reqs, d, alive, "point-to-point send");
+        // The bytes stay alive until UCX let go of them (wait, or withdraw
+        // on failure, released every request).
+        drop(bytes);
+        r
     }
 }
 
