@@ -2,16 +2,17 @@
 # Usage: scripts/deps.sh [--bench]
 # What the build and the tests need, installed or fetched (the only step that
 # downloads; `make test` and `make run` call it first):
-#   - Debian packages: libgloo-dev pkg-config cmake valgrind g++ python3 python3-venv
-#     ca-certificates; installed with apt-get when run as root, otherwise
+#   - Debian packages: libgloo-dev libucx0 pkg-config cmake valgrind g++ python3
+#     python3-venv ca-certificates (libucx0: UCX, loaded at run time by the UCX
+#     host transport and its tests; the build needs no UCX headers); installed with apt-get when run as root, otherwise
 #     printed (the build goes on without them: no gloo module, fewer checks);
 #   - rustfmt and clippy (rustup component add) when missing, for make lint;
 #   - the crates of Cargo.lock (cargo fetch), so that `make build` is offline;
 #   - NVIDIA's ptxas from PyPI into build/ptxas-venv (scripts/ptxas-venv.sh),
 #     which scripts/check-ptx.sh uses; when it cannot be had the check says
 #     SKIPPED.
-# --bench instead: Open MPI (the figure to beat in make bench-host) and
-# matplotlib (the plots); when they cannot be had the benchmark says so and
+# --bench instead: Open MPI (the figure to beat in make bench-host), ucx-utils
+# (ucx_perftest, UCX's own latency) and matplotlib (the plots); when they cannot be had the benchmark says so and
 # goes on without them.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -39,12 +40,13 @@ apt_install() {
 
 if [ "${1:-}" = --bench ]; then
   apt_install libopenmpi-dev openmpi-bin || echo "deps: Open MPI could not be installed; MPI will be skipped"
+  apt_install ucx-utils || echo "deps: ucx-utils could not be installed; ucx_perftest will be skipped"
   python3 -c 'import matplotlib' 2>/dev/null || python3 -m pip install -q matplotlib 2>/dev/null ||
     echo "deps: matplotlib could not be installed; plots will be skipped"
   exit 0
 fi
 
-apt_install libgloo-dev pkg-config cmake valgrind g++ python3 python3-venv ca-certificates
+apt_install libgloo-dev libucx0 pkg-config cmake valgrind g++ python3 python3-venv ca-certificates
 if ! { "$CARGO" fmt --version && "$CARGO" clippy --version; } >/dev/null 2>&1; then
   if command -v rustup >/dev/null; then
     rustup component add rustfmt clippy

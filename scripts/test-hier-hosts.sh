@@ -61,7 +61,7 @@ run_layout() {
       fail=0; pids=""
       for r in "$@"; do
         env RANK="$r" WORLD_SIZE="$size" MASTER_ADDR=10.79.0.1 MASTER_PORT="$port" \
-          TC_HIER_HOST="$h" TC_HIER_IFACE="$iface" GLOO_SOCKET_IFNAME="$iface" TC_HIER_MIN_DROP="$min_drop" TC_HIER_FAULT="$fault" \
+          TC_HIER_HOST="$h" TC_HIER_IFACE="$iface" GLOO_SOCKET_IFNAME="$iface" UCX_NET_DEVICES="$iface" TC_HIER_MIN_DROP="$min_drop" TC_HIER_FAULT="$fault" \
           TORCHCOMM_DEBUG="${TORCHCOMM_DEBUG:-INFO}" sh -c '"'"'"$0" >"$1" 2>&1; rc=$?; echo "exit status $rc" >>"$1"; exit $rc'"'"' "$prog" "$log.$r.log" &
         pids="$pids $!"
       done
@@ -74,7 +74,7 @@ run_layout() {
   for p in "${pids[@]}"; do wait "$p" || bad=1; done
   echo "--- $name: $# hosts, $size ranks"
   cat "$out/$name.0.log" | grep -v "torchcomm\]" || true
-  grep -h "hierarchical collectives" "$out/$name".*.log | sed 's/^[^[]*\[torchcomm\] INFO //' | sort | uniq -c | sed 's/^/    /' || true
+  grep -h "hierarchical collectives\|between hosts" "$out/$name".*.log | sed 's/^[^[]*\[torchcomm\] INFO //' | sort | uniq -c | sed 's/^/    /' || true
   if [ "$bad" != 0 ] || grep -q "CHECK FAIL" "$out/$name".*.log; then
     echo "test-hier-hosts: FAILED ($name); logs in $out:"
     grep -h "CHECK FAIL\|panicked\|error" "$out/$name".*.log | head -20

@@ -3,6 +3,7 @@
 //! name a failed peer.
 
 use super::*;
+use crate::backends::ucx::{self, UcxTransport};
 
 impl GlooBackend {
     pub(super) fn connect(init: BackendInit) -> Result<GlooBackend> {
@@ -38,6 +39,7 @@ impl GlooBackend {
             shared_memory: Default::default(),
             intra: None,
             hier: None,
+            ucx: None,
             hostname,
             iface,
         };
@@ -46,6 +48,9 @@ impl GlooBackend {
         backend.peer_addresses = backend.exchange_addresses(init.timeout)?;
         if init.size > 1 {
             backend.set_up_same_host_paths(&init)?;
+            if backend.intra.is_none() && backend.hier.is_none() {
+                backend.ucx = backend.host_transport(&init)?;
+            }
         }
         crate::log_info!(
             "gloo: comm '{}' rank {}/{} connected (module {})",
@@ -77,6 +82,38 @@ impl GlooBackend {
             self.hier = hier::Hierarchy::setup(self, init)?;
         }
         Ok(())
+    }
+
+    /// UCX between hosts when every rank asks for it and loaded it, else
+    /// none (Gloo), with an INFO line saying why (collective).
+    fn host_transport(&self, init: &BackendInit) -> Result<Option<UcxTransport>> {
+        let wanted = ucx::wanted(hint(init, "gloo.host_transport").as_deref())?;
+        let opened =
+            wanted.then(|| UcxTransport::open(init.rank, init.size, &init.name, init.timeout));
+        let d = Deadline::after(init.timeout);
+        let mine = [wanted as u64, matches!(opened, Some(Ok(_))) as u64];
+        let all = self.all_gather_words(&mine, &d, "connect (host transport)")?;
+        let label = format!("gloo comm '{}' rank {}/{}", init.name, init.rank, init.size);
+        let not = |w: usize| all.chunks(2).position(|r| r[w] == 0);
+        let fallback = match (not(0), not(1), &opened) {
+            (Some(_), _, None) => return Ok(None),
+            (Some(r), _, Some(_)) => format!("rank {r} does not ask for UCX"),
+            (None, _, Some(Err(e))) => format!("UCX is unavailable here: {}", e.message),
+            (None, Some(r), _) => format!("UCX is unavailable on rank {r}"),
+            (None, None, _) => String::new(),
+        };
+        if !fallback.is_empty() {
+            crate::log_info!(
+                "{label}: the host transport ucx was asked for but {fallback}; using Gloo between hosts"
+            );
+            return Ok(None);
+        }
+        let Some(Ok(u)) = opened else {
+            return Ok(None);
+        };
+        u.connect(&init.store, &d)?;
+        crate::log_info!("{label}: {} between hosts", u.version());
+        Ok(Some(u))
     }
 
     /// Every rank checks that its peers run the same module ABI and the same

@@ -50,6 +50,17 @@ impl GlooBackend {
                 });
             }
         }
+        if let Some(u) = &self.ucx {
+            let alive = || self.check_not_broken();
+            // SAFETY: as for `execute_gloo`.
+            if let Some(result) = unsafe { u.run(op, d, &alive) } {
+                return result.inspect_err(|e| {
+                    if !matches!(e.kind, ErrorKind::InvalidUsage | ErrorKind::InvalidArgument) {
+                        self.mark_broken(e)
+                    }
+                });
+            }
+        }
         lock(&self.seqs).salt = tag_salt(op);
         let result = self.execute_gloo(op, d);
         lock(&self.seqs).salt = 0;

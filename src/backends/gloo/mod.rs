@@ -136,6 +136,9 @@ pub struct GlooBackend {
     /// Shared memory inside each host and Gloo between hosts' leaders, when
     /// the comm spans hosts (see [`hier`]).
     hier: Option<hier::Hierarchy>,
+    /// UCX instead of Gloo between hosts on the flat path, when chosen
+    /// (`TORCHCOMM_HOST_TRANSPORT=ucx`) and loaded on every rank.
+    ucx: Option<crate::backends::ucx::UcxTransport>,
 }
 
 // ---- helpers ----------------------------------------------------------------
@@ -194,7 +197,7 @@ unsafe fn copy(dst: *mut u8, src: *const u8, n: usize) {
     }
 }
 
-fn premul_factor(op: &ReduceOp, dtype: DType) -> Result<f64> {
+pub(crate) fn premul_factor(op: &ReduceOp, dtype: DType) -> Result<f64> {
     match op.factor {
         PremulFactor::Host(f) => Ok(f),
         PremulFactor::Pointer(p) => {
@@ -284,6 +287,9 @@ impl HostBackend for GlooBackend {
 
     /// Waits until the peers received every buffered send.
     fn finalize(&self) -> Result<()> {
+        if let Some(u) = &self.ucx {
+            u.flush(&|| self.check_not_broken())?;
+        }
         self.flush_buffered_sends()
     }
 
@@ -292,7 +298,12 @@ impl HostBackend for GlooBackend {
             .ok()
             .and_then(|m| m.gloo_version())
             .unwrap_or_else(|| "unknown".into());
-        format!("gloo {gloo} (torchcomm {})", env!("CARGO_PKG_VERSION"))
+        let ucx = self
+            .ucx
+            .as_ref()
+            .map(|u| format!(", {} between hosts", u.version()))
+            .unwrap_or_default();
+        format!("gloo {gloo}{ucx} (torchcomm {})", env!("CARGO_PKG_VERSION"))
     }
 
     /// Room for the diagnosis after a timeout (the failure reports of the

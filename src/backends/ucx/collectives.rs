@@ -1,0 +1,711 @@
+//! The collectives over UCX, each a sequence of steps (sends and receives
+//! posted together, then waited for). Every rank gets bit-identical
+//! results: a reduced value is combined from the same operands on every
+//! rank (recursive doubling: the kernels are commutative), or computed on
+//! one rank and copied (ring).
+//!
+//! - barrier: dissemination (log2 n rounds of empty messages);
+//! - broadcast: binomial tree;
+//! - all_reduce: recursive doubling below [`RING_MIN_BYTES`] (ranks past
+//!   the largest power of two first fold into a partner and get the result
+//!   back at the end), else ring reduce-scatter + ring all-gather;
+//! - reduce: binomial tree into the root;
+//! - all_gather (list and single buffer): ring;
+//! - reduce_scatter (list and single buffer): ring over a copy of the input;
+//! - gather, scatter, all_to_all (list and single buffer): direct, every
+//!   transfer posted at once.
+//!
+//! Not carried here (they stay on the Gloo path): the v-variants
+//! (all_gather_v, reduce_scatter_v, all_to_all_v_single), whose per-rank
+//! counts the Gloo path agrees first.
+
+use super::worker::{Request, Worker};
+use super::*;
+use crate::backends::gloo::reduce::{self, ReduceFn, Scale};
+use crate::op::Ptr;
+use crate::types::{DType, RedKind, ReduceOp};
+use std::ffi::c_void;
+
+/// All-reduces from this size on go through the ring.
+const RING_MIN_BYTES: usize = 256 << 10;
+/// Step numbers of the non-power-of-two fold of recursive doubling.
+const STEP_FOLD: u64 = 0xf_fff0;
+const STEP_UNFOLD: u64 = 0xf_fff1;
+
+/// One collective in progress.
+pub(super) struct Ctx<'a> {
+    pub w: &'a mut Worker,
+    /// The collective's number (the same on every rank).
+    pub seq: u32,
+    pub d: &'a Deadline,
+    pub alive: &'a dyn Fn() -> Result<()>,
+    pub what: &'static str,
+}
+
+/// 8-byte aligned scratch memory.
+struct Scratch(Vec<u64>);
+
+impl Scratch {
+    fn new(bytes: usize) -> Scratch {
+        Scratch(vec![0u64; bytes.div_ceil(8)])
+    }
+    fn ptr(&mut self) -> *mut u8 {
+        self.0.as_mut_ptr() as *mut u8
+    }
+}
+
+/// memmove of `n` bytes (nothing when equal or empty).
+unsafe fn copy(dst: *mut u8, src: *const u8, n: usize) {
+    if n > 0 && !std::ptr::eq(dst, src) {
+        std::ptr::copy(src, dst, n);
+    }
+}
+
+/// `count` split into `n` blocks, the first `count % n` one larger, and
+/// their element offsets.
+fn blocks(count: usize, n: usize) -> (Vec<usize>, Vec<usize>) {
+    let counts: Vec<usize> = (0..n)
+        .map(|r| count / n + usize::from(r < count % n))
+        .collect();
+    let offsets = counts
+        .iter()
+        .scan(0, |at, c| {
+            let o = *at;
+            *at += c;
+            Some(o)
+        })
+        .collect();
+    (counts, offsets)
+}
+
+/// `acc = acc (op) other` over `count` elements.
+unsafe fn combine(f: ReduceFn, acc: *mut u8, other: *const u8, count: usize) {
+    if count > 0 {
+        f(
+            acc as *mut c_void,
+            acc as *const c_void,
+            other as *const c_void,
+            count,
+        );
+    }
+}
+
+/// PREMUL_SUM's factor (a host value or one element behind a pointer).
+fn premul_factor(op: &ReduceOp, dtype: DType) -> Result<f64> {
+    crate::backends::gloo::premul_factor(op, dtype)
+}
+
+/// Sets up every connection: one 8-byte message each way between every
+/// pair, each checked (collective).
+pub(super) fn wire_up(w: &mut Worker, d: &Deadline, alive: &dyn Fn() -> Result<()>) -> Result<()> {
+    let (me, n) = (w.rank, w.size);
+    let mine = [me as u64];
+    let mut got = vec![u64::MAX; n];
+    let mut reqs = Vec::new();
+    for p in (0..n).filter(|p| *p != me) {
+        // SAFETY: both buffers outlive the wait below.
+        unsafe {
+            reqs.push(w.send(p, mine.as_ptr() as *const u8, 8, tag(CLASS_WIRE_UP, me, 0)));
+            let t = (tag(CLASS_WIRE_UP, p, 0), !0);
+            reqs.push(w.recv(p, got[p..].as_mut_ptr() as *mut u8, 8, t));
+        }
+    }
+    w.wait(&mut reqs, d, alive, "connect")?;
+    match (0..n).find(|p| *p != me && got[*p] != *p as u64) {
+        Some(p) => Err(Error::internal(format!(
+            "ucx connect: rank {p} answered as {}",
+            got[p]
+        ))),
+        None => Ok(()),
+    }
+}
+
+impl Ctx<'_> {
+    fn tag(&self, sender: usize, step: u64) -> u64 {
+        tag(
+            CLASS_COLLECTIVE,
+            sender,
+            ((self.seq as u64 & 0xff_ffff) << 20) | (step & 0xf_ffff),
+        )
+    }
+
+    /// One step: `sends` (peer, bytes) and `recvs` (peer, buffer, length)
+    /// posted together, then waited for; every receive must get exactly its
+    /// length.
+    unsafe fn step(
+        &mut self,
+        step: u64,
+        sends: &[(usize, *const u8, usize)],
+        recvs: &[(usize, *mut u8, usize)],
+    ) -> Result<()> {
+        let me = self.w.rank;
+        let mut reqs: Vec<Request> = Vec::with_capacity(sends.len() + recvs.len());
+        for &(peer, buf, len) in sends {
+            let t = self.tag(me, step);
+            reqs.push(self.w.send(peer, buf, len, t));
+        }
+        for &(peer, buf, len) in recvs {
+            let t = (self.tag(peer, step), !0);
+            reqs.push(self.w.recv(peer, buf, len, t));
+        }
+        self.w.wait(&mut reqs, self.d, self.alive, self.what)?;
+        for (r, &(peer, _, len)) in reqs[sends.len()..].iter().zip(recvs) {
+            if r.info.length != len {
+                let e = Error::invalid_usage(format!(
+                    "ucx {} on rank {me}: rank {peer} sent {} bytes where {len} were expected \
+                     (the ranks called different operations or sizes)",
+                    self.what, r.info.length
+                ));
+                self.w.withdraw(&mut [], &e);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `op`, or `None` for the operations left to the Gloo path.
+    ///
+    /// # Safety
+    /// As for [`UcxTransport::run`].
+    pub unsafe fn run(&mut self, op: &Op) -> Option<Result<()>> {
+        let (me, n) = (self.w.rank, self.w.size);
+        let layout = || op.layout(me as i32, n as i32);
+        Some(match op {
+            Op::Barrier => self.barrier(),
+            Op::Broadcast {
+                buf,
+                count,
+                dtype,
+                root,
+            } => self.broadcast(buf.as_u8(), count * dtype.size(), *root as usize),
+            Op::AllReduce {
+                buf,
+                count,
+                dtype,
+                op,
+            } => self.all_reduce(buf.as_u8(), *count, *dtype, op),
+            Op::Reduce {
+                buf,
+                count,
+                dtype,
+                root,
+                op,
+            } => self.reduce(buf.as_u8(), *count, *dtype, op, *root as usize),
+            Op::AllGather {
+                outputs,
+                input,
+                count,
+                dtype,
+            } => {
+                let bytes = count * dtype.size();
+                let mut tmp = Scratch::new(bytes * n);
+                copy(tmp.ptr().add(me * bytes), input.as_u8(), bytes);
+                self.ring_all_gather(tmp.ptr(), bytes, 0).map(|()| {
+                    for (r, out) in outputs.iter().enumerate() {
+                        copy(out.as_u8(), tmp.ptr().add(r * bytes), bytes);
+                    }
+                })
+            }
+            Op::AllGatherSingle {
+                output,
+                input,
+                count,
+                dtype,
+            } => {
+                let bytes = count * dtype.size();
+                let own = output.as_u8().add(me * bytes);
+                if layout().inputs_overlap_outputs() && !std::ptr::eq(input.as_u8(), own) {
+                    let mut tmp = Scratch::new(bytes);
+                    copy(tmp.ptr(), input.as_u8(), bytes);
+                    copy(own, tmp.ptr(), bytes);
+                } else {
+                    copy(own, input.as_u8(), bytes);
+                }
+                self.ring_all_gather(output.as_u8(), bytes, 0)
+            }
+            Op::ReduceScatter {
+                output,
+                inputs,
+                count,
+                dtype,
+                op,
+            } => self.reduce_scatter(inputs, None, *output, *count, *dtype, op),
+            Op::ReduceScatterSingle {
+                output,
+                input,
+                count,
+                dtype,
+                op,
+            } => self.reduce_scatter(&[], Some(*input), *output, *count, *dtype, op),
+            Op::Gather {
+                outputs,
+                input,
+                count,
+                dtype,
+                root,
+            } => {
+                let bytes = count * dtype.size();
+                let outs: Vec<*mut u8> = outputs.iter().map(|p| p.as_u8()).collect();
+                self.gather(input.as_u8(), &outs, bytes, *root as usize)
+            }
+            Op::GatherSingle {
+                output,
+                input,
+                count,
+                dtype,
+                root,
+            } => {
+                let bytes = count * dtype.size();
+                let root = *root as usize;
+                let mut own = Scratch::new(0);
+                let mut src = input.as_u8() as *const u8;
+                if me == root && layout().inputs_overlap_outputs() {
+                    own = Scratch::new(bytes);
+                    copy(own.ptr(), src, bytes);
+                    src = own.ptr();
+                }
+                let outs: Vec<*mut u8> = match me == root {
+                    true => (0..n).map(|r| output.as_u8().add(r * bytes)).collect(),
+                    false => Vec::new(),
+                };
+                let r = self.gather(src, &outs, bytes, root);
+                drop(own);
+                r
+            }
+            Op::Scatter {
+                output,
+                inputs,
+                count,
+                dtype,
+                root,
+            } => {
+                let ins: Vec<*const u8> = inputs.iter().map(|p| p.as_u8() as *const u8).collect();
+                self.scatter(&ins, output.as_u8(), count * dtype.size(), *root as usize)
+            }
+            Op::AllToAll {
+                outputs,
+                inputs,
+                count,
+                dtype,
+            } => {
+                let ins: Vec<*const u8> = inputs.iter().map(|p| p.as_u8() as *const u8).collect();
+                let outs: Vec<*mut u8> = outputs.iter().map(|p| p.as_u8()).collect();
+                self.all_to_all(
+                    &ins,
+                    &outs,
+                    count * dtype.size(),
+                    layout().inputs_overlap_outputs(),
+                )
+            }
+            Op::AllToAllSingle {
+                output,
+                input,
+                count,
+                dtype,
+            } => {
+                let bytes = count * dtype.size();
+                let ins: Vec<*const u8> = (0..n)
+                    .map(|r| input.as_u8().add(r * bytes) as *const u8)
+                    .collect();
+                let outs: Vec<*mut u8> = (0..n).map(|r| output.as_u8().add(r * bytes)).collect();
+                self.all_to_all(&ins, &outs, bytes, layout().inputs_overlap_outputs())
+            }
+            Op::AllGatherV { .. }
+            | Op::ReduceScatterV { .. }
+            | Op::AllToAllVSingle { .. }
+            | Op::Send { .. }
+            | Op::Recv { .. }
+            | Op::Batch { .. } => return None,
+        })
+    }
+
+    /// Dissemination: in round k each rank signals rank + 2^k and waits
+    /// for rank - 2^k.
+    unsafe fn barrier(&mut self) -> Result<()> {
+        let (me, n) = (self.w.rank, self.w.size);
+        let mut byte = [0u8; 1];
+        let mut k = 1;
+        let mut round = 0;
+        while k < n {
+            let to = (me + k) % n;
+            let from = (me + n - k) % n;
+            let p = byte.as_mut_ptr();
+            self.step(round, &[(to, p, 0)], &[(from, p, 0)])?;
+            k <<= 1;
+            round += 1;
+        }
+        Ok(())
+    }
+
+    /// Binomial tree from `root`: a rank receives once (from the rank whose
+    /// relative number differs in its lowest set bit) and then sends to the
+    /// ranks below that bit.
+    unsafe fn broadcast(&mut self, buf: *mut u8, bytes: usize, root: usize) -> Result<()> {
+        let (me, n) = (self.w.rank, self.w.size);
+        if n == 1 || bytes == 0 {
+            return Ok(());
+        }
+        let rel = (me + n - root) % n;
+        let real = |r: usize| (r + root) % n;
+        let mut mask = 1;
+        while mask < n {
+            if rel & mask != 0 {
+                self.step(mask as u64, &[], &[(real(rel - mask), buf, bytes)])?;
+                break;
+            }
+            mask <<= 1;
+        }
+        let mut sends = Vec::new();
+        mask >>= 1;
+        while mask > 0 {
+            if rel + mask < n {
+                sends.push((real(rel + mask), buf as *const u8, bytes));
+            }
+            mask >>= 1;
+        }
+        // Each send has its own step number: the receiver's mask.
+        for s in sends {
+            let m = (s.0 + n - root) % n - rel;
+            self.step(m as u64, &[s], &[])?;
+        }
+        Ok(())
+    }
+
+    unsafe fn all_reduce(
+        &mut self,
+        buf: *mut u8,
+        count: usize,
+        dtype: DType,
+        op: &ReduceOp,
+    ) -> Result<()> {
+        let n = self.w.size;
+        let f = reduce::kernel(dtype, op.kind)?;
+        if op.kind == RedKind::PremulSum {
+            let k = premul_factor(op, dtype)?;
+            reduce::scale(dtype, buf, buf, count, Scale::Mul(k))?;
+        }
+        let bytes = count * dtype.size();
+        if n > 1 && bytes > 0 {
+            if bytes >= RING_MIN_BYTES && count >= n {
+                self.ring_all_reduce(buf, count, dtype.size(), f)?;
+            } else {
+                self.recursive_doubling(buf, count, dtype.size(), f)?;
+            }
+        }
+        if op.kind == RedKind::Avg {
+            reduce::scale(dtype, buf, buf, count, Scale::Div(n as u64))?;
+        }
+        Ok(())
+    }
+
+    /// Recursive doubling over the largest power of two p <= n ranks; the
+    /// first 2(n - p) ranks pair up first (the even one hands its data to
+    /// the odd one and gets the result back at the end).
+    unsafe fn recursive_doubling(
+        &mut self,
+        buf: *mut u8,
+        count: usize,
+        es: usize,
+        f: ReduceFn,
+    ) -> Result<()> {
+        let (me, n) = (self.w.rank, self.w.size);
+        let bytes = count * es;
+        let p = 1 << (usize::BITS - 1 - n.leading_zeros());
+        let rem = n - p;
+        let mut tmp = Scratch::new(bytes);
+        let new_rank = if me < 2 * rem {
+            if me % 2 == 0 {
+                self.step(STEP_FOLD, &[(me + 1, buf, bytes)], &[])?;
+                None
+            } else {
+                self.step(STEP_FOLD, &[], &[(me - 1, tmp.ptr(), bytes)])?;
+                combine(f, buf, tmp.ptr(), count);
+                Some(me / 2)
+            }
+        } else {
+            Some(me - rem)
+        };
+        if let Some(nr) = new_rank {
+            let real = |r: usize| if r < rem { 2 * r + 1 } else { r + rem };
+            let mut mask = 1;
+            let mut round = 0;
+            while mask < p {
+                let partner = real(nr ^ mask);
+                self.step(
+                    round,
+                    &[(partner, buf, bytes)],
+                    &[(partner, tmp.ptr(), bytes)],
+                )?;
+                combine(f, buf, tmp.ptr(), count);
+                mask <<= 1;
+                round += 1;
+            }
+        }
+        if me < 2 * rem {
+            if me % 2 == 1 {
+                self.step(STEP_UNFOLD, &[(me - 1, buf, bytes)], &[])?;
+            } else {
+                self.step(STEP_UNFOLD, &[], &[(me + 1, buf, bytes)])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ring reduce-scatter of `buf`'s blocks (rank r ends holding block r
+    /// reduced, in place), steps numbered from `first_step`.
+    unsafe fn ring_reduce_scatter(
+        &mut self,
+        buf: *mut u8,
+        (counts, offsets): (&[usize], &[usize]),
+        es: usize,
+        f: ReduceFn,
+    ) -> Result<()> {
+        let (me, n) = (self.w.rank, self.w.size);
+        let (right, left) = ((me + 1) % n, (me + n - 1) % n);
+        let mut tmp = Scratch::new(counts.iter().max().copied().unwrap_or(0) * es);
+        for s in 0..n - 1 {
+            let send = (me + 2 * n - s - 1) % n;
+            let recv = (me + 2 * n - s - 2) % n;
+            let sp = buf.add(offsets[send] * es);
+            self.step(
+                s as u64,
+                &[(right, sp, counts[send] * es)],
+                &[(left, tmp.ptr(), counts[recv] * es)],
+            )?;
+            combine(f, buf.add(offsets[recv] * es), tmp.ptr(), counts[recv]);
+        }
+        Ok(())
+    }
+
+    /// Ring all-gather of `buf`'s blocks of `bytes` each (rank r holds
+    /// block r), steps numbered from `first_step`.
+    unsafe fn ring_all_gather(
+        &mut self,
+        buf: *mut u8,
+        bytes: usize,
+        first_step: u64,
+    ) -> Result<()> {
+        let n = self.w.size;
+        let sizes = vec![bytes; n];
+        let offsets: Vec<usize> = (0..n).map(|r| r * bytes).collect();
+        self.ring_all_gather_blocks(buf, (&sizes, &offsets), first_step)
+    }
+
+    /// Ring all-gather of blocks of the given byte sizes and offsets.
+    unsafe fn ring_all_gather_blocks(
+        &mut self,
+        buf: *mut u8,
+        (sizes, offsets): (&[usize], &[usize]),
+        first_step: u64,
+    ) -> Result<()> {
+        let (me, n) = (self.w.rank, self.w.size);
+        if n == 1 || sizes.iter().all(|s| *s == 0) {
+            return Ok(());
+        }
+        let (right, left) = ((me + 1) % n, (me + n - 1) % n);
+        for s in 0..n - 1 {
+            let send = (me + n - s) % n;
+            let recv = (me + 2 * n - s - 1) % n;
+            self.step(
+                first_step + s as u64,
+                &[(right, buf.add(offsets[send]), sizes[send])],
+                &[(left, buf.add(offsets[recv]), sizes[recv])],
+            )?;
+        }
+        Ok(())
+    }
+
+    unsafe fn ring_all_reduce(
+        &mut self,
+        buf: *mut u8,
+        count: usize,
+        es: usize,
+        f: ReduceFn,
+    ) -> Result<()> {
+        let n = self.w.size;
+        let (counts, offsets) = blocks(count, n);
+        self.ring_reduce_scatter(buf, (&counts, &offsets), es, f)?;
+        let sizes: Vec<usize> = counts.iter().map(|c| c * es).collect();
+        let byte_offsets: Vec<usize> = offsets.iter().map(|o| o * es).collect();
+        self.ring_all_gather_blocks(buf, (&sizes, &byte_offsets), n as u64)
+    }
+
+    /// Binomial tree into `root`; other ranks' buffers are left as they
+    /// were.
+    unsafe fn reduce(
+        &mut self,
+        buf: *mut u8,
+        count: usize,
+        dtype: DType,
+        op: &ReduceOp,
+        root: usize,
+    ) -> Result<()> {
+        let (me, n) = (self.w.rank, self.w.size);
+        let f = reduce::kernel(dtype, op.kind)?;
+        let es = dtype.size();
+        let bytes = count * es;
+        let mut own = Scratch::new(if me == root { 0 } else { bytes });
+        let acc = if me == root { buf } else { own.ptr() };
+        let k = match op.kind {
+            RedKind::PremulSum => Some(premul_factor(op, dtype)?),
+            _ => None,
+        };
+        match k {
+            Some(k) => reduce::scale(dtype, acc, buf, count, Scale::Mul(k))?,
+            None => copy(acc, buf, bytes),
+        }
+        if n > 1 && bytes > 0 {
+            let rel = (me + n - root) % n;
+            let real = |r: usize| (r + root) % n;
+            let mut tmp = Scratch::new(bytes);
+            let mut mask = 1;
+            while mask < n {
+                if rel & mask != 0 {
+                    self.step(mask as u64, &[(real(rel - mask), acc, bytes)], &[])?;
+                    break;
+                }
+                if rel + mask < n {
+                    self.step(mask as u64, &[], &[(real(rel + mask), tmp.ptr(), bytes)])?;
+                    combine(f, acc, tmp.ptr(), count);
+                }
+                mask <<= 1;
+            }
+        }
+        if me == root && op.kind == RedKind::Avg {
+            reduce::scale(dtype, buf, buf, count, Scale::Div(n as u64))?;
+        }
+        Ok(())
+    }
+
+    /// Ring reduce-scatter over a copy of the input (`inputs`, one buffer
+    /// per rank, or `single`, the blocks in one buffer).
+    unsafe fn reduce_scatter(
+        &mut self,
+        inputs: &[Ptr],
+        single: Option<Ptr>,
+        output: Ptr,
+        count: usize,
+        dtype: DType,
+        op: &ReduceOp,
+    ) -> Result<()> {
+        let (me, n) = (self.w.rank, self.w.size);
+        let f = reduce::kernel(dtype, op.kind)?;
+        let es = dtype.size();
+        let bytes = count * es;
+        let mut all = Scratch::new(bytes * n);
+        match single {
+            Some(p) => copy(all.ptr(), p.as_u8(), bytes * n),
+            None => {
+                for (r, p) in inputs.iter().enumerate() {
+                    copy(all.ptr().add(r * bytes), p.as_u8(), bytes);
+                }
+            }
+        }
+        if op.kind == RedKind::PremulSum {
+            let k = premul_factor(op, dtype)?;
+            reduce::scale(dtype, all.ptr(), all.ptr(), count * n, Scale::Mul(k))?;
+        }
+        if n > 1 && bytes > 0 {
+            let counts = vec![count; n];
+            let offsets: Vec<usize> = (0..n).map(|r| r * count).collect();
+            self.ring_reduce_scatter(all.ptr(), (&counts, &offsets), es, f)?;
+        }
+        copy(output.as_u8(), all.ptr().add(me * bytes), bytes);
+        if op.kind == RedKind::Avg {
+            reduce::scale(
+                dtype,
+                output.as_u8(),
+                output.as_u8(),
+                count,
+                Scale::Div(n as u64),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Every rank's `bytes` at `input` into the root's `outputs` (one per
+    /// rank; empty elsewhere).
+    unsafe fn gather(
+        &mut self,
+        input: *const u8,
+        outputs: &[*mut u8],
+        bytes: usize,
+        root: usize,
+    ) -> Result<()> {
+        let (me, n) = (self.w.rank, self.w.size);
+        if me != root {
+            return match bytes {
+                0 => Ok(()),
+                _ => self.step(0, &[(root, input, bytes)], &[]),
+            };
+        }
+        if bytes > 0 {
+            let recvs: Vec<(usize, *mut u8, usize)> = (0..n)
+                .filter(|r| *r != me)
+                .map(|r| (r, outputs[r], bytes))
+                .collect();
+            self.step(0, &[], &recvs)?;
+        }
+        copy(outputs[me], input, bytes);
+        Ok(())
+    }
+
+    /// The root's `inputs` (one per rank; empty elsewhere) to every rank's
+    /// `output`.
+    unsafe fn scatter(
+        &mut self,
+        inputs: &[*const u8],
+        output: *mut u8,
+        bytes: usize,
+        root: usize,
+    ) -> Result<()> {
+        let (me, n) = (self.w.rank, self.w.size);
+        if me != root {
+            return match bytes {
+                0 => Ok(()),
+                _ => self.step(0, &[], &[(root, output, bytes)]),
+            };
+        }
+        if bytes > 0 {
+            let sends: Vec<(usize, *const u8, usize)> = (0..n)
+                .filter(|r| *r != me)
+                .map(|r| (r, inputs[r], bytes))
+                .collect();
+            self.step(0, &sends, &[])?;
+        }
+        // After the sends: the root's output may overlap the other blocks.
+        copy(output, inputs[me], bytes);
+        Ok(())
+    }
+
+    /// Block r of `inputs` to rank r, rank r's block into `outputs[r]`;
+    /// `overlap`: inputs overlap outputs, and are read from a copy.
+    unsafe fn all_to_all(
+        &mut self,
+        inputs: &[*const u8],
+        outputs: &[*mut u8],
+        bytes: usize,
+        overlap: bool,
+    ) -> Result<()> {
+        let (me, n) = (self.w.rank, self.w.size);
+        let mut copies = Scratch::new(if overlap { bytes * n } else { 0 });
+        let ins: Vec<*const u8> = match overlap {
+            true => (0..n)
+                .map(|r| {
+                    let p = copies.ptr().add(r * bytes);
+                    copy(p, inputs[r], bytes);
+                    p as *const u8
+                })
+                .collect(),
+            false => inputs.to_vec(),
+        };
+        if bytes > 0 && n > 1 {
+            let others = (0..n).filter(|r| *r != me);
+            let sends: Vec<_> = others.clone().map(|r| (r, ins[r], bytes)).collect();
+            let recvs: Vec<_> = others.map(|r| (r, outputs[r], bytes)).collect();
+            self.step(0, &sends, &recvs)?;
+        }
+        copy(outputs[me], ins[me], bytes);
+        Ok(())
+    }
+}

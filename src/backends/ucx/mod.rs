@@ -1,0 +1,177 @@
+//! UCX (UCP tag matching) as the host transport between hosts.
+//!
+//! [`UcxTransport`] owns one comm's UCP context, worker and endpoints
+//! (`worker.rs`), bootstrapped through the comm's store (each rank
+//! publishes its worker address under `ucx/address/<rank>`; the store is
+//! already scoped by the comm). It runs point-to-point (`p2p.rs`) and the
+//! collectives of `collectives.rs` on the calling thread: no service
+//! thread, the caller's deadline and abort checked in every wait, and a
+//! peer that UCX reports failed (error handling mode "peer") named in the
+//! error. After a failure the transport closes its endpoints by force, so
+//! that its peers fail at once instead of at their timeout.
+//!
+//! Its interface to the host backend is narrow: [`UcxTransport::open`]
+//! (local; fails where UCX is absent), [`UcxTransport::connect`],
+//! [`UcxTransport::run`] (an op, or `None` for the operations it does not
+//! carry, which stay on the Gloo path), [`UcxTransport::flush`] and
+//! [`wanted`] (the `TORCHCOMM_HOST_TRANSPORT` setting). It shares only the
+//! reduction kernels of `gloo/reduce` with the Gloo path.
+//!
+//! Tags (64 bits): the class in bits 63..62 (point-to-point head,
+//! point-to-point data, collective, wire-up), the sender's rank in bits
+//! 61..44, then for point-to-point the caller's tag in bits 31..0 (and bit
+//! 40 set on a head that carries only the descriptor), for collectives the
+//! operation's number in bits 43..20 and its step in bits 19..0. UCX
+//! matches the messages of one sender and tag in order.
+
+mod collectives;
+mod loader;
+mod p2p;
+mod worker;
+
+use crate::error::{Error, Result};
+use crate::op::Op;
+use crate::store::StoreRef;
+use crate::util::{lock, Deadline};
+use std::sync::Mutex;
+use std::time::Duration;
+use worker::Worker;
+
+/// How many ranks the tags can name (18 bits).
+const MAX_RANKS: usize = 1 << 18;
+
+/// The UCX transport of one comm (see the module documentation).
+pub struct UcxTransport {
+    worker: Mutex<Worker>,
+    /// Collectives run so far: the number in their tags.
+    collectives: Mutex<u32>,
+    /// The comm's timeout, which bounds [`UcxTransport::flush`].
+    timeout: Duration,
+}
+
+// The worker's raw pointers are used by one thread at a time, under the lock.
+unsafe impl Send for UcxTransport {}
+unsafe impl Sync for UcxTransport {}
+
+/// Whether `TORCHCOMM_HOST_TRANSPORT` (or the comm's hint
+/// `gloo.host_transport`, which wins) asks for UCX between hosts: `ucx`
+/// yes, `gloo` or unset no (the default until benchmarks decide), anything
+/// else an error naming the setting.
+pub fn wanted(hint: Option<&str>) -> Result<bool> {
+    let env = std::env::var("TORCHCOMM_HOST_TRANSPORT")
+        .ok()
+        .filter(|v| !v.is_empty());
+    let (value, from) = match (hint, env) {
+        (Some(h), _) => (h.to_string(), "the comm hint gloo.host_transport"),
+        (None, Some(e)) => (e, "TORCHCOMM_HOST_TRANSPORT"),
+        (None, None) => return Ok(false),
+    };
+    match value.to_ascii_lowercase().as_str() {
+        "ucx" => Ok(true),
+        "gloo" => Ok(false),
+        _ => Err(Error::invalid_argument(format!(
+            "{from} is '{value}'; it takes ucx or gloo"
+        ))),
+    }
+}
+
+impl UcxTransport {
+    /// Loads UCX and makes this rank's context and worker (local: no peer
+    /// is contacted). Fails where UCX is absent or unusable.
+    pub fn open(rank: i32, size: i32, name: &str, timeout: Duration) -> Result<UcxTransport> {
+        if size as usize > MAX_RANKS {
+            return Err(Error::unsupported(format!(
+                "the UCX transport carries at most {MAX_RANKS} ranks, not {size}"
+            )));
+        }
+        let worker = Worker::open(rank as usize, size as usize, name)?;
+        Ok(UcxTransport {
+            worker: Mutex::new(worker),
+            collectives: Mutex::new(0),
+            timeout,
+        })
+    }
+
+    /// "UCX 1.13.1 (libucp.so.0)".
+    pub fn version(&self) -> String {
+        let w = lock(&self.worker);
+        format!("UCX {} ({})", w.ucp.version, w.ucp.origin)
+    }
+
+    /// Connects every rank through the store (collective): endpoints to
+    /// every peer, then one message each way between every pair, so that
+    /// every connection exists (and reports its peer's failure) before the
+    /// first operation.
+    pub fn connect(&self, store: &StoreRef, d: &Deadline) -> Result<()> {
+        let mut w = lock(&self.worker);
+        w.connect(store, d)?;
+        let alive = || Ok(());
+        collectives::wire_up(&mut w, d, &alive)
+    }
+
+    /// Runs `op` over UCX, or returns `None` for an operation this
+    /// transport does not carry (the caller runs it on its other path; every
+    /// rank decides alike, from the op alone). `alive` fails once the comm
+    /// was aborted or broken.
+    ///
+    /// # Safety
+    /// Every pointer of `op` is valid for its count (the comm validated
+    /// them) and stays so until this returns.
+    pub unsafe fn run(
+        &self,
+        op: &Op,
+        d: &Deadline,
+        alive: &dyn Fn() -> Result<()>,
+    ) -> Option<Result<()>> {
+        let mut w = lock(&self.worker);
+        match op {
+            Op::Send { .. } | Op::Recv { .. } | Op::Batch { .. } => {
+                let single;
+                let ops = match (op, op.as_transfer()) {
+                    (Op::Batch { ops }, _) => ops.as_slice(),
+                    (_, Some(t)) => {
+                        single = [t];
+                        &single[..]
+                    }
+                    _ => return None,
+                };
+                Some(p2p::run(&mut w, ops, d, alive))
+            }
+            _ => {
+                let seq = {
+                    let mut c = lock(&self.collectives);
+                    *c = c.wrapping_add(1);
+                    *c
+                };
+                let mut ctx = collectives::Ctx {
+                    w: &mut w,
+                    seq,
+                    d,
+                    alive,
+                    what: op.name(),
+                };
+                ctx.run(op)
+            }
+        }
+    }
+
+    /// Waits (up to the comm's timeout) until every send that completed
+    /// early reached its peer.
+    pub fn flush(&self, alive: &dyn Fn() -> Result<()>) -> Result<()> {
+        lock(&self.worker).flush(&Deadline::after(self.timeout), alive)
+    }
+}
+
+/// Tag classes (bits 63..62).
+const CLASS_P2P_HEAD: u64 = 0;
+const CLASS_P2P_DATA: u64 = 1;
+const CLASS_COLLECTIVE: u64 = 2;
+const CLASS_WIRE_UP: u64 = 3;
+/// On a point-to-point head: the payload follows as its own message.
+const HEAD_DESCRIPTOR_ONLY: u64 = 1 << 40;
+/// Every bit but [`HEAD_DESCRIPTOR_ONLY`].
+const HEAD_MASK: u64 = !HEAD_DESCRIPTOR_ONLY;
+
+fn tag(class: u64, sender: usize, low: u64) -> u64 {
+    (class << 62) | ((sender as u64) << 44) | (low & ((1 << 44) - 1))
+}

@@ -1,0 +1,483 @@
+//! The UCP context, worker and endpoints of one comm, and the one wait loop
+//! every operation goes through: progressed by the calling thread, bounded
+//! by the operation's deadline, stopped by the comm's abort, and failed by
+//! UCX's peer failure reports (error handling mode "peer").
+
+use super::loader::{self, *};
+use crate::error::{Error, ErrorKind, Result};
+use crate::store::StoreRef;
+use crate::util::Deadline;
+use std::ffi::{c_void, CString};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+/// A peer's slot, handed to UCX as its endpoint's error handler argument:
+/// the handler records the failure here, the wait loop reports it.
+pub(super) struct PeerSlot {
+    /// UCS_OK, or the status of the peer's failure.
+    failure: AtomicI32,
+}
+
+unsafe extern "C" fn on_peer_failure(arg: *mut c_void, _ep: Ep, status: Status) {
+    // SAFETY: `arg` is a `PeerSlot` of a live `Worker` (slots outlive the
+    // endpoints: they are dropped after the worker is destroyed).
+    let slot = unsafe { &*(arg as *const PeerSlot) };
+    let _ =
+        slot.failure
+            .compare_exchange(UCS_OK, status.min(-1), Ordering::SeqCst, Ordering::SeqCst);
+}
+
+/// One posted send or receive.
+pub(super) struct Request {
+    /// The UCP request; NULL once complete (or completed at once).
+    handle: *mut c_void,
+    pub peer: usize,
+    is_recv: bool,
+    /// The final status (UCS_INPROGRESS while pending).
+    pub status: Status,
+    /// What the receive got (sender's tag, length).
+    pub info: TagRecvInfo,
+}
+
+/// A send that completes once posted: its bytes are owned here until UCX is
+/// done with them.
+struct BufferedSend {
+    request: Request,
+    bytes: Vec<u8>,
+}
+
+/// The comm's UCP objects. Used by one thread at a time (the comm runs one
+/// host operation at a time), so the worker is single-threaded.
+pub(super) struct Worker {
+    pub ucp: &'static Ucp,
+    pub rank: usize,
+    pub size: usize,
+    context: loader::Context,
+    worker: loader::Worker,
+    eps: Vec<Ep>,
+    /// Boxed so their addresses, given to UCX, never move.
+    peers: Box<[PeerSlot]>,
+    buffered: Vec<BufferedSend>,
+    /// Set once the endpoints were closed after a failure: nothing more
+    /// can be sent.
+    closed: Option<Error>,
+}
+
+/// The store key of rank `r`'s worker address.
+fn address_key(r: usize) -> String {
+    format!("ucx/address/{r}")
+}
+
+impl Worker {
+    /// The UCP context and worker of this rank (no peers yet). Fails when
+    /// UCX cannot be loaded or initialised.
+    pub fn open(rank: usize, size: usize, name: &str) -> Result<Worker> {
+        let ucp = loader::ucp()?;
+        let mut config: Config = std::ptr::null_mut();
+        // SAFETY: reads UCX_* settings from the environment.
+        let s = unsafe { (ucp.config_read)(std::ptr::null(), std::ptr::null(), &mut config) };
+        check(ucp, s, "ucp_config_read")?;
+        let cname = CString::new(format!("torchcomm {name} rank {rank}")).unwrap_or_default();
+        let params = Params {
+            field_mask: UCP_PARAM_FIELD_FEATURES
+                | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS
+                | UCP_PARAM_FIELD_NAME,
+            features: UCP_FEATURE_TAG,
+            request_size: 0,
+            request_init: std::ptr::null_mut(),
+            request_cleanup: std::ptr::null_mut(),
+            tag_sender_mask: 0,
+            mt_workers_shared: 0,
+            estimated_num_eps: size,
+            estimated_num_ppn: 0,
+            name: cname.as_ptr(),
+        };
+        let mut context: loader::Context = std::ptr::null_mut();
+        // SAFETY: params and config are valid for the call.
+        let s = unsafe { (ucp.init_version)(API_MAJOR, API_MINOR, &params, config, &mut context) };
+        // SAFETY: released once, after use.
+        unsafe { (ucp.config_release)(config) };
+        check(ucp, s, "ucp_init")?;
+        let wparams = WorkerParams {
+            field_mask: UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+            thread_mode: UCS_THREAD_MODE_SINGLE,
+            rest: [0; 188],
+        };
+        let mut worker: loader::Worker = std::ptr::null_mut();
+        // SAFETY: a live context.
+        let s = unsafe { (ucp.worker_create)(context, &wparams, &mut worker) };
+        if let Err(e) = check(ucp, s, "ucp_worker_create") {
+            unsafe { (ucp.cleanup)(context) };
+            return Err(e);
+        }
+        let peers = (0..size)
+            .map(|_| PeerSlot {
+                failure: AtomicI32::new(UCS_OK),
+            })
+            .collect();
+        Ok(Worker {
+            ucp,
+            rank,
+            size,
+            context,
+            worker,
+            eps: Vec::new(),
+            peers,
+            buffered: Vec::new(),
+            closed: None,
+        })
+    }
+
+    /// This worker's address, as UCX packs it.
+    fn address(&self) -> Result<Vec<u8>> {
+        let mut attr: WorkerAttr = unsafe { std::mem::zeroed() };
+        attr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
+        // SAFETY: a live worker; the address is released below.
+        let s = unsafe { (self.ucp.worker_query)(self.worker, &mut attr) };
+        check(self.ucp, s, "ucp_worker_query")?;
+        let bytes =
+            unsafe { std::slice::from_raw_parts(attr.address as *const u8, attr.address_length) }
+                .to_vec();
+        unsafe { (self.ucp.worker_release_address)(self.worker, attr.address) };
+        Ok(bytes)
+    }
+
+    /// Publishes this worker's address in the store, reads every peer's and
+    /// creates one endpoint per rank (this one's own too), each reporting
+    /// its peer's failure.
+    pub fn connect(&mut self, store: &StoreRef, d: &Deadline) -> Result<()> {
+        store.set(&address_key(self.rank), &self.address()?)?;
+        let keys: Vec<String> = (0..self.size).map(address_key).collect();
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        store.wait(&refs, Some(d.left()?))?;
+        for (r, key) in keys.iter().enumerate() {
+            let address = store.get(key)?;
+            let params = EpParams {
+                field_mask: UCP_EP_PARAM_FIELD_REMOTE_ADDRESS
+                    | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE
+                    | UCP_EP_PARAM_FIELD_ERR_HANDLER,
+                address: address.as_ptr() as *const Address,
+                err_mode: UCP_ERR_HANDLING_MODE_PEER,
+                err_handler_cb: Some(on_peer_failure),
+                err_handler_arg: &self.peers[r] as *const PeerSlot as *mut c_void,
+                rest: [0; 64],
+            };
+            let mut ep: Ep = std::ptr::null_mut();
+            // SAFETY: a live worker; UCX copies the address.
+            let s = unsafe { (self.ucp.ep_create)(self.worker, &params, &mut ep) };
+            check(self.ucp, s, &format!("ucp_ep_create to rank {r}"))?;
+            self.eps.push(ep);
+        }
+        Ok(())
+    }
+
+    fn progress(&self) {
+        // SAFETY: a live worker, used by this thread only.
+        while unsafe { (self.ucp.worker_progress)(self.worker) } != 0 {}
+    }
+
+    /// Posts a send of `len` bytes at `buf` to `peer`.
+    ///
+    /// # Safety
+    /// `buf` must stay valid for reads of `len` bytes until the request
+    /// completes (see [`Worker::wait`]).
+    pub unsafe fn send(&mut self, peer: usize, buf: *const u8, len: usize, tag: Tag) -> Request {
+        let param = RequestParam::new();
+        let p = match &self.closed {
+            Some(_) => UCS_ERR_CANCELED as isize as StatusPtr,
+            None => (self.ucp.tag_send_nbx)(self.eps[peer], buf as *const c_void, len, tag, &param),
+        };
+        Request::posted(p, peer, false)
+    }
+
+    /// Posts a receive of at most `len` bytes into `buf` of a message whose
+    /// tag matches `tag` in the bits of `mask`, from `peer` (whose rank the
+    /// tag carries).
+    ///
+    /// # Safety
+    /// `buf` must stay valid for writes of `len` bytes until the request
+    /// completes.
+    pub unsafe fn recv(
+        &mut self,
+        peer: usize,
+        buf: *mut u8,
+        len: usize,
+        (tag, mask): (Tag, Tag),
+    ) -> Request {
+        // Always a request, whose completion gives the sender's tag and
+        // length (UCX 1.13 leaves the recv_info of an immediate completion
+        // unset here).
+        let mut param = RequestParam::new();
+        param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+        let p = match &self.closed {
+            Some(_) => UCS_ERR_CANCELED as isize as StatusPtr,
+            None => {
+                (self.ucp.tag_recv_nbx)(self.worker, buf as *mut c_void, len, tag, mask, &param)
+            }
+        };
+        Request::posted(p, peer, true)
+    }
+
+    /// Sends `bytes` to `peer`, completing once posted: UCX owns the copy
+    /// until the peer took it (later waits progress it; [`Worker::flush`]
+    /// waits for it).
+    pub fn send_buffered(&mut self, peer: usize, bytes: Vec<u8>, tag: Tag) {
+        // SAFETY: the bytes move into `buffered` with the request (a Vec's
+        // heap buffer does not move with it).
+        let request = unsafe { self.send(peer, bytes.as_ptr(), bytes.len(), tag) };
+        self.buffered.push(BufferedSend { request, bytes });
+    }
+
+    /// Polls `r` once; true when it is complete.
+    fn poll(&self, r: &mut Request) -> bool {
+        if r.handle.is_null() {
+            return true;
+        }
+        // SAFETY: a live request of this worker.
+        let s = unsafe {
+            match r.is_recv {
+                true => (self.ucp.tag_recv_request_test)(r.handle, &mut r.info),
+                false => (self.ucp.request_check_status)(r.handle),
+            }
+        };
+        if s == UCS_INPROGRESS {
+            return false;
+        }
+        unsafe { (self.ucp.request_free)(r.handle) };
+        r.handle = std::ptr::null_mut();
+        r.status = s;
+        true
+    }
+
+    /// Waits until every request in `reqs` is complete, progressing the
+    /// worker. Fails (and withdraws every request, see [`Worker::withdraw`])
+    /// at the deadline, when `alive` fails (the comm was aborted or broken),
+    /// when UCX reports a failed peer, or when a request fails.
+    pub fn wait(
+        &mut self,
+        reqs: &mut [Request],
+        d: &Deadline,
+        alive: &dyn Fn() -> Result<()>,
+        what: &str,
+    ) -> Result<()> {
+        let mut spins = 0u32;
+        loop {
+            self.progress();
+            let mut done = true;
+            for r in reqs.iter_mut() {
+                done &= self.poll(r);
+            }
+            let mut buffered = std::mem::take(&mut self.buffered);
+            buffered.retain_mut(|b| !self.poll(&mut b.request) || b.request.status < 0);
+            self.buffered = buffered;
+            // A completed operation stands even if a peer failed since.
+            let failed = self.failure(reqs, what, !done).err();
+            if done && failed.is_none() {
+                return Ok(());
+            }
+            spins = spins.wrapping_add(1);
+            let stopped = match failed {
+                Some(e) => Some(e),
+                None if spins % 64 == 0 => alive().err().or_else(|| {
+                    d.passed().then(|| {
+                        Error::timeout(format!(
+                            "ucx {what} on rank {} timed out after {:?}; a peer is slow, \
+                             stopped or gone",
+                            self.rank,
+                            d.timeout()
+                        ))
+                    })
+                }),
+                None => None,
+            };
+            if let Some(e) = stopped {
+                self.withdraw(reqs, &e);
+                return Err(e);
+            }
+            if spins % 1024 == 0 {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// The error of a failed request, or (with `peers`) of a failed peer
+    /// of a pending one, if any.
+    fn failure(&self, reqs: &[Request], what: &str, peers: bool) -> Result<()> {
+        if let Some(e) = &self.closed {
+            return Err(e.clone());
+        }
+        let failed_request = reqs
+            .iter()
+            .chain(self.buffered.iter().map(|b| &b.request))
+            .find(|r| r.status < 0);
+        let pending: Vec<&Request> = reqs.iter().filter(|r| !r.handle.is_null()).collect();
+        let failed_peer = pending.iter().find_map(|r| {
+            let s = self.peers[r.peer].failure.load(Ordering::SeqCst);
+            (peers && s != UCS_OK).then_some((r.peer, s))
+        });
+        let (peer, status) = match (failed_peer, failed_request) {
+            (Some(f), _) => f,
+            (None, Some(r)) if r.status == UCS_ERR_MESSAGE_TRUNCATED => {
+                return Err(Error::invalid_usage(format!(
+                    "ucx {what} on rank {}: rank {} sent more bytes than this rank expects \
+                     (the ranks called different operations or sizes)",
+                    self.rank, r.peer
+                )))
+            }
+            (None, Some(r)) => (r.peer, r.status),
+            (None, None) => return Ok(()),
+        };
+        Err(Error::remote(format!(
+            "ucx {what} on rank {}: peer rank {peer} failed or closed its connection ({})",
+            self.rank,
+            self.ucp.status_string(status)
+        )))
+    }
+
+    /// After a failure: cancels this rank's receives and closes every
+    /// endpoint (so that the peers learn of it now, through their own
+    /// error handlers), then waits (briefly) until UCX let go of every
+    /// buffer. The worker sends nothing more.
+    pub fn withdraw(&mut self, reqs: &mut [Request], why: &Error) {
+        for r in reqs.iter().filter(|r| r.is_recv && !r.handle.is_null()) {
+            // SAFETY: a live receive of this worker.
+            unsafe { (self.ucp.request_cancel)(self.worker, r.handle) };
+        }
+        self.close_endpoints(why, true);
+        let until = Instant::now() + Duration::from_secs(2);
+        loop {
+            self.progress();
+            let mut done = true;
+            for r in reqs.iter_mut() {
+                done &= self.poll(r);
+            }
+            if done || Instant::now() > until {
+                break;
+            }
+        }
+        // A request UCX still holds after that is handed back to it (it frees
+        // it when done), so that the worker can be destroyed.
+        for r in reqs.iter_mut() {
+            self.release(r);
+        }
+    }
+
+    /// Closes every endpoint once: by force after a failure (the peers'
+    /// error handlers fire now), else after flushing what is in flight.
+    fn close_endpoints(&mut self, why: &Error, force: bool) {
+        if self.closed.is_some() {
+            return;
+        }
+        self.closed = Some(Error::new(
+            if why.kind == ErrorKind::InvalidUsage {
+                ErrorKind::Remote
+            } else {
+                why.kind
+            },
+            format!(
+                "ucx endpoints closed after an earlier failure: {}",
+                why.message
+            ),
+        ));
+        let mut param = RequestParam::new();
+        param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        param.flags = if force { UCP_EP_CLOSE_FLAG_FORCE } else { 0 };
+        let mut closing = Vec::new();
+        for ep in self.eps.drain(..) {
+            // SAFETY: a live endpoint, closed once.
+            let p = unsafe { (self.ucp.ep_close_nbx)(ep, &param) };
+            if status_of_ptr(p) == UCS_INPROGRESS {
+                closing.push(p);
+            }
+        }
+        let until = Instant::now() + Duration::from_secs(1);
+        while !closing.is_empty() && Instant::now() < until {
+            self.progress();
+            closing.retain(|p| {
+                // SAFETY: live close requests.
+                let s = unsafe { (self.ucp.request_check_status)(*p) };
+                if s != UCS_INPROGRESS {
+                    unsafe { (self.ucp.request_free)(*p) };
+                }
+                s == UCS_INPROGRESS
+            });
+        }
+        for p in closing {
+            // SAFETY: a live close request, released once.
+            unsafe { (self.ucp.request_free)(p) };
+        }
+        let mut buffered = std::mem::take(&mut self.buffered);
+        for b in &mut buffered {
+            self.release(&mut b.request);
+        }
+        self.buffered = buffered;
+    }
+
+    /// Hands a request that may still be pending back to UCX, which frees
+    /// it when it completes.
+    fn release(&self, r: &mut Request) {
+        if !r.handle.is_null() {
+            // SAFETY: a live request of this worker, released once.
+            unsafe { (self.ucp.request_free)(r.handle) };
+            r.handle = std::ptr::null_mut();
+        }
+    }
+
+    /// Waits until UCX completed every buffered send (an eager one is
+    /// done once handed over, a rendezvous one once its receive was
+    /// posted), bounded by `d` and `alive` like every wait.
+    pub fn flush(&mut self, d: &Deadline, alive: &dyn Fn() -> Result<()>) -> Result<()> {
+        let buffered = std::mem::take(&mut self.buffered);
+        let (mut reqs, bytes): (Vec<Request>, Vec<Vec<u8>>) =
+            buffered.into_iter().map(|b| (b.request, b.bytes)).unzip();
+        let r = self.wait(&mut reqs, d, alive, "point-to-point send");
+        // The bytes stay alive until UCX let go of them (wait, or withdraw
+        // on failure, released every request).
+        drop(bytes);
+        r
+    }
+}
+
+impl Request {
+    fn posted(p: StatusPtr, peer: usize, is_recv: bool) -> Request {
+        let status = status_of_ptr(p);
+        Request {
+            handle: if status == UCS_INPROGRESS {
+                p
+            } else {
+                std::ptr::null_mut()
+            },
+            peer,
+            is_recv,
+            status,
+            info: TagRecvInfo::default(),
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.close_endpoints(
+            &Error::new(ErrorKind::Aborted, "the comm was destroyed"),
+            false,
+        );
+        // SAFETY: destroyed once, after every endpoint; the peer slots
+        // (error handler arguments) are dropped after this.
+        unsafe {
+            (self.ucp.worker_destroy)(self.worker);
+            (self.ucp.cleanup)(self.context);
+        }
+    }
+}
+
+fn check(ucp: &Ucp, s: Status, what: &str) -> Result<()> {
+    if s == UCS_OK {
+        Ok(())
+    } else {
+        Err(Error::unavailable(format!(
+            "{what} failed: {} (UCX {})",
+            ucp.status_string(s),
+            ucp.version
+        )))
+    }
+}
