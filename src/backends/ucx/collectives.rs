@@ -315,7 +315,9 @@ impl Ctx<'_> {
             | Op::AllToAllVSingle { .. }
             | Op::Send { .. }
             | Op::Recv { .. }
-            | Op::Batch { .. } => return None,
+            | Op::Batch { .. }
+            // The gloo backend settles a refusal before any transport runs.
+            | Op::Refused(_) => return None,
         })
     }
 
