@@ -21,7 +21,7 @@ TC_DEVICE_CPU = 0
 TC_INT64 = 7
 TC_SUM = 0
 TC_COMM_OPTIONS_MAGIC = 1413697357
-TC_COMM_OPTIONS_VERSION = 1
+TC_COMM_OPTIONS_VERSION = 2
 TC_UNSET = -1
 
 
@@ -46,6 +46,7 @@ class CommOptions(C.Structure):
         ("store", C.c_void_p),
         ("hints", C.c_void_p),
         ("num_hints", C.c_size_t),
+        ("enable_reconfigure", C.c_int32),
     ]
 
 
