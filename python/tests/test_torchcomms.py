@@ -299,6 +299,40 @@ def test_split(comm):
     comm.barrier(False)
 
 
+def test_reconfigure(comm):
+    """torchcomms 0.3's fault tolerance: a comm made with enable_reconfigure
+    has no members until reconfigure; re-formed from the handles in reverse
+    list order, then shrunk from a set (ranked in the handles' byte order)
+    without the last rank, which finalizes instead; collectives work after each."""
+    rc = torchcomms.new_comm("gloo", "cpu", name="reconf", enable_reconfigure=True,
+                             timeout=timedelta(seconds=60), abort_process_on_timeout_or_error=False)
+    with pytest.raises(RuntimeError):
+        rc.get_rank()
+    mine = rc.get_init_handle()
+    assert isinstance(mine, str) and mine and rc.get_init_handle() == mine
+    handles = [None] * SIZE
+    torchcomms.objcol.all_gather_object(comm, handles, mine)
+    assert len(set(handles)) == SIZE
+    order = list(reversed(handles))
+    assert rc.reconfigure(1, order, timeout=timedelta(seconds=60)).is_completed()
+    assert (rc.get_size(), rc.get_rank()) == (SIZE, SIZE - 1 - RANK)
+    t = torch.tensor([float(RANK + 1)])
+    rc.all_reduce(t, ReduceOp.SUM, async_op=False)
+    assert t.item() == SIZE * (SIZE + 1) / 2
+    keep = handles[:-1]
+    if RANK == SIZE - 1:
+        rc.finalize()
+    else:
+        rc.reconfigure(2, set(keep), timeout=timedelta(seconds=60))
+        assert (rc.get_size(), rc.get_rank()) == (SIZE - 1, sorted(keep).index(mine))
+        t = torch.tensor([2.0])
+        rc.all_reduce(t, ReduceOp.SUM, async_op=False)
+        assert t.item() == 2.0 * (SIZE - 1)
+        with pytest.raises(RuntimeError, match="init_handles"):
+            rc.reconfigure(3, "not a list")
+        rc.finalize()
+    comm.barrier(False)
+
 def test_windows(comm):
     win = comm.new_window()
     buf = torch.zeros(SIZE * 4, dtype=torch.float32)
@@ -411,5 +445,5 @@ def test_bad_arguments_name_the_argument(comm):
         assert e.value.code in (1001, 1002, 1003), str(e.value)
     with pytest.raises(torchcomms.TorchCommError) as e:
         comm.get_init_handle()
-    assert e.value.code == 1004
+    assert e.value.code == 1003 and "enable_reconfigure" in str(e.value)
     comm.barrier(False)

@@ -152,7 +152,8 @@ class Comm:
     def __init__(self, backend: str = "gloo", device: str = "cpu", *, name: Optional[str] = None,
                  timeout: Timeout = None, abort_on_error: Optional[bool] = None, rank: Optional[int] = None,
                  world_size: Optional[int] = None, store: Optional[Store] = None,
-                 hints: Optional[Dict[str, str]] = None, _handle: Optional[C.c_void_p] = None):
+                 hints: Optional[Dict[str, str]] = None, enable_reconfigure: bool = False,
+                 _handle: Optional[C.c_void_p] = None):
         self._hook: Any = None
         self._op_hooks: Dict[int, Any] = {}  # id -> C callback the library may call
         self._dependents: List[Any] = []
@@ -162,9 +163,39 @@ class Comm:
         self._h = None
         h = C.c_void_p()
         opts, keep = _comm_options(name, timeout, abort_on_error, rank, world_size, store, hints)
+        opts.enable_reconfigure = int(bool(enable_reconfigure))
         check(lib.tc_comm_new(backend.encode(), _device(device), C.byref(opts), C.byref(h)), "tc_comm_new")
         del keep
         self._h = h
+
+    def init_handle(self) -> str:
+        """This comm's init handle (tc_comm_get_init_handle): the string its
+        members pass to ``reconfigure``; the same for the comm's lifetime."""
+        s = C.c_char_p()
+        check(lib.tc_comm_get_init_handle(self.handle, C.byref(s)), "tc_comm_get_init_handle")
+        return (s.value or b"").decode()
+
+    def reconfigure(self, uuid: int, init_handles: Any, timeout: Timeout = None,
+                    hints: Optional[Dict[str, str]] = None) -> None:
+        """Re-forms this comm in place from the members' init handles
+        (tc_comm_reconfigure; collective over the new members, blocking):
+        a list or tuple ranks them in its order, a set or frozenset in the
+        handles' byte order."""
+        if isinstance(init_handles, (set, frozenset)):
+            form, items = _lib.TC_INIT_HANDLES_SET, list(init_handles)
+        elif isinstance(init_handles, (list, tuple)):
+            form, items = _lib.TC_INIT_HANDLES_LIST, list(init_handles)
+        else:
+            raise invalid(f"argument 'init_handles': {type(init_handles).__name__} is neither a list nor a set",
+                          "tc_comm_reconfigure")
+        if not all(isinstance(h, str) for h in items):
+            raise invalid("argument 'init_handles': every handle must be a str", "tc_comm_reconfigure")
+        if isinstance(uuid, bool) or not isinstance(uuid, int):
+            raise invalid(f"argument 'uuid': {type(uuid).__name__} is not an int", "tc_comm_reconfigure")
+        arr = (C.c_char_p * len(items))(*[h.encode() for h in items])
+        opts = _lib.op_options(False, None if timeout is None else _ms(timeout) / 1000, None, hints)
+        check(lib.tc_comm_reconfigure(self.handle, uuid, arr, len(items), form, C.byref(opts), None),
+              "tc_comm_reconfigure")
 
     @property
     def handle(self) -> C.c_void_p:

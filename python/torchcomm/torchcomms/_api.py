@@ -332,7 +332,10 @@ class TorchComm:
 
     def __init__(self, comm: Comm, backend: str, device: torch.device, options: CommOptions):
         self._comm, self._h = comm, comm.handle
-        self._size, self._rank = comm.size, comm.rank
+        self._size: Optional[int] = None
+        self._rank: Optional[int] = None
+        if not options.enable_reconfigure:  # a reconfigurable comm has no members until reconfigure
+            self._size, self._rank = comm.size, comm.rank
         self._backend, self._device, self._options = backend, device, options
         self._registrations: Dict[int, Any] = {}
         self._abort_hooks: Dict[int, Callable[[], None]] = {}
@@ -363,10 +366,10 @@ class TorchComm:
 
     # -- queries
     def get_rank(self) -> int:
-        return self._rank
+        return self._rank if self._rank is not None else self._comm.rank  # the latter raises until formed
 
     def get_size(self) -> int:
-        return self._size
+        return self._size if self._size is not None else self._comm.size
 
     def get_name(self) -> str:
         return self._comm.name
@@ -410,11 +413,16 @@ class TorchComm:
         self._comm.set_hints(hints)
 
     def get_init_handle(self) -> InitHandle:
-        raise _not_yet("TorchComm.get_init_handle")
+        return self._comm.init_handle()
 
     def reconfigure(self, uuid: int, init_handles: Any, timeout: Optional[timedelta] = None,
                     hints: Optional[Dict[str, str]] = None) -> TorchWork:
-        raise _not_yet("TorchComm.reconfigure")
+        """Re-forms the comm in place (blocking, as the library's call is):
+        a list ranks the members in its order, a set in the handles' byte
+        order; returns a completed work, as torchcomms returns one."""
+        self._comm.reconfigure(uuid, init_handles, timeout, hints)
+        self._size, self._rank = self._comm.size, self._comm.rank
+        return _DONE
 
     def split(self, ranks: List[int], name: str, hints: Optional[Dict[str, str]] = None,
               timeout: Optional[timedelta] = None) -> Optional["TorchComm"]:
@@ -709,11 +717,6 @@ class TorchComm:
         return w
 
 
-def _not_yet(what: str) -> TorchCommError:
-    return TorchCommError(TC_ERR_UNSUPPORTED, f"{what} is not available yet in libtorchcomm (fault-tolerant "
-                          "reconfiguration is being added; see docs/status.md)", what)
-
-
 def _adopt(work: Any, keep: Any) -> TorchWork:
     """A TorchWork taking over a torchcomm.Work's handle."""
     h, work._h = work._h, None
@@ -917,8 +920,6 @@ def new_comm(backend: str, device: Any, name: Optional[str] = None,
         raise invalid(f"argument 'device': {dev} is neither cpu nor cuda", "new_comm")
     if name is not None and not isinstance(name, str):
         raise invalid(f"argument 'name': {type(name).__name__} is not a str", "new_comm")
-    if enable_reconfigure:
-        raise _not_yet("new_comm(enable_reconfigure=True)")
     all_hints = dict(hints or {})
     priority = is_high_priority_stream if is_high_priority_stream is not None else high_priority_stream
     if priority is not None and backend == "nccl":
@@ -926,7 +927,8 @@ def new_comm(backend: str, device: Any, name: Optional[str] = None,
     ms = None if timeout is None else _ms(timeout) / 1000
     tc_store = _store(store)
     comm = Comm(backend, "cpu" if dev.type == "cpu" else str(dev), name=name, timeout=ms,
-                abort_on_error=abort_process_on_timeout_or_error, store=tc_store, hints=all_hints or None)
+                abort_on_error=abort_process_on_timeout_or_error, store=tc_store, hints=all_hints or None,
+                enable_reconfigure=enable_reconfigure)
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", int(comm.device.partition(":")[2] or 0))
     opts = CommOptions()
@@ -937,6 +939,7 @@ def new_comm(backend: str, device: Any, name: Optional[str] = None,
     opts.timeout = timeout if isinstance(timeout, timedelta) else timedelta(
         seconds=ms if ms is not None else float(os.environ.get("TORCHCOMM_TIMEOUT_SECONDS", "600")))
     opts.store, opts.name, opts.hints = store, comm.name, dict(hints or {})
+    opts.enable_reconfigure = bool(enable_reconfigure)
     return TorchComm(comm, backend, dev, opts)
 
 
