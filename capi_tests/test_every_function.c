@@ -84,6 +84,14 @@ int main(void) {
     }
     EXPECT_RC(tc_barrier(NULL, NULL, &work), TC_ERR_NULL_ARGUMENT, "'comm'");
     EXPECT_RC(tc_barrier(comm, &bad, &work), TC_ERR_INVALID_ARGUMENT, "magic");
+    /* A binding's refusal: every rank refuses the same call here, so each
+       gets its own error and the comm stays in step. */
+    EXPECT_RC(tc_comm_refuse(NULL, "tc_all_reduce", "why"), TC_ERR_NULL_ARGUMENT, "'comm'");
+    EXPECT_RC(tc_comm_refuse(comm, NULL, "why"), TC_ERR_NULL_ARGUMENT, "'call'");
+    EXPECT_RC(tc_comm_refuse(comm, "tc_all_reduce", NULL), TC_ERR_NULL_ARGUMENT, "'reason'");
+    EXPECT_RC(tc_comm_refuse(comm, "tc_send", "why"), TC_ERR_INVALID_ARGUMENT, "'call'");
+    EXPECT_RC(tc_comm_refuse(comm, "tc_all_reduce", "'buf': refused by the binding"),
+              TC_ERR_INVALID_ARGUMENT, "refused by the binding");
     CHECK(work == SENTINEL);
 
     /* ---- coalesced broadcast -------------------------------------------- */

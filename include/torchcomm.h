@@ -1307,6 +1307,26 @@ tc_result_t tc_comm_abort(tc_comm_t *comm);
 void tc_comm_destroy(tc_comm_t *comm);
 
 /*
+ For a binding whose own checks refuse a collective before calling it
+ (a Python dtype the library has no code for, a list of the wrong
+ length): issues the refusal of `call` in the call's place, as the
+ library does for the arguments it refuses itself, so that the call
+ fails on every rank instead of the peers pairing it with this rank's
+ next collective (see the header's preamble on refusals). `call` is the
+ C name of the refused call (`"tc_all_reduce"`, ..., `"tc_barrier"`,
+ `"tc_broadcast_coalesced"`, `"tc_reducer_new"`, `"tc_sparse_all_reduce"`,
+ `"tc_all_gather_p_init"`, `"tc_all_gather_p_exec"`; not a point-to-point
+ call); `reason` (UTF-8, copied) is what the peers are told, naming the
+ argument. Returns `TC_ERR_INVALID_ARGUMENT` with `reason` as this
+ thread's error once the refusal is issued (`tc_last_error`); a NULL
+ `comm`, `call` or `reason` is `TC_ERR_NULL_ARGUMENT` and an unknown
+ `call` `TC_ERR_INVALID_ARGUMENT` naming it, neither issuing anything.
+ Thread safety and ordering as for the refused call: it takes that
+ call's place in the comm's sequence of collectives.
+ */
+tc_result_t tc_comm_refuse(tc_comm_t *comm, const char *call, const char *reason);
+
+/*
  Sends `count` elements at `buf` to rank `peer`; pairs with the receive
  of `peer` with the same tag (`opts->tag`, version 2 of the options; 0
  when unset). Matching is by (peer, tag); sends and receives of one

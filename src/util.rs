@@ -31,6 +31,33 @@ pub fn try_filled<T: Clone>(value: T, len: usize, what: &str) -> Result<Vec<T>> 
     Ok(v)
 }
 
+/// Plain numbers whose all-zero bytes are the value 0, for [`try_zeroed`].
+pub trait ZeroBits: Copy {}
+impl ZeroBits for u64 {}
+impl ZeroBits for f32 {}
+
+/// `len` zeros, allocated as [`try_vec`] does but zeroed by the allocator,
+/// as `vec![0; len]` is (large blocks come zeroed from the system: no pass
+/// over the memory).
+pub fn try_zeroed<T: ZeroBits>(len: usize, what: &str) -> Result<Vec<T>> {
+    let size = std::mem::size_of::<T>();
+    let oom = || Error::out_of_memory(what, len as u128 * size as u128);
+    let layout = std::alloc::Layout::array::<T>(len).map_err(|_| oom())?;
+    if layout.size() == 0 {
+        return Ok(Vec::new());
+    }
+    // SAFETY: a non-zero layout; the block, from the global allocator with
+    // T's layout for `len` elements all zero (a valid T each), becomes the
+    // vector's own.
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout) as *mut T;
+        if p.is_null() {
+            return Err(oom());
+        }
+        Ok(Vec::from_raw_parts(p, len, len))
+    }
+}
+
 /// Resizes `v` to `len` elements (new ones `value`), growing as [`try_vec`]
 /// allocates.
 pub fn try_resize<T: Clone>(v: &mut Vec<T>, len: usize, value: T, what: &str) -> Result<()> {

@@ -20,7 +20,7 @@ use std::ffi::c_void;
 use std::time::{Duration, Instant};
 use torchcomm::error::*;
 use torchcomm::ffi::comm::{tc_comm_destroy, tc_comm_finalize, tc_comm_t};
-use torchcomm::ffi::comm_ops::tc_all_reduce;
+use torchcomm::ffi::comm_ops::{tc_all_gather, tc_all_reduce};
 use torchcomm::ffi::hooks::{
     tc_comm_add_post_hook, tc_comm_add_pre_hook, tc_comm_remove_hook, tc_op_info_t,
 };
@@ -266,6 +266,123 @@ fn out_of_memory_sparse_child() {
     assert_eq!(tc_comm_finalize(comm), TC_SUCCESS, "{}", last_error());
     tc_comm_destroy(comm);
     println!("RESULT out_of_memory_sparse ok");
+}
+
+/// `bytes` of address space, never touched here (no memory is used until
+/// written).
+fn reserve(bytes: usize) -> *mut c_void {
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    p
+}
+
+/// This process's address space now (VmSize), in bytes.
+fn address_space() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmSize:")).unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib << 10
+}
+
+/// A list-form all-gather of 1 GiB per rank needs a 2 GiB scratch (the
+/// ranks' blocks packed) on both paths. Rank 1, its address space capped
+/// just above its buffers, fails with TC_ERR_OUT_OF_MEMORY naming the
+/// bytes (it aborted); rank 0 fails at once naming rank 1, never pairing
+/// the call with rank 1's next one. Through shared memory the comm stays
+/// usable; over Gloo the partial refusal closes it on both ranks.
+fn out_of_memory_scratch_child() {
+    let shm = std::env::var("TORCHCOMM_GLOO_SHM").as_deref() != Ok("0");
+    let comm = new_comm_with_timeout("limits-oom-scratch", 60_000);
+    let count = 1usize << 28; // float32: 1 GiB
+    let input = reserve(count * 4);
+    let outputs = [reserve(count * 4), reserve(count * 4)];
+    if rank() == 1 {
+        limit_memory(address_space() + (512 << 20));
+    }
+    let t0 = Instant::now();
+    let rc = tc_all_gather(
+        comm,
+        outputs.as_ptr(),
+        input,
+        count,
+        TC_FLOAT32,
+        std::ptr::null(),
+        std::ptr::null_mut(),
+    );
+    let (took, err) = (t0.elapsed(), last_error());
+    println!("rank {} took {took:?}: {err}", rank());
+    if rank() == 1 {
+        assert_eq!(rc, TC_ERR_OUT_OF_MEMORY, "{err}");
+        assert!(
+            err.contains("2147483648 bytes") && err.contains("scratch"),
+            "{err}"
+        );
+    } else {
+        assert_ne!(rc, TC_SUCCESS);
+        assert!(took < Duration::from_secs(20), "{took:?}: {err}");
+        assert!(err.contains("rank 1"), "{err}");
+    }
+    let mut x = [rank() as f32 + 1.0];
+    let rc = tc_all_reduce(
+        comm,
+        x.as_mut_ptr().cast(),
+        1,
+        TC_FLOAT32,
+        SUM,
+        std::ptr::null(),
+        std::ptr::null_mut(),
+    );
+    match shm {
+        true => {
+            assert_eq!(rc, TC_SUCCESS, "{}", last_error());
+            assert_eq!(x[0], 3.0);
+        }
+        false => assert_ne!(rc, TC_SUCCESS, "the next call paired with a failed one"),
+    }
+    tc_comm_destroy(comm);
+    println!("RESULT out_of_memory_scratch ok");
+}
+
+#[test]
+fn limits_out_of_memory_scratch_world_2() {
+    for shm in [true, false] {
+        match role().as_deref() {
+            Some("out_of_memory_scratch") => return out_of_memory_scratch_child(),
+            Some(_) => return,
+            None => {}
+        }
+        let env: &[(&str, &str)] = if shm {
+            &[]
+        } else {
+            &[("TORCHCOMM_GLOO_SHM", "0")]
+        };
+        let out = launch(
+            "limits_out_of_memory_scratch_world_2",
+            "out_of_memory_scratch",
+            2,
+            env,
+            Duration::from_secs(120),
+        );
+        // What each rank's call said, whichever rank fails the test.
+        for line in out.iter().flat_map(|o| o.stdout.lines()) {
+            if line.contains(" took ") {
+                eprintln!("shm {shm}: {line}");
+            }
+        }
+        for o in &out {
+            assert!(o.ok(), "shm {shm}: {}", o.describe());
+            assert_eq!(o.results().len(), 1, "shm {shm}: {}", o.describe());
+        }
+    }
 }
 
 // ---- items 7 and 13: counts no array has; PowerSGD's epsilon ------------------

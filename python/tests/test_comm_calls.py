@@ -47,10 +47,16 @@ def test_gather_single(comm):
     comm.gather_single(out, torch.tensor([10 * r, 10 * r + 1], dtype=torch.int32), root)
     if r == root:
         assert out.tolist() == [v for k in range(n) for v in (10 * k, 10 * k + 1)]
-        with pytest.raises(tc.TorchCommError, match="'output' has"):
-            comm.gather_single(np.empty(2 * n - 1, dtype=np.int32), np.empty(2, dtype=np.int32), root)
-        with pytest.raises(tc.TorchCommError, match="needed on the root"):
-            comm.gather_single(None, np.empty(2, dtype=np.int32), root)
+    # The binding refuses root's bad output in the call's place: every
+    # rank's call fails, the others' naming the root and the reason. (Its
+    # own comm: a peer's finalize reports the refused call as failed.)
+    refusing = tc.Comm("gloo", name="pytest-calls-refusal", timeout=120, abort_on_error=False)
+    small = np.empty(2 * n - 1 if r == root else 0, dtype=np.int32)
+    with pytest.raises(tc.TorchCommError, match="'output' has"):
+        refusing.gather_single(small, np.empty(2, dtype=np.int32), root)
+    with pytest.raises(tc.TorchCommError, match="needed on the root"):
+        refusing.gather_single(None, np.empty(2, dtype=np.int32), root)
+    refusing.destroy()
 
 
 def test_tags_select_the_matching_transfer(comm):

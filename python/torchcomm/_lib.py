@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import ctypes as C
 import ctypes.util
+import functools
 import os
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, TypeVar
 
 # Values of include/torchcomm.h (tests/test_constants.py checks each).
 TC_SUCCESS = 0
@@ -278,6 +279,7 @@ PROTOTYPES = {
     "tc_comm_split": (_R, [_p, C.POINTER(C.c_int), _sz, C.c_char_p, C.POINTER(CommOptions), _out]),
     "tc_comm_shrink": (_R, [_p, C.POINTER(C.c_int), _sz, C.c_char_p, C.POINTER(CommOptions), _out]),
     "tc_comm_get_init_handle": (_R, [_p, C.POINTER(C.c_char_p)]),
+    "tc_comm_refuse": (_R, [_p, C.c_char_p, C.c_char_p]),
     "tc_comm_reconfigure": (_R, [_p, C.c_int64, C.POINTER(C.c_char_p), _sz, C.c_int, _opts, _out]),
     "tc_comm_finalize": (_R, [_p]),
     "tc_comm_abort": (_R, [_p]),
@@ -437,6 +439,10 @@ class TorchCommError(RuntimeError):
     """A failed call: ``code`` (the C result code), ``name`` (``TC_ERR_*``),
     ``detail`` (the thread's ``tc_last_error()`` text) and ``call``."""
 
+    # Whether the library returned it (``check``), rather than the
+    # binding's own checks before calling it (see ``refusing``).
+    from_library = False
+
     def __init__(self, code: int, detail: str, call: str = ""):
         self.code = code
         self.name = ERROR_NAMES.get(code, str(code))
@@ -450,7 +456,35 @@ class TorchCommError(RuntimeError):
 
 def check(rc: int, call: str) -> None:
     if rc != TC_SUCCESS:
-        raise TorchCommError(rc, lib.tc_last_error().decode(errors="replace"), call)
+        err = TorchCommError(rc, lib.tc_last_error().decode(errors="replace"), call)
+        err.from_library = True
+        raise err
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def refusing(call: str, comm_of: Callable[..., Any] = lambda self, *a, **k: self) -> Callable[[F], F]:
+    """Decorates a function that makes collective `call` (its C name) on
+    the comm ``comm_of(*args, **kwargs)`` returns: when the binding's own
+    checks raise before the library is called (a byte order or dtype the
+    library has no code for, a list of the wrong length, ...), the refusal
+    of `call` is issued in its place (``tc_comm_refuse``) so that the call
+    fails on every rank instead of the peers pairing it with this rank's
+    next collective; then the exception is raised as it was. Not for
+    point-to-point calls (a refused send fails only its rank)."""
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def refused_in_place(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:
+                handle = getattr(comm_of(*args, **kwargs), "_h", None)
+                if handle and not getattr(e, "from_library", False):
+                    lib.tc_comm_refuse(handle, call.encode(), str(e).encode(errors="replace"))
+                raise
+        return refused_in_place  # type: ignore[return-value]
+    return wrap
 
 
 def invalid(detail: str, call: str = "") -> TorchCommError:

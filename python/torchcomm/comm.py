@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from . import _lib, ophooks
 from ._buffers import Buf, as_buffer, raw
-from ._lib import check, invalid, lib
+from ._lib import check, invalid, lib, refusing
 from .ophooks import OpInfo
 from .store import Store, Timeout, _ms
 
@@ -377,33 +377,39 @@ class Comm:
         return Batch(self, h)
 
     # -- collectives
+    @refusing("tc_broadcast")
     def broadcast(self, buf: Any, root: int, **o: Any) -> Work:
         b = as_buffer(buf, True, "buf")
         return self._op("tc_broadcast", [b], o,
                         lambda c, w: lib.tc_broadcast(self.handle, b.ptr, b.count, b.dtype, root, c, w))
 
+    @refusing("tc_reduce")
     def reduce(self, buf: Any, root: int, op: Any = RedOp.SUM, **o: Any) -> Work:
         b, r = as_buffer(buf, True, "buf"), _reduce_op(op)
         return self._op("tc_reduce", [b, r], o,
                         lambda c, w: lib.tc_reduce(self.handle, b.ptr, b.count, b.dtype, root, r.c(), c, w))
 
+    @refusing("tc_all_reduce")
     def all_reduce(self, buf: Any, op: Any = RedOp.SUM, **o: Any) -> Work:
         b, r = as_buffer(buf, True, "buf"), _reduce_op(op)
         return self._op("tc_all_reduce", [b, r], o,
                         lambda c, w: lib.tc_all_reduce(self.handle, b.ptr, b.count, b.dtype, r.c(), c, w))
 
+    @refusing("tc_all_gather")
     def all_gather(self, outputs: Sequence[Any], input: Any, **o: Any) -> Work:
         i = as_buffer(input, False, "input")
         outs = self._list(outputs, True, "outputs", i, i.count, "tc_all_gather")
         return self._op("tc_all_gather", [i, outs], o, lambda c, w: lib.tc_all_gather(
             self.handle, outs[0], i.ptr, i.count, i.dtype, c, w))
 
+    @refusing("tc_all_gather_single")
     def all_gather_single(self, output: Any, input: Any, **o: Any) -> Work:
         out, i = as_buffer(output, True, "output"), as_buffer(input, False, "input")
         _same(out, i, i.count * self.size, "output", "tc_all_gather_single")
         return self._op("tc_all_gather_single", [out, i], o, lambda c, w: lib.tc_all_gather_single(
             self.handle, out.ptr, i.ptr, i.count, i.dtype, c, w))
 
+    @refusing("tc_all_gather_v")
     def all_gather_v(self, output: Any, counts: Sequence[int], input: Any, **o: Any) -> Work:
         out, i = as_buffer(output, True, "output"), as_buffer(input, False, "input")
         _same(out, i, sum(counts), "output", "tc_all_gather_v")
@@ -411,18 +417,21 @@ class Comm:
         return self._op("tc_all_gather_v", [out, i, cs], o, lambda c, w: lib.tc_all_gather_v(
             self.handle, out.ptr, cs, i.ptr, i.dtype, c, w))
 
+    @refusing("tc_reduce_scatter")
     def reduce_scatter(self, output: Any, inputs: Sequence[Any], op: Any = RedOp.SUM, **o: Any) -> Work:
         out, r = as_buffer(output, True, "output"), _reduce_op(op)
         ins = self._list(inputs, False, "inputs", out, out.count, "tc_reduce_scatter")
         return self._op("tc_reduce_scatter", [out, ins, r], o, lambda c, w: lib.tc_reduce_scatter(
             self.handle, out.ptr, ins[0], out.count, out.dtype, r.c(), c, w))
 
+    @refusing("tc_reduce_scatter_single")
     def reduce_scatter_single(self, output: Any, input: Any, op: Any = RedOp.SUM, **o: Any) -> Work:
         out, i, r = as_buffer(output, True, "output"), as_buffer(input, False, "input"), _reduce_op(op)
         _same(i, out, out.count * self.size, "input", "tc_reduce_scatter_single")
         return self._op("tc_reduce_scatter_single", [out, i, r], o, lambda c, w: lib.tc_reduce_scatter_single(
             self.handle, out.ptr, i.ptr, out.count, out.dtype, r.c(), c, w))
 
+    @refusing("tc_reduce_scatter_v")
     def reduce_scatter_v(self, output: Any, input: Any, counts: Sequence[int], op: Any = RedOp.SUM,
                          **o: Any) -> Work:
         out, i, r = as_buffer(output, True, "output"), as_buffer(input, False, "input"), _reduce_op(op)
@@ -431,6 +440,7 @@ class Comm:
         return self._op("tc_reduce_scatter_v", [out, i, r, cs], o, lambda c, w: lib.tc_reduce_scatter_v(
             self.handle, out.ptr, i.ptr, cs, out.dtype, r.c(), c, w))
 
+    @refusing("tc_all_to_all")
     def all_to_all(self, outputs: Sequence[Any], inputs: Sequence[Any], **o: Any) -> Work:
         if not inputs:
             raise invalid("'inputs' is empty", "tc_all_to_all")
@@ -440,6 +450,7 @@ class Comm:
         return self._op("tc_all_to_all", [ins, outs], o, lambda c, w: lib.tc_all_to_all(
             self.handle, outs[0], ins[0], first.count, first.dtype, c, w))
 
+    @refusing("tc_all_to_all_single")
     def all_to_all_single(self, output: Any, input: Any, **o: Any) -> Work:
         out, i = as_buffer(output, True, "output"), as_buffer(input, False, "input")
         _same(out, i, i.count, "output", "tc_all_to_all_single")
@@ -448,6 +459,7 @@ class Comm:
         return self._op("tc_all_to_all_single", [out, i], o, lambda c, w: lib.tc_all_to_all_single(
             self.handle, out.ptr, i.ptr, i.count // self.size, i.dtype, c, w))
 
+    @refusing("tc_all_to_all_v_single")
     def all_to_all_v_single(self, output: Any, output_counts: Sequence[int], input: Any,
                             input_counts: Sequence[int], **o: Any) -> Work:
         out, i = as_buffer(output, True, "output"), as_buffer(input, False, "input")
@@ -457,9 +469,11 @@ class Comm:
         return self._op("tc_all_to_all_v_single", [out, i, oc, ic], o, lambda c, w: lib.tc_all_to_all_v_single(
             self.handle, out.ptr, oc, i.ptr, ic, i.dtype, c, w))
 
+    @refusing("tc_barrier")
     def barrier(self, **o: Any) -> Work:
         return self._op("tc_barrier", [], o, lambda c, w: lib.tc_barrier(self.handle, c, w))
 
+    @refusing("tc_scatter")
     def scatter(self, output: Any, inputs: Optional[Sequence[Any]], root: int, **o: Any) -> Work:
         """`inputs`: one buffer per rank on `root`; None elsewhere."""
         out = as_buffer(output, True, "output")
@@ -467,6 +481,7 @@ class Comm:
         return self._op("tc_scatter", [out, ins], o, lambda c, w: lib.tc_scatter(
             self.handle, out.ptr, ins[0], out.count, out.dtype, root, c, w))
 
+    @refusing("tc_gather")
     def gather(self, outputs: Optional[Sequence[Any]], input: Any, root: int, **o: Any) -> Work:
         """`outputs`: one buffer per rank on `root`; None elsewhere."""
         i = as_buffer(input, False, "input")
@@ -474,6 +489,7 @@ class Comm:
         return self._op("tc_gather", [i, outs], o, lambda c, w: lib.tc_gather(
             self.handle, outs[0], i.ptr, i.count, i.dtype, root, c, w))
 
+    @refusing("tc_gather_single")
     def gather_single(self, output: Any, input: Any, root: int, **o: Any) -> Work:
         """`output`: size * input's count elements on `root` (rank r's block
         at r * count); None elsewhere."""
@@ -487,11 +503,13 @@ class Comm:
         return self._op("tc_gather_single", [i, out], o, lambda c, w: lib.tc_gather_single(
             self.handle, out.ptr if out else None, i.ptr, i.count, i.dtype, root, c, w))
 
+    @refusing("tc_all_gather_p_init")
     def all_gather_p(self, output: Any, **o: Any) -> "AllGatherP":
         """A persistent all-gather into `output` (size blocks of the per-rank
         count). Collective. Use ``with`` or ``close()``."""
         return AllGatherP(self, output, o)
 
+    @refusing("tc_broadcast_coalesced")
     def broadcast_coalesced(self, bufs: Sequence[Any], root: int, buffer_bytes: int = 250 * 1024 * 1024,
                             **o: Any) -> Work:
         """Broadcasts root's `bufs` (host memory, any dtypes) into every
@@ -503,6 +521,7 @@ class Comm:
         return self._op("tc_broadcast_coalesced", [*bs, ptrs, dtypes, cs], o, lambda c, w: lib.tc_broadcast_coalesced(
             self.handle, ptrs, cs, dtypes, len(bs), int(buffer_bytes), root, c, w))
 
+    @refusing("tc_sparse_all_reduce")
     def sparse_all_reduce(self, indices: Any, values: Any = None, shape: Optional[Sequence[int]] = None,
                           op: Any = RedOp.SUM, **o: Any) -> Any:
         """Sums (SUM or AVG) a sparse COO tensor across the ranks: a torch
@@ -680,6 +699,7 @@ class AllGatherP:
         self._h = h
         comm._dependents.append(self)
 
+    @refusing("tc_all_gather_p_exec", lambda self, *a, **k: self._comm)
     def exec(self, input: Any, **o: Any) -> Work:
         """`input`: `count` elements of the output's dtype (may be this
         rank's own block of the output)."""

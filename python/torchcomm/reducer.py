@@ -9,7 +9,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from . import _lib
 from ._buffers import DType, as_buffer, dtype_of, to_numpy_dtype, to_torch_dtype
-from ._lib import check, lib
+from ._lib import check, lib, refusing
 from .comm import Comm, Work
 
 
@@ -137,6 +137,7 @@ class Reducer:
     while its memory lives on until the last view of it is gone.
     """
 
+    @refusing("tc_reducer_new", lambda self, comm, *a, **k: comm)
     def __init__(self, comm: Comm, grads: Sequence[Any], *, bucket_cap_bytes: int = 0,
                  first_bucket_bytes: int = 0, gradient_as_bucket_view: bool = False):
         self._owner: Optional[_Owner] = None

@@ -87,12 +87,16 @@ impl Comm {
         lock(&self.first_failure).get_or_insert_with(|| err.clone());
         // Caller errors that every rank detects alike (mismatched sizes or
         // collectives) leave the connections healthy: fail only that call.
+        // So does memory a call's counts ask for and this rank lacks: the
+        // backend tells the peers, and closes its connections itself where
+        // the ranks are left out of step.
         if matches!(
             err.kind,
             ErrorKind::Aborted
                 | ErrorKind::InvalidUsage
                 | ErrorKind::InvalidArgument
                 | ErrorKind::Unsupported
+                | ErrorKind::OutOfMemory
         ) {
             return;
         }

@@ -65,7 +65,7 @@ impl GlooBackend {
     ) -> Result<()> {
         let bytes = desc[2] as usize;
         self.make_room(bytes)?;
-        let mut memory = Scratch::new(DESC_BYTES + bytes);
+        let mut memory = Scratch::new(DESC_BYTES + bytes)?;
         copy(memory.ptr(), desc.as_ptr() as *const u8, DESC_BYTES);
         copy(memory.ptr().add(DESC_BYTES), payload, bytes);
         let what = "point-to-point send";

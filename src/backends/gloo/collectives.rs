@@ -125,10 +125,10 @@ impl GlooBackend {
         if grand_total == 0 {
             return Ok(());
         }
-        let mut tin = Scratch::new(0);
+        let mut tin = Scratch::new(0)?;
         let mut input = input;
         if clash {
-            tin = Scratch::new(in_total);
+            tin = Scratch::new(in_total)?;
             copy(tin.ptr(), input, in_total);
             input = tin.ptr();
         }
@@ -165,10 +165,10 @@ impl GlooBackend {
         let mut input = input;
         // PREMUL_SUM scales each rank's own contribution before the sum; the
         // caller's input stays untouched.
-        let mut scaled = Scratch::new(0);
+        let mut scaled = Scratch::new(0)?;
         if op.kind == RedKind::PremulSum {
             let k = premul_factor(op, dtype)?;
-            scaled = Scratch::new(total * es);
+            scaled = Scratch::new(total * es)?;
             reduce::scale(dtype, scaled.ptr(), input, total, Scale::Mul(k))?;
             input = scaled.ptr();
         }
@@ -181,7 +181,7 @@ impl GlooBackend {
         }
         let in_bytes: Vec<usize> = counts.iter().map(|c| c * es).collect();
         let out_bytes = vec![mine * es; n];
-        let mut received = Scratch::new(mine * es * n);
+        let mut received = Scratch::new(mine * es * n)?;
         let tag = self.next_tag();
         self.ctx()
             .alltoallv(input, &in_bytes, received.ptr(), &out_bytes, tag, d.left()?)
@@ -192,7 +192,7 @@ impl GlooBackend {
         }
         let is_sum = matches!(op.kind, RedKind::Sum | RedKind::Avg | RedKind::PremulSum);
         let divide = (op.kind == RedKind::Avg).then_some(n as u64);
-        if is_sum && reduce::sum_half_blocks(dtype, output, received.ptr(), n, mine, divide) {
+        if is_sum && reduce::sum_half_blocks(dtype, output, received.ptr(), n, mine, divide)? {
             return Ok(());
         }
         let block = mine * es;
@@ -229,10 +229,10 @@ impl GlooBackend {
             .map(|r| count / n + usize::from(r < count % n))
             .collect();
         let padded = counts[0] * es;
-        let mut own = Scratch::new(padded);
+        let mut own = Scratch::new(padded)?;
         self.reduce_scatter_blocks(buf, own.ptr(), &counts, dtype, op, d)?;
         let is_root = self.rank == root;
-        let mut all = Scratch::new(if is_root { padded * n } else { 0 });
+        let mut all = Scratch::new(if is_root { padded * n } else { 0 })?;
         let tag = self.next_tag();
         self.ctx()
             .gather(own.ptr(), all.ptr(), padded, root, tag, d.left()?)
@@ -259,14 +259,14 @@ impl GlooBackend {
         let f = reduce::kernel(dtype, op.kind)?;
         let bytes = count * dtype.size();
         let is_root = self.rank == root;
-        let mut scaled = Scratch::new(0);
+        let mut scaled = Scratch::new(0)?;
         let mut input: *const u8 = buf;
         if op.kind == RedKind::PremulSum {
             let k = premul_factor(op, dtype)?;
             if is_root {
                 reduce::scale(dtype, buf, buf, count, Scale::Mul(k))?;
             } else {
-                scaled = Scratch::new(bytes);
+                scaled = Scratch::new(bytes)?;
                 reduce::scale(dtype, scaled.ptr(), buf, count, Scale::Mul(k))?;
                 input = scaled.ptr();
             }
@@ -274,7 +274,7 @@ impl GlooBackend {
         if self.size > 1 && count > 0 {
             // Gloo's reduce writes partial results into the output on every
             // rank: give non-roots scratch so their buffer stays untouched.
-            let mut out_tmp = Scratch::new(if is_root { 0 } else { bytes });
+            let mut out_tmp = Scratch::new(if is_root { 0 } else { bytes })?;
             let out = if is_root { buf } else { out_tmp.ptr() };
             let inp = if std::ptr::eq(input, out) {
                 std::ptr::null()

@@ -24,7 +24,7 @@ impl GlooBackend {
             }
         }
         if let Some(ih) = &self.intra {
-            let p2p = matches!(op, Op::Send { .. } | Op::Recv { .. } | Op::Batch { .. });
+            let p2p = is_point_to_point(op);
             // The shared-memory path writes gather_single's blocks in place.
             let lowered = op.gather_single_as_gather(self.rank, self.size);
             // SAFETY: as for `execute_gloo`.
@@ -36,14 +36,16 @@ impl GlooBackend {
             };
             if let Some(result) = shared {
                 // Ranks that failed mid-operation are out of step. Argument
-                // errors come before any sync, and calls that differ are
-                // found by all ranks at the same sync: those stay in step.
+                // errors and caller-sized allocations come before any sync,
+                // and calls that differ are found by all ranks at the same
+                // sync: those stay in step (see `intra_host_op`).
                 return result.inspect_err(|e| {
                     if !matches!(
                         e.kind,
                         ErrorKind::InvalidUsage
                             | ErrorKind::InvalidArgument
                             | ErrorKind::Unsupported
+                            | ErrorKind::OutOfMemory
                     ) {
                         self.mark_broken(e)
                     }
@@ -64,7 +66,42 @@ impl GlooBackend {
         lock(&self.seqs).salt = tag_salt(op);
         let result = self.execute_gloo(op, d);
         lock(&self.seqs).salt = 0;
-        result
+        match result {
+            Err(e) if e.kind == ErrorKind::OutOfMemory => match is_point_to_point(op) {
+                false => Err(self.refuse_out_of_memory(op, e, d)),
+                // A peer's matching call would wait until its timeout.
+                true => {
+                    self.mark_broken(&e);
+                    Err(e)
+                }
+            },
+            result => result,
+        }
+    }
+
+    /// A collective whose scratch memory ran out on this rank over Gloo:
+    /// the peers wait only for its messages, so it is told to them as a
+    /// refusal (see [`GlooBackend::refuse`]): they fail within about a
+    /// second naming this rank and the allocation, never pairing this call
+    /// with this rank's next one.
+    #[cold]
+    fn refuse_out_of_memory(&self, op: &Op, error: Error, d: &Deadline) -> Error {
+        let error = error.context(op.name());
+        let refusal = crate::op::Refusal {
+            call: op.name(),
+            rank: self.rank,
+            error: error.clone(),
+        };
+        match self.refuse(&refusal, d) {
+            Ok(()) => error,
+            Err(told) => Error::new(
+                error.kind,
+                format!(
+                    "{}; telling the other ranks failed: {}",
+                    error.message, told.message
+                ),
+            ),
+        }
     }
 
     /// `op` through Gloo, its tags carrying its salt (see [`tag_salt`]).
@@ -138,7 +175,7 @@ impl GlooBackend {
                     d,
                 )?;
                 let sizes: Vec<usize> = counts.iter().map(|c| c * es).collect();
-                let mut own = Scratch::new(sizes[me]);
+                let mut own = Scratch::new(sizes[me])?;
                 copy(own.ptr(), buf.as_u8().add(offset), sizes[me]);
                 let tag = self.next_tag();
                 self.ctx()
@@ -203,7 +240,7 @@ impl GlooBackend {
                 dtype,
             } => {
                 let bytes = count * dtype.size();
-                let mut tmp = Scratch::new(bytes * n);
+                let mut tmp = Scratch::new(bytes * n)?;
                 self.all_gather_into(input.as_u8(), tmp.ptr(), bytes, d)?;
                 for (r, out) in outputs.iter().enumerate() {
                     copy(out.as_u8(), tmp.ptr().add(r * bytes), bytes);
@@ -225,7 +262,7 @@ impl GlooBackend {
                 if in_place {
                     self.all_gather_into(std::ptr::null(), out, bytes, d)
                 } else if layout.inputs_overlap_outputs() {
-                    let mut tmp = Scratch::new(bytes);
+                    let mut tmp = Scratch::new(bytes)?;
                     copy(tmp.ptr(), input.as_u8(), bytes);
                     self.all_gather_into(tmp.ptr(), out, bytes, d)
                 } else {
@@ -251,7 +288,7 @@ impl GlooBackend {
                 if total == 0 {
                     return Ok(());
                 }
-                let mut tmp = Scratch::new(mine);
+                let mut tmp = Scratch::new(mine)?;
                 copy(tmp.ptr(), input.as_u8(), mine);
                 let tag = self.next_tag();
                 self.ctx()
@@ -278,7 +315,7 @@ impl GlooBackend {
                 op,
             } => {
                 let bytes = count * dtype.size();
-                let mut tmp = Scratch::packed(inputs, bytes);
+                let mut tmp = Scratch::packed(inputs, bytes)?;
                 self.reduce_scatter_blocks(
                     tmp.ptr(),
                     output.as_u8(),
@@ -330,8 +367,8 @@ impl GlooBackend {
                 dtype,
             } => {
                 let bytes = count * dtype.size();
-                let mut tin = Scratch::packed(inputs, bytes);
-                let mut tout = Scratch::new(bytes * n);
+                let mut tin = Scratch::packed(inputs, bytes)?;
+                let mut tout = Scratch::new(bytes * n)?;
                 self.all_to_all(tin.ptr(), tout.ptr(), bytes, d)?;
                 for (r, p) in outputs.iter().enumerate() {
                     copy(p.as_u8(), tout.ptr().add(r * bytes), bytes);
@@ -346,7 +383,7 @@ impl GlooBackend {
             } => {
                 let bytes = count * dtype.size();
                 if op.layout(self.rank, self.size).inputs_overlap_outputs() {
-                    let mut tin = Scratch::new(bytes * n);
+                    let mut tin = Scratch::new(bytes * n)?;
                     copy(tin.ptr(), input.as_u8(), bytes * n);
                     self.all_to_all(tin.ptr(), output.as_u8(), bytes, d)
                 } else {
@@ -473,11 +510,11 @@ impl GlooBackend {
             return Ok(());
         }
         let mut ins: Vec<*const u8> = Vec::new();
-        let mut own = Scratch::new(0);
+        let mut own = Scratch::new(0)?;
         if self.rank == root {
             ins = inputs.iter().map(|p| p.as_u8() as *const u8).collect();
             if own_clash {
-                own = Scratch::new(bytes);
+                own = Scratch::new(bytes)?;
                 copy(own.ptr(), ins[me], bytes);
                 ins[me] = own.ptr();
             }
@@ -510,7 +547,7 @@ impl GlooBackend {
             return Ok(());
         }
         let is_root = self.rank == root;
-        let mut tmp = Scratch::new(if is_root { bytes * n } else { 0 });
+        let mut tmp = Scratch::new(if is_root { bytes * n } else { 0 })?;
         let tag = self.next_tag();
         self.ctx()
             .gather(input.as_u8(), tmp.ptr(), bytes, root, tag, d.left()?)
@@ -547,10 +584,10 @@ impl GlooBackend {
             std::ptr::null_mut()
         };
         // Gloo reads the root's input while it writes the output.
-        let mut own = Scratch::new(0);
+        let mut own = Scratch::new(0)?;
         let mut src = input.as_u8() as *const u8;
         if clash {
-            own = Scratch::new(bytes);
+            own = Scratch::new(bytes)?;
             copy(own.ptr(), src, bytes);
             src = own.ptr();
         }
@@ -566,4 +603,8 @@ impl GlooBackend {
         drop(own);
         r
     }
+}
+
+fn is_point_to_point(op: &Op) -> bool {
+    matches!(op, Op::Send { .. } | Op::Recv { .. } | Op::Batch { .. })
 }

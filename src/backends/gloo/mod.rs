@@ -30,6 +30,17 @@
 //!   received blocks in rank order; the list forms go through contiguous
 //!   scratch buffers.
 
+/// `?` inside the functions that answer `Option<Result<_>>` (`None`: the
+/// path has no form of the op): an error answers `Some(Err(..))`.
+macro_rules! some_try {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => return Some(Err(e)),
+        }
+    };
+}
+
 mod buffered_sends;
 mod collectives;
 mod connect;
@@ -147,8 +158,11 @@ pub struct GlooBackend {
 struct Scratch(Vec<u64>);
 
 impl Scratch {
-    fn new(bytes: usize) -> Scratch {
-        Scratch(vec![0u64; bytes.div_ceil(8)])
+    /// `bytes` of zeroed scratch; its size comes from the caller's counts,
+    /// so a failed allocation is `TC_ERR_OUT_OF_MEMORY`, not an abort.
+    fn new(bytes: usize) -> Result<Scratch> {
+        let what = "scratch memory sized by the operation's counts";
+        crate::util::try_zeroed(bytes.div_ceil(8), what).map(Scratch)
     }
     fn ptr(&mut self) -> *mut u8 {
         self.0.as_mut_ptr() as *mut u8
@@ -159,12 +173,12 @@ impl Scratch {
     ///
     /// # Safety
     /// Every pointer in `buffers` must be valid for reads of `bytes`.
-    unsafe fn packed(buffers: &[crate::op::Ptr], bytes: usize) -> Scratch {
-        let mut s = Scratch::new(bytes * buffers.len());
+    unsafe fn packed(buffers: &[crate::op::Ptr], bytes: usize) -> Result<Scratch> {
+        let mut s = Scratch::new(bytes * buffers.len())?;
         for (r, p) in buffers.iter().enumerate() {
             copy(s.ptr().add(r * bytes), p.as_u8(), bytes);
         }
-        s
+        Ok(s)
     }
 }
 
@@ -180,14 +194,14 @@ unsafe fn private_input(
     input: *const u8,
     bytes: usize,
     needed: bool,
-) -> (Option<Scratch>, *const u8) {
+) -> Result<(Option<Scratch>, *const u8)> {
     if !needed {
-        return (None, input);
+        return Ok((None, input));
     }
-    let mut c = Scratch::new(bytes);
+    let mut c = Scratch::new(bytes)?;
     copy(c.ptr(), input, bytes);
     let p = c.ptr() as *const u8;
-    (Some(c), p)
+    Ok((Some(c), p))
 }
 
 /// memmove of `n` bytes (no-op when equal or empty).

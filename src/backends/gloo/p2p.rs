@@ -165,7 +165,7 @@ impl GlooBackend {
             let mut buf = o.buf.0;
             if count != o.count as u64 || dtype != o.dtype.to_c() as u64 {
                 errors.push(mismatch(o, count, dtype));
-                let mut s = Scratch::new(bytes as usize);
+                let mut s = Scratch::new(bytes as usize)?;
                 buf = s.ptr() as *mut c_void;
                 scratch.push(s);
             }

@@ -22,7 +22,7 @@ fn layout_of<'a>(ih: &intra_host::IntraHost, op: &'a Op) -> Layout<'a> {
 /// # Safety
 /// As for [`GlooBackend::intra_host_op`].
 #[inline(always)]
-unsafe fn input_or_copy(layout: &Layout<'_>, needed: bool) -> (Option<Scratch>, *const u8) {
+unsafe fn input_or_copy(layout: &Layout<'_>, needed: bool) -> Result<(Option<Scratch>, *const u8)> {
     let Layout::Apart { input, .. } = layout else {
         unreachable!("only collectives that are not in place read a private copy")
     };
@@ -37,7 +37,10 @@ unsafe fn input_or_copy(layout: &Layout<'_>, needed: bool) -> (Option<Scratch>, 
 /// # Safety
 /// As for [`GlooBackend::intra_host_op`].
 #[inline(always)]
-unsafe fn own_block_input(ih: &intra_host::IntraHost, op: &Op) -> (Option<Scratch>, *const u8) {
+unsafe fn own_block_input(
+    ih: &intra_host::IntraHost,
+    op: &Op,
+) -> Result<(Option<Scratch>, *const u8)> {
     let layout = layout_of(ih, op);
     input_or_copy(&layout, layout.overlaps_outside_own_block(ih.rank()))
 }
@@ -49,7 +52,10 @@ unsafe fn own_block_input(ih: &intra_host::IntraHost, op: &Op) -> (Option<Scratc
 /// # Safety
 /// As for [`GlooBackend::intra_host_op`].
 #[inline(always)]
-unsafe fn all_to_all_input(ih: &intra_host::IntraHost, op: &Op) -> (Option<Scratch>, *const u8) {
+unsafe fn all_to_all_input(
+    ih: &intra_host::IntraHost,
+    op: &Op,
+) -> Result<(Option<Scratch>, *const u8)> {
     let layout = layout_of(ih, op);
     let clash = layout.inputs_overlap_outputs() && !layout.same_blocks_in_place();
     input_or_copy(&layout, clash)
@@ -89,6 +95,14 @@ impl GlooBackend {
             };
             let synced = ih.sync(op.name(), Some(&fp), d, &alive);
             return Some(result.and(synced));
+        }
+        // Memory that ran out after the first sync (chunk-sized buffers
+        // only: the caller-sized ones come before it) leaves this rank out
+        // of step, as any failure mid-operation.
+        if let Err(e) = &result {
+            if e.kind == ErrorKind::OutOfMemory {
+                self.mark_broken(e);
+            }
         }
         Some(result)
     }
@@ -182,7 +196,7 @@ impl GlooBackend {
                 dtype,
                 ..
             } => {
-                let (_copy, input) = own_block_input(ih, op);
+                let (_copy, input) = some_try!(own_block_input(ih, op));
                 Some(ih.all_gather(output.as_u8(), input, count * dtype.size(), sync))
             }
             Op::AllGather {
@@ -192,7 +206,7 @@ impl GlooBackend {
                 dtype,
             } => {
                 let bytes = count * dtype.size();
-                let mut all = Scratch::new(bytes * n);
+                let mut all = some_try!(Scratch::new(bytes * n));
                 Some(
                     ih.all_gather(all.ptr(), input.as_u8(), bytes, sync)
                         .map(|()| {
@@ -208,7 +222,7 @@ impl GlooBackend {
                 dtype,
                 ..
             } => {
-                let (_copy, input) = own_block_input(ih, op);
+                let (_copy, input) = some_try!(own_block_input(ih, op));
                 Some(ih.all_gather_v(output.as_u8(), input, counts, dtype.size(), sync))
             }
             Op::Gather {
@@ -220,7 +234,7 @@ impl GlooBackend {
             } => {
                 // The root writes outputs while later chunks of its input
                 // are still read.
-                let (_copy, input) = own_block_input(ih, op);
+                let (_copy, input) = some_try!(own_block_input(ih, op));
                 let outs: Vec<*mut u8> = outputs.iter().map(|o| o.as_u8()).collect();
                 Some(ih.gather(&outs, input, count * dtype.size(), *root as usize, sync))
             }
@@ -246,7 +260,7 @@ impl GlooBackend {
                 op: red,
                 ..
             } => {
-                let (_copy, input) = own_block_input(ih, op);
+                let (_copy, input) = some_try!(own_block_input(ih, op));
                 Some(
                     self.reduction(*dtype, red)
                         .and_then(|r| ih.reduce_scatter(output.as_u8(), input, *count, &r, sync)),
@@ -260,7 +274,7 @@ impl GlooBackend {
                 op,
             } => {
                 let bytes = count * dtype.size();
-                let mut packed = Scratch::packed(inputs, bytes);
+                let mut packed = some_try!(Scratch::packed(inputs, bytes));
                 Some(self.reduction(*dtype, op).and_then(|r| {
                     ih.reduce_scatter(output.as_u8(), packed.ptr(), *count, &r, sync)
                 }))
@@ -272,7 +286,7 @@ impl GlooBackend {
                 op: red,
                 ..
             } => {
-                let (_copy, input) = own_block_input(ih, op);
+                let (_copy, input) = some_try!(own_block_input(ih, op));
                 Some(
                     self.reduction(*dtype, red)
                         .and_then(|r| ih.reduce_scatter_v(output.as_u8(), input, counts, &r, sync)),
@@ -312,7 +326,7 @@ impl GlooBackend {
                 dtype,
                 ..
             } => {
-                let (_copy, input) = all_to_all_input(ih, op);
+                let (_copy, input) = some_try!(all_to_all_input(ih, op));
                 Some(ih.all_to_all(output.as_u8(), input, count * dtype.size(), sync))
             }
             Op::AllToAll {
@@ -322,8 +336,10 @@ impl GlooBackend {
                 dtype,
             } => {
                 let bytes = count * dtype.size();
-                let (mut packed, mut received) =
-                    (Scratch::packed(inputs, bytes), Scratch::new(bytes * n));
+                let (mut packed, mut received) = (
+                    some_try!(Scratch::packed(inputs, bytes)),
+                    some_try!(Scratch::new(bytes * n)),
+                );
                 Some(
                     ih.all_to_all(received.ptr(), packed.ptr(), bytes, sync)
                         .map(|()| {
@@ -340,7 +356,7 @@ impl GlooBackend {
                 dtype,
                 ..
             } => {
-                let (_copy, input) = all_to_all_input(ih, op);
+                let (_copy, input) = some_try!(all_to_all_input(ih, op));
                 let es = dtype.size();
                 Some(ih.all_to_all_v(output.as_u8(), output_counts, input, input_counts, es, sync))
             }
@@ -378,7 +394,7 @@ unsafe fn shm_scatter(
     clash: bool,
     sync: &intra_host::SyncAll,
 ) -> Result<()> {
-    let mut landing = Scratch::new(if clash { bytes } else { 0 });
+    let mut landing = Scratch::new(if clash { bytes } else { 0 })?;
     let out = if clash { landing.ptr() } else { output.as_u8() };
     let ins: Vec<*const u8> = inputs.iter().map(|i| i.as_u8() as *const u8).collect();
     ih.scatter(out, &ins, bytes, root, sync).map(|()| {

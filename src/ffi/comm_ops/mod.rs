@@ -163,3 +163,64 @@ unsafe fn ptr_list<T>(p: *const *mut T, n: usize, arg: &str) -> Result<Vec<Ptr>>
 unsafe fn count_list(p: *const usize, n: usize, arg: &str) -> Result<Vec<usize>> {
     Ok(arg_slice(p, n, arg)?.to_vec())
 }
+
+/// The calls [`tc_comm_refuse`] issues a refusal for: the collectives and
+/// the calls built on them that issue one on every rank when they succeed.
+const REFUSABLE_CALLS: [&str; 21] = [
+    "tc_all_reduce",
+    "tc_reduce",
+    "tc_all_gather",
+    "tc_all_gather_single",
+    "tc_all_gather_v",
+    "tc_reduce_scatter",
+    "tc_reduce_scatter_single",
+    "tc_reduce_scatter_v",
+    "tc_all_to_all",
+    "tc_all_to_all_single",
+    "tc_all_to_all_v_single",
+    "tc_broadcast",
+    "tc_barrier",
+    "tc_scatter",
+    "tc_gather",
+    "tc_gather_single",
+    "tc_broadcast_coalesced",
+    "tc_reducer_new",
+    "tc_sparse_all_reduce",
+    "tc_all_gather_p_init",
+    "tc_all_gather_p_exec",
+];
+
+/// For a binding whose own checks refuse a collective before calling it
+/// (a Python dtype the library has no code for, a list of the wrong
+/// length): issues the refusal of `call` in the call's place, as the
+/// library does for the arguments it refuses itself, so that the call
+/// fails on every rank instead of the peers pairing it with this rank's
+/// next collective (see the header's preamble on refusals). `call` is the
+/// C name of the refused call (`"tc_all_reduce"`, ..., `"tc_barrier"`,
+/// `"tc_broadcast_coalesced"`, `"tc_reducer_new"`, `"tc_sparse_all_reduce"`,
+/// `"tc_all_gather_p_init"`, `"tc_all_gather_p_exec"`; not a point-to-point
+/// call); `reason` (UTF-8, copied) is what the peers are told, naming the
+/// argument. Returns `TC_ERR_INVALID_ARGUMENT` with `reason` as this
+/// thread's error once the refusal is issued (`tc_last_error`); a NULL
+/// `comm`, `call` or `reason` is `TC_ERR_NULL_ARGUMENT` and an unknown
+/// `call` `TC_ERR_INVALID_ARGUMENT` naming it, neither issuing anything.
+/// Thread safety and ordering as for the refused call: it takes that
+/// call's place in the comm's sequence of collectives.
+#[no_mangle]
+pub extern "C" fn tc_comm_refuse(
+    comm: *mut tc_comm_t,
+    call: *const std::ffi::c_char,
+    reason: *const std::ffi::c_char,
+) -> tc_result_t {
+    boundary("tc_comm_refuse", || {
+        let comm = unsafe { handle_ref(comm, "comm")? }.inner()?;
+        let named = unsafe { crate::types::c_string(call, "call")? };
+        let reason = unsafe { crate::types::c_string(reason, "reason")? };
+        let Some(call) = REFUSABLE_CALLS.iter().find(|c| **c == named) else {
+            return Err(Error::invalid_argument(format!(
+                "argument 'call': {named:?} is not a collective call of the C API"
+            )));
+        };
+        Err(comm.refuse(call, Error::invalid_argument(reason)))
+    })
+}

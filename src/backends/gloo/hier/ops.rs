@@ -98,7 +98,7 @@ impl Hierarchy {
                 dtype,
                 op,
             } => {
-                let mut packed = Scratch::packed(inputs, count * dtype.size());
+                let mut packed = some_try!(Scratch::packed(inputs, count * dtype.size()));
                 self.reduce_scatter(*output, packed.ptr(), *count, *dtype, op, d)
             }
             Op::Barrier => self.barrier(d),
@@ -200,7 +200,7 @@ impl Hierarchy {
         let mut scratch = None;
         let target = match self.is_leader() && self.rank != root {
             true => {
-                let s: &mut Scratch = scratch.insert(Scratch::new(bytes));
+                let s: &mut Scratch = scratch.insert(Scratch::new(bytes)?);
                 copy(s.ptr(), buf, bytes);
                 s.ptr()
             }
@@ -278,7 +278,7 @@ impl Hierarchy {
                 .map_err(|e| self.among_leaders(e));
         }
         let bytes = count * dtype.size();
-        let mut parts = Scratch::new(bytes * hosts);
+        let mut parts = Scratch::new(bytes * hosts)?;
         let others = (0..hosts).filter(|h| *h != me);
         let ops = others
             .map(|h| p2p(false, parts.ptr().add(h * bytes), h))
@@ -341,7 +341,7 @@ impl Hierarchy {
         let bytes = count * dtype.size();
         let (my_host, _) = self.place[self.rank];
         let mine = self.hosts[my_host].len();
-        let mut block = Scratch::new(if self.is_leader() { mine * bytes } else { 0 });
+        let mut block = Scratch::new(if self.is_leader() { mine * bytes } else { 0 })?;
         let gather = Op::GatherSingle {
             output: ptr(if self.is_leader() {
                 block.ptr()
@@ -357,7 +357,7 @@ impl Hierarchy {
         self.local(gather.expect("a gather_single"), d)?;
         if self.is_leader() {
             let n = self.place.len();
-            let mut all = Scratch::new(n * bytes);
+            let mut all = Scratch::new(n * bytes)?;
             let counts = self.hosts.iter().map(|h| h.len() * count).collect();
             let op = Op::AllGatherV {
                 output: ptr(all.ptr()),
@@ -388,7 +388,7 @@ impl Hierarchy {
         d: &Deadline,
     ) -> Result<()> {
         let bytes = count * dtype.size();
-        let mut all = Scratch::new(bytes * outputs.len());
+        let mut all = Scratch::new(bytes * outputs.len())?;
         self.all_gather(all.ptr(), input, count, dtype, d)?;
         for (r, out) in outputs.iter().enumerate() {
             copy(out.as_u8(), all.ptr().add(r * bytes), bytes);
@@ -410,7 +410,7 @@ impl Hierarchy {
         let (local_op, top_op, avg) = split(op);
         let n = self.place.len();
         let bytes = count * dtype.size();
-        let mut sum = Scratch::new(n * bytes);
+        let mut sum = Scratch::new(n * bytes)?;
         copy(sum.ptr(), input, n * bytes);
         let reduce = Op::Reduce {
             buf: ptr(sum.ptr()),
@@ -422,11 +422,11 @@ impl Hierarchy {
         self.local(reduce, d)?;
         let my_ranks = &self.hosts[self.place[self.rank].0];
         let leader = self.is_leader();
-        let mut mine = Scratch::new(if leader { my_ranks.len() * bytes } else { 0 });
+        let mut mine = Scratch::new(if leader { my_ranks.len() * bytes } else { 0 })?;
         let mut inputs = Vec::new();
         if leader {
             // Host-major order: each host's ranks' blocks together.
-            let mut by_host = Scratch::new(n * bytes);
+            let mut by_host = Scratch::new(n * bytes)?;
             for (k, r) in self.hosts.iter().flatten().enumerate() {
                 copy(
                     by_host.ptr().add(k * bytes),

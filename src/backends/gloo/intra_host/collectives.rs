@@ -21,7 +21,7 @@ impl IntraHost {
         out: *mut u8,
         blocks: &mut Scratch,
     ) -> Result<()> {
-        if self.combine_undivided(red, h, at, len, out, blocks) {
+        if self.combine_undivided(red, h, at, len, out, blocks)? {
             reduce::scale(red.dtype, out, out, len, Scale::Div(self.size as u64))?;
         }
         Ok(())
@@ -38,7 +38,7 @@ impl IntraHost {
         len: usize,
         out: *mut u8,
         blocks: &mut Scratch,
-    ) -> bool {
+    ) -> Result<bool> {
         let es = red.dtype.size();
         if red.halves {
             for r in 0..self.size {
@@ -55,8 +55,8 @@ impl IntraHost {
                 self.size,
                 len,
                 red.avg.then_some(self.size as u64),
-            );
-            return false;
+            )?;
+            return Ok(false);
         }
         copy(out, self.half(0, h).add(at), len * es);
         for r in 1..self.size {
@@ -67,7 +67,7 @@ impl IntraHost {
                 len,
             );
         }
-        red.avg
+        Ok(red.avg)
     }
 
     /// Copies `len` elements of an input into a segment; PREMUL_SUM's
@@ -89,7 +89,7 @@ impl IntraHost {
     }
 
     /// Scratch for [`IntraHost::combine`] of up to `len` elements.
-    fn blocks_for(&self, red: &Reduction, len: usize) -> Scratch {
+    fn blocks_for(&self, red: &Reduction, len: usize) -> Result<Scratch> {
         Scratch::new(if red.halves {
             self.size * len * red.dtype.size()
         } else {
@@ -117,14 +117,17 @@ impl IntraHost {
         }
         let (me, h) = (self.rank, self.next_half());
         let mine = self.half(me, h);
+        // Allocated before the first sync: a rank without the memory fails
+        // there, which the other ranks hear about at that sync.
+        let combines = root.map_or(true, |r| r == me) && count > 0;
+        let mut blocks = self.blocks_for(red, if combines { count } else { 0 })?;
         self.copy_in(red, mine, buf, count)?;
         sync(if root.is_some() {
             "reduce"
         } else {
             "all_reduce"
         })?;
-        if root.map_or(true, |r| r == me) && count > 0 {
-            let mut blocks = self.blocks_for(red, count);
+        if combines {
             self.combine(red, h, 0, count, buf, &mut blocks)?;
         }
         Ok(())
@@ -150,8 +153,8 @@ impl IntraHost {
             // A dtype AVG cannot divide fails here, before `buf` is touched.
             reduce::scale(red.dtype, buf, buf, 0, Scale::Div(n as u64))?;
         }
-        let mut acc = Scratch::new(if lands_here { 0 } else { share_max * es });
-        let mut blocks = self.blocks_for(red, share_max);
+        let mut acc = Scratch::new(if lands_here { 0 } else { share_max * es })?;
+        let mut blocks = self.blocks_for(red, share_max)?;
         let what = if root.is_some() {
             "reduce"
         } else {
@@ -172,7 +175,7 @@ impl IntraHost {
                 };
                 // AVG's division, when still due, is the copy into the
                 // segment itself: one pass instead of two.
-                if self.combine_undivided(red, h, s0 * es, len, out, &mut blocks) {
+                if self.combine_undivided(red, h, s0 * es, len, out, &mut blocks)? {
                     reduce::scale(red.dtype, mine.add(s0 * es), out, len, Scale::Div(n as u64))?;
                 } else {
                     copy(mine.add(s0 * es), out, len * es);
@@ -244,7 +247,7 @@ impl IntraHost {
     ) -> Result<()> {
         let (n, me, es) = (self.size, self.rank, red.dtype.size());
         let per_block = HALF / es / n;
-        let mut blocks = self.blocks_for(red, count.min(per_block));
+        let mut blocks = self.blocks_for(red, count.min(per_block))?;
         for c0 in (0..count).step_by(per_block) {
             let (m, h) = ((count - c0).min(per_block), self.next_half());
             let mine = self.half(me, h);
@@ -370,7 +373,7 @@ impl IntraHost {
             .iter()
             .scan(0, |at, c| Some(std::mem::replace(at, *at + c)))
             .collect();
-        let mut blocks = self.blocks_for(red, counts[me].min(step));
+        let mut blocks = self.blocks_for(red, counts[me].min(step))?;
         for k in 0..chunks {
             let (c0, h) = (k * step, self.next_half());
             let part = |r: usize| counts[r].saturating_sub(c0).min(step);

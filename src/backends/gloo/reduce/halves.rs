@@ -3,6 +3,7 @@
 //! float16/bfloat16 blocks that rounds once.
 
 use super::elementwise::{fmax, fmin};
+use crate::error::Result;
 use crate::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use crate::types::DType;
 use std::ffi::c_void;
@@ -188,15 +189,16 @@ pub unsafe fn sum_half_blocks(
     nblocks: usize,
     count: usize,
     divide: Option<u64>,
-) -> bool {
+) -> Result<bool> {
     let (to, from): (HalfToF32, F32ToHalf) = match dtype {
         DType::F16 => (f16_run_to_f32, f32_run_to_f16),
         DType::BF16 => (bf16_run_to_f32, f32_run_to_bf16),
-        _ => return false,
+        _ => return Ok(false),
     };
     let src = blocks as *const u16;
-    let mut acc = vec![0f32; count];
-    let mut part = vec![0f32; count];
+    let what = "float32 sums of the half-precision 'count' elements";
+    let mut acc = crate::util::try_zeroed::<f32>(count, what)?;
+    let mut part = crate::util::try_zeroed::<f32>(count, what)?;
     for r in 0..nblocks {
         to(&mut part, src.add(r * count));
         for (a, p) in acc.iter_mut().zip(&part) {
@@ -209,5 +211,5 @@ pub unsafe fn sum_half_blocks(
         }
     }
     from(out as *mut u16, &acc);
-    true
+    Ok(true)
 }

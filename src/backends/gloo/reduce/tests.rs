@@ -110,6 +110,7 @@ fn half_blocks_are_summed_in_f32_and_rounded_once() {
             1,
             None,
         )
+        .unwrap()
     });
     assert_eq!(f16_to_f32(out), 2050.0);
     let mut pairwise = blocks[0];
@@ -127,6 +128,7 @@ fn half_blocks_are_summed_in_f32_and_rounded_once() {
             1,
             Some(2),
         )
+        .unwrap()
     });
     assert_eq!(bf16_to_f32(out), 3.5);
     assert!(!unsafe {
@@ -138,6 +140,7 @@ fn half_blocks_are_summed_in_f32_and_rounded_once() {
             1,
             None,
         )
+        .unwrap()
     });
 }
 
