@@ -53,6 +53,25 @@ pub struct P2p {
     pub tag: u32,
 }
 
+impl P2p {
+    /// Why this receive cannot take its sender's message of `count`
+    /// elements of dtype code `dtype` (every transport's words alike).
+    pub fn mismatch_with_send(&self, count: u64, dtype: u64) -> String {
+        let name = DType::ALL.get(dtype as usize).map_or("?", |d| d.name());
+        let tag = match self.tag {
+            0 => String::new(),
+            t => format!(" with tag {t}"),
+        };
+        format!(
+            "receive of {} {} from rank {}{tag} does not match that rank's send of {count} {name} \
+             (the send completed there)",
+            self.count,
+            self.dtype.name(),
+            self.peer
+        )
+    }
+}
+
 /// A validated operation. Counts are elements of `dtype`; every list has one
 /// entry per rank unless noted; same input and output address means in place.
 #[derive(Debug, Clone)]

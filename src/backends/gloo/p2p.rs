@@ -164,7 +164,7 @@ impl GlooBackend {
         for ((o, seq), [count, dtype, bytes]) in receives.iter().zip(descs) {
             let mut buf = o.buf.0;
             if count != o.count as u64 || dtype != o.dtype.to_c() as u64 {
-                errors.push(mismatch(o, count, dtype));
+                errors.push(o.mismatch_with_send(count, dtype));
                 let mut s = Scratch::new(bytes as usize)?;
                 buf = s.ptr() as *mut c_void;
                 scratch.push(s);
@@ -241,23 +241,6 @@ impl GlooBackend {
             Err(Error::invalid_usage(errors.join("; ")))
         }
     }
-}
-
-/// Why receive `o` cannot take its sender's message of `count` elements
-/// of dtype code `dtype`.
-fn mismatch(o: &P2p, count: u64, dtype: u64) -> String {
-    let name = DType::ALL.get(dtype as usize).map_or("?", |d| d.name());
-    let tag = match o.tag {
-        0 => String::new(),
-        t => format!(" with tag {t}"),
-    };
-    format!(
-        "receive of {} {} from rank {}{tag} does not match that rank's send of {count} {name} \
-         (the send completed there)",
-        o.count,
-        o.dtype.name(),
-        o.peer
-    )
 }
 
 /// What the descriptor receive is called in errors: with the tags in use, since

@@ -19,7 +19,6 @@
 use super::worker::{Request, Worker};
 use super::*;
 use crate::op::P2p;
-use crate::types::DType;
 
 /// The descriptor: count, dtype code, bytes.
 const DESC_BYTES: usize = 24;
@@ -81,7 +80,7 @@ pub(super) unsafe fn run(
             let (count, dtype, bytes) = (h[0], h[1], h[2] as usize);
             let matches = count == o.count as u64 && dtype == o.dtype.to_c() as u64;
             if !matches {
-                messages.push(mismatch(o, count, dtype));
+                messages.push(o.mismatch_with_send(count, dtype));
             }
             if r.info.sender_tag & HEAD_DESCRIPTOR_ONLY == 0 {
                 if matches {
@@ -141,23 +140,6 @@ fn unmatched_self_transfers(ops: &[P2p], me: i32) -> Vec<(u32, String)> {
             })
         })
         .collect()
-}
-
-/// Why receive `o` cannot take its sender's message of `count` elements of
-/// dtype code `dtype`.
-fn mismatch(o: &P2p, count: u64, dtype: u64) -> String {
-    let name = DType::ALL.get(dtype as usize).map_or("?", |d| d.name());
-    let tag = match o.tag {
-        0 => String::new(),
-        t => format!(" with tag {t}"),
-    };
-    format!(
-        "receive of {} {} from rank {}{tag} does not match that rank's send of {count} {name} \
-         (the send completed there)",
-        o.count,
-        o.dtype.name(),
-        o.peer
-    )
 }
 
 /// What the head receive is called in errors: with the tags in use, since a
