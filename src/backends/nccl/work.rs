@@ -197,7 +197,10 @@ impl Work for CudaWork {
             return None;
         }
         // A rank that refused this call never issued it (NCCL cannot be
-        // told): name it.
+        // told): name it. The store is asked without the state lock, so a
+        // waiter keeps polling meanwhile instead of queueing on the lock and
+        // seeing the timeout before the watchdog has recorded it for the comm.
+        drop(s);
         let refused = self
             .shared
             .refusals
@@ -207,6 +210,10 @@ impl Work for CudaWork {
                 format!("; a peer refused a collective, which this rank then waits for: {told}")
             })
             .unwrap_or_default();
+        let mut s = self.lock();
+        if s.status != WorkStatus::InProgress {
+            return None; // it finished (or failed) while the store was asked
+        }
         let err = Error::new(
             ErrorKind::Timeout,
             format!(
