@@ -33,8 +33,9 @@ def main():
 
     regressions = [t for t in tests if ref.get(t, [""])[0] == "PASS" and ours.get(t, [""])[0] not in ("PASS", "")]
     for name, res in sides:
-        c = {s: sum(1 for v in res.values() if v[0] == s) for s in ("PASS", "FAIL", "SKIP")}
-        print(f"- {name}: {len(res)} tests run, {c['PASS']} passed, {c['FAIL']} failed, {c['SKIP']} skipped")
+        c = {s: sum(1 for v in res.values() if v[0] == s) for s in ("PASS", "FAIL", "SKIP", "KNOWN")}
+        print(f"- {name}: {len(res)} tests run, {c['PASS']} passed, {c['FAIL']} failed, {c['SKIP']} skipped, "
+              f"{c['KNOWN']} known failures")
     print(f"- passing on {ref_name} and not on {ours_name}: {len(regressions)}"
           + (f" ({', '.join(regressions)})" if regressions else ""))
     print()

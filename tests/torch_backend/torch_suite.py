@@ -40,6 +40,25 @@ SUBSET = [
 ]
 
 
+# Tests of SUBSET that fail on the torchcomm backend for a reason docs/status.md
+# lists: reported as KNOWN, not failing the run; one that starts to pass fails
+# it, so that this list stays true.
+KNOWN_FAILURES = {
+    name: "is_completed() stays False after wait(): torch's Python Work trampoline routes only wait() and "
+          "get_future() (docs/status.md)"
+    for name in ("test_isend", "test_irecv")
+}
+
+
+def settle_known_failures(results):
+    for name, why in KNOWN_FAILURES.items():
+        status = results.get(name)
+        if status and status[0] == "FAIL":
+            results[name] = ["KNOWN", f"{why}: {status[1]}"]
+        elif status and status[0] == "PASS":
+            results[name] = ["FAIL", f"passes, yet listed in KNOWN_FAILURES ({why}): remove it there"]
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backend", required=True, choices=["torchcomm", "gloo"])
@@ -66,6 +85,8 @@ def main():
         elif not a.all:
             sys.exit("torch_suite: name --subset, --all or -k PATTERN")
         results = run(cls, names)
+        if a.backend == "torchcomm":
+            settle_known_failures(results)
     finally:
         import shutil
 
@@ -73,9 +94,12 @@ def main():
     if a.results:
         with open(a.results, "w") as f:
             json.dump(results, f, indent=1, sort_keys=True)
-    counts = {s: sum(1 for v in results.values() if v[0] == s) for s in ("PASS", "FAIL", "SKIP")}
+    counts = {s: sum(1 for v in results.values() if v[0] == s) for s in ("PASS", "FAIL", "SKIP", "KNOWN")}
+    for name, (status, why) in sorted(results.items()):
+        if status == "KNOWN" or (status == "FAIL" and name in KNOWN_FAILURES):
+            print(f"{status} {name}: {why}", flush=True)
     print(f"torch_suite {a.backend}, {a.world} ranks: {len(results)} tests: {counts['PASS']} passed, "
-          f"{counts['FAIL']} failed, {counts['SKIP']} skipped", flush=True)
+          f"{counts['FAIL']} failed, {counts['SKIP']} skipped, {counts['KNOWN']} known failures", flush=True)
     return 1 if counts["FAIL"] else 0
 
 
