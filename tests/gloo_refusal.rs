@@ -21,15 +21,14 @@ use std::ffi::c_void;
 use std::time::{Duration, Instant};
 use torchcomm::error::*;
 use torchcomm::ffi::coalesced::tc_broadcast_coalesced;
-use torchcomm::ffi::comm::{tc_comm_destroy, tc_comm_new, tc_comm_t};
+use torchcomm::ffi::comm::{tc_comm_destroy, tc_comm_t};
 use torchcomm::ffi::comm_ops::{tc_all_gather_v, tc_all_reduce, tc_broadcast};
 use torchcomm::ffi::persistent::{
     tc_all_gather_p_exec, tc_all_gather_p_free, tc_all_gather_p_init, tc_all_gather_p_t,
 };
 use torchcomm::ffi::reducer::{tc_reducer_free, tc_reducer_new, tc_reducer_options_t};
 use torchcomm::ffi::sparse::{tc_sparse_all_reduce, tc_sparse_coo_t};
-use torchcomm::ffi::store::{tc_store_free, tc_store_tcp_new};
-use torchcomm::options::{tc_comm_options_t, tc_op_options_t, Versioned};
+use torchcomm::options::{tc_op_options_t, Versioned};
 use torchcomm::types::*;
 
 /// The comm's timeout: the peers of a refusing rank must fail long before.
@@ -42,27 +41,7 @@ fn shm_path() -> bool {
 }
 
 fn new_comm(name: &str) -> *mut tc_comm_t {
-    let port: u16 = std::env::var("TC_GLOO_PORT").unwrap().parse().unwrap();
-    let mut store = std::ptr::null_mut();
-    let rc = tc_store_tcp_new(c"127.0.0.1".as_ptr(), port, 0, -1, 30_000, &mut store);
-    assert_eq!(rc, TC_SUCCESS);
-    let mut opts = tc_comm_options_t::defaults();
-    let cname = std::ffi::CString::new(name).unwrap();
-    opts.name = cname.as_ptr();
-    opts.rank = rank();
-    opts.world_size = size();
-    opts.abort_on_error = 0;
-    opts.timeout_ms = TIMEOUT_MS;
-    opts.store = store;
-    let mut comm = std::ptr::null_mut();
-    let cpu = tc_device_t {
-        r#type: TC_DEVICE_CPU,
-        index: 0,
-    };
-    let rc = tc_comm_new(c"gloo".as_ptr(), cpu, &opts, &mut comm);
-    assert_eq!(rc, TC_SUCCESS, "{}", last_error());
-    tc_store_free(store);
-    comm
+    capi_common::new_comm_with_timeout(name, TIMEOUT_MS)
 }
 
 fn f32s(v: &mut [f32]) -> *mut c_void {
