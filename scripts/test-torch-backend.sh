@@ -55,5 +55,13 @@ assert "torchcomm" in sys.modules, "the backend did not come from the torchcomm 
 t = torch.ones(1); dist.all_reduce(t); assert t.item() == dist.get_world_size()
 print("entry point: ok"); dist.destroy_process_group()' 2>&1 | quiet
 echo "== torch's distributed suite, fixed subset, torchcomm backend"
-"$py" tests/torch_backend/torch_suite.py --backend torchcomm --subset 2>&1 | grep '^PASS\|^FAIL\|^SKIP\|^KNOWN\|^torch_suite'
+# One line per test; when the run itself fails (an import error, a crash
+# before the first test), its last lines too.
+log=build/torch-suite-subset.log
+status=0
+"$py" tests/torch_backend/torch_suite.py --backend torchcomm --subset >"$log" 2>&1 || status=$?
+grep '^PASS\|^FAIL\|^SKIP\|^KNOWN\|^torch_suite' "$log" || true
+if [ "$status" != 0 ]; then
+  echo "torch_suite.py exited with $status; its last lines ($log):"; tail -n 30 "$log"; exit 1
+fi
 echo "test-torch-backend: all passed"

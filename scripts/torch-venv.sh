@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Makes (once) a Python virtual environment with PyTorch from PyPI, numpy and
-# pytest, the independent reference for the parity and interop tests and the
+# Makes (once) a Python virtual environment with PyTorch from PyPI, numpy,
+# pytest, and expecttest and hypothesis (imported by torch's own distributed
+# suite, torch.testing._internal), the independent reference for the parity and interop tests and the
 # peer in the benchmarks. Prints the environment's python on stdout.
 #
 #   scripts/torch-venv.sh            # build/torch-venv under the repository
@@ -13,5 +14,5 @@ set -uo pipefail
 source "$(dirname "$0")/common.sh"
 venv="${TORCHCOMM_TORCH_VENV:-$BUILD/torch-venv}"
 skip() { echo "SKIPPED: torch unavailable: $*" >&2; exit 2; }
-torch_ready() { "$venv/bin/python" -c 'import torch, numpy' && echo "$venv/bin/python"; }
-make_venv "$venv" torch-venv "about 2 minutes, 5 GB" torch_ready torch numpy pytest
+torch_ready() { "$venv/bin/python" -c 'import torch, numpy, expecttest, hypothesis' && echo "$venv/bin/python"; }
+make_venv "$venv" torch-venv "about 2 minutes, 5 GB" torch_ready torch numpy pytest expecttest hypothesis
