@@ -149,34 +149,25 @@ fn check_reductions(ucx: &Comm, gloo: &Comm) {
                 let cases: Vec<(&str, MakeOp)> = vec![
                     (
                         "all_reduce",
-                        Box::new(|b| Op::AllReduce {
-                            buf: ptr(&mut b[0]),
-                            count,
-                            dtype,
-                            op: red(kind),
-                        }),
+                        Box::new(|b| Op::all_reduce(ptr(&mut b[0]), count, dtype, red(kind))),
                     ),
                     (
                         "reduce",
-                        Box::new(|b| Op::Reduce {
-                            buf: ptr(&mut b[0]),
-                            count,
-                            dtype,
-                            root: (n - 1) as i32,
-                            op: red(kind),
+                        Box::new(|b| {
+                            Op::reduce(ptr(&mut b[0]), count, dtype, (n - 1) as i32, red(kind))
                         }),
                     ),
                     (
                         "reduce_scatter_single",
                         Box::new(|b| {
                             let (input, output) = b.split_at_mut(1);
-                            Op::ReduceScatterSingle {
-                                output: ptr(&mut output[0]),
-                                input: ptr(&mut input[0]),
-                                count: count / n,
+                            Op::reduce_scatter_single(
+                                ptr(&mut output[0]),
+                                ptr(&mut input[0]),
+                                count / n,
                                 dtype,
-                                op: red(kind),
-                            }
+                                red(kind),
+                            )
                         }),
                     ),
                 ];
@@ -240,56 +231,27 @@ fn check_movers(ucx: &Comm) {
             } else {
                 vec![0u8; bytes]
             };
-            run(
-                ucx,
-                Op::Broadcast {
-                    buf: ptr(&mut b),
-                    count,
-                    dtype,
-                    root: root as i32,
-                },
-            )
-            .unwrap();
+            run(ucx, Op::broadcast(ptr(&mut b), count, dtype, root as i32)).unwrap();
             assert_eq!(b, of(root), "broadcast {dtype:?}");
             // all_gather (single buffer, then the list form)
             let mut input = of(me);
             let mut out = vec![0u8; bytes * n];
             run(
                 ucx,
-                Op::AllGatherSingle {
-                    output: ptr(&mut out),
-                    input: ptr(&mut input),
-                    count,
-                    dtype,
-                },
+                Op::all_gather_single(ptr(&mut out), ptr(&mut input), count, dtype),
             )
             .unwrap();
             let all: Vec<u8> = (0..n).flat_map(of).collect();
             assert_eq!(out, all, "all_gather_single {dtype:?}");
             let mut outs: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; bytes]).collect();
             let outputs = outs.iter_mut().map(|o| ptr(o)).collect();
-            run(
-                ucx,
-                Op::AllGather {
-                    outputs,
-                    input: ptr(&mut input),
-                    count,
-                    dtype,
-                },
-            )
-            .unwrap();
+            run(ucx, Op::all_gather(outputs, ptr(&mut input), count, dtype)).unwrap();
             assert_eq!(outs.concat(), all, "all_gather {dtype:?}");
             // gather (single buffer) and scatter
             let mut out = vec![0u8; bytes * n];
             run(
                 ucx,
-                Op::GatherSingle {
-                    output: ptr(&mut out),
-                    input: ptr(&mut input),
-                    count,
-                    dtype,
-                    root: root as i32,
-                },
+                Op::gather_single(ptr(&mut out), ptr(&mut input), count, dtype, root as i32),
             )
             .unwrap();
             if me == root {
@@ -300,13 +262,7 @@ fn check_movers(ucx: &Comm) {
             let mut got = vec![0u8; bytes];
             run(
                 ucx,
-                Op::Scatter {
-                    output: ptr(&mut got),
-                    inputs,
-                    count,
-                    dtype,
-                    root: root as i32,
-                },
+                Op::scatter(ptr(&mut got), inputs, count, dtype, root as i32),
             )
             .unwrap();
             assert_eq!(got, of(me), "scatter {dtype:?}");
@@ -315,12 +271,7 @@ fn check_movers(ucx: &Comm) {
             let mut out = vec![0u8; bytes * n];
             run(
                 ucx,
-                Op::AllToAllSingle {
-                    output: ptr(&mut out),
-                    input: ptr(&mut input),
-                    count,
-                    dtype,
-                },
+                Op::all_to_all_single(ptr(&mut out), ptr(&mut input), count, dtype),
             )
             .unwrap();
             let want: Vec<u8> = (0..n).flat_map(|q| of(q * n + me)).collect();
@@ -360,7 +311,7 @@ fn check_p2p(ucx: &Comm) {
             if me > peer {
                 ops.reverse();
             }
-            run(ucx, Op::Batch { ops }).unwrap();
+            run(ucx, Op::batch(ops)).unwrap();
             for (i, t) in tags.iter().enumerate() {
                 let want = data(DType::U8, bytes, peer * 31 + me, *t as usize % 5);
                 assert!(recvs[i] == want, "tag {t} {bytes} bytes from {peer}");
@@ -369,27 +320,9 @@ fn check_p2p(ucx: &Comm) {
         // A receive that does not match its send fails cleanly, in step.
         let mut one = vec![1u8; 16];
         let r = if me < peer {
-            run(
-                ucx,
-                Op::Send {
-                    buf: ptr(&mut one),
-                    count: 16,
-                    dtype: DType::U8,
-                    peer: peer as i32,
-                    tag: 3,
-                },
-            )
+            run(ucx, Op::send(ptr(&mut one), 16, DType::U8, peer as i32, 3))
         } else {
-            run(
-                ucx,
-                Op::Recv {
-                    buf: ptr(&mut one),
-                    count: 8,
-                    dtype: DType::U8,
-                    peer: peer as i32,
-                    tag: 3,
-                },
-            )
+            run(ucx, Op::recv(ptr(&mut one), 8, DType::U8, peer as i32, 3))
         };
         if me > peer {
             let e = r.expect_err("a mismatched receive");
@@ -465,12 +398,12 @@ fn ucx_peer_killed() {
         let count = data.len();
         for _ in 0..1_000_000 {
             let start = Instant::now();
-            let op = Op::AllReduce {
-                buf: Ptr(data.as_mut_ptr() as *mut std::ffi::c_void),
+            let op = Op::all_reduce(
+                Ptr(data.as_mut_ptr() as *mut std::ffi::c_void),
                 count,
-                dtype: DType::F32,
-                op: ReduceOp::SUM,
-            };
+                DType::F32,
+                ReduceOp::SUM,
+            );
             if let Err(e) = run(&comm, op) {
                 let took = start.elapsed();
                 println!(
@@ -516,12 +449,7 @@ fn ucx_hidden_falls_back_to_gloo() {
         let mut v = vec![rank() as u8 + 1; 4];
         run(
             &comm,
-            Op::AllReduce {
-                buf: ptr(&mut v),
-                count: 4,
-                dtype: DType::U8,
-                op: ReduceOp::SUM,
-            },
+            Op::all_reduce(ptr(&mut v), 4, DType::U8, ReduceOp::SUM),
         )
         .unwrap();
         assert_eq!(v, vec![3u8; 4]);
