@@ -165,7 +165,7 @@ pub(super) fn fingerprint(op: &Op) -> Option<Fingerprint> {
         dtype: dtype as u8,
         red: red as u8,
         counts_digest: counts.is_some(),
-        count: counts.map_or(count, |c| counts_digest(c)),
+        count: counts.map_or(count, counts_digest),
         root,
     })
 }
