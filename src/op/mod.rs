@@ -111,7 +111,7 @@ impl Op {
     /// The operation's number, exchanged between ranks by the collective
     /// checks (so stable across builds) and the index of its name in
     /// [`OP_NAMES`].
-    #[inline]
+    #[inline(always)]
     pub fn code(&self) -> u8 {
         match self {
             Op::PointToPoint(p) => p.code(),
@@ -132,7 +132,7 @@ impl Op {
     /// (dtype, per-rank count, root) that every rank must agree on for a
     /// collective; None for point-to-point operations and refusals. Used by
     /// `TORCHCOMM_CHECK_COLLECTIVES`.
-    #[inline]
+    #[inline(always)]
     pub fn signature(&self) -> Option<(Option<DType>, usize, i32)> {
         match self {
             Op::PointToPoint(_) | Op::Refused(_) => None,

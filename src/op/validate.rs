@@ -29,6 +29,7 @@ impl Op {
 }
 
 /// Send, receive and batch: peers and buffers.
+#[inline(always)]
 fn validate_point_to_point(p: &PointToPoint, c: &Checks) -> Result<()> {
     match p {
         PointToPoint::One(p) => {
@@ -46,6 +47,7 @@ fn validate_point_to_point(p: &PointToPoint, c: &Checks) -> Result<()> {
 }
 
 /// The reductions: the reduce op on the dtype first, then the buffers.
+#[inline(always)]
 fn validate_reduction(r: &Reduction, c: &Checks) -> Result<()> {
     let dtype = r.dtype;
     r.op.check_dtype(dtype)?;
@@ -84,6 +86,7 @@ fn validate_reduction(r: &Reduction, c: &Checks) -> Result<()> {
 }
 
 /// The all-gathers and gathers.
+#[inline(always)]
 fn validate_gather(g: &Gather, c: &Checks) -> Result<()> {
     let (dtype, input) = (g.dtype, g.input);
     match &g.kind {
@@ -128,6 +131,7 @@ fn validate_gather(g: &Gather, c: &Checks) -> Result<()> {
 }
 
 /// Broadcast and scatter: the root, then the buffers.
+#[inline(always)]
 fn validate_scatter(s: &Scatter, c: &Checks) -> Result<()> {
     let (dtype, count, root) = (s.dtype, s.count, s.root);
     c.peer(root, "root")?;
@@ -144,6 +148,7 @@ fn validate_scatter(s: &Scatter, c: &Checks) -> Result<()> {
 }
 
 /// The all-to-alls.
+#[inline(always)]
 fn validate_all_to_all(a: &AllToAll, c: &Checks) -> Result<()> {
     let dtype = a.dtype;
     match &a.kind {
@@ -235,6 +240,7 @@ impl Checks {
     }
 }
 
+#[inline(always)]
 fn buf_ok(p: Ptr, count: usize, dtype: DType, arg: &str) -> Result<()> {
     dtype.bytes(count, arg)?;
     if count > 0 && p.is_null() {
