@@ -15,6 +15,8 @@ use std::time::Duration;
 mod all_to_all;
 mod buffers;
 mod constructors;
+#[cfg(test)]
+mod families_tests;
 mod gather;
 mod layout;
 #[cfg(test)]

@@ -48,6 +48,7 @@ mod failure;
 mod hier;
 mod intra_host;
 mod issue;
+mod over_gloo;
 mod p2p;
 pub mod reduce;
 mod shared_memory;
