@@ -12,8 +12,10 @@
 //!
 //! Its interface to the host backend is narrow: [`UcxTransport::open`]
 //! (local; fails where UCX is absent), [`UcxTransport::connect`],
-//! [`UcxTransport::run`] (an op, or `None` for the operations it does not
-//! carry, which stay on the Gloo path), [`UcxTransport::flush`] and
+//! one method per family of operations
+//! ([`UcxTransport::point_to_point`], [`UcxTransport::reduction`],
+//! `gather`, `scatter`, `all_to_all`, `barrier`: `None` for the members it
+//! does not carry, which stay on the Gloo path), [`UcxTransport::flush`] and
 //! [`wanted`] (the `TORCHCOMM_HOST_TRANSPORT` setting). It shares only the
 //! reduction kernels of `gloo/reduce` with the Gloo path.
 //!
