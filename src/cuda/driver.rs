@@ -245,7 +245,11 @@ fn driver_loaded() -> bool {
         adds: Option<u64>,
         found: bool,
     }
-    unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, size: usize, out: *mut c_void) -> i32 {
+    unsafe extern "C" fn visit(
+        info: *mut libc::dl_phdr_info,
+        size: usize,
+        out: *mut c_void,
+    ) -> i32 {
         // SAFETY: `out` is the Look below; `info` the loader's record of
         // at least `size` bytes, its name a C string or NULL.
         let (look, info) = unsafe { (&mut *(out as *mut Look), &*info) };
@@ -329,4 +333,28 @@ pub(crate) fn with_relaxed_capture_mode<T>(f: impl FnOnce() -> T) -> T {
         let _ = unsafe { drv::cuThreadExchangeStreamCaptureMode(&mut mode) };
     }
     out
+}
+
+#[cfg(test)]
+mod loaded_tests {
+    use super::*;
+
+    /// The loader's answer agrees with the process's own map of files:
+    /// the driver counts as loaded exactly when a `libcuda.so*` file is
+    /// mapped, and asking twice (the second time from the cached count)
+    /// answers the same.
+    #[test]
+    fn driver_loaded_agrees_with_the_mapped_files() {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let mapped = maps.lines().any(|l| {
+            l.rsplit('/')
+                .next()
+                .is_some_and(|f| f.starts_with("libcuda.so"))
+        });
+        assert_eq!(driver_loaded(), mapped);
+        assert_eq!(driver_loaded(), mapped);
+        if !mapped {
+            assert!(!may_hold_device_memory() || STATE.get().is_some_and(|s| s.is_ok()));
+        }
+    }
 }

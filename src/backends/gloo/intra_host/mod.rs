@@ -75,7 +75,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use wait::{Patience, SpinBudget};
+use wait::Patience;
 
 /// Bytes of each of a segment's two data halves: the chunk size.
 pub(super) const HALF: usize = 512 << 10;
@@ -115,8 +115,9 @@ pub struct IntraHost {
     phase: AtomicU64,
     /// Chunks sent so far: picks the half.
     chunks: AtomicU64,
-    /// Busy polls a wait may spend, learnt from the waits (see [`wait`]).
-    spins: SpinBudget,
+    /// Busy polls a wait may spend: [`wait::MAX_SPINS`], or 0 when there
+    /// are more ranks than usable cores.
+    busy_spins: u32,
     /// Names a fingerprint's operation in messages.
     describe: fn(&Fingerprint) -> String,
     /// Point-to-point through the rings, when every rank agreed to it.
@@ -341,9 +342,7 @@ impl IntraHost {
             if p2p_on { "too" } else { "through Gloo (TORCHCOMM_SHM_P2P=0 or hint gloo.shm_p2p=0 on some rank)" }
         );
         let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-        // Busy polling ranks that share cores delays the very peers they
-        // wait for (measured 10x slower with 4 ranks on 2 cores).
-        let max_spins = if size <= cores { wait::MAX_SPINS } else { 0 };
+        let busy_spins = if size <= cores { wait::MAX_SPINS } else { 0 };
         Ok(Some(IntraHost {
             rank,
             size,
@@ -353,7 +352,7 @@ impl IntraHost {
             pidfds: mapped.pidfds,
             phase: AtomicU64::new(0),
             chunks: AtomicU64::new(0),
-            spins: SpinBudget::new(max_spins),
+            busy_spins,
             describe,
             p2p: p2p_on.then(|| std::sync::Mutex::new(p2p::Inboxes::new(size))),
         }))
@@ -579,7 +578,8 @@ impl IntraHost {
             // Before the phase store, which publishes it.
             self.publish(p, fp);
         }
-        self.cpu_of(me).store(wait::current_cpu(), Ordering::Relaxed);
+        self.cpu_of(me)
+            .store(wait::current_cpu(), Ordering::Relaxed);
         self.phase_of(me).store(p, Ordering::SeqCst);
         self.wake_sleepers();
         self.wait_all(what, p, d, alive)?;
@@ -673,14 +673,14 @@ impl IntraHost {
         let all_arrived = || (0..self.size).all(|r| arrived(&r));
         // Busy while a peer on another CPU may arrive any moment, then
         // yield the CPU to a peer that may need it (see [`wait`]).
-        let mut patience = Patience::new(self.spins.get());
+        let mut patience = Patience::new(self.busy_spins);
         loop {
             let seen = self.bell_of(me).load(Ordering::SeqCst);
             if all_arrived() {
-                self.spins.learn(&patience);
                 if patience.yielded() {
                     // Where this rank runs now, for its peers' next waits.
-                    self.cpu_of(me).store(wait::current_cpu(), Ordering::Relaxed);
+                    self.cpu_of(me)
+                        .store(wait::current_cpu(), Ordering::Relaxed);
                 }
                 return Ok(());
             }

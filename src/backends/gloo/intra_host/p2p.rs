@@ -227,10 +227,10 @@ impl IntraHost {
     ) -> Result<()> {
         self.cpu_of(self.rank)
             .store(current_cpu(), Ordering::Relaxed);
-        let mut patience = Patience::new(self.spins.get());
+        let mut patience = Patience::new(self.busy_spins);
         loop {
             if self.step(inboxes, pend, false)? {
-                patience = Patience::new(self.spins.get());
+                patience = Patience::new(self.busy_spins);
                 continue;
             }
             if pend.iter().all(|p| p.done) {
@@ -239,7 +239,7 @@ impl IntraHost {
             // Stuck: read whatever peers sent, so that a peer blocked
             // sending to this rank moves on.
             if self.step(inboxes, pend, true)? {
-                patience = Patience::new(self.spins.get());
+                patience = Patience::new(self.busy_spins);
                 continue;
             }
             let awaited = pend.iter().filter(|p| !p.done).map(|p| p.t.peer);
