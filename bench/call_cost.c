@@ -1,10 +1,12 @@
 /* call_cost: instructions per small collective call on the calling thread,
  * for this library (default build) and for Open MPI (-DUSE_MPI), measured
  * the same way: rank 0 runs under callgrind with collection off
- * (--collect-atstart=no) and switches it on around each call only; before
- * each call it sleeps 200 µs, so that every peer (running natively) is
- * already waiting and rank 0's own wait ends at its first look: the count
- * is the call's work, not its waiting.
+ * (--collect-atstart=no) and switches it on around each call only, then
+ * dumps the counts (one file per call); before each call it sleeps 1 ms,
+ * so that every peer (running natively) is already waiting and rank 0's
+ * own wait ends at its first look: the count is the call's work, not its
+ * waiting. On a loaded machine a peer can still be late now and then: the
+ * script takes the median over the calls.
  *
  *   call_cost OP CALLS      OP: all_reduce (4 B float32 sum, in place),
  *                           broadcast (4 B from rank 0) or barrier
@@ -68,12 +70,13 @@ int main(int argc, char **argv) {
 #endif
     float x = 1;
     for (int i = 0; i < 20; i++) call(op, &x);
-    struct timespec pause = {0, 200000};
+    struct timespec pause = {0, 1000000};
     for (int i = 0; i < calls; i++) {
         if (rank == 0) nanosleep(&pause, NULL);
         CALLGRIND_TOGGLE_COLLECT;
         call(op, &x);
         CALLGRIND_TOGGLE_COLLECT;
+        CALLGRIND_DUMP_STATS; /* one file per call: the script takes the median */
     }
 #ifdef USE_MPI
     MPI_Finalize();

@@ -3,8 +3,9 @@
 # calling thread, this library (gloo backend, shared memory) against Open
 # MPI (btl self,vader), measured the same way by bench/call_cost.c: rank 0
 # under callgrind, collecting only inside each call, arriving after its
-# peers (which run natively), so that its wait ends at the first look.
-# Counts do not depend on the machine's load.
+# peers (which run natively), so that its wait ends at the first look;
+# median over the calls (a peer descheduled for over 1 ms makes a call
+# count some polls). Counts do not depend on the machine's load.
 #   scripts/callgrind-small.sh [RANKS...]     (default: 2 3 4)
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -12,7 +13,7 @@ ensure_built
 command -v valgrind >/dev/null || { echo "callgrind-small: valgrind not found" >&2; exit 2; }
 ranks=("$@")
 [ ${#ranks[@]} -gt 0 ] || ranks=(2 3 4)
-calls=200
+calls=100
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$CC" -O2 -Wall -Wextra -I"$ROOT/include" bench/call_cost.c -o "$work/call_cost_tc" -L"$REL" -ltorchcomm \
@@ -22,8 +23,11 @@ if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
   mpicc -O2 -DUSE_MPI bench/call_cost.c -o "$work/call_cost_mpi" && mpi=1
 fi
 cg=(valgrind --tool=callgrind --collect-atstart=no)
-# Instructions per call in callgrind output file $1.
-per_call() { awk -v n=$calls '/^(summary|totals):/ {print int($2 / n); exit}' "$1"; }
+# Median instructions per call over callgrind's per-call dumps $1.N.
+per_call() {
+  for f in "$1".*; do awk '/^(summary|totals):/ && $2 > 0 {print $2; exit}' "$f"; done | sort -n |
+    awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'
+}
 printf '| ranks | operation | ours | Open MPI |\n|---|---|---|---|\n'
 for n in "${ranks[@]}"; do
   for op in all_reduce broadcast barrier; do
@@ -31,6 +35,7 @@ for n in "${ranks[@]}"; do
       else exec $work/call_cost_tc $op $calls; fi" >"$work/tc.log" 2>&1 ||
       { cat "$work/tc.log" >&2; exit 1; }
     ours=$(per_call "$work/tc.out")
+    rm -f "$work"/tc.out*
     theirs=skipped
     if [ $mpi = 1 ]; then
       mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -np 1 "${cg[@]}" \
@@ -38,6 +43,7 @@ for n in "${ranks[@]}"; do
         -np $((n - 1)) "$work/call_cost_mpi" $op $calls >"$work/mpi.log" 2>&1 ||
         { cat "$work/mpi.log" >&2; exit 1; }
       theirs=$(per_call "$work/mpi.out")
+      rm -f "$work"/mpi.out*
     fi
     printf '| %s | %s (4 B) | %s | %s |\n' "$n" "$op" "$ours" "$theirs"
   done

@@ -578,11 +578,11 @@ impl IntraHost {
             // Before the phase store, which publishes it.
             self.publish(p, fp);
         }
-        self.cpu_of(me)
-            .store(wait::current_cpu(), Ordering::Relaxed);
+        let cpu = wait::current_cpu();
+        self.cpu_of(me).store(cpu, Ordering::Relaxed);
         self.phase_of(me).store(p, Ordering::SeqCst);
         self.wake_sleepers();
-        self.wait_all(what, p, d, alive)?;
+        self.wait_all(what, p, cpu, d, alive)?;
         match first {
             Some(_) => self.check_fingerprints(what, p),
             None => Ok(()),
@@ -623,10 +623,11 @@ impl IntraHost {
         &self,
         what: &str,
         p: u64,
+        cpu: u32,
         d: &Deadline,
         alive: &dyn Fn() -> Result<()>,
     ) -> Result<()> {
-        match self.wait_for_peers(what, p, d, alive) {
+        match self.wait_for_peers(what, p, cpu, d, alive) {
             Ok(()) => Ok(()),
             Err(e) => self.give_up(p, e),
         }
@@ -657,10 +658,12 @@ impl IntraHost {
     }
 
     /// Waits until every rank's phase reached `p`.
+    /// `cpu`: where this rank published it runs (see [`wait`]).
     fn wait_for_peers(
         &self,
         what: &str,
         p: u64,
+        cpu: u32,
         d: &Deadline,
         alive: &dyn Fn() -> Result<()>,
     ) -> Result<()> {
@@ -673,14 +676,14 @@ impl IntraHost {
         let all_arrived = || (0..self.size).all(|r| arrived(&r));
         // Busy while a peer on another CPU may arrive any moment, then
         // yield the CPU to a peer that may need it (see [`wait`]).
-        let mut patience = Patience::new(self.busy_spins);
+        let mut patience = Patience::new(self.busy_spins, cpu);
         loop {
             let seen = self.bell_of(me).load(Ordering::SeqCst);
             if all_arrived() {
-                if patience.yielded() {
-                    // Where this rank runs now, for its peers' next waits.
-                    self.cpu_of(me)
-                        .store(wait::current_cpu(), Ordering::Relaxed);
+                if patience.cpu != cpu {
+                    // Where this rank runs now (it yielded and moved), for
+                    // its peers' next waits.
+                    self.cpu_of(me).store(patience.cpu, Ordering::Relaxed);
                 }
                 return Ok(());
             }

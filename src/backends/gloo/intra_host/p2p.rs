@@ -225,12 +225,12 @@ impl IntraHost {
         d: &Deadline,
         alive: &dyn Fn() -> Result<()>,
     ) -> Result<()> {
-        self.cpu_of(self.rank)
-            .store(current_cpu(), Ordering::Relaxed);
-        let mut patience = Patience::new(self.busy_spins);
+        let cpu = current_cpu();
+        self.cpu_of(self.rank).store(cpu, Ordering::Relaxed);
+        let mut patience = Patience::new(self.busy_spins, cpu);
         loop {
             if self.step(inboxes, pend, false)? {
-                patience = Patience::new(self.busy_spins);
+                patience = Patience::new(self.busy_spins, patience.cpu);
                 continue;
             }
             if pend.iter().all(|p| p.done) {
@@ -239,7 +239,7 @@ impl IntraHost {
             // Stuck: read whatever peers sent, so that a peer blocked
             // sending to this rank moves on.
             if self.step(inboxes, pend, true)? {
-                patience = Patience::new(self.busy_spins);
+                patience = Patience::new(self.busy_spins, patience.cpu);
                 continue;
             }
             let awaited = pend.iter().filter(|p| !p.done).map(|p| p.t.peer);

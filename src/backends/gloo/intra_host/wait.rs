@@ -49,13 +49,15 @@ pub(super) struct Patience {
 }
 
 impl Patience {
-    pub(super) fn new(budget: u32) -> Patience {
+    /// `cpu`: this thread's CPU as [`current_cpu`] gave it (the caller
+    /// has just published it).
+    pub(super) fn new(budget: u32, cpu: u32) -> Patience {
         Patience {
             budget,
             polls: 0,
             yields: 0,
             next_look: 1,
-            cpu: current_cpu(),
+            cpu,
         }
     }
 
@@ -87,7 +89,8 @@ impl Patience {
     }
 
     /// Whether the wait yielded the CPU at least once.
-    pub(super) fn yielded(&self) -> bool {
+    #[cfg(test)]
+    fn yielded(&self) -> bool {
         self.yields > 0
     }
 }
@@ -98,7 +101,7 @@ mod tests {
 
     #[test]
     fn a_peer_on_this_cpu_makes_the_wait_yield_at_once() {
-        let mut p = Patience::new(MAX_SPINS);
+        let mut p = Patience::new(MAX_SPINS, 1);
         assert!(p.poll_again(|_| true));
         assert!(
             p.yielded(),
@@ -109,7 +112,7 @@ mod tests {
     #[test]
     fn a_peer_elsewhere_gets_the_whole_budget_then_yields_then_sleep() {
         let budget = 100;
-        let mut p = Patience::new(budget);
+        let mut p = Patience::new(budget, 1);
         for _ in 0..budget {
             assert!(p.poll_again(|_| false));
         }
