@@ -218,9 +218,9 @@ pub fn is_available() -> bool {
 /// Device memory needs the driver in the process that uses it, so without
 /// it every buffer is host memory, and host operations skip the driver's
 /// set-up: looking for the library under every name it may have costs about
-/// a millisecond (measured: 0.8 to 1.8 ms of a first 4-byte all_reduce
-/// through shared memory, whose warm calls take 1 µs), which the first call
-/// of every comm used to pay on a machine without a driver.
+/// a millisecond on a machine without a driver, which the first host call
+/// of a process used to pay (its first 4-byte all_reduce through shared
+/// memory took 0.8 to 2.4 ms on the 2-CPU build machine, warm ones 0.5 µs).
 pub fn may_hold_device_memory() -> bool {
     match STATE.get() {
         Some(state) => state.is_ok(),

@@ -80,8 +80,9 @@ use wait::Patience;
 /// Bytes of each of a segment's two data halves: the chunk size.
 pub(super) const HALF: usize = 512 << 10;
 /// Header words: phase (0), bell (8), sleeping (12), left (16), gave up
-/// (24), CPU (32, see [`wait`]), from [`SLOTS`] two fingerprint slots (see [`Fingerprint`]) and
-/// from [`REASONS`] two refusal reasons (see [`IntraHost::refuse`]).
+/// (24), CPU (32, see [`wait`]), from [`SLOTS`] two fingerprint slots
+/// (see [`Fingerprint`]) and from [`REASONS`] two refusal reasons (see
+/// [`IntraHost::refuse`]).
 const HEADER: usize = REASONS + 2 * REASON_BYTES;
 const SLOTS: usize = 64;
 const SLOT_WORDS: usize = 4;

@@ -26,11 +26,10 @@
 //!
 //! Waiting follows the collectives' syncs (see [`super::wait`]): busy
 //! polling while a peer on another CPU may answer, then yields, then futex
-//! sleeps of at most 10 ms between
-//! which a peer whose process exited or that left the comm fails the
-//! operation at once (`TC_ERR_REMOTE`, naming it), the comm's abort is
-//! seen, and the deadline gives `TC_ERR_TIMEOUT` naming the peers waited
-//! for.
+//! sleeps of at most 10 ms between which a peer whose process exited or
+//! that left the comm fails the operation at once (`TC_ERR_REMOTE`, naming
+//! it), the comm's abort is seen, and the deadline gives `TC_ERR_TIMEOUT`
+//! naming the peers waited for.
 
 use super::wait::{current_cpu, Patience};
 use super::{exited, futex_wait, futex_wake, IntraHost, SEGMENT, SLICE};
