@@ -47,7 +47,7 @@ fn synchronize(stream: sys::CUstream) -> Result<()> {
 /// on `stream`, which is then synchronized). `None` when no buffer is device
 /// memory (always, without a CUDA driver).
 pub fn stage_in(op: &mut Op, rank: i32, size: i32, stream: *mut c_void) -> Result<Option<Staged>> {
-    if !cuda::is_available() {
+    if !cuda::may_hold_device_memory() {
         return Ok(None);
     }
     let mut on_device = None;
