@@ -100,16 +100,39 @@ void bind_library(const std::map<std::string, uintptr_t>& addresses) {
   api_bound = true;
 }
 
-// The failure of library call `call` that returned `rc`, with the thread's
-// detail: a DistBackendError (torch.distributed.DistBackendError).
+const char* error_name(tc_result_t rc) {
+  switch (rc) {
+    case TC_ERR_NULL_ARGUMENT: return "TC_ERR_NULL_ARGUMENT";
+    case TC_ERR_INVALID_ARGUMENT: return "TC_ERR_INVALID_ARGUMENT";
+    case TC_ERR_INVALID_USAGE: return "TC_ERR_INVALID_USAGE";
+    case TC_ERR_UNSUPPORTED: return "TC_ERR_UNSUPPORTED";
+    case TC_ERR_UNAVAILABLE: return "TC_ERR_UNAVAILABLE";
+    case TC_ERR_TIMEOUT: return "TC_ERR_TIMEOUT";
+    case TC_ERR_REMOTE: return "TC_ERR_REMOTE";
+    case TC_ERR_ABORTED: return "TC_ERR_ABORTED";
+    case TC_ERR_CUDA: return "TC_ERR_CUDA";
+    case TC_ERR_NCCL: return "TC_ERR_NCCL";
+    case TC_ERR_SYSTEM: return "TC_ERR_SYSTEM";
+    case TC_ERR_INTERNAL: return "TC_ERR_INTERNAL";
+    case TC_ERR_PANIC: return "TC_ERR_PANIC";
+    case TC_ERR_BUFFER_TOO_SMALL: return "TC_ERR_BUFFER_TOO_SMALL";
+    case TC_ERR_NOT_FOUND: return "TC_ERR_NOT_FOUND";
+    case TC_ERR_OUT_OF_MEMORY: return "TC_ERR_OUT_OF_MEMORY";
+    default: return "TC_ERR_?";
+  }
+}
+
+// The failure of library call `call` (or of the operation a work handle
+// follows) that returned `rc`, with this thread's detail, as the Python
+// binding words it: "CALL: TC_ERR_NAME (text): detail".
 std::string error_text(const char* call, tc_result_t rc) {
   const char* detail = api.tc_last_error ? api.tc_last_error() : nullptr;
   const char* text = api.tc_result_string ? api.tc_result_string(rc) : nullptr;
   return c10::str(
       "torchcomm backend: ",
       call,
-      ": error ",
-      rc,
+      ": ",
+      error_name(rc),
       " (",
       text ? text : "?",
       "): ",
@@ -237,11 +260,15 @@ class TcWork;
 // One thread per backend that completes the futures of works in issue order
 // (a comm's operations complete in order), so that DDP's reducer and comm
 // hooks see their futures done without anyone polling. The futures'
-// callbacks run on it one at a time. It holds no reference to its backend
-// and ends when the backend does.
+// callbacks run on it one at a time. It also waits for the operations of
+// works dropped before they finished, keeping their tensors alive until
+// then. It holds no reference to its backend and ends when the backend
+// does, after the works queued before.
 class Completer : public std::enable_shared_from_this<Completer> {
  public:
-  void watch(c10::intrusive_ptr<TcWork> work);
+  // Queues `work` (its future completed, or its operations waited for);
+  // false once stopped: the caller does it.
+  bool enqueue(c10::intrusive_ptr<TcWork> work);
   bool on_thread() const {
     return started_.load() && thread_id_.load() == std::this_thread::get_id();
   }
@@ -329,6 +356,17 @@ class TcWork : public c10d::Work {
         completer_(std::move(completer)) {}
 
   ~TcWork() override {
+    if (!done_.load(std::memory_order_acquire) && !handles_.empty()) {
+      // Dropped before its operations finished: they still write the
+      // tensors, so a copy of the work keeps those until they have.
+      auto orphan = c10::make_intrusive<TcWork>(rank_, retrieveOpType(), std::vector<at::Tensor>{}, nullptr);
+      orphan->handles_.swap(handles_);
+      orphan->keep_.swap(keep_);
+      orphan->keep(outputs_);
+      if (!completer_ || !completer_->enqueue(orphan)) {
+        orphan->finish();
+      }
+    }
     for (tc_work_t* h : handles_) {
       api.tc_work_free(h);
     }
@@ -423,9 +461,7 @@ class TcWork : public c10d::Work {
       watch = !done_.load(std::memory_order_acquire) && completer_ &&
           !completer_->on_thread();
     }
-    if (watch) {
-      completer_->watch(c10::intrusive_ptr<TcWork>::reclaim_copy(this));
-    } else {
+    if (!watch || !completer_->enqueue(c10::intrusive_ptr<TcWork>::reclaim_copy(this))) {
       // Done already, or asked from the completer's own thread (a future's
       // callback asking for another, as PowerSGD's does): completed here,
       // still in issue order.
@@ -463,12 +499,23 @@ class TcWork : public c10d::Work {
     done_.store(true, std::memory_order_release);
   }
 
+  // Finishes; completes the future if there is one (once; its callbacks
+  // run here, with no lock held).
   void complete_future() {
     finish();
+    c10::intrusive_ptr<c10::ivalue::Future> future;
+    {
+      std::lock_guard<std::mutex> g(future_mu_);
+      if (!future_ || future_completing_) {
+        return;
+      }
+      future_completing_ = true;
+      future = future_;
+    }
     if (error_) {
-      future_->setError(error_);
+      future->setError(error_);
     } else {
-      future_->markCompleted(c10::IValue(outputs_));
+      future->markCompleted(c10::IValue(outputs_));
     }
   }
 
@@ -483,16 +530,21 @@ class TcWork : public c10d::Work {
   std::exception_ptr error_;
   std::mutex future_mu_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  bool future_completing_ = false;
 };
 
-void Completer::watch(c10::intrusive_ptr<TcWork> work) {
+bool Completer::enqueue(c10::intrusive_ptr<TcWork> work) {
   std::lock_guard<std::mutex> g(mu_);
+  if (stop_) {
+    return false;
+  }
   queue_.push_back(std::move(work));
   if (!started_.load()) {
     started_ = true;
     std::thread([self = shared_from_this()] { self->run(); }).detach();
   }
   cv_.notify_one();
+  return true;
 }
 
 void Completer::run() {
