@@ -9,7 +9,7 @@ inputs and was made by the same command.
     python scripts/build_torch_ext.py [--force]
 
 Prints one line: "built ... in N s", "up to date ...", or
-"SKIPPED: <reason>" (no compiler, no torch headers) and exits 0 then;
+"SKIPPED: <reason>" (no compiler, no torch or Python headers) and exits 0 then;
 exits 1 when the compiler failed.
 """
 import importlib.util
@@ -51,6 +51,9 @@ def main():
     includes = cpp_extension.include_paths()
     if not (Path(includes[0]) / "torch" / "csrc" / "distributed" / "c10d" / "Backend.hpp").is_file():
         skip(f"torch {torch.__version__} has no c10d headers under {includes[0]}")
+    py_include = Path(sysconfig.get_path("include"))
+    if not (py_include / "Python.h").is_file():
+        skip(f"no Python headers ({py_include}/Python.h; Debian: python3-dev, which make deps installs)")
     out = ext.built_path(ROOT)
     src = ext.SOURCE
     header = ROOT / "include" / "torchcomm.h"
@@ -58,7 +61,7 @@ def main():
     cmd = [cxx, "-O2", "-std=c++20", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall", "-Wextra",
            "-Wno-unused-parameter", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-DTORCH_API_INCLUDE_EXTENSION_H",
            f"-DTORCH_EXTENSION_NAME={ext.EXT_NAME}", f"-I{ROOT / 'include'}"]
-    cmd += [f"-isystem{p}" for p in includes] + [f"-isystem{sysconfig.get_path('include')}"]
+    cmd += [f"-isystem{p}" for p in includes] + [f"-isystem{py_include}"]
     cmd += [str(src)] + [f"-L{p}" for p in cpp_extension.library_paths()]
     cmd += ["-lc10", "-ltorch_cpu", "-ltorch", "-ltorch_python", "-o"]
     stamp = out.with_suffix(".cmd")
