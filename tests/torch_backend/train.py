@@ -365,6 +365,21 @@ def completion(ours, impl, rank, world):
     w.wait()
     check(w.is_completed() and w.is_success() and w.exception() is None,
           "after wait(): is_completed(), is_success(), no exception")
+    # An operation the C++ side hands to the Python one (all_to_all with a
+    # size per peer): its work answers is_completed() too.
+    outs = [torch.zeros(p + 1) for p in range(world)]
+    w = dist.all_to_all(outs, [torch.full((rank + 1,), float(rank)) for _ in range(world)], group=ours,
+                        async_op=True)
+    done = polled([w], "all_to_all")
+    check(done and all(torch.equal(o, torch.full((p + 1,), float(p))) for p, o in enumerate(outs)),
+          f"all_to_all, a size per peer (run by the Python side): is_completed() turns True (completed: {done})")
+    # Works dropped unwaited: their operations still run to the end on
+    # tensors kept alive until then; the next result is right.
+    for _ in range(20):
+        dist.all_reduce(torch.ones(1000), group=ours, async_op=True)
+    t = torch.ones(1)
+    dist.all_reduce(t, group=ours)
+    check(t.item() == world, "20 async all_reduces dropped unwaited, then a blocking one: right result")
 
 
 def parity():
