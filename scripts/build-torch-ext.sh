@@ -3,7 +3,7 @@
 # compiled against the torch of scripts/torch-venv.sh into
 # build/torch-ext/<torch>-<python>/ by scripts/build_torch_ext.py (cached:
 # nothing to do while it is newer than its inputs; one translation unit,
-# 25 s on this 2-core machine at a load of 5, up to 200 s at 15). Prints "SKIPPED: <reason>" and exits 0
+# 25-33 s, 22 s of CPU, on this 2-core machine at a load of 4-5; up to 200 s at 15). Prints "SKIPPED: <reason>" and exits 0
 # when torch or a C++ compiler cannot be had: torchcomm.distributed then
 # uses the Python backend and logs that it does.
 set -uo pipefail
