@@ -42,12 +42,7 @@ fn gathered(comm: &Comm, bytes: &mut [u8]) -> Vec<Vec<u8>> {
     let mut all = vec![0u8; bytes.len() * n];
     run(
         comm,
-        Op::AllGatherSingle {
-            output: ptr(&mut all),
-            input: ptr(bytes),
-            count: bytes.len(),
-            dtype: DType::U8,
-        },
+        Op::all_gather_single(ptr(&mut all), ptr(bytes), bytes.len(), DType::U8),
     )
     .unwrap();
     all.chunks(bytes.len().max(1)).map(|c| c.to_vec()).collect()
@@ -108,12 +103,7 @@ fn every_dtype_and_op(comm: &Comm) -> usize {
         for kind in RedKind::ALL {
             for count in [1usize, 3, 64, 1000] {
                 let mut buf = input(dtype, me, count);
-                let op = Op::AllReduce {
-                    buf: ptr(&mut buf),
-                    count,
-                    dtype,
-                    op: red(kind),
-                };
+                let op = Op::all_reduce(ptr(&mut buf), count, dtype, red(kind));
                 // A combination the library refuses is refused on every
                 // rank alike (before any data moves): skip it.
                 if let Err(e) = run(comm, op) {
@@ -142,27 +132,12 @@ fn every_dtype_and_op(comm: &Comm) -> usize {
         }
         let mut b = input(dtype, me, 5);
         let root = n - 1;
-        run(
-            comm,
-            Op::Broadcast {
-                buf: ptr(&mut b),
-                count: 5,
-                dtype,
-                root: root as i32,
-            },
-        )
-        .unwrap();
+        run(comm, Op::broadcast(ptr(&mut b), 5, dtype, root as i32)).unwrap();
         assert_eq!(b, input(dtype, root, 5), "broadcast {dtype:?}");
         let mut d = input(dtype, me, 7);
         let reduced = run(
             comm,
-            Op::Reduce {
-                buf: ptr(&mut d),
-                count: 7,
-                dtype,
-                root: root as i32,
-                op: red(RedKind::Max),
-            },
+            Op::reduce(ptr(&mut d), 7, dtype, root as i32, red(RedKind::Max)),
         );
         if reduced.is_ok() && me == root {
             let mut want = input(dtype, 0, 7);
@@ -186,12 +161,7 @@ fn every_dtype_and_op(comm: &Comm) -> usize {
         run(comm, Op::Barrier).unwrap();
         let mut x = [me as i64 + k as i64; 2];
         let mut bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let op = Op::AllReduce {
-            buf: ptr(&mut bytes),
-            count: 2,
-            dtype: DType::I64,
-            op: red(RedKind::Sum),
-        };
+        let op = Op::all_reduce(ptr(&mut bytes), 2, DType::I64, red(RedKind::Sum));
         run(comm, op).unwrap();
         for (i, c) in bytes.chunks(8).enumerate() {
             x[i] = i64::from_le_bytes(c.try_into().unwrap());
@@ -267,12 +237,7 @@ fn gloo_shared_cpu_dead_peer_seen_at_once() {
         let start = Instant::now();
         let (e, last) = loop {
             let last = Instant::now();
-            let op = Op::AllReduce {
-                buf: ptr(&mut x),
-                count: 4,
-                dtype: DType::I32,
-                op: red(RedKind::Sum),
-            };
+            let op = Op::all_reduce(ptr(&mut x), 4, DType::I32, red(RedKind::Sum));
             if let Err(e) = run(&comm, op) {
                 break (e, last);
             }
