@@ -35,7 +35,7 @@ case "${1:-}" in
       exit 0
     fi
     TORCHCOMM_TEST_NCCL_HEADER=$NCCL_HDR \
-      "$CARGO" test --release --lib nccl::loader::tests::abi_matches_the_nccl_header -- --nocapture
+      "$CARGO" test --release --lib nccl_loader::tests::abi_matches_the_nccl_header -- --nocapture
     TORCHCOMM_TEST_NCCL_LIBRARY=$NCCL_LIB \
       "$CARGO" test --release --test nccl_unavailable a_real_libnccl -- --nocapture
     mkdir -p "$BUILD/nccl_abi"

@@ -19,7 +19,7 @@ use torchcomm::error::{TC_ERR_INVALID_ARGUMENT, TC_SUCCESS};
 use torchcomm::ffi::comm::{tc_comm_destroy, tc_comm_finalize, tc_comm_t};
 use torchcomm::ffi::reducer::*;
 use torchcomm::ffi::work::{tc_work_free, tc_work_wait};
-use torchcomm::half::{f16_to_f32, f32_to_f16};
+use torchcomm::kernels::half::{f16_to_f32, f32_to_f16};
 use torchcomm::options::Versioned;
 use torchcomm::types::*;
 

@@ -22,7 +22,7 @@ use torchcomm::ffi::comm::{tc_comm_destroy, tc_comm_finalize, tc_comm_t};
 use torchcomm::ffi::comm_ops::tc_all_reduce;
 use torchcomm::ffi::reducer::*;
 use torchcomm::ffi::work::{tc_work_free, tc_work_t, tc_work_wait};
-use torchcomm::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+use torchcomm::kernels::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use torchcomm::options::{tc_op_options_t, Versioned};
 use torchcomm::reducer::hooks::tc_grad_bucket_t;
 use torchcomm::types::*;

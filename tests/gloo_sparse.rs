@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use torchcomm::comm::{Comm, OpOptions};
 use torchcomm::error::{ErrorKind, Result};
-use torchcomm::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+use torchcomm::kernels::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use torchcomm::sparse::{sparse_all_reduce, CBuf, CooInput, CooOutput};
 use torchcomm::types::{DType, TC_AVG, TC_MAX, TC_SUM};
 

@@ -11,9 +11,9 @@
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
-use torchcomm::backends::nccl::loader;
 use torchcomm::comm::{Comm, CommOptions};
 use torchcomm::error::ErrorKind;
+use torchcomm::nccl_loader as loader;
 use torchcomm::store::FileStore;
 use torchcomm::types::Device;
 

@@ -81,8 +81,10 @@ fn data(dtype: DType, count: usize, r: usize, s: usize) -> Vec<u8> {
             DType::I64 | DType::U64 => (v as u64).to_ne_bytes().to_vec(),
             DType::F32 => (v as f32).to_ne_bytes().to_vec(),
             DType::F64 => (v as f64).to_ne_bytes().to_vec(),
-            DType::F16 => torchcomm::half::f32_to_f16(v as f32).to_ne_bytes().to_vec(),
-            DType::BF16 => torchcomm::half::f32_to_bf16(v as f32)
+            DType::F16 => torchcomm::kernels::half::f32_to_f16(v as f32)
+                .to_ne_bytes()
+                .to_vec(),
+            DType::BF16 => torchcomm::kernels::half::f32_to_bf16(v as f32)
                 .to_ne_bytes()
                 .to_vec(),
         };
@@ -97,9 +99,11 @@ fn value(dtype: DType, buf: &[u8], i: usize) -> f64 {
     match dtype {
         DType::F32 => f32::from_ne_bytes(b.try_into().unwrap()) as f64,
         DType::F64 => f64::from_ne_bytes(b.try_into().unwrap()),
-        DType::F16 => torchcomm::half::f16_to_f32(u16::from_ne_bytes(b.try_into().unwrap())) as f64,
+        DType::F16 => {
+            torchcomm::kernels::half::f16_to_f32(u16::from_ne_bytes(b.try_into().unwrap())) as f64
+        }
         DType::BF16 => {
-            torchcomm::half::bf16_to_f32(u16::from_ne_bytes(b.try_into().unwrap())) as f64
+            torchcomm::kernels::half::bf16_to_f32(u16::from_ne_bytes(b.try_into().unwrap())) as f64
         }
         _ => unreachable!(),
     }

@@ -21,7 +21,7 @@
 
 use super::worker::{Request, Worker};
 use super::*;
-use crate::backends::gloo::reduce::{self, ReduceFn, Scale};
+use crate::kernels::reduce::{self, ReduceFn, Scale};
 use crate::op::Ptr;
 use crate::types::{DType, RedKind, ReduceOp};
 use std::ffi::c_void;

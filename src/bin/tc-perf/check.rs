@@ -4,7 +4,7 @@
 use crate::case::Case;
 use crate::coll::Coll;
 use crate::die;
-use torchcomm::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+use torchcomm::kernels::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use torchcomm::types::{DType, RedKind};
 
 unsafe fn put(dt: DType, p: *mut u8, i: usize, v: f64) {

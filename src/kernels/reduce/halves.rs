@@ -4,7 +4,7 @@
 
 use super::elementwise::{fmax, fmin};
 use crate::error::Result;
-use crate::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+use crate::kernels::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use crate::types::DType;
 use std::ffi::c_void;
 

@@ -2,7 +2,7 @@
 //! after) and reading a host PREMUL_SUM factor.
 
 use crate::error::{Error, Result};
-use crate::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+use crate::kernels::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use crate::types::DType;
 
 /// What to do to each element around the SUM of AVG and PREMUL_SUM.

@@ -2,7 +2,7 @@
 //! (integers, bool, float32, float64) and of bfloat16 (through f32 with
 //! shifts), over one driver that picks slices or unaligned accesses.
 
-use crate::half::{bf16_to_f32, f32_to_bf16};
+use crate::kernels::half::{bf16_to_f32, f32_to_bf16};
 use std::ffi::c_void;
 
 /// Applies `f` elementwise. Uses slices (vectorisable) when the pointers are

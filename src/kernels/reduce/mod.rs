@@ -11,7 +11,7 @@
 //! `elementwise.rs` has the kernels of the types that compute in their own
 //! type (and bfloat16); `halves.rs` the float16 ones and the f32 sum of
 //! half blocks; `scale.rs` the scaling of AVG and PREMUL_SUM. The
-//! float16/bfloat16 conversions themselves are [`crate::half`].
+//! float16/bfloat16 conversions themselves are [`crate::kernels::half`].
 
 mod elementwise;
 mod halves;

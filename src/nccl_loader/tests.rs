@@ -30,7 +30,7 @@ fn config_layout_matches_nccl_2_28() {
 /// resolves (so that no entry point escapes the header comparison).
 #[test]
 fn signature_table_covers_every_resolved_symbol() {
-    let src = include_str!("../loader.rs");
+    let src = include_str!("mod.rs");
     let start = src.find("pub unsafe fn from_handle").unwrap();
     let end = start + src[start..].find("pub fn version_string").unwrap();
     let mut resolved: Vec<&str> = src[start..end]
@@ -105,7 +105,7 @@ fn abi_matches_the_nccl_header() {
     let bad = d.bad;
     assert!(
         bad.is_empty(),
-        "loader.rs differs from NCCL {}'s nccl.h ({}):\n  {}",
+        "nccl_loader/mod.rs differs from NCCL {}'s nccl.h ({}):\n  {}",
         version_string(hv),
         header.display(),
         bad.join("\n  ")
@@ -153,7 +153,7 @@ fn probe_header(header: &std::path::Path) -> std::collections::HashMap<String, i
     c
 }
 
-/// What differs between nccl.h and loader.rs, and how many values were
+/// What differs between nccl.h and nccl_loader/mod.rs, and how many values were
 /// compared.
 #[derive(Default)]
 struct Diffs {
@@ -166,7 +166,7 @@ impl Diffs {
         self.checked += 1;
         if c_value != ours {
             self.bad.push(format!(
-                "{what}: nccl.h has {c_value}, loader.rs has {ours}"
+                "{what}: nccl.h has {c_value}, nccl_loader/mod.rs has {ours}"
             ));
         }
     }
@@ -477,13 +477,13 @@ fn check_prototypes(text: &str, bad: &mut Vec<String>) -> (usize, Vec<&'static s
                 functions += 1;
                 if theirs != ours {
                     bad.push(format!(
-                        "{name}: nccl.h declares {theirs}, loader.rs calls it as {ours}"
+                        "{name}: nccl.h declares {theirs}, nccl_loader/mod.rs calls it as {ours}"
                     ));
                 }
             }
             Some(Err(e)) => bad.push(e),
             None if required => bad.push(format!(
-                "{name}: required by loader.rs, not declared in nccl.h"
+                "{name}: required by nccl_loader/mod.rs, not declared in nccl.h"
             )),
             None => absent.push(name),
         }

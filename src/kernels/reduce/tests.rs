@@ -4,7 +4,7 @@
 #[cfg(target_arch = "x86_64")]
 use super::halves::f16c;
 use super::*;
-use crate::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+use crate::kernels::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 
 #[test]
 fn half_kernels_handle_in_place_tails_and_partial_overlap() {
