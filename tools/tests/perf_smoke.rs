@@ -143,7 +143,8 @@ fn tc_perf_graphs_need_the_nccl_backend() {
 /// at least compile (C) and parse (Python) here.
 #[test]
 fn gpu_bench_sources_compile() {
-    let root = env!("CARGO_MANIFEST_DIR");
+    // The repository root: this package is tools/ inside it.
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     let c = format!("{root}/bench/nccl_raw.c");
     match Command::new("cc")
         .args([

@@ -3,6 +3,7 @@
 //! through another address of this machine), and a store token keeps out
 //! clients without it or with a wrong one.
 
+#[path = "../../tests/store_common/mod.rs"]
 mod store_common;
 
 use std::io::{Read, Write};
