@@ -20,7 +20,9 @@ mod validate;
 mod validate_tests;
 
 pub use buffers::{for_each_buffer, Use};
-pub use layout::{BlockSizes, Layout, Side, Span};
+pub use layout::Layout;
+#[cfg(test)]
+use layout::{Side, Span};
 
 /// A raw buffer address handed in by C. The caller guarantees it stays valid
 /// until the operation's work completes (torchcomms' contract).

@@ -27,9 +27,9 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 use std::time::Duration;
-use torchcomm::comm::{Comm, CommOptions, Op, OpOptions, Ptr};
 use torchcomm::store::{StoreRef, TcpStore, TcpStoreOptions, TcpStoreServer};
-use torchcomm::types::{DType, Device, PremulFactor, RedKind, ReduceOp};
+use torchcomm::{Comm, CommOptions, Op, OpOptions, Ptr};
+use torchcomm::{DType, Device, PremulFactor, RedKind, ReduceOp};
 
 fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set"))

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 #[test]
 fn tc_perf_all_reduce_sweep_under_tc_run() {
-    if let Err(e) = torchcomm::backends::gloo::shim::module() {
+    if let Err(e) = torchcomm::backend_available("gloo") {
         println!("SKIPPED: the gloo module is unavailable: {}", e.message);
         return;
     }
@@ -76,7 +76,7 @@ fn tc_perf_all_reduce_sweep_under_tc_run() {
 /// what this machine exercises).
 fn gpu_stack_present() -> bool {
     torchcomm::cuda::available().is_ok()
-        && torchcomm::backends::nccl::load().is_ok()
+        && torchcomm::backend_available("nccl").is_ok()
         && torchcomm::cuda::device_count()
             .map(|n| n > 0)
             .unwrap_or(false)

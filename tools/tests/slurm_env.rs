@@ -23,7 +23,7 @@ fn job_id_with_a_free_port() -> u16 {
 
 #[test]
 fn three_tasks_bootstrap_from_slurm_variables_alone() {
-    if let Err(e) = torchcomm::backends::gloo::shim::module() {
+    if let Err(e) = torchcomm::backend_available("gloo") {
         println!("SKIPPED: the gloo module is unavailable: {}", e.message);
         return;
     }
@@ -46,10 +46,10 @@ fn three_tasks_bootstrap_from_slurm_variables_alone() {
                 "-B",
                 "gloo",
             ]);
-            for v in torchcomm::bootstrap::RANK_VARS
+            for v in torchcomm::RANK_VARS
                 .iter()
-                .chain(&torchcomm::bootstrap::SIZE_VARS)
-                .chain(&torchcomm::bootstrap::LOCAL_RANK_VARS)
+                .chain(&torchcomm::SIZE_VARS)
+                .chain(&torchcomm::LOCAL_RANK_VARS)
                 .chain(&["MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE"])
             {
                 cmd.env_remove(v);

@@ -11,8 +11,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use store_common::*;
-use torchcomm::error::ErrorKind;
 use torchcomm::store::{Store, TcpStore, TcpStoreOptions};
+use torchcomm::ErrorKind;
 
 const T: Duration = Duration::from_secs(30);
 const TC_RUN: &str = env!("CARGO_BIN_EXE_tc-run");
@@ -88,10 +88,10 @@ fn host_if_child() -> bool {
     if role().as_deref() != Some("host") {
         return false;
     }
-    let comm = torchcomm::comm::Comm::new(
+    let comm = torchcomm::Comm::new(
         "gloo",
-        torchcomm::types::Device::Cpu,
-        torchcomm::comm::CommOptions {
+        torchcomm::Device::Cpu,
+        torchcomm::CommOptions {
             name: Some("solo".into()),
             timeout: Some(T),
             ..Default::default()
@@ -157,7 +157,7 @@ fn token_child() -> bool {
     }
 }
 
-fn with_token(port: u16, token: Option<&str>) -> torchcomm::error::Result<TcpStore> {
+fn with_token(port: u16, token: Option<&str>) -> torchcomm::Result<TcpStore> {
     let mut o = TcpStoreOptions::client("127.0.0.1", port, Duration::from_secs(3));
     o.token = token.map(|t| t.as_bytes().to_vec());
     TcpStore::new(&o)

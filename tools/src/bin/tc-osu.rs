@@ -25,9 +25,9 @@
 use std::process::exit;
 use std::sync::Arc;
 use std::time::Instant;
-use torchcomm::comm::{Comm, CommOptions, Op, OpOptions, Ptr};
-use torchcomm::types::{DType, Device};
-use torchcomm::work::Work;
+use torchcomm::Work;
+use torchcomm::{Comm, CommOptions, Op, OpOptions, Ptr};
+use torchcomm::{DType, Device};
 
 struct Args {
     min: usize,

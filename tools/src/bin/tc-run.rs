@@ -15,8 +15,8 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
-use torchcomm::store::server::{token_from_env, ServerOptions};
 use torchcomm::store::TcpStoreServer;
+use torchcomm::store::{token_from_env, ServerOptions};
 
 static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
 

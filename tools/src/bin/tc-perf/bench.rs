@@ -7,10 +7,10 @@ use crate::gpu::Gpu;
 use crate::options::Args;
 use std::sync::Arc;
 use std::time::Instant;
-use torchcomm::comm::{Comm, Op, OpOptions, Ptr};
 use torchcomm::cuda;
-use torchcomm::types::{DType, ReduceOp};
-use torchcomm::work::Work;
+use torchcomm::Work;
+use torchcomm::{Comm, Op, OpOptions, Ptr};
+use torchcomm::{DType, ReduceOp};
 
 /// One measurement: per call, mean over ranks.
 pub(crate) struct Figures {

@@ -3,9 +3,9 @@
 
 use crate::coll::Coll;
 use std::sync::Arc;
-use torchcomm::comm::{Op, P2p, Ptr};
 use torchcomm::cuda;
-use torchcomm::types::{DType, PremulFactor, RedKind, ReduceOp};
+use torchcomm::{DType, PremulFactor, RedKind, ReduceOp};
+use torchcomm::{Op, P2p, Ptr};
 
 /// 8-byte aligned host buffer.
 pub(crate) struct Buf(pub(crate) Vec<u64>);
@@ -96,10 +96,7 @@ impl Case {
     }
 
     /// Allocates device copies of the buffers (same sizes) on `device`.
-    pub(crate) fn on_device(
-        mut self,
-        device: &Arc<cuda::Device>,
-    ) -> torchcomm::error::Result<Case> {
+    pub(crate) fn on_device(mut self, device: &Arc<cuda::Device>) -> torchcomm::Result<Case> {
         let i = cuda::DeviceBuffer::zeroed(device, self.input.0.len() * 8)?;
         let o = cuda::DeviceBuffer::zeroed(device, self.output.0.len() * 8)?;
         self.dev = Some((i, o));
@@ -107,7 +104,7 @@ impl Case {
     }
 
     /// Host data to the device buffers (both: the output holds sentinels).
-    pub(crate) fn upload(&mut self) -> torchcomm::error::Result<()> {
+    pub(crate) fn upload(&mut self) -> torchcomm::Result<()> {
         if let Some((di, dout)) = &self.dev {
             cuda::copy_to_device(di.ptr(), bytes_of(&mut self.input))?;
             cuda::copy_to_device(dout.ptr(), bytes_of(&mut self.output))?;
@@ -116,7 +113,7 @@ impl Case {
     }
 
     /// The device's result back into the host buffer that holds the output.
-    pub(crate) fn download(&mut self) -> torchcomm::error::Result<()> {
+    pub(crate) fn download(&mut self) -> torchcomm::Result<()> {
         if let Some((di, dout)) = &self.dev {
             if self.in_place {
                 cuda::copy_to_host(bytes_of(&mut self.input), di.ptr())?;

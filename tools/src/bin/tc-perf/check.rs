@@ -4,8 +4,8 @@
 use crate::case::Case;
 use crate::coll::Coll;
 use crate::die;
-use torchcomm::kernels::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
-use torchcomm::types::{DType, RedKind};
+use torchcomm::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+use torchcomm::{DType, RedKind};
 
 unsafe fn put(dt: DType, p: *mut u8, i: usize, v: f64) {
     match dt {

@@ -6,8 +6,8 @@ use crate::case::Case;
 use crate::die;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use torchcomm::comm::Op;
 use torchcomm::cuda;
+use torchcomm::Op;
 
 /// The benchmark's CUDA state on a GPU backend: its device, its stream and
 /// the timing events around the timed loop.
@@ -21,7 +21,7 @@ pub(crate) struct Gpu {
 }
 
 impl Gpu {
-    pub(crate) fn new(ordinal: i32) -> torchcomm::error::Result<Gpu> {
+    pub(crate) fn new(ordinal: i32) -> torchcomm::Result<Gpu> {
         let device = cuda::Device::open(ordinal)?;
         // Current on this thread for good: copies, events and graph calls
         // below run without a scope of their own.

@@ -23,11 +23,11 @@ use bench::Bench;
 use gpu::Gpu;
 use options::{env_int, gpu_usable, Args};
 use std::process::exit;
-use torchcomm::comm::{Comm, CommOptions};
-use torchcomm::types::Device;
+use torchcomm::Device;
+use torchcomm::{Comm, CommOptions};
 
 /// A failure that ends the benchmark: what failed and why on stderr, exit 1.
-fn die(what: &str, e: torchcomm::error::Error) -> ! {
+fn die(what: &str, e: torchcomm::Error) -> ! {
     eprintln!("tc-perf: {what}: {}", e.message);
     exit(1)
 }
@@ -92,8 +92,8 @@ fn open_device(args: &Args) -> (Device, Option<Gpu>) {
         );
         exit(1)
     });
-    let local = env_int(&torchcomm::bootstrap::LOCAL_RANK_VARS)
-        .or_else(|| env_int(&torchcomm::bootstrap::RANK_VARS))
+    let local = env_int(&torchcomm::LOCAL_RANK_VARS)
+        .or_else(|| env_int(&torchcomm::RANK_VARS))
         .unwrap_or(0)
         .max(0);
     let ordinal = local % count;

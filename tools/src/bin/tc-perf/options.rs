@@ -3,7 +3,7 @@
 use crate::coll::Coll;
 use std::process::exit;
 use torchcomm::cuda;
-use torchcomm::types::{DType, RedKind};
+use torchcomm::{DType, RedKind};
 
 fn parse_dtype(s: &str) -> Option<DType> {
     Some(match s {
@@ -283,13 +283,13 @@ impl Args {
 /// Ok when the nccl backend can run here: the CUDA driver, NCCL and at least
 /// one device. Otherwise the `TC_ERR_UNAVAILABLE` error saying what is
 /// missing.
-pub(crate) fn gpu_usable() -> torchcomm::error::Result<i32> {
+pub(crate) fn gpu_usable() -> torchcomm::Result<i32> {
     // The driver first: without it NCCL is not even looked for.
     cuda::available().map_err(|e| e.context("the nccl backend is unavailable"))?;
-    torchcomm::backends::nccl::load()?;
+    torchcomm::backend_available("nccl")?;
     let count = cuda::device_count()?;
     if count < 1 {
-        return Err(torchcomm::error::Error::unavailable(
+        return Err(torchcomm::Error::unavailable(
             "the nccl backend is unavailable: no CUDA device is visible",
         ));
     }

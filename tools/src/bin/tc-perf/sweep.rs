@@ -8,7 +8,7 @@ use crate::die;
 use crate::options::Args;
 use crate::table::{Cell, Row};
 use std::fs::File;
-use torchcomm::types::{DType, RedKind};
+use torchcomm::{DType, RedKind};
 
 /// What the summary lines report, over the whole sweep.
 #[derive(Default)]

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::fs::File;
 use std::io::Write as _;
 use std::process::exit;
-use torchcomm::types::Device;
+use torchcomm::Device;
 
 /// Opens the CSV file for appending, with the header line when it is new
 /// (exit 2 when it cannot be opened).

@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use torchcomm::store::wire::Request;
+use torchcomm::store::Request;
 use torchcomm::store::{Store, TcpStore, TcpStoreOptions};
 
 const TIMEOUT: Duration = Duration::from_secs(300);

@@ -169,7 +169,7 @@ fn main() {
             other => usage_error(&format!("unknown argument {other}")),
         }
     }
-    torchcomm::store::server::raise_nofile_limit();
+    torchcomm::store::raise_nofile_limit();
     if latency.is_some() {
         return latency::run(&opts);
     }

@@ -6,22 +6,37 @@
 //! (this test binary re-executed with `TC_NCCL_ROLE`). The case with a real
 //! libnccl runs when `TORCHCOMM_TEST_NCCL_LIBRARY` names one (e.g. the
 //! `nvidia-nccl-cu13` wheel's `nvidia/nccl/lib/libnccl.so.2`); otherwise it
-//! says it was skipped.
+//! says it was skipped. A unit test of the crate (under `comm`, above the
+//! loader in the module graph): the cases look at the loader's table
+//! (`nccl()`, its optional entry points) as well as at `Comm::new`.
 
+use super::{Comm, CommOptions};
+use crate::error::ErrorKind;
+use crate::nccl_loader as loader;
+use crate::store::FileStore;
+use crate::types::Device;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
-use torchcomm::comm::{Comm, CommOptions};
-use torchcomm::error::ErrorKind;
-use torchcomm::nccl_loader as loader;
-use torchcomm::store::FileStore;
-use torchcomm::types::Device;
+
+/// The full name of this module's test `name`, as the harness selects it.
+fn test_path(name: &str) -> String {
+    format!(
+        "{}::{name}",
+        module_path!().split_once("::").map_or("", |p| p.1)
+    )
+}
 
 fn child(test: &str, role: &str, env: &[(&str, &str)]) -> String {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .env("TC_NCCL_ROLE", role)
-        .env_remove("TORCHCOMM_NCCL_LIBRARY");
+    cmd.args([
+        "--exact",
+        &test_path(test),
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env("TC_NCCL_ROLE", role)
+    .env_remove("TORCHCOMM_NCCL_LIBRARY");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -36,7 +51,7 @@ fn child(test: &str, role: &str, env: &[(&str, &str)]) -> String {
 }
 
 /// Creates a one-rank nccl comm over a fresh FileStore.
-fn new_nccl_comm() -> torchcomm::error::Result<Arc<Comm>> {
+fn new_nccl_comm() -> crate::error::Result<Arc<Comm>> {
     let path = std::env::temp_dir().join(format!("tc-nccl-unavail-{}", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let store = Arc::new(FileStore::new(&path, 1, Duration::from_secs(5)).unwrap());
@@ -78,7 +93,7 @@ fn no_driver_or_library_is_unavailable_and_says_what_was_looked_for() {
                 }
                 Err(e) => {
                     assert_eq!(e.kind, ErrorKind::Unavailable, "{}", e.message);
-                    let cuda_missing = torchcomm::cuda::available().is_err();
+                    let cuda_missing = crate::cuda::available().is_err();
                     let nccl_missing = loader::nccl().is_err();
                     assert!(cuda_missing || nccl_missing, "{}", e.message);
                     if cuda_missing {
@@ -205,7 +220,7 @@ fn a_real_libnccl_loads_and_makes_a_unique_id() {
             // Without a driver, creation still fails cleanly and names both
             // the NCCL that was found and what is missing on the CUDA side.
             let mut outcome = String::from("a driver is present");
-            if torchcomm::cuda::available().is_err() {
+            if crate::cuda::available().is_err() {
                 let e = new_nccl_comm().err().expect("no driver");
                 assert_eq!(e.kind, ErrorKind::Unavailable, "{}", e.message);
                 assert!(
