@@ -15,7 +15,7 @@
 //! [`UcxTransport::run`] (an op, or `None` for the operations it does not
 //! carry, which stay on the Gloo path), [`UcxTransport::flush`] and
 //! [`wanted`] (the `TORCHCOMM_HOST_TRANSPORT` setting). It shares only the
-//! reduction kernels of `gloo/reduce` with the Gloo path.
+//! reduction kernels of `crate::kernels::reduce` with the Gloo path.
 //!
 //! Tags (64 bits): the class in bits 63..62 (point-to-point head,
 //! point-to-point data, collective, wire-up), the sender's rank in bits
