@@ -11,12 +11,13 @@
 use std::ffi::c_void;
 use std::ptr::{null, null_mut};
 use std::time::Instant;
-use torchcomm::ffi::comm::{tc_comm_destroy, tc_comm_finalize, tc_comm_new, tc_comm_t};
-use torchcomm::ffi::comm_ops::{tc_all_gather_single, tc_barrier};
-use torchcomm::ffi::persistent::{
+use torchcomm::capi::tc_device_t;
+use torchcomm::capi::{
     tc_all_gather_p_exec, tc_all_gather_p_free, tc_all_gather_p_init, tc_all_gather_p_t,
 };
-use torchcomm::types::{tc_device_t, DType};
+use torchcomm::capi::{tc_all_gather_single, tc_barrier};
+use torchcomm::capi::{tc_comm_destroy, tc_comm_finalize, tc_comm_new, tc_comm_t};
+use torchcomm::DType;
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -27,7 +28,7 @@ fn env(name: &str, default: usize) -> usize {
 
 fn ok(rc: i32, what: &str) {
     if rc != 0 {
-        let detail = unsafe { std::ffi::CStr::from_ptr(torchcomm::error::last_error_ptr()) };
+        let detail = unsafe { std::ffi::CStr::from_ptr(torchcomm::capi::tc_last_error()) };
         panic!("{what}: {rc}: {}", detail.to_string_lossy());
     }
 }
@@ -50,8 +51,8 @@ fn main() {
         "tc_comm_new",
     );
     let (mut rank, mut size) = (0, 0);
-    torchcomm::ffi::comm::tc_comm_get_rank(comm, &mut rank);
-    torchcomm::ffi::comm::tc_comm_get_size(comm, &mut size);
+    torchcomm::capi::tc_comm_get_rank(comm, &mut rank);
+    torchcomm::capi::tc_comm_get_size(comm, &mut size);
     let f32_code = DType::F32.to_c();
     if rank == 0 {
         println!(

@@ -22,8 +22,11 @@ if [ -n "${TC_STORE_BENCH_BASE:-}" ]; then
   tgt=$BUILD/store-bench-base/target
   rm -rf "$src" && mkdir -p "$src" "$tgt/release"
   git archive "$TC_STORE_BENCH_BASE" | tar -x -C "$src"
-  rm -rf "$src/src/bin/tc-store-bench.rs" "$src/src/bin/tc-store-bench"
-  cp -r src/bin/tc-store-bench "$src/src/bin/"
+  # The tools live in tools/src/bin since the cargo workspace, in src/bin before.
+  bins=$src/tools/src/bin
+  [ -d "$bins" ] || bins=$src/src/bin
+  rm -rf "$bins/tc-store-bench.rs" "$bins/tc-store-bench"
+  cp -r tools/src/bin/tc-store-bench "$bins/"
   # Reuse the compiled dependencies (hard links; only our crate rebuilds).
   for d in deps build .fingerprint; do
     [ -e "$tgt/release/$d" ] || cp -al "$REL/$d" "$tgt/release/" 2>/dev/null || true

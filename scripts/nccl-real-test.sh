@@ -9,7 +9,7 @@
 #          PyPI's JSON API over HTTPS). When it cannot be had (no network, ...)
 #          it says why in that folder's SKIPPED file; never a failure.
 #   test   runs the loader's ABI test against that nccl.h, the real-library
-#          case of tests/nccl_unavailable.rs and, through the C API,
+#          case of src/comm/nccl_unavailable_tests.rs and, through the C API,
 #          tests/nccl_abi/test_nccl_real.c (TC_ERR_UNAVAILABLE naming the NCCL
 #          version and the missing CUDA driver); without the wheel it reports
 #          the 3 checks SKIPPED with the reason.
@@ -30,14 +30,14 @@ case "${1:-}" in
   test)
     ensure_built
     if [ ! -f "$NCCL_LIB" ] || [ ! -f "$NCCL_HDR" ]; then
-      echo "nccl-real-test: SKIPPED 3 checks (loader ABI against nccl.h, real libnccl in tests/nccl_unavailable.rs," \
+      echo "nccl-real-test: SKIPPED 3 checks (loader ABI against nccl.h, real libnccl in src/comm/nccl_unavailable_tests.rs," \
         "test_nccl_real.c): $(cat "$DIR/SKIPPED" 2>/dev/null || echo 'no wheel was fetched (make nccl-wheel)')"
       exit 0
     fi
     TORCHCOMM_TEST_NCCL_HEADER=$NCCL_HDR \
-      "$CARGO" test --release --lib nccl::loader::tests::abi_matches_the_nccl_header -- --nocapture
+      "$CARGO" test --release --lib nccl_loader::tests::abi_matches_the_nccl_header -- --nocapture
     TORCHCOMM_TEST_NCCL_LIBRARY=$NCCL_LIB \
-      "$CARGO" test --release --test nccl_unavailable a_real_libnccl -- --nocapture
+      "$CARGO" test --release --lib comm::nccl_unavailable_tests::a_real_libnccl -- --nocapture
     mkdir -p "$BUILD/nccl_abi"
     "$CC" -std=c11 -Wall -Wextra -g -Iinclude -Icapi_tests -Itests/nccl_abi/cuda_stub -I"$DIR/include" \
       tests/nccl_abi/test_nccl_real.c -o "$BUILD/nccl_abi/test_nccl_real" "${CTEST_LIBS[@]}" -lpthread

@@ -2,7 +2,7 @@
 # Hierarchical gloo collectives across hosts made of network namespaces:
 # each host is a namespace with its own address (10.79.0.<h+1>) on a bridge
 # (in a namespace of its own, so nothing outside is touched) and its own
-# hostname (a UTS namespace per host). Runs examples/hier_hosts.rs once per
+# hostname (a UTS namespace per host). Runs tools/examples/hier_hosts.rs once per
 # rank, in two layouts: 2 hosts x 2 ranks (ranks 0,1 | 2,3) and 3 hosts of
 # 2, 2 and 1 ranks, interleaved (ranks 0,3 | 1,4 | 2). Each run checks every
 # covered collective, several dtypes and sizes, element by element and

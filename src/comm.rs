@@ -26,6 +26,8 @@ pub use crate::op::{Op, OpOptions, P2p, Ptr};
 
 mod agreement;
 pub mod hooks;
+#[cfg(test)]
+mod nccl_unavailable_tests;
 mod persistent;
 mod reconfigure;
 mod settings;

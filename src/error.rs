@@ -221,6 +221,8 @@ pub fn last_error_ptr() -> *const libc::c_char {
     LAST_ERROR.with(|slot| slot.borrow().as_ptr())
 }
 
+/// Empties this thread's last error detail (what `tc_last_error` returns),
+/// so that a caller can tell whether the next call set one.
 pub fn clear_last_error() {
     LAST_ERROR.with(|slot| *slot.borrow_mut() = CString::default());
 }

@@ -89,6 +89,7 @@ impl FlightRecorder {
 
     /// Records an issued operation and its work (None with the error kind
     /// when the backend refused to issue it); returns its sequence number.
+    #[cfg(test)]
     pub fn record(&self, op: &Op, async_op: bool, work: Result<&Arc<dyn Work>, ErrorKind>) -> u64 {
         let seq = self.reserve();
         self.record_as(seq, op, async_op, work);

@@ -11,12 +11,7 @@ mod gloo_common;
 use capi_common::{last_error, new_comm};
 use gloo_common::*;
 use std::ffi::c_void;
-use torchcomm::error::{TC_ERR_INVALID_USAGE, TC_SUCCESS};
-use torchcomm::ffi::coalesced::tc_broadcast_coalesced;
-use torchcomm::ffi::comm::{tc_comm_destroy, tc_comm_finalize, tc_comm_t};
-use torchcomm::ffi::work::{tc_work_free, tc_work_t, tc_work_wait};
-use torchcomm::options::{tc_op_options_t, Versioned};
-use torchcomm::types::*;
+use torchcomm::capi::*;
 
 const POISON: u8 = 0xa5;
 

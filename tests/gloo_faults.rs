@@ -7,9 +7,9 @@ mod gloo_common;
 
 use gloo_common::*;
 use std::time::{Duration, Instant};
-use torchcomm::comm::{Op, P2p, Ptr};
-use torchcomm::error::ErrorKind;
-use torchcomm::types::{DType, ReduceOp};
+use torchcomm::ErrorKind;
+use torchcomm::{DType, ReduceOp};
+use torchcomm::{Op, P2p, Ptr};
 
 fn ptr<T>(v: &mut [T]) -> Ptr {
     Ptr(v.as_mut_ptr() as *mut std::ffi::c_void)
@@ -17,7 +17,7 @@ fn ptr<T>(v: &mut [T]) -> Ptr {
 
 /// Runs all_reduce in a loop until it fails; prints the failure and how long
 /// the failing operation ran.
-fn survive(comm: &torchcomm::comm::Comm, count: usize) -> (ErrorKind, Duration, String) {
+fn survive(comm: &torchcomm::Comm, count: usize) -> (ErrorKind, Duration, String) {
     let mut data = vec![1.0f32; count];
     for _ in 0..10_000 {
         let start = Instant::now();
@@ -446,7 +446,7 @@ fn gloo_mismatched_sizes_fail_cleanly() {
 #[test]
 fn gloo_check_collectives_reports_the_differing_rank() {
     if role().is_some() {
-        assert!(torchcomm::config::config().check_collectives);
+        assert!(torchcomm::config().check_collectives);
         let store = child_store();
         let me = rank();
         let t = Duration::from_secs(10);
@@ -544,10 +544,10 @@ fn gloo_missing_module_is_unavailable() {
 fn gloo_abort_on_error_aborts_the_survivor() {
     if role().is_some() {
         let me = rank();
-        let comm = torchcomm::comm::Comm::new(
+        let comm = torchcomm::Comm::new(
             "gloo",
-            torchcomm::types::Device::Cpu,
-            torchcomm::comm::CommOptions {
+            torchcomm::Device::Cpu,
+            torchcomm::CommOptions {
                 name: Some("aborting".into()),
                 timeout: Some(Duration::from_secs(10)),
                 abort_on_error: None, // the default: TORCHCOMM_ABORT_ON_ERROR, here 1

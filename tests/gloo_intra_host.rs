@@ -16,9 +16,9 @@ mod gloo_common;
 use gloo_common::*;
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
-use torchcomm::comm::{Comm, Op, Ptr};
-use torchcomm::error::ErrorKind;
-use torchcomm::types::{DType, PremulFactor, RedKind, ReduceOp};
+use torchcomm::ErrorKind;
+use torchcomm::{Comm, Op, Ptr};
+use torchcomm::{DType, PremulFactor, RedKind, ReduceOp};
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 

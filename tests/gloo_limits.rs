@@ -18,20 +18,7 @@ use capi_common::{last_error, new_comm, new_comm_with_timeout};
 use gloo_common::*;
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
-use torchcomm::error::*;
-use torchcomm::ffi::comm::{tc_comm_destroy, tc_comm_finalize, tc_comm_t};
-use torchcomm::ffi::comm_ops::{tc_all_gather, tc_all_reduce};
-use torchcomm::ffi::hooks::{
-    tc_comm_add_post_hook, tc_comm_add_pre_hook, tc_comm_remove_hook, tc_op_info_t,
-};
-use torchcomm::ffi::reducer::*;
-use torchcomm::ffi::shrink::tc_comm_shrink;
-use torchcomm::ffi::sparse::{tc_sparse_all_reduce, tc_sparse_coo_t};
-use torchcomm::ffi::window::*;
-use torchcomm::ffi::work::{tc_work_free, tc_work_t, tc_work_wait};
-use torchcomm::options::{tc_op_options_t, Versioned};
-use torchcomm::reducer::hooks::tc_grad_bucket_t;
-use torchcomm::types::*;
+use torchcomm::capi::*;
 
 const SUM: tc_reduce_op_t = tc_reduce_op_t {
     kind: TC_SUM,
@@ -469,7 +456,7 @@ unsafe extern "C" fn reentrant_hook(
     let (s, b) = (&mut *state.cast::<ReentrantHook>(), &mut *bucket);
     let rc = tc_reducer_mark_ready(s.reducer, 0);
     s.calls.push(("tc_reducer_mark_ready", rc, last_error()));
-    torchcomm::error::clear_last_error();
+    torchcomm::capi::clear_last_error();
     tc_reducer_free(s.reducer);
     s.calls.push(("tc_reducer_free", TC_SUCCESS, last_error()));
     tc_all_reduce(comm, b.buffer, b.count, b.dtype, SUM, &async_opts(), work)
@@ -529,7 +516,7 @@ extern "C" fn destroy_from_pre_hook(_info: *const tc_op_info_t, user: *mut c_voi
     let s = unsafe { &mut *user.cast::<CallFromHook>() };
     if !s.done {
         s.done = true;
-        torchcomm::error::clear_last_error();
+        torchcomm::capi::clear_last_error();
         tc_comm_destroy(s.comm);
         s.message = last_error();
     }

@@ -14,9 +14,9 @@ mod gloo_common;
 
 use gloo_common::*;
 use std::time::Duration;
-use torchcomm::comm::{Comm, Op, OpOptions, Ptr};
-use torchcomm::error::{Error, ErrorKind};
-use torchcomm::types::{DType, PremulFactor, RedKind, ReduceOp};
+use torchcomm::{Comm, Op, OpOptions, Ptr};
+use torchcomm::{DType, PremulFactor, RedKind, ReduceOp};
+use torchcomm::{Error, ErrorKind};
 
 /// The Gloo path sees a mismatch only at the operation's timeout: the
 /// mismatched calls get a short one, the comm (connecting, the calls that
@@ -164,7 +164,7 @@ fn check_afterwards(comm: &Comm, me: i32, n: i32) {
 }
 
 /// Runs a call that may not match the other ranks' calls.
-fn run_mismatched(comm: &Comm, op: Op) -> torchcomm::error::Result<()> {
+fn run_mismatched(comm: &Comm, op: Op) -> torchcomm::Result<()> {
     let timeout = if shm_path() {
         SHM_OP_TIMEOUT
     } else {

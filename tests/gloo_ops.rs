@@ -7,10 +7,10 @@ mod gloo_common;
 
 use gloo_common::*;
 use std::time::Duration;
-use torchcomm::comm::{Comm, Op, OpOptions, P2p, Ptr};
-use torchcomm::error::ErrorKind;
-use torchcomm::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
-use torchcomm::types::{DType, PremulFactor, RedKind, ReduceOp};
+use torchcomm::ErrorKind;
+use torchcomm::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+use torchcomm::{Comm, Op, OpOptions, P2p, Ptr};
+use torchcomm::{DType, PremulFactor, RedKind, ReduceOp};
 
 const POISON: u8 = 0xa5;
 

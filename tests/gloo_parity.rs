@@ -12,9 +12,9 @@ mod gloo_common;
 use gloo_common::*;
 use std::ffi::c_void;
 use std::time::Duration;
-use torchcomm::comm::{Comm, Op, OpOptions, P2p, PersistentAllGather, Ptr};
-use torchcomm::error::ErrorKind;
-use torchcomm::types::DType;
+use torchcomm::DType;
+use torchcomm::ErrorKind;
+use torchcomm::{Comm, Op, OpOptions, P2p, PersistentAllGather, Ptr};
 
 const LIMIT: Duration = Duration::from_secs(240);
 const POISON: i64 = -0x5a5a;

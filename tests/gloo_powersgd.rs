@@ -15,13 +15,8 @@ use capi_common::{last_error, new_comm};
 use gloo_common::*;
 use std::ffi::c_void;
 use std::time::Duration;
-use torchcomm::error::{TC_ERR_INVALID_ARGUMENT, TC_SUCCESS};
-use torchcomm::ffi::comm::{tc_comm_destroy, tc_comm_finalize, tc_comm_t};
-use torchcomm::ffi::reducer::*;
-use torchcomm::ffi::work::{tc_work_free, tc_work_wait};
-use torchcomm::half::{f16_to_f32, f32_to_f16};
-use torchcomm::options::Versioned;
-use torchcomm::types::*;
+use torchcomm::capi::*;
+use torchcomm::{f16_to_f32, f32_to_f16};
 
 /// (rows, cols, dtype) of the test's gradients: matrices worth compressing,
 /// vectors, a 4x4 matrix below the compression rate, an empty gradient,

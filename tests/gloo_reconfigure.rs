@@ -13,10 +13,10 @@ mod gloo_common;
 use gloo_common::*;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use torchcomm::comm::{Comm, CommOptions, CommSlot, Op, Ptr, Reconfigurable};
-use torchcomm::error::ErrorKind;
 use torchcomm::store::{StoreRef, TcpStore, TcpStoreOptions, TcpStoreServer};
-use torchcomm::types::{DType, Device, ReduceOp};
+use torchcomm::ErrorKind;
+use torchcomm::{Comm, CommOptions, CommSlot, Op, Ptr, Reconfigurable};
+use torchcomm::{DType, Device, ReduceOp};
 
 const TIMEOUT: Duration = Duration::from_secs(40);
 const LIMIT: Duration = Duration::from_secs(200);

@@ -17,15 +17,8 @@ use gloo_common::*;
 use reducer_values::{reference, value};
 use std::ffi::c_void;
 use std::time::Duration;
-use torchcomm::error::{tc_result_t, TC_ERR_INVALID_ARGUMENT, TC_ERR_INVALID_USAGE, TC_SUCCESS};
-use torchcomm::ffi::comm::{tc_comm_destroy, tc_comm_finalize, tc_comm_t};
-use torchcomm::ffi::comm_ops::tc_all_reduce;
-use torchcomm::ffi::reducer::*;
-use torchcomm::ffi::work::{tc_work_free, tc_work_t, tc_work_wait};
-use torchcomm::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
-use torchcomm::options::{tc_op_options_t, Versioned};
-use torchcomm::reducer::hooks::tc_grad_bucket_t;
-use torchcomm::types::*;
+use torchcomm::capi::*;
+use torchcomm::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 
 const SCALE: usize = 16;
 

@@ -14,12 +14,7 @@ use gloo_common::*;
 use reducer_values::{reference, value};
 use std::ffi::{c_void, CStr};
 use std::sync::Mutex;
-use torchcomm::error::{TC_ERR_INVALID_USAGE, TC_SUCCESS};
-use torchcomm::ffi::comm::{tc_comm_destroy, tc_comm_finalize};
-use torchcomm::ffi::hooks::{tc_comm_add_pre_hook, tc_op_info_t};
-use torchcomm::ffi::reducer::*;
-use torchcomm::options::Versioned;
-use torchcomm::types::*;
+use torchcomm::capi::*;
 
 /// Float32 elements of each gradient: 300,000 (about 1.1 MiB), so that a
 /// 2 MiB piece spans two gradients and a gradient straddles pieces.

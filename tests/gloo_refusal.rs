@@ -19,17 +19,8 @@ use capi_common::last_error;
 use gloo_common::*;
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
-use torchcomm::error::*;
-use torchcomm::ffi::coalesced::tc_broadcast_coalesced;
-use torchcomm::ffi::comm::{tc_comm_destroy, tc_comm_t};
-use torchcomm::ffi::comm_ops::{tc_all_gather_v, tc_all_reduce, tc_broadcast};
-use torchcomm::ffi::persistent::{
-    tc_all_gather_p_exec, tc_all_gather_p_free, tc_all_gather_p_init, tc_all_gather_p_t,
-};
-use torchcomm::ffi::reducer::{tc_reducer_free, tc_reducer_new, tc_reducer_options_t};
-use torchcomm::ffi::sparse::{tc_sparse_all_reduce, tc_sparse_coo_t};
-use torchcomm::options::{tc_op_options_t, Versioned};
-use torchcomm::types::*;
+use torchcomm::capi::*;
+use torchcomm::{DType, ReduceOp};
 
 /// The comm's timeout: the peers of a refusing rank must fail long before.
 const TIMEOUT_MS: i64 = 20_000;
@@ -283,7 +274,7 @@ fn late_child() {
     const LATE: Duration = Duration::from_millis(2600);
     let comm = child_comm("late", Duration::from_millis(TIMEOUT_MS as u64));
     let me = comm.rank();
-    run(&comm, torchcomm::comm::Op::Barrier).unwrap();
+    run(&comm, torchcomm::Op::Barrier).unwrap();
     let mut x = vec![1.0f32 + me as f32; 8];
     let timeout = if me == 0 {
         std::thread::sleep(LATE);
@@ -291,13 +282,13 @@ fn late_child() {
     } else {
         SHORT
     };
-    let op = torchcomm::comm::Op::all_reduce(
-        torchcomm::comm::Ptr(x.as_mut_ptr().cast()),
+    let op = torchcomm::Op::all_reduce(
+        torchcomm::Ptr(x.as_mut_ptr().cast()),
         8,
         DType::F32,
         ReduceOp::SUM,
     );
-    let opts = torchcomm::comm::OpOptions {
+    let opts = torchcomm::OpOptions {
         timeout: Some(timeout),
         ..Default::default()
     };
@@ -324,7 +315,7 @@ fn late_child() {
 }
 
 extern "C" fn sleep_past_the_timeout(
-    _info: *const torchcomm::ffi::hooks::tc_op_info_t,
+    _info: *const torchcomm::capi::tc_op_info_t,
     _user_data: *mut c_void,
 ) {
     std::thread::sleep(Duration::from_millis(2600));
@@ -339,7 +330,7 @@ fn late_hook_child() {
     let mut opts = tc_op_options_t::defaults();
     if me == 0 {
         let mut id = 0u64;
-        let rc = torchcomm::ffi::hooks::tc_comm_add_pre_hook(
+        let rc = torchcomm::capi::tc_comm_add_pre_hook(
             comm,
             Some(sleep_past_the_timeout),
             std::ptr::null_mut(),

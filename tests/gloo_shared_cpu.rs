@@ -15,9 +15,9 @@ mod gloo_common;
 
 use gloo_common::*;
 use std::time::{Duration, Instant};
-use torchcomm::comm::{Comm, Op, Ptr};
-use torchcomm::error::ErrorKind;
-use torchcomm::types::{DType, PremulFactor, RedKind, ReduceOp};
+use torchcomm::ErrorKind;
+use torchcomm::{Comm, Op, Ptr};
+use torchcomm::{DType, PremulFactor, RedKind, ReduceOp};
 
 fn ptr<T>(v: &mut [T]) -> Ptr {
     Ptr(v.as_mut_ptr().cast())

@@ -14,10 +14,10 @@ use gloo_common::*;
 use std::ffi::c_void;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use torchcomm::comm::{Comm, Op, OpOptions, P2p, Ptr};
-use torchcomm::error::ErrorKind;
-use torchcomm::types::DType;
-use torchcomm::work::Work;
+use torchcomm::DType;
+use torchcomm::ErrorKind;
+use torchcomm::Work;
+use torchcomm::{Comm, Op, OpOptions, P2p, Ptr};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 /// The ring of one pair is 1 MiB: these go through it in pieces.
@@ -228,7 +228,7 @@ fn exchanges_comm() -> Arc<Comm> {
     if std::env::var("TC_TEST_P2P_HINT_OFF").as_deref() != Ok("1") {
         return child_comm("shm-p2p", TIMEOUT);
     }
-    let opts = torchcomm::comm::CommOptions {
+    let opts = torchcomm::CommOptions {
         name: Some("shm-p2p".into()),
         timeout: Some(TIMEOUT),
         abort_on_error: Some(false),
@@ -237,7 +237,7 @@ fn exchanges_comm() -> Arc<Comm> {
         store: Some(child_store()),
         hints: vec![("gloo.shm_p2p".into(), "0".into())],
     };
-    Comm::new("gloo", torchcomm::types::Device::Cpu, opts).unwrap()
+    Comm::new("gloo", torchcomm::Device::Cpu, opts).unwrap()
 }
 
 /// The same job on both paths: through Gloo too, every rank sends first

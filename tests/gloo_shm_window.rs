@@ -9,9 +9,9 @@ mod gloo_common;
 use gloo_common::*;
 use std::ffi::c_void;
 use std::time::Duration;
-use torchcomm::comm::Op;
-use torchcomm::error::ErrorKind;
-use torchcomm::window::Window;
+use torchcomm::ErrorKind;
+use torchcomm::Op;
+use torchcomm::Window;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -156,7 +156,7 @@ fn shm_child(plain_rank: i32) {
     println!("RESULT ok");
 }
 
-fn torchcomm_run_barrier(comm: &torchcomm::comm::Comm) {
+fn torchcomm_run_barrier(comm: &torchcomm::Comm) {
     run(comm, Op::Barrier).unwrap();
 }
 
@@ -236,7 +236,7 @@ fn gloo_shm_signals_counted_and_peer_death_seen() {
             win.map_remote(1 - me).is_ok(),
             "the peer's buffer is shared"
         );
-        let quick = |ms| torchcomm::comm::OpOptions {
+        let quick = |ms| torchcomm::OpOptions {
             timeout: Some(Duration::from_millis(ms)),
             ..Default::default()
         };

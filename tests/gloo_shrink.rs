@@ -12,9 +12,9 @@ mod gloo_common;
 use gloo_common::*;
 use std::sync::Arc;
 use std::time::Duration;
-use torchcomm::comm::{Comm, CommOptions, Op, Ptr};
-use torchcomm::error::ErrorKind;
-use torchcomm::types::{DType, ReduceOp};
+use torchcomm::ErrorKind;
+use torchcomm::{Comm, CommOptions, Op, Ptr};
+use torchcomm::{DType, ReduceOp};
 
 /// The parent's operation timeout: a survivor learns of the death within
 /// it (usually at once, from a closed connection).
@@ -35,7 +35,7 @@ fn shrink_opts() -> CommOptions {
     }
 }
 
-fn all_reduce(comm: &Comm, data: &mut [f32]) -> torchcomm::error::Result<()> {
+fn all_reduce(comm: &Comm, data: &mut [f32]) -> torchcomm::Result<()> {
     run(
         comm,
         Op::all_reduce(ptr(data), data.len(), DType::F32, ReduceOp::SUM),
@@ -51,7 +51,7 @@ fn die_after(after: Duration) {
 }
 
 /// all_reduce in a loop until it fails (a peer died); returns the error.
-fn until_failure(comm: &Comm) -> torchcomm::error::Error {
+fn until_failure(comm: &Comm) -> torchcomm::Error {
     let mut data = vec![1.0f32; 1 << 18];
     for _ in 0..100_000 {
         if let Err(e) = all_reduce(comm, &mut data) {

@@ -11,8 +11,8 @@ mod gloo_common;
 use gloo_common::*;
 use std::ffi::c_void;
 use std::time::Duration;
-use torchcomm::comm::{Comm, Op, Ptr};
-use torchcomm::types::{DType, PremulFactor, RedKind, ReduceOp};
+use torchcomm::{Comm, Op, Ptr};
+use torchcomm::{DType, PremulFactor, RedKind, ReduceOp};
 
 const COUNTS: [usize; 7] = [0, 1, 2, 5, 1000, 4096, 4097];
 

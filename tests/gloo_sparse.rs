@@ -12,11 +12,12 @@ use gloo_common::*;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use torchcomm::comm::{Comm, OpOptions};
-use torchcomm::error::{ErrorKind, Result};
-use torchcomm::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
-use torchcomm::sparse::{sparse_all_reduce, CBuf, CooInput, CooOutput};
-use torchcomm::types::{DType, TC_AVG, TC_MAX, TC_SUM};
+use torchcomm::capi::{TC_AVG, TC_MAX, TC_SUM};
+use torchcomm::DType;
+use torchcomm::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+use torchcomm::{sparse_all_reduce, CBuf, CooInput, CooOutput};
+use torchcomm::{Comm, OpOptions};
+use torchcomm::{ErrorKind, Result};
 
 /// A test input (owned arrays).
 #[derive(Clone, Debug)]

@@ -19,10 +19,10 @@ use gloo_common::*;
 use std::ffi::c_void;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use torchcomm::comm::{Comm, Op, OpOptions};
-use torchcomm::error::ErrorKind;
-use torchcomm::window::Window;
-use torchcomm::work::{Work, WorkStatus};
+use torchcomm::ErrorKind;
+use torchcomm::Window;
+use torchcomm::{Comm, Op, OpOptions};
+use torchcomm::{Work, WorkStatus};
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 const FILL: u8 = 0xee;

@@ -14,9 +14,9 @@ mod gloo_common;
 use gloo_common::*;
 use std::ffi::c_void;
 use std::time::Duration;
-use torchcomm::comm::{Comm, Op, OpOptions};
-use torchcomm::error::ErrorKind;
-use torchcomm::window::Window;
+use torchcomm::ErrorKind;
+use torchcomm::Window;
+use torchcomm::{Comm, Op, OpOptions};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 /// The base pattern [0, BASE) is written by its owner only.

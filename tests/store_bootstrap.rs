@@ -8,8 +8,8 @@ mod store_common;
 use std::sync::Arc;
 use std::time::Duration;
 use store_common::*;
-use torchcomm::comm::{Comm, CommOptions, Op, OpOptions, Ptr};
-use torchcomm::types::{DType, Device, ReduceOp};
+use torchcomm::{Comm, CommOptions, Op, OpOptions, Ptr};
+use torchcomm::{DType, Device, ReduceOp};
 
 const T: Duration = Duration::from_secs(60);
 const LOOPS: usize = 30;

@@ -2,8 +2,8 @@
 //! opened handles on one file (as separate processes would have).
 
 use std::time::{Duration, Instant};
-use torchcomm::error::ErrorKind;
 use torchcomm::store::{FileStore, PrefixStore, Store};
+use torchcomm::ErrorKind;
 
 fn path(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("tc-filestore-{}-{name}", std::process::id()))

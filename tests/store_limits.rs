@@ -10,9 +10,9 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 use store_common::*;
-use torchcomm::error::ErrorKind;
-use torchcomm::store::server::ServerOptions;
+use torchcomm::store::ServerOptions;
 use torchcomm::store::{Store, TcpStore, TcpStoreOptions, TcpStoreServer};
+use torchcomm::ErrorKind;
 
 const T: Duration = Duration::from_secs(30);
 
@@ -188,7 +188,7 @@ fn client_ok(port: u16) -> bool {
 /// The C API with lengths near SIZE_MAX: refused, not an allocation abort.
 #[test]
 fn size_max_lengths_through_the_c_api_are_refused() {
-    use torchcomm::ffi::store::*;
+    use torchcomm::capi::*;
     if role().as_deref() == Some("capi") {
         let mut st: *mut tc_store_t = std::ptr::null_mut();
         let host = c"127.0.0.1";
@@ -222,7 +222,7 @@ fn size_max_lengths_through_the_c_api_are_refused() {
     );
     let (ok, out, err) = child.finish(T);
     assert!(ok, "the process died:\n{out}\n{err}");
-    let invalid = torchcomm::error::TC_ERR_INVALID_ARGUMENT;
+    let invalid = torchcomm::capi::TC_ERR_INVALID_ARGUMENT;
     let results: Vec<&str> = out
         .lines()
         .filter_map(|l| l.find("RESULT ").map(|p| &l[p..]))
@@ -236,7 +236,7 @@ fn size_max_lengths_through_the_c_api_are_refused() {
 }
 
 fn last_error() -> String {
-    let p = torchcomm::ffi::errors::tc_last_error();
+    let p = torchcomm::capi::tc_last_error();
     if p.is_null() {
         return String::new();
     }
@@ -249,8 +249,8 @@ fn last_error() -> String {
 /// the parent, its store and later comms keep working. Two ranks.
 #[test]
 fn long_comm_and_split_names_are_refused_and_nothing_breaks() {
-    use torchcomm::comm::{Comm, CommOptions};
-    use torchcomm::types::Device;
+    use torchcomm::Device;
+    use torchcomm::{Comm, CommOptions};
     if serve_if_child() {
         return;
     }

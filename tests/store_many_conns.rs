@@ -7,7 +7,7 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
-use torchcomm::store::wire::Request;
+use torchcomm::store::Request;
 use torchcomm::store::{Store, TcpStore, TcpStoreOptions, TcpStoreServer};
 
 const T: Duration = Duration::from_secs(120);

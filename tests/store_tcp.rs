@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use torchcomm::error::ErrorKind;
 use torchcomm::store::{PrefixStore, Store, StoreRef, TcpStore, TcpStoreOptions, TcpStoreServer};
+use torchcomm::ErrorKind;
 
 const T: Duration = Duration::from_secs(20);
 

@@ -355,7 +355,7 @@ fn a_half_sent_request_does_not_stall_others() {
 
 #[test]
 fn holds_1024_connections() {
-    torchcomm::store::server::raise_nofile_limit();
+    torchcomm::store::raise_nofile_limit();
     let server = TcpStoreServer::start(0).unwrap();
     let port = server.port();
     let mut conns: Vec<Raw> = (0..1024).map(|_| Raw::validated(port)).collect();
@@ -394,7 +394,7 @@ impl Rng {
 }
 
 fn random_request(rng: &mut Rng) -> Vec<u8> {
-    use torchcomm::store::wire::Request;
+    use torchcomm::store::Request;
     let key = |rng: &mut Rng| format!("/f{}", rng.below(8)).into_bytes();
     let val = |rng: &mut Rng| {
         let n = rng.below(20) as usize;

@@ -11,9 +11,9 @@ mod gloo_common;
 use gloo_common::*;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use torchcomm::comm::{Comm, CommOptions, Op, P2p, Ptr};
-use torchcomm::error::ErrorKind;
-use torchcomm::types::{DType, Device, PremulFactor, RedKind, ReduceOp};
+use torchcomm::ErrorKind;
+use torchcomm::{Comm, CommOptions, Op, P2p, Ptr};
+use torchcomm::{DType, Device, PremulFactor, RedKind, ReduceOp};
 
 /// The environment of every rank: TCP loopback only, UCX between "hosts".
 const ENV: &[(&str, &str)] = &[
@@ -81,10 +81,8 @@ fn data(dtype: DType, count: usize, r: usize, s: usize) -> Vec<u8> {
             DType::I64 | DType::U64 => (v as u64).to_ne_bytes().to_vec(),
             DType::F32 => (v as f32).to_ne_bytes().to_vec(),
             DType::F64 => (v as f64).to_ne_bytes().to_vec(),
-            DType::F16 => torchcomm::half::f32_to_f16(v as f32).to_ne_bytes().to_vec(),
-            DType::BF16 => torchcomm::half::f32_to_bf16(v as f32)
-                .to_ne_bytes()
-                .to_vec(),
+            DType::F16 => torchcomm::f32_to_f16(v as f32).to_ne_bytes().to_vec(),
+            DType::BF16 => torchcomm::f32_to_bf16(v as f32).to_ne_bytes().to_vec(),
         };
         out.extend(bytes);
     }
@@ -97,10 +95,8 @@ fn value(dtype: DType, buf: &[u8], i: usize) -> f64 {
     match dtype {
         DType::F32 => f32::from_ne_bytes(b.try_into().unwrap()) as f64,
         DType::F64 => f64::from_ne_bytes(b.try_into().unwrap()),
-        DType::F16 => torchcomm::half::f16_to_f32(u16::from_ne_bytes(b.try_into().unwrap())) as f64,
-        DType::BF16 => {
-            torchcomm::half::bf16_to_f32(u16::from_ne_bytes(b.try_into().unwrap())) as f64
-        }
+        DType::F16 => torchcomm::f16_to_f32(u16::from_ne_bytes(b.try_into().unwrap())) as f64,
+        DType::BF16 => torchcomm::bf16_to_f32(u16::from_ne_bytes(b.try_into().unwrap())) as f64,
         _ => unreachable!(),
     }
 }

@@ -11,7 +11,7 @@ pub mod nccl;
 mod submission;
 pub(crate) mod ucx;
 
-pub use submission::{CommEvents, CommLink, Issue, PostHook, Submission};
+pub use submission::{CommEvents, CommLink, Issue, Submission};
 
 use crate::error::{Error, Result};
 use crate::op::Op;
@@ -259,6 +259,18 @@ pub fn check_name(name: &str) -> Result<()> {
         "argument 'backend': unknown backend {name:?} (known: {})",
         BACKEND_NAMES.join(", ")
     )))
+}
+
+/// Ok when backend `name` can run in this process: gloo's module
+/// (`libtorchcomm-gloo.so`) loads; nccl's NCCL and CUDA driver load.
+/// Otherwise the `TC_ERR_UNAVAILABLE` error saying what is missing (an
+/// unknown name: `TC_ERR_INVALID_ARGUMENT`).
+pub fn available(name: &str) -> Result<()> {
+    check_name(name)?;
+    match name {
+        "gloo" => gloo::shim::module().map(|_| ()),
+        _ => nccl::load().map(|_| ()),
+    }
 }
 
 pub fn create(name: &str, init: BackendInit) -> Result<Box<dyn Backend>> {

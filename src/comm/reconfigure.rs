@@ -180,10 +180,6 @@ impl Reconfigurable {
         &self.name
     }
 
-    pub fn backend_name(&self) -> &str {
-        &self.backend_name
-    }
-
     /// This comm's init handle: the same string for the comm's lifetime.
     pub fn init_handle(&self) -> &CStr {
         &self.handle

@@ -29,10 +29,6 @@ impl EventPool {
         })
     }
 
-    pub fn device(&self) -> &Arc<Device> {
-        &self.device
-    }
-
     /// An event from the pool (created when the pool is empty). The device's
     /// context must be current.
     pub fn get(self: &Arc<Self>) -> Result<Event> {

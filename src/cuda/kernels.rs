@@ -10,7 +10,7 @@
 //! crash.
 //!
 //! What the kernels compute (round to nearest even, as PyTorch's casts;
-//! NaNs as the host conversions of `crate::half`, so device and host give the
+//! NaNs as the host conversions of `crate::kernels::half`, so device and host give the
 //! same bits) is documented at the head of `kernels.ptx`.
 
 // Stream handles are opaque: passed to the driver, never dereferenced here.

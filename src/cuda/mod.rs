@@ -32,17 +32,22 @@ mod memory;
 #[cfg(test)]
 mod tests;
 
-pub use device::{
-    begin_capture, capture_status, launch_host_func, stream_synchronize, stream_wait_event,
-    Capture, CtxGuard, Device, GraphExec, HostFn, Stream,
+// Public (the tools time operations on a GPU with them): devices, streams,
+// timing events, graph capture, device buffers and copies, availability.
+pub use device::{begin_capture, stream_synchronize, Device, GraphExec, Stream};
+pub use driver::{available, device_count};
+pub use event::TimingEvent;
+pub use memory::{copy_to_device, copy_to_host, DeviceBuffer};
+
+pub(crate) use device::{capture_status, launch_host_func, stream_wait_event, Capture};
+pub(crate) use driver::{
+    check, drv, is_available, may_hold_device_memory, CUDA_ERROR_INVALID_VALUE,
 };
-pub use driver::{available, check, device_count, is_available, may_hold_device_memory};
-pub(crate) use driver::{drv, CUDA_ERROR_INVALID_VALUE};
-pub use event::{Event, EventPool, TimingEvent};
-pub use kernels::{Elem, Kernels};
-pub use memory::{
-    copy_to_device, copy_to_host, device_accessible, device_alloc, device_free, memcpy_async,
-    memory_type, DeviceBuffer, MemoryType, PinnedBuffer,
+pub(crate) use event::{Event, EventPool};
+pub(crate) use kernels::{Elem, Kernels};
+pub(crate) use memory::{
+    device_accessible, device_alloc, device_free, memcpy_async, memory_type, MemoryType,
+    PinnedBuffer,
 };
 
 use cudarc::driver::sys::CUstream;

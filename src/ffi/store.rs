@@ -15,7 +15,7 @@ use crate::types::c_string;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::Arc;
 
-pub use crate::store::{tc_store, tc_store_t};
+pub use crate::store::handle::{tc_store, tc_store_t};
 
 impl Handle for tc_store {
     const TYPE: HandleType = HandleType::Store;

@@ -6,9 +6,9 @@
 
 use super::check::Place;
 use super::DevCtx;
-use crate::backends::gloo::reduce::{self, ReduceFn};
 use crate::cuda::{self, Event, PinnedBuffer, RawStream};
 use crate::error::{Error, Result};
+use crate::kernels::reduce::{self, ReduceFn};
 use crate::types::{DType, RedKind};
 use crate::util::lock;
 use std::ffi::c_void;

@@ -19,7 +19,7 @@ mod check;
 mod copy_path;
 mod nccl_path;
 
-pub use check::{torch_chunks, Place};
+pub use check::Place;
 
 use crate::cuda::{self, Device, EventPool, RawStream};
 use crate::error::{Error, Result};

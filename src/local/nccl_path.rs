@@ -2,9 +2,9 @@
 //! `ncclCommInitAll` and kept; every call is one NCCL group with one
 //! operation per device, each on that device's stream.
 
-use crate::backends::nccl::loader::{self, Nccl, NcclComm, NcclDataType, NcclRedOp};
 use crate::cuda::RawStream;
 use crate::error::{Error, Result};
+use crate::nccl_loader::{self as loader, Nccl, NcclComm, NcclDataType, NcclRedOp};
 use crate::types::DType;
 use std::ffi::{c_int, c_void};
 

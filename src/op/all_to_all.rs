@@ -14,20 +14,20 @@ pub struct AllToAll {
 #[derive(Debug, Clone)]
 pub enum AllToAllKind {
     /// One buffer per rank each way, `count` elements each.
-    AllToAll {
+    Lists {
         outputs: Vec<Ptr>,
         inputs: Vec<Ptr>,
         count: usize,
     },
     /// `count` elements to and from each rank.
-    AllToAllSingle {
+    Single {
         output: Ptr,
         input: Ptr,
         count: usize,
     },
     /// `input_counts[r]` elements go to rank r; `output_counts[r]` come from
     /// rank r; blocks are contiguous in rank order.
-    AllToAllVSingle {
+    VSingle {
         output: Ptr,
         output_counts: Vec<usize>,
         input: Ptr,
@@ -45,9 +45,9 @@ impl AllToAll {
     #[inline(always)]
     pub fn code(&self) -> u8 {
         match self.kind {
-            AllToAllKind::AllToAll { .. } => 12,
-            AllToAllKind::AllToAllSingle { .. } => 13,
-            AllToAllKind::AllToAllVSingle { .. } => 14,
+            AllToAllKind::Lists { .. } => 12,
+            AllToAllKind::Single { .. } => 13,
+            AllToAllKind::VSingle { .. } => 14,
         }
     }
 
@@ -56,10 +56,8 @@ impl AllToAll {
     #[inline(always)]
     pub fn count(&self) -> usize {
         match &self.kind {
-            AllToAllKind::AllToAll { count, .. } | AllToAllKind::AllToAllSingle { count, .. } => {
-                *count
-            }
-            AllToAllKind::AllToAllVSingle { .. } => 0,
+            AllToAllKind::Lists { count, .. } | AllToAllKind::Single { count, .. } => *count,
+            AllToAllKind::VSingle { .. } => 0,
         }
     }
 }

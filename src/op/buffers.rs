@@ -87,11 +87,11 @@ fn pointers_mut(op: &mut Op) -> [Vec<&mut Ptr>; 2] {
             ScatterKind::Scatter { output, inputs } => [inputs.iter_mut().collect(), vec![output]],
         },
         Op::AllToAll(a) => match &mut a.kind {
-            AllToAllKind::AllToAll {
+            AllToAllKind::Lists {
                 outputs, inputs, ..
             } => [inputs.iter_mut().collect(), outputs.iter_mut().collect()],
-            AllToAllKind::AllToAllSingle { output, input, .. }
-            | AllToAllKind::AllToAllVSingle { output, input, .. } => [vec![input], vec![output]],
+            AllToAllKind::Single { output, input, .. }
+            | AllToAllKind::VSingle { output, input, .. } => [vec![input], vec![output]],
         },
     }
 }

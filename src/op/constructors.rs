@@ -145,7 +145,7 @@ impl Op {
     }
 
     pub fn all_to_all(outputs: Vec<Ptr>, inputs: Vec<Ptr>, count: usize, dtype: DType) -> Op {
-        let kind = AllToAllKind::AllToAll {
+        let kind = AllToAllKind::Lists {
             outputs,
             inputs,
             count,
@@ -154,7 +154,7 @@ impl Op {
     }
 
     pub fn all_to_all_single(output: Ptr, input: Ptr, count: usize, dtype: DType) -> Op {
-        let kind = AllToAllKind::AllToAllSingle {
+        let kind = AllToAllKind::Single {
             output,
             input,
             count,
@@ -169,7 +169,7 @@ impl Op {
         input_counts: Vec<usize>,
         dtype: DType,
     ) -> Op {
-        let kind = AllToAllKind::AllToAllVSingle {
+        let kind = AllToAllKind::VSingle {
             output,
             output_counts,
             input,

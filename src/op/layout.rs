@@ -468,7 +468,7 @@ fn scatter(s: &Scatter) -> Layout<'_> {
 fn all_to_all(a: &AllToAll, at: At) -> Layout<'_> {
     let dtype = a.dtype;
     let (input, output) = match &a.kind {
-        AllToAllKind::AllToAll {
+        AllToAllKind::Lists {
             outputs,
             inputs,
             count,
@@ -485,7 +485,7 @@ fn all_to_all(a: &AllToAll, at: At) -> Layout<'_> {
                 },
             )
         }
-        AllToAllKind::AllToAllSingle {
+        AllToAllKind::Single {
             output,
             input,
             count,
@@ -493,7 +493,7 @@ fn all_to_all(a: &AllToAll, at: At) -> Layout<'_> {
             blocks(*input, even(*count, dtype), at),
             blocks(*output, even(*count, dtype), at),
         ),
-        AllToAllKind::AllToAllVSingle {
+        AllToAllKind::VSingle {
             output,
             output_counts,
             input,

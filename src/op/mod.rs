@@ -32,7 +32,9 @@ mod validate_tests;
 pub use all_to_all::{AllToAll, AllToAllKind};
 pub use buffers::{for_each_buffer, Use};
 pub use gather::{gather_single_outputs, Gather, GatherKind};
-pub use layout::{BlockSizes, Layout, Side, Span};
+pub use layout::Layout;
+#[cfg(test)]
+use layout::{Side, Span};
 pub use point_to_point::{P2p, PointToPoint};
 pub use reduction::{Reduction, ReductionKind};
 pub use refusal::Refusal;
@@ -168,7 +170,7 @@ impl Op {
         match self {
             Op::PointToPoint(p) => p.transfers().iter().map(|p| p.count).sum(),
             Op::AllToAll(AllToAll {
-                kind: AllToAllKind::AllToAllVSingle { input_counts, .. },
+                kind: AllToAllKind::VSingle { input_counts, .. },
                 ..
             }) => input_counts.iter().sum(),
             _ => self.signature().map_or(0, |s| s.1),

@@ -152,7 +152,7 @@ fn validate_scatter(s: &Scatter, c: &Checks) -> Result<()> {
 fn validate_all_to_all(a: &AllToAll, c: &Checks) -> Result<()> {
     let dtype = a.dtype;
     match &a.kind {
-        AllToAllKind::AllToAll {
+        AllToAllKind::Lists {
             outputs,
             inputs,
             count,
@@ -160,7 +160,7 @@ fn validate_all_to_all(a: &AllToAll, c: &Checks) -> Result<()> {
             c.list(outputs, *count, dtype, "outputs")?;
             c.list(inputs, *count, dtype, "inputs")
         }
-        AllToAllKind::AllToAllSingle {
+        AllToAllKind::Single {
             output,
             input,
             count,
@@ -169,7 +169,7 @@ fn validate_all_to_all(a: &AllToAll, c: &Checks) -> Result<()> {
             buf_ok(*output, total, dtype, "output")?;
             buf_ok(*input, total, dtype, "input")
         }
-        AllToAllKind::AllToAllVSingle {
+        AllToAllKind::VSingle {
             output,
             output_counts,
             input,

@@ -12,7 +12,7 @@ use crate::cuda::{
     available, copy_to_device, copy_to_host, device_count, stream_synchronize, Device,
     DeviceBuffer, Elem, Kernels, Stream,
 };
-use crate::half::{bf16_to_f32, f16_to_f32};
+use crate::kernels::half::{bf16_to_f32, f16_to_f32};
 use crate::types::DType;
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! reducer and its compressing hooks need.
 
 use crate::error::{Error, Result};
-use crate::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+use crate::kernels::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use crate::types::DType;
 
 /// Assigns the non-empty gradients to buckets as DDP does once it knows the

@@ -10,7 +10,7 @@
 
 use super::buf::CBuf;
 use crate::error::{Error, Result};
-use crate::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+use crate::kernels::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use crate::types::DType;
 use crate::util::{try_filled, try_vec};
 use std::cmp::Reverse;

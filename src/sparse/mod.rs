@@ -266,9 +266,9 @@ fn merge(l: &Local, nnz: &[usize], gathered: &[u8], size: u64) -> Result<CooOutp
     if l.kind == RedKind::Avg {
         let n = merged.values.len() / l.dtype.size();
         let p = merged.values.as_mut_ptr();
-        let divide = crate::backends::gloo::reduce::Scale::Div(size);
+        let divide = crate::kernels::reduce::Scale::Div(size);
         // SAFETY: `p` holds `n` elements of the dtype; in place is allowed.
-        unsafe { crate::backends::gloo::reduce::scale(l.dtype, p, p, n, divide)? };
+        unsafe { crate::kernels::reduce::scale(l.dtype, p, p, n, divide)? };
     }
     Ok(CooOutput {
         sparse_dim: l.sparse_dim,

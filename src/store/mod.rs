@@ -5,21 +5,24 @@
 //! Keys are user keys (as Python's `store.set("k")` sees them); the TCP
 //! client adds torch's leading `/` on the wire itself.
 
-pub mod client;
+pub(crate) mod client;
 mod conns;
 mod epoll;
-pub mod file;
-mod handle;
-pub mod prefix;
-pub mod server;
+pub(crate) mod file;
+pub(crate) mod handle;
+pub(crate) mod prefix;
+pub(crate) mod server;
 mod state;
-pub mod wire;
+pub(crate) mod wire;
 
 pub use client::{TcpStore, TcpStoreOptions};
 pub use file::FileStore;
-pub use handle::{tc_store, tc_store_t};
+pub(crate) use handle::tc_store_t;
 pub use prefix::PrefixStore;
-pub use server::TcpStoreServer;
+pub use server::{raise_nofile_limit, token_from_env, ServerOptions, TcpStoreServer};
+/// A c10d wire request, encoded with `to_bytes`: for tools and tests that
+/// speak the protocol raw (idle clients, malformed or partial requests).
+pub use wire::Request;
 
 use crate::error::{Error, Result};
 use std::sync::Arc;

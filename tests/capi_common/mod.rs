@@ -4,11 +4,11 @@
 #![allow(dead_code)]
 
 use crate::gloo_common::{rank, size};
-use torchcomm::error::TC_SUCCESS;
-use torchcomm::ffi::comm::{tc_comm_new, tc_comm_t};
-use torchcomm::ffi::store::{tc_store_free, tc_store_tcp_new};
-use torchcomm::options::{tc_comm_options_t, Versioned};
-use torchcomm::types::{tc_device_t, TC_DEVICE_CPU};
+use torchcomm::capi::TC_SUCCESS;
+use torchcomm::capi::{tc_comm_new, tc_comm_t};
+use torchcomm::capi::{tc_comm_options_t, Versioned};
+use torchcomm::capi::{tc_device_t, TC_DEVICE_CPU};
+use torchcomm::capi::{tc_store_free, tc_store_tcp_new};
 
 /// A gloo comm named `name` over the parent's store, failing calls (not the
 /// process) on errors, with a 60 s timeout.
@@ -42,7 +42,7 @@ pub fn new_comm_with_timeout(name: &str, timeout_ms: i64) -> *mut tc_comm_t {
 }
 
 pub fn last_error() -> String {
-    unsafe { std::ffi::CStr::from_ptr(torchcomm::ffi::errors::tc_last_error()) }
+    unsafe { std::ffi::CStr::from_ptr(torchcomm::capi::tc_last_error()) }
         .to_string_lossy()
         .into_owned()
 }

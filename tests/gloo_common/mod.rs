@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use torchcomm::comm::{Comm, CommOptions, Op, OpOptions};
-use torchcomm::error::Result;
 use torchcomm::store::{StoreRef, TcpStore, TcpStoreOptions, TcpStoreServer};
-use torchcomm::types::Device;
+use torchcomm::Device;
+use torchcomm::Result;
+use torchcomm::{Comm, CommOptions, Op, OpOptions};
 
 pub struct Outcome {
     pub rank: usize,

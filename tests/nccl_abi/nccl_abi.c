@@ -1,5 +1,5 @@
 /* Prints, from a real nccl.h, the layout and constants that the Rust loader
-   (src/backends/nccl/loader.rs) hard-codes, one "key value" line each:
+   (src/nccl_loader/mod.rs) hard-codes, one "key value" line each:
 
      header NCCL_VERSION_CODE 22809
      sizeof ncclConfig_t 80

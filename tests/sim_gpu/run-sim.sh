@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make sim-gpu-test`: the GPU suite on a SIMULATED CUDA driver and NCCL
 # (test doubles written for this project, tests/sim_gpu/fake_*.c), on a
-# machine without a GPU. It runs our GPU code paths (src/cuda.rs, the nccl
+# machine without a GPU. It runs our GPU code paths (src/cuda/, the nccl
 # backend, CUDA staging on gloo) against strict models of the driver and of
 # NCCL (one rank, or 2 and 4 ranks as separate processes exchanging messages
 # through files): API misuse, stream ordering, capture rules, asynchronous
@@ -34,7 +34,7 @@
 #      two-rank refusal whose peer's timeout names it (test_sim_refusal.c), a
 #      checked tc-perf -B nccl pass on 1, 2 and 4 ranks (with and without
 #      graph replay), and the
-#      Rust unit tests of src/cuda.rs and staging that need a driver (cargo
+#      Rust unit tests of src/cuda/ and staging that need a driver (cargo
 #      builds the test binary if `make cargo-test` has not), and the nccl
 #      programs under valgrind.
 # Every work item on a simulated stream takes TC_SIM_DELAY_US (default 50 us)
@@ -354,7 +354,7 @@ else
   echo "sim-gpu-test: compiling bench/nccl_raw.c failed"; status=1; fail=$((fail + 1))
 fi
 
-# The unit tests of src/cuda.rs and staging that need a driver (they return
+# The unit tests of src/cuda/ and staging that need a driver (they return
 # early without one, as in `cargo test`), with slow simulated streams; and
 # the reducer's PTX kernels against its host path (reducer::kernel_tests:
 # every float16/bfloat16 value, float32 values at every rounding boundary),

@@ -226,7 +226,7 @@ impl GlooBackend {
         let n = self.size as usize;
         let dtype = a.dtype;
         match &a.kind {
-            AllToAllKind::AllToAll {
+            AllToAllKind::Lists {
                 outputs,
                 inputs,
                 count,
@@ -240,7 +240,7 @@ impl GlooBackend {
                 }
                 Ok(())
             }
-            AllToAllKind::AllToAllSingle {
+            AllToAllKind::Single {
                 output,
                 input,
                 count,
@@ -254,7 +254,7 @@ impl GlooBackend {
                     self.all_to_all(input.as_u8(), output.as_u8(), bytes, d)
                 }
             }
-            AllToAllKind::AllToAllVSingle {
+            AllToAllKind::VSingle {
                 output,
                 output_counts,
                 input,

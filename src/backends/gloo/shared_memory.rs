@@ -238,11 +238,11 @@ impl GlooBackend {
         let n = ih.size();
         let es = a.dtype.size();
         match &a.kind {
-            AllToAllKind::AllToAllSingle { output, count, .. } => {
+            AllToAllKind::Single { output, count, .. } => {
                 let (_copy, input) = all_to_all_input(ih, a)?;
                 ih.all_to_all(output.as_u8(), input, count * es, sync)
             }
-            AllToAllKind::AllToAll {
+            AllToAllKind::Lists {
                 outputs,
                 inputs,
                 count,
@@ -257,7 +257,7 @@ impl GlooBackend {
                         }
                     })
             }
-            AllToAllKind::AllToAllVSingle {
+            AllToAllKind::VSingle {
                 output,
                 output_counts,
                 input_counts,

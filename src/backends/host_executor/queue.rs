@@ -43,7 +43,7 @@ pub enum Issued {
     /// calls [`HostQueue::finished`].
     RunInline(Job),
     /// The queue was stopped: the job is handed back, not run.
-    Stopped(Job),
+    Stopped(#[allow(dead_code)] Job),
 }
 
 /// Waking a thread costs a system call and, on a loaded host, a core taken

@@ -108,9 +108,10 @@ pub(super) fn with_inputs(op: &Op, staged: &[Ptr]) -> Op {
             ScatterKind::Broadcast { .. } => {}
         },
         Op::AllToAll(a) => match &mut a.kind {
-            AllToAllKind::AllToAll { inputs, .. } => inputs.copy_from_slice(staged),
-            AllToAllKind::AllToAllSingle { input, .. }
-            | AllToAllKind::AllToAllVSingle { input, .. } => *input = staged[0],
+            AllToAllKind::Lists { inputs, .. } => inputs.copy_from_slice(staged),
+            AllToAllKind::Single { input, .. } | AllToAllKind::VSingle { input, .. } => {
+                *input = staged[0]
+            }
         },
         Op::PointToPoint(p) => {
             let ops = p.transfers_mut();

@@ -275,7 +275,7 @@ impl NcclBackend {
         // SAFETY (every NCCL call below): as in `issue_point_to_point`.
         unsafe {
             match &a.kind {
-                AllToAllKind::AllToAll {
+                AllToAllKind::Lists {
                     outputs,
                     inputs,
                     count,
@@ -290,7 +290,7 @@ impl NcclBackend {
                     }
                     Ok(())
                 }),
-                AllToAllKind::AllToAllSingle {
+                AllToAllKind::Single {
                     output,
                     input,
                     count,
@@ -318,7 +318,7 @@ impl NcclBackend {
                         Ok(())
                     })
                 }
-                AllToAllKind::AllToAllVSingle {
+                AllToAllKind::VSingle {
                     output,
                     output_counts,
                     input,

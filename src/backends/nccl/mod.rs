@@ -32,7 +32,6 @@ mod creation;
 mod enqueue;
 mod issue;
 mod lifecycle;
-pub mod loader;
 mod mem;
 mod red_op;
 mod refusal;
@@ -48,6 +47,7 @@ use super::{
 };
 use crate::cuda::{self, Device as CudaDevice, DeviceBuffer, EventPool, Stream as CudaStream};
 use crate::error::{Error, ErrorKind, Result};
+use crate::nccl_loader as loader;
 use crate::op::{Op, PointToPoint};
 use crate::util::lock;
 use crate::work::Work;

@@ -107,9 +107,10 @@ impl NcclBackend {
             DType::F64 => host.copy_from_slice(&f.to_ne_bytes()),
             DType::F32 => host[..4].copy_from_slice(&(f as f32).to_ne_bytes()),
             DType::F16 => {
-                host[..2].copy_from_slice(&crate::half::f32_to_f16(f as f32).to_ne_bytes())
+                host[..2].copy_from_slice(&crate::kernels::half::f32_to_f16(f as f32).to_ne_bytes())
             }
-            _ => host[..2].copy_from_slice(&crate::half::f32_to_bf16(f as f32).to_ne_bytes()),
+            _ => host[..2]
+                .copy_from_slice(&crate::kernels::half::f32_to_bf16(f as f32).to_ne_bytes()),
         };
         let (scalar, residence) = match op.factor {
             PremulFactor::Host(f) => {

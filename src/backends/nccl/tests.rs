@@ -101,7 +101,7 @@ fn list_inputs_are_all_staged_and_replaced_in_order() {
     let staged: Vec<Ptr> = (0..4).map(|q| p(0x9000 + q * b)).collect();
     match with_inputs(&l, &staged) {
         Op::AllToAll(AllToAll {
-            kind: AllToAllKind::AllToAll {
+            kind: AllToAllKind::Lists {
                 inputs, outputs, ..
             },
             ..

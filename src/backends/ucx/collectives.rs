@@ -21,7 +21,7 @@
 
 use super::worker::{Request, Worker};
 use super::*;
-use crate::backends::gloo::reduce::{self, ReduceFn, Scale};
+use crate::kernels::reduce::{self, ReduceFn, Scale};
 use crate::op::{
     AllToAll, AllToAllKind, Gather, GatherKind, Ptr, Reduction, ReductionKind, Scatter, ScatterKind,
 };
@@ -282,7 +282,7 @@ impl Ctx<'_> {
         let (me, n) = (self.w.rank, self.w.size);
         let clash = || a.layout(me as i32, n as i32).inputs_overlap_outputs();
         Some(match &a.kind {
-            AllToAllKind::AllToAll {
+            AllToAllKind::Lists {
                 outputs,
                 inputs,
                 count,
@@ -291,7 +291,7 @@ impl Ctx<'_> {
                 let outs: Vec<*mut u8> = outputs.iter().map(|p| p.as_u8()).collect();
                 self.all_to_all(&ins, &outs, count * a.dtype.size(), clash())
             }
-            AllToAllKind::AllToAllSingle {
+            AllToAllKind::Single {
                 output,
                 input,
                 count,
@@ -303,7 +303,7 @@ impl Ctx<'_> {
                 let outs: Vec<*mut u8> = (0..n).map(|r| output.as_u8().add(r * bytes)).collect();
                 self.all_to_all(&ins, &outs, bytes, clash())
             }
-            AllToAllKind::AllToAllVSingle { .. } => return None,
+            AllToAllKind::VSingle { .. } => return None,
         })
     }
 

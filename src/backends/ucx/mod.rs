@@ -17,7 +17,7 @@
 //! `gather`, `scatter`, `all_to_all`, `barrier`: `None` for the members it
 //! does not carry, which stay on the Gloo path), [`UcxTransport::flush`] and
 //! [`wanted`] (the `TORCHCOMM_HOST_TRANSPORT` setting). It shares only the
-//! reduction kernels of `gloo/reduce` with the Gloo path.
+//! reduction kernels of `crate::kernels::reduce` with the Gloo path.
 //!
 //! Tags (64 bits): the class in bits 63..62 (point-to-point head,
 //! point-to-point data, collective, wire-up), the sender's rank in bits
