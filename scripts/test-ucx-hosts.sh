@@ -130,6 +130,12 @@ done
 done
 run_layout killed-four-by-one fault "0" "1" "2" "3"
 run_layout killed-three-uneven fault "0 3" "1 4" "2"
+# The same on the hierarchical comm: a member dies (its leader fails the
+# local step and withdraws from the leaders' UCX step, the other leaders
+# tell their members), then a leader alone on its host (the other leaders
+# see it over UCX and tell their members).
+TC_EXTRA="TC_UCX_FAULT_HIER=1" run_layout killed-hier-member fault "0 1" "2 3"
+TC_EXTRA="TC_UCX_FAULT_HIER=1" run_layout killed-hier-leader fault "0 2" "1 3" "4"
 TC_EXTRA="TORCHCOMM_UCX_LIBRARY=libucp-hidden-by-test.so.0" run_layout hidden hidden "0" "1"
 expect hidden "the host transport ucx was asked for but UCX is unavailable.*using Gloo between hosts" \
   "the INFO line of the fallback to Gloo"

@@ -155,6 +155,16 @@ impl UcxTransport {
         }
     }
 
+    /// The comm broke or was aborted: unless an operation is running (it
+    /// sees the same through `alive` and withdraws itself), tells every
+    /// peer (see `Worker::withdraw`) and closes the endpoints, so that the
+    /// peers' operations fail now rather than at their timeout.
+    pub fn abort(&self, why: &Error) {
+        if let Ok(mut w) = self.worker.try_lock() {
+            w.withdraw(&mut [], why);
+        }
+    }
+
     /// Waits (up to the comm's timeout) until every send that completed
     /// early reached its peer.
     pub fn flush(&self, alive: &dyn Fn() -> Result<()>) -> Result<()> {
