@@ -184,6 +184,7 @@ fn ops(r: &Rank) {
     ucx_checks::check_movers(&ucx, r.me, r.n);
     ucx_checks::check_reductions(&flat, &gloo, r.me, r.n);
     ucx_checks::check_reductions(&ucx, &gloo, r.me, r.n);
+    ucx_checks::check_v(&flat, &gloo, r.me, r.n);
     if r.me == 0 {
         println!(
             "rank 0: every check right on the flat and the hierarchical UCX comm ({:.1} s)",

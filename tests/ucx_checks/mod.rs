@@ -354,3 +354,102 @@ pub fn check_p2p(ucx: &Comm, me: usize, n: usize) {
     run(ucx, Op::Barrier).unwrap();
     println!("RESULT p2p ok");
 }
+
+/// The v-variants (per-rank counts, one of them 0): all_gather_v and
+/// all_to_all_v_single on every dtype (exact), reduce_scatter_v on every
+/// dtype x reduce op (integers and bool bit for bit against `gloo`, floats
+/// against the reference); small counts and ~70,000 elements (rendezvous).
+pub fn check_v(ucx: &Comm, gloo: &Comm, me: usize, n: usize) {
+    let mut checked = 0;
+    for big in [0usize, 70_000] {
+        let c = |r: usize| if r == 1 { 0 } else { big + (r * 37 + 5) % 11 };
+        let counts: Vec<usize> = (0..n).map(c).collect();
+        let total: usize = counts.iter().sum();
+        let at: usize = counts[..me].iter().sum();
+        for dtype in DType::ALL {
+            let es = dtype.size();
+            // all_gather_v
+            let mut input = data(dtype, counts[me], me, 9);
+            let mut out = vec![0u8; total * es];
+            run(
+                ucx,
+                Op::AllGatherV {
+                    output: ptr(&mut out),
+                    input: ptr(&mut input),
+                    counts: counts.clone(),
+                    dtype,
+                },
+            )
+            .unwrap();
+            let want: Vec<u8> = (0..n).flat_map(|r| data(dtype, counts[r], r, 9)).collect();
+            assert!(out == want, "all_gather_v {dtype:?} big {big}");
+            // all_to_all_v_single: rank q sends rank r a(q, r) elements
+            let a = |q: usize, r: usize| {
+                if (q + r) % 3 == 0 {
+                    0
+                } else {
+                    big / 4 + q + 2 * r
+                }
+            };
+            let ins: Vec<usize> = (0..n).map(|r| a(me, r)).collect();
+            let outs: Vec<usize> = (0..n).map(|r| a(r, me)).collect();
+            let mut input: Vec<u8> = (0..n)
+                .flat_map(|r| data(dtype, a(me, r), me * n + r, 5))
+                .collect();
+            let mut out = vec![0u8; outs.iter().sum::<usize>() * es];
+            run(
+                ucx,
+                Op::AllToAllVSingle {
+                    output: ptr(&mut out),
+                    output_counts: outs.clone(),
+                    input: ptr(&mut input),
+                    input_counts: ins,
+                    dtype,
+                },
+            )
+            .unwrap();
+            let want: Vec<u8> = (0..n)
+                .flat_map(|q| data(dtype, a(q, me), q * n + me, 5))
+                .collect();
+            assert!(out == want, "all_to_all_v_single {dtype:?} big {big}");
+            // reduce_scatter_v
+            for kind in RedKind::ALL {
+                let make = |input: &mut Vec<u8>, output: &mut Vec<u8>| Op::ReduceScatterV {
+                    output: ptr(output),
+                    input: ptr(input),
+                    counts: counts.clone(),
+                    dtype,
+                    op: red(kind),
+                };
+                let (mut ia, mut oa) = (data(dtype, total, me, 4), vec![0u8; counts[me] * es]);
+                let (mut ib, mut ob) = (data(dtype, total, me, 4), vec![0u8; counts[me] * es]);
+                let ra = run(ucx, make(&mut ia, &mut oa));
+                if let Err(e) = run(gloo, make(&mut ib, &mut ob)) {
+                    let ea = ra.expect_err("UCX took what Gloo refused");
+                    assert_eq!(
+                        ea.kind, e.kind,
+                        "reduce_scatter_v {dtype:?} {kind:?}: {}",
+                        ea.message
+                    );
+                    continue;
+                }
+                ra.unwrap_or_else(|e| panic!("reduce_scatter_v {dtype:?} {kind:?}: {e:?}"));
+                if dtype.is_floating() {
+                    for i in (0..counts[me]).step_by(counts[me] / 7 + 1) {
+                        let want = reference(dtype, kind, n, total, at + i, 4);
+                        let have = value(dtype, &oa, i);
+                        assert!(
+                            (have - want).abs() <= 1e-2 * want.abs().max(1.0),
+                            "reduce_scatter_v {dtype:?} {kind:?} big {big} [{i}]: {have} != {want}"
+                        );
+                    }
+                } else {
+                    assert!(oa == ob, "reduce_scatter_v {dtype:?} {kind:?} big {big}");
+                }
+                checked += 1;
+            }
+        }
+    }
+    run(ucx, Op::Barrier).unwrap();
+    println!("RESULT v-variants checked={checked}");
+}

@@ -15,9 +15,8 @@
 //! - gather, scatter, all_to_all (list and single buffer): direct, every
 //!   transfer posted at once.
 //!
-//! Not carried here (they stay on the Gloo path): the v-variants
-//! (all_gather_v, reduce_scatter_v, all_to_all_v_single), whose per-rank
-//! counts the Gloo path agrees first.
+//! - the v-variants (all_gather_v, reduce_scatter_v, all_to_all_v_single):
+//!   the same over blocks of the given counts (`v_variants.rs`).
 
 use super::worker::{Request, Worker};
 use super::*;
@@ -25,6 +24,9 @@ use crate::backends::gloo::reduce::{self, ReduceFn, Scale};
 use crate::op::Ptr;
 use crate::types::{DType, RedKind, ReduceOp};
 use std::ffi::c_void;
+
+#[path = "v_variants.rs"]
+mod v_variants;
 
 /// All-reduces from this size on go through the ring.
 const RING_MIN_BYTES: usize = 256 << 10;
@@ -310,10 +312,31 @@ impl Ctx<'_> {
                 let outs: Vec<*mut u8> = (0..n).map(|r| output.as_u8().add(r * bytes)).collect();
                 self.all_to_all(&ins, &outs, bytes, layout().inputs_overlap_outputs())
             }
-            Op::AllGatherV { .. }
-            | Op::ReduceScatterV { .. }
-            | Op::AllToAllVSingle { .. }
-            | Op::Send { .. }
+            Op::AllGatherV {
+                output,
+                input,
+                counts,
+                dtype,
+            } => self.all_gather_v(output.as_u8(), input.as_u8(), counts, dtype.size()),
+            Op::ReduceScatterV {
+                output,
+                input,
+                counts,
+                dtype,
+                op,
+            } => self.reduce_scatter_v(output.as_u8(), input.as_u8(), counts, *dtype, op),
+            Op::AllToAllVSingle {
+                output,
+                output_counts,
+                input,
+                input_counts,
+                dtype,
+            } => self.all_to_all_v(
+                (output.as_u8(), output_counts),
+                (input.as_u8(), input_counts),
+                dtype.size(),
+            ),
+            Op::Send { .. }
             | Op::Recv { .. }
             | Op::Batch { .. }
             // The gloo backend settles a refusal before any transport runs.
