@@ -99,7 +99,7 @@ torch-suite: build
 # Hierarchical gloo collectives across hosts made of network namespaces (root).
 hier-hosts-test: build ; $(AFTER_BUILD) bash scripts/test-hier-hosts.sh
 # UCX as the host transport across hosts made of network namespaces (root;
-# about 5 minutes here, so not in `make test`).
+# about 4 to 5 minutes here, so not in `make test`).
 ucx-hosts-test: build ; $(AFTER_BUILD) bash scripts/test-ucx-hosts.sh
 
 # The C++ header (C++17, C++20, valgrind) and the Python package (pytest).
