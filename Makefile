@@ -16,7 +16,7 @@ AFTER_BUILD := TC_BUILT=1
         cargo-test nccl-wheel nccl-real-test capi-test capi-valgrind sim-gpu-test \
         install uninstall install-check wheel wheel-test test run bench bench-deps bench-store \
         bench-host bench-multihost bench-p2p bench-window bench-sparse bench-reducer bench-torchcomms-call bench-local bench-torch run-reducer \
-        torch-parity torch-backend-test torch-suite ucx-hosts-test cpp-test python-test torchcomms-test torch-interop gpu-suite gpu-test gpu-bench clean
+        torch-parity torch-ext torch-backend-test torch-suite ucx-hosts-test cpp-test python-test torchcomms-test torch-interop gpu-suite gpu-test gpu-bench clean
 
 all: build
 
@@ -87,8 +87,14 @@ torch-parity: build
 torch-interop: build
 	$(AFTER_BUILD) bash scripts/test-torch-interop.sh
 
-# torch.distributed's "torchcomm" backend: DDP and FSDP2 against gloo, a
-# killed peer, docs/python.md's DDP program, a subset of torch's own suite.
+# torch.distributed's C++ "torchcomm" backend, a torch extension compiled
+# against the torch venv into build/torch-ext/ (cached; SKIPPED without a
+# compiler or torch headers: the Python backend is used then).
+torch-ext:
+	bash scripts/build-torch-ext.sh
+# torch.distributed's "torchcomm" backend (C++ when built, and Python): DDP
+# and FSDP2 against gloo, a killed peer, docs/python.md's DDP program, a
+# subset of torch's own suite. Builds torch-ext first.
 torch-backend-test: build
 	$(AFTER_BUILD) bash scripts/test-torch-backend.sh
 # torch's whole distributed suite on "torchcomm" and gloo, side by side

@@ -137,15 +137,7 @@ fn reduction_cases(me: usize, n: usize, dtype: DType, count: usize, cases: &mut 
             run: Box::new(move |c| {
                 let mut b = own(me, count, dtype, kind);
                 let (buf, op) = (b.ptr(), red(kind));
-                submit(
-                    c,
-                    Op::AllReduce {
-                        buf,
-                        count,
-                        dtype,
-                        op,
-                    },
-                );
+                submit(c, Op::all_reduce(buf, count, dtype, op));
                 b.bytes().to_vec()
             }),
         });
@@ -162,16 +154,7 @@ fn reduction_cases(me: usize, n: usize, dtype: DType, count: usize, cases: &mut 
             run: Box::new(move |c| {
                 let mut b = own(me, count, dtype, RedKind::Sum);
                 let (buf, op, root) = (b.ptr(), red(RedKind::Sum), root as i32);
-                submit(
-                    c,
-                    Op::Reduce {
-                        buf,
-                        count,
-                        dtype,
-                        root,
-                        op,
-                    },
-                );
+                submit(c, Op::reduce(buf, count, dtype, root, op));
                 b.bytes().to_vec()
             }),
         });
@@ -197,24 +180,12 @@ fn reduce_scatter_cases(me: usize, n: usize, dtype: DType, count: usize, cases: 
                 let (output, op) = (out.ptr(), red(RedKind::Sum));
                 let base = input.ptr().as_u8();
                 let op = match list {
-                    false => Op::ReduceScatterSingle {
-                        output,
-                        input: input.ptr(),
-                        count,
-                        dtype,
-                        op,
-                    },
+                    false => Op::reduce_scatter_single(output, input.ptr(), count, dtype, op),
                     true => {
                         let inputs = (0..n)
                             .map(|r| Ptr(unsafe { base.add(r * count * es) } as *mut c_void))
                             .collect();
-                        Op::ReduceScatter {
-                            output,
-                            inputs,
-                            count,
-                            dtype,
-                            op,
-                        }
+                        Op::reduce_scatter(output, inputs, count, dtype, op)
                     }
                 };
                 submit(c, op);
@@ -237,15 +208,7 @@ fn movement_cases(me: usize, n: usize, dtype: DType, count: usize, cases: &mut V
                     false => Buf::new(count * es),
                 };
                 let (buf, root) = (b.ptr(), root as i32);
-                submit(
-                    c,
-                    Op::Broadcast {
-                        buf,
-                        count,
-                        dtype,
-                        root,
-                    },
-                );
+                submit(c, Op::broadcast(buf, count, dtype, root));
                 b.bytes().to_vec()
             }),
         });
@@ -265,22 +228,12 @@ fn movement_cases(me: usize, n: usize, dtype: DType, count: usize, cases: &mut V
                 let mut out = Buf::new(count * n * es);
                 let base = out.ptr().as_u8();
                 let op = match list {
-                    false => Op::AllGatherSingle {
-                        output: out.ptr(),
-                        input: input.ptr(),
-                        count,
-                        dtype,
-                    },
+                    false => Op::all_gather_single(out.ptr(), input.ptr(), count, dtype),
                     true => {
                         let outputs = (0..n)
                             .map(|r| Ptr(unsafe { base.add(r * count * es) } as *mut c_void))
                             .collect();
-                        Op::AllGather {
-                            outputs,
-                            input: input.ptr(),
-                            count,
-                            dtype,
-                        }
+                        Op::all_gather(outputs, input.ptr(), count, dtype)
                     }
                 };
                 submit(c, op);
@@ -368,12 +321,12 @@ fn total_over_hosts(comm: &Comm, host: usize, mine: u64) -> u64 {
     let mut all = vec![0u64; 2 * n];
     submit(
         comm,
-        Op::AllGatherSingle {
-            output: Ptr(all.as_mut_ptr() as *mut c_void),
-            input: Ptr(input.as_mut_ptr() as *mut c_void),
-            count: 2,
-            dtype: DType::U64,
-        },
+        Op::all_gather_single(
+            Ptr(all.as_mut_ptr() as *mut c_void),
+            Ptr(input.as_mut_ptr() as *mut c_void),
+            2,
+            DType::U64,
+        ),
     );
     let mut seen = Vec::new();
     let mut total = 0;
@@ -396,54 +349,27 @@ fn traffic_ops(n: usize, count: usize, b: Ptr, o: Ptr) -> Vec<(&'static str, usi
         (
             "all_reduce",
             count * 4,
-            Box::new(move || Op::AllReduce {
-                buf: b,
-                count,
-                dtype: dt,
-                op: sum,
-            }),
+            Box::new(move || Op::all_reduce(b, count, dt, sum)),
         ),
         (
             "reduce",
             count * 4,
-            Box::new(move || Op::Reduce {
-                buf: b,
-                count,
-                dtype: dt,
-                root: 0,
-                op: sum,
-            }),
+            Box::new(move || Op::reduce(b, count, dt, 0, sum)),
         ),
         (
             "broadcast",
             count * 4,
-            Box::new(move || Op::Broadcast {
-                buf: b,
-                count,
-                dtype: dt,
-                root: 0,
-            }),
+            Box::new(move || Op::broadcast(b, count, dt, 0)),
         ),
         (
             "all_gather_single",
             block * 4 * n,
-            Box::new(move || Op::AllGatherSingle {
-                output: o,
-                input: b,
-                count: block,
-                dtype: dt,
-            }),
+            Box::new(move || Op::all_gather_single(o, b, block, dt)),
         ),
         (
             "reduce_scatter_single",
             block * 4 * n,
-            Box::new(move || Op::ReduceScatterSingle {
-                output: o,
-                input: b,
-                count: block,
-                dtype: dt,
-                op: sum,
-            }),
+            Box::new(move || Op::reduce_scatter_single(o, b, block, dt, sum)),
         ),
         ("barrier (x50)", 0, Box::new(|| Op::Barrier)),
     ]
@@ -511,12 +437,12 @@ fn lose_a_member(me: usize, n: usize, hier: &Comm, store: &StoreRef, timeout: Du
     }
     let mut v = vec![1i32; 1 << 16];
     let t = std::time::Instant::now();
-    let op = Op::AllReduce {
-        buf: Ptr(v.as_mut_ptr() as *mut c_void),
-        count: v.len(),
-        dtype: DType::I32,
-        op: red(RedKind::Sum),
-    };
+    let op = Op::all_reduce(
+        Ptr(v.as_mut_ptr() as *mut c_void),
+        v.len(),
+        DType::I32,
+        red(RedKind::Sum),
+    );
     let outcome = hier.submit(op, &OpOptions::default());
     let took = t.elapsed();
     let ok = match &outcome {

@@ -105,12 +105,13 @@ fn tx_bytes() -> u64 {
 }
 
 fn all_reduce_f32(v: &mut [f32]) -> Op {
-    Op::AllReduce {
-        buf: Ptr(v.as_mut_ptr() as *mut c_void),
-        count: v.len(),
-        dtype: DType::F32,
-        op: ReduceOp::SUM,
-    }
+    let count = v.len();
+    Op::all_reduce(
+        Ptr(v.as_mut_ptr() as *mut c_void),
+        count,
+        DType::F32,
+        ReduceOp::SUM,
+    )
 }
 
 /// The bytes every host sent while a 4 MiB all_reduce ran on `comm`
@@ -133,12 +134,12 @@ fn crossed_between_hosts(r: &Rank, comm: &Comm) -> u64 {
     let mut all = vec![0u64; 2 * r.n];
     submit(
         comm,
-        Op::AllGatherSingle {
-            output: Ptr(all.as_mut_ptr() as *mut c_void),
-            input: Ptr(input.as_mut_ptr() as *mut c_void),
-            count: 2,
-            dtype: DType::U64,
-        },
+        Op::all_gather_single(
+            Ptr(all.as_mut_ptr() as *mut c_void),
+            Ptr(input.as_mut_ptr() as *mut c_void),
+            2,
+            DType::U64,
+        ),
     );
     let mut seen = Vec::new();
     let mut total = 0;

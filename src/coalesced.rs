@@ -201,12 +201,12 @@ fn launch(
         copy_bucket(&plan.bufs, bucket, &mut stage, true, plan.staging.as_ref())?;
     }
     let root = plan.root;
-    let op = Op::Broadcast {
-        buf: Ptr(stage.as_mut_ptr().cast()),
-        count: bucket.bytes / bucket.dtype.size(),
-        dtype: bucket.dtype,
+    let op = Op::broadcast(
+        Ptr(stage.as_mut_ptr().cast()),
+        bucket.bytes / bucket.dtype.size(),
+        bucket.dtype,
         root,
-    };
+    );
     let async_opts = OpOptions {
         async_op: true,
         ..opts.clone()
@@ -391,12 +391,7 @@ fn enqueue_buckets(
             }
             _ => bufs[bucket.members[0]].ptr,
         };
-        let op = Op::Broadcast {
-            buf,
-            count: bucket.bytes / bucket.dtype.size(),
-            dtype: bucket.dtype,
-            root,
-        };
+        let op = Op::broadcast(buf, bucket.bytes / bucket.dtype.size(), bucket.dtype, root);
         comm.submit(op, op_opts)?;
         if let (true, Some(stage), false) = (packed, stage, is_root) {
             device_copies(bufs, bucket, stage, false, stream)?;

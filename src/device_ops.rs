@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 /// Whether `ptr` is device (or managed) memory. False without a CUDA driver.
 pub fn is_device(ptr: Ptr) -> Result<bool> {
-    if ptr.is_null() || !cuda::is_available() {
+    if ptr.is_null() || !cuda::may_hold_device_memory() {
         return Ok(false);
     }
     Ok(cuda::memory_type(ptr.0)? != MemoryType::Host)

@@ -75,15 +75,15 @@ pub fn agree(
     blocking(
         comm,
         stream,
-        Op::AllReduce {
-            buf: ptr(&mut pair),
-            count: 2,
-            dtype: DType::U64,
-            op: ReduceOp {
+        Op::all_reduce(
+            ptr(&mut pair),
+            2,
+            DType::U64,
+            ReduceOp {
                 kind: RedKind::Max,
                 ..ReduceOp::SUM
             },
-        },
+        ),
     )?;
     if pair[0] == !pair[1] {
         return Ok(());
@@ -92,12 +92,12 @@ pub fn agree(
     blocking(
         comm,
         stream,
-        Op::AllGatherSingle {
-            output: ptr(&mut digests),
-            input: Ptr((&digest as *const u64).cast_mut().cast()),
-            count: 1,
-            dtype: DType::U64,
-        },
+        Op::all_gather_single(
+            ptr(&mut digests),
+            Ptr((&digest as *const u64).cast_mut().cast()),
+            1,
+            DType::U64,
+        ),
     )?;
     let other = digests
         .iter()
@@ -117,12 +117,7 @@ fn share_words(comm: &Arc<Comm>, stream: *mut c_void, root: i32, mine: &[u64]) -
     blocking(
         comm,
         stream,
-        Op::Broadcast {
-            buf: ptr(&mut len),
-            count: 1,
-            dtype: DType::U64,
-            root,
-        },
+        Op::broadcast(ptr(&mut len), 1, DType::U64, root),
     )?;
     let mut words = if comm.rank() == root {
         mine.to_vec()
@@ -132,12 +127,7 @@ fn share_words(comm: &Arc<Comm>, stream: *mut c_void, root: i32, mine: &[u64]) -
     blocking(
         comm,
         stream,
-        Op::Broadcast {
-            buf: ptr(&mut words),
-            count: words.len(),
-            dtype: DType::U64,
-            root,
-        },
+        Op::broadcast(ptr(&mut words), words.len(), DType::U64, root),
     )?;
     Ok(words)
 }

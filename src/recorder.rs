@@ -12,7 +12,7 @@
 //! Recording costs one short lock and no allocation once the ring is full.
 
 use crate::error::ErrorKind;
-use crate::op::Op;
+use crate::op::{Op, PointToPoint};
 use crate::types::DType;
 use crate::work::{Work, WorkStatus};
 use std::collections::VecDeque;
@@ -112,8 +112,8 @@ impl FlightRecorder {
             ring.entries.pop_front();
         }
         let target = match op {
-            Op::Send { peer, .. } | Op::Recv { peer, .. } => Target::Peer(*peer),
-            Op::Batch { ops } => Target::Batch(ops.len()),
+            Op::PointToPoint(PointToPoint::One(p)) => Target::Peer(p.peer),
+            Op::PointToPoint(PointToPoint::Batch(ops)) => Target::Batch(ops.len()),
             _ => match op.signature() {
                 Some((_, _, root)) if root >= 0 => Target::Root(root),
                 _ => Target::None,
@@ -263,12 +263,7 @@ mod tests {
             kind: RedKind::Sum,
             factor: PremulFactor::Host(1.0),
         };
-        Op::AllReduce {
-            buf: Ptr(8 as *mut c_void),
-            count,
-            dtype: DType::F32,
-            op: sum,
-        }
+        Op::all_reduce(Ptr(8 as *mut c_void), count, DType::F32, sum)
     }
 
     #[test]
@@ -283,22 +278,11 @@ mod tests {
                 1 + i as u64
             );
         }
-        let bcast = Op::Broadcast {
-            buf: Ptr(8 as *mut c_void),
-            count: 7,
-            dtype: DType::I64,
-            root: 2,
-        };
+        let bcast = Op::broadcast(Ptr(8 as *mut c_void), 7, DType::I64, 2);
         assert_eq!(r.record(&bcast, true, Ok(&pending)), 5);
         assert_eq!(
             r.record(
-                &Op::Send {
-                    buf: Ptr(8 as *mut c_void),
-                    count: 3,
-                    dtype: DType::U8,
-                    peer: 1,
-                    tag: 0,
-                },
+                &Op::send(Ptr(8 as *mut c_void), 3, DType::U8, 1, 0),
                 false,
                 Ok(&failed)
             ),

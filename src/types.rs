@@ -255,7 +255,17 @@ impl ReduceOp {
     };
 
     pub fn from_c(op: &tc_reduce_op_t, arg: &str) -> Result<ReduceOp> {
-        let kind = RedKind::from_c(op.kind, &format!("{arg}.kind"))?;
+        // The argument's name is formatted only for the error: this runs on
+        // every reduction call.
+        let kind = usize::try_from(op.kind)
+            .ok()
+            .and_then(|i| RedKind::ALL.get(i).copied())
+            .ok_or_else(|| {
+                Error::invalid_argument(format!(
+                    "argument '{arg}.kind': unknown reduce op kind {}",
+                    op.kind
+                ))
+            })?;
         let factor = if op.premul_factor_ptr.is_null() {
             PremulFactor::Host(op.premul_factor)
         } else {

@@ -23,12 +23,7 @@ fn survive(comm: &torchcomm::comm::Comm, count: usize) -> (ErrorKind, Duration, 
         let start = Instant::now();
         match run(
             comm,
-            Op::AllReduce {
-                buf: ptr(&mut data),
-                count,
-                dtype: DType::F32,
-                op: ReduceOp::SUM,
-            },
+            Op::all_reduce(ptr(&mut data), count, DType::F32, ReduceOp::SUM),
         ) {
             Ok(()) => {}
             Err(e) => return (e.kind, start.elapsed(), e.message),
@@ -94,12 +89,7 @@ fn gloo_peer_killed_mid_run() {
         let start = Instant::now();
         let e = run(
             &comm,
-            Op::AllReduce {
-                buf: ptr(&mut x),
-                count: 4,
-                dtype: DType::F32,
-                op: ReduceOp::SUM,
-            },
+            Op::all_reduce(ptr(&mut x), 4, DType::F32, ReduceOp::SUM),
         )
         .unwrap_err();
         assert!(start.elapsed() < Duration::from_secs(1));
@@ -111,12 +101,7 @@ fn gloo_peer_killed_mid_run() {
         let mut y = [me as f32 + 1.0; 8];
         run(
             &again,
-            Op::AllReduce {
-                buf: ptr(&mut y),
-                count: 8,
-                dtype: DType::F32,
-                op: ReduceOp::SUM,
-            },
+            Op::all_reduce(ptr(&mut y), 8, DType::F32, ReduceOp::SUM),
         )
         .unwrap();
         assert_eq!(y, [3.0; 8]);
@@ -331,21 +316,9 @@ fn gloo_mismatched_sizes_fail_cleanly() {
         let comm = child_comm_on(store.clone(), "p2p", me, 2, t).unwrap();
         let mut buf = vec![0f32; 12];
         let op = if me == 0 {
-            Op::Send {
-                buf: ptr(&mut buf),
-                count: 10,
-                dtype: DType::F32,
-                peer: 1,
-                tag: 0,
-            }
+            Op::send(ptr(&mut buf), 10, DType::F32, 1, 0)
         } else {
-            Op::Recv {
-                buf: ptr(&mut buf),
-                count: 12,
-                dtype: DType::F32,
-                peer: 0,
-                tag: 0,
-            }
+            Op::recv(ptr(&mut buf), 12, DType::F32, 0, 0)
         };
         // The send is buffered and completes; the receive takes the
         // sender's descriptor first and fails, and nothing lands.
@@ -367,12 +340,7 @@ fn gloo_mismatched_sizes_fail_cleanly() {
         let mut sum = vec![me as f32 + 1.0; 4];
         run(
             &comm,
-            Op::AllReduce {
-                buf: ptr(&mut sum),
-                count: 4,
-                dtype: DType::F32,
-                op: ReduceOp::SUM,
-            },
+            Op::all_reduce(ptr(&mut sum), 4, DType::F32, ReduceOp::SUM),
         )
         .unwrap();
         assert_eq!(sum, vec![3.0; 4]);
@@ -410,7 +378,7 @@ fn gloo_mismatched_sizes_fail_cleanly() {
         ];
         // Rank 0 sends the disagreeing transfer: its batch completes, rank
         // 1's fails naming both dtypes; the agreeing transfers complete.
-        let result = run(&comm, Op::Batch { ops });
+        let result = run(&comm, Op::batch(ops));
         if me == 0 {
             result.unwrap();
         } else {
@@ -429,12 +397,7 @@ fn gloo_mismatched_sizes_fail_cleanly() {
         let mut output = vec![0f64; 6];
         let e = run(
             &comm,
-            Op::AllGatherV {
-                output: ptr(&mut output),
-                input: ptr(&mut input),
-                counts,
-                dtype: DType::F64,
-            },
+            Op::all_gather_v(ptr(&mut output), ptr(&mut input), counts, DType::F64),
         )
         .unwrap_err();
         println!("RESULT v {e}");
@@ -453,13 +416,7 @@ fn gloo_mismatched_sizes_fail_cleanly() {
         let mut output = vec![0u8; 4];
         let e = run(
             &comm,
-            Op::AllToAllVSingle {
-                output: ptr(&mut output),
-                output_counts: outs,
-                input: ptr(&mut input),
-                input_counts: ins,
-                dtype: DType::U8,
-            },
+            Op::all_to_all_v_single(ptr(&mut output), outs, ptr(&mut input), ins, DType::U8),
         )
         .unwrap_err();
         println!("RESULT a2av {e}");
@@ -497,24 +454,14 @@ fn gloo_check_collectives_reports_the_differing_rank() {
         let mut x = vec![1i64; 10];
         run(
             &comm,
-            Op::AllReduce {
-                buf: ptr(&mut x),
-                count: 10,
-                dtype: DType::I64,
-                op: ReduceOp::SUM,
-            },
+            Op::all_reduce(ptr(&mut x), 10, DType::I64, ReduceOp::SUM),
         )
         .unwrap();
         assert_eq!(x, vec![2; 10]);
         let count = if me == 0 { 10 } else { 8 };
         let e = run(
             &comm,
-            Op::AllReduce {
-                buf: ptr(&mut x),
-                count,
-                dtype: DType::I64,
-                op: ReduceOp::SUM,
-            },
+            Op::all_reduce(ptr(&mut x), count, DType::I64, ReduceOp::SUM),
         )
         .unwrap_err();
         println!("RESULT count {e}");
@@ -529,19 +476,9 @@ fn gloo_check_collectives_reports_the_differing_rank() {
         );
         let comm = child_comm_on(store.clone(), "ops", me, 2, t).unwrap();
         let op = if me == 0 {
-            Op::Broadcast {
-                buf: ptr(&mut x),
-                count: 4,
-                dtype: DType::I64,
-                root: 0,
-            }
+            Op::broadcast(ptr(&mut x), 4, DType::I64, 0)
         } else {
-            Op::AllReduce {
-                buf: ptr(&mut x),
-                count: 4,
-                dtype: DType::I64,
-                op: ReduceOp::SUM,
-            }
+            Op::all_reduce(ptr(&mut x), 4, DType::I64, ReduceOp::SUM)
         };
         let e = run(&comm, op).unwrap_err();
         println!("RESULT op {e}");
@@ -550,16 +487,7 @@ fn gloo_check_collectives_reports_the_differing_rank() {
             "{e}"
         );
         let comm = child_comm_on(store, "roots", me, 2, t).unwrap();
-        let e = run(
-            &comm,
-            Op::Broadcast {
-                buf: ptr(&mut x),
-                count: 4,
-                dtype: DType::I64,
-                root: me,
-            },
-        )
-        .unwrap_err();
+        let e = run(&comm, Op::broadcast(ptr(&mut x), 4, DType::I64, me)).unwrap_err();
         println!("RESULT root {e}");
         assert!(
             e.message.contains("root 0") && e.message.contains("root 1"),
@@ -637,12 +565,7 @@ fn gloo_abort_on_error_aborts_the_survivor() {
         let mut buf = vec![1f32; 1024];
         run(
             &comm,
-            Op::AllReduce {
-                buf: ptr(&mut buf),
-                count: 1024,
-                dtype: DType::F32,
-                op: ReduceOp::SUM,
-            },
+            Op::all_reduce(ptr(&mut buf), 1024, DType::F32, ReduceOp::SUM),
         )
         .unwrap();
         if me == 1 {
@@ -651,12 +574,7 @@ fn gloo_abort_on_error_aborts_the_survivor() {
         std::thread::sleep(Duration::from_millis(200));
         let r = run(
             &comm,
-            Op::AllReduce {
-                buf: ptr(&mut buf),
-                count: 1024,
-                dtype: DType::F32,
-                op: ReduceOp::SUM,
-            },
+            Op::all_reduce(ptr(&mut buf), 1024, DType::F32, ReduceOp::SUM),
         );
         println!("RESULT survived {r:?}");
         return;

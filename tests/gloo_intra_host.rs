@@ -42,12 +42,7 @@ fn chunked_ops(comm: &Comm) {
     let mut a: Vec<i32> = (0..count).map(|i| val(me, i)).collect();
     run(
         comm,
-        Op::AllReduce {
-            buf: ptr(&mut a),
-            count,
-            dtype: DType::I32,
-            op: red(RedKind::Sum),
-        },
+        Op::all_reduce(ptr(&mut a), count, DType::I32, red(RedKind::Sum)),
     )
     .unwrap();
     for (i, x) in a.iter().enumerate() {
@@ -61,12 +56,7 @@ fn chunked_ops(comm: &Comm) {
     let mut b: Vec<f64> = (0..count).map(|i| (me as f64) * 4.0 + i as f64).collect();
     run(
         comm,
-        Op::AllReduce {
-            buf: ptr(&mut b),
-            count,
-            dtype: DType::F64,
-            op: red(RedKind::Avg),
-        },
+        Op::all_reduce(ptr(&mut b), count, DType::F64, red(RedKind::Avg)),
     )
     .unwrap();
     let mean = (0..n).map(|r| r as f64 * 4.0).sum::<f64>() / n as f64;
@@ -79,12 +69,7 @@ fn chunked_ops(comm: &Comm) {
         .collect();
     run(
         comm,
-        Op::AllReduce {
-            buf: ptr(&mut c),
-            count,
-            dtype: DType::F32,
-            op: red(RedKind::Max),
-        },
+        Op::all_reduce(ptr(&mut c), count, DType::F32, red(RedKind::Max)),
     )
     .unwrap();
     for (i, x) in c.iter().enumerate() {
@@ -99,12 +84,7 @@ fn chunked_ops(comm: &Comm) {
         .collect();
     run(
         comm,
-        Op::AllReduce {
-            buf: ptr(&mut s),
-            count,
-            dtype: DType::F32,
-            op: red(RedKind::Sum),
-        },
+        Op::all_reduce(ptr(&mut s), count, DType::F32, red(RedKind::Sum)),
     )
     .unwrap();
     let digest = s
@@ -114,12 +94,7 @@ fn chunked_ops(comm: &Comm) {
     let mut mine = [digest];
     run(
         comm,
-        Op::AllGatherSingle {
-            output: ptr(&mut digests),
-            input: ptr(&mut mine),
-            count: 1,
-            dtype: DType::U64,
-        },
+        Op::all_gather_single(ptr(&mut digests), ptr(&mut mine), 1, DType::U64),
     )
     .unwrap();
     assert!(
@@ -134,16 +109,7 @@ fn chunked_ops(comm: &Comm) {
     } else {
         vec![0xee; bytes]
     };
-    run(
-        comm,
-        Op::Broadcast {
-            buf: ptr(&mut d),
-            count: bytes,
-            dtype: DType::U8,
-            root,
-        },
-    )
-    .unwrap();
+    run(comm, Op::broadcast(ptr(&mut d), bytes, DType::U8, root)).unwrap();
     assert!(
         d.iter().enumerate().all(|(i, x)| *x == (i % 251) as u8),
         "broadcast"
@@ -155,12 +121,7 @@ fn chunked_ops(comm: &Comm) {
     let mut out = vec![0u8; per * n as usize];
     run(
         comm,
-        Op::AllGatherSingle {
-            output: ptr(&mut out),
-            input: ptr(&mut input),
-            count: per,
-            dtype: DType::U8,
-        },
+        Op::all_gather_single(ptr(&mut out), ptr(&mut input), per, DType::U8),
     )
     .unwrap();
     let ok =
@@ -171,12 +132,7 @@ fn chunked_ops(comm: &Comm) {
     let own = Ptr(unsafe { inplace.as_mut_ptr().add(me as usize * per) } as *mut c_void);
     run(
         comm,
-        Op::AllGatherSingle {
-            output: ptr(&mut inplace),
-            input: own,
-            count: per,
-            dtype: DType::U8,
-        },
+        Op::all_gather_single(ptr(&mut inplace), own, per, DType::U8),
     )
     .unwrap();
     assert!(ok(&inplace), "all_gather_single in place");
@@ -186,13 +142,7 @@ fn chunked_ops(comm: &Comm) {
         .collect();
     run(
         comm,
-        Op::Reduce {
-            buf: ptr(&mut r),
-            count,
-            dtype: DType::I64,
-            root: 0,
-            op: red(RedKind::Min),
-        },
+        Op::reduce(ptr(&mut r), count, DType::I64, 0, red(RedKind::Min)),
     )
     .unwrap();
     if me == 0 {
@@ -216,13 +166,13 @@ fn chunked_ops(comm: &Comm) {
     let mut out = vec![0i32; per_rank];
     run(
         comm,
-        Op::ReduceScatterSingle {
-            output: ptr(&mut out),
-            input: ptr(&mut input),
-            count: per_rank,
-            dtype: DType::I32,
-            op: red(RedKind::Sum),
-        },
+        Op::reduce_scatter_single(
+            ptr(&mut out),
+            ptr(&mut input),
+            per_rank,
+            DType::I32,
+            red(RedKind::Sum),
+        ),
     )
     .unwrap();
     assert!(out == want, "reduce_scatter_single");
@@ -230,13 +180,13 @@ fn chunked_ops(comm: &Comm) {
     let own = Ptr(unsafe { inplace.as_mut_ptr().add(me as usize * per_rank) } as *mut c_void);
     run(
         comm,
-        Op::ReduceScatterSingle {
-            output: own,
-            input: ptr(&mut inplace),
-            count: per_rank,
-            dtype: DType::I32,
-            op: red(RedKind::Sum),
-        },
+        Op::reduce_scatter_single(
+            own,
+            ptr(&mut inplace),
+            per_rank,
+            DType::I32,
+            red(RedKind::Sum),
+        ),
     )
     .unwrap();
     assert!(
@@ -252,12 +202,7 @@ fn chunked_ops(comm: &Comm) {
     let mut recv = vec![0u8; blk * n as usize];
     run(
         comm,
-        Op::AllToAllSingle {
-            output: ptr(&mut recv),
-            input: ptr(&mut send),
-            count: blk,
-            dtype: DType::U8,
-        },
+        Op::all_to_all_single(ptr(&mut recv), ptr(&mut send), blk, DType::U8),
     )
     .unwrap();
     let ok = |v: &[u8]| {
@@ -267,16 +212,7 @@ fn chunked_ops(comm: &Comm) {
     };
     assert!(ok(&recv), "all_to_all_single");
     let p = ptr(&mut send);
-    run(
-        comm,
-        Op::AllToAllSingle {
-            output: p,
-            input: p,
-            count: blk,
-            dtype: DType::U8,
-        },
-    )
-    .unwrap();
+    run(comm, Op::all_to_all_single(p, p, blk, DType::U8)).unwrap();
     assert!(ok(&send), "all_to_all_single in place");
     list_and_rooted_ops(comm);
     if comm.size() > 1 {
@@ -298,12 +234,7 @@ fn list_and_rooted_ops(comm: &Comm) {
     let out_ptrs: Vec<Ptr> = outs.iter_mut().map(|o| ptr(o)).collect();
     run(
         comm,
-        Op::AllGather {
-            outputs: out_ptrs,
-            input: ptr(&mut input),
-            count: per,
-            dtype: DType::U8,
-        },
+        Op::all_gather(out_ptrs, ptr(&mut input), per, DType::U8),
     )
     .unwrap();
     for (r, o) in outs.iter().enumerate() {
@@ -320,13 +251,7 @@ fn list_and_rooted_ops(comm: &Comm) {
     let mut got = vec![0u8; per];
     run(
         comm,
-        Op::ReduceScatter {
-            output: ptr(&mut got),
-            inputs: in_ptrs,
-            count: per,
-            dtype: DType::U8,
-            op: red(RedKind::Max),
-        },
+        Op::reduce_scatter(ptr(&mut got), in_ptrs, per, DType::U8, red(RedKind::Max)),
     )
     .unwrap();
     assert!(
@@ -344,16 +269,7 @@ fn list_and_rooted_ops(comm: &Comm) {
         sends.iter_mut().map(|x| ptr(x)).collect(),
         recvs.iter_mut().map(|x| ptr(x)).collect(),
     );
-    run(
-        comm,
-        Op::AllToAll {
-            outputs: rp,
-            inputs: sp,
-            count: per,
-            dtype: DType::U8,
-        },
-    )
-    .unwrap();
+    run(comm, Op::all_to_all(rp, sp, per, DType::U8)).unwrap();
     for (from, r) in recvs.iter().enumerate() {
         assert!(
             r.iter()
@@ -371,17 +287,7 @@ fn list_and_rooted_ops(comm: &Comm) {
         Vec::new()
     };
     let gp: Vec<Ptr> = gathered.iter_mut().map(|x| ptr(x)).collect();
-    run(
-        comm,
-        Op::Gather {
-            outputs: gp,
-            input: ptr(&mut mine),
-            count: per,
-            dtype: DType::U8,
-            root,
-        },
-    )
-    .unwrap();
+    run(comm, Op::gather(gp, ptr(&mut mine), per, DType::U8, root)).unwrap();
     for (r, g) in gathered.iter().enumerate() {
         assert!(
             g.iter().enumerate().all(|(i, x)| *x == v(r + 3, i)),
@@ -397,17 +303,7 @@ fn list_and_rooted_ops(comm: &Comm) {
     };
     let pp: Vec<Ptr> = pieces.iter_mut().map(|x| ptr(x)).collect();
     let mut piece = vec![0u8; per];
-    run(
-        comm,
-        Op::Scatter {
-            output: ptr(&mut piece),
-            inputs: pp,
-            count: per,
-            dtype: DType::U8,
-            root,
-        },
-    )
-    .unwrap();
+    run(comm, Op::scatter(ptr(&mut piece), pp, per, DType::U8, root)).unwrap();
     assert!(
         piece
             .iter()
@@ -427,12 +323,7 @@ fn list_and_rooted_ops(comm: &Comm) {
     };
     run(
         comm,
-        Op::AllGatherSingle {
-            output: ptr(&mut out),
-            input,
-            count: per,
-            dtype: DType::U8,
-        },
+        Op::all_gather_single(ptr(&mut out), input, per, DType::U8),
     )
     .unwrap();
     assert!(
@@ -458,12 +349,7 @@ fn v_ops(comm: &Comm) {
     let mut out = vec![-1i32; total];
     run(
         comm,
-        Op::AllGatherV {
-            output: ptr(&mut out),
-            input: ptr(&mut mine),
-            counts: counts.clone(),
-            dtype: DType::I32,
-        },
+        Op::all_gather_v(ptr(&mut out), ptr(&mut mine), counts.clone(), DType::I32),
     )
     .unwrap();
     for r in 0..n {
@@ -479,13 +365,13 @@ fn v_ops(comm: &Comm) {
     let mut got = vec![-1i32; counts[me]];
     run(
         comm,
-        Op::ReduceScatterV {
-            output: ptr(&mut got),
-            input: ptr(&mut input),
-            counts: counts.clone(),
-            dtype: DType::I32,
-            op: red(RedKind::Sum),
-        },
+        Op::reduce_scatter_v(
+            ptr(&mut got),
+            ptr(&mut input),
+            counts.clone(),
+            DType::I32,
+            red(RedKind::Sum),
+        ),
     )
     .unwrap();
     let k: i32 = (1..=n as i32).sum();
@@ -502,12 +388,7 @@ fn v_ops(comm: &Comm) {
     let mut mine2: Vec<i32> = vec![7; bad[me]];
     let e = run(
         comm,
-        Op::AllGatherV {
-            output: ptr(&mut out2),
-            input: ptr(&mut mine2),
-            counts: bad,
-            dtype: DType::I32,
-        },
+        Op::all_gather_v(ptr(&mut out2), ptr(&mut mine2), bad, DType::I32),
     )
     .unwrap_err();
     assert_eq!(e.kind, ErrorKind::InvalidUsage, "{e}");
@@ -520,12 +401,7 @@ fn v_ops(comm: &Comm) {
     let mut x = [me as i32; 4];
     run(
         comm,
-        Op::AllReduce {
-            buf: ptr(&mut x),
-            count: 4,
-            dtype: DType::I32,
-            op: red(RedKind::Sum),
-        },
+        Op::all_reduce(ptr(&mut x), 4, DType::I32, red(RedKind::Sum)),
     )
     .unwrap();
     assert_eq!(x, [(0..n as i32).sum::<i32>(); 4], "the comm still works");
@@ -544,13 +420,13 @@ fn v_ops(comm: &Comm) {
     let mut recv = vec![-1i64; want.len()];
     run(
         comm,
-        Op::AllToAllVSingle {
-            output: ptr(&mut recv),
-            output_counts: outs.clone(),
-            input: ptr(&mut send),
-            input_counts: ins.clone(),
-            dtype: DType::I64,
-        },
+        Op::all_to_all_v_single(
+            ptr(&mut recv),
+            outs.clone(),
+            ptr(&mut send),
+            ins.clone(),
+            DType::I64,
+        ),
     )
     .unwrap();
     assert!(recv == want, "all_to_all_v_single");
@@ -558,13 +434,7 @@ fn v_ops(comm: &Comm) {
         let p = ptr(&mut send);
         run(
             comm,
-            Op::AllToAllVSingle {
-                output: p,
-                output_counts: outs.clone(),
-                input: p,
-                input_counts: ins.clone(),
-                dtype: DType::I64,
-            },
+            Op::all_to_all_v_single(p, outs.clone(), p, ins.clone(), DType::I64),
         )
         .unwrap();
         assert!(send == want, "all_to_all_v_single in place");
@@ -577,13 +447,13 @@ fn v_ops(comm: &Comm) {
     let mut recv_bad = vec![-1i64; outs_bad.iter().sum()];
     let e = run(
         comm,
-        Op::AllToAllVSingle {
-            output: ptr(&mut recv_bad),
-            output_counts: outs_bad,
-            input: ptr(&mut send),
-            input_counts: ins,
-            dtype: DType::I64,
-        },
+        Op::all_to_all_v_single(
+            ptr(&mut recv_bad),
+            outs_bad,
+            ptr(&mut send),
+            ins,
+            DType::I64,
+        ),
     )
     .unwrap_err();
     assert_eq!(e.kind, ErrorKind::InvalidUsage, "{e}");
@@ -692,12 +562,7 @@ fn gloo_intra_host_dead_peer_seen_at_once() {
             let last = Instant::now();
             if let Err(e) = run(
                 &comm,
-                Op::AllReduce {
-                    buf: ptr(&mut data),
-                    count: 16 << 10,
-                    dtype: DType::I32,
-                    op: red(RedKind::Max),
-                },
+                Op::all_reduce(ptr(&mut data), 16 << 10, DType::I32, red(RedKind::Max)),
             ) {
                 break (e, last);
             }
@@ -758,12 +623,7 @@ fn gloo_intra_host_descriptors_do_not_grow_with_comms() {
             let mut x = [1i32; 4];
             run(
                 &c,
-                Op::AllReduce {
-                    buf: ptr(&mut x),
-                    count: 4,
-                    dtype: DType::I32,
-                    op: red(RedKind::Sum),
-                },
+                Op::all_reduce(ptr(&mut x), 4, DType::I32, red(RedKind::Sum)),
             )
             .unwrap();
             assert_eq!(x, [c.size(); 4]);

@@ -61,21 +61,11 @@ impl Marked {
 }
 
 fn all_reduce(buf: &mut Marked, count: usize, dtype: DType, kind: RedKind) -> Op {
-    Op::AllReduce {
-        buf: buf.ptr(),
-        count,
-        dtype,
-        op: red(kind),
-    }
+    Op::all_reduce(buf.ptr(), count, dtype, red(kind))
 }
 
 fn broadcast(buf: &mut Marked, root: i32) -> Op {
-    Op::Broadcast {
-        buf: buf.ptr(),
-        count: COUNT,
-        dtype: DType::F32,
-        root,
-    }
+    Op::broadcast(buf.ptr(), COUNT, DType::F32, root)
 }
 
 /// What rank `me` calls in case `case`: the odd rank out calls something
@@ -154,12 +144,12 @@ fn check_afterwards(comm: &Comm, me: i32, n: i32) {
     let mut x = vec![me as f32 + 1.0; COUNT];
     let r = run(
         comm,
-        Op::AllReduce {
-            buf: Ptr(x.as_mut_ptr() as *mut std::ffi::c_void),
-            count: COUNT,
-            dtype: DType::F32,
-            op: ReduceOp::SUM,
-        },
+        Op::all_reduce(
+            Ptr(x.as_mut_ptr() as *mut std::ffi::c_void),
+            COUNT,
+            DType::F32,
+            ReduceOp::SUM,
+        ),
     );
     if shm_path() {
         r.unwrap();

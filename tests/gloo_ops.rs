@@ -210,59 +210,27 @@ fn movement(comm: &Comm, dt: DType) {
         } else {
             Buf::poisoned(dt, c)
         };
-        ok(
-            comm,
-            Op::Broadcast {
-                buf: b.ptr(),
-                count: c,
-                dtype: dt,
-                root: root as i32,
-            },
-        );
+        ok(comm, Op::broadcast(b.ptr(), c, dt, root as i32));
         check(&b, "broadcast", |i| datum(dt, root, i));
     }
     // all_gather_single, out of place and in place.
     let mut input = Buf::from_fn(dt, c, |i| datum(dt, me, i));
     let mut out = Buf::poisoned(dt, c * n);
-    ok(
-        comm,
-        Op::AllGatherSingle {
-            output: out.ptr(),
-            input: input.ptr(),
-            count: c,
-            dtype: dt,
-        },
-    );
+    ok(comm, Op::all_gather_single(out.ptr(), input.ptr(), c, dt));
     check(&out, "all_gather_single", |i| datum(dt, i / c, i % c));
     let mut out = Buf::poisoned(dt, c * n);
     for i in 0..c {
         out.set(me * c + i, datum(dt, me, i));
     }
     let inp = out.at(me * c);
-    ok(
-        comm,
-        Op::AllGatherSingle {
-            output: out.ptr(),
-            input: inp,
-            count: c,
-            dtype: dt,
-        },
-    );
+    ok(comm, Op::all_gather_single(out.ptr(), inp, c, dt));
     check(&out, "all_gather_single in place", |i| {
         datum(dt, i / c, i % c)
     });
     // all_gather (list).
     let mut outs: Vec<Buf> = (0..n).map(|_| Buf::poisoned(dt, c)).collect();
     let ptrs = outs.iter_mut().map(|b| b.ptr()).collect();
-    ok(
-        comm,
-        Op::AllGather {
-            outputs: ptrs,
-            input: input.ptr(),
-            count: c,
-            dtype: dt,
-        },
-    );
+    ok(comm, Op::all_gather(ptrs, input.ptr(), c, dt));
     for (r, b) in outs.iter().enumerate() {
         check(b, "all_gather", |i| datum(dt, r, i));
     }
@@ -274,12 +242,7 @@ fn movement(comm: &Comm, dt: DType) {
     let mut out = Buf::poisoned(dt, total);
     ok(
         comm,
-        Op::AllGatherV {
-            output: out.ptr(),
-            input: input.ptr(),
-            counts: counts.clone(),
-            dtype: dt,
-        },
+        Op::all_gather_v(out.ptr(), input.ptr(), counts.clone(), dt),
     );
     check(&out, "all_gather_v", |i| {
         let r = (0..n)
@@ -291,29 +254,13 @@ fn movement(comm: &Comm, dt: DType) {
     // all_to_all_single, out of place and in place; all_to_all (list).
     let mut input = Buf::from_fn(dt, c * n, |i| datum(dt, me, i) + (i / c) as f64 * 0.0);
     let mut out = Buf::poisoned(dt, c * n);
-    ok(
-        comm,
-        Op::AllToAllSingle {
-            output: out.ptr(),
-            input: input.ptr(),
-            count: c,
-            dtype: dt,
-        },
-    );
+    ok(comm, Op::all_to_all_single(out.ptr(), input.ptr(), c, dt));
     // Rank r sent me its block `me`: elements me*c..me*c+c of its input.
     check(&out, "all_to_all_single", |i| {
         datum(dt, i / c, me * c + i % c)
     });
     let p = input.ptr();
-    ok(
-        comm,
-        Op::AllToAllSingle {
-            output: p,
-            input: p,
-            count: c,
-            dtype: dt,
-        },
-    );
+    ok(comm, Op::all_to_all_single(p, p, c, dt));
     check(&input, "all_to_all_single in place", |i| {
         datum(dt, i / c, me * c + i % c)
     });
@@ -325,15 +272,7 @@ fn movement(comm: &Comm, dt: DType) {
         ins.iter_mut().map(|b| b.ptr()).collect(),
         outs.iter_mut().map(|b| b.ptr()).collect(),
     );
-    ok(
-        comm,
-        Op::AllToAll {
-            outputs: op,
-            inputs: ip,
-            count: c,
-            dtype: dt,
-        },
-    );
+    ok(comm, Op::all_to_all(op, ip, c, dt));
     for (r, b) in outs.iter().enumerate() {
         check(b, "all_to_all", |i| datum(dt, r, me * c + i));
     }
@@ -346,13 +285,13 @@ fn movement(comm: &Comm, dt: DType) {
     let mut out = Buf::poisoned(dt, out_counts.iter().sum());
     ok(
         comm,
-        Op::AllToAllVSingle {
-            output: out.ptr(),
-            output_counts: out_counts.clone(),
-            input: input.ptr(),
-            input_counts: in_counts.clone(),
-            dtype: dt,
-        },
+        Op::all_to_all_v_single(
+            out.ptr(),
+            out_counts.clone(),
+            input.ptr(),
+            in_counts.clone(),
+            dt,
+        ),
     );
     let mut k = 0;
     for s in 0..n {
@@ -379,16 +318,7 @@ fn movement(comm: &Comm, dt: DType) {
             Vec::new()
         };
         let mut out = Buf::poisoned(dt, c);
-        ok(
-            comm,
-            Op::Scatter {
-                output: out.ptr(),
-                inputs: ptrs,
-                count: c,
-                dtype: dt,
-                root: root as i32,
-            },
-        );
+        ok(comm, Op::scatter(out.ptr(), ptrs, c, dt, root as i32));
         check(&out, "scatter", |i| datum(dt, root, me * c + i));
         let mut input = Buf::from_fn(dt, c, |i| datum(dt, me, i));
         let mut outs: Vec<Buf> = (0..n).map(|_| Buf::poisoned(dt, c)).collect();
@@ -397,16 +327,7 @@ fn movement(comm: &Comm, dt: DType) {
         } else {
             Vec::new()
         };
-        ok(
-            comm,
-            Op::Gather {
-                outputs: ptrs,
-                input: input.ptr(),
-                count: c,
-                dtype: dt,
-                root: root as i32,
-            },
-        );
+        ok(comm, Op::gather(ptrs, input.ptr(), c, dt, root as i32));
         if me == root {
             for (r, b) in outs.iter().enumerate() {
                 check(b, "gather", |i| datum(dt, r, i));
@@ -437,49 +358,13 @@ fn movement(comm: &Comm, dt: DType) {
                 tag: 0,
             },
         ];
-        ok(comm, Op::Batch { ops });
+        ok(comm, Op::batch(ops));
     } else if me % 2 == 0 {
-        ok(
-            comm,
-            Op::Send {
-                buf: sbuf.ptr(),
-                count: c,
-                dtype: dt,
-                peer: next as i32,
-                tag: 0,
-            },
-        );
-        ok(
-            comm,
-            Op::Recv {
-                buf: rbuf.ptr(),
-                count: c,
-                dtype: dt,
-                peer: prev as i32,
-                tag: 0,
-            },
-        );
+        ok(comm, Op::send(sbuf.ptr(), c, dt, next as i32, 0));
+        ok(comm, Op::recv(rbuf.ptr(), c, dt, prev as i32, 0));
     } else {
-        ok(
-            comm,
-            Op::Recv {
-                buf: rbuf.ptr(),
-                count: c,
-                dtype: dt,
-                peer: prev as i32,
-                tag: 0,
-            },
-        );
-        ok(
-            comm,
-            Op::Send {
-                buf: sbuf.ptr(),
-                count: c,
-                dtype: dt,
-                peer: next as i32,
-                tag: 0,
-            },
-        );
+        ok(comm, Op::recv(rbuf.ptr(), c, dt, prev as i32, 0));
+        ok(comm, Op::send(sbuf.ptr(), c, dt, next as i32, 0));
     }
     check(&rbuf, "send/recv", |i| datum(dt, prev, i));
     let pair = |s: usize, d: usize| (s * 5 + d * 3) % 4 + 1;
@@ -506,7 +391,7 @@ fn movement(comm: &Comm, dt: DType) {
             tag: 0,
         });
     }
-    ok(comm, Op::Batch { ops });
+    ok(comm, Op::batch(ops));
     for (s, b) in recvs.iter().enumerate() {
         check(b, "batch", |i| datum(dt, s, me * 10 + i));
     }
@@ -519,28 +404,11 @@ fn reductions(comm: &Comm, dt: DType, kind: RedKind) {
     let what = format!("{} {}", kind.name(), dt.name());
     let expect = |i: usize| dec(dt, &enc(dt, reference(dt, kind, n, i, 0.5)));
     let mut b = Buf::from_fn(dt, c, |i| operand(dt, me, i));
-    ok(
-        comm,
-        Op::AllReduce {
-            buf: b.ptr(),
-            count: c,
-            dtype: dt,
-            op: red(kind),
-        },
-    );
+    ok(comm, Op::all_reduce(b.ptr(), c, dt, red(kind)));
     check(&b, &format!("all_reduce {what}"), expect);
     for root in 0..n {
         let mut b = Buf::from_fn(dt, c, |i| operand(dt, me, i));
-        ok(
-            comm,
-            Op::Reduce {
-                buf: b.ptr(),
-                count: c,
-                dtype: dt,
-                root: root as i32,
-                op: red(kind),
-            },
-        );
+        ok(comm, Op::reduce(b.ptr(), c, dt, root as i32, red(kind)));
         if me == root {
             check(&b, &format!("reduce {what} root {root}"), expect);
         } else {
@@ -558,28 +426,11 @@ fn reductions(comm: &Comm, dt: DType, kind: RedKind) {
         let x = |r: usize| if r == 0 { big } else { 1.0 };
         let want = dec(dt, &enc(dt, big + (n - 1) as f64));
         let mut b = Buf::from_fn(dt, c, |_| x(me));
-        ok(
-            comm,
-            Op::AllReduce {
-                buf: b.ptr(),
-                count: c,
-                dtype: dt,
-                op: red(kind),
-            },
-        );
+        ok(comm, Op::all_reduce(b.ptr(), c, dt, red(kind)));
         check(&b, &format!("all_reduce rounds once {what}"), |_| want);
         for root in 0..n {
             let mut b = Buf::from_fn(dt, c, |_| x(me));
-            ok(
-                comm,
-                Op::Reduce {
-                    buf: b.ptr(),
-                    count: c,
-                    dtype: dt,
-                    root: root as i32,
-                    op: red(kind),
-                },
-            );
+            ok(comm, Op::reduce(b.ptr(), c, dt, root as i32, red(kind)));
             if me == root {
                 check(
                     &b,
@@ -598,13 +449,7 @@ fn reductions(comm: &Comm, dt: DType, kind: RedKind) {
         let mut out = Buf::poisoned(dt, c);
         ok(
             comm,
-            Op::ReduceScatterSingle {
-                output: out.ptr(),
-                input: input.ptr(),
-                count: c,
-                dtype: dt,
-                op: red(kind),
-            },
+            Op::reduce_scatter_single(out.ptr(), input.ptr(), c, dt, red(kind)),
         );
         check(
             &out,
@@ -617,13 +462,7 @@ fn reductions(comm: &Comm, dt: DType, kind: RedKind) {
     let mut out = Buf::poisoned(dt, c);
     ok(
         comm,
-        Op::ReduceScatterSingle {
-            output: out.ptr(),
-            input: input.ptr(),
-            count: c,
-            dtype: dt,
-            op: red(kind),
-        },
+        Op::reduce_scatter_single(out.ptr(), input.ptr(), c, dt, red(kind)),
     );
     check(&out, &format!("reduce_scatter_single {what}"), |i| {
         dec(dt, &enc(dt, reference(dt, kind, n, me * c + i, 0.5)))
@@ -636,13 +475,7 @@ fn reductions(comm: &Comm, dt: DType, kind: RedKind) {
     let own_block = input.at(me * c);
     ok(
         comm,
-        Op::ReduceScatterSingle {
-            output: own_block,
-            input: input.ptr(),
-            count: c,
-            dtype: dt,
-            op: red(kind),
-        },
+        Op::reduce_scatter_single(own_block, input.ptr(), c, dt, red(kind)),
     );
     for i in 0..c {
         let (got, want) = (
@@ -659,16 +492,7 @@ fn reductions(comm: &Comm, dt: DType, kind: RedKind) {
         .collect();
     let ptrs = ins.iter_mut().map(|b| b.ptr()).collect();
     let mut out = Buf::poisoned(dt, c);
-    ok(
-        comm,
-        Op::ReduceScatter {
-            output: out.ptr(),
-            inputs: ptrs,
-            count: c,
-            dtype: dt,
-            op: red(kind),
-        },
-    );
+    ok(comm, Op::reduce_scatter(out.ptr(), ptrs, c, dt, red(kind)));
     check(&out, &format!("reduce_scatter {what}"), |i| {
         dec(dt, &enc(dt, reference(dt, kind, n, me * c + i, 0.5)))
     });
@@ -678,13 +502,7 @@ fn reductions(comm: &Comm, dt: DType, kind: RedKind) {
     let mut out = Buf::poisoned(dt, counts[me]);
     ok(
         comm,
-        Op::ReduceScatterV {
-            output: out.ptr(),
-            input: input.ptr(),
-            counts,
-            dtype: dt,
-            op: red(kind),
-        },
+        Op::reduce_scatter_v(out.ptr(), input.ptr(), counts, dt, red(kind)),
     );
     check(&out, &format!("reduce_scatter_v {what}"), |i| {
         dec(dt, &enc(dt, reference(dt, kind, n, off + i, 0.5)))
@@ -707,12 +525,7 @@ fn matrix_child() {
     let mut b = Buf::from_fn(DType::F32, big, |i| (me * 3 + i % 17) as f64);
     ok(
         &comm,
-        Op::AllReduce {
-            buf: b.ptr(),
-            count: big,
-            dtype: DType::F32,
-            op: ReduceOp::SUM,
-        },
+        Op::all_reduce(b.ptr(), big, DType::F32, ReduceOp::SUM),
     );
     check(&b, "large all_reduce", |i| {
         (0..n).map(|r| (r * 3 + i % 17) as f64).sum()
@@ -724,38 +537,14 @@ fn matrix_child() {
         kind: RedKind::PremulSum,
         factor: PremulFactor::Pointer(&factor as *const f64 as *const _),
     };
-    ok(
-        &comm,
-        Op::AllReduce {
-            buf: b.ptr(),
-            count: 5,
-            dtype: DType::F64,
-            op,
-        },
-    );
+    ok(&comm, Op::all_reduce(b.ptr(), 5, DType::F64, op));
     check(&b, "premul_sum through a pointer", |i| {
         reference(DType::F64, RedKind::PremulSum, n, i, 0.25)
     });
     // Zero-element operations complete.
     let mut z = Buf::poisoned(DType::F32, 0);
-    ok(
-        &comm,
-        Op::AllReduce {
-            buf: z.ptr(),
-            count: 0,
-            dtype: DType::F32,
-            op: ReduceOp::SUM,
-        },
-    );
-    ok(
-        &comm,
-        Op::Broadcast {
-            buf: z.ptr(),
-            count: 0,
-            dtype: DType::F32,
-            root: 0,
-        },
-    );
+    ok(&comm, Op::all_reduce(z.ptr(), 0, DType::F32, ReduceOp::SUM));
+    ok(&comm, Op::broadcast(z.ptr(), 0, DType::F32, 0));
     ok(&comm, Op::Barrier);
     comm.finalize().unwrap();
     println!("RESULT matrix ok rank {me}");
@@ -814,16 +603,7 @@ fn gloo_unsupported_reductions() {
                 .unwrap();
                 k += 1;
                 let mut b = Buf::from_fn(dt, 3, |i| i as f64);
-                let err = run(
-                    &comm,
-                    Op::AllReduce {
-                        buf: b.ptr(),
-                        count: 3,
-                        dtype: dt,
-                        op: red(kind),
-                    },
-                )
-                .unwrap_err();
+                let err = run(&comm, Op::all_reduce(b.ptr(), 3, dt, red(kind))).unwrap_err();
                 assert_eq!(
                     err.kind,
                     ErrorKind::Unsupported,
@@ -876,23 +656,13 @@ fn gloo_split_concurrent_with_parent() {
             let mut b = Buf::from_fn(DType::I64, 1000, |i| (me * 2 + i) as f64);
             let wa = parent
                 .submit(
-                    Op::AllReduce {
-                        buf: a.ptr(),
-                        count: 1000,
-                        dtype: DType::I64,
-                        op: ReduceOp::SUM,
-                    },
+                    Op::all_reduce(a.ptr(), 1000, DType::I64, ReduceOp::SUM),
                     &asynch,
                 )
                 .unwrap();
             let wb = child
                 .submit(
-                    Op::AllReduce {
-                        buf: b.ptr(),
-                        count: 1000,
-                        dtype: DType::I64,
-                        op: ReduceOp::SUM,
-                    },
+                    Op::all_reduce(b.ptr(), 1000, DType::I64, ReduceOp::SUM),
                     &asynch,
                 )
                 .unwrap();
@@ -938,12 +708,7 @@ fn gloo_comm_recreated_under_same_name() {
             let mut a = Buf::from_fn(DType::I32, 64, |i| (me + i + round) as f64);
             ok(
                 &comm,
-                Op::AllReduce {
-                    buf: a.ptr(),
-                    count: 64,
-                    dtype: DType::I32,
-                    op: ReduceOp::SUM,
-                },
+                Op::all_reduce(a.ptr(), 64, DType::I32, ReduceOp::SUM),
             );
             check(&a, "all_reduce", |i| {
                 (0..n).map(|r| (r + i + round) as f64).sum()

@@ -52,13 +52,7 @@ fn gather_single_every_root(comm: &Comm, count: usize) {
             };
             run(
                 comm,
-                Op::GatherSingle {
-                    output: out_ptr,
-                    input: input_ptr,
-                    count,
-                    dtype: DType::I64,
-                    root: root as i32,
-                },
+                Op::gather_single(out_ptr, input_ptr, count, DType::I64, root as i32),
             )
             .unwrap_or_else(|e| panic!("gather_single count {count} root {root}: {e}"));
             let expect = |k: usize| {
@@ -84,26 +78,20 @@ fn gather_single_refusals(comm: &Comm) {
     let mut x = [0i64; 4];
     let bad_root = run(
         comm,
-        Op::GatherSingle {
-            output: ptr(&mut x),
-            input: ptr(&mut x),
-            count: 1,
-            dtype: DType::I64,
-            root: n,
-        },
+        Op::gather_single(ptr(&mut x), ptr(&mut x), 1, DType::I64, n),
     )
     .unwrap_err();
     assert_eq!(bad_root.kind, ErrorKind::InvalidArgument, "{bad_root}");
     assert!(bad_root.message.contains("root"), "{bad_root}");
     let null_output = run(
         comm,
-        Op::GatherSingle {
-            output: Ptr(std::ptr::null_mut()),
-            input: ptr(&mut x),
-            count: 1,
-            dtype: DType::I64,
-            root: comm.rank(),
-        },
+        Op::gather_single(
+            Ptr(std::ptr::null_mut()),
+            ptr(&mut x),
+            1,
+            DType::I64,
+            comm.rank(),
+        ),
     )
     .unwrap_err();
     assert_eq!(null_output.kind, ErrorKind::NullArgument, "{null_output}");
@@ -163,7 +151,7 @@ fn tagged_batch(comm: &Comm) {
             });
         }
     }
-    run(comm, Op::Batch { ops }).unwrap_or_else(|e| panic!("tagged batch: {e}"));
+    run(comm, Op::batch(ops)).unwrap_or_else(|e| panic!("tagged batch: {e}"));
     for peer in 0..n {
         for (j, (tag, k)) in RECVS.iter().enumerate() {
             assert_eq!(
@@ -190,21 +178,9 @@ fn tagged_calls(comm: &Comm) {
             };
             let (b, count) = (ptr(&mut buf), buf.len());
             let op = if me == 0 {
-                Op::Send {
-                    buf: b,
-                    count,
-                    dtype: DType::I64,
-                    peer: peer as i32,
-                    tag,
-                }
+                Op::send(b, count, DType::I64, peer as i32, tag)
             } else {
-                Op::Recv {
-                    buf: b,
-                    count,
-                    dtype: DType::I64,
-                    peer: peer as i32,
-                    tag,
-                }
+                Op::recv(b, count, DType::I64, peer as i32, tag)
             };
             run(comm, op).unwrap_or_else(|e| panic!("tag {tag}: {e}"));
             assert_eq!(buf, message(0, 1, tag, 0), "tagged call, tag {tag}");
@@ -224,22 +200,10 @@ fn tagged_calls(comm: &Comm) {
         ..OpOptions::default()
     };
     let result = if me == 0 {
-        let op = Op::Send {
-            buf: b,
-            count,
-            dtype: DType::I64,
-            peer: 1,
-            tag: 5,
-        };
+        let op = Op::send(b, count, DType::I64, 1, 5);
         pair.submit(op, &quick).and_then(|w| w.wait_blocking())
     } else {
-        let op = Op::Recv {
-            buf: b,
-            count,
-            dtype: DType::I64,
-            peer: 0,
-            tag: 6,
-        };
+        let op = Op::recv(b, count, DType::I64, 0, 6);
         let e = pair
             .submit(op, &quick)
             .and_then(|w| w.wait_blocking())

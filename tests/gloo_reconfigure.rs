@@ -73,12 +73,7 @@ fn check_formed(r: &Reconfigurable, id: i32, members: &[i32]) {
     let mut x = vec![id as f32 + 1.0; 1000];
     run(
         comm,
-        Op::AllReduce {
-            buf: ptr(&mut x),
-            count: x.len(),
-            dtype: DType::F32,
-            op: ReduceOp::SUM,
-        },
+        Op::all_reduce(ptr(&mut x), x.len(), DType::F32, ReduceOp::SUM),
     )
     .unwrap();
     let want: f32 = members.iter().map(|m| *m as f32 + 1.0).sum();
@@ -91,26 +86,12 @@ fn check_formed(r: &Reconfigurable, id: i32, members: &[i32]) {
     let mut all = vec![-1i32; members.len()];
     run(
         comm,
-        Op::AllGatherSingle {
-            output: ptr(&mut all),
-            input: ptr(&mut mine),
-            count: 1,
-            dtype: DType::I32,
-        },
+        Op::all_gather_single(ptr(&mut all), ptr(&mut mine), 1, DType::I32),
     )
     .unwrap();
     assert_eq!(all, members, "all_gather: the ids in rank order");
     let mut b = vec![if me == 0 { id * 10 + 7 } else { -1 }; 333];
-    run(
-        comm,
-        Op::Broadcast {
-            buf: ptr(&mut b),
-            count: b.len(),
-            dtype: DType::I32,
-            root: 0,
-        },
-    )
-    .unwrap();
+    run(comm, Op::broadcast(ptr(&mut b), b.len(), DType::I32, 0)).unwrap();
     assert!(
         b.iter().all(|v| *v == members[0] * 10 + 7),
         "broadcast {}",

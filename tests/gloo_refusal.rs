@@ -291,12 +291,12 @@ fn late_child() {
     } else {
         SHORT
     };
-    let op = torchcomm::comm::Op::AllReduce {
-        buf: torchcomm::comm::Ptr(x.as_mut_ptr().cast()),
-        count: 8,
-        dtype: DType::F32,
-        op: ReduceOp::SUM,
-    };
+    let op = torchcomm::comm::Op::all_reduce(
+        torchcomm::comm::Ptr(x.as_mut_ptr().cast()),
+        8,
+        DType::F32,
+        ReduceOp::SUM,
+    );
     let opts = torchcomm::comm::OpOptions {
         timeout: Some(timeout),
         ..Default::default()

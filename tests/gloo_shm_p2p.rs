@@ -36,23 +36,11 @@ fn payload(from: usize, to: usize, k: usize, len: usize) -> Vec<u8> {
 }
 
 fn send(buf: &mut [u8], peer: usize) -> Op {
-    Op::Send {
-        buf: ptr(buf),
-        count: buf.len(),
-        dtype: DType::U8,
-        peer: peer as i32,
-        tag: 0,
-    }
+    Op::send(ptr(buf), buf.len(), DType::U8, peer as i32, 0)
 }
 
 fn recv(buf: &mut [u8], peer: usize) -> Op {
-    Op::Recv {
-        buf: ptr(buf),
-        count: buf.len(),
-        dtype: DType::U8,
-        peer: peer as i32,
-        tag: 0,
-    }
+    Op::recv(ptr(buf), buf.len(), DType::U8, peer as i32, 0)
 }
 
 fn start(comm: &Comm, op: Op) -> Arc<dyn Work> {
@@ -167,7 +155,7 @@ fn batches(comm: &Comm) {
         ops.extend(sends);
         ops.extend(recvs);
     }
-    run(comm, Op::Batch { ops }).unwrap();
+    run(comm, Op::batch(ops)).unwrap();
     for (q, k, got) in &ins {
         assert!(
             *got == payload(*q, me, 500 + k, got.len()),
@@ -218,22 +206,10 @@ fn late_send_and_mismatch(comm: &Comm) {
     }
     let mut f = vec![1.5f32; 12];
     if me == 0 {
-        let op = Op::Send {
-            buf: ptr(&mut f),
-            count: 10,
-            dtype: DType::F32,
-            peer: last as i32,
-            tag: 0,
-        };
+        let op = Op::send(ptr(&mut f), 10, DType::F32, last as i32, 0);
         run(comm, op).unwrap();
     } else if me == last {
-        let op = Op::Recv {
-            buf: ptr(&mut f),
-            count: 12,
-            dtype: DType::F32,
-            peer: 0,
-            tag: 0,
-        };
+        let op = Op::recv(ptr(&mut f), 12, DType::F32, 0, 0);
         let e = run(comm, op).unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidUsage, "{e}");
         assert!(

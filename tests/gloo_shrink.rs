@@ -38,12 +38,7 @@ fn shrink_opts() -> CommOptions {
 fn all_reduce(comm: &Comm, data: &mut [f32]) -> torchcomm::error::Result<()> {
     run(
         comm,
-        Op::AllReduce {
-            buf: ptr(data),
-            count: data.len(),
-            dtype: DType::F32,
-            op: ReduceOp::SUM,
-        },
+        Op::all_reduce(ptr(data), data.len(), DType::F32, ReduceOp::SUM),
     )
 }
 
@@ -84,12 +79,7 @@ fn check_shrunk(child: &Comm, parent_rank: i32, survivors: &[i32]) {
     let mut all = vec![-1i32; survivors.len()];
     run(
         child,
-        Op::AllGatherSingle {
-            output: ptr(&mut all),
-            input: ptr(&mut mine),
-            count: 1,
-            dtype: DType::I32,
-        },
+        Op::all_gather_single(ptr(&mut all), ptr(&mut mine), 1, DType::I32),
     )
     .unwrap();
     assert_eq!(all, survivors, "the new ranks keep the parent's order");

@@ -29,12 +29,7 @@ fn red(kind: RedKind, factor: f64) -> ReduceOp {
 
 fn all_reduce<T>(comm: &Comm, buf: &mut [T], dtype: DType, op: ReduceOp) {
     let count = buf.len();
-    let op = Op::AllReduce {
-        buf: ptr(buf),
-        count,
-        dtype,
-        op,
-    };
+    let op = Op::all_reduce(ptr(buf), count, dtype, op);
     run(comm, op).unwrap();
 }
 
@@ -78,13 +73,13 @@ fn child() {
         }
         let root = n - 1;
         let mut d: Vec<i32> = (0..count).map(|i| val(me, i)).collect();
-        let op = Op::Reduce {
-            buf: ptr(&mut d),
+        let op = Op::reduce(
+            ptr(&mut d),
             count,
-            dtype: DType::I32,
-            root: root as i32,
-            op: red(RedKind::Max, 1.0),
-        };
+            DType::I32,
+            root as i32,
+            red(RedKind::Max, 1.0),
+        );
         run(&comm, op).unwrap();
         for (i, x) in d.iter().enumerate() {
             let want = match me == root {

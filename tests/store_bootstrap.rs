@@ -35,12 +35,7 @@ fn check_sum(comm: &Comm, salt: usize) {
     let (me, n) = (comm.rank() as f32, comm.size() as f32);
     let mut buf = [me + salt as f32; 4];
     comm.submit(
-        Op::AllReduce {
-            buf: Ptr(buf.as_mut_ptr().cast()),
-            count: 4,
-            dtype: DType::F32,
-            op: ReduceOp::SUM,
-        },
+        Op::all_reduce(Ptr(buf.as_mut_ptr().cast()), 4, DType::F32, ReduceOp::SUM),
         &OpOptions::default(),
     )
     .unwrap_or_else(|e| panic!("all_reduce on {}: {e:?}", comm.name()));

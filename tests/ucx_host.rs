@@ -128,12 +128,12 @@ fn ucx_peer_killed() {
         let count = data.len();
         for _ in 0..1_000_000 {
             let start = Instant::now();
-            let op = Op::AllReduce {
-                buf: Ptr(data.as_mut_ptr() as *mut std::ffi::c_void),
+            let op = Op::all_reduce(
+                Ptr(data.as_mut_ptr() as *mut std::ffi::c_void),
                 count,
-                dtype: DType::F32,
-                op: ReduceOp::SUM,
-            };
+                DType::F32,
+                ReduceOp::SUM,
+            );
             if let Err(e) = run(&comm, op) {
                 let took = start.elapsed();
                 println!(
@@ -179,12 +179,7 @@ fn ucx_hidden_falls_back_to_gloo() {
         let mut v = vec![rank() as u8 + 1; 4];
         run(
             &comm,
-            Op::AllReduce {
-                buf: ptr(&mut v),
-                count: 4,
-                dtype: DType::U8,
-                op: ReduceOp::SUM,
-            },
+            Op::all_reduce(ptr(&mut v), 4, DType::U8, ReduceOp::SUM),
         )
         .unwrap();
         assert_eq!(v, vec![3u8; 4]);

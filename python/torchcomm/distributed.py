@@ -5,17 +5,35 @@ the backend ``"torchcomm"``.
     import torchcomm.distributed  # noqa: F401
     dist.init_process_group("torchcomm")          # or "cpu:torchcomm,cuda:nccl"
 
-The backend is a Python subclass of torch's C++ ``Backend`` (c10d's
-``PyBackend`` trampoline, which in torch 2.15 routes every method DDP, FSDP2,
-DTensor and torch's distributed tests call, ``all_gather_single`` and
-``reduce_scatter_single`` included). Every operation runs on a torchcomm
-``Comm``: host tensors on the gloo backend, CUDA tensors on the nccl backend
-(that comm is made on the first CUDA operation, collectively). Nothing is
-forwarded to another torch backend. docs/python.md says why Python and not a
-C++ extension (measured); docs/status.md lists what is missing.
+Two implementations of one backend:
+
+- C++ (csrc/backend.cpp, a torch extension that scripts/build-torch-ext.sh
+  compiles against the installed torch): a ``c10d::Backend`` whose host
+  operations call the C API directly and whose works follow the library's
+  work handles (``is_completed()`` included). It wraps the Python backend
+  below, which keeps the comms and the store bridge and runs what the C++
+  side does not (CUDA and sparse tensors, dtypes and shapes it does not
+  take, monitored_barrier, split, abort, shutdown).
+- Python: ``TorchCommBackend``, a Python subclass of torch's C++ ``Backend``
+  (c10d's ``PyBackend`` trampoline routes every method DDP, FSDP2, DTensor
+  and torch's distributed tests call); torch wraps its works in a holder that
+  forwards only ``wait()`` and ``get_future()``, so ``is_completed()`` on
+  them stays False (docs/status.md).
+
+The C++ one is used when its extension loads, else the Python one with a
+log line saying why; ``TORCHCOMM_TORCH_BACKEND=python`` or ``cpp`` forces
+one (``cpp`` fails when the extension does not load). Every operation runs
+on a torchcomm ``Comm``: host tensors on the gloo backend, CUDA tensors on
+the nccl backend (that comm is made on the first CUDA operation,
+collectively). Nothing is forwarded to another torch backend.
+docs/python.md compares the two (measured); docs/status.md lists what is
+missing.
 """
 from __future__ import annotations
 
+import ctypes
+import logging
+import os
 import threading
 from datetime import timedelta
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -24,7 +42,7 @@ import torch
 import torch.distributed as dist
 from torch._C import _distributed_c10d as _c10d
 
-from . import _lib
+from . import _lib, _torch_ext
 from ._buffers import DType, to_torch_dtype
 from ._lib import TorchCommError, check, lib
 from .comm import Comm, RedOp, ReduceOp, Work
@@ -501,9 +519,61 @@ class TorchCommBackend(_c10d.Backend):
         self._comms.clear()
 
 
-def _create(dist_opts: Any, backend_opts: Any) -> TorchCommBackend:
-    return TorchCommBackend(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout,
-                            str(dist_opts.group_id or "default"))
+_log = logging.getLogger(__name__)
+_ext: Any = None  # the loaded C++ extension, False when it cannot be had
+_ext_why = ""
+
+
+def implementation() -> str:
+    """``"cpp"`` or ``"python"``: which backend ``init_process_group`` makes
+    here (``TORCHCOMM_TORCH_BACKEND``, else C++ when its extension loads).
+    Raises when ``cpp`` is asked for and the extension does not load."""
+    choice = os.environ.get("TORCHCOMM_TORCH_BACKEND", "").strip().lower() or "auto"
+    if choice not in ("auto", "cpp", "python"):
+        raise ValueError(f"TORCHCOMM_TORCH_BACKEND={choice!r}: expected 'python' or 'cpp'")
+    if choice == "python":
+        return "python"
+    if _extension() is None:
+        if choice == "cpp":
+            raise RuntimeError(f"torchcomm backend: TORCHCOMM_TORCH_BACKEND=cpp, but the C++ backend "
+                               f"cannot be loaded: {_ext_why}")
+        return "python"
+    return "cpp"
+
+
+def _extension() -> Any:
+    """The C++ extension with the C API bound, or None (logged once)."""
+    global _ext, _ext_why
+    if _ext is None:
+        path = _torch_ext.find()
+        try:
+            if path is None:
+                raise FileNotFoundError(f"not built for this torch and Python (scripts/build-torch-ext.sh; "
+                                        f"expected at build/torch-ext/{_torch_ext.tag()}/)")
+            ext = _torch_ext.load(path)
+            ext.bind_library({name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+                              for name in ext.needed_symbols()})
+            _ext = ext
+        except Exception as e:  # noqa: BLE001 (any failure means the Python backend)
+            _ext, _ext_why = False, f"{path or 'extension'}: {e}"
+            if os.environ.get("TORCHCOMM_TORCH_BACKEND", "").strip().lower() != "cpp":
+                _log.warning("torchcomm backend: using the Python implementation: the C++ one cannot be "
+                             "loaded: %s", _ext_why)
+    return _ext or None
+
+
+def _wrap(backend: TorchCommBackend) -> Any:
+    """The backend torch gets for the Python `backend`: the C++ one over it,
+    or itself."""
+    if implementation() == "python":
+        return backend
+    handle = ctypes.cast(backend._cpu_handle, ctypes.c_void_p).value
+    return _extension().CppBackend(backend, handle, backend._rank, backend._size, backend._timeout, _wrap)
+
+
+def _create(dist_opts: Any, backend_opts: Any) -> Any:
+    return _wrap(TorchCommBackend(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout,
+                                  str(dist_opts.group_id or "default")))
 
 
 def register() -> None:

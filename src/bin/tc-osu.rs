@@ -119,20 +119,8 @@ fn comm_with(name: &str, hints: &[(&str, &str)]) -> Arc<Comm> {
 fn op(is_send: bool, buf: &mut [u8], len: usize, peer: i32) -> Op {
     let buf = Ptr(buf.as_mut_ptr() as *mut std::ffi::c_void);
     match is_send {
-        true => Op::Send {
-            buf,
-            count: len,
-            dtype: DType::U8,
-            peer,
-            tag: 0,
-        },
-        false => Op::Recv {
-            buf,
-            count: len,
-            dtype: DType::U8,
-            peer,
-            tag: 0,
-        },
+        true => Op::send(buf, len, DType::U8, peer, 0),
+        false => Op::recv(buf, len, DType::U8, peer, 0),
     }
 }
 

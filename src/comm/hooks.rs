@@ -29,7 +29,7 @@ pub mod window;
 
 use crate::comm::{Comm, Op, OpOptions};
 use crate::error::{Error, Result};
-use crate::op::{for_each_buffer, Use};
+use crate::op::{for_each_buffer, PointToPoint, Use};
 use crate::types::{DType, ReduceOp};
 use crate::util::lock;
 use std::cell::Cell;
@@ -387,13 +387,13 @@ fn describe(op: &Op, opts: &OpOptions, seq: u64, rank: i32, size: i32) -> OpReco
     };
     let (mut peer, mut p2p_tag) = (-1, None);
     let root = match op {
-        Op::Send { peer: p, tag, .. } | Op::Recv { peer: p, tag, .. } => {
-            (peer, p2p_tag) = (*p, Some(*tag));
+        Op::PointToPoint(PointToPoint::One(p)) => {
+            (peer, p2p_tag) = (p.peer, Some(p.tag));
             -1
         }
         _ => op.signature().map_or(-1, |s| s.2),
     };
-    if let Op::Batch { ops } = op {
+    if let Op::PointToPoint(PointToPoint::Batch(ops)) = op {
         for p in ops {
             let usage = if p.is_send { Use::In } else { Use::Out };
             push(
@@ -425,37 +425,30 @@ mod tests {
     #[test]
     fn describes_buffers_roots_and_batches() {
         let p = |x: usize| Ptr(x as *mut c_void);
-        let bcast = Op::Broadcast {
-            buf: p(16),
-            count: 3,
-            dtype: DType::F32,
-            root: 1,
-        };
+        let bcast = Op::broadcast(p(16), 3, DType::F32, 1);
         let r = describe(&bcast, &OpOptions::default(), 7, 0, 2);
         assert_eq!((r.name, r.seq, r.root, r.peer), ("broadcast", 7, 1, -1));
         assert!(r.tag == 0 && r.input_tags.is_empty() && r.output_tags.is_empty());
         assert_eq!((r.inputs.len(), r.outputs.len()), (1, 1));
         assert_eq!((r.inputs[0].ptr as usize, r.inputs[0].count), (16, 3));
-        let batch = Op::Batch {
-            ops: vec![
-                crate::comm::P2p {
-                    is_send: true,
-                    buf: p(8),
-                    count: 2,
-                    dtype: DType::F64,
-                    peer: 1,
-                    tag: 0,
-                },
-                crate::comm::P2p {
-                    is_send: false,
-                    buf: p(32),
-                    count: 5,
-                    dtype: DType::I32,
-                    peer: 2,
-                    tag: 9,
-                },
-            ],
-        };
+        let batch = Op::batch(vec![
+            crate::comm::P2p {
+                is_send: true,
+                buf: p(8),
+                count: 2,
+                dtype: DType::F64,
+                peer: 1,
+                tag: 0,
+            },
+            crate::comm::P2p {
+                is_send: false,
+                buf: p(32),
+                count: 5,
+                dtype: DType::I32,
+                peer: 2,
+                tag: 9,
+            },
+        ]);
         let r = describe(&batch, &OpOptions::default(), 1, 0, 3);
         assert!(r.dtype.is_none());
         assert_eq!((r.inputs[0].count, r.inputs[0].peer), (2, 1));
@@ -464,22 +457,11 @@ mod tests {
             (r.tag, &r.input_tags[..], &r.output_tags[..]),
             (0, &[0][..], &[9][..])
         );
-        let send = Op::Send {
-            buf: p(8),
-            count: 4,
-            dtype: DType::F32,
-            peer: 1,
-            tag: 77,
-        };
+        let send = Op::send(p(8), 4, DType::F32, 1, 77);
         let r = describe(&send, &OpOptions::default(), 2, 0, 2);
         assert_eq!((r.peer, r.tag, &r.input_tags[..]), (1, 77, &[77][..]));
         assert!(r.outputs.is_empty() && r.output_tags.is_empty());
-        let ag = Op::AllGatherSingle {
-            output: p(64),
-            input: p(8),
-            count: 2,
-            dtype: DType::BF16,
-        };
+        let ag = Op::all_gather_single(p(64), p(8), 2, DType::BF16);
         let r = describe(&ag, &OpOptions::default(), 1, 1, 4);
         assert_eq!((r.inputs[0].count, r.outputs[0].count), (2, 8));
     }

@@ -42,12 +42,7 @@ impl PersistentAllGather {
         let block = dtype.bytes(count, "count")?;
         let stand_in =
             Ptr(output.as_u8().wrapping_add(comm.rank() as usize * block) as *mut c_void);
-        let probe = Op::AllGatherSingle {
-            output,
-            input: stand_in,
-            count,
-            dtype,
-        };
+        let probe = Op::all_gather_single(output, stand_in, count, dtype);
         probe.validate(comm.rank(), comm.size())?;
         comm.backend().check(&probe)?;
         // Host buffers only on a host backend; on a device backend, as for
@@ -74,12 +69,7 @@ impl PersistentAllGather {
             return Err(Error::null_argument("input"));
         }
         self.comm.check_active()?;
-        let op = Op::AllGatherSingle {
-            output: self.output,
-            input,
-            count: self.count,
-            dtype: self.dtype,
-        };
+        let op = Op::all_gather_single(self.output, input, self.count, self.dtype);
         // A device backend (nccl) checks every call's input pointer (device
         // memory of the comm's device): the plain call there.
         if self.comm.backend().buffer_home() != BufferHome::Host {
@@ -95,12 +85,12 @@ fn agree(comm: &Comm, count: usize, dtype: DType) -> Result<()> {
     let n = comm.size() as usize;
     let mut mine = [count as u64, dtype.to_c() as u64];
     let mut all = vec![0u64; 2 * n];
-    let op = Op::AllGatherSingle {
-        output: Ptr(all.as_mut_ptr() as *mut c_void),
-        input: Ptr(mine.as_mut_ptr() as *mut c_void),
-        count: 2,
-        dtype: DType::U64,
-    };
+    let op = Op::all_gather_single(
+        Ptr(all.as_mut_ptr() as *mut c_void),
+        Ptr(mine.as_mut_ptr() as *mut c_void),
+        2,
+        DType::U64,
+    );
     comm.submit(op, &OpOptions::default())?;
     match all.chunks(2).position(|p| p != mine) {
         None => Ok(()),

@@ -36,7 +36,7 @@ pub use device::{
     begin_capture, capture_status, launch_host_func, stream_synchronize, stream_wait_event,
     Capture, CtxGuard, Device, GraphExec, HostFn, Stream,
 };
-pub use driver::{available, check, device_count, is_available};
+pub use driver::{available, check, device_count, is_available, may_hold_device_memory};
 pub(crate) use driver::{drv, CUDA_ERROR_INVALID_VALUE};
 pub use event::{Event, EventPool, TimingEvent};
 pub use kernels::{Elem, Kernels};

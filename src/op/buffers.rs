@@ -3,7 +3,7 @@
 //! buffers, the nccl backend's pointer checks and the NaN check use it.
 //! Sizes and uses come from the operation's [`Layout`](super::Layout).
 
-use super::{Layout, Op, Ptr};
+use super::{AllToAllKind, Gather, GatherKind, Layout, Op, Ptr, ReductionKind, ScatterKind};
 use crate::error::Result;
 
 /// How an operation uses one of its buffers.
@@ -60,27 +60,38 @@ pub fn for_each_buffer(op: &mut Op, rank: i32, size: i32, f: Visit<'_>) -> Resul
 fn pointers_mut(op: &mut Op) -> [Vec<&mut Ptr>; 2] {
     match op {
         Op::Barrier | Op::Refused(_) => Default::default(),
-        Op::Send { buf, .. }
-        | Op::Recv { buf, .. }
-        | Op::Broadcast { buf, .. }
-        | Op::Reduce { buf, .. }
-        | Op::AllReduce { buf, .. } => [vec![buf], Vec::new()],
-        Op::Batch { ops } => [ops.iter_mut().map(|p| &mut p.buf).collect(), Vec::new()],
-        Op::AllGather { outputs, input, .. } | Op::Gather { outputs, input, .. } => {
-            [vec![input], outputs.iter_mut().collect()]
-        }
-        Op::AllGatherSingle { output, input, .. }
-        | Op::AllGatherV { output, input, .. }
-        | Op::GatherSingle { output, input, .. }
-        | Op::ReduceScatterSingle { output, input, .. }
-        | Op::ReduceScatterV { output, input, .. }
-        | Op::AllToAllSingle { output, input, .. }
-        | Op::AllToAllVSingle { output, input, .. } => [vec![input], vec![output]],
-        Op::ReduceScatter { output, inputs, .. } | Op::Scatter { output, inputs, .. } => {
-            [inputs.iter_mut().collect(), vec![output]]
-        }
-        Op::AllToAll {
-            outputs, inputs, ..
-        } => [inputs.iter_mut().collect(), outputs.iter_mut().collect()],
+        Op::PointToPoint(p) => [
+            p.transfers_mut().iter_mut().map(|p| &mut p.buf).collect(),
+            Vec::new(),
+        ],
+        Op::Reduction(r) => match &mut r.kind {
+            ReductionKind::AllReduce { buf, .. } | ReductionKind::Reduce { buf, .. } => {
+                [vec![buf], Vec::new()]
+            }
+            ReductionKind::ReduceScatter { output, inputs, .. } => {
+                [inputs.iter_mut().collect(), vec![output]]
+            }
+            ReductionKind::ReduceScatterSingle { output, input, .. }
+            | ReductionKind::ReduceScatterV { output, input, .. } => [vec![input], vec![output]],
+        },
+        Op::Gather(Gather { input, kind, .. }) => match kind {
+            GatherKind::AllGather { outputs, .. } | GatherKind::Gather { outputs, .. } => {
+                [vec![input], outputs.iter_mut().collect()]
+            }
+            GatherKind::AllGatherSingle { output, .. }
+            | GatherKind::AllGatherV { output, .. }
+            | GatherKind::GatherSingle { output, .. } => [vec![input], vec![output]],
+        },
+        Op::Scatter(s) => match &mut s.kind {
+            ScatterKind::Broadcast { buf } => [vec![buf], Vec::new()],
+            ScatterKind::Scatter { output, inputs } => [inputs.iter_mut().collect(), vec![output]],
+        },
+        Op::AllToAll(a) => match &mut a.kind {
+            AllToAllKind::AllToAll {
+                outputs, inputs, ..
+            } => [inputs.iter_mut().collect(), outputs.iter_mut().collect()],
+            AllToAllKind::AllToAllSingle { output, input, .. }
+            | AllToAllKind::AllToAllVSingle { output, input, .. } => [vec![input], vec![output]],
+        },
     }
 }

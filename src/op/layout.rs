@@ -6,7 +6,10 @@
 //! backend and of gloo's shared-memory path all read it, so that a block's
 //! offset or a v-variant's total is computed here only.
 
-use super::{Op, P2p, Ptr, Use};
+use super::{
+    AllToAll, AllToAllKind, Gather, GatherKind, Op, P2p, PointToPoint, Ptr, Reduction,
+    ReductionKind, Scatter, ScatterKind, Use,
+};
 use crate::types::DType;
 use crate::util;
 
@@ -259,32 +262,51 @@ impl Op {
     /// been validated, so that no size overflows.
     #[inline(always)]
     pub fn layout(&self, rank: i32, size: i32) -> Layout<'_> {
-        let at = At {
-            n: size as usize,
-            me: rank as usize,
-            rank,
-        };
+        let at = At::new(rank, size);
         match self {
             Op::Barrier | Op::Refused(_) => Layout::Nothing,
-            Op::Batch { ops } => Layout::Batch(ops),
-            Op::Send { .. }
-            | Op::Recv { .. }
-            | Op::Broadcast { .. }
-            | Op::Reduce { .. }
-            | Op::AllReduce { .. } => one_buffer(self),
-            Op::AllGather { .. }
-            | Op::Gather { .. }
-            | Op::AllGatherSingle { .. }
-            | Op::GatherSingle { .. }
-            | Op::AllGatherV { .. } => gathers(self, at),
-            Op::ReduceScatter { .. }
-            | Op::Scatter { .. }
-            | Op::ReduceScatterSingle { .. }
-            | Op::ReduceScatterV { .. } => scatters(self, at),
-            Op::AllToAll { .. } | Op::AllToAllSingle { .. } | Op::AllToAllVSingle { .. } => {
-                all_to_alls(self, at)
+            Op::PointToPoint(PointToPoint::Batch(ops)) => Layout::Batch(ops),
+            Op::PointToPoint(PointToPoint::One(p)) => {
+                let usage = if p.is_send { Use::In } else { Use::Out };
+                Layout::One(Span::new(p.buf, p.count * p.dtype.size()), usage)
             }
+            Op::Reduction(r) => reduction(r, at),
+            Op::Gather(g) => gather(g, at),
+            Op::Scatter(s) => scatter(s),
+            Op::AllToAll(a) => all_to_all(a, at),
         }
+    }
+}
+
+impl Reduction {
+    /// As [`Op::layout`].
+    #[inline(always)]
+    pub fn layout(&self, rank: i32, size: i32) -> Layout<'_> {
+        reduction(self, At::new(rank, size))
+    }
+}
+
+impl Gather {
+    /// As [`Op::layout`].
+    #[inline(always)]
+    pub fn layout(&self, rank: i32, size: i32) -> Layout<'_> {
+        gather(self, At::new(rank, size))
+    }
+}
+
+impl Scatter {
+    /// As [`Op::layout`].
+    #[inline(always)]
+    pub fn layout(&self) -> Layout<'_> {
+        scatter(self)
+    }
+}
+
+impl AllToAll {
+    /// As [`Op::layout`].
+    #[inline(always)]
+    pub fn layout(&self, rank: i32, size: i32) -> Layout<'_> {
+        all_to_all(self, At::new(rank, size))
     }
 }
 
@@ -295,6 +317,17 @@ struct At {
     n: usize,
     me: usize,
     rank: i32,
+}
+
+impl At {
+    #[inline(always)]
+    fn new(rank: i32, size: i32) -> At {
+        At {
+            n: size as usize,
+            me: rank as usize,
+            rank,
+        }
+    }
 }
 
 /// `count` elements of `dtype` per rank.
@@ -330,112 +363,19 @@ fn own<'a>(p: Ptr, bytes: usize) -> Side<'a> {
     Side::Own(Span::new(p, bytes))
 }
 
-/// Point-to-point and the in-place collectives: one buffer.
+/// The reductions: all-reduce and reduce in place on one buffer; the
+/// reduce-scatters every rank's block in, this rank's out.
 #[inline(always)]
-fn one_buffer(op: &Op) -> Layout<'_> {
-    let (buf, count, dtype, usage) = match op {
-        Op::Send {
-            buf, count, dtype, ..
-        } => (buf, count, dtype, Use::In),
-        Op::Recv {
-            buf, count, dtype, ..
-        } => (buf, count, dtype, Use::Out),
-        Op::Broadcast {
-            buf, count, dtype, ..
+fn reduction(r: &Reduction, at: At) -> Layout<'_> {
+    let dtype = r.dtype;
+    let (input, output) = match &r.kind {
+        ReductionKind::AllReduce { buf, count } | ReductionKind::Reduce { buf, count, .. } => {
+            return Layout::One(Span::new(*buf, count * dtype.size()), Use::InOut)
         }
-        | Op::Reduce {
-            buf, count, dtype, ..
-        }
-        | Op::AllReduce {
-            buf, count, dtype, ..
-        } => (buf, count, dtype, Use::InOut),
-        _ => unreachable!("Op::layout sends only one-buffer operations here"),
-    };
-    Layout::One(Span::new(*buf, count * dtype.size()), usage)
-}
-
-/// The all-gathers and gathers: this rank's block in, every rank's out (on
-/// the root only, for the gathers).
-#[inline(always)]
-fn gathers(op: &Op, at: At) -> Layout<'_> {
-    let (input, output) = match op {
-        Op::AllGather {
-            outputs,
-            input,
-            count,
-            dtype,
-        }
-        | Op::Gather {
-            outputs,
-            input,
-            count,
-            dtype,
-            ..
-        } => {
-            let bytes = count * dtype.size();
-            (
-                own(*input, bytes),
-                Side::List {
-                    ptrs: outputs,
-                    bytes,
-                },
-            )
-        }
-        Op::AllGatherSingle {
-            output,
-            input,
-            count,
-            dtype,
-        } => (
-            own(*input, count * dtype.size()),
-            blocks(*output, even(*count, *dtype), at),
-        ),
-        Op::GatherSingle {
-            output,
-            input,
-            count,
-            dtype,
-            root,
-        } => (
-            own(*input, count * dtype.size()),
-            if *root == at.rank {
-                blocks(*output, even(*count, *dtype), at)
-            } else {
-                Side::Absent
-            },
-        ),
-        Op::AllGatherV {
-            output,
-            input,
-            counts,
-            dtype,
-        } => (
-            own(*input, counts[at.me] * dtype.size()),
-            blocks(*output, counted(counts, *dtype), at),
-        ),
-        _ => unreachable!("Op::layout sends only gathers here"),
-    };
-    Layout::Apart { input, output }
-}
-
-/// The reduce-scatters and scatter: every rank's block in (on the root
-/// only, for the scatter), this rank's out.
-#[inline(always)]
-fn scatters(op: &Op, at: At) -> Layout<'_> {
-    let (input, output) = match op {
-        Op::ReduceScatter {
+        ReductionKind::ReduceScatter {
             output,
             inputs,
             count,
-            dtype,
-            ..
-        }
-        | Op::Scatter {
-            output,
-            inputs,
-            count,
-            dtype,
-            ..
         } => {
             let bytes = count * dtype.size();
             (
@@ -446,40 +386,92 @@ fn scatters(op: &Op, at: At) -> Layout<'_> {
                 own(*output, bytes),
             )
         }
-        Op::ReduceScatterSingle {
+        ReductionKind::ReduceScatterSingle {
             output,
             input,
             count,
-            dtype,
-            ..
         } => (
-            blocks(*input, even(*count, *dtype), at),
+            blocks(*input, even(*count, dtype), at),
             own(*output, count * dtype.size()),
         ),
-        Op::ReduceScatterV {
+        ReductionKind::ReduceScatterV {
             output,
             input,
             counts,
-            dtype,
-            ..
         } => (
-            blocks(*input, counted(counts, *dtype), at),
+            blocks(*input, counted(counts, dtype), at),
             own(*output, counts[at.me] * dtype.size()),
         ),
-        _ => unreachable!("Op::layout sends only scatters here"),
     };
     Layout::Apart { input, output }
 }
 
+/// The all-gathers and gathers: this rank's block in, every rank's out (on
+/// the root only, for the gathers).
+#[inline(always)]
+fn gather(g: &Gather, at: At) -> Layout<'_> {
+    let (input, dtype) = (g.input, g.dtype);
+    let (input, output) = match &g.kind {
+        GatherKind::AllGather { outputs, count } | GatherKind::Gather { outputs, count, .. } => {
+            let bytes = count * dtype.size();
+            (
+                own(input, bytes),
+                Side::List {
+                    ptrs: outputs,
+                    bytes,
+                },
+            )
+        }
+        GatherKind::AllGatherSingle { output, count } => (
+            own(input, count * dtype.size()),
+            blocks(*output, even(*count, dtype), at),
+        ),
+        GatherKind::GatherSingle {
+            output,
+            count,
+            root,
+        } => (
+            own(input, count * dtype.size()),
+            if *root == at.rank {
+                blocks(*output, even(*count, dtype), at)
+            } else {
+                Side::Absent
+            },
+        ),
+        GatherKind::AllGatherV { output, counts } => (
+            own(input, counts[at.me] * dtype.size()),
+            blocks(*output, counted(counts, dtype), at),
+        ),
+    };
+    Layout::Apart { input, output }
+}
+
+/// Broadcast in place on one buffer; scatter every rank's block in (on the
+/// root only), this rank's out.
+#[inline(always)]
+fn scatter(s: &Scatter) -> Layout<'_> {
+    let bytes = s.count * s.dtype.size();
+    match &s.kind {
+        ScatterKind::Broadcast { buf } => Layout::One(Span::new(*buf, bytes), Use::InOut),
+        ScatterKind::Scatter { output, inputs } => Layout::Apart {
+            input: Side::List {
+                ptrs: inputs,
+                bytes,
+            },
+            output: own(*output, bytes),
+        },
+    }
+}
+
 /// The all-to-alls: every rank's block in and out.
 #[inline(always)]
-fn all_to_alls(op: &Op, at: At) -> Layout<'_> {
-    let (input, output) = match op {
-        Op::AllToAll {
+fn all_to_all(a: &AllToAll, at: At) -> Layout<'_> {
+    let dtype = a.dtype;
+    let (input, output) = match &a.kind {
+        AllToAllKind::AllToAll {
             outputs,
             inputs,
             count,
-            dtype,
         } => {
             let bytes = count * dtype.size();
             (
@@ -493,26 +485,23 @@ fn all_to_alls(op: &Op, at: At) -> Layout<'_> {
                 },
             )
         }
-        Op::AllToAllSingle {
+        AllToAllKind::AllToAllSingle {
             output,
             input,
             count,
-            dtype,
         } => (
-            blocks(*input, even(*count, *dtype), at),
-            blocks(*output, even(*count, *dtype), at),
+            blocks(*input, even(*count, dtype), at),
+            blocks(*output, even(*count, dtype), at),
         ),
-        Op::AllToAllVSingle {
+        AllToAllKind::AllToAllVSingle {
             output,
             output_counts,
             input,
             input_counts,
-            dtype,
         } => (
-            blocks(*input, counted(input_counts, *dtype), at),
-            blocks(*output, counted(output_counts, *dtype), at),
+            blocks(*input, counted(input_counts, dtype), at),
+            blocks(*output, counted(output_counts, dtype), at),
         ),
-        _ => unreachable!("Op::layout sends only all-to-alls here"),
     };
     Layout::Apart { input, output }
 }

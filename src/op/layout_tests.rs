@@ -24,12 +24,7 @@ fn visited(op: &Op, rank: i32, size: i32) -> Vec<(usize, usize, Use)> {
 #[test]
 fn all_gather_single_blocks_are_rank_ordered() {
     // 3 float32 per rank, 4 ranks: 12-byte blocks, rank 2's at 24.
-    let op = Op::AllGatherSingle {
-        output: p(0x1000),
-        input: p(0x5000),
-        count: 3,
-        dtype: DType::F32,
-    };
+    let op = Op::all_gather_single(p(0x1000), p(0x5000), 3, DType::F32);
     let Layout::Apart { input, output } = op.layout(2, 4) else {
         panic!("all_gather_single is not in place")
     };
@@ -48,12 +43,7 @@ fn v_variant_blocks_follow_the_counts() {
     // Counts 1, 2, 3 of int64: rank 2's block is 24 bytes at 24 (not at
     // 2 * 24 as even blocks would put it); the whole is 48 bytes.
     let counts = vec![1, 2, 3];
-    let gather = Op::AllGatherV {
-        output: p(0x1000),
-        input: p(0x1000 + 24),
-        counts: counts.clone(),
-        dtype: DType::I64,
-    };
+    let gather = Op::all_gather_v(p(0x1000), p(0x1000 + 24), counts.clone(), DType::I64);
     let l = gather.layout(2, 3);
     assert_eq!(
         l.own_and_block(2),
@@ -68,13 +58,7 @@ fn v_variant_blocks_follow_the_counts() {
         [(0x1018, 16, Use::In), (0x1000, 48, Use::Out)],
         "rank 1 contributes counts[1] elements"
     );
-    let scatter = Op::ReduceScatterV {
-        output: p(0x9000),
-        input: p(0x1000),
-        counts,
-        dtype: DType::I64,
-        op: ReduceOp::SUM,
-    };
+    let scatter = Op::reduce_scatter_v(p(0x9000), p(0x1000), counts, DType::I64, ReduceOp::SUM);
     assert_eq!(
         visited(&scatter, 0, 3),
         [(0x1000, 48, Use::In), (0x9000, 8, Use::Out)]
@@ -87,12 +71,7 @@ fn v_variant_blocks_follow_the_counts() {
 
 #[test]
 fn in_place_at_another_block_is_an_overlap() {
-    let at = |input| Op::AllGatherSingle {
-        output: p(0x1000),
-        input: p(input),
-        count: 4,
-        dtype: DType::U8,
-    };
+    let at = |input| Op::all_gather_single(p(0x1000), p(input), 4, DType::U8);
     assert!(!at(0x1004).layout(1, 3).overlaps_outside_own_block(1));
     assert!(at(0x1004).layout(2, 3).overlaps_outside_own_block(2));
     assert!(at(0x1005).layout(1, 3).overlaps_outside_own_block(1));
@@ -105,13 +84,7 @@ fn in_place_at_another_block_is_an_overlap() {
         "last byte"
     );
     // The scatter side: the output at this rank's block of the input.
-    let rs = |output| Op::ReduceScatterSingle {
-        output: p(output),
-        input: p(0x1000),
-        count: 2,
-        dtype: DType::F32,
-        op: ReduceOp::SUM,
-    };
+    let rs = |output| Op::reduce_scatter_single(p(output), p(0x1000), 2, DType::F32, ReduceOp::SUM);
     assert!(!rs(0x1010).layout(2, 4).overlaps_outside_own_block(2));
     assert!(rs(0x1010).layout(1, 4).overlaps_outside_own_block(1));
     assert!(!rs(0x2000).layout(1, 4).overlaps_outside_own_block(1));
@@ -120,13 +93,7 @@ fn in_place_at_another_block_is_an_overlap() {
 #[test]
 fn list_forms_are_one_buffer_per_rank() {
     let outputs = vec![p(0x1000), p(0x2000), p(0x3000)];
-    let gather = |input| Op::Gather {
-        outputs: outputs.clone(),
-        input: p(input),
-        count: 2,
-        dtype: DType::F64,
-        root: 0,
-    };
+    let gather = |input| Op::gather(outputs.clone(), p(input), 2, DType::F64, 0);
     assert_eq!(
         visited(&gather(0x8000), 0, 3),
         [
@@ -141,13 +108,7 @@ fn list_forms_are_one_buffer_per_rank() {
     assert!(gather(0x2000).layout(0, 3).overlaps_outside_own_block(0));
     assert!(gather(0x2008).layout(1, 3).overlaps_outside_own_block(1));
     // Off the root the lists are empty: nothing to visit or overlap.
-    let off = Op::Scatter {
-        output: p(0x1000),
-        inputs: Vec::new(),
-        count: 2,
-        dtype: DType::F64,
-        root: 0,
-    };
+    let off = Op::scatter(p(0x1000), Vec::new(), 2, DType::F64, 0);
     assert_eq!(visited(&off, 1, 3), [(0x1000, 16, Use::Out)]);
     assert!(!off.layout(1, 3).overlaps_outside_own_block(1));
     assert_eq!(off.layout(1, 3).own_and_block(1), None);
@@ -155,13 +116,7 @@ fn list_forms_are_one_buffer_per_rank() {
 
 #[test]
 fn gather_single_output_is_the_roots_only() {
-    let op = Op::GatherSingle {
-        output: p(0x1000),
-        input: p(0x1008),
-        count: 2,
-        dtype: DType::F32,
-        root: 1,
-    };
+    let op = Op::gather_single(p(0x1000), p(0x1008), 2, DType::F32, 1);
     assert_eq!(
         visited(&op, 1, 2),
         [(0x1008, 8, Use::In), (0x1000, 16, Use::Out)]
@@ -173,12 +128,14 @@ fn gather_single_output_is_the_roots_only() {
 
 #[test]
 fn all_to_all_v_sides_have_their_own_totals() {
-    let op = |output, output_counts: Vec<usize>| Op::AllToAllVSingle {
-        output: p(output),
-        output_counts,
-        input: p(0x1000),
-        input_counts: vec![1, 1, 2],
-        dtype: DType::I32,
+    let op = |output, output_counts: Vec<usize>| {
+        Op::all_to_all_v_single(
+            p(output),
+            output_counts,
+            p(0x1000),
+            vec![1, 1, 2],
+            DType::I32,
+        )
     };
     assert_eq!(
         visited(&op(0x2000, vec![3, 0, 1]), 0, 3),
@@ -209,34 +166,27 @@ fn all_to_all_v_sides_have_their_own_totals() {
 
 #[test]
 fn single_buffer_ops_and_batches() {
-    let all_reduce = Op::AllReduce {
-        buf: p(0x1000),
-        count: 5,
-        dtype: DType::F16,
-        op: ReduceOp::SUM,
-    };
+    let all_reduce = Op::all_reduce(p(0x1000), 5, DType::F16, ReduceOp::SUM);
     assert_eq!(visited(&all_reduce, 0, 2), [(0x1000, 10, Use::InOut)]);
     assert_eq!(all_reduce.layout(0, 2).inputs(), [span(0x1000, 10)]);
-    let batch = Op::Batch {
-        ops: vec![
-            P2p {
-                is_send: true,
-                buf: p(0x1000),
-                count: 3,
-                dtype: DType::I64,
-                peer: 1,
-                tag: 0,
-            },
-            P2p {
-                is_send: false,
-                buf: p(0x2000),
-                count: 2,
-                dtype: DType::U8,
-                peer: 1,
-                tag: 0,
-            },
-        ],
-    };
+    let batch = Op::batch(vec![
+        P2p {
+            is_send: true,
+            buf: p(0x1000),
+            count: 3,
+            dtype: DType::I64,
+            peer: 1,
+            tag: 0,
+        },
+        P2p {
+            is_send: false,
+            buf: p(0x2000),
+            count: 2,
+            dtype: DType::U8,
+            peer: 1,
+            tag: 0,
+        },
+    ]);
     assert_eq!(
         visited(&batch, 0, 2),
         [(0x1000, 24, Use::In), (0x2000, 2, Use::Out)]
@@ -251,57 +201,14 @@ fn one_of_each() -> Vec<Op> {
     let list = |a: usize| vec![p(a), p(a + 0x100), p(a + 0x200)];
     let sum = || ReduceOp::SUM;
     vec![
-        Op::AllGather {
-            outputs: list(0x1000),
-            input: p(0x9000),
-            count,
-            dtype,
-        },
-        Op::AllGatherV {
-            output: p(0x1000),
-            input: p(0x9000),
-            counts: vec![1, 2, 3],
-            dtype,
-        },
-        Op::ReduceScatter {
-            output: p(0x1000),
-            inputs: list(0x9000),
-            count,
-            dtype,
-            op: sum(),
-        },
-        Op::AllToAll {
-            outputs: list(0x1000),
-            inputs: list(0x9000),
-            count,
-            dtype,
-        },
-        Op::AllToAllSingle {
-            output: p(0x1000),
-            input: p(0x9000),
-            count,
-            dtype,
-        },
-        Op::GatherSingle {
-            output: p(0x1000),
-            input: p(0x9000),
-            count,
-            dtype,
-            root: 0,
-        },
-        Op::Scatter {
-            output: p(0x1000),
-            inputs: list(0x9000),
-            count,
-            dtype,
-            root: 1,
-        },
-        Op::Broadcast {
-            buf: p(0x1000),
-            count,
-            dtype,
-            root: 0,
-        },
+        Op::all_gather(list(0x1000), p(0x9000), count, dtype),
+        Op::all_gather_v(p(0x1000), p(0x9000), vec![1, 2, 3], dtype),
+        Op::reduce_scatter(p(0x1000), list(0x9000), count, dtype, sum()),
+        Op::all_to_all(list(0x1000), list(0x9000), count, dtype),
+        Op::all_to_all_single(p(0x1000), p(0x9000), count, dtype),
+        Op::gather_single(p(0x1000), p(0x9000), count, dtype, 0),
+        Op::scatter(p(0x1000), list(0x9000), count, dtype, 1),
+        Op::broadcast(p(0x1000), count, dtype, 0),
     ]
 }
 
@@ -325,19 +232,18 @@ fn for_each_buffer_walks_the_layout_and_rewrites_its_fields() {
         assert_eq!(seen.len(), expected.len(), "{}", op.name());
     }
     // Off the root, gather_single's (ignored) output is left alone.
-    let mut off = Op::GatherSingle {
-        output: p(0x1000),
-        input: p(0x9000),
-        count: 1,
-        dtype: DType::U8,
-        root: 0,
-    };
+    let mut off = Op::gather_single(p(0x1000), p(0x9000), 1, DType::U8, 0);
     for_each_buffer(&mut off, 1, 2, &mut |ptr, _, _| {
         *ptr = p(0);
         Ok(())
     })
     .unwrap();
-    let Op::GatherSingle { output, input, .. } = off else {
+    let Op::Gather(Gather {
+        input,
+        kind: GatherKind::GatherSingle { output, .. },
+        ..
+    }) = off
+    else {
         unreachable!()
     };
     assert_eq!((output, input), (p(0x1000), p(0)));

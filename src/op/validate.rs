@@ -1,7 +1,10 @@
 //! `Op::validate`: ranks, counts, buffers and list lengths checked against
 //! the comm before any backend sees the operation.
 
-use super::{Op, Ptr};
+use super::{
+    AllToAll, AllToAllKind, Gather, GatherKind, Op, PointToPoint, Ptr, Reduction, ReductionKind,
+    Scatter, ScatterKind,
+};
 use crate::error::{Error, Result};
 use crate::types::DType;
 
@@ -14,260 +17,168 @@ impl Op {
             size,
             n: size as usize,
         };
-        if let Some(op) = self.reduce_op() {
-            let dtype = match self.signature() {
-                Some((Some(d), _, _)) => d,
-                _ => DType::F32,
-            };
-            op.check_dtype(dtype)?;
-        }
         match self {
-            Op::Send { .. } | Op::Recv { .. } | Op::Batch { .. } => {
-                self.validate_point_to_point(&c)
-            }
-            Op::Broadcast { .. }
-            | Op::Reduce { .. }
-            | Op::AllReduce { .. }
-            | Op::Barrier
-            | Op::Scatter { .. }
-            | Op::Gather { .. }
-            | Op::GatherSingle { .. } => self.validate_rooted(&c),
-            Op::AllGather { .. } | Op::AllGatherSingle { .. } | Op::AllGatherV { .. } => {
-                self.validate_all_gathers(&c)
-            }
-            Op::ReduceScatter { .. }
-            | Op::ReduceScatterSingle { .. }
-            | Op::ReduceScatterV { .. } => self.validate_reduce_scatters(&c),
-            Op::AllToAll { .. } | Op::AllToAllSingle { .. } | Op::AllToAllVSingle { .. } => {
-                self.validate_all_to_alls(&c)
-            }
-            Op::Refused(_) => Ok(()),
+            Op::PointToPoint(p) => validate_point_to_point(p, &c),
+            Op::Reduction(r) => validate_reduction(r, &c),
+            Op::Gather(g) => validate_gather(g, &c),
+            Op::Scatter(s) => validate_scatter(s, &c),
+            Op::AllToAll(a) => validate_all_to_all(a, &c),
+            Op::Barrier | Op::Refused(_) => Ok(()),
         }
     }
+}
 
-    /// Send, receive and batch: peers and buffers.
-    fn validate_point_to_point(&self, c: &Checks) -> Result<()> {
-        match self {
-            Op::Send {
-                buf,
-                count,
-                dtype,
-                peer,
-                ..
+/// Send, receive and batch: peers and buffers.
+#[inline(always)]
+fn validate_point_to_point(p: &PointToPoint, c: &Checks) -> Result<()> {
+    match p {
+        PointToPoint::One(p) => {
+            c.peer(p.peer, "peer")?;
+            buf_ok(p.buf, p.count, p.dtype, "buf")
+        }
+        PointToPoint::Batch(ops) => {
+            for (i, p) in ops.iter().enumerate() {
+                c.peer(p.peer, &format!("batch[{i}].peer"))?;
+                buf_ok(p.buf, p.count, p.dtype, &format!("batch[{i}].buf"))?;
             }
-            | Op::Recv {
-                buf,
-                count,
-                dtype,
-                peer,
-                ..
-            } => {
-                c.peer(*peer, "peer")?;
-                buf_ok(*buf, *count, *dtype, "buf")
-            }
-            Op::Batch { ops } => {
-                for (i, p) in ops.iter().enumerate() {
-                    c.peer(p.peer, &format!("batch[{i}].peer"))?;
-                    buf_ok(p.buf, p.count, p.dtype, &format!("batch[{i}].buf"))?;
-                }
-                Ok(())
-            }
-            _ => Err(Error::internal(format!(
-                "validate_point_to_point was handed {}",
-                self.name()
-            ))),
+            Ok(())
         }
     }
+}
 
-    /// The collectives on one buffer per rank, and barrier.
-    fn validate_rooted(&self, c: &Checks) -> Result<()> {
-        match self {
-            Op::Broadcast {
-                buf,
-                count,
-                dtype,
-                root,
-            }
-            | Op::Reduce {
-                buf,
-                count,
-                dtype,
-                root,
-                ..
-            } => {
-                c.peer(*root, "root")?;
-                buf_ok(*buf, *count, *dtype, "buf")
-            }
-            Op::AllReduce {
-                buf, count, dtype, ..
-            } => buf_ok(*buf, *count, *dtype, "buf"),
-            Op::Barrier => Ok(()),
-            Op::Scatter {
-                output,
-                inputs,
-                count,
-                dtype,
-                root,
-            } => {
-                c.peer(*root, "root")?;
-                buf_ok(*output, *count, *dtype, "output")?;
-                if c.rank == *root {
-                    c.list(inputs, *count, *dtype, "inputs")?;
-                }
-                Ok(())
-            }
-            Op::Gather {
-                outputs,
-                input,
-                count,
-                dtype,
-                root,
-            } => {
-                c.peer(*root, "root")?;
-                buf_ok(*input, *count, *dtype, "input")?;
-                if c.rank == *root {
-                    c.list(outputs, *count, *dtype, "outputs")?;
-                }
-                Ok(())
-            }
-            Op::GatherSingle {
-                output,
-                input,
-                count,
-                dtype,
-                root,
-            } => {
-                c.peer(*root, "root")?;
-                buf_ok(*input, *count, *dtype, "input")?;
-                if c.rank == *root {
-                    buf_ok(*output, c.times_n(*count, "count")?, *dtype, "output")?;
-                }
-                Ok(())
-            }
-            _ => Err(Error::internal(format!(
-                "validate_rooted was handed {}",
-                self.name()
-            ))),
+/// The reductions: the reduce op on the dtype first, then the buffers.
+#[inline(always)]
+fn validate_reduction(r: &Reduction, c: &Checks) -> Result<()> {
+    let dtype = r.dtype;
+    r.op.check_dtype(dtype)?;
+    match &r.kind {
+        ReductionKind::AllReduce { buf, count } => buf_ok(*buf, *count, dtype, "buf"),
+        ReductionKind::Reduce { buf, count, root } => {
+            c.peer(*root, "root")?;
+            buf_ok(*buf, *count, dtype, "buf")
+        }
+        ReductionKind::ReduceScatter {
+            output,
+            inputs,
+            count,
+        } => {
+            buf_ok(*output, *count, dtype, "output")?;
+            c.list(inputs, *count, dtype, "inputs")
+        }
+        ReductionKind::ReduceScatterSingle {
+            output,
+            input,
+            count,
+        } => {
+            buf_ok(*output, *count, dtype, "output")?;
+            buf_ok(*input, c.times_n(*count, "count")?, dtype, "input")
+        }
+        ReductionKind::ReduceScatterV {
+            output,
+            input,
+            counts,
+        } => {
+            let total = c.counts(counts, dtype, "counts")?;
+            buf_ok(*output, counts[c.rank as usize], dtype, "output")?;
+            buf_ok(*input, total, dtype, "input")
         }
     }
+}
 
-    /// The all-gathers.
-    fn validate_all_gathers(&self, c: &Checks) -> Result<()> {
-        match self {
-            Op::AllGather {
-                outputs,
-                input,
-                count,
-                dtype,
-            } => {
-                buf_ok(*input, *count, *dtype, "input")?;
-                c.list(outputs, *count, *dtype, "outputs")
+/// The all-gathers and gathers.
+#[inline(always)]
+fn validate_gather(g: &Gather, c: &Checks) -> Result<()> {
+    let (dtype, input) = (g.dtype, g.input);
+    match &g.kind {
+        GatherKind::AllGather { outputs, count } => {
+            buf_ok(input, *count, dtype, "input")?;
+            c.list(outputs, *count, dtype, "outputs")
+        }
+        GatherKind::AllGatherSingle { output, count } => {
+            buf_ok(input, *count, dtype, "input")?;
+            buf_ok(*output, c.times_n(*count, "count")?, dtype, "output")
+        }
+        GatherKind::AllGatherV { output, counts } => {
+            let total = c.counts(counts, dtype, "counts")?;
+            buf_ok(input, counts[c.rank as usize], dtype, "input")?;
+            buf_ok(*output, total, dtype, "output")
+        }
+        GatherKind::Gather {
+            outputs,
+            count,
+            root,
+        } => {
+            c.peer(*root, "root")?;
+            buf_ok(input, *count, dtype, "input")?;
+            if c.rank == *root {
+                c.list(outputs, *count, dtype, "outputs")?;
             }
-            Op::AllGatherSingle {
-                output,
-                input,
-                count,
-                dtype,
-            } => {
-                buf_ok(*input, *count, *dtype, "input")?;
-                buf_ok(*output, c.times_n(*count, "count")?, *dtype, "output")
+            Ok(())
+        }
+        GatherKind::GatherSingle {
+            output,
+            count,
+            root,
+        } => {
+            c.peer(*root, "root")?;
+            buf_ok(input, *count, dtype, "input")?;
+            if c.rank == *root {
+                buf_ok(*output, c.times_n(*count, "count")?, dtype, "output")?;
             }
-            Op::AllGatherV {
-                output,
-                input,
-                counts,
-                dtype,
-            } => {
-                let total = c.counts(counts, *dtype, "counts")?;
-                buf_ok(*input, counts[c.rank as usize], *dtype, "input")?;
-                buf_ok(*output, total, *dtype, "output")
-            }
-            _ => Err(Error::internal(format!(
-                "validate_all_gathers was handed {}",
-                self.name()
-            ))),
+            Ok(())
         }
     }
+}
 
-    /// The reduce-scatters.
-    fn validate_reduce_scatters(&self, c: &Checks) -> Result<()> {
-        match self {
-            Op::ReduceScatter {
-                output,
-                inputs,
-                count,
-                dtype,
-                ..
-            } => {
-                buf_ok(*output, *count, *dtype, "output")?;
-                c.list(inputs, *count, *dtype, "inputs")
+/// Broadcast and scatter: the root, then the buffers.
+#[inline(always)]
+fn validate_scatter(s: &Scatter, c: &Checks) -> Result<()> {
+    let (dtype, count, root) = (s.dtype, s.count, s.root);
+    c.peer(root, "root")?;
+    match &s.kind {
+        ScatterKind::Broadcast { buf } => buf_ok(*buf, count, dtype, "buf"),
+        ScatterKind::Scatter { output, inputs } => {
+            buf_ok(*output, count, dtype, "output")?;
+            if c.rank == root {
+                c.list(inputs, count, dtype, "inputs")?;
             }
-            Op::ReduceScatterSingle {
-                output,
-                input,
-                count,
-                dtype,
-                ..
-            } => {
-                buf_ok(*output, *count, *dtype, "output")?;
-                buf_ok(*input, c.times_n(*count, "count")?, *dtype, "input")
-            }
-            Op::ReduceScatterV {
-                output,
-                input,
-                counts,
-                dtype,
-                ..
-            } => {
-                let total = c.counts(counts, *dtype, "counts")?;
-                buf_ok(*output, counts[c.rank as usize], *dtype, "output")?;
-                buf_ok(*input, total, *dtype, "input")
-            }
-            _ => Err(Error::internal(format!(
-                "validate_reduce_scatters was handed {}",
-                self.name()
-            ))),
+            Ok(())
         }
     }
+}
 
-    /// The all-to-alls.
-    fn validate_all_to_alls(&self, c: &Checks) -> Result<()> {
-        match self {
-            Op::AllToAll {
-                outputs,
-                inputs,
-                count,
-                dtype,
-            } => {
-                c.list(outputs, *count, *dtype, "outputs")?;
-                c.list(inputs, *count, *dtype, "inputs")
-            }
-            Op::AllToAllSingle {
-                output,
-                input,
-                count,
-                dtype,
-            } => {
-                let total = c.times_n(*count, "count")?;
-                buf_ok(*output, total, *dtype, "output")?;
-                buf_ok(*input, total, *dtype, "input")
-            }
-            Op::AllToAllVSingle {
-                output,
-                output_counts,
-                input,
-                input_counts,
-                dtype,
-            } => {
-                let out_total = c.counts(output_counts, *dtype, "output_counts")?;
-                let in_total = c.counts(input_counts, *dtype, "input_counts")?;
-                buf_ok(*output, out_total, *dtype, "output")?;
-                buf_ok(*input, in_total, *dtype, "input")
-            }
-            _ => Err(Error::internal(format!(
-                "validate_all_to_alls was handed {}",
-                self.name()
-            ))),
+/// The all-to-alls.
+#[inline(always)]
+fn validate_all_to_all(a: &AllToAll, c: &Checks) -> Result<()> {
+    let dtype = a.dtype;
+    match &a.kind {
+        AllToAllKind::AllToAll {
+            outputs,
+            inputs,
+            count,
+        } => {
+            c.list(outputs, *count, dtype, "outputs")?;
+            c.list(inputs, *count, dtype, "inputs")
+        }
+        AllToAllKind::AllToAllSingle {
+            output,
+            input,
+            count,
+        } => {
+            let total = c.times_n(*count, "count")?;
+            buf_ok(*output, total, dtype, "output")?;
+            buf_ok(*input, total, dtype, "input")
+        }
+        AllToAllKind::AllToAllVSingle {
+            output,
+            output_counts,
+            input,
+            input_counts,
+        } => {
+            let out_total = c.counts(output_counts, dtype, "output_counts")?;
+            let in_total = c.counts(input_counts, dtype, "input_counts")?;
+            buf_ok(*output, out_total, dtype, "output")?;
+            buf_ok(*input, in_total, dtype, "input")
         }
     }
 }
@@ -329,6 +240,7 @@ impl Checks {
     }
 }
 
+#[inline(always)]
 fn buf_ok(p: Ptr, count: usize, dtype: DType, arg: &str) -> Result<()> {
     dtype.bytes(count, arg)?;
     if count > 0 && p.is_null() {

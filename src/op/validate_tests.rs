@@ -37,13 +37,7 @@ fn band() -> ReduceOp {
 
 #[test]
 fn send_and_recv_check_peer_and_buffer() {
-    let send = |buf, count, peer| Op::Send {
-        buf,
-        count,
-        dtype: DType::F32,
-        peer,
-        tag: 0,
-    };
+    let send = |buf, count, peer| Op::send(buf, count, DType::F32, peer, 0);
     send(p(8), 4, 1).validate(0, 2).unwrap();
     send(NULL, 0, 1).validate(0, 2).unwrap();
     assert_refused(&send(p(8), 4, 2), 0, 2, ErrorKind::InvalidArgument, "peer");
@@ -55,13 +49,7 @@ fn send_and_recv_check_peer_and_buffer() {
         ErrorKind::InvalidArgument,
         "buf",
     );
-    let recv = Op::Recv {
-        buf: p(8),
-        count: 1,
-        dtype: DType::U8,
-        peer: -1,
-        tag: 0,
-    };
+    let recv = Op::recv(p(8), 1, DType::U8, -1, 0);
     assert_refused(&recv, 0, 2, ErrorKind::InvalidArgument, "peer");
 }
 
@@ -75,38 +63,21 @@ fn batch_checks_every_member() {
         peer,
         tag: 0,
     };
-    let ok = Op::Batch {
-        ops: vec![member(p(8), 0), member(p(16), 2)],
-    };
+    let ok = Op::batch(vec![member(p(8), 0), member(p(16), 2)]);
     ok.validate(1, 3).unwrap();
-    let bad_peer = Op::Batch {
-        ops: vec![member(p(8), 0), member(p(16), 3)],
-    };
+    let bad_peer = Op::batch(vec![member(p(8), 0), member(p(16), 3)]);
     assert_refused(&bad_peer, 1, 3, ErrorKind::InvalidArgument, "batch[1].peer");
-    let null = Op::Batch {
-        ops: vec![member(NULL, 0)],
-    };
+    let null = Op::batch(vec![member(NULL, 0)]);
     assert_refused(&null, 1, 3, ErrorKind::NullArgument, "batch[0].buf");
 }
 
 #[test]
 fn broadcast_and_reduce_check_root_buffer_and_reduce_op() {
-    let bcast = |buf, root| Op::Broadcast {
-        buf,
-        count: 3,
-        dtype: DType::F64,
-        root,
-    };
+    let bcast = |buf, root| Op::broadcast(buf, 3, DType::F64, root);
     bcast(p(8), 3).validate(0, 4).unwrap();
     assert_refused(&bcast(p(8), 4), 0, 4, ErrorKind::InvalidArgument, "root");
     assert_refused(&bcast(NULL, 0), 0, 4, ErrorKind::NullArgument, "buf");
-    let reduce = |root, dtype, op| Op::Reduce {
-        buf: p(8),
-        count: 3,
-        dtype,
-        root,
-        op,
-    };
+    let reduce = |root, dtype, op| Op::reduce(p(8), 3, dtype, root, op);
     reduce(0, DType::I32, band()).validate(1, 2).unwrap();
     assert_refused(
         &reduce(-1, DType::I32, ReduceOp::SUM),
@@ -121,12 +92,7 @@ fn broadcast_and_reduce_check_root_buffer_and_reduce_op() {
 
 #[test]
 fn all_reduce_checks_buffer_and_reduce_op() {
-    let ar = |buf, dtype, op| Op::AllReduce {
-        buf,
-        count: 5,
-        dtype,
-        op,
-    };
+    let ar = |buf, dtype, op| Op::all_reduce(buf, 5, dtype, op);
     ar(p(8), DType::F32, ReduceOp::SUM).validate(0, 2).unwrap();
     assert_refused(
         &ar(NULL, DType::F32, ReduceOp::SUM),
@@ -141,12 +107,7 @@ fn all_reduce_checks_buffer_and_reduce_op() {
 
 #[test]
 fn all_gather_checks_input_and_one_output_per_rank() {
-    let ag = |outputs: Vec<Ptr>, input| Op::AllGather {
-        outputs,
-        input,
-        count: 2,
-        dtype: DType::I64,
-    };
+    let ag = |outputs: Vec<Ptr>, input| Op::all_gather(outputs, input, 2, DType::I64);
     ag(vec![p(8), p(16)], p(24)).validate(0, 2).unwrap();
     assert_refused(
         &ag(vec![p(8)], p(24)),
@@ -173,12 +134,7 @@ fn all_gather_checks_input_and_one_output_per_rank() {
 
 #[test]
 fn all_gather_single_checks_the_size_times_count() {
-    let ags = |output, count| Op::AllGatherSingle {
-        output,
-        input: p(8),
-        count,
-        dtype: DType::U8,
-    };
+    let ags = |output, count| Op::all_gather_single(output, p(8), count, DType::U8);
     ags(p(16), 4).validate(0, 4).unwrap();
     assert_refused(&ags(p(16), HUGE), 0, 4, ErrorKind::InvalidArgument, "count");
     assert_refused(
@@ -193,12 +149,7 @@ fn all_gather_single_checks_the_size_times_count() {
 
 #[test]
 fn all_gather_v_checks_counts_and_this_ranks_input() {
-    let agv = |input, counts: Vec<usize>| Op::AllGatherV {
-        output: p(8),
-        input,
-        counts,
-        dtype: DType::F32,
-    };
+    let agv = |input, counts: Vec<usize>| Op::all_gather_v(p(8), input, counts, DType::F32);
     agv(p(16), vec![1, 2, 0]).validate(1, 3).unwrap();
     // Rank 2 contributes nothing: its input may be NULL.
     agv(NULL, vec![1, 2, 0]).validate(2, 3).unwrap();
@@ -222,13 +173,7 @@ fn all_gather_v_checks_counts_and_this_ranks_input() {
 
 #[test]
 fn reduce_scatter_checks_inputs_output_and_reduce_op() {
-    let rs = |output, inputs: Vec<Ptr>, op| Op::ReduceScatter {
-        output,
-        inputs,
-        count: 2,
-        dtype: DType::I32,
-        op,
-    };
+    let rs = |output, inputs: Vec<Ptr>, op| Op::reduce_scatter(output, inputs, 2, DType::I32, op);
     rs(p(8), vec![p(16), p(24)], band()).validate(0, 2).unwrap();
 
     assert_refused(
@@ -245,25 +190,14 @@ fn reduce_scatter_checks_inputs_output_and_reduce_op() {
         ErrorKind::NullArgument,
         "output",
     );
-    let float_band = Op::ReduceScatter {
-        output: p(8),
-        inputs: vec![p(16), p(24)],
-        count: 2,
-        dtype: DType::F16,
-        op: band(),
-    };
+    let float_band = Op::reduce_scatter(p(8), vec![p(16), p(24)], 2, DType::F16, band());
     assert_eq!(refusal(&float_band, 0, 2).0, ErrorKind::Unsupported);
 }
 
 #[test]
 fn reduce_scatter_single_checks_the_size_times_count() {
-    let rss = |input, count| Op::ReduceScatterSingle {
-        output: p(8),
-        input,
-        count,
-        dtype: DType::U8,
-        op: ReduceOp::SUM,
-    };
+    let rss =
+        |input, count| Op::reduce_scatter_single(p(8), input, count, DType::U8, ReduceOp::SUM);
     rss(p(16), 3).validate(0, 4).unwrap();
     assert_refused(&rss(p(16), HUGE), 0, 4, ErrorKind::InvalidArgument, "count");
     assert_refused(&rss(NULL, 3), 0, 4, ErrorKind::NullArgument, "input");
@@ -271,12 +205,8 @@ fn reduce_scatter_single_checks_the_size_times_count() {
 
 #[test]
 fn reduce_scatter_v_checks_counts_and_this_ranks_output() {
-    let rsv = |output, counts: Vec<usize>| Op::ReduceScatterV {
-        output,
-        input: p(8),
-        counts,
-        dtype: DType::F32,
-        op: ReduceOp::SUM,
+    let rsv = |output, counts: Vec<usize>| {
+        Op::reduce_scatter_v(output, p(8), counts, DType::F32, ReduceOp::SUM)
     };
     rsv(p(16), vec![2, 1]).validate(1, 2).unwrap();
     rsv(NULL, vec![2, 0]).validate(1, 2).unwrap();
@@ -298,12 +228,7 @@ fn reduce_scatter_v_checks_counts_and_this_ranks_output() {
 
 #[test]
 fn all_to_all_checks_both_lists() {
-    let a2a = |outputs: Vec<Ptr>, inputs: Vec<Ptr>| Op::AllToAll {
-        outputs,
-        inputs,
-        count: 1,
-        dtype: DType::F32,
-    };
+    let a2a = |outputs: Vec<Ptr>, inputs: Vec<Ptr>| Op::all_to_all(outputs, inputs, 1, DType::F32);
     a2a(vec![p(8), p(16)], vec![p(24), p(32)])
         .validate(0, 2)
         .unwrap();
@@ -315,12 +240,7 @@ fn all_to_all_checks_both_lists() {
 
 #[test]
 fn all_to_all_single_checks_the_size_times_count() {
-    let a2as = |output, count| Op::AllToAllSingle {
-        output,
-        input: p(8),
-        count,
-        dtype: DType::U8,
-    };
+    let a2as = |output, count| Op::all_to_all_single(output, p(8), count, DType::U8);
     a2as(p(16), 2).validate(0, 4).unwrap();
     assert_refused(
         &a2as(p(16), HUGE),
@@ -334,25 +254,15 @@ fn all_to_all_single_checks_the_size_times_count() {
 
 #[test]
 fn all_to_all_v_single_checks_both_count_lists() {
-    let a2av = |output_counts: Vec<usize>, input_counts: Vec<usize>| Op::AllToAllVSingle {
-        output: p(8),
-        output_counts,
-        input: p(16),
-        input_counts,
-        dtype: DType::I64,
+    let a2av = |output_counts: Vec<usize>, input_counts: Vec<usize>| {
+        Op::all_to_all_v_single(p(8), output_counts, p(16), input_counts, DType::I64)
     };
     a2av(vec![1, 2], vec![3, 0]).validate(0, 2).unwrap();
     let short = a2av(vec![1], vec![3, 0]);
     assert_refused(&short, 0, 2, ErrorKind::InvalidArgument, "output_counts");
     let overflow = a2av(vec![1, 2], vec![usize::MAX, 1]);
     assert_refused(&overflow, 0, 2, ErrorKind::InvalidArgument, "input_counts");
-    let null_input = Op::AllToAllVSingle {
-        output: p(8),
-        output_counts: vec![1, 2],
-        input: NULL,
-        input_counts: vec![3, 0],
-        dtype: DType::I64,
-    };
+    let null_input = Op::all_to_all_v_single(p(8), vec![1, 2], NULL, vec![3, 0], DType::I64);
     assert_refused(&null_input, 0, 2, ErrorKind::NullArgument, "input");
 }
 
@@ -365,13 +275,7 @@ fn barrier_is_valid_on_every_comm() {
 
 #[test]
 fn scatter_checks_inputs_on_the_root_only() {
-    let scatter = |inputs: Vec<Ptr>, root| Op::Scatter {
-        output: p(8),
-        inputs,
-        count: 2,
-        dtype: DType::F32,
-        root,
-    };
+    let scatter = |inputs: Vec<Ptr>, root| Op::scatter(p(8), inputs, 2, DType::F32, root);
     scatter(vec![p(16), p(24)], 0).validate(0, 2).unwrap();
     scatter(vec![], 0).validate(1, 2).unwrap();
     assert_refused(
@@ -388,25 +292,13 @@ fn scatter_checks_inputs_on_the_root_only() {
         ErrorKind::InvalidArgument,
         "root",
     );
-    let null_output = Op::Scatter {
-        output: NULL,
-        inputs: vec![],
-        count: 2,
-        dtype: DType::F32,
-        root: 0,
-    };
+    let null_output = Op::scatter(NULL, vec![], 2, DType::F32, 0);
     assert_refused(&null_output, 1, 2, ErrorKind::NullArgument, "output");
 }
 
 #[test]
 fn gather_checks_outputs_on_the_root_only() {
-    let gather = |outputs: Vec<Ptr>, root| Op::Gather {
-        outputs,
-        input: p(8),
-        count: 2,
-        dtype: DType::F32,
-        root,
-    };
+    let gather = |outputs: Vec<Ptr>, root| Op::gather(outputs, p(8), 2, DType::F32, root);
     gather(vec![p(16), p(24)], 1).validate(1, 2).unwrap();
     gather(vec![], 1).validate(0, 2).unwrap();
     assert_refused(
@@ -423,12 +315,6 @@ fn gather_checks_outputs_on_the_root_only() {
         ErrorKind::InvalidArgument,
         "root",
     );
-    let null_input = Op::Gather {
-        outputs: vec![],
-        input: NULL,
-        count: 2,
-        dtype: DType::F32,
-        root: 1,
-    };
+    let null_input = Op::gather(vec![], NULL, 2, DType::F32, 1);
     assert_refused(&null_input, 0, 2, ErrorKind::NullArgument, "input");
 }

@@ -149,13 +149,12 @@ fn all_reduce(
     let piece = piece_elements(dtype);
     let mut works = Vec::with_capacity(count.div_ceil(piece));
     for start in (0..count.max(1)).step_by(piece) {
-        let op = Op::AllReduce {
-            // SAFETY: `start` is within the bucket's `count` elements.
-            buf: Ptr(unsafe { buf.cast::<u8>().add(start * dtype.size()) }.cast()),
-            count: piece.min(count - start),
+        let op = Op::all_reduce(
+            Ptr(unsafe { buf.cast::<u8>().add(start * dtype.size()) }.cast()),
+            piece.min(count - start),
             dtype,
             op,
-        };
+        );
         match comm.submit(op, &opts) {
             Ok(w) => works.push(w),
             Err(e) => {

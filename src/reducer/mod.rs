@@ -429,12 +429,12 @@ impl Reducer {
         for (slot, &m) in record[2..].iter_mut().zip(&missing) {
             *slot = m as u64;
         }
-        let op = Op::AllGatherSingle {
-            output: Ptr(self.agreement.all.as_mut_ptr().cast()),
-            input: Ptr(record.as_mut_ptr().cast()),
-            count: RECORD_WORDS,
-            dtype: DType::U64,
-        };
+        let op = Op::all_gather_single(
+            Ptr(self.agreement.all.as_mut_ptr().cast()),
+            Ptr(record.as_mut_ptr().cast()),
+            RECORD_WORDS,
+            DType::U64,
+        );
         if self.on_device() {
             // NCCL reads device memory only: a blocking exchange through
             // device scratch, ordered on the reducer's stream.

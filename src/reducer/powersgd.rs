@@ -342,12 +342,7 @@ fn sum(comm: &Comm, buf: *mut f32, count: usize, stream: *mut c_void) -> Result<
         stream,
         ..OpOptions::default()
     };
-    let op = Op::AllReduce {
-        buf: Ptr(buf.cast()),
-        count,
-        dtype: DType::F32,
-        op: ReduceOp::SUM,
-    };
+    let op = Op::all_reduce(Ptr(buf.cast()), count, DType::F32, ReduceOp::SUM);
     comm.submit(op, &opts)
 }
 

@@ -332,12 +332,12 @@ fn blocks<'a>(
 fn exchange_headers(comm: &Arc<Comm>, header: &Header, opts: &OpOptions) -> Result<Vec<Header>> {
     let words = header.words();
     let mut all = vec![0i64; words.len() * comm.size() as usize];
-    let op = Op::AllGatherSingle {
-        output: Ptr(all.as_mut_ptr().cast()),
-        input: Ptr(words.as_ptr() as *mut c_void),
-        count: words.len(),
-        dtype: DType::I64,
-    };
+    let op = Op::all_gather_single(
+        Ptr(all.as_mut_ptr().cast()),
+        Ptr(words.as_ptr() as *mut c_void),
+        words.len(),
+        DType::I64,
+    );
     if comm.device() != Device::Cpu {
         host_collective(comm, op, opts.stream)?;
     } else {
@@ -384,12 +384,12 @@ fn start_gathers(
     if total == 0 {
         return Ok(p);
     }
-    let op = Op::AllGatherV {
-        output: Ptr(p.gathered.as_mut_ptr().cast()),
-        input: Ptr(p.local.packed.as_ptr() as *mut c_void),
-        counts: p.nnz.iter().map(|n| n * entry_bytes).collect(),
-        dtype: DType::U8,
-    };
+    let op = Op::all_gather_v(
+        Ptr(p.gathered.as_mut_ptr().cast()),
+        Ptr(p.local.packed.as_ptr() as *mut c_void),
+        p.nnz.iter().map(|n| n * entry_bytes).collect(),
+        DType::U8,
+    );
     if comm.device() != Device::Cpu {
         host_collective(comm, op, opts.stream)?;
         return Ok(p);

@@ -103,34 +103,25 @@ pub fn check_reductions(ucx: &Comm, gloo: &Comm, me: usize, n: usize) {
                 let cases: Vec<(&str, MakeOp)> = vec![
                     (
                         "all_reduce",
-                        Box::new(|b| Op::AllReduce {
-                            buf: ptr(&mut b[0]),
-                            count,
-                            dtype,
-                            op: red(kind),
-                        }),
+                        Box::new(|b| Op::all_reduce(ptr(&mut b[0]), count, dtype, red(kind))),
                     ),
                     (
                         "reduce",
-                        Box::new(|b| Op::Reduce {
-                            buf: ptr(&mut b[0]),
-                            count,
-                            dtype,
-                            root: (n - 1) as i32,
-                            op: red(kind),
+                        Box::new(|b| {
+                            Op::reduce(ptr(&mut b[0]), count, dtype, (n - 1) as i32, red(kind))
                         }),
                     ),
                     (
                         "reduce_scatter_single",
                         Box::new(|b| {
                             let (input, output) = b.split_at_mut(1);
-                            Op::ReduceScatterSingle {
-                                output: ptr(&mut output[0]),
-                                input: ptr(&mut input[0]),
-                                count: count / n,
+                            Op::reduce_scatter_single(
+                                ptr(&mut output[0]),
+                                ptr(&mut input[0]),
+                                count / n,
                                 dtype,
-                                op: red(kind),
-                            }
+                                red(kind),
+                            )
                         }),
                     ),
                 ];
@@ -195,56 +186,27 @@ pub fn check_movers(ucx: &Comm, me: usize, n: usize) {
             } else {
                 vec![0u8; bytes]
             };
-            run(
-                ucx,
-                Op::Broadcast {
-                    buf: ptr(&mut b),
-                    count,
-                    dtype,
-                    root: root as i32,
-                },
-            )
-            .unwrap();
+            run(ucx, Op::broadcast(ptr(&mut b), count, dtype, root as i32)).unwrap();
             assert_eq!(b, of(root), "broadcast {dtype:?}");
             // all_gather (single buffer, then the list form)
             let mut input = of(me);
             let mut out = vec![0u8; bytes * n];
             run(
                 ucx,
-                Op::AllGatherSingle {
-                    output: ptr(&mut out),
-                    input: ptr(&mut input),
-                    count,
-                    dtype,
-                },
+                Op::all_gather_single(ptr(&mut out), ptr(&mut input), count, dtype),
             )
             .unwrap();
             let all: Vec<u8> = (0..n).flat_map(of).collect();
             assert_eq!(out, all, "all_gather_single {dtype:?}");
             let mut outs: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; bytes]).collect();
             let outputs = outs.iter_mut().map(|o| ptr(o)).collect();
-            run(
-                ucx,
-                Op::AllGather {
-                    outputs,
-                    input: ptr(&mut input),
-                    count,
-                    dtype,
-                },
-            )
-            .unwrap();
+            run(ucx, Op::all_gather(outputs, ptr(&mut input), count, dtype)).unwrap();
             assert_eq!(outs.concat(), all, "all_gather {dtype:?}");
             // gather (single buffer) and scatter
             let mut out = vec![0u8; bytes * n];
             run(
                 ucx,
-                Op::GatherSingle {
-                    output: ptr(&mut out),
-                    input: ptr(&mut input),
-                    count,
-                    dtype,
-                    root: root as i32,
-                },
+                Op::gather_single(ptr(&mut out), ptr(&mut input), count, dtype, root as i32),
             )
             .unwrap();
             if me == root {
@@ -255,13 +217,7 @@ pub fn check_movers(ucx: &Comm, me: usize, n: usize) {
             let mut got = vec![0u8; bytes];
             run(
                 ucx,
-                Op::Scatter {
-                    output: ptr(&mut got),
-                    inputs,
-                    count,
-                    dtype,
-                    root: root as i32,
-                },
+                Op::scatter(ptr(&mut got), inputs, count, dtype, root as i32),
             )
             .unwrap();
             assert_eq!(got, of(me), "scatter {dtype:?}");
@@ -270,12 +226,7 @@ pub fn check_movers(ucx: &Comm, me: usize, n: usize) {
             let mut out = vec![0u8; bytes * n];
             run(
                 ucx,
-                Op::AllToAllSingle {
-                    output: ptr(&mut out),
-                    input: ptr(&mut input),
-                    count,
-                    dtype,
-                },
+                Op::all_to_all_single(ptr(&mut out), ptr(&mut input), count, dtype),
             )
             .unwrap();
             let want: Vec<u8> = (0..n).flat_map(|q| of(q * n + me)).collect();
@@ -314,7 +265,7 @@ pub fn check_p2p(ucx: &Comm, me: usize, n: usize) {
             if me > peer {
                 ops.reverse();
             }
-            run(ucx, Op::Batch { ops }).unwrap();
+            run(ucx, Op::batch(ops)).unwrap();
             for (i, t) in tags.iter().enumerate() {
                 let want = data(DType::U8, bytes, peer * 31 + me, *t as usize % 5);
                 assert!(recvs[i] == want, "tag {t} {bytes} bytes from {peer}");
@@ -323,27 +274,9 @@ pub fn check_p2p(ucx: &Comm, me: usize, n: usize) {
         // A receive that does not match its send fails cleanly, in step.
         let mut one = vec![1u8; 16];
         let r = if me < peer {
-            run(
-                ucx,
-                Op::Send {
-                    buf: ptr(&mut one),
-                    count: 16,
-                    dtype: DType::U8,
-                    peer: peer as i32,
-                    tag: 3,
-                },
-            )
+            run(ucx, Op::send(ptr(&mut one), 16, DType::U8, peer as i32, 3))
         } else {
-            run(
-                ucx,
-                Op::Recv {
-                    buf: ptr(&mut one),
-                    count: 8,
-                    dtype: DType::U8,
-                    peer: peer as i32,
-                    tag: 3,
-                },
-            )
+            run(ucx, Op::recv(ptr(&mut one), 8, DType::U8, peer as i32, 3))
         };
         if me > peer {
             let e = r.expect_err("a mismatched receive");
@@ -373,16 +306,8 @@ pub fn check_v(ucx: &Comm, gloo: &Comm, me: usize, n: usize) {
             // all_gather_v
             let mut input = data(dtype, counts[me], me, 9);
             let mut out = vec![0u8; total * es];
-            run(
-                ucx,
-                Op::AllGatherV {
-                    output: ptr(&mut out),
-                    input: ptr(&mut input),
-                    counts: counts.clone(),
-                    dtype,
-                },
-            )
-            .unwrap();
+            let op = Op::all_gather_v(ptr(&mut out), ptr(&mut input), counts.clone(), dtype);
+            run(ucx, op).unwrap();
             let want: Vec<u8> = (0..n).flat_map(|r| data(dtype, counts[r], r, 9)).collect();
             assert!(out == want, "all_gather_v {dtype:?} big {big}");
             // all_to_all_v_single: rank q sends rank r a(q, r) elements
@@ -399,29 +324,17 @@ pub fn check_v(ucx: &Comm, gloo: &Comm, me: usize, n: usize) {
                 .flat_map(|r| data(dtype, a(me, r), me * n + r, 5))
                 .collect();
             let mut out = vec![0u8; outs.iter().sum::<usize>() * es];
-            run(
-                ucx,
-                Op::AllToAllVSingle {
-                    output: ptr(&mut out),
-                    output_counts: outs.clone(),
-                    input: ptr(&mut input),
-                    input_counts: ins,
-                    dtype,
-                },
-            )
-            .unwrap();
+            let op =
+                Op::all_to_all_v_single(ptr(&mut out), outs.clone(), ptr(&mut input), ins, dtype);
+            run(ucx, op).unwrap();
             let want: Vec<u8> = (0..n)
                 .flat_map(|q| data(dtype, a(q, me), q * n + me, 5))
                 .collect();
             assert!(out == want, "all_to_all_v_single {dtype:?} big {big}");
             // reduce_scatter_v
             for kind in RedKind::ALL {
-                let make = |input: &mut Vec<u8>, output: &mut Vec<u8>| Op::ReduceScatterV {
-                    output: ptr(output),
-                    input: ptr(input),
-                    counts: counts.clone(),
-                    dtype,
-                    op: red(kind),
+                let make = |input: &mut Vec<u8>, output: &mut Vec<u8>| {
+                    Op::reduce_scatter_v(ptr(output), ptr(input), counts.clone(), dtype, red(kind))
                 };
                 let (mut ia, mut oa) = (data(dtype, total, me, 4), vec![0u8; counts[me] * es]);
                 let (mut ib, mut ob) = (data(dtype, total, me, 4), vec![0u8; counts[me] * es]);

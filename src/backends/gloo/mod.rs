@@ -48,6 +48,7 @@ mod failure;
 mod hier;
 mod intra_host;
 mod issue;
+mod over_gloo;
 mod p2p;
 pub mod reduce;
 mod shared_memory;
@@ -66,8 +67,7 @@ use crate::types::{DType, PremulFactor, RedKind, ReduceOp};
 use crate::util::{lock, Deadline};
 use reduce::Scale;
 use signature::{
-    describe_fingerprint, describe_sig, fingerprint, signature_words, tag_salt, CHECK_HINT,
-    FAILED_ALONE, TAG_COUNTER_BITS,
+    describe_fingerprint, describe_sig, signature_words, CHECK_HINT, TAG_COUNTER_BITS,
 };
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -182,12 +182,6 @@ impl Scratch {
     }
 }
 
-/// The error of a per-family dispatch handed an op of another family (a
-/// routing bug, never the caller's).
-fn misrouted(family: &str, op: &Op) -> Error {
-    Error::internal(format!("gloo: {family} was handed {}", op.name()))
-}
-
 /// `bytes` at `input`, or a private copy of them when `needed` (the copy
 /// must be kept alive while the returned pointer is used).
 unsafe fn private_input(
@@ -249,8 +243,8 @@ impl GlooBackend {
 
 impl HostBackend for GlooBackend {
     fn check(&self, op: &Op) -> Result<()> {
-        if let (Some(r), Some((Some(dtype), _, _))) = (op.reduce_op(), op.signature()) {
-            reduce::kernel(dtype, r.kind)?;
+        if let Op::Reduction(r) = op {
+            reduce::kernel(r.dtype, r.op.kind)?;
         }
         Ok(())
     }

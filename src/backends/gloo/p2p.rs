@@ -195,18 +195,9 @@ impl GlooBackend {
     pub(super) unsafe fn shm_p2p(
         &self,
         ih: &intra_host::IntraHost,
-        op: &Op,
+        ops: &[P2p],
         d: &Deadline,
     ) -> Result<()> {
-        let single;
-        let ops: &[P2p] = match (op, op.as_transfer()) {
-            (Op::Batch { ops }, _) => ops,
-            (_, Some(transfer)) => {
-                single = [transfer];
-                &single
-            }
-            _ => return Err(misrouted("point_to_point", op)),
-        };
         let me = self.rank;
         let mut errors: Vec<String> = Vec::new();
         self.local_transfers(ops, &mut errors);

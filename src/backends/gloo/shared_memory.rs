@@ -4,20 +4,22 @@
 //! operation's [`Layout`] (where each rank's block lies), not re-derived
 //! here.
 
-use super::*;
-use crate::op::{Layout, Ptr};
+use super::intra_host::{self, IntraHost, SyncAll};
+use super::signature::{self, fingerprint, FAILED_ALONE};
+use super::{copy, premul_factor, private_input, reduce, GlooBackend, Scratch};
+use crate::error::{ErrorKind, Result};
+use crate::op::{
+    gather_single_outputs, AllToAll, AllToAllKind, Gather, GatherKind, Layout, Op, Ptr, Reduction,
+    ReductionKind, Scatter, ScatterKind,
+};
+use crate::types::{DType, RedKind, ReduceOp};
+use crate::util::Deadline;
 
-// These helpers are inlined into each operation's arm, where the op's kind
-// is known, so that its layout is never built as a whole.
+// These helpers are inlined into each member's arm, where the op's kind is
+// known, so that its layout is never built as a whole.
 
-/// `op`'s layout as this rank of the shared-memory comm sees it.
-#[inline(always)]
-fn layout_of<'a>(ih: &intra_host::IntraHost, op: &'a Op) -> Layout<'a> {
-    op.layout(ih.rank() as i32, ih.size() as i32)
-}
-
-/// `op`'s one input buffer, or a private copy of it when `needed` (see
-/// [`private_input`]).
+/// The one input buffer of `layout`, or a private copy of it when `needed`
+/// (see [`private_input`]).
 ///
 /// # Safety
 /// As for [`GlooBackend::intra_host_op`].
@@ -30,18 +32,18 @@ unsafe fn input_or_copy(layout: &Layout<'_>, needed: bool) -> Result<(Option<Scr
     private_input(whole.ptr.as_u8(), whole.bytes, needed)
 }
 
-/// The input of a gather or reduce-scatter: read where it is, or from a
-/// private copy when it overlaps the output anywhere but at this rank's own
-/// block (later chunks would read what earlier ones wrote).
+/// The input of a gather or reduce-scatter (of `layout`): read where it
+/// is, or from a private copy when it overlaps the output anywhere but at
+/// this rank's own block (later chunks would read what earlier ones
+/// wrote).
 ///
 /// # Safety
 /// As for [`GlooBackend::intra_host_op`].
 #[inline(always)]
 unsafe fn own_block_input(
-    ih: &intra_host::IntraHost,
-    op: &Op,
+    ih: &IntraHost,
+    layout: Layout<'_>,
 ) -> Result<(Option<Scratch>, *const u8)> {
-    let layout = layout_of(ih, op);
     input_or_copy(&layout, layout.overlaps_outside_own_block(ih.rank()))
 }
 
@@ -52,35 +54,33 @@ unsafe fn own_block_input(
 /// # Safety
 /// As for [`GlooBackend::intra_host_op`].
 #[inline(always)]
-unsafe fn all_to_all_input(
-    ih: &intra_host::IntraHost,
-    op: &Op,
-) -> Result<(Option<Scratch>, *const u8)> {
-    let layout = layout_of(ih, op);
+unsafe fn all_to_all_input(ih: &IntraHost, a: &AllToAll) -> Result<(Option<Scratch>, *const u8)> {
+    let layout = a.layout(ih.rank() as i32, ih.size() as i32);
     let clash = layout.inputs_overlap_outputs() && !layout.same_blocks_in_place();
     input_or_copy(&layout, clash)
 }
 
 impl GlooBackend {
-    /// Runs `op` through shared memory (see [`intra_host`]) when that path
-    /// takes it; None sends it to Gloo. The choice depends only on the
-    /// operation's kind, never on this rank's buffers, so every rank makes
-    /// the same one: buffers that overlap in a way the chunked copies would
-    /// break go through a private copy instead.
+    /// Runs `op` through shared memory (see [`intra_host`]) with `run`, the
+    /// shared-memory form of its family. Every collective has one, so every
+    /// rank makes the same choice: buffers that overlap in a way the
+    /// chunked copies would break go through a private copy instead.
     ///
     /// # Safety
     /// The comm validated the operation's buffers against its counts.
+    #[inline(always)]
     pub(super) unsafe fn intra_host_op(
         &self,
-        ih: &intra_host::IntraHost,
+        ih: &IntraHost,
         op: &Op,
         d: &Deadline,
-    ) -> Option<Result<()>> {
+        run: impl FnOnce(&IntraHost, &SyncAll) -> Result<()>,
+    ) -> Result<()> {
         let alive = || self.check_not_broken();
         // The operation's first sync publishes and checks its fingerprint.
         let first = std::cell::Cell::new(fingerprint(op));
         let sync = |what: &str| ih.sync(what, first.take().as_ref(), d, &alive);
-        let result = self.intra_host_dispatch(ih, op, &sync)?;
+        let result = run(ih, &sync);
         // An operation that never synced (nothing to move, or an error
         // before its first transfer) still meets the other ranks' first
         // sync, so that they stay in step and see a mismatch; an error
@@ -94,7 +94,7 @@ impl GlooBackend {
                 },
             };
             let synced = ih.sync(op.name(), Some(&fp), d, &alive);
-            return Some(result.and(synced));
+            return result.and(synced);
         }
         // Memory that ran out after the first sync (chunk-sized buffers
         // only: the caller-sized ones come before it) leaves this rank out
@@ -104,207 +104,124 @@ impl GlooBackend {
                 self.mark_broken(e);
             }
         }
-        Some(result)
+        result
     }
 
-    /// The shared-memory form of `op`, if it has one. `sync` must be the
-    /// first thing every form synchronises through.
+    /// All-reduce and reduce (in place), and the reduce-scatters.
     ///
     /// # Safety
     /// As for [`GlooBackend::intra_host_op`].
-    pub(super) unsafe fn intra_host_dispatch(
+    pub(super) unsafe fn shm_reduction(
         &self,
-        ih: &intra_host::IntraHost,
-        op: &Op,
-        sync: &intra_host::SyncAll,
-    ) -> Option<Result<()>> {
-        match op {
-            Op::Barrier | Op::Broadcast { .. } | Op::AllReduce { .. } | Op::Reduce { .. } => {
-                self.shm_in_place(ih, op, sync)
+        ih: &IntraHost,
+        r: &Reduction,
+        sync: &SyncAll,
+    ) -> Result<()> {
+        let layout = || r.layout(ih.rank() as i32, ih.size() as i32);
+        match &r.kind {
+            ReductionKind::AllReduce { buf, count } => {
+                let how = self.reduction(r.dtype, &r.op)?;
+                ih.reduce(buf.as_u8(), *count, &how, None, sync)
             }
-            Op::AllGatherSingle { .. }
-            | Op::AllGather { .. }
-            | Op::AllGatherV { .. }
-            | Op::Gather { .. } => self.shm_gathers(ih, op, sync),
-            Op::ReduceScatterSingle { .. }
-            | Op::ReduceScatter { .. }
-            | Op::ReduceScatterV { .. }
-            | Op::Scatter { .. } => self.shm_scatters(ih, op, sync),
-            Op::AllToAllSingle { .. } | Op::AllToAll { .. } | Op::AllToAllVSingle { .. } => {
-                self.shm_all_to_alls(ih, op, sync)
+            ReductionKind::Reduce { buf, count, root } => {
+                let how = self.reduction(r.dtype, &r.op)?;
+                ih.reduce(buf.as_u8(), *count, &how, Some(*root as usize), sync)
             }
-            _ => None,
+            ReductionKind::ReduceScatterSingle { output, count, .. } => {
+                let (_copy, input) = own_block_input(ih, layout())?;
+                let how = self.reduction(r.dtype, &r.op)?;
+                ih.reduce_scatter(output.as_u8(), input, *count, &how, sync)
+            }
+            ReductionKind::ReduceScatter {
+                output,
+                inputs,
+                count,
+            } => {
+                let bytes = count * r.dtype.size();
+                let mut packed = Scratch::packed(inputs, bytes)?;
+                let how = self.reduction(r.dtype, &r.op)?;
+                ih.reduce_scatter(output.as_u8(), packed.ptr(), *count, &how, sync)
+            }
+            ReductionKind::ReduceScatterV { output, counts, .. } => {
+                let (_copy, input) = own_block_input(ih, layout())?;
+                let how = self.reduction(r.dtype, &r.op)?;
+                ih.reduce_scatter_v(output.as_u8(), input, counts, &how, sync)
+            }
         }
     }
 
-    /// Barrier, broadcast, all-reduce and reduce: in place.
+    /// The all-gathers and gathers.
     ///
     /// # Safety
     /// As for [`GlooBackend::intra_host_op`].
-    unsafe fn shm_in_place(
+    pub(super) unsafe fn shm_gather(
         &self,
-        ih: &intra_host::IntraHost,
-        op: &Op,
-        sync: &intra_host::SyncAll,
-    ) -> Option<Result<()>> {
-        match op {
-            Op::Barrier => Some(sync("barrier")),
-            Op::Broadcast {
-                buf,
-                count,
-                dtype,
-                root,
-            } => Some(ih.broadcast(buf.as_u8(), count * dtype.size(), *root as usize, sync)),
-            Op::AllReduce {
-                buf,
-                count,
-                dtype,
-                op,
-            } => Some(
-                self.reduction(*dtype, op)
-                    .and_then(|r| ih.reduce(buf.as_u8(), *count, &r, None, sync)),
-            ),
-            Op::Reduce {
-                buf,
-                count,
-                dtype,
-                root,
-                op,
-            } => Some(
-                self.reduction(*dtype, op)
-                    .and_then(|r| ih.reduce(buf.as_u8(), *count, &r, Some(*root as usize), sync)),
-            ),
-            _ => None,
-        }
-    }
-
-    /// The all-gathers and gather.
-    ///
-    /// # Safety
-    /// As for [`GlooBackend::intra_host_op`].
-    unsafe fn shm_gathers(
-        &self,
-        ih: &intra_host::IntraHost,
-        op: &Op,
-        sync: &intra_host::SyncAll,
-    ) -> Option<Result<()>> {
+        ih: &IntraHost,
+        g: &Gather,
+        sync: &SyncAll,
+    ) -> Result<()> {
         let n = ih.size();
-        match op {
-            Op::AllGatherSingle {
-                output,
-                count,
-                dtype,
-                ..
-            } => {
-                let (_copy, input) = some_try!(own_block_input(ih, op));
-                Some(ih.all_gather(output.as_u8(), input, count * dtype.size(), sync))
+        let layout = || g.layout(ih.rank() as i32, n as i32);
+        let (dtype, input) = (g.dtype, g.input);
+        match &g.kind {
+            GatherKind::AllGatherSingle { output, count } => {
+                let (_copy, input) = own_block_input(ih, layout())?;
+                ih.all_gather(output.as_u8(), input, count * dtype.size(), sync)
             }
-            Op::AllGather {
-                outputs,
-                input,
-                count,
-                dtype,
-            } => {
+            GatherKind::AllGather { outputs, count } => {
                 let bytes = count * dtype.size();
-                let mut all = some_try!(Scratch::new(bytes * n));
-                Some(
-                    ih.all_gather(all.ptr(), input.as_u8(), bytes, sync)
-                        .map(|()| {
-                            for (r, out) in outputs.iter().enumerate() {
-                                copy(out.as_u8(), all.ptr().add(r * bytes), bytes);
-                            }
-                        }),
-                )
+                let mut all = Scratch::new(bytes * n)?;
+                ih.all_gather(all.ptr(), input.as_u8(), bytes, sync)
+                    .map(|()| {
+                        for (r, out) in outputs.iter().enumerate() {
+                            copy(out.as_u8(), all.ptr().add(r * bytes), bytes);
+                        }
+                    })
             }
-            Op::AllGatherV {
-                output,
-                counts,
-                dtype,
-                ..
-            } => {
-                let (_copy, input) = some_try!(own_block_input(ih, op));
-                Some(ih.all_gather_v(output.as_u8(), input, counts, dtype.size(), sync))
+            GatherKind::AllGatherV { output, counts } => {
+                let (_copy, input) = own_block_input(ih, layout())?;
+                ih.all_gather_v(output.as_u8(), input, counts, dtype.size(), sync)
             }
-            Op::Gather {
+            GatherKind::Gather {
                 outputs,
                 count,
-                dtype,
                 root,
-                ..
             } => {
-                // The root writes outputs while later chunks of its input
-                // are still read.
-                let (_copy, input) = some_try!(own_block_input(ih, op));
                 let outs: Vec<*mut u8> = outputs.iter().map(|o| o.as_u8()).collect();
-                Some(ih.gather(&outs, input, count * dtype.size(), *root as usize, sync))
+                shm_gather_to_root(ih, layout(), &outs, count * dtype.size(), *root, sync)
             }
-            _ => None,
+            GatherKind::GatherSingle {
+                output,
+                count,
+                root,
+            } => {
+                // Written in place: the root's blocks as a gather's list.
+                let at = (ih.rank() as i32, *root, n as i32);
+                let outputs = gather_single_outputs(*output, *count, dtype, at);
+                let outs: Vec<*mut u8> = outputs.iter().map(|o| o.as_u8()).collect();
+                shm_gather_to_root(ih, layout(), &outs, count * dtype.size(), *root, sync)
+            }
         }
     }
 
-    /// The reduce-scatters and scatter.
+    /// Broadcast (in place) and scatter.
     ///
     /// # Safety
     /// As for [`GlooBackend::intra_host_op`].
-    unsafe fn shm_scatters(
+    pub(super) unsafe fn shm_scatter(
         &self,
-        ih: &intra_host::IntraHost,
-        op: &Op,
-        sync: &intra_host::SyncAll,
-    ) -> Option<Result<()>> {
-        match op {
-            Op::ReduceScatterSingle {
-                output,
-                count,
-                dtype,
-                op: red,
-                ..
-            } => {
-                let (_copy, input) = some_try!(own_block_input(ih, op));
-                Some(
-                    self.reduction(*dtype, red)
-                        .and_then(|r| ih.reduce_scatter(output.as_u8(), input, *count, &r, sync)),
-                )
+        ih: &IntraHost,
+        s: &Scatter,
+        sync: &SyncAll,
+    ) -> Result<()> {
+        let bytes = s.count * s.dtype.size();
+        let root = s.root as usize;
+        match &s.kind {
+            ScatterKind::Broadcast { buf } => ih.broadcast(buf.as_u8(), bytes, root, sync),
+            ScatterKind::Scatter { output, inputs } => {
+                let clash = s.layout().overlaps_outside_own_block(ih.rank());
+                scatter_from_root(ih, (*output, bytes, root), inputs, clash, sync)
             }
-            Op::ReduceScatter {
-                output,
-                inputs,
-                count,
-                dtype,
-                op,
-            } => {
-                let bytes = count * dtype.size();
-                let mut packed = some_try!(Scratch::packed(inputs, bytes));
-                Some(self.reduction(*dtype, op).and_then(|r| {
-                    ih.reduce_scatter(output.as_u8(), packed.ptr(), *count, &r, sync)
-                }))
-            }
-            Op::ReduceScatterV {
-                output,
-                counts,
-                dtype,
-                op: red,
-                ..
-            } => {
-                let (_copy, input) = some_try!(own_block_input(ih, op));
-                Some(
-                    self.reduction(*dtype, red)
-                        .and_then(|r| ih.reduce_scatter_v(output.as_u8(), input, counts, &r, sync)),
-                )
-            }
-            Op::Scatter {
-                output,
-                inputs,
-                count,
-                dtype,
-                root,
-            } => {
-                let bytes = count * dtype.size();
-                let to = (*output, bytes, *root as usize);
-                let clash = layout_of(ih, op).overlaps_outside_own_block(ih.rank());
-                Some(shm_scatter(ih, to, inputs, clash, sync))
-            }
-            _ => None,
         }
     }
 
@@ -312,55 +229,43 @@ impl GlooBackend {
     ///
     /// # Safety
     /// As for [`GlooBackend::intra_host_op`].
-    unsafe fn shm_all_to_alls(
+    pub(super) unsafe fn shm_all_to_all(
         &self,
-        ih: &intra_host::IntraHost,
-        op: &Op,
-        sync: &intra_host::SyncAll,
-    ) -> Option<Result<()>> {
+        ih: &IntraHost,
+        a: &AllToAll,
+        sync: &SyncAll,
+    ) -> Result<()> {
         let n = ih.size();
-        match op {
-            Op::AllToAllSingle {
-                output,
-                count,
-                dtype,
-                ..
-            } => {
-                let (_copy, input) = some_try!(all_to_all_input(ih, op));
-                Some(ih.all_to_all(output.as_u8(), input, count * dtype.size(), sync))
+        let es = a.dtype.size();
+        match &a.kind {
+            AllToAllKind::AllToAllSingle { output, count, .. } => {
+                let (_copy, input) = all_to_all_input(ih, a)?;
+                ih.all_to_all(output.as_u8(), input, count * es, sync)
             }
-            Op::AllToAll {
+            AllToAllKind::AllToAll {
                 outputs,
                 inputs,
                 count,
-                dtype,
             } => {
-                let bytes = count * dtype.size();
-                let (mut packed, mut received) = (
-                    some_try!(Scratch::packed(inputs, bytes)),
-                    some_try!(Scratch::new(bytes * n)),
-                );
-                Some(
-                    ih.all_to_all(received.ptr(), packed.ptr(), bytes, sync)
-                        .map(|()| {
-                            for (r, out) in outputs.iter().enumerate() {
-                                copy(out.as_u8(), received.ptr().add(r * bytes), bytes);
-                            }
-                        }),
-                )
+                let bytes = count * es;
+                let (mut packed, mut received) =
+                    (Scratch::packed(inputs, bytes)?, Scratch::new(bytes * n)?);
+                ih.all_to_all(received.ptr(), packed.ptr(), bytes, sync)
+                    .map(|()| {
+                        for (r, out) in outputs.iter().enumerate() {
+                            copy(out.as_u8(), received.ptr().add(r * bytes), bytes);
+                        }
+                    })
             }
-            Op::AllToAllVSingle {
+            AllToAllKind::AllToAllVSingle {
                 output,
                 output_counts,
                 input_counts,
-                dtype,
                 ..
             } => {
-                let (_copy, input) = some_try!(all_to_all_input(ih, op));
-                let es = dtype.size();
-                Some(ih.all_to_all_v(output.as_u8(), output_counts, input, input_counts, es, sync))
+                let (_copy, input) = all_to_all_input(ih, a)?;
+                ih.all_to_all_v(output.as_u8(), output_counts, input, input_counts, es, sync)
             }
-            _ => None,
         }
     }
 
@@ -380,6 +285,26 @@ impl GlooBackend {
     }
 }
 
+/// The gather of `bytes` per rank into the root's `outs` (one per rank on
+/// the root, none elsewhere): the root writes outputs while later chunks
+/// of its input are still read, so an input overlapping them (in
+/// `layout`) is read from a private copy.
+///
+/// # Safety
+/// As for [`GlooBackend::intra_host_op`].
+#[inline(always)]
+unsafe fn shm_gather_to_root(
+    ih: &IntraHost,
+    layout: Layout<'_>,
+    outs: &[*mut u8],
+    bytes: usize,
+    root: i32,
+    sync: &SyncAll,
+) -> Result<()> {
+    let (_copy, input) = own_block_input(ih, layout)?;
+    ih.gather(outs, input, bytes, root as usize, sync)
+}
+
 /// The scatter of `bytes` per rank from `root`'s `inputs` into `output`
 /// (`to`: output, bytes, root); `clash`: the root's output overlaps its
 /// inputs outside its own block, so it is received into a copy instead
@@ -387,12 +312,12 @@ impl GlooBackend {
 ///
 /// # Safety
 /// As for [`GlooBackend::intra_host_op`].
-unsafe fn shm_scatter(
-    ih: &intra_host::IntraHost,
+unsafe fn scatter_from_root(
+    ih: &IntraHost,
     (output, bytes, root): (Ptr, usize, usize),
     inputs: &[Ptr],
     clash: bool,
-    sync: &intra_host::SyncAll,
+    sync: &SyncAll,
 ) -> Result<()> {
     let mut landing = Scratch::new(if clash { bytes } else { 0 })?;
     let out = if clash { landing.ptr() } else { output.as_u8() };

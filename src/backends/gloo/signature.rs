@@ -140,7 +140,7 @@ pub(super) fn tag_salt(op: &Op) -> u32 {
     let Some(mut words) = signature_words(op) else {
         return 0;
     };
-    if matches!(op, Op::AllGatherV { .. } | Op::ReduceScatterV { .. }) {
+    if op.agreed_counts().is_some() {
         words[2] = 0;
     }
     let mut h = words.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, w| {
@@ -159,16 +159,13 @@ pub(super) fn tag_salt(op: &Op) -> u32 {
 /// same counts, not only the same total).
 pub(super) fn fingerprint(op: &Op) -> Option<Fingerprint> {
     let [code, dtype, count, root, red] = signature_words(op)?;
-    let counts = match op {
-        Op::AllGatherV { counts, .. } | Op::ReduceScatterV { counts, .. } => Some(counts),
-        _ => None,
-    };
+    let counts = op.agreed_counts();
     Some(Fingerprint {
         op: code as u8,
         dtype: dtype as u8,
         red: red as u8,
         counts_digest: counts.is_some(),
-        count: counts.map_or(count, |c| counts_digest(c)),
+        count: counts.map_or(count, counts_digest),
         root,
     })
 }
@@ -209,44 +206,28 @@ mod tests {
     }
 
     fn all_reduce(count: usize, dtype: DType, kind: RedKind) -> Op {
-        Op::AllReduce {
-            buf: null(),
+        Op::all_reduce(
+            null(),
             count,
             dtype,
-            op: ReduceOp {
+            ReduceOp {
                 kind,
                 factor: PremulFactor::Host(1.0),
             },
-        }
+        )
     }
 
     fn broadcast(root: i32) -> Op {
-        Op::Broadcast {
-            buf: null(),
-            count: 8,
-            dtype: DType::F32,
-            root,
-        }
+        Op::broadcast(null(), 8, DType::F32, root)
     }
 
     fn all_gather_v(counts: Vec<usize>) -> Op {
-        Op::AllGatherV {
-            output: null(),
-            input: null(),
-            counts,
-            dtype: DType::F32,
-        }
+        Op::all_gather_v(null(), null(), counts, DType::F32)
     }
 
     #[test]
     fn op_codes_index_op_names() {
-        let gather = Op::Gather {
-            outputs: vec![],
-            input: null(),
-            count: 1,
-            dtype: DType::U8,
-            root: 0,
-        };
+        let gather = Op::gather(vec![], null(), 1, DType::U8, 0);
         for op in [
             Op::Barrier,
             all_reduce(1, DType::F32, RedKind::Sum),

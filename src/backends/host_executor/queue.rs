@@ -167,13 +167,13 @@ mod tests {
     fn only_a_one_rank_barrier_completes_at_once() {
         assert!(completes_at_once(&Op::Barrier, 1));
         assert!(!completes_at_once(&Op::Barrier, 2));
-        let send = Op::Send {
-            buf: crate::op::Ptr(std::ptr::null_mut()),
-            count: 0,
-            dtype: crate::types::DType::U8,
-            peer: 0,
-            tag: 0,
-        };
+        let send = Op::send(
+            crate::op::Ptr(std::ptr::null_mut()),
+            0,
+            crate::types::DType::U8,
+            0,
+            0,
+        );
         assert!(!completes_at_once(&send, 1));
     }
 }

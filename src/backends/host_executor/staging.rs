@@ -47,7 +47,7 @@ fn synchronize(stream: sys::CUstream) -> Result<()> {
 /// on `stream`, which is then synchronized). `None` when no buffer is device
 /// memory (always, without a CUDA driver).
 pub fn stage_in(op: &mut Op, rank: i32, size: i32, stream: *mut c_void) -> Result<Option<Staged>> {
-    if !cuda::is_available() {
+    if !cuda::may_hold_device_memory() {
         return Ok(None);
     }
     let mut on_device = None;
@@ -129,49 +129,21 @@ mod tests {
 
     #[test]
     fn buffer_map_gives_sizes_and_directions() {
-        let ag = Op::AllGatherV {
-            output: p(1),
-            input: p(2),
-            counts: vec![1, 2, 3],
-            dtype: DType::F32,
-        };
+        let ag = Op::all_gather_v(p(1), p(2), vec![1, 2, 3], DType::F32);
         assert_eq!(buffers(ag, 1, 3), vec![(2, 8, Use::In), (1, 24, Use::Out)]);
-        let rs = Op::ReduceScatterSingle {
-            output: p(1),
-            input: p(2),
-            count: 5,
-            dtype: DType::F64,
-            op: crate::types::ReduceOp::SUM,
-        };
+        let rs = Op::reduce_scatter_single(p(1), p(2), 5, DType::F64, crate::types::ReduceOp::SUM);
         assert_eq!(
             buffers(rs, 0, 4),
             vec![(2, 160, Use::In), (1, 40, Use::Out)]
         );
-        let ar = Op::AllReduce {
-            buf: p(9),
-            count: 3,
-            dtype: DType::BF16,
-            op: crate::types::ReduceOp::SUM,
-        };
+        let ar = Op::all_reduce(p(9), 3, DType::BF16, crate::types::ReduceOp::SUM);
         assert_eq!(buffers(ar, 0, 2), vec![(9, 6, Use::InOut)]);
-        let a2av = Op::AllToAllVSingle {
-            output: p(1),
-            output_counts: vec![1, 1],
-            input: p(2),
-            input_counts: vec![2, 3],
-            dtype: DType::I64,
-        };
+        let a2av = Op::all_to_all_v_single(p(1), vec![1, 1], p(2), vec![2, 3], DType::I64);
         assert_eq!(
             buffers(a2av, 0, 2),
             vec![(2, 40, Use::In), (1, 16, Use::Out)]
         );
-        let gather_off_root = Op::Gather {
-            outputs: vec![],
-            input: p(3),
-            count: 4,
-            dtype: DType::U8,
-            root: 0,
-        };
+        let gather_off_root = Op::gather(vec![], p(3), 4, DType::U8, 0);
         assert_eq!(buffers(gather_off_root, 1, 2), vec![(3, 4, Use::In)]);
         assert!(buffers(Op::Barrier, 0, 2).is_empty());
     }
@@ -189,12 +161,7 @@ mod tests {
         let stream = cuda::Stream::new(&dev, 0).unwrap();
         let buf = cuda::DeviceBuffer::zeroed(&dev, 64).unwrap();
         cuda::begin_capture(stream.raw()).unwrap();
-        let mut op = Op::AllReduce {
-            buf: Ptr(buf.ptr()),
-            count: 16,
-            dtype: DType::F32,
-            op: crate::types::ReduceOp::SUM,
-        };
+        let mut op = Op::all_reduce(Ptr(buf.ptr()), 16, DType::F32, crate::types::ReduceOp::SUM);
         let e = stage_in(&mut op, 0, 1, stream.raw() as *mut c_void)
             .err()
             .expect("staging under capture must fail");
@@ -214,12 +181,12 @@ mod tests {
             return; // a machine with a GPU stack: covered by the GPU suite
         }
         let mut data = [1.0f32; 4];
-        let mut op = Op::AllReduce {
-            buf: Ptr(data.as_mut_ptr().cast()),
-            count: 4,
-            dtype: DType::F32,
-            op: crate::types::ReduceOp::SUM,
-        };
+        let mut op = Op::all_reduce(
+            Ptr(data.as_mut_ptr().cast()),
+            4,
+            DType::F32,
+            crate::types::ReduceOp::SUM,
+        );
         assert!(stage_in(&mut op, 0, 1, std::ptr::null_mut())
             .unwrap()
             .is_none());

@@ -103,12 +103,12 @@ fn submit(ex: &HostExecutor<Fake>, op: Op, async_op: bool) -> Seen {
 }
 
 fn all_reduce(data: &mut [f32]) -> Op {
-    Op::AllReduce {
-        buf: Ptr(data.as_mut_ptr().cast()),
-        count: data.len(),
-        dtype: DType::F32,
-        op: ReduceOp::SUM,
-    }
+    Op::all_reduce(
+        Ptr(data.as_mut_ptr().cast()),
+        data.len(),
+        DType::F32,
+        ReduceOp::SUM,
+    )
 }
 
 #[test]

@@ -5,7 +5,7 @@
 use super::NcclBackend;
 use crate::cuda::{self, DeviceBuffer};
 use crate::error::{Error, Result};
-use crate::op::{Op, P2p, Ptr};
+use crate::op::{AllToAllKind, Op, P2p, Ptr, Reduction, ReductionKind, Scatter, ScatterKind};
 use crate::util::{self, lock};
 use std::ffi::c_void;
 
@@ -43,33 +43,36 @@ pub(super) fn offset(p: Ptr, bytes: usize) -> Ptr {
 pub(super) fn hazardous_inputs(op: &Op, n: usize, me: usize) -> Vec<(Ptr, usize)> {
     let layout = op.layout(me as i32, n as i32);
     let hazard = match op {
+        // NCCL's in-place layouts (the same pointer in and out).
+        Op::Reduction(Reduction {
+            kind: ReductionKind::AllReduce { .. } | ReductionKind::Reduce { .. },
+            ..
+        })
+        | Op::Scatter(Scatter {
+            kind: ScatterKind::Broadcast { .. },
+            ..
+        }) => false,
         // Only this rank's own block in place (a gather's root receives
         // into its outputs while the group runs and copies its own input
         // after it).
-        Op::AllGatherSingle { .. }
-        | Op::AllGather { .. }
-        | Op::AllGatherV { .. }
-        | Op::Gather { .. }
-        | Op::ReduceScatterSingle { .. }
-        | Op::ReduceScatter { .. }
-        | Op::ReduceScatterV { .. } => layout.overlaps_outside_own_block(me),
+        Op::Reduction(_) | Op::Gather(_) => layout.overlaps_outside_own_block(me),
         // The root copies its own block after the group; a copy between
         // partly overlapping buffers is undefined.
-        Op::Scatter { .. } => layout
+        Op::Scatter(_) => layout
             .own_and_block(me)
             .is_some_and(|(own, block)| own.overlaps(&block) && own.ptr != block.ptr),
-        Op::AllToAll { .. } | Op::AllToAllSingle { .. } | Op::AllToAllVSingle { .. } => {
-            layout.inputs_overlap_outputs()
-        }
-        // Sends and receives of a batch run concurrently.
-        Op::Batch { ops } => {
+        Op::AllToAll(_) => layout.inputs_overlap_outputs(),
+        // Sends and receives of a batch run concurrently (a send or a
+        // receive alone overlaps nothing).
+        Op::PointToPoint(p) => {
+            let ops = p.transfers();
             return ops
                 .iter()
                 .filter(|s| send_overlaps_a_recv(s, ops))
                 .map(|s| (s.buf, s.count * s.dtype.size()))
                 .collect();
         }
-        _ => false,
+        Op::Barrier | Op::Refused(_) => false,
     };
     if !hazard {
         return Vec::new();
@@ -91,18 +94,26 @@ pub(super) fn send_overlaps_a_recv(p: &P2p, batch: &[P2p]) -> bool {
 pub(super) fn with_inputs(op: &Op, staged: &[Ptr]) -> Op {
     let mut op = op.clone();
     match &mut op {
-        Op::AllGatherSingle { input, .. }
-        | Op::AllGather { input, .. }
-        | Op::AllGatherV { input, .. }
-        | Op::ReduceScatterSingle { input, .. }
-        | Op::ReduceScatterV { input, .. }
-        | Op::AllToAllSingle { input, .. }
-        | Op::AllToAllVSingle { input, .. }
-        | Op::Gather { input, .. } => *input = staged[0],
-        Op::ReduceScatter { inputs, .. }
-        | Op::AllToAll { inputs, .. }
-        | Op::Scatter { inputs, .. } => inputs.copy_from_slice(staged),
-        Op::Batch { ops } => {
+        Op::Reduction(r) => match &mut r.kind {
+            ReductionKind::ReduceScatterSingle { input, .. }
+            | ReductionKind::ReduceScatterV { input, .. } => *input = staged[0],
+            ReductionKind::ReduceScatter { inputs, .. } => inputs.copy_from_slice(staged),
+            // In place: nothing staged.
+            ReductionKind::AllReduce { .. } | ReductionKind::Reduce { .. } => {}
+        },
+        Op::Gather(g) => g.input = staged[0],
+        Op::Scatter(s) => match &mut s.kind {
+            ScatterKind::Scatter { inputs, .. } => inputs.copy_from_slice(staged),
+            // In place: nothing staged.
+            ScatterKind::Broadcast { .. } => {}
+        },
+        Op::AllToAll(a) => match &mut a.kind {
+            AllToAllKind::AllToAll { inputs, .. } => inputs.copy_from_slice(staged),
+            AllToAllKind::AllToAllSingle { input, .. }
+            | AllToAllKind::AllToAllVSingle { input, .. } => *input = staged[0],
+        },
+        Op::PointToPoint(p) => {
+            let ops = p.transfers_mut();
             let hazardous: Vec<bool> = ops.iter().map(|p| send_overlaps_a_recv(p, ops)).collect();
             let mut copies = staged.iter();
             for (p, _) in ops.iter_mut().zip(hazardous).filter(|(_, h)| *h) {
@@ -111,7 +122,8 @@ pub(super) fn with_inputs(op: &Op, staged: &[Ptr]) -> Op {
                 }
             }
         }
-        _ => {}
+        // No buffers.
+        Op::Barrier | Op::Refused(_) => {}
     }
     op
 }

@@ -23,10 +23,7 @@ impl NcclBackend {
         opts: &OpOptions,
         timeout: Duration,
     ) -> Result<Arc<dyn Work>> {
-        // gather_single runs as the grouped sends and receives of gather.
         let name = op.name();
-        let lowered = op.gather_single_as_gather(self.rank, self.size);
-        let op = lowered.as_ref().unwrap_or(op);
         let _serial = lock(&self.issue);
         let _use = self.acquire()?;
         let _ctx = self.device.scoped()?;

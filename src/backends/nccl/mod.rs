@@ -48,7 +48,7 @@ use super::{
 };
 use crate::cuda::{self, Device as CudaDevice, DeviceBuffer, EventPool, Stream as CudaStream};
 use crate::error::{Error, ErrorKind, Result};
-use crate::op::Op;
+use crate::op::{Op, PointToPoint};
 use crate::util::lock;
 use crate::work::Work;
 use checks::Staging;
@@ -177,18 +177,15 @@ impl Backend for NcclBackend {
                  issue order only and has no tags; use tag 0 on the nccl backend"
             )));
         }
-        let dtype = match op.signature() {
-            Some((Some(d), _, _)) => Some(d),
-            _ => match op {
-                Op::Send { dtype, .. } | Op::Recv { dtype, .. } => Some(*dtype),
-                Op::Batch { ops } => {
-                    for p in ops {
-                        self.dtype(p.dtype)?;
-                    }
-                    None
+        let dtype = match op {
+            Op::PointToPoint(PointToPoint::One(p)) => Some(p.dtype),
+            Op::PointToPoint(PointToPoint::Batch(ops)) => {
+                for p in ops {
+                    self.dtype(p.dtype)?;
                 }
-                _ => None,
-            },
+                None
+            }
+            _ => op.dtype(),
         };
         if let Some(d) = dtype {
             self.dtype(d)?;

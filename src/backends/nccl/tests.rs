@@ -3,7 +3,7 @@
 use super::checks::{hazardous_inputs, with_inputs};
 use super::creation::parse_hints;
 use super::*;
-use crate::op::{P2p, Ptr};
+use crate::op::{AllToAll, AllToAllKind, P2p, PointToPoint, Ptr};
 use crate::types::{DType, Hints, PremulFactor, RedKind, ReduceOp};
 
 #[test]
@@ -40,12 +40,7 @@ fn p(a: usize) -> Ptr {
 fn all_to_all_overlaps_are_staged_in_place_included() {
     let (n, me, count, dtype, b) = (N, ME, COUNT, DTYPE, B);
     // all_to_all_single: any overlap, in place included
-    let a2a = |o, i| Op::AllToAllSingle {
-        output: p(o),
-        input: p(i),
-        count,
-        dtype,
-    };
+    let a2a = |o, i| Op::all_to_all_single(p(o), p(i), count, dtype);
     assert_eq!(hazardous_inputs(&a2a(0x1000, 0x1000), n, me).len(), 1);
     assert_eq!(
         hazardous_inputs(&a2a(0x1000, 0x1000 + 4 * b - 4), n, me).len(),
@@ -53,13 +48,7 @@ fn all_to_all_overlaps_are_staged_in_place_included() {
     );
     assert!(hazardous_inputs(&a2a(0x1000, 0x1000 + 4 * b), n, me).is_empty());
     // all_to_all_v_single: overlap of the used lengths only
-    let v = |o, i| Op::AllToAllVSingle {
-        output: p(o),
-        output_counts: vec![1, 0, 2, 1],
-        input: p(i),
-        input_counts: vec![2, 2, 0, 0],
-        dtype,
-    };
+    let v = |o, i| Op::all_to_all_v_single(p(o), vec![1, 0, 2, 1], p(i), vec![2, 2, 0, 0], dtype);
     assert_eq!(
         hazardous_inputs(&v(0x1000, 0x1000), n, me),
         vec![(p(0x1000), 16)]
@@ -71,27 +60,24 @@ fn all_to_all_overlaps_are_staged_in_place_included() {
 fn single_forms_are_in_place_at_this_ranks_block_only() {
     let (n, me, count, dtype, b) = (N, ME, COUNT, DTYPE, B);
     // all_gather_single: in place is the input at this rank's block
-    let ag = |o, i| Op::AllGatherSingle {
-        output: p(o),
-        input: p(i),
-        count,
-        dtype,
-    };
+    let ag = |o, i| Op::all_gather_single(p(o), p(i), count, dtype);
     assert!(hazardous_inputs(&ag(0x1000, 0x1000 + b), n, me).is_empty());
     assert_eq!(
         hazardous_inputs(&ag(0x1000, 0x1000), n, me),
         vec![(p(0x1000), b)]
     );
     // reduce_scatter_single: in place is the output at this rank's block
-    let rs = |o, i| Op::ReduceScatterSingle {
-        output: p(o),
-        input: p(i),
-        count,
-        dtype,
-        op: ReduceOp {
-            kind: RedKind::Sum,
-            factor: PremulFactor::Host(1.0),
-        },
+    let rs = |o, i| {
+        Op::reduce_scatter_single(
+            p(o),
+            p(i),
+            count,
+            dtype,
+            ReduceOp {
+                kind: RedKind::Sum,
+                factor: PremulFactor::Host(1.0),
+            },
+        )
     };
     assert!(hazardous_inputs(&rs(0x1000 + b, 0x1000), n, me).is_empty());
     assert_eq!(
@@ -104,19 +90,22 @@ fn single_forms_are_in_place_at_this_ranks_block_only() {
 fn list_inputs_are_all_staged_and_replaced_in_order() {
     let (n, me, count, dtype, b) = (N, ME, COUNT, DTYPE, B);
     // lists: every input block is staged, and replaced in order
-    let l = Op::AllToAll {
-        outputs: (0..4).map(|q| p(0x1000 + q * b)).collect(),
-        inputs: (0..4).map(|q| p(0x1000 + q * b)).collect(),
+    let l = Op::all_to_all(
+        (0..4).map(|q| p(0x1000 + q * b)).collect(),
+        (0..4).map(|q| p(0x1000 + q * b)).collect(),
         count,
         dtype,
-    };
+    );
     let h = hazardous_inputs(&l, n, me);
     assert_eq!(h.len(), 4);
     let staged: Vec<Ptr> = (0..4).map(|q| p(0x9000 + q * b)).collect();
     match with_inputs(&l, &staged) {
-        Op::AllToAll {
-            inputs, outputs, ..
-        } => {
+        Op::AllToAll(AllToAll {
+            kind: AllToAllKind::AllToAll {
+                inputs, outputs, ..
+            },
+            ..
+        }) => {
             assert_eq!(
                 inputs.iter().map(|x| x.0 as usize).collect::<Vec<_>>(),
                 vec![0x9000, 0x9020, 0x9040, 0x9060]
@@ -131,21 +120,25 @@ fn list_inputs_are_all_staged_and_replaced_in_order() {
 fn gather_and_scatter_roots_may_keep_their_own_block_in_place() {
     let (n, me, count, dtype, b) = (N, ME, COUNT, DTYPE, B);
     // gather/scatter: the root's own block in place is fine; partial overlap is not
-    let g = |i| Op::Gather {
-        outputs: (0..4).map(|q| p(0x1000 + q * b)).collect(),
-        input: p(i),
-        count,
-        dtype,
-        root: 1,
+    let g = |i| {
+        Op::gather(
+            (0..4).map(|q| p(0x1000 + q * b)).collect(),
+            p(i),
+            count,
+            dtype,
+            1,
+        )
     };
     assert!(hazardous_inputs(&g(0x1000 + b), n, me).is_empty());
     assert_eq!(hazardous_inputs(&g(0x1000 + 2 * b), n, me).len(), 1);
-    let sc = |o| Op::Scatter {
-        output: p(o),
-        inputs: (0..4).map(|q| p(0x1000 + q * b)).collect(),
-        count,
-        dtype,
-        root: 1,
+    let sc = |o| {
+        Op::scatter(
+            p(o),
+            (0..4).map(|q| p(0x1000 + q * b)).collect(),
+            count,
+            dtype,
+            1,
+        )
     };
     assert!(hazardous_inputs(&sc(0x1000 + b), n, me).is_empty());
     assert!(
@@ -154,18 +147,7 @@ fn gather_and_scatter_roots_may_keep_their_own_block_in_place() {
     );
     assert_eq!(hazardous_inputs(&sc(0x1000 + b + 4), n, me).len(), 4);
     // non-root gather/scatter pass empty lists
-    assert!(hazardous_inputs(
-        &Op::Gather {
-            outputs: vec![],
-            input: p(0x1000),
-            count,
-            dtype,
-            root: 0
-        },
-        n,
-        me
-    )
-    .is_empty());
+    assert!(hazardous_inputs(&Op::gather(vec![], p(0x1000), count, dtype, 0), n, me).is_empty());
 }
 
 #[test]
@@ -188,19 +170,19 @@ fn batch_sends_overlapping_a_receive_are_staged() {
         peer,
         tag: 0,
     };
-    let ok = Op::Batch {
-        ops: vec![send(0x1000, 2), send(0x1000, 3), recv(0x1000 + b, 0)],
-    };
+    let ok = Op::batch(vec![send(0x1000, 2), send(0x1000, 3), recv(0x1000 + b, 0)]);
     assert!(
         hazardous_inputs(&ok, n, me).is_empty(),
         "sends may share a buffer; a receive apart is fine"
     );
-    let ring = Op::Batch {
-        ops: vec![send(0x2000, 2), recv(0x1000, 0), send(0x1000 + b - 4, 3)],
-    };
+    let ring = Op::batch(vec![
+        send(0x2000, 2),
+        recv(0x1000, 0),
+        send(0x1000 + b - 4, 3),
+    ]);
     assert_eq!(hazardous_inputs(&ring, n, me), vec![(p(0x1000 + b - 4), b)]);
     match with_inputs(&ring, &[p(0x9000)]) {
-        Op::Batch { ops } => {
+        Op::PointToPoint(PointToPoint::Batch(ops)) => {
             assert_eq!(
                 ops.iter().map(|x| x.buf.0 as usize).collect::<Vec<_>>(),
                 vec![0x2000, 0x1000, 0x9000]

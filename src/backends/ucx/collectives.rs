@@ -21,7 +21,9 @@
 use super::worker::{Request, Worker};
 use super::*;
 use crate::backends::gloo::reduce::{self, ReduceFn, Scale};
-use crate::op::Ptr;
+use crate::op::{
+    AllToAll, AllToAllKind, Gather, GatherKind, Ptr, Reduction, ReductionKind, Scatter, ScatterKind,
+};
 use crate::types::{DType, RedKind, ReduceOp};
 use std::ffi::c_void;
 
@@ -165,40 +167,48 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// Runs `op`, or `None` for the operations left to the Gloo path.
+    /// Runs reduction `r` (every member is carried: always `Some`; the
+    /// `Option` is for a member left to the Gloo path).
     ///
     /// # Safety
-    /// As for [`UcxTransport::run`].
-    pub unsafe fn run(&mut self, op: &Op) -> Option<Result<()>> {
-        let (me, n) = (self.w.rank, self.w.size);
-        let layout = || op.layout(me as i32, n as i32);
-        Some(match op {
-            Op::Barrier => self.barrier(),
-            Op::Broadcast {
-                buf,
+    /// As for [`UcxTransport::reduction`].
+    pub unsafe fn run_reduction(&mut self, r: &Reduction) -> Option<Result<()>> {
+        let (dtype, op) = (r.dtype, &r.op);
+        Some(match &r.kind {
+            ReductionKind::AllReduce { buf, count } => {
+                self.all_reduce(buf.as_u8(), *count, dtype, op)
+            }
+            ReductionKind::Reduce { buf, count, root } => {
+                self.reduce(buf.as_u8(), *count, dtype, op, *root as usize)
+            }
+            ReductionKind::ReduceScatter {
+                output,
+                inputs,
                 count,
-                dtype,
-                root,
-            } => self.broadcast(buf.as_u8(), count * dtype.size(), *root as usize),
-            Op::AllReduce {
-                buf,
-                count,
-                dtype,
-                op,
-            } => self.all_reduce(buf.as_u8(), *count, *dtype, op),
-            Op::Reduce {
-                buf,
-                count,
-                dtype,
-                root,
-                op,
-            } => self.reduce(buf.as_u8(), *count, *dtype, op, *root as usize),
-            Op::AllGather {
-                outputs,
+            } => self.reduce_scatter(inputs, None, *output, *count, dtype, op),
+            ReductionKind::ReduceScatterSingle {
+                output,
                 input,
                 count,
-                dtype,
-            } => {
+            } => self.reduce_scatter(&[], Some(*input), *output, *count, dtype, op),
+            ReductionKind::ReduceScatterV {
+                output,
+                input,
+                counts,
+            } => self.reduce_scatter_v(output.as_u8(), input.as_u8(), counts, dtype, op),
+        })
+    }
+
+    /// Runs gather `g` (always `Some`, as for [`Ctx::run_reduction`]).
+    ///
+    /// # Safety
+    /// As for [`UcxTransport::reduction`].
+    pub unsafe fn run_gather(&mut self, g: &Gather) -> Option<Result<()>> {
+        let (me, n) = (self.w.rank, self.w.size);
+        let layout = || g.layout(me as i32, n as i32);
+        let (dtype, input) = (g.dtype, g.input);
+        Some(match &g.kind {
+            GatherKind::AllGather { outputs, count } => {
                 let bytes = count * dtype.size();
                 let mut tmp = Scratch::new(bytes * n);
                 copy(tmp.ptr().add(me * bytes), input.as_u8(), bytes);
@@ -208,12 +218,7 @@ impl Ctx<'_> {
                     }
                 })
             }
-            Op::AllGatherSingle {
-                output,
-                input,
-                count,
-                dtype,
-            } => {
+            GatherKind::AllGatherSingle { output, count } => {
                 let bytes = count * dtype.size();
                 let own = output.as_u8().add(me * bytes);
                 if layout().inputs_overlap_outputs() && !std::ptr::eq(input.as_u8(), own) {
@@ -225,36 +230,18 @@ impl Ctx<'_> {
                 }
                 self.ring_all_gather(output.as_u8(), bytes, 0)
             }
-            Op::ReduceScatter {
-                output,
-                inputs,
-                count,
-                dtype,
-                op,
-            } => self.reduce_scatter(inputs, None, *output, *count, *dtype, op),
-            Op::ReduceScatterSingle {
-                output,
-                input,
-                count,
-                dtype,
-                op,
-            } => self.reduce_scatter(&[], Some(*input), *output, *count, *dtype, op),
-            Op::Gather {
+            GatherKind::Gather {
                 outputs,
-                input,
                 count,
-                dtype,
                 root,
             } => {
                 let bytes = count * dtype.size();
                 let outs: Vec<*mut u8> = outputs.iter().map(|p| p.as_u8()).collect();
                 self.gather(input.as_u8(), &outs, bytes, *root as usize)
             }
-            Op::GatherSingle {
+            GatherKind::GatherSingle {
                 output,
-                input,
                 count,
-                dtype,
                 root,
             } => {
                 let bytes = count * dtype.size();
@@ -274,79 +261,72 @@ impl Ctx<'_> {
                 drop(own);
                 r
             }
-            Op::Scatter {
-                output,
-                inputs,
-                count,
-                dtype,
-                root,
-            } => {
-                let ins: Vec<*const u8> = inputs.iter().map(|p| p.as_u8() as *const u8).collect();
-                self.scatter(&ins, output.as_u8(), count * dtype.size(), *root as usize)
+            GatherKind::AllGatherV { output, counts } => {
+                self.all_gather_v(output.as_u8(), input.as_u8(), counts, dtype.size())
             }
-            Op::AllToAll {
+        })
+    }
+
+    /// Runs broadcast or scatter `s`.
+    ///
+    /// # Safety
+    /// As for [`UcxTransport::reduction`].
+    pub unsafe fn run_scatter(&mut self, s: &Scatter) -> Option<Result<()>> {
+        let (bytes, root) = (s.count * s.dtype.size(), s.root as usize);
+        Some(match &s.kind {
+            ScatterKind::Broadcast { buf } => self.broadcast(buf.as_u8(), bytes, root),
+            ScatterKind::Scatter { output, inputs } => {
+                let ins: Vec<*const u8> = inputs.iter().map(|p| p.as_u8() as *const u8).collect();
+                self.scatter(&ins, output.as_u8(), bytes, root)
+            }
+        })
+    }
+
+    /// Runs all-to-all `a` (always `Some`, as for [`Ctx::run_reduction`]).
+    ///
+    /// # Safety
+    /// As for [`UcxTransport::reduction`].
+    pub unsafe fn run_all_to_all(&mut self, a: &AllToAll) -> Option<Result<()>> {
+        let (me, n) = (self.w.rank, self.w.size);
+        let clash = || a.layout(me as i32, n as i32).inputs_overlap_outputs();
+        Some(match &a.kind {
+            AllToAllKind::AllToAll {
                 outputs,
                 inputs,
                 count,
-                dtype,
             } => {
                 let ins: Vec<*const u8> = inputs.iter().map(|p| p.as_u8() as *const u8).collect();
                 let outs: Vec<*mut u8> = outputs.iter().map(|p| p.as_u8()).collect();
-                self.all_to_all(
-                    &ins,
-                    &outs,
-                    count * dtype.size(),
-                    layout().inputs_overlap_outputs(),
-                )
+                self.all_to_all(&ins, &outs, count * a.dtype.size(), clash())
             }
-            Op::AllToAllSingle {
+            AllToAllKind::AllToAllSingle {
                 output,
                 input,
                 count,
-                dtype,
             } => {
-                let bytes = count * dtype.size();
+                let bytes = count * a.dtype.size();
                 let ins: Vec<*const u8> = (0..n)
                     .map(|r| input.as_u8().add(r * bytes) as *const u8)
                     .collect();
                 let outs: Vec<*mut u8> = (0..n).map(|r| output.as_u8().add(r * bytes)).collect();
-                self.all_to_all(&ins, &outs, bytes, layout().inputs_overlap_outputs())
+                self.all_to_all(&ins, &outs, bytes, clash())
             }
-            Op::AllGatherV {
-                output,
-                input,
-                counts,
-                dtype,
-            } => self.all_gather_v(output.as_u8(), input.as_u8(), counts, dtype.size()),
-            Op::ReduceScatterV {
-                output,
-                input,
-                counts,
-                dtype,
-                op,
-            } => self.reduce_scatter_v(output.as_u8(), input.as_u8(), counts, *dtype, op),
-            Op::AllToAllVSingle {
+            AllToAllKind::AllToAllVSingle {
                 output,
                 output_counts,
                 input,
                 input_counts,
-                dtype,
             } => self.all_to_all_v(
                 (output.as_u8(), output_counts),
                 (input.as_u8(), input_counts),
-                dtype.size(),
+                a.dtype.size(),
             ),
-            Op::Send { .. }
-            | Op::Recv { .. }
-            | Op::Batch { .. }
-            // The gloo backend settles a refusal before any transport runs.
-            | Op::Refused(_) => return None,
         })
     }
 
     /// Dissemination: in round k each rank signals rank + 2^k and waits
     /// for rank - 2^k.
-    unsafe fn barrier(&mut self) -> Result<()> {
+    pub unsafe fn barrier(&mut self) -> Result<()> {
         let (me, n) = (self.w.rank, self.w.size);
         let mut byte = [0u8; 1];
         let mut k = 1;

@@ -12,8 +12,11 @@
 //!
 //! Its interface to the host backend is narrow: [`UcxTransport::open`]
 //! (local; fails where UCX is absent), [`UcxTransport::connect`],
-//! [`UcxTransport::run`] (an op, or `None` for the operations it does not
-//! carry, which stay on the Gloo path), [`UcxTransport::flush`] and
+//! one method per family of operations
+//! ([`UcxTransport::point_to_point`], [`UcxTransport::reduction`],
+//! `gather`, `scatter`, `all_to_all`, `barrier`: `None` for a member it
+//! does not carry, which stays on the Gloo path; today it carries every
+//! member), [`UcxTransport::flush`] and
 //! [`wanted`] (the `TORCHCOMM_HOST_TRANSPORT` setting). It shares only the
 //! reduction kernels of `gloo/reduce` with the Gloo path.
 //!
@@ -30,7 +33,7 @@ mod p2p;
 mod worker;
 
 use crate::error::{Error, Result};
-use crate::op::Op;
+use crate::op::{AllToAll, Gather, P2p, Reduction, Scatter};
 use crate::store::StoreRef;
 use crate::util::{lock, Deadline};
 use std::sync::Mutex;
@@ -109,50 +112,106 @@ impl UcxTransport {
         collectives::wire_up(&mut w, d, &alive)
     }
 
-    /// Runs `op` over UCX, or returns `None` for an operation this
-    /// transport does not carry (the caller runs it on its other path; every
-    /// rank decides alike, from the op alone). `alive` fails once the comm
-    /// was aborted or broken.
+    /// Runs point-to-point `transfers` over UCX. `alive` fails once the
+    /// comm was aborted or broken.
     ///
     /// # Safety
-    /// Every pointer of `op` is valid for its count (the comm validated
+    /// Every transfer's buffer is valid for its count (the comm validated
     /// them) and stays so until this returns.
-    pub unsafe fn run(
+    pub unsafe fn point_to_point(
         &self,
-        op: &Op,
+        transfers: &[P2p],
+        d: &Deadline,
+        alive: &dyn Fn() -> Result<()>,
+    ) -> Result<()> {
+        p2p::run(&mut lock(&self.worker), transfers, d, alive)
+    }
+
+    /// Runs reduction `r` over UCX, or returns `None` for a member this
+    /// transport does not carry (the caller runs it on its other path; every
+    /// rank decides alike, from the op alone). `alive` as for
+    /// [`UcxTransport::point_to_point`].
+    ///
+    /// # Safety
+    /// Every pointer of the operation is valid for its count (the comm
+    /// validated them) and stays so until this returns.
+    pub unsafe fn reduction(
+        &self,
+        r: &Reduction,
         d: &Deadline,
         alive: &dyn Fn() -> Result<()>,
     ) -> Option<Result<()>> {
+        self.collective(r.name(), d, alive, |c| c.run_reduction(r))
+    }
+
+    /// As [`UcxTransport::reduction`], for a gather.
+    ///
+    /// # Safety
+    /// As for [`UcxTransport::reduction`].
+    pub unsafe fn gather(
+        &self,
+        g: &Gather,
+        d: &Deadline,
+        alive: &dyn Fn() -> Result<()>,
+    ) -> Option<Result<()>> {
+        self.collective(g.name(), d, alive, |c| c.run_gather(g))
+    }
+
+    /// As [`UcxTransport::reduction`], for a broadcast or scatter.
+    ///
+    /// # Safety
+    /// As for [`UcxTransport::reduction`].
+    pub unsafe fn scatter(
+        &self,
+        s: &Scatter,
+        d: &Deadline,
+        alive: &dyn Fn() -> Result<()>,
+    ) -> Option<Result<()>> {
+        self.collective(s.name(), d, alive, |c| c.run_scatter(s))
+    }
+
+    /// As [`UcxTransport::reduction`], for an all-to-all.
+    ///
+    /// # Safety
+    /// As for [`UcxTransport::reduction`].
+    pub unsafe fn all_to_all(
+        &self,
+        a: &AllToAll,
+        d: &Deadline,
+        alive: &dyn Fn() -> Result<()>,
+    ) -> Option<Result<()>> {
+        self.collective(a.name(), d, alive, |c| c.run_all_to_all(a))
+    }
+
+    /// The barrier over UCX.
+    pub fn barrier(&self, d: &Deadline, alive: &dyn Fn() -> Result<()>) -> Result<()> {
+        // SAFETY: a barrier moves no caller memory.
+        unsafe { self.collective("barrier", d, alive, |c| c.barrier()) }
+    }
+
+    /// Runs `f` as this comm's next collective (its number counts every
+    /// collective offered, carried here or not).
+    unsafe fn collective<R>(
+        &self,
+        what: &'static str,
+        d: &Deadline,
+        alive: &dyn Fn() -> Result<()>,
+        f: impl FnOnce(&mut collectives::Ctx<'_>) -> R,
+    ) -> R {
         let mut w = lock(&self.worker);
-        match op {
-            Op::Send { .. } | Op::Recv { .. } | Op::Batch { .. } => {
-                let single;
-                let ops = match (op, op.as_transfer()) {
-                    (Op::Batch { ops }, _) => ops.as_slice(),
-                    (_, Some(t)) => {
-                        single = [t];
-                        &single[..]
-                    }
-                    _ => return None,
-                };
-                Some(p2p::run(&mut w, ops, d, alive))
-            }
-            _ => {
-                let seq = {
-                    let mut c = lock(&self.collectives);
-                    *c = c.wrapping_add(1);
-                    *c
-                };
-                let mut ctx = collectives::Ctx {
-                    w: &mut w,
-                    seq,
-                    d,
-                    alive,
-                    what: op.name(),
-                };
-                ctx.run(op)
-            }
-        }
+        let seq = {
+            let mut c = lock(&self.collectives);
+            *c = c.wrapping_add(1);
+            *c
+        };
+        let mut ctx = collectives::Ctx {
+            w: &mut w,
+            seq,
+            d,
+            alive,
+            what,
+        };
+        f(&mut ctx)
     }
 
     /// The comm broke or was aborted: unless an operation is running (it

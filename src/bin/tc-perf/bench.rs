@@ -74,12 +74,7 @@ impl Bench {
             }
             None => x.as_mut_ptr() as *mut _,
         };
-        let op = Op::AllReduce {
-            buf: Ptr(buf),
-            count: 1,
-            dtype: DType::F64,
-            op: ReduceOp::SUM,
-        };
+        let op = Op::all_reduce(Ptr(buf), 1, DType::F64, ReduceOp::SUM);
         self.submit(op, false);
         if let Some(g) = &self.gpu {
             self.sync();

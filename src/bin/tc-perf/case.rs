@@ -173,59 +173,17 @@ impl Case {
         let (inp, out) = (Ptr(inp as *mut _), Ptr(out as *mut _));
         let (count, dtype, root) = (self.count, self.dt, self.root as i32);
         match self.coll {
-            Coll::AllReduce => Op::AllReduce {
-                buf: inp,
-                count,
-                dtype,
-                op: self.reduce_op(),
-            },
-            Coll::Broadcast => Op::Broadcast {
-                buf: inp,
-                count,
-                dtype,
-                root,
-            },
-            Coll::Reduce => Op::Reduce {
-                buf: inp,
-                count,
-                dtype,
-                root,
-                op: self.reduce_op(),
-            },
-            Coll::AllGather => Op::AllGatherSingle {
-                output: out,
-                input: inp,
-                count,
-                dtype,
-            },
-            Coll::ReduceScatter => Op::ReduceScatterSingle {
-                output: out,
-                input: inp,
-                count,
-                dtype,
-                op: self.reduce_op(),
-            },
-            Coll::AllToAll => Op::AllToAllSingle {
-                output: out,
-                input: inp,
-                count,
-                dtype,
-            },
+            Coll::AllReduce => Op::all_reduce(inp, count, dtype, self.reduce_op()),
+            Coll::Broadcast => Op::broadcast(inp, count, dtype, root),
+            Coll::Reduce => Op::reduce(inp, count, dtype, root, self.reduce_op()),
+            Coll::AllGather => Op::all_gather_single(out, inp, count, dtype),
+            Coll::ReduceScatter => {
+                Op::reduce_scatter_single(out, inp, count, dtype, self.reduce_op())
+            }
+            Coll::AllToAll => Op::all_to_all_single(out, inp, count, dtype),
             Coll::SendRecv => self.send_recv(inp, out),
-            Coll::Gather => Op::Gather {
-                outputs: self.root_blocks(out),
-                input: inp,
-                count,
-                dtype,
-                root,
-            },
-            Coll::Scatter => Op::Scatter {
-                output: out,
-                inputs: self.root_blocks(inp),
-                count,
-                dtype,
-                root,
-            },
+            Coll::Gather => Op::gather(self.root_blocks(out), inp, count, dtype, root),
+            Coll::Scatter => Op::scatter(out, self.root_blocks(inp), count, dtype, root),
             Coll::Barrier => Op::Barrier,
         }
     }
@@ -235,26 +193,24 @@ impl Case {
         let (count, dtype, n) = (self.count, self.dt, self.n);
         let next = ((self.rank + 1) % n) as i32;
         let prev = ((self.rank + n - 1) % n) as i32;
-        Op::Batch {
-            ops: vec![
-                P2p {
-                    is_send: true,
-                    buf: inp,
-                    count,
-                    dtype,
-                    peer: next,
-                    tag: 0,
-                },
-                P2p {
-                    is_send: false,
-                    buf: out,
-                    count,
-                    dtype,
-                    peer: prev,
-                    tag: 0,
-                },
-            ],
-        }
+        Op::batch(vec![
+            P2p {
+                is_send: true,
+                buf: inp,
+                count,
+                dtype,
+                peer: next,
+                tag: 0,
+            },
+            P2p {
+                is_send: false,
+                buf: out,
+                count,
+                dtype,
+                peer: prev,
+                tag: 0,
+            },
+        ])
     }
 
     /// The root's per-rank blocks of `base`, one per rank (none elsewhere).

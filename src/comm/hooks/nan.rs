@@ -18,7 +18,7 @@ use crate::backends::BufferHome;
 use crate::comm::{Comm, Op, OpOptions, Ptr};
 use crate::cuda::{self, MemoryType};
 use crate::error::{Error, Result};
-use crate::op::{for_each_buffer, Use};
+use crate::op::{for_each_buffer, ScatterKind, Use};
 use crate::types::DType;
 use crate::util::try_filled;
 
@@ -52,7 +52,8 @@ pub fn first_nan(bytes: &[u8], dtype: DType) -> Option<usize> {
 /// The buffers `op` reads on this rank (a broadcast reads only on its root).
 fn inputs(op: &Op, rank: i32, size: i32) -> Vec<(Ptr, usize)> {
     let mut found = Vec::new();
-    if matches!(op, Op::Broadcast { root, .. } if *root != rank) {
+    if matches!(op, Op::Scatter(s) if matches!(s.kind, ScatterKind::Broadcast { .. }) && s.root != rank)
+    {
         return found;
     }
     let mut walked = op.clone();
@@ -172,12 +173,12 @@ fn exchange(comm: &Comm, op: &Op, mine: i64, opts: &OpOptions) -> Result<Vec<i64
     }
     let input = [mine];
     let mut output = vec![-1i64; n];
-    let gather = Op::AllGatherSingle {
-        output: Ptr(output.as_mut_ptr().cast()),
-        input: Ptr(input.as_ptr() as *mut _),
-        count: 1,
-        dtype: DType::I64,
-    };
+    let gather = Op::all_gather_single(
+        Ptr(output.as_mut_ptr().cast()),
+        Ptr(input.as_ptr() as *mut _),
+        1,
+        DType::I64,
+    );
     comm.submit_unhooked(gather, &blocking)?.wait_blocking()?;
     Ok(output)
 }
@@ -190,12 +191,12 @@ fn exchange_on_device(comm: &Comm, op: &Op, mine: i64, blocking: &OpOptions) -> 
     // [mine | everyone's], one allocation per check (a debugging aid).
     let buf = cuda::DeviceBuffer::zeroed(&device, (n + 1) * 8)?;
     cuda::copy_to_device(buf.ptr(), &mine.to_ne_bytes())?;
-    let gather = Op::AllGatherSingle {
-        output: Ptr(buf.ptr().cast::<u8>().wrapping_add(8).cast()),
-        input: Ptr(buf.ptr()),
-        count: 1,
-        dtype: DType::I64,
-    };
+    let gather = Op::all_gather_single(
+        Ptr(buf.ptr().cast::<u8>().wrapping_add(8).cast()),
+        Ptr(buf.ptr()),
+        1,
+        DType::I64,
+    );
     comm.submit_unhooked(gather, blocking)?;
     cuda::stream_synchronize(blocking.stream as _)?;
     let mut bytes = vec![0u8; n * 8];
@@ -259,29 +260,13 @@ mod tests {
     #[test]
     fn checks_collectives_on_floats_and_broadcast_inputs_on_the_root_only() {
         let p = Ptr(8 as *mut _);
-        let bcast = Op::Broadcast {
-            buf: p,
-            count: 2,
-            dtype: DType::F16,
-            root: 1,
-        };
+        let bcast = Op::broadcast(p, 2, DType::F16, 1);
         assert_eq!(checked_dtype(&bcast), Some(DType::F16));
         assert!(inputs(&bcast, 0, 2).is_empty());
         assert_eq!(inputs(&bcast, 1, 2).len(), 1);
-        let send = Op::Send {
-            buf: p,
-            count: 2,
-            dtype: DType::F32,
-            peer: 1,
-            tag: 0,
-        };
+        let send = Op::send(p, 2, DType::F32, 1, 0);
         assert_eq!(checked_dtype(&send), None);
-        let ints = Op::AllReduce {
-            buf: p,
-            count: 2,
-            dtype: DType::I32,
-            op: crate::types::ReduceOp::SUM,
-        };
+        let ints = Op::all_reduce(p, 2, DType::I32, crate::types::ReduceOp::SUM);
         assert_eq!(checked_dtype(&ints), None);
         assert_eq!(checked_dtype(&Op::Barrier), None);
     }

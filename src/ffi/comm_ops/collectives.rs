@@ -16,12 +16,7 @@ pub extern "C" fn tc_broadcast(
     work: *mut *mut tc_work_t,
 ) -> tc_result_t {
     issue("tc_broadcast", comm, opts, work, |_| {
-        Ok(Op::Broadcast {
-            buf: Ptr(buf),
-            count,
-            dtype: dtype(dt)?,
-            root,
-        })
+        Ok(Op::broadcast(Ptr(buf), count, dtype(dt)?, root))
     })
 }
 
@@ -39,13 +34,13 @@ pub extern "C" fn tc_reduce(
     work: *mut *mut tc_work_t,
 ) -> tc_result_t {
     issue("tc_reduce", comm, opts, work, |_| {
-        Ok(Op::Reduce {
-            buf: Ptr(buf),
+        Ok(Op::reduce(
+            Ptr(buf),
             count,
-            dtype: dtype(dt)?,
+            dtype(dt)?,
             root,
-            op: reduce_op(&op)?,
-        })
+            reduce_op(&op)?,
+        ))
     })
 }
 
@@ -61,12 +56,7 @@ pub extern "C" fn tc_all_reduce(
     work: *mut *mut tc_work_t,
 ) -> tc_result_t {
     issue("tc_all_reduce", comm, opts, work, |_| {
-        Ok(Op::AllReduce {
-            buf: Ptr(buf),
-            count,
-            dtype: dtype(dt)?,
-            op: reduce_op(&op)?,
-        })
+        Ok(Op::all_reduce(Ptr(buf), count, dtype(dt)?, reduce_op(&op)?))
     })
 }
 
@@ -84,12 +74,12 @@ pub extern "C" fn tc_all_gather(
 ) -> tc_result_t {
     issue("tc_all_gather", comm, opts, work, |c| {
         let outputs = unsafe { ptr_list(outputs, c.size() as usize, "outputs")? };
-        Ok(Op::AllGather {
+        Ok(Op::all_gather(
             outputs,
-            input: Ptr(input as *mut c_void),
+            Ptr(input as *mut c_void),
             count,
-            dtype: dtype(dt)?,
-        })
+            dtype(dt)?,
+        ))
     })
 }
 
@@ -106,12 +96,12 @@ pub extern "C" fn tc_all_gather_single(
     work: *mut *mut tc_work_t,
 ) -> tc_result_t {
     issue("tc_all_gather_single", comm, opts, work, |_| {
-        Ok(Op::AllGatherSingle {
-            output: Ptr(output),
-            input: Ptr(input as *mut c_void),
+        Ok(Op::all_gather_single(
+            Ptr(output),
+            Ptr(input as *mut c_void),
             count,
-            dtype: dtype(dt)?,
-        })
+            dtype(dt)?,
+        ))
     })
 }
 
@@ -130,12 +120,12 @@ pub extern "C" fn tc_all_gather_v(
 ) -> tc_result_t {
     issue("tc_all_gather_v", comm, opts, work, |c| {
         let counts = unsafe { count_list(counts, c.size() as usize, "counts")? };
-        Ok(Op::AllGatherV {
-            output: Ptr(output),
-            input: Ptr(input as *mut c_void),
+        Ok(Op::all_gather_v(
+            Ptr(output),
+            Ptr(input as *mut c_void),
             counts,
-            dtype: dtype(dt)?,
-        })
+            dtype(dt)?,
+        ))
     })
 }
 
@@ -155,13 +145,13 @@ pub extern "C" fn tc_reduce_scatter(
     issue("tc_reduce_scatter", comm, opts, work, |c| {
         let inputs =
             unsafe { ptr_list(inputs as *const *mut c_void, c.size() as usize, "inputs")? };
-        Ok(Op::ReduceScatter {
-            output: Ptr(output),
+        Ok(Op::reduce_scatter(
+            Ptr(output),
             inputs,
             count,
-            dtype: dtype(dt)?,
-            op: reduce_op(&op)?,
-        })
+            dtype(dt)?,
+            reduce_op(&op)?,
+        ))
     })
 }
 
@@ -179,13 +169,13 @@ pub extern "C" fn tc_reduce_scatter_single(
     work: *mut *mut tc_work_t,
 ) -> tc_result_t {
     issue("tc_reduce_scatter_single", comm, opts, work, |_| {
-        Ok(Op::ReduceScatterSingle {
-            output: Ptr(output),
-            input: Ptr(input as *mut c_void),
+        Ok(Op::reduce_scatter_single(
+            Ptr(output),
+            Ptr(input as *mut c_void),
             count,
-            dtype: dtype(dt)?,
-            op: reduce_op(&op)?,
-        })
+            dtype(dt)?,
+            reduce_op(&op)?,
+        ))
     })
 }
 
@@ -205,13 +195,13 @@ pub extern "C" fn tc_reduce_scatter_v(
 ) -> tc_result_t {
     issue("tc_reduce_scatter_v", comm, opts, work, |c| {
         let counts = unsafe { count_list(counts, c.size() as usize, "counts")? };
-        Ok(Op::ReduceScatterV {
-            output: Ptr(output),
-            input: Ptr(input as *mut c_void),
+        Ok(Op::reduce_scatter_v(
+            Ptr(output),
+            Ptr(input as *mut c_void),
             counts,
-            dtype: dtype(dt)?,
-            op: reduce_op(&op)?,
-        })
+            dtype(dt)?,
+            reduce_op(&op)?,
+        ))
     })
 }
 
@@ -231,12 +221,7 @@ pub extern "C" fn tc_all_to_all(
         let n = c.size() as usize;
         let outputs = unsafe { ptr_list(outputs, n, "outputs")? };
         let inputs = unsafe { ptr_list(inputs as *const *mut c_void, n, "inputs")? };
-        Ok(Op::AllToAll {
-            outputs,
-            inputs,
-            count,
-            dtype: dtype(dt)?,
-        })
+        Ok(Op::all_to_all(outputs, inputs, count, dtype(dt)?))
     })
 }
 
@@ -253,12 +238,12 @@ pub extern "C" fn tc_all_to_all_single(
     work: *mut *mut tc_work_t,
 ) -> tc_result_t {
     issue("tc_all_to_all_single", comm, opts, work, |_| {
-        Ok(Op::AllToAllSingle {
-            output: Ptr(output),
-            input: Ptr(input as *mut c_void),
+        Ok(Op::all_to_all_single(
+            Ptr(output),
+            Ptr(input as *mut c_void),
             count,
-            dtype: dtype(dt)?,
-        })
+            dtype(dt)?,
+        ))
     })
 }
 
@@ -279,13 +264,13 @@ pub extern "C" fn tc_all_to_all_v_single(
 ) -> tc_result_t {
     issue("tc_all_to_all_v_single", comm, opts, work, |c| {
         let n = c.size() as usize;
-        Ok(Op::AllToAllVSingle {
-            output: Ptr(output),
-            output_counts: unsafe { count_list(output_counts, n, "output_counts")? },
-            input: Ptr(input as *mut c_void),
-            input_counts: unsafe { count_list(input_counts, n, "input_counts")? },
-            dtype: dtype(dt)?,
-        })
+        Ok(Op::all_to_all_v_single(
+            Ptr(output),
+            unsafe { count_list(output_counts, n, "output_counts")? },
+            Ptr(input as *mut c_void),
+            unsafe { count_list(input_counts, n, "input_counts")? },
+            dtype(dt)?,
+        ))
     })
 }
 
@@ -318,13 +303,7 @@ pub extern "C" fn tc_scatter(
         } else {
             Vec::new()
         };
-        Ok(Op::Scatter {
-            output: Ptr(output),
-            inputs,
-            count,
-            dtype: dtype(dt)?,
-            root,
-        })
+        Ok(Op::scatter(Ptr(output), inputs, count, dtype(dt)?, root))
     })
 }
 
@@ -347,13 +326,13 @@ pub extern "C" fn tc_gather(
         } else {
             Vec::new()
         };
-        Ok(Op::Gather {
+        Ok(Op::gather(
             outputs,
-            input: Ptr(input as *mut c_void),
+            Ptr(input as *mut c_void),
             count,
-            dtype: dtype(dt)?,
+            dtype(dt)?,
             root,
-        })
+        ))
     })
 }
 
@@ -375,12 +354,12 @@ pub extern "C" fn tc_gather_single(
     work: *mut *mut tc_work_t,
 ) -> tc_result_t {
     issue("tc_gather_single", comm, opts, work, |_| {
-        Ok(Op::GatherSingle {
-            output: Ptr(output),
-            input: Ptr(input as *mut c_void),
+        Ok(Op::gather_single(
+            Ptr(output),
+            Ptr(input as *mut c_void),
             count,
-            dtype: dtype(dt)?,
+            dtype(dt)?,
             root,
-        })
+        ))
     })
 }

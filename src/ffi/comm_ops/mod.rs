@@ -12,6 +12,7 @@ use crate::ffi::work::tc_work_t;
 use crate::ffi::{
     arg_out, arg_slice, boundary, boundary_void, handle_mut, handle_ref, into_handle, take_handle,
 };
+use crate::op::PointToPoint;
 use crate::options::{read_versioned, tc_op_options_t, timeout_from_ms};
 use crate::types::{hints_from_c, tc_dtype_t, tc_reduce_op_t, DType, ReduceOp};
 use std::ffi::{c_int, c_void};
@@ -59,7 +60,7 @@ fn refuse_tag(tag: u32) -> Result<()> {
 /// `op` with the caller's tag: on a send or receive, refused elsewhere.
 fn with_tag(mut op: Op, tag: u32) -> Result<Op> {
     match &mut op {
-        Op::Send { tag: t, .. } | Op::Recv { tag: t, .. } => *t = tag,
+        Op::PointToPoint(PointToPoint::One(p)) => p.tag = tag,
         _ => refuse_tag(tag)?,
     }
     Ok(op)

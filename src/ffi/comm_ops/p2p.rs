@@ -26,13 +26,13 @@ pub extern "C" fn tc_send(
     work: *mut *mut tc_work_t,
 ) -> tc_result_t {
     issue("tc_send", comm, opts, work, |_| {
-        Ok(Op::Send {
-            buf: Ptr(buf as *mut c_void),
+        Ok(Op::send(
+            Ptr(buf as *mut c_void),
             count,
-            dtype: dtype(dt)?,
+            dtype(dt)?,
             peer,
-            tag: 0,
-        })
+            0,
+        ))
     })
 }
 
@@ -50,13 +50,7 @@ pub extern "C" fn tc_recv(
     work: *mut *mut tc_work_t,
 ) -> tc_result_t {
     issue("tc_recv", comm, opts, work, |_| {
-        Ok(Op::Recv {
-            buf: Ptr(buf),
-            count,
-            dtype: dtype(dt)?,
-            peer,
-            tag: 0,
-        })
+        Ok(Op::recv(Ptr(buf), count, dtype(dt)?, peer, 0))
     })
 }
 
@@ -184,12 +178,9 @@ pub extern "C" fn tc_batch_issue(
     boundary("tc_batch_issue", || {
         let batch = unsafe { handle_mut(batch, "batch")? };
         let op_opts = unsafe { op_options(opts)? };
-        let w = batch.comm.submit(
-            Op::Batch {
-                ops: std::mem::take(&mut batch.ops),
-            },
-            &op_opts,
-        )?;
+        let w = batch
+            .comm
+            .submit(Op::batch(std::mem::take(&mut batch.ops)), &op_opts)?;
         hand_out_work(work, w, &batch.comm);
         Ok(())
     })

@@ -13,7 +13,10 @@ use super::super::reduce::{self, Scale};
 use super::super::{copy, GlooBackend, Scratch};
 use super::Hierarchy;
 use crate::error::Result;
-use crate::op::{Op, P2p, Ptr};
+use crate::op::{
+    gather_single_outputs, Gather, GatherKind, Op, P2p, Ptr, Reduction, ReductionKind, Scatter,
+    ScatterKind,
+};
 use crate::types::{DType, PremulFactor, RedKind, ReduceOp};
 use crate::util::Deadline;
 use std::ffi::c_void;
@@ -41,73 +44,85 @@ fn ptr(p: *mut u8) -> Ptr {
 }
 
 impl Hierarchy {
-    /// Runs `op` hierarchically, or None when it takes the flat path.
+    /// Runs reduction `r` hierarchically, or None when it takes the flat
+    /// path.
     ///
     /// # Safety
-    /// As for `GlooBackend::execute_gloo`: the comm validated the buffers.
-    pub(in super::super) unsafe fn run(
+    /// As for `GlooBackend::execute`: the comm validated the buffers.
+    pub(in super::super) unsafe fn run_reduction(
         &self,
         flat: &GlooBackend,
-        op: &Op,
+        r: &Reduction,
         d: &Deadline,
     ) -> Option<Result<()>> {
-        if let (Some(r), Some((Some(dtype), _, _))) = (op.reduce_op(), op.signature()) {
-            if flat.sums_halves(dtype, r.kind) {
-                return None; // the flat path rounds such sums once
-            }
+        let (dtype, op) = (r.dtype, &r.op);
+        if flat.sums_halves(dtype, op.kind) {
+            return None; // the flat path rounds such sums once
         }
-        Some(match op {
-            Op::AllReduce {
-                buf,
-                count,
-                dtype,
-                op,
-            } => self.all_reduce(buf.as_u8(), *count, *dtype, op, d),
-            Op::Reduce {
-                buf,
-                count,
-                dtype,
-                root,
-                op,
-            } => self.reduce(buf.as_u8(), *count, *dtype, *root as usize, op, d),
-            Op::Broadcast {
-                buf,
-                count,
-                dtype,
-                root,
-            } => self.broadcast(*buf, *count, *dtype, *root as usize, d),
-            Op::AllGatherSingle {
+        Some(match &r.kind {
+            ReductionKind::AllReduce { buf, count } => {
+                self.all_reduce(buf.as_u8(), *count, dtype, op, d)
+            }
+            ReductionKind::Reduce { buf, count, root } => {
+                self.reduce(buf.as_u8(), *count, dtype, *root as usize, op, d)
+            }
+            ReductionKind::ReduceScatterSingle {
                 output,
                 input,
                 count,
-                dtype,
-            } => self.all_gather(output.as_u8(), *input, *count, *dtype, d),
-            Op::AllGather {
-                outputs,
-                input,
-                count,
-                dtype,
-            } => self.all_gather_list(outputs, *input, *count, *dtype, d),
-            Op::ReduceScatterSingle {
-                output,
-                input,
-                count,
-                dtype,
-                op,
-            } => self.reduce_scatter(*output, input.as_u8(), *count, *dtype, op, d),
-            Op::ReduceScatter {
+            } => self.reduce_scatter(*output, input.as_u8(), *count, dtype, op, d),
+            ReductionKind::ReduceScatter {
                 output,
                 inputs,
                 count,
-                dtype,
-                op,
             } => {
                 let mut packed = some_try!(Scratch::packed(inputs, count * dtype.size()));
-                self.reduce_scatter(*output, packed.ptr(), *count, *dtype, op, d)
+                self.reduce_scatter(*output, packed.ptr(), *count, dtype, op, d)
             }
-            Op::Barrier => self.barrier(d),
-            _ => return None,
+            // Per-rank counts: the flat path agrees them first.
+            ReductionKind::ReduceScatterV { .. } => return None,
         })
+    }
+
+    /// Runs gather `g` hierarchically (the all-gathers of even blocks), or
+    /// None when it takes the flat path.
+    ///
+    /// # Safety
+    /// As for [`Hierarchy::run_reduction`].
+    pub(in super::super) unsafe fn run_gather(
+        &self,
+        g: &Gather,
+        d: &Deadline,
+    ) -> Option<Result<()>> {
+        let (dtype, input) = (g.dtype, g.input);
+        Some(match &g.kind {
+            GatherKind::AllGatherSingle { output, count } => {
+                self.all_gather(output.as_u8(), input, *count, dtype, d)
+            }
+            GatherKind::AllGather { outputs, count } => {
+                self.all_gather_list(outputs, input, *count, dtype, d)
+            }
+            GatherKind::AllGatherV { .. }
+            | GatherKind::Gather { .. }
+            | GatherKind::GatherSingle { .. } => return None,
+        })
+    }
+
+    /// Runs broadcast hierarchically; scatter takes the flat path (None).
+    ///
+    /// # Safety
+    /// As for [`Hierarchy::run_reduction`].
+    pub(in super::super) unsafe fn run_scatter(
+        &self,
+        s: &Scatter,
+        d: &Deadline,
+    ) -> Option<Result<()>> {
+        match &s.kind {
+            ScatterKind::Broadcast { buf } => {
+                Some(self.broadcast(*buf, s.count, s.dtype, s.root as usize, d))
+            }
+            ScatterKind::Scatter { .. } => None,
+        }
     }
 
     /// A step among this host's ranks (their messages number them from 0
@@ -180,21 +195,10 @@ impl Hierarchy {
     ) -> Result<()> {
         let (local_op, top_op, avg) = split(op);
         let buf = ptr(buf);
-        let reduce = |root: i32, op: ReduceOp| Op::Reduce {
-            buf,
-            count,
-            dtype,
-            root,
-            op,
-        };
+        let reduce = |root: i32, op: ReduceOp| Op::reduce(buf, count, dtype, root, op);
         self.local(reduce(0, local_op), d)?;
         if self.is_leader() {
-            let all = Op::AllReduce {
-                buf,
-                count,
-                dtype,
-                op: top_op,
-            };
+            let all = Op::all_reduce(buf, count, dtype, top_op);
             self.leaders_then_local(all, d)?;
             if avg {
                 let n = self.place.len() as u64;
@@ -202,15 +206,7 @@ impl Hierarchy {
             }
         }
         let root = 0;
-        self.local(
-            Op::Broadcast {
-                buf,
-                count,
-                dtype,
-                root,
-            },
-            d,
-        )
+        self.local(Op::broadcast(buf, count, dtype, root), d)
     }
 
     /// Local reduce to each leader, reduce among leaders to the root's, then
@@ -238,13 +234,7 @@ impl Hierarchy {
             }
             false => buf,
         };
-        let on = |root: usize, op: ReduceOp| Op::Reduce {
-            buf: ptr(target),
-            count,
-            dtype,
-            root: root as i32,
-            op,
-        };
+        let on = |root: usize, op: ReduceOp| Op::reduce(ptr(target), count, dtype, root as i32, op);
         self.local(on(0, local_op), d)?;
         self.leaders_reduce(target, count, dtype, root_host, &top_op, d)?;
         if my_host != root_host {
@@ -256,20 +246,8 @@ impl Hierarchy {
         }
         let (send, recv) = (self.is_leader() && root_index != 0, self.rank == root);
         let p2p = |is_send: bool, peer: usize| match is_send {
-            true => Op::Send {
-                buf: ptr(target),
-                count,
-                dtype,
-                peer: peer as i32,
-                tag: 0,
-            },
-            false => Op::Recv {
-                buf: ptr(buf),
-                count,
-                dtype,
-                peer: peer as i32,
-                tag: 0,
-            },
+            true => Op::send(ptr(target), count, dtype, peer as i32, 0),
+            false => Op::recv(ptr(buf), count, dtype, peer as i32, 0),
         };
         match (send, recv && root_index != 0) {
             (true, _) => self.local(p2p(true, root_index), d),
@@ -306,7 +284,7 @@ impl Hierarchy {
         if me != root_host {
             let ops = vec![p2p(true, target, root_host)];
             return leaders
-                .execute(&Op::Batch { ops }, d)
+                .execute(&Op::batch(ops), d)
                 .map_err(|e| self.among_leaders(e));
         }
         let bytes = count * dtype.size();
@@ -316,7 +294,7 @@ impl Hierarchy {
             .map(|h| p2p(false, parts.ptr().add(h * bytes), h))
             .collect();
         leaders
-            .execute(&Op::Batch { ops }, d)
+            .execute(&Op::batch(ops), d)
             .map_err(|e| self.among_leaders(e))?;
         let f = reduce::kernel(dtype, op.kind)?;
         for h in (0..hosts).filter(|h| *h != me) {
@@ -343,12 +321,7 @@ impl Hierarchy {
         d: &Deadline,
     ) -> Result<()> {
         let (root_host, root_index) = self.place[root];
-        let on = |root: usize| Op::Broadcast {
-            buf,
-            count,
-            dtype,
-            root: root as i32,
-        };
+        let on = |root: usize| Op::broadcast(buf, count, dtype, root as i32);
         let home = self.place[self.rank].0 == root_host;
         if home {
             self.local(on(root_index), d)?;
@@ -377,40 +350,25 @@ impl Hierarchy {
         let (my_host, _) = self.place[self.rank];
         let mine = self.hosts[my_host].len();
         let mut block = Scratch::new(if self.is_leader() { mine * bytes } else { 0 })?;
-        let gather = Op::GatherSingle {
-            output: ptr(if self.is_leader() {
-                block.ptr()
-            } else {
-                std::ptr::null_mut()
-            }),
-            input,
-            count,
-            dtype,
-            root: 0,
+        let block_ptr = match self.is_leader() {
+            true => block.ptr(),
+            false => std::ptr::null_mut(),
         };
-        let gather = gather.gather_single_as_gather(self.local.rank, self.local.size);
-        self.local(gather.expect("a gather_single"), d)?;
+        // The leader's blocks as the list a gather takes.
+        let at = (self.local.rank, 0, self.local.size);
+        let outputs = gather_single_outputs(ptr(block_ptr), count, dtype, at);
+        self.local(Op::gather(outputs, input, count, dtype, 0), d)?;
         if self.is_leader() {
             let n = self.place.len();
             let mut all = Scratch::new(n * bytes)?;
             let counts = self.hosts.iter().map(|h| h.len() * count).collect();
-            let op = Op::AllGatherV {
-                output: ptr(all.ptr()),
-                input: ptr(block.ptr()),
-                counts,
-                dtype,
-            };
+            let op = Op::all_gather_v(ptr(all.ptr()), ptr(block.ptr()), counts, dtype);
             self.leaders_then_local(op, d)?;
             for (k, r) in self.hosts.iter().flatten().enumerate() {
                 copy(output.add(r * bytes), all.ptr().add(k * bytes), bytes);
             }
         }
-        let whole = Op::Broadcast {
-            buf: ptr(output),
-            count: count * self.place.len(),
-            dtype,
-            root: 0,
-        };
+        let whole = Op::broadcast(ptr(output), count * self.place.len(), dtype, 0);
         self.local(whole, d)
     }
 
@@ -447,13 +405,7 @@ impl Hierarchy {
         let bytes = count * dtype.size();
         let mut sum = Scratch::new(n * bytes)?;
         copy(sum.ptr(), input, n * bytes);
-        let reduce = Op::Reduce {
-            buf: ptr(sum.ptr()),
-            count: count * n,
-            dtype,
-            root: 0,
-            op: local_op,
-        };
+        let reduce = Op::reduce(ptr(sum.ptr()), count * n, dtype, 0, local_op);
         self.local(reduce, d)?;
         let my_ranks = &self.hosts[self.place[self.rank].0];
         let leader = self.is_leader();
@@ -469,13 +421,13 @@ impl Hierarchy {
                     bytes,
                 );
             }
-            let op = Op::ReduceScatterV {
-                output: ptr(mine.ptr()),
-                input: ptr(by_host.ptr()),
-                counts: self.hosts.iter().map(|h| h.len() * count).collect(),
+            let op = Op::reduce_scatter_v(
+                ptr(mine.ptr()),
+                ptr(by_host.ptr()),
+                self.hosts.iter().map(|h| h.len() * count).collect(),
                 dtype,
-                op: top_op,
-            };
+                top_op,
+            );
             self.leaders_then_local(op, d)?;
             if avg {
                 let total = my_ranks.len() * count;
@@ -485,18 +437,12 @@ impl Hierarchy {
                 .map(|j| ptr(mine.ptr().add(j * bytes)))
                 .collect();
         }
-        let scatter = Op::Scatter {
-            output,
-            inputs,
-            count,
-            dtype,
-            root: 0,
-        };
+        let scatter = Op::scatter(output, inputs, count, dtype, 0);
         self.local(scatter, d)
     }
 
     /// Every rank of each host, then the leaders, then every rank again.
-    fn barrier(&self, d: &Deadline) -> Result<()> {
+    pub(in super::super) fn barrier(&self, d: &Deadline) -> Result<()> {
         self.local(Op::Barrier, d)?;
         self.leaders_then_local(Op::Barrier, d)?;
         self.local(Op::Barrier, d)

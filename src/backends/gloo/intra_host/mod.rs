@@ -48,15 +48,17 @@
 //! first, AVG divides the sum, float16/bfloat16 sums add in f32 and round
 //! once.
 //!
-//! A sync publishes this rank's phase number and wakes sleeping peers
-//! (a futex on their header); it waits by yielding briefly, then in futex
-//! sleeps of at most 10 ms, between which it checks the comm's abort, the
+//! A sync publishes this rank's phase number (and the CPU it runs on) and
+//! wakes the peers that sleep (a futex on their header); it waits by busy
+//! polling while that can help, then yielding, then in futex sleeps of at
+//! most 10 ms (see [`wait`]), between which it checks the comm's abort, the
 //! deadline and whether a missing peer's process has exited (a pidfd), so a
 //! dead peer fails the operation at once and a stopped one at the timeout,
 //! both named.
 
 mod collectives;
 mod p2p;
+mod wait;
 
 pub use p2p::Transfer;
 
@@ -73,12 +75,14 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use wait::Patience;
 
 /// Bytes of each of a segment's two data halves: the chunk size.
 pub(super) const HALF: usize = 512 << 10;
 /// Header words: phase (0), bell (8), sleeping (12), left (16), gave up
-/// (24), from [`SLOTS`] two fingerprint slots (see [`Fingerprint`]) and
-/// from [`REASONS`] two refusal reasons (see [`IntraHost::refuse`]).
+/// (24), CPU (32, see [`wait`]), from [`SLOTS`] two fingerprint slots
+/// (see [`Fingerprint`]) and from [`REASONS`] two refusal reasons (see
+/// [`IntraHost::refuse`]).
 const HEADER: usize = REASONS + 2 * REASON_BYTES;
 const SLOTS: usize = 64;
 const SLOT_WORDS: usize = 4;
@@ -92,43 +96,6 @@ const SEGMENT: usize = HEADER + 2 * HALF;
 fn segment_len(size: usize) -> usize {
     SEGMENT + size * p2p::RING_STRIDE
 }
-/// Busy polls before a wait yields, when the host has a core per rank
-/// (busy polling ranks that share cores delays the very peers they wait
-/// for: measured 10x slower with 4 ranks on 2 cores).
-const BUSY_SPINS: u32 = 2000;
-/// Yielding polls before a wait goes to sleep.
-const YIELDS: u32 = 64;
-
-/// A waiter's polling before it sleeps: `busy_spins` busy polls (none when
-/// ranks share cores), then [`YIELDS`] yields.
-struct Patience {
-    busy_spins: u32,
-    polls: u32,
-}
-
-impl Patience {
-    fn new(busy_spins: u32) -> Patience {
-        Patience {
-            busy_spins,
-            polls: 0,
-        }
-    }
-
-    /// Waits a little before the next poll; false once it is time to sleep.
-    fn poll_again(&mut self) -> bool {
-        self.polls += 1;
-        if self.polls <= self.busy_spins {
-            std::hint::spin_loop();
-            return true;
-        }
-        if self.polls <= self.busy_spins + YIELDS {
-            std::thread::yield_now();
-            return true;
-        }
-        false
-    }
-}
-
 /// The longest a wait sleeps between its checks of the deadline, the
 /// comm's abort and the peers' processes.
 const SLICE: Duration = Duration::from_millis(10);
@@ -149,7 +116,8 @@ pub struct IntraHost {
     phase: AtomicU64,
     /// Chunks sent so far: picks the half.
     chunks: AtomicU64,
-    /// [`BUSY_SPINS`], or 0 when there are more ranks than usable cores.
+    /// Busy polls a wait may spend: [`wait::MAX_SPINS`], or 0 when there
+    /// are more ranks than usable cores.
     busy_spins: u32,
     /// Names a fingerprint's operation in messages.
     describe: fn(&Fingerprint) -> String,
@@ -226,6 +194,20 @@ fn exited(pidfd: &OwnedFd) -> bool {
     };
     // SAFETY: one valid pollfd, no wait.
     unsafe { libc::poll(&mut p, 1, 0) > 0 }
+}
+
+/// Maps in, here, the pages a small operation touches first in every
+/// segment (the header and the start of each data half), so that the
+/// first calls of a comm take no page faults there: two or three per
+/// segment, a few microseconds each.
+fn prefault(bases: &[*mut u8]) {
+    for base in bases {
+        for at in [0, HEADER, HEADER + HALF] {
+            // SAFETY: within the segment; a read of memory nobody writes
+            // yet (the operations start after set-up).
+            unsafe { std::ptr::read_volatile(base.add(at)) };
+        }
+    }
 }
 
 /// Words each rank publishes at creation.
@@ -352,6 +334,7 @@ impl IntraHost {
         // Every peer has mapped it (they voted after mapping).
         own.fd = None;
         mapped.bases[rank] = own.base;
+        prefault(&mapped.bases);
         // One rank's TORCHCOMM_SHM_P2P=0 keeps every rank's on Gloo (a ring
         // nobody reads would hang its sender).
         let p2p_on = votes.chunks(2).all(|v| v[1] == 1);
@@ -360,7 +343,7 @@ impl IntraHost {
             if p2p_on { "too" } else { "through Gloo (TORCHCOMM_SHM_P2P=0 or hint gloo.shm_p2p=0 on some rank)" }
         );
         let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-        let busy_spins = if size <= cores { BUSY_SPINS } else { 0 };
+        let busy_spins = if size <= cores { wait::MAX_SPINS } else { 0 };
         Ok(Some(IntraHost {
             rank,
             size,
@@ -387,6 +370,17 @@ impl IntraHost {
 
     fn sleeping_of(&self, r: usize) -> &AtomicU32 {
         unsafe { &*(self.bases[r].add(12) as *const AtomicU32) }
+    }
+
+    /// The CPU rank `r` last ran on at a sync, plus one (0: not known);
+    /// see [`wait`].
+    fn cpu_of(&self, r: usize) -> &AtomicU32 {
+        unsafe { &*(self.bases[r].add(32) as *const AtomicU32) }
+    }
+
+    /// Whether a rank of `ranks` was last seen on CPU `cpu` (plus one).
+    fn any_on_cpu(&self, mut ranks: impl Iterator<Item = usize>, cpu: u32) -> bool {
+        ranks.any(|r| self.cpu_of(r).load(Ordering::Relaxed) == cpu)
     }
 
     /// Set when rank `r` dropped its comm: a peer waiting for it fails
@@ -585,15 +579,35 @@ impl IntraHost {
             // Before the phase store, which publishes it.
             self.publish(p, fp);
         }
+        let cpu = wait::current_cpu();
+        self.cpu_of(me).store(cpu, Ordering::Relaxed);
         self.phase_of(me).store(p, Ordering::SeqCst);
-        self.ring_peers();
-        self.wait_all(what, p, d, alive)?;
+        self.wake_sleepers();
+        self.wait_all(what, p, cpu, d, alive)?;
         match first {
             Some(_) => self.check_fingerprints(what, p),
             None => Ok(()),
         }
     }
 
+    /// After this rank's phase store: wakes the peers that sleep. One that
+    /// is not sleeping needs no bell: it raises `sleeping` before its last
+    /// look at the phases (both SeqCst), so either it sees this rank's
+    /// phase or this rank sees it sleeping. A spinning peer's header line
+    /// is only read, not written.
+    fn wake_sleepers(&self) {
+        for r in (0..self.size).filter(|r| *r != self.rank) {
+            if self.sleeping_of(r).load(Ordering::SeqCst) != 0 {
+                self.bell_of(r).fetch_add(1, Ordering::SeqCst);
+                futex_wake(self.bell_of(r));
+            }
+        }
+    }
+
+    /// Rings every peer's bell, sleeping or not: after a change that
+    /// their waits check only between polls (a withdrawal, leaving the
+    /// comm), so that a wait that read the bell before the change does
+    /// not sleep through it.
     fn ring_peers(&self) {
         for r in (0..self.size).filter(|r| *r != self.rank) {
             self.bell_of(r).fetch_add(1, Ordering::SeqCst);
@@ -610,10 +624,11 @@ impl IntraHost {
         &self,
         what: &str,
         p: u64,
+        cpu: u32,
         d: &Deadline,
         alive: &dyn Fn() -> Result<()>,
     ) -> Result<()> {
-        match self.wait_for_peers(what, p, d, alive) {
+        match self.wait_for_peers(what, p, cpu, d, alive) {
             Ok(()) => Ok(()),
             Err(e) => self.give_up(p, e),
         }
@@ -644,10 +659,12 @@ impl IntraHost {
     }
 
     /// Waits until every rank's phase reached `p`.
+    /// `cpu`: where this rank published it runs (see [`wait`]).
     fn wait_for_peers(
         &self,
         what: &str,
         p: u64,
+        cpu: u32,
         d: &Deadline,
         alive: &dyn Fn() -> Result<()>,
     ) -> Result<()> {
@@ -658,16 +675,21 @@ impl IntraHost {
         // slow path lists who is late.
         let arrived = |r: &usize| self.phase_of(*r).load(Ordering::SeqCst) >= p;
         let all_arrived = || (0..self.size).all(|r| arrived(&r));
-        // Busy first when every rank can have a core of its own (a peer on
-        // another core arrives within microseconds), then yield the core to
-        // a peer that may share it.
-        let mut patience = Patience::new(self.busy_spins);
+        // Busy while a peer on another CPU may arrive any moment, then
+        // yield the CPU to a peer that may need it (see [`wait`]).
+        let mut patience = Patience::new(self.busy_spins, cpu);
         loop {
             let seen = self.bell_of(me).load(Ordering::SeqCst);
             if all_arrived() {
+                if patience.cpu != cpu {
+                    // Where this rank runs now (it yielded and moved), for
+                    // its peers' next waits.
+                    self.cpu_of(me).store(patience.cpu, Ordering::Relaxed);
+                }
                 return Ok(());
             }
-            if patience.poll_again() {
+            let late = (0..self.size).filter(|r| !arrived(r));
+            if patience.poll_again(|cpu| self.any_on_cpu(late, cpu)) {
                 continue;
             }
             alive()?;

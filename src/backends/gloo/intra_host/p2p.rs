@@ -24,14 +24,15 @@
 //! naming both, the message is skipped and the pair stays usable; the send
 //! already completed on its side.
 //!
-//! Waiting follows the collectives' syncs: busy polling when every rank can
-//! have a core, then yields, then futex sleeps of at most 10 ms between
-//! which a peer whose process exited or that left the comm fails the
-//! operation at once (`TC_ERR_REMOTE`, naming it), the comm's abort is
-//! seen, and the deadline gives `TC_ERR_TIMEOUT` naming the peers waited
-//! for.
+//! Waiting follows the collectives' syncs (see [`super::wait`]): busy
+//! polling while a peer on another CPU may answer, then yields, then futex
+//! sleeps of at most 10 ms between which a peer whose process exited or
+//! that left the comm fails the operation at once (`TC_ERR_REMOTE`, naming
+//! it), the comm's abort is seen, and the deadline gives `TC_ERR_TIMEOUT`
+//! naming the peers waited for.
 
-use super::{exited, futex_wait, futex_wake, IntraHost, Patience, SEGMENT, SLICE};
+use super::wait::{current_cpu, Patience};
+use super::{exited, futex_wait, futex_wake, IntraHost, SEGMENT, SLICE};
 use crate::error::{Error, Result};
 use crate::types::DType;
 use crate::util::Deadline;
@@ -223,10 +224,12 @@ impl IntraHost {
         d: &Deadline,
         alive: &dyn Fn() -> Result<()>,
     ) -> Result<()> {
-        let mut patience = Patience::new(self.busy_spins);
+        let cpu = current_cpu();
+        self.cpu_of(self.rank).store(cpu, Ordering::Relaxed);
+        let mut patience = Patience::new(self.busy_spins, cpu);
         loop {
             if self.step(inboxes, pend, false)? {
-                patience = Patience::new(self.busy_spins);
+                patience = Patience::new(self.busy_spins, patience.cpu);
                 continue;
             }
             if pend.iter().all(|p| p.done) {
@@ -235,10 +238,11 @@ impl IntraHost {
             // Stuck: read whatever peers sent, so that a peer blocked
             // sending to this rank moves on.
             if self.step(inboxes, pend, true)? {
-                patience = Patience::new(self.busy_spins);
+                patience = Patience::new(self.busy_spins, patience.cpu);
                 continue;
             }
-            if patience.poll_again() {
+            let awaited = pend.iter().filter(|p| !p.done).map(|p| p.t.peer);
+            if patience.poll_again(|cpu| self.any_on_cpu(awaited, cpu)) {
                 continue;
             }
             alive()?;
