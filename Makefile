@@ -15,8 +15,8 @@ AFTER_BUILD := TC_BUILT=1
 .PHONY: all build deps lint header header-check header-compile symbols-check \
         cargo-test nccl-wheel nccl-real-test capi-test capi-valgrind sim-gpu-test \
         install uninstall install-check wheel wheel-test test run bench bench-deps bench-store \
-        bench-host bench-p2p bench-window bench-sparse bench-reducer bench-torchcomms-call bench-local bench-torch run-reducer \
-        torch-parity torch-ext torch-backend-test torch-suite cpp-test python-test torchcomms-test torch-interop gpu-suite gpu-test gpu-bench clean
+        bench-host bench-multihost bench-p2p bench-window bench-sparse bench-reducer bench-torchcomms-call bench-local bench-torch run-reducer \
+        torch-parity torch-ext torch-backend-test torch-suite ucx-hosts-test cpp-test python-test torchcomms-test torch-interop gpu-suite gpu-test gpu-bench clean
 
 all: build
 
@@ -104,6 +104,9 @@ torch-suite: build
 
 # Hierarchical gloo collectives across hosts made of network namespaces (root).
 hier-hosts-test: build ; $(AFTER_BUILD) bash scripts/test-hier-hosts.sh
+# UCX as the host transport across hosts made of network namespaces (root;
+# about 4 to 5 minutes here, so not in `make test`).
+ucx-hosts-test: build ; $(AFTER_BUILD) bash scripts/test-ucx-hosts.sh
 
 # The C++ header (C++17, C++20, valgrind) and the Python package (pytest).
 cpp-test: build
@@ -139,6 +142,8 @@ bench-store: build
 	$(AFTER_BUILD) $(S)/bench-store.sh
 bench-host: build bench-deps
 	$(AFTER_BUILD) $(S)/bench-host.sh
+bench-multihost: build bench-deps
+	$(AFTER_BUILD) $(S)/bench-multihost.sh
 bench-window: build
 	$(AFTER_BUILD) $(S)/bench-window.sh
 bench-sparse: build

@@ -374,12 +374,14 @@ fn late_hook_child() {
     tc_comm_destroy(comm);
 }
 
-fn launch_case(test: &str, case: &str, n: usize, shm: bool) {
+fn launch_case(test: &str, case: &str, n: usize, role: &str) {
     let mut env = vec![("TC_REFUSAL_CASE", case)];
-    if !shm {
+    if role != "shm" {
         env.push(("TORCHCOMM_GLOO_SHM", "0"));
     }
-    let role = if shm { "shm" } else { "gloo" };
+    if role == "ucx" {
+        env.extend([("TORCHCOMM_HOST_TRANSPORT", "ucx"), ("UCX_TLS", "tcp,self")]);
+    }
     let out = launch(test, role, n, &env, Duration::from_secs(120));
     for o in &out {
         for r in o.results() {
@@ -410,8 +412,23 @@ fn both_paths(test: &str, case: &str, n: usize) {
     if child() {
         return;
     }
-    launch_case(test, case, n, true);
-    launch_case(test, case, n, false);
+    launch_case(test, case, n, "shm");
+    launch_case(test, case, n, "gloo");
+    // The UCX host transport (where libucp.so.0 is installed): the peers
+    // wait in UCX, which the refusing rank's failure notice ends.
+    if ucx_installed() {
+        launch_case(test, case, n, "ucx");
+    }
+}
+
+fn ucx_installed() -> bool {
+    let name = std::ffi::CString::new("libucp.so.0").unwrap();
+    // SAFETY: a valid C string; the handle is kept.
+    let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if h.is_null() {
+        println!("SKIPPED the UCX host transport: libucp.so.0 is not installed");
+    }
+    !h.is_null()
 }
 
 #[test]

@@ -48,7 +48,10 @@ impl GlooBackend {
         backend.peer_addresses = backend.exchange_addresses(init.timeout)?;
         if init.size > 1 {
             backend.set_up_same_host_paths(&init)?;
-            if backend.intra.is_none() && backend.hier.is_none() {
+            // On a hierarchical comm too: the operations the hierarchy does
+            // not cover (point-to-point, gather, scatter, all_to_all) then go
+            // over UCX among all ranks.
+            if backend.intra.is_none() {
                 backend.ucx = backend.host_transport(&init)?;
             }
         }

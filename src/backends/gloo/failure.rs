@@ -42,6 +42,9 @@ impl GlooBackend {
             if let Some(h) = &self.hier {
                 h.break_all(err);
             }
+            if let Some(u) = &self.ucx {
+                u.abort(err);
+            }
         }
     }
 

@@ -15,9 +15,8 @@
 //! - gather, scatter, all_to_all (list and single buffer): direct, every
 //!   transfer posted at once.
 //!
-//! Not carried here (they stay on the Gloo path): the v-variants
-//! (all_gather_v, reduce_scatter_v, all_to_all_v_single), whose per-rank
-//! counts the Gloo path agrees first.
+//! - the v-variants (all_gather_v, reduce_scatter_v, all_to_all_v_single):
+//!   the same over blocks of the given counts (`v_variants.rs`).
 
 use super::worker::{Request, Worker};
 use super::*;
@@ -27,6 +26,9 @@ use crate::op::{
 };
 use crate::types::{DType, RedKind, ReduceOp};
 use std::ffi::c_void;
+
+#[path = "v_variants.rs"]
+mod v_variants;
 
 /// All-reduces from this size on go through the ring.
 const RING_MIN_BYTES: usize = 256 << 10;
@@ -165,8 +167,8 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// Runs reduction `r`, or `None` for the members left to the Gloo
-    /// path.
+    /// Runs reduction `r` (every member is carried: always `Some`; the
+    /// `Option` is for a member left to the Gloo path).
     ///
     /// # Safety
     /// As for [`UcxTransport::reduction`].
@@ -189,11 +191,15 @@ impl Ctx<'_> {
                 input,
                 count,
             } => self.reduce_scatter(&[], Some(*input), *output, *count, dtype, op),
-            ReductionKind::ReduceScatterV { .. } => return None,
+            ReductionKind::ReduceScatterV {
+                output,
+                input,
+                counts,
+            } => self.reduce_scatter_v(output.as_u8(), input.as_u8(), counts, dtype, op),
         })
     }
 
-    /// Runs gather `g`, or `None` for the members left to the Gloo path.
+    /// Runs gather `g` (always `Some`, as for [`Ctx::run_reduction`]).
     ///
     /// # Safety
     /// As for [`UcxTransport::reduction`].
@@ -255,7 +261,9 @@ impl Ctx<'_> {
                 drop(own);
                 r
             }
-            GatherKind::AllGatherV { .. } => return None,
+            GatherKind::AllGatherV { output, counts } => {
+                self.all_gather_v(output.as_u8(), input.as_u8(), counts, dtype.size())
+            }
         })
     }
 
@@ -274,7 +282,7 @@ impl Ctx<'_> {
         })
     }
 
-    /// Runs all-to-all `a`, or `None` for the members left to the Gloo path.
+    /// Runs all-to-all `a` (always `Some`, as for [`Ctx::run_reduction`]).
     ///
     /// # Safety
     /// As for [`UcxTransport::reduction`].
@@ -303,7 +311,16 @@ impl Ctx<'_> {
                 let outs: Vec<*mut u8> = (0..n).map(|r| output.as_u8().add(r * bytes)).collect();
                 self.all_to_all(&ins, &outs, bytes, clash())
             }
-            AllToAllKind::VSingle { .. } => return None,
+            AllToAllKind::VSingle {
+                output,
+                output_counts,
+                input,
+                input_counts,
+            } => self.all_to_all_v(
+                (output.as_u8(), output_counts),
+                (input.as_u8(), input_counts),
+                a.dtype.size(),
+            ),
         })
     }
 

@@ -14,8 +14,9 @@
 //! (local; fails where UCX is absent), [`UcxTransport::connect`],
 //! one method per family of operations
 //! ([`UcxTransport::point_to_point`], [`UcxTransport::reduction`],
-//! `gather`, `scatter`, `all_to_all`, `barrier`: `None` for the members it
-//! does not carry, which stay on the Gloo path), [`UcxTransport::flush`] and
+//! `gather`, `scatter`, `all_to_all`, `barrier`: `None` for a member it
+//! does not carry, which stays on the Gloo path; today it carries every
+//! member), [`UcxTransport::flush`] and
 //! [`wanted`] (the `TORCHCOMM_HOST_TRANSPORT` setting). It shares only the
 //! reduction kernels of `crate::kernels::reduce` with the Gloo path.
 //!
@@ -211,6 +212,16 @@ impl UcxTransport {
             what,
         };
         f(&mut ctx)
+    }
+
+    /// The comm broke or was aborted: unless an operation is running (it
+    /// sees the same through `alive` and withdraws itself), tells every
+    /// peer (see `Worker::withdraw`) and closes the endpoints, so that the
+    /// peers' operations fail now rather than at their timeout.
+    pub fn abort(&self, why: &Error) {
+        if let Ok(mut w) = self.worker.try_lock() {
+            w.withdraw(&mut [], why);
+        }
     }
 
     /// Waits (up to the comm's timeout) until every send that completed

@@ -61,7 +61,21 @@ pub(super) struct Worker {
     /// Set once the endpoints were closed after a failure: nothing more
     /// can be sent.
     closed: Option<Error>,
+    /// The receive, posted from connect on, of a peer's failure notice
+    /// (see [`Worker::withdraw`]), and its buffer (boxed: UCX writes there).
+    notice: Option<Request>,
+    notice_buf: Box<[u8; NOTICE_BYTES]>,
 }
+
+/// A failure notice: the rank its sender blames (u64::MAX: none) and its
+/// error message, truncated.
+const NOTICE_BYTES: usize = 512;
+/// The tag of a failure notice (class wire-up, low bits 1) and the mask
+/// that takes it from any sender.
+fn notice_tag(sender: usize) -> Tag {
+    super::tag(super::CLASS_WIRE_UP, sender, 1)
+}
+const NOTICE_MASK: Tag = !(((super::MAX_RANKS as u64) - 1) << 44);
 
 /// The store key of rank `r`'s worker address.
 fn address_key(r: usize) -> String {
@@ -125,6 +139,8 @@ impl Worker {
             peers,
             buffered: Vec::new(),
             closed: None,
+            notice: None,
+            notice_buf: Box::new([0; NOTICE_BYTES]),
         })
     }
 
@@ -168,6 +184,11 @@ impl Worker {
             check(self.ucp, s, &format!("ucp_ep_create to rank {r}"))?;
             self.eps.push(ep);
         }
+        let buf = self.notice_buf.as_mut_ptr();
+        // SAFETY: the buffer is boxed and lives until the request is
+        // cancelled and freed (see `Drop`).
+        self.notice =
+            Some(unsafe { self.recv(0, buf, NOTICE_BYTES, (notice_tag(0), NOTICE_MASK)) });
         Ok(())
     }
 
@@ -271,7 +292,13 @@ impl Worker {
             buffered.retain_mut(|b| !self.poll(&mut b.request) || b.request.status < 0);
             self.buffered = buffered;
             // A completed operation stands even if a peer failed since.
-            let failed = self.failure(reqs, what, !done).err();
+            let failed = match done {
+                true => None,
+                false => self.noticed(what),
+            }
+            .or_else(|| self.failure(reqs, what, !done).err());
+            let noticed =
+                failed.is_some() && self.notice.as_ref().is_some_and(|n| n.handle.is_null());
             if done && failed.is_none() {
                 return Ok(());
             }
@@ -291,7 +318,9 @@ impl Worker {
                 None => None,
             };
             if let Some(e) = stopped {
-                self.withdraw(reqs, &e);
+                // A rank told of a failure does not tell the others again:
+                // the failed rank told every rank.
+                self.withdraw_telling(reqs, &e, !noticed);
                 return Err(e);
             }
             if spins % 1024 == 0 {
@@ -334,11 +363,41 @@ impl Worker {
         )))
     }
 
-    /// After a failure: cancels this rank's receives and closes every
-    /// endpoint (so that the peers learn of it now, through their own
-    /// error handlers), then waits (briefly) until UCX let go of every
-    /// buffer. The worker sends nothing more.
+    /// The error of a failure notice received from a peer, if one came.
+    fn noticed(&mut self, what: &str) -> Option<Error> {
+        let mut n = self.notice.take()?;
+        let done = self.poll(&mut n);
+        let status = n.status;
+        let (sender, length) = (
+            ((n.info.sender_tag >> 44) as usize) & (super::MAX_RANKS - 1),
+            n.info.length,
+        );
+        self.notice = Some(n);
+        if !done || status != UCS_OK {
+            return None;
+        }
+        let b = &self.notice_buf[..length.min(NOTICE_BYTES)];
+        let message = String::from_utf8_lossy(b.get(8..).unwrap_or_default());
+        Some(Error::remote(format!(
+            "ucx {what} on rank {}: rank {sender} failed and told this rank: {message}",
+            self.rank
+        )))
+    }
+
+    /// After a failure: tells every peer (a failure notice, see
+    /// [`Worker::noticed`]: every rank fails its operation now rather than
+    /// at its timeout, whether or not it exchanges with this one or the
+    /// failed one), cancels this rank's receives and closes every endpoint,
+    /// then waits (briefly) until UCX let go of every buffer. The worker
+    /// sends nothing more.
     pub fn withdraw(&mut self, reqs: &mut [Request], why: &Error) {
+        self.withdraw_telling(reqs, why, true)
+    }
+
+    fn withdraw_telling(&mut self, reqs: &mut [Request], why: &Error, tell: bool) {
+        if tell {
+            self.tell_peers(why);
+        }
         for r in reqs.iter().filter(|r| r.is_recv && !r.handle.is_null()) {
             // SAFETY: a live receive of this worker.
             unsafe { (self.ucp.request_cancel)(self.worker, r.handle) };
@@ -359,6 +418,45 @@ impl Worker {
         // it when done), so that the worker can be destroyed.
         for r in reqs.iter_mut() {
             self.release(r);
+        }
+    }
+
+    /// Sends `why` as a failure notice to every peer not known to have
+    /// failed, and waits (up to 500 ms) until UCX sent them.
+    fn tell_peers(&mut self, why: &Error) {
+        if self.closed.is_some() || self.eps.is_empty() {
+            return;
+        }
+        let mut bytes = u64::MAX.to_ne_bytes().to_vec();
+        let m = why.message.as_bytes();
+        bytes.extend_from_slice(&m[..m.len().min(NOTICE_BYTES - 8)]);
+        let me = self.rank;
+        let mut sent = Vec::new();
+        for p in (0..self.size).filter(|p| *p != me) {
+            if self.peers[p].failure.load(Ordering::SeqCst) != UCS_OK {
+                continue;
+            }
+            // SAFETY: `bytes` outlives every request (it is leaked below
+            // when one is still pending).
+            sent.push(unsafe { self.send(p, bytes.as_ptr(), bytes.len(), notice_tag(me)) });
+        }
+        let until = Instant::now() + Duration::from_millis(500);
+        loop {
+            self.progress();
+            let mut done = true;
+            for r in sent.iter_mut() {
+                done &= self.poll(r);
+            }
+            if done || Instant::now() > until {
+                break;
+            }
+        }
+        if sent.iter().any(|r| !r.handle.is_null()) {
+            // UCX may still read the bytes: they stay allocated.
+            for r in sent.iter_mut() {
+                self.release(r);
+            }
+            std::mem::forget(bytes);
         }
     }
 
@@ -457,6 +555,16 @@ impl Request {
 
 impl Drop for Worker {
     fn drop(&mut self) {
+        if let Some(mut n) = self.notice.take() {
+            if !n.handle.is_null() {
+                // SAFETY: a live receive of this worker; cancelled, it
+                // completes at the next progress, then freed.
+                unsafe { (self.ucp.request_cancel)(self.worker, n.handle) };
+                self.progress();
+                self.poll(&mut n);
+                self.release(&mut n);
+            }
+        }
         self.close_endpoints(
             &Error::new(ErrorKind::Aborted, "the comm was destroyed"),
             false,

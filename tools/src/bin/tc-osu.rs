@@ -5,6 +5,13 @@
 //!
 //! `tc-run -n 2 -- tc-osu [-b MIN] [-e MAX] [-r ROUNDS] [--extra NAME=LAT,BW]...`
 //! `tc-run -n 2 -- tc-osu --cost N`
+//! `tc-osu --host 1 [-b MIN] [-e MAX] [-r ROUNDS] [--extra ...]` (2 ranks
+//! from any launcher, shared memory off: TORCHCOMM_GLOO_SHM=0)
+//!
+//! `--host 1` compares the transports between hosts instead: ours = UCX
+//! (hint `gloo.host_transport=ucx`), ours-off = Gloo over TCP (hint
+//! `gloo.host_transport=gloo`), both without shared-memory point-to-point
+//! (scripts/bench-multihost.sh).
 //!
 //! Latency: ping-pong (rank 0 sends, rank 1 receives and sends back), half
 //! the round trip, as osu_latency. Bandwidth: rank 0 starts a window of
@@ -36,6 +43,8 @@ struct Args {
     extra: Vec<(String, String, String)>,
     /// `--cost N`: the instruction-count mode.
     cost: Option<usize>,
+    /// `--host 1`: UCX against Gloo between hosts.
+    host: bool,
 }
 
 fn size_arg(s: &str) -> Option<usize> {
@@ -51,6 +60,9 @@ fn size_arg(s: &str) -> Option<usize> {
 fn usage() -> ! {
     eprintln!("usage: tc-run -n 2 -- tc-osu [-b MIN] [-e MAX] [-r ROUNDS] [--extra NAME=LATFILE,BWFILE]...");
     eprintln!("       tc-run -n 2 -- tc-osu --cost N");
+    eprintln!(
+        "       tc-osu --host 1 [-b MIN] [-e MAX] [-r ROUNDS] [--extra NAME=LATFILE,BWFILE]..."
+    );
     exit(2)
 }
 
@@ -61,6 +73,7 @@ fn parse_args() -> Args {
         rounds: 3,
         extra: Vec::new(),
         cost: None,
+        host: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -70,6 +83,7 @@ fn parse_args() -> Args {
             "-e" => a.max = size_arg(&value).unwrap_or_else(|| usage()),
             "-r" => a.rounds = value.parse().unwrap_or_else(|_| usage()),
             "--cost" => a.cost = Some(value.parse().unwrap_or_else(|_| usage())),
+            "--host" => a.host = value == "1",
             "--extra" => {
                 let (name, files) = value.split_once('=').unwrap_or_else(|| usage());
                 let (lat, bw) = files.split_once(',').unwrap_or_else(|| usage());
@@ -87,9 +101,16 @@ fn die(what: &str, e: impl std::fmt::Display) -> ! {
 }
 
 fn comm(name: &str, shm_p2p: bool) -> Arc<Comm> {
+    comm_with(name, &[("gloo.shm_p2p", if shm_p2p { "1" } else { "0" })])
+}
+
+fn comm_with(name: &str, hints: &[(&str, &str)]) -> Arc<Comm> {
     let opts = CommOptions {
         name: Some(name.into()),
-        hints: vec![("gloo.shm_p2p".into(), (shm_p2p as u8).to_string())],
+        hints: hints
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
         ..Default::default()
     };
     Comm::new("gloo", Device::Cpu, opts).unwrap_or_else(|e| die("creating the communicator", e))
@@ -330,7 +351,13 @@ fn print_table(
 
 fn main() {
     let args = parse_args();
-    let shm = comm("tc-osu-shm", true);
+    let shm = match args.host {
+        true => comm_with(
+            "tc-osu-ucx",
+            &[("gloo.host_transport", "ucx"), ("gloo.shm_p2p", "0")],
+        ),
+        false => comm("tc-osu-shm", true),
+    };
     if shm.size() != 2 {
         die(
             "world size",
@@ -341,7 +368,13 @@ fn main() {
         cost(&shm, n);
         return;
     }
-    let gloo = comm("tc-osu-gloo", false);
+    let gloo = match args.host {
+        true => comm_with(
+            "tc-osu-gloo",
+            &[("gloo.host_transport", "gloo"), ("gloo.shm_p2p", "0")],
+        ),
+        false => comm("tc-osu-gloo", false),
+    };
     let (lat_rows, bw_rows, memcpy) = measure(&args, &shm, &gloo);
     run(&shm, Op::Barrier);
     if shm.rank() != 0 {
@@ -405,7 +438,10 @@ fn report(args: &Args, lat_rows: &[Row], bw_rows: &[Row], mut memcpy: Vec<f64>) 
         .iter()
         .map(|(n, _, b)| (n.clone(), column(b)))
         .collect();
-    println!("# tc-osu: 2 ranks, {} interleaved rounds; ours = shared-memory point-to-point, ours-off = hint gloo.shm_p2p=0 (Gloo over TCP loopback)", args.rounds);
+    match args.host {
+        true => println!("# tc-osu: 2 ranks, {} interleaved rounds; ours = UCX between hosts (hint gloo.host_transport=ucx), ours-off = Gloo over TCP (gloo.host_transport=gloo); no shared memory", args.rounds),
+        false => println!("# tc-osu: 2 ranks, {} interleaved rounds; ours = shared-memory point-to-point, ours-off = hint gloo.shm_p2p=0 (Gloo over TCP loopback)", args.rounds),
+    }
     print_table(
         "OSU-style latency (ping-pong, half round trip)",
         "Latency (us)",
@@ -424,6 +460,9 @@ fn report(args: &Args, lat_rows: &[Row], bw_rows: &[Row], mut memcpy: Vec<f64>) 
     println!(
         "# memcpy 16 MiB on one core: {memcpy:.0} MB/s (median of the rounds' [{lo:.0}-{hi:.0}], measured between them)"
     );
+    if args.host {
+        return;
+    }
     if let Some(r) = lat_rows.iter().find(|r| r.len == 4) {
         let met = if r.ours.0 <= 1.0 { "met" } else { "missed" };
         println!(

@@ -21,6 +21,10 @@ use crate::types::{DType, PremulFactor, RedKind, ReduceOp};
 use crate::util::Deadline;
 use std::ffi::c_void;
 
+/// The "call" a leader refuses in its members' local step when its step
+/// among the hosts failed (see `Hierarchy::tell_members`).
+const LEADER_FAILED: &str = "its host leader's step among the hosts failed";
+
 /// How a reduction splits: the local step's operation, the leaders', and
 /// whether the total is divided by the comm's size afterwards.
 fn split(op: &ReduceOp) -> (ReduceOp, ReduceOp, bool) {
@@ -126,11 +130,39 @@ impl Hierarchy {
     fn local(&self, op: Op, d: &Deadline) -> Result<()> {
         let host = self.place[self.rank].0;
         self.local.execute(&op, d).map_err(|e| {
+            // Told by the leader (see `tell_members`): the comm is out of
+            // step on every rank, not only refused.
+            let e = match e.message.contains(LEADER_FAILED) {
+                true => crate::error::Error::remote(e.message),
+                false => e,
+            };
             e.context(format_args!(
                 "hierarchical step among the ranks {:?} of host {host} (numbered 0.. there)",
                 self.hosts[host]
             ))
         })
+    }
+
+    /// A step among the hosts' leaders after which this host's members wait
+    /// in a local step: when it fails, the leader takes part in that local
+    /// step as a refusal, so that the members fail now, told why, rather
+    /// than at their timeout.
+    fn leaders_then_local(&self, op: Op, d: &Deadline) -> Result<()> {
+        self.leaders(op, d).inspect_err(|e| self.tell_members(e, d))
+    }
+
+    fn tell_members(&self, e: &crate::error::Error, d: &Deadline) {
+        let host = self.place[self.rank].0;
+        if !self.is_leader() || self.hosts[host].len() < 2 {
+            return;
+        }
+        let refusal = crate::op::Refusal {
+            call: LEADER_FAILED,
+            rank: self.rank as i32,
+            error: e.clone(),
+        };
+        let short = Deadline::after(d.remaining().min(std::time::Duration::from_secs(2)));
+        let _ = self.local.execute(&Op::Refused(refusal), &short);
     }
 
     /// A step among the hosts' leaders (numbered by host there).
@@ -167,7 +199,7 @@ impl Hierarchy {
         self.local(reduce(0, local_op), d)?;
         if self.is_leader() {
             let all = Op::all_reduce(buf, count, dtype, top_op);
-            self.leaders(all, d)?;
+            self.leaders_then_local(all, d)?;
             if avg {
                 let n = self.place.len() as u64;
                 reduce::scale(dtype, buf.as_u8(), buf.as_u8(), count, Scale::Div(n))?;
@@ -294,7 +326,10 @@ impl Hierarchy {
         if home {
             self.local(on(root_index), d)?;
         }
-        self.leaders(on(root_host), d)?;
+        match home {
+            true => self.leaders(on(root_host), d)?,
+            false => self.leaders_then_local(on(root_host), d)?,
+        }
         if !home {
             self.local(on(0), d)?;
         }
@@ -328,7 +363,7 @@ impl Hierarchy {
             let mut all = Scratch::new(n * bytes)?;
             let counts = self.hosts.iter().map(|h| h.len() * count).collect();
             let op = Op::all_gather_v(ptr(all.ptr()), ptr(block.ptr()), counts, dtype);
-            self.leaders(op, d)?;
+            self.leaders_then_local(op, d)?;
             for (k, r) in self.hosts.iter().flatten().enumerate() {
                 copy(output.add(r * bytes), all.ptr().add(k * bytes), bytes);
             }
@@ -393,7 +428,7 @@ impl Hierarchy {
                 dtype,
                 top_op,
             );
-            self.leaders(op, d)?;
+            self.leaders_then_local(op, d)?;
             if avg {
                 let total = my_ranks.len() * count;
                 reduce::scale(dtype, mine.ptr(), mine.ptr(), total, Scale::Div(n as u64))?;
@@ -409,7 +444,7 @@ impl Hierarchy {
     /// Every rank of each host, then the leaders, then every rank again.
     pub(in super::super) fn barrier(&self, d: &Deadline) -> Result<()> {
         self.local(Op::Barrier, d)?;
-        self.leaders(Op::Barrier, d)?;
+        self.leaders_then_local(Op::Barrier, d)?;
         self.local(Op::Barrier, d)
     }
 }

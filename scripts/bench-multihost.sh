@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Usage: scripts/bench-multihost.sh [multihost_compare.py options, e.g. --rounds 3 -e 64M --setups ns,lo --ranks 2,4]
+# Between hosts (issue 29): all_reduce float32 sum 4 B..64 MiB and OSU-style
+# point-to-point latency and bandwidth, side by side in one interleaved run
+# (bench/multihost_compare.py): ours over UCX (TORCHCOMM_HOST_TRANSPORT=ucx,
+# UCX_TLS=tcp,self), ours over Gloo, Open MPI over TCP (--mca btl self,tcp),
+# Open MPI with UCX (--mca pml ucx --mca pml_ucx_tls any --mca
+# pml_ucx_devices any -x UCX_TLS=tcp,self), torch.distributed gloo, and
+# ucx_perftest's tag latency at 8 B; 2 and 4 ranks, on two setups: hosts made
+# of network namespaces (one rank per host, veth links on a bridge in a
+# namespace of its own, as scripts/test-ucx-hosts.sh; root only, else
+# skipped and said so) and TCP loopback with shared memory off. Open MPI,
+# ucx-utils and torch come from make bench-deps / scripts/torch-venv.sh;
+# what is missing is skipped and said so. Markdown tables on stdout; runs
+# and a CSV of the medians under build/bench/multihost.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+ensure_built
+out=$BUILD/bench/multihost
+mkdir -p "$out"
+args=(--bin "$REL" --out "$out")
+if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then
+  mpicc -std=c11 -O3 -Wall -Wextra bench/mpi_allreduce.c -o "$out/mpi_allreduce" &&
+    mpicc -std=c11 -O3 -Wall -Wextra bench/mpi_p2p.c -o "$out/mpi_p2p" &&
+    args+=(--mpi-allreduce "$out/mpi_allreduce" --mpi-p2p "$out/mpi_p2p") ||
+    echo "bench-multihost: the MPI benchmarks did not build; Open MPI skipped"
+else
+  echo "bench-multihost: mpicc/mpirun not found (make bench-deps installs Open MPI): Open MPI skipped"
+fi
+if torch_py=$(scripts/torch-venv.sh 2>"$out/torch-venv.err"); then
+  args+=(--torch "$torch_py")
+else
+  echo "bench-multihost: $(grep -m1 SKIPPED "$out/torch-venv.err" || echo "SKIPPED: torch unavailable")"
+fi
+id=$$
+made=()
+cleanup() { for ns in "${made[@]}"; do ip netns del "$ns" 2>/dev/null; done; }
+trap cleanup EXIT
+# Four hosts: namespaces tcbh<id>0..3, each with its link named tcn0 (the
+# same name on every host, as eth0 would be) at 10.78.1.<h+1>.
+make_hosts() {
+  [ "$(id -u)" = 0 ] && command -v ip >/dev/null || return 1
+  local sw="tcbs$id" h ns
+  ip netns add "$sw" 2>/dev/null || return 1
+  made+=("$sw")
+  ip -n "$sw" link add br0 type bridge 2>/dev/null || return 1
+  ip -n "$sw" link set br0 up && ip -n "$sw" link set lo up
+  for h in 0 1 2 3; do
+    ns="tcbh$id$h"
+    ip netns add "$ns" || return 1
+    made+=("$ns")
+    ip link add "bh$h$id" type veth peer name "bs$h$id" || return 1
+    ip link set "bh$h$id" netns "$ns" && ip link set "bs$h$id" netns "$sw"
+    ip -n "$ns" link set "bh$h$id" name tcn0
+    ip -n "$sw" link set "bs$h$id" master br0 && ip -n "$sw" link set "bs$h$id" up
+    ip -n "$ns" addr add "10.78.1.$((h + 1))/24" dev tcn0
+    ip -n "$ns" link set lo up && ip -n "$ns" link set tcn0 up
+  done
+}
+if make_hosts; then
+  args+=(--ns "tcbh$id" --addr-prefix 10.78.1. --iface tcn0)
+else
+  echo "bench-multihost: SKIPPED the network-namespace hosts (needs root and ip with veth/bridge support)"
+fi
+echo "# command: make bench-multihost ($0 $*)"
+python3 bench/multihost_compare.py "${args[@]}" "$@"
