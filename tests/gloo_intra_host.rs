@@ -495,6 +495,18 @@ fn intra(test: &str, n: usize, opt_out_rank: i32) -> Vec<Outcome> {
         assert_eq!(o.results(), ["ok"], "{}", o.describe());
         let on = o.stderr.contains("shared-memory collectives on");
         assert_eq!(on, opt_out_rank < 0, "rank {}: {}", o.rank, o.describe());
+        // The transport table: logged once per comm, in order of preference.
+        let table: Vec<&str> = o
+            .stderr
+            .lines()
+            .filter(|l| l.contains("'intra' rank") && l.contains(": transports: "))
+            .collect();
+        assert_eq!(table.len(), 1, "rank {}: {}", o.rank, o.describe());
+        let first = match on {
+            true => "1. shared memory: every operation; 2. gloo: every operation (Gloo over TCP)",
+            false => "1. gloo: every operation (Gloo over TCP) (an operation",
+        };
+        assert!(table[0].contains(first), "rank {}: {}", o.rank, table[0]);
     }
     out
 }

@@ -9,6 +9,7 @@ pub mod gloo;
 pub mod host_executor;
 pub mod nccl;
 mod submission;
+mod transport;
 pub(crate) mod ucx;
 
 pub use submission::{CommEvents, CommLink, Issue, Submission};

@@ -32,14 +32,6 @@ impl GlooBackend {
 
     // ---- checks -----------------------------------------------------------------
 
-    /// float16/bfloat16 sums (and AVG, PREMUL_SUM) over several ranks, which
-    /// this backend accumulates in f32.
-    pub(super) fn sums_halves(&self, dtype: DType, kind: RedKind) -> bool {
-        self.size > 1
-            && matches!(dtype, DType::F16 | DType::BF16)
-            && matches!(kind, RedKind::Sum | RedKind::Avg | RedKind::PremulSum)
-    }
-
     /// All-gather of `bytes` per rank into `out`; `input` NULL means the
     /// caller's block is already in place.
     pub(super) unsafe fn all_gather_into(

@@ -2,8 +2,8 @@
 //! on settings with every peer, and the exchange of peer addresses used to
 //! name a failed peer.
 
+use super::routes::{env, hint, Routes};
 use super::*;
-use crate::backends::ucx::{self, UcxTransport};
 
 impl GlooBackend {
     pub(super) fn connect(init: BackendInit) -> Result<GlooBackend> {
@@ -37,24 +37,14 @@ impl GlooBackend {
             refusals: AtomicU64::new(0),
             windows_made: AtomicU64::new(0),
             shared_memory: Default::default(),
-            intra: None,
-            hier: None,
-            ucx: None,
+            routes: Routes::default(),
             hostname,
             iface,
         };
         let mut backend = backend;
         backend.hello(init.timeout)?;
         backend.peer_addresses = backend.exchange_addresses(init.timeout)?;
-        if init.size > 1 {
-            backend.set_up_same_host_paths(&init)?;
-            // On a hierarchical comm too: the operations the hierarchy does
-            // not cover (point-to-point, gather, scatter, all_to_all) then go
-            // over UCX among all ranks.
-            if backend.intra.is_none() {
-                backend.ucx = backend.host_transport(&init)?;
-            }
-        }
+        backend.routes = Routes::connect(&backend, &init)?;
         crate::log_info!(
             "gloo: comm '{}' rank {}/{} connected (module {})",
             init.name,
@@ -63,60 +53,6 @@ impl GlooBackend {
             module.path
         );
         Ok(backend)
-    }
-
-    /// The shared-memory path when every rank shares this host, else the
-    /// hierarchical one when some do (collective).
-    fn set_up_same_host_paths(&mut self, init: &BackendInit) -> Result<()> {
-        let deadline = Deadline::after(init.timeout);
-        let label = format!("gloo comm '{}' rank {}/{}", init.name, init.rank, init.size);
-        let shm_p2p = hint(init, "gloo.shm_p2p").or_else(|| env("TORCHCOMM_SHM_P2P"));
-        let backend = &*self;
-        let intra = intra_host::IntraHost::setup(
-            init.rank as usize,
-            init.size as usize,
-            &label,
-            !shm_p2p.as_deref().is_some_and(intra_host::is_off),
-            describe_fingerprint,
-            &|words| backend.all_gather_words(words, &deadline, "connect (shared-memory setup)"),
-        )?;
-        self.intra = intra;
-        if self.intra.is_none() {
-            self.hier = hier::Hierarchy::setup(self, init)?;
-        }
-        Ok(())
-    }
-
-    /// UCX between hosts when every rank asks for it and loaded it, else
-    /// none (Gloo), with an INFO line saying why (collective).
-    fn host_transport(&self, init: &BackendInit) -> Result<Option<UcxTransport>> {
-        let wanted = ucx::wanted(hint(init, "gloo.host_transport").as_deref())?;
-        let opened =
-            wanted.then(|| UcxTransport::open(init.rank, init.size, &init.name, init.timeout));
-        let d = Deadline::after(init.timeout);
-        let mine = [wanted as u64, matches!(opened, Some(Ok(_))) as u64];
-        let all = self.all_gather_words(&mine, &d, "connect (host transport)")?;
-        let label = format!("gloo comm '{}' rank {}/{}", init.name, init.rank, init.size);
-        let not = |w: usize| all.chunks(2).position(|r| r[w] == 0);
-        let fallback = match (not(0), not(1), &opened) {
-            (Some(_), _, None) => return Ok(None),
-            (Some(r), _, Some(_)) => format!("rank {r} does not ask for UCX"),
-            (None, _, Some(Err(e))) => format!("UCX is unavailable here: {}", e.message),
-            (None, Some(r), _) => format!("UCX is unavailable on rank {r}"),
-            (None, None, _) => String::new(),
-        };
-        if !fallback.is_empty() {
-            crate::log_info!(
-                "{label}: the host transport ucx was asked for but {fallback}; using Gloo between hosts"
-            );
-            return Ok(None);
-        }
-        let Some(Ok(u)) = opened else {
-            return Ok(None);
-        };
-        u.connect(&init.store, &d)?;
-        crate::log_info!("{label}: {} between hosts", u.version());
-        Ok(Some(u))
     }
 
     /// Every rank checks that its peers run the same module ABI and the same
@@ -182,19 +118,6 @@ impl GlooBackend {
             })
             .collect())
     }
-}
-
-/// The comm's hint `k`, if the creator gave one.
-fn hint(init: &BackendInit, k: &str) -> Option<String> {
-    init.hints
-        .iter()
-        .find(|(key, _)| key == k)
-        .map(|(_, v)| v.clone())
-}
-
-/// Environment variable `k`, unless unset or empty.
-fn env(k: &str) -> Option<String> {
-    std::env::var(k).ok().filter(|v| !v.is_empty())
 }
 
 /// The comm's Gloo context over its store; none for one rank (collective).

@@ -33,18 +33,7 @@ impl GlooBackend {
             first
         };
         if first {
-            if let Some(ctx) = &self.ctx {
-                ctx.close();
-            }
-            if let Some(ih) = &self.intra {
-                ih.wake_self();
-            }
-            if let Some(h) = &self.hier {
-                h.break_all(err);
-            }
-            if let Some(u) = &self.ucx {
-                u.abort(err);
-            }
+            self.routes.abort(self, err);
         }
     }
 
@@ -122,27 +111,17 @@ impl GlooBackend {
     }
 
     /// Runs a refusal (see [`crate::op::Refusal`]) in the place of the
-    /// refused call: Ok once the other ranks were told. Through shared
-    /// memory it is one sync that fails every other rank's call with the
-    /// reason, all ranks staying in step. Over Gloo a peer waits only for
+    /// refused call, when no transport before Gloo carries it (shared
+    /// memory does: one sync): Ok once the other ranks were told. Over Gloo
+    /// (or UCX) a peer waits only for
     /// the messages of its own call, so the refusal goes through the store:
     /// when every rank refused the call (within [`REFUSAL_GRACE`]) nothing
     /// else happens and the comm stays usable; otherwise this rank's
     /// failure report names the refusal (see [`GlooBackend::diagnose`]) and
     /// the connections are closed: the peers' calls fail at once, naming
     /// this rank and the reason, and the comm is unusable on every rank.
-    pub(super) fn refuse(&self, refusal: &Refusal, d: &Deadline) -> Result<()> {
+    pub(super) fn refuse_through_store(&self, refusal: &Refusal, d: &Deadline) -> Result<()> {
         let told = refusal.told();
-        if let Some(ih) = &self.intra {
-            let alive = || self.check_not_broken();
-            return match ih.refuse(&told, d, &alive) {
-                Ok(()) => Ok(()),
-                Err(e) => {
-                    self.mark_broken(&e);
-                    Err(e)
-                }
-            };
-        }
         // Every refusal of a usable comm was made by every rank (a partial
         // one closes it), so the ranks count their refusals alike.
         let n = self.refusals.fetch_add(1, Ordering::Relaxed) + 1;
@@ -239,7 +218,7 @@ impl GlooBackend {
 }
 
 /// What [`GlooBackend::diagnose`] found: the text for the error, and what
-/// a rank that refused the call (see [`GlooBackend::refuse`]) told.
+/// a rank that refused the call (see [`GlooBackend::refuse_through_store`]) told.
 pub(super) struct Diagnosis {
     pub found: String,
     pub refusal: Option<String>,

@@ -50,11 +50,13 @@ mod intra_host;
 mod issue;
 mod over_gloo;
 mod p2p;
+mod routes;
 mod shared_memory;
 pub mod shim;
 mod shm;
 mod signature;
 mod store_bridge;
+mod tcp_transport;
 mod window;
 
 use super::host_executor::{HostBackend, HostExecutor};
@@ -66,9 +68,7 @@ use crate::store::StoreRef;
 use crate::types::{DType, PremulFactor, RedKind, ReduceOp};
 use crate::util::{lock, Deadline};
 use reduce::Scale;
-use signature::{
-    describe_fingerprint, describe_sig, signature_words, CHECK_HINT, TAG_COUNTER_BITS,
-};
+use signature::{describe_sig, signature_words, CHECK_HINT, TAG_COUNTER_BITS};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Mutex};
@@ -133,7 +133,7 @@ pub struct GlooBackend {
     ops_run: AtomicU64,
     /// Set by the first failure that was diagnosed.
     diagnosed: AtomicBool,
-    /// Refusals run over Gloo (see [`GlooBackend::refuse`]).
+    /// Refusals run over Gloo (see [`GlooBackend::refuse_through_store`]).
     refusals: AtomicU64,
     /// Windows created so far (each rendezvouses under `window/<k>`).
     windows_made: AtomicU64,
@@ -142,14 +142,9 @@ pub struct GlooBackend {
     iface: Option<String>,
     /// Memory from `tc_mem_alloc`, shared with same-host peers' windows.
     shared_memory: std::sync::Arc<shm::SharedAllocations>,
-    /// Shared-memory collectives, when every rank is on this host.
-    intra: Option<intra_host::IntraHost>,
-    /// Shared memory inside each host and Gloo between hosts' leaders, when
-    /// the comm spans hosts (see [`hier`]).
-    hier: Option<hier::Hierarchy>,
-    /// UCX instead of Gloo between hosts on the flat path, when chosen
-    /// (`TORCHCOMM_HOST_TRANSPORT=ucx`) and loaded on every rank.
-    ucx: Option<crate::backends::ucx::UcxTransport>,
+    /// The transports that serve this comm before Gloo over TCP, and
+    /// which serves what (see [`routes`]).
+    routes: routes::Routes,
 }
 
 // ---- helpers ----------------------------------------------------------------
@@ -205,6 +200,14 @@ unsafe fn copy(dst: *mut u8, src: *const u8, n: usize) {
     }
 }
 
+/// float16/bfloat16 sums (and AVG, PREMUL_SUM) over several ranks, which
+/// every host transport accumulates in f32 (rounding once).
+fn sums_halves(size: usize, dtype: DType, kind: RedKind) -> bool {
+    size > 1
+        && matches!(dtype, DType::F16 | DType::BF16)
+        && matches!(kind, RedKind::Sum | RedKind::Avg | RedKind::PremulSum)
+}
+
 pub(crate) fn premul_factor(op: &ReduceOp, dtype: DType) -> Result<f64> {
     match op.factor {
         PremulFactor::Host(f) => Ok(f),
@@ -238,6 +241,14 @@ impl GlooBackend {
 
     fn ctx(&self) -> &shim::Context {
         self.ctx.as_ref().expect("gloo context exists for size > 1")
+    }
+
+    /// This comm's transport among all ranks between hosts.
+    fn flat_transport(&self) -> &'static str {
+        match self.routes.ucx() {
+            Some(_) => "UCX",
+            None => "Gloo (TCP)",
+        }
     }
 }
 
@@ -295,7 +306,7 @@ impl HostBackend for GlooBackend {
 
     /// Waits until the peers received every buffered send.
     fn finalize(&self) -> Result<()> {
-        if let Some(u) = &self.ucx {
+        if let Some(u) = self.routes.ucx() {
             u.flush(&|| self.check_not_broken())?;
         }
         self.flush_buffered_sends()
@@ -307,8 +318,8 @@ impl HostBackend for GlooBackend {
             .and_then(|m| m.gloo_version())
             .unwrap_or_else(|| "unknown".into());
         let ucx = self
-            .ucx
-            .as_ref()
+            .routes
+            .ucx()
             .map(|u| format!(", {} between hosts", u.version()))
             .unwrap_or_default();
         format!("gloo {gloo}{ucx} (torchcomm {})", env!("CARGO_PKG_VERSION"))

@@ -30,49 +30,6 @@ impl GlooBackend {
             | (seq & 0xffff)
     }
 
-    /// Transfers to self pair up in order within each tag, like messages
-    /// between ranks; their data is copied at once.
-    unsafe fn local_transfers(&self, ops: &[P2p], errors: &mut Vec<String>) {
-        let me = self.rank;
-        let mut tags: Vec<u32> = ops.iter().filter(|o| o.peer == me).map(|o| o.tag).collect();
-        tags.sort_unstable();
-        tags.dedup();
-        for tag in tags {
-            let mine = |send: bool| -> Vec<&P2p> {
-                ops.iter()
-                    .filter(|o| o.peer == me && o.tag == tag && o.is_send == send)
-                    .collect()
-            };
-            let (sends, recvs) = (mine(true), mine(false));
-            let tagged = if tag == 0 {
-                String::new()
-            } else {
-                format!(" with tag {tag}")
-            };
-            if sends.len() != recvs.len() {
-                errors.push(format!(
-                    "{} sends to self but {} receives from self{tagged} in one batch",
-                    sends.len(),
-                    recvs.len()
-                ));
-                continue;
-            }
-            for (s, r) in sends.iter().zip(&recvs) {
-                if s.count != r.count || s.dtype != r.dtype {
-                    errors.push(format!(
-                        "send of {} {} to self{tagged} does not match the receive of {} {}",
-                        s.count,
-                        s.dtype.name(),
-                        r.count,
-                        r.dtype.name()
-                    ));
-                } else {
-                    copy(r.buf.as_u8(), s.buf.as_u8(), s.count * s.dtype.size());
-                }
-            }
-        }
-    }
-
     /// Each remote transfer's number among those of its (peer, direction,
     /// tag), counting on from earlier operations.
     fn next_seqs(&self, remote: &[&P2p]) -> Vec<u64> {
@@ -105,7 +62,7 @@ impl GlooBackend {
     pub(super) unsafe fn p2p(&self, ops: &[P2p], d: &Deadline) -> Result<()> {
         let me = self.rank;
         let mut errors: Vec<String> = Vec::new();
-        self.local_transfers(ops, &mut errors);
+        local_transfers(self.rank, ops, &mut errors);
         let remote: Vec<&P2p> = ops.iter().filter(|o| o.peer != me).collect();
         if !remote.is_empty() {
             self.check_not_broken()?;
@@ -186,50 +143,46 @@ impl GlooBackend {
         }
         Ok(())
     }
+}
 
-    /// Send, receive and batch through the shared-memory rings (see
-    /// `intra_host::p2p`); transfers to self as on the Gloo path.
-    ///
-    /// # Safety
-    /// As for [`GlooBackend::p2p`].
-    pub(super) unsafe fn shm_p2p(
-        &self,
-        ih: &intra_host::IntraHost,
-        ops: &[P2p],
-        d: &Deadline,
-    ) -> Result<()> {
-        let me = self.rank;
-        let mut errors: Vec<String> = Vec::new();
-        self.local_transfers(ops, &mut errors);
-        let convert = |o: &P2p| intra_host::Transfer {
-            is_send: o.is_send,
-            peer: o.peer as usize,
-            tag: o.tag,
-            buf: o.buf.as_u8(),
-            count: o.count,
-            dtype: o.dtype,
+/// Transfers to self pair up in order within each tag, like messages
+/// between ranks; their data is copied at once.
+pub(super) unsafe fn local_transfers(me: i32, ops: &[P2p], errors: &mut Vec<String>) {
+    let mut tags: Vec<u32> = ops.iter().filter(|o| o.peer == me).map(|o| o.tag).collect();
+    tags.sort_unstable();
+    tags.dedup();
+    for tag in tags {
+        let mine = |send: bool| -> Vec<&P2p> {
+            ops.iter()
+                .filter(|o| o.peer == me && o.tag == tag && o.is_send == send)
+                .collect()
         };
-        // A single send or receive (the latency-bound case) allocates nothing.
-        let (one, many): ([intra_host::Transfer; 1], Vec<intra_host::Transfer>);
-        let remote: &[intra_host::Transfer] = match ops {
-            [o] if o.peer != me => {
-                one = [convert(o)];
-                &one
-            }
-            _ => {
-                many = ops.iter().filter(|o| o.peer != me).map(convert).collect();
-                &many
-            }
-        };
-        if !remote.is_empty() {
-            self.check_not_broken()?;
-            let alive = || self.check_not_broken();
-            errors.extend(ih.point_to_point(remote, d, &alive)?);
-        }
-        if errors.is_empty() {
-            Ok(())
+        let (sends, recvs) = (mine(true), mine(false));
+        let tagged = if tag == 0 {
+            String::new()
         } else {
-            Err(Error::invalid_usage(errors.join("; ")))
+            format!(" with tag {tag}")
+        };
+        if sends.len() != recvs.len() {
+            errors.push(format!(
+                "{} sends to self but {} receives from self{tagged} in one batch",
+                sends.len(),
+                recvs.len()
+            ));
+            continue;
+        }
+        for (s, r) in sends.iter().zip(&recvs) {
+            if s.count != r.count || s.dtype != r.dtype {
+                errors.push(format!(
+                    "send of {} {} to self{tagged} does not match the receive of {} {}",
+                    s.count,
+                    s.dtype.name(),
+                    r.count,
+                    r.dtype.name()
+                ));
+            } else {
+                copy(r.buf.as_u8(), s.buf.as_u8(), s.count * s.dtype.size());
+            }
         }
     }
 }

@@ -167,14 +167,13 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// Runs reduction `r` (every member is carried: always `Some`; the
-    /// `Option` is for a member left to the Gloo path).
+    /// Runs reduction `r`.
     ///
     /// # Safety
-    /// As for [`UcxTransport::reduction`].
-    pub unsafe fn run_reduction(&mut self, r: &Reduction) -> Option<Result<()>> {
+    /// As for the family methods of [`crate::backends::transport::Transport`].
+    pub unsafe fn run_reduction(&mut self, r: &Reduction) -> Result<()> {
         let (dtype, op) = (r.dtype, &r.op);
-        Some(match &r.kind {
+        match &r.kind {
             ReductionKind::AllReduce { buf, count } => {
                 self.all_reduce(buf.as_u8(), *count, dtype, op)
             }
@@ -196,18 +195,18 @@ impl Ctx<'_> {
                 input,
                 counts,
             } => self.reduce_scatter_v(output.as_u8(), input.as_u8(), counts, dtype, op),
-        })
+        }
     }
 
-    /// Runs gather `g` (always `Some`, as for [`Ctx::run_reduction`]).
+    /// Runs gather `g`.
     ///
     /// # Safety
-    /// As for [`UcxTransport::reduction`].
-    pub unsafe fn run_gather(&mut self, g: &Gather) -> Option<Result<()>> {
+    /// As for the family methods of [`crate::backends::transport::Transport`].
+    pub unsafe fn run_gather(&mut self, g: &Gather) -> Result<()> {
         let (me, n) = (self.w.rank, self.w.size);
         let layout = || g.layout(me as i32, n as i32);
         let (dtype, input) = (g.dtype, g.input);
-        Some(match &g.kind {
+        match &g.kind {
             GatherKind::AllGather { outputs, count } => {
                 let bytes = count * dtype.size();
                 let mut tmp = Scratch::new(bytes * n);
@@ -264,32 +263,32 @@ impl Ctx<'_> {
             GatherKind::AllGatherV { output, counts } => {
                 self.all_gather_v(output.as_u8(), input.as_u8(), counts, dtype.size())
             }
-        })
+        }
     }
 
     /// Runs broadcast or scatter `s`.
     ///
     /// # Safety
-    /// As for [`UcxTransport::reduction`].
-    pub unsafe fn run_scatter(&mut self, s: &Scatter) -> Option<Result<()>> {
+    /// As for the family methods of [`crate::backends::transport::Transport`].
+    pub unsafe fn run_scatter(&mut self, s: &Scatter) -> Result<()> {
         let (bytes, root) = (s.count * s.dtype.size(), s.root as usize);
-        Some(match &s.kind {
+        match &s.kind {
             ScatterKind::Broadcast { buf } => self.broadcast(buf.as_u8(), bytes, root),
             ScatterKind::Scatter { output, inputs } => {
                 let ins: Vec<*const u8> = inputs.iter().map(|p| p.as_u8() as *const u8).collect();
                 self.scatter(&ins, output.as_u8(), bytes, root)
             }
-        })
+        }
     }
 
-    /// Runs all-to-all `a` (always `Some`, as for [`Ctx::run_reduction`]).
+    /// Runs all-to-all `a`.
     ///
     /// # Safety
-    /// As for [`UcxTransport::reduction`].
-    pub unsafe fn run_all_to_all(&mut self, a: &AllToAll) -> Option<Result<()>> {
+    /// As for the family methods of [`crate::backends::transport::Transport`].
+    pub unsafe fn run_all_to_all(&mut self, a: &AllToAll) -> Result<()> {
         let (me, n) = (self.w.rank, self.w.size);
         let clash = || a.layout(me as i32, n as i32).inputs_overlap_outputs();
-        Some(match &a.kind {
+        match &a.kind {
             AllToAllKind::Lists {
                 outputs,
                 inputs,
@@ -321,7 +320,7 @@ impl Ctx<'_> {
                 (input.as_u8(), input_counts),
                 a.dtype.size(),
             ),
-        })
+        }
     }
 
     /// Dissemination: in round k each rank signals rank + 2^k and waits

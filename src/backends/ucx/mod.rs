@@ -11,12 +11,10 @@
 //! that its peers fail at once instead of at their timeout.
 //!
 //! Its interface to the host backend is narrow: [`UcxTransport::open`]
-//! (local; fails where UCX is absent), [`UcxTransport::connect`],
-//! one method per family of operations
-//! ([`UcxTransport::point_to_point`], [`UcxTransport::reduction`],
-//! `gather`, `scatter`, `all_to_all`, `barrier`: `None` for a member it
-//! does not carry, which stays on the Gloo path; today it carries every
-//! member), [`UcxTransport::flush`] and
+//! (local; fails where UCX is absent), [`UcxTransport::connect`], the
+//! host transports' interface ([`Transport`]: one method per family; it
+//! carries every member, and leaves refusals to the comm's store),
+//! [`UcxTransport::flush`] and
 //! [`wanted`] (the `TORCHCOMM_HOST_TRANSPORT` setting). It shares only the
 //! reduction kernels of `crate::kernels::reduce` with the Gloo path.
 //!
@@ -32,8 +30,9 @@ mod loader;
 mod p2p;
 mod worker;
 
+use crate::backends::transport::{Call, Transport};
 use crate::error::{Error, Result};
-use crate::op::{AllToAll, Gather, P2p, Reduction, Scatter};
+use crate::op::{AllToAll, Gather, P2p, Reduction, Refusal, Scatter};
 use crate::store::StoreRef;
 use crate::util::{lock, Deadline};
 use std::sync::Mutex;
@@ -112,92 +111,15 @@ impl UcxTransport {
         collectives::wire_up(&mut w, d, &alive)
     }
 
-    /// Runs point-to-point `transfers` over UCX. `alive` fails once the
-    /// comm was aborted or broken.
-    ///
-    /// # Safety
-    /// Every transfer's buffer is valid for its count (the comm validated
-    /// them) and stays so until this returns.
-    pub unsafe fn point_to_point(
-        &self,
-        transfers: &[P2p],
-        d: &Deadline,
-        alive: &dyn Fn() -> Result<()>,
-    ) -> Result<()> {
-        p2p::run(&mut lock(&self.worker), transfers, d, alive)
-    }
-
-    /// Runs reduction `r` over UCX, or returns `None` for a member this
-    /// transport does not carry (the caller runs it on its other path; every
-    /// rank decides alike, from the op alone). `alive` as for
-    /// [`UcxTransport::point_to_point`].
-    ///
-    /// # Safety
-    /// Every pointer of the operation is valid for its count (the comm
-    /// validated them) and stays so until this returns.
-    pub unsafe fn reduction(
-        &self,
-        r: &Reduction,
-        d: &Deadline,
-        alive: &dyn Fn() -> Result<()>,
-    ) -> Option<Result<()>> {
-        self.collective(r.name(), d, alive, |c| c.run_reduction(r))
-    }
-
-    /// As [`UcxTransport::reduction`], for a gather.
-    ///
-    /// # Safety
-    /// As for [`UcxTransport::reduction`].
-    pub unsafe fn gather(
-        &self,
-        g: &Gather,
-        d: &Deadline,
-        alive: &dyn Fn() -> Result<()>,
-    ) -> Option<Result<()>> {
-        self.collective(g.name(), d, alive, |c| c.run_gather(g))
-    }
-
-    /// As [`UcxTransport::reduction`], for a broadcast or scatter.
-    ///
-    /// # Safety
-    /// As for [`UcxTransport::reduction`].
-    pub unsafe fn scatter(
-        &self,
-        s: &Scatter,
-        d: &Deadline,
-        alive: &dyn Fn() -> Result<()>,
-    ) -> Option<Result<()>> {
-        self.collective(s.name(), d, alive, |c| c.run_scatter(s))
-    }
-
-    /// As [`UcxTransport::reduction`], for an all-to-all.
-    ///
-    /// # Safety
-    /// As for [`UcxTransport::reduction`].
-    pub unsafe fn all_to_all(
-        &self,
-        a: &AllToAll,
-        d: &Deadline,
-        alive: &dyn Fn() -> Result<()>,
-    ) -> Option<Result<()>> {
-        self.collective(a.name(), d, alive, |c| c.run_all_to_all(a))
-    }
-
-    /// The barrier over UCX.
-    pub fn barrier(&self, d: &Deadline, alive: &dyn Fn() -> Result<()>) -> Result<()> {
-        // SAFETY: a barrier moves no caller memory.
-        unsafe { self.collective("barrier", d, alive, |c| c.barrier()) }
-    }
-
     /// Runs `f` as this comm's next collective (its number counts every
     /// collective offered, carried here or not).
     unsafe fn collective<R>(
         &self,
         what: &'static str,
-        d: &Deadline,
-        alive: &dyn Fn() -> Result<()>,
+        call: &Call,
         f: impl FnOnce(&mut collectives::Ctx<'_>) -> R,
     ) -> R {
+        let (d, alive) = (call.deadline, call.alive);
         let mut w = lock(&self.worker);
         let seq = {
             let mut c = lock(&self.collectives);
@@ -214,20 +136,66 @@ impl UcxTransport {
         f(&mut ctx)
     }
 
-    /// The comm broke or was aborted: unless an operation is running (it
-    /// sees the same through `alive` and withdraws itself), tells every
-    /// peer (see `Worker::withdraw`) and closes the endpoints, so that the
-    /// peers' operations fail now rather than at their timeout.
-    pub fn abort(&self, why: &Error) {
-        if let Ok(mut w) = self.worker.try_lock() {
-            w.withdraw(&mut [], why);
-        }
-    }
-
     /// Waits (up to the comm's timeout) until every send that completed
     /// early reached its peer.
     pub fn flush(&self, alive: &dyn Fn() -> Result<()>) -> Result<()> {
         lock(&self.worker).flush(&Deadline::after(self.timeout), alive)
+    }
+}
+
+/// Every operation among all ranks (flat), or the leaders' steps of a
+/// hierarchical comm; refusals are told through the comm's store.
+impl Transport for UcxTransport {
+    fn name(&self) -> &'static str {
+        "ucx"
+    }
+
+    fn carries(&self) -> String {
+        format!("every operation ({})", self.version())
+    }
+
+    unsafe fn reduction(&self, r: &Reduction, call: &Call) -> Option<Result<()>> {
+        Some(self.collective(r.name(), call, |c| c.run_reduction(r)))
+    }
+
+    unsafe fn gather(&self, g: &Gather, call: &Call) -> Option<Result<()>> {
+        Some(self.collective(g.name(), call, |c| c.run_gather(g)))
+    }
+
+    unsafe fn scatter(&self, s: &Scatter, call: &Call) -> Option<Result<()>> {
+        Some(self.collective(s.name(), call, |c| c.run_scatter(s)))
+    }
+
+    unsafe fn all_to_all(&self, a: &AllToAll, call: &Call) -> Option<Result<()>> {
+        Some(self.collective(a.name(), call, |c| c.run_all_to_all(a)))
+    }
+
+    fn barrier(&self, call: &Call) -> Option<Result<()>> {
+        // SAFETY: a barrier moves no caller memory.
+        Some(unsafe { self.collective("barrier", call, |c| c.barrier()) })
+    }
+
+    unsafe fn point_to_point(&self, transfers: &[P2p], call: &Call) -> Option<Result<()>> {
+        Some(p2p::run(
+            &mut lock(&self.worker),
+            transfers,
+            call.deadline,
+            call.alive,
+        ))
+    }
+
+    fn refuse(&self, _: &Refusal, _: &Call) -> Option<Result<()>> {
+        None
+    }
+
+    /// The comm broke or was aborted: unless an operation is running (it
+    /// sees the same through `alive` and withdraws itself), tells every
+    /// peer (see `Worker::withdraw`) and closes the endpoints, so that the
+    /// peers' operations fail now rather than at their timeout.
+    fn abort(&self, why: &Error) {
+        if let Ok(mut w) = self.worker.try_lock() {
+            w.withdraw(&mut [], why);
+        }
     }
 }
 

@@ -25,7 +25,6 @@
 
 mod ops;
 
-use super::intra_host::is_off;
 use super::GlooBackend;
 use crate::backends::BackendInit;
 use crate::error::Result;
@@ -67,17 +66,14 @@ fn group_by_host(ids: &[[u64; 2]]) -> Option<Vec<Vec<usize>>> {
 
 impl Hierarchy {
     /// Collective over `flat` (the comm's own Gloo context): decides with
-    /// every rank whether the comm is hierarchical and, if so, connects this
-    /// rank's sub-backends. None: the comm stays flat.
-    pub(super) fn setup(flat: &GlooBackend, init: &BackendInit) -> Result<Option<Hierarchy>> {
-        let hint = init
-            .hints
-            .iter()
-            .find(|(k, _)| k == "gloo.hier")
-            .map(|(_, v)| v.clone());
-        let wanted = !hint
-            .or_else(|| std::env::var("TORCHCOMM_GLOO_HIER").ok())
-            .is_some_and(|v| is_off(&v));
+    /// every rank whether the comm is hierarchical (`wanted`: this rank's
+    /// switch) and, if so, connects this rank's sub-backends. None: the
+    /// comm stays flat.
+    pub(super) fn setup(
+        flat: &GlooBackend,
+        init: &BackendInit,
+        wanted: bool,
+    ) -> Result<Option<Hierarchy>> {
         let id = super::shm::host_id();
         let deadline = Deadline::after(init.timeout);
         let all = flat.all_gather_words(
@@ -142,6 +138,14 @@ impl Hierarchy {
             place,
             rank,
         }))
+    }
+
+    /// The transport among the hosts' leaders, as this rank knows it.
+    fn leaders_transport(&self) -> &'static str {
+        match &self.leaders {
+            Some(l) => l.flat_transport(),
+            None => "the leaders' own transport",
+        }
     }
 
     /// Makes the sub-backends fail their operations now (the comm broke or

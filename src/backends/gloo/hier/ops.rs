@@ -10,12 +10,13 @@
 //! back: integer results are those of the flat path bit for bit.
 
 use super::super::reduce::{self, Scale};
-use super::super::{copy, GlooBackend, Scratch};
+use super::super::{copy, sums_halves, Scratch};
 use super::Hierarchy;
-use crate::error::Result;
+use crate::backends::transport::{Call, Transport};
+use crate::error::{Error, Result};
 use crate::op::{
-    gather_single_outputs, Gather, GatherKind, Op, P2p, Ptr, Reduction, ReductionKind, Scatter,
-    ScatterKind,
+    gather_single_outputs, AllToAll, Gather, GatherKind, Op, P2p, Ptr, Reduction, ReductionKind,
+    Refusal, Scatter, ScatterKind,
 };
 use crate::types::{DType, PremulFactor, RedKind, ReduceOp};
 use crate::util::Deadline;
@@ -43,20 +44,26 @@ fn ptr(p: *mut u8) -> Ptr {
     Ptr(p as *mut c_void)
 }
 
-impl Hierarchy {
-    /// Runs reduction `r` hierarchically, or None when it takes the flat
-    /// path.
-    ///
-    /// # Safety
-    /// As for `GlooBackend::execute`: the comm validated the buffers.
-    pub(in super::super) unsafe fn run_reduction(
-        &self,
-        flat: &GlooBackend,
-        r: &Reduction,
-        d: &Deadline,
-    ) -> Option<Result<()>> {
-        let (dtype, op) = (r.dtype, &r.op);
-        if flat.sums_halves(dtype, op.kind) {
+/// The members of even blocks, which move between hosts only through the
+/// leaders; the others (per-rank counts, roots' lists, all-to-alls,
+/// point-to-point) and float16/bfloat16 sums (whose flat path rounds once)
+/// are left to the comm's flat transport.
+impl Transport for Hierarchy {
+    fn name(&self) -> &'static str {
+        "hierarchy"
+    }
+
+    fn carries(&self) -> String {
+        let between = self.leaders_transport();
+        format!(
+            "all_reduce, reduce, reduce_scatter, all_gather, broadcast and barrier (not float16/bfloat16 \
+             sums): shared memory inside each host, {between} among the hosts' leaders"
+        )
+    }
+
+    unsafe fn reduction(&self, r: &Reduction, call: &Call) -> Option<Result<()>> {
+        let (dtype, op, d) = (r.dtype, &r.op, call.deadline);
+        if sums_halves(self.place.len(), dtype, op.kind) {
             return None; // the flat path rounds such sums once
         }
         Some(match &r.kind {
@@ -84,17 +91,9 @@ impl Hierarchy {
         })
     }
 
-    /// Runs gather `g` hierarchically (the all-gathers of even blocks), or
-    /// None when it takes the flat path.
-    ///
-    /// # Safety
-    /// As for [`Hierarchy::run_reduction`].
-    pub(in super::super) unsafe fn run_gather(
-        &self,
-        g: &Gather,
-        d: &Deadline,
-    ) -> Option<Result<()>> {
-        let (dtype, input) = (g.dtype, g.input);
+    /// The all-gathers of even blocks.
+    unsafe fn gather(&self, g: &Gather, call: &Call) -> Option<Result<()>> {
+        let (dtype, input, d) = (g.dtype, g.input, call.deadline);
         Some(match &g.kind {
             GatherKind::AllGatherSingle { output, count } => {
                 self.all_gather(output.as_u8(), input, *count, dtype, d)
@@ -108,23 +107,47 @@ impl Hierarchy {
         })
     }
 
-    /// Runs broadcast hierarchically; scatter takes the flat path (None).
-    ///
-    /// # Safety
-    /// As for [`Hierarchy::run_reduction`].
-    pub(in super::super) unsafe fn run_scatter(
-        &self,
-        s: &Scatter,
-        d: &Deadline,
-    ) -> Option<Result<()>> {
+    /// Broadcast; scatter takes the flat path.
+    unsafe fn scatter(&self, s: &Scatter, call: &Call) -> Option<Result<()>> {
         match &s.kind {
             ScatterKind::Broadcast { buf } => {
-                Some(self.broadcast(*buf, s.count, s.dtype, s.root as usize, d))
+                Some(self.broadcast(*buf, s.count, s.dtype, s.root as usize, call.deadline))
             }
             ScatterKind::Scatter { .. } => None,
         }
     }
 
+    /// Every rank's block goes to every rank: nothing to gain by hosts.
+    unsafe fn all_to_all(&self, _: &AllToAll, _: &Call) -> Option<Result<()>> {
+        None
+    }
+
+    /// Every rank of each host, then the leaders, then every rank again.
+    fn barrier(&self, call: &Call) -> Option<Result<()>> {
+        let d = call.deadline;
+        Some(
+            self.local(Op::Barrier, d)
+                .and_then(|()| self.leaders_then_local(Op::Barrier, d))
+                .and_then(|()| self.local(Op::Barrier, d)),
+        )
+    }
+
+    unsafe fn point_to_point(&self, _: &[P2p], _: &Call) -> Option<Result<()>> {
+        None
+    }
+
+    /// Told through the comm's store, among all ranks (the flat path).
+    fn refuse(&self, _: &Refusal, _: &Call) -> Option<Result<()>> {
+        None
+    }
+
+    /// Makes the sub-backends fail their operations now.
+    fn abort(&self, why: &Error) {
+        self.break_all(why);
+    }
+}
+
+impl Hierarchy {
     /// A step among this host's ranks (their messages number them from 0
     /// within the host: the context names them as comm ranks).
     fn local(&self, op: Op, d: &Deadline) -> Result<()> {
@@ -439,12 +462,5 @@ impl Hierarchy {
         }
         let scatter = Op::scatter(output, inputs, count, dtype, 0);
         self.local(scatter, d)
-    }
-
-    /// Every rank of each host, then the leaders, then every rank again.
-    pub(in super::super) fn barrier(&self, d: &Deadline) -> Result<()> {
-        self.local(Op::Barrier, d)?;
-        self.leaders_then_local(Op::Barrier, d)?;
-        self.local(Op::Barrier, d)
     }
 }

@@ -1,0 +1,202 @@
+//! Which transport serves each operation of a host comm, decided in one
+//! table when the comm is created, as NCCL picks among its transports.
+//!
+//! The table lists the comm's transports in order of preference; an
+//! operation goes to the first that carries it (see
+//! [`Transport`]: a transport answers `None` for a member it does not
+//! carry, from the operation alone, so every rank picks alike):
+//!
+//! | order | transport | set up when | carries |
+//! |---|---|---|---|
+//! | 1 | hierarchy | the comm spans hosts and some host has several ranks (not `TORCHCOMM_GLOO_HIER=0` / hint `gloo.hier=0` on any rank) | the collectives of even blocks: shared memory inside each host, the leaders' flat transport between hosts |
+//! | 2 | shared memory | every rank on this host (not `TORCHCOMM_GLOO_SHM=0` on any rank) | every collective; point-to-point unless `TORCHCOMM_SHM_P2P=0` / hint `gloo.shm_p2p=0` on any rank |
+//! | 3 | UCX | not every rank on this host, and every rank asks for it (`TORCHCOMM_HOST_TRANSPORT=ucx`, or the hint `gloo.host_transport`, which wins) and loaded it | every operation |
+//! | 4 | Gloo over TCP | always | every operation, and refusals through the store |
+//!
+//! The switches are the table's inputs; each is agreed among the ranks
+//! when its transport is set up (one rank's "off" keeps it off for all).
+//! The table is logged at INFO once per comm.
+
+use super::hier::Hierarchy;
+use super::intra_host::{is_off, IntraHost};
+use super::shared_memory::SharedMemory;
+use super::signature::describe_fingerprint;
+use super::GlooBackend;
+use crate::backends::transport::{offer, Call, Transport};
+use crate::backends::ucx::{self, UcxTransport};
+use crate::backends::BackendInit;
+use crate::error::{Error, Result};
+use crate::util::Deadline;
+
+/// The comm's transports but the last, Gloo over TCP, which the backend
+/// itself is.
+#[derive(Default)]
+pub(super) struct Routes {
+    hierarchy: Option<Hierarchy>,
+    shared_memory: Option<SharedMemory>,
+    ucx: Option<UcxTransport>,
+}
+
+impl Routes {
+    /// Sets up the transports this comm can use (collective over `gloo`,
+    /// the comm's own Gloo context) and logs the table.
+    pub(super) fn connect(gloo: &GlooBackend, init: &BackendInit) -> Result<Routes> {
+        let mut routes = Routes::default();
+        if init.size > 1 {
+            let label = label(init);
+            let deadline = Deadline::after(init.timeout);
+            let shm_p2p = hint(init, "gloo.shm_p2p").or_else(|| env("TORCHCOMM_SHM_P2P"));
+            routes.shared_memory = IntraHost::setup(
+                init.rank as usize,
+                init.size as usize,
+                &label,
+                !shm_p2p.as_deref().is_some_and(is_off),
+                describe_fingerprint,
+                &|words| gloo.all_gather_words(words, &deadline, "connect (shared-memory setup)"),
+            )?
+            .map(SharedMemory::new);
+            if routes.shared_memory.is_none() {
+                let hier = hint(init, "gloo.hier").or_else(|| env("TORCHCOMM_GLOO_HIER"));
+                let wanted = !hier.as_deref().is_some_and(is_off);
+                routes.hierarchy = Hierarchy::setup(gloo, init, wanted)?;
+                // On a hierarchical comm too: the operations the hierarchy
+                // does not carry then go over UCX among all ranks.
+                routes.ucx = host_transport(gloo, init)?;
+            }
+        }
+        crate::log_info!("{}: transports: {}", label(init), routes.describe(gloo));
+        Ok(routes)
+    }
+
+    /// The table, in order of preference (Gloo over TCP, `gloo`, last).
+    fn order<'a>(&'a self, gloo: &'a GlooBackend) -> [Option<&'a dyn Transport>; 4] {
+        [
+            self.hierarchy.as_ref().map(|t| t as &dyn Transport),
+            self.shared_memory.as_ref().map(|t| t as &dyn Transport),
+            self.ucx.as_ref().map(|t| t as &dyn Transport),
+            Some(gloo),
+        ]
+    }
+
+    /// Runs `call` on the first transport that carries it, in the order
+    /// of [`Routes::order`] (spelled out here so that each transport's
+    /// family methods inline into the call's path).
+    ///
+    /// # Safety
+    /// As for the family methods of [`Transport`].
+    #[inline(always)]
+    pub(super) unsafe fn run(&self, gloo: &GlooBackend, call: &Call) -> Result<()> {
+        if let Some(t) = &self.hierarchy {
+            if let Some(result) = run_on(t, call) {
+                return result;
+            }
+        }
+        if let Some(t) = &self.shared_memory {
+            if let Some(result) = run_on(t, call) {
+                return result;
+            }
+        }
+        if let Some(t) = &self.ucx {
+            if let Some(result) = run_on(t, call) {
+                return result;
+            }
+        }
+        match run_on(gloo, call) {
+            Some(result) => result,
+            None => Err(Error::unsupported(format!(
+                "no transport of this comm carries {}",
+                call.op.name()
+            ))),
+        }
+    }
+
+    /// Wakes or fails every transport's waits: the comm broke (`why`).
+    pub(super) fn abort(&self, gloo: &GlooBackend, why: &Error) {
+        for t in self.order(gloo).into_iter().flatten() {
+            t.abort(why);
+        }
+    }
+
+    /// The table as the comm's log line tells it.
+    fn describe(&self, gloo: &GlooBackend) -> String {
+        let rows: Vec<String> = self
+            .order(gloo)
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, t)| format!("{}. {}: {}", i + 1, t.name(), t.carries()))
+            .collect();
+        format!(
+            "{} (an operation goes to the first that carries it)",
+            rows.join("; ")
+        )
+    }
+
+    pub(super) fn ucx(&self) -> Option<&UcxTransport> {
+        self.ucx.as_ref()
+    }
+}
+
+/// `call` on `t`, or `None` when `t` does not carry it; a failure that
+/// leaves this rank out of step with its peers breaks the comm.
+///
+/// # Safety
+/// As for the family methods of [`Transport`].
+#[inline(always)]
+unsafe fn run_on<T: Transport>(t: &T, call: &Call) -> Option<Result<()>> {
+    let result = offer(t, call)?;
+    if let Err(e) = &result {
+        if !t.keeps_step(e.kind) {
+            (call.out_of_step)(e)
+        }
+    }
+    Some(result)
+}
+
+/// UCX between hosts when every rank asks for it and loaded it, else
+/// none (Gloo), with an INFO line saying why (collective).
+fn host_transport(gloo: &GlooBackend, init: &BackendInit) -> Result<Option<UcxTransport>> {
+    let wanted = ucx::wanted(hint(init, "gloo.host_transport").as_deref())?;
+    let opened = wanted.then(|| UcxTransport::open(init.rank, init.size, &init.name, init.timeout));
+    let d = Deadline::after(init.timeout);
+    let mine = [wanted as u64, matches!(opened, Some(Ok(_))) as u64];
+    let all = gloo.all_gather_words(&mine, &d, "connect (host transport)")?;
+    let not = |w: usize| all.chunks(2).position(|r| r[w] == 0);
+    let fallback = match (not(0), not(1), &opened) {
+        (Some(_), _, None) => return Ok(None),
+        (Some(r), _, Some(_)) => format!("rank {r} does not ask for UCX"),
+        (None, _, Some(Err(e))) => format!("UCX is unavailable here: {}", e.message),
+        (None, Some(r), _) => format!("UCX is unavailable on rank {r}"),
+        (None, None, _) => String::new(),
+    };
+    if !fallback.is_empty() {
+        crate::log_info!(
+            "{}: the host transport ucx was asked for but {fallback}; using Gloo between hosts",
+            label(init)
+        );
+        return Ok(None);
+    }
+    let Some(Ok(u)) = opened else {
+        return Ok(None);
+    };
+    u.connect(&init.store, &d)?;
+    crate::log_info!("{}: {} between hosts", label(init), u.version());
+    Ok(Some(u))
+}
+
+fn label(init: &BackendInit) -> String {
+    format!("gloo comm '{}' rank {}/{}", init.name, init.rank, init.size)
+}
+
+/// The comm's hint `k`, if the creator gave one.
+pub(super) fn hint(init: &BackendInit, k: &str) -> Option<String> {
+    init.hints
+        .iter()
+        .find(|(key, _)| key == k)
+        .map(|(_, v)| v.clone())
+}
+
+/// Environment variable `k`, unless unset or empty.
+pub(super) fn env(k: &str) -> Option<String> {
+    std::env::var(k).ok().filter(|v| !v.is_empty())
+}

@@ -1,0 +1,182 @@
+//! Shared memory as a host transport, when every rank of the comm is on
+//! this host: the collectives through the engine of
+//! [`super::intra_host`] (segments, syncs, waits), point-to-point through
+//! its rings unless switched off. Every collective carries its
+//! fingerprint in its first sync, so ranks that call different operations
+//! fail at that sync, all of them, naming the rank that differs.
+
+mod families;
+
+use super::intra_host::{IntraHost, SyncAll, Transfer};
+use super::p2p::local_transfers;
+use super::signature::{self, fingerprint, FAILED_ALONE};
+use crate::backends::transport::{Call, Transport};
+use crate::error::{Error, ErrorKind, Result};
+use crate::op::{AllToAll, Gather, P2p, Reduction, Refusal, Scatter};
+
+pub(super) struct SharedMemory {
+    engine: IntraHost,
+}
+
+impl SharedMemory {
+    pub(super) fn new(engine: IntraHost) -> SharedMemory {
+        SharedMemory { engine }
+    }
+
+    /// Runs `call`'s collective with `run`, the shared-memory form of its
+    /// family. Every collective has one, so every rank makes the same
+    /// choice: buffers that overlap in a way the chunked copies would
+    /// break go through a private copy instead.
+    ///
+    /// # Safety
+    /// As for the family methods of [`Transport`].
+    #[inline(always)]
+    unsafe fn collective(
+        &self,
+        call: &Call,
+        run: impl FnOnce(&IntraHost, &SyncAll) -> Result<()>,
+    ) -> Option<Result<()>> {
+        let ih = &self.engine;
+        let d = call.deadline;
+        // The operation's first sync publishes and checks its fingerprint.
+        let first = std::cell::Cell::new(fingerprint(call.op));
+        let sync = |what: &str| ih.sync(what, first.take().as_ref(), d, call.alive);
+        let result = run(ih, &sync);
+        // An operation that never synced (nothing to move, or an error
+        // before its first transfer) still meets the other ranks' first
+        // sync, so that they stay in step and see a mismatch; an error
+        // shows as a call of its own that fails every rank.
+        if let Some(fp) = first.take() {
+            let fp = match result {
+                Ok(()) => fp,
+                Err(_) => signature::Fingerprint {
+                    op: FAILED_ALONE,
+                    ..Default::default()
+                },
+            };
+            let synced = ih.sync(call.op.name(), Some(&fp), d, call.alive);
+            return Some(result.and(synced));
+        }
+        // Memory that ran out after the first sync (chunk-sized buffers
+        // only: the caller-sized ones come before it) leaves this rank out
+        // of step, as any failure mid-operation.
+        if let Err(e) = &result {
+            if e.kind == ErrorKind::OutOfMemory {
+                (call.out_of_step)(e);
+            }
+        }
+        Some(result)
+    }
+}
+
+impl Transport for SharedMemory {
+    fn name(&self) -> &'static str {
+        "shared memory"
+    }
+
+    fn carries(&self) -> String {
+        match self.engine.has_p2p() {
+            true => "every operation".into(),
+            false => "every collective (point-to-point switched off)".into(),
+        }
+    }
+
+    /// Caller-sized allocations and unsupported calls fail before any sync,
+    /// and calls that differ fail at the same sync on every rank: all leave
+    /// the ranks in step.
+    fn keeps_step(&self, kind: ErrorKind) -> bool {
+        matches!(
+            kind,
+            ErrorKind::InvalidUsage
+                | ErrorKind::InvalidArgument
+                | ErrorKind::Unsupported
+                | ErrorKind::OutOfMemory
+        )
+    }
+
+    #[inline(always)]
+    unsafe fn reduction(&self, r: &Reduction, call: &Call) -> Option<Result<()>> {
+        self.collective(call, |ih, sync| families::reduction(ih, r, sync))
+    }
+
+    #[inline(always)]
+    unsafe fn gather(&self, g: &Gather, call: &Call) -> Option<Result<()>> {
+        self.collective(call, |ih, sync| families::gather(ih, g, sync))
+    }
+
+    #[inline(always)]
+    unsafe fn scatter(&self, s: &Scatter, call: &Call) -> Option<Result<()>> {
+        self.collective(call, |ih, sync| families::scatter(ih, s, sync))
+    }
+
+    #[inline(always)]
+    unsafe fn all_to_all(&self, a: &AllToAll, call: &Call) -> Option<Result<()>> {
+        self.collective(call, |ih, sync| families::all_to_all(ih, a, sync))
+    }
+
+    #[inline(always)]
+    fn barrier(&self, call: &Call) -> Option<Result<()>> {
+        // SAFETY: a barrier moves no caller memory.
+        unsafe { self.collective(call, |_, sync| sync("barrier")) }
+    }
+
+    /// Through the rings (see `intra_host::p2p`); transfers to self as on
+    /// every transport.
+    unsafe fn point_to_point(&self, ops: &[P2p], call: &Call) -> Option<Result<()>> {
+        let ih = &self.engine;
+        if !ih.has_p2p() {
+            return None;
+        }
+        let me = ih.rank() as i32;
+        let mut errors: Vec<String> = Vec::new();
+        local_transfers(me, ops, &mut errors);
+        let convert = |o: &P2p| Transfer {
+            is_send: o.is_send,
+            peer: o.peer as usize,
+            tag: o.tag,
+            buf: o.buf.as_u8(),
+            count: o.count,
+            dtype: o.dtype,
+        };
+        // A single send or receive (the latency-bound case) allocates nothing.
+        let (one, many): ([Transfer; 1], Vec<Transfer>);
+        let remote: &[Transfer] = match ops {
+            [o] if o.peer != me => {
+                one = [convert(o)];
+                &one
+            }
+            _ => {
+                many = ops.iter().filter(|o| o.peer != me).map(convert).collect();
+                &many
+            }
+        };
+        if !remote.is_empty() {
+            if let Err(e) = (call.alive)() {
+                return Some(Err(e));
+            }
+            match ih.point_to_point(remote, call.deadline, call.alive) {
+                Ok(found) => errors.extend(found),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        Some(match errors.is_empty() {
+            true => Ok(()),
+            false => Err(Error::invalid_usage(errors.join("; "))),
+        })
+    }
+
+    /// One sync that fails every other rank's call with the reason, all
+    /// ranks staying in step.
+    fn refuse(&self, refusal: &Refusal, call: &Call) -> Option<Result<()>> {
+        let told = refusal.told();
+        let result = self.engine.refuse(&told, call.deadline, call.alive);
+        if let Err(e) = &result {
+            (call.out_of_step)(e);
+        }
+        Some(result)
+    }
+
+    fn abort(&self, _why: &Error) {
+        self.engine.wake_self();
+    }
+}

@@ -1,0 +1,116 @@
+//! Gloo over TCP as a host transport, the last of the comm's table: it
+//! carries every operation (one rank alone: locally), and refusals
+//! through the comm's store. Each Gloo tag of a collective carries the
+//! hash of its signature (see [`tag_salt`]), set around the call.
+
+use super::signature::tag_salt;
+use super::GlooBackend;
+use crate::backends::transport::{Call, Transport};
+use crate::error::{Error, ErrorKind, Result};
+use crate::op::{AllToAll, Gather, P2p, Reduction, Refusal, Scatter};
+use crate::util::lock;
+
+impl Transport for GlooBackend {
+    fn name(&self) -> &'static str {
+        "gloo"
+    }
+
+    fn carries(&self) -> String {
+        match self.size {
+            1 => "every operation (one rank: locally)".into(),
+            _ => "every operation (Gloo over TCP)".into(),
+        }
+    }
+
+    /// Gloo breaks the comm itself where a failure leaves its context out
+    /// of step (see `GlooBackend::fail`); every other failure came before
+    /// any message.
+    fn keeps_step(&self, _: ErrorKind) -> bool {
+        true
+    }
+
+    unsafe fn reduction(&self, r: &Reduction, call: &Call) -> Option<Result<()>> {
+        Some(self.collective(call, || self.gloo_reductions(r, call.deadline)))
+    }
+
+    unsafe fn gather(&self, g: &Gather, call: &Call) -> Option<Result<()>> {
+        Some(self.collective(call, || self.gloo_gathers(g, call.deadline)))
+    }
+
+    unsafe fn scatter(&self, s: &Scatter, call: &Call) -> Option<Result<()>> {
+        Some(self.collective(call, || self.gloo_scatters(s, call.deadline)))
+    }
+
+    unsafe fn all_to_all(&self, a: &AllToAll, call: &Call) -> Option<Result<()>> {
+        Some(self.collective(call, || self.gloo_all_to_alls(a, call.deadline)))
+    }
+
+    fn barrier(&self, call: &Call) -> Option<Result<()>> {
+        Some(self.collective(call, || self.gloo_barrier(call.deadline)))
+    }
+
+    unsafe fn point_to_point(&self, transfers: &[P2p], call: &Call) -> Option<Result<()>> {
+        let result = self.salted(call, || self.p2p(transfers, call.deadline));
+        Some(result.inspect_err(|e| {
+            if e.kind == ErrorKind::OutOfMemory {
+                // A peer's matching call would wait until its timeout.
+                (call.out_of_step)(e)
+            }
+        }))
+    }
+
+    fn refuse(&self, refusal: &Refusal, call: &Call) -> Option<Result<()>> {
+        Some(self.refuse_through_store(refusal, call.deadline))
+    }
+
+    /// Closes the context, which fails the peers' transfers with this rank.
+    fn abort(&self, _why: &Error) {
+        if let Some(ctx) = &self.ctx {
+            ctx.close();
+        }
+    }
+}
+
+impl GlooBackend {
+    /// `run` with the tag salt of `call`'s operation set.
+    fn salted(&self, call: &Call, run: impl FnOnce() -> Result<()>) -> Result<()> {
+        lock(&self.seqs).salt = tag_salt(call.op);
+        let result = run();
+        lock(&self.seqs).salt = 0;
+        result
+    }
+
+    /// A collective over Gloo: scratch memory that ran out on this rank is
+    /// told to the peers as a refusal.
+    fn collective(&self, call: &Call, run: impl FnOnce() -> Result<()>) -> Result<()> {
+        match self.salted(call, run) {
+            Err(e) if e.kind == ErrorKind::OutOfMemory => Err(self.refuse_out_of_memory(call, e)),
+            result => result,
+        }
+    }
+
+    /// A collective whose scratch memory ran out on this rank over Gloo:
+    /// the peers wait only for its messages, so it is told to them as a
+    /// refusal (see [`GlooBackend::refuse_through_store`]): they fail within
+    /// about a second naming this rank and the allocation, never pairing
+    /// this call with this rank's next one.
+    #[cold]
+    fn refuse_out_of_memory(&self, call: &Call, error: Error) -> Error {
+        let error = error.context(call.op.name());
+        let refusal = Refusal {
+            call: call.op.name(),
+            rank: self.rank,
+            error: error.clone(),
+        };
+        match self.refuse_through_store(&refusal, call.deadline) {
+            Ok(()) => error,
+            Err(told) => Error::new(
+                error.kind,
+                format!(
+                    "{}; telling the other ranks failed: {}",
+                    error.message, told.message
+                ),
+            ),
+        }
+    }
+}
