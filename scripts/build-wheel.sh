@@ -20,7 +20,8 @@
 # anyway, and the build tree's and `make install`'s module keep no RUNPATH).
 # libtorchcomm.so must need nothing outside the system's libraries
 # (checked). Here that is Debian's libgloo.so.0 with libhiredis, libibverbs,
-# libnl-3 and libnl-route-3.
+# libnl-3 and libnl-route-3; their packages' copyright files go into
+# torchcomm/licenses/.
 #
 # Standard library only for the zip (scripts/build_wheel.py); patchelf from
 # apt (`make deps`); nothing is downloaded. Refuses when the gloo module was
@@ -60,6 +61,14 @@ while read -r soname path; do
   copy="$base-$digest${soname#"$base"}"
   strip --strip-debug -o "$stage/.libs/$copy" "$real"
   vendored[$soname]=$copy
+  # Its terms go with it: the Debian package's copyright file.
+  # (dpkg knows each file by one spelling: merged /usr has two)
+  owner=$(dpkg -S "$path" "$real" "${real#/usr}" 2>/dev/null | cut -d: -f1 | head -n 1 || true)
+  if [ -n "$owner" ] && [ -f "/usr/share/doc/$owner/copyright" ]; then
+    mkdir -p "$stage/licenses" && cp "/usr/share/doc/$owner/copyright" "$stage/licenses/$owner.copyright"
+  else
+    echo "build-wheel: warning: no Debian copyright file found for $path; the wheel carries it without one" >&2
+  fi
 done < <(sed -n 's/^[[:space:]]*\([^ ]*\) => \(\/[^ ]*\) .*/\1 \2/p' <<<"$closure")
 [ -n "${vendored[libgloo.so.0]:-}" ] || fail "ldd did not show libgloo.so.0 under libtorchcomm-gloo.so:"$'\n'"$closure"
 

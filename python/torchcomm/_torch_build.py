@@ -58,7 +58,7 @@ class Unavailable(RuntimeError):
 def header_dir() -> Path:
     """Where torchcomm.h is: beside backend.cpp in a wheel, include/ in the
     source tree."""
-    for d in (SOURCE.parent, SOURCE.parents[3] / "include"):
+    for d in (SOURCE.parent, SOURCE.parent.parent.parent.parent / "include"):
         if (d / HEADER).is_file():
             return d
     raise Unavailable(f"{HEADER} is neither beside {SOURCE} nor in the source tree's include/ "
