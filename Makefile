@@ -127,8 +127,10 @@ uninstall:
 install-check: build
 	$(AFTER_BUILD) $(S)/install-check.sh
 
-# The Python wheel with the libraries inside (build/wheel/*.whl); wheel-test
-# installs it into a fresh venv and runs a 2-process all_reduce from it.
+# The Python wheel with the libraries inside, libgloo vendored, and the torch
+# extension's source (build/wheel/*.whl; needs patchelf); wheel-test installs
+# it into fresh venvs: a 2-process all_reduce with the system's libgloo
+# hidden, and with torch the C++ backend compiled on first use.
 wheel: build
 	$(AFTER_BUILD) $(S)/build-wheel.sh
 wheel-test: build

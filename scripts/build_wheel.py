@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
 """Writes the torchcomm wheel (PEP 427) with the standard library only.
 
-Usage: build_wheel.py OUT_DIR LIB GLOO_MODULE TC_RUN
+Usage: build_wheel.py OUT_DIR STAGE TC_RUN
 
-The package is python/torchcomm (every .py file and py.typed) plus LIB as
-torchcomm/libtorchcomm.so and GLOO_MODULE as torchcomm/libtorchcomm-gloo.so
-(the library loads the module from its own directory); TC_RUN goes to the
-wheel's scripts (the environment's bin/tc-run). Name, version, summary and
-requires-python come from python/pyproject.toml, whose version must be
-Cargo.toml's. The tag is py3-none-linux_<machine>: the Python code runs on
-any Python 3, the libraries only on Linux of this architecture with glibc
-at least the build machine's (not manylinux: no auditwheel checks were made).
+The package is python/torchcomm (its .py files, subpackages included,
+py.typed, and csrc/backend.cpp, which an installed package compiles on first
+use into the torch extension) plus every file under STAGE at the same path
+under torchcomm/: scripts/build-wheel.sh puts there libtorchcomm.so, the
+gloo module libtorchcomm-gloo.so (the library loads it from its own
+directory), the libraries it needs that a bare system lacks in .libs/, and
+csrc/torchcomm.h; TC_RUN goes to the wheel's scripts (the environment's
+bin/tc-run). Name, version, summary and requires-python come from
+python/pyproject.toml, whose version must be Cargo.toml's. The tag is
+py3-none-linux_<machine>: the Python code runs on any Python 3, the
+libraries only on Linux of this architecture with glibc at least the build
+machine's (not manylinux: no check of the symbol versions was made).
 Nothing is downloaded and no build backend is needed, so the wheel builds
 the same way on any machine with python3.
 """
@@ -52,9 +56,9 @@ def record_line(name: str, data: bytes) -> str:
 
 
 def main() -> None:
-    if len(sys.argv) != 5:
+    if len(sys.argv) != 4:
         sys.exit(__doc__)
-    out_dir, lib, gloo, tc_run = (Path(a) for a in sys.argv[1:])
+    out_dir, stage, tc_run = (Path(a) for a in sys.argv[1:])
     pyproject = (ROOT / "python" / "pyproject.toml").read_text()
     name = project_field(pyproject, "name")
     version = project_field(pyproject, "version")
@@ -66,9 +70,15 @@ def main() -> None:
     data_dir = f"{name}-{version}.data"
 
     pkg = ROOT / "python" / "torchcomm"
-    files = [(f"torchcomm/{p.name}", p) for p in sorted(pkg.iterdir()) if p.suffix == ".py" or p.name == "py.typed"]
-    files += [("torchcomm/libtorchcomm.so", lib), ("torchcomm/libtorchcomm-gloo.so", gloo),
-              (f"{data_dir}/scripts/tc-run", tc_run)]
+    sources = [p for p in sorted(pkg.rglob("*")) if "__pycache__" not in p.parts and p.is_file()
+               and (p.suffix in (".py", ".cpp") or p.name == "py.typed")]
+    staged = [p for p in sorted(stage.rglob("*")) if p.is_file()]
+    files = [(f"torchcomm/{p.relative_to(pkg).as_posix()}", p) for p in sources]
+    files += [(f"torchcomm/{p.relative_to(stage).as_posix()}", p) for p in staged]
+    files.append((f"{data_dir}/scripts/tc-run", tc_run))
+    names = [a for a, _ in files]
+    if len(set(names)) != len(names):
+        sys.exit(f"build_wheel: {stage} holds a file python/torchcomm has too")
     readme = (ROOT / "python" / "README.md").read_text()
     metadata = (
         f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"

@@ -12,6 +12,10 @@ MAJOR=${VERSION%%.*}
 REL=$ROOT/target/release
 LIB=$REL/libtorchcomm.so
 BUILD=$ROOT/build
+# Sonames every glibc Linux has (auditwheel's manylinux policy, those our
+# libraries can meet), as an extended regex: the wheel carries every other
+# library its libraries need (scripts/build-wheel.sh, test-wheel.sh).
+WHEEL_SYSTEM_LIBS='^(linux-vdso\.so\.1|ld-linux[-a-z0-9_]*\.so\.[0-9]+|libc\.so\.6|libm\.so\.6|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|libutil\.so\.1|libresolv\.so\.2|libgcc_s\.so\.1|libstdc\+\+\.so\.6)$'
 CTEST_CFLAGS=(-std=c11 -Wall -Wextra -Werror -pedantic -g -I"$ROOT/include")
 CTEST_LIBS=(-L"$REL" -ltorchcomm -Wl,-rpath,"$REL")
 

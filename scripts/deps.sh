@@ -3,7 +3,8 @@
 # What the build and the tests need, installed or fetched (the only step that
 # downloads; `make test` and `make run` call it first):
 #   - Debian packages: libgloo-dev libucx0 pkg-config cmake valgrind g++ python3
-#     python3-venv python3-dev ca-certificates (libucx0: UCX, loaded at run time by the UCX
+#     python3-venv python3-dev ca-certificates patchelf (patchelf: points the
+#     wheel's gloo module at the libraries it carries, scripts/build-wheel.sh; libucx0: UCX, loaded at run time by the UCX
 #     host transport and its tests; the build needs no UCX headers; python3-dev:
 #     Python.h, for scripts/build-torch-ext.sh); installed with apt-get when run as root, otherwise
 #     printed (the build goes on without them: no gloo module, fewer checks);
@@ -47,7 +48,7 @@ if [ "${1:-}" = --bench ]; then
   exit 0
 fi
 
-apt_install libgloo-dev libucx0 pkg-config cmake valgrind g++ python3 python3-venv python3-dev ca-certificates
+apt_install libgloo-dev libucx0 pkg-config cmake valgrind g++ python3 python3-venv python3-dev ca-certificates patchelf
 if ! { "$CARGO" fmt --version && "$CARGO" clippy --version; } >/dev/null 2>&1; then
   if command -v rustup >/dev/null; then
     rustup component add rustfmt clippy

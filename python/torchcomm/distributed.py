@@ -7,9 +7,10 @@ the backend ``"torchcomm"``.
 
 Two implementations of one backend:
 
-- C++ (csrc/backend.cpp, a torch extension that scripts/build-torch-ext.sh
-  compiles against the installed torch): a ``c10d::Backend`` whose host
-  operations call the C API directly and whose works follow the library's
+- C++ (csrc/backend.cpp, a torch extension compiled against the installed
+  torch: by scripts/build-torch-ext.sh in the source tree, on first use into
+  a per-user cache in an installed package; see _torch_ext): a
+  ``c10d::Backend`` whose host operations call the C API directly and whose works follow the library's
   work handles (``is_completed()`` included). It wraps the Python backend
   below, which keeps the comms and the store bridge and runs what the C++
   side does not (CUDA and sparse tensors, dtypes and shapes it does not
@@ -545,11 +546,9 @@ def _extension() -> Any:
     """The C++ extension with the C API bound, or None (logged once)."""
     global _ext, _ext_why
     if _ext is None:
-        path = _torch_ext.find()
+        path = None
         try:
-            if path is None:
-                raise FileNotFoundError(f"not built for this torch and Python (scripts/build-torch-ext.sh; "
-                                        f"expected at build/torch-ext/{_torch_ext.tag()}/)")
+            path = _torch_ext.locate()
             ext = _torch_ext.load(path)
             ext.bind_library({name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
                               for name in ext.needed_symbols()})
