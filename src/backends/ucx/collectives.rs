@@ -13,7 +13,10 @@
 //! - all_gather (list and single buffer): ring;
 //! - reduce_scatter (list and single buffer): ring over a copy of the input;
 //! - gather, scatter, all_to_all (list and single buffer): direct, every
-//!   transfer posted at once.
+//!   transfer posted at once;
+//! - float16/bfloat16 sums (and AVG, PREMUL_SUM) of all_reduce, reduce and
+//!   the reduce-scatters: accumulated in f32 and rounded once
+//!   (`half_sums.rs`), as on the Gloo path.
 //!
 //! - the v-variants (all_gather_v, reduce_scatter_v, all_to_all_v_single):
 //!   the same over blocks of the given counts (`v_variants.rs`).
@@ -27,8 +30,12 @@ use crate::op::{
 use crate::types::{DType, RedKind, ReduceOp};
 use std::ffi::c_void;
 
+#[path = "half_sums.rs"]
+mod half_sums;
 #[path = "v_variants.rs"]
 mod v_variants;
+
+use half_sums::sums_halves;
 
 /// All-reduces from this size on go through the ring.
 const RING_MIN_BYTES: usize = 256 << 10;
@@ -385,6 +392,9 @@ impl Ctx<'_> {
     ) -> Result<()> {
         let n = self.w.size;
         let f = reduce::kernel(dtype, op.kind)?;
+        if n > 1 && sums_halves(dtype, op.kind) {
+            return self.all_reduce_halves(buf, count, dtype, op);
+        }
         if op.kind == RedKind::PremulSum {
             let k = premul_factor(op, dtype)?;
             reduce::scale(dtype, buf, buf, count, Scale::Mul(k))?;
@@ -547,6 +557,9 @@ impl Ctx<'_> {
     ) -> Result<()> {
         let (me, n) = (self.w.rank, self.w.size);
         let f = reduce::kernel(dtype, op.kind)?;
+        if n > 1 && sums_halves(dtype, op.kind) {
+            return self.reduce_halves(buf, count, dtype, op, root);
+        }
         let es = dtype.size();
         let bytes = count * es;
         let mut own = Scratch::new(if me == root { 0 } else { bytes });
@@ -605,6 +618,12 @@ impl Ctx<'_> {
                     copy(all.ptr().add(r * bytes), p.as_u8(), bytes);
                 }
             }
+        }
+        if n > 1 && sums_halves(dtype, op.kind) {
+            let counts = vec![count; n];
+            let offsets: Vec<usize> = (0..n).map(|r| r * count).collect();
+            let blocks = (&counts[..], &offsets[..]);
+            return self.reduce_scatter_halves(all.ptr(), blocks, output.as_u8(), dtype, op);
         }
         if op.kind == RedKind::PremulSum {
             let k = premul_factor(op, dtype)?;

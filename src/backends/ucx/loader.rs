@@ -362,6 +362,9 @@ mod tests {
         let Ok(u) = ucp() else { return };
         assert_eq!(u.status_string(UCS_ERR_BUSY), "Device is busy");
         assert_eq!(u.status_string(UCS_ERR_CANCELED), "Request canceled");
-        assert_eq!(u.status_string(UCS_ERR_MESSAGE_TRUNCATED), "Message truncated");
+        assert_eq!(
+            u.status_string(UCS_ERR_MESSAGE_TRUNCATED),
+            "Message truncated"
+        );
     }
 }
