@@ -26,8 +26,13 @@
 //! 40 set on a head that carries only the descriptor), for collectives the
 //! operation's number in bits 43..20 and its step in bits 19..0. UCX
 //! matches the messages of one sender and tag in order.
+//!
+//! Every collective starts by sending what this rank called to its
+//! right-hand neighbour (`fingerprint.rs`): calls that differ across ranks
+//! fail every rank at once, naming the ranks and the field that differ.
 
 mod collectives;
+mod fingerprint;
 mod loader;
 mod p2p;
 mod worker;
@@ -36,6 +41,7 @@ use crate::error::{Error, Result};
 use crate::op::{AllToAll, Gather, P2p, Reduction, Scatter};
 use crate::store::StoreRef;
 use crate::util::{lock, Deadline};
+use fingerprint::Fingerprint;
 use std::sync::Mutex;
 use std::time::Duration;
 use worker::Worker;
@@ -141,7 +147,8 @@ impl UcxTransport {
         d: &Deadline,
         alive: &dyn Fn() -> Result<()>,
     ) -> Option<Result<()>> {
-        self.collective(r.name(), d, alive, |c| c.run_reduction(r))
+        let f = Fingerprint::of_reduction(r);
+        self.collective(r.name(), f, d, alive, |c| c.run_reduction(r))
     }
 
     /// As [`UcxTransport::reduction`], for a gather.
@@ -154,7 +161,8 @@ impl UcxTransport {
         d: &Deadline,
         alive: &dyn Fn() -> Result<()>,
     ) -> Option<Result<()>> {
-        self.collective(g.name(), d, alive, |c| c.run_gather(g))
+        let f = Fingerprint::of_gather(g);
+        self.collective(g.name(), f, d, alive, |c| c.run_gather(g))
     }
 
     /// As [`UcxTransport::reduction`], for a broadcast or scatter.
@@ -167,7 +175,8 @@ impl UcxTransport {
         d: &Deadline,
         alive: &dyn Fn() -> Result<()>,
     ) -> Option<Result<()>> {
-        self.collective(s.name(), d, alive, |c| c.run_scatter(s))
+        let f = Fingerprint::of_scatter(s);
+        self.collective(s.name(), f, d, alive, |c| c.run_scatter(s))
     }
 
     /// As [`UcxTransport::reduction`], for an all-to-all.
@@ -180,24 +189,28 @@ impl UcxTransport {
         d: &Deadline,
         alive: &dyn Fn() -> Result<()>,
     ) -> Option<Result<()>> {
-        self.collective(a.name(), d, alive, |c| c.run_all_to_all(a))
+        let f = Fingerprint::of_all_to_all(a);
+        self.collective(a.name(), f, d, alive, |c| c.run_all_to_all(a))
     }
 
     /// The barrier over UCX.
     pub fn barrier(&self, d: &Deadline, alive: &dyn Fn() -> Result<()>) -> Result<()> {
         // SAFETY: a barrier moves no caller memory.
-        unsafe { self.collective("barrier", d, alive, |c| c.barrier()) }
+        let f = Fingerprint::of_barrier();
+        unsafe { self.collective("barrier", f, d, alive, |c| Some(c.barrier())) }.unwrap_or(Ok(()))
     }
 
     /// Runs `f` as this comm's next collective (its number counts every
-    /// collective offered, carried here or not).
-    unsafe fn collective<R>(
+    /// collective offered, carried here or not), checked against the
+    /// neighbours' calls (`mine`, see `fingerprint.rs`).
+    unsafe fn collective(
         &self,
         what: &'static str,
+        mine: Fingerprint,
         d: &Deadline,
         alive: &dyn Fn() -> Result<()>,
-        f: impl FnOnce(&mut collectives::Ctx<'_>) -> R,
-    ) -> R {
+        f: impl FnOnce(&mut collectives::Ctx<'_>) -> Option<Result<()>>,
+    ) -> Option<Result<()>> {
         let mut w = lock(&self.worker);
         let seq = {
             let mut c = lock(&self.collectives);
@@ -210,8 +223,14 @@ impl UcxTransport {
             d,
             alive,
             what,
+            check: None,
         };
-        f(&mut ctx)
+        ctx.post_check(mine);
+        let r = f(&mut ctx);
+        // Whatever `f` did, the neighbour's fingerprint is taken (it was
+        // sent), so that no receive outlives the call.
+        let checked = ctx.finish_check();
+        r.map(|r| r.and(checked))
     }
 
     /// The comm broke or was aborted: unless an operation is running (it
