@@ -13,11 +13,15 @@
 //! - all_gather (list and single buffer): ring;
 //! - reduce_scatter (list and single buffer): ring over a copy of the input;
 //! - gather, scatter, all_to_all (list and single buffer): direct, every
-//!   transfer posted at once.
+//!   transfer posted at once;
+//! - float16/bfloat16 sums (and AVG, PREMUL_SUM) of all_reduce, reduce and
+//!   the reduce-scatters: accumulated in f32 and rounded once
+//!   (`half_sums.rs`), as on the Gloo path.
 //!
 //! - the v-variants (all_gather_v, reduce_scatter_v, all_to_all_v_single):
 //!   the same over blocks of the given counts (`v_variants.rs`).
 
+use super::fingerprint::{Fingerprint, FINGERPRINT_BYTES};
 use super::worker::{Request, Worker};
 use super::*;
 use crate::kernels::reduce::{self, ReduceFn, Scale};
@@ -27,14 +31,20 @@ use crate::op::{
 use crate::types::{DType, RedKind, ReduceOp};
 use std::ffi::c_void;
 
+#[path = "half_sums.rs"]
+mod half_sums;
 #[path = "v_variants.rs"]
 mod v_variants;
+
+use half_sums::sums_halves;
 
 /// All-reduces from this size on go through the ring.
 const RING_MIN_BYTES: usize = 256 << 10;
 /// Step numbers of the non-power-of-two fold of recursive doubling.
 const STEP_FOLD: u64 = 0xf_fff0;
 const STEP_UNFOLD: u64 = 0xf_fff1;
+/// Step number of the fingerprint sent to the right-hand neighbour.
+const STEP_FINGERPRINT: u64 = 0xf_fff2;
 
 /// One collective in progress.
 pub(super) struct Ctx<'a> {
@@ -44,6 +54,17 @@ pub(super) struct Ctx<'a> {
     pub d: &'a Deadline,
     pub alive: &'a dyn Fn() -> Result<()>,
     pub what: &'static str,
+    /// The left-hand neighbour's fingerprint on its way, until compared
+    /// (see `fingerprint.rs`).
+    pub check: Option<(NeighbourCheck, Request)>,
+}
+
+/// What a rank compares its left-hand neighbour's call with.
+pub(super) struct NeighbourCheck {
+    mine: Fingerprint,
+    left: usize,
+    /// Boxed: UCX writes there.
+    theirs: Box<[u8; FINGERPRINT_BYTES]>,
 }
 
 /// 8-byte aligned scratch memory.
@@ -125,6 +146,58 @@ pub(super) fn wire_up(w: &mut Worker, d: &Deadline, alive: &dyn Fn() -> Result<(
 }
 
 impl Ctx<'_> {
+    /// Sends this rank's fingerprint `mine` to its right-hand neighbour and
+    /// posts the receive of its left-hand neighbour's, which the first
+    /// step waits for (or [`Ctx::finish_check`]).
+    pub fn post_check(&mut self, mine: Fingerprint) {
+        let (me, n) = (self.w.rank, self.w.size);
+        if n == 1 {
+            return;
+        }
+        let (right, left) = ((me + 1) % n, (me + n - 1) % n);
+        let t = self.tag(me, STEP_FINGERPRINT);
+        self.w.send_buffered(right, mine.to_bytes(), t);
+        let mut theirs = Box::new([0u8; FINGERPRINT_BYTES]);
+        let t = (self.tag(left, STEP_FINGERPRINT), !0);
+        // SAFETY: the box lives in `check` until the receive completed or
+        // was withdrawn.
+        let r = unsafe { self.w.recv(left, theirs.as_mut_ptr(), FINGERPRINT_BYTES, t) };
+        self.check = Some((NeighbourCheck { mine, left, theirs }, r));
+    }
+
+    /// Compares the left-hand neighbour's fingerprint, if no step did.
+    pub fn finish_check(&mut self) -> Result<()> {
+        match self.check.take() {
+            Some((c, r)) => {
+                let mut reqs = [r];
+                self.w.wait(&mut reqs, self.d, self.alive, self.what)?;
+                let [r] = reqs;
+                self.compare(c, &r)
+                    .inspect_err(|e| self.w.withdraw(&mut [], e))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// The error (the caller withdraws, telling every rank) when the
+    /// left-hand neighbour called something else.
+    fn compare(&self, c: NeighbourCheck, r: &Request) -> Result<()> {
+        let me = self.w.rank;
+        let theirs = Fingerprint::from_bytes(&c.theirs);
+        if r.info.length == FINGERPRINT_BYTES && theirs == c.mine {
+            return Ok(());
+        }
+        Err(Error::invalid_usage(format!(
+            "ucx {} on rank {me}: the ranks called different collectives: rank {} called {} \
+             where rank {me} called {} (the {} differs); every rank fails this call",
+            self.what,
+            c.left,
+            theirs.describe(),
+            c.mine.describe(),
+            theirs.differing_field(&c.mine),
+        )))
+    }
+
     fn tag(&self, sender: usize, step: u64) -> u64 {
         tag(
             CLASS_COLLECTIVE,
@@ -151,6 +224,16 @@ impl Ctx<'_> {
         for &(peer, buf, len) in recvs {
             let t = (self.tag(peer, step), !0);
             reqs.push(self.w.recv(peer, buf, len, t));
+        }
+        // The neighbour's fingerprint first: with calls that differ, the
+        // step's own messages may never come.
+        if let Some((c, r)) = self.check.take() {
+            let mut first = [r];
+            let checked = self.w.wait(&mut first, self.d, self.alive, self.what);
+            if let Err(e) = checked.and_then(|()| self.compare(c, &first[0])) {
+                self.w.withdraw(&mut reqs, &e);
+                return Err(e);
+            }
         }
         self.w.wait(&mut reqs, self.d, self.alive, self.what)?;
         for (r, &(peer, _, len)) in reqs[sends.len()..].iter().zip(recvs) {
@@ -384,6 +467,9 @@ impl Ctx<'_> {
     ) -> Result<()> {
         let n = self.w.size;
         let f = reduce::kernel(dtype, op.kind)?;
+        if n > 1 && sums_halves(dtype, op.kind) {
+            return self.all_reduce_halves(buf, count, dtype, op);
+        }
         if op.kind == RedKind::PremulSum {
             let k = premul_factor(op, dtype)?;
             reduce::scale(dtype, buf, buf, count, Scale::Mul(k))?;
@@ -546,6 +632,9 @@ impl Ctx<'_> {
     ) -> Result<()> {
         let (me, n) = (self.w.rank, self.w.size);
         let f = reduce::kernel(dtype, op.kind)?;
+        if n > 1 && sums_halves(dtype, op.kind) {
+            return self.reduce_halves(buf, count, dtype, op, root);
+        }
         let es = dtype.size();
         let bytes = count * es;
         let mut own = Scratch::new(if me == root { 0 } else { bytes });
@@ -604,6 +693,12 @@ impl Ctx<'_> {
                     copy(all.ptr().add(r * bytes), p.as_u8(), bytes);
                 }
             }
+        }
+        if n > 1 && sums_halves(dtype, op.kind) {
+            let counts = vec![count; n];
+            let offsets: Vec<usize> = (0..n).map(|r| r * count).collect();
+            let blocks = (&counts[..], &offsets[..]);
+            return self.reduce_scatter_halves(all.ptr(), blocks, output.as_u8(), dtype, op);
         }
         if op.kind == RedKind::PremulSum {
             let k = premul_factor(op, dtype)?;

@@ -35,6 +35,8 @@ pub(crate) const UCS_OK: Status = 0;
 pub(crate) const UCS_INPROGRESS: Status = 1;
 pub(crate) const UCS_ERR_CANCELED: Status = -16;
 pub(crate) const UCS_ERR_MESSAGE_TRUNCATED: Status = -9;
+/// From `ucp_worker_arm`: events are pending, progress before sleeping.
+pub(crate) const UCS_ERR_BUSY: Status = -15;
 /// Statuses from here down to -1 are errors (UCS_ERR_LAST).
 const UCS_ERR_LAST: isize = -100;
 
@@ -43,6 +45,8 @@ pub(crate) const UCP_PARAM_FIELD_FEATURES: u64 = 1;
 pub(crate) const UCP_PARAM_FIELD_ESTIMATED_NUM_EPS: u64 = 1 << 6;
 pub(crate) const UCP_PARAM_FIELD_NAME: u64 = 1 << 8;
 pub(crate) const UCP_FEATURE_TAG: u64 = 1;
+/// The worker's event file descriptor (`ucp_worker_get_efd`, `ucp_worker_arm`).
+pub(crate) const UCP_FEATURE_WAKEUP: u64 = 1 << 4;
 /// ucp_worker_params_t.
 pub(crate) const UCP_WORKER_PARAM_FIELD_THREAD_MODE: u64 = 1;
 pub(crate) const UCS_THREAD_MODE_SINGLE: c_int = 0;
@@ -164,6 +168,8 @@ type FnWorkerDestroy = unsafe extern "C" fn(Worker);
 type FnWorkerQuery = unsafe extern "C" fn(Worker, *mut WorkerAttr) -> Status;
 type FnWorkerReleaseAddress = unsafe extern "C" fn(Worker, *mut Address);
 type FnWorkerProgress = unsafe extern "C" fn(Worker) -> c_uint;
+type FnWorkerGetEfd = unsafe extern "C" fn(Worker, *mut c_int) -> Status;
+type FnWorkerArm = unsafe extern "C" fn(Worker) -> Status;
 type FnEpCreate = unsafe extern "C" fn(Worker, *const EpParams, *mut Ep) -> Status;
 type FnEpCloseNbx = unsafe extern "C" fn(Ep, *const RequestParam) -> StatusPtr;
 type FnTagSendNbx =
@@ -191,6 +197,8 @@ pub(crate) struct Ucp {
     pub worker_query: FnWorkerQuery,
     pub worker_release_address: FnWorkerReleaseAddress,
     pub worker_progress: FnWorkerProgress,
+    pub worker_get_efd: FnWorkerGetEfd,
+    pub worker_arm: FnWorkerArm,
     pub ep_create: FnEpCreate,
     pub ep_close_nbx: FnEpCloseNbx,
     pub tag_send_nbx: FnTagSendNbx,
@@ -270,6 +278,8 @@ impl Ucp {
             worker_query: req!("ucp_worker_query"),
             worker_release_address: req!("ucp_worker_release_address"),
             worker_progress: req!("ucp_worker_progress"),
+            worker_get_efd: req!("ucp_worker_get_efd"),
+            worker_arm: req!("ucp_worker_arm"),
             ep_create: req!("ucp_ep_create"),
             ep_close_nbx: req!("ucp_ep_close_nbx"),
             tag_send_nbx: req!("ucp_tag_send_nbx"),
@@ -344,5 +354,17 @@ mod tests {
         assert_eq!(status_of_ptr(0x1000 as StatusPtr), UCS_INPROGRESS);
         assert_eq!(status_of_ptr(-25isize as StatusPtr), -25);
         assert_eq!(status_of_ptr(-1isize as StatusPtr), -1);
+    }
+
+    /// The status values declared here are UCX's (where UCX is installed).
+    #[test]
+    fn statuses_match_ucx() {
+        let Ok(u) = ucp() else { return };
+        assert_eq!(u.status_string(UCS_ERR_BUSY), "Device is busy");
+        assert_eq!(u.status_string(UCS_ERR_CANCELED), "Request canceled");
+        assert_eq!(
+            u.status_string(UCS_ERR_MESSAGE_TRUNCATED),
+            "Message truncated"
+        );
     }
 }

@@ -24,8 +24,13 @@
 //! 40 set on a head that carries only the descriptor), for collectives the
 //! operation's number in bits 43..20 and its step in bits 19..0. UCX
 //! matches the messages of one sender and tag in order.
+//!
+//! Every collective starts by sending what this rank called to its
+//! right-hand neighbour (`fingerprint.rs`): calls that differ across ranks
+//! fail every rank at once, naming the ranks and the field that differ.
 
 mod collectives;
+mod fingerprint;
 mod loader;
 mod p2p;
 mod worker;
@@ -35,6 +40,7 @@ use crate::error::{Error, Result};
 use crate::op::{AllToAll, Gather, P2p, Reduction, Refusal, Scatter};
 use crate::store::StoreRef;
 use crate::util::{lock, Deadline};
+use fingerprint::Fingerprint;
 use std::sync::Mutex;
 use std::time::Duration;
 use worker::Worker;
@@ -112,13 +118,15 @@ impl UcxTransport {
     }
 
     /// Runs `f` as this comm's next collective (its number counts every
-    /// collective offered, carried here or not).
-    unsafe fn collective<R>(
+    /// collective offered, carried here or not), checked against the
+    /// neighbours' calls (`mine`, see `fingerprint.rs`).
+    unsafe fn collective(
         &self,
         what: &'static str,
+        mine: Fingerprint,
         call: &Call,
-        f: impl FnOnce(&mut collectives::Ctx<'_>) -> R,
-    ) -> R {
+        f: impl FnOnce(&mut collectives::Ctx<'_>) -> Result<()>,
+    ) -> Result<()> {
         let (d, alive) = (call.deadline, call.alive);
         let mut w = lock(&self.worker);
         let seq = {
@@ -132,8 +140,14 @@ impl UcxTransport {
             d,
             alive,
             what,
+            check: None,
         };
-        f(&mut ctx)
+        ctx.post_check(mine);
+        let r = f(&mut ctx);
+        // Whatever `f` did, the neighbour's fingerprint is taken (it was
+        // sent), so that no receive outlives the call.
+        let checked = ctx.finish_check();
+        r.and(checked)
     }
 
     /// Waits (up to the comm's timeout) until every send that completed
@@ -155,24 +169,42 @@ impl Transport for UcxTransport {
     }
 
     unsafe fn reduction(&self, r: &Reduction, call: &Call) -> Option<Result<()>> {
-        Some(self.collective(r.name(), call, |c| c.run_reduction(r)))
+        Some(
+            self.collective(r.name(), Fingerprint::of_reduction(r), call, |c| {
+                c.run_reduction(r)
+            }),
+        )
     }
 
     unsafe fn gather(&self, g: &Gather, call: &Call) -> Option<Result<()>> {
-        Some(self.collective(g.name(), call, |c| c.run_gather(g)))
+        Some(
+            self.collective(g.name(), Fingerprint::of_gather(g), call, |c| {
+                c.run_gather(g)
+            }),
+        )
     }
 
     unsafe fn scatter(&self, s: &Scatter, call: &Call) -> Option<Result<()>> {
-        Some(self.collective(s.name(), call, |c| c.run_scatter(s)))
+        Some(
+            self.collective(s.name(), Fingerprint::of_scatter(s), call, |c| {
+                c.run_scatter(s)
+            }),
+        )
     }
 
     unsafe fn all_to_all(&self, a: &AllToAll, call: &Call) -> Option<Result<()>> {
-        Some(self.collective(a.name(), call, |c| c.run_all_to_all(a)))
+        Some(
+            self.collective(a.name(), Fingerprint::of_all_to_all(a), call, |c| {
+                c.run_all_to_all(a)
+            }),
+        )
     }
 
     fn barrier(&self, call: &Call) -> Option<Result<()>> {
         // SAFETY: a barrier moves no caller memory.
-        Some(unsafe { self.collective("barrier", call, |c| c.barrier()) })
+        Some(unsafe {
+            self.collective("barrier", Fingerprint::of_barrier(), call, |c| c.barrier())
+        })
     }
 
     unsafe fn point_to_point(&self, transfers: &[P2p], call: &Call) -> Option<Result<()>> {

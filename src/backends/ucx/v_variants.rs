@@ -1,10 +1,11 @@
 //! The v-variants over UCX: per-rank counts, the same algorithms as their
 //! even forms (ring all-gather and ring reduce-scatter over blocks of the
-//! given sizes, direct all-to-all). The counts are not agreed first (the
-//! Gloo path agrees them over its own context): every receive must get
-//! exactly the bytes its count says, so ranks whose counts disagree fail
-//! at the first step where a size differs (`TC_ERR_INVALID_USAGE` there),
-//! and the failure notice fails every other rank at once.
+//! given sizes, half-precision sums as `half_sums.rs`, direct all-to-all).
+//! The counts are not agreed first (the Gloo path agrees them over its own
+//! context): every receive must get exactly the bytes its count says, so
+//! ranks whose counts disagree fail at the first step where a size differs
+//! (`TC_ERR_INVALID_USAGE` there), and the failure notice fails every other
+//! rank at once.
 
 use super::*;
 
@@ -61,11 +62,14 @@ impl Ctx<'_> {
         let total: usize = counts.iter().sum();
         let mut all = Scratch::new(total * es);
         copy(all.ptr(), input, total * es);
+        let offs = offsets(counts);
+        if n > 1 && sums_halves(dtype, op.kind) {
+            return self.reduce_scatter_halves(all.ptr(), (counts, &offs), output, dtype, op);
+        }
         if op.kind == RedKind::PremulSum {
             let k = premul_factor(op, dtype)?;
             reduce::scale(dtype, all.ptr(), all.ptr(), total, Scale::Mul(k))?;
         }
-        let offs = offsets(counts);
         if n > 1 && total > 0 {
             self.ring_reduce_scatter(all.ptr(), (counts, &offs), es, f)?;
         }

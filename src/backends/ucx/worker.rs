@@ -2,14 +2,30 @@
 //! every operation goes through: progressed by the calling thread, bounded
 //! by the operation's deadline, stopped by the comm's abort, and failed by
 //! UCX's peer failure reports (error handling mode "peer").
+//!
+//! A wait spins on progress (yielding the core between calls) for
+//! [`SPIN_FOR`] after the last headway (a small message's answer comes
+//! within it), then sleeps on the worker's
+//! event file descriptor (armed with `ucp_worker_arm`) for at most
+//! [`SLEEP_MS`] at a time, so that a long transfer leaves the CPU to the
+//! peers and the socket stack (on a machine with few cores a spinning
+//! rank slows the rank it waits for) while the deadline, abort and peer
+//! failure checks still run.
 
 use super::loader::{self, *};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::StoreRef;
 use crate::util::Deadline;
-use std::ffi::{c_void, CString};
+use std::ffi::{c_int, c_void, CString};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
+
+/// How long a wait spins on progress after the last headway before it
+/// sleeps on the event file descriptor.
+const SPIN_FOR: Duration = Duration::from_micros(50);
+/// The longest sleep on the event file descriptor: how often a sleeping
+/// wait checks its deadline and the comm's abort.
+const SLEEP_MS: i32 = 5;
 
 /// A peer's slot, handed to UCX as its endpoint's error handler argument:
 /// the handler records the failure here, the wait loop reports it.
@@ -54,6 +70,9 @@ pub(super) struct Worker {
     pub size: usize,
     context: loader::Context,
     worker: loader::Worker,
+    /// The worker's event file descriptor (owned by UCX), where a wait
+    /// sleeps; `None` where UCX gave none (the wait then spins, yielding).
+    event_fd: Option<c_int>,
     eps: Vec<Ep>,
     /// Boxed so their addresses, given to UCX, never move.
     peers: Box<[PeerSlot]>,
@@ -96,7 +115,7 @@ impl Worker {
             field_mask: UCP_PARAM_FIELD_FEATURES
                 | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS
                 | UCP_PARAM_FIELD_NAME,
-            features: UCP_FEATURE_TAG,
+            features: UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP,
             request_size: 0,
             request_init: std::ptr::null_mut(),
             request_cleanup: std::ptr::null_mut(),
@@ -124,6 +143,12 @@ impl Worker {
             unsafe { (ucp.cleanup)(context) };
             return Err(e);
         }
+        let mut fd: c_int = -1;
+        // SAFETY: a live worker of a context with the wakeup feature.
+        let event_fd = match unsafe { (ucp.worker_get_efd)(worker, &mut fd) } {
+            UCS_OK if fd >= 0 => Some(fd),
+            _ => None,
+        };
         let peers = (0..size)
             .map(|_| PeerSlot {
                 failure: AtomicI32::new(UCS_OK),
@@ -135,6 +160,7 @@ impl Worker {
             size,
             context,
             worker,
+            event_fd,
             eps: Vec::new(),
             peers,
             buffered: Vec::new(),
@@ -192,9 +218,36 @@ impl Worker {
         Ok(())
     }
 
-    fn progress(&self) {
+    /// Progresses the worker until it has nothing more to do; true when
+    /// it did something.
+    fn progress(&self) -> bool {
+        let mut any = false;
         // SAFETY: a live worker, used by this thread only.
-        while unsafe { (self.ucp.worker_progress)(self.worker) } != 0 {}
+        while unsafe { (self.ucp.worker_progress)(self.worker) } != 0 {
+            any = true;
+        }
+        any
+    }
+
+    /// Sleeps until UCX has an event or [`SLEEP_MS`] passed; returns at
+    /// once when events are pending (progress first). Called right after
+    /// [`Worker::progress`] found nothing to do.
+    fn sleep(&self, fd: c_int) {
+        // SAFETY: a live worker, used by this thread only.
+        match unsafe { (self.ucp.worker_arm)(self.worker) } {
+            UCS_OK => {
+                let mut p = libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd. An interruption or error only
+                // ends the sleep early.
+                unsafe { libc::poll(&mut p, 1, SLEEP_MS) };
+            }
+            UCS_ERR_BUSY => {}
+            _ => std::thread::yield_now(),
+        }
     }
 
     /// Posts a send of `len` bytes at `buf` to `peer`.
@@ -282,8 +335,11 @@ impl Worker {
         what: &str,
     ) -> Result<()> {
         let mut spins = 0u32;
+        let mut last_headway = Instant::now();
         loop {
-            self.progress();
+            if self.progress() {
+                last_headway = Instant::now();
+            }
             let mut done = true;
             for r in reqs.iter_mut() {
                 done &= self.poll(r);
@@ -303,9 +359,10 @@ impl Worker {
                 return Ok(());
             }
             spins = spins.wrapping_add(1);
+            let sleep = self.event_fd.filter(|_| last_headway.elapsed() >= SPIN_FOR);
             let stopped = match failed {
                 Some(e) => Some(e),
-                None if spins % 64 == 0 => alive().err().or_else(|| {
+                None if spins % 64 == 0 || sleep.is_some() => alive().err().or_else(|| {
                     d.passed().then(|| {
                         Error::timeout(format!(
                             "ucx {what} on rank {} timed out after {:?}; a peer is slow, \
@@ -323,8 +380,11 @@ impl Worker {
                 self.withdraw_telling(reqs, &e, !noticed);
                 return Err(e);
             }
-            if spins % 1024 == 0 {
-                std::thread::yield_now();
+            // While spinning, a rank whose peer (or the socket stack) waits
+            // for this core lets it run.
+            match sleep {
+                Some(fd) => self.sleep(fd),
+                None => std::thread::yield_now(),
             }
         }
     }

@@ -1,0 +1,225 @@
+//! Collectives that the ranks call differently over the UCX host transport
+//! (TCP loopback, shared memory off, `UCX_TLS=tcp,self`), with real
+//! processes: a count, a dtype, a reduce op, a root, an operation, a
+//! barrier against an all_reduce, and per-rank counts. The odd rank and
+//! its right-hand neighbour fail the call well before the 20 s timeout,
+//! naming the odd rank and the field that differs; every other rank fails
+//! it as promptly naming the odd rank, or (when its part completed before
+//! it heard) fails its next call; no process dies. Says SKIPPED (and
+//! passes) where libucp.so.0 is missing.
+
+mod gloo_common;
+
+use gloo_common::*;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use torchcomm::{Comm, CommOptions, Op, OpOptions, PremulFactor, Ptr};
+use torchcomm::{DType, Device, ErrorKind, RedKind, ReduceOp};
+
+const ENV: &[(&str, &str)] = &[
+    ("TORCHCOMM_GLOO_SHM", "0"),
+    ("TORCHCOMM_HOST_TRANSPORT", "ucx"),
+    ("UCX_TLS", "tcp,self"),
+];
+const OP_TIMEOUT: Duration = Duration::from_secs(20);
+/// A mismatch must fail every rank within this.
+const PROMPT: Duration = Duration::from_secs(5);
+const COUNT: usize = 8;
+
+fn ucx_missing() -> bool {
+    let name = std::ffi::CString::new("libucp.so.0").unwrap();
+    // SAFETY: a valid C string; the handle is kept.
+    let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if h.is_null() {
+        println!("SKIPPED: libucp.so.0 is not installed (make deps installs libucx0)");
+        return true;
+    }
+    false
+}
+
+fn comm() -> Arc<Comm> {
+    Comm::new(
+        "gloo",
+        Device::Cpu,
+        CommOptions {
+            name: Some("mismatch".into()),
+            timeout: Some(Duration::from_secs(60)),
+            abort_on_error: Some(false),
+            rank: Some(rank()),
+            world_size: Some(size()),
+            store: Some(child_store()),
+            hints: vec![("gloo.host_transport".into(), "ucx".into())],
+        },
+    )
+    .unwrap()
+}
+
+fn red(kind: RedKind) -> ReduceOp {
+    ReduceOp {
+        kind,
+        factor: PremulFactor::Host(1.0),
+    }
+}
+
+fn ptr(v: &mut [u8]) -> Ptr {
+    Ptr(v.as_mut_ptr() as *mut std::ffi::c_void)
+}
+
+/// What rank `me` calls in case `case` (the odd rank out, n - 1, calls
+/// something else), and the field the error must name.
+fn mismatched_op(case: &str, me: usize, n: usize, buf: &mut [u8]) -> (Op, &'static str) {
+    let odd = me == n - 1;
+    let all_reduce =
+        |buf: &mut [u8], count, dtype, kind| Op::all_reduce(ptr(buf), count, dtype, red(kind));
+    let op = match case {
+        "count" => all_reduce(buf, COUNT - 2 * usize::from(odd), DType::F32, RedKind::Sum),
+        "dtype" => {
+            let dtype = if odd { DType::I32 } else { DType::F32 };
+            all_reduce(buf, COUNT, dtype, RedKind::Sum)
+        }
+        "reduce op" => {
+            let kind = if odd { RedKind::Max } else { RedKind::Sum };
+            all_reduce(buf, COUNT, DType::F32, kind)
+        }
+        "root" => Op::broadcast(ptr(buf), COUNT, DType::F32, i32::from(odd)),
+        "operation" if odd => Op::broadcast(ptr(buf), COUNT, DType::F32, 0),
+        "operation" => all_reduce(buf, COUNT, DType::F32, RedKind::Sum),
+        "barrier" if odd => all_reduce(buf, COUNT, DType::F32, RedKind::Sum),
+        "barrier" => Op::Barrier,
+        "per-rank counts" => {
+            // The same total, split differently on the odd rank.
+            let counts = match odd {
+                true => [vec![3, 1], vec![2; n - 2]].concat(),
+                false => vec![2; n],
+            };
+            let (input, output) = buf.split_at_mut(32);
+            let kind = red(RedKind::Sum);
+            Op::reduce_scatter_v(ptr(output), ptr(input), counts, DType::F32, kind)
+        }
+        other => panic!("unknown case {other}"),
+    };
+    let field = match case {
+        "barrier" => "operation",
+        "count" => "count",
+        "dtype" => "dtype",
+        "reduce op" => "reduce op",
+        "root" => "root",
+        "operation" => "operation",
+        _ => "per-rank counts",
+    };
+    (op, field)
+}
+
+fn child() {
+    let case = std::env::var("TC_MISMATCH_CASE").unwrap();
+    let comm = comm();
+    let v = comm.backend_version().to_string_lossy().into_owned();
+    assert!(v.contains("UCX 1."), "{v}");
+    let (me, n) = (rank() as usize, size() as usize);
+    comm.submit(Op::Barrier, &OpOptions::default()).unwrap();
+    let mut buf = vec![0u8; 8 * COUNT];
+    let (op, field) = mismatched_op(&case, me, n, &mut buf);
+    let options = OpOptions {
+        timeout: Some(OP_TIMEOUT),
+        ..Default::default()
+    };
+    let start = Instant::now();
+    let r = comm.submit(op, &options).map(|_| ());
+    let took = start.elapsed();
+    assert!(
+        took < PROMPT,
+        "rank {me} returned only after {took:?}: {r:?}"
+    );
+    // The ranks next to the odd one see the difference; a rank whose part
+    // of the call completed before it heard of it fails its next call.
+    let sees_it = me == 0 || me == n - 1;
+    match r {
+        Ok(()) => {
+            assert!(!sees_it, "rank {me}: the mismatched call succeeded");
+            println!("RESULT {case}: completed its part before the failure");
+        }
+        Err(e) => {
+            println!("RESULT {case}: {:?} after {took:?}: {}", e.kind, e.message);
+            assert!(
+                matches!(e.kind, ErrorKind::InvalidUsage | ErrorKind::Remote),
+                "{e}"
+            );
+            assert!(e.message.contains(&format!("rank {}", n - 1)), "{e}");
+            // A rank that saw a message of the wrong size names the sender.
+            let named = e.message.contains(&format!("the {field} differs"))
+                || !sees_it && e.message.contains("different operations or sizes");
+            assert!(named, "{e}");
+        }
+    }
+    // The comm fails cleanly afterwards.
+    let mut x = vec![0u8; 4 * COUNT];
+    let again = comm.submit(
+        Op::all_reduce(ptr(&mut x), COUNT, DType::F32, ReduceOp::SUM),
+        &options,
+    );
+    assert!(
+        again.is_err(),
+        "rank {me}: the comm ran a call after the mismatch"
+    );
+    println!("RESULT afterwards: {}", again.err().unwrap().message);
+}
+
+fn case(test: &str, case: &str, n: usize) {
+    if role().is_some() {
+        return child();
+    }
+    if ucx_missing() {
+        return;
+    }
+    let mut env = ENV.to_vec();
+    env.push(("TC_MISMATCH_CASE", case));
+    let out = launch(test, "child", n, &env, Duration::from_secs(120));
+    for o in &out {
+        for r in o.results() {
+            eprintln!("{case} rank {}: {r}", o.rank);
+        }
+    }
+    assert_all_ok(&out);
+    for o in &out {
+        assert_eq!(o.results().len(), 2, "{}", o.describe());
+    }
+}
+
+#[test]
+fn ucx_mismatch_count_3_ranks() {
+    case("ucx_mismatch_count_3_ranks", "count", 3);
+}
+
+#[test]
+fn ucx_mismatch_dtype_2_ranks() {
+    case("ucx_mismatch_dtype_2_ranks", "dtype", 2);
+}
+
+#[test]
+fn ucx_mismatch_reduce_op_2_ranks() {
+    case("ucx_mismatch_reduce_op_2_ranks", "reduce op", 2);
+}
+
+#[test]
+fn ucx_mismatch_root_4_ranks() {
+    case("ucx_mismatch_root_4_ranks", "root", 4);
+}
+
+#[test]
+fn ucx_mismatch_operation_2_ranks() {
+    case("ucx_mismatch_operation_2_ranks", "operation", 2);
+}
+
+#[test]
+fn ucx_mismatch_barrier_against_all_reduce_3_ranks() {
+    case(
+        "ucx_mismatch_barrier_against_all_reduce_3_ranks",
+        "barrier",
+        3,
+    );
+}
+
+#[test]
+fn ucx_mismatch_per_rank_counts_3_ranks() {
+    case("ucx_mismatch_per_rank_counts_3_ranks", "per-rank counts", 3);
+}
