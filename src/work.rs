@@ -63,6 +63,19 @@ struct HostState {
     waiters: u32,
 }
 
+impl HostState {
+    fn new() -> HostState {
+        HostState {
+            status: WorkStatus::NotStarted,
+            error: None,
+            started: None,
+            on_complete: None,
+            settling: false,
+            waiters: 0,
+        }
+    }
+}
+
 /// Run once with the outcome when a [`HostWork`] completes, before its
 /// waiters wake (the post hooks of [`crate::comm::hooks`]).
 pub type CompletionHook = Box<dyn FnOnce(&Result<()>) + Send>;
@@ -88,17 +101,26 @@ impl HostWork {
             op,
             comm_label,
             timeout,
-            state: Mutex::new(HostState {
-                status: WorkStatus::NotStarted,
-                error: None,
-                started: None,
-                on_complete: None,
-                settling: false,
-                waiters: 0,
-            }),
+            state: Mutex::new(HostState::new()),
             status: AtomicI32::new(WorkStatus::NotStarted as i32),
             done: Condvar::new(),
         }
+    }
+
+    /// Makes this work what [`HostWork::new`] with these arguments makes,
+    /// in place (`&mut`: nobody else can see it).
+    pub fn renew(&mut self, op: &'static str, comm_label: Arc<str>, timeout: Duration) {
+        self.op = op;
+        if !Arc::ptr_eq(&self.comm_label, &comm_label) {
+            self.comm_label = comm_label;
+        }
+        self.timeout = timeout;
+        match self.state.get_mut() {
+            Ok(state) => *state = HostState::new(),
+            // A completion hook panicked while the lock was held.
+            Err(_) => self.state = Mutex::new(HostState::new()),
+        }
+        *self.status.get_mut() = WorkStatus::NotStarted as i32;
     }
 
     /// A started work that a new thread named `thread` completes with
