@@ -5,7 +5,9 @@
 # under callgrind, collecting only inside each call, arriving after its
 # peers (which run natively), so that its wait ends at the first look;
 # median over the calls (a peer descheduled for over 1 ms makes a call
-# count some polls). Counts do not depend on the machine's load.
+# count some polls). Counts do not depend on the machine's load. 200
+# calls: the steady state, where the flight recorder's ring (64 entries)
+# is full and the host executor reuses the works it releases.
 #   scripts/callgrind-small.sh [RANKS...]     (default: 2 3 4)
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -13,7 +15,7 @@ ensure_built
 command -v valgrind >/dev/null || { echo "callgrind-small: valgrind not found" >&2; exit 2; }
 ranks=("$@")
 [ ${#ranks[@]} -gt 0 ] || ranks=(2 3 4)
-calls=100
+calls=200
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$CC" -O2 -Wall -Wextra -I"$ROOT/include" bench/call_cost.c -o "$work/call_cost_tc" -L"$REL" -ltorchcomm \

@@ -80,6 +80,10 @@ pub struct Comm {
     base_store: StoreRef,
     backend: Box<dyn Backend>,
     state: Mutex<State>,
+    /// Whether `state` is still Active: cleared, under the state's lock,
+    /// when it leaves Active (it never returns), so that the check every
+    /// call makes ([`Comm::check_active`]) takes no lock.
+    active: AtomicBool,
     /// The watchdog's clock; stopped at shutdown.
     ticker: watchdog::Ticker,
     outstanding: Mutex<Vec<Arc<dyn Work>>>,
@@ -196,6 +200,7 @@ impl Comm {
             base_store,
             backend,
             state: Mutex::new(State::Active),
+            active: AtomicBool::new(true),
             ticker: watchdog::Ticker::default(),
             outstanding: Mutex::new(Vec::new()),
             threads: Mutex::new(Vec::new()),
@@ -261,7 +266,19 @@ impl Comm {
     }
 
     /// Fails once the comm was finalized or aborted.
+    #[inline]
     pub fn check_active(&self) -> Result<()> {
+        // Acquire: pairs with the Release store made when the state left
+        // Active; a caller that sees true issues as it did before.
+        if self.active.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.inactive()
+    }
+
+    /// [`Comm::check_active`]'s error, once the comm left Active.
+    #[cold]
+    fn inactive(&self) -> Result<()> {
         match &*lock(&self.state) {
             State::Active => Ok(()),
             State::Finalized => Err(Error::invalid_usage(format!(
@@ -442,7 +459,7 @@ impl Comm {
             let _ = w.wait_blocking();
         }
         let aborted = self.async_error();
-        *lock(&self.state) = State::Finalized;
+        self.mark_finalized();
         self.shutdown(Error::invalid_usage(format!(
             "comm '{}' was finalized",
             self.name
@@ -517,7 +534,14 @@ impl Comm {
             return false;
         }
         *state = State::Aborted(err.clone());
+        self.active.store(false, Ordering::Release);
         true
+    }
+
+    fn mark_finalized(&self) {
+        let mut state = lock(&self.state);
+        *state = State::Finalized;
+        self.active.store(false, Ordering::Release);
     }
 
     /// Sets the function called once when the comm becomes aborted: by a

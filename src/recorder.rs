@@ -15,7 +15,6 @@ use crate::error::ErrorKind;
 use crate::op::{Op, PointToPoint};
 use crate::types::DType;
 use crate::work::{Work, WorkStatus};
-use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -51,8 +50,19 @@ enum Target {
     Batch(usize),
 }
 
+/// The entries, oldest first from `oldest` (wrapping) once full: a new
+/// entry then replaces the oldest in place.
 struct Ring {
-    entries: VecDeque<Entry>,
+    entries: Vec<Entry>,
+    oldest: usize,
+}
+
+impl Ring {
+    /// The entries, oldest first.
+    fn in_order(&self) -> impl Iterator<Item = &Entry> {
+        let (newer, older) = self.entries.split_at(self.oldest);
+        older.iter().chain(newer)
+    }
 }
 
 pub struct FlightRecorder {
@@ -73,7 +83,8 @@ impl FlightRecorder {
             epoch: Instant::now(),
             next_seq: AtomicU64::new(1),
             ring: Mutex::new(Ring {
-                entries: VecDeque::with_capacity(capacity.min(1024)),
+                entries: Vec::with_capacity(capacity.min(1024)),
+                oldest: 0,
             }),
         }
     }
@@ -108,10 +119,6 @@ impl FlightRecorder {
         if self.capacity == 0 {
             return;
         }
-        let mut ring = self.lock();
-        if ring.entries.len() == self.capacity {
-            ring.entries.pop_front();
-        }
         let target = match op {
             Op::PointToPoint(PointToPoint::One(p)) => Target::Peer(p.peer),
             Op::PointToPoint(PointToPoint::Batch(ops)) => Target::Batch(ops.len()),
@@ -124,7 +131,7 @@ impl FlightRecorder {
             Ok(w) => (Some(w.clone()), None),
             Err(kind) => (None, Some(kind)),
         };
-        ring.entries.push_back(Entry {
+        let entry = Entry {
             seq,
             op: op.name(),
             dtype: op.dtype(),
@@ -134,7 +141,18 @@ impl FlightRecorder {
             issued: Instant::now(),
             work,
             refused,
-        });
+        };
+        let mut ring = self.lock();
+        if ring.entries.len() < self.capacity {
+            ring.entries.push(entry);
+            return;
+        }
+        let at = ring.oldest;
+        ring.oldest = if at + 1 == self.capacity { 0 } else { at + 1 };
+        let dropped = std::mem::replace(&mut ring.entries[at], entry);
+        // Its work is released outside the lock.
+        drop(ring);
+        drop(dropped);
     }
 
     /// Operations issued so far (the next sequence number minus one).
@@ -149,7 +167,7 @@ impl FlightRecorder {
         // asks the driver, and recording must never wait for that.
         let (issued, rows): (u64, Vec<Entry>) = {
             let ring = self.lock();
-            (self.issued(), ring.entries.iter().cloned().collect())
+            (self.issued(), ring.in_order().cloned().collect())
         };
         let mut out = String::new();
         if self.capacity == 0 {

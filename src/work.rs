@@ -6,6 +6,7 @@
 
 use crate::error::{Error, ErrorKind, Result};
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,6 +24,16 @@ pub enum WorkStatus {
 impl WorkStatus {
     pub fn is_finished(self) -> bool {
         !matches!(self, WorkStatus::NotStarted | WorkStatus::InProgress)
+    }
+
+    fn from_i32(v: i32) -> WorkStatus {
+        match v {
+            0 => WorkStatus::NotStarted,
+            1 => WorkStatus::InProgress,
+            2 => WorkStatus::Completed,
+            3 => WorkStatus::TimedOut,
+            _ => WorkStatus::Error,
+        }
     }
 }
 
@@ -52,6 +63,19 @@ struct HostState {
     waiters: u32,
 }
 
+impl HostState {
+    fn new() -> HostState {
+        HostState {
+            status: WorkStatus::NotStarted,
+            error: None,
+            started: None,
+            on_complete: None,
+            settling: false,
+            waiters: 0,
+        }
+    }
+}
+
 /// Run once with the outcome when a [`HostWork`] completes, before its
 /// waiters wake (the post hooks of [`crate::comm::hooks`]).
 pub type CompletionHook = Box<dyn FnOnce(&Result<()>) + Send>;
@@ -64,6 +88,10 @@ pub struct HostWork {
     comm_label: Arc<str>,
     timeout: Duration,
     state: Mutex<HostState>,
+    /// `state.status`, written with it under the lock: status queries (the
+    /// caller's, the watchdog's pruning) and the wait for a work already
+    /// completed take no lock.
+    status: AtomicI32,
     done: Condvar,
 }
 
@@ -73,16 +101,26 @@ impl HostWork {
             op,
             comm_label,
             timeout,
-            state: Mutex::new(HostState {
-                status: WorkStatus::NotStarted,
-                error: None,
-                started: None,
-                on_complete: None,
-                settling: false,
-                waiters: 0,
-            }),
+            state: Mutex::new(HostState::new()),
+            status: AtomicI32::new(WorkStatus::NotStarted as i32),
             done: Condvar::new(),
         }
+    }
+
+    /// Makes this work what [`HostWork::new`] with these arguments makes,
+    /// in place (`&mut`: nobody else can see it).
+    pub fn renew(&mut self, op: &'static str, comm_label: Arc<str>, timeout: Duration) {
+        self.op = op;
+        if !Arc::ptr_eq(&self.comm_label, &comm_label) {
+            self.comm_label = comm_label;
+        }
+        self.timeout = timeout;
+        match self.state.get_mut() {
+            Ok(state) => *state = HostState::new(),
+            // A completion hook panicked while the lock was held.
+            Err(_) => self.state = Mutex::new(HostState::new()),
+        }
+        *self.status.get_mut() = WorkStatus::NotStarted as i32;
     }
 
     /// A started work that a new thread named `thread` completes with
@@ -114,10 +152,18 @@ impl HostWork {
         crate::util::lock(&self.state)
     }
 
+    /// Sets the status, `s` being this work's locked state.
+    fn set_status(&self, s: &mut HostState, status: WorkStatus) {
+        s.status = status;
+        // Release: a reader that sees a finished status sees the error
+        // stored before it (under the same lock).
+        self.status.store(status as i32, Ordering::Release);
+    }
+
     pub fn start(&self) {
         let mut s = self.lock();
         if s.status == WorkStatus::NotStarted {
-            s.status = WorkStatus::InProgress;
+            self.set_status(&mut s, WorkStatus::InProgress);
             s.started = Some(Instant::now());
         }
     }
@@ -140,14 +186,15 @@ impl HostWork {
         }
         if !s.status.is_finished() {
             match result {
-                Ok(()) => s.status = WorkStatus::Completed,
+                Ok(()) => self.set_status(&mut s, WorkStatus::Completed),
                 Err(e) => {
-                    s.status = if e.kind == ErrorKind::Timeout {
+                    let status = if e.kind == ErrorKind::Timeout {
                         WorkStatus::TimedOut
                     } else {
                         WorkStatus::Error
                     };
                     s.error = Some(e);
+                    self.set_status(&mut s, status);
                 }
             }
         }
@@ -168,7 +215,7 @@ impl HostWork {
 
 impl Work for HostWork {
     fn status(&self) -> WorkStatus {
-        self.lock().status
+        WorkStatus::from_i32(self.status.load(Ordering::Acquire))
     }
 
     fn wait(&self, _stream: *mut c_void) -> Result<()> {
@@ -176,6 +223,11 @@ impl Work for HostWork {
     }
 
     fn wait_blocking(&self) -> Result<()> {
+        // Completed is final and carries no error (a call run inline has
+        // completed by the time its caller waits).
+        if self.status() == WorkStatus::Completed {
+            return Ok(());
+        }
         let mut s = self.lock();
         if !s.status.is_finished() {
             s.waiters += 1;
@@ -201,8 +253,8 @@ impl Work for HostWork {
             self.description(),
             now.duration_since(started).as_millis()
         ));
-        s.status = WorkStatus::TimedOut;
         s.error = Some(err.clone());
+        self.set_status(&mut s, WorkStatus::TimedOut);
         let waiters = s.waiters > 0;
         drop(s);
         if waiters {

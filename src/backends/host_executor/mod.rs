@@ -8,6 +8,7 @@
 //! &init)`.
 
 pub mod queue;
+mod recycled_works;
 pub mod staging;
 
 use super::submission::{CommEvents, CommLink, Submission};
@@ -18,8 +19,9 @@ use super::{
 use crate::error::{Error, Result};
 use crate::op::Op;
 use crate::util::lock;
-use crate::work::{DoneWork, HostWork, Work};
+use crate::work::{DoneWork, Work};
 use queue::{completes_at_once, HostQueue, Issued, Job};
+use recycled_works::RecycledWorks;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -73,6 +75,7 @@ struct Shared<B> {
 pub struct HostExecutor<B: HostBackend> {
     shared: Arc<Shared<B>>,
     progress: Mutex<Option<JoinHandle<()>>>,
+    works: RecycledWorks,
     name: String,
     rank: i32,
     size: i32,
@@ -101,6 +104,7 @@ impl<B: HostBackend> HostExecutor<B> {
         Ok(HostExecutor {
             shared,
             progress: Mutex::new(Some(progress)),
+            works: RecycledWorks::default(),
             name: init.name.clone(),
             rank: init.rank,
             size: init.size,
@@ -158,11 +162,11 @@ impl<B: HostBackend> Backend for HostExecutor<B> {
             Err(e) => return Err(sub.refuse(&op, e)),
         };
         let blocking = !sub.opts.async_op || staged.is_some();
-        let work = Arc::new(HostWork::new(
+        let work = self.works.take(
             op.name(),
             sub.label.clone(),
             sub.timeout + self.shared.backend.watchdog_grace(),
-        ));
+        );
         if let Some(post) = sub.post.take() {
             work.on_complete(Box::new(move |r| post(r, true)));
         }
