@@ -2,7 +2,7 @@
 //! CPU 0 after creating its comm (what the scheduler does when it puts the
 //! ranks together on a machine of several CPUs; the comm was made seeing
 //! them all, so its waits would busy poll). The waits must then yield to
-//! the peer they wait for (see `intra_host/wait.rs`): real processes of 2,
+//! the peer they wait for (see `shared_memory/engine/wait.rs`): real processes of 2,
 //! 3 and 4 ranks run every dtype under every reduce op the dtype takes,
 //! small counts, all_reduce, reduce to the last rank, broadcast and
 //! barrier, then many back-to-back calls; every rank's result bytes are

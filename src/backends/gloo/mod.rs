@@ -21,7 +21,7 @@
 //!   wrong meaning (silently wrong results): every Gloo tag of a collective
 //!   carries a hash of its signature, so such ranks exchange nothing and
 //!   fail at the timeout, told to enable the check (the shared-memory path
-//!   checks every collective always, see [`intra_host`]);
+//!   checks every collective always, see [`shared_memory`]);
 //! - after a timeout or a vanished peer the context is closed (Gloo closes it
 //!   on timeouts anyway), which makes the peers fail fast too; later
 //!   operations fail at once;
@@ -46,7 +46,6 @@ mod collectives;
 mod connect;
 mod failure;
 mod hier;
-mod intra_host;
 mod issue;
 mod over_gloo;
 mod p2p;

@@ -18,9 +18,7 @@
 //! The table is logged at INFO once per comm.
 
 use super::hier::Hierarchy;
-use super::intra_host::{is_off, IntraHost};
-use super::shared_memory::SharedMemory;
-use super::signature::describe_fingerprint;
+use super::shared_memory::{is_off, SharedMemory};
 use super::GlooBackend;
 use crate::backends::transport::{offer, Call, Transport};
 use crate::backends::ucx::{self, UcxTransport};
@@ -46,15 +44,13 @@ impl Routes {
             let label = label(init);
             let deadline = Deadline::after(init.timeout);
             let shm_p2p = hint(init, "gloo.shm_p2p").or_else(|| env("TORCHCOMM_SHM_P2P"));
-            routes.shared_memory = IntraHost::setup(
+            routes.shared_memory = SharedMemory::setup(
                 init.rank as usize,
                 init.size as usize,
                 &label,
                 !shm_p2p.as_deref().is_some_and(is_off),
-                describe_fingerprint,
                 &|words| gloo.all_gather_words(words, &deadline, "connect (shared-memory setup)"),
-            )?
-            .map(SharedMemory::new);
+            )?;
             if routes.shared_memory.is_none() {
                 let hier = hint(init, "gloo.hier").or_else(|| env("TORCHCOMM_GLOO_HIER"));
                 let wanted = !hier.as_deref().is_some_and(is_off);

@@ -1,6 +1,6 @@
 //! What ranks must agree on for a collective, and the always-on checks
 //! built on it: the shared-memory path's [`Fingerprint`], compared at every
-//! operation's first sync (see [`super::intra_host`]), and the Gloo path's
+//! operation's first sync (see [`super::shared_memory`]), and the Gloo path's
 //! tag salt ([`tag_salt`]), which keeps the messages of ranks that called
 //! different collectives from ever matching; plus their descriptions for
 //! messages.

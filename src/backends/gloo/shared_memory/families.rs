@@ -1,11 +1,11 @@
 //! The shared-memory forms of the collective families: how each member's
-//! buffers are prepared for the engine (see [`super::super::intra_host`]).
+//! buffers are prepared for the engine (see [`super::engine`]).
 //! Whether an input must be read from a private copy is decided on the
 //! operation's [`Layout`] (where each rank's block lies), not re-derived
 //! here.
 
-use super::super::intra_host::{self, IntraHost, SyncAll};
 use super::super::{copy, premul_factor, private_input, reduce, sums_halves, Scratch};
+use super::engine::{self, IntraHost, SyncAll};
 use crate::error::Result;
 use crate::op::{
     gather_single_outputs, AllToAll, AllToAllKind, Gather, GatherKind, Layout, Ptr, Reduction,
@@ -206,8 +206,8 @@ pub(super) unsafe fn all_to_all(ih: &IntraHost, a: &AllToAll, sync: &SyncAll) ->
 
 /// How the shared-memory path reduces `dtype` with `op`.
 #[inline(always)]
-fn plan(ih: &IntraHost, dtype: DType, op: &ReduceOp) -> Result<intra_host::Reduction> {
-    Ok(intra_host::Reduction {
+fn plan(ih: &IntraHost, dtype: DType, op: &ReduceOp) -> Result<engine::Reduction> {
+    Ok(engine::Reduction {
         dtype,
         f: reduce::kernel(dtype, op.kind)?,
         premul: if op.kind == RedKind::PremulSum {

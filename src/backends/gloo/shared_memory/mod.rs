@@ -1,26 +1,46 @@
 //! Shared memory as a host transport, when every rank of the comm is on
-//! this host: the collectives through the engine of
-//! [`super::intra_host`] (segments, syncs, waits), point-to-point through
-//! its rings unless switched off. Every collective carries its
+//! this host: the collectives through its [`engine`] (segments, syncs,
+//! waits), point-to-point through the engine's rings unless switched off. Every collective carries its
 //! fingerprint in its first sync, so ranks that call different operations
 //! fail at that sync, all of them, naming the rank that differs.
 
+mod engine;
 mod families;
 
-use super::intra_host::{IntraHost, SyncAll, Transfer};
 use super::p2p::local_transfers;
-use super::signature::{self, fingerprint, FAILED_ALONE};
+use super::signature::{self, describe_fingerprint, fingerprint, FAILED_ALONE};
 use crate::backends::transport::{Call, Transport};
 use crate::error::{Error, ErrorKind, Result};
 use crate::op::{AllToAll, Gather, P2p, Reduction, Refusal, Scatter};
+pub(super) use engine::is_off;
+use engine::{IntraHost, SyncAll, Transfer};
 
 pub(super) struct SharedMemory {
     engine: IntraHost,
 }
 
 impl SharedMemory {
-    pub(super) fn new(engine: IntraHost) -> SharedMemory {
-        SharedMemory { engine }
+    /// Sets up shared memory among the comm's ranks when every rank can
+    /// map every other's segment (collective through `all_gather`; see
+    /// [`IntraHost::setup`]); `p2p_wanted`: this rank's choice of
+    /// point-to-point through the rings. None: not every rank is on this
+    /// host, or one switched it off.
+    pub(super) fn setup(
+        rank: usize,
+        size: usize,
+        label: &str,
+        p2p_wanted: bool,
+        all_gather: &dyn Fn(&[u64]) -> Result<Vec<u64>>,
+    ) -> Result<Option<SharedMemory>> {
+        let engine = IntraHost::setup(
+            rank,
+            size,
+            label,
+            p2p_wanted,
+            describe_fingerprint,
+            all_gather,
+        )?;
+        Ok(engine.map(|engine| SharedMemory { engine }))
     }
 
     /// Runs `call`'s collective with `run`, the shared-memory form of its
@@ -120,7 +140,7 @@ impl Transport for SharedMemory {
         unsafe { self.collective(call, |_, sync| sync("barrier")) }
     }
 
-    /// Through the rings (see `intra_host::p2p`); transfers to self as on
+    /// Through the rings (see `engine::p2p`); transfers to self as on
     /// every transport.
     unsafe fn point_to_point(&self, ops: &[P2p], call: &Call) -> Option<Result<()>> {
         let ih = &self.engine;

@@ -62,10 +62,12 @@ mod wait;
 
 pub use p2p::Transfer;
 
-use super::reduce::{self, ReduceFn, Scale};
-use super::shm::{file_id, futex_wait, futex_wake, host_id, shared_file, PeerMapping, Placement};
-use super::signature::{self, Fingerprint};
-use super::{copy, Scratch};
+use super::super::reduce::{self, ReduceFn, Scale};
+use super::super::shm::{
+    file_id, futex_wait, futex_wake, host_id, shared_file, PeerMapping, Placement,
+};
+use super::super::signature::{self, Fingerprint};
+use super::super::{copy, Scratch};
 use crate::error::{Error, Result};
 use crate::types::DType;
 use crate::util::Deadline;
@@ -155,7 +157,7 @@ fn create_segment(len: usize) -> std::io::Result<OwnMapping> {
 }
 
 /// Whether a switch's value means off (`0`, `false`, `off`, `no`).
-pub(super) fn is_off(value: &str) -> bool {
+pub(in crate::backends::gloo) fn is_off(value: &str) -> bool {
     matches!(value.trim(), "0" | "false" | "off" | "no")
 }
 

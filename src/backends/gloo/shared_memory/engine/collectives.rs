@@ -1,6 +1,6 @@
 //! The collectives over the shared segment: each copies in, syncs, works
 //! on its share of every chunk (reductions with the kernels of
-//! [`super::super::reduce`]) and copies out.
+//! [`super::super::super::reduce`]) and copies out.
 
 use super::*;
 
