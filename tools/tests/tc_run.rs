@@ -213,3 +213,56 @@ fn usage_errors() {
     let (out, _) = run(&["-n", "2"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// The CPUs each rank may run on, from /proc (`Cpus_allowed_list`).
+fn allowed_cpus_per_rank(bind: &str, n: usize) -> Vec<String> {
+    let (out, _) = run(&[
+        "-n",
+        &n.to_string(),
+        "--bind-to",
+        bind,
+        "--",
+        "sh",
+        "-c",
+        "grep Cpus_allowed_list /proc/self/status",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    (0..n)
+        .map(|r| {
+            let prefix = format!("[{r}] Cpus_allowed_list:");
+            let line = stdout.lines().find(|l| l.starts_with(&prefix));
+            line.unwrap_or_else(|| panic!("rank {r}: {stdout}"))[prefix.len()..]
+                .trim()
+                .to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn bind_to_core_pins_ranks_round_robin_and_none_leaves_them() {
+    let own = std::fs::read_to_string("/proc/self/status").unwrap();
+    let own = own
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let free = allowed_cpus_per_rank("none", 2);
+    assert_eq!(free, vec![own.clone(), own], "unbound ranks keep every CPU");
+    let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let bound = allowed_cpus_per_rank("core", cpus + 1);
+    for (r, list) in bound.iter().enumerate() {
+        assert!(
+            list.parse::<usize>().is_ok(),
+            "rank {r} bound to one CPU, got '{list}'"
+        );
+    }
+    if cpus > 1 {
+        assert_ne!(bound[0], bound[1], "ranks 0 and 1 share a CPU");
+    }
+    assert_eq!(
+        bound[0], bound[cpus],
+        "round robin: rank {cpus} takes rank 0's CPU"
+    );
+}

@@ -1,6 +1,10 @@
 //! tc-run: starts N processes of a program on this machine, torchrun-style.
 //!
-//! `tc-run -n N [--master-port P] [--grace-period SECS] -- PROGRAM ARGS...`
+//! `tc-run -n N [--master-port P] [--grace-period SECS] [--bind-to core|none] -- PROGRAM ARGS...`
+//!
+//! `--bind-to core` pins rank r to the r-th CPU tc-run may use (round
+//! robin), as `mpirun` does by default; the default, `none`, leaves the
+//! ranks to the scheduler (the library itself never sets affinity).
 //!
 //! Each process gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 //! MASTER_ADDR, MASTER_PORT and TORCHELASTIC_USE_AGENT_STORE=True; tc-run
@@ -24,19 +28,22 @@ extern "C" fn on_signal(sig: libc::c_int) {
     PENDING_SIGNAL.store(sig, Ordering::SeqCst);
 }
 
-const USAGE: &str =
-    "usage: tc-run -n N [--master-port PORT] [--grace-period SECONDS] -- PROGRAM [ARGS...]";
+const USAGE: &str = "usage: tc-run -n N [--master-port PORT] [--grace-period SECONDS] \
+                     [--bind-to core|none] -- PROGRAM [ARGS...]";
 
 struct Args {
     n: usize,
     master_port: u16,
     grace: Duration,
+    /// Pin each rank to one CPU (`--bind-to core`).
+    bind: bool,
     program: Vec<String>,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut it = std::env::args().skip(1);
     let (mut n, mut master_port, mut grace) = (None, 0u16, Duration::from_secs(5));
+    let mut bind = false;
     let mut program = Vec::new();
     while let Some(a) = it.next() {
         let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
@@ -65,6 +72,13 @@ fn parse_args() -> Result<Args, String> {
                     .ok_or_else(|| format!("--grace-period {v}: not a number of seconds"))?;
                 grace = Duration::from_secs_f64(s);
             }
+            "--bind-to" => {
+                bind = match value(&a)?.as_str() {
+                    "core" => true,
+                    "none" => false,
+                    v => return Err(format!("--bind-to {v}: takes core or none")),
+                };
+            }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -89,8 +103,23 @@ fn parse_args() -> Result<Args, String> {
         n,
         master_port,
         grace,
+        bind,
         program,
     })
+}
+
+/// The CPUs this process may run on, in order (empty if unknown).
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set for the call to fill.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|c| libc::CPU_ISSET(*c, &set))
+            .collect()
+    }
 }
 
 /// Copies `src` to our stdout or stderr line by line, prefixed `[rank] `.
@@ -200,6 +229,11 @@ fn main() {
 fn spawn_ranks(args: &Args, port: u16) -> (Vec<Child>, Vec<std::thread::JoinHandle<()>>) {
     let mut children: Vec<Child> = Vec::with_capacity(args.n);
     let mut pumps = Vec::new();
+    let cpus = if args.bind {
+        allowed_cpus()
+    } else {
+        Vec::new()
+    };
     for rank in 0..args.n {
         let mut cmd = Command::new(&args.program[0]);
         cmd.args(&args.program[1..])
@@ -217,6 +251,20 @@ fn spawn_ranks(args: &Args, port: u16) -> (Vec<Child>, Vec<std::thread::JoinHand
             // Own process group: signals reach the rank's own children too,
             // and a terminal's Ctrl-C reaches ranks only through us.
             .process_group(0);
+        if let Some(&cpu) = cpus.get(rank % cpus.len().max(1)) {
+            // SAFETY: between fork and exec only a system call runs, on
+            // a set built before the fork.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(cpu, &mut set);
+                    match libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) {
+                        0 => Ok(()),
+                        _ => Err(std::io::Error::last_os_error()),
+                    }
+                });
+            }
+        }
         match cmd.spawn() {
             Ok(mut c) => {
                 pumps.push(pump(rank, c.stdout.take().unwrap(), false));
