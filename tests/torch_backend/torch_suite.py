@@ -47,12 +47,22 @@ SUBSET = [
 # C++ one when its extension loads; TORCHCOMM_TORCH_BACKEND forces one):
 # reported as KNOWN, not failing the run; one that starts to pass fails it,
 # so that these lists stay true.
+# torch's DDP logger names the process group's backend by its c10d type,
+# "custom" for every third-party backend, where the test expects the
+# registered name (dist.get_backend): torch's, for any plugin backend.
+_DDP_LOGGING = {
+    "test_ddp_logging_data_cpu": "torch's DDP logging data names every third-party backend 'custom' "
+                                 "(ProcessGroup::getBackendName of a CUSTOM type), the test expects 'torchcomm'",
+}
 KNOWN_FAILURES = {
-    "cpp": {},
+    "cpp": dict(_DDP_LOGGING),
     "python": {
-        name: "is_completed() stays False after wait(): torch's holder of Python works routes only wait() and "
-              "get_future() (docs/status.md; the C++ implementation has no such gap)"
-        for name in ("test_isend", "test_irecv")
+        **{
+            name: "is_completed() stays False after wait(): torch's holder of Python works routes only wait() and "
+                  "get_future() (docs/status.md; the C++ implementation has no such gap)"
+            for name in ("test_isend", "test_irecv")
+        },
+        **_DDP_LOGGING,
     },
 }
 
