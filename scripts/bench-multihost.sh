@@ -32,35 +32,12 @@ if torch_py=$(scripts/torch-venv.sh 2>"$out/torch-venv.err"); then
 else
   echo "bench-multihost: $(grep -m1 SKIPPED "$out/torch-venv.err" || echo "SKIPPED: torch unavailable")"
 fi
-id=$$
-made=()
-cleanup() { for ns in "${made[@]}"; do ip netns del "$ns" 2>/dev/null; done; }
-trap cleanup EXIT
-# Four hosts: namespaces tcbh<id>0..3, each with its link named tcn0 (the
-# same name on every host, as eth0 would be) at 10.78.1.<h+1>.
-make_hosts() {
-  [ "$(id -u)" = 0 ] && command -v ip >/dev/null || return 1
-  local sw="tcbs$id" h ns
-  ip netns add "$sw" 2>/dev/null || return 1
-  made+=("$sw")
-  ip -n "$sw" link add br0 type bridge 2>/dev/null || return 1
-  ip -n "$sw" link set br0 up && ip -n "$sw" link set lo up
-  for h in 0 1 2 3; do
-    ns="tcbh$id$h"
-    ip netns add "$ns" || return 1
-    made+=("$ns")
-    ip link add "bh$h$id" type veth peer name "bs$h$id" || return 1
-    ip link set "bh$h$id" netns "$ns" && ip link set "bs$h$id" netns "$sw"
-    ip -n "$ns" link set "bh$h$id" name tcn0
-    ip -n "$sw" link set "bs$h$id" master br0 && ip -n "$sw" link set "bs$h$id" up
-    ip -n "$ns" addr add "10.78.1.$((h + 1))/24" dev tcn0
-    ip -n "$ns" link set lo up && ip -n "$ns" link set tcn0 up
-  done
-}
-if make_hosts; then
-  args+=(--ns "tcbh$id" --addr-prefix 10.78.1. --iface tcn0)
+# Four hosts: namespaces tcbh<pid>0..3 at 10.78.1.<h+1>.
+source scripts/netns.sh
+if [ "$(id -u)" = 0 ] && command -v ip >/dev/null && netns_hosts "tcbs$$" "tcbh$$" 4 10.78.1.; then
+  args+=(--ns "tcbh$$" --addr-prefix 10.78.1. --iface "$netns_iface")
 else
-  echo "bench-multihost: SKIPPED the network-namespace hosts (needs root and ip with veth/bridge support)"
+  echo "bench-multihost: SKIPPED the network-namespace hosts (needs root and ip with veth/bridge support${netns_why:+: $netns_why})"
 fi
 echo "# command: make bench-multihost ($0 $*)"
 python3 bench/multihost_compare.py "${args[@]}" "$@"

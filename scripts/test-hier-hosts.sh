@@ -19,29 +19,9 @@ command -v unshare >/dev/null || skip "unshare (util-linux) is missing"
 # The example comes with the build (scripts/build.sh; skipped under make).
 [ "${TC_BUILT:-}" = 1 ] || scripts/build.sh || { echo "test-hier-hosts: FAILED to build"; exit 1; }
 prog="$root/target/release/examples/hier_hosts"
-id=$$
-sw="tcsw$id"
-made=()
-cleanup() {
-  for ns in "${made[@]}"; do ip netns del "$ns" 2>/dev/null; done
-}
-trap cleanup EXIT
-ip netns add "$sw" 2>/dev/null || skip "cannot create network namespaces here"
-made+=("$sw")
-ip -n "$sw" link add br0 type bridge 2>/dev/null || skip "cannot create a bridge here"
-ip -n "$sw" link set br0 up
-ip -n "$sw" link set lo up
-hosts=3
-for h in $(seq 0 $((hosts - 1))); do
-  ns="tch$h$id"
-  ip netns add "$ns" || skip "cannot create network namespaces here"
-  made+=("$ns")
-  ip link add "hh$h$id" type veth peer name "hs$h$id" || skip "cannot create a veth pair here"
-  ip link set "hh$h$id" netns "$ns" && ip link set "hs$h$id" netns "$sw"
-  ip -n "$sw" link set "hs$h$id" master br0 && ip -n "$sw" link set "hs$h$id" up
-  ip -n "$ns" addr add "10.79.0.$((h + 1))/24" dev "hh$h$id"
-  ip -n "$ns" link set lo up && ip -n "$ns" link set "hh$h$id" up
-done
+source scripts/netns.sh
+hostns="tch$$-"
+netns_hosts "tcsw$$" "$hostns" 3 10.79.0. || skip "$netns_why"
 out="$root/build/hier-hosts"
 mkdir -p "$out"
 rc=0
@@ -55,7 +35,7 @@ run_layout() {
   for ranks in "$@"; do size=$((size + $(echo "$ranks" | wc -w))); done
   rm -f "$out/$name".*.log
   for ranks in "$@"; do
-    ip netns exec "tch$h$id" unshare --uts sh -c '
+    ip netns exec "$hostns$h" unshare --uts sh -c '
       hostname "$1"; shift
       h="$1" iface="$2" size="$3" port="$4" prog="$5" log="$6" min_drop="$7" fault="$8"; shift 8
       fail=0; pids=""
@@ -66,7 +46,7 @@ run_layout() {
         pids="$pids $!"
       done
       for p in $pids; do wait "$p" || fail=1; done
-      exit $fail' sh "tchost$h" "$h" "hh$h$id" "$size" "$port" "$prog" "$out/$name" "$min_drop" "${TC_HIER_FAULT:-0}" $ranks &
+      exit $fail' sh "tchost$h" "$h" "$netns_iface" "$size" "$port" "$prog" "$out/$name" "$min_drop" "${TC_HIER_FAULT:-0}" $ranks &
     pids+=($!)
     h=$((h + 1))
   done

@@ -26,29 +26,9 @@ command -v unshare >/dev/null || skip "unshare (util-linux) is missing"
 ldconfig -p 2>/dev/null | grep -q 'libucp\.so\.0 ' || skip "libucp.so.0 is not installed (make deps installs libucx0)"
 [ "${TC_BUILT:-}" = 1 ] || scripts/build.sh || { echo "test-ucx-hosts: FAILED to build"; exit 1; }
 prog="$root/target/release/examples/ucx_hosts"
-id=$$
-sw="tcusw$id"
-made=()
-cleanup() {
-  for ns in "${made[@]}"; do ip netns del "$ns" 2>/dev/null; done
-}
-trap cleanup EXIT
-ip netns add "$sw" 2>/dev/null || skip "cannot create network namespaces here"
-made+=("$sw")
-ip -n "$sw" link add br0 type bridge 2>/dev/null || skip "cannot create a bridge here"
-ip -n "$sw" link set br0 up
-ip -n "$sw" link set lo up
-hosts=4
-for h in $(seq 0 $((hosts - 1))); do
-  ns="tcu$h$id"
-  ip netns add "$ns" || skip "cannot create network namespaces here"
-  made+=("$ns")
-  ip link add "uh$h$id" type veth peer name "us$h$id" || skip "cannot create a veth pair here"
-  ip link set "uh$h$id" netns "$ns" && ip link set "us$h$id" netns "$sw"
-  ip -n "$sw" link set "us$h$id" master br0 && ip -n "$sw" link set "us$h$id" up
-  ip -n "$ns" addr add "10.78.0.$((h + 1))/24" dev "uh$h$id"
-  ip -n "$ns" link set lo up && ip -n "$ns" link set "uh$h$id" up
-done
+source scripts/netns.sh
+hostns="tcu$$-"
+netns_hosts "tcusw$$" "$hostns" 4 10.78.0. || skip "$netns_why"
 out="$root/build/ucx-hosts"
 mkdir -p "$out"
 rc=0 skipped=0
@@ -64,7 +44,7 @@ run_layout() {
   for ranks in "$@"; do size=$((size + $(echo "$ranks" | wc -w))); done
   rm -f "$out/$name".*.log
   for ranks in "$@"; do
-    ip netns exec "tcu$h$id" unshare --uts sh -c '
+    ip netns exec "$hostns$h" unshare --uts sh -c '
       hostname "$1"; shift
       h="$1" iface="$2" size="$3" port="$4" prog="$5" log="$6" mode="$7" extra="$8"; shift 8
       fail=0; pids=""
@@ -76,7 +56,7 @@ run_layout() {
         pids="$pids $!"
       done
       for p in $pids; do wait "$p" || fail=1; done
-      exit $fail' sh "tcuhost$h" "$h" "uh$h$id" "$size" "$port" "$prog" "$out/$name" "$mode" "${TC_EXTRA:-}" $ranks &
+      exit $fail' sh "tcuhost$h" "$h" "$netns_iface" "$size" "$port" "$prog" "$out/$name" "$mode" "${TC_EXTRA:-}" $ranks &
     pids+=($!)
     h=$((h + 1))
   done

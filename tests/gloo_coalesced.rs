@@ -8,7 +8,7 @@ mod capi_common;
 #[macro_use]
 mod gloo_common;
 
-use capi_common::{last_error, new_comm};
+use capi_common::{finalize_and_destroy, last_error, new_comm};
 use gloo_common::*;
 use std::ffi::c_void;
 use torchcomm::capi::*;
@@ -151,8 +151,7 @@ fn every_root_child() {
         "{}",
         last_error()
     );
-    assert_eq!(tc_comm_finalize(comm), TC_SUCCESS, "{}", last_error());
-    tc_comm_destroy(comm);
+    finalize_and_destroy(comm);
     println!("RESULT coalesced ok");
 }
 
@@ -196,8 +195,7 @@ fn mismatch_child() {
         last_error()
     );
     l.check(0);
-    assert_eq!(tc_comm_finalize(comm), TC_SUCCESS, "{}", last_error());
-    tc_comm_destroy(comm);
+    finalize_and_destroy(comm);
     println!("RESULT mismatch ok");
 }
 

@@ -14,7 +14,7 @@ mod capi_common;
 #[macro_use]
 mod gloo_common;
 
-use capi_common::{last_error, new_comm, new_comm_with_timeout};
+use capi_common::{finalize_and_destroy, last_error, new_comm, new_comm_with_timeout, reducer_new};
 use gloo_common::*;
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
@@ -66,16 +66,7 @@ fn reducer(
     let ptrs: Vec<*mut c_void> = grads.iter_mut().map(|g| g.as_mut_ptr().cast()).collect();
     let counts: Vec<usize> = grads.iter().map(|g| g.len()).collect();
     let dtypes = vec![TC_FLOAT32; grads.len()];
-    let mut r = std::ptr::null_mut();
-    let rc = tc_reducer_new(
-        comm,
-        ptrs.as_ptr(),
-        counts.as_ptr(),
-        dtypes.as_ptr(),
-        grads.len(),
-        opts,
-        &mut r,
-    );
+    let (rc, r) = reducer_new(comm, Some(&ptrs), &counts, &dtypes, opts);
     assert_eq!(rc, TC_SUCCESS, "{}", last_error());
     r
 }
@@ -177,8 +168,7 @@ fn finalize_child() {
         }
     }
     tc_reducer_free(r);
-    assert_eq!(tc_comm_finalize(comm), TC_SUCCESS, "{}", last_error());
-    tc_comm_destroy(comm);
+    finalize_and_destroy(comm);
     println!("RESULT finalize ok");
 }
 
@@ -191,16 +181,7 @@ fn out_of_memory_reducer_child() {
     let mut opts = tc_reducer_options_t::defaults();
     opts.gradient_as_bucket_view = 1;
     let (counts, dtypes) = ([1usize << 34], [TC_FLOAT32]);
-    let mut r = std::ptr::null_mut();
-    let rc = tc_reducer_new(
-        comm,
-        std::ptr::null(),
-        counts.as_ptr(),
-        dtypes.as_ptr(),
-        1,
-        &opts,
-        &mut r,
-    );
+    let (rc, r) = reducer_new(comm, None, &counts, &dtypes, &opts);
     assert_eq!(rc, TC_ERR_OUT_OF_MEMORY, "{}", last_error());
     assert!(
         last_error().contains("'counts'") && last_error().contains("68719476736 bytes"),
@@ -210,8 +191,7 @@ fn out_of_memory_reducer_child() {
     assert!(r.is_null());
     // The comm is still usable.
     check_all_reduce(comm);
-    assert_eq!(tc_comm_finalize(comm), TC_SUCCESS, "{}", last_error());
-    tc_comm_destroy(comm);
+    finalize_and_destroy(comm);
     println!("RESULT out_of_memory_reducer ok");
 }
 
@@ -250,8 +230,7 @@ fn out_of_memory_sparse_child() {
     }
     // The comm is still usable.
     check_all_reduce(comm);
-    assert_eq!(tc_comm_finalize(comm), TC_SUCCESS, "{}", last_error());
-    tc_comm_destroy(comm);
+    finalize_and_destroy(comm);
     println!("RESULT out_of_memory_sparse ok");
 }
 
@@ -401,8 +380,7 @@ fn arguments_child() {
     );
     assert_eq!(rc, TC_ERR_INVALID_ARGUMENT, "{}", last_error());
     assert!(last_error().contains("'counts'"), "{}", last_error());
-    assert_eq!(tc_comm_finalize(comm), TC_SUCCESS, "{}", last_error());
-    tc_comm_destroy(comm);
+    finalize_and_destroy(comm);
     println!("RESULT arguments ok");
 }
 
@@ -434,8 +412,7 @@ fn epsilon_child() {
         );
     }
     tc_reducer_free(r);
-    assert_eq!(tc_comm_finalize(comm), TC_SUCCESS, "{}", last_error());
-    tc_comm_destroy(comm);
+    finalize_and_destroy(comm);
     println!("RESULT epsilon ok");
 }
 
@@ -489,8 +466,7 @@ fn reducer_hook_child() {
     // Neither call changed the reducer: the sum of ones landed, and it frees.
     assert_eq!(grads[0][0], size() as f32);
     tc_reducer_free(r);
-    assert_eq!(tc_comm_finalize(comm), TC_SUCCESS, "{}", last_error());
-    tc_comm_destroy(comm);
+    finalize_and_destroy(comm);
     println!("RESULT reducer_hook ok");
 }
 
@@ -587,8 +563,7 @@ fn comm_hooks_child() {
         // The comm is as it was.
         check_all_reduce(comm);
     }
-    assert_eq!(tc_comm_finalize(comm), TC_SUCCESS, "{}", last_error());
-    tc_comm_destroy(comm);
+    finalize_and_destroy(comm);
     println!("RESULT comm_hooks ok");
 }
 
@@ -631,8 +606,7 @@ fn slow_post_hook_child() {
     if rank() == 0 {
         assert_eq!(tc_comm_remove_hook(comm, id), TC_SUCCESS);
     }
-    assert_eq!(tc_comm_finalize(comm), TC_SUCCESS, "{}", last_error());
-    tc_comm_destroy(comm);
+    finalize_and_destroy(comm);
     println!("RESULT slow_post_hook ok");
 }
 
@@ -714,8 +688,7 @@ fn window_child() {
     assert_eq!(byte[0], 7);
     assert_eq!(tc_window_deregister(window), TC_SUCCESS, "{}", last_error());
     tc_window_free(window);
-    assert_eq!(tc_comm_finalize(comm), TC_SUCCESS, "{}", last_error());
-    tc_comm_destroy(comm);
+    finalize_and_destroy(comm);
     println!("RESULT window ok");
 }
 
@@ -735,30 +708,8 @@ world_tests! {
 /// timeout.
 const HANG_LIMIT: Duration = Duration::from_secs(30);
 
-#[test]
-fn limits_reducer_hook_calls_own_reducer_world_2() {
-    match role().as_deref() {
-        Some("reducer_hook") => reducer_hook_child(),
-        Some(_) => {}
-        None => run_world_within(
-            "limits_reducer_hook_calls_own_reducer_world_2",
-            "reducer_hook",
-            2,
-            HANG_LIMIT,
-        ),
-    }
-}
-
-#[test]
-fn limits_finalize_and_destroy_from_op_hooks_world_2() {
-    match role().as_deref() {
-        Some("comm_hooks") => comm_hooks_child(),
-        Some(_) => {}
-        None => run_world_within(
-            "limits_finalize_and_destroy_from_op_hooks_world_2",
-            "comm_hooks",
-            2,
-            HANG_LIMIT,
-        ),
-    }
+world_tests! {
+    within HANG_LIMIT;
+    limits_reducer_hook_calls_own_reducer_world_2: "reducer_hook", reducer_hook_child, 2;
+    limits_finalize_and_destroy_from_op_hooks_world_2: "comm_hooks", comm_hooks_child, 2;
 }

@@ -11,7 +11,7 @@ mod capi_common;
 #[macro_use]
 mod gloo_common;
 
-use capi_common::{last_error, new_comm};
+use capi_common::{finalize_and_destroy, last_error, new_comm, reducer_new};
 use gloo_common::*;
 use std::ffi::c_void;
 use std::time::Duration;
@@ -267,16 +267,7 @@ fn new_reducer(comm: *mut tc_comm_t, g: &mut Grads) -> *mut tc_reducer_t {
     let mut opts = tc_reducer_options_t::defaults();
     opts.first_bucket_bytes = 4 << 10;
     opts.bucket_cap_bytes = 8 << 10;
-    let mut r = std::ptr::null_mut();
-    let rc = tc_reducer_new(
-        comm,
-        ptrs.as_ptr(),
-        counts.as_ptr(),
-        dtypes.as_ptr(),
-        ptrs.len(),
-        &opts,
-        &mut r,
-    );
+    let (rc, r) = reducer_new(comm, Some(&ptrs), &counts, &dtypes, &opts);
     assert_eq!(rc, TC_SUCCESS, "{}", last_error());
     r
 }
@@ -403,8 +394,7 @@ fn reference_child() {
         }
     }
     tc_reducer_free(r);
-    assert_eq!(tc_comm_finalize(comm), TC_SUCCESS, "{}", last_error());
-    tc_comm_destroy(comm);
+    finalize_and_destroy(comm);
     println!("RESULT reference ok");
 }
 
@@ -460,8 +450,7 @@ fn rank_one_child() {
         }
     }
     tc_reducer_free(r);
-    assert_eq!(tc_comm_finalize(comm), TC_SUCCESS, "{}", last_error());
-    tc_comm_destroy(comm);
+    finalize_and_destroy(comm);
     println!("RESULT rank_one ok");
 }
 
@@ -554,6 +543,5 @@ fn powersgd_bad_options() {
     exchange(r, false);
     check(&g, &x[0], "defaults, one rank");
     tc_reducer_free(r);
-    assert_eq!(tc_comm_finalize(comm), TC_SUCCESS, "{}", last_error());
-    tc_comm_destroy(comm);
+    finalize_and_destroy(comm);
 }

@@ -12,7 +12,7 @@ mod capi_common;
 mod gloo_common;
 mod reducer_values;
 
-use capi_common::{last_error, new_comm};
+use capi_common::{finalize_and_destroy, last_error, new_comm, reducer_new};
 use gloo_common::*;
 use reducer_values::{reference, value};
 use std::ffi::c_void;
@@ -134,16 +134,7 @@ fn new_reducer(comm: *mut tc_comm_t, g: &mut Grads) -> std::result::Result<*mut 
     let mut opts = tc_reducer_options_t::defaults();
     opts.first_bucket_bytes = 32 << 10;
     opts.bucket_cap_bytes = 512 << 10;
-    let mut r = std::ptr::null_mut();
-    let rc = tc_reducer_new(
-        comm,
-        ptrs.as_ptr(),
-        counts.as_ptr(),
-        dtypes.as_ptr(),
-        ptrs.len(),
-        &opts,
-        &mut r,
-    );
+    let (rc, r) = reducer_new(comm, Some(&ptrs), &counts, &dtypes, &opts);
     if rc == TC_SUCCESS {
         Ok(r)
     } else {
@@ -264,8 +255,7 @@ fn hooks_child() {
         }
     }
     tc_reducer_free(r);
-    assert_eq!(tc_comm_finalize(comm), TC_SUCCESS, "{}", last_error());
-    tc_comm_destroy(comm);
+    finalize_and_destroy(comm);
     println!("RESULT hooks ok");
 }
 
@@ -367,8 +357,7 @@ fn errors_child() {
     );
     g.check(world, 4, |gi, e| reference(world, gi, e, 4));
     tc_reducer_free(r);
-    assert_eq!(tc_comm_finalize(comm), TC_SUCCESS, "{}", last_error());
-    tc_comm_destroy(comm);
+    finalize_and_destroy(comm);
     println!("RESULT errors ok");
 }
 
@@ -414,16 +403,7 @@ fn view_child() {
     opts.gradient_as_bucket_view = 1;
     opts.first_bucket_bytes = 32 << 10;
     opts.bucket_cap_bytes = 512 << 10;
-    let mut r = std::ptr::null_mut();
-    let rc = tc_reducer_new(
-        comm,
-        std::ptr::null(),
-        counts.as_ptr(),
-        dtypes.as_ptr(),
-        list.len(),
-        &opts,
-        &mut r,
-    );
+    let (rc, r) = reducer_new(comm, None, &counts, &dtypes, &opts);
     assert_eq!(rc, TC_SUCCESS, "{}", last_error());
     let ptrs: Vec<*mut u8> = (0..list.len())
         .map(|i| {
@@ -479,8 +459,7 @@ fn view_child() {
     assert!(last_error().contains("never marked"), "{}", last_error());
     tc_work_free(work);
     tc_reducer_free(r);
-    assert_eq!(tc_comm_finalize(comm), TC_SUCCESS, "{}", last_error());
-    tc_comm_destroy(comm);
+    finalize_and_destroy(comm);
     println!("RESULT view ok");
 }
 

@@ -9,7 +9,7 @@ mod capi_common;
 mod gloo_common;
 mod reducer_values;
 
-use capi_common::{last_error, new_comm};
+use capi_common::{finalize_and_destroy, last_error, new_comm, reducer_new};
 use gloo_common::*;
 use reducer_values::{reference, value};
 use std::ffi::{c_void, CStr};
@@ -80,16 +80,7 @@ fn parts_child() {
     // One 1 MiB first bucket (the last gradient), then one bucket of the rest.
     let mut opts = tc_reducer_options_t::defaults();
     opts.bucket_cap_bytes = 64 << 20;
-    let mut r = std::ptr::null_mut();
-    let rc = tc_reducer_new(
-        comm,
-        ptrs.as_ptr(),
-        counts.as_ptr(),
-        dtypes.as_ptr(),
-        GRADS,
-        &opts,
-        &mut r,
-    );
+    let (rc, r) = reducer_new(comm, Some(&ptrs), &counts, &dtypes, &opts);
     assert_eq!(rc, TC_SUCCESS, "{}", last_error());
     let mut nb = 0;
     assert_eq!(tc_reducer_num_buckets(r, &mut nb), TC_SUCCESS);
@@ -138,8 +129,7 @@ fn parts_child() {
     assert_eq!(tc_reducer_finalize(r), TC_SUCCESS, "{}", last_error());
     check(&grads, world, 3);
     tc_reducer_free(r);
-    assert_eq!(tc_comm_finalize(comm), TC_SUCCESS, "{}", last_error());
-    tc_comm_destroy(comm);
+    finalize_and_destroy(comm);
     println!("RESULT parts ok");
 }
 

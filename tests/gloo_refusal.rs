@@ -15,7 +15,7 @@
 mod capi_common;
 mod gloo_common;
 
-use capi_common::last_error;
+use capi_common::{last_error, reducer_new};
 use gloo_common::*;
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
@@ -143,16 +143,7 @@ fn call(case: &str, comm: *mut tc_comm_t, refuse: bool) -> i32 {
             if refuse {
                 o.gradient_as_bucket_view = 2;
             }
-            let mut r = std::ptr::null_mut();
-            let rc = tc_reducer_new(
-                comm,
-                grads.as_ptr(),
-                counts.as_ptr(),
-                dtypes.as_ptr(),
-                1,
-                &o,
-                &mut r,
-            );
+            let (rc, r) = reducer_new(comm, Some(&grads), &counts, &dtypes, &o);
             if rc == TC_SUCCESS {
                 tc_reducer_free(r);
             }

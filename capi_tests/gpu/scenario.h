@@ -30,4 +30,56 @@ static inline tc_comm_t *scenario_comm(const char *name) {
     return comm;
 }
 
+/* The two-rank all_reduce scenarios (a peer that dies, a refused call): a
+   comm of exactly two ranks (exits otherwise), a device buffer of 1024
+   float32, the sum, and options on a stream of their own. */
+typedef struct {
+    tc_comm_t *comm;
+    int rank;
+    void *buf;
+    tc_reduce_op_t sum;
+    tc_op_options_t opts;
+} pair_scenario_t;
+
+/* Line-buffered output, the device, the pair named `name`, and a warm-up
+   all_reduce (a check of its own). */
+static inline pair_scenario_t pair_scenario_start(const char *name) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    gpu_setup();
+    CUstream stream;
+    CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    pair_scenario_t s;
+    s.comm = scenario_comm(name);
+    int n;
+    tc_comm_get_rank(s.comm, &s.rank);
+    tc_comm_get_size(s.comm, &n);
+    if (n != 2) { fprintf(stderr, "run with 2 ranks\n"); exit(1); }
+    s.buf = dalloc(4096);
+    s.sum = (tc_reduce_op_t)TC_REDUCE_OP(TC_SUM);
+    s.opts = (tc_op_options_t)TC_OP_OPTIONS_INIT;
+    s.opts.stream = stream;
+    tc_result_t rc = tc_all_reduce(s.comm, s.buf, 1024, TC_FLOAT32, s.sum, &s.opts, NULL);
+    CU(cuStreamSynchronize(stream));
+    expect(rc == TC_SUCCESS, "warm-up all_reduce");
+    return s;
+}
+
+/* After the peer is lost: the comm says so, later operations fail and so
+   does finalize. */
+static inline void pair_scenario_expect_broken(pair_scenario_t *s) {
+    expect(tc_comm_get_async_error(s->comm) != TC_SUCCESS, "comm reports the failure");
+    s->opts.async_op = 0;
+    tc_result_t rc = tc_all_reduce(s->comm, s->buf, 1024, TC_FLOAT32, s->sum, &s->opts, NULL);
+    expect(rc == TC_ERR_ABORTED || rc == TC_ERR_REMOTE, "later operations fail");
+    expect(tc_comm_finalize(s->comm) != TC_SUCCESS, "finalize reports the failure");
+}
+
+/* Frees the pair, prints the result line and gives main's exit status. */
+static inline int pair_scenario_end(pair_scenario_t *s) {
+    tc_comm_destroy(s->comm);
+    dfree(s->buf);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}
+
 #endif

@@ -232,80 +232,34 @@ fn check_sizes(c: &std::collections::HashMap<String, i64>, d: &mut Diffs) {
 fn config_fields(hv: i32) -> [(&'static str, usize, i64); 17] {
     use std::mem::offset_of;
     let init = Config::new(hv);
+    // (name, our field): its offset and initial value; `non_null` for a
+    // pointer field, whose value is whether it is set.
+    macro_rules! field {
+        ($c:literal, $ours:ident) => {
+            ($c, offset_of!(Config, $ours), init.$ours as i64)
+        };
+        ($c:literal, $ours:ident, non_null) => {
+            ($c, offset_of!(Config, $ours), !init.$ours.is_null() as i64)
+        };
+    }
     [
-        ("size", offset_of!(Config, size), init.size as i64),
-        ("magic", offset_of!(Config, magic), init.magic as i64),
-        ("version", offset_of!(Config, version), init.version as i64),
-        (
-            "blocking",
-            offset_of!(Config, blocking),
-            init.blocking as i64,
-        ),
-        (
-            "cgaClusterSize",
-            offset_of!(Config, cga_cluster_size),
-            init.cga_cluster_size as i64,
-        ),
-        (
-            "minCTAs",
-            offset_of!(Config, min_ctas),
-            init.min_ctas as i64,
-        ),
-        (
-            "maxCTAs",
-            offset_of!(Config, max_ctas),
-            init.max_ctas as i64,
-        ),
-        (
-            "netName",
-            offset_of!(Config, net_name),
-            !init.net_name.is_null() as i64,
-        ),
-        (
-            "splitShare",
-            offset_of!(Config, split_share),
-            init.split_share as i64,
-        ),
-        (
-            "trafficClass",
-            offset_of!(Config, traffic_class),
-            init.traffic_class as i64,
-        ),
-        (
-            "commName",
-            offset_of!(Config, comm_name),
-            !init.comm_name.is_null() as i64,
-        ),
-        (
-            "collnetEnable",
-            offset_of!(Config, collnet_enable),
-            init.collnet_enable as i64,
-        ),
-        (
-            "CTAPolicy",
-            offset_of!(Config, cta_policy),
-            init.cta_policy as i64,
-        ),
-        (
-            "shrinkShare",
-            offset_of!(Config, shrink_share),
-            init.shrink_share as i64,
-        ),
-        (
-            "nvlsCTAs",
-            offset_of!(Config, nvls_ctas),
-            init.nvls_ctas as i64,
-        ),
-        (
-            "nChannelsPerNetPeer",
-            offset_of!(Config, n_channels_per_net_peer),
-            init.n_channels_per_net_peer as i64,
-        ),
-        (
-            "nvlinkCentricSched",
-            offset_of!(Config, nvlink_centric_sched),
-            init.nvlink_centric_sched as i64,
-        ),
+        field!("size", size),
+        field!("magic", magic),
+        field!("version", version),
+        field!("blocking", blocking),
+        field!("cgaClusterSize", cga_cluster_size),
+        field!("minCTAs", min_ctas),
+        field!("maxCTAs", max_ctas),
+        field!("netName", net_name, non_null),
+        field!("splitShare", split_share),
+        field!("trafficClass", traffic_class),
+        field!("commName", comm_name, non_null),
+        field!("collnetEnable", collnet_enable),
+        field!("CTAPolicy", cta_policy),
+        field!("shrinkShare", shrink_share),
+        field!("nvlsCTAs", nvls_ctas),
+        field!("nChannelsPerNetPeer", n_channels_per_net_peer),
+        field!("nvlinkCentricSched", nvlink_centric_sched),
     ]
 }
 
@@ -364,24 +318,17 @@ fn check_config(
 
 /// The constants: (name in nccl.h, ours, the NCCL version it exists from).
 fn constants() -> [(&'static str, i64, i32); 31] {
+    // The versions some constants exist from.
+    const V2_24: i32 = version_code(2, 24, 0);
+    const V2_27: i32 = version_code(2, 27, 0);
+    const V2_29: i32 = version_code(2, 29, 0);
+    const V2_30: i32 = version_code(2, 30, 0);
     [
         ("NCCL_CONFIG_UNDEF_INT", NCCL_CONFIG_UNDEF_INT as i64, 0),
         ("NCCL_SPLIT_NOCOLOR", NCCL_SPLIT_NOCOLOR as i64, 0),
-        (
-            "NCCL_SHRINK_DEFAULT",
-            NCCL_SHRINK_DEFAULT as i64,
-            version_code(2, 27, 0),
-        ),
-        (
-            "NCCL_SHRINK_ABORT",
-            NCCL_SHRINK_ABORT as i64,
-            version_code(2, 27, 0),
-        ),
-        (
-            "NCCL_API_MAGIC",
-            NCCL_API_MAGIC as i64,
-            version_code(2, 29, 0),
-        ),
+        ("NCCL_SHRINK_DEFAULT", NCCL_SHRINK_DEFAULT as i64, V2_27),
+        ("NCCL_SHRINK_ABORT", NCCL_SHRINK_ABORT as i64, V2_27),
+        ("NCCL_API_MAGIC", NCCL_API_MAGIC as i64, V2_29),
         ("ncclSuccess", NCCL_SUCCESS as i64, 0),
         (
             "ncclUnhandledCudaError",
@@ -394,7 +341,7 @@ fn constants() -> [(&'static str, i64, i32); 31] {
         ("ncclInvalidUsage", NCCL_INVALID_USAGE as i64, 0),
         ("ncclRemoteError", NCCL_REMOTE_ERROR as i64, 0),
         ("ncclInProgress", NCCL_IN_PROGRESS as i64, 0),
-        ("ncclTimeout", NCCL_TIMEOUT as i64, version_code(2, 30, 0)),
+        ("ncclTimeout", NCCL_TIMEOUT as i64, V2_30),
         ("ncclInt8", NCCL_INT8 as i64, 0),
         ("ncclUint8", NCCL_UINT8 as i64, 0),
         ("ncclInt32", NCCL_INT32 as i64, 0),
@@ -405,16 +352,8 @@ fn constants() -> [(&'static str, i64, i32); 31] {
         ("ncclFloat32", NCCL_FLOAT32 as i64, 0),
         ("ncclFloat64", NCCL_FLOAT64 as i64, 0),
         ("ncclBfloat16", NCCL_BFLOAT16 as i64, 0),
-        (
-            "ncclFloat8e4m3",
-            NCCL_FLOAT8_E4M3 as i64,
-            version_code(2, 24, 0),
-        ),
-        (
-            "ncclFloat8e5m2",
-            NCCL_FLOAT8_E5M2 as i64,
-            version_code(2, 24, 0),
-        ),
+        ("ncclFloat8e4m3", NCCL_FLOAT8_E4M3 as i64, V2_24),
+        ("ncclFloat8e5m2", NCCL_FLOAT8_E5M2 as i64, V2_24),
         ("ncclSum", NCCL_SUM as i64, 0),
         ("ncclProd", NCCL_PROD as i64, 0),
         ("ncclMax", NCCL_MAX as i64, 0),

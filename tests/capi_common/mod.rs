@@ -4,10 +4,14 @@
 #![allow(dead_code)]
 
 use crate::gloo_common::{rank, size};
+use std::ffi::c_void;
 use torchcomm::capi::TC_SUCCESS;
-use torchcomm::capi::{tc_comm_new, tc_comm_t};
+use torchcomm::capi::{tc_comm_destroy, tc_comm_finalize, tc_comm_new, tc_comm_t};
 use torchcomm::capi::{tc_comm_options_t, Versioned};
 use torchcomm::capi::{tc_device_t, TC_DEVICE_CPU};
+use torchcomm::capi::{
+    tc_dtype_t, tc_reducer_new, tc_reducer_options_t, tc_reducer_t, tc_result_t,
+};
 use torchcomm::capi::{tc_store_free, tc_store_tcp_new};
 
 /// A gloo comm named `name` over the parent's store, failing calls (not the
@@ -45,4 +49,35 @@ pub fn last_error() -> String {
     unsafe { std::ffi::CStr::from_ptr(torchcomm::capi::tc_last_error()) }
         .to_string_lossy()
         .into_owned()
+}
+
+/// The end of a child's comm: finalize, which must succeed, then destroy.
+#[track_caller]
+pub fn finalize_and_destroy(comm: *mut tc_comm_t) {
+    assert_eq!(tc_comm_finalize(comm), TC_SUCCESS, "{}", last_error());
+    tc_comm_destroy(comm);
+}
+
+/// `tc_reducer_new` with one gradient per entry of `counts` and `dtypes`,
+/// at `grads` (None: in the reducer's buckets, for
+/// `gradient_as_bucket_view`): its result and the reducer (null when it
+/// failed).
+pub fn reducer_new(
+    comm: *mut tc_comm_t,
+    grads: Option<&[*mut c_void]>,
+    counts: &[usize],
+    dtypes: &[tc_dtype_t],
+    opts: &tc_reducer_options_t,
+) -> (tc_result_t, *mut tc_reducer_t) {
+    let mut r = std::ptr::null_mut();
+    let rc = tc_reducer_new(
+        comm,
+        grads.map_or(std::ptr::null(), <[_]>::as_ptr),
+        counts.as_ptr(),
+        dtypes.as_ptr(),
+        counts.len(),
+        opts,
+        &mut r,
+    );
+    (rc, r)
 }

@@ -195,14 +195,12 @@ pub fn run(comm: &Comm, op: Op) -> Result<()> {
     comm.submit(op, &OpOptions::default()).map(|_| ())
 }
 
-/// Launches `size` ranks of `test` in `role`: each must exit 0 having
-/// printed exactly one `RESULT` line.
-pub fn run_world_once(test: &str, role: &str, size: usize) {
-    run_world_within(test, role, size, Duration::from_secs(300));
-}
+/// How long a whole job of [`world_tests!`] may take unless it says.
+pub const WORLD_LIMIT: Duration = Duration::from_secs(300);
 
-/// [`run_world_once`], killing what still runs after `limit` (a hang fails
-/// the test then).
+/// Launches `size` ranks of `test` in `role`: each must exit 0 having
+/// printed exactly one `RESULT` line; what still runs after `limit` is
+/// killed (a hang fails the test then).
 pub fn run_world_within(test: &str, role: &str, size: usize, limit: Duration) {
     let out = launch(test, role, size, &[], limit);
     assert_all_ok(&out);
@@ -212,19 +210,23 @@ pub fn run_world_within(test: &str, role: &str, size: usize, limit: Duration) {
 }
 
 /// One `#[test]` per line `name: "role", child_fn, size;`: the test
-/// launches `size` ranks of itself in that role ([`run_world_once`]) and
-/// each rank runs `child_fn`. For files that `#[macro_use] mod
-/// gloo_common;`.
+/// launches `size` ranks of itself in that role ([`run_world_within`],
+/// [`WORLD_LIMIT`] or `LIMIT` after a first line `within LIMIT;`) and each
+/// rank runs `child_fn`. For files that
+/// `#[macro_use] mod gloo_common;`.
 #[allow(unused_macros)]
 macro_rules! world_tests {
-    ($($name:ident: $role:literal, $child:ident, $size:literal;)*) => {$(
+    (within $limit:expr; $($name:ident: $role:literal, $child:ident, $size:literal;)*) => {$(
         #[test]
         fn $name() {
             match gloo_common::role().as_deref() {
                 Some($role) => $child(),
                 Some(_) => {}
-                None => gloo_common::run_world_once(stringify!($name), $role, $size),
+                None => gloo_common::run_world_within(stringify!($name), $role, $size, $limit),
             }
         }
     )*};
+    ($($name:ident: $role:literal, $child:ident, $size:literal;)*) => {
+        world_tests! { within gloo_common::WORLD_LIMIT; $($name: $role, $child, $size;)* }
+    };
 }

@@ -10,24 +10,10 @@
 #include "scenario.h"
 
 int main(void) {
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    gpu_setup();
-    CUstream stream;
-    CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-    tc_comm_t *comm = scenario_comm("sim_refusal");
-    int R, N;
-    tc_comm_get_rank(comm, &R);
-    tc_comm_get_size(comm, &N);
-    if (N != 2) { fprintf(stderr, "run with 2 ranks\n"); return 1; }
-    void *d = dalloc(4096);
-    tc_reduce_op_t sum = TC_REDUCE_OP(TC_SUM);
-    tc_op_options_t o = TC_OP_OPTIONS_INIT;
-    o.stream = stream;
-    tc_result_t rc = tc_all_reduce(comm, d, 1024, TC_FLOAT32, sum, &o, NULL);
-    CU(cuStreamSynchronize(stream));
-    expect(rc == TC_SUCCESS, "warm-up all_reduce");
-    if (R == 1) {
-        rc = tc_all_reduce(comm, d, 1024, (tc_dtype_t)99, sum, &o, NULL);
+    pair_scenario_t s = pair_scenario_start("sim_refusal");
+    tc_result_t rc;
+    if (s.rank == 1) {
+        rc = tc_all_reduce(s.comm, s.buf, 1024, (tc_dtype_t)99, s.sum, &s.opts, NULL);
         printf("rank 1: refused: %s: %s\n", tc_result_string(rc), tc_last_error());
         expect(rc == TC_ERR_INVALID_ARGUMENT, "rank 1's call is refused");
         /* Alive until rank 0 timed out (a process that exits is another failure). */
@@ -36,10 +22,10 @@ int main(void) {
         fflush(stdout);
         _exit(failed != 0);
     }
-    o.async_op = 1;
-    o.timeout_ms = 3000;
+    s.opts.async_op = 1;
+    s.opts.timeout_ms = 3000;
     tc_work_t *w = NULL;
-    rc = tc_all_reduce(comm, d, 1024, TC_FLOAT32, sum, &o, &w);
+    rc = tc_all_reduce(s.comm, s.buf, 1024, TC_FLOAT32, s.sum, &s.opts, &w);
     expect(rc == TC_SUCCESS, "issue of the all_reduce rank 1 refused");
     rc = tc_work_wait_blocking(w);
     const char *e = tc_last_error();
@@ -48,8 +34,5 @@ int main(void) {
     expect(strstr(e, "rank 1 refused this call") != NULL, "the timeout names the refusing rank");
     expect(strstr(e, "'dtype'") != NULL, "the timeout names the argument");
     tc_work_free(w);
-    tc_comm_destroy(comm);
-    dfree(d);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed != 0;
+    return pair_scenario_end(&s);
 }

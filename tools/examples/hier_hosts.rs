@@ -24,16 +24,15 @@
 //! Environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TC_HIER_HOST
 //! (this rank's host number), TC_HIER_IFACE. Exit status 0 when all is right.
 
+mod hosts;
+
+use hosts::{env, submit, total_over_hosts, tx_bytes};
 use std::ffi::c_void;
 use std::sync::Arc;
 use std::time::Duration;
 use torchcomm::store::{StoreRef, TcpStore, TcpStoreOptions, TcpStoreServer};
 use torchcomm::{Comm, CommOptions, Op, OpOptions, Ptr};
 use torchcomm::{DType, Device, PremulFactor, RedKind, ReduceOp};
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set"))
-}
 
 /// 8-byte aligned bytes.
 struct Buf(Vec<u64>, usize);
@@ -111,11 +110,6 @@ struct Case {
     expect: Option<Vec<u8>>,
     /// Runs the operation on `comm` and returns this rank's output.
     run: Box<RunCase>,
-}
-
-fn submit(comm: &Comm, op: Op) {
-    comm.submit(op, &OpOptions::default())
-        .unwrap_or_else(|e| panic!("rank {}: {}", comm.rank(), e.message));
 }
 
 fn own(me: usize, count: usize, dtype: DType, kind: RedKind) -> Buf {
@@ -289,54 +283,17 @@ fn check_all(me: usize, n: usize, hier: &Comm, flat: &Comm) -> usize {
     failures
 }
 
-fn tx_bytes() -> u64 {
-    let path = format!(
-        "/sys/class/net/{}/statistics/tx_bytes",
-        env("TC_HIER_IFACE")
-    );
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{path}: {e}"))
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 /// Bytes this rank's host sent while `rounds` of `op` ran on `comm`
 /// (fenced by barriers; the barriers' own few packets included).
 fn host_tx(comm: &Comm, op: &dyn Fn() -> Op, rounds: usize) -> u64 {
     submit(comm, Op::Barrier);
-    let before = tx_bytes();
+    let before = tx_bytes("TC_HIER_IFACE");
     submit(comm, Op::Barrier);
     for _ in 0..rounds {
         submit(comm, op());
     }
     submit(comm, Op::Barrier);
-    tx_bytes() - before
-}
-
-/// Sums one reading per host (its first rank's) over `comm`.
-fn total_over_hosts(comm: &Comm, host: usize, mine: u64) -> u64 {
-    let n = comm.size() as usize;
-    let mut input = [host as u64, mine];
-    let mut all = vec![0u64; 2 * n];
-    submit(
-        comm,
-        Op::all_gather_single(
-            Ptr(all.as_mut_ptr() as *mut c_void),
-            Ptr(input.as_mut_ptr() as *mut c_void),
-            2,
-            DType::U64,
-        ),
-    );
-    let mut seen = Vec::new();
-    let mut total = 0;
-    for pair in all.chunks(2) {
-        if !seen.contains(&pair[0]) {
-            seen.push(pair[0]);
-            total += pair[1];
-        }
-    }
-    total
+    tx_bytes("TC_HIER_IFACE") - before
 }
 
 /// The measured operations: (name, bytes per rank, the operation) over

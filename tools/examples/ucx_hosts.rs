@@ -29,8 +29,11 @@
 //! rank's host number), TC_IFACE. Exit status 0 when all is right; a failed
 //! check panics (exit status 101) naming what was wrong.
 
+mod hosts;
 #[path = "../../tests/ucx_checks/mod.rs"]
 mod ucx_checks;
+
+use hosts::{env, submit, total_over_hosts, tx_bytes};
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -38,10 +41,6 @@ use std::time::{Duration, Instant};
 use torchcomm::store::{StoreRef, TcpStore, TcpStoreOptions, TcpStoreServer};
 use torchcomm::{Comm, CommOptions, Op, OpOptions, Ptr};
 use torchcomm::{DType, Device, ReduceOp};
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set"))
-}
 
 struct Rank {
     me: usize,
@@ -90,20 +89,6 @@ fn version(c: &Comm) -> String {
     c.backend_version().to_string_lossy().into_owned()
 }
 
-fn submit(comm: &Comm, op: Op) {
-    comm.submit(op, &OpOptions::default())
-        .unwrap_or_else(|e| panic!("rank {}: {}", comm.rank(), e.message));
-}
-
-fn tx_bytes() -> u64 {
-    let path = format!("/sys/class/net/{}/statistics/tx_bytes", env("TC_IFACE"));
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{path}: {e}"))
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 fn all_reduce_f32(v: &mut [f32]) -> Op {
     let count = v.len();
     Op::all_reduce(
@@ -119,37 +104,18 @@ fn all_reduce_f32(v: &mut [f32]) -> Op {
 fn crossed_between_hosts(r: &Rank, comm: &Comm) -> u64 {
     let mut v = vec![1.0f32; 1 << 20];
     submit(comm, Op::Barrier);
-    let before = tx_bytes();
+    let before = tx_bytes("TC_IFACE");
     submit(comm, Op::Barrier);
     submit(comm, all_reduce_f32(&mut v));
     submit(comm, Op::Barrier);
-    let mine = tx_bytes() - before;
+    let mine = tx_bytes("TC_IFACE") - before;
     assert!(
         v.iter().all(|x| *x == r.n as f32),
         "all_reduce: {} not {}",
         v[0],
         r.n
     );
-    let mut input = [r.host as u64, mine];
-    let mut all = vec![0u64; 2 * r.n];
-    submit(
-        comm,
-        Op::all_gather_single(
-            Ptr(all.as_mut_ptr() as *mut c_void),
-            Ptr(input.as_mut_ptr() as *mut c_void),
-            2,
-            DType::U64,
-        ),
-    );
-    let mut seen = Vec::new();
-    let mut total = 0;
-    for pair in all.chunks(2) {
-        if !seen.contains(&pair[0]) {
-            seen.push(pair[0]);
-            total += pair[1];
-        }
-    }
-    total
+    total_over_hosts(comm, r.host, mine)
 }
 
 fn ops(r: &Rank) {
