@@ -84,9 +84,13 @@ def main():
     p.add_argument("--all", action="store_true")
     p.add_argument("-k", action="append", default=[], help="run the tests whose name contains this")
     p.add_argument("--results")
+    p.add_argument("--as-gloo", action="store_true",
+                   help="select the tests as for gloo (lifts the suite's gate on backend names), run them on ours")
     a = p.parse_args()
     tmp = tempfile.mkdtemp(prefix="torchcomm-suite-")
     os.environ.update(BACKEND=a.backend, WORLD_SIZE=str(a.world), TEMP_DIR=tmp)
+    if a.as_gloo:
+        os.environ[GATE_VARIABLE] = "gloo"
     # The spawned processes import this file again: the environment above
     # makes them register the backend the same way (at import, see below).
     try:
@@ -177,11 +181,18 @@ def suite_class():
     return globals()["TestDistBackendWithSpawn"]
 
 
+# With --as-gloo: the backend name the suite's decorators see when they
+# choose which tests run (evaluated at import); the tests themselves then
+# run on BACKEND.
+GATE_VARIABLE = "TORCHCOMM_SUITE_GATE"
+
+
 def _define():
     """The test class, at import (the spawned processes look it up by name)."""
     backend = os.environ.get("BACKEND")
     if backend is None:
         return
+    gate = os.environ.get(GATE_VARIABLE)
     import torch
 
     if backend == "torchcomm":
@@ -192,7 +203,14 @@ def _define():
         for feature in ("ddp", "subgroup", "plugin"):
             DistTestCases.backend_feature[feature].add("torchcomm")
         DistTestCases.skip_collective["sendrecv anysource"].add("torchcomm")
-    from torch.testing._internal.distributed.distributed_test import DistributedTest, TestDistBackend
+    if gate:
+        os.environ["BACKEND"] = gate
+    try:
+        from torch.testing._internal.distributed import distributed_test
+    finally:
+        os.environ["BACKEND"] = backend
+    distributed_test.BACKEND = backend
+    DistributedTest, TestDistBackend = distributed_test.DistributedTest, distributed_test.TestDistBackend
 
     class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
         def setUp(self):
