@@ -215,6 +215,13 @@ fn every_rank_refuses_child() {
     );
     assert_eq!(x, vec![2.0f32; 8], "rank {me}: the ranks are out of step");
     println!("RESULT in step afterwards");
+    finish(comm);
+}
+
+/// Finalizes before destroying: a comm destroyed unfinalized is aborted,
+/// and its abort fails the peers' calls still in flight.
+fn finish(comm: *mut tc_comm_t) {
+    assert_eq!(tc_comm_finalize(comm), TC_SUCCESS, "{}", last_error());
     tc_comm_destroy(comm);
 }
 
@@ -250,11 +257,19 @@ fn refusal_child() {
         assert_eq!(rc, TC_SUCCESS, "rank {me}: {}", last_error());
         assert_eq!(x, vec![2.0f32; 8], "rank {me}: the ranks are out of step");
         println!("RESULT in step afterwards");
+        // Finalize reports the call that failed here (refused elsewhere).
+        let rc = tc_comm_finalize(comm);
+        let err = last_error();
+        assert!(
+            rc == TC_SUCCESS || err.contains("refused this call"),
+            "rank {me}: {err}"
+        );
+        tc_comm_destroy(comm);
     } else {
         assert_ne!(rc, TC_SUCCESS, "rank {me}: the closed comm was used");
         println!("RESULT afterwards: {}", last_error());
+        tc_comm_destroy(comm);
     }
-    tc_comm_destroy(comm);
 }
 
 /// Rank 0 arrives `LATE` after ranks 1 and 2, whose call gives up after
