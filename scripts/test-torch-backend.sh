@@ -17,7 +17,9 @@
 #    init_process_group("torchcomm") without importing torchcomm;
 #  - a fixed subset of torch's own distributed suite on our backend
 #    (tests/torch_backend/torch_suite.py --subset, 3 ranks; about 9 s a
-#    test on a quiet 2-core machine: each spawns 3 processes importing torch).
+#    test on a quiet 2-core machine: each spawns 3 processes importing torch),
+#    and on the C++ implementation the subset torch gates to gloo by name
+#    (--as-gloo --subset: sequence number, monitored_barrier, barrier timeout).
 # When that is the C++ implementation, train.py parity on 2 ranks runs on the
 # Python one as well (TORCHCOMM_TORCH_BACKEND=python), so the fallback stays
 # tested; SUITE_PYTHON=1 runs the suite subset on it too (about 5 more
@@ -85,6 +87,16 @@ status=0
 grep '^PASS\|^FAIL\|^SKIP\|^KNOWN\|^torch_suite' "$log" || true
 if [ "$status" != 0 ]; then
   echo "torch_suite.py exited with $status; its last lines ($log):"; tail -n 30 "$log"; exit 1
+fi
+if [ "$impl" = cpp ]; then
+  # Tests torch gates to gloo by name, run on ours (--as-gloo): the group's
+  # sequence number and monitored_barrier's errors, which only the C++
+  # implementation has as gloo's.
+  echo "== torch's distributed suite, gloo-gated subset, torchcomm backend (--as-gloo)"
+  log=build/torch-suite-as-gloo.log
+  "$py" tests/torch_backend/torch_suite.py --backend torchcomm --as-gloo --subset >"$log" 2>&1 ||
+    { grep '^FAIL\|^torch_suite' "$log"; tail -n 30 "$log"; exit 1; }
+  grep '^PASS\|^FAIL\|^SKIP\|^KNOWN\|^torch_suite' "$log" || true
 fi
 if [ "$impl" = cpp ] && [ "${SUITE_PYTHON:-0}" = 1 ]; then
   echo "== torch's distributed suite, fixed subset, torchcomm backend, Python implementation"

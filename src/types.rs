@@ -203,6 +203,15 @@ impl RedKind {
         RedKind::Avg,
     ];
 
+    /// Whether this kind sums `dtype`'s values in half precision
+    /// (float16/bfloat16 SUM, AVG, PREMUL_SUM): every host transport
+    /// accumulates such sums in f32 and rounds once, so their results agree
+    /// bit for bit.
+    pub(crate) fn sums_halves(self, dtype: DType) -> bool {
+        matches!(dtype, DType::F16 | DType::BF16)
+            && matches!(self, RedKind::Sum | RedKind::Avg | RedKind::PremulSum)
+    }
+
     pub fn from_c(value: tc_red_kind_t, arg: &str) -> Result<RedKind> {
         usize::try_from(value)
             .ok()

@@ -8,47 +8,13 @@
 //! here). Says SKIPPED (and passes) where libucp.so.0 is missing.
 
 mod gloo_common;
+mod ucx_common;
 
 use gloo_common::*;
-use std::sync::Arc;
 use std::time::Duration;
-use torchcomm::{Comm, CommOptions, Op, OpOptions, PremulFactor, Ptr};
-use torchcomm::{DType, Device, RedKind, ReduceOp};
-
-const ENV: &[(&str, &str)] = &[
-    ("TORCHCOMM_GLOO_SHM", "0"),
-    ("TORCHCOMM_HOST_TRANSPORT", "ucx"),
-    ("UCX_TLS", "tcp,self"),
-];
-
-fn ucx_missing() -> bool {
-    let name = std::ffi::CString::new("libucp.so.0").unwrap();
-    // SAFETY: a valid C string; the handle is kept.
-    let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    if h.is_null() {
-        println!("SKIPPED: libucp.so.0 is not installed (make deps installs libucx0)");
-        return true;
-    }
-    false
-}
-
-/// A comm over this child's store whose host transport is `transport`.
-fn comm_with(name: &str, transport: &str) -> Arc<Comm> {
-    Comm::new(
-        "gloo",
-        Device::Cpu,
-        CommOptions {
-            name: Some(name.to_string()),
-            timeout: Some(Duration::from_secs(60)),
-            abort_on_error: Some(false),
-            rank: Some(rank()),
-            world_size: Some(size()),
-            store: Some(child_store()),
-            hints: vec![("gloo.host_transport".into(), transport.into())],
-        },
-    )
-    .unwrap()
-}
+use torchcomm::{Comm, Op, OpOptions, PremulFactor, Ptr};
+use torchcomm::{DType, RedKind, ReduceOp};
+use ucx_common::*;
 
 fn ptr(v: &mut [u8]) -> Ptr {
     Ptr(v.as_mut_ptr() as *mut std::ffi::c_void)
@@ -166,8 +132,8 @@ fn compare(
 }
 
 fn child() {
-    let ucx = comm_with("ucx", "ucx");
-    let gloo = comm_with("gloo", "gloo");
+    let ucx = comm_with("ucx", "ucx", Duration::from_secs(60));
+    let gloo = comm_with("gloo", "gloo", Duration::from_secs(60));
     let v = ucx.backend_version().to_string_lossy().into_owned();
     assert!(v.contains("UCX 1."), "{v}");
     let (me, n) = (rank() as usize, size() as usize);
@@ -243,7 +209,7 @@ fn world(test: &str, n: usize) {
     if ucx_missing() {
         return;
     }
-    let out = launch(test, "child", n, ENV, Duration::from_secs(240));
+    let out = launch(test, "child", n, LOOPBACK_ENV, Duration::from_secs(240));
     assert_all_ok(&out);
     for o in &out {
         assert_eq!(o.results().len(), 1, "{}", o.describe());

@@ -8,56 +8,22 @@
 
 mod gloo_common;
 mod ucx_checks;
+mod ucx_common;
 
 use gloo_common::*;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-use torchcomm::{Comm, CommOptions, Op, Ptr};
-use torchcomm::{DType, Device, ReduceOp};
+use torchcomm::{Comm, Op, Ptr};
+use torchcomm::{DType, ReduceOp};
 use ucx_checks::*;
+use ucx_common::*;
 
 /// The environment of every rank: TCP loopback only, UCX between "hosts".
-const ENV: &[(&str, &str)] = &[
-    ("TORCHCOMM_GLOO_SHM", "0"),
-    ("TORCHCOMM_HOST_TRANSPORT", "ucx"),
-    ("UCX_TLS", "tcp,self"),
-    ("TORCHCOMM_DEBUG", "INFO"),
-];
-
-fn ucx_missing() -> bool {
-    let name = std::ffi::CString::new("libucp.so.0").unwrap();
-    // SAFETY: a valid C string; the handle is kept (loading twice is cheap).
-    let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    if h.is_null() {
-        println!("SKIPPED: libucp.so.0 is not installed (make deps installs libucx0)");
-        return true;
-    }
-    false
-}
 
 fn launch_ucx(test: &str, size: usize, extra: &[(&str, &str)]) -> Vec<Outcome> {
-    let mut env = ENV.to_vec();
+    let mut env = LOOPBACK_ENV.to_vec();
+    env.push(("TORCHCOMM_DEBUG", "INFO"));
     env.extend_from_slice(extra);
     launch(test, "child", size, &env, Duration::from_secs(240))
-}
-
-/// A comm over this child's store whose host transport is `transport`
-/// (the hint wins over the environment).
-fn comm_with(name: &str, transport: &str, timeout: Duration) -> Arc<Comm> {
-    Comm::new(
-        "gloo",
-        Device::Cpu,
-        CommOptions {
-            name: Some(name.to_string()),
-            timeout: Some(timeout),
-            abort_on_error: Some(false),
-            rank: Some(rank()),
-            world_size: Some(size()),
-            store: Some(child_store()),
-            hints: vec![("gloo.host_transport".into(), transport.into())],
-        },
-    )
-    .unwrap()
 }
 
 fn version(c: &Comm) -> String {

@@ -9,50 +9,18 @@
 //! passes) where libucp.so.0 is missing.
 
 mod gloo_common;
+mod ucx_common;
 
 use gloo_common::*;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-use torchcomm::{Comm, CommOptions, Op, OpOptions, PremulFactor, Ptr};
-use torchcomm::{DType, Device, ErrorKind, RedKind, ReduceOp};
+use torchcomm::{DType, ErrorKind, RedKind, ReduceOp};
+use torchcomm::{Op, OpOptions, PremulFactor, Ptr};
+use ucx_common::*;
 
-const ENV: &[(&str, &str)] = &[
-    ("TORCHCOMM_GLOO_SHM", "0"),
-    ("TORCHCOMM_HOST_TRANSPORT", "ucx"),
-    ("UCX_TLS", "tcp,self"),
-];
 const OP_TIMEOUT: Duration = Duration::from_secs(20);
 /// A mismatch must fail every rank within this.
 const PROMPT: Duration = Duration::from_secs(5);
 const COUNT: usize = 8;
-
-fn ucx_missing() -> bool {
-    let name = std::ffi::CString::new("libucp.so.0").unwrap();
-    // SAFETY: a valid C string; the handle is kept.
-    let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    if h.is_null() {
-        println!("SKIPPED: libucp.so.0 is not installed (make deps installs libucx0)");
-        return true;
-    }
-    false
-}
-
-fn comm() -> Arc<Comm> {
-    Comm::new(
-        "gloo",
-        Device::Cpu,
-        CommOptions {
-            name: Some("mismatch".into()),
-            timeout: Some(Duration::from_secs(60)),
-            abort_on_error: Some(false),
-            rank: Some(rank()),
-            world_size: Some(size()),
-            store: Some(child_store()),
-            hints: vec![("gloo.host_transport".into(), "ucx".into())],
-        },
-    )
-    .unwrap()
-}
 
 fn red(kind: RedKind) -> ReduceOp {
     ReduceOp {
@@ -112,7 +80,7 @@ fn mismatched_op(case: &str, me: usize, n: usize, buf: &mut [u8]) -> (Op, &'stat
 
 fn child() {
     let case = std::env::var("TC_MISMATCH_CASE").unwrap();
-    let comm = comm();
+    let comm = comm_with("mismatch", "ucx", Duration::from_secs(60));
     let v = comm.backend_version().to_string_lossy().into_owned();
     assert!(v.contains("UCX 1."), "{v}");
     let (me, n) = (rank() as usize, size() as usize);
@@ -171,7 +139,7 @@ fn case(test: &str, case: &str, n: usize) {
     if ucx_missing() {
         return;
     }
-    let mut env = ENV.to_vec();
+    let mut env = LOOPBACK_ENV.to_vec();
     env.push(("TC_MISMATCH_CASE", case));
     let out = launch(test, "child", n, &env, Duration::from_secs(120));
     for o in &out {

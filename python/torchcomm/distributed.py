@@ -94,6 +94,14 @@ def _timeout_s(opts: Any) -> Optional[float]:
     return secs if secs > 0 else None
 
 
+def _barrier_timeout_s(opts: Any, default: timedelta) -> float:
+    """monitored_barrier's timeout in seconds: its own, even 0 (no time
+    at all, as gloo reads it), else (unset: None or negative) the group's."""
+    t = getattr(opts, "timeout", None)
+    secs = None if t is None else t.total_seconds() if isinstance(t, timedelta) else float(t) / 1000
+    return default.total_seconds() if secs is None or secs < 0 else secs
+
+
 class _TcWork(_c10d.Work):
     """A torch Work over torchcomm work handles: ``wait()`` waits for all of
     them; ``get_future()`` completes (with `result`) when they have."""
@@ -418,14 +426,23 @@ class TorchCommBackend(_c10d.Backend):
     def monitored_barrier(self, opts: Any, wait_all_ranks: bool = False) -> None:
         """Rank 0 hears from every rank, then answers each; a rank that does
         not answer within the timeout is named in the error (all of them
-        with `wait_all_ranks`)."""
+        with `wait_all_ranks`). The errors are worded as gloo's, which
+        programs and torch's tests match."""
         comm = self._comms["cpu"]
-        t = _timeout_s(opts) or self._timeout.total_seconds()
+        t = _barrier_timeout_s(opts, self._timeout)
+        ms = int(t * 1000)
         token = torch.zeros(1, dtype=torch.int32)
         if self._rank != 0:
-            comm.send(token, 0, tag=0x7B000001, timeout=t)
-            comm.recv(token, 0, tag=0x7B000002, timeout=t)
+            try:
+                comm.send(token, 0, tag=0x7B000001, timeout=t)
+                comm.recv(token, 0, tag=0x7B000002, timeout=t)
+            except TorchCommError as e:
+                raise RuntimeError(f"Rank {self._rank} successfully reached monitoredBarrier, but received "
+                                   f"errors while waiting for send/recv from rank 0: {e}") from e
             return
+        if t <= 0 and self._size > 1:
+            raise RuntimeError(f"Rank 0 timed out in monitoredBarrier after {ms} ms. "
+                               "No ranks successfully processed in monitoredBarrier.")
         works = {r: comm.recv(torch.zeros(1, dtype=torch.int32), r, tag=0x7B000001, async_op=True, timeout=t)
                  for r in range(1, self._size)}
         missing = []
@@ -439,10 +456,10 @@ class TorchCommBackend(_c10d.Backend):
         if missing:
             comm.abort()  # the others' receives would wait for rank 0 forever
             if wait_all_ranks:
-                raise RuntimeError(f"torchcomm backend: ranks {[r for r, _ in missing]} failed to pass "
-                                   f"monitoredBarrier in {t} s")
+                ranks = ", ".join(str(r) for r, _ in missing)
+                raise RuntimeError(f"Ranks {ranks} failed to pass monitoredBarrier in {ms} ms")
             r, e = missing[0]
-            raise RuntimeError(f"torchcomm backend: rank {r} failed to pass monitoredBarrier in {t} s: {e}")
+            raise RuntimeError(f"Rank {r} failed to pass monitoredBarrier in {ms} ms: {e}")
         for r in range(1, self._size):
             comm.send(token, r, tag=0x7B000002, timeout=t)
 
@@ -511,10 +528,18 @@ class TorchCommBackend(_c10d.Backend):
             c.abort()
 
     def shutdown(self) -> None:
+        """Finalizes and frees the comms. A comm aborted earlier (its
+        failure was raised where it happened, e.g. by monitored_barrier) is
+        only freed, as gloo's shutdown does; any other failure finalize
+        reports is raised."""
         for c in list(self._comms.values()):
             try:
                 if not self._aborted:
                     c.finalize()
+            except TorchCommError as e:
+                if e.name != "TC_ERR_ABORTED":
+                    raise
+                _log.info("torchcomm backend: shutdown of an aborted comm: %s", e)
             finally:
                 c.destroy()
         self._comms.clear()

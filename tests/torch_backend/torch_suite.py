@@ -8,7 +8,8 @@ WORLD_SIZE processes; BACKEND, WORLD_SIZE and TEMP_DIR steer it.
                    [--results FILE.json]
 
 --subset runs the fixed list SUBSET below (collectives, new_group, DDP with
-hooks and bucket views; `make test`); --all every test (`make torch-suite`).
+hooks and bucket views; `make test`), with --as-gloo AS_GLOO_SUBSET; --all
+every test (`make torch-suite`).
 For "torchcomm" the backend is registered (import torchcomm.distributed) and
 marked as having torch's "ddp", "subgroup" and "plugin" features before the
 suite is imported; receives from any source are marked unsupported; the
@@ -41,6 +42,13 @@ SUBSET = [
     "test_accumulate_gradients_no_sync_grad_is_view", "test_get_future", "test_ddp_comm_hook_logging",
 ]
 
+# --as-gloo --subset: tests the suite gates to gloo by name and that check
+# what a gloo group does: the group's sequence number (an object collective
+# on a subgroup), monitored_barrier's errors, a barrier's timeout error.
+AS_GLOO_SUBSET = [
+    "test_all_gather_object_subgroup", "test_monitored_barrier_gloo", "test_monitored_barrier_gloo_subgroup",
+    "test_monitored_barrier_gloo_rank_0_timeout", "test_barrier_timeout_full_group",
+]
 
 # Tests of SUBSET that fail on the torchcomm backend for a reason docs/status.md
 # lists, per implementation of the backend (torchcomm.distributed picks the
@@ -97,10 +105,11 @@ def main():
         cls = suite_class()
         names = sorted(n for n in dir(cls) if n.startswith("test_"))
         if a.subset:
-            missing = [n for n in SUBSET if n not in names]
+            subset = AS_GLOO_SUBSET if a.as_gloo else SUBSET
+            missing = [n for n in subset if n not in names]
             if missing:
                 sys.exit(f"torch_suite: not in this torch's suite: {missing}")
-            names = SUBSET
+            names = subset
         elif a.k:
             names = [n for n in names if any(k in n for k in a.k)]
         elif not a.all:

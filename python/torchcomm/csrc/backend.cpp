@@ -124,10 +124,13 @@ const char* error_name(tc_result_t rc) {
 
 // The failure of library call `call` (or of the operation a work handle
 // follows) that returned `rc`, with this thread's detail, as the Python
-// binding words it: "CALL: TC_ERR_NAME (text): detail".
+// binding words it: "CALL: TC_ERR_NAME (text): detail". A timeout says
+// "operation timeout", the words torch's backends use and programs match.
 std::string error_text(const char* call, tc_result_t rc) {
   const char* detail = api.tc_last_error ? api.tc_last_error() : nullptr;
-  const char* text = api.tc_result_string ? api.tc_result_string(rc) : nullptr;
+  const char* text = rc == TC_ERR_TIMEOUT ? "operation timeout reached"
+      : api.tc_result_string              ? api.tc_result_string(rc)
+                                          : nullptr;
   return c10::str(
       "torchcomm backend: ",
       call,
@@ -994,6 +997,7 @@ class TcBackend : public c10d::Backend {
   }
 
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override {
+    seq_++;
     py::gil_scoped_acquire gil;
     py_.attr("monitored_barrier")(opts, wait_all_ranks);
   }
@@ -1069,7 +1073,7 @@ class TcBackend : public c10d::Backend {
     }
     if (py_coalescing_) {
       py_coalescing_ = false;
-      work->add(delegate("end_coalescing"));
+      work->add(python_work("end_coalescing"));
     }
     return work;
   }
@@ -1087,6 +1091,16 @@ class TcBackend : public c10d::Backend {
     }
     return wrap_(child).cast<c10::intrusive_ptr<c10d::Backend>>();
   }
+
+  // The group's sequence number: how many operations this rank issued on
+  // the group (each collective, send and receive counts one, inside a
+  // coalesced block too); every rank starts at 0.
+  uint64_t getSequenceNumberForGroup() override {
+    return seq_.load();
+  }
+
+  // torch calls it when it makes a group; numbering starts at 0 already.
+  void setSequenceNumberForGroup() override {}
 
   void setTimeout(std::chrono::milliseconds timeout) override {
     options_->timeout = timeout;
@@ -1142,6 +1156,7 @@ class TcBackend : public c10d::Backend {
       std::chrono::milliseconds timeout,
       const char* call,
       Issue issue) {
+    seq_++;
     if (coalescing_) {
       tc_op_options_t o = op_options(true, timeout);
       tc_work_t* h = nullptr;
@@ -1175,6 +1190,7 @@ class TcBackend : public c10d::Backend {
       size_t n,
       const char* call,
       Issue issue) {
+    seq_++;
     tc_op_options_t o = op_options(true, timeout);
     if (coalescing_) {
       for (size_t i = 0; i < n; i++) {
@@ -1207,6 +1223,7 @@ class TcBackend : public c10d::Backend {
       return delegate(is_send ? "send" : "recv", tensors, peer, tag);
     }
     at::Tensor& t = tensors[0];
+    seq_++;
     if (coalescing_) {
       co_p2p_.push_back(P2p{is_send, t, peer, static_cast<uint32_t>(tag)});
       return done(is_send ? c10d::OpType::SEND : c10d::OpType::RECV, tensors);
@@ -1229,6 +1246,13 @@ class TcBackend : public c10d::Backend {
   // that name (which runs it or raises naming it).
   template <class... A>
   c10::intrusive_ptr<c10d::Work> delegate(const char* method, A&&... args) {
+    seq_++;
+    return python_work(method, std::forward<A>(args)...);
+  }
+
+  // The Python backend's method `method` and the work it returns.
+  template <class... A>
+  c10::intrusive_ptr<c10d::Work> python_work(const char* method, A&&... args) {
     py::gil_scoped_acquire gil;
     if (coalescing_ && !py_coalescing_) {
       py_.attr("start_coalescing")();
@@ -1247,6 +1271,7 @@ class TcBackend : public c10d::Backend {
   std::atomic<tc_comm_t*> comm_;
   std::shared_ptr<Completer> completer_;
   c10::intrusive_ptr<Options> options_;
+  std::atomic<uint64_t> seq_{0};
   bool coalescing_ = false;
   bool py_coalescing_ = false;
   std::vector<tc_work_t*> co_handles_;

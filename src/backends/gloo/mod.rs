@@ -199,14 +199,6 @@ unsafe fn copy(dst: *mut u8, src: *const u8, n: usize) {
     }
 }
 
-/// float16/bfloat16 sums (and AVG, PREMUL_SUM) over several ranks, which
-/// every host transport accumulates in f32 (rounding once).
-fn sums_halves(size: usize, dtype: DType, kind: RedKind) -> bool {
-    size > 1
-        && matches!(dtype, DType::F16 | DType::BF16)
-        && matches!(kind, RedKind::Sum | RedKind::Avg | RedKind::PremulSum)
-}
-
 pub(crate) fn premul_factor(op: &ReduceOp, dtype: DType) -> Result<f64> {
     match op.factor {
         PremulFactor::Host(f) => Ok(f),

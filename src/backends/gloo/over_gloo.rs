@@ -4,7 +4,7 @@
 //! with the op's tag salt set.
 
 use super::reduce::{self, Scale};
-use super::{copy, premul_factor, sums_halves, GlooBackend, Scratch};
+use super::{copy, premul_factor, GlooBackend, Scratch};
 use crate::error::Result;
 use crate::op::{
     AllToAll, AllToAllKind, Gather, GatherKind, Ptr, Reduction, ReductionKind, Scatter, ScatterKind,
@@ -22,7 +22,7 @@ impl GlooBackend {
         let n = self.size as usize;
         let me = self.rank as usize;
         let (dtype, op) = (r.dtype, &r.op);
-        let halves = |count: usize| sums_halves(self.size as usize, dtype, op.kind) && count >= n;
+        let halves = |count: usize| self.size > 1 && op.kind.sums_halves(dtype) && count >= n;
         match &r.kind {
             ReductionKind::AllReduce { buf, count } if halves(*count) => {
                 // A reduce-scatter (summing in f32, rounding once) and an

@@ -36,8 +36,6 @@ mod half_sums;
 #[path = "v_variants.rs"]
 mod v_variants;
 
-use half_sums::sums_halves;
-
 /// All-reduces from this size on go through the ring.
 const RING_MIN_BYTES: usize = 256 << 10;
 /// Step numbers of the non-power-of-two fold of recursive doubling.
@@ -467,7 +465,7 @@ impl Ctx<'_> {
     ) -> Result<()> {
         let n = self.w.size;
         let f = reduce::kernel(dtype, op.kind)?;
-        if n > 1 && sums_halves(dtype, op.kind) {
+        if n > 1 && op.kind.sums_halves(dtype) {
             return self.all_reduce_halves(buf, count, dtype, op);
         }
         if op.kind == RedKind::PremulSum {
@@ -632,7 +630,7 @@ impl Ctx<'_> {
     ) -> Result<()> {
         let (me, n) = (self.w.rank, self.w.size);
         let f = reduce::kernel(dtype, op.kind)?;
-        if n > 1 && sums_halves(dtype, op.kind) {
+        if n > 1 && op.kind.sums_halves(dtype) {
             return self.reduce_halves(buf, count, dtype, op, root);
         }
         let es = dtype.size();
@@ -694,7 +692,7 @@ impl Ctx<'_> {
                 }
             }
         }
-        if n > 1 && sums_halves(dtype, op.kind) {
+        if n > 1 && op.kind.sums_halves(dtype) {
             let counts = vec![count; n];
             let offsets: Vec<usize> = (0..n).map(|r| r * count).collect();
             let blocks = (&counts[..], &offsets[..]);

@@ -7,12 +7,6 @@
 
 use super::*;
 
-/// Whether `dtype` and `kind` make a sum of half-precision values.
-pub(super) fn sums_halves(dtype: DType, kind: RedKind) -> bool {
-    matches!(dtype, DType::F16 | DType::BF16)
-        && matches!(kind, RedKind::Sum | RedKind::Avg | RedKind::PremulSum)
-}
-
 impl Ctx<'_> {
     /// Every rank's block r (`counts[r]` elements at element `offsets[r]`
     /// of `input`, already scaled for PREMUL_SUM) summed into rank r's

@@ -63,7 +63,7 @@ impl Ctx<'_> {
         let mut all = Scratch::new(total * es);
         copy(all.ptr(), input, total * es);
         let offs = offsets(counts);
-        if n > 1 && sums_halves(dtype, op.kind) {
+        if n > 1 && op.kind.sums_halves(dtype) {
             return self.reduce_scatter_halves(all.ptr(), (counts, &offs), output, dtype, op);
         }
         if op.kind == RedKind::PremulSum {

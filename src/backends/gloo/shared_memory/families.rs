@@ -4,7 +4,7 @@
 //! operation's [`Layout`] (where each rank's block lies), not re-derived
 //! here.
 
-use super::super::{copy, premul_factor, private_input, reduce, sums_halves, Scratch};
+use super::super::{copy, premul_factor, private_input, reduce, Scratch};
 use super::engine::{self, IntraHost, SyncAll};
 use crate::error::Result;
 use crate::op::{
@@ -216,7 +216,7 @@ fn plan(ih: &IntraHost, dtype: DType, op: &ReduceOp) -> Result<engine::Reduction
             None
         },
         avg: op.kind == RedKind::Avg,
-        halves: sums_halves(ih.size(), dtype, op.kind),
+        halves: ih.size() > 1 && op.kind.sums_halves(dtype),
     })
 }
 
