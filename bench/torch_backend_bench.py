@@ -7,12 +7,16 @@ our C ABI with ctypes, no torch in between). Tables in markdown on rank 0.
   all_reduce: float32 in place, blocking dist.all_reduce per call; the three
     sides interleaved round by round (--rounds rounds of --iters calls each);
     the median round's time per call.
-  ddp: one step's gradient exchange of ResNet-50 / BERT-base gradient shapes
-    (tests/data) through DistributedDataParallel on each group, default and
-    gradient_as_bucket_view: the time of forward+backward with DDP minus the
-    same without it (a model whose forward is sum(p) over the shapes).
+  ddp: one step with gradient exchange of ResNet-50 / BERT-base gradient
+    shapes (tests/data) through DistributedDataParallel on each group, default
+    and gradient_as_bucket_view: forward+backward of a model whose forward is
+    sum(p) over the shapes, with DDP on each group and without DDP (bare),
+    the three interleaved step by step; the step's time, and that minus the
+    bare step's.
+  fsdp: one FSDP2 (fully_shard) training step of a small transformer on
+    each group, the groups' steps alternating.
 
-Usage: torch_backend_bench.py WORLD [--sizes 4,64,...] [--only all_reduce|ddp] [--rounds N] [--iters N]
+Usage: torch_backend_bench.py WORLD [--sizes 4,64,...] [--only all_reduce|ddp|fsdp] [--rounds N] [--iters N]
                                [--steps N] [--models resnet50,bert_base]
 Run by scripts/bench-torch.sh (make bench-torch).
 """
@@ -100,32 +104,111 @@ def shapes(model):
 def bench_ddp(args, rank, gloo, ours):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    def step(m):
+        m.zero_grad(set_to_none=False)
+        m().backward()
+
     rows = []
     for model in args.models.split(","):
         sh = shapes(model)
-        base = Grads(sh)
-        def step(m):
-            m.zero_grad(set_to_none=False)
-            m().backward()
-        bare = statistics.median(per_call(lambda: step(base), 1) for _ in range(args.steps))
         res = {}
-        for name, group in (("gloo", gloo), ("ours", ours)):
-            for view in (False, True):
-                m = DDP(Grads(sh), process_group=group, gradient_as_bucket_view=view)
+        for view in (False, True):
+            # The bare model and one DDP model per group, their steps
+            # interleaved, so that the machine's drift hits all three alike.
+            sides = {"bare": Grads(sh)}
+            for name, group in (("gloo", gloo), ("ours", ours)):
+                sides[name] = DDP(Grads(sh), process_group=group, gradient_as_bucket_view=view)
+            times = {k: [] for k in sides}
+            for m in sides.values():
                 step(m)
-                t = statistics.median(per_call(lambda: step(m), 1) for _ in range(args.steps))
-                res[(name, view)] = t - bare
-                del m
+            for _ in range(args.steps):
+                for k, m in sides.items():
+                    dist.barrier(group=ours)
+                    times[k].append(per_call(lambda: step(m), 1))
+            med = {k: statistics.median(v) for k, v in times.items()}
+            for k in ("gloo", "ours"):
+                res[(k, view)] = (med[k], med[k] - med["bare"])
+            del sides
         rows.append((model, res))
     if rank == 0:
-        print(f"\n### DDP gradient exchange per step, {dist.get_world_size()} ranks (ms, median of {args.steps} "
-              "steps; step with DDP minus the same backward without)\n")
+        print(f"\n### DDP step with gradient exchange, {dist.get_world_size()} ranks (ms, median of {args.steps} "
+              "interleaved steps: the step's time, and in brackets that minus the same backward without DDP)\n")
         print("| model | gloo | ours | gloo / ours | gloo, bucket view | ours, bucket view | gloo / ours (view) |")
         print("|---|---|---|---|---|---|---|")
+
+        def cell(t):
+            return f"{t[0] * 1e3:.1f} ({t[1] * 1e3:.1f})"
+
         for model, r in rows:
             g, o, gv, ov = r[("gloo", False)], r[("ours", False)], r[("gloo", True)], r[("ours", True)]
-            print(f"| {model} | {g * 1e3:.1f} | {o * 1e3:.1f} | {g / o:.1f}x | {gv * 1e3:.1f} | {ov * 1e3:.1f} | "
-                  f"{gv / ov:.1f}x |")
+            print(f"| {model} | {cell(g)} | {cell(o)} | {g[0] / o[0]:.1f}x | {cell(gv)} | {cell(ov)} | "
+                  f"{gv[0] / ov[0]:.1f}x |")
+
+class SmallTransformer(torch.nn.Module):
+    """A small language-model-shaped transformer (4 layers, width 256)."""
+
+    def __init__(self, vocab=1000, width=256, layers=4):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, width)
+        self.layers = torch.nn.ModuleList(
+            torch.nn.TransformerEncoderLayer(width, 4, 4 * width, dropout=0.0, batch_first=True)
+            for _ in range(layers))
+        self.head = torch.nn.Linear(width, vocab)
+
+    def forward(self, x):
+        h = self.embed(x)
+        for layer in self.layers:
+            h = layer(h)
+        return self.head(h).flatten(0, 1)
+
+
+def bench_fsdp(args, rank, gloo, ours):
+    """One FSDP2 training step (forward, backward, SGD step) of the same
+    model fully sharded over each group; the groups' steps alternate."""
+    import warnings
+
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    # FSDP2 warns that the model returns a view; nothing here changes it.
+    warnings.filterwarnings("ignore", message="FSDP2-wrapped module")
+
+    models = {}
+    for name, group in (("gloo", gloo), ("ours", ours)):
+        torch.manual_seed(0)
+        m = SmallTransformer()
+        mesh = DeviceMesh.from_group(group, "cpu")
+        for layer in m.layers:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(m, mesh=mesh)
+        models[name] = (m, torch.optim.SGD(m.parameters(), lr=0.01))
+    g = torch.Generator().manual_seed(rank)
+    x = torch.randint(0, 1000, (8, 64), generator=g)
+    y = torch.randint(0, 1000, (8 * 64,), generator=g)
+
+    def step(name):
+        m, opt = models[name]
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(m(x), y).backward()
+        opt.step()
+
+    times = {k: [] for k in models}
+    for k in models:  # warm-up
+        step(k)
+    for _ in range(args.steps * 2):
+        for k in models:
+            dist.barrier(group=ours)
+            times[k].append(per_call(lambda: step(k), 1))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    if rank == 0:
+        params = sum(p.numel() for p in SmallTransformer().parameters())
+        print(f"\n### FSDP2 training step, {dist.get_world_size()} ranks (ms, median of {args.steps * 2} "
+              f"alternating steps; transformer of {params / 1e6:.1f} M parameters, 4 layers, width 256, "
+              "batch 8 x 64 tokens)\n")
+        print("| model | gloo | ours | gloo / ours |")
+        print("|---|---|---|---|")
+        print(f"| small transformer | {med['gloo'] * 1e3:.1f} | {med['ours'] * 1e3:.1f} | "
+              f"{med['gloo'] / med['ours']:.2f}x |")
 
 
 def rank_main(rank, args, port):
@@ -142,6 +225,8 @@ def rank_main(rank, args, port):
         bench_all_reduce(args, rank, gloo, ours, comm)
     if args.only in (None, "ddp"):
         bench_ddp(args, rank, gloo, ours)
+    if args.only in (None, "fsdp"):
+        bench_fsdp(args, rank, gloo, ours)
     comm.finalize()
     comm.destroy()
     dist.destroy_process_group()
@@ -151,7 +236,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("world", type=int)
     p.add_argument("--sizes", default="4,64,1024,4096,65536,1048576,67108864")
-    p.add_argument("--only", choices=["all_reduce", "ddp"])
+    p.add_argument("--only", choices=["all_reduce", "ddp", "fsdp"])
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--iters", type=int, default=2000)
     p.add_argument("--steps", type=int, default=5)
