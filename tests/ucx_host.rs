@@ -17,8 +17,8 @@ use torchcomm::{DType, ReduceOp};
 use ucx_checks::*;
 use ucx_common::*;
 
-/// The environment of every rank: TCP loopback only, UCX between "hosts".
-
+/// Launches `size` ranks over TCP loopback, UCX between "hosts", logging
+/// at INFO, with `extra` in their environment.
 fn launch_ucx(test: &str, size: usize, extra: &[(&str, &str)]) -> Vec<Outcome> {
     let mut env = LOOPBACK_ENV.to_vec();
     env.push(("TORCHCOMM_DEBUG", "INFO"));

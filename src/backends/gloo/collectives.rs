@@ -159,7 +159,7 @@ impl GlooBackend {
         // caller's input stays untouched.
         let mut scaled = Scratch::new(0)?;
         if op.kind == RedKind::PremulSum {
-            let k = premul_factor(op, dtype)?;
+            let k = reduce::host_premul_factor(op, dtype)?;
             scaled = Scratch::new(total * es)?;
             reduce::scale(dtype, scaled.ptr(), input, total, Scale::Mul(k))?;
             input = scaled.ptr();
@@ -254,7 +254,7 @@ impl GlooBackend {
         let mut scaled = Scratch::new(0)?;
         let mut input: *const u8 = buf;
         if op.kind == RedKind::PremulSum {
-            let k = premul_factor(op, dtype)?;
+            let k = reduce::host_premul_factor(op, dtype)?;
             if is_root {
                 reduce::scale(dtype, buf, buf, count, Scale::Mul(k))?;
             } else {

@@ -64,7 +64,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::kernels::reduce;
 use crate::op::{Op, P2p, Refusal};
 use crate::store::StoreRef;
-use crate::types::{DType, PremulFactor, RedKind, ReduceOp};
+use crate::types::{DType, RedKind, ReduceOp};
 use crate::util::{lock, Deadline};
 use reduce::Scale;
 use signature::{describe_sig, signature_words, CHECK_HINT, TAG_COUNTER_BITS};
@@ -196,20 +196,6 @@ unsafe fn private_input(
 unsafe fn copy(dst: *mut u8, src: *const u8, n: usize) {
     if n > 0 && !std::ptr::eq(dst, src) {
         std::ptr::copy(src, dst, n);
-    }
-}
-
-pub(crate) fn premul_factor(op: &ReduceOp, dtype: DType) -> Result<f64> {
-    match op.factor {
-        PremulFactor::Host(f) => Ok(f),
-        PremulFactor::Pointer(p) => {
-            if p.is_null() {
-                return Err(Error::null_argument("op.premul_factor_ptr"));
-            }
-            // SAFETY: the caller passes one element of the op's dtype in host
-            // memory (the only memory this backend handles).
-            unsafe { reduce::read_scalar(dtype, p as *const u8) }
-        }
     }
 }
 

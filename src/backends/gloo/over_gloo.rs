@@ -4,8 +4,9 @@
 //! with the op's tag salt set.
 
 use super::reduce::{self, Scale};
-use super::{copy, premul_factor, GlooBackend, Scratch};
+use super::{copy, GlooBackend, Scratch};
 use crate::error::Result;
+use crate::kernels::reduce::host_premul_factor;
 use crate::op::{
     AllToAll, AllToAllKind, Gather, GatherKind, Ptr, Reduction, ReductionKind, Scatter, ScatterKind,
 };
@@ -52,7 +53,7 @@ impl GlooBackend {
             ReductionKind::AllReduce { buf, count } => {
                 let f = reduce::kernel(dtype, op.kind)?;
                 if op.kind == RedKind::PremulSum {
-                    let k = premul_factor(op, dtype)?;
+                    let k = host_premul_factor(op, dtype)?;
                     reduce::scale(dtype, buf.as_u8(), buf.as_u8(), *count, Scale::Mul(k))?;
                 }
                 self.g_allreduce(buf.as_u8(), *count, dtype, f, d)?;

@@ -24,7 +24,7 @@
 use super::fingerprint::{Fingerprint, FINGERPRINT_BYTES};
 use super::worker::{Request, Worker};
 use super::*;
-use crate::kernels::reduce::{self, ReduceFn, Scale};
+use crate::kernels::reduce::{self, host_premul_factor, ReduceFn, Scale};
 use crate::op::{
     AllToAll, AllToAllKind, Gather, GatherKind, Ptr, Reduction, ReductionKind, Scatter, ScatterKind,
 };
@@ -111,11 +111,6 @@ unsafe fn combine(f: ReduceFn, acc: *mut u8, other: *const u8, count: usize) {
             count,
         );
     }
-}
-
-/// PREMUL_SUM's factor (a host value or one element behind a pointer).
-fn premul_factor(op: &ReduceOp, dtype: DType) -> Result<f64> {
-    crate::backends::gloo::premul_factor(op, dtype)
 }
 
 /// Sets up every connection: one 8-byte message each way between every
@@ -469,7 +464,7 @@ impl Ctx<'_> {
             return self.all_reduce_halves(buf, count, dtype, op);
         }
         if op.kind == RedKind::PremulSum {
-            let k = premul_factor(op, dtype)?;
+            let k = host_premul_factor(op, dtype)?;
             reduce::scale(dtype, buf, buf, count, Scale::Mul(k))?;
         }
         let bytes = count * dtype.size();
@@ -638,7 +633,7 @@ impl Ctx<'_> {
         let mut own = Scratch::new(if me == root { 0 } else { bytes });
         let acc = if me == root { buf } else { own.ptr() };
         let k = match op.kind {
-            RedKind::PremulSum => Some(premul_factor(op, dtype)?),
+            RedKind::PremulSum => Some(host_premul_factor(op, dtype)?),
             _ => None,
         };
         match k {
@@ -699,7 +694,7 @@ impl Ctx<'_> {
             return self.reduce_scatter_halves(all.ptr(), blocks, output.as_u8(), dtype, op);
         }
         if op.kind == RedKind::PremulSum {
-            let k = premul_factor(op, dtype)?;
+            let k = host_premul_factor(op, dtype)?;
             reduce::scale(dtype, all.ptr(), all.ptr(), count * n, Scale::Mul(k))?;
         }
         if n > 1 && bytes > 0 {

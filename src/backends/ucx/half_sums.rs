@@ -55,7 +55,7 @@ impl Ctx<'_> {
     ) -> Result<()> {
         match op.kind {
             RedKind::PremulSum => {
-                let k = premul_factor(op, dtype)?;
+                let k = host_premul_factor(op, dtype)?;
                 reduce::scale(dtype, dst, src, count, Scale::Mul(k))
             }
             _ => {

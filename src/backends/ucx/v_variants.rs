@@ -67,7 +67,7 @@ impl Ctx<'_> {
             return self.reduce_scatter_halves(all.ptr(), (counts, &offs), output, dtype, op);
         }
         if op.kind == RedKind::PremulSum {
-            let k = premul_factor(op, dtype)?;
+            let k = host_premul_factor(op, dtype)?;
             reduce::scale(dtype, all.ptr(), all.ptr(), total, Scale::Mul(k))?;
         }
         if n > 1 && total > 0 {

@@ -26,7 +26,7 @@ use halves::{f16_max, f16_min, f16_prod, f16_sum};
 use std::ffi::c_void;
 
 pub use halves::sum_half_blocks;
-pub use scale::{read_scalar, scale, Scale};
+pub use scale::{host_premul_factor, scale, Scale};
 
 /// The C signature of a reduction: `n` elements at `c`, `a` and `b`.
 pub type ReduceFn =

@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::kernels::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
-use crate::types::DType;
+use crate::types::{DType, PremulFactor, ReduceOp};
 
 /// What to do to each element around the SUM of AVG and PREMUL_SUM.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -86,11 +86,28 @@ pub unsafe fn scale(
     Ok(())
 }
 
+/// PREMUL_SUM's factor as a host reduction scales by: the op's host value,
+/// or the one element of `dtype` its pointer names (host memory: the only
+/// memory the host transports handle).
+pub fn host_premul_factor(op: &ReduceOp, dtype: DType) -> Result<f64> {
+    match op.factor {
+        PremulFactor::Host(f) => Ok(f),
+        PremulFactor::Pointer(p) => {
+            if p.is_null() {
+                return Err(Error::null_argument("op.premul_factor_ptr"));
+            }
+            // SAFETY: the caller passes one element of the op's dtype in
+            // host memory.
+            unsafe { read_scalar(dtype, p as *const u8) }
+        }
+    }
+}
+
 /// Reads one element of `dtype` at `p` (a host PREMUL_SUM factor) as f64.
 ///
 /// # Safety
 /// `p` must point to one readable element of `dtype`.
-pub unsafe fn read_scalar(dtype: DType, p: *const u8) -> Result<f64> {
+pub(super) unsafe fn read_scalar(dtype: DType, p: *const u8) -> Result<f64> {
     Ok(match dtype {
         DType::F32 => (p as *const f32).read_unaligned() as f64,
         DType::F64 => (p as *const f64).read_unaligned(),

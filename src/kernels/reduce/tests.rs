@@ -408,7 +408,7 @@ fn scaling() {
         assert!(scale(DType::I32, p, p, 1, Scale::Mul(2.0)).is_err());
         let x: f64 = 2.5;
         assert_eq!(
-            read_scalar(DType::F64, &x as *const f64 as *const u8).unwrap(),
+            scale::read_scalar(DType::F64, &x as *const f64 as *const u8).unwrap(),
             2.5
         );
     }

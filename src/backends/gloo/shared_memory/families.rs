@@ -4,9 +4,10 @@
 //! operation's [`Layout`] (where each rank's block lies), not re-derived
 //! here.
 
-use super::super::{copy, premul_factor, private_input, reduce, Scratch};
+use super::super::{copy, private_input, reduce, Scratch};
 use super::engine::{self, IntraHost, SyncAll};
 use crate::error::Result;
+use crate::kernels::reduce::host_premul_factor;
 use crate::op::{
     gather_single_outputs, AllToAll, AllToAllKind, Gather, GatherKind, Layout, Ptr, Reduction,
     ReductionKind, Scatter, ScatterKind,
@@ -211,7 +212,7 @@ fn plan(ih: &IntraHost, dtype: DType, op: &ReduceOp) -> Result<engine::Reduction
         dtype,
         f: reduce::kernel(dtype, op.kind)?,
         premul: if op.kind == RedKind::PremulSum {
-            Some(premul_factor(op, dtype)?)
+            Some(host_premul_factor(op, dtype)?)
         } else {
             None
         },
