@@ -1186,8 +1186,9 @@ tc_result_t tc_broadcast_coalesced(tc_comm_t *comm, void *const *bufs, const siz
  `tc_comm_get_name`, `tc_comm_get_backend`, `tc_comm_get_device`,
  `tc_comm_get_async_error` (`TC_SUCCESS`), `tc_comm_get_init_handle`,
  `tc_comm_reconfigure`, `tc_comm_finalize`, `tc_comm_abort` and
- `tc_comm_destroy` fails with `TC_ERR_INVALID_USAGE`. On `nccl` it is
- `TC_ERR_UNSUPPORTED`, naming the loaded NCCL.
+ `tc_comm_destroy` fails with `TC_ERR_INVALID_USAGE`. The backend must
+ be able to run here (`TC_ERR_UNAVAILABLE` saying what is missing, e.g.
+ NCCL or the CUDA driver for `nccl`).
  */
 tc_result_t tc_comm_new(const char *backend, tc_device_t device, const tc_comm_options_t *opts, tc_comm_t **comm);
 

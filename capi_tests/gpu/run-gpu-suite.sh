@@ -65,6 +65,7 @@ TESTS=(
   "shrink4 4 60 3 test_gpu_shrink"
   "window2 2 60 4 test_gpu_window"
   "window4 4 90 4 test_gpu_window"
+  "reconfigure3 3 90 4 test_gpu_reconfigure"
   "cuda-comm 1 90 4 test_cuda_comm.py"
 )
 

@@ -24,6 +24,11 @@
 //! and its timeout, abort-on-error setting and abort hook carry over. A
 //! reconfigure that fails leaves the comm as it was.
 //!
+//! On nccl the new comm is a fresh NCCL comm of the members (its id passed
+//! through the store, as at creation), whatever NCCL is loaded; the old
+//! one is aborted as above. NCCL's own ncclCommShrink/ncclCommGrow would
+//! reuse the old comm's resources; they are not used.
+//!
 //! The comms this handle held stay allocated until the handle is dropped,
 //! so that a reference to the current comm (taken by a call that raced
 //! with a reconfigure) never dangles; a call on an old comm fails as on an
@@ -135,10 +140,9 @@ impl Reconfigurable {
     /// init handle. `opts.rank` and `opts.world_size` serve only the
     /// environment bootstrap of the store.
     pub fn new(backend_name: &str, device: Device, opts: CommOptions) -> Result<Reconfigurable> {
-        backends::check_name(backend_name)?;
-        if backend_name != "gloo" {
-            return Err(backends::nccl::reconfigure_unsupported());
-        }
+        // What each reconfigure will need, checked now rather than at the
+        // first one (not collective: nothing else is set up yet).
+        backends::available(backend_name)?;
         let timeout = opts.timeout.unwrap_or(config().timeout);
         let (store, local_rank) = match opts.store {
             Some(store) => (

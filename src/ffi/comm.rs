@@ -140,8 +140,9 @@ fn slot_handle(slot: CommSlot, name: &str, backend: &str, lease: NameLease) -> *
 /// `tc_comm_get_name`, `tc_comm_get_backend`, `tc_comm_get_device`,
 /// `tc_comm_get_async_error` (`TC_SUCCESS`), `tc_comm_get_init_handle`,
 /// `tc_comm_reconfigure`, `tc_comm_finalize`, `tc_comm_abort` and
-/// `tc_comm_destroy` fails with `TC_ERR_INVALID_USAGE`. On `nccl` it is
-/// `TC_ERR_UNSUPPORTED`, naming the loaded NCCL.
+/// `tc_comm_destroy` fails with `TC_ERR_INVALID_USAGE`. The backend must
+/// be able to run here (`TC_ERR_UNAVAILABLE` saying what is missing, e.g.
+/// NCCL or the CUDA driver for `nccl`).
 #[no_mangle]
 pub extern "C" fn tc_comm_new(
     backend: *const c_char,

@@ -207,6 +207,8 @@ $CC $CFLAGS -DSIM_NCCL_VERSION=22703 "$ROOT/tests/sim_gpu/fake_nccl.c" -o "$SIM/
   -Wl,-soname,libnccl.so.2 -L"$SIM" -lcuda -lpthread -lm || { echo "sim-gpu-test: compiling the NCCL 2.27 double failed"; status=1; }
 RANKS=4 TORCHCOMM_NCCL_LIBRARY=$SIM/libnccl.so.2 extra "tc_comm_shrink after a rank died mid all_reduce, 4 ranks (ncclCommRevoke)" "$B/test_gpu_shrink" failure
 RANKS=4 TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.27/libnccl.so.2 extra "tc_comm_shrink after a failure on NCCL 2.27 (no ncclCommRevoke: TC_ERR_UNSUPPORTED)" "$B/test_gpu_shrink" failure-norevoke
+# Reconfigure forms a fresh NCCL comm each time, so an NCCL without ncclCommShrink can (the suite's run is on 2.29).
+RANKS=3 TORCHCOMM_NCCL_LIBRARY=$SIM/nccl-2.18/libnccl.so.2 extra "tc_comm_reconfigure on NCCL 2.18 (form, shrink, grow, re-form after a death), 3 ranks" "$B/test_gpu_reconfigure"
 # Two comms on one device in opposite orders on two ranks: a deadlock (a
 # device runs one NCCL kernel at a time), ended by the library's timeout.
 $CC -std=c11 -O1 -g -Wall -Wextra -Werror -I"$ROOT/include" -I"$ROOT/capi_tests" -I"$ROOT/capi_tests/gpu" -I"$SIM/cuda/include" \

@@ -36,7 +36,6 @@ mod mem;
 mod red_op;
 mod refusal;
 mod shrink;
-pub use shrink::reconfigure_unsupported;
 mod window;
 mod window_rma;
 pub mod work;

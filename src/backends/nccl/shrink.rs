@@ -98,17 +98,3 @@ impl NcclBackend {
         ))
     }
 }
-
-/// Why `enable_reconfigure` is refused on nccl: reconfiguring would be
-/// ncclCommShrink plus ncclCommGrow, which this library does not drive
-/// yet; the message names the NCCL that would be used (or why none loads).
-pub fn reconfigure_unsupported() -> Error {
-    let nccl = match loader::nccl() {
-        Ok(lib) => format!("loaded NCCL {} ({})", lib.version_string(), lib.origin),
-        Err(e) => format!("no NCCL loaded: {}", e.message),
-    };
-    Error::unsupported(format!(
-        "enable_reconfigure is not supported on the nccl backend ({nccl}): reconfiguring an \
-         nccl comm (ncclCommShrink then ncclCommGrow) is not implemented; use gloo"
-    ))
-}
