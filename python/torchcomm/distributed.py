@@ -441,6 +441,7 @@ class TorchCommBackend(_c10d.Backend):
                                    f"errors while waiting for send/recv from rank 0: {e}") from e
             return
         if t <= 0 and self._size > 1:
+            comm.abort()  # as below: the ranks waiting for the answer fail now
             raise RuntimeError(f"Rank 0 timed out in monitoredBarrier after {ms} ms. "
                                "No ranks successfully processed in monitoredBarrier.")
         works = {r: comm.recv(torch.zeros(1, dtype=torch.int32), r, tag=0x7B000001, async_op=True, timeout=t)
