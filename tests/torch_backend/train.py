@@ -334,6 +334,23 @@ def implementation(ours):
     return impl
 
 
+def sequence_number(ours, impl):
+    """The group's sequence number (gloo's `getSequenceNumberForGroup`; torch
+    asks for it, e.g. in object collectives on subgroups): every operation
+    counts one. The Python implementation cannot answer (torch does not
+    route it): there it must raise torch's own error."""
+    try:
+        s0 = ours._get_sequence_number_for_group()
+    except RuntimeError as e:
+        check(impl == "python" and "sequence numbers" in str(e),
+              f"the group's sequence number on the {impl} implementation ({str(e)[:60]})")
+        return
+    dist.all_reduce(torch.ones(1), group=ours)
+    dist.barrier(group=ours)
+    s1 = ours._get_sequence_number_for_group()
+    check(impl == "cpp" and s1 == s0 + 2, f"the group's sequence number counts operations ({s0} -> {s1})")
+
+
 def completion(ours, impl, rank, world):
     """Works complete by themselves: polling is_completed(), never calling
     wait(), ends (within 20 s, TRAIN_COMPLETION_WAIT) with the operation's
@@ -389,6 +406,7 @@ def parity():
     impl = implementation(ours)
     gloo = dist.new_group(list(range(world)), backend="gloo")
     completion(ours, impl, rank, world)
+    sequence_number(ours, impl)
     collectives(ours, gloo, rank, world)
     ddp_parity(ours, gloo, rank, world)
     fsdp_parity(ours, gloo, rank, world)

@@ -125,7 +125,8 @@ const char* error_name(tc_result_t rc) {
 // The failure of library call `call` (or of the operation a work handle
 // follows) that returned `rc`, with this thread's detail, as the Python
 // binding words it: "CALL: TC_ERR_NAME (text): detail". A timeout says
-// "operation timeout", the words torch's backends use and programs match.
+// "operation timeout reached": torch's backends word timeouts so, and
+// programs and torch's tests match " timeout ".
 std::string error_text(const char* call, tc_result_t rc) {
   const char* detail = api.tc_last_error ? api.tc_last_error() : nullptr;
   const char* text = rc == TC_ERR_TIMEOUT ? "operation timeout reached"
