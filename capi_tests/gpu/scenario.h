@@ -30,6 +30,22 @@ static inline tc_comm_t *scenario_comm(const char *name) {
     return comm;
 }
 
+/* The sum of every rank's `v` over `comm`: 64 float32 on the device at
+   `d`, all-reduced (SUM) on `o->stream` and read back (-1: the call
+   failed; -2: the elements differ). */
+static inline double scenario_all_reduce_of(tc_comm_t *comm, void *d, float v, tc_op_options_t *o) {
+    float h[64], back[64];
+    for (int i = 0; i < 64; i++) h[i] = v;
+    h2d(d, h, sizeof h);
+    tc_reduce_op_t sum = TC_REDUCE_OP(TC_SUM);
+    if (tc_all_reduce(comm, d, 64, TC_FLOAT32, sum, o, NULL) != TC_SUCCESS) return -1;
+    CU(cuStreamSynchronize(o->stream));
+    d2h(back, d, sizeof back);
+    for (int i = 1; i < 64; i++)
+        if (back[i] != back[0]) return -2;
+    return back[0];
+}
+
 /* The two-rank all_reduce scenarios (a peer that dies, a refused call): a
    comm of exactly two ranks (exits otherwise), a device buffer of 1024
    float32, the sum, and options on a stream of their own. */

@@ -59,20 +59,6 @@ static char *handle_of(const char *key) {
     return s;
 }
 
-/* The sum of every rank's `v` over `comm` (-1: the call failed). */
-static double all_reduce_of(tc_comm_t *comm, void *d, float v, tc_op_options_t *o) {
-    float h[64], back[64];
-    for (int i = 0; i < 64; i++) h[i] = v;
-    h2d(d, h, sizeof h);
-    tc_reduce_op_t sum = TC_REDUCE_OP(TC_SUM);
-    if (tc_all_reduce(comm, d, 64, TC_FLOAT32, sum, o, NULL) != TC_SUCCESS) return -1;
-    CU(cuStreamSynchronize(o->stream));
-    d2h(back, d, sizeof back);
-    for (int i = 1; i < 64; i++)
-        if (back[i] != back[0]) return -2;
-    return back[0];
-}
-
 static void expect_shape(tc_comm_t *comm, int rank, int size, const char *what) {
     int r = -1, n = -1;
     tc_comm_get_rank(comm, &r);
@@ -120,7 +106,7 @@ int main(void) {
     const char *all[3] = {h[0], h[1], h[2]};
     expect(reconfigure(comm, 1, all, 3) == TC_SUCCESS, "the three form the comm");
     expect_shape(comm, P, 3, "formed: ranks in list order");
-    expect(all_reduce_of(comm, d, (float)P + 1, &o) == 6, "all_reduce on the formed comm");
+    expect(scenario_all_reduce_of(comm, d, (float)P + 1, &o) == 6, "all_reduce on the formed comm");
     expect(tc_comm_reconfigure(comm, 1, all, 3, TC_INIT_HANDLES_LIST, NULL, NULL) == TC_ERR_INVALID_USAGE,
            "a uuid used before is refused");
 
@@ -134,7 +120,7 @@ int main(void) {
         const char *two[2] = {h[0], h[2]};
         expect(reconfigure(comm, 2, two, 2) == TC_SUCCESS, "0 and 2 shrink the comm");
         expect_shape(comm, P == 0 ? 0 : 1, 2, "shrunk: ranks 0 and 1");
-        expect(all_reduce_of(comm, d, (float)P + 1, &o) == 1 + 3, "all_reduce on the shrunk comm");
+        expect(scenario_all_reduce_of(comm, d, (float)P + 1, &o) == 1 + 3, "all_reduce on the shrunk comm");
     }
 
     /* 3. grow: the newcomer joins, last */
@@ -143,7 +129,7 @@ int main(void) {
     int grown_rank = P == 0 ? 0 : P == 2 ? 1 : 2;
     expect(reconfigure(comm, 3, grown, 3) == TC_SUCCESS, "the comm grows by the newcomer");
     expect_shape(comm, grown_rank, 3, "grown: the newcomer last");
-    expect(all_reduce_of(comm, d, (float)grown_rank + 1, &o) == 6, "all_reduce on the grown comm");
+    expect(scenario_all_reduce_of(comm, d, (float)grown_rank + 1, &o) == 6, "all_reduce on the grown comm");
 
     /* 4. the newcomer dies mid all_reduce; the survivors re-form */
     if (P == 1) _exit(0); /* gone without a word, as a killed process */
@@ -159,7 +145,7 @@ int main(void) {
     const char *survivors[2] = {h[0], h[2]};
     expect(reconfigure(comm, 4, survivors, 2) == TC_SUCCESS, "the survivors re-form the failed comm");
     expect_shape(comm, P == 0 ? 0 : 1, 2, "re-formed: ranks 0 and 1");
-    expect(all_reduce_of(comm, d, 5, &o) == 10, "all_reduce on the re-formed comm");
+    expect(scenario_all_reduce_of(comm, d, 5, &o) == 10, "all_reduce on the re-formed comm");
     expect(tc_comm_finalize(comm) == TC_SUCCESS, "the re-formed comm finalizes");
     tc_comm_destroy(comm);
 

@@ -19,23 +19,10 @@
 #include <unistd.h>
 #include "scenario.h"
 
-static double all_reduce_of(tc_comm_t *comm, void *d, float v, tc_op_options_t *o) {
-    float h[64], back[64];
-    for (int i = 0; i < 64; i++) h[i] = v;
-    h2d(d, h, sizeof h);
-    tc_reduce_op_t sum = TC_REDUCE_OP(TC_SUM);
-    if (tc_all_reduce(comm, d, 64, TC_FLOAT32, sum, o, NULL) != TC_SUCCESS) return -1;
-    CU(cuStreamSynchronize(o->stream));
-    d2h(back, d, sizeof back);
-    for (int i = 1; i < 64; i++)
-        if (back[i] != back[0]) return -2;
-    return back[0];
-}
-
 /* Rank 1 dies while ranks 0, 2 and 3 all-reduce; they shrink
    the failed comm excluding it. */
 static void after_failure(tc_comm_t *comm, int R, void *d, tc_op_options_t *o, int revoke) {
-    expect(all_reduce_of(comm, d, 1, o) == 4, "warm-up all_reduce on 4 ranks");
+    expect(scenario_all_reduce_of(comm, d, 1, o) == 4, "warm-up all_reduce on 4 ranks");
     if (R == 1) _exit(0); /* gone without a word, as a killed process (a signal would make tc-run stop the job) */
     float h[64] = {0};
     h2d(d, h, sizeof h);
@@ -67,8 +54,8 @@ static void after_failure(tc_comm_t *comm, int R, void *d, tc_op_options_t *o, i
     tc_comm_get_rank(child, &cr);
     tc_comm_get_size(child, &cn);
     expect(cn == 3 && cr == (R == 0 ? 0 : R - 1), "ranks 0, 2, 3 become 0, 1, 2");
-    expect(all_reduce_of(child, d, (float)R + 1, o) == 1 + 3 + 4, "all_reduce on the shrunk comm");
-    expect(all_reduce_of(child, d, 2, o) == 6, "a second all_reduce on the shrunk comm");
+    expect(scenario_all_reduce_of(child, d, (float)R + 1, o) == 1 + 3 + 4, "all_reduce on the shrunk comm");
+    expect(scenario_all_reduce_of(child, d, 2, o) == 6, "a second all_reduce on the shrunk comm");
     expect(tc_comm_finalize(child) == TC_SUCCESS, "the shrunk comm finalizes");
     tc_comm_destroy(child);
 }
@@ -103,19 +90,19 @@ int main(int argc, char **argv) {
         expect(tc_comm_finalize(comm) == TC_SUCCESS, "the parent finalizes");
     } else {
         if (N != 4) { fprintf(stderr, "run with 4 ranks\n"); return 1; }
-        expect(all_reduce_of(comm, d, 1, &o) == 4, "warm-up all_reduce on 4 ranks");
+        expect(scenario_all_reduce_of(comm, d, 1, &o) == 4, "warm-up all_reduce on 4 ranks");
         if (R != 1) {
             expect(tc_comm_shrink(comm, excluded, 1, "shrunk", NULL, &child) == TC_SUCCESS, "shrink excluding rank 1");
             int cr = -1, cn = -1;
             tc_comm_get_rank(child, &cr);
             tc_comm_get_size(child, &cn);
             expect(cn == 3 && cr == (R == 0 ? 0 : R - 1), "ranks 0, 2, 3 become 0, 1, 2");
-            expect(all_reduce_of(child, d, (float)R + 1, &o) == 1 + 3 + 4, "all_reduce on the shrunk comm");
+            expect(scenario_all_reduce_of(child, d, (float)R + 1, &o) == 1 + 3 + 4, "all_reduce on the shrunk comm");
             expect(tc_comm_finalize(child) == TC_SUCCESS, "the shrunk comm finalizes");
             tc_comm_destroy(child);
             child = NULL;
         }
-        expect(all_reduce_of(comm, d, 2, &o) == 8, "the parent still all-reduces on 4 ranks");
+        expect(scenario_all_reduce_of(comm, d, 2, &o) == 8, "the parent still all-reduces on 4 ranks");
         tc_comm_abort(comm);
         if (R != 1) {
             expect(tc_comm_shrink(comm, excluded, 1, "after-abort", NULL, &child) == TC_ERR_UNSUPPORTED,

@@ -171,6 +171,17 @@ pub fn child_comm_on(
     size: i32,
     timeout: Duration,
 ) -> Result<Arc<Comm>> {
+    child_comm_hinted(store, name, (rank, size), timeout, Vec::new())
+}
+
+/// [`child_comm_on`] with backend hints.
+pub fn child_comm_hinted(
+    store: StoreRef,
+    name: &str,
+    (rank, size): (i32, i32),
+    timeout: Duration,
+    hints: Vec<(String, String)>,
+) -> Result<Arc<Comm>> {
     Comm::new(
         "gloo",
         Device::Cpu,
@@ -181,7 +192,7 @@ pub fn child_comm_on(
             rank: Some(rank),
             world_size: Some(size),
             store: Some(store),
-            hints: Vec::new(),
+            hints,
         },
     )
 }

@@ -4,10 +4,10 @@
 
 #![allow(dead_code)]
 
-use crate::gloo_common::{child_store, rank, size};
+use crate::gloo_common::{child_comm_hinted, child_store, rank, size};
 use std::sync::Arc;
 use std::time::Duration;
-use torchcomm::{Comm, CommOptions, Device};
+use torchcomm::Comm;
 
 /// Every rank's environment: shared memory off, UCX as the host transport,
 /// TCP loopback only.
@@ -33,18 +33,6 @@ pub fn ucx_missing() -> bool {
 /// `transport` (the hint wins over the environment), failing calls (not
 /// the process) on errors.
 pub fn comm_with(name: &str, transport: &str, timeout: Duration) -> Arc<Comm> {
-    Comm::new(
-        "gloo",
-        Device::Cpu,
-        CommOptions {
-            name: Some(name.to_string()),
-            timeout: Some(timeout),
-            abort_on_error: Some(false),
-            rank: Some(rank()),
-            world_size: Some(size()),
-            store: Some(child_store()),
-            hints: vec![("gloo.host_transport".into(), transport.into())],
-        },
-    )
-    .unwrap()
+    let hints = vec![("gloo.host_transport".into(), transport.into())];
+    child_comm_hinted(child_store(), name, (rank(), size()), timeout, hints).unwrap()
 }
