@@ -574,6 +574,20 @@ impl Ctx<'_> {
         self.ring_all_gather_blocks(buf, (&sizes, &offsets), first_step)
     }
 
+    /// Ring all-gather of blocks of `counts` elements of `es` bytes at
+    /// element `offsets`.
+    unsafe fn ring_all_gather_elements(
+        &mut self,
+        buf: *mut u8,
+        (counts, offsets): (&[usize], &[usize]),
+        es: usize,
+        first_step: u64,
+    ) -> Result<()> {
+        let sizes: Vec<usize> = counts.iter().map(|c| c * es).collect();
+        let byte_offsets: Vec<usize> = offsets.iter().map(|o| o * es).collect();
+        self.ring_all_gather_blocks(buf, (&sizes, &byte_offsets), first_step)
+    }
+
     /// Ring all-gather of blocks of the given byte sizes and offsets.
     unsafe fn ring_all_gather_blocks(
         &mut self,
@@ -608,9 +622,7 @@ impl Ctx<'_> {
         let n = self.w.size;
         let (counts, offsets) = blocks(count, n);
         self.ring_reduce_scatter(buf, (&counts, &offsets), es, f)?;
-        let sizes: Vec<usize> = counts.iter().map(|c| c * es).collect();
-        let byte_offsets: Vec<usize> = offsets.iter().map(|o| o * es).collect();
-        self.ring_all_gather_blocks(buf, (&sizes, &byte_offsets), n as u64)
+        self.ring_all_gather_elements(buf, (&counts, &offsets), es, n as u64)
     }
 
     /// Binomial tree into `root`; other ranks' buffers are left as they

@@ -82,9 +82,7 @@ impl Ctx<'_> {
         // The sums are written after the exchange, in place: `buf` is the
         // output.
         self.sum_half_blocks_to_owners(buf, (&counts, &offsets), dtype, op.kind, own, 0)?;
-        let sizes: Vec<usize> = counts.iter().map(|c| c * es).collect();
-        let byte_offsets: Vec<usize> = offsets.iter().map(|o| o * es).collect();
-        self.ring_all_gather_blocks(buf, (&sizes, &byte_offsets), 1)
+        self.ring_all_gather_elements(buf, (&counts, &offsets), es, 1)
     }
 
     /// Reduce of a half-precision sum: the f32 sums of the blocks, then

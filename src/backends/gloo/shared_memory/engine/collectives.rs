@@ -322,17 +322,7 @@ impl IntraHost {
         sync: &SyncAll,
     ) -> Result<()> {
         let step = HALF / es;
-        let chunks = counts
-            .iter()
-            .max()
-            .copied()
-            .unwrap_or(0)
-            .div_ceil(step)
-            .max(1);
-        let starts: Vec<usize> = counts
-            .iter()
-            .scan(0, |at, c| Some(std::mem::replace(at, *at + c)))
-            .collect();
+        let (chunks, starts) = v_layout(counts, step);
         for k in 0..chunks {
             let (c0, h) = (k * step, self.next_half());
             let part = |r: usize| counts[r].saturating_sub(c0).min(step);
@@ -362,17 +352,7 @@ impl IntraHost {
     ) -> Result<()> {
         let (n, me, es) = (self.size, self.rank, red.dtype.size());
         let step = HALF / es / n;
-        let chunks = counts
-            .iter()
-            .max()
-            .copied()
-            .unwrap_or(0)
-            .div_ceil(step)
-            .max(1);
-        let starts: Vec<usize> = counts
-            .iter()
-            .scan(0, |at, c| Some(std::mem::replace(at, *at + c)))
-            .collect();
+        let (chunks, starts) = v_layout(counts, step);
         let mut blocks = self.blocks_for(red, counts[me].min(step))?;
         for k in 0..chunks {
             let (c0, h) = (k * step, self.next_half());
@@ -481,4 +461,17 @@ impl IntraHost {
         }
         Ok(())
     }
+}
+
+/// How a v-variant goes through the halves: the chunks of `step` elements
+/// the largest count needs (at least one: every rank syncs even with
+/// nothing to move), and where each rank's block starts (the sum of the
+/// counts before it).
+fn v_layout(counts: &[usize], step: usize) -> (usize, Vec<usize>) {
+    let largest = counts.iter().max().copied().unwrap_or(0);
+    let starts = counts
+        .iter()
+        .scan(0, |at, c| Some(std::mem::replace(at, *at + c)))
+        .collect();
+    (largest.div_ceil(step).max(1), starts)
 }
