@@ -24,6 +24,18 @@ pub(crate) struct Call<'a> {
     pub out_of_step: &'a dyn Fn(&Error),
 }
 
+impl<'a> Call<'a> {
+    /// The same call for another operation (a step of a composed one).
+    pub fn with<'b>(&'b self, op: &'b Op) -> Call<'b> {
+        Call { op, ..*self }
+    }
+
+    /// The same call with another deadline.
+    pub fn until<'b>(&'b self, deadline: &'b Deadline) -> Call<'b> {
+        Call { deadline, ..*self }
+    }
+}
+
 /// A way of moving host memory between the comm's ranks.
 ///
 /// # Safety (every family method)

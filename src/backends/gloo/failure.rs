@@ -1,70 +1,100 @@
-//! Checks and diagnosis: the broken state after a failure, the error of a
-//! failed Gloo call, the diagnosis that names the rank at fault, and the
-//! opt-in collective check (`TORCHCOMM_CHECK_COLLECTIVES`).
+//! Failure reports through the comm's store: after a rank's first
+//! timeout or lost peer, the diagnosis that names the rank at fault; and
+//! the refusals told through the store by the transports that carry none
+//! in their own messages.
 
-use super::*;
-use crate::store::Store;
+use super::signature::{describe_sig, signature_words};
+use crate::backends::BackendInit;
+use crate::error::{Error, ErrorKind, Result};
+use crate::op::{Op, Refusal};
+use crate::store::{Store, StoreRef};
+use crate::util::{lock, Deadline};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Mutex};
+use std::time::{Duration, Instant};
 
-impl GlooBackend {
-    pub(super) fn check_not_broken(&self) -> Result<()> {
-        match &*lock(&self.broken) {
+/// The first failure that left a comm, or a transport's connections,
+/// unusable: every later call fails with it.
+#[derive(Default)]
+pub(super) struct Unusable(Mutex<Option<Error>>);
+
+impl Unusable {
+    /// Records `why` unless a failure came first: whether it was the first.
+    pub(super) fn record(&self, why: &Error) -> bool {
+        let mut first = lock(&self.0);
+        let was_none = first.is_none();
+        first.get_or_insert_with(|| why.clone());
+        was_none
+    }
+
+    pub(super) fn is_set(&self) -> bool {
+        lock(&self.0).is_some()
+    }
+
+    /// Adds `text` to the recorded failure's message (a diagnosis).
+    pub(super) fn append(&self, text: &str) {
+        if let Some(e) = lock(&self.0).as_mut() {
+            e.message.push_str(text);
+        }
+    }
+
+    /// Ok until a failure was recorded; then that failure, as the error of
+    /// a later call on the gloo context of comm `name`.
+    pub(super) fn check(&self, name: &str) -> Result<()> {
+        match &*lock(&self.0) {
             None => Ok(()),
             Some(e) => Err(Error::new(
-                if e.kind == ErrorKind::Aborted {
-                    ErrorKind::Aborted
-                } else {
-                    e.kind
-                },
+                e.kind,
                 format!(
-                    "gloo context of comm '{}' is unusable after an earlier failure: {}",
-                    self.name, e.message
+                    "gloo context of comm '{name}' is unusable after an earlier failure: {}",
+                    e.message
                 ),
             )),
         }
     }
+}
 
-    /// Marks the context unusable and closes its connections, so that blocked
-    /// peers fail now rather than at their timeout.
-    pub(super) fn mark_broken(&self, err: &Error) {
-        let first = {
-            let mut b = lock(&self.broken);
-            let first = b.is_none();
-            b.get_or_insert_with(|| err.clone());
-            first
-        };
-        if first {
-            self.routes.abort(self, err);
+/// How long a rank whose operation timed out or lost a peer waits for the
+/// other ranks' failure reports (see [`FailureReports::diagnose`]).
+/// Together with the thread start and store round trips it stays within
+/// the watchdog grace the gloo backend asks for (`HostBackend::watchdog_grace`),
+/// so the diagnosis is part of the first error message.
+pub(super) const DIAGNOSIS_WINDOW: Duration = Duration::from_millis(400);
+
+/// A comm's failure reports: its store, and what the reports count.
+pub(super) struct FailureReports {
+    store: StoreRef,
+    rank: usize,
+    size: usize,
+    /// Operations run so far: the report of a failure names its number.
+    ops_run: AtomicU64,
+    /// Set by the first failure that was diagnosed.
+    diagnosed: AtomicBool,
+    /// Refusals told so far (see [`FailureReports::refuse`]).
+    refusals: AtomicU64,
+}
+
+impl FailureReports {
+    pub(super) fn new(init: &BackendInit) -> FailureReports {
+        FailureReports {
+            store: init.store.clone(),
+            rank: init.rank as usize,
+            size: init.size as usize,
+            ops_run: AtomicU64::new(0),
+            diagnosed: AtomicBool::new(false),
+            refusals: AtomicU64::new(0),
         }
     }
 
-    /// Converts a shim failure of `what` into an error; failures that leave
-    /// the context unusable break it.
-    pub(super) fn fail(&self, what: &str, e: shim::CallError) -> Error {
-        let peer = e
-            .peer
-            .or_else(|| self.peer_in_message(&e.message))
-            .map(|p| format!(" (peer rank {p})"))
-            .unwrap_or_default();
-        let kind = e.kind();
-        let hint = match kind {
-            ErrorKind::Timeout => "; a peer is slow, stopped or gone",
-            ErrorKind::Remote => "; a peer failed or closed its connection",
-            _ => "",
-        };
-        let err = Error::new(
-            kind,
-            format!(
-                "gloo {what} on rank {}{peer}: {}{hint}",
-                self.rank, e.message
-            ),
-        );
-        if matches!(
-            kind,
-            ErrorKind::Timeout | ErrorKind::Remote | ErrorKind::Internal
-        ) {
-            self.mark_broken(&err);
-        }
-        err
+    /// Counts an operation about to run: its number.
+    pub(super) fn next_op(&self) -> u64 {
+        self.ops_run.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Whether no failure of this rank was diagnosed yet (and none will be
+    /// again: the first one claims it).
+    pub(super) fn first_failure(&self) -> bool {
+        !self.diagnosed.swap(true, Ordering::SeqCst)
     }
 
     /// After this rank's first timeout or lost connection, names the likely
@@ -76,7 +106,7 @@ impl GlooBackend {
     /// connection, so a store host that is itself stopped costs no more
     /// than the window.
     pub(super) fn diagnose(&self, op: &Op, seq: u64, kind: ErrorKind) -> Diagnosis {
-        let (me, n) = (self.rank as usize, self.size as usize);
+        let (me, n) = (self.rank, self.size);
         let store = self.store.clone();
         let op_name = op.name();
         let call = signature_words(op).map_or(op_name.to_string(), |w| describe_sig(&w));
@@ -111,24 +141,28 @@ impl GlooBackend {
     }
 
     /// Runs a refusal (see [`crate::op::Refusal`]) in the place of the
-    /// refused call, when no transport before Gloo carries it (shared
-    /// memory does: one sync): Ok once the other ranks were told. Over Gloo
-    /// (or UCX) a peer waits only for
-    /// the messages of its own call, so the refusal goes through the store:
+    /// refused call, for a transport whose peers wait only for the messages
+    /// of their own call (Gloo over TCP; shared memory tells it in one
+    /// sync): Ok once the other ranks were told. It goes through the store:
     /// when every rank refused the call (within [`REFUSAL_GRACE`]) nothing
     /// else happens and the comm stays usable; otherwise this rank's
-    /// failure report names the refusal (see [`GlooBackend::diagnose`]) and
-    /// the connections are closed: the peers' calls fail at once, naming
+    /// failure report names the refusal (see [`FailureReports::diagnose`])
+    /// and `close` closes the comm's connections: the peers' calls fail at once, naming
     /// this rank and the reason, and the comm is unusable on every rank.
-    pub(super) fn refuse_through_store(&self, refusal: &Refusal, d: &Deadline) -> Result<()> {
+    pub(super) fn refuse(
+        &self,
+        refusal: &Refusal,
+        d: &Deadline,
+        close: &dyn Fn(&Error),
+    ) -> Result<()> {
         let told = refusal.told();
         // Every refusal of a usable comm was made by every rank (a partial
         // one closes it), so the ranks count their refusals alike.
         let n = self.refusals.fetch_add(1, Ordering::Relaxed) + 1;
         let key = |r: usize| format!("refusal/{r}/{n}");
-        let keys: Vec<String> = (0..self.size as usize).map(key).collect();
+        let keys: Vec<String> = (0..self.size).map(key).collect();
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let me = self.rank as usize;
+        let me = self.rank;
         let every_rank = self.store.set(keys[me], told.as_bytes()).and_then(|()| {
             self.store
                 .wait(&keys, Some(REFUSAL_GRACE.min(d.remaining())))
@@ -140,7 +174,7 @@ impl GlooBackend {
         self.diagnosed.store(true, Ordering::SeqCst);
         let report = format!("{seq} refused {REFUSED_KIND} {told}");
         let reported = self.store.set(&failure_report_key(me), report.as_bytes());
-        self.mark_broken(&Error::invalid_usage(format!(
+        close(&Error::invalid_usage(format!(
             "this rank refused a collective that not every rank refused, which closed the comm's connections: {told}"
         )));
         reported.map_err(|e| {
@@ -153,72 +187,10 @@ impl GlooBackend {
             )
         })
     }
-
-    pub(super) fn all_gather_words(
-        &self,
-        mine: &[u64],
-        d: &Deadline,
-        what: &str,
-    ) -> Result<Vec<u64>> {
-        let n = self.size as usize;
-        let mut all = vec![0u64; mine.len() * n];
-        if n == 1 {
-            all.copy_from_slice(mine);
-            return Ok(all);
-        }
-        let tag = self.next_tag();
-        let t = d.left()?;
-        // SAFETY: both buffers are sized for the call.
-        unsafe {
-            self.ctx().allgather(
-                mine.as_ptr() as *const u8,
-                all.as_mut_ptr() as *mut u8,
-                std::mem::size_of_val(mine),
-                tag,
-                t,
-            )
-        }
-        .map_err(|e| self.fail(what, e))?;
-        Ok(all)
-    }
-
-    pub(super) fn check_collective(&self, op: &Op, d: &Deadline) -> Result<()> {
-        let Some(sig) = signature_words(op) else {
-            return Ok(());
-        };
-        let mine = [sig[0], sig[1], sig[2], sig[3], sig[4], 0, 0, 0];
-        let all = self.all_gather_words(&mine, d, "collective check")?;
-        let me = self.rank as usize;
-        for (r, theirs) in all.chunks(8).enumerate() {
-            if theirs != mine {
-                return Err(Error::invalid_usage(format!(
-                    "TORCHCOMM_CHECK_COLLECTIVES: rank {me} called {} but rank {r} called {}",
-                    describe_sig(&mine),
-                    describe_sig(theirs)
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    /// All ranks must pass the same per-rank counts to a v-variant.
-    pub(super) fn agree_counts(&self, what: &str, counts: &[usize], d: &Deadline) -> Result<()> {
-        let mine: Vec<u64> = counts.iter().map(|c| *c as u64).collect();
-        let all = self.all_gather_words(&mine, d, what)?;
-        for (r, theirs) in all.chunks(mine.len()).enumerate() {
-            if theirs != mine.as_slice() {
-                return Err(Error::invalid_usage(format!(
-                    "{what}: ranks disagree on the per-rank counts: rank {} has {:?}, rank {r} has {:?}",
-                    self.rank, mine, theirs
-                )));
-            }
-        }
-        Ok(())
-    }
 }
 
-/// What [`GlooBackend::diagnose`] found: the text for the error, and what
-/// a rank that refused the call (see [`GlooBackend::refuse_through_store`]) told.
+/// What [`FailureReports::diagnose`] found: the text for the error, and what
+/// a rank that refused the call (see [`FailureReports::refuse`]) told.
 pub(super) struct Diagnosis {
     pub found: String,
     pub refusal: Option<String>,

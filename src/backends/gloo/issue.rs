@@ -10,8 +10,8 @@ use crate::util::Deadline;
 
 impl GlooBackend {
     pub(super) fn execute(&self, op: &Op, d: &Deadline) -> Result<()> {
-        if self.check_collectives && !matches!(op, Op::Refused(_)) {
-            self.check_collective(op, d)?;
+        if self.routes.tcp().checks_collectives() && !matches!(op, Op::Refused(_)) {
+            self.on_tcp(|tcp| tcp.check_collective(op, d))?;
         }
         let alive = || self.check_not_broken();
         let out_of_step = |e: &Error| self.mark_broken(e);
@@ -23,6 +23,6 @@ impl GlooBackend {
         };
         // SAFETY: the comm validated every pointer against its count, and
         // the caller keeps the buffers alive until completion.
-        unsafe { self.routes.run(self, &call) }
+        unsafe { self.routes.run(&call) }
     }
 }

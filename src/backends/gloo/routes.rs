@@ -17,29 +17,38 @@
 //! when its transport is set up (one rank's "off" keeps it off for all).
 //! The table is logged at INFO once per comm.
 
+use super::failure::FailureReports;
 use super::hier::Hierarchy;
 use super::shared_memory::{is_off, SharedMemory};
-use super::GlooBackend;
+use super::tcp::GlooTcp;
 use crate::backends::transport::{offer, Call, Transport};
 use crate::backends::ucx::{self, UcxTransport};
 use crate::backends::BackendInit;
 use crate::error::{Error, Result};
 use crate::util::Deadline;
+use std::sync::Arc;
 
-/// The comm's transports but the last, Gloo over TCP, which the backend
-/// itself is.
-#[derive(Default)]
+/// The comm's transports, in order of preference.
 pub(super) struct Routes {
     hierarchy: Option<Hierarchy>,
     shared_memory: Option<SharedMemory>,
     ucx: Option<UcxTransport>,
+    /// Always there: it sets the others up, and carries what they do not.
+    tcp: GlooTcp,
 }
 
 impl Routes {
-    /// Sets up the transports this comm can use (collective over `gloo`,
-    /// the comm's own Gloo context) and logs the table.
-    pub(super) fn connect(gloo: &GlooBackend, init: &BackendInit) -> Result<Routes> {
-        let mut routes = Routes::default();
+    /// Sets up the transports this comm can use, Gloo over TCP first (its
+    /// collectives set up the others), and logs the table (collective).
+    pub(super) fn connect(init: &BackendInit, reports: Arc<FailureReports>) -> Result<Routes> {
+        let tcp = GlooTcp::connect(init, reports)?;
+        let mut routes = Routes {
+            hierarchy: None,
+            shared_memory: None,
+            ucx: None,
+            tcp,
+        };
+        let gloo = &routes.tcp;
         if init.size > 1 {
             let label = label(init);
             let deadline = Deadline::after(init.timeout);
@@ -60,17 +69,17 @@ impl Routes {
                 routes.ucx = host_transport(gloo, init)?;
             }
         }
-        crate::log_info!("{}: transports: {}", label(init), routes.describe(gloo));
+        crate::log_info!("{}: transports: {}", label(init), routes.describe());
         Ok(routes)
     }
 
-    /// The table, in order of preference (Gloo over TCP, `gloo`, last).
-    fn order<'a>(&'a self, gloo: &'a GlooBackend) -> [Option<&'a dyn Transport>; 4] {
+    /// The table, in order of preference (Gloo over TCP last).
+    fn order(&self) -> [Option<&dyn Transport>; 4] {
         [
             self.hierarchy.as_ref().map(|t| t as &dyn Transport),
             self.shared_memory.as_ref().map(|t| t as &dyn Transport),
             self.ucx.as_ref().map(|t| t as &dyn Transport),
-            Some(gloo),
+            Some(&self.tcp),
         ]
     }
 
@@ -81,7 +90,7 @@ impl Routes {
     /// # Safety
     /// As for the family methods of [`Transport`].
     #[inline(always)]
-    pub(super) unsafe fn run(&self, gloo: &GlooBackend, call: &Call) -> Result<()> {
+    pub(super) unsafe fn run(&self, call: &Call) -> Result<()> {
         if let Some(t) = &self.hierarchy {
             if let Some(result) = run_on(t, call) {
                 return result;
@@ -97,7 +106,7 @@ impl Routes {
                 return result;
             }
         }
-        match run_on(gloo, call) {
+        match run_on(&self.tcp, call) {
             Some(result) => result,
             None => Err(Error::unsupported(format!(
                 "no transport of this comm carries {}",
@@ -107,16 +116,16 @@ impl Routes {
     }
 
     /// Wakes or fails every transport's waits: the comm broke (`why`).
-    pub(super) fn abort(&self, gloo: &GlooBackend, why: &Error) {
-        for t in self.order(gloo).into_iter().flatten() {
+    pub(super) fn abort(&self, why: &Error) {
+        for t in self.order().into_iter().flatten() {
             t.abort(why);
         }
     }
 
     /// The table as the comm's log line tells it.
-    fn describe(&self, gloo: &GlooBackend) -> String {
+    fn describe(&self) -> String {
         let rows: Vec<String> = self
-            .order(gloo)
+            .order()
             .into_iter()
             .flatten()
             .enumerate()
@@ -130,6 +139,27 @@ impl Routes {
 
     pub(super) fn ucx(&self) -> Option<&UcxTransport> {
         self.ucx.as_ref()
+    }
+
+    pub(super) fn tcp(&self) -> &GlooTcp {
+        &self.tcp
+    }
+
+    /// This rank's number among the table's ranks, and their count.
+    pub(super) fn rank(&self) -> i32 {
+        self.tcp.rank()
+    }
+
+    pub(super) fn size(&self) -> i32 {
+        self.tcp.size()
+    }
+
+    /// The transport among all the table's ranks when they span hosts.
+    pub(super) fn between_hosts(&self) -> &'static str {
+        match self.ucx {
+            Some(_) => "UCX",
+            None => "Gloo (TCP)",
+        }
     }
 }
 
@@ -151,7 +181,7 @@ unsafe fn run_on<T: Transport>(t: &T, call: &Call) -> Option<Result<()>> {
 
 /// UCX between hosts when every rank asks for it and loaded it, else
 /// none (Gloo), with an INFO line saying why (collective).
-fn host_transport(gloo: &GlooBackend, init: &BackendInit) -> Result<Option<UcxTransport>> {
+fn host_transport(gloo: &GlooTcp, init: &BackendInit) -> Result<Option<UcxTransport>> {
     let wanted = ucx::wanted(hint(init, "gloo.host_transport").as_deref())?;
     let opened = wanted.then(|| UcxTransport::open(init.rank, init.size, &init.name, init.timeout));
     let d = Deadline::after(init.timeout);

@@ -6,26 +6,33 @@
 //! whole comm, the ranks all-gather their host identity (see
 //! [`super::shm::host_id`]: boot id, network namespace and hostname, or
 //! `TORCHCOMM_HOST_ID`). If they form more than one host and some host has
-//! several ranks, every rank joins two sub-backends, each an ordinary
-//! [`GlooBackend`] over the comm's store under its own prefix (as split and
-//! shrink make theirs):
+//! several ranks, every rank joins two groups, each with a transport table
+//! of its own ([`Routes`], over the comm's store under its own prefix):
 //!
 //! - `hier/host<h>`: the ranks of host `h` (numbered in their comm order),
-//!   which set up their own shared-memory path as a single-host comm does;
+//!   whose table has shared memory as a single-host comm's does;
 //! - `hier/leaders`: the first rank of every host (the leader), hosts
-//!   numbered in the order of their lowest rank, over Gloo (TCP).
+//!   numbered in the order of their lowest rank, whose table has the
+//!   transport between hosts (UCX where every leader asks for it, else
+//!   Gloo over TCP).
+//!
+//! A step runs on its group's table with the comm's own `Call` (deadline,
+//! liveness, and what breaks the comm), so a failed step breaks the comm
+//! and, through it, both tables.
 //!
 //! The collectives of [`ops`] compose steps of those two (e.g. all_reduce is
 //! a local reduce to the leader, an all_reduce among leaders and a local
 //! broadcast), so only the leaders move data between hosts. Every other
 //! operation (all_to_all, gather, scatter, the v-forms, point-to-point,
 //! windows) and float16/bfloat16 sums (whose flat path rounds once) keep
-//! the flat path: Gloo among all ranks. `TORCHCOMM_GLOO_HIER=0` or the hint
+//! the flat path: UCX or Gloo among all ranks. `TORCHCOMM_GLOO_HIER=0` or the hint
 //! `gloo.hier=0` on any rank keeps the whole comm flat.
 
 mod ops;
 
-use super::GlooBackend;
+use super::failure::FailureReports;
+use super::routes::Routes;
+use super::tcp::GlooTcp;
 use crate::backends::BackendInit;
 use crate::error::Result;
 use crate::store::prefix::PrefixStore;
@@ -35,9 +42,9 @@ use std::sync::Arc;
 /// This rank's part in the hierarchy.
 pub(super) struct Hierarchy {
     /// The ranks of this host.
-    local: Box<GlooBackend>,
+    local: Box<Routes>,
     /// The leaders of every host; on leaders only.
-    leaders: Option<Box<GlooBackend>>,
+    leaders: Option<Box<Routes>>,
     /// The comm ranks of each host, hosts in the order of their lowest rank.
     hosts: Vec<Vec<usize>>,
     /// (host, index within that host) of every comm rank.
@@ -67,10 +74,10 @@ fn group_by_host(ids: &[[u64; 2]]) -> Option<Vec<Vec<usize>>> {
 impl Hierarchy {
     /// Collective over `flat` (the comm's own Gloo context): decides with
     /// every rank whether the comm is hierarchical (`wanted`: this rank's
-    /// switch) and, if so, connects this rank's sub-backends. None: the
-    /// comm stays flat.
+    /// switch) and, if so, connects this rank's two groups. None: the comm
+    /// stays flat.
     pub(super) fn setup(
-        flat: &GlooBackend,
+        flat: &GlooTcp,
         init: &BackendInit,
         wanted: bool,
     ) -> Result<Option<Hierarchy>> {
@@ -106,7 +113,7 @@ impl Hierarchy {
         }
         let rank = init.rank as usize;
         let (host, index) = place[rank];
-        let sub = |prefix: String, r: usize, n: usize| -> Result<Box<GlooBackend>> {
+        let sub = |prefix: String, r: usize, n: usize| -> Result<Box<Routes>> {
             let mut hints = init.hints.clone();
             hints.retain(|(k, _)| k != "gloo.hier");
             hints.push(("gloo.hier".into(), "0".into()));
@@ -118,7 +125,8 @@ impl Hierarchy {
                 hints,
                 ..init.clone()
             };
-            Ok(Box::new(GlooBackend::connect(child)?))
+            let reports = Arc::new(FailureReports::new(&child));
+            Ok(Box::new(Routes::connect(&child, reports)?))
         };
         let local = sub(format!("hier/host{host}"), index, hosts[host].len())?;
         let leaders = match index {
@@ -143,17 +151,17 @@ impl Hierarchy {
     /// The transport among the hosts' leaders, as this rank knows it.
     fn leaders_transport(&self) -> &'static str {
         match &self.leaders {
-            Some(l) => l.flat_transport(),
+            Some(l) => l.between_hosts(),
             None => "the leaders' own transport",
         }
     }
 
-    /// Makes the sub-backends fail their operations now (the comm broke or
-    /// was aborted).
-    pub(super) fn break_all(&self, err: &crate::error::Error) {
-        self.local.mark_broken(err);
+    /// Makes both groups' transports fail their operations now (the comm
+    /// broke or was aborted).
+    pub(super) fn abort_all(&self, err: &crate::error::Error) {
+        self.local.abort(err);
         if let Some(l) = &self.leaders {
-            l.mark_broken(err);
+            l.abort(err);
         }
     }
 }

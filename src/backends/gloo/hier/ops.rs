@@ -1,7 +1,7 @@
 //! The hierarchical collectives (see the module docs of [`super`]): each a
-//! sequence of operations of the host's sub-backend ("local") and the
-//! leaders' ("leaders"), run on this rank's progress thread in the comm's
-//! order, so every rank of a host runs the same local steps.
+//! sequence of operations of the host's group ("local") and the leaders'
+//! ("leaders"), run on this rank's progress thread in the comm's order, so
+//! every rank of a host runs the same local steps.
 //!
 //! Reductions: the local step applies the caller's operation (PREMUL_SUM
 //! scales each contribution there), the leaders combine host results with
@@ -9,17 +9,16 @@
 //! total by the comm's size once, on the leader, before the result goes
 //! back: integer results are those of the flat path bit for bit.
 
-use super::super::reduce::{self, Scale};
-use super::super::{copy, Scratch};
+use super::super::memory::{copy, Scratch};
 use super::Hierarchy;
 use crate::backends::transport::{Call, Transport};
 use crate::error::{Error, Result};
+use crate::kernels::reduce::{self, Scale};
 use crate::op::{
     gather_single_outputs, AllToAll, Gather, GatherKind, Op, P2p, Ptr, Reduction, ReductionKind,
     Refusal, Scatter, ScatterKind,
 };
 use crate::types::{DType, PremulFactor, RedKind, ReduceOp};
-use crate::util::Deadline;
 use std::ffi::c_void;
 
 /// The "call" a leader refuses in its members' local step when its step
@@ -62,29 +61,29 @@ impl Transport for Hierarchy {
     }
 
     unsafe fn reduction(&self, r: &Reduction, call: &Call) -> Option<Result<()>> {
-        let (dtype, op, d) = (r.dtype, &r.op, call.deadline);
+        let (dtype, op, c) = (r.dtype, &r.op, call);
         if self.place.len() > 1 && op.kind.sums_halves(dtype) {
             return None; // the flat path rounds such sums once
         }
         Some(match &r.kind {
             ReductionKind::AllReduce { buf, count } => {
-                self.all_reduce(buf.as_u8(), *count, dtype, op, d)
+                self.all_reduce(buf.as_u8(), *count, dtype, op, c)
             }
             ReductionKind::Reduce { buf, count, root } => {
-                self.reduce(buf.as_u8(), *count, dtype, *root as usize, op, d)
+                self.reduce(buf.as_u8(), *count, dtype, *root as usize, op, c)
             }
             ReductionKind::ReduceScatterSingle {
                 output,
                 input,
                 count,
-            } => self.reduce_scatter(*output, input.as_u8(), *count, dtype, op, d),
+            } => self.reduce_scatter(*output, input.as_u8(), *count, dtype, op, c),
             ReductionKind::ReduceScatter {
                 output,
                 inputs,
                 count,
             } => {
                 let mut packed = some_try!(Scratch::packed(inputs, count * dtype.size()));
-                self.reduce_scatter(*output, packed.ptr(), *count, dtype, op, d)
+                self.reduce_scatter(*output, packed.ptr(), *count, dtype, op, c)
             }
             // Per-rank counts: the flat path agrees them first.
             ReductionKind::ReduceScatterV { .. } => return None,
@@ -93,13 +92,13 @@ impl Transport for Hierarchy {
 
     /// The all-gathers of even blocks.
     unsafe fn gather(&self, g: &Gather, call: &Call) -> Option<Result<()>> {
-        let (dtype, input, d) = (g.dtype, g.input, call.deadline);
+        let (dtype, input, c) = (g.dtype, g.input, call);
         Some(match &g.kind {
             GatherKind::AllGatherSingle { output, count } => {
-                self.all_gather(output.as_u8(), input, *count, dtype, d)
+                self.all_gather(output.as_u8(), input, *count, dtype, c)
             }
             GatherKind::AllGather { outputs, count } => {
-                self.all_gather_list(outputs, input, *count, dtype, d)
+                self.all_gather_list(outputs, input, *count, dtype, c)
             }
             GatherKind::AllGatherV { .. }
             | GatherKind::Gather { .. }
@@ -111,7 +110,7 @@ impl Transport for Hierarchy {
     unsafe fn scatter(&self, s: &Scatter, call: &Call) -> Option<Result<()>> {
         match &s.kind {
             ScatterKind::Broadcast { buf } => {
-                Some(self.broadcast(*buf, s.count, s.dtype, s.root as usize, call.deadline))
+                Some(self.broadcast(*buf, s.count, s.dtype, s.root as usize, call))
             }
             ScatterKind::Scatter { .. } => None,
         }
@@ -124,11 +123,11 @@ impl Transport for Hierarchy {
 
     /// Every rank of each host, then the leaders, then every rank again.
     fn barrier(&self, call: &Call) -> Option<Result<()>> {
-        let d = call.deadline;
+        let c = call;
         Some(
-            self.local(Op::Barrier, d)
-                .and_then(|()| self.leaders_then_local(Op::Barrier, d))
-                .and_then(|()| self.local(Op::Barrier, d)),
+            self.local(Op::Barrier, c)
+                .and_then(|()| self.leaders_then_local(Op::Barrier, c))
+                .and_then(|()| self.local(Op::Barrier, c)),
         )
     }
 
@@ -141,18 +140,20 @@ impl Transport for Hierarchy {
         None
     }
 
-    /// Makes the sub-backends fail their operations now.
+    /// Makes both groups' transports fail their operations now.
     fn abort(&self, why: &Error) {
-        self.break_all(why);
+        self.abort_all(why);
     }
 }
 
 impl Hierarchy {
     /// A step among this host's ranks (their messages number them from 0
     /// within the host: the context names them as comm ranks).
-    fn local(&self, op: Op, d: &Deadline) -> Result<()> {
+    fn local(&self, op: Op, c: &Call) -> Result<()> {
         let host = self.place[self.rank].0;
-        self.local.execute(&op, d).map_err(|e| {
+        // SAFETY: the steps' buffers are the caller's (validated by the
+        // comm) or scratch memory alive until the step returns.
+        unsafe { self.local.run(&c.with(&op)) }.map_err(|e| {
             // Told by the leader (see `tell_members`): the comm is out of
             // step on every rank, not only refused.
             let e = match e.message.contains(LEADER_FAILED) {
@@ -170,11 +171,11 @@ impl Hierarchy {
     /// in a local step: when it fails, the leader takes part in that local
     /// step as a refusal, so that the members fail now, told why, rather
     /// than at their timeout.
-    fn leaders_then_local(&self, op: Op, d: &Deadline) -> Result<()> {
-        self.leaders(op, d).inspect_err(|e| self.tell_members(e, d))
+    fn leaders_then_local(&self, op: Op, c: &Call) -> Result<()> {
+        self.leaders(op, c).inspect_err(|e| self.tell_members(e, c))
     }
 
-    fn tell_members(&self, e: &crate::error::Error, d: &Deadline) {
+    fn tell_members(&self, e: &crate::error::Error, c: &Call) {
         let host = self.place[self.rank].0;
         if !self.is_leader() || self.hosts[host].len() < 2 {
             return;
@@ -184,14 +185,21 @@ impl Hierarchy {
             rank: self.rank as i32,
             error: e.clone(),
         };
-        let short = Deadline::after(d.remaining().min(std::time::Duration::from_secs(2)));
-        let _ = self.local.execute(&Op::Refused(refusal), &short);
+        let short = c
+            .deadline
+            .remaining()
+            .min(std::time::Duration::from_secs(2));
+        let short = crate::util::Deadline::after(short);
+        let refused = Op::Refused(refusal);
+        // SAFETY: a refusal carries no buffer.
+        let _ = unsafe { self.local.run(&c.with(&refused).until(&short)) };
     }
 
     /// A step among the hosts' leaders (numbered by host there).
-    fn leaders(&self, op: Op, d: &Deadline) -> Result<()> {
+    fn leaders(&self, op: Op, c: &Call) -> Result<()> {
         match &self.leaders {
-            Some(l) => l.execute(&op, d).map_err(|e| self.among_leaders(e)),
+            // SAFETY: as for `local`.
+            Some(l) => unsafe { l.run(&c.with(&op)) }.map_err(|e| self.among_leaders(e)),
             None => Ok(()),
         }
     }
@@ -214,22 +222,22 @@ impl Hierarchy {
         count: usize,
         dtype: DType,
         op: &ReduceOp,
-        d: &Deadline,
+        c: &Call,
     ) -> Result<()> {
         let (local_op, top_op, avg) = split(op);
         let buf = ptr(buf);
         let reduce = |root: i32, op: ReduceOp| Op::reduce(buf, count, dtype, root, op);
-        self.local(reduce(0, local_op), d)?;
+        self.local(reduce(0, local_op), c)?;
         if self.is_leader() {
             let all = Op::all_reduce(buf, count, dtype, top_op);
-            self.leaders_then_local(all, d)?;
+            self.leaders_then_local(all, c)?;
             if avg {
                 let n = self.place.len() as u64;
                 reduce::scale(dtype, buf.as_u8(), buf.as_u8(), count, Scale::Div(n))?;
             }
         }
         let root = 0;
-        self.local(Op::broadcast(buf, count, dtype, root), d)
+        self.local(Op::broadcast(buf, count, dtype, root), c)
     }
 
     /// Local reduce to each leader, reduce among leaders to the root's, then
@@ -241,7 +249,7 @@ impl Hierarchy {
         dtype: DType,
         root: usize,
         op: &ReduceOp,
-        d: &Deadline,
+        c: &Call,
     ) -> Result<()> {
         let (local_op, top_op, avg) = split(op);
         let (root_host, root_index) = self.place[root];
@@ -258,8 +266,8 @@ impl Hierarchy {
             false => buf,
         };
         let on = |root: usize, op: ReduceOp| Op::reduce(ptr(target), count, dtype, root as i32, op);
-        self.local(on(0, local_op), d)?;
-        self.leaders_reduce(target, count, dtype, root_host, &top_op, d)?;
+        self.local(on(0, local_op), c)?;
+        self.leaders_reduce(target, count, dtype, root_host, &top_op, c)?;
         if my_host != root_host {
             return Ok(());
         }
@@ -273,8 +281,8 @@ impl Hierarchy {
             false => Op::recv(ptr(buf), count, dtype, peer as i32, 0),
         };
         match (send, recv && root_index != 0) {
-            (true, _) => self.local(p2p(true, root_index), d),
-            (_, true) => self.local(p2p(false, 0), d),
+            (true, _) => self.local(p2p(true, root_index), c),
+            (_, true) => self.local(p2p(false, 0), c),
             _ => Ok(()),
         }
     }
@@ -290,7 +298,7 @@ impl Hierarchy {
         dtype: DType,
         root_host: usize,
         op: &ReduceOp,
-        d: &Deadline,
+        c: &Call,
     ) -> Result<()> {
         let Some(leaders) = &self.leaders else {
             return Ok(());
@@ -307,7 +315,7 @@ impl Hierarchy {
         if me != root_host {
             let ops = vec![p2p(true, target, root_host)];
             return leaders
-                .execute(&Op::batch(ops), d)
+                .run(&c.with(&Op::batch(ops)))
                 .map_err(|e| self.among_leaders(e));
         }
         let bytes = count * dtype.size();
@@ -317,7 +325,7 @@ impl Hierarchy {
             .map(|h| p2p(false, parts.ptr().add(h * bytes), h))
             .collect();
         leaders
-            .execute(&Op::batch(ops), d)
+            .run(&c.with(&Op::batch(ops)))
             .map_err(|e| self.among_leaders(e))?;
         let f = reduce::kernel(dtype, op.kind)?;
         for h in (0..hosts).filter(|h| *h != me) {
@@ -341,20 +349,20 @@ impl Hierarchy {
         count: usize,
         dtype: DType,
         root: usize,
-        d: &Deadline,
+        c: &Call,
     ) -> Result<()> {
         let (root_host, root_index) = self.place[root];
         let on = |root: usize| Op::broadcast(buf, count, dtype, root as i32);
         let home = self.place[self.rank].0 == root_host;
         if home {
-            self.local(on(root_index), d)?;
+            self.local(on(root_index), c)?;
         }
         match home {
-            true => self.leaders(on(root_host), d)?,
-            false => self.leaders_then_local(on(root_host), d)?,
+            true => self.leaders(on(root_host), c)?,
+            false => self.leaders_then_local(on(root_host), c)?,
         }
         if !home {
-            self.local(on(0), d)?;
+            self.local(on(0), c)?;
         }
         Ok(())
     }
@@ -367,7 +375,7 @@ impl Hierarchy {
         input: Ptr,
         count: usize,
         dtype: DType,
-        d: &Deadline,
+        c: &Call,
     ) -> Result<()> {
         let bytes = count * dtype.size();
         let (my_host, _) = self.place[self.rank];
@@ -378,21 +386,21 @@ impl Hierarchy {
             false => std::ptr::null_mut(),
         };
         // The leader's blocks as the list a gather takes.
-        let at = (self.local.rank, 0, self.local.size);
+        let at = (self.local.rank(), 0, self.local.size());
         let outputs = gather_single_outputs(ptr(block_ptr), count, dtype, at);
-        self.local(Op::gather(outputs, input, count, dtype, 0), d)?;
+        self.local(Op::gather(outputs, input, count, dtype, 0), c)?;
         if self.is_leader() {
             let n = self.place.len();
             let mut all = Scratch::new(n * bytes)?;
             let counts = self.hosts.iter().map(|h| h.len() * count).collect();
             let op = Op::all_gather_v(ptr(all.ptr()), ptr(block.ptr()), counts, dtype);
-            self.leaders_then_local(op, d)?;
+            self.leaders_then_local(op, c)?;
             for (k, r) in self.hosts.iter().flatten().enumerate() {
                 copy(output.add(r * bytes), all.ptr().add(k * bytes), bytes);
             }
         }
         let whole = Op::broadcast(ptr(output), count * self.place.len(), dtype, 0);
-        self.local(whole, d)
+        self.local(whole, c)
     }
 
     unsafe fn all_gather_list(
@@ -401,11 +409,11 @@ impl Hierarchy {
         input: Ptr,
         count: usize,
         dtype: DType,
-        d: &Deadline,
+        c: &Call,
     ) -> Result<()> {
         let bytes = count * dtype.size();
         let mut all = Scratch::new(bytes * outputs.len())?;
-        self.all_gather(all.ptr(), input, count, dtype, d)?;
+        self.all_gather(all.ptr(), input, count, dtype, c)?;
         for (r, out) in outputs.iter().enumerate() {
             copy(out.as_u8(), all.ptr().add(r * bytes), bytes);
         }
@@ -421,7 +429,7 @@ impl Hierarchy {
         count: usize,
         dtype: DType,
         op: &ReduceOp,
-        d: &Deadline,
+        c: &Call,
     ) -> Result<()> {
         let (local_op, top_op, avg) = split(op);
         let n = self.place.len();
@@ -429,7 +437,7 @@ impl Hierarchy {
         let mut sum = Scratch::new(n * bytes)?;
         copy(sum.ptr(), input, n * bytes);
         let reduce = Op::reduce(ptr(sum.ptr()), count * n, dtype, 0, local_op);
-        self.local(reduce, d)?;
+        self.local(reduce, c)?;
         let my_ranks = &self.hosts[self.place[self.rank].0];
         let leader = self.is_leader();
         let mut mine = Scratch::new(if leader { my_ranks.len() * bytes } else { 0 })?;
@@ -451,7 +459,7 @@ impl Hierarchy {
                 dtype,
                 top_op,
             );
-            self.leaders_then_local(op, d)?;
+            self.leaders_then_local(op, c)?;
             if avg {
                 let total = my_ranks.len() * count;
                 reduce::scale(dtype, mine.ptr(), mine.ptr(), total, Scale::Div(n as u64))?;
@@ -461,6 +469,6 @@ impl Hierarchy {
                 .collect();
         }
         let scatter = Op::scatter(output, inputs, count, dtype, 0);
-        self.local(scatter, d)
+        self.local(scatter, c)
     }
 }

@@ -4,9 +4,10 @@
 //! operation's [`Layout`] (where each rank's block lies), not re-derived
 //! here.
 
-use super::super::{copy, private_input, reduce, Scratch};
+use super::super::memory::{copy, private_input, Scratch};
 use super::engine::{self, IntraHost, SyncAll};
 use crate::error::Result;
+use crate::kernels::reduce;
 use crate::kernels::reduce::host_premul_factor;
 use crate::op::{
     gather_single_outputs, AllToAll, AllToAllKind, Gather, GatherKind, Layout, Ptr, Reduction,

@@ -7,7 +7,7 @@
 mod engine;
 mod families;
 
-use super::p2p::local_transfers;
+use super::memory::local_transfers;
 use super::signature::{self, describe_fingerprint, fingerprint, FAILED_ALONE};
 use crate::backends::transport::{Call, Transport};
 use crate::error::{Error, ErrorKind, Result};

@@ -48,7 +48,7 @@ mod wire;
 
 use super::shim::{self, UnboundBuffer};
 use super::shm::{PeerMapping, PeerSignals, SharedAllocations, SignalArea};
-use super::{store_get, store_set, store_wait, GlooBackend};
+use super::GlooBackend;
 use crate::backends::WindowBackend;
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::{PrefixStore, StoreRef};
@@ -121,49 +121,22 @@ pub(super) fn create(backend: &GlooBackend, timeout: Duration) -> Result<Box<dyn
     Ok(Box::new(GlooWindow { inner }))
 }
 
-/// Connects the window's own Gloo context over a store prefix of its own;
-/// none for one rank.
+/// Connects the window's own Gloo context over a store prefix of its own,
+/// with the comm's address selection; none for one rank.
 fn connect_context(
     backend: &GlooBackend,
     k: u64,
     label: &str,
     timeout: Duration,
 ) -> Result<Option<shim::Context>> {
-    let (rank, size) = (backend.rank, backend.size);
-    if size > 1 {
-        let module = shim::module()?;
-        let store: StoreRef = Arc::new(PrefixStore::new(
-            &format!("window/{k}"),
-            backend.store.clone(),
-        ));
-        let vt = shim::StoreVtable {
-            user: &store as *const StoreRef as *mut c_void,
-            set: store_set,
-            get: store_get,
-            wait: store_wait,
-        };
-        let ctx = shim::Context::new(
-            module,
-            rank,
-            size,
-            &vt,
-            timeout,
-            backend.hostname.as_deref(),
-            backend.iface.as_deref(),
-        )
-        .map_err(|e| {
-            Error::new(
-                e.kind(),
-                format!(
-                    "gloo {label}: connecting rank {rank} of {size}: {}",
-                    e.message
-                ),
-            )
-        })?;
-        Ok(Some(ctx))
-    } else {
-        Ok(None)
+    if backend.size <= 1 {
+        return Ok(None);
     }
+    let prefix = format!("window/{k}");
+    let store: StoreRef = Arc::new(PrefixStore::new(&prefix, backend.store.clone()));
+    let ranks = (backend.rank, backend.size);
+    let ctx = (backend.routes.tcp().options()).connect(ranks, &store, timeout, label)?;
+    Ok(Some(ctx))
 }
 
 impl State {

@@ -62,12 +62,12 @@ mod wait;
 
 pub use p2p::Transfer;
 
+use super::super::memory::{copy, Scratch};
 use super::super::reduce::{self, ReduceFn, Scale};
 use super::super::shm::{
     file_id, futex_wait, futex_wake, host_id, shared_file, PeerMapping, Placement,
 };
 use super::super::signature::{self, Fingerprint};
-use super::super::{copy, Scratch};
 use crate::error::{Error, Result};
 use crate::types::DType;
 use crate::util::Deadline;

@@ -1,24 +1,25 @@
 //! The families of operations over Gloo (TCP): one function per family,
 //! each matching every member, and the scatter and gathers they share.
-//! `issue.rs` hands each operation here when no other transport took it,
-//! with the op's tag salt set.
+//! The transport's family methods (`transport.rs`) hand each operation
+//! here with the op's tag salt set.
 
-use super::reduce::{self, Scale};
-use super::{copy, GlooBackend, Scratch};
+use super::GlooTcp;
+use crate::backends::gloo::memory::{copy, Scratch};
 use crate::error::Result;
 use crate::kernels::reduce::host_premul_factor;
+use crate::kernels::reduce::{self, Scale};
 use crate::op::{
     AllToAll, AllToAllKind, Gather, GatherKind, Ptr, Reduction, ReductionKind, Scatter, ScatterKind,
 };
 use crate::types::RedKind;
 use crate::util::Deadline;
 
-impl GlooBackend {
+impl GlooTcp {
     /// All-reduce, reduce and the reduce-scatters over Gloo (float16/bfloat16
     /// sums accumulated in f32).
     ///
     /// # Safety
-    /// As for [`GlooBackend::execute`]; the salt of `op` is set.
+    /// As for [`GlooTcp::gloo_reductions`]; the salt of `op` is set.
     pub(super) unsafe fn gloo_reductions(&self, r: &Reduction, d: &Deadline) -> Result<()> {
         let n = self.size as usize;
         let me = self.rank as usize;
@@ -118,7 +119,7 @@ impl GlooBackend {
     /// gathers over Gloo.
     ///
     /// # Safety
-    /// As for [`GlooBackend::execute`].
+    /// As for [`GlooTcp::gloo_reductions`].
     pub(super) unsafe fn gloo_gathers(&self, g: &Gather, d: &Deadline) -> Result<()> {
         let n = self.size as usize;
         let me = self.rank as usize;
@@ -193,7 +194,7 @@ impl GlooBackend {
     /// Broadcast and scatter over Gloo (the root holds the data).
     ///
     /// # Safety
-    /// As for [`GlooBackend::execute`].
+    /// As for [`GlooTcp::gloo_reductions`].
     pub(super) unsafe fn gloo_scatters(&self, s: &Scatter, d: &Deadline) -> Result<()> {
         let n = self.size as usize;
         let (bytes, root) = (s.count * s.dtype.size(), s.root);
@@ -222,7 +223,7 @@ impl GlooBackend {
     /// The all-to-alls over Gloo: list, single-buffer and per-rank counts.
     ///
     /// # Safety
-    /// As for [`GlooBackend::execute`].
+    /// As for [`GlooTcp::gloo_reductions`].
     pub(super) unsafe fn gloo_all_to_alls(&self, a: &AllToAll, d: &Deadline) -> Result<()> {
         let n = self.size as usize;
         let dtype = a.dtype;
@@ -286,7 +287,7 @@ impl GlooBackend {
     /// overlaps its output, and is read from a copy.
     ///
     /// # Safety
-    /// As for [`GlooBackend::execute`].
+    /// As for [`GlooTcp::gloo_reductions`].
     unsafe fn gloo_scatter(
         &self,
         (output, bytes, root): (Ptr, usize, i32),
@@ -323,7 +324,7 @@ impl GlooBackend {
     }
 
     /// # Safety
-    /// As for [`GlooBackend::execute`].
+    /// As for [`GlooTcp::gloo_reductions`].
     unsafe fn gloo_gather_list(
         &self,
         outputs: &[Ptr],
@@ -359,7 +360,7 @@ impl GlooBackend {
     /// read from a copy.
     ///
     /// # Safety
-    /// As for [`GlooBackend::execute`].
+    /// As for [`GlooTcp::gloo_reductions`].
     unsafe fn gloo_gather_single(
         &self,
         (output, bytes, root): (Ptr, usize, i32),

@@ -1,7 +1,11 @@
 //! The store callbacks the Gloo shim calls for its rendezvous: the
 //! comm's store behind a C interface (errors as codes and a message).
 
-use super::*;
+use super::shim;
+use crate::error::{Error, ErrorKind, Result};
+use crate::store::StoreRef;
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::time::Duration;
 
 pub(super) fn write_err(err: *mut c_char, errlen: usize, msg: &str) {
     if err.is_null() || errlen == 0 {

@@ -14,8 +14,12 @@
 //! that exited before receiving, a timeout) fails that operation and
 //! breaks the comm, named, as any Gloo failure does.
 
-use super::*;
+use super::{shim, GlooTcp};
+use crate::backends::gloo::memory::{copy, Scratch};
+use crate::error::{Error, ErrorKind, Result};
+use crate::util::{lock, Deadline};
 use std::collections::VecDeque;
+use std::sync::Mutex;
 
 /// Buffered payload bytes beyond which a new send first waits for the
 /// oldest ones (past it, a send waits for its receive, as Gloo's own).
@@ -49,7 +53,7 @@ struct Queue {
 #[derive(Default)]
 pub(super) struct BufferedSends(Mutex<Queue>);
 
-impl GlooBackend {
+impl GlooTcp {
     /// Buffers a send of `bytes` at `payload` to `peer` under `desc` and
     /// posts it (descriptor to `desc_slot`, payload to `data_slot`).
     ///
@@ -115,7 +119,7 @@ impl GlooBackend {
 
     /// Waits until every buffered send was received (each by its own
     /// operation's deadline).
-    pub(super) fn flush_buffered_sends(&self) -> Result<()> {
+    pub(in crate::backends::gloo) fn flush_buffered_sends(&self) -> Result<()> {
         loop {
             let oldest = {
                 let mut q = lock(&self.buffered.0);

@@ -84,7 +84,7 @@ pub struct Transfer {
     pub slot: u64,
 }
 
-pub use super::reduce::ReduceFn;
+pub use crate::kernels::reduce::ReduceFn;
 
 type Err = (*mut c_char, usize);
 

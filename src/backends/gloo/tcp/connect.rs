@@ -2,20 +2,80 @@
 //! on settings with every peer, and the exchange of peer addresses used to
 //! name a failed peer.
 
-use super::routes::{env, hint, Routes};
-use super::*;
+use super::store_bridge::{store_get, store_set, store_wait};
+use super::{shim, GlooTcp, Seqs, HELLO_MAGIC};
+use crate::backends::gloo::failure::FailureReports;
+use crate::backends::gloo::routes::{env, hint};
+use crate::backends::BackendInit;
+use crate::error::{Error, Result};
+use crate::store::StoreRef;
+use crate::util::Deadline;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-impl GlooBackend {
-    pub(super) fn connect(init: BackendInit) -> Result<GlooBackend> {
-        let module = shim::module()?;
-        let check = crate::config::config().check_collectives;
-        let n = init.size as usize;
-        let hostname = hint(&init, "gloo.hostname").or_else(|| env("TORCHCOMM_GLOO_HOSTNAME"));
-        let iface = hint(&init, "gloo.iface")
+/// How a comm's Gloo contexts choose their addresses (the hints
+/// `gloo.hostname`, `gloo.iface`, else the environment).
+pub(in crate::backends::gloo) struct ContextOptions {
+    hostname: Option<String>,
+    iface: Option<String>,
+}
+
+impl ContextOptions {
+    fn of(init: &BackendInit) -> ContextOptions {
+        let hostname = hint(init, "gloo.hostname").or_else(|| env("TORCHCOMM_GLOO_HOSTNAME"));
+        let iface = hint(init, "gloo.iface")
             .or_else(|| env("TORCHCOMM_GLOO_IFACE"))
             .or_else(|| env("GLOO_SOCKET_IFNAME"));
-        let ctx = connect_context(module, &init, hostname.as_deref(), iface.as_deref())?;
-        let backend = GlooBackend {
+        ContextOptions { hostname, iface }
+    }
+
+    /// Connects a full mesh of `size` ranks through `store` (collective);
+    /// `what` names it in errors ("comm 'x'", "window 3 of comm 'x'").
+    pub(in crate::backends::gloo) fn connect(
+        &self,
+        (rank, size): (i32, i32),
+        store: &StoreRef,
+        timeout: Duration,
+        what: &str,
+    ) -> Result<shim::Context> {
+        let vt = shim::StoreVtable {
+            user: store as *const StoreRef as *mut c_void,
+            set: store_set,
+            get: store_get,
+            wait: store_wait,
+        };
+        let module = shim::module()?;
+        let (host, iface) = (self.hostname.as_deref(), self.iface.as_deref());
+        shim::Context::new(module, rank, size, &vt, timeout, host, iface).map_err(|e| {
+            Error::new(
+                e.kind(),
+                format!(
+                    "gloo {what}: connecting rank {rank} of {size}: {}",
+                    e.message
+                ),
+            )
+        })
+    }
+}
+
+impl GlooTcp {
+    /// Connects the comm's ranks (collective): loads the Gloo module,
+    /// connects the full mesh through the comm's store and agrees on
+    /// settings with every peer.
+    pub(in crate::backends::gloo) fn connect(
+        init: &BackendInit,
+        reports: Arc<FailureReports>,
+    ) -> Result<GlooTcp> {
+        let module = shim::module()?;
+        let n = init.size as usize;
+        let options = ContextOptions::of(init);
+        let what = format!("comm '{}'", init.name);
+        let ctx = match init.size {
+            ..=1 => None,
+            _ => Some(options.connect((init.rank, init.size), &init.store, init.timeout, &what)?),
+        };
+        let mut tcp = GlooTcp {
             rank: init.rank,
             size: init.size,
             name: init.name.clone(),
@@ -28,23 +88,14 @@ impl GlooBackend {
                 recv: vec![0; n],
                 tagged: Default::default(),
             }),
-            broken: Mutex::new(None),
-            check_collectives: check,
+            closed: Default::default(),
+            check_collectives: crate::config::config().check_collectives,
             peer_addresses: Vec::new(),
-            store: init.store.clone(),
-            ops_run: AtomicU64::new(0),
-            diagnosed: AtomicBool::new(false),
-            refusals: AtomicU64::new(0),
-            windows_made: AtomicU64::new(0),
-            shared_memory: Default::default(),
-            routes: Routes::default(),
-            hostname,
-            iface,
+            options,
+            reports,
         };
-        let mut backend = backend;
-        backend.hello(init.timeout)?;
-        backend.peer_addresses = backend.exchange_addresses(init.timeout)?;
-        backend.routes = Routes::connect(&backend, &init)?;
+        tcp.hello(init.timeout)?;
+        tcp.peer_addresses = tcp.exchange_addresses(init.timeout)?;
         crate::log_info!(
             "gloo: comm '{}' rank {}/{} connected (module {})",
             init.name,
@@ -52,12 +103,12 @@ impl GlooBackend {
             init.size,
             module.path
         );
-        Ok(backend)
+        Ok(tcp)
     }
 
     /// Every rank checks that its peers run the same module ABI and the same
     /// collective-check setting (a rank checking alone would desynchronise).
-    pub(super) fn hello(&self, timeout: Duration) -> Result<()> {
+    fn hello(&self, timeout: Duration) -> Result<()> {
         let deadline = Deadline::after(timeout);
         let mine = [
             HELLO_MAGIC,
@@ -87,7 +138,7 @@ impl GlooBackend {
     /// reports the listening address for connections this rank accepted
     /// from; the ephemeral port of a connection the peer initiated is not
     /// known, and such messages keep the bare address.)
-    pub(super) fn exchange_addresses(&self, timeout: Duration) -> Result<Vec<String>> {
+    fn exchange_addresses(&self, timeout: Duration) -> Result<Vec<String>> {
         const WORDS: usize = 8; // 64 bytes per address
         let (n, me) = (self.size as usize, self.rank as usize);
         if n == 1 {
@@ -118,42 +169,4 @@ impl GlooBackend {
             })
             .collect())
     }
-}
-
-/// The comm's Gloo context over its store; none for one rank (collective).
-fn connect_context(
-    module: &'static shim::Module,
-    init: &BackendInit,
-    hostname: Option<&str>,
-    iface: Option<&str>,
-) -> Result<Option<shim::Context>> {
-    if init.size <= 1 {
-        return Ok(None);
-    }
-    let store: StoreRef = init.store.clone();
-    let vt = shim::StoreVtable {
-        user: &store as *const StoreRef as *mut c_void,
-        set: store_set,
-        get: store_get,
-        wait: store_wait,
-    };
-    let ctx = shim::Context::new(
-        module,
-        init.rank,
-        init.size,
-        &vt,
-        init.timeout,
-        hostname,
-        iface,
-    )
-    .map_err(|e| {
-        Error::new(
-            e.kind(),
-            format!(
-                "gloo: connecting rank {} of {} for comm '{}': {}",
-                init.rank, init.size, init.name, e.message
-            ),
-        )
-    })?;
-    Ok(Some(ctx))
 }

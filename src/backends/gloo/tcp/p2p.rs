@@ -12,9 +12,14 @@
 //! batch, posted together, match whatever their order on either side.
 
 use super::buffered_sends::{DESC_BYTES, DESC_WORDS};
-use super::*;
+use super::{shim, GlooTcp, SLOT_KIND_DATA, SLOT_KIND_DESC, SLOT_KIND_TAGGED, SLOT_PREFIX_P2P};
+use crate::backends::gloo::memory::{local_transfers, Scratch};
+use crate::error::{Error, Result};
+use crate::op::P2p;
+use crate::util::{lock, Deadline};
+use std::ffi::c_void;
 
-impl GlooBackend {
+impl GlooTcp {
     /// The Gloo slot of transfer `seq` of one (peer, direction, tag). Tag 0
     /// keeps 48 bits of sequence; other tags take 32 of them (kinds of their
     /// own, so they never meet a tag-0 slot), leaving 16 bits of sequence:
@@ -65,7 +70,7 @@ impl GlooBackend {
         local_transfers(self.rank, ops, &mut errors);
         let remote: Vec<&P2p> = ops.iter().filter(|o| o.peer != me).collect();
         if !remote.is_empty() {
-            self.check_not_broken()?;
+            self.check_open()?;
             let seqs = self.next_seqs(&remote);
             let mut receives = Vec::new();
             for (o, seq) in remote.iter().zip(seqs) {
@@ -142,48 +147,6 @@ impl GlooBackend {
                 .map_err(|e| self.fail("point-to-point receive", e))?;
         }
         Ok(())
-    }
-}
-
-/// Transfers to self pair up in order within each tag, like messages
-/// between ranks; their data is copied at once.
-pub(super) unsafe fn local_transfers(me: i32, ops: &[P2p], errors: &mut Vec<String>) {
-    let mut tags: Vec<u32> = ops.iter().filter(|o| o.peer == me).map(|o| o.tag).collect();
-    tags.sort_unstable();
-    tags.dedup();
-    for tag in tags {
-        let mine = |send: bool| -> Vec<&P2p> {
-            ops.iter()
-                .filter(|o| o.peer == me && o.tag == tag && o.is_send == send)
-                .collect()
-        };
-        let (sends, recvs) = (mine(true), mine(false));
-        let tagged = if tag == 0 {
-            String::new()
-        } else {
-            format!(" with tag {tag}")
-        };
-        if sends.len() != recvs.len() {
-            errors.push(format!(
-                "{} sends to self but {} receives from self{tagged} in one batch",
-                sends.len(),
-                recvs.len()
-            ));
-            continue;
-        }
-        for (s, r) in sends.iter().zip(&recvs) {
-            if s.count != r.count || s.dtype != r.dtype {
-                errors.push(format!(
-                    "send of {} {} to self{tagged} does not match the receive of {} {}",
-                    s.count,
-                    s.dtype.name(),
-                    r.count,
-                    r.dtype.name()
-                ));
-            } else {
-                copy(r.buf.as_u8(), s.buf.as_u8(), s.count * s.dtype.size());
-            }
-        }
     }
 }
 

@@ -2,9 +2,15 @@
 //! rank: all-gather, all-reduce, all-to-all(v), reduce-scatter and reduce,
 //! including the float16/bfloat16 sums accumulated in f32.
 
-use super::*;
+use super::GlooTcp;
+use crate::backends::gloo::memory::{copy, Scratch};
+use crate::error::{Error, Result};
+use crate::kernels::reduce::{self, Scale};
+use crate::types::{DType, RedKind, ReduceOp};
+use crate::util::Deadline;
+use std::ffi::c_void;
 
-impl GlooBackend {
+impl GlooTcp {
     pub(super) unsafe fn g_allreduce(
         &self,
         buf: *mut u8,

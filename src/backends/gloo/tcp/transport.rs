@@ -3,14 +3,14 @@
 //! through the comm's store. Each Gloo tag of a collective carries the
 //! hash of its signature (see [`tag_salt`]), set around the call.
 
-use super::signature::tag_salt;
-use super::GlooBackend;
+use super::GlooTcp;
+use crate::backends::gloo::signature::tag_salt;
 use crate::backends::transport::{Call, Transport};
 use crate::error::{Error, ErrorKind, Result};
 use crate::op::{AllToAll, Gather, P2p, Reduction, Refusal, Scatter};
 use crate::util::lock;
 
-impl Transport for GlooBackend {
+impl Transport for GlooTcp {
     fn name(&self) -> &'static str {
         "gloo"
     }
@@ -22,11 +22,10 @@ impl Transport for GlooBackend {
         }
     }
 
-    /// Gloo breaks the comm itself where a failure leaves its context out
-    /// of step (see `GlooBackend::fail`); every other failure came before
-    /// any message.
+    /// A failure that leaves the context out of step closes it (see
+    /// `GlooTcp::fail`); every other failure came before any message.
     fn keeps_step(&self, _: ErrorKind) -> bool {
-        true
+        self.is_open()
     }
 
     unsafe fn reduction(&self, r: &Reduction, call: &Call) -> Option<Result<()>> {
@@ -60,18 +59,16 @@ impl Transport for GlooBackend {
     }
 
     fn refuse(&self, refusal: &Refusal, call: &Call) -> Option<Result<()>> {
-        Some(self.refuse_through_store(refusal, call.deadline))
+        Some(self.refuse_through_store(refusal, call))
     }
 
     /// Closes the context, which fails the peers' transfers with this rank.
-    fn abort(&self, _why: &Error) {
-        if let Some(ctx) = &self.ctx {
-            ctx.close();
-        }
+    fn abort(&self, why: &Error) {
+        self.close(why);
     }
 }
 
-impl GlooBackend {
+impl GlooTcp {
     /// `run` with the tag salt of `call`'s operation set.
     fn salted(&self, call: &Call, run: impl FnOnce() -> Result<()>) -> Result<()> {
         lock(&self.seqs).salt = tag_salt(call.op);
@@ -91,7 +88,7 @@ impl GlooBackend {
 
     /// A collective whose scratch memory ran out on this rank over Gloo:
     /// the peers wait only for its messages, so it is told to them as a
-    /// refusal (see [`GlooBackend::refuse_through_store`]): they fail within
+    /// refusal (see [`GlooTcp::refuse_through_store`]): they fail within
     /// about a second naming this rank and the allocation, never pairing
     /// this call with this rank's next one.
     #[cold]
@@ -102,7 +99,7 @@ impl GlooBackend {
             rank: self.rank,
             error: error.clone(),
         };
-        match self.refuse_through_store(&refusal, call.deadline) {
+        match self.refuse_through_store(&refusal, call) {
             Ok(()) => error,
             Err(told) => Error::new(
                 error.kind,
@@ -112,5 +109,16 @@ impl GlooBackend {
                 ),
             ),
         }
+    }
+
+    /// A refusal told through the comm's store (see
+    /// [`crate::backends::gloo::failure::FailureReports::refuse`]); a
+    /// partial one closes the context and breaks the comm.
+    fn refuse_through_store(&self, refusal: &Refusal, call: &Call) -> Result<()> {
+        let close = |e: &Error| {
+            self.close(e);
+            (call.out_of_step)(e)
+        };
+        self.reports.refuse(refusal, call.deadline, &close)
     }
 }
