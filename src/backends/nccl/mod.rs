@@ -54,7 +54,7 @@ use checks::Staging;
 use lifecycle::Slot;
 use loader::*;
 use std::collections::HashMap;
-use std::ffi::{c_int, c_void};
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;

@@ -10,7 +10,12 @@
 //! (ncclCommAbort), as did `tc_comm_abort`, and the shrink says that
 //! nothing is left to shrink and why.
 
-use super::*;
+use super::NcclBackend;
+use crate::backends::{Backend, BackendInit};
+use crate::error::{Error, Result};
+use crate::nccl_loader::{self as loader, NCCL_SHRINK_ABORT, NCCL_SHRINK_DEFAULT};
+use crate::util::lock;
+use std::ffi::c_int;
 
 impl NcclBackend {
     pub(super) fn shrink_backend(

@@ -1,8 +1,9 @@
 //! An owned Gloo context: the full mesh over the store, and the
 //! collectives and barrier the backend calls on it.
 
-use super::*;
+use super::{call, ms, CallError, CallResult, Ctx, Module, ReduceFn, StoreVtable, Transfer};
 use std::ffi::CString;
+use std::ffi::{c_char, c_int, c_void, CStr};
 
 /// An owned Gloo context.
 pub struct Context {

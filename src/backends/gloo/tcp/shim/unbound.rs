@@ -1,7 +1,8 @@
 //! Gloo's unbound buffers over caller memory: point-to-point sends and
 //! receives, and waits that another thread may abort.
 
-use super::*;
+use super::{call, ms, CallError, CallResult, Context, Module, Ubuf, ABORTED, OK};
+use std::ffi::{c_char, c_int, c_void};
 
 /// How a wait on an unbound buffer ended without an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
