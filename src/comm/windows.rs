@@ -1,4 +1,4 @@
-//! The comm's side of its windows (src/window.rs): the comm keeps a weak
+//! The comm's side of its windows (src/window/): the comm keeps a weak
 //! reference to each window's lanes, waits for them at finalize and ends
 //! them at abort. The window module depends on the comm, not the other way
 //! round: the comm sees a window only through [`WindowLanes`].

@@ -17,7 +17,7 @@
 //! harmless.
 //!
 //! A window's asynchronous calls belong to its comm's lifecycle (see
-//! `src/window.rs`): `tc_comm_finalize` waits for those of every window not
+//! `src/window/`): `tc_comm_finalize` waits for those of every window not
 //! yet freed (a pending wait up to its timeout) and fails with the first
 //! failure among them when nothing else failed; `tc_comm_abort`, or the
 //! comm aborted by a failure, ends them with `TC_ERR_ABORTED` (queued calls
