@@ -5,8 +5,8 @@
 //! host executor ([`crate::backends::host_executor`]).
 
 use crate::backends::{
-    self, lacks, Backend, BackendInit, CommEvents, CommLink, Issue, MemoryAllocator,
-    MemoryRegistration, Submission,
+    self, lacks, Backend, BackendInit, CommEvents, CommLink, MemoryAllocator, MemoryRegistration,
+    Submission,
 };
 use crate::config::config;
 use crate::error::{Error, ErrorKind, Result};
@@ -25,6 +25,7 @@ use std::time::Duration;
 pub use crate::op::{Op, OpOptions, P2p, Ptr};
 
 mod agreement;
+mod events;
 pub mod hooks;
 #[cfg(test)]
 mod nccl_unavailable_tests;
@@ -397,24 +398,13 @@ impl Comm {
         let seq = post
             .as_ref()
             .map_or_else(|| self.recorder.reserve(), |p| p.seq());
-        let mut issued = |op: &Op, issue: Issue<'_>| {
-            let work = match issue {
-                Issue::Refused(kind) => Err(kind),
-                Issue::Done(work) => Ok(work),
-                Issue::Watched(work) => {
-                    self.watch(work.clone());
-                    Ok(work)
-                }
-            };
-            self.recorder.record_as(seq, op, opts.async_op, work);
-        };
         let sub = Submission {
             opts,
             timeout: opts.timeout.unwrap_or(self.timeout()),
             may_be_device,
             label: &self.label,
             comm: self,
-            issued: &mut issued,
+            seq,
             post: post.map(|p| Box::new(move |r: &Result<()>, done| p.run(r, done)) as _),
         };
         self.backend.submit(op, sub)

@@ -1,8 +1,11 @@
 //! What the comm hands a backend with each operation ([`Submission`]) and
-//! the comm's side a host backend's executor reaches while it runs one
-//! ([`CommLink`]). The comm keeps its own bookkeeping (flight recorder,
-//! watchdog list, hooks) behind these, so that a backend needs nothing of
-//! `crate::comm`.
+//! the one way back from a backend to its comm ([`CommEvents`]: what
+//! became of an operation as it was issued, whether the comm is still
+//! active, an operation that failed), reached directly on the calling
+//! thread and through the [`CommLink`] from a backend's own threads. The
+//! comm keeps its own bookkeeping (flight recorder, watchdog list) behind
+//! it, so that a backend needs nothing of `crate::comm`; the application's
+//! post hooks travel with their operation.
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::op::{Op, OpOptions};
@@ -34,11 +37,13 @@ pub struct Submission<'a> {
     pub may_be_device: bool,
     /// "comm 'name' (rank r/n)", for the work's messages.
     pub label: &'a Arc<str>,
-    /// The comm, for an operation run on the calling thread (the progress
-    /// thread reaches it through [`CommLink`]).
+    /// The comm, told once what became of the operation before it can run
+    /// ([`CommEvents::issued`]), and reached by an operation run on the
+    /// calling thread (the progress thread reaches it through
+    /// [`CommLink`]).
     pub comm: &'a dyn CommEvents,
-    /// Called exactly once, before the operation can run.
-    pub issued: &'a mut dyn FnMut(&Op, Issue<'_>),
+    /// The operation's number in the comm's flight recorder.
+    pub seq: u64,
     /// The application's post hooks, if any.
     pub post: Option<PostHook>,
 }
@@ -48,7 +53,7 @@ impl Submission<'_> {
     /// the error; returns it.
     #[inline]
     pub fn refuse(mut self, op: &Op, e: Error) -> Error {
-        (self.issued)(op, Issue::Refused(e.kind));
+        self.tell(op, Issue::Refused(e.kind));
         if let Some(post) = self.post.take() {
             post(&Err(e.clone()), true);
         }
@@ -59,7 +64,7 @@ impl Submission<'_> {
     /// watched, and its post hooks run now with `completed` false.
     #[inline]
     pub fn enqueued(mut self, op: &Op, work: &Arc<dyn Work>) {
-        (self.issued)(op, Issue::Watched(work));
+        self.tell(op, Issue::Watched(work));
         if let Some(post) = self.post.take() {
             post(&Ok(()), false);
         }
@@ -68,15 +73,27 @@ impl Submission<'_> {
     /// The operation had nothing to do: `work` is complete.
     #[inline]
     pub fn done_at_once(mut self, op: &Op, work: &Arc<dyn Work>) {
-        (self.issued)(op, Issue::Done(work));
+        self.tell(op, Issue::Done(work));
         if let Some(post) = self.post.take() {
             post(&Ok(()), true);
         }
     }
 }
 
-/// The comm as the host executor sees it while an operation runs.
+impl Submission<'_> {
+    /// Tells the comm what became of the operation (exactly once, before
+    /// it can run).
+    #[inline]
+    pub fn tell(&self, op: &Op, issue: Issue<'_>) {
+        self.comm.issued(self.seq, op, self.opts.async_op, issue);
+    }
+}
+
+/// The comm as its backend sees it: the one way back.
 pub trait CommEvents: Send + Sync {
+    /// What became of operation `seq` (`op`, asynchronous or not) as it was
+    /// issued: the comm records it and watches its work.
+    fn issued(&self, seq: u64, op: &Op, async_op: bool, issue: Issue<'_>);
     /// Fails once the comm was finalized or aborted.
     fn check_active(&self) -> Result<()>;
     /// An operation failed: the comm decides whether it aborts.
@@ -103,6 +120,12 @@ impl CommLink {
 /// The connected comm's answers; without one (not yet connected, or gone),
 /// no operation may run.
 impl CommEvents for CommLink {
+    fn issued(&self, seq: u64, op: &Op, async_op: bool, issue: Issue<'_>) {
+        if let Some(comm) = self.comm() {
+            comm.issued(seq, op, async_op, issue);
+        }
+    }
+
     fn check_active(&self) -> Result<()> {
         match self.comm() {
             Some(comm) => comm.check_active(),
@@ -130,6 +153,7 @@ mod tests {
     }
 
     impl CommEvents for Probe {
+        fn issued(&self, _: u64, _: &Op, _: bool, _: Issue<'_>) {}
         fn check_active(&self) -> Result<()> {
             if self.active {
                 Ok(())

@@ -3,7 +3,6 @@
 //! a failed operation does to its comm (abort, or abort the process).
 
 use super::Comm;
-use crate::backends::CommEvents;
 use crate::error::{Error, ErrorKind, Result};
 use crate::util::lock;
 use std::sync::atomic::Ordering;
@@ -40,16 +39,6 @@ impl Ticker {
 }
 
 /// What the host executor reaches of its comm while an operation runs.
-impl CommEvents for Comm {
-    fn check_active(&self) -> Result<()> {
-        Comm::check_active(self)
-    }
-
-    fn operation_failed(&self, err: Error) {
-        self.record_failure(err);
-    }
-}
-
 impl Comm {
     /// Starts the watchdog thread (it holds the comm until stopped).
     pub(super) fn start_watchdog(self: &Arc<Self>) -> Result<()> {

@@ -171,7 +171,7 @@ impl<B: HostBackend> Backend for HostExecutor<B> {
             work.on_complete(Box::new(move |r| post(r, true)));
         }
         let handle: Arc<dyn Work> = work.clone();
-        (sub.issued)(&op, super::Issue::Watched(&handle));
+        sub.tell(&op, super::Issue::Watched(&handle));
         let job = Job {
             op,
             timeout: sub.timeout,

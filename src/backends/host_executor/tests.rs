@@ -29,9 +29,18 @@ impl HostBackend for Fake {
 #[derive(Default)]
 struct Probe {
     failures: Mutex<Vec<ErrorKind>>,
+    /// What the comm was told of each submission, in order.
+    told: Mutex<Vec<&'static str>>,
 }
 
 impl CommEvents for Probe {
+    fn issued(&self, _: u64, _: &Op, _: bool, issue: Issue<'_>) {
+        lock(&self.told).push(match issue {
+            Issue::Refused(_) => "refused",
+            Issue::Watched(_) => "watched",
+            Issue::Done(_) => "done",
+        })
+    }
     fn check_active(&self) -> Result<()> {
         Ok(())
     }
@@ -69,21 +78,13 @@ type Seen = (
     Option<(bool, bool)>,
 );
 
-/// Submits `op` (see [`Seen`]).
-fn submit(ex: &HostExecutor<Fake>, op: Op, async_op: bool) -> Seen {
+/// Submits `op` to `ex`, whose comm is `probe` (see [`Seen`]).
+fn submit(ex: &HostExecutor<Fake>, probe: &Probe, op: Op, async_op: bool) -> Seen {
     let opts = OpOptions {
         async_op,
         ..OpOptions::default()
     };
     let label: Arc<str> = "comm 'test' (rank 0/1)".into();
-    let mut told = Vec::new();
-    let mut issued = |_: &Op, i: Issue<'_>| {
-        told.push(match i {
-            Issue::Refused(_) => "refused",
-            Issue::Watched(_) => "watched",
-            Issue::Done(_) => "done",
-        })
-    };
     let seen = Arc::new(Mutex::new(None));
     let post_seen = seen.clone();
     let sub = Submission {
@@ -92,14 +93,14 @@ fn submit(ex: &HostExecutor<Fake>, op: Op, async_op: bool) -> Seen {
         may_be_device: false,
         label: &label,
         comm: &ex.shared.link,
-        issued: &mut issued,
+        seq: 1,
         post: Some(Box::new(move |r: &Result<()>, done| {
             *lock(&post_seen) = Some((r.is_ok(), done));
         })),
     };
     let r = ex.submit(op, sub);
     let seen = *lock(&seen);
-    (r, told, seen)
+    (r, std::mem::take(&mut *lock(&probe.told)), seen)
 }
 
 fn all_reduce(data: &mut [f32]) -> Op {
@@ -116,23 +117,26 @@ fn ops_run_on_the_host_backend_and_the_comm_is_told_once() {
     let probe = Arc::new(Probe::default());
     let ex = HostExecutor::start(Fake::default(), &init("runs", 1, &probe)).unwrap();
     // A barrier of one rank has nothing to do: no run, complete at once.
-    let (r, told, post) = submit(&ex, Op::Barrier, false);
+    let (r, told, post) = submit(&ex, &probe, Op::Barrier, false);
     assert!(r.unwrap().status().is_finished());
     assert_eq!((told, post), (vec!["done"], Some((true, true))));
     assert_eq!(ex.shared.backend.runs.load(Ordering::SeqCst), 0);
     // Blocking (inline) and asynchronous (progress thread) calls run it.
     let mut data = [1.0f32; 4];
-    let (r, told, post) = submit(&ex, all_reduce(&mut data), false);
+    let (r, told, post) = submit(&ex, &probe, all_reduce(&mut data), false);
     assert!(r.unwrap().status().is_finished());
     assert_eq!((told, post), (vec!["watched"], Some((true, true))));
-    let (r, told, _) = submit(&ex, all_reduce(&mut data), true);
+    let (r, told, _) = submit(&ex, &probe, all_reduce(&mut data), true);
     r.unwrap().wait_blocking().unwrap();
     assert_eq!(told, vec!["watched"]);
     assert_eq!(ex.shared.backend.runs.load(Ordering::SeqCst), 2);
     assert!(lock(&probe.failures).is_empty());
     // Once stopped, an operation is refused and the backend not called.
     ex.stop(&Error::invalid_usage("finalized"));
-    let e = submit(&ex, all_reduce(&mut data), false).0.err().unwrap();
+    let e = submit(&ex, &probe, all_reduce(&mut data), false)
+        .0
+        .err()
+        .unwrap();
     assert_eq!(e.kind, ErrorKind::InvalidUsage, "{}", e.message);
     assert!(e.message.contains("shutting down"), "{}", e.message);
     assert_eq!(ex.shared.backend.runs.load(Ordering::SeqCst), 2);
@@ -146,7 +150,7 @@ fn a_failed_run_fails_its_work_and_is_reported_to_the_comm() {
         ..Fake::default()
     };
     let ex = HostExecutor::start(fake, &init("fails", 2, &probe)).unwrap();
-    let (r, told, post) = submit(&ex, Op::Barrier, false);
+    let (r, told, post) = submit(&ex, &probe, Op::Barrier, false);
     let e = r.err().expect("the run failed");
     assert_eq!(e.kind, ErrorKind::Remote, "{}", e.message);
     assert!(

@@ -1,0 +1,34 @@
+//! The comm's side of the one way back from its backend
+//! ([`CommEvents`]): an operation issued (recorded in the flight recorder,
+//! its work put under the watchdog), whether the comm is still active, an
+//! operation that failed.
+
+use super::Comm;
+use crate::backends::{CommEvents, Issue};
+use crate::error::{Error, Result};
+use crate::op::Op;
+
+impl CommEvents for Comm {
+    /// Records the operation in the flight recorder and puts its work
+    /// under the watchdog.
+    #[inline]
+    fn issued(&self, seq: u64, op: &Op, async_op: bool, issue: Issue<'_>) {
+        let work = match issue {
+            Issue::Refused(kind) => Err(kind),
+            Issue::Done(work) => Ok(work),
+            Issue::Watched(work) => {
+                self.watch(work.clone());
+                Ok(work)
+            }
+        };
+        self.recorder.record_as(seq, op, async_op, work);
+    }
+
+    fn check_active(&self) -> Result<()> {
+        Comm::check_active(self)
+    }
+
+    fn operation_failed(&self, err: Error) {
+        self.record_failure(err);
+    }
+}
