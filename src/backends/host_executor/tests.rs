@@ -52,7 +52,9 @@ impl CommEvents for Probe {
 fn init(name: &str, size: i32, probe: &Arc<Probe>) -> BackendInit {
     let path = std::env::temp_dir().join(format!("tc-host-exec-{}-{name}", std::process::id()));
     let _ = std::fs::remove_file(&path);
-    let store = crate::store::file::FileStore::new(&path, size, Duration::from_secs(30)).unwrap();
+    // One process uses the store whatever the comm's size: it removes its
+    // file when that one is done with it.
+    let store = crate::store::file::FileStore::new(&path, 1, Duration::from_secs(30)).unwrap();
     let init = BackendInit {
         rank: 0,
         size,
