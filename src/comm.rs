@@ -197,7 +197,7 @@ impl Comm {
             timeout_ms: AtomicU64::new(timeout.as_millis().min(u64::MAX as u128) as u64),
             abort_on_error: AtomicBool::new(opts.abort_on_error.unwrap_or(config().abort_on_error)),
             root_ranks: root_ranks.unwrap_or_else(|| (0..size).collect()),
-            backend_version: settings::c_version(backend.version()),
+            backend_version: settings::c_version(backend.abilities().version()),
             base_store,
             backend,
             state: Mutex::new(State::Active),
@@ -341,7 +341,10 @@ impl Comm {
     fn admit(&self, op: &mut Op) -> Result<()> {
         op.validate(self.rank, self.size)
             .map_err(|e| e.context(op.name()))?;
-        self.backend.check(op).map_err(|e| e.context(op.name()))
+        self.backend
+            .abilities()
+            .check(op)
+            .map_err(|e| e.context(op.name()))
     }
 
     /// Runs `body`, a call that issues at least one collective on every
@@ -454,7 +457,7 @@ impl Comm {
             "comm '{}' was finalized",
             self.name
         )));
-        let backend_result = self.backend.finalize();
+        let backend_result = self.backend.abilities().finalize();
         if let Some(e) = aborted {
             return Err(Error::new(
                 ErrorKind::Aborted,
@@ -505,7 +508,7 @@ impl Comm {
         if self.enter_aborted(&err) && run_hook {
             self.run_abort_hook(&err);
         }
-        self.backend.abort();
+        self.backend.abilities().abort();
         self.abort_windows(&Error::new(
             ErrorKind::Aborted,
             format!("comm '{}' was {why}", self.name),
@@ -614,12 +617,14 @@ impl Comm {
 
     fn registration(&self, call: &str) -> Result<&dyn MemoryRegistration> {
         self.backend
+            .abilities()
             .registration()
             .ok_or_else(|| lacks(&format!("memory registration ({call})")))
     }
 
     fn allocator(&self, call: &str) -> Result<&dyn MemoryAllocator> {
         self.backend
+            .abilities()
             .allocator()
             .ok_or_else(|| lacks(&format!("its own allocator ({call})")))
     }

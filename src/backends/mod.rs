@@ -63,25 +63,13 @@ pub enum BufferHome {
     Device,
 }
 
-pub trait Backend: Send + Sync {
-    /// Where this backend's operations read and write (see [`BufferHome`]).
-    fn buffer_home(&self) -> BufferHome;
-
-    /// Issues a validated `op` (checked by [`Backend::check`]) and returns
-    /// its work; tells the comm what became of it through `sub` (exactly
-    /// once, before the operation can run). With `async_op` off, returns
-    /// after the operation completed (host) or was enqueued on the stream
-    /// (device).
-    fn submit(&self, op: Op, sub: Submission<'_>) -> Result<Arc<dyn Work>>;
-
-    /// Waits until no issued operation is queued or running in the
-    /// backend's own threads (the comm's finalize).
-    fn wait_idle(&self) {}
-
-    /// Stops the backend's own threads; operations issued but never started
-    /// fail with `err`. Called once, at finalize or abort.
-    fn stop(&self, _err: &Error) {}
-
+/// What a backend answers besides issuing operations: the checks before an
+/// operation, abort and finalize, its version, its asynchronous errors and
+/// its optional capabilities. The same whether the backend issues its
+/// operations itself ([`Backend`]) or the host executor runs them
+/// ([`host_executor::HostBackend`]); the comm reaches it through
+/// [`Backend::abilities`].
+pub trait Abilities: Send + Sync {
     /// Rejects, before anything is issued, an operation this backend cannot
     /// run (e.g. a reduction it does not implement for the dtype), so that the
     /// caller gets the error and the comm stays usable.
@@ -90,7 +78,7 @@ pub trait Backend: Send + Sync {
     }
 
     /// Unblocks any running operation and makes later ones fail. Called from
-    /// any thread, possibly while `run` is in progress.
+    /// any thread, possibly while an operation runs.
     fn abort(&self);
 
     /// Extra time the comm's watchdog grants beyond an operation's timeout,
@@ -109,6 +97,53 @@ pub trait Backend: Send + Sync {
     fn finalize(&self) -> Result<()> {
         Ok(())
     }
+
+    /// A failure found asynchronously (e.g. NCCL's async error), polled by
+    /// the comm's watchdog.
+    fn async_error(&self) -> Option<crate::error::Error> {
+        None
+    }
+
+    // Optional capabilities: None where the backend has no such thing (the
+    // comm answers `TC_ERR_UNSUPPORTED`, naming the call and the backend).
+
+    /// Registration of user memory with the transport (`tc_comm_register`).
+    fn registration(&self) -> Option<&dyn MemoryRegistration> {
+        None
+    }
+
+    /// Memory the backend allocates for its own transfers (`tc_mem_alloc`).
+    fn allocator(&self) -> Option<&dyn MemoryAllocator> {
+        None
+    }
+
+    /// One-sided windows (`tc_window_*`).
+    fn windows(&self) -> Option<&dyn Windows> {
+        None
+    }
+}
+
+pub trait Backend: Send + Sync {
+    /// Where this backend's operations read and write (see [`BufferHome`]).
+    fn buffer_home(&self) -> BufferHome;
+
+    /// What it answers besides issuing operations (see [`Abilities`]).
+    fn abilities(&self) -> &dyn Abilities;
+
+    /// Issues a validated `op` (checked by [`Abilities::check`]) and returns
+    /// its work; tells the comm what became of it through `sub` (exactly
+    /// once, before the operation can run). With `async_op` off, returns
+    /// after the operation completed (host) or was enqueued on the stream
+    /// (device).
+    fn submit(&self, op: Op, sub: Submission<'_>) -> Result<Arc<dyn Work>>;
+
+    /// Waits until no issued operation is queued or running in the
+    /// backend's own threads (the comm's finalize).
+    fn wait_idle(&self) {}
+
+    /// Stops the backend's own threads; operations issued but never started
+    /// fail with `err`. Called once, at finalize or abort.
+    fn stop(&self, _err: &Error) {}
 
     /// Whether [`Backend::split`] makes child comms (NCCL's ncclCommSplit);
     /// otherwise the comm creates the child's backend afresh over the store,
@@ -135,30 +170,6 @@ pub trait Backend: Send + Sync {
     /// store.
     fn shrink(&self, _excluded: &[i32], _init: BackendInit) -> Result<Box<dyn Backend>> {
         Err(Error::unsupported("this backend has no native shrink"))
-    }
-
-    /// A failure found asynchronously (e.g. NCCL's async error), polled by
-    /// the comm's watchdog.
-    fn async_error(&self) -> Option<crate::error::Error> {
-        None
-    }
-
-    // Optional capabilities: None where the backend has no such thing (the
-    // comm answers `TC_ERR_UNSUPPORTED`, naming the call and the backend).
-
-    /// Registration of user memory with the transport (`tc_comm_register`).
-    fn registration(&self) -> Option<&dyn MemoryRegistration> {
-        None
-    }
-
-    /// Memory the backend allocates for its own transfers (`tc_mem_alloc`).
-    fn allocator(&self) -> Option<&dyn MemoryAllocator> {
-        None
-    }
-
-    /// One-sided windows (`tc_window_*`).
-    fn windows(&self) -> Option<&dyn Windows> {
-        None
     }
 }
 

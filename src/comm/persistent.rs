@@ -44,7 +44,7 @@ impl PersistentAllGather {
             Ptr(output.as_u8().wrapping_add(comm.rank() as usize * block) as *mut c_void);
         let probe = Op::all_gather_single(output, stand_in, count, dtype);
         probe.validate(comm.rank(), comm.size())?;
-        comm.backend().check(&probe)?;
+        comm.backend().abilities().check(&probe)?;
         // Host buffers only on a host backend; on a device backend, as for
         // the plain call, the ranks' counts must agree without a check.
         if comm.backend().buffer_home() == BufferHome::Host {

@@ -64,7 +64,7 @@ impl Comm {
                 }
                 !w.status().is_finished()
             });
-            if let Some(e) = expired.or_else(|| self.backend.async_error()) {
+            if let Some(e) = expired.or_else(|| self.backend.abilities().async_error()) {
                 self.record_failure(e);
             }
         }
@@ -109,7 +109,7 @@ impl Comm {
         }
         crate::log_warn!("comm '{}' aborted: {}\n{recent}", self.name, err.message);
         self.run_abort_hook(&err);
-        self.backend.abort();
+        self.backend.abilities().abort();
         self.abort_windows(&Error::new(
             ErrorKind::Aborted,
             format!("comm '{}' was aborted: {}", self.name, err.message),

@@ -149,7 +149,7 @@ impl Window {
     pub fn new(comm: &Arc<Comm>) -> Result<Window> {
         comm.check_active()
             .map_err(|e| e.context("creating a window (tc_window_new)"))?;
-        let windows = comm.backend().windows().ok_or_else(|| {
+        let windows = comm.backend().abilities().windows().ok_or_else(|| {
             Error::unsupported("windows (RMA) are not implemented for this backend yet")
         })?;
         let inner: Arc<dyn WindowBackend> = Arc::from(windows.new_window(comm.timeout())?);
@@ -376,7 +376,7 @@ impl Window {
         };
         // The watchdog gives the backend's own timeout (and its better
         // message) the same head start as for the comm's operations.
-        let watched = self.timeout(opts) + self.comm.backend().watchdog_grace();
+        let watched = self.timeout(opts) + self.comm.backend().abilities().watchdog_grace();
         let watch = |work: Arc<HostWork>| self.comm.watch(work);
         // A refused call drops its task, whose settler runs the post hooks.
         if opts.async_op {

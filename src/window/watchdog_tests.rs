@@ -109,7 +109,7 @@ fn check_watched(name: &str, op: &str, call: fn(&Window) -> Result<()>) {
     std::thread::spawn(move || {
         let _ = tx.send(call(&w));
     });
-    let limit = TIMEOUT + comm.backend().watchdog_grace() + Duration::from_secs(20);
+    let limit = TIMEOUT + comm.backend().abilities().watchdog_grace() + Duration::from_secs(20);
     let result = rx
         .recv_timeout(limit)
         .unwrap_or_else(|_| panic!("{op}: still stuck after {limit:?}: not watched"));

@@ -31,7 +31,7 @@ mod window;
 pub use tcp::shim;
 
 use super::host_executor::{HostBackend, HostExecutor};
-use super::{Backend, BackendInit, MemoryAllocator, WindowBackend, Windows};
+use super::{Abilities, Backend, BackendInit, MemoryAllocator, WindowBackend, Windows};
 use crate::error::{Error, ErrorKind, Result};
 use crate::kernels::reduce;
 use crate::op::Op;
@@ -111,50 +111,12 @@ impl GlooBackend {
     }
 }
 
-impl HostBackend for GlooBackend {
+impl Abilities for GlooBackend {
     fn check(&self, op: &Op) -> Result<()> {
         if let Op::Reduction(r) = op {
             reduce::kernel(r.dtype, r.op.kind)?;
         }
         Ok(())
-    }
-
-    fn run(&self, op: &Op, timeout: Duration) -> Result<()> {
-        self.check_not_broken()?;
-        let seq = self.reports.next_op();
-        let d = Deadline::after(timeout);
-        self.execute(op, &d).map_err(|mut e| {
-            if e.kind == ErrorKind::Timeout && !self.broken.is_set() {
-                // The deadline ran out between Gloo calls: the peers are
-                // somewhere else in their sequence now, so the context is no
-                // longer in step.
-                self.mark_broken(&e);
-            }
-            let lost_peer = matches!(e.kind, ErrorKind::Timeout | ErrorKind::Remote);
-            if lost_peer && self.size > 1 && self.reports.first_failure() {
-                let diagnosis = self.reports.diagnose(op, seq, e.kind);
-                self.broken.append(&diagnosis.found);
-                if let Some(told) = diagnosis.refusal {
-                    // A caller's error, not a lost peer: fail the call
-                    // (the comm stays broken) without aborting.
-                    return Error::invalid_usage(format!(
-                        "{} on rank {}: {told}; the refusing rank closed the connections ({})",
-                        op.name(),
-                        self.rank,
-                        e.message
-                    ));
-                }
-                e.message.push_str(&diagnosis.found);
-            }
-            if lost_peer && !self.routes.tcp().checks_collectives() && self.size > 1 {
-                // Ranks that called different collectives exchange nothing
-                // (see `tag_salt`): they meet here, at the timeout (or
-                // when the first rank that timed out closes its
-                // connections).
-                e.message.push_str(CHECK_HINT);
-            }
-            e
-        })
     }
 
     fn abort(&self) {
@@ -195,6 +157,46 @@ impl HostBackend for GlooBackend {
 
     fn windows(&self) -> Option<&dyn Windows> {
         Some(self)
+    }
+}
+
+impl HostBackend for GlooBackend {
+    fn run(&self, op: &Op, timeout: Duration) -> Result<()> {
+        self.check_not_broken()?;
+        let seq = self.reports.next_op();
+        let d = Deadline::after(timeout);
+        self.execute(op, &d).map_err(|mut e| {
+            if e.kind == ErrorKind::Timeout && !self.broken.is_set() {
+                // The deadline ran out between Gloo calls: the peers are
+                // somewhere else in their sequence now, so the context is no
+                // longer in step.
+                self.mark_broken(&e);
+            }
+            let lost_peer = matches!(e.kind, ErrorKind::Timeout | ErrorKind::Remote);
+            if lost_peer && self.size > 1 && self.reports.first_failure() {
+                let diagnosis = self.reports.diagnose(op, seq, e.kind);
+                self.broken.append(&diagnosis.found);
+                if let Some(told) = diagnosis.refusal {
+                    // A caller's error, not a lost peer: fail the call
+                    // (the comm stays broken) without aborting.
+                    return Error::invalid_usage(format!(
+                        "{} on rank {}: {told}; the refusing rank closed the connections ({})",
+                        op.name(),
+                        self.rank,
+                        e.message
+                    ));
+                }
+                e.message.push_str(&diagnosis.found);
+            }
+            if lost_peer && !self.routes.tcp().checks_collectives() && self.size > 1 {
+                // Ranks that called different collectives exchange nothing
+                // (see `tag_salt`): they meet here, at the timeout (or
+                // when the first rank that timed out closes its
+                // connections).
+                e.message.push_str(CHECK_HINT);
+            }
+            e
+        })
     }
 }
 

@@ -12,10 +12,7 @@ mod recycled_works;
 pub mod staging;
 
 use super::submission::{CommEvents, CommLink, Submission};
-use super::{
-    Backend, BackendInit, BufferHome, MemoryAllocator, MemoryRegistration, Windows,
-    DEFAULT_WATCHDOG_GRACE,
-};
+use super::{Abilities, Backend, BackendInit, BufferHome};
 use crate::error::{Error, Result};
 use crate::op::Op;
 use crate::util::lock;
@@ -27,41 +24,12 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// A backend that runs operations on the host, one at a time, to
-/// completion on the calling thread. The other methods mean what the
-/// [`Backend`] methods of the same names mean; the executor passes them on.
-pub trait HostBackend: Send + Sync + 'static {
+/// completion on the calling thread; what else it answers is its
+/// [`Abilities`], which the executor hands the comm as they are.
+pub trait HostBackend: Abilities + 'static {
     /// Executes `op` to completion on the calling (progress) thread, failing
     /// within `timeout`. Called for one operation at a time, in issue order.
     fn run(&self, op: &Op, timeout: Duration) -> Result<()>;
-
-    /// Unblocks any running operation and makes later ones fail. Called from
-    /// any thread, possibly while `run` is in progress.
-    fn abort(&self);
-
-    fn check(&self, _op: &Op) -> Result<()> {
-        Ok(())
-    }
-    fn watchdog_grace(&self) -> Duration {
-        DEFAULT_WATCHDOG_GRACE
-    }
-    fn version(&self) -> String {
-        super::default_version()
-    }
-    fn finalize(&self) -> Result<()> {
-        Ok(())
-    }
-    fn async_error(&self) -> Option<Error> {
-        None
-    }
-    fn registration(&self) -> Option<&dyn MemoryRegistration> {
-        None
-    }
-    fn allocator(&self) -> Option<&dyn MemoryAllocator> {
-        None
-    }
-    fn windows(&self) -> Option<&dyn Windows> {
-        None
-    }
 }
 
 /// What the progress thread shares with the callers.
@@ -146,6 +114,10 @@ impl<B: HostBackend> Backend for HostExecutor<B> {
         BufferHome::Host
     }
 
+    fn abilities(&self) -> &dyn Abilities {
+        &self.shared.backend
+    }
+
     fn submit(&self, mut op: Op, mut sub: Submission<'_>) -> Result<Arc<dyn Work>> {
         if completes_at_once(&op, self.size) {
             let work: Arc<dyn Work> = Arc::new(DoneWork(Ok(())));
@@ -209,34 +181,6 @@ impl<B: HostBackend> Backend for HostExecutor<B> {
                 let _ = t.join();
             }
         }
-    }
-
-    fn check(&self, op: &Op) -> Result<()> {
-        self.shared.backend.check(op)
-    }
-    fn abort(&self) {
-        self.shared.backend.abort()
-    }
-    fn watchdog_grace(&self) -> Duration {
-        self.shared.backend.watchdog_grace()
-    }
-    fn version(&self) -> String {
-        self.shared.backend.version()
-    }
-    fn finalize(&self) -> Result<()> {
-        self.shared.backend.finalize()
-    }
-    fn async_error(&self) -> Option<Error> {
-        self.shared.backend.async_error()
-    }
-    fn registration(&self) -> Option<&dyn MemoryRegistration> {
-        self.shared.backend.registration()
-    }
-    fn allocator(&self) -> Option<&dyn MemoryAllocator> {
-        self.shared.backend.allocator()
-    }
-    fn windows(&self) -> Option<&dyn Windows> {
-        self.shared.backend.windows()
     }
 }
 

@@ -23,6 +23,9 @@ impl HostBackend for Fake {
         }
         Ok(())
     }
+}
+
+impl Abilities for Fake {
     fn abort(&self) {}
 }
 

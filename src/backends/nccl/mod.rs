@@ -41,7 +41,7 @@ mod window_rma;
 pub mod work;
 
 use super::{
-    Backend, BackendInit, BufferHome, MemoryAllocator, MemoryRegistration, Submission,
+    Abilities, Backend, BackendInit, BufferHome, MemoryAllocator, MemoryRegistration, Submission,
     WindowBackend, Windows,
 };
 use crate::cuda::{self, Device as CudaDevice, DeviceBuffer, EventPool, Stream as CudaStream};
@@ -162,37 +162,8 @@ impl Backend for NcclBackend {
         BufferHome::Device
     }
 
-    fn version(&self) -> String {
-        format!("nccl {}", self.lib.version_string())
-    }
-
-    fn check(&self, op: &Op) -> Result<()> {
-        self.check_buffers(op)?;
-        if let Some((arg, tag)) = op.nonzero_tag() {
-            // Ignoring it would let a receive take the data of a send meant
-            // for another tag; tag 0 is NCCL's own matching.
-            return Err(Error::unsupported(format!(
-                "argument '{arg}': tag {tag}: NCCL matches sends and receives by peer and \
-                 issue order only and has no tags; use tag 0 on the nccl backend"
-            )));
-        }
-        let dtype = match op {
-            Op::PointToPoint(PointToPoint::One(p)) => Some(p.dtype),
-            Op::PointToPoint(PointToPoint::Batch(ops)) => {
-                for p in ops {
-                    self.dtype(p.dtype)?;
-                }
-                None
-            }
-            _ => op.dtype(),
-        };
-        if let Some(d) = dtype {
-            self.dtype(d)?;
-            if let Some(r) = op.reduce_op() {
-                self.builtin_op(r, d)?;
-            }
-        }
-        Ok(())
+    fn abilities(&self) -> &dyn Abilities {
+        self
     }
 
     fn submit(&self, op: Op, sub: Submission<'_>) -> Result<Arc<dyn Work>> {
@@ -217,38 +188,6 @@ impl Backend for NcclBackend {
             }
             Err(e) => Err(sub.refuse(&op, e)),
         }
-    }
-
-    fn abort(&self) {
-        // A failure NCCL reported: revoke (where NCCL can), keeping the comm
-        // for the survivors' shrink; any other abort frees it.
-        let failed = self.shared.failure().is_some();
-        self.shared.fail(Error::new(
-            ErrorKind::Aborted,
-            format!("nccl comm '{}' was aborted", self.name),
-        ));
-        if failed && self.revoke_comm() {
-            return;
-        }
-        if let Err(e) = self.abort_comm() {
-            crate::log_warn!("{}", e.message);
-        }
-    }
-
-    fn finalize(&self) -> Result<()> {
-        self.finalize_comm()
-    }
-
-    fn registration(&self) -> Option<&dyn MemoryRegistration> {
-        Some(self)
-    }
-
-    fn allocator(&self) -> Option<&dyn MemoryAllocator> {
-        Some(self)
-    }
-
-    fn windows(&self) -> Option<&dyn Windows> {
-        Some(self)
     }
 
     fn splits_natively(&self) -> bool {
@@ -332,6 +271,73 @@ impl Backend for NcclBackend {
     /// ncclCommShrink over this comm (see [`shrink`]).
     fn shrink(&self, excluded: &[i32], init: BackendInit) -> Result<Box<dyn Backend>> {
         self.shrink_backend(excluded, init)
+    }
+}
+
+impl Abilities for NcclBackend {
+    fn version(&self) -> String {
+        format!("nccl {}", self.lib.version_string())
+    }
+
+    fn check(&self, op: &Op) -> Result<()> {
+        self.check_buffers(op)?;
+        if let Some((arg, tag)) = op.nonzero_tag() {
+            // Ignoring it would let a receive take the data of a send meant
+            // for another tag; tag 0 is NCCL's own matching.
+            return Err(Error::unsupported(format!(
+                "argument '{arg}': tag {tag}: NCCL matches sends and receives by peer and \
+                 issue order only and has no tags; use tag 0 on the nccl backend"
+            )));
+        }
+        let dtype = match op {
+            Op::PointToPoint(PointToPoint::One(p)) => Some(p.dtype),
+            Op::PointToPoint(PointToPoint::Batch(ops)) => {
+                for p in ops {
+                    self.dtype(p.dtype)?;
+                }
+                None
+            }
+            _ => op.dtype(),
+        };
+        if let Some(d) = dtype {
+            self.dtype(d)?;
+            if let Some(r) = op.reduce_op() {
+                self.builtin_op(r, d)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn abort(&self) {
+        // A failure NCCL reported: revoke (where NCCL can), keeping the comm
+        // for the survivors' shrink; any other abort frees it.
+        let failed = self.shared.failure().is_some();
+        self.shared.fail(Error::new(
+            ErrorKind::Aborted,
+            format!("nccl comm '{}' was aborted", self.name),
+        ));
+        if failed && self.revoke_comm() {
+            return;
+        }
+        if let Err(e) = self.abort_comm() {
+            crate::log_warn!("{}", e.message);
+        }
+    }
+
+    fn finalize(&self) -> Result<()> {
+        self.finalize_comm()
+    }
+
+    fn registration(&self) -> Option<&dyn MemoryRegistration> {
+        Some(self)
+    }
+
+    fn allocator(&self) -> Option<&dyn MemoryAllocator> {
+        Some(self)
+    }
+
+    fn windows(&self) -> Option<&dyn Windows> {
+        Some(self)
     }
 
     fn async_error(&self) -> Option<Error> {
