@@ -24,6 +24,7 @@ use crate::types::{DType, RedKind};
 use elementwise::*;
 use halves::{f16_max, f16_min, f16_prod, f16_sum};
 use std::ffi::c_void;
+use std::sync::OnceLock;
 
 pub use halves::sum_half_blocks;
 pub use scale::{host_premul_factor, scale, Scale};
@@ -34,8 +35,23 @@ pub type ReduceFn =
 
 /// The elementwise kernel that combines two partial results of `kind` on
 /// `dtype`: AVG and PREMUL_SUM combine by SUM (their scaling is applied
-/// before or after, see [`scale`]).
+/// before or after, see [`scale`]). Every call of a reduction asks (when
+/// it is checked and when it runs), so the answers are a table made once
+/// from [`select`]; a refused pair asks [`select`] again for its error.
+#[inline]
 pub fn kernel(dtype: DType, kind: RedKind) -> Result<ReduceFn> {
+    static TABLE: OnceLock<[[Option<ReduceFn>; RedKind::ALL.len()]; DType::ALL.len()]> =
+        OnceLock::new();
+    let table = TABLE.get_or_init(|| DType::ALL.map(|d| RedKind::ALL.map(|k| select(d, k).ok())));
+    match table[dtype as usize][kind as usize] {
+        Some(f) => Ok(f),
+        None => select(dtype, kind),
+    }
+}
+
+/// The rules behind [`kernel`], with the error of each refused pair.
+#[cold]
+fn select(dtype: DType, kind: RedKind) -> Result<ReduceFn> {
     use DType::*;
     use RedKind::*;
     let k = match kind {

@@ -442,3 +442,18 @@ fn kernel_throughput() {
         );
     }
 }
+
+#[test]
+fn the_kernel_table_answers_as_the_rules_do() {
+    for (i, d) in DType::ALL.iter().enumerate() {
+        assert_eq!(*d as usize, i, "DType::ALL is in discriminant order");
+        for (j, k) in RedKind::ALL.iter().enumerate() {
+            assert_eq!(*k as usize, j, "RedKind::ALL is in discriminant order");
+            match (kernel(*d, *k), select(*d, *k)) {
+                (Ok(f), Ok(g)) => assert_eq!(f as usize, g as usize, "{d:?} {k:?}"),
+                (Err(e), Err(r)) => assert_eq!((e.kind, e.message), (r.kind, r.message)),
+                (a, b) => panic!("{d:?} {k:?}: table {:?}, rules {:?}", a.is_ok(), b.is_ok()),
+            }
+        }
+    }
+}
