@@ -47,6 +47,24 @@ pub struct BackendInit {
     pub link: CommLink,
 }
 
+impl BackendInit {
+    /// The creator's hint `key`, if it gave one.
+    pub fn hint(&self, key: &str) -> Option<&str> {
+        self.hints
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The creator's hint `key`, else environment variable `var` (unset or
+    /// empty: none): how a backend reads each of its switches.
+    pub fn setting(&self, key: &str, var: &str) -> Option<String> {
+        self.hint(key)
+            .map(str::to_string)
+            .or_else(|| std::env::var(var).ok().filter(|v| !v.is_empty()))
+    }
+}
+
 /// Where a backend's operations touch their buffers. The comm asks this,
 /// never the backend's name, when it runs collectives of its own (the NaN
 /// check's verdicts, a persistent all-gather's agreement) or decides which

@@ -25,6 +25,7 @@ use crate::backends::transport::{offer, Call, Transport};
 use crate::backends::ucx::{self, UcxTransport};
 use crate::backends::BackendInit;
 use crate::error::{Error, Result};
+use crate::op::{AllToAll, Gather, P2p, Reduction, Refusal, Scatter};
 use crate::util::Deadline;
 use std::sync::Arc;
 
@@ -52,7 +53,7 @@ impl Routes {
         if init.size > 1 {
             let label = label(init);
             let deadline = Deadline::after(init.timeout);
-            let shm_p2p = hint(init, "gloo.shm_p2p").or_else(|| env("TORCHCOMM_SHM_P2P"));
+            let shm_p2p = init.setting("gloo.shm_p2p", "TORCHCOMM_SHM_P2P");
             routes.shared_memory = SharedMemory::setup(
                 init.rank as usize,
                 init.size as usize,
@@ -61,9 +62,9 @@ impl Routes {
                 &|words| gloo.all_gather_words(words, &deadline, "connect (shared-memory setup)"),
             )?;
             if routes.shared_memory.is_none() {
-                let hier = hint(init, "gloo.hier").or_else(|| env("TORCHCOMM_GLOO_HIER"));
+                let hier = init.setting("gloo.hier", "TORCHCOMM_GLOO_HIER");
                 let wanted = !hier.as_deref().is_some_and(is_off);
-                routes.hierarchy = Hierarchy::setup(gloo, init, wanted)?;
+                routes.hierarchy = Hierarchy::setup(gloo, init, wanted, &connect_group)?;
                 // On a hierarchical comm too: the operations the hierarchy
                 // does not carry then go over UCX among all ranks.
                 routes.ucx = host_transport(gloo, init)?;
@@ -145,21 +146,67 @@ impl Routes {
         &self.tcp
     }
 
-    /// This rank's number among the table's ranks, and their count.
-    pub(super) fn rank(&self) -> i32 {
-        self.tcp.rank()
-    }
-
-    pub(super) fn size(&self) -> i32 {
-        self.tcp.size()
-    }
-
     /// The transport among all the table's ranks when they span hosts.
-    pub(super) fn between_hosts(&self) -> &'static str {
+    fn between_hosts(&self) -> &'static str {
         match self.ucx {
             Some(_) => "UCX",
             None => "Gloo (TCP)",
         }
+    }
+}
+
+/// A hierarchical group's own table (see [`Hierarchy`]), and its
+/// transport between hosts.
+fn connect_group(init: &BackendInit) -> Result<(Box<dyn Transport>, &'static str)> {
+    let routes = Routes::connect(init, Arc::new(FailureReports::new(init)))?;
+    let between = routes.between_hosts();
+    Ok((Box::new(routes), between))
+}
+
+/// A table is a transport that carries what any of its transports does
+/// (every operation: Gloo over TCP is last): how a hierarchy runs its
+/// steps on its groups' tables.
+impl Transport for Routes {
+    fn name(&self) -> &'static str {
+        "transport table"
+    }
+
+    fn carries(&self) -> String {
+        self.describe()
+    }
+
+    unsafe fn reduction(&self, _: &Reduction, call: &Call) -> Option<Result<()>> {
+        Some(self.run(call))
+    }
+
+    unsafe fn gather(&self, _: &Gather, call: &Call) -> Option<Result<()>> {
+        Some(self.run(call))
+    }
+
+    unsafe fn scatter(&self, _: &Scatter, call: &Call) -> Option<Result<()>> {
+        Some(self.run(call))
+    }
+
+    unsafe fn all_to_all(&self, _: &AllToAll, call: &Call) -> Option<Result<()>> {
+        Some(self.run(call))
+    }
+
+    fn barrier(&self, call: &Call) -> Option<Result<()>> {
+        // SAFETY: a barrier carries no buffer.
+        Some(unsafe { self.run(call) })
+    }
+
+    unsafe fn point_to_point(&self, _: &[P2p], call: &Call) -> Option<Result<()>> {
+        Some(self.run(call))
+    }
+
+    fn refuse(&self, _: &Refusal, call: &Call) -> Option<Result<()>> {
+        // SAFETY: a refusal carries no buffer.
+        Some(unsafe { self.run(call) })
+    }
+
+    fn abort(&self, why: &Error) {
+        Routes::abort(self, why)
     }
 }
 
@@ -182,7 +229,7 @@ unsafe fn run_on<T: Transport>(t: &T, call: &Call) -> Option<Result<()>> {
 /// UCX between hosts when every rank asks for it and loaded it, else
 /// none (Gloo), with an INFO line saying why (collective).
 fn host_transport(gloo: &GlooTcp, init: &BackendInit) -> Result<Option<UcxTransport>> {
-    let wanted = ucx::wanted(hint(init, "gloo.host_transport").as_deref())?;
+    let wanted = ucx::wanted(init.hint("gloo.host_transport"))?;
     let opened = wanted.then(|| UcxTransport::open(init.rank, init.size, &init.name, init.timeout));
     let d = Deadline::after(init.timeout);
     let mine = [wanted as u64, matches!(opened, Some(Ok(_))) as u64];
@@ -212,17 +259,4 @@ fn host_transport(gloo: &GlooTcp, init: &BackendInit) -> Result<Option<UcxTransp
 
 fn label(init: &BackendInit) -> String {
     format!("gloo comm '{}' rank {}/{}", init.name, init.rank, init.size)
-}
-
-/// The comm's hint `k`, if the creator gave one.
-pub(super) fn hint(init: &BackendInit, k: &str) -> Option<String> {
-    init.hints
-        .iter()
-        .find(|(key, _)| key == k)
-        .map(|(_, v)| v.clone())
-}
-
-/// Environment variable `k`, unless unset or empty.
-pub(super) fn env(k: &str) -> Option<String> {
-    std::env::var(k).ok().filter(|v| !v.is_empty())
 }

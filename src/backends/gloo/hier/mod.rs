@@ -7,7 +7,9 @@
 //! [`super::shm::host_id`]: boot id, network namespace and hostname, or
 //! `TORCHCOMM_HOST_ID`). If they form more than one host and some host has
 //! several ranks, every rank joins two groups, each with a transport table
-//! of its own ([`Routes`], over the comm's store under its own prefix):
+//! of its own, over the comm's store under its own prefix (the comm's table
+//! connects them: [`ConnectGroup`]; to the hierarchy each is a
+//! [`Transport`]):
 //!
 //! - `hier/host<h>`: the ranks of host `h` (numbered in their comm order),
 //!   whose table has shared memory as a single-host comm's does;
@@ -30,9 +32,8 @@
 
 mod ops;
 
-use super::failure::FailureReports;
-use super::routes::Routes;
 use super::tcp::GlooTcp;
+use crate::backends::transport::Transport;
 use crate::backends::BackendInit;
 use crate::error::Result;
 use crate::store::prefix::PrefixStore;
@@ -41,16 +42,27 @@ use std::sync::Arc;
 
 /// This rank's part in the hierarchy.
 pub(super) struct Hierarchy {
-    /// The ranks of this host.
-    local: Box<Routes>,
+    /// The ranks of this host: their table, this rank's number in it, their
+    /// count.
+    local: Box<dyn Transport>,
+    local_rank: i32,
+    local_size: i32,
     /// The leaders of every host; on leaders only.
-    leaders: Option<Box<Routes>>,
+    leaders: Option<Box<dyn Transport>>,
+    /// The leaders' transport between hosts, as the log names it.
+    between_hosts: &'static str,
     /// The comm ranks of each host, hosts in the order of their lowest rank.
     hosts: Vec<Vec<usize>>,
     /// (host, index within that host) of every comm rank.
     place: Vec<(usize, usize)>,
     rank: usize,
 }
+
+/// Connects a group's own transport table (collective over the group's
+/// ranks, described by the `BackendInit`): the table as a transport, and
+/// the name of its transport between hosts.
+pub(super) type ConnectGroup<'a> =
+    &'a dyn Fn(&BackendInit) -> Result<(Box<dyn Transport>, &'static str)>;
 
 /// Words each rank publishes: whether it wants the hierarchy, its host.
 const OFFER: usize = 3;
@@ -80,6 +92,7 @@ impl Hierarchy {
         flat: &GlooTcp,
         init: &BackendInit,
         wanted: bool,
+        connect_group: ConnectGroup,
     ) -> Result<Option<Hierarchy>> {
         let id = super::shm::host_id();
         let deadline = Deadline::after(init.timeout);
@@ -113,7 +126,7 @@ impl Hierarchy {
         }
         let rank = init.rank as usize;
         let (host, index) = place[rank];
-        let sub = |prefix: String, r: usize, n: usize| -> Result<Box<Routes>> {
+        let sub = |prefix: String, r: usize, n: usize| {
             let mut hints = init.hints.clone();
             hints.retain(|(k, _)| k != "gloo.hier");
             hints.push(("gloo.hier".into(), "0".into()));
@@ -125,13 +138,16 @@ impl Hierarchy {
                 hints,
                 ..init.clone()
             };
-            let reports = Arc::new(FailureReports::new(&child));
-            Ok(Box::new(Routes::connect(&child, reports)?))
+            connect_group(&child)
         };
-        let local = sub(format!("hier/host{host}"), index, hosts[host].len())?;
-        let leaders = match index {
-            0 => Some(sub("hier/leaders".into(), host, hosts.len())?),
-            _ => None,
+        let local_size = hosts[host].len();
+        let (local, _) = sub(format!("hier/host{host}"), index, local_size)?;
+        let (leaders, between_hosts) = match index {
+            0 => {
+                let (l, between) = sub("hier/leaders".into(), host, hosts.len())?;
+                (Some(l), between)
+            }
+            _ => (None, "the leaders' own transport"),
         };
         crate::log_info!(
             "{label}: hierarchical collectives on: {} hosts of {:?} ranks; this rank is {} of host {host}",
@@ -141,7 +157,10 @@ impl Hierarchy {
         );
         Ok(Some(Hierarchy {
             local,
+            local_rank: index as i32,
+            local_size: local_size as i32,
             leaders,
+            between_hosts,
             hosts,
             place,
             rank,
@@ -150,10 +169,7 @@ impl Hierarchy {
 
     /// The transport among the hosts' leaders, as this rank knows it.
     fn leaders_transport(&self) -> &'static str {
-        match &self.leaders {
-            Some(l) => l.between_hosts(),
-            None => "the leaders' own transport",
-        }
+        self.between_hosts
     }
 
     /// Makes both groups' transports fail their operations now (the comm

@@ -11,7 +11,7 @@
 
 use super::super::memory::{copy, Scratch};
 use super::Hierarchy;
-use crate::backends::transport::{Call, Transport};
+use crate::backends::transport::{offer, Call, Transport};
 use crate::error::{Error, Result};
 use crate::kernels::reduce::{self, Scale};
 use crate::op::{
@@ -37,6 +37,19 @@ fn split(op: &ReduceOp) -> (ReduceOp, ReduceOp, bool) {
         RedKind::PremulSum => (*op, sum, false),
         _ => (*op, *op, false),
     }
+}
+
+/// A step on a group's table (which carries every operation).
+///
+/// # Safety
+/// As for the family methods of [`Transport`].
+unsafe fn run(group: &dyn Transport, call: &Call) -> Result<()> {
+    offer(group, call).unwrap_or_else(|| {
+        Err(Error::internal(format!(
+            "a hierarchical group's table does not carry {}",
+            call.op.name()
+        )))
+    })
 }
 
 fn ptr(p: *mut u8) -> Ptr {
@@ -153,7 +166,7 @@ impl Hierarchy {
         let host = self.place[self.rank].0;
         // SAFETY: the steps' buffers are the caller's (validated by the
         // comm) or scratch memory alive until the step returns.
-        unsafe { self.local.run(&c.with(&op)) }.map_err(|e| {
+        unsafe { run(&*self.local, &c.with(&op)) }.map_err(|e| {
             // Told by the leader (see `tell_members`): the comm is out of
             // step on every rank, not only refused.
             let e = match e.message.contains(LEADER_FAILED) {
@@ -192,14 +205,14 @@ impl Hierarchy {
         let short = crate::util::Deadline::after(short);
         let refused = Op::Refused(refusal);
         // SAFETY: a refusal carries no buffer.
-        let _ = unsafe { self.local.run(&c.with(&refused).until(&short)) };
+        let _ = unsafe { run(&*self.local, &c.with(&refused).until(&short)) };
     }
 
     /// A step among the hosts' leaders (numbered by host there).
     fn leaders(&self, op: Op, c: &Call) -> Result<()> {
         match &self.leaders {
             // SAFETY: as for `local`.
-            Some(l) => unsafe { l.run(&c.with(&op)) }.map_err(|e| self.among_leaders(e)),
+            Some(l) => unsafe { run(&**l, &c.with(&op)) }.map_err(|e| self.among_leaders(e)),
             None => Ok(()),
         }
     }
@@ -314,9 +327,7 @@ impl Hierarchy {
         };
         if me != root_host {
             let ops = vec![p2p(true, target, root_host)];
-            return leaders
-                .run(&c.with(&Op::batch(ops)))
-                .map_err(|e| self.among_leaders(e));
+            return run(&**leaders, &c.with(&Op::batch(ops))).map_err(|e| self.among_leaders(e));
         }
         let bytes = count * dtype.size();
         let mut parts = Scratch::new(bytes * hosts)?;
@@ -324,9 +335,7 @@ impl Hierarchy {
         let ops = others
             .map(|h| p2p(false, parts.ptr().add(h * bytes), h))
             .collect();
-        leaders
-            .run(&c.with(&Op::batch(ops)))
-            .map_err(|e| self.among_leaders(e))?;
+        run(&**leaders, &c.with(&Op::batch(ops))).map_err(|e| self.among_leaders(e))?;
         let f = reduce::kernel(dtype, op.kind)?;
         for h in (0..hosts).filter(|h| *h != me) {
             let part = parts.ptr().add(h * bytes);
@@ -386,7 +395,7 @@ impl Hierarchy {
             false => std::ptr::null_mut(),
         };
         // The leader's blocks as the list a gather takes.
-        let at = (self.local.rank(), 0, self.local.size());
+        let at = (self.local_rank, 0, self.local_size);
         let outputs = gather_single_outputs(ptr(block_ptr), count, dtype, at);
         self.local(Op::gather(outputs, input, count, dtype, 0), c)?;
         if self.is_leader() {

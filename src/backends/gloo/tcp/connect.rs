@@ -5,7 +5,6 @@
 use super::store_bridge::{store_get, store_set, store_wait};
 use super::{shim, GlooTcp, Seqs, HELLO_MAGIC};
 use crate::backends::gloo::failure::FailureReports;
-use crate::backends::gloo::routes::{env, hint};
 use crate::backends::BackendInit;
 use crate::error::{Error, Result};
 use crate::store::StoreRef;
@@ -23,10 +22,10 @@ pub(in crate::backends::gloo) struct ContextOptions {
 
 impl ContextOptions {
     fn of(init: &BackendInit) -> ContextOptions {
-        let hostname = hint(init, "gloo.hostname").or_else(|| env("TORCHCOMM_GLOO_HOSTNAME"));
-        let iface = hint(init, "gloo.iface")
-            .or_else(|| env("TORCHCOMM_GLOO_IFACE"))
-            .or_else(|| env("GLOO_SOCKET_IFNAME"));
+        let hostname = init.setting("gloo.hostname", "TORCHCOMM_GLOO_HOSTNAME");
+        let iface = init
+            .setting("gloo.iface", "TORCHCOMM_GLOO_IFACE")
+            .or_else(|| init.setting("gloo.iface", "GLOO_SOCKET_IFNAME"));
         ContextOptions { hostname, iface }
     }
 

@@ -115,14 +115,6 @@ impl GlooTcp {
         self.ctx.as_ref().expect("gloo context exists for size > 1")
     }
 
-    pub(super) fn rank(&self) -> i32 {
-        self.rank
-    }
-
-    pub(super) fn size(&self) -> i32 {
-        self.size
-    }
-
     /// Whether every collective first compares the ranks' calls
     /// (`TORCHCOMM_CHECK_COLLECTIVES`, agreed at creation).
     pub(super) fn checks_collectives(&self) -> bool {
