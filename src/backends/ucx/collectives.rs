@@ -23,12 +23,14 @@
 
 use super::fingerprint::{Fingerprint, FINGERPRINT_BYTES};
 use super::worker::{Request, Worker};
-use super::*;
+use super::{tag, CLASS_COLLECTIVE, CLASS_WIRE_UP};
+use crate::error::{Error, Result};
 use crate::kernels::reduce::{self, host_premul_factor, ReduceFn, Scale};
 use crate::op::{
     AllToAll, AllToAllKind, Gather, GatherKind, Ptr, Reduction, ReductionKind, Scatter, ScatterKind,
 };
 use crate::types::{DType, RedKind, ReduceOp};
+use crate::util::Deadline;
 use std::ffi::c_void;
 
 #[path = "half_sums.rs"]

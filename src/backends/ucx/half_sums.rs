@@ -5,7 +5,10 @@
 //! results equal the Gloo path's bit for bit. A ring would round the
 //! partial sum at every step.
 
-use super::*;
+use super::{
+    blocks, copy, host_premul_factor, reduce, Ctx, DType, RedKind, ReduceOp, Scale, Scratch,
+};
+use crate::error::Result;
 
 impl Ctx<'_> {
     /// Every rank's block r (`counts[r]` elements at element `offsets[r]`

@@ -17,8 +17,10 @@
 //! are waited for).
 
 use super::worker::{Request, Worker};
-use super::*;
+use super::{CLASS_P2P_DATA, CLASS_P2P_HEAD, HEAD_DESCRIPTOR_ONLY, HEAD_MASK};
+use crate::error::{Error, Result};
 use crate::op::P2p;
+use crate::util::Deadline;
 
 /// The descriptor: count, dtype code, bytes.
 const DESC_BYTES: usize = 24;

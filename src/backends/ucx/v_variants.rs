@@ -7,7 +7,8 @@
 //! (`TC_ERR_INVALID_USAGE` there), and the failure notice fails every other
 //! rank at once.
 
-use super::*;
+use super::{copy, host_premul_factor, reduce, Ctx, DType, RedKind, ReduceOp, Scale, Scratch};
+use crate::error::{Error, Result};
 
 /// Element offsets of consecutive blocks of `counts` elements.
 fn offsets(counts: &[usize]) -> Vec<usize> {

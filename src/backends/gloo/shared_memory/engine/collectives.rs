@@ -2,7 +2,9 @@
 //! on its share of every chunk (reductions with the kernels of
 //! [`super::super::super::reduce`]) and copies out.
 
-use super::*;
+use super::{copy, reduce, share, IntraHost, Reduction, Scale, Scratch, SyncAll, HALF};
+use crate::error::{Error, Result};
+use std::ffi::c_void;
 
 /// Reductions up to this many bytes take one sync (see
 /// [`IntraHost::reduce`]): each rank reads every rank's input, which for so

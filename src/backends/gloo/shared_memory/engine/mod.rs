@@ -72,7 +72,6 @@ use crate::error::{Error, Result};
 use crate::types::DType;
 use crate::util::Deadline;
 use std::collections::BTreeMap;
-use std::ffi::c_void;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
