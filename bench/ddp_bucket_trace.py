@@ -15,16 +15,14 @@ Needs torch and the torchcomm package (PYTHONPATH=python, TORCHCOMM_LIBRARY).
 """
 import argparse
 import os
-import socket
 import sys
 import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_backend_bench import Grads, shapes  # noqa: E402
+from torch_backend_bench import Grads, shapes, spawn_ranks  # noqa: E402
 
 
 def traced_ddp(model, group, view, log):
@@ -93,10 +91,7 @@ def main():
     p.add_argument("--view", action="store_true", help="gradient_as_bucket_view")
     p.add_argument("--steps", type=int, default=3)
     args = p.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(rank_main, args=(args, port), nprocs=args.world)
+    spawn_ranks(rank_main, args, args.world)
 
 
 if __name__ == "__main__":

@@ -211,6 +211,17 @@ def bench_fsdp(args, rank, gloo, ours):
               f"{med['gloo'] / med['ours']:.2f}x |")
 
 
+def spawn_ranks(rank_main, args, world):
+    """Runs rank_main(rank, args, port) in `world` processes, `port` a free
+    port on 127.0.0.1 for their rendezvous."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(rank_main, args=(args, port), nprocs=world)
+
+
 def rank_main(rank, args, port):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     import torchcomm
@@ -243,11 +254,7 @@ def main():
     p.add_argument("--models", default="resnet50,bert_base")
     args = p.parse_args()
     args.sizes = [int(s) for s in args.sizes.split(",")]
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(rank_main, args=(args, port), nprocs=args.world)
+    spawn_ranks(rank_main, args, args.world)
 
 
 if __name__ == "__main__":
