@@ -105,6 +105,9 @@ pub struct Comm {
     shrink: shrink::ShrinkState,
 }
 
+/// Works the watchdog's list holds before [`Comm::watch`] prunes it.
+const OUTSTANDING_ROOM: usize = 64;
+
 /// An application's function run when a comm is aborted.
 pub type AbortHook = Box<dyn Fn(&Error) + Send + Sync>;
 
@@ -203,7 +206,9 @@ impl Comm {
             state: Mutex::new(State::Active),
             active: AtomicBool::new(true),
             ticker: watchdog::Ticker::default(),
-            outstanding: Mutex::new(Vec::new()),
+            // Room for many calls between the prunings that `watch` makes
+            // when the list is full (each a pass over it).
+            outstanding: Mutex::new(Vec::with_capacity(OUTSTANDING_ROOM)),
             threads: Mutex::new(Vec::new()),
             first_failure: Mutex::new(None),
             recorder: FlightRecorder::new(config().flight_recorder),

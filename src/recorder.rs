@@ -103,18 +103,20 @@ impl FlightRecorder {
     #[cfg(test)]
     pub fn record(&self, op: &Op, async_op: bool, work: Result<&Arc<dyn Work>, ErrorKind>) -> u64 {
         let seq = self.reserve();
-        self.record_as(seq, op, async_op, work);
+        self.record_as(seq, op, async_op, work, Instant::now());
         seq
     }
 
     /// [`FlightRecorder::record`] under a number taken by
-    /// [`FlightRecorder::reserve`].
+    /// [`FlightRecorder::reserve`], issued at `issued` (the caller's clock
+    /// read, which the work's start may share).
     pub fn record_as(
         &self,
         seq: u64,
         op: &Op,
         async_op: bool,
         work: Result<&Arc<dyn Work>, ErrorKind>,
+        issued: Instant,
     ) {
         if self.capacity == 0 {
             return;
@@ -138,7 +140,7 @@ impl FlightRecorder {
             elements: op.elements(),
             target,
             async_op,
-            issued: Instant::now(),
+            issued,
             work,
             refused,
         };

@@ -109,10 +109,10 @@ impl HostWork {
 
     /// Makes this work what [`HostWork::new`] with these arguments makes,
     /// in place (`&mut`: nobody else can see it).
-    pub fn renew(&mut self, op: &'static str, comm_label: Arc<str>, timeout: Duration) {
+    pub fn renew(&mut self, op: &'static str, comm_label: &Arc<str>, timeout: Duration) {
         self.op = op;
-        if !Arc::ptr_eq(&self.comm_label, &comm_label) {
-            self.comm_label = comm_label;
+        if !Arc::ptr_eq(&self.comm_label, comm_label) {
+            self.comm_label = comm_label.clone();
         }
         self.timeout = timeout;
         match self.state.get_mut() {
@@ -165,6 +165,16 @@ impl HostWork {
         if s.status == WorkStatus::NotStarted {
             self.set_status(&mut s, WorkStatus::InProgress);
             s.started = Some(Instant::now());
+        }
+    }
+
+    /// [`HostWork::start`] with the clock read the caller made just before
+    /// (a call run at once on its caller's thread: its time of issue).
+    pub fn start_at(&self, now: Instant) {
+        let mut s = self.lock();
+        if s.status == WorkStatus::NotStarted {
+            self.set_status(&mut s, WorkStatus::InProgress);
+            s.started = Some(now);
         }
     }
 

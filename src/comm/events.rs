@@ -7,12 +7,13 @@ use super::Comm;
 use crate::backends::{CommEvents, Issue};
 use crate::error::{Error, Result};
 use crate::op::Op;
+use std::time::Instant;
 
 impl CommEvents for Comm {
     /// Records the operation in the flight recorder and puts its work
     /// under the watchdog.
     #[inline]
-    fn issued(&self, seq: u64, op: &Op, async_op: bool, issue: Issue<'_>) {
+    fn issued(&self, seq: u64, op: &Op, async_op: bool, issue: Issue<'_>, at: Instant) {
         let work = match issue {
             Issue::Refused(kind) => Err(kind),
             Issue::Done(work) => Ok(work),
@@ -21,7 +22,7 @@ impl CommEvents for Comm {
                 Ok(work)
             }
         };
-        self.recorder.record_as(seq, op, async_op, work);
+        self.recorder.record_as(seq, op, async_op, work, at);
     }
 
     fn check_active(&self) -> Result<()> {

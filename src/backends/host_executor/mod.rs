@@ -16,12 +16,12 @@ use super::{Abilities, Backend, BackendInit, BufferHome};
 use crate::error::{Error, Result};
 use crate::op::Op;
 use crate::util::lock;
-use crate::work::{DoneWork, Work};
-use queue::{completes_at_once, HostQueue, Issued, Job};
+use crate::work::{DoneWork, HostWork, Work};
+use queue::{completes_at_once, Claim, HostQueue, Job};
 use recycled_works::RecycledWorks;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A backend that runs operations on the host, one at a time, to
 /// completion on the calling thread; what else it answers is its
@@ -81,20 +81,47 @@ impl<B: HostBackend> HostExecutor<B> {
 }
 
 impl<B: HostBackend> Shared<B> {
-    /// Runs one operation (its `running` slot already taken) for `comm` and
-    /// releases the slot.
+    /// Runs one queued job (its `running` slot already taken) for `comm`
+    /// and releases the slot.
     fn execute(&self, job: Job, comm: &dyn CommEvents) {
+        self.run(&job.op, job.timeout, &job.work, None, comm);
+    }
+
+    /// Runs `op` (its `running` slot already taken) for `comm`, completing
+    /// `work`, and releases the slot. `started`: the caller's clock read
+    /// when it runs the operation at once (None: read it now).
+    fn run(
+        &self,
+        op: &Op,
+        timeout: Duration,
+        work: &HostWork,
+        started: Option<Instant>,
+        comm: &dyn CommEvents,
+    ) {
         let result = comm.check_active().and_then(|()| {
-            job.work.start();
-            crate::log_trace!("start {}", job.work.description());
-            self.backend.run(&job.op, job.timeout)
+            match started {
+                Some(at) => work.start_at(at),
+                None => work.start(),
+            }
+            crate::log_trace!("start {}", work.description());
+            self.backend.run(op, timeout)
         });
-        let result = result.map_err(|e| e.context(job.work.description()));
+        let result = result.map_err(|e| e.context(work.description()));
         if let Err(e) = &result {
             comm.operation_failed(e.clone());
         }
-        job.work.complete(result);
+        work.complete(result);
         self.queue.finished();
+    }
+}
+
+impl<B: HostBackend> HostExecutor<B> {
+    /// Fails `work`, issued after the queue stopped; returns the error.
+    #[cold]
+    fn shutting_down(&self, work: &HostWork) -> Error {
+        let e = Error::invalid_usage(format!("comm '{}' is shutting down", self.name));
+        work.complete(Err(e.clone()));
+        e
     }
 }
 
@@ -136,26 +163,40 @@ impl<B: HostBackend> Backend for HostExecutor<B> {
         let blocking = !sub.opts.async_op || staged.is_some();
         let work = self.works.take(
             op.name(),
-            sub.label.clone(),
+            sub.label,
             sub.timeout + self.shared.backend.watchdog_grace(),
         );
         if let Some(post) = sub.post.take() {
             work.on_complete(Box::new(move |r| post(r, true)));
         }
         let handle: Arc<dyn Work> = work.clone();
-        sub.tell(&op, super::Issue::Watched(&handle));
-        let job = Job {
-            op,
-            timeout: sub.timeout,
-            work: work.clone(),
+        let claim = match blocking {
+            true => self.shared.queue.claim(),
+            false => Claim::Busy,
         };
-        match self.shared.queue.issue(job, blocking) {
-            Issued::Queued => {}
-            Issued::RunInline(job) => self.shared.execute(job, sub.comm),
-            Issued::Stopped(_) => {
-                let e = Error::invalid_usage(format!("comm '{}' is shutting down", self.name));
-                work.complete(Err(e.clone()));
-                return Err(e);
+        match claim {
+            Claim::Inline => {
+                // One clock read for the flight recorder's time of issue and
+                // the work's start, which follows at once.
+                let now = Instant::now();
+                sub.tell_at(&op, super::Issue::Watched(&handle), now);
+                self.shared
+                    .run(&op, sub.timeout, &work, Some(now), sub.comm);
+            }
+            Claim::Busy => {
+                sub.tell(&op, super::Issue::Watched(&handle));
+                let job = Job {
+                    op,
+                    timeout: sub.timeout,
+                    work: work.clone(),
+                };
+                if self.shared.queue.push(job).is_err() {
+                    return Err(self.shutting_down(&work));
+                }
+            }
+            Claim::Stopped => {
+                sub.tell(&op, super::Issue::Watched(&handle));
+                return Err(self.shutting_down(&work));
             }
         }
         if blocking {

@@ -35,15 +35,16 @@ struct Queue {
     idle_waiters: usize,
 }
 
-/// What [`HostQueue::issue`] did with a job.
-pub enum Issued {
-    /// Queued for the progress thread.
-    Queued,
-    /// A blocking call with nothing ahead: the caller runs it now, then
+/// What [`HostQueue::claim`] answered a blocking call.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// Nothing queued or running: the caller runs its operation now, then
     /// calls [`HostQueue::finished`].
-    RunInline(Job),
-    /// The queue was stopped: the job is handed back, not run.
-    Stopped(#[allow(dead_code)] Job),
+    Inline,
+    /// Something is queued or running: the job goes through the queue.
+    Busy,
+    /// The queue was stopped.
+    Stopped,
 }
 
 /// Waking a thread costs a system call and, on a loaded host, a core taken
@@ -58,22 +59,33 @@ pub struct HostQueue {
 }
 
 impl HostQueue {
-    /// Queues `job`, or hands it back to run inline when `blocking` and no
-    /// operation is queued or running: two thread hand-offs saved per call
-    /// (the watchdog still guards it through its work).
-    pub fn issue(&self, job: Job, blocking: bool) -> Issued {
+    /// For a blocking call: takes the running slot when no operation is
+    /// queued or running, so that the caller runs its operation inline:
+    /// two thread hand-offs saved per call (the watchdog still guards it
+    /// through its work), and no job built.
+    pub fn claim(&self) -> Claim {
         let mut q = lock(&self.queue);
         if q.stop {
-            return Issued::Stopped(job);
+            return Claim::Stopped;
         }
-        if blocking && q.jobs.is_empty() && q.running == 0 {
+        if q.jobs.is_empty() && q.running == 0 {
             q.running += 1;
-            return Issued::RunInline(job);
+            return Claim::Inline;
+        }
+        Claim::Busy
+    }
+
+    /// Queues `job` for the progress thread; hands it back, not run, once
+    /// the queue was stopped.
+    pub fn push(&self, job: Job) -> std::result::Result<(), Job> {
+        let mut q = lock(&self.queue);
+        if q.stop {
+            return Err(job);
         }
         q.jobs.push_back(job);
         drop(q);
         self.changed.notify_all();
-        Issued::Queued
+        Ok(())
     }
 
     /// The next job for the progress thread (its running slot taken), once
@@ -148,17 +160,21 @@ mod tests {
     #[test]
     fn a_blocking_call_runs_inline_only_with_nothing_ahead() {
         let q = HostQueue::default();
-        assert!(matches!(q.issue(job(), true), Issued::RunInline(_)));
+        assert_eq!(q.claim(), Claim::Inline);
         // One job runs (inline): the next blocking call waits its turn.
-        assert!(matches!(q.issue(job(), true), Issued::Queued));
+        assert_eq!(q.claim(), Claim::Busy);
+        assert!(q.push(job()).is_ok());
         q.finished();
         assert!(q.next().is_some(), "the queued job comes next");
         q.finished();
-        // An asynchronous call always goes through the queue.
-        assert!(matches!(q.issue(job(), false), Issued::Queued));
-        assert!(matches!(q.issue(job(), true), Issued::Queued));
+        // An asynchronous call always goes through the queue, and a
+        // blocking one behind it too.
+        assert!(q.push(job()).is_ok());
+        assert_eq!(q.claim(), Claim::Busy);
+        assert!(q.push(job()).is_ok());
         assert_eq!(q.stop().len(), 2, "the jobs that never ran come back");
-        assert!(matches!(q.issue(job(), true), Issued::Stopped(_)));
+        assert_eq!(q.claim(), Claim::Stopped);
+        assert!(q.push(job()).is_err(), "handed back once stopped");
         assert!(q.next().is_none());
         q.wait_idle();
     }

@@ -27,7 +27,12 @@ pub struct RecycledWorks {
 impl RecycledWorks {
     /// A new work, as [`HostWork::new`] makes it: the oldest one issued,
     /// renewed, when nobody else holds it any more, else a fresh one.
-    pub fn take(&self, op: &'static str, comm_label: Arc<str>, timeout: Duration) -> Arc<HostWork> {
+    pub fn take(
+        &self,
+        op: &'static str,
+        comm_label: &Arc<str>,
+        timeout: Duration,
+    ) -> Arc<HostWork> {
         let mut issued = lock(&self.issued);
         let work = match issued.pop_front() {
             Some(mut oldest) => match Arc::get_mut(&mut oldest) {
@@ -37,10 +42,10 @@ impl RecycledWorks {
                 }
                 None => {
                     issued.push_front(oldest);
-                    Arc::new(HostWork::new(op, comm_label, timeout))
+                    Arc::new(HostWork::new(op, comm_label.clone(), timeout))
                 }
             },
-            None => Arc::new(HostWork::new(op, comm_label, timeout)),
+            None => Arc::new(HostWork::new(op, comm_label.clone(), timeout)),
         };
         if issued.len() >= KEPT {
             issued.pop_front();
@@ -56,7 +61,7 @@ mod tests {
     use crate::work::{Work, WorkStatus};
 
     fn take(works: &RecycledWorks) -> Arc<HostWork> {
-        works.take("barrier", "test comm".into(), Duration::from_secs(60))
+        works.take("barrier", &"test comm".into(), Duration::from_secs(60))
     }
 
     #[test]

@@ -38,6 +38,12 @@ pub(crate) fn pointer_device(ptr: *const c_void) -> Result<i32> {
     Ok(ordinal)
 }
 
+/// Whether `op` names any buffer at all (a barrier or a refusal names
+/// none).
+fn has_buffers(op: &Op) -> bool {
+    !matches!(op, Op::Barrier | Op::Refused(_))
+}
+
 fn synchronize(stream: sys::CUstream) -> Result<()> {
     // SAFETY: the stream is the caller's (NULL: the legacy default stream).
     cuda::stream_synchronize(stream)
@@ -47,7 +53,9 @@ fn synchronize(stream: sys::CUstream) -> Result<()> {
 /// on `stream`, which is then synchronized). `None` when no buffer is device
 /// memory (always, without a CUDA driver).
 pub fn stage_in(op: &mut Op, rank: i32, size: i32, stream: *mut c_void) -> Result<Option<Staged>> {
-    if !cuda::may_hold_device_memory() {
+    // An operation without buffers needs no look at the driver (which,
+    // without one, is a walk of the loader's list of objects).
+    if !has_buffers(op) || !cuda::may_hold_device_memory() {
         return Ok(None);
     }
     let mut on_device = None;
@@ -146,6 +154,27 @@ mod tests {
         let gather_off_root = Op::gather(vec![], p(3), 4, DType::U8, 0);
         assert_eq!(buffers(gather_off_root, 1, 2), vec![(3, 4, Use::In)]);
         assert!(buffers(Op::Barrier, 0, 2).is_empty());
+    }
+
+    /// The operations staging skips without asking for the driver name no
+    /// buffer at all; every other one may.
+    #[test]
+    fn only_operations_without_buffers_skip_the_look() {
+        let refused = Op::Refused(crate::op::Refusal {
+            call: "tc_all_reduce",
+            rank: 0,
+            error: crate::error::Error::invalid_argument("test"),
+        });
+        for op in [Op::Barrier, refused] {
+            assert!(!has_buffers(&op), "{}", op.name());
+            assert!(buffers(op, 0, 2).is_empty());
+        }
+        let ar = Op::all_reduce(p(9), 3, DType::F32, crate::types::ReduceOp::SUM);
+        let send = Op::send(p(9), 3, DType::F32, 1, 0);
+        for op in [ar, send] {
+            assert!(has_buffers(&op), "{}", op.name());
+            assert!(!buffers(op, 0, 2).is_empty());
+        }
     }
 
     /// With a driver (a GPU, or the simulated one of `make sim-gpu-test`): a
