@@ -456,6 +456,12 @@ impl Comm {
         for w in lock(&self.outstanding).drain(..).collect::<Vec<_>>() {
             let _ = w.wait_blocking();
         }
+        // Watched works still in the flight recorder's ring are on no list.
+        for w in self.recorder.works() {
+            if !w.known_finished() {
+                let _ = w.wait_blocking();
+            }
+        }
         let aborted = self.async_error();
         self.mark_finalized();
         self.shutdown(Error::invalid_usage(format!(

@@ -107,9 +107,18 @@ impl FlightRecorder {
         seq
     }
 
+    /// Whether the ring keeps works (it is not off): the comm's watchdog
+    /// then looks at the works of its entries ([`FlightRecorder::works`]),
+    /// and those it drops unfinished are handed back to be watched.
+    pub fn holds_works(&self) -> bool {
+        self.capacity > 0
+    }
+
     /// [`FlightRecorder::record`] under a number taken by
     /// [`FlightRecorder::reserve`], issued at `issued` (the caller's clock
-    /// read, which the work's start may share).
+    /// read, which the work's start may share). Returns the work of the
+    /// entry it replaced when that one is not known finished: no longer
+    /// in the ring, it must be watched elsewhere.
     pub fn record_as(
         &self,
         seq: u64,
@@ -117,9 +126,9 @@ impl FlightRecorder {
         async_op: bool,
         work: Result<&Arc<dyn Work>, ErrorKind>,
         issued: Instant,
-    ) {
+    ) -> Option<Arc<dyn Work>> {
         if self.capacity == 0 {
-            return;
+            return None;
         }
         let target = match op {
             Op::PointToPoint(PointToPoint::One(p)) => Target::Peer(p.peer),
@@ -147,14 +156,21 @@ impl FlightRecorder {
         let mut ring = self.lock();
         if ring.entries.len() < self.capacity {
             ring.entries.push(entry);
-            return;
+            return None;
         }
         let at = ring.oldest;
         ring.oldest = if at + 1 == self.capacity { 0 } else { at + 1 };
         let dropped = std::mem::replace(&mut ring.entries[at], entry);
-        // Its work is released outside the lock.
+        // Its work is released (or handed back) outside the lock.
         drop(ring);
-        drop(dropped);
+        dropped.work.filter(|w| !w.known_finished())
+    }
+
+    /// The works of the entries (a copy: their status is read outside the
+    /// ring's lock).
+    pub fn works(&self) -> Vec<Arc<dyn Work>> {
+        let ring = self.lock();
+        ring.entries.iter().filter_map(|e| e.work.clone()).collect()
     }
 
     /// Operations issued so far (the next sequence number minus one).
@@ -337,6 +353,26 @@ mod tests {
             !text.contains("all_reduce"),
             "the oldest entries were dropped: {text}"
         );
+    }
+
+    /// What the ring drops unfinished is handed back (to be watched
+    /// elsewhere); what is finished, or not a work, is not.
+    #[test]
+    fn an_entry_dropped_unfinished_hands_its_work_back() {
+        let r = FlightRecorder::new(2);
+        let done: Arc<dyn Work> = Arc::new(DoneWork(Ok(())));
+        let pending: Arc<dyn Work> = Arc::new(Pending);
+        let record = |w: std::result::Result<&Arc<dyn Work>, ErrorKind>| {
+            let seq = r.reserve();
+            r.record_as(seq, &Op::Barrier, false, w, Instant::now())
+        };
+        assert!(record(Ok(&pending)).is_none(), "the ring has room");
+        assert!(record(Ok(&done)).is_none());
+        let back = record(Err(ErrorKind::Aborted)).expect("pending dropped");
+        assert!(Arc::ptr_eq(&back, &pending));
+        assert!(record(Ok(&done)).is_none(), "a finished work is not");
+        assert!(record(Ok(&done)).is_none(), "nor a refusal");
+        assert_eq!(r.works().len(), 2);
     }
 
     #[test]

@@ -48,6 +48,11 @@ pub trait Work: Send + Sync {
     /// Called by the watchdog: `Some(error)` once the operation has run longer
     /// than its timeout (marking it timed out).
     fn check_timeout(&self, now: Instant) -> Option<Error>;
+    /// Whether the operation is known finished without asking anyone (a
+    /// device work's status queries the driver): false when unsure.
+    fn known_finished(&self) -> bool {
+        false
+    }
 }
 
 struct HostState {
@@ -228,6 +233,10 @@ impl Work for HostWork {
         WorkStatus::from_i32(self.status.load(Ordering::Acquire))
     }
 
+    fn known_finished(&self) -> bool {
+        self.status().is_finished()
+    }
+
     fn wait(&self, _stream: *mut c_void) -> Result<()> {
         self.wait_blocking()
     }
@@ -292,5 +301,8 @@ impl Work for DoneWork {
     }
     fn check_timeout(&self, _now: Instant) -> Option<Error> {
         None
+    }
+    fn known_finished(&self) -> bool {
+        true
     }
 }
