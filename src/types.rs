@@ -163,16 +163,22 @@ impl DType {
     }
 
     /// Bytes of `count` elements, or an error naming `arg` on overflow.
+    #[inline]
     pub fn bytes(self, count: usize, arg: &str) -> Result<usize> {
-        count
-            .checked_mul(self.size())
-            .filter(|b| *b <= isize::MAX as usize)
-            .ok_or_else(|| {
-                Error::invalid_argument(format!(
-                    "argument '{arg}': {count} elements of {} overflow the address space",
-                    self.name()
-                ))
-            })
+        match count.checked_mul(self.size()) {
+            Some(b) if b <= isize::MAX as usize => Ok(b),
+            _ => Err(self.too_many(count, arg)),
+        }
+    }
+
+    /// [`DType::bytes`]' error, out of line: every call's validation asks.
+    #[cold]
+    #[inline(never)]
+    fn too_many(self, count: usize, arg: &str) -> Error {
+        Error::invalid_argument(format!(
+            "argument '{arg}': {count} elements of {} overflow the address space",
+            self.name()
+        ))
     }
 }
 

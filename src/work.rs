@@ -113,19 +113,32 @@ impl HostWork {
     }
 
     /// Makes this work what [`HostWork::new`] with these arguments makes,
-    /// in place (`&mut`: nobody else can see it).
-    pub fn renew(&mut self, op: &'static str, comm_label: &Arc<str>, timeout: Duration) {
+    /// in place (`&mut`: nobody else can see it), and, with `started`, what
+    /// [`HostWork::start_at`] then makes of it, without taking its lock.
+    pub fn renew(
+        &mut self,
+        op: &'static str,
+        comm_label: &Arc<str>,
+        timeout: Duration,
+        started: Option<Instant>,
+    ) {
         self.op = op;
         if !Arc::ptr_eq(&self.comm_label, comm_label) {
             self.comm_label = comm_label.clone();
         }
         self.timeout = timeout;
-        match self.state.get_mut() {
-            Ok(state) => *state = HostState::new(),
-            // A completion hook panicked while the lock was held.
-            Err(_) => self.state = Mutex::new(HostState::new()),
+        let mut state = HostState::new();
+        if started.is_some() {
+            state.status = WorkStatus::InProgress;
+            state.started = started;
         }
-        *self.status.get_mut() = WorkStatus::NotStarted as i32;
+        let status = state.status as i32;
+        match self.state.get_mut() {
+            Ok(s) => *s = state,
+            // A completion hook panicked while the lock was held.
+            Err(_) => self.state = Mutex::new(state),
+        }
+        *self.status.get_mut() = status;
     }
 
     /// A started work that a new thread named `thread` completes with

@@ -84,24 +84,16 @@ impl<B: HostBackend> Shared<B> {
     /// Runs one queued job (its `running` slot already taken) for `comm`
     /// and releases the slot.
     fn execute(&self, job: Job, comm: &dyn CommEvents) {
-        self.run(&job.op, job.timeout, &job.work, None, comm);
+        self.run(&job.op, job.timeout, &job.work, true, comm);
     }
 
     /// Runs `op` (its `running` slot already taken) for `comm`, completing
-    /// `work`, and releases the slot. `started`: the caller's clock read
-    /// when it runs the operation at once (None: read it now).
-    fn run(
-        &self,
-        op: &Op,
-        timeout: Duration,
-        work: &HostWork,
-        started: Option<Instant>,
-        comm: &dyn CommEvents,
-    ) {
+    /// `work` (which it starts first when `start`: a call run inline has its
+    /// work started when taken), and releases the slot.
+    fn run(&self, op: &Op, timeout: Duration, work: &HostWork, start: bool, comm: &dyn CommEvents) {
         let result = comm.check_active().and_then(|()| {
-            match started {
-                Some(at) => work.start_at(at),
-                None => work.start(),
+            if start {
+                work.start();
             }
             crate::log_trace!("start {}", work.description());
             self.backend.run(op, timeout)
@@ -161,27 +153,29 @@ impl<B: HostBackend> Backend for HostExecutor<B> {
             Err(e) => return Err(sub.refuse(&op, e)),
         };
         let blocking = !sub.opts.async_op || staged.is_some();
+        let claim = match blocking {
+            true => self.shared.queue.claim(),
+            false => Claim::Busy,
+        };
+        // Run inline, the operation starts at once: one clock read for the
+        // flight recorder's time of issue and its work's start, and the
+        // work is taken started (its lock not taken for that).
+        let started = (claim == Claim::Inline).then(Instant::now);
         let work = self.works.take(
             op.name(),
             sub.label,
             sub.timeout + self.shared.backend.watchdog_grace(),
+            started,
         );
         if let Some(post) = sub.post.take() {
             work.on_complete(Box::new(move |r| post(r, true)));
         }
         let handle: Arc<dyn Work> = work.clone();
-        let claim = match blocking {
-            true => self.shared.queue.claim(),
-            false => Claim::Busy,
-        };
         match claim {
             Claim::Inline => {
-                // One clock read for the flight recorder's time of issue and
-                // the work's start, which follows at once.
-                let now = Instant::now();
-                sub.tell_at(&op, super::Issue::Watched(&handle), now);
-                self.shared
-                    .run(&op, sub.timeout, &work, Some(now), sub.comm);
+                let at = started.unwrap_or_else(Instant::now);
+                sub.tell_at(&op, super::Issue::Watched(&handle), at);
+                self.shared.run(&op, sub.timeout, &work, false, sub.comm);
             }
             Claim::Busy => {
                 sub.tell(&op, super::Issue::Watched(&handle));

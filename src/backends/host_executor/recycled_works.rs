@@ -10,7 +10,7 @@
 use crate::util::lock;
 use crate::work::HostWork;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Works kept at most: past this, the oldest is let go (whoever still
 /// holds it frees it). Above the recorder's default ring of 64 plus the
@@ -32,24 +32,29 @@ struct Issued {
 }
 
 impl RecycledWorks {
-    /// A new work, as [`HostWork::new`] makes it: the oldest one issued,
+    /// A new work, as [`HostWork::new`] makes it (started at `started`, if
+    /// given, as [`HostWork::start_at`] makes it): the oldest one issued,
     /// renewed, when nobody else holds it any more, else a fresh one.
     pub fn take(
         &self,
         op: &'static str,
         comm_label: &Arc<str>,
         timeout: Duration,
+        started: Option<Instant>,
     ) -> Arc<HostWork> {
         let mut issued = lock(&self.issued);
         let Issued { works, oldest } = &mut *issued;
         let at = *oldest;
         if let Some(unshared) = works.get_mut(at).and_then(Arc::get_mut) {
-            unshared.renew(op, comm_label, timeout);
+            unshared.renew(op, comm_label, timeout, started);
             // The renewed work is now the newest.
             *oldest = if at + 1 == works.len() { 0 } else { at + 1 };
             return works[at].clone();
         }
         let fresh = Arc::new(HostWork::new(op, comm_label.clone(), timeout));
+        if let Some(at) = started {
+            fresh.start_at(at);
+        }
         if works.len() < KEPT {
             // The newest, just before the oldest (still held, kept).
             works.insert(at, fresh.clone());
@@ -69,7 +74,12 @@ mod tests {
     use crate::work::{Work, WorkStatus};
 
     fn take(works: &RecycledWorks) -> Arc<HostWork> {
-        works.take("barrier", &"test comm".into(), Duration::from_secs(60))
+        works.take(
+            "barrier",
+            &"test comm".into(),
+            Duration::from_secs(60),
+            None,
+        )
     }
 
     #[test]
@@ -126,6 +136,33 @@ mod tests {
                 assert_eq!(Arc::as_ptr(&w), *at, "round {round}, work {i}");
             }
         }
+    }
+
+    /// Taken started (a call run inline), fresh or renewed: in progress
+    /// since the given time, which the watchdog's timeout counts from.
+    #[test]
+    fn a_work_taken_started_runs_since_then() {
+        let works = RecycledWorks::default();
+        let Some(long_ago) = Instant::now().checked_sub(Duration::from_secs(120)) else {
+            return;
+        };
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            let w = works.take(
+                "barrier",
+                &"c".into(),
+                Duration::from_secs(60),
+                Some(long_ago),
+            );
+            seen.push(Arc::as_ptr(&w));
+            assert_eq!(w.status(), WorkStatus::InProgress);
+            let e = w.check_timeout(Instant::now()).expect("past its timeout");
+            assert!(e.message.contains("timed out after"), "{}", e.message);
+            assert_eq!(w.status(), WorkStatus::TimedOut);
+        }
+        assert_eq!(seen[0], seen[1], "the second one was renewed");
+        let fresh = take(&works);
+        assert_eq!(fresh.status(), WorkStatus::NotStarted);
     }
 
     #[test]
