@@ -204,6 +204,55 @@ mod tests {
         cuda::GraphExec::end_capture(&dev, stream.raw()).expect("the capture must still be valid");
     }
 
+    /// The look for the driver is made again at every call: a driver the
+    /// program loads after its first host call (as torch or the CUDA
+    /// runtime would) is seen, and a device buffer of a later call is
+    /// staged. Run in a process of its own (this test binary again, this
+    /// test alone), since loading a driver changes the whole process; on
+    /// the simulated driver of `make sim-gpu-test`, skipped without it.
+    #[test]
+    fn a_driver_loaded_after_the_first_call_is_seen() {
+        const NAME: &str =
+            "backends::host_executor::staging::tests::a_driver_loaded_after_the_first_call_is_seen";
+        let sim =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/sim_gpu/libcuda.so.1");
+        if std::env::var_os("TC_STAGING_CHILD").is_none() {
+            if !sim.exists() {
+                return;
+            }
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+                .env("TC_STAGING_CHILD", "1")
+                .env_remove("LD_LIBRARY_PATH")
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success() && text.contains("1 passed"), "{text}");
+            return;
+        }
+        let mut host = [1.0f32; 4];
+        let sum = crate::types::ReduceOp::SUM;
+        let mut op = Op::all_reduce(Ptr(host.as_mut_ptr().cast()), 4, DType::F32, sum);
+        assert!(stage_in(&mut op, 0, 1, std::ptr::null_mut())
+            .unwrap()
+            .is_none());
+        assert!(!cuda::may_hold_device_memory(), "no driver loaded yet");
+        // The program loads the driver itself, after that first call.
+        std::mem::forget(unsafe { libloading::Library::new(&sim) }.unwrap());
+        assert!(
+            cuda::may_hold_device_memory(),
+            "the driver loaded since must be seen"
+        );
+        let dev = cuda::Device::open(0).unwrap();
+        let _g = dev.scoped().unwrap();
+        let buf = cuda::DeviceBuffer::zeroed(&dev, 16).unwrap();
+        let mut op = Op::all_reduce(Ptr(buf.ptr()), 4, DType::F32, sum);
+        let staged = stage_in(&mut op, 0, 1, std::ptr::null_mut()).unwrap();
+        let staged = staged.expect("a device buffer of a later call is staged");
+        staged.finish().unwrap();
+    }
+
     #[test]
     fn without_cuda_nothing_is_staged() {
         if cuda::is_available() {
