@@ -3,13 +3,14 @@
 # all_reduce (float32 sum) at 4 B, 64 KiB and 1 MiB, through shared memory
 # and with TORCHCOMM_GLOO_SHM=0 (Gloo over TCP), rounds interleaved (A B,
 # then B A, ...): median, min and max of the per-call time. Then, with
-# valgrind, callgrind's instructions per all_reduce call at 64 KiB on rank 0
+# valgrind, callgrind's instructions per all_reduce call at 64 KiB (TC_CG_SIZE) on rank 0
 # for both builds (the difference of a long and a short run, so start-up
 # and set-up cancel out).
 #
 #   scripts/bench-before-after.sh BEFORE_DIR AFTER_DIR [ROUNDS] [ITERS]
 #
-# ROUNDS 0 skips the timing table. Callgrind counts include the ranks'
+# ROUNDS 0 skips the timing table. TC_CG_SIZE (default 64K, tc-perf's
+# size syntax) is the callgrind table's message size. Callgrind counts include the ranks'
 # busy-waiting (the shared-memory path spins before it sleeps, Gloo polls),
 # which depends on timing: each count is measured TC_CG_REPEATS times
 # (default 3), builds interleaved, and shown as median [min, max].
@@ -91,7 +92,7 @@ instructions() {
   local out
   out=$(mktemp -d)
   TORCHCOMM_GLOO_SHM=$2 TORCHCOMM_TIMEOUT=600 "$1/tc-run" -n 2 -- valgrind -q --tool=callgrind \
-    --callgrind-out-file="$out/cg.%q{RANK}.%p" "$1/tc-perf" -B gloo -b 64K -e 64K -n "$3" -w 5 \
+    --callgrind-out-file="$out/cg.%q{RANK}.%p" "$1/tc-perf" -B gloo -b "$cg_size" -e "$cg_size" -n "$3" -w 5 \
     -o all_reduce -d float32 -r sum -c 0 >/dev/null 2>&1
   callgrind_annotate --inclusive=no --threshold=100 "$out"/cg.0.* 2>/dev/null | python3 -c '
 import re, sys
@@ -104,6 +105,7 @@ for line in sys.stdin:
 print(own)'
   rm -rf "$out"
 }
+cg_size=${TC_CG_SIZE:-64K}
 short=${TC_CG_SHORT:-20}
 long=${TC_CG_LONG:-220}
 repeats=${TC_CG_REPEATS:-3}
@@ -120,14 +122,14 @@ for ((i = 0; i < repeats; i++)); do
   done
 done
 echo
-python3 - "$counts" "$short" "$long" "$repeats" <<'PY'
+python3 - "$counts" "$short" "$long" "$repeats" "$cg_size" <<'PY'
 import statistics, sys
 per = {}
 for line in open(sys.argv[1]):
     which, shm, ir = line.split()
     per.setdefault((shm, which), []).append(int(ir))
-short, long, repeats = sys.argv[2:5]
-print(f"callgrind: instructions per all_reduce call at 64 KiB on rank 0 in the library's Rust code (shared-memory syncs left out),")
+short, long, repeats, size = sys.argv[2:6]
+print(f"callgrind: instructions per all_reduce call at {size} on rank 0 in the library's Rust code (shared-memory syncs left out),")
 print(f"(run of {long} calls - run of {short}) / {int(long) - int(short)};")
 print(f"{repeats} measurements each: median [min, max]")
 print()

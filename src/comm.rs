@@ -105,6 +105,9 @@ pub struct Comm {
     shrink: shrink::ShrinkState,
 }
 
+/// Works the watchdog's list holds before [`Comm::watch`] prunes it.
+const OUTSTANDING_ROOM: usize = 64;
+
 /// An application's function run when a comm is aborted.
 pub type AbortHook = Box<dyn Fn(&Error) + Send + Sync>;
 
@@ -203,7 +206,9 @@ impl Comm {
             state: Mutex::new(State::Active),
             active: AtomicBool::new(true),
             ticker: watchdog::Ticker::default(),
-            outstanding: Mutex::new(Vec::new()),
+            // Room for many calls between the prunings that `watch` makes
+            // when the list is full (each a pass over it).
+            outstanding: Mutex::new(Vec::with_capacity(OUTSTANDING_ROOM)),
             threads: Mutex::new(Vec::new()),
             first_failure: Mutex::new(None),
             recorder: FlightRecorder::new(config().flight_recorder),
@@ -450,6 +455,12 @@ impl Comm {
         self.backend.wait_idle();
         for w in lock(&self.outstanding).drain(..).collect::<Vec<_>>() {
             let _ = w.wait_blocking();
+        }
+        // Watched works still in the flight recorder's ring are on no list.
+        for w in self.recorder.works() {
+            if !w.known_finished() {
+                let _ = w.wait_blocking();
+            }
         }
         let aborted = self.async_error();
         self.mark_finalized();

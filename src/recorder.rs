@@ -103,56 +103,76 @@ impl FlightRecorder {
     #[cfg(test)]
     pub fn record(&self, op: &Op, async_op: bool, work: Result<&Arc<dyn Work>, ErrorKind>) -> u64 {
         let seq = self.reserve();
-        self.record_as(seq, op, async_op, work);
+        self.record_as(seq, op, async_op, work, Instant::now());
         seq
     }
 
+    /// Whether the ring keeps works (it is not off): the comm's watchdog
+    /// then looks at the works of its entries ([`FlightRecorder::works`]),
+    /// and those it drops unfinished are handed back to be watched.
+    pub fn holds_works(&self) -> bool {
+        self.capacity > 0
+    }
+
     /// [`FlightRecorder::record`] under a number taken by
-    /// [`FlightRecorder::reserve`].
+    /// [`FlightRecorder::reserve`], issued at `issued` (the caller's clock
+    /// read, which the work's start may share). Returns the work of the
+    /// entry it replaced when that one is not known finished: no longer
+    /// in the ring, it must be watched elsewhere.
     pub fn record_as(
         &self,
         seq: u64,
         op: &Op,
         async_op: bool,
         work: Result<&Arc<dyn Work>, ErrorKind>,
-    ) {
+        issued: Instant,
+    ) -> Option<Arc<dyn Work>> {
         if self.capacity == 0 {
-            return;
+            return None;
         }
-        let target = match op {
-            Op::PointToPoint(PointToPoint::One(p)) => Target::Peer(p.peer),
-            Op::PointToPoint(PointToPoint::Batch(ops)) => Target::Batch(ops.len()),
-            _ => match op.signature() {
-                Some((_, _, root)) if root >= 0 => Target::Root(root),
-                _ => Target::None,
-            },
-        };
+        let (dtype, elements, target) = shape(op);
         let (work, refused) = match work {
             Ok(w) => (Some(w.clone()), None),
             Err(kind) => (None, Some(kind)),
         };
-        let entry = Entry {
-            seq,
-            op: op.name(),
-            dtype: op.dtype(),
-            elements: op.elements(),
-            target,
-            async_op,
-            issued: Instant::now(),
-            work,
-            refused,
-        };
         let mut ring = self.lock();
         if ring.entries.len() < self.capacity {
-            ring.entries.push(entry);
-            return;
+            ring.entries.push(Entry {
+                seq,
+                op: op.name(),
+                dtype,
+                elements,
+                target,
+                async_op,
+                issued,
+                work,
+                refused,
+            });
+            return None;
         }
         let at = ring.oldest;
         ring.oldest = if at + 1 == self.capacity { 0 } else { at + 1 };
-        let dropped = std::mem::replace(&mut ring.entries[at], entry);
-        // Its work is released outside the lock.
+        // Written field by field in place: no entry built and moved.
+        let e = &mut ring.entries[at];
+        e.seq = seq;
+        e.op = op.name();
+        e.dtype = dtype;
+        e.elements = elements;
+        e.target = target;
+        e.async_op = async_op;
+        e.issued = issued;
+        e.refused = refused;
+        let dropped = std::mem::replace(&mut e.work, work);
+        // Its work is released (or handed back) outside the lock.
         drop(ring);
-        drop(dropped);
+        dropped.filter(|w| !w.known_finished())
+    }
+
+    /// The works of the entries (a copy: their status is read outside the
+    /// ring's lock).
+    pub fn works(&self) -> Vec<Arc<dyn Work>> {
+        let ring = self.lock();
+        ring.entries.iter().filter_map(|e| e.work.clone()).collect()
     }
 
     /// Operations issued so far (the next sequence number minus one).
@@ -227,6 +247,37 @@ impl FlightRecorder {
             );
         }
         out
+    }
+}
+
+/// An operation's (dtype, elements, root or peer), as [`Op::dtype`],
+/// [`Op::elements`] and [`Op::signature`] give them, from one look at its
+/// family.
+#[inline(always)]
+fn shape(op: &Op) -> (Option<DType>, usize, Target) {
+    match op {
+        Op::PointToPoint(PointToPoint::One(p)) => (Some(p.dtype), p.count, Target::Peer(p.peer)),
+        Op::PointToPoint(PointToPoint::Batch(ops)) => {
+            (op.dtype(), op.elements(), Target::Batch(ops.len()))
+        }
+        Op::AllToAll(_) => {
+            let target = match op.signature() {
+                Some((_, _, root)) if root >= 0 => Target::Root(root),
+                _ => Target::None,
+            };
+            (op.dtype(), op.elements(), target)
+        }
+        _ => match op.signature() {
+            Some((dtype, count, root)) => {
+                let target = if root >= 0 {
+                    Target::Root(root)
+                } else {
+                    Target::None
+                };
+                (dtype, count, target)
+            }
+            None => (None, 0, Target::None),
+        },
     }
 }
 
@@ -335,6 +386,78 @@ mod tests {
             !text.contains("all_reduce"),
             "the oldest entries were dropped: {text}"
         );
+    }
+
+    /// What the ring drops unfinished is handed back (to be watched
+    /// elsewhere); what is finished, or not a work, is not.
+    #[test]
+    fn an_entry_dropped_unfinished_hands_its_work_back() {
+        let r = FlightRecorder::new(2);
+        let done: Arc<dyn Work> = Arc::new(DoneWork(Ok(())));
+        let pending: Arc<dyn Work> = Arc::new(Pending);
+        let record = |w: std::result::Result<&Arc<dyn Work>, ErrorKind>| {
+            let seq = r.reserve();
+            r.record_as(seq, &Op::Barrier, false, w, Instant::now())
+        };
+        assert!(record(Ok(&pending)).is_none(), "the ring has room");
+        assert!(record(Ok(&done)).is_none());
+        let back = record(Err(ErrorKind::Aborted)).expect("pending dropped");
+        assert!(Arc::ptr_eq(&back, &pending));
+        assert!(record(Ok(&done)).is_none(), "a finished work is not");
+        assert!(record(Ok(&done)).is_none(), "nor a refusal");
+        assert_eq!(r.works().len(), 2);
+    }
+
+    /// The recorder's one look at an operation gives what `Op::dtype`,
+    /// `Op::elements` and `Op::signature` give, for every family.
+    #[test]
+    fn shape_agrees_with_the_op_accessors() {
+        let p = |x: usize| Ptr(x as *mut c_void);
+        let sum = ReduceOp::SUM;
+        let f = DType::F32;
+        let refused = Op::Refused(crate::op::Refusal {
+            call: "tc_broadcast",
+            rank: 1,
+            error: crate::error::Error::invalid_argument("test"),
+        });
+        let ops = [
+            Op::all_reduce(p(8), 5, f, sum),
+            Op::reduce(p(8), 5, f, 2, sum),
+            Op::reduce_scatter(p(8), vec![p(16), p(24)], 3, f, sum),
+            Op::reduce_scatter_single(p(8), p(16), 3, f, sum),
+            Op::reduce_scatter_v(p(8), p(16), vec![1, 2, 4], f, sum),
+            Op::all_gather(vec![p(8), p(16)], p(24), 3, f),
+            Op::all_gather_single(p(8), p(16), 3, f),
+            Op::all_gather_v(p(8), p(16), vec![2, 5], f),
+            Op::gather(vec![p(8), p(16)], p(24), 3, f, 1),
+            Op::gather_single(p(8), p(16), 3, f, 0),
+            Op::broadcast(p(8), 7, DType::I64, 2),
+            Op::scatter(p(8), vec![p(16), p(24)], 3, f, 1),
+            Op::all_to_all(vec![p(8), p(16)], vec![p(24), p(32)], 3, f),
+            Op::all_to_all_single(p(8), p(16), 3, f),
+            Op::all_to_all_v_single(p(8), vec![1, 6], p(16), vec![2, 3], f),
+            Op::Barrier,
+            refused,
+            Op::send(p(8), 3, DType::U8, 1, 0),
+            Op::recv(p(8), 4, DType::I32, 0, 7),
+            Op::batch(vec![]),
+        ];
+        for op in &ops {
+            let target = match op {
+                Op::PointToPoint(PointToPoint::One(p)) => Target::Peer(p.peer),
+                Op::PointToPoint(PointToPoint::Batch(ops)) => Target::Batch(ops.len()),
+                _ => match op.signature() {
+                    Some((_, _, root)) if root >= 0 => Target::Root(root),
+                    _ => Target::None,
+                },
+            };
+            assert_eq!(
+                shape(op),
+                (op.dtype(), op.elements(), target),
+                "{}",
+                op.name()
+            );
+        }
     }
 
     #[test]

@@ -163,16 +163,22 @@ impl DType {
     }
 
     /// Bytes of `count` elements, or an error naming `arg` on overflow.
+    #[inline]
     pub fn bytes(self, count: usize, arg: &str) -> Result<usize> {
-        count
-            .checked_mul(self.size())
-            .filter(|b| *b <= isize::MAX as usize)
-            .ok_or_else(|| {
-                Error::invalid_argument(format!(
-                    "argument '{arg}': {count} elements of {} overflow the address space",
-                    self.name()
-                ))
-            })
+        match count.checked_mul(self.size()) {
+            Some(b) if b <= isize::MAX as usize => Ok(b),
+            _ => Err(self.too_many(count, arg)),
+        }
+    }
+
+    /// [`DType::bytes`]' error, out of line: every call's validation asks.
+    #[cold]
+    #[inline(never)]
+    fn too_many(self, count: usize, arg: &str) -> Error {
+        Error::invalid_argument(format!(
+            "argument '{arg}': {count} elements of {} overflow the address space",
+            self.name()
+        ))
     }
 }
 
@@ -263,33 +269,48 @@ impl ReduceOp {
         factor: PremulFactor::Host(1.0),
     };
 
+    #[inline]
     pub fn from_c(op: &tc_reduce_op_t, arg: &str) -> Result<ReduceOp> {
-        // The argument's name is formatted only for the error: this runs on
-        // every reduction call.
-        let kind = usize::try_from(op.kind)
+        // The argument's name is formatted only for the error (out of
+        // line): this runs on every reduction call.
+        let Some(kind) = usize::try_from(op.kind)
             .ok()
             .and_then(|i| RedKind::ALL.get(i).copied())
-            .ok_or_else(|| {
-                Error::invalid_argument(format!(
-                    "argument '{arg}.kind': unknown reduce op kind {}",
-                    op.kind
-                ))
-            })?;
+        else {
+            return Err(Self::refusal(op, arg));
+        };
         let factor = if op.premul_factor_ptr.is_null() {
             PremulFactor::Host(op.premul_factor)
         } else {
             PremulFactor::Pointer(op.premul_factor_ptr)
         };
-        if kind == RedKind::PremulSum {
-            if let PremulFactor::Host(f) = factor {
-                if !f.is_finite() {
-                    return Err(Error::invalid_argument(format!(
-                        "argument '{arg}.premul_factor' is not finite ({f})"
-                    )));
-                }
-            }
+        if kind == RedKind::PremulSum
+            && op.premul_factor_ptr.is_null()
+            && !op.premul_factor.is_finite()
+        {
+            return Err(Self::refusal(op, arg));
         }
         Ok(ReduceOp { kind, factor })
+    }
+
+    /// Why [`ReduceOp::from_c`] refuses `op`.
+    #[cold]
+    #[inline(never)]
+    fn refusal(op: &tc_reduce_op_t, arg: &str) -> Error {
+        if usize::try_from(op.kind)
+            .ok()
+            .and_then(|i| RedKind::ALL.get(i))
+            .is_none()
+        {
+            return Error::invalid_argument(format!(
+                "argument '{arg}.kind': unknown reduce op kind {}",
+                op.kind
+            ));
+        }
+        Error::invalid_argument(format!(
+            "argument '{arg}.premul_factor' is not finite ({})",
+            op.premul_factor
+        ))
     }
 
     /// Rejects bitwise reductions on floating-point dtypes.
@@ -382,4 +403,59 @@ pub unsafe fn c_string<'a>(p: *const c_char, arg: &str) -> Result<&'a str> {
     CStr::from_ptr(p)
         .to_str()
         .map_err(|_| Error::invalid_argument(format!("argument '{arg}' is not valid UTF-8")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c_op(kind: usize, factor: f64, ptr: *const c_void) -> tc_reduce_op_t {
+        tc_reduce_op_t {
+            kind: kind as tc_red_kind_t,
+            premul_factor: factor,
+            premul_factor_ptr: ptr,
+        }
+    }
+
+    /// The reduce op's checks (their messages built out of line): an
+    /// unknown kind and a PREMUL_SUM host factor that is not finite are
+    /// refused, naming the argument; a factor the op does not use is not
+    /// looked at.
+    #[test]
+    fn reduce_ops_from_c_are_checked() {
+        let premul = RedKind::ALL
+            .iter()
+            .position(|k| *k == RedKind::PremulSum)
+            .unwrap();
+        let sum = RedKind::ALL
+            .iter()
+            .position(|k| *k == RedKind::Sum)
+            .unwrap();
+        let unknown = ReduceOp::from_c(&c_op(RedKind::ALL.len(), 1.0, std::ptr::null()), "op");
+        let e = unknown.unwrap_err();
+        assert!(
+            e.message.contains("'op.kind': unknown reduce op kind"),
+            "{}",
+            e.message
+        );
+        let e = ReduceOp::from_c(&c_op(premul, f64::NAN, std::ptr::null()), "op").unwrap_err();
+        assert!(
+            e.message.contains("'op.premul_factor' is not finite"),
+            "{}",
+            e.message
+        );
+        let x = 2.0f64;
+        let by_pointer = ReduceOp::from_c(&c_op(premul, f64::NAN, (&x as *const f64).cast()), "op");
+        assert!(matches!(
+            by_pointer.unwrap().factor,
+            PremulFactor::Pointer(_)
+        ));
+        let ok = ReduceOp::from_c(&c_op(premul, 0.5, std::ptr::null()), "op").unwrap();
+        assert_eq!(
+            (ok.kind, ok.factor),
+            (RedKind::PremulSum, PremulFactor::Host(0.5))
+        );
+        let ok = ReduceOp::from_c(&c_op(sum, f64::INFINITY, std::ptr::null()), "op").unwrap();
+        assert_eq!(ok.kind, RedKind::Sum);
+    }
 }

@@ -48,6 +48,11 @@ pub trait Work: Send + Sync {
     /// Called by the watchdog: `Some(error)` once the operation has run longer
     /// than its timeout (marking it timed out).
     fn check_timeout(&self, now: Instant) -> Option<Error>;
+    /// Whether the operation is known finished without asking anyone (a
+    /// device work's status queries the driver): false when unsure.
+    fn known_finished(&self) -> bool {
+        false
+    }
 }
 
 struct HostState {
@@ -108,19 +113,32 @@ impl HostWork {
     }
 
     /// Makes this work what [`HostWork::new`] with these arguments makes,
-    /// in place (`&mut`: nobody else can see it).
-    pub fn renew(&mut self, op: &'static str, comm_label: Arc<str>, timeout: Duration) {
+    /// in place (`&mut`: nobody else can see it), and, with `started`, what
+    /// [`HostWork::start_at`] then makes of it, without taking its lock.
+    pub fn renew(
+        &mut self,
+        op: &'static str,
+        comm_label: &Arc<str>,
+        timeout: Duration,
+        started: Option<Instant>,
+    ) {
         self.op = op;
-        if !Arc::ptr_eq(&self.comm_label, &comm_label) {
-            self.comm_label = comm_label;
+        if !Arc::ptr_eq(&self.comm_label, comm_label) {
+            self.comm_label = comm_label.clone();
         }
         self.timeout = timeout;
-        match self.state.get_mut() {
-            Ok(state) => *state = HostState::new(),
-            // A completion hook panicked while the lock was held.
-            Err(_) => self.state = Mutex::new(HostState::new()),
+        let mut state = HostState::new();
+        if started.is_some() {
+            state.status = WorkStatus::InProgress;
+            state.started = started;
         }
-        *self.status.get_mut() = WorkStatus::NotStarted as i32;
+        let status = state.status as i32;
+        match self.state.get_mut() {
+            Ok(s) => *s = state,
+            // A completion hook panicked while the lock was held.
+            Err(_) => self.state = Mutex::new(state),
+        }
+        *self.status.get_mut() = status;
     }
 
     /// A started work that a new thread named `thread` completes with
@@ -165,6 +183,16 @@ impl HostWork {
         if s.status == WorkStatus::NotStarted {
             self.set_status(&mut s, WorkStatus::InProgress);
             s.started = Some(Instant::now());
+        }
+    }
+
+    /// [`HostWork::start`] with the clock read the caller made just before
+    /// (a call run at once on its caller's thread: its time of issue).
+    pub fn start_at(&self, now: Instant) {
+        let mut s = self.lock();
+        if s.status == WorkStatus::NotStarted {
+            self.set_status(&mut s, WorkStatus::InProgress);
+            s.started = Some(now);
         }
     }
 
@@ -216,6 +244,10 @@ impl HostWork {
 impl Work for HostWork {
     fn status(&self) -> WorkStatus {
         WorkStatus::from_i32(self.status.load(Ordering::Acquire))
+    }
+
+    fn known_finished(&self) -> bool {
+        self.status().is_finished()
     }
 
     fn wait(&self, _stream: *mut c_void) -> Result<()> {
@@ -282,5 +314,8 @@ impl Work for DoneWork {
     }
     fn check_timeout(&self, _now: Instant) -> Option<Error> {
         None
+    }
+    fn known_finished(&self) -> bool {
+        true
     }
 }

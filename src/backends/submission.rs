@@ -11,7 +11,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::op::{Op, OpOptions};
 use crate::work::Work;
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The post hooks owed to one operation: run once with its outcome and
 /// whether it finished (false: a device operation only enqueued).
@@ -85,15 +85,23 @@ impl Submission<'_> {
     /// it can run).
     #[inline]
     pub fn tell(&self, op: &Op, issue: Issue<'_>) {
-        self.comm.issued(self.seq, op, self.opts.async_op, issue);
+        self.tell_at(op, issue, Instant::now());
+    }
+
+    /// [`Submission::tell`] with the time of issue the caller read (and
+    /// uses again, for a work it starts at once).
+    #[inline]
+    pub fn tell_at(&self, op: &Op, issue: Issue<'_>, at: Instant) {
+        self.comm
+            .issued(self.seq, op, self.opts.async_op, issue, at);
     }
 }
 
 /// The comm as its backend sees it: the one way back.
 pub trait CommEvents: Send + Sync {
     /// What became of operation `seq` (`op`, asynchronous or not) as it was
-    /// issued: the comm records it and watches its work.
-    fn issued(&self, seq: u64, op: &Op, async_op: bool, issue: Issue<'_>);
+    /// issued at `at`: the comm records it and watches its work.
+    fn issued(&self, seq: u64, op: &Op, async_op: bool, issue: Issue<'_>, at: Instant);
     /// Fails once the comm was finalized or aborted.
     fn check_active(&self) -> Result<()>;
     /// An operation failed: the comm decides whether it aborts.
@@ -120,9 +128,9 @@ impl CommLink {
 /// The connected comm's answers; without one (not yet connected, or gone),
 /// no operation may run.
 impl CommEvents for CommLink {
-    fn issued(&self, seq: u64, op: &Op, async_op: bool, issue: Issue<'_>) {
+    fn issued(&self, seq: u64, op: &Op, async_op: bool, issue: Issue<'_>, at: Instant) {
         if let Some(comm) = self.comm() {
-            comm.issued(seq, op, async_op, issue);
+            comm.issued(seq, op, async_op, issue, at);
         }
     }
 
@@ -153,7 +161,7 @@ mod tests {
     }
 
     impl CommEvents for Probe {
-        fn issued(&self, _: u64, _: &Op, _: bool, _: Issue<'_>) {}
+        fn issued(&self, _: u64, _: &Op, _: bool, _: Issue<'_>, _: Instant) {}
         fn check_active(&self) -> Result<()> {
             if self.active {
                 Ok(())

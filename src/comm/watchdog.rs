@@ -64,6 +64,15 @@ impl Comm {
                 }
                 !w.status().is_finished()
             });
+            // The works still in the flight recorder's ring are on no list
+            // (see `CommEvents::issued`).
+            for w in self.recorder.works() {
+                if !w.known_finished() {
+                    if let Some(e) = w.check_timeout(now) {
+                        expired.get_or_insert(e);
+                    }
+                }
+            }
             if let Some(e) = expired.or_else(|| self.backend.abilities().async_error()) {
                 self.record_failure(e);
             }
@@ -120,7 +129,72 @@ impl Comm {
 #[cfg(test)]
 mod tests {
     use super::Ticker;
-    use std::time::Duration;
+    use crate::backends::{CommEvents, Issue};
+    use crate::comm::{Comm, CommOptions, Op};
+    use crate::store::FileStore;
+    use crate::types::Device;
+    use crate::work::{DoneWork, HostWork, Work, WorkStatus};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    /// A watched work is on no list while the flight recorder's ring holds
+    /// it, and joins the watchdog's list when the ring drops it unfinished:
+    /// both must still time out.
+    #[test]
+    fn works_in_the_recorders_ring_and_dropped_from_it_time_out() {
+        let path = std::env::temp_dir().join(format!("tc-watchdog-ring-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let store = Arc::new(FileStore::new(&path, 1, Duration::from_secs(10)).unwrap());
+        let comm = Comm::new(
+            "gloo",
+            Device::Cpu,
+            CommOptions {
+                name: Some("watchdog-ring".into()),
+                rank: Some(0),
+                world_size: Some(1),
+                store: Some(store),
+                abort_on_error: Some(false),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(comm.recorder.holds_works());
+        let timeout = Duration::from_millis(100);
+        let stuck = |name| {
+            let w = Arc::new(HostWork::new(name, "test".into(), timeout));
+            w.start();
+            w
+        };
+        let dropped = stuck("barrier");
+        let kept = stuck("all_reduce");
+        let issue = |w: &Arc<dyn Work>| {
+            let seq = comm.recorder.reserve();
+            comm.issued(seq, &Op::Barrier, true, Issue::Watched(w), Instant::now());
+        };
+        issue(&(dropped.clone() as Arc<dyn Work>));
+        // Enough finished ones after it to push it out of the ring.
+        let done: Arc<dyn Work> = Arc::new(DoneWork(Ok(())));
+        for _ in 0..crate::config::config().flight_recorder {
+            issue(&done);
+        }
+        issue(&(kept.clone() as Arc<dyn Work>));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while [&dropped, &kept]
+            .iter()
+            .any(|w| w.status() != WorkStatus::TimedOut)
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(
+            dropped.status(),
+            WorkStatus::TimedOut,
+            "dropped from the ring"
+        );
+        assert_eq!(kept.status(), WorkStatus::TimedOut, "still in the ring");
+        let _ = comm.finalize();
+    }
 
     #[test]
     fn a_stopped_ticker_ends_the_watchdog_loop() {

@@ -17,8 +17,10 @@
 
 use crate::error::{Error, Result};
 use std::alloc::Layout;
+use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, PoisonError, RwLock};
 
 /// The C type of a handle, as the registry records it.
@@ -92,6 +94,20 @@ struct Registry {
 
 static REGISTRY: LazyLock<RwLock<Registry>> = LazyLock::new(Default::default);
 
+/// Changes made to the live handles so far: raised, under the registry's
+/// write lock, by every insertion and removal. A handle found live when it
+/// read `n` is still live while it reads `n`.
+static CHANGES: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The handle this thread last found live: (key, type, [`CHANGES`] read
+    /// before the look). A thread calls with the same comm over and over:
+    /// while nothing changed, its next check is two compares instead of the
+    /// registry's lock and table (about 40 instructions of every call).
+    static LAST_LIVE: Cell<(usize, Option<HandleType>, u64)> =
+        const { Cell::new((0, None, u64::MAX)) };
+}
+
 /// The registry's key of an address: its complement, so that the table holds
 /// no pointer to the handle and a leak checker still sees a leaked handle as
 /// lost rather than reachable from the registry.
@@ -130,20 +146,33 @@ fn refusal<T: Handle>(p: *const T, arg: &str) -> Error {
 /// Checks that `p` is a live handle of type `T`.
 #[inline]
 fn check<T: Handle>(p: *const T, arg: &str) -> Result<()> {
-    if !p.is_null() && live_type(p) == Some(T::TYPE) {
-        return Ok(());
+    if !p.is_null() {
+        // Read before the look: a change made meanwhile leaves the stamp
+        // stale, so the next check looks again.
+        let changes = CHANGES.load(Ordering::Acquire);
+        let seen = (key(p), Some(T::TYPE), changes);
+        if LAST_LIVE.with(Cell::get) == seen {
+            return Ok(());
+        }
+        if live_type(p) == Some(T::TYPE) {
+            LAST_LIVE.with(|last| last.set(seen));
+            return Ok(());
+        }
     }
     Err(refusal(p, arg))
+}
+
+/// Counts a change of the live handles (`_registry`: held for writing).
+fn changed(_registry: &mut Registry) {
+    CHANGES.fetch_add(1, Ordering::Release);
 }
 
 /// Moves a Rust object to the C side as an owned, registered handle.
 pub fn into_handle<T: Handle>(value: T) -> *mut T {
     let p = Box::into_raw(Box::new(value));
-    REGISTRY
-        .write()
-        .unwrap_or_else(PoisonError::into_inner)
-        .live
-        .insert(key(p), T::TYPE);
+    let mut registry = REGISTRY.write().unwrap_or_else(PoisonError::into_inner);
+    registry.live.insert(key(p), T::TYPE);
+    changed(&mut registry);
     p
 }
 
@@ -181,7 +210,7 @@ pub unsafe fn take_handle<T: Handle>(p: *mut T, arg: &str) -> Result<Option<T>> 
     let (value, oldest) = {
         let mut registry = REGISTRY.write().unwrap_or_else(PoisonError::into_inner);
         match registry.live.remove(&key(p)) {
-            Some(t) if t == T::TYPE => {}
+            Some(t) if t == T::TYPE => changed(&mut registry),
             found => {
                 if let Some(other) = found {
                     registry.live.insert(key(p), other);
@@ -249,6 +278,34 @@ mod tests {
         assert!(unsafe { take_handle(std::ptr::null_mut::<Apple>(), "n") }
             .unwrap()
             .is_none());
+    }
+
+    /// A thread's last live handle is remembered: freeing it (here or on
+    /// another thread) must make the next check look again and refuse it.
+    #[test]
+    fn a_handle_found_live_and_then_freed_is_refused() {
+        let a = into_handle(Apple(3));
+        assert!(unsafe { handle_ref(a, "a") }.is_ok());
+        assert!(unsafe { handle_ref(a, "a") }.is_ok(), "the remembered one");
+        assert!(unsafe { take_handle(a, "a") }.unwrap().is_some());
+        let e = unsafe { handle_ref(a, "a") }.unwrap_err();
+        assert!(e.message.contains("not a live tc_work_t"), "{}", e.message);
+
+        let b = into_handle(Apple(4));
+        assert!(unsafe { handle_ref(b, "b") }.is_ok());
+        let addr = b as usize;
+        std::thread::spawn(move || unsafe { take_handle(addr as *mut Apple, "b") }.unwrap())
+            .join()
+            .unwrap();
+        assert!(
+            unsafe { handle_ref(b, "b") }.is_err(),
+            "freed by another thread"
+        );
+        // Nor is a remembered handle taken for one of another type.
+        let c = into_handle(Apple(5));
+        assert!(unsafe { handle_ref(c, "c") }.is_ok());
+        assert!(unsafe { handle_ref(c as *const Pear, "c") }.is_err());
+        assert!(unsafe { take_handle(c, "c") }.unwrap().is_some());
     }
 
     #[test]

@@ -16,12 +16,12 @@ use super::{Abilities, Backend, BackendInit, BufferHome};
 use crate::error::{Error, Result};
 use crate::op::Op;
 use crate::util::lock;
-use crate::work::{DoneWork, Work};
-use queue::{completes_at_once, HostQueue, Issued, Job};
+use crate::work::{DoneWork, HostWork, Work};
+use queue::{completes_at_once, Claim, HostQueue, Job};
 use recycled_works::RecycledWorks;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A backend that runs operations on the host, one at a time, to
 /// completion on the calling thread; what else it answers is its
@@ -81,20 +81,39 @@ impl<B: HostBackend> HostExecutor<B> {
 }
 
 impl<B: HostBackend> Shared<B> {
-    /// Runs one operation (its `running` slot already taken) for `comm` and
-    /// releases the slot.
+    /// Runs one queued job (its `running` slot already taken) for `comm`
+    /// and releases the slot.
     fn execute(&self, job: Job, comm: &dyn CommEvents) {
+        self.run(&job.op, job.timeout, &job.work, true, comm);
+    }
+
+    /// Runs `op` (its `running` slot already taken) for `comm`, completing
+    /// `work` (which it starts first when `start`: a call run inline has its
+    /// work started when taken), and releases the slot.
+    fn run(&self, op: &Op, timeout: Duration, work: &HostWork, start: bool, comm: &dyn CommEvents) {
         let result = comm.check_active().and_then(|()| {
-            job.work.start();
-            crate::log_trace!("start {}", job.work.description());
-            self.backend.run(&job.op, job.timeout)
+            if start {
+                work.start();
+            }
+            crate::log_trace!("start {}", work.description());
+            self.backend.run(op, timeout)
         });
-        let result = result.map_err(|e| e.context(job.work.description()));
+        let result = result.map_err(|e| e.context(work.description()));
         if let Err(e) = &result {
             comm.operation_failed(e.clone());
         }
-        job.work.complete(result);
+        work.complete(result);
         self.queue.finished();
+    }
+}
+
+impl<B: HostBackend> HostExecutor<B> {
+    /// Fails `work`, issued after the queue stopped; returns the error.
+    #[cold]
+    fn shutting_down(&self, work: &HostWork) -> Error {
+        let e = Error::invalid_usage(format!("comm '{}' is shutting down", self.name));
+        work.complete(Err(e.clone()));
+        e
     }
 }
 
@@ -134,28 +153,44 @@ impl<B: HostBackend> Backend for HostExecutor<B> {
             Err(e) => return Err(sub.refuse(&op, e)),
         };
         let blocking = !sub.opts.async_op || staged.is_some();
+        let claim = match blocking {
+            true => self.shared.queue.claim(),
+            false => Claim::Busy,
+        };
+        // Run inline, the operation starts at once: one clock read for the
+        // flight recorder's time of issue and its work's start, and the
+        // work is taken started (its lock not taken for that).
+        let started = (claim == Claim::Inline).then(Instant::now);
         let work = self.works.take(
             op.name(),
-            sub.label.clone(),
+            sub.label,
             sub.timeout + self.shared.backend.watchdog_grace(),
+            started,
         );
         if let Some(post) = sub.post.take() {
             work.on_complete(Box::new(move |r| post(r, true)));
         }
         let handle: Arc<dyn Work> = work.clone();
-        sub.tell(&op, super::Issue::Watched(&handle));
-        let job = Job {
-            op,
-            timeout: sub.timeout,
-            work: work.clone(),
-        };
-        match self.shared.queue.issue(job, blocking) {
-            Issued::Queued => {}
-            Issued::RunInline(job) => self.shared.execute(job, sub.comm),
-            Issued::Stopped(_) => {
-                let e = Error::invalid_usage(format!("comm '{}' is shutting down", self.name));
-                work.complete(Err(e.clone()));
-                return Err(e);
+        match claim {
+            Claim::Inline => {
+                let at = started.unwrap_or_else(Instant::now);
+                sub.tell_at(&op, super::Issue::Watched(&handle), at);
+                self.shared.run(&op, sub.timeout, &work, false, sub.comm);
+            }
+            Claim::Busy => {
+                sub.tell(&op, super::Issue::Watched(&handle));
+                let job = Job {
+                    op,
+                    timeout: sub.timeout,
+                    work: work.clone(),
+                };
+                if self.shared.queue.push(job).is_err() {
+                    return Err(self.shutting_down(&work));
+                }
+            }
+            Claim::Stopped => {
+                sub.tell(&op, super::Issue::Watched(&handle));
+                return Err(self.shutting_down(&work));
             }
         }
         if blocking {

@@ -9,9 +9,8 @@
 
 use crate::util::lock;
 use crate::work::HostWork;
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Works kept at most: past this, the oldest is let go (whoever still
 /// holds it frees it). Above the recorder's default ring of 64 plus the
@@ -20,33 +19,52 @@ const KEPT: usize = 128;
 
 #[derive(Default)]
 pub struct RecycledWorks {
-    /// Issued works, oldest first.
-    issued: Mutex<VecDeque<Arc<HostWork>>>,
+    issued: Mutex<Issued>,
+}
+
+/// The issued works in a ring: oldest first from `oldest` (wrapping), so
+/// that renewing the oldest in place moves nothing (a queue popped and
+/// pushed at every call cost about 30 instructions more).
+#[derive(Default)]
+struct Issued {
+    works: Vec<Arc<HostWork>>,
+    oldest: usize,
 }
 
 impl RecycledWorks {
-    /// A new work, as [`HostWork::new`] makes it: the oldest one issued,
+    /// A new work, as [`HostWork::new`] makes it (started at `started`, if
+    /// given, as [`HostWork::start_at`] makes it): the oldest one issued,
     /// renewed, when nobody else holds it any more, else a fresh one.
-    pub fn take(&self, op: &'static str, comm_label: Arc<str>, timeout: Duration) -> Arc<HostWork> {
+    pub fn take(
+        &self,
+        op: &'static str,
+        comm_label: &Arc<str>,
+        timeout: Duration,
+        started: Option<Instant>,
+    ) -> Arc<HostWork> {
         let mut issued = lock(&self.issued);
-        let work = match issued.pop_front() {
-            Some(mut oldest) => match Arc::get_mut(&mut oldest) {
-                Some(unshared) => {
-                    unshared.renew(op, comm_label, timeout);
-                    oldest
-                }
-                None => {
-                    issued.push_front(oldest);
-                    Arc::new(HostWork::new(op, comm_label, timeout))
-                }
-            },
-            None => Arc::new(HostWork::new(op, comm_label, timeout)),
-        };
-        if issued.len() >= KEPT {
-            issued.pop_front();
+        let Issued { works, oldest } = &mut *issued;
+        let at = *oldest;
+        if let Some(unshared) = works.get_mut(at).and_then(Arc::get_mut) {
+            unshared.renew(op, comm_label, timeout, started);
+            // The renewed work is now the newest.
+            *oldest = if at + 1 == works.len() { 0 } else { at + 1 };
+            return works[at].clone();
         }
-        issued.push_back(work.clone());
-        work
+        let fresh = Arc::new(HostWork::new(op, comm_label.clone(), timeout));
+        if let Some(at) = started {
+            fresh.start_at(at);
+        }
+        if works.len() < KEPT {
+            // The newest, just before the oldest (still held, kept).
+            works.insert(at, fresh.clone());
+            *oldest = (at + 1) % works.len();
+        } else {
+            // Full: the oldest is let go (whoever holds it frees it).
+            works[at] = fresh.clone();
+            *oldest = if at + 1 == works.len() { 0 } else { at + 1 };
+        }
+        fresh
     }
 }
 
@@ -56,7 +74,12 @@ mod tests {
     use crate::work::{Work, WorkStatus};
 
     fn take(works: &RecycledWorks) -> Arc<HostWork> {
-        works.take("barrier", "test comm".into(), Duration::from_secs(60))
+        works.take(
+            "barrier",
+            &"test comm".into(),
+            Duration::from_secs(60),
+            None,
+        )
     }
 
     #[test]
@@ -99,11 +122,54 @@ mod tests {
         assert!(again.wait_blocking().is_ok(), "without its old error");
     }
 
+    /// Round the ring and round again: works released are reused in the
+    /// order they were issued, none made anew.
+    #[test]
+    fn released_works_come_back_oldest_first() {
+        let works = RecycledWorks::default();
+        let held: Vec<_> = (0..KEPT).map(|_| take(&works)).collect();
+        let first: Vec<_> = held.iter().map(Arc::as_ptr).collect();
+        drop(held);
+        for round in 0..2 {
+            for (i, at) in first.iter().enumerate() {
+                let w = take(&works);
+                assert_eq!(Arc::as_ptr(&w), *at, "round {round}, work {i}");
+            }
+        }
+    }
+
+    /// Taken started (a call run inline), fresh or renewed: in progress
+    /// since the given time, which the watchdog's timeout counts from.
+    #[test]
+    fn a_work_taken_started_runs_since_then() {
+        let works = RecycledWorks::default();
+        let Some(long_ago) = Instant::now().checked_sub(Duration::from_secs(120)) else {
+            return;
+        };
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            let w = works.take(
+                "barrier",
+                &"c".into(),
+                Duration::from_secs(60),
+                Some(long_ago),
+            );
+            seen.push(Arc::as_ptr(&w));
+            assert_eq!(w.status(), WorkStatus::InProgress);
+            let e = w.check_timeout(Instant::now()).expect("past its timeout");
+            assert!(e.message.contains("timed out after"), "{}", e.message);
+            assert_eq!(w.status(), WorkStatus::TimedOut);
+        }
+        assert_eq!(seen[0], seen[1], "the second one was renewed");
+        let fresh = take(&works);
+        assert_eq!(fresh.status(), WorkStatus::NotStarted);
+    }
+
     #[test]
     fn at_most_kept_works_are_held() {
         let works = RecycledWorks::default();
         let held: Vec<_> = (0..KEPT + 10).map(|_| take(&works)).collect();
-        assert_eq!(lock(&works.issued).len(), KEPT);
+        assert_eq!(lock(&works.issued).works.len(), KEPT);
         assert!(held.iter().all(|w| Arc::strong_count(w) <= 2));
     }
 }

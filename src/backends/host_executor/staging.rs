@@ -38,6 +38,12 @@ pub(crate) fn pointer_device(ptr: *const c_void) -> Result<i32> {
     Ok(ordinal)
 }
 
+/// Whether `op` names any buffer at all (a barrier or a refusal names
+/// none).
+fn has_buffers(op: &Op) -> bool {
+    !matches!(op, Op::Barrier | Op::Refused(_))
+}
+
 fn synchronize(stream: sys::CUstream) -> Result<()> {
     // SAFETY: the stream is the caller's (NULL: the legacy default stream).
     cuda::stream_synchronize(stream)
@@ -47,7 +53,9 @@ fn synchronize(stream: sys::CUstream) -> Result<()> {
 /// on `stream`, which is then synchronized). `None` when no buffer is device
 /// memory (always, without a CUDA driver).
 pub fn stage_in(op: &mut Op, rank: i32, size: i32, stream: *mut c_void) -> Result<Option<Staged>> {
-    if !cuda::may_hold_device_memory() {
+    // An operation without buffers needs no look at the driver (which,
+    // without one, is a walk of the loader's list of objects).
+    if !has_buffers(op) || !cuda::may_hold_device_memory() {
         return Ok(None);
     }
     let mut on_device = None;
@@ -148,6 +156,27 @@ mod tests {
         assert!(buffers(Op::Barrier, 0, 2).is_empty());
     }
 
+    /// The operations staging skips without asking for the driver name no
+    /// buffer at all; every other one may.
+    #[test]
+    fn only_operations_without_buffers_skip_the_look() {
+        let refused = Op::Refused(crate::op::Refusal {
+            call: "tc_all_reduce",
+            rank: 0,
+            error: crate::error::Error::invalid_argument("test"),
+        });
+        for op in [Op::Barrier, refused] {
+            assert!(!has_buffers(&op), "{}", op.name());
+            assert!(buffers(op, 0, 2).is_empty());
+        }
+        let ar = Op::all_reduce(p(9), 3, DType::F32, crate::types::ReduceOp::SUM);
+        let send = Op::send(p(9), 3, DType::F32, 1, 0);
+        for op in [ar, send] {
+            assert!(has_buffers(&op), "{}", op.name());
+            assert!(!buffers(op, 0, 2).is_empty());
+        }
+    }
+
     /// With a driver (a GPU, or the simulated one of `make sim-gpu-test`): a
     /// staged operation on a capturing stream is refused before anything is
     /// enqueued, and the caller's capture stays valid.
@@ -173,6 +202,55 @@ mod tests {
         );
         assert!(e.message.contains("captur"), "{}", e.message);
         cuda::GraphExec::end_capture(&dev, stream.raw()).expect("the capture must still be valid");
+    }
+
+    /// The look for the driver is made again at every call: a driver the
+    /// program loads after its first host call (as torch or the CUDA
+    /// runtime would) is seen, and a device buffer of a later call is
+    /// staged. Run in a process of its own (this test binary again, this
+    /// test alone), since loading a driver changes the whole process; on
+    /// the simulated driver of `make sim-gpu-test`, skipped without it.
+    #[test]
+    fn a_driver_loaded_after_the_first_call_is_seen() {
+        const NAME: &str =
+            "backends::host_executor::staging::tests::a_driver_loaded_after_the_first_call_is_seen";
+        let sim =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/sim_gpu/libcuda.so.1");
+        if std::env::var_os("TC_STAGING_CHILD").is_none() {
+            if !sim.exists() {
+                return;
+            }
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+                .env("TC_STAGING_CHILD", "1")
+                .env_remove("LD_LIBRARY_PATH")
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success() && text.contains("1 passed"), "{text}");
+            return;
+        }
+        let mut host = [1.0f32; 4];
+        let sum = crate::types::ReduceOp::SUM;
+        let mut op = Op::all_reduce(Ptr(host.as_mut_ptr().cast()), 4, DType::F32, sum);
+        assert!(stage_in(&mut op, 0, 1, std::ptr::null_mut())
+            .unwrap()
+            .is_none());
+        assert!(!cuda::may_hold_device_memory(), "no driver loaded yet");
+        // The program loads the driver itself, after that first call.
+        std::mem::forget(unsafe { libloading::Library::new(&sim) }.unwrap());
+        assert!(
+            cuda::may_hold_device_memory(),
+            "the driver loaded since must be seen"
+        );
+        let dev = cuda::Device::open(0).unwrap();
+        let _g = dev.scoped().unwrap();
+        let buf = cuda::DeviceBuffer::zeroed(&dev, 16).unwrap();
+        let mut op = Op::all_reduce(Ptr(buf.ptr()), 4, DType::F32, sum);
+        let staged = stage_in(&mut op, 0, 1, std::ptr::null_mut()).unwrap();
+        let staged = staged.expect("a device buffer of a later call is staged");
+        staged.finish().unwrap();
     }
 
     #[test]

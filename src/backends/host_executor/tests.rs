@@ -37,7 +37,7 @@ struct Probe {
 }
 
 impl CommEvents for Probe {
-    fn issued(&self, _: u64, _: &Op, _: bool, issue: Issue<'_>) {
+    fn issued(&self, _: u64, _: &Op, _: bool, issue: Issue<'_>, _: std::time::Instant) {
         lock(&self.told).push(match issue {
             Issue::Refused(_) => "refused",
             Issue::Watched(_) => "watched",

@@ -67,6 +67,12 @@ fn with_tag(mut op: Op, tag: u32) -> Result<Op> {
 }
 
 unsafe fn op_options_and_tag(p: *const tc_op_options_t) -> Result<(OpOptions, u32)> {
+    // NULL, what most calls pass: the defaults, without building the C
+    // struct's defaults and converting them (a unit test checks that both
+    // ways give the same options).
+    if p.is_null() {
+        return Ok((OpOptions::default(), 0));
+    }
     let o = read_versioned(p, "opts")?;
     let async_op = match o.async_op {
         0 => false,
@@ -224,4 +230,24 @@ pub extern "C" fn tc_comm_refuse(
         };
         Err(comm.refuse(call, Error::invalid_argument(reason)))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::Versioned;
+
+    /// NULL options take a shortcut: it must give what the C defaults
+    /// (`TC_OP_OPTIONS_INIT`) give through the full reading.
+    #[test]
+    fn null_options_are_the_c_defaults() {
+        let defaults = tc_op_options_t::defaults();
+        let (read, read_tag) = unsafe { op_options_and_tag(&defaults) }.unwrap();
+        let (null, null_tag) = unsafe { op_options_and_tag(std::ptr::null()) }.unwrap();
+        assert_eq!(null_tag, read_tag);
+        assert_eq!(null.async_op, read.async_op);
+        assert_eq!(null.timeout, read.timeout);
+        assert_eq!(null.stream, read.stream);
+        assert_eq!(null.hints, read.hints);
+    }
 }
