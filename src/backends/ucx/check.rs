@@ -200,11 +200,16 @@ impl<'a> Ctx<'a> {
     /// At the end of the collective: sends the check message if no step
     /// did (a collective without steps) and compares the neighbour's if no
     /// step did; when the call succeeded (`ok`), a folded payload that no
-    /// step took is a mismatch.
+    /// step took is a mismatch, and the check message, which may carry the
+    /// first step's data, is complete (as a step's own sends are) before
+    /// the call returns.
     pub fn finish_check(&mut self, ok: bool) -> Result<()> {
         // SAFETY: no sends, nothing read.
         unsafe { self.send_check(STEP_CHECK, &[]) };
         self.await_check(&mut [])?;
+        if ok {
+            self.w.flush(self.d, self.alive)?;
+        }
         match self.check.folded.take() {
             Some((_, len)) if ok => {
                 let (me, n) = (self.w.rank, self.w.size);

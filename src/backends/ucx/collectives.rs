@@ -185,7 +185,9 @@ impl Ctx<'_> {
                 }
             }
         }
-        self.w.wait(&mut reqs, self.d, self.alive, self.what)?;
+        if !reqs.is_empty() {
+            self.w.wait(&mut reqs, self.d, self.alive, self.what)?;
+        }
         let posted_recvs = recvs.iter().enumerate().filter(|(i, _)| taken != Some(*i));
         for (r, (_, &(peer, _, len))) in reqs[posted_sends..].iter().zip(posted_recvs) {
             if r.info.length != len {
