@@ -7,7 +7,7 @@
 //! (float32 against int32: the same bytes, which nothing but the check
 //! tells apart) on 2 and 3 ranks, where the first step's message to the
 //! right-hand neighbour travels inside the check message, and counts on
-//! either side of the largest message it carries (8 KiB), where one rank
+//! either side of the largest message it carries (64 KiB), where one rank
 //! folds and the other does not. The odd rank and its right-hand neighbour
 //! fail the call well before the 20 s timeout, naming the odd rank and the
 //! field that differs; every other rank fails it as promptly naming the
@@ -29,7 +29,7 @@ const OP_TIMEOUT: Duration = Duration::from_secs(20);
 const PROMPT: Duration = Duration::from_secs(5);
 const COUNT: usize = 8;
 /// Elements of float32 in the largest message the check message carries.
-const FOLDED: usize = 8192 / 4;
+const FOLDED: usize = 65536 / 4;
 /// The buffer every case splits into input and output.
 const BUF_BYTES: usize = 4 * 4 * (FOLDED + 2) * 2;
 
@@ -73,7 +73,7 @@ fn family_op(family: &str, buf: &mut [u8], count: usize, dtype: DType, kind: Red
 /// something else), and the field the error must name. A case "FAMILY
 /// FIELD" is that family with the count (8 against 6), the dtype (float32
 /// against int32) or the reduce op (sum against max) differing; "FAMILY
-/// count across 8 KiB" has 8 KiB of float32 against 8 bytes more.
+/// count across 64 KiB" has 64 KiB of float32 against 8 bytes more.
 fn mismatched_op(case: &str, me: usize, n: usize, buf: &mut [u8]) -> (Op, &'static str) {
     let odd = me == n - 1;
     let all_reduce =
@@ -90,7 +90,7 @@ fn mismatched_op(case: &str, me: usize, n: usize, buf: &mut [u8]) -> (Op, &'stat
     ];
     const FIELDS: &[&str] = &[
         "count",
-        "count across 8 KiB",
+        "count across 64 KiB",
         "dtype",
         "reduce op",
         "against barrier",
@@ -105,7 +105,7 @@ fn mismatched_op(case: &str, me: usize, n: usize, buf: &mut [u8]) -> (Op, &'stat
                 count -= 2 * usize::from(odd);
                 "count"
             }
-            "count across 8 KiB" => {
+            "count across 64 KiB" => {
                 count = FOLDED + 2 * usize::from(odd);
                 "count"
             }
@@ -292,15 +292,15 @@ fn ucx_mismatch_dtype_3_ranks() {
 }
 
 #[test]
-fn ucx_mismatch_all_reduce_count_across_8_kib_2_ranks() {
-    let test = "ucx_mismatch_all_reduce_count_across_8_kib_2_ranks";
-    case(test, "all_reduce count across 8 KiB", 2);
+fn ucx_mismatch_all_reduce_count_across_64_kib_2_ranks() {
+    let test = "ucx_mismatch_all_reduce_count_across_64_kib_2_ranks";
+    case(test, "all_reduce count across 64 KiB", 2);
 }
 
 #[test]
-fn ucx_mismatch_all_reduce_count_across_8_kib_3_ranks() {
-    let test = "ucx_mismatch_all_reduce_count_across_8_kib_3_ranks";
-    case(test, "all_reduce count across 8 KiB", 3);
+fn ucx_mismatch_all_reduce_count_across_64_kib_3_ranks() {
+    let test = "ucx_mismatch_all_reduce_count_across_64_kib_3_ranks";
+    case(test, "all_reduce count across 64 KiB", 3);
 }
 
 #[test]
@@ -330,9 +330,9 @@ fn ucx_mismatch_reduce_scatter_count_3_ranks() {
 }
 
 #[test]
-fn ucx_mismatch_reduce_scatter_count_across_8_kib_2_ranks() {
-    let test = "ucx_mismatch_reduce_scatter_count_across_8_kib_2_ranks";
-    case(test, "reduce_scatter count across 8 KiB", 2);
+fn ucx_mismatch_reduce_scatter_count_across_64_kib_2_ranks() {
+    let test = "ucx_mismatch_reduce_scatter_count_across_64_kib_2_ranks";
+    case(test, "reduce_scatter count across 64 KiB", 2);
 }
 
 #[test]
@@ -354,9 +354,9 @@ fn ucx_mismatch_all_gather_dtype_3_ranks() {
 }
 
 #[test]
-fn ucx_mismatch_all_gather_count_across_8_kib_3_ranks() {
-    let test = "ucx_mismatch_all_gather_count_across_8_kib_3_ranks";
-    case(test, "all_gather count across 8 KiB", 3);
+fn ucx_mismatch_all_gather_count_across_64_kib_3_ranks() {
+    let test = "ucx_mismatch_all_gather_count_across_64_kib_3_ranks";
+    case(test, "all_gather count across 64 KiB", 3);
 }
 
 #[test]

@@ -33,10 +33,11 @@
 use super::{copy, Ctx, Fingerprint, Request, FINGERPRINT_BYTES};
 use crate::error::{Error, Result};
 
-/// The largest first-step message folded into the check message (as
-/// point-to-point packs a payload with its descriptor up to 8 KiB): a
-/// copy of it on each side costs well under a message.
-pub(super) const FOLD_MAX: usize = 8192;
+/// The largest first-step message folded into the check message: up to
+/// here a copy of it on each side costs less than the message it saves
+/// (over TCP loopback a 2-rank all_reduce of 16 KiB took 18.5 µs folded
+/// against 28 µs not, of 64 KiB 68 against 75 µs).
+pub(super) const FOLD_MAX: usize = 64 << 10;
 /// A folded check message's header: the fingerprint, then the step's
 /// number (u64, little-endian); the payload follows.
 const FOLD_HEADER: usize = FINGERPRINT_BYTES + 8;
