@@ -3,7 +3,9 @@
 //! carries x every dtype x every reduce op, integers and bool bit for bit
 //! against the same operation on a Gloo comm of the same ranks, floats
 //! against a reference; point-to-point with several tags and sizes (eager
-//! and rendezvous); a rank killed mid-operation; UCX hidden from the loader.
+//! and rendezvous); a rank killed mid-operation; UCX hidden from the loader;
+//! each collective at sizes on either side of the largest first-step
+//! message that travels inside the neighbour check's message (64 KiB).
 //! Every test says SKIPPED (and passes) where libucp.so.0 is missing.
 
 mod gloo_common;
@@ -74,6 +76,120 @@ fn ucx_ops_3() {
 #[test]
 fn ucx_ops_4() {
     ops_world("ucx_ops_4", 4);
+}
+
+/// The elements of a float32 or uint8 buffer.
+fn elements(dtype: DType, b: &[u8]) -> Vec<f64> {
+    match dtype {
+        DType::F32 => b
+            .chunks_exact(4)
+            .map(|c| f32::from_ne_bytes(c.try_into().unwrap()) as f64)
+            .collect(),
+        _ => b.iter().map(|v| *v as f64).collect(),
+    }
+}
+
+/// Every collective (roots 0 and n - 1) over `count` elements of `dtype`
+/// per rank, checked element by element (sums of small integers: exact).
+fn check_collectives_at(ucx: &Comm, dtype: DType, count: usize, me: usize, n: usize) {
+    let es = dtype.size();
+    let what = format!("{dtype:?} count {count}");
+    let of = |r: usize, c: usize| data(dtype, c, r, 4);
+    let sum_of = |c: usize| -> Vec<f64> {
+        let ranks: Vec<Vec<f64>> = (0..n).map(|r| elements(dtype, &of(r, c))).collect();
+        (0..c).map(|i| ranks.iter().map(|v| v[i]).sum()).collect()
+    };
+    let mut b = of(me, count);
+    run(
+        ucx,
+        Op::all_reduce(ptr(&mut b), count, dtype, ReduceOp::SUM),
+    )
+    .unwrap();
+    assert_eq!(elements(dtype, &b), sum_of(count), "all_reduce {what}");
+    let root = n - 1;
+    let mut b = of(me, count);
+    let op = Op::reduce(ptr(&mut b), count, dtype, root as i32, ReduceOp::SUM);
+    run(ucx, op).unwrap();
+    if me == root {
+        assert_eq!(elements(dtype, &b), sum_of(count), "reduce {what}");
+    }
+    let all: Vec<u8> = (0..n).flat_map(|r| of(r, count)).collect();
+    let (mut input, mut out) = (of(me, count), vec![0u8; count * es * n]);
+    let op = Op::all_gather_single(ptr(&mut out), ptr(&mut input), count, dtype);
+    run(ucx, op).unwrap();
+    assert_eq!(out, all, "all_gather {what}");
+    let mut out = vec![0u8; count * es * n];
+    let op = Op::gather_single(ptr(&mut out), ptr(&mut input), count, dtype, 0);
+    run(ucx, op).unwrap();
+    if me == 0 {
+        assert_eq!(out, all, "gather {what}");
+    }
+    let (mut input, mut out) = (of(me, count * n), vec![0u8; count * es]);
+    let op = Op::reduce_scatter_single(ptr(&mut out), ptr(&mut input), count, dtype, ReduceOp::SUM);
+    run(ucx, op).unwrap();
+    let want = &sum_of(count * n)[me * count..(me + 1) * count];
+    assert_eq!(elements(dtype, &out), want, "reduce_scatter {what}");
+    let mut out = vec![0u8; count * es * n];
+    let op = Op::all_to_all_single(ptr(&mut out), ptr(&mut input), count, dtype);
+    run(ucx, op).unwrap();
+    for r in 0..n {
+        let theirs = of(r, count * n);
+        let block = &theirs[me * count * es..(me + 1) * count * es];
+        assert_eq!(
+            &out[r * count * es..(r + 1) * count * es],
+            block,
+            "all_to_all {what}"
+        );
+    }
+    for root in [0, n - 1] {
+        let mut b = of(me, count);
+        run(ucx, Op::broadcast(ptr(&mut b), count, dtype, root as i32)).unwrap();
+        assert_eq!(b, of(root, count), "broadcast from {root} {what}");
+        let mut inputs: Vec<Vec<u8>> = (0..n).map(|r| of(r + 10 * root, count)).collect();
+        let list: Vec<Ptr> = inputs.iter_mut().map(|v| ptr(v)).collect();
+        let mut out = vec![0u8; count * es];
+        let op = Op::scatter(ptr(&mut out), list, count, dtype, root as i32);
+        run(ucx, op).unwrap();
+        assert_eq!(out, of(me + 10 * root, count), "scatter from {root} {what}");
+    }
+    run(ucx, Op::Barrier).unwrap();
+}
+
+fn sizes_world(test: &str, ranks: usize) {
+    if gloo_common::role().is_some() {
+        let ucx = comm_with("sizes", "ucx", Duration::from_secs(60));
+        assert!(version(&ucx).contains("UCX 1."), "{}", version(&ucx));
+        let (me, n) = (rank() as usize, size() as usize);
+        // 64 KiB and its neighbours in float32 and in bytes; nothing (no
+        // step at all); one element; 8 KiB (UCX over TCP sends rendezvous
+        // from there, and the folded message is 56 bytes more).
+        for count in [0, 1, 2048, 16383, 16384, 16385] {
+            check_collectives_at(&ucx, DType::F32, count, me, n);
+        }
+        for count in [8192, 65535, 65536, 65537] {
+            check_collectives_at(&ucx, DType::U8, count, me, n);
+        }
+        println!("RESULT sizes around 64 KiB right");
+        return;
+    }
+    if ucx_missing() {
+        return;
+    }
+    let out = launch_ucx(test, ranks, &[]);
+    assert_all_ok(&out);
+    for o in &out {
+        assert_eq!(o.results().len(), 1, "{}", o.describe());
+    }
+}
+
+#[test]
+fn ucx_sizes_around_the_check_message_2_ranks() {
+    sizes_world("ucx_sizes_around_the_check_message_2_ranks", 2);
+}
+
+#[test]
+fn ucx_sizes_around_the_check_message_3_ranks() {
+    sizes_world("ucx_sizes_around_the_check_message_3_ranks", 3);
 }
 
 /// Rank 2 of 3 dies in the middle of a stream of all_reduces: each

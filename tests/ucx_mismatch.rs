@@ -1,12 +1,19 @@
 //! Collectives that the ranks call differently over the UCX host transport
 //! (TCP loopback, shared memory off, `UCX_TLS=tcp,self`), with real
 //! processes: a count, a dtype, a reduce op, a root, an operation, a
-//! barrier against an all_reduce, and per-rank counts. The odd rank and
-//! its right-hand neighbour fail the call well before the 20 s timeout,
-//! naming the odd rank and the field that differs; every other rank fails
-//! it as promptly naming the odd rank, or (when its part completed before
-//! it heard) fails its next call; no process dies. Says SKIPPED (and
-//! passes) where libucp.so.0 is missing.
+//! barrier against an all_reduce or an all_gather, and per-rank counts; and
+//! for every collective family (all_reduce, reduce, reduce_scatter,
+//! all_gather, broadcast, gather, scatter, all_to_all) a count or a dtype
+//! (float32 against int32: the same bytes, which nothing but the check
+//! tells apart) on 2 and 3 ranks, where the first step's message to the
+//! right-hand neighbour travels inside the check message, and counts on
+//! either side of the largest message it carries (64 KiB), where one rank
+//! folds and the other does not. The odd rank and its right-hand neighbour
+//! fail the call well before the 20 s timeout, naming the odd rank and the
+//! field that differs; every other rank fails it as promptly naming the
+//! odd rank, or (when its part completed before it heard) fails its next
+//! call; no process dies. Says SKIPPED (and passes) where libucp.so.0 is
+//! missing.
 
 mod gloo_common;
 mod ucx_common;
@@ -21,6 +28,10 @@ const OP_TIMEOUT: Duration = Duration::from_secs(20);
 /// A mismatch must fail every rank within this.
 const PROMPT: Duration = Duration::from_secs(5);
 const COUNT: usize = 8;
+/// Elements of float32 in the largest message the check message carries.
+const FOLDED: usize = 65536 / 4;
+/// The buffer every case splits into input and output.
+const BUF_BYTES: usize = 4 * 4 * (FOLDED + 2) * 2;
 
 fn red(kind: RedKind) -> ReduceOp {
     ReduceOp {
@@ -33,12 +44,90 @@ fn ptr(v: &mut [u8]) -> Ptr {
     Ptr(v.as_mut_ptr() as *mut std::ffi::c_void)
 }
 
+/// `family` over `count` elements of `dtype` per rank (reduce op `kind`
+/// where it takes one; root 0), the input in the first half of `buf`, the
+/// output in the second.
+fn family_op(family: &str, buf: &mut [u8], count: usize, dtype: DType, kind: RedKind) -> Op {
+    let n = size() as usize;
+    let (input, output) = buf.split_at_mut(buf.len() / 2);
+    let inputs: Vec<Ptr> = input
+        .chunks_mut(count * dtype.size())
+        .take(n)
+        .map(ptr)
+        .collect();
+    let (i, o) = (ptr(input), ptr(output));
+    match family {
+        "all_reduce" => Op::all_reduce(i, count, dtype, red(kind)),
+        "reduce" => Op::reduce(i, count, dtype, 0, red(kind)),
+        "reduce_scatter" => Op::reduce_scatter_single(o, i, count, dtype, red(kind)),
+        "all_gather" => Op::all_gather_single(o, i, count, dtype),
+        "broadcast" => Op::broadcast(i, count, dtype, 0),
+        "gather" => Op::gather_single(o, i, count, dtype, 0),
+        "scatter" => Op::scatter(o, inputs, count, dtype, 0),
+        "all_to_all" => Op::all_to_all_single(o, i, count, dtype),
+        other => panic!("unknown family {other}"),
+    }
+}
+
 /// What rank `me` calls in case `case` (the odd rank out, n - 1, calls
-/// something else), and the field the error must name.
+/// something else), and the field the error must name. A case "FAMILY
+/// FIELD" is that family with the count (8 against 6), the dtype (float32
+/// against int32) or the reduce op (sum against max) differing; "FAMILY
+/// count across 64 KiB" has 64 KiB of float32 against 8 bytes more.
 fn mismatched_op(case: &str, me: usize, n: usize, buf: &mut [u8]) -> (Op, &'static str) {
     let odd = me == n - 1;
     let all_reduce =
         |buf: &mut [u8], count, dtype, kind| Op::all_reduce(ptr(buf), count, dtype, red(kind));
+    const FAMILIES: &[&str] = &[
+        "all_reduce",
+        "reduce",
+        "reduce_scatter",
+        "all_gather",
+        "broadcast",
+        "gather",
+        "scatter",
+        "all_to_all",
+    ];
+    const FIELDS: &[&str] = &[
+        "count",
+        "count across 64 KiB",
+        "dtype",
+        "reduce op",
+        "against barrier",
+    ];
+    let family_case = case
+        .split_once(' ')
+        .filter(|(family, field)| FAMILIES.contains(family) && FIELDS.contains(field));
+    if let Some((family, field)) = family_case {
+        let (mut count, mut dtype, mut kind) = (COUNT, DType::F32, RedKind::Sum);
+        let field = match field {
+            "count" => {
+                count -= 2 * usize::from(odd);
+                "count"
+            }
+            "count across 64 KiB" => {
+                count = FOLDED + 2 * usize::from(odd);
+                "count"
+            }
+            "dtype" => {
+                dtype = if odd { DType::I32 } else { DType::F32 };
+                "dtype"
+            }
+            "reduce op" => {
+                kind = if odd { RedKind::Max } else { RedKind::Sum };
+                "reduce op"
+            }
+            "against barrier" => {
+                let op = match odd {
+                    true => Op::Barrier,
+                    false => family_op(family, buf, count, dtype, kind),
+                };
+                return (op, "operation");
+            }
+            _ => unreachable!(),
+        };
+        return (family_op(family, buf, count, dtype, kind), field);
+    }
     let op = match case {
         "count" => all_reduce(buf, COUNT - 2 * usize::from(odd), DType::F32, RedKind::Sum),
         "dtype" => {
@@ -85,7 +174,7 @@ fn child() {
     assert!(v.contains("UCX 1."), "{v}");
     let (me, n) = (rank() as usize, size() as usize);
     comm.submit(Op::Barrier, &OpOptions::default()).unwrap();
-    let mut buf = vec![0u8; 8 * COUNT];
+    let mut buf = vec![0u8; BUF_BYTES];
     let (op, field) = mismatched_op(&case, me, n, &mut buf);
     let options = OpOptions {
         timeout: Some(OP_TIMEOUT),
@@ -190,4 +279,142 @@ fn ucx_mismatch_barrier_against_all_reduce_3_ranks() {
 #[test]
 fn ucx_mismatch_per_rank_counts_3_ranks() {
     case("ucx_mismatch_per_rank_counts_3_ranks", "per-rank counts", 3);
+}
+
+#[test]
+fn ucx_mismatch_count_2_ranks() {
+    case("ucx_mismatch_count_2_ranks", "count", 2);
+}
+
+#[test]
+fn ucx_mismatch_dtype_3_ranks() {
+    case("ucx_mismatch_dtype_3_ranks", "dtype", 3);
+}
+
+#[test]
+fn ucx_mismatch_all_reduce_count_across_64_kib_2_ranks() {
+    let test = "ucx_mismatch_all_reduce_count_across_64_kib_2_ranks";
+    case(test, "all_reduce count across 64 KiB", 2);
+}
+
+#[test]
+fn ucx_mismatch_all_reduce_count_across_64_kib_3_ranks() {
+    let test = "ucx_mismatch_all_reduce_count_across_64_kib_3_ranks";
+    case(test, "all_reduce count across 64 KiB", 3);
+}
+
+#[test]
+fn ucx_mismatch_reduce_dtype_2_ranks() {
+    case("ucx_mismatch_reduce_dtype_2_ranks", "reduce dtype", 2);
+}
+
+#[test]
+fn ucx_mismatch_reduce_reduce_op_3_ranks() {
+    case(
+        "ucx_mismatch_reduce_reduce_op_3_ranks",
+        "reduce reduce op",
+        3,
+    );
+}
+
+#[test]
+fn ucx_mismatch_reduce_scatter_dtype_2_ranks() {
+    let test = "ucx_mismatch_reduce_scatter_dtype_2_ranks";
+    case(test, "reduce_scatter dtype", 2);
+}
+
+#[test]
+fn ucx_mismatch_reduce_scatter_count_3_ranks() {
+    let test = "ucx_mismatch_reduce_scatter_count_3_ranks";
+    case(test, "reduce_scatter count", 3);
+}
+
+#[test]
+fn ucx_mismatch_reduce_scatter_count_across_64_kib_2_ranks() {
+    let test = "ucx_mismatch_reduce_scatter_count_across_64_kib_2_ranks";
+    case(test, "reduce_scatter count across 64 KiB", 2);
+}
+
+#[test]
+fn ucx_mismatch_all_gather_count_2_ranks() {
+    case(
+        "ucx_mismatch_all_gather_count_2_ranks",
+        "all_gather count",
+        2,
+    );
+}
+
+#[test]
+fn ucx_mismatch_all_gather_dtype_3_ranks() {
+    case(
+        "ucx_mismatch_all_gather_dtype_3_ranks",
+        "all_gather dtype",
+        3,
+    );
+}
+
+#[test]
+fn ucx_mismatch_all_gather_count_across_64_kib_3_ranks() {
+    let test = "ucx_mismatch_all_gather_count_across_64_kib_3_ranks";
+    case(test, "all_gather count across 64 KiB", 3);
+}
+
+#[test]
+fn ucx_mismatch_broadcast_dtype_2_ranks() {
+    case("ucx_mismatch_broadcast_dtype_2_ranks", "broadcast dtype", 2);
+}
+
+#[test]
+fn ucx_mismatch_broadcast_count_3_ranks() {
+    case("ucx_mismatch_broadcast_count_3_ranks", "broadcast count", 3);
+}
+
+#[test]
+fn ucx_mismatch_gather_dtype_2_ranks() {
+    case("ucx_mismatch_gather_dtype_2_ranks", "gather dtype", 2);
+}
+
+#[test]
+fn ucx_mismatch_gather_count_3_ranks() {
+    case("ucx_mismatch_gather_count_3_ranks", "gather count", 3);
+}
+
+#[test]
+fn ucx_mismatch_scatter_count_2_ranks() {
+    case("ucx_mismatch_scatter_count_2_ranks", "scatter count", 2);
+}
+
+#[test]
+fn ucx_mismatch_scatter_dtype_3_ranks() {
+    case("ucx_mismatch_scatter_dtype_3_ranks", "scatter dtype", 3);
+}
+
+#[test]
+fn ucx_mismatch_all_to_all_dtype_2_ranks() {
+    case(
+        "ucx_mismatch_all_to_all_dtype_2_ranks",
+        "all_to_all dtype",
+        2,
+    );
+}
+
+#[test]
+fn ucx_mismatch_all_to_all_count_3_ranks() {
+    case(
+        "ucx_mismatch_all_to_all_count_3_ranks",
+        "all_to_all count",
+        3,
+    );
+}
+
+#[test]
+fn ucx_mismatch_all_gather_against_barrier_2_ranks() {
+    let test = "ucx_mismatch_all_gather_against_barrier_2_ranks";
+    case(test, "all_gather against barrier", 2);
+}
+
+#[test]
+fn ucx_mismatch_all_reduce_against_barrier_2_ranks() {
+    let test = "ucx_mismatch_all_reduce_against_barrier_2_ranks";
+    case(test, "all_reduce against barrier", 2);
 }

@@ -20,6 +20,10 @@
 //!
 //! - the v-variants (all_gather_v, reduce_scatter_v, all_to_all_v_single):
 //!   the same over blocks of the given counts (`v_variants.rs`).
+//!
+//! The first step of each also carries the neighbour check (`check.rs`):
+//! its message to the right-hand neighbour, when it has a small one,
+//! travels inside the check message.
 
 use super::fingerprint::{Fingerprint, FINGERPRINT_BYTES};
 use super::worker::{Request, Worker};
@@ -31,8 +35,12 @@ use crate::op::{
 };
 use crate::types::{DType, RedKind, ReduceOp};
 use crate::util::Deadline;
+use check::Check;
+pub(super) use check::Inbox;
 use std::ffi::c_void;
 
+#[path = "check.rs"]
+mod check;
 #[path = "half_sums.rs"]
 mod half_sums;
 #[path = "v_variants.rs"]
@@ -43,8 +51,6 @@ const RING_MIN_BYTES: usize = 256 << 10;
 /// Step numbers of the non-power-of-two fold of recursive doubling.
 const STEP_FOLD: u64 = 0xf_fff0;
 const STEP_UNFOLD: u64 = 0xf_fff1;
-/// Step number of the fingerprint sent to the right-hand neighbour.
-const STEP_FINGERPRINT: u64 = 0xf_fff2;
 
 /// One collective in progress.
 pub(super) struct Ctx<'a> {
@@ -54,17 +60,8 @@ pub(super) struct Ctx<'a> {
     pub d: &'a Deadline,
     pub alive: &'a dyn Fn() -> Result<()>,
     pub what: &'static str,
-    /// The left-hand neighbour's fingerprint on its way, until compared
-    /// (see `fingerprint.rs`).
-    pub check: Option<(NeighbourCheck, Request)>,
-}
-
-/// What a rank compares its left-hand neighbour's call with.
-pub(super) struct NeighbourCheck {
-    mine: Fingerprint,
-    left: usize,
-    /// Boxed: UCX writes there.
-    theirs: Box<[u8; FINGERPRINT_BYTES]>,
+    /// This rank's side of the neighbour check (`check.rs`).
+    check: Check<'a>,
 }
 
 /// 8-byte aligned scratch memory.
@@ -141,58 +138,6 @@ pub(super) fn wire_up(w: &mut Worker, d: &Deadline, alive: &dyn Fn() -> Result<(
 }
 
 impl Ctx<'_> {
-    /// Sends this rank's fingerprint `mine` to its right-hand neighbour and
-    /// posts the receive of its left-hand neighbour's, which the first
-    /// step waits for (or [`Ctx::finish_check`]).
-    pub fn post_check(&mut self, mine: Fingerprint) {
-        let (me, n) = (self.w.rank, self.w.size);
-        if n == 1 {
-            return;
-        }
-        let (right, left) = ((me + 1) % n, (me + n - 1) % n);
-        let t = self.tag(me, STEP_FINGERPRINT);
-        self.w.send_buffered(right, mine.to_bytes(), t);
-        let mut theirs = Box::new([0u8; FINGERPRINT_BYTES]);
-        let t = (self.tag(left, STEP_FINGERPRINT), !0);
-        // SAFETY: the box lives in `check` until the receive completed or
-        // was withdrawn.
-        let r = unsafe { self.w.recv(left, theirs.as_mut_ptr(), FINGERPRINT_BYTES, t) };
-        self.check = Some((NeighbourCheck { mine, left, theirs }, r));
-    }
-
-    /// Compares the left-hand neighbour's fingerprint, if no step did.
-    pub fn finish_check(&mut self) -> Result<()> {
-        match self.check.take() {
-            Some((c, r)) => {
-                let mut reqs = [r];
-                self.w.wait(&mut reqs, self.d, self.alive, self.what)?;
-                let [r] = reqs;
-                self.compare(c, &r)
-                    .inspect_err(|e| self.w.withdraw(&mut [], e))
-            }
-            None => Ok(()),
-        }
-    }
-
-    /// The error (the caller withdraws, telling every rank) when the
-    /// left-hand neighbour called something else.
-    fn compare(&self, c: NeighbourCheck, r: &Request) -> Result<()> {
-        let me = self.w.rank;
-        let theirs = Fingerprint::from_bytes(&c.theirs);
-        if r.info.length == FINGERPRINT_BYTES && theirs == c.mine {
-            return Ok(());
-        }
-        Err(Error::invalid_usage(format!(
-            "ucx {} on rank {me}: the ranks called different collectives: rank {} called {} \
-             where rank {me} called {} (the {} differs); every rank fails this call",
-            self.what,
-            c.left,
-            theirs.describe(),
-            c.mine.describe(),
-            theirs.differing_field(&c.mine),
-        )))
-    }
-
     fn tag(&self, sender: usize, step: u64) -> u64 {
         tag(
             CLASS_COLLECTIVE,
@@ -203,7 +148,10 @@ impl Ctx<'_> {
 
     /// One step: `sends` (peer, bytes) and `recvs` (peer, buffer, length)
     /// posted together, then waited for; every receive must get exactly its
-    /// length.
+    /// length. The collective's first step sends the check message too,
+    /// with its send to the right-hand neighbour folded in when small
+    /// (`check.rs`), and compares the left-hand neighbour's before it posts
+    /// any receive.
     unsafe fn step(
         &mut self,
         step: u64,
@@ -211,38 +159,54 @@ impl Ctx<'_> {
         recvs: &[(usize, *mut u8, usize)],
     ) -> Result<()> {
         let me = self.w.rank;
+        let folded = self.send_check(step, sends);
         let mut reqs: Vec<Request> = Vec::with_capacity(sends.len() + recvs.len());
-        for &(peer, buf, len) in sends {
-            let t = self.tag(me, step);
-            reqs.push(self.w.send(peer, buf, len, t));
-        }
-        for &(peer, buf, len) in recvs {
-            let t = (self.tag(peer, step), !0);
-            reqs.push(self.w.recv(peer, buf, len, t));
-        }
-        // The neighbour's fingerprint first: with calls that differ, the
-        // step's own messages may never come.
-        if let Some((c, r)) = self.check.take() {
-            let mut first = [r];
-            let checked = self.w.wait(&mut first, self.d, self.alive, self.what);
-            if let Err(e) = checked.and_then(|()| self.compare(c, &first[0])) {
-                self.w.withdraw(&mut reqs, &e);
-                return Err(e);
+        for (i, &(peer, buf, len)) in sends.iter().enumerate() {
+            if folded != Some(i) {
+                let t = self.tag(me, step);
+                reqs.push(self.w.send(peer, buf, len, t));
             }
         }
-        self.w.wait(&mut reqs, self.d, self.alive, self.what)?;
-        for (r, &(peer, _, len)) in reqs[sends.len()..].iter().zip(recvs) {
+        let posted_sends = reqs.len();
+        // The neighbour's check first: with calls that differ, the step's
+        // own messages may never come.
+        self.await_check(&mut reqs)?;
+        let mut taken = None;
+        for (i, &(peer, buf, len)) in recvs.iter().enumerate() {
+            match self.take_folded(step, (peer, buf, len)) {
+                Some(Ok(())) => taken = Some(i),
+                Some(Err(e)) => {
+                    self.w.withdraw(&mut reqs, &e);
+                    return Err(e);
+                }
+                None => {
+                    let t = (self.tag(peer, step), !0);
+                    reqs.push(self.w.recv(peer, buf, len, t));
+                }
+            }
+        }
+        if !reqs.is_empty() {
+            self.w.wait(&mut reqs, self.d, self.alive, self.what)?;
+        }
+        let posted_recvs = recvs.iter().enumerate().filter(|(i, _)| taken != Some(*i));
+        for (r, (_, &(peer, _, len))) in reqs[posted_sends..].iter().zip(posted_recvs) {
             if r.info.length != len {
-                let e = Error::invalid_usage(format!(
-                    "ucx {} on rank {me}: rank {peer} sent {} bytes where {len} were expected \
-                     (the ranks called different operations or sizes)",
-                    self.what, r.info.length
-                ));
+                let e = self.size_mismatch(peer, r.info.length, len);
                 self.w.withdraw(&mut [], &e);
                 return Err(e);
             }
         }
         Ok(())
+    }
+
+    /// The error of a message of `got` bytes from `peer` where `len` were
+    /// expected.
+    fn size_mismatch(&self, peer: usize, got: usize, len: usize) -> Error {
+        Error::invalid_usage(format!(
+            "ucx {} on rank {}: rank {peer} sent {got} bytes where {len} were expected \
+             (the ranks called different operations or sizes)",
+            self.what, self.w.rank
+        ))
     }
 
     /// Runs reduction `r`.

@@ -1,13 +1,14 @@
 //! The mismatch check of the UCX collectives: each rank sends what it
 //! called (operation, dtype, count, root, reduce op, a digest of per-rank
-//! counts) to its right-hand neighbour as the collective starts, and
-//! compares what its left-hand neighbour called before its first step
-//! completes. Every neighbour pair agreeing means every rank agrees; a pair
+//! counts) to its right-hand neighbour in the collective's first step, and
+//! compares what its left-hand neighbour called before its first step's
+//! receives. Every neighbour pair agreeing means every rank agrees; a pair
 //! that differs fails the rank that sees it, which names both calls and
 //! tells every rank (the failure notice), so that calls that differ across
 //! ranks fail at once instead of hanging to the timeout or combining
-//! unrelated data. One small message per rank and collective, posted with
-//! the first step's.
+//! unrelated data. It travels in the check message (`check.rs`), which
+//! carries the first step's message to that neighbour too when there is a
+//! small one.
 
 use crate::op::{AllToAll, AllToAllKind, Gather, GatherKind, Reduction, ReductionKind, Scatter};
 use crate::op::{Op, OP_NAMES};
@@ -79,13 +80,18 @@ impl Fingerprint {
         Fingerprint::new(Op::Barrier.code(), None, (0, -1), None, None)
     }
 
-    pub fn to_bytes(self) -> Vec<u8> {
-        self.0.iter().flat_map(|w| w.to_le_bytes()).collect()
+    /// Appends its [`FINGERPRINT_BYTES`] bytes (little-endian words).
+    pub fn append_to(&self, out: &mut Vec<u8>) {
+        for w in &self.0 {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
     }
 
-    pub fn from_bytes(b: &[u8; FINGERPRINT_BYTES]) -> Fingerprint {
+    /// From the first [`FINGERPRINT_BYTES`] of `b` (missing bytes read as
+    /// zero).
+    pub fn from_bytes(b: &[u8]) -> Fingerprint {
         let mut w = [0u64; 6];
-        for (i, c) in b.chunks_exact(8).enumerate() {
+        for (i, c) in b.chunks_exact(8).take(6).enumerate() {
             w[i] = u64::from_le_bytes(c.try_into().unwrap_or_default());
         }
         Fingerprint(w)
@@ -163,7 +169,10 @@ mod tests {
     #[test]
     fn round_trips_and_names_the_field() {
         let a = all_reduce(8, DType::F32, ReduceOp::SUM);
-        let bytes: [u8; FINGERPRINT_BYTES] = a.to_bytes().try_into().unwrap();
+        let mut bytes = Vec::new();
+        a.append_to(&mut bytes);
+        assert_eq!(bytes.len(), FINGERPRINT_BYTES);
+        bytes.extend_from_slice(&[7; 8]);
         assert_eq!(Fingerprint::from_bytes(&bytes), a);
         assert_eq!(a.describe(), "all_reduce(dtype float32, count 8, op sum)");
         let b = all_reduce(6, DType::F32, ReduceOp::SUM);

@@ -25,9 +25,10 @@
 //! operation's number in bits 43..20 and its step in bits 19..0. UCX
 //! matches the messages of one sender and tag in order.
 //!
-//! Every collective starts by sending what this rank called to its
-//! right-hand neighbour (`fingerprint.rs`): calls that differ across ranks
-//! fail every rank at once, naming the ranks and the field that differ.
+//! Every collective tells its right-hand neighbour what this rank called
+//! (`fingerprint.rs`), in the message its first step sends that neighbour
+//! when it has one (`collectives.rs`): calls that differ across ranks fail
+//! every rank at once, naming the ranks and the field that differ.
 
 mod collectives;
 mod fingerprint;
@@ -50,11 +51,19 @@ const MAX_RANKS: usize = 1 << 18;
 
 /// The UCX transport of one comm (see the module documentation).
 pub struct UcxTransport {
-    worker: Mutex<Worker>,
-    /// Collectives run so far: the number in their tags.
-    collectives: Mutex<u32>,
+    state: Mutex<State>,
     /// The comm's timeout, which bounds [`UcxTransport::flush`].
     timeout: Duration,
+}
+
+/// What one operation at a time uses, under one lock.
+struct State {
+    w: Worker,
+    /// Collectives run so far: the number in their tags.
+    collectives: u32,
+    /// Where the left-hand neighbour's check message lands (kept, since
+    /// it is sized for a folded payload).
+    inbox: collectives::Inbox,
 }
 
 // The worker's raw pointers are used by one thread at a time, under the lock.
@@ -92,18 +101,21 @@ impl UcxTransport {
                 "the UCX transport carries at most {MAX_RANKS} ranks, not {size}"
             )));
         }
-        let worker = Worker::open(rank as usize, size as usize, name)?;
+        let w = Worker::open(rank as usize, size as usize, name)?;
         Ok(UcxTransport {
-            worker: Mutex::new(worker),
-            collectives: Mutex::new(0),
+            state: Mutex::new(State {
+                w,
+                collectives: 0,
+                inbox: collectives::Inbox::new(),
+            }),
             timeout,
         })
     }
 
     /// "UCX 1.13.1 (libucp.so.0)".
     pub fn version(&self) -> String {
-        let w = lock(&self.worker);
-        format!("UCX {} ({})", w.ucp.version, w.ucp.origin)
+        let s = lock(&self.state);
+        format!("UCX {} ({})", s.w.ucp.version, s.w.ucp.origin)
     }
 
     /// Connects every rank through the store (collective): endpoints to
@@ -111,10 +123,10 @@ impl UcxTransport {
     /// every connection exists (and reports its peer's failure) before the
     /// first operation.
     pub fn connect(&self, store: &StoreRef, d: &Deadline) -> Result<()> {
-        let mut w = lock(&self.worker);
+        let w = &mut lock(&self.state).w;
         w.connect(store, d)?;
         let alive = || Ok(());
-        collectives::wire_up(&mut w, d, &alive)
+        collectives::wire_up(w, d, &alive)
     }
 
     /// Runs `f` as this comm's next collective (its number counts every
@@ -127,33 +139,29 @@ impl UcxTransport {
         call: &Call,
         f: impl FnOnce(&mut collectives::Ctx<'_>) -> Result<()>,
     ) -> Result<()> {
-        let (d, alive) = (call.deadline, call.alive);
-        let mut w = lock(&self.worker);
-        let seq = {
-            let mut c = lock(&self.collectives);
-            *c = c.wrapping_add(1);
-            *c
-        };
-        let mut ctx = collectives::Ctx {
-            w: &mut w,
-            seq,
-            d,
-            alive,
-            what,
-            check: None,
-        };
-        ctx.post_check(mine);
+        let mut state = lock(&self.state);
+        let st = &mut *state;
+        st.collectives = st.collectives.wrapping_add(1);
+        let mut ctx = collectives::Ctx::new(
+            &mut st.w,
+            st.collectives,
+            (call.deadline, call.alive, what),
+            mine,
+            &mut st.inbox,
+        );
         let r = f(&mut ctx);
-        // Whatever `f` did, the neighbour's fingerprint is taken (it was
-        // sent), so that no receive outlives the call.
-        let checked = ctx.finish_check();
+        // Whatever `f` did, the check message is sent and the neighbour's
+        // taken, so that no receive outlives the call.
+        let checked = ctx.finish_check(r.is_ok());
         r.and(checked)
     }
 
     /// Waits (up to the comm's timeout) until every send that completed
     /// early reached its peer.
     pub fn flush(&self, alive: &dyn Fn() -> Result<()>) -> Result<()> {
-        lock(&self.worker).flush(&Deadline::after(self.timeout), alive)
+        lock(&self.state)
+            .w
+            .flush(&Deadline::after(self.timeout), alive)
     }
 }
 
@@ -209,7 +217,7 @@ impl Transport for UcxTransport {
 
     unsafe fn point_to_point(&self, transfers: &[P2p], call: &Call) -> Option<Result<()>> {
         Some(p2p::run(
-            &mut lock(&self.worker),
+            &mut lock(&self.state).w,
             transfers,
             call.deadline,
             call.alive,
@@ -225,8 +233,8 @@ impl Transport for UcxTransport {
     /// peer (see `Worker::withdraw`) and closes the endpoints, so that the
     /// peers' operations fail now rather than at their timeout.
     fn abort(&self, why: &Error) {
-        if let Ok(mut w) = self.worker.try_lock() {
-            w.withdraw(&mut [], why);
+        if let Ok(mut s) = self.state.try_lock() {
+            s.w.withdraw(&mut [], why);
         }
     }
 }

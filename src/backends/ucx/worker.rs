@@ -222,11 +222,17 @@ impl Worker {
     /// it did something.
     fn progress(&self) -> bool {
         let mut any = false;
-        // SAFETY: a live worker, used by this thread only.
-        while unsafe { (self.ucp.worker_progress)(self.worker) } != 0 {
+        while self.progress_once() {
             any = true;
         }
         any
+    }
+
+    /// One progress call (over TCP, one epoll_wait): true when it did
+    /// something.
+    fn progress_once(&self) -> bool {
+        // SAFETY: a live worker, used by this thread only.
+        unsafe { (self.ucp.worker_progress)(self.worker) != 0 }
     }
 
     /// Sleeps until UCX has an event or [`SLEEP_MS`] passed; returns at
@@ -337,7 +343,10 @@ impl Worker {
         let mut spins = 0u32;
         let mut last_headway = Instant::now();
         loop {
-            if self.progress() {
+            // One progress call, then the requests: the call that completes
+            // the wait is not followed by one more that finds nothing.
+            let headway = self.progress_once();
+            if headway {
                 last_headway = Instant::now();
             }
             let mut done = true;
@@ -381,9 +390,11 @@ impl Worker {
                 return Err(e);
             }
             // While spinning, a rank whose peer (or the socket stack) waits
-            // for this core lets it run.
+            // for this core lets it run; after headway more may be ready at
+            // once.
             match sleep {
                 Some(fd) => self.sleep(fd),
+                None if headway => {}
                 None => std::thread::yield_now(),
             }
         }
@@ -399,11 +410,13 @@ impl Worker {
             .iter()
             .chain(self.buffered.iter().map(|b| &b.request))
             .find(|r| r.status < 0);
-        let pending: Vec<&Request> = reqs.iter().filter(|r| !r.handle.is_null()).collect();
-        let failed_peer = pending.iter().find_map(|r| {
-            let s = self.peers[r.peer].failure.load(Ordering::SeqCst);
-            (peers && s != UCS_OK).then_some((r.peer, s))
-        });
+        let failed_peer = reqs
+            .iter()
+            .filter(|r| peers && !r.handle.is_null())
+            .find_map(|r| {
+                let s = self.peers[r.peer].failure.load(Ordering::SeqCst);
+                (s != UCS_OK).then_some((r.peer, s))
+            });
         let (peer, status) = match (failed_peer, failed_request) {
             (Some(f), _) => f,
             (None, Some(r)) if r.status == UCS_ERR_MESSAGE_TRUNCATED => {
@@ -585,6 +598,13 @@ impl Worker {
     /// done once handed over, a rendezvous one once its receive was
     /// posted), bounded by `d` and `alive` like every wait.
     pub fn flush(&mut self, d: &Deadline, alive: &dyn Fn() -> Result<()>) -> Result<()> {
+        // Sends that UCX completed as they were posted (small eager ones,
+        // as a rule) need no wait, nor a progress call.
+        let at_once = |b: &BufferedSend| b.request.handle.is_null() && b.request.status >= 0;
+        if self.closed.is_none() && self.buffered.iter().all(at_once) {
+            self.buffered.clear();
+            return Ok(());
+        }
         let buffered = std::mem::take(&mut self.buffered);
         let (mut reqs, bytes): (Vec<Request>, Vec<Vec<u8>>) =
             buffered.into_iter().map(|b| (b.request, b.bytes)).unzip();
