@@ -8,6 +8,10 @@
 # covered collective, several dtypes and sizes, element by element and
 # against the flat path, and prints the bytes that crossed between hosts
 # (tx_bytes of each host's link) flat against hierarchical.
+# Between hosts it runs Gloo over TCP (TORCHCOMM_HOST_TRANSPORT=gloo unless
+# set): the byte counts compare the hierarchy with Gloo's flat path (UCX's
+# flat path already keeps a host's own traffic inside the host, through its
+# shared-memory transports; make ucx-hosts-test covers UCX between hosts).
 # Needs root (ip netns); otherwise prints a SKIPPED line and exits 0.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -25,6 +29,7 @@ netns_hosts "tcsw$$" "$hostns" 3 10.79.0. || skip "$netns_why"
 out="$root/build/hier-hosts"
 mkdir -p "$out"
 rc=0
+export TORCHCOMM_HOST_TRANSPORT="${TORCHCOMM_HOST_TRANSPORT:-gloo}"
 
 # run_layout NAME MIN_DROP "ranks of host 0" "ranks of host 1" ...: rank 0
 # must be on host 0 (it hosts the store at 10.79.0.1); MIN_DROP: the least

@@ -281,3 +281,55 @@ fn ucx_hidden_falls_back_to_gloo() {
         );
     }
 }
+
+/// Ranks on different hosts (here: `TORCHCOMM_HOST_ID` set apart) that
+/// leave the transport to the default use UCX between them, for
+/// point-to-point and the collectives up to its largest size
+/// (`TORCHCOMM_UCX_LARGEST`, 4 KiB here), and Gloo above it; each rank's
+/// TRACE lines say which transport ran which call.
+#[test]
+fn ucx_by_default_between_hosts_up_to_its_largest_size() {
+    const LARGEST: usize = 4096;
+    if gloo_common::role().is_some() {
+        std::env::set_var("TORCHCOMM_HOST_ID", format!("host-{}", rank()));
+        let hints = Vec::new();
+        let timeout = Duration::from_secs(60);
+        let comm = child_comm_hinted(child_store(), "auto", (rank(), size()), timeout, hints);
+        let comm = comm.unwrap();
+        assert!(version(&comm).contains("UCX 1."), "{}", version(&comm));
+        let n = size() as usize;
+        for floats in [LARGEST / 4, LARGEST / 4 + 1] {
+            let mut v: Vec<f32> = (0..floats).map(|i| (i + rank() as usize) as f32).collect();
+            let buf = Ptr(v.as_mut_ptr().cast());
+            let op = Op::all_reduce(buf, floats, DType::F32, ReduceOp::SUM);
+            run(&comm, op).unwrap();
+            let want = |i: usize| (n * i + n * (n - 1) / 2) as f32;
+            assert!(v.iter().enumerate().all(|(i, x)| *x == want(i)), "{floats}");
+        }
+        comm.finalize().unwrap();
+        println!("RESULT ok");
+        return;
+    }
+    if ucx_missing() {
+        return;
+    }
+    let env = [
+        ("UCX_TLS", "tcp,self"),
+        ("TORCHCOMM_DEBUG", "TRACE"),
+        ("TORCHCOMM_UCX_LARGEST", "4096"),
+    ];
+    let test = "ucx_by_default_between_hosts_up_to_its_largest_size";
+    let out = launch(test, "child", 2, &env, Duration::from_secs(120));
+    assert_all_ok(&out);
+    for o in &out {
+        assert!(
+            o.stderr.contains("ucx: all_reduce (collective"),
+            "{}",
+            o.describe()
+        );
+        let above = "all_reduce of 4100 bytes is above the 4096 bytes UCX carries by default";
+        assert!(o.stderr.contains(above), "{}", o.describe());
+        let table = "point-to-point, and collectives of at most 4096 bytes";
+        assert!(o.stderr.contains(table), "{}", o.describe());
+    }
+}

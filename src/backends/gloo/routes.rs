@@ -10,7 +10,7 @@
 //! |---|---|---|---|
 //! | 1 | hierarchy | the comm spans hosts and some host has several ranks (not `TORCHCOMM_GLOO_HIER=0` / hint `gloo.hier=0` on any rank) | the collectives of even blocks: shared memory inside each host, the leaders' flat transport between hosts |
 //! | 2 | shared memory | every rank on this host (not `TORCHCOMM_GLOO_SHM=0` on any rank) | every collective; point-to-point unless `TORCHCOMM_SHM_P2P=0` / hint `gloo.shm_p2p=0` on any rank |
-//! | 3 | UCX | not every rank on this host, and every rank asks for it (`TORCHCOMM_HOST_TRANSPORT=ucx`, or the hint `gloo.host_transport`, which wins) and loaded it | every operation |
+//! | 3 | UCX | every rank loaded it, no rank says `gloo` (`TORCHCOMM_HOST_TRANSPORT`, or the hint `gloo.host_transport`, which wins), and the ranks span hosts or every rank says `ucx` | every operation when every rank says `ucx`; else point-to-point and the collectives up to `TORCHCOMM_UCX_LARGEST` bytes (8 MiB) |
 //! | 4 | Gloo over TCP | always | every operation, and refusals through the store |
 //!
 //! The switches are the table's inputs; each is agreed among the ranks
@@ -20,9 +20,10 @@
 use super::failure::FailureReports;
 use super::hier::Hierarchy;
 use super::shared_memory::{is_off, SharedMemory};
+use super::shm::host_id;
 use super::tcp::GlooTcp;
 use crate::backends::transport::{offer, Call, Transport};
-use crate::backends::ucx::{self, UcxTransport};
+use crate::backends::ucx::{self, HostChoice, UcxTransport};
 use crate::backends::BackendInit;
 use crate::error::{Error, Result};
 use crate::op::{AllToAll, Gather, P2p, Reduction, Refusal, Scatter};
@@ -226,37 +227,177 @@ unsafe fn run_on<T: Transport>(t: &T, call: &Call) -> Option<Result<()>> {
     Some(result)
 }
 
-/// UCX between hosts when every rank asks for it and loaded it, else
-/// none (Gloo), with an INFO line saying why (collective).
+/// UCX between hosts where the ranks' settings agree on it (see
+/// [`between_hosts`]) and every rank loaded it, else none (Gloo), with an
+/// INFO line saying why where a rank asked for UCX (collective).
 fn host_transport(gloo: &GlooTcp, init: &BackendInit) -> Result<Option<UcxTransport>> {
-    let wanted = ucx::wanted(init.hint("gloo.host_transport"))?;
-    let opened = wanted.then(|| UcxTransport::open(init.rank, init.size, &init.name, init.timeout));
+    let choice = ucx::wanted(init.hint("gloo.host_transport"))?;
+    let largest = ucx::largest(init.setting("gloo.ucx_largest", "TORCHCOMM_UCX_LARGEST"))?;
+    let host = host_id();
     let d = Deadline::after(init.timeout);
-    let mine = [wanted as u64, matches!(opened, Some(Ok(_))) as u64];
-    let all = gloo.all_gather_words(&mine, &d, "connect (host transport)")?;
-    let not = |w: usize| all.chunks(2).position(|r| r[w] == 0);
-    let fallback = match (not(0), not(1), &opened) {
-        (Some(_), _, None) => return Ok(None),
-        (Some(r), _, Some(_)) => format!("rank {r} does not ask for UCX"),
-        (None, _, Some(Err(e))) => format!("UCX is unavailable here: {}", e.message),
-        (None, Some(r), _) => format!("UCX is unavailable on rank {r}"),
-        (None, None, _) => String::new(),
+    let mine = [choice.word(), host[0], host[1], largest];
+    let said = gloo.all_gather_words(&mine, &d, "connect (host transport)")?;
+    let largest = match between_hosts(&said) {
+        BetweenHosts::Ucx { largest } => largest,
+        BetweenHosts::Gloo { refused_by } => {
+            if let (HostChoice::Ucx, Some(r)) = (choice, refused_by) {
+                log_gloo_instead(init, choice, &format!("rank {r} does not ask for UCX"));
+            }
+            return Ok(None);
+        }
     };
-    if !fallback.is_empty() {
-        crate::log_info!(
-            "{}: the host transport ucx was asked for but {fallback}; using Gloo between hosts",
-            label(init)
-        );
-        return Ok(None);
-    }
-    let Some(Ok(u)) = opened else {
-        return Ok(None);
+    let opened = UcxTransport::open(init.rank, init.size, &init.name, init.timeout);
+    let all = gloo.all_gather_words(&[opened.is_ok() as u64], &d, "connect (UCX)")?;
+    let u = match (opened, all.iter().position(|w| *w == 0)) {
+        (Ok(u), None) => u.carrying_up_to(largest),
+        (Err(e), _) => {
+            log_gloo_instead(
+                init,
+                choice,
+                &format!("UCX is unavailable here: {}", e.message),
+            );
+            return Ok(None);
+        }
+        (Ok(_), Some(r)) => {
+            log_gloo_instead(init, choice, &format!("UCX is unavailable on rank {r}"));
+            return Ok(None);
+        }
     };
     u.connect(&init.store, &d)?;
     crate::log_info!("{}: {} between hosts", label(init), u.version());
     Ok(Some(u))
 }
 
+fn log_gloo_instead(init: &BackendInit, choice: HostChoice, why: &str) {
+    let asked = match choice {
+        HostChoice::Ucx => "the host transport ucx was asked for",
+        _ => "UCX is the default between hosts",
+    };
+    crate::log_info!(
+        "{}: {asked} but {why}; using Gloo between hosts",
+        label(init)
+    );
+}
+
+/// What the ranks' settings decide between hosts.
+#[derive(Debug, PartialEq, Eq)]
+enum BetweenHosts {
+    /// Gloo only; `refused_by`: the first rank whose setting says gloo (or,
+    /// on one host, leaves the choice to the default).
+    Gloo { refused_by: Option<usize> },
+    /// UCX, carrying collectives up to `largest` bytes (None: every size).
+    Ucx { largest: Option<usize> },
+}
+
+/// The ranks' agreement from their words (choice, host id's two words,
+/// largest collective by default): one rank's `gloo` keeps UCX off; every
+/// rank's `ucx` puts every operation on it; otherwise (some rank left the
+/// choice to the default) UCX carries point-to-point and the collectives
+/// up to the smallest rank's largest size, when the ranks span hosts (an
+/// unknown host, all zeros, counts as its own), and on one host (shared
+/// memory switched off) Gloo stays.
+fn between_hosts(said: &[u64]) -> BetweenHosts {
+    let ranks: Vec<&[u64]> = said.chunks(4).collect();
+    let choice = |r: &[u64]| HostChoice::from_word(r[0]);
+    if let Some(r) = ranks.iter().position(|r| choice(r) == HostChoice::Gloo) {
+        return BetweenHosts::Gloo {
+            refused_by: Some(r),
+        };
+    }
+    if ranks.iter().all(|r| choice(r) == HostChoice::Ucx) {
+        return BetweenHosts::Ucx { largest: None };
+    }
+    let one_host = ranks
+        .iter()
+        .all(|r| r[1..3] == ranks[0][1..3] && r[1..3] != [0, 0]);
+    if one_host {
+        let by_default = ranks.iter().position(|r| choice(r) == HostChoice::Auto);
+        return BetweenHosts::Gloo {
+            refused_by: by_default,
+        };
+    }
+    let largest = ranks.iter().map(|r| r[3]).min().unwrap_or(0);
+    BetweenHosts::Ucx {
+        largest: Some(usize::try_from(largest).unwrap_or(usize::MAX)),
+    }
+}
+
 fn label(init: &BackendInit) -> String {
     format!("gloo comm '{}' rank {}/{}", init.name, init.rank, init.size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GLOO: u64 = 0;
+    const UCX: u64 = 1;
+    const AUTO: u64 = 2;
+
+    /// The words of ranks given as (choice, host, largest).
+    fn said(ranks: &[(u64, u64, u64)]) -> Vec<u64> {
+        ranks
+            .iter()
+            .flat_map(|&(c, h, l)| [c, h, h * 7, l])
+            .collect()
+    }
+
+    #[test]
+    fn one_ranks_gloo_keeps_ucx_off() {
+        let s = said(&[(UCX, 1, 8), (GLOO, 2, 8), (AUTO, 3, 8)]);
+        assert_eq!(
+            between_hosts(&s),
+            BetweenHosts::Gloo {
+                refused_by: Some(1)
+            }
+        );
+    }
+
+    #[test]
+    fn every_ranks_ucx_carries_every_size_even_on_one_host() {
+        let s = said(&[(UCX, 1, 8), (UCX, 1, 8)]);
+        assert_eq!(between_hosts(&s), BetweenHosts::Ucx { largest: None });
+    }
+
+    #[test]
+    fn the_default_across_hosts_is_ucx_up_to_the_smallest_limit() {
+        let s = said(&[(AUTO, 1, 64), (UCX, 2, 8), (AUTO, 2, 16)]);
+        assert_eq!(between_hosts(&s), BetweenHosts::Ucx { largest: Some(8) });
+    }
+
+    #[test]
+    fn the_default_on_one_host_is_gloo() {
+        let s = said(&[(UCX, 1, 8), (AUTO, 1, 8)]);
+        assert_eq!(
+            between_hosts(&s),
+            BetweenHosts::Gloo {
+                refused_by: Some(1)
+            }
+        );
+        let s = said(&[(AUTO, 1, 8), (AUTO, 1, 8)]);
+        assert_eq!(
+            between_hosts(&s),
+            BetweenHosts::Gloo {
+                refused_by: Some(0)
+            }
+        );
+    }
+
+    #[test]
+    fn unknown_hosts_count_as_hosts_of_their_own() {
+        let s = said(&[(AUTO, 0, 8), (AUTO, 0, 8)]);
+        assert_eq!(between_hosts(&s), BetweenHosts::Ucx { largest: Some(8) });
+    }
+
+    #[test]
+    fn the_settings_are_read_with_their_names_in_errors() {
+        assert_eq!(ucx::wanted(Some("UCX")).unwrap(), HostChoice::Ucx);
+        assert_eq!(ucx::wanted(Some("auto")).unwrap(), HostChoice::Auto);
+        let e = ucx::wanted(Some("rdma")).unwrap_err();
+        assert!(e.message.contains("gloo.host_transport") && e.message.contains("rdma"));
+        assert_eq!(ucx::largest(Some(" 1024 ".into())).unwrap(), 1024);
+        assert_eq!(ucx::largest(None).unwrap(), ucx::DEFAULT_LARGEST as u64);
+        let e = ucx::largest(Some("8M".into())).unwrap_err();
+        assert!(e.message.contains("TORCHCOMM_UCX_LARGEST") && e.message.contains("8M"));
+    }
 }

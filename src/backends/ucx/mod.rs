@@ -38,7 +38,7 @@ mod worker;
 
 use crate::backends::transport::{Call, Transport};
 use crate::error::{Error, Result};
-use crate::op::{AllToAll, Gather, P2p, Reduction, Refusal, Scatter};
+use crate::op::{AllToAll, Gather, Op, P2p, Reduction, Refusal, Scatter};
 use crate::store::StoreRef;
 use crate::util::{lock, Deadline};
 use fingerprint::Fingerprint;
@@ -54,6 +54,10 @@ pub struct UcxTransport {
     state: Mutex<State>,
     /// The comm's timeout, which bounds [`UcxTransport::flush`].
     timeout: Duration,
+    /// Collectives larger than this (bytes as every rank passes them, see
+    /// [`UcxTransport::leaves`]) go to the next transport; None: every
+    /// size.
+    largest: Option<usize>,
 }
 
 /// What one operation at a time uses, under one lock.
@@ -70,26 +74,81 @@ struct State {
 unsafe impl Send for UcxTransport {}
 unsafe impl Sync for UcxTransport {}
 
-/// Whether `TORCHCOMM_HOST_TRANSPORT` (or the comm's hint
-/// `gloo.host_transport`, which wins) asks for UCX between hosts: `ucx`
-/// yes, `gloo` or unset no (the default until benchmarks decide), anything
-/// else an error naming the setting.
-pub fn wanted(hint: Option<&str>) -> Result<bool> {
+/// What a rank's settings ask for between hosts: `TORCHCOMM_HOST_TRANSPORT`
+/// or the comm's hint `gloo.host_transport` (which wins).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostChoice {
+    /// `gloo`: Gloo over TCP only.
+    Gloo,
+    /// `ucx`: UCX for every operation.
+    Ucx,
+    /// Unset (or `auto`): UCX for the collectives up to
+    /// [`DEFAULT_LARGEST`] bytes and every point-to-point transfer when the
+    /// ranks span hosts and every rank loaded UCX, Gloo otherwise.
+    Auto,
+}
+
+impl HostChoice {
+    /// The rank's choice as one word of the comm's agreement.
+    pub fn word(self) -> u64 {
+        match self {
+            HostChoice::Gloo => 0,
+            HostChoice::Ucx => 1,
+            HostChoice::Auto => 2,
+        }
+    }
+
+    /// The choice a word of the agreement stands for.
+    pub fn from_word(w: u64) -> HostChoice {
+        match w {
+            0 => HostChoice::Gloo,
+            1 => HostChoice::Ucx,
+            _ => HostChoice::Auto,
+        }
+    }
+}
+
+/// The largest collective (its per-rank count times its element size, as
+/// every rank passes it) UCX carries when chosen by default: above it the
+/// Gloo path is faster over TCP (`make bench-multihost`, 2 and 4 ranks:
+/// UCX ahead up to 4 MiB, behind at 16 and 64 MiB on loopback).
+pub const DEFAULT_LARGEST: usize = 8 << 20;
+
+/// The rank's choice of transport between hosts (see [`HostChoice`]); a
+/// value other than `ucx`, `gloo` or `auto` is an error naming the setting.
+pub fn wanted(hint: Option<&str>) -> Result<HostChoice> {
     let env = std::env::var("TORCHCOMM_HOST_TRANSPORT")
         .ok()
         .filter(|v| !v.is_empty());
     let (value, from) = match (hint, env) {
         (Some(h), _) => (h.to_string(), "the comm hint gloo.host_transport"),
         (None, Some(e)) => (e, "TORCHCOMM_HOST_TRANSPORT"),
-        (None, None) => return Ok(false),
+        (None, None) => return Ok(HostChoice::Auto),
     };
     match value.to_ascii_lowercase().as_str() {
-        "ucx" => Ok(true),
-        "gloo" => Ok(false),
+        "ucx" => Ok(HostChoice::Ucx),
+        "gloo" => Ok(HostChoice::Gloo),
+        "auto" => Ok(HostChoice::Auto),
         _ => Err(Error::invalid_argument(format!(
-            "{from} is '{value}'; it takes ucx or gloo"
+            "{from} is '{value}'; it takes ucx, gloo or auto"
         ))),
     }
+}
+
+/// The largest collective UCX carries when chosen by default: the comm
+/// hint `gloo.ucx_largest` or `TORCHCOMM_UCX_LARGEST` (bytes), else
+/// [`DEFAULT_LARGEST`]; anything but a whole number is an error naming the
+/// setting.
+pub fn largest(setting: Option<String>) -> Result<u64> {
+    let Some(v) = setting else {
+        return Ok(DEFAULT_LARGEST as u64);
+    };
+    v.trim().parse::<u64>().map_err(|_| {
+        Error::invalid_argument(format!(
+            "TORCHCOMM_UCX_LARGEST (or the hint gloo.ucx_largest) is '{v}'; it takes a number \
+             of bytes"
+        ))
+    })
 }
 
 impl UcxTransport {
@@ -109,7 +168,38 @@ impl UcxTransport {
                 inbox: collectives::Inbox::new(),
             }),
             timeout,
+            largest: None,
         })
+    }
+
+    /// The same transport carrying collectives of at most `largest` bytes
+    /// (None: every size); point-to-point transfers of every size.
+    pub fn carrying_up_to(self, largest: Option<usize>) -> UcxTransport {
+        UcxTransport { largest, ..self }
+    }
+
+    /// Whether `op` is a collective larger than this transport carries: its
+    /// size from what every rank passes alike (the per-rank count, the
+    /// total of agreed v-counts; all_to_all_v_single's differ and count as
+    /// 0), so that every rank leaves it alike.
+    #[inline]
+    fn leaves(&self, op: &Op) -> bool {
+        let Some(largest) = self.largest else {
+            return false;
+        };
+        let bytes = match op.signature() {
+            Some((Some(dtype), count, _)) => count.saturating_mul(dtype.size()),
+            _ => return false,
+        };
+        if bytes <= largest {
+            return false;
+        }
+        crate::log_trace!(
+            "ucx: {} of {bytes} bytes is above the {largest} bytes UCX carries by default: \
+             the next transport runs it",
+            op.name()
+        );
+        true
     }
 
     /// "UCX 1.13.1 (libucp.so.0)".
@@ -142,6 +232,7 @@ impl UcxTransport {
         let mut state = lock(&self.state);
         let st = &mut *state;
         st.collectives = st.collectives.wrapping_add(1);
+        crate::log_trace!("ucx: {what} (collective {})", st.collectives);
         let mut ctx = collectives::Ctx::new(
             &mut st.w,
             st.collectives,
@@ -173,10 +264,19 @@ impl Transport for UcxTransport {
     }
 
     fn carries(&self) -> String {
-        format!("every operation ({})", self.version())
+        match self.largest {
+            None => format!("every operation ({})", self.version()),
+            Some(b) => format!(
+                "point-to-point, and collectives of at most {b} bytes ({})",
+                self.version()
+            ),
+        }
     }
 
     unsafe fn reduction(&self, r: &Reduction, call: &Call) -> Option<Result<()>> {
+        if self.leaves(call.op) {
+            return None;
+        }
         Some(
             self.collective(r.name(), Fingerprint::of_reduction(r), call, |c| {
                 c.run_reduction(r)
@@ -185,6 +285,9 @@ impl Transport for UcxTransport {
     }
 
     unsafe fn gather(&self, g: &Gather, call: &Call) -> Option<Result<()>> {
+        if self.leaves(call.op) {
+            return None;
+        }
         Some(
             self.collective(g.name(), Fingerprint::of_gather(g), call, |c| {
                 c.run_gather(g)
@@ -193,6 +296,9 @@ impl Transport for UcxTransport {
     }
 
     unsafe fn scatter(&self, s: &Scatter, call: &Call) -> Option<Result<()>> {
+        if self.leaves(call.op) {
+            return None;
+        }
         Some(
             self.collective(s.name(), Fingerprint::of_scatter(s), call, |c| {
                 c.run_scatter(s)
@@ -201,6 +307,9 @@ impl Transport for UcxTransport {
     }
 
     unsafe fn all_to_all(&self, a: &AllToAll, call: &Call) -> Option<Result<()>> {
+        if self.leaves(call.op) {
+            return None;
+        }
         Some(
             self.collective(a.name(), Fingerprint::of_all_to_all(a), call, |c| {
                 c.run_all_to_all(a)
