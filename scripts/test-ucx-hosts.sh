@@ -13,7 +13,8 @@
 # reference) and that the data crossed the hosts' links; then a rank killed
 # mid-all_reduce must fail every survivor within 5 s (timeout 20 s), named,
 # on 4x1 and 3 hosts; then UCX hidden from the loader must give the Gloo
-# path with an INFO line saying so.
+# path with an INFO line saying so; then, where the kernel offers Soft-RoCE
+# (rdma_rxe), 2x1 over RC verbs (else a SKIPPED line with the reason).
 # Needs root (ip netns) and libucp.so.0; otherwise prints a SKIPPED line and
 # exits 0.
 set -uo pipefail
@@ -119,6 +120,26 @@ TC_EXTRA="TC_UCX_FAULT_HIER=1" run_layout killed-hier-leader fault "0 2" "1 3" "
 TC_EXTRA="TORCHCOMM_UCX_LIBRARY=libucp-hidden-by-test.so.0" run_layout hidden hidden "0" "1"
 expect hidden "the host transport ucx was asked for but UCX is unavailable.*using Gloo between hosts" \
   "the INFO line of the fallback to Gloo"
+# The verbs path where the kernel offers Soft-RoCE: an rxe device on each
+# host's link, UCX over RC verbs between the hosts (never run here: the
+# development machine's kernel has no rdma_rxe).
+verbs_why=""
+if ! command -v rdma >/dev/null; then
+  verbs_why="the rdma command (iproute2) is missing"
+elif [ ! -d /sys/module/rdma_rxe ] && ! modprobe rdma_rxe 2>/dev/null; then
+  verbs_why="this kernel ($(uname -r)) offers no Soft-RoCE: rdma_rxe is neither loaded nor loadable"
+else
+  for h in 0 1; do
+    ip netns exec "$hostns$h" rdma link add "tcrxe$$h$h" type rxe netdev "$netns_iface" 2>/dev/null ||
+      { verbs_why="rdma link add (an rxe device on host $h's link) failed"; break; }
+  done
+fi
+if [ -n "$verbs_why" ]; then
+  echo "test-ucx-hosts: verbs over Soft-RoCE: SKIPPED: $verbs_why"
+else
+  TC_EXTRA="UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=all" run_layout verbs-two-by-one ops "0" "1"
+  expect verbs-two-by-one "'ucxflat' rank .*UCX 1\..* between hosts" "the INFO line of UCX on the flat comm"
+fi
 if [ "$rc" = 0 ] && [ "$skipped" = 1 ]; then
   echo "test-ucx-hosts: the runs matching TC_UCX_HOSTS_ONLY='$TC_UCX_HOSTS_ONLY': all right"
 elif [ "$rc" = 0 ]; then
