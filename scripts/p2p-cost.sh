@@ -10,6 +10,13 @@
 # per call of the calling thread, less clock_gettime (a system call under
 # valgrind only: natively it stays in user space). A futex wake there is a
 # kernel entry on the latency path, and wakes a thread that takes a core.
+# Then the same for non-blocking sends and receives in windows of 64 (tc-osu
+# --cost-async, as the bandwidth test makes them), where part of the work
+# may be the progress thread's: the calling thread's instructions in
+# cost_isends / cost_ireceives plus, on the rank's other threads, those of
+# the host executor's progress loop (taking a job, HostQueue::next, and
+# running it, Shared::execute or Shared::run where execute is inlined),
+# divided by N.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "SKIPPED: valgrind is not installed" >&2; exit 0; }
@@ -49,3 +56,50 @@ for dir in "$@"; do
   printf '%-24s %12s %12s %18s %18s\n' "$name" "$send_ir" "$recv_ir" "$send_sys" "$recv_sys"
 done
 echo "($N calls of each; 2 ranks on one host, both under callgrind; sends on rank 0, receives on rank 1)"
+printf '\n%-24s %24s %24s\n' "build" "Ir per isend (+progress)" "Ir per irecv (+progress)"
+# Instructions per call of FUNCTION on thread 1 of callgrind's files
+# PREFIX-NN, plus the progress loop's on the other threads.
+async_per_call() { # PREFIX FUNCTION
+  for f in "$1"-*; do
+    echo "== $f"
+    callgrind_annotate --inclusive=yes --threshold=100 "$f" 2>/dev/null
+  done | python3 -c '
+import re, sys
+n, fn = int(sys.argv[1]), sys.argv[2]
+num = lambda s: 0 if s == "." else int(s.replace(",", ""))
+total, thread, best = 0, None, {}
+def flush():
+    global total
+    if thread is None:
+        return
+    if thread.endswith("-01"):
+        total += best.get("main", 0)
+    else:
+        total += best.get("next", 0) + max(best.get("execute", 0), best.get("run", 0))
+for line in sys.stdin:
+    if line.startswith("== "):
+        flush()
+        thread, best = line[3:].strip(), {}
+        continue
+    m = re.match(r"\s*([\d,]+)(?: \([^)]*\))?\s+\S+", line)
+    if not m or "=>" in line:
+        continue
+    v = num(m.group(1))
+    for key, pat in (("main", r":tc_osu::" + fn + r"( |$)"),
+                     ("next", r":torchcomm::backends::host_executor::queue::HostQueue::next( |$)"),
+                     ("execute", r":torchcomm::backends::host_executor::Shared<B>::execute( |$)"),
+                     ("run", r":torchcomm::backends::host_executor::Shared<B>::run( |$)")):
+        if re.search(pat, line):
+            best[key] = max(best.get(key, 0), v)
+flush()
+print(f"{total / n:.0f}")' "$N" "$2"
+}
+for dir in "$@"; do
+  d=$(cd "$dir" && pwd)
+  name=$(basename "$(dirname "$dir/x")")
+  rm -f "$out"/cg.*
+  TORCHCOMM_GLOO_LIBRARY=$d/libtorchcomm-gloo.so "$d/tc-run" -n 2 -- valgrind -q --tool=callgrind \
+    --separate-threads=yes --callgrind-out-file="$out/cg.%q{RANK}" "$d/tc-osu" --cost-async "$N" >/dev/null 2>&1
+  printf '%-24s %24s %24s\n' "$name" "$(async_per_call "$out/cg.0" cost_isends)" "$(async_per_call "$out/cg.1" cost_ireceives)"
+done
+echo "($N non-blocking calls of each in windows of 64; sends on rank 0, receives on rank 1)"
