@@ -260,6 +260,39 @@ fn tags_in_order(comm: &Comm) {
     }
 }
 
+/// The same with blocking calls (a blocking send that fits its ring and a
+/// blocking receive whose message is there complete at once too): tags
+/// 1, 2, 1 and a message that the receive does not match, all there
+/// before the receives; tag 2 first, then the 1s in order.
+fn blocking_calls_in_order(comm: &Comm) {
+    let (me, n) = (comm.rank() as usize, comm.size() as usize);
+    let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+    let tags = [1u32, 2, 1];
+    for (k, t) in tags.iter().enumerate() {
+        let mut out = payload(me, next, 6000 + k, 24 + k);
+        let op = Op::send(ptr(&mut out), out.len(), DType::U8, next as i32, *t);
+        run(comm, op).unwrap();
+    }
+    let mut odd = vec![0u8; 8 * 2];
+    let op = Op::send(ptr(&mut odd), 8, DType::F16, next as i32, 4);
+    run(comm, op).unwrap();
+    run(comm, Op::Barrier).unwrap();
+    for k in [1, 0, 2] {
+        let mut got = vec![0u8; 24 + k];
+        let op = Op::recv(ptr(&mut got), got.len(), DType::U8, prev as i32, tags[k]);
+        run(comm, op).unwrap();
+        assert!(
+            got == payload(prev, me, 6000 + k, 24 + k),
+            "blocking message {k}"
+        );
+    }
+    let mut got = vec![0xeeu8; 9 * 2];
+    let op = Op::recv(ptr(&mut got), 9, DType::F16, prev as i32, 4);
+    let e = run(comm, op).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidUsage, "{e}");
+    assert!(got.iter().all(|x| *x == 0xee), "nothing landed");
+}
+
 /// Receives that do not match their message fail on their own work with
 /// TC_ERR_INVALID_USAGE naming both, nothing written, the pair usable:
 /// one taken at once from the ring, one from the early messages.
@@ -320,6 +353,7 @@ fn child() {
     many_outstanding_both_directions(&comm);
     wrapping_at_the_ring_end(&comm);
     tags_in_order(&comm);
+    blocking_calls_in_order(&comm);
     mismatches(&comm);
     run(&comm, Op::Barrier).unwrap();
     println!("RESULT ok");

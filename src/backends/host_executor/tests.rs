@@ -194,7 +194,8 @@ fn a_failed_run_fails_its_work_and_is_reported_to_the_comm() {
 /// An asynchronous call that the backend completes at once is finished
 /// when submitted (its failure on its work and told to the comm), without
 /// the progress thread; one the backend declines goes to the progress
-/// thread; none is tried at once while another operation runs or waits.
+/// thread; none is tried at once while another operation runs or waits;
+/// a blocking call with nothing ahead is tried at once first.
 #[test]
 fn an_async_call_completes_at_once_only_with_nothing_ahead() {
     let probe = Arc::new(Probe::default());
@@ -238,5 +239,18 @@ fn an_async_call_completes_at_once_only_with_nothing_ahead() {
     ex.shared.queue.finished();
     work.wait_blocking().unwrap();
     assert_eq!(fake.runs.load(Ordering::SeqCst), 2);
+
+    // A blocking call is tried at once too, and run in full when declined.
+    ex.shared.queue.wait_idle();
+    let (r, told, post) = submit(&ex, &probe, all_reduce(&mut data), false);
+    assert_eq!(r.unwrap().status(), crate::work::WorkStatus::Completed);
+    assert_eq!((told, post), (vec!["watched"], Some((true, true))));
+    assert_eq!(fake.at_once_runs.load(Ordering::SeqCst), 4);
+    assert_eq!(fake.runs.load(Ordering::SeqCst), 2, "not run in full");
+    fake.at_once.store(AT_ONCE_DECLINED, Ordering::SeqCst);
+    let (r, _, _) = submit(&ex, &probe, all_reduce(&mut data), false);
+    assert_eq!(r.unwrap().status(), crate::work::WorkStatus::Completed);
+    assert_eq!(fake.at_once_runs.load(Ordering::SeqCst), 5);
+    assert_eq!(fake.runs.load(Ordering::SeqCst), 3, "run in full, inline");
     ex.stop(&Error::invalid_usage("finalized"));
 }
