@@ -10,6 +10,16 @@
 # per call of the calling thread, less clock_gettime (a system call under
 # valgrind only: natively it stays in user space). A futex wake there is a
 # kernel entry on the latency path, and wakes a thread that takes a core.
+# Then the same for non-blocking sends and receives in windows of 64 (tc-osu
+# --cost-async, as the bandwidth test makes them), where part of the work
+# may be the progress thread's: the calling thread's instructions in
+# cost_isends / cost_ireceives plus, on the rank's other threads, those of
+# the host executor's progress loop (taking a job, HostQueue::next, and
+# running it, Shared::execute or Shared::run where execute is inlined),
+# divided by N.
+# Where mpicc and mpirun exist, an Open MPI row follows each table
+# (bench/mpi_p2p_cost.c, btl self,vader, the same calls counted the same
+# way on the calling thread; Open MPI has no progress thread here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "SKIPPED: valgrind is not installed" >&2; exit 0; }
@@ -49,3 +59,68 @@ for dir in "$@"; do
   printf '%-24s %12s %12s %18s %18s\n' "$name" "$send_ir" "$recv_ir" "$send_sys" "$recv_sys"
 done
 echo "($N calls of each; 2 ranks on one host, both under callgrind; sends on rank 0, receives on rank 1)"
+total() { awk '/^(summary|totals):/ {print $2; exit}' "$1"; }
+printf '\n%-24s %24s %24s\n' "build" "Ir per isend (+progress)" "Ir per irecv (+progress)"
+# Instructions per call of FUNCTION on thread 1 of callgrind's files
+# PREFIX-NN, plus the progress loop's on the other threads.
+async_per_call() { # PREFIX FUNCTION
+  for f in "$1"-*; do
+    echo "== $f"
+    callgrind_annotate --inclusive=yes --threshold=100 "$f" 2>/dev/null
+  done | python3 -c '
+import re, sys
+n, fn = int(sys.argv[1]), sys.argv[2]
+num = lambda s: 0 if s == "." else int(s.replace(",", ""))
+total, thread, best = 0, None, {}
+def flush():
+    global total
+    if thread is None:
+        return
+    if thread.endswith("-01"):
+        total += best.get("main", 0)
+    else:
+        total += best.get("next", 0) + max(best.get("execute", 0), best.get("run", 0))
+for line in sys.stdin:
+    if line.startswith("== "):
+        flush()
+        thread, best = line[3:].strip(), {}
+        continue
+    m = re.match(r"\s*([\d,]+)(?: \([^)]*\))?\s+\S+", line)
+    if not m or "=>" in line:
+        continue
+    v = num(m.group(1))
+    for key, pat in (("main", r":tc_osu::" + fn + r"( |$)"),
+                     ("next", r":torchcomm::backends::host_executor::queue::HostQueue::next( |$)"),
+                     ("execute", r":torchcomm::backends::host_executor::Shared<B>::execute( |$)"),
+                     ("run", r":torchcomm::backends::host_executor::Shared<B>::run( |$)")):
+        if re.search(pat, line):
+            best[key] = max(best.get(key, 0), v)
+flush()
+print(f"{total / n:.0f}")' "$N" "$2"
+}
+for dir in "$@"; do
+  d=$(cd "$dir" && pwd)
+  name=$(basename "$(dirname "$dir/x")")
+  rm -f "$out"/cg.*
+  TORCHCOMM_GLOO_LIBRARY=$d/libtorchcomm-gloo.so "$d/tc-run" -n 2 -- valgrind -q --tool=callgrind \
+    --separate-threads=yes --callgrind-out-file="$out/cg.%q{RANK}" "$d/tc-osu" --cost-async "$N" >/dev/null 2>&1
+  printf '%-24s %24s %24s\n' "$name" "$(async_per_call "$out/cg.0" cost_isends)" "$(async_per_call "$out/cg.1" cost_ireceives)"
+done
+echo "($N non-blocking calls of each in windows of 64; sends on rank 0, receives on rank 1)"
+if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 &&
+  mpicc -O2 bench/mpi_p2p_cost.c -o "$out/mpi_p2p_cost" >/dev/null 2>&1; then
+  mpi=(mpirun --oversubscribe -np 2 --mca btl self,vader)
+  [ "$(id -u)" = 0 ] && mpi=(env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "${mpi[@]}" --allow-run-as-root)
+  for mode in blocking async; do
+    rm -f "$out"/mpi.*
+    "${mpi[@]}" sh -c 'exec valgrind -q --tool=callgrind "--toggle-collect=cost_*" \
+      --callgrind-out-file='"$out"'/mpi.$OMPI_COMM_WORLD_RANK "$@"' sh "$out/mpi_p2p_cost" "$N" \
+      $([ $mode = async ] && echo async) >/dev/null 2>&1 || { echo "Open MPI ($mode): run failed"; continue; }
+    s=$(total "$out/mpi.0")
+    r=$(total "$out/mpi.1")
+    printf 'Open MPI (%s): %d Ir per send, %d Ir per receive (calling thread)\n' "$mode" $((s / N)) $((r / N))
+  done
+  echo "(Open MPI's sends poll while its shared-memory buffers to the peer are full, until the peer, at the barrier, drains them: their count can include that wait; the lowest of several runs is the work)"
+else
+  echo "Open MPI: mpicc/mpirun not found (make bench-deps): skipped"
+fi

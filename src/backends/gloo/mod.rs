@@ -34,7 +34,7 @@ use super::host_executor::{HostBackend, HostExecutor};
 use super::{Abilities, Backend, BackendInit, MemoryAllocator, WindowBackend, Windows};
 use crate::error::{Error, ErrorKind, Result};
 use crate::kernels::reduce;
-use crate::op::Op;
+use crate::op::{Op, PointToPoint};
 use crate::util::Deadline;
 use failure::{FailureReports, Unusable, DIAGNOSIS_WINDOW};
 use signature::CHECK_HINT;
@@ -161,6 +161,41 @@ impl Abilities for GlooBackend {
 }
 
 impl HostBackend for GlooBackend {
+    /// A send or receive alone, to another rank, through the shared-memory
+    /// rings.
+    #[inline]
+    fn may_run_at_once(&self, op: &Op) -> bool {
+        match op {
+            Op::PointToPoint(PointToPoint::One(p)) => {
+                p.peer != self.rank && self.routes.shared_memory_p2p().is_some()
+            }
+            _ => false,
+        }
+    }
+
+    /// See [`shared_memory::SharedMemory::transfer_at_once`]. A broken comm
+    /// leaves the operation to [`HostBackend::run`], which reports it.
+    fn run_at_once(&self, op: &Op) -> Option<Result<()>> {
+        let Op::PointToPoint(PointToPoint::One(p)) = op else {
+            return None;
+        };
+        if self.broken.is_set() {
+            return None;
+        }
+        // SAFETY: the comm validated the buffer against its count, and the
+        // caller keeps it alive until the work completes.
+        let result = unsafe { self.routes.shared_memory_p2p()?.transfer_at_once(p)? };
+        // Counted as every operation run, for the failure reports.
+        self.reports.next_op();
+        if let Err(e) = &result {
+            // A corrupt ring (a mismatch keeps the pair in step).
+            if e.kind != ErrorKind::InvalidUsage {
+                self.mark_broken(e);
+            }
+        }
+        Some(result)
+    }
+
     fn run(&self, op: &Op, timeout: Duration) -> Result<()> {
         self.check_not_broken()?;
         let seq = self.reports.next_op();

@@ -143,6 +143,13 @@ impl Routes {
         self.ucx.as_ref()
     }
 
+    /// Shared memory, when it carries point-to-point (it comes before every
+    /// transport that does).
+    #[inline]
+    pub(super) fn shared_memory_p2p(&self) -> Option<&SharedMemory> {
+        self.shared_memory.as_ref().filter(|s| s.has_p2p())
+    }
+
     pub(super) fn tcp(&self) -> &GlooTcp {
         &self.tcp
     }

@@ -30,6 +30,24 @@ pub trait HostBackend: Abilities + 'static {
     /// Executes `op` to completion on the calling (progress) thread, failing
     /// within `timeout`. Called for one operation at a time, in issue order.
     fn run(&self, op: &Op, timeout: Duration) -> Result<()>;
+
+    /// Whether `op` may complete at once on its caller's thread
+    /// ([`HostBackend::run_at_once`]): a look at the operation alone, made
+    /// before the running slot is claimed for it.
+    fn may_run_at_once(&self, _op: &Op) -> bool {
+        false
+    }
+
+    /// Runs `op` to completion now, on the calling thread, when no peer has
+    /// to act first (a small send that fits its ring, a receive whose
+    /// message is already there): `Some(outcome)`. None, with nothing
+    /// done, when it would have to wait: an asynchronous call then goes to
+    /// the progress thread, a blocking one to [`HostBackend::run`]. Called
+    /// with the running slot held (nothing queued or running ahead of
+    /// it), so issue order is kept.
+    fn run_at_once(&self, _op: &Op) -> Option<Result<()>> {
+        None
+    }
 }
 
 /// What the progress thread shares with the callers.
@@ -85,6 +103,54 @@ impl<B: HostBackend> Shared<B> {
     /// and releases the slot.
     fn execute(&self, job: Job, comm: &dyn CommEvents) {
         self.run(&job.op, job.timeout, &job.work, true, comm);
+    }
+
+    /// Completes `op` (its `running` slot already taken, `work` started)
+    /// on the calling thread when the backend can without waiting
+    /// ([`HostBackend::run_at_once`]) and releases the slot: true. False,
+    /// with nothing done and the slot still held, when it would wait.
+    fn try_at_once(&self, op: &Op, work: &HostWork, comm: &dyn CommEvents) -> bool {
+        let result = match comm.check_active() {
+            Ok(()) => self.backend.run_at_once(op),
+            Err(e) => Some(Err(e)),
+        };
+        let Some(result) = result else {
+            return false;
+        };
+        let result = result.map_err(|e| e.context(work.description()));
+        if let Err(e) = &result {
+            comm.operation_failed(e.clone());
+        }
+        work.complete(result);
+        self.queue.finished();
+        true
+    }
+
+    /// The asynchronous `op` (its `running` slot already taken, `work`
+    /// started) completed at once when it can ([`Shared::try_at_once`]: a
+    /// hand-off to the progress thread and a wake of the caller at
+    /// completion saved per small message), else queued for the progress
+    /// thread. Hands the job back when the queue was stopped.
+    fn run_at_once_or_queue(
+        &self,
+        op: Op,
+        timeout: Duration,
+        work: &Arc<HostWork>,
+        comm: &dyn CommEvents,
+    ) -> std::result::Result<(), Job> {
+        if self.try_at_once(&op, work, comm) {
+            return Ok(());
+        }
+        let job = Job {
+            op,
+            timeout,
+            work: work.clone(),
+        };
+        let queued = self.queue.push(job);
+        // After the push: the progress thread takes the job once the slot
+        // is free, and no claim passes it meanwhile.
+        self.queue.finished();
+        queued
     }
 
     /// Runs `op` (its `running` slot already taken) for `comm`, completing
@@ -153,7 +219,11 @@ impl<B: HostBackend> Backend for HostExecutor<B> {
             Err(e) => return Err(sub.refuse(&op, e)),
         };
         let blocking = !sub.opts.async_op || staged.is_some();
-        let claim = match blocking {
+        // An asynchronous call with nothing ahead that may complete without
+        // waiting for a peer is tried at once on this thread.
+        let may_run_at_once = staged.is_none() && self.shared.backend.may_run_at_once(&op);
+        let at_once = !blocking && may_run_at_once;
+        let claim = match blocking || at_once {
             true => self.shared.queue.claim(),
             false => Claim::Busy,
         };
@@ -172,10 +242,27 @@ impl<B: HostBackend> Backend for HostExecutor<B> {
         }
         let handle: Arc<dyn Work> = work.clone();
         match claim {
+            Claim::Inline if at_once => {
+                let at = started.unwrap_or_else(Instant::now);
+                sub.tell_at(&op, super::Issue::Watched(&handle), at);
+                let queued = self
+                    .shared
+                    .run_at_once_or_queue(op, sub.timeout, &work, sub.comm);
+                if queued.is_err() {
+                    return Err(self.shutting_down(&work));
+                }
+                return Ok(handle);
+            }
             Claim::Inline => {
                 let at = started.unwrap_or_else(Instant::now);
                 sub.tell_at(&op, super::Issue::Watched(&handle), at);
-                self.shared.run(&op, sub.timeout, &work, false, sub.comm);
+                // A blocking call that needs no peer to act first (a send
+                // that fits its ring, a receive whose message is there)
+                // skips the backend's full run: its deadline, transport
+                // table and progress loop.
+                if !(may_run_at_once && self.shared.try_at_once(&op, &work, sub.comm)) {
+                    self.shared.run(&op, sub.timeout, &work, false, sub.comm);
+                }
             }
             Claim::Busy => {
                 sub.tell(&op, super::Issue::Watched(&handle));

@@ -13,7 +13,17 @@ use std::sync::Weak;
 struct Fake {
     runs: AtomicUsize,
     fail: bool,
+    /// What `run_at_once` does: [`AT_ONCE_NEVER`] (not asked),
+    /// [`AT_ONCE_DONE`], [`AT_ONCE_DECLINED`] or [`AT_ONCE_FAILED`].
+    at_once: AtomicUsize,
+    /// Calls of `run_at_once`.
+    at_once_runs: AtomicUsize,
 }
+
+const AT_ONCE_NEVER: usize = 0;
+const AT_ONCE_DONE: usize = 1;
+const AT_ONCE_DECLINED: usize = 2;
+const AT_ONCE_FAILED: usize = 3;
 
 impl HostBackend for Fake {
     fn run(&self, _op: &Op, _timeout: Duration) -> Result<()> {
@@ -22,6 +32,19 @@ impl HostBackend for Fake {
             return Err(Error::new(ErrorKind::Remote, "peer lost"));
         }
         Ok(())
+    }
+
+    fn may_run_at_once(&self, _op: &Op) -> bool {
+        self.at_once.load(Ordering::SeqCst) != AT_ONCE_NEVER
+    }
+
+    fn run_at_once(&self, _op: &Op) -> Option<Result<()>> {
+        self.at_once_runs.fetch_add(1, Ordering::SeqCst);
+        match self.at_once.load(Ordering::SeqCst) {
+            AT_ONCE_DONE => Some(Ok(())),
+            AT_ONCE_FAILED => Some(Err(Error::invalid_usage("does not match"))),
+            _ => None,
+        }
     }
 }
 
@@ -165,5 +188,69 @@ fn a_failed_run_fails_its_work_and_is_reported_to_the_comm() {
     );
     assert_eq!((told, post), (vec!["watched"], Some((false, true))));
     assert_eq!(*lock(&probe.failures), vec![ErrorKind::Remote]);
+    ex.stop(&Error::invalid_usage("finalized"));
+}
+
+/// An asynchronous call that the backend completes at once is finished
+/// when submitted (its failure on its work and told to the comm), without
+/// the progress thread; one the backend declines goes to the progress
+/// thread; none is tried at once while another operation runs or waits;
+/// a blocking call with nothing ahead is tried at once first.
+#[test]
+fn an_async_call_completes_at_once_only_with_nothing_ahead() {
+    let probe = Arc::new(Probe::default());
+    let ex = HostExecutor::start(Fake::default(), &init("at-once", 2, &probe)).unwrap();
+    let fake = &ex.shared.backend;
+    let mut data = [1.0f32; 4];
+    fake.at_once.store(AT_ONCE_DONE, Ordering::SeqCst);
+    let (r, told, post) = submit(&ex, &probe, all_reduce(&mut data), true);
+    assert_eq!(r.unwrap().status(), crate::work::WorkStatus::Completed);
+    assert_eq!((told, post), (vec!["watched"], Some((true, true))));
+    assert_eq!(fake.at_once_runs.load(Ordering::SeqCst), 1);
+    assert_eq!(fake.runs.load(Ordering::SeqCst), 0, "no progress thread");
+
+    fake.at_once.store(AT_ONCE_FAILED, Ordering::SeqCst);
+    let (r, _, post) = submit(&ex, &probe, all_reduce(&mut data), true);
+    let e = r.unwrap().wait_blocking().unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidUsage, "{}", e.message);
+    assert!(e.message.contains("on comm 'test'"), "{}", e.message);
+    assert_eq!(post, Some((false, true)));
+    assert_eq!(*lock(&probe.failures), vec![ErrorKind::InvalidUsage]);
+
+    fake.at_once.store(AT_ONCE_DECLINED, Ordering::SeqCst);
+    let (r, _, _) = submit(&ex, &probe, all_reduce(&mut data), true);
+    r.unwrap().wait_blocking().unwrap();
+    assert_eq!(fake.at_once_runs.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        fake.runs.load(Ordering::SeqCst),
+        1,
+        "run by the progress thread"
+    );
+
+    // Another operation holds the slot: queued behind it, not tried.
+    fake.at_once.store(AT_ONCE_DONE, Ordering::SeqCst);
+    // (The progress thread releases the slot just after the completion.)
+    ex.shared.queue.wait_idle();
+    assert_eq!(ex.shared.queue.claim(), Claim::Inline);
+    let (r, _, _) = submit(&ex, &probe, all_reduce(&mut data), true);
+    let work = r.unwrap();
+    assert!(!work.status().is_finished(), "waits for the running one");
+    assert_eq!(fake.at_once_runs.load(Ordering::SeqCst), 3);
+    ex.shared.queue.finished();
+    work.wait_blocking().unwrap();
+    assert_eq!(fake.runs.load(Ordering::SeqCst), 2);
+
+    // A blocking call is tried at once too, and run in full when declined.
+    ex.shared.queue.wait_idle();
+    let (r, told, post) = submit(&ex, &probe, all_reduce(&mut data), false);
+    assert_eq!(r.unwrap().status(), crate::work::WorkStatus::Completed);
+    assert_eq!((told, post), (vec!["watched"], Some((true, true))));
+    assert_eq!(fake.at_once_runs.load(Ordering::SeqCst), 4);
+    assert_eq!(fake.runs.load(Ordering::SeqCst), 2, "not run in full");
+    fake.at_once.store(AT_ONCE_DECLINED, Ordering::SeqCst);
+    let (r, _, _) = submit(&ex, &probe, all_reduce(&mut data), false);
+    assert_eq!(r.unwrap().status(), crate::work::WorkStatus::Completed);
+    assert_eq!(fake.at_once_runs.load(Ordering::SeqCst), 5);
+    assert_eq!(fake.runs.load(Ordering::SeqCst), 3, "run in full, inline");
     ex.stop(&Error::invalid_usage("finalized"));
 }

@@ -5,6 +5,7 @@
 //!
 //! `tc-run -n 2 -- tc-osu [-b MIN] [-e MAX] [-r ROUNDS] [--extra NAME=LAT,BW]...`
 //! `tc-run -n 2 -- tc-osu --cost N`
+//! `tc-run -n 2 -- tc-osu --cost-async N`
 //! `tc-osu --host 1 [-b MIN] [-e MAX] [-r ROUNDS] [--extra ...]` (2 ranks
 //! from any launcher, shared memory off: TORCHCOMM_GLOO_SHM=0)
 //!
@@ -28,6 +29,10 @@
 //! neither side ever waits for the other. Run under callgrind
 //! (scripts/p2p-cost.sh), the inclusive instructions of those two
 //! functions divided by N are the work of one send and one receive.
+//! `--cost-async N` does the same with non-blocking sends and receives in
+//! windows of [`WINDOW`] (started, then waited for), as the bandwidth test
+//! makes them ([`cost_isends`], [`cost_ireceives`]); what the progress
+//! thread does for them is counted on that thread (scripts/p2p-cost.sh).
 
 use std::process::exit;
 use std::sync::Arc;
@@ -43,6 +48,8 @@ struct Args {
     extra: Vec<(String, String, String)>,
     /// `--cost N`: the instruction-count mode.
     cost: Option<usize>,
+    /// `--cost-async N`: the same with non-blocking calls.
+    cost_async: Option<usize>,
     /// `--host 1`: UCX against Gloo between hosts.
     host: bool,
 }
@@ -60,6 +67,7 @@ fn size_arg(s: &str) -> Option<usize> {
 fn usage() -> ! {
     eprintln!("usage: tc-run -n 2 -- tc-osu [-b MIN] [-e MAX] [-r ROUNDS] [--extra NAME=LATFILE,BWFILE]...");
     eprintln!("       tc-run -n 2 -- tc-osu --cost N");
+    eprintln!("       tc-run -n 2 -- tc-osu --cost-async N");
     eprintln!(
         "       tc-osu --host 1 [-b MIN] [-e MAX] [-r ROUNDS] [--extra NAME=LATFILE,BWFILE]..."
     );
@@ -73,6 +81,7 @@ fn parse_args() -> Args {
         rounds: 3,
         extra: Vec::new(),
         cost: None,
+        cost_async: None,
         host: false,
     };
     let mut it = std::env::args().skip(1);
@@ -83,6 +92,7 @@ fn parse_args() -> Args {
             "-e" => a.max = size_arg(&value).unwrap_or_else(|| usage()),
             "-r" => a.rounds = value.parse().unwrap_or_else(|_| usage()),
             "--cost" => a.cost = Some(value.parse().unwrap_or_else(|_| usage())),
+            "--cost-async" => a.cost_async = Some(value.parse().unwrap_or_else(|_| usage())),
             "--host" => a.host = value == "1",
             "--extra" => {
                 let (name, files) = value.split_once('=').unwrap_or_else(|| usage());
@@ -231,17 +241,53 @@ fn cost_receives(c: &Comm, buf: &mut [u8], n: usize) {
     }
 }
 
-/// The `--cost` mode (see the module's documentation).
-fn cost(c: &Comm, n: usize) {
+/// The window of non-blocking calls of `--cost-async`, as the bandwidth
+/// test's for small messages.
+const WINDOW: usize = 64;
+
+/// `n` non-blocking 4-byte sends to rank 1 in windows of [`WINDOW`].
+#[inline(never)]
+fn cost_isends(c: &Comm, buf: &mut [u8], n: usize) {
+    non_blocking_windows(c, buf, n, true);
+}
+
+/// `n` non-blocking 4-byte receives from rank 0 in windows of
+/// [`WINDOW`], every message already there.
+#[inline(never)]
+fn cost_ireceives(c: &Comm, buf: &mut [u8], n: usize) {
+    non_blocking_windows(c, buf, n, false);
+}
+
+fn non_blocking_windows(c: &Comm, buf: &mut [u8], n: usize, is_send: bool) {
+    let peer = 1 - c.rank();
+    let mut works: Vec<Arc<dyn Work>> = Vec::with_capacity(WINDOW);
+    for i in 0..n {
+        works.push(start(c, op(is_send, buf, 4, peer)));
+        if works.len() == WINDOW || i + 1 == n {
+            for w in works.drain(..) {
+                w.wait_blocking().unwrap_or_else(|e| die("a transfer", e));
+            }
+        }
+    }
+}
+
+/// The `--cost` and `--cost-async` modes (see the module's documentation).
+fn cost(c: &Comm, n: usize, non_blocking: bool) {
     let mut buf = [0u8; 4];
     // One exchange first, so that no first-call work is counted.
     checked_exchange(c, &mut buf, 4);
     if c.rank() == 0 {
-        cost_sends(c, &mut buf, n);
+        match non_blocking {
+            false => cost_sends(c, &mut buf, n),
+            true => cost_isends(c, &mut buf, n),
+        }
     }
     run(c, Op::Barrier);
     if c.rank() == 1 {
-        cost_receives(c, &mut buf, n);
+        match non_blocking {
+            false => cost_receives(c, &mut buf, n),
+            true => cost_ireceives(c, &mut buf, n),
+        }
     }
     run(c, Op::Barrier);
 }
@@ -365,7 +411,11 @@ fn main() {
         );
     }
     if let Some(n) = args.cost {
-        cost(&shm, n);
+        cost(&shm, n, false);
+        return;
+    }
+    if let Some(n) = args.cost_async {
+        cost(&shm, n, true);
         return;
     }
     let gloo = match args.host {

@@ -43,6 +43,35 @@ impl SharedMemory {
         Ok(engine.map(|engine| SharedMemory { engine }))
     }
 
+    /// Whether point-to-point goes through the rings.
+    #[inline]
+    pub(super) fn has_p2p(&self) -> bool {
+        self.engine.has_p2p()
+    }
+
+    /// Completes `p` (a send or receive to another rank) now when no peer
+    /// has to act first (see [`IntraHost::transfer_at_once`]); None, with
+    /// nothing done, when it would wait.
+    ///
+    /// # Safety
+    /// `p`'s buffer is valid for its bytes until this returns.
+    pub(super) unsafe fn transfer_at_once(&self, p: &P2p) -> Option<Result<()>> {
+        let t = Transfer {
+            is_send: p.is_send,
+            peer: p.peer as usize,
+            tag: p.tag,
+            buf: p.buf.as_u8(),
+            count: p.count,
+            dtype: p.dtype,
+        };
+        let mismatch = self.engine.transfer_at_once(&t)?;
+        Some(match mismatch {
+            Ok(None) => Ok(()),
+            Ok(Some(why)) => Err(Error::invalid_usage(why)),
+            Err(e) => Err(e),
+        })
+    }
+
     /// Runs `call`'s collective with `run`, the shared-memory form of its
     /// family. Every collective has one, so every rank makes the same
     /// choice: buffers that overlap in a way the chunked copies would

@@ -31,6 +31,8 @@
 //! it), the comm's abort is seen, and the deadline gives `TC_ERR_TIMEOUT`
 //! naming the peers waited for.
 
+mod at_once;
+
 use super::wait::{current_cpu, Patience};
 use super::{exited, futex_wait, futex_wake, IntraHost, SEGMENT, SLICE};
 use crate::error::{Error, Result};

@@ -1,0 +1,120 @@
+//! Point-to-point completed on the caller's thread: an asynchronous send
+//! whose whole message fits the free space of its ring, and an asynchronous
+//! receive whose message is complete already (an early message, or whole at
+//! the front of the ring). Issued from the progress thread instead, each
+//! small message cost a hand-off to that thread and a wake of the caller
+//! at its completion: most of a small non-blocking transfer's time.
+//!
+//! Anything that would wait, or leave a message half read, is declined
+//! with nothing done, and the operation runs on the progress thread as
+//! before. The executor asks only when nothing is queued or running ahead,
+//! so matching on (peer, tag) in order is kept: an early message with the
+//! receive's tag is taken first, and a message of another tag at the front
+//! of the ring declines (the progress thread's receive sets it aside).
+
+use super::*;
+
+/// Largest message completed at once: a copy that an asynchronous call may
+/// make on its caller's thread (larger ones go to the progress thread,
+/// overlapping the caller's work, as before).
+pub(in crate::backends::gloo) const AT_ONCE_MAX: usize = PIECE;
+
+impl IntraHost {
+    /// Completes `t` now when no peer has to act first: `Some(Ok(None))`
+    /// done, `Some(Ok(Some(why)))` a receive that does not match its
+    /// message (skipped, as [`IntraHost::point_to_point`] does),
+    /// `Some(Err(_))` a corrupt ring; None, with nothing done, otherwise.
+    ///
+    /// # Safety
+    /// `t`'s buffer is valid for its bytes until this returns.
+    pub unsafe fn transfer_at_once(&self, t: &Transfer) -> Option<Result<Option<String>>> {
+        if t.bytes() > AT_ONCE_MAX {
+            return None;
+        }
+        // Held by an operation of another thread (a window's, say): decline.
+        let mut inboxes = self.p2p.as_ref()?.try_lock().ok()?;
+        match t.is_send {
+            true => self.send_at_once(t).then_some(Ok(None)),
+            false => self.receive_at_once(&mut inboxes.0[t.peer], t),
+        }
+    }
+
+    /// Writes send `t` into its ring when the whole message fits.
+    unsafe fn send_at_once(&self, t: &Transfer) -> bool {
+        let ring = self.ring(self.rank, t.peer);
+        let used =
+            Self::head(ring).load(Ordering::Relaxed) - Self::tail(ring).load(Ordering::Acquire);
+        if RING - (used as usize) < HEADER + padded(t.bytes()) {
+            return false;
+        }
+        let mut p = Pending {
+            t: *t,
+            done: false,
+            matched: false,
+            moved: 0,
+            header_sent: false,
+            error: None,
+        };
+        self.push(&mut p);
+        debug_assert!(p.done, "the message fit the free space");
+        p.done
+    }
+
+    /// Receive `t` from the early messages or the ring, when its message
+    /// is complete there.
+    unsafe fn receive_at_once(
+        &self,
+        inbox: &mut Inbox,
+        t: &Transfer,
+    ) -> Option<Result<Option<String>>> {
+        if let Some(k) = inbox.early.iter().position(|e| e.tag == t.tag) {
+            if !inbox.early[k].complete {
+                return None;
+            }
+            let e = inbox.early.remove(k)?;
+            if let Some(why) = self.mismatch(t, e.count, e.dtype) {
+                return Some(Ok(Some(why)));
+            }
+            std::ptr::copy_nonoverlapping(e.data.as_ptr(), t.buf, e.data.len());
+            return Some(Ok(None));
+        }
+        // The front message is being read elsewhere (skipped): not ours.
+        if inbox.reading.is_some() {
+            return None;
+        }
+        let q = t.peer;
+        let ring = self.ring(q, self.rank);
+        let data = ring.add(CONTROL);
+        let (head_word, tail_word) = (Self::head(ring), Self::tail(ring));
+        let head = head_word.load(Ordering::Acquire);
+        let tail = tail_word.load(Ordering::Relaxed);
+        let there = (head - tail) as usize;
+        if there < HEADER {
+            return None;
+        }
+        let [magic_tag, bytes, count, dtype] =
+            (data.add(tail as usize % RING) as *const [u64; 4]).read();
+        if magic_tag >> 32 != MAGIC {
+            return Some(Err(Error::internal(format!(
+                "point-to-point ring from rank {q} to rank {} is corrupt",
+                self.rank
+            ))));
+        }
+        let bytes = bytes as usize;
+        let body = padded(bytes);
+        if magic_tag as u32 != t.tag || there < HEADER + body {
+            return None;
+        }
+        let why = self.mismatch(t, count, dtype);
+        if why.is_none() {
+            // The body may wrap at the ring's end (a header never does).
+            let at = (tail as usize + HEADER) % RING;
+            let first = bytes.min(RING - at);
+            std::ptr::copy_nonoverlapping(data.add(at), t.buf, first);
+            std::ptr::copy_nonoverlapping(data, t.buf.add(first), bytes - first);
+        }
+        tail_word.store(tail + (HEADER + body) as u64, Ordering::Release);
+        self.notify(q);
+        Some(Ok(why))
+    }
+}
