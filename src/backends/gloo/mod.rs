@@ -161,6 +161,10 @@ impl Abilities for GlooBackend {
 }
 
 impl HostBackend for GlooBackend {
+    fn idle(&self) -> Option<Duration> {
+        self.routes.ucx().map(|t| t.progress_idle())
+    }
+
     fn run(&self, op: &Op, timeout: Duration) -> Result<()> {
         self.check_not_broken()?;
         let seq = self.reports.next_op();

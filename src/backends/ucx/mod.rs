@@ -34,7 +34,10 @@ mod collectives;
 mod fingerprint;
 mod loader;
 mod p2p;
+mod window;
 mod worker;
+
+pub use window::UcxWindow;
 
 use crate::backends::transport::{Call, Transport};
 use crate::error::{Error, Result};
@@ -42,9 +45,15 @@ use crate::op::{AllToAll, Gather, P2p, Reduction, Refusal, Scatter};
 use crate::store::StoreRef;
 use crate::util::{lock, Deadline};
 use fingerprint::Fingerprint;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 use worker::Worker;
+
+/// How often an idle progress thread looks whether a window needs its
+/// progress, and how often it progresses the worker while one does.
+const IDLE_CHECK: Duration = Duration::from_millis(50);
+const IDLE_PROGRESS: Duration = Duration::from_millis(1);
 
 /// How many ranks the tags can name (18 bits).
 const MAX_RANKS: usize = 1 << 18;
@@ -54,6 +63,9 @@ pub struct UcxTransport {
     state: Mutex<State>,
     /// The comm's timeout, which bounds [`UcxTransport::flush`].
     timeout: Duration,
+    /// Windows with a buffer registered (`window.rs`): while there are,
+    /// the comm's idle progress thread progresses the worker.
+    windows: AtomicUsize,
 }
 
 /// What one operation at a time uses, under one lock.
@@ -109,7 +121,23 @@ impl UcxTransport {
                 inbox: collectives::Inbox::new(),
             }),
             timeout,
+            windows: AtomicUsize::new(0),
         })
+    }
+
+    /// Called by the comm's progress thread while it has nothing to run:
+    /// progresses the worker (unless an operation holds it) while a window
+    /// has a buffer registered, so that peers' operations emulated over
+    /// active messages (UCX over TCP) complete even while this rank makes
+    /// no call. Returns when to be called again.
+    pub fn progress_idle(&self) -> Duration {
+        if self.windows.load(Ordering::Relaxed) == 0 {
+            return IDLE_CHECK;
+        }
+        if let Ok(s) = self.state.try_lock() {
+            s.w.progress();
+        }
+        IDLE_PROGRESS
     }
 
     /// "UCX 1.13.1 (libucp.so.0)".
