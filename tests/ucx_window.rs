@@ -341,3 +341,55 @@ fn ucx_window_bad_arguments() {
         Duration::from_secs(120),
     ));
 }
+
+/// Rank 1 makes no call for 2 s after registering: rank 0's gets, puts
+/// and signals to it still complete at once (over TCP, UCX emulates them
+/// with messages that rank 1's comm progresses while it is idle).
+#[test]
+fn ucx_window_idle_target() {
+    const IDLE: Duration = Duration::from_secs(2);
+    if role().is_some() {
+        let comm = child_comm("idle", TIMEOUT);
+        let me = comm.rank();
+        let win = Window::new(&comm).unwrap();
+        let mut mem: Vec<u8> = (0..LARGE).map(|i| byte(1, 0, 0, i)).collect();
+        win.register(mptr(&mut mem), LARGE).unwrap();
+        let o = opts();
+        if me == 1 {
+            std::thread::sleep(IDLE);
+            win.wait_signal(0, &o).unwrap();
+            assert!(mem[..SMALL].iter().all(|b| *b == 9), "the put landed");
+        } else {
+            let start = Instant::now();
+            let mut got = vec![0u8; LARGE];
+            for _ in 0..10 {
+                win.get(mptr(&mut got), LARGE, 1, 0, &o).unwrap();
+            }
+            let want: Vec<u8> = (0..LARGE).map(|i| byte(1, 0, 0, i)).collect();
+            assert!(got == want, "the get read rank 1's buffer");
+            win.put(cptr(&[9u8; SMALL]), SMALL, 1, 0, &o).unwrap();
+            win.signal(1, &o).unwrap();
+            let took = start.elapsed();
+            println!("RESULT took ms={}", took.as_millis());
+            assert!(took < IDLE / 2, "took {took:?} while rank 1 was idle");
+        }
+        win.deregister().unwrap();
+        drop(win);
+        comm.finalize().unwrap();
+        println!("RESULT done");
+        return;
+    }
+    if ucx_missing() {
+        return;
+    }
+    let out = launch_ucx(
+        "ucx_window_idle_target",
+        "idle",
+        2,
+        Duration::from_secs(120),
+    );
+    for r in out[0].results() {
+        eprintln!("rank 0: {r}");
+    }
+    assert_done_over_ucx(&out);
+}

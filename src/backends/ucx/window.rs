@@ -77,6 +77,10 @@ struct Remote {
     counters_rkey: RKey,
 }
 
+/// How long `wait_signal` spins on progress before it sleeps on the
+/// worker's events.
+const SPIN_FOR: Duration = Duration::from_micros(100);
+
 // The raw UCX handles are used under the locks (the worker's for every
 // call that touches the worker).
 unsafe impl Send for UcxWindow {}
@@ -554,10 +558,14 @@ impl WindowBackend for UcxWindow {
                 continue;
             }
             self.usable("wait_signal")?;
+            let spinning = start.elapsed() < SPIN_FOR;
+            let mut armed = None;
             if p != self.rank {
                 // Busy: whoever holds the worker progresses it.
                 if let Ok(mut st) = self.t.state.try_lock() {
-                    st.w.progress();
+                    if !st.w.progress() && !spinning {
+                        armed = st.w.arm();
+                    }
                     if let Some(e) = st.w.peer_failure(p, &what) {
                         return Err(e);
                     }
@@ -570,12 +578,22 @@ impl WindowBackend for UcxWindow {
                     d.timeout()
                 )));
             }
-            // Spin briefly (a signal's answer comes within), then sleep a
-            // little so that a long wait leaves the core to the others.
-            if start.elapsed() < Duration::from_micros(100) {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(50));
+            // Spin briefly (a signal's answer comes within), then sleep on
+            // the worker's events (a peer's message wakes it) for at most a
+            // millisecond at a time, with the worker released so that this
+            // rank's other calls and its progress thread use it meanwhile.
+            match armed {
+                _ if spinning => std::thread::yield_now(),
+                Some(fd) => {
+                    let mut pfd = libc::pollfd {
+                        fd,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    // SAFETY: one valid pollfd; an error only ends the sleep.
+                    unsafe { libc::poll(&mut pfd, 1, 1) };
+                }
+                None => std::thread::sleep(Duration::from_micros(50)),
             }
         }
     }

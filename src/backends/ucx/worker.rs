@@ -293,6 +293,16 @@ impl Worker {
         }
     }
 
+    /// Arms the worker's event file descriptor for a sleep that another
+    /// thread may interrupt (the caller sleeps on it after releasing the
+    /// worker): the descriptor, or None when events are pending (progress
+    /// again) or UCX gave none.
+    pub(super) fn arm(&self) -> Option<c_int> {
+        let fd = self.event_fd?;
+        // SAFETY: a live worker, used by this thread only (under the lock).
+        (unsafe { (self.ucp.worker_arm)(self.worker) } == UCS_OK).then_some(fd)
+    }
+
     /// Posts a send of `len` bytes at `buf` to `peer`.
     ///
     /// # Safety
