@@ -66,6 +66,9 @@ pub struct UcxTransport {
     /// Windows with a buffer registered (`window.rs`): while there are,
     /// the comm's idle progress thread progresses the worker.
     windows: AtomicUsize,
+    /// Why the comm broke or was aborted, once it did: ends the windows'
+    /// waits (the comm's operations see it through their `alive`).
+    broken: Mutex<Option<Error>>,
 }
 
 /// What one operation at a time uses, under one lock.
@@ -122,7 +125,19 @@ impl UcxTransport {
             }),
             timeout,
             windows: AtomicUsize::new(0),
+            broken: Mutex::new(None),
         })
+    }
+
+    /// Fails once the comm broke or was aborted (see [`Transport::abort`]).
+    pub(crate) fn alive(&self) -> Result<()> {
+        match &*lock(&self.broken) {
+            None => Ok(()),
+            Some(e) => Err(Error::new(
+                e.kind,
+                format!("the comm is unusable: {}", e.message),
+            )),
+        }
     }
 
     /// Called by the comm's progress thread while it has nothing to run:
@@ -261,6 +276,7 @@ impl Transport for UcxTransport {
     /// peer (see `Worker::withdraw`) and closes the endpoints, so that the
     /// peers' operations fail now rather than at their timeout.
     fn abort(&self, why: &Error) {
+        lock(&self.broken).get_or_insert_with(|| why.clone());
         if let Ok(mut s) = self.state.try_lock() {
             s.w.withdraw(&mut [], why);
         }

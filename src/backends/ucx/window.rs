@@ -115,6 +115,7 @@ impl UcxWindow {
         format!("{} {op}", self.label)
     }
 
+    /// Fails once the window was closed or the comm broke or was aborted.
     fn usable(&self, op: &str) -> Result<()> {
         if self.closed.load(Ordering::SeqCst) {
             return Err(Error::new(
@@ -122,7 +123,12 @@ impl UcxWindow {
                 format!("ucx {}: the window is closed", self.what(op)),
             ));
         }
-        Ok(())
+        self.t.alive().map_err(|e| {
+            Error::new(
+                e.kind,
+                format!("ucx {} on rank {}: {}", self.what(op), self.rank, e.message),
+            )
+        })
     }
 
     fn not_registered(&self, op: &str) -> Error {
