@@ -5,7 +5,9 @@
 //! rendezvous), signals and waits, everything checked byte by byte, then a
 //! second registration; a put then a signal seen in order; a killed peer
 //! failing the survivors' window calls, naming it, well before the
-//! timeout; bad arguments refused naming the argument. Each test checks
+//! timeout; bad arguments refused naming the argument; a target that
+//! makes no call still served; asynchronous calls on a ring, then the
+//! comm's abort ending a pending wait and failing the peers' waits. Each test checks
 //! that its windows went over UCX (the INFO line of a UCX window), so that
 //! a silent fallback to the Gloo windows fails it. Every test says SKIPPED
 //! (and passes) where libucp.so.0 is missing.
@@ -390,6 +392,119 @@ fn ucx_window_idle_target() {
     );
     for r in out[0].results() {
         eprintln!("rank 0: {r}");
+    }
+    assert_done_over_ucx(&out);
+}
+
+/// Asynchronous calls on 3 ranks: a ring of 20 rounds, each an
+/// asynchronous wait for the predecessor's signal posted first, then a put
+/// (64 or 20000 bytes, blocking or asynchronous) and a signal to the
+/// successor, each round's bytes checked. Then rank 0 aborts its comm
+/// while an asynchronous wait for rank 1 is pending: the wait ends within
+/// 1 s, and ranks 1 and 2, waiting for rank 0's signal (30 s timeout),
+/// fail within 5 s.
+#[test]
+fn ucx_window_async_ring_then_abort() {
+    const ROUNDS: usize = 20;
+    const REGION: usize = 32 * 1024;
+    if role().is_some() {
+        let comm = child_comm("async_abort", TIMEOUT);
+        let (me, n) = (comm.rank() as usize, comm.size() as usize);
+        let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+        let win = Window::new(&comm).unwrap();
+        let mut mem = vec![FILL; ROUNDS * REGION];
+        win.register(mptr(&mut mem), mem.len()).unwrap();
+        let len = |round: usize| if round % 2 == 0 { 64 } else { LARGE };
+        let data = |r: usize, round: usize| -> Vec<u8> {
+            (0..len(round)).map(|i| byte(r, 0, round, i)).collect()
+        };
+        let srcs: Vec<Vec<u8>> = (0..ROUNDS).map(|round| data(me, round)).collect();
+        let asynchronous = OpOptions {
+            async_op: true,
+            ..OpOptions::default()
+        };
+        let mut works = Vec::new();
+        for round in 0..ROUNDS {
+            let wait = win.wait_signal(prev as i32, &asynchronous).unwrap();
+            let o = match round % 3 {
+                0 => opts(),
+                _ => asynchronous.clone(),
+            };
+            works.push(
+                win.put(
+                    cptr(&srcs[round]),
+                    len(round),
+                    next as i32,
+                    round * REGION,
+                    &o,
+                )
+                .unwrap(),
+            );
+            works.push(win.signal(next as i32, &o).unwrap());
+            wait.wait_blocking()
+                .unwrap_or_else(|e| panic!("rank {me}, round {round}: the wait failed: {e}"));
+            let at = round * REGION;
+            assert!(
+                mem[at..at + len(round)] == data(prev, round)[..],
+                "rank {me}, round {round}"
+            );
+            assert!(mem[at + len(round)..at + REGION].iter().all(|b| *b == FILL));
+        }
+        for w in &works {
+            w.wait_blocking().unwrap();
+        }
+        // Every rank is past the ring before rank 0 aborts.
+        win.signal(next as i32, &opts()).unwrap();
+        win.wait_signal(prev as i32, &opts()).unwrap();
+        let long = OpOptions {
+            timeout: Some(Duration::from_secs(30)),
+            ..asynchronous.clone()
+        };
+        if me == 0 {
+            let w = win.wait_signal(1, &long).unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+            let start = Instant::now();
+            comm.abort();
+            let e = w.wait_blocking().map(drop).unwrap_err();
+            println!(
+                "RESULT abort kind={:?} ms={} msg={}",
+                e.kind,
+                start.elapsed().as_millis(),
+                e.message
+            );
+            assert!(start.elapsed() < Duration::from_secs(1), "{e}");
+        } else {
+            let start = Instant::now();
+            let e = win
+                .wait_signal(0, &long)
+                .and_then(|w| w.wait_blocking().map(|_| w))
+                .map(drop)
+                .unwrap_err();
+            println!(
+                "RESULT peer kind={:?} ms={} msg={}",
+                e.kind,
+                start.elapsed().as_millis(),
+                e.message
+            );
+            assert!(start.elapsed() < Duration::from_secs(5), "{e}");
+        }
+        drop(win);
+        println!("RESULT done");
+        return;
+    }
+    if ucx_missing() {
+        return;
+    }
+    let out = launch_ucx(
+        "ucx_window_async_ring_then_abort",
+        "async_abort",
+        3,
+        Duration::from_secs(120),
+    );
+    for o in &out {
+        for r in o.results() {
+            eprintln!("rank {}: {r}", o.rank);
+        }
     }
     assert_done_over_ucx(&out);
 }
