@@ -5,12 +5,12 @@
 //! rendezvous), signals and waits, everything checked byte by byte, then a
 //! second registration; a put then a signal seen in order; a killed peer
 //! failing the survivors' window calls, naming it, well before the
-//! timeout; bad arguments refused naming the argument; a target that
-//! makes no call still served; asynchronous calls on a ring, then the
-//! comm's abort ending a pending wait and failing the peers' waits. Each test checks
-//! that its windows went over UCX (the INFO line of a UCX window), so that
-//! a silent fallback to the Gloo windows fails it. Every test says SKIPPED
-//! (and passes) where libucp.so.0 is missing.
+//! timeout; bad arguments refused naming the argument; a target that makes
+//! no call still served; asynchronous calls on a ring, then the comm's
+//! abort ending a pending wait and failing the peers' waits. Each test
+//! checks that its windows went over UCX (the INFO line of a UCX window),
+//! so that a silent fallback to the Gloo windows fails it. Every test says
+//! SKIPPED (and passes) where libucp.so.0 is missing.
 
 mod gloo_common;
 mod ucx_common;
