@@ -508,3 +508,55 @@ fn ucx_window_async_ring_then_abort() {
     }
     assert_done_over_ucx(&out);
 }
+
+/// Rank 2 dies after registering, and ranks 0 and 1 deregister (collective,
+/// 30 s timeout): both fail naming rank 2 within 10 s.
+#[test]
+fn ucx_window_peer_killed_before_deregister() {
+    if role().is_some() {
+        let comm = child_comm("killed_dereg", TIMEOUT);
+        let me = comm.rank();
+        let win = Window::new(&comm).unwrap();
+        let mut mem = vec![0u8; 64];
+        win.register(mptr(&mut mem), mem.len()).unwrap();
+        if me == 2 {
+            std::thread::sleep(Duration::from_millis(300));
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(600));
+        let start = Instant::now();
+        let e = win.deregister().unwrap_err();
+        println!(
+            "RESULT deregister kind={:?} ms={} msg={}",
+            e.kind,
+            start.elapsed().as_millis(),
+            e.message
+        );
+        assert!(e.message.contains("rank 2"), "{e}");
+        assert!(start.elapsed() < Duration::from_secs(10), "{e}");
+        drop(win);
+        println!("RESULT done");
+        return;
+    }
+    if ucx_missing() {
+        return;
+    }
+    let out = launch_ucx(
+        "ucx_window_peer_killed_before_deregister",
+        "killed_dereg",
+        3,
+        Duration::from_secs(120),
+    );
+    assert_eq!(
+        out[2].signal(),
+        Some(libc::SIGKILL),
+        "{}",
+        out[2].describe()
+    );
+    for o in &out[..2] {
+        for r in o.results() {
+            eprintln!("rank {}: {r}", o.rank);
+        }
+    }
+    assert_done_over_ucx(&out[..2]);
+}

@@ -268,7 +268,8 @@ impl UcxWindow {
 
     /// Waits until `keys` are all in the store, progressing the worker
     /// meanwhile (peers' emulated operations may need this rank's
-    /// progress), bounded by `d`.
+    /// progress), bounded by `d`; fails as soon as UCX reports a peer
+    /// failed or a peer's failure notice comes.
     fn store_wait(&self, keys: &[String], d: &Deadline, op: &str) -> Result<()> {
         let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         loop {
@@ -290,8 +291,14 @@ impl UcxWindow {
                     d.timeout()
                 )));
             }
-            if let Ok(st) = self.t.state.try_lock() {
+            if let Ok(mut st) = self.t.state.try_lock() {
                 st.w.progress();
+                // A peer that failed (or told of a failure) never comes.
+                let what = self.what(op);
+                let peers = (0..self.size).filter(|p| *p != self.rank);
+                if let Some(e) = peers.into_iter().find_map(|p| st.w.peer_failure(p, &what)) {
+                    return Err(e);
+                }
             }
             std::thread::sleep(Duration::from_micros(200));
         }
