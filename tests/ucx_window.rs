@@ -358,7 +358,16 @@ fn ucx_window_idle_target() {
         win.register(mptr(&mut mem), LARGE).unwrap();
         let o = opts();
         if me == 1 {
+            let cpu = || {
+                let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+                unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+                let us = |t: libc::timeval| t.tv_sec as i64 * 1_000_000 + t.tv_usec as i64;
+                us(u.ru_utime) + us(u.ru_stime)
+            };
+            let before = cpu();
             std::thread::sleep(IDLE);
+            // What the comm's idle progress cost this rank meanwhile.
+            println!("RESULT idle cpu_ms={}", (cpu() - before) / 1000);
             win.wait_signal(0, &o).unwrap();
             assert!(mem[..SMALL].iter().all(|b| *b == 9), "the put landed");
         } else {
@@ -390,8 +399,10 @@ fn ucx_window_idle_target() {
         2,
         Duration::from_secs(120),
     );
-    for r in out[0].results() {
-        eprintln!("rank 0: {r}");
+    for o in &out {
+        for r in o.results() {
+            eprintln!("rank {}: {r}", o.rank);
+        }
     }
     assert_done_over_ucx(&out);
 }
