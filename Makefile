@@ -15,7 +15,7 @@ AFTER_BUILD := TC_BUILT=1
 .PHONY: all build deps lint header header-check header-compile symbols-check \
         cargo-test nccl-wheel nccl-real-test capi-test capi-valgrind sim-gpu-test \
         install uninstall install-check wheel wheel-test test run bench bench-deps bench-store \
-        bench-host bench-multihost bench-p2p bench-window bench-sparse bench-reducer bench-torchcomms-call bench-local bench-torch run-reducer \
+        bench-host bench-multihost bench-p2p bench-window bench-window-ucx bench-sparse bench-reducer bench-torchcomms-call bench-local bench-torch run-reducer \
         torch-parity torch-ext torch-backend-test torch-suite ucx-hosts-test cpp-test python-test torchcomms-test torch-interop gpu-suite gpu-test gpu-bench clean
 
 all: build
@@ -148,6 +148,8 @@ bench-multihost: build bench-deps
 	$(AFTER_BUILD) $(S)/bench-multihost.sh
 bench-window: build
 	$(AFTER_BUILD) $(S)/bench-window.sh
+bench-window-ucx: build
+	$(AFTER_BUILD) $(S)/bench-window-ucx.sh
 bench-sparse: build
 	$(AFTER_BUILD) bash scripts/bench-sparse.sh
 bench-reducer: build

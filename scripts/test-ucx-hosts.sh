@@ -12,9 +12,11 @@
 # op (integers bit for bit against the Gloo path, floats against a
 # reference) and that the data crossed the hosts' links; then a rank killed
 # mid-all_reduce must fail every survivor within 5 s (timeout 20 s), named,
-# on 4x1 and 3 hosts; then UCX hidden from the loader must give the Gloo
-# path with an INFO line saying so; then, where the kernel offers Soft-RoCE
-# (rdma_rxe), 2x1 over RC verbs (else a SKIPPED line with the reason).
+# on 4x1 and 3 hosts; then windows over UCX on 2x2 and 3 hosts (every
+# pair's puts, signals and gets, byte by byte, across the links); then UCX
+# hidden from the loader must give the Gloo path with an INFO line saying so;
+# then, where the kernel offers Soft-RoCE (rdma_rxe), 2x1 over RC verbs (else
+# a SKIPPED line with the reason).
 # Needs root (ip netns) and libucp.so.0; otherwise prints a SKIPPED line and
 # exits 0.
 set -uo pipefail
@@ -117,6 +119,13 @@ run_layout killed-three-uneven fault "0 3" "1 4" "2"
 # see it over UCX and tell their members).
 TC_EXTRA="TC_UCX_FAULT_HIER=1" run_layout killed-hier-member fault "0 1" "2 3"
 TC_EXTRA="TC_UCX_FAULT_HIER=1" run_layout killed-hier-leader fault "0 2" "1 3" "4"
+# Windows over UCX: every pair puts, signals and gets across the hosts.
+run_layout window-two-by-two window "0 1" "2 3"
+run_layout window-three-uneven window "0 3" "1 4" "2"
+for l in window-two-by-two window-three-uneven; do
+  expect "$l" "(UCP remote memory access)" "the INFO line of a window over UCX"
+  expect "$l" "WINDOW every pair right" "the window's checks"
+done
 TC_EXTRA="TORCHCOMM_UCX_LIBRARY=libucp-hidden-by-test.so.0" run_layout hidden hidden "0" "1"
 expect hidden "the host transport ucx was asked for but UCX is unavailable.*using Gloo between hosts" \
   "the INFO line of the fallback to Gloo"
@@ -143,6 +152,6 @@ fi
 if [ "$rc" = 0 ] && [ "$skipped" = 1 ]; then
   echo "test-ucx-hosts: the runs matching TC_UCX_HOSTS_ONLY='$TC_UCX_HOSTS_ONLY': all right"
 elif [ "$rc" = 0 ]; then
-  echo "test-ucx-hosts: UCX between hosts over network namespaces (2x1, 4x1, 2x2, 3 hosts of 2/2/1; flat and hierarchical; a killed rank; UCX hidden): all right"
+  echo "test-ucx-hosts: UCX between hosts over network namespaces (2x1, 4x1, 2x2, 3 hosts of 2/2/1; flat and hierarchical; a killed rank; windows; UCX hidden): all right"
 fi
 exit $rc

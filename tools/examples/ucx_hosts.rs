@@ -20,6 +20,11 @@
 //!   `TC_UCX_FAULT_HIER=1`) whose timeout is 20 s: every survivor must fail
 //!   within `TC_UCX_FAULT_LIMIT_S` (default 5) seconds with an error naming
 //!   the dead rank;
+//! - `window`: a window on a flat UCX comm ("ucxwin"): every rank puts
+//!   40000 bytes into every other rank's buffer and signals it, waits for
+//!   every peer's signal, checks its buffer byte by byte, then gets back
+//!   what it put into every peer; the bytes must have crossed the host's
+//!   link (the script checks the INFO line of a UCX window);
 //! - `hidden`: UCX hidden from the loader (`TORCHCOMM_UCX_LIBRARY` names a
 //!   library that does not exist): the comm must run on Gloo (its version
 //!   says no UCX) and get an all_reduce right; the script checks the INFO
@@ -39,7 +44,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use torchcomm::store::{StoreRef, TcpStore, TcpStoreOptions, TcpStoreServer};
-use torchcomm::{Comm, CommOptions, Op, OpOptions, Ptr};
+use torchcomm::{Comm, CommOptions, Op, OpOptions, Ptr, Window};
 use torchcomm::{DType, Device, ReduceOp};
 
 struct Rank {
@@ -232,6 +237,76 @@ fn fault(r: &Rank) {
     );
 }
 
+fn window(r: &Rank) {
+    const SLOT: usize = 64 * 1024;
+    const BIG: usize = 40_000;
+    const FILL: u8 = 0xee;
+    let t = Duration::from_secs(60);
+    let comm = r.comm(
+        "ucxwin",
+        &[("gloo.host_transport", "ucx"), ("gloo.hier", "0")],
+        t,
+    );
+    let win = Window::new(&comm).unwrap();
+    let mut mem = vec![FILL; r.n * SLOT];
+    win.register(mem.as_mut_ptr() as *mut c_void, mem.len())
+        .unwrap();
+    let o = OpOptions::default();
+    let byte = |from: usize, to: usize, i: usize| {
+        ((from * 37 + to * 11 + i * 7 + i / 251) % 251) as u8 + 1
+    };
+    let block =
+        |from: usize, to: usize| -> Vec<u8> { (0..BIG).map(|i| byte(from, to, i)).collect() };
+    let peers: Vec<usize> = (0..r.n).filter(|p| *p != r.me).collect();
+    submit(&comm, Op::Barrier);
+    let before = tx_bytes("TC_IFACE");
+    for &p in &peers {
+        let b = block(r.me, p);
+        win.put(b.as_ptr() as *const c_void, BIG, p as i32, r.me * SLOT, &o)
+            .unwrap();
+        win.signal(p as i32, &o).unwrap();
+    }
+    for &p in &peers {
+        win.wait_signal(p as i32, &o).unwrap();
+    }
+    for s in 0..r.n {
+        let slot = &mem[s * SLOT..(s + 1) * SLOT];
+        for (i, b) in slot.iter().enumerate() {
+            let want = match s != r.me && i < BIG {
+                true => byte(s, r.me, i),
+                false => FILL,
+            };
+            assert_eq!(*b, want, "rank {}: byte {i} of rank {s}'s slot", r.me);
+        }
+    }
+    for &p in &peers {
+        let mut got = vec![0u8; BIG];
+        win.get(
+            got.as_mut_ptr() as *mut c_void,
+            BIG,
+            p as i32,
+            r.me * SLOT,
+            &o,
+        )
+        .unwrap();
+        assert!(got == block(r.me, p), "rank {}: get from rank {p}", r.me);
+    }
+    let mine = tx_bytes("TC_IFACE") - before;
+    println!(
+        "rank {}: WINDOW every pair right; {mine} bytes left this host",
+        r.me
+    );
+    assert!(
+        mine >= BIG as u64,
+        "rank {}: only {mine} bytes crossed",
+        r.me
+    );
+    win.deregister().unwrap();
+    drop(win);
+    comm.finalize().unwrap();
+    r.leave(&(0..r.n).collect::<Vec<_>>(), t);
+}
+
 fn hidden(r: &Rank) {
     let t = Duration::from_secs(60);
     let comm = r.comm("hidden", &[("gloo.host_transport", "ucx")], t);
@@ -259,7 +334,8 @@ fn main() {
         "ops" => ops(&r),
         "fault" => fault(&r),
         "hidden" => hidden(&r),
-        m => panic!("TC_UCX_MODE is '{m}'; it takes ops, fault or hidden"),
+        "window" => window(&r),
+        m => panic!("TC_UCX_MODE is '{m}'; it takes ops, fault, window or hidden"),
     }
     println!("rank {me}: all right");
 }

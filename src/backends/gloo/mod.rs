@@ -196,6 +196,10 @@ impl HostBackend for GlooBackend {
         Some(result)
     }
 
+    fn idle(&self) -> Option<Duration> {
+        self.routes.ucx().map(|t| t.progress_idle())
+    }
+
     fn run(&self, op: &Op, timeout: Duration) -> Result<()> {
         self.check_not_broken()?;
         let seq = self.reports.next_op();

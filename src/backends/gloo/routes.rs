@@ -34,7 +34,7 @@ use std::sync::Arc;
 pub(super) struct Routes {
     hierarchy: Option<Hierarchy>,
     shared_memory: Option<SharedMemory>,
-    ucx: Option<UcxTransport>,
+    ucx: Option<Arc<UcxTransport>>,
     /// Always there: it sets the others up, and carries what they do not.
     tcp: GlooTcp,
 }
@@ -68,7 +68,7 @@ impl Routes {
                 routes.hierarchy = Hierarchy::setup(gloo, init, wanted, &connect_group)?;
                 // On a hierarchical comm too: the operations the hierarchy
                 // does not carry then go over UCX among all ranks.
-                routes.ucx = host_transport(gloo, init)?;
+                routes.ucx = host_transport(gloo, init)?.map(Arc::new);
             }
         }
         crate::log_info!("{}: transports: {}", label(init), routes.describe());
@@ -80,7 +80,7 @@ impl Routes {
         [
             self.hierarchy.as_ref().map(|t| t as &dyn Transport),
             self.shared_memory.as_ref().map(|t| t as &dyn Transport),
-            self.ucx.as_ref().map(|t| t as &dyn Transport),
+            self.ucx.as_deref().map(|t| t as &dyn Transport),
             Some(&self.tcp),
         ]
     }
@@ -103,7 +103,7 @@ impl Routes {
                 return result;
             }
         }
-        if let Some(t) = &self.ucx {
+        if let Some(t) = self.ucx.as_deref() {
             if let Some(result) = run_on(t, call) {
                 return result;
             }
@@ -139,7 +139,13 @@ impl Routes {
         )
     }
 
-    pub(super) fn ucx(&self) -> Option<&UcxTransport> {
+    /// Whether the comm runs its collectives hierarchically (some host has
+    /// several of its ranks).
+    pub(super) fn hierarchical(&self) -> bool {
+        self.hierarchy.is_some()
+    }
+
+    pub(super) fn ucx(&self) -> Option<&Arc<UcxTransport>> {
         self.ucx.as_ref()
     }
 

@@ -48,6 +48,14 @@ pub trait HostBackend: Abilities + 'static {
     fn run_at_once(&self, _op: &Op) -> Option<Result<()>> {
         None
     }
+
+    /// Called by the progress thread while no job is there: whatever the
+    /// backend's transports need done meanwhile (UCX windows progress their
+    /// worker). Returns when to be called again (None: only after the next
+    /// job).
+    fn idle(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// What the progress thread shares with the callers.
@@ -81,8 +89,12 @@ impl<B: HostBackend> HostExecutor<B> {
             std::thread::Builder::new()
                 .name(format!("tc-progress-{}", init.name))
                 .spawn(move || {
-                    while let Some(job) = shared.queue.next() {
-                        shared.execute(job, &shared.link);
+                    let mut idle = shared.backend.idle();
+                    while let Some(job) = shared.queue.next(idle) {
+                        match job {
+                            Some(job) => shared.execute(job, &shared.link),
+                            None => idle = shared.backend.idle(),
+                        }
                     }
                 })
                 .map_err(|e| Error::system("spawning the progress thread", e))?

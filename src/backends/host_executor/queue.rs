@@ -118,8 +118,9 @@ impl HostQueue {
     }
 
     /// The next job for the progress thread (its running slot taken), once
-    /// no job runs; None once the queue is stopped.
-    pub fn next(&self) -> Option<Job> {
+    /// no job runs; None once the queue is stopped; Some(None) when `idle`
+    /// passed without one.
+    pub fn next(&self, idle: Option<Duration>) -> Option<Option<Job>> {
         let mut q = lock(&self.queue);
         loop {
             // One operation at a time: a blocking call may be running inline
@@ -131,12 +132,24 @@ impl HostQueue {
                 if q.jobs.is_empty() {
                     self.state.fetch_and(!QUEUED, Ordering::AcqRel);
                 }
-                return job;
+                return Some(job);
             }
             if q.stop {
                 return None;
             }
-            q = self.changed.wait(q).unwrap_or_else(|e| e.into_inner());
+            q = match idle {
+                None => self.changed.wait(q).unwrap_or_else(|e| e.into_inner()),
+                Some(t) => {
+                    let (q, waited) = self
+                        .changed
+                        .wait_timeout(q, t)
+                        .unwrap_or_else(|e| e.into_inner());
+                    if waited.timed_out() {
+                        return Some(None);
+                    }
+                    q
+                }
+            };
         }
     }
 
@@ -204,7 +217,7 @@ mod tests {
         assert_eq!(q.claim(), Claim::Busy);
         assert!(q.push(job()).is_ok());
         q.finished();
-        assert!(q.next().is_some(), "the queued job comes next");
+        assert!(q.next(None).is_some(), "the queued job comes next");
         q.finished();
         // An asynchronous call always goes through the queue, and a
         // blocking one behind it too.
@@ -214,7 +227,7 @@ mod tests {
         assert_eq!(q.stop().len(), 2, "the jobs that never ran come back");
         assert_eq!(q.claim(), Claim::Stopped);
         assert!(q.push(job()).is_err(), "handed back once stopped");
-        assert!(q.next().is_none());
+        assert!(q.next(None).is_none());
         q.wait_idle();
     }
 
@@ -230,7 +243,7 @@ mod tests {
         let progress = {
             let q = q.clone();
             std::thread::spawn(move || {
-                while let Some(j) = q.next() {
+                while let Some(Some(j)) = q.next(None) {
                     tx.send(()).unwrap();
                     drop(j);
                     q.finished();
@@ -282,7 +295,7 @@ mod tests {
         let progress = {
             let (q, run) = (q.clone(), run.clone());
             std::thread::spawn(move || {
-                while let Some(job) = q.next() {
+                while let Some(Some(job)) = q.next(None) {
                     job.work.start();
                     run();
                     job.work.complete(Ok(()));

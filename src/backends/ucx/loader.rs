@@ -45,6 +45,9 @@ pub(crate) const UCP_PARAM_FIELD_FEATURES: u64 = 1;
 pub(crate) const UCP_PARAM_FIELD_ESTIMATED_NUM_EPS: u64 = 1 << 6;
 pub(crate) const UCP_PARAM_FIELD_NAME: u64 = 1 << 8;
 pub(crate) const UCP_FEATURE_TAG: u64 = 1;
+/// Remote memory access and 64-bit atomics (the windows, `window.rs`).
+pub(crate) const UCP_FEATURE_RMA: u64 = 1 << 1;
+pub(crate) const UCP_FEATURE_AMO64: u64 = 1 << 3;
 /// The worker's event file descriptor (`ucp_worker_get_efd`, `ucp_worker_arm`).
 pub(crate) const UCP_FEATURE_WAKEUP: u64 = 1 << 4;
 /// ucp_worker_params_t.
@@ -57,6 +60,16 @@ pub(crate) const UCP_EP_PARAM_FIELD_ERR_HANDLER: u64 = 1 << 2;
 pub(crate) const UCP_ERR_HANDLING_MODE_PEER: c_int = 1;
 /// ucp_request_param_t.
 pub(crate) const UCP_OP_ATTR_FIELD_FLAGS: u32 = 1 << 4;
+pub(crate) const UCP_OP_ATTR_FIELD_DATATYPE: u32 = 1 << 3;
+/// ucp_dt_make_contig(8): one 64-bit element (the atomics' operand).
+pub(crate) const UCP_DATATYPE_U64: u64 = 8 << 3;
+/// ucp_atomic_op_t.
+pub(crate) const UCP_ATOMIC_OP_ADD: c_int = 0;
+/// ucp_mem_map_params_t field mask bits and protections.
+pub(crate) const UCP_MEM_MAP_PARAM_FIELD_ADDRESS: u64 = 1;
+pub(crate) const UCP_MEM_MAP_PARAM_FIELD_LENGTH: u64 = 1 << 1;
+pub(crate) const UCP_MEM_MAP_PARAM_FIELD_PROT: u64 = 1 << 3;
+pub(crate) const UCP_MEM_MAP_PROT_ALL: c_uint = 1 | 2 | (1 << 8) | (1 << 9);
 /// In `op_attr_mask` too: always return a request.
 pub(crate) const UCP_OP_ATTR_FLAG_NO_IMM_CMPL: u32 = 1 << 16;
 pub(crate) const UCP_EP_CLOSE_FLAG_FORCE: u32 = 1;
@@ -145,6 +158,20 @@ pub(crate) struct WorkerAttr {
     pub rest: [u8; 48],
 }
 
+/// ucp_mem_map_params_t (40 bytes in 1.13).
+#[repr(C)]
+pub(crate) struct MemMapParams {
+    pub field_mask: u64,
+    pub address: *mut c_void,
+    pub length: usize,
+    pub flags: c_uint,
+    pub prot: c_uint,
+    pub memory_type: c_int,
+}
+
+pub(crate) type MemH = *mut c_void;
+pub(crate) type RKey = *mut c_void;
+
 /// The status of a `ucs_status_ptr_t`: [`UCS_OK`] for NULL,
 /// [`UCS_INPROGRESS`] for a request, else the error it encodes.
 pub(crate) fn status_of_ptr(p: StatusPtr) -> Status {
@@ -180,6 +207,26 @@ type FnRequestCheckStatus = unsafe extern "C" fn(*mut c_void) -> Status;
 type FnTagRecvRequestTest = unsafe extern "C" fn(*mut c_void, *mut TagRecvInfo) -> Status;
 type FnRequestCancel = unsafe extern "C" fn(Worker, *mut c_void);
 type FnRequestFree = unsafe extern "C" fn(*mut c_void);
+type FnMemMap = unsafe extern "C" fn(Context, *const MemMapParams, *mut MemH) -> Status;
+type FnMemUnmap = unsafe extern "C" fn(Context, MemH) -> Status;
+type FnRkeyPack = unsafe extern "C" fn(Context, MemH, *mut *mut c_void, *mut usize) -> Status;
+type FnRkeyBufferRelease = unsafe extern "C" fn(*mut c_void);
+type FnEpRkeyUnpack = unsafe extern "C" fn(Ep, *const c_void, *mut RKey) -> Status;
+type FnRkeyDestroy = unsafe extern "C" fn(RKey);
+type FnPutNbx =
+    unsafe extern "C" fn(Ep, *const c_void, usize, u64, RKey, *const RequestParam) -> StatusPtr;
+type FnGetNbx =
+    unsafe extern "C" fn(Ep, *mut c_void, usize, u64, RKey, *const RequestParam) -> StatusPtr;
+type FnAtomicOpNbx = unsafe extern "C" fn(
+    Ep,
+    c_int,
+    *const c_void,
+    usize,
+    u64,
+    RKey,
+    *const RequestParam,
+) -> StatusPtr;
+type FnEpFlushNbx = unsafe extern "C" fn(Ep, *const RequestParam) -> StatusPtr;
 type FnStatusString = unsafe extern "C" fn(Status) -> *const c_char;
 
 /// The resolved UCP entry points (all required).
@@ -207,6 +254,16 @@ pub(crate) struct Ucp {
     pub tag_recv_request_test: FnTagRecvRequestTest,
     pub request_cancel: FnRequestCancel,
     pub request_free: FnRequestFree,
+    pub mem_map: FnMemMap,
+    pub mem_unmap: FnMemUnmap,
+    pub rkey_pack: FnRkeyPack,
+    pub rkey_buffer_release: FnRkeyBufferRelease,
+    pub ep_rkey_unpack: FnEpRkeyUnpack,
+    pub rkey_destroy: FnRkeyDestroy,
+    pub put_nbx: FnPutNbx,
+    pub get_nbx: FnGetNbx,
+    pub atomic_op_nbx: FnAtomicOpNbx,
+    pub ep_flush_nbx: FnEpFlushNbx,
     status_string: FnStatusString,
 }
 
@@ -288,6 +345,16 @@ impl Ucp {
             tag_recv_request_test: req!("ucp_tag_recv_request_test"),
             request_cancel: req!("ucp_request_cancel"),
             request_free: req!("ucp_request_free"),
+            mem_map: req!("ucp_mem_map"),
+            mem_unmap: req!("ucp_mem_unmap"),
+            rkey_pack: req!("ucp_rkey_pack"),
+            rkey_buffer_release: req!("ucp_rkey_buffer_release"),
+            ep_rkey_unpack: req!("ucp_ep_rkey_unpack"),
+            rkey_destroy: req!("ucp_rkey_destroy"),
+            put_nbx: req!("ucp_put_nbx"),
+            get_nbx: req!("ucp_get_nbx"),
+            atomic_op_nbx: req!("ucp_atomic_op_nbx"),
+            ep_flush_nbx: req!("ucp_ep_flush_nbx"),
             // In libucs, a dependency of libucp: dlsym searches it too.
             status_string: req!("ucs_status_string"),
         })
@@ -346,6 +413,12 @@ mod tests {
         assert_eq!(size_of::<WorkerAttr>(), 80);
         assert_eq!(offset_of!(WorkerAttr, address), 16);
         assert_eq!(offset_of!(WorkerAttr, address_length), 24);
+        assert_eq!(size_of::<MemMapParams>(), 40);
+        assert_eq!(offset_of!(MemMapParams, address), 8);
+        assert_eq!(offset_of!(MemMapParams, length), 16);
+        assert_eq!(offset_of!(MemMapParams, flags), 24);
+        assert_eq!(offset_of!(MemMapParams, prot), 28);
+        assert_eq!(offset_of!(MemMapParams, memory_type), 32);
     }
 
     #[test]

@@ -34,7 +34,10 @@ mod collectives;
 mod fingerprint;
 mod loader;
 mod p2p;
+mod window;
 mod worker;
+
+pub use window::UcxWindow;
 
 use crate::backends::transport::{Call, Transport};
 use crate::error::{Error, Result};
@@ -42,9 +45,15 @@ use crate::op::{AllToAll, Gather, Op, P2p, Reduction, Refusal, Scatter};
 use crate::store::StoreRef;
 use crate::util::{lock, Deadline};
 use fingerprint::Fingerprint;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 use worker::Worker;
+
+/// How often an idle progress thread looks whether a window needs its
+/// progress, and how often it progresses the worker while one does.
+const IDLE_CHECK: Duration = Duration::from_millis(50);
+const IDLE_PROGRESS: Duration = Duration::from_millis(1);
 
 /// How many ranks the tags can name (18 bits).
 const MAX_RANKS: usize = 1 << 18;
@@ -58,6 +67,12 @@ pub struct UcxTransport {
     /// [`UcxTransport::leaves`]) go to the next transport; None: every
     /// size.
     largest: Option<usize>,
+    /// Windows with a buffer registered (`window.rs`): while there are,
+    /// the comm's idle progress thread progresses the worker.
+    windows: AtomicUsize,
+    /// Why the comm broke or was aborted, once it did: ends the windows'
+    /// waits (the comm's operations see it through their `alive`).
+    broken: Mutex<Option<Error>>,
 }
 
 /// What one operation at a time uses, under one lock.
@@ -169,6 +184,8 @@ impl UcxTransport {
             }),
             timeout,
             largest: None,
+            windows: AtomicUsize::new(0),
+            broken: Mutex::new(None),
         })
     }
 
@@ -200,6 +217,32 @@ impl UcxTransport {
             op.name()
         );
         true
+    }
+
+    /// Fails once the comm broke or was aborted (see [`Transport::abort`]).
+    pub(crate) fn alive(&self) -> Result<()> {
+        match &*lock(&self.broken) {
+            None => Ok(()),
+            Some(e) => Err(Error::new(
+                e.kind,
+                format!("the comm is unusable: {}", e.message),
+            )),
+        }
+    }
+
+    /// Called by the comm's progress thread while it has nothing to run:
+    /// progresses the worker (unless an operation holds it) while a window
+    /// has a buffer registered, so that peers' operations emulated over
+    /// active messages (UCX over TCP) complete even while this rank makes
+    /// no call. Returns when to be called again.
+    pub fn progress_idle(&self) -> Duration {
+        if self.windows.load(Ordering::Relaxed) == 0 {
+            return IDLE_CHECK;
+        }
+        if let Ok(s) = self.state.try_lock() {
+            s.w.progress();
+        }
+        IDLE_PROGRESS
     }
 
     /// "UCX 1.13.1 (libucp.so.0)".
@@ -342,6 +385,7 @@ impl Transport for UcxTransport {
     /// peer (see `Worker::withdraw`) and closes the endpoints, so that the
     /// peers' operations fail now rather than at their timeout.
     fn abort(&self, why: &Error) {
+        lock(&self.broken).get_or_insert_with(|| why.clone());
         if let Ok(mut s) = self.state.try_lock() {
             s.w.withdraw(&mut [], why);
         }

@@ -115,7 +115,7 @@ impl Worker {
             field_mask: UCP_PARAM_FIELD_FEATURES
                 | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS
                 | UCP_PARAM_FIELD_NAME,
-            features: UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP,
+            features: UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP | UCP_FEATURE_RMA | UCP_FEATURE_AMO64,
             request_size: 0,
             request_init: std::ptr::null_mut(),
             request_cleanup: std::ptr::null_mut(),
@@ -218,9 +218,46 @@ impl Worker {
         Ok(())
     }
 
+    /// The UCP context (for memory registration, `window.rs`).
+    pub(super) fn context(&self) -> loader::Context {
+        self.context
+    }
+
+    /// The endpoint to `peer`, unless the endpoints were closed after a
+    /// failure (that failure).
+    pub(super) fn ep(&self, peer: usize) -> Result<Ep> {
+        match &self.closed {
+            Some(e) => Err(e.clone()),
+            None => self.eps.get(peer).copied().ok_or_else(|| {
+                Error::internal(format!("ucx: no endpoint to rank {peer} (not connected)"))
+            }),
+        }
+    }
+
+    /// The failure of `peer` as a wait would report it (a failure notice
+    /// from any rank, UCX's report of the peer, or the closed endpoints),
+    /// if any; for waits that hold no request, such as a window's wait
+    /// for a signal.
+    pub(super) fn peer_failure(&mut self, peer: usize, what: &str) -> Option<Error> {
+        if let Some(e) = self.noticed(what) {
+            return Some(e);
+        }
+        if let Some(e) = &self.closed {
+            return Some(e.clone());
+        }
+        let s = self.peers.get(peer)?.failure.load(Ordering::SeqCst);
+        (s != UCS_OK).then(|| {
+            Error::remote(format!(
+                "ucx {what} on rank {}: peer rank {peer} failed or closed its connection ({})",
+                self.rank,
+                self.ucp.status_string(s)
+            ))
+        })
+    }
+
     /// Progresses the worker until it has nothing more to do; true when
     /// it did something.
-    fn progress(&self) -> bool {
+    pub(super) fn progress(&self) -> bool {
         let mut any = false;
         while self.progress_once() {
             any = true;
@@ -254,6 +291,16 @@ impl Worker {
             UCS_ERR_BUSY => {}
             _ => std::thread::yield_now(),
         }
+    }
+
+    /// Arms the worker's event file descriptor for a sleep that another
+    /// thread may interrupt (the caller sleeps on it after releasing the
+    /// worker): the descriptor, or None when events are pending (progress
+    /// again) or UCX gave none.
+    pub(super) fn arm(&self) -> Option<c_int> {
+        let fd = self.event_fd?;
+        // SAFETY: a live worker, used by this thread only (under the lock).
+        (unsafe { (self.ucp.worker_arm)(self.worker) } == UCS_OK).then_some(fd)
     }
 
     /// Posts a send of `len` bytes at `buf` to `peer`.
@@ -617,7 +664,7 @@ impl Worker {
 }
 
 impl Request {
-    fn posted(p: StatusPtr, peer: usize, is_recv: bool) -> Request {
+    pub(super) fn posted(p: StatusPtr, peer: usize, is_recv: bool) -> Request {
         let status = status_of_ptr(p);
         Request {
             handle: if status == UCS_INPROGRESS {

@@ -90,6 +90,14 @@ const SLOT_REPLY_MASK: u64 = !0xffff_ffff;
 pub(super) fn create(backend: &GlooBackend, timeout: Duration) -> Result<Box<dyn WindowBackend>> {
     backend.check_not_broken()?;
     let k = backend.windows_made.fetch_add(1, Ordering::SeqCst);
+    if let Some(t) = over_ucx(backend)? {
+        let store: StoreRef = Arc::new(PrefixStore::new(
+            &format!("window/{k}"),
+            backend.store.clone(),
+        ));
+        let w = crate::backends::ucx::UcxWindow::new(t.clone(), store, k, &backend.name)?;
+        return Ok(Box::new(w));
+    }
     let label = format!("window {k} of comm '{}'", backend.name);
     let (rank, size) = (backend.rank, backend.size);
     let ctx = connect_context(backend, k, &label, timeout)?;
@@ -119,6 +127,26 @@ pub(super) fn create(backend: &GlooBackend, timeout: Duration) -> Result<Box<dyn
     }
     crate::log_info!("gloo: {} created on rank {rank}/{size}", inner.label);
     Ok(Box::new(GlooWindow { inner }))
+}
+
+/// The comm's UCX transport when its windows go over UCX: when the comm
+/// carries its operations between hosts over UCX and is not hierarchical
+/// (a hierarchical comm keeps the Gloo windows, which map the
+/// `tc_mem_alloc` buffers of same-host peers), or with
+/// `TORCHCOMM_UCX_WINDOWS=1` whenever it has UCX; never with `0` (every
+/// rank must agree; it is read per process, like the transport setting).
+fn over_ucx(backend: &GlooBackend) -> Result<Option<&Arc<crate::backends::ucx::UcxTransport>>> {
+    let Some(t) = backend.routes.ucx() else {
+        return Ok(None);
+    };
+    match std::env::var("TORCHCOMM_UCX_WINDOWS").as_deref() {
+        Err(_) | Ok("") => Ok((!backend.routes.hierarchical()).then_some(t)),
+        Ok("1") => Ok(Some(t)),
+        Ok("0") => Ok(None),
+        Ok(v) => Err(Error::invalid_argument(format!(
+            "TORCHCOMM_UCX_WINDOWS is '{v}'; it takes 0 or 1"
+        ))),
+    }
 }
 
 /// Connects the window's own Gloo context over a store prefix of its own,
