@@ -571,3 +571,47 @@ fn ucx_window_peer_killed_before_deregister() {
     }
     assert_done_over_ucx(&out[..2]);
 }
+
+/// A hierarchical comm (2 hosts of 2 ranks, told apart by
+/// `TORCHCOMM_HOST_ID`) over UCX between hosts keeps the Gloo windows by
+/// default (they map same-host peers' `tc_mem_alloc` buffers, which UCX
+/// windows refuse): every pair's puts, signals and gets are right, and no
+/// rank's log has the UCX window's line.
+#[test]
+fn ucx_window_hierarchical_comm_keeps_gloo_windows() {
+    if role().is_some() {
+        std::env::set_var("TORCHCOMM_HOST_ID", format!("host-{}", rank() / 2));
+        let comm: Arc<Comm> = child_comm("hierwin", TIMEOUT);
+        let (me, n) = (comm.rank() as usize, comm.size() as usize);
+        let win = Window::new(&comm).unwrap();
+        let mut mem = vec![FILL; n * SLOT];
+        win.register(mptr(&mut mem), mem.len()).unwrap();
+        all_pairs_round(&win, &mut mem, me, n, 0);
+        win.deregister().unwrap();
+        drop(win);
+        comm.finalize().unwrap();
+        println!("RESULT done");
+        return;
+    }
+    if ucx_missing() {
+        return;
+    }
+    let env = [
+        ("TORCHCOMM_HOST_TRANSPORT", "ucx"),
+        ("UCX_TLS", "tcp,self"),
+        ("TORCHCOMM_DEBUG", "INFO"),
+    ];
+    let test = "ucx_window_hierarchical_comm_keeps_gloo_windows";
+    let out = launch(test, "child", 4, &env, Duration::from_secs(240));
+    assert_all_ok(&out);
+    for o in &out {
+        assert!(o.results().iter().any(|r| r == "done"), "{}", o.describe());
+        assert!(
+            o.stderr.contains("hierarchical collectives on"),
+            "{}",
+            o.describe()
+        );
+        assert!(o.stderr.contains("UCX 1."), "{}", o.describe());
+        assert!(!o.stderr.contains(UCX_WINDOW_LINE), "{}", o.describe());
+    }
+}
