@@ -127,7 +127,7 @@ impl HostChoice {
 /// every rank passes it) UCX carries when chosen by default: above it the
 /// Gloo path is faster over TCP (`make bench-multihost`, 2 and 4 ranks:
 /// UCX ahead up to 4 MiB, behind at 16 and 64 MiB on loopback).
-pub const DEFAULT_LARGEST: usize = 8 << 20;
+pub(crate) const DEFAULT_LARGEST: usize = 8 << 20;
 
 /// The rank's choice of transport between hosts (see [`HostChoice`]); a
 /// value other than `ucx`, `gloo` or `auto` is an error naming the setting.
