@@ -40,7 +40,7 @@ use crate::error::{Error, Result};
 pub(super) const FOLD_MAX: usize = 64 << 10;
 /// A folded check message's header: the fingerprint, then the step's
 /// number (u64, little-endian); the payload follows.
-const FOLD_HEADER: usize = FINGERPRINT_BYTES + 8;
+pub(super) const FOLD_HEADER: usize = FINGERPRINT_BYTES + 8;
 /// Step number of the check message.
 pub(super) const STEP_CHECK: u64 = 0xf_fff2;
 

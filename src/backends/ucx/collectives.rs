@@ -46,6 +46,11 @@ mod half_sums;
 #[path = "v_variants.rs"]
 mod v_variants;
 
+/// The largest check message (`check.rs`: a first-step message of up to
+/// `FOLD_MAX` bytes folded in after its header): worth sending in one
+/// eager message (see `Worker::open`).
+pub(super) const LARGEST_CHECK_MESSAGE: usize = check::FOLD_MAX + check::FOLD_HEADER;
+
 /// All-reduces from this size on go through the ring.
 const RING_MIN_BYTES: usize = 256 << 10;
 /// Step numbers of the non-power-of-two fold of recursive doubling.

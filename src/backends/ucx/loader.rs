@@ -187,6 +187,7 @@ pub(crate) fn status_of_ptr(p: StatusPtr) -> Status {
 type FnGetVersion = unsafe extern "C" fn(*mut c_uint, *mut c_uint, *mut c_uint);
 type FnConfigRead = unsafe extern "C" fn(*const c_char, *const c_char, *mut Config) -> Status;
 type FnConfigRelease = unsafe extern "C" fn(Config);
+type FnConfigModify = unsafe extern "C" fn(Config, *const c_char, *const c_char) -> Status;
 type FnInitVersion =
     unsafe extern "C" fn(c_uint, c_uint, *const Params, Config, *mut Context) -> Status;
 type FnCleanup = unsafe extern "C" fn(Context);
@@ -237,6 +238,7 @@ pub(crate) struct Ucp {
     pub version: String,
     pub config_read: FnConfigRead,
     pub config_release: FnConfigRelease,
+    pub config_modify: FnConfigModify,
     pub init_version: FnInitVersion,
     pub cleanup: FnCleanup,
     pub worker_create: FnWorkerCreate,
@@ -328,6 +330,7 @@ impl Ucp {
             version: format!("{major}.{minor}.{release}"),
             config_read: req!("ucp_config_read"),
             config_release: req!("ucp_config_release"),
+            config_modify: req!("ucp_config_modify"),
             init_version: req!("ucp_init_version"),
             cleanup: req!("ucp_cleanup"),
             worker_create: req!("ucp_worker_create"),

@@ -175,7 +175,8 @@ impl UcxTransport {
                 "the UCX transport carries at most {MAX_RANKS} ranks, not {size}"
             )));
         }
-        let w = Worker::open(rank as usize, size as usize, name)?;
+        let eager = collectives::LARGEST_CHECK_MESSAGE;
+        let w = Worker::open(rank as usize, size as usize, name, eager)?;
         Ok(UcxTransport {
             state: Mutex::new(State {
                 w,
