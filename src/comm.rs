@@ -33,6 +33,8 @@ mod persistent;
 mod reconfigure;
 mod settings;
 mod shrink;
+#[cfg(test)]
+pub(crate) mod test_support;
 mod watchdog;
 mod windows;
 

@@ -71,6 +71,25 @@ fn assert_done_over_ucx(out: &[Outcome]) {
     }
 }
 
+/// Runs 3 ranks of `test` in `role`, rank 2 of which kills itself: it must
+/// die by SIGKILL, and the other two succeed over UCX (their results
+/// printed for the log).
+fn survivors_of_rank_2_killed(test: &str, role: &str) {
+    let out = launch_ucx(test, role, 3, Duration::from_secs(120));
+    assert_eq!(
+        out[2].signal(),
+        Some(libc::SIGKILL),
+        "{}",
+        out[2].describe()
+    );
+    for o in &out[..2] {
+        for r in o.results() {
+            eprintln!("rank {}: {r}", o.rank);
+        }
+    }
+    assert_done_over_ucx(&out[..2]);
+}
+
 /// What `origin` wrote into `target`'s slot in `round`: SMALL bytes at the
 /// slot's start, LARGE bytes from 64 on.
 fn expected_slot(origin: usize, target: usize, round: usize) -> Vec<u8> {
@@ -273,24 +292,7 @@ fn ucx_window_peer_killed() {
     if ucx_missing() {
         return;
     }
-    let out = launch_ucx(
-        "ucx_window_peer_killed",
-        "killed",
-        3,
-        Duration::from_secs(120),
-    );
-    assert_eq!(
-        out[2].signal(),
-        Some(libc::SIGKILL),
-        "{}",
-        out[2].describe()
-    );
-    for o in &out[..2] {
-        for r in o.results() {
-            eprintln!("rank {}: {r}", o.rank);
-        }
-    }
-    assert_done_over_ucx(&out[..2]);
+    survivors_of_rank_2_killed("ucx_window_peer_killed", "killed");
 }
 
 /// Out-of-range offsets and sizes, and ranks that are not the comm's, are
@@ -553,24 +555,7 @@ fn ucx_window_peer_killed_before_deregister() {
     if ucx_missing() {
         return;
     }
-    let out = launch_ucx(
-        "ucx_window_peer_killed_before_deregister",
-        "killed_dereg",
-        3,
-        Duration::from_secs(120),
-    );
-    assert_eq!(
-        out[2].signal(),
-        Some(libc::SIGKILL),
-        "{}",
-        out[2].describe()
-    );
-    for o in &out[..2] {
-        for r in o.results() {
-            eprintln!("rank {}: {r}", o.rank);
-        }
-    }
-    assert_done_over_ucx(&out[..2]);
+    survivors_of_rank_2_killed("ucx_window_peer_killed_before_deregister", "killed_dereg");
 }
 
 /// A hierarchical comm (2 hosts of 2 ranks, told apart by

@@ -130,9 +130,7 @@ impl Comm {
 mod tests {
     use super::Ticker;
     use crate::backends::{CommEvents, Issue};
-    use crate::comm::{Comm, CommOptions, Op};
-    use crate::store::FileStore;
-    use crate::types::Device;
+    use crate::comm::Op;
     use crate::work::{DoneWork, HostWork, Work, WorkStatus};
     use std::sync::Arc;
     use std::time::{Duration, Instant};
@@ -142,23 +140,7 @@ mod tests {
     /// both must still time out.
     #[test]
     fn works_in_the_recorders_ring_and_dropped_from_it_time_out() {
-        let path = std::env::temp_dir().join(format!("tc-watchdog-ring-{}", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        let store = Arc::new(FileStore::new(&path, 1, Duration::from_secs(10)).unwrap());
-        let comm = Comm::new(
-            "gloo",
-            Device::Cpu,
-            CommOptions {
-                name: Some("watchdog-ring".into()),
-                rank: Some(0),
-                world_size: Some(1),
-                store: Some(store),
-                abort_on_error: Some(false),
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        let _ = std::fs::remove_file(&path);
+        let comm = crate::comm::test_support::one_rank_comm("watchdog-ring", None);
         assert!(comm.recorder.holds_works());
         let timeout = Duration::from_millis(100);
         let stuck = |name| {

@@ -5,10 +5,8 @@
 
 use super::Window;
 use crate::backends::WindowBackend;
-use crate::comm::{Comm, CommOptions, OpOptions};
+use crate::comm::{Comm, OpOptions};
 use crate::error::{ErrorKind, Result};
-use crate::store::FileStore;
-use crate::types::Device;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
@@ -70,25 +68,7 @@ impl WindowBackend for Stuck {
 const TIMEOUT: Duration = Duration::from_millis(600);
 
 fn one_rank_comm(name: &str) -> Arc<Comm> {
-    let path = std::env::temp_dir().join(format!("tc-win-watchdog-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_file(&path);
-    let store = Arc::new(FileStore::new(&path, 1, Duration::from_secs(10)).unwrap());
-    let comm = Comm::new(
-        "gloo",
-        Device::Cpu,
-        CommOptions {
-            name: Some(name.into()),
-            rank: Some(0),
-            world_size: Some(1),
-            store: Some(store),
-            abort_on_error: Some(false),
-            timeout: Some(TIMEOUT),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let _ = std::fs::remove_file(&path);
-    comm
+    crate::comm::test_support::one_rank_comm(name, Some(TIMEOUT))
 }
 
 /// Runs `call` on a window over a stuck backend, on a thread of its own (so

@@ -127,6 +127,20 @@ struct Pending {
     error: Option<String>,
 }
 
+impl Pending {
+    /// `t`, nothing of it done yet.
+    fn new(t: &Transfer) -> Pending {
+        Pending {
+            t: *t,
+            done: false,
+            matched: false,
+            moved: 0,
+            header_sent: false,
+            error: None,
+        }
+    }
+}
+
 fn dtype_name(code: u64) -> &'static str {
     DType::ALL.get(code as usize).map_or("?", |d| d.name())
 }
@@ -181,23 +195,15 @@ impl IntraHost {
             return Err(Error::internal("shared-memory point-to-point is off"));
         };
         let mut inboxes = crate::util::lock(inboxes);
-        let pending = |t: &Transfer| Pending {
-            t: *t,
-            done: false,
-            matched: false,
-            moved: 0,
-            header_sent: false,
-            error: None,
-        };
         // A single send or receive (the latency-bound case) allocates nothing.
         let (mut one, mut many): ([Pending; 1], Vec<Pending>);
         let pend: &mut [Pending] = match transfers {
             [t] => {
-                one = [pending(t)];
+                one = [Pending::new(t)];
                 &mut one
             }
             _ => {
-                many = transfers.iter().map(pending).collect();
+                many = transfers.iter().map(Pending::new).collect();
                 &mut many
             }
         };

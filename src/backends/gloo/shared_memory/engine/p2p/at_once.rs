@@ -47,14 +47,7 @@ impl IntraHost {
         if RING - (used as usize) < HEADER + padded(t.bytes()) {
             return false;
         }
-        let mut p = Pending {
-            t: *t,
-            done: false,
-            matched: false,
-            moved: 0,
-            header_sent: false,
-            error: None,
-        };
+        let mut p = Pending::new(t);
         self.push(&mut p);
         debug_assert!(p.done, "the message fit the free space");
         p.done
