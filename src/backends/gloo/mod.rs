@@ -30,7 +30,7 @@ mod window;
 
 pub use tcp::shim;
 
-use super::host_executor::{HostBackend, HostExecutor};
+use super::host_executor::{HostBackend, HostExecutor, IdleWake};
 use super::{Abilities, Backend, BackendInit, MemoryAllocator, WindowBackend, Windows};
 use crate::error::{Error, ErrorKind, Result};
 use crate::kernels::reduce;
@@ -197,7 +197,13 @@ impl HostBackend for GlooBackend {
     }
 
     fn idle(&self) -> Option<Duration> {
-        self.routes.ucx().map(|t| t.progress_idle())
+        self.routes.ucx().and_then(|t| t.progress_idle())
+    }
+
+    fn attach_idle_wake(&self, wake: IdleWake) {
+        if let Some(t) = self.routes.ucx() {
+            t.attach_idle_wake(wake);
+        }
     }
 
     fn run(&self, op: &Op, timeout: Duration) -> Result<()> {

@@ -19,7 +19,7 @@ use crate::util::lock;
 use crate::work::{DoneWork, HostWork, Work};
 use queue::{completes_at_once, Claim, HostQueue, Job};
 use recycled_works::RecycledWorks;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -52,16 +52,34 @@ pub trait HostBackend: Abilities + 'static {
     /// Called by the progress thread while no job is there: whatever the
     /// backend's transports need done meanwhile (UCX windows progress their
     /// worker). Returns when to be called again (None: only after the next
-    /// job).
+    /// job, or once woken through the backend's [`IdleWake`]).
     fn idle(&self) -> Option<Duration> {
         None
+    }
+
+    /// Hands the backend what wakes its progress thread while idle (as the
+    /// executor starts), for when [`HostBackend::idle`] would answer
+    /// differently now.
+    fn attach_idle_wake(&self, _wake: IdleWake) {}
+}
+
+/// Wakes an executor's idle progress thread, which then calls
+/// [`HostBackend::idle`] again; does nothing once the executor is gone.
+#[derive(Clone)]
+pub struct IdleWake(Weak<HostQueue>);
+
+impl IdleWake {
+    pub fn wake(&self) {
+        if let Some(queue) = self.0.upgrade() {
+            queue.wake_idle();
+        }
     }
 }
 
 /// What the progress thread shares with the callers.
 struct Shared<B> {
     backend: B,
-    queue: HostQueue,
+    queue: Arc<HostQueue>,
     link: CommLink,
 }
 
@@ -81,19 +99,19 @@ impl<B: HostBackend> HostExecutor<B> {
     pub fn start(backend: B, init: &BackendInit) -> Result<HostExecutor<B>> {
         let shared = Arc::new(Shared {
             backend,
-            queue: HostQueue::default(),
+            queue: Arc::default(),
             link: init.link.clone(),
         });
+        let wake = IdleWake(Arc::downgrade(&shared.queue));
+        shared.backend.attach_idle_wake(wake);
         let progress = {
             let shared = shared.clone();
             std::thread::Builder::new()
                 .name(format!("tc-progress-{}", init.name))
                 .spawn(move || {
-                    let mut idle = shared.backend.idle();
-                    while let Some(job) = shared.queue.next(idle) {
-                        match job {
-                            Some(job) => shared.execute(job, &shared.link),
-                            None => idle = shared.backend.idle(),
+                    while let Some(job) = shared.queue.next(shared.backend.idle()) {
+                        if let Some(job) = job {
+                            shared.execute(job, &shared.link);
                         }
                     }
                 })

@@ -32,6 +32,9 @@ struct Queue {
     stop: bool,
     /// Threads in [`HostQueue::wait_idle`].
     idle_waiters: usize,
+    /// [`HostQueue::wake_idle`] was called since the progress thread last
+    /// looked.
+    woken: bool,
 }
 
 /// [`HostQueue::state`]: a job runs (taken by the progress thread or run
@@ -119,7 +122,8 @@ impl HostQueue {
 
     /// The next job for the progress thread (its running slot taken), once
     /// no job runs; None once the queue is stopped; Some(None) when `idle`
-    /// passed without one.
+    /// passed without one (None: never) or [`HostQueue::wake_idle`] was
+    /// called.
     pub fn next(&self, idle: Option<Duration>) -> Option<Option<Job>> {
         let mut q = lock(&self.queue);
         loop {
@@ -136,6 +140,9 @@ impl HostQueue {
             }
             if q.stop {
                 return None;
+            }
+            if std::mem::take(&mut q.woken) {
+                return Some(None);
             }
             q = match idle {
                 None => self.changed.wait(q).unwrap_or_else(|e| e.into_inner()),
@@ -166,6 +173,14 @@ impl HostQueue {
             drop(lock(&self.queue));
             self.changed.notify_all();
         }
+    }
+
+    /// Makes the progress thread's [`HostQueue::next`] return at once (or
+    /// as soon as it waits), so that it asks its backend again what to do
+    /// while idle.
+    pub fn wake_idle(&self) {
+        lock(&self.queue).woken = true;
+        self.changed.notify_all();
     }
 
     /// Waits until no job is queued or running.

@@ -18,6 +18,10 @@ struct Fake {
     at_once: AtomicUsize,
     /// Calls of `run_at_once`.
     at_once_runs: AtomicUsize,
+    /// Calls of `idle`, which answers "never again" (None).
+    idle_calls: AtomicUsize,
+    /// What the executor handed `attach_idle_wake`.
+    idle_wake: Mutex<Option<IdleWake>>,
 }
 
 const AT_ONCE_NEVER: usize = 0;
@@ -45,6 +49,15 @@ impl HostBackend for Fake {
             AT_ONCE_FAILED => Some(Err(Error::invalid_usage("does not match"))),
             _ => None,
         }
+    }
+
+    fn idle(&self) -> Option<Duration> {
+        self.idle_calls.fetch_add(1, Ordering::SeqCst);
+        None
+    }
+
+    fn attach_idle_wake(&self, wake: IdleWake) {
+        *lock(&self.idle_wake) = Some(wake);
     }
 }
 
@@ -253,4 +266,45 @@ fn an_async_call_completes_at_once_only_with_nothing_ahead() {
     assert_eq!(fake.at_once_runs.load(Ordering::SeqCst), 5);
     assert_eq!(fake.runs.load(Ordering::SeqCst), 3, "run in full, inline");
     ex.stop(&Error::invalid_usage("finalized"));
+}
+
+/// Waits (up to 10 s) until `f` holds.
+fn eventually(f: impl Fn() -> bool) -> bool {
+    let until = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        if Instant::now() > until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    true
+}
+
+/// A backend with nothing to do while idle (`idle` answers None) leaves its
+/// progress thread asleep until the next job or its wake: no periodic
+/// look. The wake makes the thread ask again.
+#[test]
+fn an_idle_progress_thread_sleeps_until_woken() {
+    let probe = Arc::new(Probe::default());
+    let ex = HostExecutor::start(Fake::default(), &init("idle-wake", 1, &probe)).unwrap();
+    let backend = &ex.shared.backend;
+    assert!(eventually(|| backend.idle_calls.load(Ordering::SeqCst) >= 1));
+    std::thread::sleep(Duration::from_millis(100));
+    let asleep = backend.idle_calls.load(Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        backend.idle_calls.load(Ordering::SeqCst),
+        asleep,
+        "asked again while nothing happened"
+    );
+    let wake = lock(&backend.idle_wake)
+        .clone()
+        .expect("the executor hands a wake");
+    wake.wake();
+    assert!(
+        eventually(|| backend.idle_calls.load(Ordering::SeqCst) > asleep),
+        "the wake did not make the thread ask again"
+    );
+    drop(ex);
+    wake.wake(); // the executor is gone: nothing happens
 }

@@ -39,6 +39,7 @@ mod worker;
 
 pub use window::UcxWindow;
 
+use crate::backends::host_executor::IdleWake;
 use crate::backends::transport::{Call, Transport};
 use crate::error::{Error, Result};
 use crate::op::{AllToAll, Gather, Op, P2p, Reduction, Refusal, Scatter};
@@ -46,13 +47,12 @@ use crate::store::StoreRef;
 use crate::util::{lock, Deadline};
 use fingerprint::Fingerprint;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 use worker::Worker;
 
-/// How often an idle progress thread looks whether a window needs its
-/// progress, and how often it progresses the worker while one does.
-const IDLE_CHECK: Duration = Duration::from_millis(50);
+/// How often the comm's idle progress thread progresses the worker while
+/// a window has a buffer registered.
 const IDLE_PROGRESS: Duration = Duration::from_millis(1);
 
 /// How many ranks the tags can name (18 bits).
@@ -70,6 +70,9 @@ pub struct UcxTransport {
     /// Windows with a buffer registered (`window.rs`): while there are,
     /// the comm's idle progress thread progresses the worker.
     windows: AtomicUsize,
+    /// Wakes that thread when the first buffer is registered (it sleeps
+    /// until the next operation while none is).
+    idle_wake: OnceLock<IdleWake>,
     /// Why the comm broke or was aborted, once it did: ends the windows'
     /// waits (the comm's operations see it through their `alive`).
     broken: Mutex<Option<Error>>,
@@ -186,6 +189,7 @@ impl UcxTransport {
             timeout,
             largest: None,
             windows: AtomicUsize::new(0),
+            idle_wake: OnceLock::new(),
             broken: Mutex::new(None),
         })
     }
@@ -235,15 +239,37 @@ impl UcxTransport {
     /// progresses the worker (unless an operation holds it) while a window
     /// has a buffer registered, so that peers' operations emulated over
     /// active messages (UCX over TCP) complete even while this rank makes
-    /// no call. Returns when to be called again.
-    pub fn progress_idle(&self) -> Duration {
-        if self.windows.load(Ordering::Relaxed) == 0 {
-            return IDLE_CHECK;
+    /// no call. Returns when to be called again (None: no window needs it;
+    /// [`UcxTransport::window_registered`] wakes the thread).
+    pub fn progress_idle(&self) -> Option<Duration> {
+        if self.windows.load(Ordering::Acquire) == 0 {
+            return None;
         }
         if let Ok(s) = self.state.try_lock() {
             s.w.progress();
         }
-        IDLE_PROGRESS
+        Some(IDLE_PROGRESS)
+    }
+
+    /// What wakes the comm's idle progress thread (see
+    /// [`UcxTransport::progress_idle`]).
+    pub fn attach_idle_wake(&self, wake: IdleWake) {
+        let _ = self.idle_wake.set(wake);
+    }
+
+    /// A window registered a buffer: the idle progress thread starts
+    /// progressing the worker.
+    fn window_registered(&self) {
+        if self.windows.fetch_add(1, Ordering::AcqRel) == 0 {
+            if let Some(wake) = self.idle_wake.get() {
+                wake.wake();
+            }
+        }
+    }
+
+    /// A window's buffer was deregistered.
+    fn window_deregistered(&self) {
+        self.windows.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// "UCX 1.13.1 (libucp.so.0)".

@@ -263,7 +263,7 @@ impl UcxWindow {
                 unsafe { (u.mem_unmap)(st.w.context(), m) };
             }
         }
-        self.t.windows.fetch_sub(1, Ordering::SeqCst);
+        self.t.window_deregistered();
     }
 
     /// Waits until `keys` are all in the store, progressing the worker
@@ -374,7 +374,7 @@ impl WindowBackend for UcxWindow {
             self.counters.as_ptr() as *mut c_void,
             self.size * std::mem::size_of::<u64>(),
         );
-        self.t.windows.fetch_add(1, Ordering::SeqCst);
+        self.t.window_registered();
         let mut reg = Registration {
             buf: buf as usize,
             epoch,
