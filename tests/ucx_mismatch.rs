@@ -8,7 +8,9 @@
 //! tells apart) on 2 and 3 ranks, where the first step's message to the
 //! right-hand neighbour travels inside the check message, and counts on
 //! either side of the largest message it carries (64 KiB), where one rank
-//! folds and the other does not. The odd rank and its right-hand neighbour
+//! folds and the other does not; and, on the default between hosts, counts
+//! on either side of the largest collective UCX carries (one side handing
+//! the call on to Gloo). The odd rank and its right-hand neighbour
 //! fail the call well before the 20 s timeout, naming the odd rank and the
 //! field that differs; every other rank fails it as promptly naming the
 //! odd rank, or (when its part completed before it heard) fails its next
@@ -91,6 +93,8 @@ fn mismatched_op(case: &str, me: usize, n: usize, buf: &mut [u8]) -> (Op, &'stat
     const FIELDS: &[&str] = &[
         "count",
         "count across 64 KiB",
+        "count above UCX's largest",
+        "count below UCX's largest",
         "dtype",
         "reduce op",
         "against barrier",
@@ -107,6 +111,16 @@ fn mismatched_op(case: &str, me: usize, n: usize, buf: &mut [u8]) -> (Op, &'stat
             }
             "count across 64 KiB" => {
                 count = FOLDED + 2 * usize::from(odd);
+                "count"
+            }
+            // With the default between hosts (see `straddling_case`):
+            // one side of the call on UCX, the other handed on to Gloo.
+            "count above UCX's largest" => {
+                count = UCX_LARGEST / 4 + usize::from(odd);
+                "count"
+            }
+            "count below UCX's largest" => {
+                count = UCX_LARGEST / 4 + usize::from(!odd);
                 "count"
             }
             "dtype" => {
@@ -169,7 +183,12 @@ fn mismatched_op(case: &str, me: usize, n: usize, buf: &mut [u8]) -> (Op, &'stat
 
 fn child() {
     let case = std::env::var("TC_MISMATCH_CASE").unwrap();
-    let comm = comm_with("mismatch", "ucx", Duration::from_secs(60));
+    let transport = std::env::var("TC_MISMATCH_TRANSPORT").unwrap_or("ucx".into());
+    if transport == "auto" {
+        // Each rank a host of its own: UCX between them by default.
+        std::env::set_var("TORCHCOMM_HOST_ID", format!("host-{}", rank()));
+    }
+    let comm = comm_with("mismatch", &transport, Duration::from_secs(60));
     let v = comm.backend_version().to_string_lossy().into_owned();
     assert!(v.contains("UCX 1."), "{v}");
     let (me, n) = (rank() as usize, size() as usize);
@@ -222,6 +241,25 @@ fn child() {
 }
 
 fn case(test: &str, case: &str, n: usize) {
+    case_in(test, case, n, &[]);
+}
+
+/// The largest collective UCX carries in [`straddling_case`].
+const UCX_LARGEST: usize = 4096;
+
+/// A case on the default transport between hosts, UCX carrying
+/// collectives up to [`UCX_LARGEST`] bytes and Gloo the larger ones: the
+/// ranks whose call is larger hand it on, so the check must hold across
+/// the two transports.
+fn straddling_case(test: &str, case: &str, n: usize) {
+    let env = [
+        ("TC_MISMATCH_TRANSPORT", "auto"),
+        ("TORCHCOMM_UCX_LARGEST", "4096"),
+    ];
+    case_in(test, case, n, &env);
+}
+
+fn case_in(test: &str, case: &str, n: usize, extra: &[(&str, &str)]) {
     if role().is_some() {
         return child();
     }
@@ -230,6 +268,7 @@ fn case(test: &str, case: &str, n: usize) {
     }
     let mut env = LOOPBACK_ENV.to_vec();
     env.push(("TC_MISMATCH_CASE", case));
+    env.extend_from_slice(extra);
     let out = launch(test, "child", n, &env, Duration::from_secs(120));
     for o in &out {
         for r in o.results() {
@@ -417,4 +456,30 @@ fn ucx_mismatch_all_gather_against_barrier_2_ranks() {
 fn ucx_mismatch_all_reduce_against_barrier_2_ranks() {
     let test = "ucx_mismatch_all_reduce_against_barrier_2_ranks";
     case(test, "all_reduce against barrier", 2);
+}
+
+#[test]
+fn ucx_mismatch_all_reduce_count_above_ucx_largest_2_ranks() {
+    let test = "ucx_mismatch_all_reduce_count_above_ucx_largest_2_ranks";
+    straddling_case(test, "all_reduce count above UCX's largest", 2);
+}
+
+#[test]
+fn ucx_mismatch_all_reduce_count_above_ucx_largest_3_ranks() {
+    let test = "ucx_mismatch_all_reduce_count_above_ucx_largest_3_ranks";
+    straddling_case(test, "all_reduce count above UCX's largest", 3);
+}
+
+/// Two ranks hand the call on, the odd one runs it on UCX: the middle rank,
+/// whose neighbours on either side called as it did, must not go on alone.
+#[test]
+fn ucx_mismatch_all_gather_count_below_ucx_largest_3_ranks() {
+    let test = "ucx_mismatch_all_gather_count_below_ucx_largest_3_ranks";
+    straddling_case(test, "all_gather count below UCX's largest", 3);
+}
+
+#[test]
+fn ucx_mismatch_reduce_count_below_ucx_largest_4_ranks() {
+    let test = "ucx_mismatch_reduce_count_below_ucx_largest_4_ranks";
+    straddling_case(test, "reduce count below UCX's largest", 4);
 }

@@ -317,6 +317,26 @@ impl UcxTransport {
         r.and(checked)
     }
 
+    /// A collective larger than this transport carries, which the next
+    /// transport runs (None) once every rank agreed to it: the neighbour
+    /// check and a barrier. Ranks whose calls differ may stand on either
+    /// side of the limit, the others then running the collective here; the
+    /// barrier keeps a rank whose neighbours happen to agree with it from
+    /// going on to the next transport alone, where it would wait for its
+    /// timeout: it fails with the rest. Costs a barrier against a
+    /// collective of more than `largest` bytes.
+    unsafe fn hand_on(
+        &self,
+        what: &'static str,
+        mine: Fingerprint,
+        call: &Call,
+    ) -> Option<Result<()>> {
+        match self.collective(what, mine, call, |c| c.barrier()) {
+            Ok(()) => None,
+            Err(e) => Some(Err(e)),
+        }
+    }
+
     /// Waits (up to the comm's timeout) until every send that completed
     /// early reached its peer.
     pub fn flush(&self, alive: &dyn Fn() -> Result<()>) -> Result<()> {
@@ -345,7 +365,7 @@ impl Transport for UcxTransport {
 
     unsafe fn reduction(&self, r: &Reduction, call: &Call) -> Option<Result<()>> {
         if self.leaves(call.op) {
-            return None;
+            return self.hand_on(r.name(), Fingerprint::of_reduction(r), call);
         }
         Some(
             self.collective(r.name(), Fingerprint::of_reduction(r), call, |c| {
@@ -356,7 +376,7 @@ impl Transport for UcxTransport {
 
     unsafe fn gather(&self, g: &Gather, call: &Call) -> Option<Result<()>> {
         if self.leaves(call.op) {
-            return None;
+            return self.hand_on(g.name(), Fingerprint::of_gather(g), call);
         }
         Some(
             self.collective(g.name(), Fingerprint::of_gather(g), call, |c| {
@@ -367,7 +387,7 @@ impl Transport for UcxTransport {
 
     unsafe fn scatter(&self, s: &Scatter, call: &Call) -> Option<Result<()>> {
         if self.leaves(call.op) {
-            return None;
+            return self.hand_on(s.name(), Fingerprint::of_scatter(s), call);
         }
         Some(
             self.collective(s.name(), Fingerprint::of_scatter(s), call, |c| {
@@ -378,7 +398,7 @@ impl Transport for UcxTransport {
 
     unsafe fn all_to_all(&self, a: &AllToAll, call: &Call) -> Option<Result<()>> {
         if self.leaves(call.op) {
-            return None;
+            return self.hand_on(a.name(), Fingerprint::of_all_to_all(a), call);
         }
         Some(
             self.collective(a.name(), Fingerprint::of_all_to_all(a), call, |c| {
