@@ -76,10 +76,10 @@ class Setup:
 
     def mpi_note(self):
         """Why Open MPI cannot run here, or None."""
-        if self.kind == "ns":
+        if self.kind == "ns" and not self.a.switch_ns:
             return ("Open MPI across the namespace hosts skipped: its ranks reach mpirun's PMIx server "
-                    "over TCP on 127.0.0.1, which a rank in another network namespace cannot reach "
-                    "(MPI_Init fails: 'OPAL ERROR: Unreachable'); Open MPI runs on TCP loopback only")
+                    "over TCP, which a rank in another network namespace reaches only where mpirun runs "
+                    "in the hosts' switch namespace (--switch-ns); Open MPI runs on TCP loopback only")
         return None
 
     def mpirun(self, pml_ucx, argv):
@@ -92,9 +92,14 @@ class Setup:
         else:
             m += ["--mca", "pml", "ob1", "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", self.iface()]
         if self.kind == "ns":
-            # Each rank enters its host's namespace (mpirun and its daemon
-            # stay in the machine's, where they talk to the ranks over
-            # PMIx's Unix socket).
+            # mpirun runs in the switch's namespace, whose bridge has an
+            # address on the hosts' network, and serves PMIx there (by
+            # default it listens on loopback, which a rank in another
+            # namespace cannot reach); each rank enters its host's
+            # namespace and talks to its peers over the host's link.
+            pmix = {"PMIX_MCA_ptl_tcp_if_include": "br0", "PMIX_MCA_ptl_tcp_remote_connections": "1"}
+            m = (["ip", "netns", "exec", self.a.switch_ns, "env"] + [f"{k}={v}" for k, v in pmix.items()]
+                 + m + [x for k in pmix for x in ("-x", k)])
             wrap = ["sh", "-c", f'exec ip netns exec {self.a.ns}"$OMPI_COMM_WORLD_RANK" "$0" "$@"']
             return [m + wrap + argv]
         return [m + argv]
@@ -283,6 +288,8 @@ def main():
     ap.add_argument("--mpi-p2p", default="")
     ap.add_argument("--torch", default="")
     ap.add_argument("--ns", default="", help="namespace prefix (empty: no ns setup)")
+    ap.add_argument("--switch-ns", default="",
+                    help="the hosts' switch namespace, its bridge br0 addressed on their network (mpirun runs there)")
     ap.add_argument("--addr-prefix", default="10.78.1.")
     ap.add_argument("--iface", default="tcn0")
     ap.add_argument("--setups", default="ns,lo")

@@ -36,6 +36,8 @@ fi
 source scripts/netns.sh
 if [ "$(id -u)" = 0 ] && command -v ip >/dev/null && netns_hosts "tcbs$$" "tcbh$$" 4 10.78.1.; then
   args+=(--ns "tcbh$$" --addr-prefix 10.78.1. --iface "$netns_iface")
+  # The switch on the hosts' network too, for mpirun's PMIx server.
+  ip -n "tcbs$$" addr add 10.78.1.100/24 dev br0 && args+=(--switch-ns "tcbs$$")
 else
   echo "bench-multihost: SKIPPED the network-namespace hosts (needs root and ip with veth/bridge support${netns_why:+: $netns_why})"
 fi
