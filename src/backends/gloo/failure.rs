@@ -197,8 +197,11 @@ pub(super) struct Diagnosis {
 }
 
 /// How long a rank that refused a collective over Gloo waits for every
-/// other rank's refusal of it before it closes the connections.
-const REFUSAL_GRACE: Duration = Duration::from_secs(1);
+/// other rank's refusal of it before it closes the connections: long
+/// enough for a rank that refuses too but is descheduled on a loaded host
+/// (1 s was seen to fall short under a test run's load), short against a
+/// timeout, since a call refused on one rank only is a program error.
+const REFUSAL_GRACE: Duration = Duration::from_secs(3);
 
 /// The kind in a refusing rank's failure report.
 const REFUSED_KIND: &str = "Refused";
