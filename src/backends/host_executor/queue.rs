@@ -126,13 +126,8 @@ impl HostQueue {
             // One operation at a time: a blocking call may be running inline
             // on its caller's thread. While jobs are queued no claim takes
             // the slot, so it stays free from this look to the taking.
-            if !q.jobs.is_empty() && self.state.load(Ordering::Acquire) & RUNNING == 0 {
-                self.state.fetch_or(RUNNING, Ordering::AcqRel);
-                let job = q.jobs.pop_front();
-                if q.jobs.is_empty() {
-                    self.state.fetch_and(!QUEUED, Ordering::AcqRel);
-                }
-                return Some(job);
+            if let Some(job) = self.take_front(&mut q) {
+                return Some(Some(job));
             }
             if q.stop {
                 return None;
@@ -150,6 +145,46 @@ impl HostQueue {
                     q
                 }
             };
+        }
+    }
+
+    /// For a thread about to wait for a job: the front job, its running
+    /// slot taken, when one is queued and none runs (the caller runs it,
+    /// then calls [`HostQueue::finished`]).
+    pub fn take_next(&self) -> Option<Job> {
+        if self.state.load(Ordering::Acquire) & (RUNNING | QUEUED) != QUEUED {
+            return None;
+        }
+        self.take_front(&mut lock(&self.queue))
+    }
+
+    /// The front job of `q` (the queue, locked), its running slot taken,
+    /// when none runs.
+    fn take_front(&self, q: &mut Queue) -> Option<Job> {
+        if q.jobs.is_empty() || self.state.load(Ordering::Acquire) & RUNNING != 0 {
+            return None;
+        }
+        self.state.fetch_or(RUNNING, Ordering::AcqRel);
+        let job = q.jobs.pop_front();
+        if q.jobs.is_empty() {
+            self.state.fetch_and(!QUEUED, Ordering::AcqRel);
+        }
+        job
+    }
+
+    /// For the progress thread, holding the running slot: moves the jobs
+    /// at the front of the queue to the end of `taken`, in order, while
+    /// `fits(taken, job)`.
+    pub fn take_while(&self, taken: &mut Vec<Job>, fits: impl Fn(&[Job], &Job) -> bool) {
+        let mut q = lock(&self.queue);
+        while let Some(job) = q.jobs.front() {
+            if !fits(taken, job) {
+                break;
+            }
+            taken.extend(q.jobs.pop_front());
+        }
+        if q.jobs.is_empty() {
+            self.state.fetch_and(!QUEUED, Ordering::AcqRel);
         }
     }
 
