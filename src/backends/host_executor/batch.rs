@@ -9,6 +9,7 @@
 
 use super::{HostBackend, Job, Shared};
 use crate::backends::submission::CommEvents;
+use crate::work::HostWork;
 
 /// Most jobs run together (each joining one is checked against every one
 /// taken before it).
@@ -16,12 +17,21 @@ const MAX_BATCH: usize = 64;
 
 impl<B: HostBackend> Shared<B> {
     /// Runs `first` (its `running` slot taken, `may_batch`) with the jobs
-    /// that may join it, and releases the slot.
-    pub(super) fn execute_batch(&self, first: Job, comm: &dyn CommEvents) {
+    /// that may join it, none after `until`'s (a waiter of `until` runs
+    /// the batch: it returns once the batch completed, which must not wait
+    /// for an operation issued after its own), and releases the slot.
+    pub(super) fn execute_batch(
+        &self,
+        first: Job,
+        comm: &dyn CommEvents,
+        until: Option<&HostWork>,
+    ) {
         let timeout = first.timeout;
         let mut jobs = vec![first];
         self.queue.take_while(&mut jobs, |taken, job| {
-            taken.len() < MAX_BATCH
+            let reached = |w: &HostWork| taken.last().is_some_and(|t| std::ptr::eq(&*t.work, w));
+            !until.is_some_and(reached)
+                && taken.len() < MAX_BATCH
                 && job.timeout == timeout
                 && self.backend.may_batch(&job.op)
                 && taken

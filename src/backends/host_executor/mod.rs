@@ -118,7 +118,7 @@ impl<B: HostBackend> HostExecutor<B> {
                     let mut idle = shared.backend.idle();
                     while let Some(job) = shared.queue.next(idle) {
                         match job {
-                            Some(job) => shared.execute(job, &shared.link),
+                            Some(job) => shared.execute(job, &shared.link, None),
                             None => idle = shared.backend.idle(),
                         }
                     }
@@ -138,16 +138,24 @@ impl<B: HostBackend> HostExecutor<B> {
 }
 
 /// A waiter runs the jobs queued up to its own while none runs (and its
-/// own with them): the jobs ahead of it would run first anyway, and a
-/// window of non-blocking calls waited for then runs on its caller's
-/// thread, no progress thread to wake.
+/// own with them), none behind it: the jobs ahead of it would run first
+/// anyway, and a window of non-blocking calls waited for then runs on its
+/// caller's thread, no progress thread to wake. Each is tried at once
+/// first ([`HostBackend::run_at_once`]: a receive whose message came
+/// meanwhile).
 impl<B: HostBackend> WaitHelp for Shared<B> {
     fn help(&self, work: &HostWork) {
         while !work.known_finished() {
             let Some(job) = self.queue.take_next() else {
                 return;
             };
-            self.execute(job, &self.link);
+            if self.backend.may_run_at_once(&job.op) {
+                job.work.start();
+                if self.try_at_once(&job.op, &job.work, &self.link) {
+                    continue;
+                }
+            }
+            self.execute(job, &self.link, Some(work));
         }
     }
 }
@@ -155,12 +163,12 @@ impl<B: HostBackend> WaitHelp for Shared<B> {
 impl<B: HostBackend> Shared<B> {
     /// Runs one queued job (its `running` slot already taken) for `comm`,
     /// with the jobs behind it that may run together with it (see
-    /// [`batch`]), and releases the slot.
-    fn execute(&self, job: Job, comm: &dyn CommEvents) {
+    /// [`batch`]), none after `until`'s, and releases the slot.
+    fn execute(&self, job: Job, comm: &dyn CommEvents, until: Option<&HostWork>) {
         if !self.backend.may_batch(&job.op) {
             return self.run(&job.op, job.timeout, &job.work, true, comm);
         }
-        self.execute_batch(job, comm);
+        self.execute_batch(job, comm, until);
     }
 
     /// Completes `work` with `result`, telling `comm` of a failure.
