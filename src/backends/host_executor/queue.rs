@@ -32,6 +32,8 @@ struct Queue {
     stop: bool,
     /// Threads in [`HostQueue::wait_idle`].
     idle_waiters: usize,
+    /// The progress thread waits for a job and was not woken since.
+    progress_waits: bool,
 }
 
 /// [`HostQueue::state`]: a job runs (taken by the progress thread or run
@@ -112,8 +114,14 @@ impl HostQueue {
         }
         q.jobs.push_back(job);
         self.state.fetch_or(QUEUED, Ordering::AcqRel);
+        // A notification is a system call: only a progress thread that
+        // waits, not woken yet, needs one (a window's receives queue one
+        // behind another).
+        let wake = std::mem::take(&mut q.progress_waits);
         drop(q);
-        self.changed.notify_all();
+        if wake {
+            self.changed.notify_all();
+        }
         Ok(())
     }
 
@@ -132,19 +140,25 @@ impl HostQueue {
             if q.stop {
                 return None;
             }
-            q = match idle {
-                None => self.changed.wait(q).unwrap_or_else(|e| e.into_inner()),
+            q.progress_waits = true;
+            let timed_out;
+            (q, timed_out) = match idle {
+                None => (
+                    self.changed.wait(q).unwrap_or_else(|e| e.into_inner()),
+                    false,
+                ),
                 Some(t) => {
                     let (q, waited) = self
                         .changed
                         .wait_timeout(q, t)
                         .unwrap_or_else(|e| e.into_inner());
-                    if waited.timed_out() {
-                        return Some(None);
-                    }
-                    q
+                    (q, waited.timed_out())
                 }
             };
+            q.progress_waits = false;
+            if timed_out {
+                return Some(None);
+            }
         }
     }
 
@@ -198,8 +212,12 @@ impl HostQueue {
         if before & (QUEUED | IDLE_WAITERS) != 0 {
             // Through the lock: a thread that saw the slot taken under it
             // is waiting by now, and hears the notification.
-            drop(lock(&self.queue));
-            self.changed.notify_all();
+            let mut q = lock(&self.queue);
+            let wake = std::mem::take(&mut q.progress_waits) || q.idle_waiters > 0;
+            drop(q);
+            if wake {
+                self.changed.notify_all();
+            }
         }
     }
 
