@@ -1,9 +1,9 @@
 //! Sends and receives to other ranks through the shared-memory rings, each
-//! an operation of its own, run together by the progress thread (see
-//! [`crate::backends::host_executor::HostBackend::run_batch`]): a window
-//! of non-blocking receives posted before their messages arrive is one
-//! pass over the rings instead of one job per receive, each receive
-//! completing as soon as its message is in.
+//! an operation of its own, run together by the progress thread or a
+//! waiter (see [`crate::backends::host_executor::HostBackend::run_batch`]):
+//! a window of non-blocking receives posted before their messages arrive
+//! is one pass over the rings instead of one job per receive, each
+//! receive completing as soon as its message is in.
 //!
 //! Operations run in issue order, so a later one may rely on an earlier
 //! one's outcome: two transfers run together only when neither touches

@@ -186,7 +186,7 @@ impl HostQueue {
         job
     }
 
-    /// For the progress thread, holding the running slot: moves the jobs
+    /// For the thread holding the running slot: moves the jobs
     /// at the front of the queue to the end of `taken`, in order, while
     /// `fits(taken, job)`.
     pub fn take_while(&self, taken: &mut Vec<Job>, fits: impl Fn(&[Job], &Job) -> bool) {
