@@ -7,7 +7,7 @@
 use crate::error::{Error, ErrorKind, Result};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 /// Status of an operation, as `tc_work_status` reports it.
@@ -85,6 +85,14 @@ impl HostState {
 /// waiters wake (the post hooks of [`crate::comm::hooks`]).
 pub type CompletionHook = Box<dyn FnOnce(&Result<()>) + Send>;
 
+/// What a thread about to wait for a [`HostWork`] does first: runs the
+/// operations queued up to it itself when none is running (see
+/// `host_executor`), sparing the hand-off to the progress thread and the
+/// wake at completion.
+pub trait WaitHelp: Send + Sync {
+    fn help(&self, work: &HostWork);
+}
+
 /// Completion of an operation run on a comm's host progress thread.
 pub struct HostWork {
     /// The operation's name and its comm's label; the description is only
@@ -98,6 +106,8 @@ pub struct HostWork {
     /// completed take no lock.
     status: AtomicI32,
     done: Condvar,
+    /// The executor whose queue a waiter may run (gone with its comm).
+    help: Option<Weak<dyn WaitHelp>>,
 }
 
 impl HostWork {
@@ -109,7 +119,15 @@ impl HostWork {
             state: Mutex::new(HostState::new()),
             status: AtomicI32::new(WorkStatus::NotStarted as i32),
             done: Condvar::new(),
+            help: None,
         }
+    }
+
+    /// This work, its waiters running `help`'s queue first (see
+    /// [`WaitHelp`]).
+    pub fn helped_by(mut self, help: Weak<dyn WaitHelp>) -> HostWork {
+        self.help = Some(help);
+        self
     }
 
     /// Makes this work what [`HostWork::new`] with these arguments makes,
@@ -259,6 +277,9 @@ impl Work for HostWork {
         // completed by the time its caller waits).
         if self.status() == WorkStatus::Completed {
             return Ok(());
+        }
+        if let Some(help) = self.help.as_ref().and_then(Weak::upgrade) {
+            help.help(self);
         }
         let mut s = self.lock();
         if !s.status.is_finished() {

@@ -17,6 +17,7 @@ macro_rules! some_try {
     };
 }
 
+mod batch;
 mod failure;
 mod hier;
 mod issue;
@@ -165,12 +166,20 @@ impl HostBackend for GlooBackend {
     /// rings.
     #[inline]
     fn may_run_at_once(&self, op: &Op) -> bool {
-        match op {
-            Op::PointToPoint(PointToPoint::One(p)) => {
-                p.peer != self.rank && self.routes.shared_memory_p2p().is_some()
-            }
-            _ => false,
-        }
+        self.ring_transfer(op).is_some()
+    }
+
+    /// The same (see [`batch`]).
+    fn may_batch(&self, op: &Op) -> bool {
+        self.ring_transfer(op).is_some()
+    }
+
+    fn independent(&self, earlier: &Op, later: &Op) -> bool {
+        self.transfers_independent(earlier, later)
+    }
+
+    fn run_batch(&self, ops: &[&Op], timeout: Duration, done: &mut dyn FnMut(usize, Result<()>)) {
+        self.run_transfers_together(ops, timeout, done)
     }
 
     /// See [`shared_memory::SharedMemory::transfer_at_once`]. A broken comm
@@ -210,38 +219,45 @@ impl HostBackend for GlooBackend {
         self.check_not_broken()?;
         let seq = self.reports.next_op();
         let d = Deadline::after(timeout);
-        self.execute(op, &d).map_err(|mut e| {
-            if e.kind == ErrorKind::Timeout && !self.broken.is_set() {
-                // The deadline ran out between Gloo calls: the peers are
-                // somewhere else in their sequence now, so the context is no
-                // longer in step.
-                self.mark_broken(&e);
+        self.execute(op, &d).map_err(|e| self.failed(op, seq, e))
+    }
+}
+
+impl GlooBackend {
+    /// `e`, the failure of `op` (the `seq`th operation run), as the caller
+    /// gets it: a timeout breaks the comm, and the first lost peer is
+    /// diagnosed through the failure reports.
+    fn failed(&self, op: &Op, seq: u64, mut e: Error) -> Error {
+        if e.kind == ErrorKind::Timeout && !self.broken.is_set() {
+            // The deadline ran out between Gloo calls: the peers are
+            // somewhere else in their sequence now, so the context is no
+            // longer in step.
+            self.mark_broken(&e);
+        }
+        let lost_peer = matches!(e.kind, ErrorKind::Timeout | ErrorKind::Remote);
+        if lost_peer && self.size > 1 && self.reports.first_failure() {
+            let diagnosis = self.reports.diagnose(op, seq, e.kind);
+            self.broken.append(&diagnosis.found);
+            if let Some(told) = diagnosis.refusal {
+                // A caller's error, not a lost peer: fail the call
+                // (the comm stays broken) without aborting.
+                return Error::invalid_usage(format!(
+                    "{} on rank {}: {told}; the refusing rank closed the connections ({})",
+                    op.name(),
+                    self.rank,
+                    e.message
+                ));
             }
-            let lost_peer = matches!(e.kind, ErrorKind::Timeout | ErrorKind::Remote);
-            if lost_peer && self.size > 1 && self.reports.first_failure() {
-                let diagnosis = self.reports.diagnose(op, seq, e.kind);
-                self.broken.append(&diagnosis.found);
-                if let Some(told) = diagnosis.refusal {
-                    // A caller's error, not a lost peer: fail the call
-                    // (the comm stays broken) without aborting.
-                    return Error::invalid_usage(format!(
-                        "{} on rank {}: {told}; the refusing rank closed the connections ({})",
-                        op.name(),
-                        self.rank,
-                        e.message
-                    ));
-                }
-                e.message.push_str(&diagnosis.found);
-            }
-            if lost_peer && !self.routes.tcp().checks_collectives() && self.size > 1 {
-                // Ranks that called different collectives exchange nothing
-                // (see `tag_salt`): they meet here, at the timeout (or
-                // when the first rank that timed out closes its
-                // connections).
-                e.message.push_str(CHECK_HINT);
-            }
-            e
-        })
+            e.message.push_str(&diagnosis.found);
+        }
+        if lost_peer && !self.routes.tcp().checks_collectives() && self.size > 1 {
+            // Ranks that called different collectives exchange nothing
+            // (see `tag_salt`): they meet here, at the timeout (or
+            // when the first rank that timed out closes its
+            // connections).
+            e.message.push_str(CHECK_HINT);
+        }
+        e
     }
 }
 

@@ -7,6 +7,7 @@
 //! Any host backend is served by wrapping it: `HostExecutor::start(gloo,
 //! &init)`.
 
+mod batch;
 pub mod queue;
 mod recycled_works;
 pub mod staging;
@@ -16,7 +17,7 @@ use super::{Abilities, Backend, BackendInit, BufferHome};
 use crate::error::{Error, Result};
 use crate::op::Op;
 use crate::util::lock;
-use crate::work::{DoneWork, HostWork, Work};
+use crate::work::{DoneWork, HostWork, WaitHelp, Work};
 use queue::{completes_at_once, Claim, HostQueue, Job};
 use recycled_works::RecycledWorks;
 use std::sync::{Arc, Mutex, Weak};
@@ -47,6 +48,31 @@ pub trait HostBackend: Abilities + 'static {
     /// it), so issue order is kept.
     fn run_at_once(&self, _op: &Op) -> Option<Result<()>> {
         None
+    }
+
+    /// Whether `op` may run on the progress thread together with the
+    /// operations queued right behind it ([`HostBackend::run_batch`]).
+    fn may_batch(&self, _op: &Op) -> bool {
+        false
+    }
+
+    /// Whether `later`, issued after `earlier`, may run together with it:
+    /// nothing `later` does may depend on `earlier` having completed (a
+    /// send of the buffer that a receive fills, say).
+    fn independent(&self, _earlier: &Op, _later: &Op) -> bool {
+        false
+    }
+
+    /// Runs `ops` (consecutive in issue order, each [`HostBackend::may_batch`]
+    /// and [`HostBackend::independent`] of those before it) together to
+    /// completion on the calling (progress) thread, failing within
+    /// `timeout`, and calls `done(i, outcome)` once for each op `i` as soon
+    /// as it completed, so that a waiter of one does not wait for the
+    /// others.
+    fn run_batch(&self, ops: &[&Op], timeout: Duration, done: &mut dyn FnMut(usize, Result<()>)) {
+        for (i, op) in ops.iter().enumerate() {
+            done(i, self.run(op, timeout));
+        }
     }
 
     /// Called by the progress thread while no job is there: whatever the
@@ -111,16 +137,17 @@ impl<B: HostBackend> HostExecutor<B> {
                 .spawn(move || {
                     while let Some(job) = shared.queue.next(shared.backend.idle()) {
                         if let Some(job) = job {
-                            shared.execute(job, &shared.link);
+                            shared.execute(job, &shared.link, None);
                         }
                     }
                 })
                 .map_err(|e| Error::system("spawning the progress thread", e))?
         };
+        let help: Weak<dyn WaitHelp> = Arc::downgrade(&shared) as Weak<Shared<B>>;
         Ok(HostExecutor {
             shared,
             progress: Mutex::new(Some(progress)),
-            works: RecycledWorks::default(),
+            works: RecycledWorks::helped_by(help),
             name: init.name.clone(),
             rank: init.rank,
             size: init.size,
@@ -128,11 +155,47 @@ impl<B: HostBackend> HostExecutor<B> {
     }
 }
 
+/// A waiter runs the jobs queued up to its own while none runs (and its
+/// own with them), none behind it: the jobs ahead of it would run first
+/// anyway, and a window of non-blocking calls waited for then runs on its
+/// caller's thread, no progress thread to wake. Each is tried at once
+/// first ([`HostBackend::run_at_once`]: a receive whose message came
+/// meanwhile).
+impl<B: HostBackend> WaitHelp for Shared<B> {
+    fn help(&self, work: &HostWork) {
+        while !work.known_finished() {
+            let Some(job) = self.queue.take_next() else {
+                return;
+            };
+            if self.backend.may_run_at_once(&job.op) {
+                job.work.start();
+                if self.try_at_once(&job.op, &job.work, &self.link) {
+                    continue;
+                }
+            }
+            self.execute(job, &self.link, Some(work));
+        }
+    }
+}
+
 impl<B: HostBackend> Shared<B> {
-    /// Runs one queued job (its `running` slot already taken) for `comm`
-    /// and releases the slot.
-    fn execute(&self, job: Job, comm: &dyn CommEvents) {
-        self.run(&job.op, job.timeout, &job.work, true, comm);
+    /// Runs one queued job (its `running` slot already taken) for `comm`,
+    /// with the jobs behind it that may run together with it (see
+    /// [`batch`]), none after `until`'s, and releases the slot.
+    fn execute(&self, job: Job, comm: &dyn CommEvents, until: Option<&HostWork>) {
+        if !self.backend.may_batch(&job.op) {
+            return self.run(&job.op, job.timeout, &job.work, true, comm);
+        }
+        self.execute_batch(job, comm, until);
+    }
+
+    /// Completes `work` with `result`, telling `comm` of a failure.
+    fn complete(&self, work: &HostWork, result: Result<()>, comm: &dyn CommEvents) {
+        let result = result.map_err(|e| e.context(work.description()));
+        if let Err(e) = &result {
+            comm.operation_failed(e.clone());
+        }
+        work.complete(result);
     }
 
     /// Completes `op` (its `running` slot already taken, `work` started)
@@ -147,11 +210,7 @@ impl<B: HostBackend> Shared<B> {
         let Some(result) = result else {
             return false;
         };
-        let result = result.map_err(|e| e.context(work.description()));
-        if let Err(e) = &result {
-            comm.operation_failed(e.clone());
-        }
-        work.complete(result);
+        self.complete(work, result, comm);
         self.queue.finished();
         true
     }
@@ -194,11 +253,7 @@ impl<B: HostBackend> Shared<B> {
             crate::log_trace!("start {}", work.description());
             self.backend.run(op, timeout)
         });
-        let result = result.map_err(|e| e.context(work.description()));
-        if let Err(e) = &result {
-            comm.operation_failed(e.clone());
-        }
-        work.complete(result);
+        self.complete(work, result, comm);
         self.queue.finished();
     }
 }

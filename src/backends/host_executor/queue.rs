@@ -35,6 +35,8 @@ struct Queue {
     /// [`HostQueue::wake_idle`] was called since the progress thread last
     /// looked.
     woken: bool,
+    /// The progress thread waits for a job and was not woken since.
+    progress_waits: bool,
 }
 
 /// [`HostQueue::state`]: a job runs (taken by the progress thread or run
@@ -115,8 +117,14 @@ impl HostQueue {
         }
         q.jobs.push_back(job);
         self.state.fetch_or(QUEUED, Ordering::AcqRel);
+        // A notification is a system call: only a progress thread that
+        // waits, not woken yet, needs one (a window's receives queue one
+        // behind another).
+        let wake = std::mem::take(&mut q.progress_waits);
         drop(q);
-        self.changed.notify_all();
+        if wake {
+            self.changed.notify_all();
+        }
         Ok(())
     }
 
@@ -130,13 +138,8 @@ impl HostQueue {
             // One operation at a time: a blocking call may be running inline
             // on its caller's thread. While jobs are queued no claim takes
             // the slot, so it stays free from this look to the taking.
-            if !q.jobs.is_empty() && self.state.load(Ordering::Acquire) & RUNNING == 0 {
-                self.state.fetch_or(RUNNING, Ordering::AcqRel);
-                let job = q.jobs.pop_front();
-                if q.jobs.is_empty() {
-                    self.state.fetch_and(!QUEUED, Ordering::AcqRel);
-                }
-                return Some(job);
+            if let Some(job) = self.take_front(&mut q) {
+                return Some(Some(job));
             }
             if q.stop {
                 return None;
@@ -144,19 +147,65 @@ impl HostQueue {
             if std::mem::take(&mut q.woken) {
                 return Some(None);
             }
-            q = match idle {
-                None => self.changed.wait(q).unwrap_or_else(|e| e.into_inner()),
+            q.progress_waits = true;
+            let timed_out;
+            (q, timed_out) = match idle {
+                None => (
+                    self.changed.wait(q).unwrap_or_else(|e| e.into_inner()),
+                    false,
+                ),
                 Some(t) => {
                     let (q, waited) = self
                         .changed
                         .wait_timeout(q, t)
                         .unwrap_or_else(|e| e.into_inner());
-                    if waited.timed_out() {
-                        return Some(None);
-                    }
-                    q
+                    (q, waited.timed_out())
                 }
             };
+            q.progress_waits = false;
+            if timed_out {
+                return Some(None);
+            }
+        }
+    }
+
+    /// For a thread about to wait for a job: the front job, its running
+    /// slot taken, when one is queued and none runs (the caller runs it,
+    /// then calls [`HostQueue::finished`]).
+    pub fn take_next(&self) -> Option<Job> {
+        if self.state.load(Ordering::Acquire) & (RUNNING | QUEUED) != QUEUED {
+            return None;
+        }
+        self.take_front(&mut lock(&self.queue))
+    }
+
+    /// The front job of `q` (the queue, locked), its running slot taken,
+    /// when none runs.
+    fn take_front(&self, q: &mut Queue) -> Option<Job> {
+        if q.jobs.is_empty() || self.state.load(Ordering::Acquire) & RUNNING != 0 {
+            return None;
+        }
+        self.state.fetch_or(RUNNING, Ordering::AcqRel);
+        let job = q.jobs.pop_front();
+        if q.jobs.is_empty() {
+            self.state.fetch_and(!QUEUED, Ordering::AcqRel);
+        }
+        job
+    }
+
+    /// For the thread holding the running slot: moves the jobs
+    /// at the front of the queue to the end of `taken`, in order, while
+    /// `fits(taken, job)`.
+    pub fn take_while(&self, taken: &mut Vec<Job>, fits: impl Fn(&[Job], &Job) -> bool) {
+        let mut q = lock(&self.queue);
+        while let Some(job) = q.jobs.front() {
+            if !fits(taken, job) {
+                break;
+            }
+            taken.extend(q.jobs.pop_front());
+        }
+        if q.jobs.is_empty() {
+            self.state.fetch_and(!QUEUED, Ordering::AcqRel);
         }
     }
 
@@ -170,8 +219,12 @@ impl HostQueue {
         if before & (QUEUED | IDLE_WAITERS) != 0 {
             // Through the lock: a thread that saw the slot taken under it
             // is waiting by now, and hears the notification.
-            drop(lock(&self.queue));
-            self.changed.notify_all();
+            let mut q = lock(&self.queue);
+            let wake = std::mem::take(&mut q.progress_waits) || q.idle_waiters > 0;
+            drop(q);
+            if wake {
+                self.changed.notify_all();
+            }
         }
     }
 

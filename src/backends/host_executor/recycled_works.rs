@@ -8,8 +8,8 @@
 //! can see it), so that reuse is invisible.
 
 use crate::util::lock;
-use crate::work::HostWork;
-use std::sync::{Arc, Mutex};
+use crate::work::{HostWork, WaitHelp};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 /// Works kept at most: past this, the oldest is let go (whoever still
@@ -20,6 +20,8 @@ const KEPT: usize = 128;
 #[derive(Default)]
 pub struct RecycledWorks {
     issued: Mutex<Issued>,
+    /// What the works' waiters run first (see [`WaitHelp`]).
+    help: Option<Weak<dyn WaitHelp>>,
 }
 
 /// The issued works in a ring: oldest first from `oldest` (wrapping), so
@@ -32,6 +34,14 @@ struct Issued {
 }
 
 impl RecycledWorks {
+    /// Works whose waiters run `help` first.
+    pub fn helped_by(help: Weak<dyn WaitHelp>) -> RecycledWorks {
+        RecycledWorks {
+            issued: Mutex::default(),
+            help: Some(help),
+        }
+    }
+
     /// A new work, as [`HostWork::new`] makes it (started at `started`, if
     /// given, as [`HostWork::start_at`] makes it): the oldest one issued,
     /// renewed, when nobody else holds it any more, else a fresh one.
@@ -51,7 +61,11 @@ impl RecycledWorks {
             *oldest = if at + 1 == works.len() { 0 } else { at + 1 };
             return works[at].clone();
         }
-        let fresh = Arc::new(HostWork::new(op, comm_label.clone(), timeout));
+        let mut fresh = HostWork::new(op, comm_label.clone(), timeout);
+        if let Some(help) = &self.help {
+            fresh = fresh.helped_by(help.clone());
+        }
+        let fresh = Arc::new(fresh);
         if let Some(at) = started {
             fresh.start_at(at);
         }

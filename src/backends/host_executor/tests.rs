@@ -144,6 +144,14 @@ fn submit(ex: &HostExecutor<Fake>, probe: &Probe, op: Op, async_op: bool) -> See
     (r, std::mem::take(&mut *lock(&probe.told)), seen)
 }
 
+/// Waits for `work` to finish without waiting on it (which would run
+/// the queue on this thread, see [`WaitHelp`]).
+fn finished_unwaited(work: &dyn Work) {
+    while !work.status().is_finished() {
+        std::thread::sleep(Duration::from_micros(100));
+    }
+}
+
 fn all_reduce(data: &mut [f32]) -> Op {
     Op::all_reduce(
         Ptr(data.as_mut_ptr().cast()),
@@ -232,7 +240,8 @@ fn an_async_call_completes_at_once_only_with_nothing_ahead() {
 
     fake.at_once.store(AT_ONCE_DECLINED, Ordering::SeqCst);
     let (r, _, _) = submit(&ex, &probe, all_reduce(&mut data), true);
-    r.unwrap().wait_blocking().unwrap();
+    // Polled, not waited for: a waiter would run it itself.
+    finished_unwaited(&*r.unwrap());
     assert_eq!(fake.at_once_runs.load(Ordering::SeqCst), 3);
     assert_eq!(
         fake.runs.load(Ordering::SeqCst),
@@ -250,6 +259,7 @@ fn an_async_call_completes_at_once_only_with_nothing_ahead() {
     assert!(!work.status().is_finished(), "waits for the running one");
     assert_eq!(fake.at_once_runs.load(Ordering::SeqCst), 3);
     ex.shared.queue.finished();
+    finished_unwaited(&*work);
     work.wait_blocking().unwrap();
     assert_eq!(fake.runs.load(Ordering::SeqCst), 2);
 
@@ -307,4 +317,42 @@ fn an_idle_progress_thread_sleeps_until_woken() {
     );
     drop(ex);
     wake.wake(); // the executor is gone: nothing happens
+}
+
+/// With no progress thread to run them, a waiter runs the jobs queued up
+/// to its own (not the one behind it), each tried at once first, then
+/// run in full when declined.
+#[test]
+fn a_waiter_runs_the_queued_jobs_up_to_its_own() {
+    let probe = Arc::new(Probe::default());
+    let shared = Arc::new(Shared {
+        backend: Fake::default(),
+        queue: Arc::default(),
+        link: init("waiter", 2, &probe).link,
+    });
+    let help: Weak<dyn WaitHelp> = Arc::downgrade(&shared) as Weak<Shared<Fake>>;
+    let timeout = Duration::from_secs(30);
+    let works: Vec<Arc<HostWork>> = (0..3)
+        .map(|_| Arc::new(HostWork::new("barrier", "test".into(), timeout).helped_by(help.clone())))
+        .collect();
+    for work in &works {
+        let job = Job {
+            op: Op::Barrier,
+            timeout,
+            work: work.clone(),
+        };
+        assert!(shared.queue.push(job).is_ok());
+    }
+    let fake = &shared.backend;
+    fake.at_once.store(AT_ONCE_DONE, Ordering::SeqCst);
+    works[1].wait_blocking().unwrap();
+    assert!(works[0].status().is_finished(), "the job ahead ran first");
+    assert!(!works[2].status().is_finished(), "not the one behind");
+    assert_eq!(fake.at_once_runs.load(Ordering::SeqCst), 2);
+    assert_eq!(fake.runs.load(Ordering::SeqCst), 0);
+    fake.at_once.store(AT_ONCE_DECLINED, Ordering::SeqCst);
+    works[2].wait_blocking().unwrap();
+    assert_eq!(fake.at_once_runs.load(Ordering::SeqCst), 3);
+    assert_eq!(fake.runs.load(Ordering::SeqCst), 1, "run in full");
+    assert_eq!(shared.queue.claim(), Claim::Inline, "the slot was released");
 }

@@ -12,6 +12,7 @@ use super::signature::{self, describe_fingerprint, fingerprint, FAILED_ALONE};
 use crate::backends::transport::{Call, Transport};
 use crate::error::{Error, ErrorKind, Result};
 use crate::op::{AllToAll, Gather, P2p, Reduction, Refusal, Scatter};
+use crate::util::Deadline;
 pub(super) use engine::is_off;
 use engine::{IntraHost, SyncAll, Transfer};
 
@@ -56,20 +57,37 @@ impl SharedMemory {
     /// # Safety
     /// `p`'s buffer is valid for its bytes until this returns.
     pub(super) unsafe fn transfer_at_once(&self, p: &P2p) -> Option<Result<()>> {
-        let t = Transfer {
-            is_send: p.is_send,
-            peer: p.peer as usize,
-            tag: p.tag,
-            buf: p.buf.as_u8(),
-            count: p.count,
-            dtype: p.dtype,
-        };
-        let mismatch = self.engine.transfer_at_once(&t)?;
+        let mismatch = self.engine.transfer_at_once(&transfer(p))?;
         Some(match mismatch {
             Ok(None) => Ok(()),
             Ok(Some(why)) => Err(Error::invalid_usage(why)),
             Err(e) => Err(e),
         })
+    }
+
+    /// Runs `ops` (sends and receives to other ranks, each an operation of
+    /// its own) together, telling `done(i, outcome)` of op `i` as soon as
+    /// it completed (see [`IntraHost::point_to_point_each`]). On an
+    /// error, the ops not told did not complete.
+    ///
+    /// # Safety
+    /// Every buffer is valid for its bytes until its op is told, or until
+    /// this returns.
+    pub(super) unsafe fn point_to_point_each(
+        &self,
+        ops: &[&P2p],
+        d: &Deadline,
+        alive: &dyn Fn() -> Result<()>,
+        done: &mut dyn FnMut(usize, Result<()>),
+    ) -> Result<()> {
+        let transfers: Vec<Transfer> = ops.iter().map(|p| transfer(p)).collect();
+        self.engine
+            .point_to_point_each(&transfers, d, alive, &mut |i, mismatch| {
+                done(
+                    i,
+                    mismatch.map_or(Ok(()), |why| Err(Error::invalid_usage(why))),
+                )
+            })
     }
 
     /// Runs `call`'s collective with `run`, the shared-memory form of its
@@ -115,6 +133,18 @@ impl SharedMemory {
             }
         }
         Some(result)
+    }
+}
+
+/// `p` as the engine takes it.
+fn transfer(p: &P2p) -> Transfer {
+    Transfer {
+        is_send: p.is_send,
+        peer: p.peer as usize,
+        tag: p.tag,
+        buf: p.buf.as_u8(),
+        count: p.count,
+        dtype: p.dtype,
     }
 }
 
@@ -179,23 +209,15 @@ impl Transport for SharedMemory {
         let me = ih.rank() as i32;
         let mut errors: Vec<String> = Vec::new();
         local_transfers(me, ops, &mut errors);
-        let convert = |o: &P2p| Transfer {
-            is_send: o.is_send,
-            peer: o.peer as usize,
-            tag: o.tag,
-            buf: o.buf.as_u8(),
-            count: o.count,
-            dtype: o.dtype,
-        };
         // A single send or receive (the latency-bound case) allocates nothing.
         let (one, many): ([Transfer; 1], Vec<Transfer>);
         let remote: &[Transfer] = match ops {
             [o] if o.peer != me => {
-                one = [convert(o)];
+                one = [transfer(o)];
                 &one
             }
             _ => {
-                many = ops.iter().filter(|o| o.peer != me).map(convert).collect();
+                many = ops.iter().filter(|o| o.peer != me).map(transfer).collect();
                 &many
             }
         };

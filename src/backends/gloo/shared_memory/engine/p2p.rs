@@ -121,6 +121,8 @@ struct Pending {
     done: bool,
     /// A receive that a message was matched to.
     matched: bool,
+    /// Its completion was told (see [`IntraHost::point_to_point_each`]).
+    told: bool,
     /// Bytes of the body moved so far, and whether the header went (sends).
     moved: usize,
     header_sent: bool,
@@ -134,6 +136,7 @@ impl Pending {
             t: *t,
             done: false,
             matched: false,
+            told: false,
             moved: 0,
             header_sent: false,
             error: None,
@@ -191,6 +194,26 @@ impl IntraHost {
         d: &Deadline,
         alive: &dyn Fn() -> Result<()>,
     ) -> Result<Vec<String>> {
+        let mut errors = Vec::new();
+        self.point_to_point_each(transfers, d, alive, &mut |_, why| errors.extend(why))?;
+        Ok(errors)
+    }
+
+    /// [`Self::point_to_point`], telling `done(i, mismatch)` of transfer
+    /// `i` as soon as it completed (`mismatch`: the receive did not match
+    /// its message), once each: its buffer is no longer used from then
+    /// on. On an error, the transfers not told did not complete.
+    ///
+    /// # Safety
+    /// Every buffer is valid for its bytes until its transfer is told, or
+    /// until this returns.
+    pub unsafe fn point_to_point_each(
+        &self,
+        transfers: &[Transfer],
+        d: &Deadline,
+        alive: &dyn Fn() -> Result<()>,
+        done: &mut dyn FnMut(usize, Option<String>),
+    ) -> Result<()> {
         let Some(inboxes) = &self.p2p else {
             return Err(Error::internal("shared-memory point-to-point is off"));
         };
@@ -212,7 +235,8 @@ impl IntraHost {
                 self.take_early(&mut inboxes.0, pend, i);
             }
         }
-        let result = self.progress_until_done(&mut inboxes.0, pend, d, alive);
+        Self::tell_done(pend, done);
+        let result = self.progress_until_done(&mut inboxes.0, pend, d, alive, done);
         // Never write into a buffer of an operation that returned.
         for inbox in &mut inboxes.0 {
             if let Some(r) = &mut inbox.reading {
@@ -221,8 +245,17 @@ impl IntraHost {
                 }
             }
         }
-        result?;
-        Ok(pend.iter_mut().filter_map(|p| p.error.take()).collect())
+        result
+    }
+
+    /// Tells `done` of the transfers that completed since the last call.
+    fn tell_done(pend: &mut [Pending], done: &mut dyn FnMut(usize, Option<String>)) {
+        for (i, p) in pend.iter_mut().enumerate() {
+            if p.done && !p.told {
+                p.told = true;
+                done(i, p.error.take());
+            }
+        }
     }
 
     unsafe fn progress_until_done(
@@ -231,21 +264,25 @@ impl IntraHost {
         pend: &mut [Pending],
         d: &Deadline,
         alive: &dyn Fn() -> Result<()>,
+        done: &mut dyn FnMut(usize, Option<String>),
     ) -> Result<()> {
         let cpu = current_cpu();
         self.cpu_of(self.rank).store(cpu, Ordering::Relaxed);
         let mut patience = Patience::new(self.busy_spins, cpu);
         loop {
             if self.step(inboxes, pend, false)? {
+                Self::tell_done(pend, done);
                 patience = Patience::new(self.busy_spins, patience.cpu);
                 continue;
             }
             if pend.iter().all(|p| p.done) {
+                Self::tell_done(pend, done);
                 return Ok(());
             }
             // Stuck: read whatever peers sent, so that a peer blocked
             // sending to this rank moves on.
             if self.step(inboxes, pend, true)? {
+                Self::tell_done(pend, done);
                 patience = Patience::new(self.busy_spins, patience.cpu);
                 continue;
             }
@@ -263,6 +300,7 @@ impl IntraHost {
             if !matches!(moved, Ok(false)) {
                 self.sleeping_of(me).store(0, Ordering::SeqCst);
                 moved?;
+                Self::tell_done(pend, done);
                 continue;
             }
             let left = d.left().unwrap_or_default();
