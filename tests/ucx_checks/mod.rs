@@ -390,7 +390,9 @@ fn scattered(i: usize, r: usize) -> usize {
 
 /// all_reduce of the segmented ring on every dtype x reduce op, each
 /// rank's block two segments long, one element short of that, and one or
-/// two elements over (counts not divisible by the rank count): integers
+/// two elements over (counts not divisible by the rank count), and at 256
+/// KiB (the smallest ring; on 4 ranks its first message is folded into
+/// the check message): integers
 /// and bool bit for bit against `gloo`, floats element by element against
 /// the reference, and every rank's result bit-identical.
 pub fn check_ring_segments(ucx: &Comm, gloo: &Comm, me: usize, n: usize) {
@@ -398,7 +400,9 @@ pub fn check_ring_segments(ucx: &Comm, gloo: &Comm, me: usize, n: usize) {
     for dtype in DType::ALL {
         let es = dtype.size();
         let two = 2 * RING_SEGMENT_BYTES / es;
-        for count in [two * n - 1, two * n + n + 1] {
+        // 256 KiB: the smallest ring, on 4 ranks blocks of 64 KiB that
+        // travel inside the check message.
+        for count in [two * n - 1, two * n + n + 1, (256 << 10) / es] {
             for kind in RedKind::ALL {
                 let what = format!("all_reduce {dtype:?} {kind:?} count {count}");
                 let mut a = data_of(dtype, count, |i| scattered(i, me));

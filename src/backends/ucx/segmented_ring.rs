@@ -45,24 +45,44 @@ impl Ctx<'_> {
         let received = |s: usize| (me + 2 * n - s - 2) % n;
         let tmp = self.spare.at_least(counts[0] * es);
 
-        self.send_check(0, &[]);
-        let mut sends: Vec<Request> = segments(sent(0))
-            .map(|(from, c)| {
-                self.w
-                    .send(right, at(sent(0), from), c * es, self.tag(me, 0))
-            })
-            .collect();
+        // A block of one small segment travels inside the check message
+        // (`check.rs`), as the other rings' first messages do.
+        let first = sent(0);
+        let whole: Vec<_> = match counts[first] <= per_segment {
+            true => vec![(right, at(first, 0) as *const u8, counts[first] * es)],
+            false => Vec::new(),
+        };
+        let mut sends: Vec<Request> = match self.send_check(0, &whole) {
+            Some(_) => Vec::new(),
+            None => segments(first)
+                .map(|(from, c)| self.w.send(right, at(first, from), c * es, self.tag(me, 0)))
+                .collect(),
+        };
         self.await_check(&mut sends)?;
         for s in 0..steps {
             let b = received(s);
             let reduce = s < n - 1;
             let into = if reduce { tmp } else { at(b, 0) };
-            let mut reqs: Vec<Request> = segments(b)
-                .map(|(from, c)| {
-                    let t = (self.tag(left, s as u64), !0);
-                    self.w.recv(left, into.add(from * es), c * es, t)
-                })
-                .collect();
+            let mut reqs: Vec<Request> = Vec::new();
+            for (from, c) in segments(b) {
+                let (buf, len) = (into.add(from * es), c * es);
+                match (s == 0)
+                    .then(|| self.take_folded(0, (left, buf, len)))
+                    .flatten()
+                {
+                    Some(Ok(())) => {
+                        let mut r = Request::posted(std::ptr::null_mut(), left, true);
+                        r.info.length = len;
+                        reqs.push(r);
+                    }
+                    Some(Err(e)) => {
+                        reqs.append(&mut sends);
+                        self.w.withdraw(&mut reqs, &e);
+                        return Err(e);
+                    }
+                    None => reqs.push(self.w.recv(left, buf, len, (self.tag(left, s as u64), !0))),
+                }
+            }
             let (posted, this_step) = (reqs.len(), sends.len());
             reqs.append(&mut sends);
             for (i, (from, c)) in segments(b).enumerate() {
