@@ -42,6 +42,7 @@ fn child_ops() {
     check_movers(&ucx, me, n);
     check_reductions(&ucx, &gloo, me, n);
     check_v(&ucx, &gloo, me, n);
+    check_ring_segments(&ucx, &gloo, me, n);
     // The comm remembers the mismatched receive of check_p2p.
     if let Err(e) = ucx.finalize() {
         assert!(e.message.contains("does not match"), "{}", e.message);
@@ -59,7 +60,7 @@ fn ops_world(test: &str, size: usize) {
     let out = launch_ucx(test, size, &[]);
     assert_all_ok(&out);
     for o in &out {
-        assert_eq!(o.results().len(), 4, "{}", o.describe());
+        assert_eq!(o.results().len(), 5, "{}", o.describe());
     }
 }
 

@@ -26,9 +26,15 @@ pub fn ptr(v: &mut [u8]) -> Ptr {
 /// (1..=3; 0/1 for bool) so that sums and products are exact in every
 /// float type.
 pub fn data(dtype: DType, count: usize, r: usize, s: usize) -> Vec<u8> {
+    data_of(dtype, count, |i| 1 + (r + i + s) % 3)
+}
+
+/// `count` elements of `dtype` of the values `v(i)` (small integers; bool:
+/// their lowest bit).
+fn data_of(dtype: DType, count: usize, v: impl Fn(usize) -> usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(count * dtype.size());
     for i in 0..count {
-        let v = 1 + (r + i + s) % 3;
+        let v = v(i);
         let bytes: Vec<u8> = match dtype {
             DType::Bool => vec![(v % 2) as u8],
             DType::I8 | DType::U8 | DType::F8E4M3 | DType::F8E5M2 => vec![v as u8],
@@ -61,6 +67,11 @@ pub fn reference(dtype: DType, kind: RedKind, n: usize, count: usize, i: usize, 
     let vals: Vec<f64> = (0..n)
         .map(|r| value(dtype, &data(dtype, count, r, s), i))
         .collect();
+    reduced(kind, n, &vals)
+}
+
+/// Reduce op `kind` (of `n` ranks) over `vals`.
+fn reduced(kind: RedKind, n: usize, vals: &[f64]) -> f64 {
     match kind {
         RedKind::Sum => vals.iter().sum(),
         RedKind::Avg => vals.iter().sum::<f64>() / n as f64,
@@ -363,4 +374,72 @@ pub fn check_v(ucx: &Comm, gloo: &Comm, me: usize, n: usize) {
     }
     run(ucx, Op::Barrier).unwrap();
     println!("RESULT v-variants checked={checked}");
+}
+
+/// The segment size of the UCX ring all_reduce
+/// (src/backends/ucx/segmented_ring.rs).
+const RING_SEGMENT_BYTES: usize = 512 << 10;
+
+/// Rank `r`'s element `i` in [`check_ring_segments`]: 1..=3 without a
+/// short period, so that a segment sent, combined or kept at the wrong
+/// place shows.
+fn scattered(i: usize, r: usize) -> usize {
+    let h = (i as u64 ^ 0x5bd1_e995).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 33;
+    1 + (h as usize + r) % 3
+}
+
+/// all_reduce of the segmented ring on every dtype x reduce op, each
+/// rank's block two segments long, one element short of that, and one or
+/// two elements over (counts not divisible by the rank count), and at 256
+/// KiB (the smallest ring; on 4 ranks its first message is folded into
+/// the check message): integers
+/// and bool bit for bit against `gloo`, floats element by element against
+/// the reference, and every rank's result bit-identical.
+pub fn check_ring_segments(ucx: &Comm, gloo: &Comm, me: usize, n: usize) {
+    let mut checked = 0;
+    for dtype in DType::ALL {
+        let es = dtype.size();
+        let two = 2 * RING_SEGMENT_BYTES / es;
+        // 256 KiB: the smallest ring, on 4 ranks blocks of 64 KiB that
+        // travel inside the check message.
+        for count in [two * n - 1, two * n + n + 1, (256 << 10) / es] {
+            for kind in RedKind::ALL {
+                let what = format!("all_reduce {dtype:?} {kind:?} count {count}");
+                let mut a = data_of(dtype, count, |i| scattered(i, me));
+                let mut b = a.clone();
+                let ra = run(ucx, Op::all_reduce(ptr(&mut a), count, dtype, red(kind)));
+                if let Err(e) = run(gloo, Op::all_reduce(ptr(&mut b), count, dtype, red(kind))) {
+                    let ea = ra.expect_err("UCX took what Gloo refused");
+                    assert_eq!(ea.kind, e.kind, "{what}: {}", ea.message);
+                    continue;
+                }
+                ra.unwrap_or_else(|e| panic!("{what}: {e:?}"));
+                let bytes = count * es;
+                let (mut all, mut mine) = (vec![0u8; bytes * n], a.clone());
+                let op = Op::all_gather_single(ptr(&mut all), ptr(&mut mine), bytes, DType::U8);
+                run(gloo, op).unwrap();
+                for (r, theirs) in all.chunks_exact(bytes).enumerate() {
+                    assert!(
+                        theirs == a,
+                        "{what}: rank {r}'s result differs from rank {me}'s"
+                    );
+                }
+                if dtype.is_floating() {
+                    for i in 0..count {
+                        let vals: Vec<f64> = (0..n).map(|r| scattered(i, r) as f64).collect();
+                        let want = reduced(kind, n, &vals);
+                        let have = value(dtype, &a, i);
+                        assert!(
+                            (have - want).abs() <= 1e-2 * want.abs().max(1.0),
+                            "{what} [{i}]: {have} != {want}"
+                        );
+                    }
+                } else {
+                    assert!(a == b, "{what}");
+                }
+                checked += 1;
+            }
+        }
+    }
+    println!("RESULT ring segments checked={checked}");
 }

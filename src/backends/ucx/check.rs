@@ -90,7 +90,7 @@ impl<'a> Ctx<'a> {
             &'static str,
         ),
         mine: Fingerprint,
-        inbox: &'a mut Inbox,
+        (inbox, spare): (&'a mut Inbox, &'a mut super::Spare),
     ) -> Ctx<'a> {
         let (me, n) = (w.rank, w.size);
         let mut ctx = Ctx {
@@ -106,6 +106,7 @@ impl<'a> Ctx<'a> {
                 folded: None,
                 inbox,
             },
+            spare,
         };
         if n > 1 {
             let left = (me + n - 1) % n;

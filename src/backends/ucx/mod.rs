@@ -86,6 +86,7 @@ struct State {
     /// Where the left-hand neighbour's check message lands (kept, since
     /// it is sized for a folded payload).
     inbox: collectives::Inbox,
+    spare: collectives::Spare,
 }
 
 // The worker's raw pointers are used by one thread at a time, under the lock.
@@ -185,6 +186,7 @@ impl UcxTransport {
                 w,
                 collectives: 0,
                 inbox: collectives::Inbox::new(),
+                spare: collectives::Spare::new(),
             }),
             timeout,
             largest: None,
@@ -308,7 +310,7 @@ impl UcxTransport {
             st.collectives,
             (call.deadline, call.alive, what),
             mine,
-            &mut st.inbox,
+            (&mut st.inbox, &mut st.spare),
         );
         let r = f(&mut ctx);
         // Whatever `f` did, the check message is sent and the neighbour's
