@@ -1,8 +1,8 @@
 /* Operation hooks and the NaN check (TORCHCOMM_NAN_CHECK=1) from C, with
    real processes: 2, 3 and 4 ranks forked over a FileStore.
    - hooks: pre and post hooks see every operation (collectives, a p2p
-     batch, an uneven all_gather_v, an async broadcast whose post hook runs
-     on the progress thread before tc_work_wait returns, the broadcasts of
+     batch, an uneven all_gather_v, an async broadcast, polled to its end,
+     whose post hook runs on the progress thread, the broadcasts of
      tc_broadcast_coalesced) with the right fields in order; removal stops them; a hook cannot issue operations or
      register hooks, but may query the comm;
    - NaN check: a NaN at a given index on a given rank (f32, f16, bf16)
@@ -17,6 +17,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <sys/wait.h>
 
@@ -131,6 +132,12 @@ static void expect_pair(const log_t *log, int i, const char *op, uint64_t seq) {
     }
 }
 
+/* Waits for `w` by polling (tc_work_is_completed runs nothing itself). */
+static void wait_polling(const tc_work_t *w) {
+    int done = 0;
+    while (tc_work_is_completed(w, &done) == TC_SUCCESS && !done) sched_yield();
+}
+
 static int hooks_rank(const char *path, int rank, int size) {
     tc_comm_t *comm = make_comm("hooks", path, rank, size);
     if (comm == NULL) return 1;
@@ -153,8 +160,11 @@ static int hooks_rank(const char *path, int rank, int size) {
     async.async_op = 1;
     tc_work_t *w = NULL;
     EXPECT_OK(tc_broadcast(comm, b, 3, TC_INT32, 1, &async, &w));
+    /* Polled, not waited for: a thread in tc_work_wait may run a queued
+       operation itself, which would put its hook on this thread. */
+    wait_polling(w);
     EXPECT_OK(tc_work_wait(w, NULL));
-    /* The post hook ran before the wait returned. */
+    /* The post hook ran before the work reported completion. */
     pthread_mutex_lock(&post.lock);
     int posts_after_wait = post.n;
     pthread_mutex_unlock(&post.lock);
@@ -282,6 +292,7 @@ static int hooks_rank(const char *path, int rank, int size) {
     o.timeout_ms = 30000;
     tc_work_t *fw = NULL;
     EXPECT_OK(tc_all_reduce(failing, y, rank == 0 ? 2 : 3, TC_FLOAT32, sum, &o, &fw));
+    wait_polling(fw); /* so that the progress thread runs it (see 2 above) */
     tc_result_t wrc = tc_work_wait(fw, NULL);
     tc_work_free(fw);
     CHECK(wrc != TC_SUCCESS);

@@ -1597,10 +1597,13 @@ tc_result_t tc_comm_add_pre_hook(tc_comm_t *comm, tc_op_hook_t hook, void *user_
  Registers `hook`, called once with the outcome (`status`, `message`,
  `completed`) of every operation issued after this returns whose pre
  hooks ran (same operations as `tc_comm_add_pre_hook`). Host operations
- (gloo): when the operation finished, on the thread that ran it (the
- comm's progress thread for `async_op = 1`; for a blocking call the
- calling thread, or the progress thread when the call queued behind
- earlier asynchronous operations), before its work reports completion:
+ (gloo): when the operation finished, on the thread that ran it (for
+ `async_op = 1` the comm's progress thread, or the calling thread when
+ a point-to-point call completed at once there, or a thread in
+ `tc_work_wait` or a blocking call that ran the queued operations ahead
+ of its own while nothing else ran; for a blocking call the calling
+ thread, or the progress thread when the call queued behind earlier
+ asynchronous operations), before its work reports completion:
  once `tc_work_wait`
  returned or a blocking call returned, its post hooks have run (for
  CUDA buffers staged through host memory, before the outputs are copied
