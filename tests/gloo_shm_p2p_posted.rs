@@ -11,57 +11,23 @@
 //! posted from it; an abort ending posted receives. Every byte checked.
 
 mod gloo_common;
+mod p2p_common;
 
 use gloo_common::*;
-use std::ffi::c_void;
+use p2p_common::*;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use torchcomm::{Comm, DType, ErrorKind, Op, OpOptions, Ptr, Work};
+use torchcomm::{Comm, DType, ErrorKind, Op, Work};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a sender lets its receivers post their window first.
 const POSTING: Duration = Duration::from_millis(30);
-
-fn ptr(v: &mut [u8]) -> Ptr {
-    Ptr(v.as_mut_ptr() as *mut c_void)
-}
 
 /// The bytes rank `from` sends to rank `to` as its message `k`.
 fn payload(from: usize, to: usize, k: usize, len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| (i.wrapping_mul(167) ^ (from * 19 + to * 23 + k * 41) ^ (k >> 8)) as u8)
         .collect()
-}
-
-fn start(comm: &Comm, op: Op) -> Arc<dyn Work> {
-    let opts = OpOptions {
-        async_op: true,
-        ..Default::default()
-    };
-    comm.submit(op, &opts).unwrap()
-}
-
-fn isend(comm: &Comm, buf: &mut [u8], dtype: DType, peer: usize, tag: u32) -> Arc<dyn Work> {
-    let count = buf.len() / dtype.size();
-    start(comm, Op::send(ptr(buf), count, dtype, peer as i32, tag))
-}
-
-fn irecv(comm: &Comm, buf: &mut [u8], dtype: DType, peer: usize, tag: u32) -> Arc<dyn Work> {
-    let count = buf.len() / dtype.size();
-    start(comm, Op::recv(ptr(buf), count, dtype, peer as i32, tag))
-}
-
-/// A fixed shuffle of `0..n` (waits out of order).
-fn shuffled(n: usize, seed: usize) -> Vec<usize> {
-    let mut v: Vec<usize> = (0..n).collect();
-    let mut x = seed.wrapping_mul(2_654_435_761) | 1;
-    for i in (1..n).rev() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.swap(i, x % (i + 1));
-    }
-    v
 }
 
 /// Polls `works` until every one finished (nobody waits: the progress

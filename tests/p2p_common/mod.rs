@@ -1,0 +1,44 @@
+//! What the point-to-point tests over shared memory share: non-blocking
+//! sends and receives of byte buffers, and a fixed shuffle for waiting out
+//! of order.
+
+#![allow(dead_code)]
+
+use std::ffi::c_void;
+use std::sync::Arc;
+use torchcomm::{Comm, DType, Op, OpOptions, Ptr, Work};
+
+pub fn ptr(v: &mut [u8]) -> Ptr {
+    Ptr(v.as_mut_ptr() as *mut c_void)
+}
+
+pub fn start(comm: &Comm, op: Op) -> Arc<dyn Work> {
+    let opts = OpOptions {
+        async_op: true,
+        ..Default::default()
+    };
+    comm.submit(op, &opts).unwrap()
+}
+
+pub fn isend(comm: &Comm, buf: &mut [u8], dtype: DType, peer: usize, tag: u32) -> Arc<dyn Work> {
+    let count = buf.len() / dtype.size();
+    start(comm, Op::send(ptr(buf), count, dtype, peer as i32, tag))
+}
+
+pub fn irecv(comm: &Comm, buf: &mut [u8], dtype: DType, peer: usize, tag: u32) -> Arc<dyn Work> {
+    let count = buf.len() / dtype.size();
+    start(comm, Op::recv(ptr(buf), count, dtype, peer as i32, tag))
+}
+
+/// A fixed shuffle of `0..n` (waits out of order).
+pub fn shuffled(n: usize, seed: usize) -> Vec<usize> {
+    let mut v: Vec<usize> = (0..n).collect();
+    let mut x = seed.wrapping_mul(2_654_435_761) | 1;
+    for i in (1..n).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.swap(i, x % (i + 1));
+    }
+    v
+}
