@@ -602,12 +602,7 @@ fn gloo_intra_host_dead_peer_seen_at_once() {
         &[],
         Duration::from_secs(60),
     );
-    assert_eq!(
-        out[2].signal(),
-        Some(libc::SIGKILL),
-        "{}",
-        out[2].describe()
-    );
+    out[2].assert_killed();
     for o in &out[..2] {
         assert!(o.ok(), "{}", o.describe());
         eprintln!("rank {}: {:?}", o.rank, o.results());

@@ -261,12 +261,7 @@ fn gloo_shared_cpu_dead_peer_seen_at_once() {
         &[],
         Duration::from_secs(60),
     );
-    assert_eq!(
-        out[1].signal(),
-        Some(libc::SIGKILL),
-        "{}",
-        out[1].describe()
-    );
+    out[1].assert_killed();
     for o in [&out[0], &out[2]] {
         assert!(o.ok(), "{}", o.describe());
     }

@@ -384,12 +384,7 @@ fn gloo_shm_p2p_dead_peer_named() {
         &[],
         Duration::from_secs(90),
     );
-    assert_eq!(
-        out[2].signal(),
-        Some(libc::SIGKILL),
-        "{}",
-        out[2].describe()
-    );
+    out[2].assert_killed();
     for o in &out[..2] {
         assert!(o.ok(), "{}", o.describe());
         assert_eq!(o.results().len(), 1, "{}", o.describe());

@@ -326,18 +326,7 @@ fn child() {
 }
 
 fn job(test: &str, n: usize) {
-    let env = [("TORCHCOMM_DEBUG", "INFO"), ("TORCHCOMM_SHM_P2P", "1")];
-    let out = launch(test, "at-once", n, &env, Duration::from_secs(240));
-    assert_all_ok(&out);
-    for o in &out {
-        assert_eq!(o.results(), ["ok"], "{}", o.describe());
-        assert!(
-            o.stderr.contains("point-to-point too"),
-            "rank {}: shared-memory point-to-point is on: {}",
-            o.rank,
-            o.describe()
-        );
-    }
+    shm_p2p_job(test, "at-once", n);
 }
 
 #[test]

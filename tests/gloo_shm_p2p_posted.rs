@@ -306,18 +306,7 @@ fn child() {
 }
 
 fn job(test: &str, n: usize) {
-    let env = [("TORCHCOMM_DEBUG", "INFO"), ("TORCHCOMM_SHM_P2P", "1")];
-    let out = launch(test, "posted", n, &env, Duration::from_secs(240));
-    assert_all_ok(&out);
-    for o in &out {
-        assert_eq!(o.results(), ["ok"], "{}", o.describe());
-        assert!(
-            o.stderr.contains("point-to-point too"),
-            "rank {}: shared-memory point-to-point is on: {}",
-            o.rank,
-            o.describe()
-        );
-    }
+    shm_p2p_job(test, "posted", n);
 }
 
 #[test]
@@ -406,12 +395,7 @@ fn gloo_shm_p2p_posted_dead_peer_named() {
         &[],
         Duration::from_secs(90),
     );
-    assert_eq!(
-        out[2].signal(),
-        Some(libc::SIGKILL),
-        "{}",
-        out[2].describe()
-    );
+    out[2].assert_killed();
     for o in &out[..2] {
         assert!(o.ok(), "{}", o.describe());
         assert_eq!(o.results().len(), 1, "{}", o.describe());

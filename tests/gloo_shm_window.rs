@@ -281,12 +281,7 @@ fn gloo_shm_signals_counted_and_peer_death_seen() {
         &[],
         Duration::from_secs(60),
     );
-    assert_eq!(
-        out[1].signal(),
-        Some(libc::SIGKILL),
-        "{}",
-        out[1].describe()
-    );
+    out[1].assert_killed();
     assert!(out[0].ok(), "{}", out[0].describe());
     assert!(
         out[0]

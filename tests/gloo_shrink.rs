@@ -313,12 +313,7 @@ fn gloo_shrink_without_the_store_host_fails_clearly() {
         &[("TC_TEST_HOST_PORT", port.as_str())],
         LIMIT,
     );
-    assert_eq!(
-        out[0].signal(),
-        Some(libc::SIGKILL),
-        "{}",
-        out[0].describe()
-    );
+    out[0].assert_killed();
     for o in &out[1..] {
         assert!(o.ok(), "{}", o.describe());
         assert_eq!(o.results().len(), 1, "{}", o.describe());

@@ -245,12 +245,7 @@ fn ucx_peer_killed() {
         assert!(o.ok(), "{}", o.describe());
         assert_eq!(o.results().len(), 1, "{}", o.describe());
     }
-    assert_eq!(
-        out[2].signal(),
-        Some(libc::SIGKILL),
-        "{}",
-        out[2].describe()
-    );
+    out[2].assert_killed();
 }
 
 /// UCX hidden from the loader: the comm says so at INFO and runs on Gloo.

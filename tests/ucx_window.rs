@@ -76,12 +76,7 @@ fn assert_done_over_ucx(out: &[Outcome]) {
 /// printed for the log).
 fn survivors_of_rank_2_killed(test: &str, role: &str) {
     let out = launch_ucx(test, role, 3, Duration::from_secs(120));
-    assert_eq!(
-        out[2].signal(),
-        Some(libc::SIGKILL),
-        "{}",
-        out[2].describe()
-    );
+    out[2].assert_killed();
     for o in &out[..2] {
         for r in o.results() {
             eprintln!("rank {}: {r}", o.rank);

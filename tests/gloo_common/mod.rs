@@ -29,6 +29,11 @@ impl Outcome {
         self.status.and_then(|s| s.signal())
     }
     /// Lines the child printed as `RESULT key=value ...`.
+    /// Asserts that this rank's process was killed by SIGKILL.
+    pub fn assert_killed(&self) {
+        assert_eq!(self.signal(), Some(libc::SIGKILL), "{}", self.describe());
+    }
+
     pub fn results(&self) -> Vec<String> {
         self.stdout
             .lines()

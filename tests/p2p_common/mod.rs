@@ -4,8 +4,10 @@
 
 #![allow(dead_code)]
 
+use crate::gloo_common::{assert_all_ok, launch};
 use std::ffi::c_void;
 use std::sync::Arc;
+use std::time::Duration;
 use torchcomm::{Comm, DType, Op, OpOptions, Ptr, Work};
 
 pub fn ptr(v: &mut [u8]) -> Ptr {
@@ -41,4 +43,22 @@ pub fn shuffled(n: usize, seed: usize) -> Vec<usize> {
         v.swap(i, x % (i + 1));
     }
     v
+}
+
+/// Runs `test` on `n` ranks in role `role`, shared-memory point-to-point
+/// on: every rank prints one `RESULT ok` and says the rings carry
+/// point-to-point.
+pub fn shm_p2p_job(test: &str, role: &str, n: usize) {
+    let env = [("TORCHCOMM_DEBUG", "INFO"), ("TORCHCOMM_SHM_P2P", "1")];
+    let out = launch(test, role, n, &env, Duration::from_secs(240));
+    assert_all_ok(&out);
+    for o in &out {
+        assert_eq!(o.results(), ["ok"], "{}", o.describe());
+        assert!(
+            o.stderr.contains("point-to-point too"),
+            "rank {}: shared-memory point-to-point is on: {}",
+            o.rank,
+            o.describe()
+        );
+    }
 }
