@@ -234,6 +234,7 @@ impl FlightRecorder {
             let target = match target {
                 Target::None => "-".to_string(),
                 Target::Root(r) => format!("root {r}"),
+                Target::Peer(crate::op::ANY_SOURCE) => "any source".to_string(),
                 Target::Peer(p) => format!("peer {p}"),
                 Target::Batch(n) => format!("{n} p2p"),
             };

@@ -439,6 +439,7 @@ mod tests {
                 dtype: DType::F64,
                 peer: 1,
                 tag: 0,
+                source: None,
             },
             crate::comm::P2p {
                 is_send: false,
@@ -447,6 +448,7 @@ mod tests {
                 dtype: DType::I32,
                 peer: 2,
                 tag: 9,
+                source: None,
             },
         ]);
         let r = describe(&batch, &OpOptions::default(), 1, 0, 3);

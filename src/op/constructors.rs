@@ -18,10 +18,12 @@ impl Op {
             dtype,
             peer,
             tag,
+            source: None,
         }))
     }
 
-    /// A receive of `count` elements from `peer`.
+    /// A receive of `count` elements from `peer` ([`super::ANY_SOURCE`]:
+    /// from any other rank, the sender told through its source slot).
     pub fn recv(buf: Ptr, count: usize, dtype: DType, peer: i32, tag: u32) -> Op {
         Op::PointToPoint(PointToPoint::One(P2p {
             is_send: false,
@@ -30,6 +32,7 @@ impl Op {
             dtype,
             peer,
             tag,
+            source: (peer == super::ANY_SOURCE).then(super::SourceSlot::new),
         }))
     }
 

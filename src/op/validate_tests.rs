@@ -62,6 +62,7 @@ fn batch_checks_every_member() {
         dtype: DType::I32,
         peer,
         tag: 0,
+        source: None,
     };
     let ok = Op::batch(vec![member(p(8), 0), member(p(16), 2)]);
     ok.validate(1, 3).unwrap();
