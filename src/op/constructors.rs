@@ -36,6 +36,19 @@ impl Op {
         }))
     }
 
+    /// A receive of `count` elements with tag `tag` from any other rank,
+    /// and the slot that tells its sender once it completed.
+    pub fn recv_any(buf: Ptr, count: usize, dtype: DType, tag: u32) -> (Op, super::SourceSlot) {
+        let op = Op::recv(buf, count, dtype, super::ANY_SOURCE, tag);
+        let slot = match &op {
+            Op::PointToPoint(PointToPoint::One(P2p {
+                source: Some(s), ..
+            })) => s.clone(),
+            _ => super::SourceSlot::new(),
+        };
+        (op, slot)
+    }
+
     /// Sends and receives issued together.
     pub fn batch(ops: Vec<P2p>) -> Op {
         Op::PointToPoint(PointToPoint::Batch(ops))

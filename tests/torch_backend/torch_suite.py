@@ -12,7 +12,7 @@ hooks and bucket views; `make test`), with --as-gloo AS_GLOO_SUBSET; --all
 every test (`make torch-suite`).
 For "torchcomm" the backend is registered (import torchcomm.distributed) and
 marked as having torch's "ddp", "subgroup" and "plugin" features before the
-suite is imported; receives from any source are marked unsupported; the
+suite is imported; the
 implementation (C++ or Python, TORCHCOMM_TORCH_BACKEND) is named in the
 output, and KNOWN_FAILURES has a list for each. Prints
 one line per test (PASS, FAIL, SKIP with the reason) and a summary; --results
@@ -211,7 +211,6 @@ def _define():
 
         for feature in ("ddp", "subgroup", "plugin"):
             DistTestCases.backend_feature[feature].add("torchcomm")
-        DistTestCases.skip_collective["sendrecv anysource"].add("torchcomm")
     if gate:
         os.environ["BACKEND"] = gate
     try:
