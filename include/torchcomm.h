@@ -2505,10 +2505,10 @@ tc_result_t tc_work_status(const tc_work_t *work, int32_t *status);
  Fails with `TC_ERR_INVALID_USAGE`, `*rank` untouched, when the work is
  not of a `tc_recv` (a send, a batch, a collective: "not a receive") or
  has not completed successfully (the message names its status:
- not started, in progress, timed out, failed). `work` must be a live
- work handle and `rank` non-NULL (`TC_ERR_INVALID_ARGUMENT` naming the
- argument). Never blocks. Thread-safe; the handle stays owned by the
- caller.
+ not started, in progress, timed out, failed). NULL `work` or `rank`:
+ `TC_ERR_NULL_ARGUMENT` naming it; a handle that is not a live work:
+ `TC_ERR_INVALID_ARGUMENT`. Never blocks. Thread-safe; the handle stays
+ owned by the caller.
  */
 tc_result_t tc_work_source(const tc_work_t *work, int32_t *rank);
 

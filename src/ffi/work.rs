@@ -88,10 +88,10 @@ pub extern "C" fn tc_work_status(work: *const tc_work_t, status: *mut i32) -> tc
 /// Fails with `TC_ERR_INVALID_USAGE`, `*rank` untouched, when the work is
 /// not of a `tc_recv` (a send, a batch, a collective: "not a receive") or
 /// has not completed successfully (the message names its status:
-/// not started, in progress, timed out, failed). `work` must be a live
-/// work handle and `rank` non-NULL (`TC_ERR_INVALID_ARGUMENT` naming the
-/// argument). Never blocks. Thread-safe; the handle stays owned by the
-/// caller.
+/// not started, in progress, timed out, failed). NULL `work` or `rank`:
+/// `TC_ERR_NULL_ARGUMENT` naming it; a handle that is not a live work:
+/// `TC_ERR_INVALID_ARGUMENT`. Never blocks. Thread-safe; the handle stays
+/// owned by the caller.
 #[no_mangle]
 pub extern "C" fn tc_work_source(work: *const tc_work_t, rank: *mut i32) -> tc_result_t {
     boundary("tc_work_source", || {
@@ -105,13 +105,13 @@ pub extern "C" fn tc_work_source(work: *const tc_work_t, rank: *mut i32) -> tc_r
             }
             _ if status != WorkStatus::Completed => {
                 let state = match status {
-                    WorkStatus::NotStarted => "not started",
-                    WorkStatus::InProgress => "in progress",
+                    WorkStatus::NotStarted => "has not started",
+                    WorkStatus::InProgress => "is in progress",
                     WorkStatus::TimedOut => "timed out",
                     _ => "failed",
                 };
                 return Err(Error::invalid_usage(format!(
-                    "argument 'work': the receive is {state}: its source is known once it \
+                    "argument 'work': the receive {state}: its source is known once it \
                      completed successfully (wait for it first)"
                 )));
             }
