@@ -33,7 +33,9 @@ fn send(comm: &Comm, v: &mut [i32], peer: i32, tag: u32) {
 fn recv_any(comm: &Comm, v: &mut [i32], tag: u32) -> torchcomm::Result<i32> {
     let (op, source) = Op::recv_any(ptr(v), v.len(), DType::I32, tag);
     run(comm, op)?;
-    Ok(source.get().expect("a completed any-source receive tells its sender"))
+    Ok(source
+        .get()
+        .expect("a completed any-source receive tells its sender"))
 }
 
 /// The same, started (`async_op`) and waited for.
@@ -83,7 +85,10 @@ fn child_exchanges() {
             let mut v = [-1i32; 2];
             let from = recv_any(&comm, &mut v, 6).unwrap();
             assert_eq!(v[0], from);
-            assert_eq!(v[1], next[from as usize], "rank {from}'s messages out of order");
+            assert_eq!(
+                v[1], next[from as usize],
+                "rank {from}'s messages out of order"
+            );
             next[from as usize] += 1;
         }
 
@@ -91,7 +96,11 @@ fn child_exchanges() {
         for _ in 0..others {
             let mut v = [-1i32];
             let from = recv_any(&comm, &mut v, 7).unwrap();
-            assert_eq!(v[0], 700 + from, "a tag-7 receive took another tag's message");
+            assert_eq!(
+                v[0],
+                700 + from,
+                "a tag-7 receive took another tag's message"
+            );
         }
         for _ in 0..others {
             let mut v = [-1i32];
@@ -115,7 +124,10 @@ fn child_exchanges() {
         for _ in 0..others {
             let mut big = vec![-1i32; 300_000];
             let from = recv_any(&comm, &mut big, 11).unwrap();
-            assert!(big.iter().all(|x| *x == from), "large message of rank {from}");
+            assert!(
+                big.iter().all(|x| *x == from),
+                "large message of rank {from}"
+            );
             seen.push(from);
         }
         seen.sort_unstable();
@@ -174,7 +186,12 @@ fn child_dead_peer() {
             let mut v = [0i32];
             let e = recv_any(&comm, &mut v, 0).unwrap_err();
             let took = began.elapsed();
-            println!("RESULT kind={:?} ms={} msg={}", e.kind, took.as_millis(), e.message);
+            println!(
+                "RESULT kind={:?} ms={} msg={}",
+                e.kind,
+                took.as_millis(),
+                e.message
+            );
             if times_out {
                 assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
                 assert!(took >= limit - Duration::from_millis(100), "{took:?}: {e}");

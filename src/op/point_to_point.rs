@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 
 /// The peer of a receive that takes the first message of its tag from any
-/// other rank (as MPI_ANY_SOURCE).
-pub use crate::options::TC_ANY_SOURCE as ANY_SOURCE;
+/// other rank (`TC_ANY_SOURCE` of the C API, as MPI_ANY_SOURCE).
+pub const ANY_SOURCE: i32 = -1;
 
 /// Where the transport that runs an any-source receive writes the rank
 /// whose message it took (shared with the receive's work handle, which

@@ -82,7 +82,10 @@ pub(super) unsafe fn run(
             .map(|(o, h)| {
                 let (peer, t) = match o.is_any_source() {
                     true => (me, (head_tag(0, o.tag), HEAD_MASK & !SENDER_BITS)),
-                    false => (o.peer as usize, (head_tag(o.peer as usize, o.tag), HEAD_MASK)),
+                    false => (
+                        o.peer as usize,
+                        (head_tag(o.peer as usize, o.tag), HEAD_MASK),
+                    ),
                 };
                 w.recv(peer, h.as_mut_ptr() as *mut u8, h.len() * 8, t)
             })

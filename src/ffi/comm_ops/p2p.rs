@@ -3,6 +3,8 @@
 
 use super::*;
 
+const _: () = assert!(crate::options::TC_ANY_SOURCE == crate::op::ANY_SOURCE);
+
 /// Sends `count` elements at `buf` to rank `peer`; pairs with the receive
 /// of `peer` with the same tag (`opts->tag`, version 2 of the options; 0
 /// when unset). Matching is by (peer, tag); sends and receives of one

@@ -144,7 +144,10 @@ fn transfer(p: &P2p) -> Transfer {
             true => engine::ANY,
             false => p.peer as usize,
         },
-        source: p.source.as_ref().map_or(std::ptr::null(), |s| s as *const _),
+        source: p
+            .source
+            .as_ref()
+            .map_or(std::ptr::null(), |s| s as *const _),
         tag: p.tag,
         buf: p.buf.as_u8(),
         count: p.count,
