@@ -453,7 +453,8 @@ typedef struct {
     size_t count;
     tc_dtype_t dtype;
     /*
-     The peer of a batch member or of a send/recv; -1 otherwise.
+     The peer of a batch member or of a send/recv (-1, `TC_ANY_SOURCE`,
+     on a receive from any source); -1 otherwise.
      */
     int32_t peer;
 } tc_op_buffer_t;
@@ -507,7 +508,8 @@ typedef struct {
     int root;
     /*
      The peer of a send or recv, else -1 (a batch's peers are in its
-     buffers).
+     buffers); `TC_ANY_SOURCE` (also -1) on a receive from any source
+     (a pre hook runs before its sender is known).
      */
     int peer;
     /*

@@ -46,7 +46,8 @@ pub struct tc_op_buffer_t {
     /// Elements of `dtype`.
     pub count: usize,
     pub dtype: crate::types::tc_dtype_t,
-    /// The peer of a batch member or of a send/recv; -1 otherwise.
+    /// The peer of a batch member or of a send/recv (-1, `TC_ANY_SOURCE`,
+    /// on a receive from any source); -1 otherwise.
     pub peer: i32,
 }
 
