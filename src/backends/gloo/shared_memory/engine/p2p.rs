@@ -328,14 +328,16 @@ impl IntraHost {
                 patience = Patience::new(self.busy_spins, patience.cpu);
                 continue;
             }
+            // Every other rank for an any-source receive (no allocation:
+            // this loop is the latency-bound path).
             let (me, size) = (self.rank, self.size);
-            let awaited = pend
-                .iter()
-                .filter(|p| !p.done)
-                .flat_map(|p| match p.t.peer {
-                    ANY => (0..size).filter(|q| *q != me).collect::<Vec<_>>(),
-                    q => vec![q],
-                });
+            let awaited = pend.iter().filter(|p| !p.done).flat_map(|p| {
+                let peers = match p.t.peer {
+                    ANY => 0..size,
+                    q => q..q + 1,
+                };
+                peers.filter(move |q| *q != me)
+            });
             if patience.poll_again(|cpu| self.any_on_cpu(awaited, cpu)) {
                 continue;
             }
