@@ -15,7 +15,7 @@ AFTER_BUILD := TC_BUILT=1
 .PHONY: all build deps lint header header-check header-compile symbols-check \
         cargo-test nccl-wheel nccl-real-test capi-test capi-valgrind sim-gpu-test \
         install uninstall install-check wheel wheel-test test run bench bench-deps bench-store \
-        bench-host bench-multihost bench-p2p bench-window bench-window-ucx bench-sparse bench-reducer bench-torchcomms-call bench-local bench-torch run-reducer \
+        bench-host bench-small bench-multihost bench-p2p bench-window bench-window-ucx bench-sparse bench-reducer bench-torchcomms-call bench-local bench-torch run-reducer \
         torch-parity torch-ext torch-backend-test torch-suite ucx-hosts-test cpp-test python-test torchcomms-test torch-interop gpu-suite gpu-test gpu-bench clean
 
 all: build
@@ -144,6 +144,9 @@ bench-store: build
 	$(AFTER_BUILD) $(S)/bench-store.sh
 bench-host: build bench-deps
 	$(AFTER_BUILD) $(S)/bench-host.sh
+# The six small collectives, 4 B to 4 KiB, 2/3/4 ranks, against Open MPI.
+bench-small: build bench-deps
+	$(AFTER_BUILD) $(S)/bench-small-collectives.sh
 bench-multihost: build bench-deps
 	$(AFTER_BUILD) $(S)/bench-multihost.sh
 bench-window: build

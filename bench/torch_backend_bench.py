@@ -10,9 +10,10 @@ our C ABI with ctypes, no torch in between). Tables in markdown on rank 0.
   ddp: one step with gradient exchange of ResNet-50 / BERT-base gradient
     shapes (tests/data) through DistributedDataParallel on each group, default
     and gradient_as_bucket_view: forward+backward of a model whose forward is
-    sum(p) over the shapes, with DDP on each group and without DDP (bare),
-    the three interleaved step by step; the step's time, and that minus the
-    bare step's.
+    sum(p) over the shapes, with DDP on each group, without DDP (bare), and
+    with DDP whose comm hook exchanges nothing (DDP's own work: its bucket
+    copies and hook calls), the four interleaved step by step; the step's
+    time, and the exchange: that minus the no-exchange DDP step's.
   fsdp: one FSDP2 (fully_shard) training step of a small transformer on
     each group, the groups' steps alternating.
 
@@ -101,6 +102,13 @@ def shapes(model):
     return out
 
 
+def no_exchange_hook(_state, bucket):
+    """A DDP comm hook that exchanges nothing: the bucket as it is."""
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
+
+
 def bench_ddp(args, rank, gloo, ours):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -113,11 +121,13 @@ def bench_ddp(args, rank, gloo, ours):
         sh = shapes(model)
         res = {}
         for view in (False, True):
-            # The bare model and one DDP model per group, their steps
-            # interleaved, so that the machine's drift hits all three alike.
+            # The bare model, one DDP model per group and one that exchanges
+            # nothing, their steps interleaved, so that the machine's drift
+            # hits all four alike.
             sides = {"bare": Grads(sh)}
-            for name, group in (("gloo", gloo), ("ours", ours)):
+            for name, group in (("gloo", gloo), ("ours", ours), ("none", ours)):
                 sides[name] = DDP(Grads(sh), process_group=group, gradient_as_bucket_view=view)
+            sides["none"].register_comm_hook(None, no_exchange_hook)
             times = {k: [] for k in sides}
             for m in sides.values():
                 step(m)
@@ -127,22 +137,26 @@ def bench_ddp(args, rank, gloo, ours):
                     times[k].append(per_call(lambda: step(m), 1))
             med = {k: statistics.median(v) for k, v in times.items()}
             for k in ("gloo", "ours"):
-                res[(k, view)] = (med[k], med[k] - med["bare"])
+                res[(k, view)] = (med[k], med[k] - med["none"])
+            res[("none", view)] = (med["none"], med["none"] - med["bare"])
             del sides
         rows.append((model, res))
     if rank == 0:
         print(f"\n### DDP step with gradient exchange, {dist.get_world_size()} ranks (ms, median of {args.steps} "
-              "interleaved steps: the step's time, and in brackets that minus the same backward without DDP)\n")
-        print("| model | gloo | ours | gloo / ours | gloo, bucket view | ours, bucket view | gloo / ours (view) |")
+              "interleaved steps: the step's time, and in brackets the exchange: that minus the step of DDP "
+              "with a comm hook that exchanges nothing; for that one, in brackets, its step minus the step "
+              "without DDP)\n")
+        print("| model | mode | DDP, no exchange | gloo | ours | gloo / ours, step | gloo / ours, exchange |")
         print("|---|---|---|---|---|---|---|")
 
         def cell(t):
             return f"{t[0] * 1e3:.1f} ({t[1] * 1e3:.1f})"
 
         for model, r in rows:
-            g, o, gv, ov = r[("gloo", False)], r[("ours", False)], r[("gloo", True)], r[("ours", True)]
-            print(f"| {model} | {cell(g)} | {cell(o)} | {g[0] / o[0]:.1f}x | {cell(gv)} | {cell(ov)} | "
-                  f"{gv[0] / ov[0]:.1f}x |")
+            for view, mode in ((False, "default"), (True, "bucket view")):
+                g, o, n = r[("gloo", view)], r[("ours", view)], r[("none", view)]
+                exchange = f"{g[1] / o[1]:.1f}x" if o[1] > 0 else "-"
+                print(f"| {model} | {mode} | {cell(n)} | {cell(g)} | {cell(o)} | {g[0] / o[0]:.2f}x | {exchange} |")
 
 class SmallTransformer(torch.nn.Module):
     """A small language-model-shaped transformer (4 layers, width 256)."""

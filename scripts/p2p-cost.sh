@@ -20,10 +20,21 @@
 # Where mpicc and mpirun exist, an Open MPI row follows each table
 # (bench/mpi_p2p_cost.c, btl self,vader, the same calls counted the same
 # way on the calling thread; Open MPI has no progress thread here).
+#
+# With --ucx first, the same blocking sends and receives between hosts'
+# transport instead: UCX over TCP loopback (tc-osu --host 1, shared memory
+# off, UCX_TLS=tcp,self), and Open MPI through UCX (pml ucx) in its row.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "SKIPPED: valgrind is not installed" >&2; exit 0; }
+ucx=0
+if [ "${1:-}" = --ucx ]; then
+  ucx=1
+  shift
+fi
 [ $# -gt 0 ] || set -- target/release
+osu_mode=()
+[ $ucx = 1 ] && osu_mode=(--host 1) && export TORCHCOMM_GLOO_SHM=0 UCX_TLS=tcp,self
 N=${TC_P2P_COST_CALLS:-2000}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -52,13 +63,32 @@ for dir in "$@"; do
   rm -f "$out"/cg.*
   TORCHCOMM_GLOO_LIBRARY=$d/libtorchcomm-gloo.so "$d/tc-run" -n 2 -- valgrind -q --tool=callgrind \
     --collect-systime=yes --separate-threads=yes '--toggle-collect=tc_osu::cost_*' \
-    --callgrind-out-file="$out/cg.%q{RANK}" "$d/tc-osu" --cost "$N" >/dev/null 2>&1
+    --callgrind-out-file="$out/cg.%q{RANK}" "$d/tc-osu" "${osu_mode[@]}" --cost "$N" >/dev/null 2>&1
   # Thread 1 of each rank: its main thread, which makes the calls.
   read -r send_ir send_sys < <(per_call "$out/cg.0-01" cost_sends)
   read -r recv_ir recv_sys < <(per_call "$out/cg.1-01" cost_receives)
   printf '%-24s %12s %12s %18s %18s\n' "$name" "$send_ir" "$recv_ir" "$send_sys" "$recv_sys"
 done
 echo "($N calls of each; 2 ranks on one host, both under callgrind; sends on rank 0, receives on rank 1)"
+if [ $ucx = 1 ]; then
+  if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 &&
+    mpicc -O2 bench/mpi_p2p_cost.c -o "$out/mpi_p2p_cost" >/dev/null 2>&1; then
+    mpi=(mpirun -np 2 --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any -x UCX_TLS=tcp,self)
+    [ "$(id -u)" = 0 ] && mpi=(env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "${mpi[@]}" --allow-run-as-root)
+    rm -f "$out"/mpi.*
+    if "${mpi[@]}" sh -c 'exec valgrind -q --tool=callgrind "--toggle-collect=cost_*" \
+      --callgrind-out-file='"$out"'/mpi.$OMPI_COMM_WORLD_RANK "$@"' sh "$out/mpi_p2p_cost" "$N" >/dev/null 2>&1; then
+      total() { awk '/^(summary|totals):/ {print $2; exit}' "$1"; }
+      printf 'Open MPI (pml ucx, blocking): %d Ir per send, %d Ir per receive (calling thread)\n' \
+        $(($(total "$out/mpi.0") / N)) $(($(total "$out/mpi.1") / N))
+    else
+      echo "Open MPI (pml ucx): run failed"
+    fi
+  else
+    echo "Open MPI: mpicc/mpirun not found (make bench-deps): skipped"
+  fi
+  exit 0
+fi
 total() { awk '/^(summary|totals):/ {print $2; exit}' "$1"; }
 printf '\n%-24s %24s %24s\n' "build" "Ir per isend (+progress)" "Ir per irecv (+progress)"
 # Instructions per call of FUNCTION on thread 1 of callgrind's files

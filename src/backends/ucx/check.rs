@@ -143,7 +143,8 @@ impl<'a> Ctx<'a> {
             .iter()
             .position(|&(peer, _, len)| peer == right && len <= FOLD_MAX);
         let extra = fold.map_or(0, |i| 8 + sends[i].2);
-        let mut msg = Vec::with_capacity(FINGERPRINT_BYTES + extra);
+        let mut msg = self.w.send_buffer();
+        msg.reserve(FINGERPRINT_BYTES + extra);
         self.check.mine.append_to(&mut msg);
         if let Some(i) = fold {
             let (_, buf, len) = sends[i];

@@ -2,7 +2,9 @@
 //! the Gloo path. Every send carries a descriptor (count, dtype, bytes):
 //! up to [`PACKED_MAX`] bytes of payload travel in the same message as
 //! their descriptor (one eager message), larger payloads follow as a
-//! message of their own (UCX picks eager or rendezvous). A receive takes
+//! message of their own, sent from the caller's buffer (UCX picks eager or
+//! rendezvous). The worker keeps the heads' send and receive buffers
+//! between calls, so a small send or receive allocates nothing. A receive takes
 //! the head first and so learns the sender's size before any payload lands:
 //! a mismatch fails the receive with `TC_ERR_INVALID_USAGE` naming both
 //! sides, the payload goes to scratch, and the pair stays in step.
@@ -33,6 +35,8 @@ use crate::util::Deadline;
 const DESC_BYTES: usize = 24;
 /// The largest payload sent in its head.
 const PACKED_MAX: usize = 8192;
+/// A head's receive buffer: the descriptor and the largest packed payload.
+const HEAD_BYTES: usize = DESC_BYTES + PACKED_MAX;
 
 fn head_tag(sender: usize, tag: u32) -> u64 {
     super::tag(CLASS_P2P_HEAD, sender, tag as u64)
@@ -58,43 +62,97 @@ pub(super) unsafe fn run(
     let me = w.rank;
     let mut errors = unmatched_self_transfers(ops, me as i32);
     let skipped = |o: &P2p| o.peer == me as i32 && errors.iter().any(|(tag, _)| *tag == o.tag);
+    // Payloads too large for their head go straight from the caller's
+    // buffer (no copy); the call waits for them before it returns.
+    let mut data_sends: Vec<Request> = Vec::new();
     for o in ops.iter().filter(|o| o.is_send && !skipped(o)) {
         let bytes = o.count * o.dtype.size();
         let peer = o.peer as usize;
-        let desc = [o.count as u64, o.dtype.to_c() as u64, bytes as u64];
-        let mut head: Vec<u8> = desc.iter().flat_map(|w| w.to_ne_bytes()).collect();
-        let payload = std::slice::from_raw_parts(o.buf.as_u8() as *const u8, bytes);
+        let mut head = w.send_buffer();
+        for word in [o.count as u64, o.dtype.to_c() as u64, bytes as u64] {
+            head.extend_from_slice(&word.to_ne_bytes());
+        }
         if bytes <= PACKED_MAX {
-            head.extend_from_slice(payload);
+            head.extend_from_slice(std::slice::from_raw_parts(o.buf.as_u8(), bytes));
             w.send_buffered(peer, head, head_tag(me, o.tag));
         } else {
             w.send_buffered(peer, head, head_tag(me, o.tag) | HEAD_DESCRIPTOR_ONLY);
-            w.send_buffered(peer, payload.to_vec(), data_tag(me, o.tag));
+            data_sends.push(w.send(peer, o.buf.as_u8(), bytes, data_tag(me, o.tag)));
         }
     }
-    let receives: Vec<&P2p> = ops.iter().filter(|o| !o.is_send && !skipped(o)).collect();
+    let received = receive(w, ops, &skipped, d, alive);
+    let sent = match received {
+        Ok(_) if data_sends.is_empty() => Ok(()),
+        Ok(_) => w.wait(&mut data_sends, d, alive, "point-to-point send"),
+        Err(ref e) => {
+            // The failed wait withdrew this comm's UCX endpoints: the
+            // payload sends end there, before the caller may reuse its
+            // buffers.
+            w.withdraw(&mut data_sends, e);
+            Ok(())
+        }
+    };
+    let mut messages = received?;
+    sent?;
+    w.flush(d, alive)?;
+    messages.extend(errors.drain(..).map(|(_, m)| m));
+    if messages.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::invalid_usage(messages.join("; ")))
+    }
+}
+
+/// The receives of `ops` (less the `skipped` ones): the mismatch messages
+/// of those whose send did not match.
+///
+/// # Safety
+/// As for [`run`].
+unsafe fn receive(
+    w: &mut Worker,
+    ops: &[P2p],
+    skipped: &dyn Fn(&P2p) -> bool,
+    d: &Deadline,
+    alive: &dyn Fn() -> Result<()>,
+) -> Result<Vec<String>> {
+    let receiving = |o: &&P2p| !o.is_send && !skipped(o);
+    let n = ops.iter().filter(receiving).count();
     let mut messages = Vec::new();
-    if !receives.is_empty() {
-        let mut heads = vec![vec![0u64; (DESC_BYTES + PACKED_MAX) / 8]; receives.len()];
-        let mut reqs: Vec<Request> = receives
-            .iter()
-            .zip(heads.iter_mut())
-            .map(|(o, h)| {
-                let (peer, t) = match o.is_any_source() {
-                    true => (me, (head_tag(0, o.tag), HEAD_MASK & !SENDER_BITS)),
-                    false => (
-                        o.peer as usize,
-                        (head_tag(o.peer as usize, o.tag), HEAD_MASK),
-                    ),
-                };
-                w.recv(peer, h.as_mut_ptr() as *mut u8, h.len() * 8, t)
-            })
-            .collect();
-        w.wait(&mut reqs, d, alive, &receive_label(&receives))?;
+    if n > 0 {
+        // A lone receive (the common call) keeps its lists on the stack:
+        // no allocation on this path.
+        let (one_receive, mut one_head, mut one_req);
+        let (many_receives, mut many_heads, mut many_reqs);
+        let (receives, heads, reqs): (&[&P2p], &mut [Vec<u8>], &mut [Request]) = if n == 1 {
+            let o = ops.iter().find(receiving).unwrap_or(&ops[0]);
+            one_receive = [o];
+            // Kept by the worker between calls: the receive neither
+            // allocates nor clears its 8 KiB head (a fresh one each call
+            // cost more than the rest of the receive).
+            one_head = [w.kept_buffer(HEAD_BYTES)];
+            one_req = [post_head(w, o, &one_head[0])];
+            (&one_receive, &mut one_head, &mut one_req)
+        } else {
+            many_receives = ops.iter().filter(receiving).collect::<Vec<_>>();
+            many_heads = (0..n)
+                .map(|_| w.kept_buffer(HEAD_BYTES))
+                .collect::<Vec<_>>();
+            many_reqs = many_receives
+                .iter()
+                .zip(&many_heads)
+                .map(|(o, h)| post_head(w, o, h))
+                .collect::<Vec<_>>();
+            (&many_receives, &mut many_heads, &mut many_reqs)
+        };
+        // On failure the wait withdrew the receives: the heads are
+        // dropped, not kept (UCX may hold one still).
+        w.wait(reqs, d, alive, &receive_label(receives))?;
         let mut payloads = Vec::new();
         let mut scratch = Vec::new();
-        for ((o, r), h) in receives.iter().zip(&reqs).zip(&heads) {
-            let (count, dtype, bytes) = (h[0], h[1], h[2] as usize);
+        for ((o, r), h) in receives.iter().zip(reqs.iter()).zip(heads.iter()) {
+            let word =
+                |i: usize| u64::from_ne_bytes(h[8 * i..8 * i + 8].try_into().unwrap_or_default());
+            let (count, dtype, bytes) = (word(0), word(1), word(2) as usize);
             let sender = ((r.info.sender_tag & SENDER_BITS) >> 44) as usize;
             o.matched_source(sender as i32);
             let matches = count == o.count as u64 && dtype == o.dtype.to_c() as u64;
@@ -103,8 +161,12 @@ pub(super) unsafe fn run(
             }
             if r.info.sender_tag & HEAD_DESCRIPTOR_ONLY == 0 {
                 if matches {
-                    let src = (h.as_ptr() as *const u8).add(DESC_BYTES);
-                    std::ptr::copy_nonoverlapping(src, o.buf.as_u8(), bytes);
+                    let packed = &h[DESC_BYTES..];
+                    std::ptr::copy_nonoverlapping(
+                        packed.as_ptr(),
+                        o.buf.as_u8(),
+                        bytes.min(packed.len()),
+                    );
                 }
                 continue;
             }
@@ -118,17 +180,32 @@ pub(super) unsafe fn run(
             };
             payloads.push(w.recv(sender, dst, bytes, (data_tag(sender, o.tag), !0)));
         }
+        for h in heads.iter_mut() {
+            w.keep(std::mem::take(h));
+        }
         if !payloads.is_empty() {
             w.wait(&mut payloads, d, alive, "point-to-point receive")?;
         }
     }
-    w.flush(d, alive)?;
-    messages.extend(errors.drain(..).map(|(_, m)| m));
-    if messages.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::invalid_usage(messages.join("; ")))
-    }
+    Ok(messages)
+}
+
+/// Posts the receive of `o`'s head into `head`.
+///
+/// # Safety
+/// `head` stays alive and unmoved (its heap buffer) until the receive
+/// completed or was withdrawn.
+unsafe fn post_head(w: &mut Worker, o: &P2p, head: &[u8]) -> Request {
+    let (peer, t) = match o.is_any_source() {
+        // Any sender's head of the tag; posted as from this rank, so that
+        // the wait watches every peer (see `Worker::failure`).
+        true => (w.rank, (head_tag(0, o.tag), HEAD_MASK & !SENDER_BITS)),
+        false => (
+            o.peer as usize,
+            (head_tag(o.peer as usize, o.tag), HEAD_MASK),
+        ),
+    };
+    w.recv(peer, head.as_ptr() as *mut u8, HEAD_BYTES, t)
 }
 
 /// The tags whose transfers to self do not pair up in this batch (a send
@@ -163,8 +240,7 @@ fn unmatched_self_transfers(ops: &[P2p], me: i32) -> Vec<(u32, String)> {
 /// What the head receive is called in errors: with the tags in use, since a
 /// receive waiting for a tag its peer does not send fails only at the
 /// timeout.
-fn receive_label(receives: &[&P2p]) -> String {
-    let mut tags: Vec<u32> = receives.iter().map(|o| o.tag).filter(|t| *t != 0).collect();
+fn receive_label(receives: &[&P2p]) -> std::borrow::Cow<'static, str> {
     if let [o] = receives {
         if o.is_any_source() {
             return format!(
@@ -173,12 +249,14 @@ fn receive_label(receives: &[&P2p]) -> String {
                     0 => String::new(),
                     t => format!(" with tag {t} (it takes only a send of its tag)"),
                 }
-            );
+            )
+            .into();
         }
     }
-    if tags.is_empty() {
+    if receives.iter().all(|o| o.tag == 0) {
         return "point-to-point receive".into();
     }
+    let mut tags: Vec<u32> = receives.iter().map(|o| o.tag).filter(|t| *t != 0).collect();
     tags.sort_unstable();
     tags.dedup();
     let list: Vec<String> = tags.iter().map(u32::to_string).collect();
@@ -186,4 +264,5 @@ fn receive_label(receives: &[&P2p]) -> String {
         "point-to-point receive (tags {}; a receive takes only a send of its own peer and tag)",
         list.join(", ")
     )
+    .into()
 }

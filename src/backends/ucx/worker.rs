@@ -94,6 +94,12 @@ pub(super) struct Worker {
     /// Boxed so their addresses, given to UCX, never move.
     peers: Box<[PeerSlot]>,
     buffered: Vec<BufferedSend>,
+    /// The byte buffers of completed buffered sends, for the next ones (a
+    /// small send then allocates nothing).
+    spare_sends: Vec<Vec<u8>>,
+    /// Receive buffers kept between calls, each initialised once (a small
+    /// receive then neither allocates nor clears memory).
+    kept: Vec<Vec<u8>>,
     /// Set once the endpoints were closed after a failure: nothing more
     /// can be sent.
     closed: Option<Error>,
@@ -102,6 +108,11 @@ pub(super) struct Worker {
     notice: Option<Request>,
     notice_buf: Box<[u8; NOTICE_BYTES]>,
 }
+
+/// How many send and receive buffers a worker keeps between calls, and
+/// the largest it keeps (larger ones are freed).
+const KEPT_BUFFERS: usize = 64;
+const KEPT_BYTES: usize = 64 << 10;
 
 /// A failure notice: the rank its sender blames (u64::MAX: none) and its
 /// error message, truncated.
@@ -200,6 +211,8 @@ impl Worker {
             eps: Vec::new(),
             peers,
             buffered: Vec::new(),
+            spare_sends: Vec::new(),
+            kept: Vec::new(),
             closed: None,
             notice: None,
             notice_buf: Box::new([0; NOTICE_BYTES]),
@@ -381,6 +394,40 @@ impl Worker {
         Request::posted(p, peer, true)
     }
 
+    /// An empty buffer for [`Worker::send_buffered`]: one a completed
+    /// send left, where there is one.
+    pub fn send_buffer(&mut self) -> Vec<u8> {
+        let mut b = self.spare_sends.pop().unwrap_or_default();
+        b.clear();
+        b
+    }
+
+    /// Keeps the buffer of a completed buffered send for a later one.
+    fn recycle_send(&mut self, b: Vec<u8>) {
+        if self.spare_sends.len() < KEPT_BUFFERS && b.capacity() <= KEPT_BYTES {
+            self.spare_sends.push(b);
+        }
+    }
+
+    /// A receive buffer of at least `len` bytes: one kept from an earlier
+    /// call where there is one (its old bytes still there), cleared only
+    /// where it is new or grows.
+    pub fn kept_buffer(&mut self, len: usize) -> Vec<u8> {
+        let mut b = self.kept.pop().unwrap_or_default();
+        if b.len() < len {
+            b.resize(len, 0);
+        }
+        b
+    }
+
+    /// Takes back a buffer of [`Worker::kept_buffer`] that UCX no longer
+    /// writes.
+    pub fn keep(&mut self, b: Vec<u8>) {
+        if self.kept.len() < KEPT_BUFFERS && b.capacity() <= KEPT_BYTES {
+            self.kept.push(b);
+        }
+    }
+
     /// Sends `bytes` to `peer`, completing once posted: UCX owns the copy
     /// until the peer took it (later waits progress it; [`Worker::flush`]
     /// waits for it).
@@ -437,7 +484,16 @@ impl Worker {
                 done &= self.poll(r);
             }
             let mut buffered = std::mem::take(&mut self.buffered);
-            buffered.retain_mut(|b| !self.poll(&mut b.request) || b.request.status < 0);
+            let mut i = 0;
+            while i < buffered.len() {
+                let b = &mut buffered[i];
+                if self.poll(&mut b.request) && b.request.status >= 0 {
+                    let done = buffered.swap_remove(i);
+                    self.recycle_send(done.bytes);
+                } else {
+                    i += 1;
+                }
+            }
             self.buffered = buffered;
             // A completed operation stands even if a peer failed since.
             let failed = match done {
@@ -694,7 +750,13 @@ impl Worker {
         // as a rule) need no wait, nor a progress call.
         let at_once = |b: &BufferedSend| b.request.handle.is_null() && b.request.status >= 0;
         if self.closed.is_none() && self.buffered.iter().all(at_once) {
-            self.buffered.clear();
+            // Emptied in place: the list keeps its capacity for the next
+            // call's sends.
+            let mut buffered = std::mem::take(&mut self.buffered);
+            for b in buffered.drain(..) {
+                self.recycle_send(b.bytes);
+            }
+            self.buffered = buffered;
             return Ok(());
         }
         let buffered = std::mem::take(&mut self.buffered);
@@ -703,7 +765,11 @@ impl Worker {
         let r = self.wait(&mut reqs, d, alive, "point-to-point send");
         // The bytes stay alive until UCX let go of them (wait, or withdraw
         // on failure, released every request).
-        drop(bytes);
+        if r.is_ok() {
+            for b in bytes {
+                self.recycle_send(b);
+            }
+        }
         r
     }
 }
