@@ -37,7 +37,9 @@ for t in "${tests[@]}"; do echo "== $t"; "$t"; done
 # Receives from any source over the other host transports too (the loop
 # above ran them on shared memory): Gloo over TCP, and UCX where installed.
 echo "== test_any_source over Gloo TCP"; TORCHCOMM_GLOO_SHM=0 "$BUILD/capi/test_any_source"
-if ldconfig -p 2>/dev/null | grep -q 'libucp\.so\.0 '; then
+# (grep reads all of ldconfig's output: with -q it could stop early, and pipefail
+# would take the writer's SIGPIPE for "not found".)
+if ldconfig -p 2>/dev/null | grep 'libucp\.so\.0 ' >/dev/null; then
   echo "== test_any_source over UCX"
   TORCHCOMM_GLOO_SHM=0 TORCHCOMM_HOST_TRANSPORT=ucx UCX_TLS=tcp,self "$BUILD/capi/test_any_source"
 else
