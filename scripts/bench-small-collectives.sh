@@ -6,7 +6,12 @@
 # self,vader`, `--oversubscribe` as bench-host runs it: mpirun refuses more
 # processes than this machine's slots without it), rounds interleaved (ours
 # then Open MPI, then the other way round), each library with its default
-# waiting policy. Prints one table of medians [min, max] over the rounds.
+# waiting policy and the same placement: mpirun binds each rank to a core
+# when there are no more ranks than cores and none otherwise, so ours runs
+# under `tc-run --bind-to core` in the first case (the library itself
+# binds nothing; placed by the scheduler, two ranks often share one CPU
+# here, which costs two switches per call). Prints one table of medians
+# [min, max] over the rounds.
 #   scripts/bench-small-collectives.sh [--rounds R] [--ranks "2 3 4"] [-n ITERS] [-w WARMUP]
 # all_reduce, broadcast and reduce in place (float32 SUM, root 0);
 # all_gather and reduce_scatter out of place, the size being the whole
@@ -40,7 +45,9 @@ sweep=(-b 4 -e 4K -f 4 -n "$iters" -w "$warmup")
 # "ours N OP SIZE US" lines: tc-perf's out-of-place time where it has one
 # for the operation (all_gather, reduce_scatter), else the in-place time.
 ours() {
-  LD_LIBRARY_PATH=$REL "$REL/tc-run" -n "$1" -- "$REL/tc-perf" -B gloo -o "$2" "${sweep[@]}" 2>&1 |
+  local bind=()
+  (($1 <= $(nproc))) && bind=(--bind-to core)
+  LD_LIBRARY_PATH=$REL "$REL/tc-run" -n "$1" "${bind[@]}" -- "$REL/tc-perf" -B gloo -o "$2" "${sweep[@]}" 2>&1 |
     awk -v n="$1" -v op="$2" '$1 == "[0]" && $2 ~ /^[0-9]+$/ && NF >= 12 {
       t = ($7 == "N/A") ? $11 : $7; if (op == "barrier") $2 = 0; print "ours", n, op, $2, t }'
 }
