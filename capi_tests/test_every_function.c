@@ -387,6 +387,9 @@ int main(void) {
     EXPECT_OK(tc_all_reduce(comm, buf, 4, TC_FLOAT32, sum, NULL, &work));
     EXPECT_RC(tc_work_is_completed(work, NULL), TC_ERR_NULL_ARGUMENT, "'done'");
     EXPECT_RC(tc_work_status(work, NULL), TC_ERR_NULL_ARGUMENT, "'status'");
+    EXPECT_RC(tc_work_source(NULL, &st), TC_ERR_NULL_ARGUMENT, "'work'");
+    EXPECT_RC(tc_work_source(work, NULL), TC_ERR_NULL_ARGUMENT, "'rank'");
+    EXPECT_RC(tc_work_source(work, &st), TC_ERR_INVALID_USAGE, "not a receive");
     CHECK(i == -7 && st == -7);
     tc_work_free(work);
     tc_work_free(NULL);

@@ -135,6 +135,12 @@
  */
 #define TC_UNSET -1
 
+/*
+ The `peer` of a `tc_recv` that takes a message from any other rank
+ (as MPI_ANY_SOURCE; see `tc_recv`).
+ */
+#define TC_ANY_SOURCE -1
+
 #define TC_COMM_OPTIONS_MAGIC 1413697357
 
 /*
@@ -447,7 +453,8 @@ typedef struct {
     size_t count;
     tc_dtype_t dtype;
     /*
-     The peer of a batch member or of a send/recv; -1 otherwise.
+     The peer of a batch member or of a send/recv (-1, `TC_ANY_SOURCE`,
+     on a receive from any source); -1 otherwise.
      */
     int32_t peer;
 } tc_op_buffer_t;
@@ -501,7 +508,8 @@ typedef struct {
     int root;
     /*
      The peer of a send or recv, else -1 (a batch's peers are in its
-     buffers).
+     buffers); `TC_ANY_SOURCE` (also -1) on a receive from any source
+     (a pre hook runs before its sender is known).
      */
     int peer;
     /*
@@ -1346,7 +1354,24 @@ tc_result_t tc_send(tc_comm_t *comm, const void *buf, size_t count, tc_dtype_t d
 /*
  Receives `count` elements from rank `peer` into `buf`, from the send of
  `peer` with the same tag (`opts->tag`; see `tc_send`). The sizes of a
- send/recv pair must agree (`TC_ERR_INVALID_USAGE` otherwise).
+ send/recv pair must agree (`TC_ERR_INVALID_USAGE` otherwise, naming
+ both).
+
+ `peer` may be `TC_ANY_SOURCE`: the receive then takes the first message
+ with its tag from whichever other rank's send comes first (never from
+ this rank itself: a send to self pairs only with a receive naming this
+ rank). Messages of one sender with one tag are still taken in that
+ sender's issue order (non-overtaking, as MPI), and the receive runs in
+ this comm's issue order like every operation. `tc_work_source` on its
+ work gives the sender (ask for the work, also with `async_op = 0`). A
+ size mismatch fails it with `TC_ERR_INVALID_USAGE` naming the sender;
+ that message is consumed. Waiting for it, the loss of any other rank
+ (its process exited, it destroyed the comm) fails it with
+ `TC_ERR_REMOTE` naming that rank, the comm's timeout with
+ `TC_ERR_TIMEOUT`. Host comms only: on `nccl` it fails with
+ `TC_ERR_UNSUPPORTED`; a comm of one rank refuses it
+ (`TC_ERR_INVALID_USAGE`); batches do not take it (see
+ `tc_batch_recv`).
  */
 tc_result_t tc_recv(tc_comm_t *comm, void *buf, size_t count, tc_dtype_t dt, int peer, const tc_op_options_t *opts, tc_work_t **work);
 
@@ -1363,7 +1388,9 @@ tc_result_t tc_batch_send(tc_batch_t *batch, const void *buf, size_t count, tc_d
 
 /*
  Adds a receive of `count` elements from `peer` into `buf` to the batch
- (tag 0).
+ (tag 0). `peer` must name a rank: `TC_ANY_SOURCE` makes `tc_batch_issue`
+ fail with `TC_ERR_UNSUPPORTED` naming `batch[i].peer` (its match would
+ depend on which of the batch's other receives matched first).
  */
 tc_result_t tc_batch_recv(tc_batch_t *batch, void *buf, size_t count, tc_dtype_t dt, int peer);
 
@@ -2470,6 +2497,22 @@ tc_result_t tc_work_is_completed(const tc_work_t *work, int *done);
  to `*status`. Never blocks. Thread-safe.
  */
 tc_result_t tc_work_status(const tc_work_t *work, int32_t *status);
+
+/*
+ Writes to `*rank` the rank whose message the receive of `work` took:
+ for a receive from `TC_ANY_SOURCE`, the sender it matched; for a
+ receive naming its peer, that peer. This is how a caller learns the
+ sender of an any-source receive, blocking or not: ask `tc_recv` for
+ the work (with `async_op = 0` it is complete when `tc_recv` returns).
+ Fails with `TC_ERR_INVALID_USAGE`, `*rank` untouched, when the work is
+ not of a `tc_recv` (a send, a batch, a collective: "not a receive") or
+ has not completed successfully (the message names its status:
+ not started, in progress, timed out, failed). NULL `work` or `rank`:
+ `TC_ERR_NULL_ARGUMENT` naming it; a handle that is not a live work:
+ `TC_ERR_INVALID_ARGUMENT`. Never blocks. Thread-safe; the handle stays
+ owned by the caller.
+ */
+tc_result_t tc_work_source(const tc_work_t *work, int32_t *rank);
 
 /*
  Waits for the operation. Host operations: returns when it finished.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Usage: scripts/capi-test.sh [--valgrind]
-# The C API from C: every capi_tests/test_*.c compiled with -Werror and run;
+# The C API from C: every capi_tests/test_*.c compiled with -Werror and run
+# (test_any_source.c also over Gloo TCP and UCX);
 # bad environment values warn and fall back to defaults; every exported
 # function is exercised by test_every_function.c; the ctypes example's
 # constants match the header and it runs on 3 ranks; the demo (make run) runs
@@ -32,6 +33,18 @@ if [ "${1:-}" = --valgrind ]; then
 fi
 
 for t in "${tests[@]}"; do echo "== $t"; "$t"; done
+
+# Receives from any source over the other host transports too (the loop
+# above ran them on shared memory): Gloo over TCP, and UCX where installed.
+echo "== test_any_source over Gloo TCP"; TORCHCOMM_GLOO_SHM=0 "$BUILD/capi/test_any_source"
+# (grep reads all of ldconfig's output: with -q it could stop early, and pipefail
+# would take the writer's SIGPIPE for "not found".)
+if ldconfig -p 2>/dev/null | grep 'libucp\.so\.0 ' >/dev/null; then
+  echo "== test_any_source over UCX"
+  TORCHCOMM_GLOO_SHM=0 TORCHCOMM_HOST_TRANSPORT=ucx UCX_TLS=tcp,self "$BUILD/capi/test_any_source"
+else
+  echo "capi-test: test_any_source over UCX SKIPPED: libucp.so.0 is not installed"
+fi
 
 # Bad environment values: a warning naming each variable, then defaults.
 out=$(TORCHCOMM_TIMEOUT_SECONDS=soon TORCHCOMM_ABORT_ON_ERROR=maybe TORCHCOMM_DEBUG=LOUD \

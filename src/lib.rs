@@ -72,7 +72,7 @@ pub use comm::{Comm, CommOptions, CommSlot, PersistentAllGather, Reconfigurable}
 pub use config::{config, Config, Level};
 pub use error::{Error, ErrorKind, Result};
 pub use kernels::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
-pub use op::{Op, OpOptions, P2p, Ptr};
+pub use op::{Op, OpOptions, P2p, Ptr, SourceSlot, ANY_SOURCE};
 pub use sparse::{sparse_all_reduce, CBuf, CooInput, CooOutput};
 pub use types::{DType, Device, PremulFactor, RedKind, ReduceOp};
 pub use window::Window;

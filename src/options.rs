@@ -22,6 +22,10 @@ use std::mem::size_of;
 /// "Not set" value of integer option fields: the library picks the default.
 pub const TC_UNSET: i32 = -1;
 
+/// The `peer` of a `tc_recv` that takes a message from any other rank
+/// (as MPI_ANY_SOURCE; see `tc_recv`).
+pub const TC_ANY_SOURCE: i32 = -1;
+
 pub const TC_COMM_OPTIONS_MAGIC: u32 = 0x5443_4F4D;
 /// Version 2 added `enable_reconfigure`.
 pub const TC_COMM_OPTIONS_VERSION: u32 = 2;

@@ -234,6 +234,7 @@ impl FlightRecorder {
             let target = match target {
                 Target::None => "-".to_string(),
                 Target::Root(r) => format!("root {r}"),
+                Target::Peer(crate::op::ANY_SOURCE) => "any source".to_string(),
                 Target::Peer(p) => format!("peer {p}"),
                 Target::Batch(n) => format!("{n} p2p"),
             };
@@ -386,6 +387,17 @@ mod tests {
             !text.contains("all_reduce"),
             "the oldest entries were dropped: {text}"
         );
+    }
+
+    #[test]
+    fn a_receive_from_any_source_shows_as_such() {
+        let r = FlightRecorder::new(2);
+        let pending: Arc<dyn Work> = Arc::new(Pending);
+        let (any, _) = Op::recv_any(Ptr(8 as *mut c_void), 2, DType::I32, 5);
+        r.record(&any, true, Ok(&pending));
+        let text = r.dump("comm 'c' (rank 0/2)");
+        let row = text.lines().nth(2).unwrap_or_default();
+        assert!(row.contains("recv") && row.contains("any source"), "{text}");
     }
 
     /// What the ring drops unfinished is handed back (to be watched

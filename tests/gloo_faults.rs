@@ -358,6 +358,7 @@ fn gloo_mismatched_sizes_fail_cleanly() {
                 dtype: DType::I32,
                 peer,
                 tag: 0,
+                source: None,
             },
             P2p {
                 is_send: false,
@@ -366,6 +367,7 @@ fn gloo_mismatched_sizes_fail_cleanly() {
                 dtype: DType::I32,
                 peer,
                 tag: 0,
+                source: None,
             },
             P2p {
                 is_send: me == 0,
@@ -374,6 +376,7 @@ fn gloo_mismatched_sizes_fail_cleanly() {
                 dtype: if me == 0 { DType::I32 } else { DType::U32 },
                 peer,
                 tag: 0,
+                source: None,
             },
         ];
         // Rank 0 sends the disagreeing transfer: its batch completes, rank

@@ -348,6 +348,7 @@ fn movement(comm: &Comm, dt: DType) {
                 dtype: dt,
                 peer: 0,
                 tag: 0,
+                source: None,
             },
             P2p {
                 is_send: false,
@@ -356,6 +357,7 @@ fn movement(comm: &Comm, dt: DType) {
                 dtype: dt,
                 peer: 0,
                 tag: 0,
+                source: None,
             },
         ];
         ok(comm, Op::batch(ops));
@@ -381,6 +383,7 @@ fn movement(comm: &Comm, dt: DType) {
             dtype: dt,
             peer: d as i32,
             tag: 0,
+            source: None,
         });
         ops.push(P2p {
             is_send: false,
@@ -389,6 +392,7 @@ fn movement(comm: &Comm, dt: DType) {
             dtype: dt,
             peer: d as i32,
             tag: 0,
+            source: None,
         });
     }
     ok(comm, Op::batch(ops));

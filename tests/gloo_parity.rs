@@ -137,6 +137,7 @@ fn tagged_batch(comm: &Comm) {
                 dtype: DType::I64,
                 peer: peer as i32,
                 tag: *tag,
+                source: None,
             });
         }
         for (j, (tag, _)) in RECVS.iter().enumerate() {
@@ -148,6 +149,7 @@ fn tagged_batch(comm: &Comm) {
                 dtype: DType::I64,
                 peer: peer as i32,
                 tag: *tag,
+                source: None,
             });
         }
     }

@@ -59,6 +59,7 @@ fn transfer(is_send: bool, buf: &mut [u8], peer: usize) -> P2p {
         dtype: DType::U8,
         peer: peer as i32,
         tag: 0,
+        source: None,
     }
 }
 

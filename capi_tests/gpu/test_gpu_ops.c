@@ -442,6 +442,13 @@ static void test_movement(tc_dtype_t t, int mode) {
     tc_batch_free(b);
     report("batch entry with a non-zero tag refused", t, "-", mode,
            rc == TC_ERR_UNSUPPORTED && strstr(tc_last_error(), "'batch[1].tag'") != NULL && w == NULL);
+    /* a receive from any source: NCCL receives name their peer */
+    if (N >= 2) {
+        w = NULL;
+        rc = tc_recv(comm, out, n, t, TC_ANY_SOURCE, &o, W);
+        report("recv from any source refused", t, "-", mode,
+               rc == TC_ERR_UNSUPPORTED && strstr(tc_last_error(), "TC_ANY_SOURCE") != NULL && w == NULL);
+    }
     if (N >= 2) {
         /* even ranks send first, odd ranks receive first */
         tc_result_t r1, r2;

@@ -50,7 +50,8 @@ def test_constants_match_the_header():
         assert defines[f"TC_WORK_{st.name}"] == str(int(st))
     from torchcomm import _lib
 
-    for name in ("TC_COMM_OPTIONS_MAGIC", "TC_OP_OPTIONS_MAGIC", "TC_STORE_CALLBACKS_MAGIC", "TC_UNSET", "TC_DEVICE_CUDA"):
+    for name in ("TC_COMM_OPTIONS_MAGIC", "TC_OP_OPTIONS_MAGIC", "TC_STORE_CALLBACKS_MAGIC", "TC_UNSET", "TC_ANY_SOURCE",
+                 "TC_DEVICE_CUDA"):
         assert defines[name] == str(getattr(_lib, name))
     exported = set(re.findall(r"^(?:tc_result_t|void|const char) \*?(tc_\w+)\(", header, re.M))
     assert exported == set(_lib.PROTOTYPES), exported ^ set(_lib.PROTOTYPES)
@@ -203,6 +204,25 @@ def test_p2p_batch_and_async_work(comm):
     w = comm.all_reduce(x, async_op=True, timeout=120)
     del x  # the work keeps the buffer alive
     w.wait()
+    comm.barrier()
+
+
+def test_recv_from_any_source(comm):
+    r, n = comm.rank, comm.size
+    if r == 0:
+        senders = []
+        for _ in range(n - 1):
+            got = np.full(3, -1, dtype=np.int32)
+            w = comm.recv(got, tc.ANY_SOURCE, tag=5, async_op=True)
+            w.wait()
+            senders.append(w.source())
+            assert (got == senders[-1]).all()
+        assert sorted(senders) == list(range(1, n))
+    else:
+        w = comm.send(np.full(3, r, dtype=np.int32), 0, tag=5, async_op=True)
+        w.wait()
+        with pytest.raises(tc.TorchCommError, match="not a receive"):
+            w.source()
     comm.barrier()
 
 

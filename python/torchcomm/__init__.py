@@ -18,14 +18,14 @@ from typing import Callable, Optional, Tuple
 
 from ._buffers import Buf, DType, as_buffer, dtype_of, raw, to_numpy_dtype, to_torch_dtype
 from ._lib import ERROR_NAMES, TorchCommError, check as _check, lib as _cdll
-from .comm import AllGatherP, Batch, Comm, Memory, RedOp, ReduceOp, Registration, Work, WorkStatus
+from .comm import ANY_SOURCE, AllGatherP, Batch, Comm, Memory, RedOp, ReduceOp, Registration, Work, WorkStatus
 from .ophooks import OpInfo
 from .reducer import GradBucket, Hook, Reducer
 from .store import FileStore, PrefixStore, Store, TCPStore
 from .window import Window
 
 __all__ = [
-    "AllGatherP", "Batch", "Buf", "Comm", "DType", "ERROR_NAMES", "FileStore", "GradBucket", "Hook", "Memory", "OpInfo",
+    "ANY_SOURCE", "AllGatherP", "Batch", "Buf", "Comm", "DType", "ERROR_NAMES", "FileStore", "GradBucket", "Hook", "Memory", "OpInfo",
     "PrefixStore", "RedOp", "ReduceOp", "Reducer", "Registration", "Store", "TCPStore", "TorchCommError", "Window", "Work",
     "WorkStatus", "as_buffer", "dtype_of", "library", "raw", "result_string", "set_log_callback", "to_numpy_dtype",
     "to_torch_dtype", "version",

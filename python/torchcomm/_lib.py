@@ -11,6 +11,7 @@ from typing import Any, Callable, List, Optional, TypeVar
 # Values of include/torchcomm.h (tests/test_constants.py checks each).
 TC_SUCCESS = 0
 TC_UNSET = -1
+TC_ANY_SOURCE = -1
 TC_DEVICE_CPU = 0
 TC_DEVICE_CUDA = 1
 TC_COMM_OPTIONS_MAGIC = 1413697357
@@ -379,6 +380,7 @@ PROTOTYPES = {
     "tc_window_free": (None, [_p]),
     "tc_work_is_completed": (_R, [_p, _int_p]),
     "tc_work_status": (_R, [_p, C.POINTER(C.c_int32)]),
+    "tc_work_source": (_R, [_p, C.POINTER(C.c_int32)]),
     "tc_work_wait": (_R, [_p, _p]),
     "tc_work_wait_blocking": (_R, [_p]),
     "tc_work_free": (None, [_p]),

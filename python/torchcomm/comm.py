@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from . import _lib, ophooks
 from ._buffers import Buf, as_buffer, raw
-from ._lib import check, invalid, lib, refusing
+from ._lib import TC_ANY_SOURCE as ANY_SOURCE, check, invalid, lib, refusing
 from .ophooks import OpInfo
 from .store import Store, Timeout, _ms
 
@@ -94,6 +94,14 @@ class Work:
         s = C.c_int32()
         check(lib.tc_work_status(self._handle(), C.byref(s)), "tc_work_status")
         return WorkStatus(s.value)
+
+    def source(self) -> int:
+        """The rank whose message this receive took (for a receive from
+        `ANY_SOURCE`, the sender it matched); the receive must have completed
+        successfully (wait first)."""
+        r = C.c_int32()
+        check(lib.tc_work_source(self._handle(), C.byref(r)), "tc_work_source")
+        return r.value
 
     def wait(self, stream: Optional[int] = None) -> None:
         """Host work: returns when it finished. CUDA work: `stream` (default:
@@ -368,6 +376,9 @@ class Comm:
         return self._op("tc_send", [b], o, lambda c, w: lib.tc_send(self.handle, b.ptr, b.count, b.dtype, peer, c, w))
 
     def recv(self, buf: Any, peer: int, **o: Any) -> Work:
+        """Receives from `peer`, or with `peer=ANY_SOURCE` from whichever other
+        rank's send of the tag comes first: `Work.source()` tells which (host
+        comms only)."""
         b = as_buffer(buf, True, "buf")
         return self._op("tc_recv", [b], o, lambda c, w: lib.tc_recv(self.handle, b.ptr, b.count, b.dtype, peer, c, w))
 

@@ -46,7 +46,7 @@ from torch._C import _distributed_c10d as _c10d
 from . import _lib, _torch_ext
 from ._buffers import DType, to_torch_dtype
 from ._lib import TorchCommError, check, lib
-from .comm import Comm, RedOp, ReduceOp, Work
+from .comm import ANY_SOURCE, Comm, RedOp, ReduceOp, Work
 from .store import PrefixStore, Store
 from .torch_store import from_torch
 
@@ -106,12 +106,17 @@ class _TcWork(_c10d.Work):
     """A torch Work over torchcomm work handles: ``wait()`` waits for all of
     them; ``get_future()`` completes (with `result`) when they have."""
 
-    def __init__(self, backend: "TorchCommBackend", works: Sequence[Work], result: Any):
+    def __init__(self, backend: "TorchCommBackend", works: Sequence[Work], result: Any,
+                 any_source: bool = False):
         super().__init__()
         self._backend, self._works, self._result = backend, list(works), result
         self._future: Optional[torch.futures.Future] = None
         self._error: Optional[BaseException] = None
         self._lock = threading.Lock()
+        # A receive from any source learns its sender from its handle,
+        # which _finish frees: read it there.
+        self._any_source = any_source
+        self._source: Optional[int] = None
 
     def _finish(self) -> None:
         """Waits for every handle once; remembers the first failure."""
@@ -120,9 +125,20 @@ class _TcWork(_c10d.Work):
             for w in works:
                 try:
                     w.wait()
+                    if self._any_source:
+                        self._source = w.source()
                 except TorchCommError as e:
                     self._error = self._error or e
                 w.free()
+
+    def _source_rank(self) -> int:
+        """The sender of a receive from any source (torch's ``dist.recv``
+        without ``src`` and ``work._source_rank()``), once it completed."""
+        if not self._any_source:
+            raise RuntimeError("torchcomm backend: _source_rank: not a receive from any source")
+        self.wait()
+        assert self._source is not None
+        return self._source
 
     def wait(self, timeout: timedelta = timedelta(0)) -> bool:
         self._finish()
@@ -482,8 +498,12 @@ class TorchCommBackend(_c10d.Backend):
         return _TcWork(self, [comm.recv(t, src, tag=tag, async_op=True)], tensors)
 
     def recv_anysource(self, tensors: List[torch.Tensor], tag: int) -> Any:
-        raise NotImplementedError("torchcomm backend: recv from any source is not supported "
-                                  "(torchcomm receives name their peer)")
+        t = tensors[0]
+        comm = self._comm(t)
+        if self._coalescing is not None:
+            raise RuntimeError("torchcomm backend: a receive from any source cannot be coalesced "
+                               "(batch_isend_irecv, _coalescing_manager): issue it alone")
+        return _TcWork(self, [comm.recv(t, ANY_SOURCE, tag=tag, async_op=True)], tensors, any_source=True)
 
     # -- coalescing (batch_isend_irecv, _coalescing_manager)
     def start_coalescing(self) -> None:

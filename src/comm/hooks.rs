@@ -46,7 +46,8 @@ pub struct tc_op_buffer_t {
     /// Elements of `dtype`.
     pub count: usize,
     pub dtype: crate::types::tc_dtype_t,
-    /// The peer of a batch member or of a send/recv; -1 otherwise.
+    /// The peer of a batch member or of a send/recv (-1, `TC_ANY_SOURCE`,
+    /// on a receive from any source); -1 otherwise.
     pub peer: i32,
 }
 
@@ -439,6 +440,7 @@ mod tests {
                 dtype: DType::F64,
                 peer: 1,
                 tag: 0,
+                source: None,
             },
             crate::comm::P2p {
                 is_send: false,
@@ -447,6 +449,7 @@ mod tests {
                 dtype: DType::I32,
                 peer: 2,
                 tag: 9,
+                source: None,
             },
         ]);
         let r = describe(&batch, &OpOptions::default(), 1, 0, 3);

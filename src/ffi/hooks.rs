@@ -50,7 +50,8 @@ pub struct tc_op_info_t {
     /// The root of a rooted collective, else -1.
     pub root: c_int,
     /// The peer of a send or recv, else -1 (a batch's peers are in its
-    /// buffers).
+    /// buffers); `TC_ANY_SOURCE` (also -1) on a receive from any source
+    /// (a pre hook runs before its sender is known).
     pub peer: c_int,
     /// The reduction of a reducing operation; `kind` -1 otherwise.
     pub reduce_op: tc_reduce_op_t,

@@ -481,6 +481,7 @@ pub extern "C" fn tc_reducer_finalize_async(
             *out = into_handle(tc_work {
                 inner: done,
                 _comm: comm,
+                source: Default::default(),
             });
             return Ok(());
         }
@@ -512,6 +513,7 @@ pub extern "C" fn tc_reducer_finalize_async(
         *out = into_handle(tc_work {
             inner: done,
             _comm: comm,
+            source: Default::default(),
         });
         Ok(())
     })

@@ -18,10 +18,12 @@ impl Op {
             dtype,
             peer,
             tag,
+            source: None,
         }))
     }
 
-    /// A receive of `count` elements from `peer`.
+    /// A receive of `count` elements from `peer` ([`super::ANY_SOURCE`]:
+    /// from any other rank, the sender told through its source slot).
     pub fn recv(buf: Ptr, count: usize, dtype: DType, peer: i32, tag: u32) -> Op {
         Op::PointToPoint(PointToPoint::One(P2p {
             is_send: false,
@@ -30,7 +32,21 @@ impl Op {
             dtype,
             peer,
             tag,
+            source: (peer == super::ANY_SOURCE).then(super::SourceSlot::new),
         }))
+    }
+
+    /// A receive of `count` elements with tag `tag` from any other rank,
+    /// and the slot that tells its sender once it completed.
+    pub fn recv_any(buf: Ptr, count: usize, dtype: DType, tag: u32) -> (Op, super::SourceSlot) {
+        let op = Op::recv(buf, count, dtype, super::ANY_SOURCE, tag);
+        let slot = match &op {
+            Op::PointToPoint(PointToPoint::One(P2p {
+                source: Some(s), ..
+            })) => s.clone(),
+            _ => super::SourceSlot::new(),
+        };
+        (op, slot)
     }
 
     /// Sends and receives issued together.

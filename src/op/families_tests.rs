@@ -96,6 +96,7 @@ fn each_family_shares_what_the_signature_reads() {
         dtype,
         peer: 1,
         tag: 0,
+        source: None,
     };
     let mixed = Op::batch(vec![member(f, 2), member(DType::F64, 3)]);
     assert_eq!((mixed.signature(), mixed.dtype()), (None, None));

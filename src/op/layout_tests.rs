@@ -177,6 +177,7 @@ fn single_buffer_ops_and_batches() {
             dtype: DType::I64,
             peer: 1,
             tag: 0,
+            source: None,
         },
         P2p {
             is_send: false,
@@ -185,6 +186,7 @@ fn single_buffer_ops_and_batches() {
             dtype: DType::U8,
             peer: 1,
             tag: 0,
+            source: None,
         },
     ]);
     assert_eq!(

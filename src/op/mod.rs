@@ -35,7 +35,7 @@ pub use gather::{gather_single_outputs, Gather, GatherKind};
 pub use layout::Layout;
 #[cfg(test)]
 use layout::{Side, Span};
-pub use point_to_point::{P2p, PointToPoint};
+pub use point_to_point::{P2p, PointToPoint, SourceSlot, ANY_SOURCE};
 pub use reduction::{Reduction, ReductionKind};
 pub use refusal::Refusal;
 pub use scatter::{Scatter, ScatterKind};

@@ -3,6 +3,40 @@
 
 use super::Ptr;
 use crate::types::DType;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
+
+/// The peer of a receive that takes the first message of its tag from any
+/// other rank (`TC_ANY_SOURCE` of the C API, as MPI_ANY_SOURCE).
+pub const ANY_SOURCE: i32 = -1;
+
+/// Where the transport that runs an any-source receive writes the rank
+/// whose message it took (shared with the receive's work handle, which
+/// reads it once the receive completed); [`ANY_SOURCE`] until then.
+#[derive(Debug, Clone)]
+pub struct SourceSlot(Arc<AtomicI32>);
+
+impl SourceSlot {
+    pub fn new() -> SourceSlot {
+        SourceSlot(Arc::new(AtomicI32::new(ANY_SOURCE)))
+    }
+
+    /// The sender, once a message was matched.
+    pub fn get(&self) -> Option<i32> {
+        let r = self.0.load(Ordering::Acquire);
+        (r >= 0).then_some(r)
+    }
+
+    pub fn set(&self, rank: i32) {
+        self.0.store(rank, Ordering::Release);
+    }
+}
+
+impl Default for SourceSlot {
+    fn default() -> Self {
+        SourceSlot::new()
+    }
+}
 
 /// One send or receive (alone, or a member of a batch).
 #[derive(Debug, Clone)]
@@ -11,13 +45,35 @@ pub struct P2p {
     pub buf: Ptr,
     pub count: usize,
     pub dtype: DType,
+    /// The other rank, or [`ANY_SOURCE`] on a receive alone.
     pub peer: i32,
     /// A send matches a receive of the same (peer, tag); 0 is the tag of
     /// every untagged call (see `tc_op_options_t.tag`).
     pub tag: u32,
+    /// Set on an any-source receive: where its sender is told.
+    pub source: Option<SourceSlot>,
 }
 
 impl P2p {
+    /// A receive from whichever rank's send of its tag comes first.
+    #[inline(always)]
+    pub fn is_any_source(&self) -> bool {
+        !self.is_send && self.peer == ANY_SOURCE
+    }
+
+    /// Tells an any-source receive's work that it took `rank`'s message.
+    #[inline]
+    pub fn matched_source(&self, rank: i32) {
+        if let Some(s) = &self.source {
+            s.set(rank);
+        }
+    }
+
+    /// "rank N", or "any source" (logs and error messages).
+    pub fn peer_name(&self) -> String {
+        peer_name(self.peer)
+    }
+
     /// Why this receive cannot take its sender's message of `count`
     /// elements of dtype code `dtype` (every transport's words alike).
     pub fn mismatch_with_send(&self, count: u64, dtype: u64) -> String {
@@ -27,12 +83,43 @@ impl P2p {
             t => format!(" with tag {t}"),
         };
         format!(
-            "receive of {} {} from rank {}{tag} does not match that rank's send of {count} {name} \
+            "receive of {} {} from {}{tag} does not match {}'s send of {count} {name} \
              (the send completed there)",
             self.count,
             self.dtype.name(),
-            self.peer
+            self.peer_name(),
+            match self.is_any_source() {
+                true => "a sender".to_string(),
+                false => "that rank".to_string(),
+            }
         )
+    }
+
+    /// [`P2p::mismatch_with_send`] for an any-source receive that took
+    /// `sender`'s message (names both ranks' sides).
+    pub fn mismatch_with_send_from(&self, sender: i32, count: u64, dtype: u64) -> String {
+        if !self.is_any_source() {
+            return self.mismatch_with_send(count, dtype);
+        }
+        let name = DType::ALL.get(dtype as usize).map_or("?", |d| d.name());
+        let tag = match self.tag {
+            0 => String::new(),
+            t => format!(" with tag {t}"),
+        };
+        format!(
+            "receive of {} {} from any source{tag} took rank {sender}'s send of {count} {name}, \
+             which does not match (the send completed there)",
+            self.count,
+            self.dtype.name(),
+        )
+    }
+}
+
+/// "rank N", or "any source" for [`ANY_SOURCE`].
+pub fn peer_name(peer: i32) -> String {
+    match peer {
+        ANY_SOURCE => "any source".into(),
+        p => format!("rank {p}"),
     }
 }
 
@@ -83,6 +170,17 @@ impl PointToPoint {
                 .enumerate()
                 .find(|(_, p)| p.tag != 0)
                 .map(|(i, p)| (format!("batch[{i}].tag"), p.tag)),
+        }
+    }
+
+    /// The first any-source receive, with the argument that gave it.
+    pub fn any_source(&self) -> Option<String> {
+        match self {
+            PointToPoint::One(p) => p.is_any_source().then(|| "peer".into()),
+            PointToPoint::Batch(ops) => ops
+                .iter()
+                .position(|p| p.is_any_source())
+                .map(|i| format!("batch[{i}].peer")),
         }
     }
 

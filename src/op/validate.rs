@@ -32,12 +32,31 @@ impl Op {
 #[inline(always)]
 fn validate_point_to_point(p: &PointToPoint, c: &Checks) -> Result<()> {
     match p {
+        PointToPoint::One(p) if p.is_any_source() => {
+            // Never from self (as a receive naming its own rank, it would
+            // need a send issued after it): from the other ranks only.
+            if c.size < 2 {
+                return Err(Error::invalid_usage(
+                    "argument 'peer': TC_ANY_SOURCE on a comm of one rank: a receive from any \
+                     source takes messages from the other ranks only, and there are none",
+                ));
+            }
+            buf_ok(p.buf, p.count, p.dtype, "buf")
+        }
         PointToPoint::One(p) => {
             c.peer(p.peer, "peer")?;
             buf_ok(p.buf, p.count, p.dtype, "buf")
         }
         PointToPoint::Batch(ops) => {
             for (i, p) in ops.iter().enumerate() {
+                if p.is_any_source() {
+                    // Its match would depend on which of the batch's
+                    // other receives took their messages first.
+                    return Err(Error::unsupported(format!(
+                        "argument 'batch[{i}].peer': TC_ANY_SOURCE: a receive from any source \
+                         cannot be a batch member (issue it alone with tc_recv)"
+                    )));
+                }
                 c.peer(p.peer, &format!("batch[{i}].peer"))?;
                 buf_ok(p.buf, p.count, p.dtype, &format!("batch[{i}].buf"))?;
             }

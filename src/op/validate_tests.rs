@@ -49,8 +49,29 @@ fn send_and_recv_check_peer_and_buffer() {
         ErrorKind::InvalidArgument,
         "buf",
     );
-    let recv = Op::recv(p(8), 1, DType::U8, -1, 0);
+    let recv = Op::recv(p(8), 1, DType::U8, -2, 0);
     assert_refused(&recv, 0, 2, ErrorKind::InvalidArgument, "peer");
+}
+
+#[test]
+fn any_source_only_on_a_receive_alone_among_several_ranks() {
+    let (any, slot) = Op::recv_any(p(8), 1, DType::U8, 3);
+    any.validate(0, 2).unwrap();
+    assert_eq!(slot.get(), None, "no sender before a match");
+    assert_refused(&any, 0, 1, ErrorKind::InvalidUsage, "peer");
+    let send = Op::send(p(8), 1, DType::U8, ANY_SOURCE, 0);
+    assert_refused(&send, 0, 2, ErrorKind::InvalidArgument, "peer");
+    let member = P2p {
+        is_send: false,
+        buf: p(8),
+        count: 1,
+        dtype: DType::U8,
+        peer: ANY_SOURCE,
+        tag: 0,
+        source: None,
+    };
+    let batch = Op::batch(vec![member]);
+    assert_refused(&batch, 0, 2, ErrorKind::Unsupported, "batch[0].peer");
 }
 
 #[test]
@@ -62,6 +83,7 @@ fn batch_checks_every_member() {
         dtype: DType::I32,
         peer,
         tag: 0,
+        source: None,
     };
     let ok = Op::batch(vec![member(p(8), 0), member(p(16), 2)]);
     ok.validate(1, 3).unwrap();

@@ -265,6 +265,7 @@ pub fn check_p2p(ucx: &Comm, me: usize, n: usize) {
                     dtype: DType::U8,
                     peer: peer as i32,
                     tag: *t,
+                    source: None,
                 };
                 ops.push(o(true, ptr(&mut sends[i])));
                 ops.push(o(false, ptr(&mut recvs[i])));

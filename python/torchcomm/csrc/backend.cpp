@@ -62,6 +62,7 @@ namespace torchcomm_ext {
   X(tc_batch_issue)                                                           \
   X(tc_batch_free)                                                            \
   X(tc_work_status)                                                           \
+  X(tc_work_source)                                                           \
   X(tc_work_wait)                                                             \
   X(tc_work_free)                                                             \
   X(tc_last_error)                                                            \
@@ -423,6 +424,21 @@ class TcWork : public c10d::Work {
 
   std::vector<at::Tensor> result() override {
     return outputs_;
+  }
+
+  // The sender of a receive (torch's `work._source_rank()`, and `dist.recv`
+  // without `src`): what the library tells of its one handle, once the
+  // work completed.
+  int sourceRank() const override {
+    TORCH_CHECK(
+        done_.load(std::memory_order_acquire) && handles_.size() == 1,
+        "torchcomm backend: sourceRank: the receive has not completed (wait for it first)");
+    int32_t r = -1;
+    tc_result_t rc = api.tc_work_source(handles_[0], &r);
+    if (rc != TC_SUCCESS) {
+      C10_THROW_ERROR(DistBackendError, error_text("tc_work_source", rc));
+    }
+    return r;
   }
 
   void synchronize() override {}
@@ -1013,8 +1029,14 @@ class TcBackend : public c10d::Backend {
     return p2p(false, tensors, src, tag);
   }
 
+  // On host tensors the library's receive from TC_ANY_SOURCE (its work
+  // tells the sender); anything else goes to the Python backend.
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override {
-    return delegate("recv_anysource", tensors, tag);
+    if (coalescing_) {
+      TORCH_CHECK(false, "torchcomm backend: a receive from any source cannot be coalesced "
+                         "(batch_isend_irecv, _coalescing_manager): issue it alone");
+    }
+    return p2p(false, tensors, TC_ANY_SOURCE, tag);
   }
 
   // ---- coalescing (batch_isend_irecv, _coalescing_manager)

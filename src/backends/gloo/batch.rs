@@ -19,13 +19,16 @@ use std::time::Duration;
 
 impl GlooBackend {
     /// `op`'s transfer when it is a send or receive alone to another rank,
-    /// through the shared-memory rings.
+    /// through the shared-memory rings. Not a receive from any source:
+    /// it never runs at once nor with others, as its match depends on
+    /// which peer's message comes first (it runs alone, in issue order).
     #[inline]
     pub(super) fn ring_transfer<'a>(&self, op: &'a Op) -> Option<&'a P2p> {
         match op {
-            Op::PointToPoint(PointToPoint::One(p)) => {
-                (p.peer != self.rank && self.routes.shared_memory_p2p().is_some()).then_some(p)
-            }
+            Op::PointToPoint(PointToPoint::One(p)) => (p.peer != self.rank
+                && !p.is_any_source()
+                && self.routes.shared_memory_p2p().is_some())
+            .then_some(p),
             _ => None,
         }
     }

@@ -281,6 +281,14 @@ impl Abilities for NcclBackend {
 
     fn check(&self, op: &Op) -> Result<()> {
         self.check_buffers(op)?;
+        if let Op::PointToPoint(p) = op {
+            if let Some(arg) = p.any_source() {
+                return Err(Error::unsupported(format!(
+                    "argument '{arg}': TC_ANY_SOURCE: NCCL receives name their peer; a \
+                     receive from any source is supported on host (gloo) comms only"
+                )));
+            }
+        }
         if let Some((arg, tag)) = op.nonzero_tag() {
             // Ignoring it would let a receive take the data of a send meant
             // for another tag; tag 0 is NCCL's own matching.

@@ -161,6 +161,7 @@ fn batch_sends_overlapping_a_receive_are_staged() {
         dtype,
         peer,
         tag: 0,
+        source: None,
     };
     let recv = |a, peer| P2p {
         is_send: false,
@@ -169,6 +170,7 @@ fn batch_sends_overlapping_a_receive_are_staged() {
         dtype,
         peer,
         tag: 0,
+        source: None,
     };
     let ok = Op::batch(vec![send(0x1000, 2), send(0x1000, 3), recv(0x1000 + b, 0)]);
     assert!(

@@ -9,6 +9,13 @@
 //! a mismatch fails the receive with `TC_ERR_INVALID_USAGE` naming both
 //! sides, the payload goes to scratch, and the pair stays in step.
 //!
+//! A receive from any source posts its head receive with a mask that
+//! ignores the sender's bits of the tag (UCX matches the first head of its
+//! tag from any peer, each peer's in order) and learns the sender from the
+//! completed head's tag; its payload, if separate, is then received from
+//! that sender. It is posted as from this rank, so that the wait fails
+//! when any peer fails.
+//!
 //! A call returns once UCX completed its sends too: an eager one (a head)
 //! at once, a rendezvous one when the peer posted its receive. Between
 //! calls nothing progresses the worker (there is no service thread), so a
@@ -38,6 +45,9 @@ fn head_tag(sender: usize, tag: u32) -> u64 {
 fn data_tag(sender: usize, tag: u32) -> u64 {
     super::tag(CLASS_P2P_DATA, sender, tag as u64)
 }
+
+/// The sender's bits of a tag.
+const SENDER_BITS: u64 = ((super::MAX_RANKS as u64) - 1) << 44;
 
 /// Transfers issued together (a send, a receive or a batch).
 ///
@@ -143,9 +153,11 @@ unsafe fn receive(
             let word =
                 |i: usize| u64::from_ne_bytes(h[8 * i..8 * i + 8].try_into().unwrap_or_default());
             let (count, dtype, bytes) = (word(0), word(1), word(2) as usize);
+            let sender = ((r.info.sender_tag & SENDER_BITS) >> 44) as usize;
+            o.matched_source(sender as i32);
             let matches = count == o.count as u64 && dtype == o.dtype.to_c() as u64;
             if !matches {
-                messages.push(o.mismatch_with_send(count, dtype));
+                messages.push(o.mismatch_with_send_from(sender as i32, count, dtype));
             }
             if r.info.sender_tag & HEAD_DESCRIPTOR_ONLY == 0 {
                 if matches {
@@ -166,8 +178,7 @@ unsafe fn receive(
                     .last_mut()
                     .map_or(std::ptr::null_mut(), |s| s.as_mut_ptr())
             };
-            let peer = o.peer as usize;
-            payloads.push(w.recv(peer, dst, bytes, (data_tag(peer, o.tag), !0)));
+            payloads.push(w.recv(sender, dst, bytes, (data_tag(sender, o.tag), !0)));
         }
         for h in heads.iter_mut() {
             w.keep(std::mem::take(h));
@@ -185,8 +196,15 @@ unsafe fn receive(
 /// `head` stays alive and unmoved (its heap buffer) until the receive
 /// completed or was withdrawn.
 unsafe fn post_head(w: &mut Worker, o: &P2p, head: &[u8]) -> Request {
-    let peer = o.peer as usize;
-    let t = (head_tag(peer, o.tag), HEAD_MASK);
+    let (peer, t) = match o.is_any_source() {
+        // Any sender's head of the tag; posted as from this rank, so that
+        // the wait watches every peer (see `Worker::failure`).
+        true => (w.rank, (head_tag(0, o.tag), HEAD_MASK & !SENDER_BITS)),
+        false => (
+            o.peer as usize,
+            (head_tag(o.peer as usize, o.tag), HEAD_MASK),
+        ),
+    };
     w.recv(peer, head.as_ptr() as *mut u8, HEAD_BYTES, t)
 }
 
@@ -223,6 +241,18 @@ fn unmatched_self_transfers(ops: &[P2p], me: i32) -> Vec<(u32, String)> {
 /// receive waiting for a tag its peer does not send fails only at the
 /// timeout.
 fn receive_label(receives: &[&P2p]) -> std::borrow::Cow<'static, str> {
+    if let [o] = receives {
+        if o.is_any_source() {
+            return format!(
+                "point-to-point receive from any source{}",
+                match o.tag {
+                    0 => String::new(),
+                    t => format!(" with tag {t} (it takes only a send of its tag)"),
+                }
+            )
+            .into();
+        }
+    }
     if receives.iter().all(|o| o.tag == 0) {
         return "point-to-point receive".into();
     }

@@ -553,8 +553,17 @@ impl Worker {
             .iter()
             .filter(|r| peers && !r.handle.is_null())
             .find_map(|r| {
-                let s = self.peers[r.peer].failure.load(Ordering::SeqCst);
-                (s != UCS_OK).then_some((r.peer, s))
+                // A receive from any source (posted as from this rank)
+                // waits for every peer: any of them failing fails it.
+                let any = r.is_recv && r.peer == self.rank;
+                let of = match any {
+                    true => 0..self.peers.len(),
+                    false => r.peer..r.peer + 1,
+                };
+                of.filter(|q| !any || *q != self.rank).find_map(|q| {
+                    let s = self.peers[q].failure.load(Ordering::SeqCst);
+                    (s != UCS_OK).then_some((q, s))
+                })
             });
         let (peer, status) = match (failed_peer, failed_request) {
             (Some(f), _) => f,

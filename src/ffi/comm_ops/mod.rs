@@ -8,7 +8,7 @@ use crate::comm::{Comm, Op, OpOptions, P2p, Ptr};
 use crate::error::{tc_result_t, Error, Result};
 use crate::ffi::comm::tc_comm_t;
 use crate::ffi::handle::{Handle, HandleType};
-use crate::ffi::work::tc_work_t;
+use crate::ffi::work::{tc_work_t, WorkSource};
 use crate::ffi::{
     arg_out, arg_slice, boundary, boundary_void, handle_mut, handle_ref, into_handle, take_handle,
 };
@@ -113,8 +113,9 @@ fn issue(
             Err(e) if matches!(func, "tc_send" | "tc_recv") => return Err(e),
             Err(e) => return Err(comm.refuse(func, e)),
         };
+        let source = WorkSource::of(&op);
         let w = comm.submit(op, &opts)?;
-        hand_out_work(work, w, comm);
+        hand_out_work_with(work, w, comm, source);
         Ok(())
     })
 }
@@ -141,11 +142,22 @@ pub(crate) fn hand_out_work(
     w: Arc<dyn crate::work::Work>,
     comm: &Arc<Comm>,
 ) {
+    hand_out_work_with(out, w, comm, WorkSource::None)
+}
+
+/// [`hand_out_work`] for a receive, whose handle reports its `source`.
+fn hand_out_work_with(
+    out: *mut *mut tc_work_t,
+    w: Arc<dyn crate::work::Work>,
+    comm: &Arc<Comm>,
+    source: WorkSource,
+) {
     if !out.is_null() {
         unsafe {
             *out = into_handle(crate::ffi::work::tc_work {
                 inner: w,
                 _comm: comm.clone(),
+                source,
             })
         };
     }

@@ -3,6 +3,8 @@
 
 use super::*;
 
+const _: () = assert!(crate::options::TC_ANY_SOURCE == crate::op::ANY_SOURCE);
+
 /// Sends `count` elements at `buf` to rank `peer`; pairs with the receive
 /// of `peer` with the same tag (`opts->tag`, version 2 of the options; 0
 /// when unset). Matching is by (peer, tag); sends and receives of one
@@ -38,7 +40,24 @@ pub extern "C" fn tc_send(
 
 /// Receives `count` elements from rank `peer` into `buf`, from the send of
 /// `peer` with the same tag (`opts->tag`; see `tc_send`). The sizes of a
-/// send/recv pair must agree (`TC_ERR_INVALID_USAGE` otherwise).
+/// send/recv pair must agree (`TC_ERR_INVALID_USAGE` otherwise, naming
+/// both).
+///
+/// `peer` may be `TC_ANY_SOURCE`: the receive then takes the first message
+/// with its tag from whichever other rank's send comes first (never from
+/// this rank itself: a send to self pairs only with a receive naming this
+/// rank). Messages of one sender with one tag are still taken in that
+/// sender's issue order (non-overtaking, as MPI), and the receive runs in
+/// this comm's issue order like every operation. `tc_work_source` on its
+/// work gives the sender (ask for the work, also with `async_op = 0`). A
+/// size mismatch fails it with `TC_ERR_INVALID_USAGE` naming the sender;
+/// that message is consumed. Waiting for it, the loss of any other rank
+/// (its process exited, it destroyed the comm) fails it with
+/// `TC_ERR_REMOTE` naming that rank, the comm's timeout with
+/// `TC_ERR_TIMEOUT`. Host comms only: on `nccl` it fails with
+/// `TC_ERR_UNSUPPORTED`; a comm of one rank refuses it
+/// (`TC_ERR_INVALID_USAGE`); batches do not take it (see
+/// `tc_batch_recv`).
 #[no_mangle]
 pub extern "C" fn tc_recv(
     comm: *mut tc_comm_t,
@@ -97,6 +116,7 @@ fn entry(
         dtype: dtype(dt)?,
         peer,
         tag,
+        source: None,
     })
 }
 
@@ -115,7 +135,9 @@ pub extern "C" fn tc_batch_send(
 }
 
 /// Adds a receive of `count` elements from `peer` into `buf` to the batch
-/// (tag 0).
+/// (tag 0). `peer` must name a rank: `TC_ANY_SOURCE` makes `tc_batch_issue`
+/// fail with `TC_ERR_UNSUPPORTED` naming `batch[i].peer` (its match would
+/// depend on which of the batch's other receives matched first).
 #[no_mangle]
 pub extern "C" fn tc_batch_recv(
     batch: *mut tc_batch_t,

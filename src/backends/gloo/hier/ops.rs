@@ -324,6 +324,7 @@ impl Hierarchy {
             dtype,
             peer: peer as i32,
             tag: 0,
+            source: None,
         };
         if me != root_host {
             let ops = vec![p2p(true, target, root_host)];

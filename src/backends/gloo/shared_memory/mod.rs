@@ -140,7 +140,14 @@ impl SharedMemory {
 fn transfer(p: &P2p) -> Transfer {
     Transfer {
         is_send: p.is_send,
-        peer: p.peer as usize,
+        peer: match p.is_any_source() {
+            true => engine::ANY,
+            false => p.peer as usize,
+        },
+        source: p
+            .source
+            .as_ref()
+            .map_or(std::ptr::null(), |s| s as *const _),
         tag: p.tag,
         buf: p.buf.as_u8(),
         count: p.count,

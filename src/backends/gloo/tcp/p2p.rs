@@ -6,10 +6,15 @@
 //! never waits for its receive (see [`super::buffered_sends`]).
 //!
 //! Tags map onto Gloo's slots: Gloo matches a receive with a send of the
-//! same (peer, slot), in posting order, and a transfer's slot holds its tag
+//! same (peer, slot), in posting order, and a payload's slot holds its tag
 //! and its number among the transfers of that (peer, direction, tag). So a
 //! receive only ever meets a send of its own tag, and the transfers of one
 //! batch, posted together, match whatever their order on either side.
+//! A descriptor's slot holds its tag only (number 0): every sender's
+//! descriptors of one tag share it, so that a receive from any source
+//! takes the first that comes from any rank (Gloo's receive from a set of
+//! ranks, as torch's gloo does); Gloo's in-order matching of equal slots
+//! keeps each sender's order. Its payload then comes from that sender.
 
 use super::buffered_sends::{DESC_BYTES, DESC_WORDS};
 use super::{shim, GlooTcp, SLOT_KIND_DATA, SLOT_KIND_DESC, SLOT_KIND_TAGGED, SLOT_PREFIX_P2P};
@@ -68,6 +73,16 @@ impl GlooTcp {
         let me = self.rank;
         let mut errors: Vec<String> = Vec::new();
         local_transfers(self.rank, ops, &mut errors);
+        if let [o] = ops {
+            if o.is_any_source() {
+                self.check_open()?;
+                self.receive_any(o, d, &mut errors)?;
+                return match errors.is_empty() {
+                    true => Ok(()),
+                    false => Err(Error::invalid_usage(errors.join("; "))),
+                };
+            }
+        }
         let remote: Vec<&P2p> = ops.iter().filter(|o| o.peer != me).collect();
         if !remote.is_empty() {
             self.check_open()?;
@@ -81,7 +96,7 @@ impl GlooTcp {
                 let bytes = o.count * o.dtype.size();
                 let desc = [o.count as u64, o.dtype.to_c() as u64, bytes as u64];
                 let slots = (
-                    Self::slot(SLOT_KIND_DESC, o.tag, seq),
+                    Self::slot(SLOT_KIND_DESC, o.tag, 0),
                     Self::slot(SLOT_KIND_DATA, o.tag, seq),
                 );
                 self.buffered_send(o.peer, desc, o.buf.as_u8(), slots, d)?;
@@ -97,6 +112,65 @@ impl GlooTcp {
         }
     }
 
+    /// A receive from any source (alone): the first descriptor of its tag
+    /// from any other rank, then the payload from that rank, numbered as
+    /// that rank's next receive of the tag.
+    unsafe fn receive_any(&self, o: &P2p, d: &Deadline, errors: &mut Vec<String>) -> Result<()> {
+        let label = match o.tag {
+            0 => "point-to-point receive from any source".to_string(),
+            t => format!(
+                "point-to-point receive from any source with tag {t} (it takes only a send of \
+                 its tag)"
+            ),
+        };
+        let others: Vec<i32> = (0..self.size).filter(|q| *q != self.rank).collect();
+        let mut desc = [u64::MAX; DESC_WORDS];
+        let sender = {
+            let ub = shim::UnboundBuffer::new(self.ctx(), desc.as_mut_ptr() as *mut u8, DESC_BYTES)
+                .map_err(|e| self.fail(&label, e))?;
+            ub.recv_any(&others, Self::slot(SLOT_KIND_DESC, o.tag, 0), 0, DESC_BYTES)
+                .map_err(|e| self.fail(&label, e))?;
+            // A failed wait closes the context (see `fail`), which ends the
+            // posted receive before its buffer goes.
+            match ub.wait_recv(Some(d.left()?)) {
+                Ok(shim::Waited::Done(q)) if q >= 0 && q < self.size => q,
+                Ok(other) => {
+                    let e = Error::internal(format!("gloo {label}: the wait ended with {other:?}"));
+                    self.close(&e);
+                    return Err(e);
+                }
+                Err(e) => return Err(self.fail(&label, e)),
+            }
+        };
+        o.matched_source(sender);
+        let mut named = o.clone();
+        named.peer = sender;
+        let seq = self.next_seqs(&[&named])[0];
+        let [count, dtype, bytes] = desc;
+        let mut buf = o.buf.0;
+        let mut scratch = None;
+        if count != o.count as u64 || dtype != o.dtype.to_c() as u64 {
+            errors.push(o.mismatch_with_send_from(sender, count, dtype));
+            let mut s = Scratch::new(bytes as usize)?;
+            buf = s.ptr() as *mut c_void;
+            scratch = Some(s);
+        }
+        if bytes > 0 {
+            let payload = [shim::Transfer {
+                peer: sender,
+                is_send: 0,
+                buf,
+                nbytes: bytes as usize,
+                slot: Self::slot(SLOT_KIND_DATA, o.tag, seq),
+            }];
+            self.ctx()
+                .p2p(&payload, d.left()?)
+                .map_err(|e| self.fail("point-to-point receive", e))?;
+        }
+        drop(scratch);
+        Ok(())
+    }
+
     /// The receives of one operation (with their sequence numbers): their
     /// descriptors, then their payloads.
     unsafe fn receive(
@@ -109,12 +183,12 @@ impl GlooTcp {
         let transfers: Vec<shim::Transfer> = receives
             .iter()
             .zip(descs.iter_mut())
-            .map(|((o, seq), desc)| shim::Transfer {
+            .map(|((o, _), desc)| shim::Transfer {
                 peer: o.peer,
                 is_send: 0,
                 buf: desc.as_mut_ptr() as *mut c_void,
                 nbytes: DESC_BYTES,
-                slot: Self::slot(SLOT_KIND_DESC, o.tag, *seq),
+                slot: Self::slot(SLOT_KIND_DESC, o.tag, 0),
             })
             .collect();
         let tagged: Vec<&P2p> = receives.iter().map(|(o, _)| *o).collect();

@@ -198,6 +198,7 @@ impl Case {
                 dtype,
                 peer: next,
                 tag: 0,
+                source: None,
             },
             P2p {
                 is_send: false,
@@ -206,6 +207,7 @@ impl Case {
                 dtype,
                 peer: prev,
                 tag: 0,
+                source: None,
             },
         ])
     }

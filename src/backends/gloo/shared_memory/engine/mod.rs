@@ -61,6 +61,7 @@ mod p2p;
 mod wait;
 
 pub use p2p::Transfer;
+pub(in crate::backends::gloo) use p2p::ANY;
 
 use super::super::memory::{copy, Scratch};
 use super::super::reduce::{self, ReduceFn, Scale};

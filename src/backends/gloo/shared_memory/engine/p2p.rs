@@ -24,6 +24,13 @@
 //! naming both, the message is skipped and the pair stays usable; the send
 //! already completed on its side.
 //!
+//! A receive from any source (peer [`ANY`], always an operation alone:
+//! never batched nor completed at once) takes the earliest early message
+//! of its tag from any peer, else the first header of its tag that a
+//! pass over the rings finds; each peer's messages still match in order.
+//! It tells its sender through the transfer's source slot. Any peer that
+//! exits or leaves while it waits fails it, naming that peer.
+//!
 //! Waiting follows the collectives' syncs (see [`super::wait`]): busy
 //! polling while a peer on another CPU may answer, then yields, then futex
 //! sleeps of at most 10 ms between which a peer whose process exited or
@@ -36,10 +43,18 @@ mod at_once;
 use super::wait::{current_cpu, Patience};
 use super::{exited, futex_wait, futex_wake, IntraHost, SEGMENT, SLICE};
 use crate::error::{Error, Result};
+use crate::op::SourceSlot;
 use crate::types::DType;
 use crate::util::Deadline;
 use std::collections::VecDeque;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+/// The peer of a receive from any source.
+pub(in crate::backends::gloo) const ANY: usize = usize::MAX;
+
+/// Numbers the early messages in the order they were read, so that a
+/// receive from any source takes the one that came first.
+static ARRIVALS: AtomicU64 = AtomicU64::new(0);
 
 /// Data bytes of one ring.
 pub(super) const RING: usize = 1 << 20;
@@ -64,11 +79,36 @@ pub struct Transfer {
     pub buf: *mut u8,
     pub count: usize,
     pub dtype: DType,
+    /// An any-source receive's slot for its sender (null otherwise);
+    /// valid while the transfer runs.
+    pub source: *const SourceSlot,
 }
 
 impl Transfer {
     fn bytes(&self) -> usize {
         self.count * self.dtype.size()
+    }
+
+    /// A receive that may take a message from rank `q`.
+    #[inline(always)]
+    fn receives_from(&self, q: usize) -> bool {
+        !self.is_send && (self.peer == q || self.peer == ANY)
+    }
+
+    /// Tells an any-source receive's work that it took `q`'s message.
+    fn matched(&self, q: usize) {
+        // SAFETY: the slot outlives the transfer (see `source`).
+        if let Some(slot) = unsafe { self.source.as_ref() } {
+            slot.set(q as i32);
+        }
+    }
+
+    /// "rank N" or "any source".
+    fn peer_name(&self) -> String {
+        match self.peer {
+            ANY => "any source".into(),
+            q => format!("rank {q}"),
+        }
     }
 }
 
@@ -97,6 +137,8 @@ struct EarlyMessage {
     dtype: u64,
     data: Vec<u8>,
     complete: bool,
+    /// Its place among every peer's early messages (see [`ARRIVALS`]).
+    arrived: u64,
 }
 
 /// What this rank has read from one peer's ring.
@@ -286,7 +328,16 @@ impl IntraHost {
                 patience = Patience::new(self.busy_spins, patience.cpu);
                 continue;
             }
-            let awaited = pend.iter().filter(|p| !p.done).map(|p| p.t.peer);
+            // Every other rank for an any-source receive (no allocation:
+            // this loop is the latency-bound path).
+            let (me, size) = (self.rank, self.size);
+            let awaited = pend.iter().filter(|p| !p.done).flat_map(|p| {
+                let peers = match p.t.peer {
+                    ANY => 0..size,
+                    q => q..q + 1,
+                };
+                peers.filter(move |q| *q != me)
+            });
             if patience.poll_again(|cpu| self.any_on_cpu(awaited, cpu)) {
                 continue;
             }
@@ -325,30 +376,38 @@ impl IntraHost {
                 t => format!(" with tag {t}"),
             };
             format!(
-                "{verb} of {} {} {dir} rank {}{tag} through shared memory on rank {me}",
+                "{verb} of {} {} {dir} {}{tag} through shared memory on rank {me}",
                 p.t.count,
                 p.t.dtype.name(),
-                p.t.peer
+                p.t.peer_name()
             )
         };
+        // An any-source receive waits for every other rank: any of them
+        // gone fails it (the one whose send it waits for may be that one).
+        let peers_of = |p: &Pending| match p.t.peer {
+            ANY => (0..self.size).filter(|q| *q != me).collect::<Vec<_>>(),
+            q => vec![q],
+        };
         for p in &waiting {
-            let q = p.t.peer;
-            if self.pidfds[q].as_deref().is_some_and(exited) {
-                return Err(Error::remote(format!(
-                    "{}: rank {q}'s process exited before completing it",
-                    what(p)
-                )));
-            }
-            if self.left_of(q).load(Ordering::SeqCst) != 0 {
-                return Err(Error::remote(format!(
-                    "{}: rank {q} left the comm (destroyed it) before completing it",
-                    what(p)
-                )));
+            for q in peers_of(p) {
+                if self.pidfds[q].as_deref().is_some_and(exited) {
+                    return Err(Error::remote(format!(
+                        "{}: rank {q}'s process exited before completing it",
+                        what(p)
+                    )));
+                }
+                if self.left_of(q).load(Ordering::SeqCst) != 0 {
+                    return Err(Error::remote(format!(
+                        "{}: rank {q} left the comm (destroyed it) before completing it",
+                        what(p)
+                    )));
+                }
             }
         }
         if d.left().is_err() {
             let first = waiting.first().map(|p| what(p)).unwrap_or_default();
-            let mut peers: Vec<usize> = waiting.iter().map(|p| p.t.peer).collect();
+            let mut peers: Vec<usize> = waiting.iter().flat_map(|p| peers_of(p)).collect();
+            peers.sort_unstable();
             peers.dedup();
             let names: Vec<String> = peers.iter().map(|q| q.to_string()).collect();
             return Err(Error::timeout(format!(
@@ -385,7 +444,7 @@ impl IntraHost {
             let wanted = inboxes[q].reading.is_some()
                 || pend
                     .iter()
-                    .any(|p| !p.t.is_send && !p.done && !p.matched && p.t.peer == q);
+                    .any(|p| !p.done && !p.matched && p.t.receives_from(q));
             if wanted || drain {
                 moved |= self.pull(q, &mut inboxes[q], pend, drain)?;
             }
@@ -492,7 +551,7 @@ impl IntraHost {
     ) -> Result<bool> {
         let unmatched = || {
             pend.iter()
-                .any(|p| !p.t.is_send && !p.done && !p.matched && p.t.peer == q)
+                .any(|p| !p.done && !p.matched && p.t.receives_from(q))
         };
         if ((head - *tail) as usize) < HEADER || !(drain || unmatched()) {
             return Ok(false);
@@ -591,7 +650,7 @@ impl IntraHost {
         };
         let waiting = pend
             .iter()
-            .position(|p| !p.t.is_send && !p.done && !p.matched && p.t.peer == q && p.t.tag == tag);
+            .position(|p| !p.done && !p.matched && p.t.receives_from(q) && p.t.tag == tag);
         let Some(i) = waiting else {
             inbox.early.push_back(EarlyMessage {
                 tag,
@@ -599,11 +658,13 @@ impl IntraHost {
                 dtype,
                 data: Vec::with_capacity(bytes),
                 complete: bytes == 0,
+                arrived: ARRIVALS.fetch_add(1, Ordering::Relaxed),
             });
             return reading(Dest::Early);
         };
         pend[i].matched = true;
-        if let Some(e) = self.mismatch(&pend[i].t, count, dtype) {
+        pend[i].t.matched(q);
+        if let Some(e) = self.mismatch(&pend[i].t, q, count, dtype) {
             pend[i].error = Some(e);
             pend[i].done = true;
             return reading(Dest::Skip);
@@ -614,16 +675,27 @@ impl IntraHost {
         reading(Dest::Recv(i))
     }
 
-    /// Why receive `t` cannot take a message of `count` elements of `dtype`.
-    fn mismatch(&self, t: &Transfer, count: u64, dtype: u64) -> Option<String> {
-        (count != t.count as u64 || dtype != t.dtype.to_c() as u64).then(|| {
-            format!(
-                "receive of {} {} from rank {} does not match that rank's send of {count} {}",
+    /// Why receive `t` cannot take rank `q`'s message of `count` elements
+    /// of `dtype`.
+    fn mismatch(&self, t: &Transfer, q: usize, count: u64, dtype: u64) -> Option<String> {
+        (count != t.count as u64 || dtype != t.dtype.to_c() as u64).then(|| match t.peer {
+            ANY => format!(
+                "receive of {} {} from any source{} took rank {q}'s send of {count} {}, which \
+                 does not match",
                 t.count,
                 t.dtype.name(),
-                t.peer,
+                match t.tag {
+                    0 => String::new(),
+                    tag => format!(" with tag {tag}"),
+                },
                 dtype_name(dtype)
-            )
+            ),
+            _ => format!(
+                "receive of {} {} from rank {q} does not match that rank's send of {count} {}",
+                t.count,
+                t.dtype.name(),
+                dtype_name(dtype)
+            ),
         })
     }
 
@@ -632,15 +704,26 @@ impl IntraHost {
     /// is redirected to the receive's buffer.
     unsafe fn take_early(&self, inboxes: &mut [Inbox], pend: &mut [Pending], i: usize) {
         let t = pend[i].t;
-        let inbox = &mut inboxes[t.peer];
-        let Some(k) = inbox.early.iter().position(|e| e.tag == t.tag) else {
+        let first_of = |inbox: &Inbox| inbox.early.iter().position(|e| e.tag == t.tag);
+        let found = match t.peer {
+            // The earliest read of every peer's first message of the tag.
+            ANY => inboxes
+                .iter()
+                .enumerate()
+                .filter_map(|(q, inbox)| first_of(inbox).map(|k| (q, k)))
+                .min_by_key(|(q, k)| inboxes[*q].early[*k].arrived),
+            q => first_of(&inboxes[q]).map(|k| (q, k)),
+        };
+        let Some((q, k)) = found else {
             return;
         };
+        let inbox = &mut inboxes[q];
         let Some(e) = inbox.early.remove(k) else {
             return;
         };
         pend[i].matched = true;
-        let mismatch = self.mismatch(&t, e.count, e.dtype);
+        t.matched(q);
+        let mismatch = self.mismatch(&t, q, e.count, e.dtype);
         let mut redirect = |dest| {
             if let Some(r) = &mut inbox.reading {
                 r.dest = dest;

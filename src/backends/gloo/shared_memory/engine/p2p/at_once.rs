@@ -28,7 +28,8 @@ impl IntraHost {
     /// # Safety
     /// `t`'s buffer is valid for its bytes until this returns.
     pub unsafe fn transfer_at_once(&self, t: &Transfer) -> Option<Result<Option<String>>> {
-        if t.bytes() > AT_ONCE_MAX {
+        // A receive from any source waits for the first of several rings.
+        if t.bytes() > AT_ONCE_MAX || t.peer == ANY {
             return None;
         }
         // Held by an operation of another thread (a window's, say): decline.
@@ -65,7 +66,7 @@ impl IntraHost {
                 return None;
             }
             let e = inbox.early.remove(k)?;
-            if let Some(why) = self.mismatch(t, e.count, e.dtype) {
+            if let Some(why) = self.mismatch(t, t.peer, e.count, e.dtype) {
                 return Some(Ok(Some(why)));
             }
             std::ptr::copy_nonoverlapping(e.data.as_ptr(), t.buf, e.data.len());
@@ -98,7 +99,7 @@ impl IntraHost {
         if magic_tag as u32 != t.tag || there < HEADER + body {
             return None;
         }
-        let why = self.mismatch(t, count, dtype);
+        let why = self.mismatch(t, q, count, dtype);
         if why.is_none() {
             // The body may wrap at the ring's end (a header never does).
             let at = (tail as usize + HEADER) % RING;
