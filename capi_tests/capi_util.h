@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <torchcomm.h>
 
@@ -89,6 +90,33 @@ static inline tc_comm_t *capi_one_rank_comm(const char *name, tc_store_t *store)
     tc_device_t cpu = {TC_DEVICE_CPU, 0};
     EXPECT_OK(tc_comm_new("gloo", cpu, &o, &comm));
     return comm;
+}
+
+/* Forks `size` ranks (at most 8), each running rank_main(path, rank, size)
+   with `path` a fresh FileStore path they share, and waits for them; a rank
+   that does not exit 0 is a failed check, reported with `what`. `path` (at
+   least 32 bytes) is left holding that path, its file removed. */
+static inline void capi_run_ranks(const char *what, int size, int (*rank_main)(const char *, int, int),
+                                  char *path) {
+    strcpy(path, "/tmp/tc_capi_ranks_XXXXXX");
+    int fd = mkstemp(path);
+    if (fd < 0 || size > 8) exit(2);
+    close(fd);
+    unlink(path);
+    pid_t pids[8];
+    for (int r = 0; r < size; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) _exit(rank_main(path, r, size));
+    }
+    for (int r = 0; r < size; r++) {
+        int status = 0;
+        waitpid(pids[r], &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            fprintf(stderr, "%s, %d ranks: rank %d ended with status 0x%x\n", what, size, r, status);
+            capi_failures++;
+        }
+    }
+    unlink(path);
 }
 
 #endif

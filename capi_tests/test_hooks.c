@@ -467,25 +467,9 @@ static int nan_rank(const char *path, int rank, int size) {
 
 static void run_ranks(int size, int (*rank_main)(const char *, int, int), const char *what) {
     char path[32];
-    strcpy(path, "/tmp/tc_hooks_XXXXXX");
-    int fd = mkstemp(path);
-    if (fd < 0) exit(2);
-    close(fd);
-    unlink(path);
-    pid_t pids[4];
-    for (int r = 0; r < size; r++) {
-        pids[r] = fork();
-        if (pids[r] == 0) _exit(rank_main(path, r, size));
-    }
-    for (int r = 0; r < size; r++) {
-        int status = 0;
-        waitpid(pids[r], &status, 0);
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-            fprintf(stderr, "test_hooks: %s, %d ranks: rank %d ended with status 0x%x\n", what, size, r, status);
-            capi_failures++;
-        }
-    }
-    unlink(path);
+    char name[64];
+    snprintf(name, sizeof name, "test_hooks: %s", what);
+    capi_run_ranks(name, size, rank_main, path);
     char fail_path[64];
     snprintf(fail_path, sizeof fail_path, "%s.fail", path);
     unlink(fail_path);

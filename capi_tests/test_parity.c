@@ -249,25 +249,7 @@ static int rank_main(const char *path, int rank, int size) {
 
 static void job(int size) {
     char path[32];
-    strcpy(path, "/tmp/tc_parity_XXXXXX");
-    int fd = mkstemp(path);
-    if (fd < 0) exit(2);
-    close(fd);
-    unlink(path);
-    pid_t pids[4];
-    for (int r = 0; r < size; r++) {
-        pids[r] = fork();
-        if (pids[r] == 0) _exit(rank_main(path, r, size));
-    }
-    for (int r = 0; r < size; r++) {
-        int status = 0;
-        waitpid(pids[r], &status, 0);
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-            fprintf(stderr, "test_parity: %d ranks: rank %d ended with status 0x%x\n", size, r, status);
-            capi_failures++;
-        }
-    }
-    unlink(path);
+    capi_run_ranks("test_parity", size, rank_main, path);
 }
 
 int main(void) {
