@@ -2510,7 +2510,9 @@ tc_result_t tc_work_status(const tc_work_t *work, int32_t *status);
  not started, in progress, timed out, failed). NULL `work` or `rank`:
  `TC_ERR_NULL_ARGUMENT` naming it; a handle that is not a live work:
  `TC_ERR_INVALID_ARGUMENT`. Never blocks. Thread-safe; the handle stays
- owned by the caller.
+ owned by the caller. No stream ordering: it reads what the host knows
+ of the work (a device receive counts as completed once
+ `tc_work_is_completed` says so).
  */
 tc_result_t tc_work_source(const tc_work_t *work, int32_t *rank);
 

@@ -91,7 +91,9 @@ pub extern "C" fn tc_work_status(work: *const tc_work_t, status: *mut i32) -> tc
 /// not started, in progress, timed out, failed). NULL `work` or `rank`:
 /// `TC_ERR_NULL_ARGUMENT` naming it; a handle that is not a live work:
 /// `TC_ERR_INVALID_ARGUMENT`. Never blocks. Thread-safe; the handle stays
-/// owned by the caller.
+/// owned by the caller. No stream ordering: it reads what the host knows
+/// of the work (a device receive counts as completed once
+/// `tc_work_is_completed` says so).
 #[no_mangle]
 pub extern "C" fn tc_work_source(work: *const tc_work_t, rank: *mut i32) -> tc_result_t {
     boundary("tc_work_source", || {

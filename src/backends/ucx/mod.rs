@@ -451,6 +451,16 @@ const HEAD_DESCRIPTOR_ONLY: u64 = 1 << 40;
 /// Every bit but [`HEAD_DESCRIPTOR_ONLY`].
 const HEAD_MASK: u64 = !HEAD_DESCRIPTOR_ONLY;
 
+/// Where a tag carries its sender's rank (bits 61..44).
+const SENDER_SHIFT: u32 = 44;
+/// The sender's bits of a tag: a receive from any sender masks them out.
+const SENDER_BITS: u64 = ((MAX_RANKS as u64) - 1) << SENDER_SHIFT;
+
 fn tag(class: u64, sender: usize, low: u64) -> u64 {
-    (class << 62) | ((sender as u64) << 44) | (low & ((1 << 44) - 1))
+    (class << 62) | ((sender as u64) << SENDER_SHIFT) | (low & ((1 << SENDER_SHIFT) - 1))
+}
+
+/// The sender's rank a tag made by [`tag`] carries.
+fn sender_of(tag: u64) -> usize {
+    ((tag & SENDER_BITS) >> SENDER_SHIFT) as usize
 }

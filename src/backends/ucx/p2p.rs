@@ -46,9 +46,6 @@ fn data_tag(sender: usize, tag: u32) -> u64 {
     super::tag(CLASS_P2P_DATA, sender, tag as u64)
 }
 
-/// The sender's bits of a tag.
-const SENDER_BITS: u64 = ((super::MAX_RANKS as u64) - 1) << 44;
-
 /// Transfers issued together (a send, a receive or a batch).
 ///
 /// # Safety
@@ -153,7 +150,7 @@ unsafe fn receive(
             let word =
                 |i: usize| u64::from_ne_bytes(h[8 * i..8 * i + 8].try_into().unwrap_or_default());
             let (count, dtype, bytes) = (word(0), word(1), word(2) as usize);
-            let sender = ((r.info.sender_tag & SENDER_BITS) >> 44) as usize;
+            let sender = super::sender_of(r.info.sender_tag);
             o.matched_source(sender as i32);
             let matches = count == o.count as u64 && dtype == o.dtype.to_c() as u64;
             if !matches {
@@ -199,7 +196,7 @@ unsafe fn post_head(w: &mut Worker, o: &P2p, head: &[u8]) -> Request {
     let (peer, t) = match o.is_any_source() {
         // Any sender's head of the tag; posted as from this rank, so that
         // the wait watches every peer (see `Worker::failure`).
-        true => (w.rank, (head_tag(0, o.tag), HEAD_MASK & !SENDER_BITS)),
+        true => (w.rank, (head_tag(0, o.tag), HEAD_MASK & !super::SENDER_BITS)),
         false => (
             o.peer as usize,
             (head_tag(o.peer as usize, o.tag), HEAD_MASK),

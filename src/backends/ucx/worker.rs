@@ -122,7 +122,7 @@ const NOTICE_BYTES: usize = 512;
 fn notice_tag(sender: usize) -> Tag {
     super::tag(super::CLASS_WIRE_UP, sender, 1)
 }
-const NOTICE_MASK: Tag = !(((super::MAX_RANKS as u64) - 1) << 44);
+const NOTICE_MASK: Tag = !super::SENDER_BITS;
 
 /// The store key of rank `r`'s worker address.
 fn address_key(r: usize) -> String {
@@ -590,7 +590,7 @@ impl Worker {
         let done = self.poll(&mut n);
         let status = n.status;
         let (sender, length) = (
-            ((n.info.sender_tag >> 44) as usize) & (super::MAX_RANKS - 1),
+            super::sender_of(n.info.sender_tag),
             n.info.length,
         );
         self.notice = Some(n);
