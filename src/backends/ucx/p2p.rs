@@ -196,7 +196,10 @@ unsafe fn post_head(w: &mut Worker, o: &P2p, head: &[u8]) -> Request {
     let (peer, t) = match o.is_any_source() {
         // Any sender's head of the tag; posted as from this rank, so that
         // the wait watches every peer (see `Worker::failure`).
-        true => (w.rank, (head_tag(0, o.tag), HEAD_MASK & !super::SENDER_BITS)),
+        true => (
+            w.rank,
+            (head_tag(0, o.tag), HEAD_MASK & !super::SENDER_BITS),
+        ),
         false => (
             o.peer as usize,
             (head_tag(o.peer as usize, o.tag), HEAD_MASK),

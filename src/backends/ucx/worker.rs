@@ -589,10 +589,7 @@ impl Worker {
         let mut n = self.notice.take()?;
         let done = self.poll(&mut n);
         let status = n.status;
-        let (sender, length) = (
-            super::sender_of(n.info.sender_tag),
-            n.info.length,
-        );
+        let (sender, length) = (super::sender_of(n.info.sender_tag), n.info.length);
         self.notice = Some(n);
         if !done || status != UCS_OK {
             return None;
