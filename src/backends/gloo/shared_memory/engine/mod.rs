@@ -81,14 +81,26 @@ use wait::Patience;
 
 /// Bytes of each of a segment's two data halves: the chunk size.
 pub(super) const HALF: usize = 512 << 10;
-/// Header words: phase (0), bell (8), sleeping (12), left (16), gave up
-/// (24), CPU (32, see [`wait`]), from [`SLOTS`] two fingerprint slots
-/// (see [`Fingerprint`]) and from [`REASONS`] two refusal reasons (see
-/// [`IntraHost::refuse`]).
+/// The header. Its first cache line holds what a peer reads at every sync,
+/// all written by this rank alone: the phase (0), the CPU (8, see
+/// [`wait`]) and, from [`SLOTS`], two fingerprint slots (see
+/// [`Fingerprint`]); so a sync moves one line per peer, where phase, slot
+/// and the words below on separate lines moved three. The second line
+/// holds what changes rarely, or is written by peers: bell (64), sleeping
+/// (68), left (72), gave up (80). From [`REASONS`], two refusal reasons
+/// (see [`IntraHost::refuse`]).
 const HEADER: usize = REASONS + 2 * REASON_BYTES;
-const SLOTS: usize = 64;
-const SLOT_WORDS: usize = 4;
-const REASONS: usize = SLOTS + 2 * SLOT_WORDS * 8;
+const CPU: usize = 8;
+const SLOTS: usize = 16;
+/// A slot's words: the fingerprint's packed fields with the low 32 bits of
+/// the phase it belongs to above them, its count, its root.
+const SLOT_WORDS: usize = 3;
+const BELL: usize = 64;
+const SLEEPING: usize = 68;
+const LEFT: usize = 72;
+const GAVE_UP: usize = 80;
+const REASONS: usize = 128;
+const _: () = assert!(SLOTS + 2 * SLOT_WORDS * 8 <= BELL && GAVE_UP + 8 <= REASONS);
 /// A reason slot: its length (8 bytes), then its text (cut to fit).
 const REASON_BYTES: usize = 448;
 const SEGMENT: usize = HEADER + 2 * HALF;
@@ -367,17 +379,17 @@ impl IntraHost {
     }
 
     fn bell_of(&self, r: usize) -> &AtomicU32 {
-        unsafe { &*(self.bases[r].add(8) as *const AtomicU32) }
+        unsafe { &*(self.bases[r].add(BELL) as *const AtomicU32) }
     }
 
     fn sleeping_of(&self, r: usize) -> &AtomicU32 {
-        unsafe { &*(self.bases[r].add(12) as *const AtomicU32) }
+        unsafe { &*(self.bases[r].add(SLEEPING) as *const AtomicU32) }
     }
 
     /// The CPU rank `r` last ran on at a sync, plus one (0: not known);
     /// see [`wait`].
     fn cpu_of(&self, r: usize) -> &AtomicU32 {
-        unsafe { &*(self.bases[r].add(32) as *const AtomicU32) }
+        unsafe { &*(self.bases[r].add(CPU) as *const AtomicU32) }
     }
 
     /// Whether a rank of `ranks` was last seen on CPU `cpu` (plus one).
@@ -388,7 +400,7 @@ impl IntraHost {
     /// Set when rank `r` dropped its comm: a peer waiting for it fails
     /// at once (it issued fewer collectives) instead of at its timeout.
     fn left_of(&self, r: usize) -> &AtomicU32 {
-        unsafe { &*(self.bases[r].add(16) as *const AtomicU32) }
+        unsafe { &*(self.bases[r].add(LEFT) as *const AtomicU32) }
     }
 
     /// The phase of the sync at which rank `r` gave up waiting (0: never):
@@ -396,7 +408,7 @@ impl IntraHost {
     /// late rank fails at once instead of completing with the data the
     /// rank left behind, or waiting for its own timeout.
     fn gave_up_of(&self, r: usize) -> &AtomicU64 {
-        unsafe { &*(self.bases[r].add(24) as *const AtomicU64) }
+        unsafe { &*(self.bases[r].add(GAVE_UP) as *const AtomicU64) }
     }
 
     /// Rank `r`'s reason slot for a first sync at phase `p` (alternating,
@@ -416,7 +428,10 @@ impl IntraHost {
     }
 
     fn publish(&self, p: u64, fp: &Fingerprint) {
-        for (i, w) in [p, fp.packed(), fp.count, fp.root].into_iter().enumerate() {
+        for (i, w) in [tagged(fp.packed(), p), fp.count, fp.root]
+            .into_iter()
+            .enumerate()
+        {
             self.slot_word(self.rank, p, i).store(w, Ordering::Relaxed);
         }
     }
@@ -432,7 +447,8 @@ impl IntraHost {
     /// fingerprint alike, compares.
     fn published_words(&self, r: usize, p: u64) -> Option<[u64; 3]> {
         let w = |i| self.slot_word(r, p, i).load(Ordering::Relaxed);
-        (w(0) == p).then(|| [w(1), w(2), w(3)])
+        let first = w(0);
+        (first >> 32 == tagged(0, p) >> 32).then(|| [first & u64::from(u32::MAX), w(1), w(2)])
     }
 
     /// After the first sync of an operation: every rank compares every
@@ -782,6 +798,15 @@ pub struct Reduction {
     pub avg: bool,
     /// float16/bfloat16 sums: add in f32, round once.
     pub halves: bool,
+}
+
+/// A fingerprint's packed fields (below bit 32) with the low 32 bits of
+/// phase `p` above them: a reader tells its slot's phase from the two
+/// others it can hold (`p - 2`, a stale one; never `p + 2`, see
+/// [`IntraHost::slot_word`]).
+fn tagged(packed: u64, p: u64) -> u64 {
+    debug_assert!(packed >> 32 == 0);
+    packed | p << 32
 }
 
 /// A synchronisation of all ranks, named for messages.
