@@ -2,7 +2,7 @@
 //! on its share of every chunk (reductions with the kernels of
 //! [`super::super::super::reduce`]) and copies out.
 
-use super::{copy, reduce, share, IntraHost, Reduction, Scale, Scratch, SyncAll, HALF};
+use super::{copy, reduce, share, IntraHost, Reduction, Scale, Scratch, SyncAll, HALF, PAYLOAD};
 use crate::error::{Error, Result};
 use std::ffi::c_void;
 
@@ -11,19 +11,46 @@ use std::ffi::c_void;
 /// few bytes costs less than a second sync.
 const ONE_SYNC_BYTES: usize = 16 << 10;
 
+/// Where the ranks put their parts of one chunk: the payload of their sync
+/// lines when a part fits there (data and sync then move as one line),
+/// else their data half `h`. Made just before the chunk's sync (at phase
+/// `p`), the one sync after which the part is read.
+struct Chunk {
+    h: usize,
+    p: u64,
+    small: bool,
+}
+
 impl IntraHost {
-    /// Reduces `len` elements at byte `at` of half `h` of every segment,
-    /// in rank order, into `out`.
+    /// The next chunk, in which each rank writes at most `bytes`.
+    fn next_chunk(&self, bytes: usize) -> Chunk {
+        Chunk {
+            h: self.next_half(),
+            p: self.next_phase(),
+            small: bytes <= PAYLOAD,
+        }
+    }
+
+    /// Rank `r`'s part of chunk `c`.
+    fn area(&self, r: usize, c: &Chunk) -> *mut u8 {
+        if c.small {
+            self.payload(r, c.p)
+        } else {
+            self.half(r, c.h)
+        }
+    }
+
+    /// Reduces `len` elements at `src(r)` of every rank `r`, in rank
+    /// order, into `out`.
     unsafe fn combine(
         &self,
         red: &Reduction,
-        h: usize,
-        at: usize,
+        src: impl Fn(usize) -> *const u8,
         len: usize,
         out: *mut u8,
         blocks: &mut Scratch,
     ) -> Result<()> {
-        if self.combine_undivided(red, h, at, len, out, blocks)? {
+        if self.combine_undivided(red, src, len, out, blocks)? {
             reduce::scale(red.dtype, out, out, len, Scale::Div(self.size as u64))?;
         }
         Ok(())
@@ -35,8 +62,7 @@ impl IntraHost {
     unsafe fn combine_undivided(
         &self,
         red: &Reduction,
-        h: usize,
-        at: usize,
+        src: impl Fn(usize) -> *const u8,
         len: usize,
         out: *mut u8,
         blocks: &mut Scratch,
@@ -44,11 +70,7 @@ impl IntraHost {
         let es = red.dtype.size();
         if red.halves {
             for r in 0..self.size {
-                copy(
-                    blocks.ptr().add(r * len * es),
-                    self.half(r, h).add(at),
-                    len * es,
-                );
+                copy(blocks.ptr().add(r * len * es), src(r), len * es);
             }
             reduce::sum_half_blocks(
                 red.dtype,
@@ -60,12 +82,12 @@ impl IntraHost {
             )?;
             return Ok(false);
         }
-        copy(out, self.half(0, h).add(at), len * es);
+        copy(out, src(0), len * es);
         for r in 1..self.size {
             (red.f)(
                 out as *mut c_void,
                 out as *const c_void,
-                self.half(r, h).add(at) as *const c_void,
+                src(r) as *const c_void,
                 len,
             );
         }
@@ -117,20 +139,19 @@ impl IntraHost {
         if count * es > ONE_SYNC_BYTES {
             return self.reduce_in_shares(buf, count, red, root, sync);
         }
-        let (me, h) = (self.rank, self.next_half());
-        let mine = self.half(me, h);
+        let c = self.next_chunk(count * es);
         // Allocated before the first sync: a rank without the memory fails
         // there, which the other ranks hear about at that sync.
-        let combines = root.map_or(true, |r| r == me) && count > 0;
+        let combines = root.map_or(true, |r| r == self.rank) && count > 0;
         let mut blocks = self.blocks_for(red, if combines { count } else { 0 })?;
-        self.copy_in(red, mine, buf, count)?;
+        self.copy_in(red, self.area(self.rank, &c), buf, count)?;
         sync(if root.is_some() {
             "reduce"
         } else {
             "all_reduce"
         })?;
         if combines {
-            self.combine(red, h, 0, count, buf, &mut blocks)?;
+            self.combine(red, |r| self.area(r, &c), count, buf, &mut blocks)?;
         }
         Ok(())
     }
@@ -177,7 +198,8 @@ impl IntraHost {
                 };
                 // AVG's division, when still due, is the copy into the
                 // segment itself: one pass instead of two.
-                if self.combine_undivided(red, h, s0 * es, len, out, &mut blocks)? {
+                let src = |r| self.half(r, h).add(s0 * es) as *const u8;
+                if self.combine_undivided(red, src, len, out, &mut blocks)? {
                     reduce::scale(red.dtype, mine.add(s0 * es), out, len, Scale::Div(n as u64))?;
                 } else {
                     copy(mine.add(s0 * es), out, len * es);
@@ -206,13 +228,14 @@ impl IntraHost {
         sync: &SyncAll,
     ) -> Result<()> {
         for c0 in (0..bytes).step_by(HALF) {
-            let (m, h) = ((bytes - c0).min(HALF), self.next_half());
+            let m = (bytes - c0).min(HALF);
+            let c = self.next_chunk(m);
             if self.rank == root {
-                copy(self.half(root, h), buf.add(c0), m);
+                copy(self.area(root, &c), buf.add(c0), m);
             }
             sync("broadcast")?;
             if self.rank != root {
-                copy(buf.add(c0), self.half(root, h), m);
+                copy(buf.add(c0), self.area(root, &c), m);
             }
         }
         Ok(())
@@ -227,11 +250,12 @@ impl IntraHost {
         sync: &SyncAll,
     ) -> Result<()> {
         for c0 in (0..bytes).step_by(HALF) {
-            let (m, h) = ((bytes - c0).min(HALF), self.next_half());
-            copy(self.half(self.rank, h), input.add(c0), m);
+            let m = (bytes - c0).min(HALF);
+            let c = self.next_chunk(m);
+            copy(self.area(self.rank, &c), input.add(c0), m);
             sync("all_gather_single")?;
             for r in 0..self.size {
-                copy(out.add(r * bytes + c0), self.half(r, h), m);
+                copy(out.add(r * bytes + c0), self.area(r, &c), m);
             }
         }
         Ok(())
@@ -251,8 +275,9 @@ impl IntraHost {
         let per_block = HALF / es / n;
         let mut blocks = self.blocks_for(red, count.min(per_block))?;
         for c0 in (0..count).step_by(per_block) {
-            let (m, h) = ((count - c0).min(per_block), self.next_half());
-            let mine = self.half(me, h);
+            let m = (count - c0).min(per_block);
+            let c = self.next_chunk(n * m * es);
+            let mine = self.area(me, &c);
             for r in 0..n {
                 self.copy_in(
                     red,
@@ -262,7 +287,8 @@ impl IntraHost {
                 )?;
             }
             sync("reduce_scatter_single")?;
-            self.combine(red, h, me * m * es, m, out.add(c0 * es), &mut blocks)?;
+            let src = |r| self.area(r, &c).add(me * m * es) as *const u8;
+            self.combine(red, src, m, out.add(c0 * es), &mut blocks)?;
         }
         Ok(())
     }
@@ -278,12 +304,13 @@ impl IntraHost {
         sync: &SyncAll,
     ) -> Result<()> {
         for c0 in (0..bytes).step_by(HALF) {
-            let (m, h) = ((bytes - c0).min(HALF), self.next_half());
-            copy(self.half(self.rank, h), input.add(c0), m);
+            let m = (bytes - c0).min(HALF);
+            let c = self.next_chunk(m);
+            copy(self.area(self.rank, &c), input.add(c0), m);
             sync("gather")?;
             if self.rank == root {
                 for (r, out) in outputs.iter().enumerate() {
-                    copy(out.add(c0), self.half(r, h), m);
+                    copy(out.add(c0), self.area(r, &c), m);
                 }
             }
         }
@@ -302,12 +329,13 @@ impl IntraHost {
     ) -> Result<()> {
         let per_block = HALF / self.size;
         for c0 in (0..bytes).step_by(per_block) {
-            let (m, h) = ((bytes - c0).min(per_block), self.next_half());
+            let m = (bytes - c0).min(per_block);
+            let c = self.next_chunk(self.size * m);
             for (r, input) in inputs.iter().enumerate() {
-                copy(self.half(root, h).add(r * m), input.add(c0), m);
+                copy(self.area(root, &c).add(r * m), input.add(c0), m);
             }
             sync("scatter")?;
-            copy(out.add(c0), self.half(root, h).add(self.rank * m), m);
+            copy(out.add(c0), self.area(root, &c).add(self.rank * m), m);
         }
         Ok(())
     }
@@ -365,14 +393,8 @@ impl IntraHost {
                 self.copy_in(red, block, input.add((start + c0) * es), part(r))?;
             }
             sync("reduce_scatter_v")?;
-            self.combine(
-                red,
-                h,
-                me * step * es,
-                part(me),
-                out.add(c0 * es),
-                &mut blocks,
-            )?;
+            let src = |r| self.half(r, h).add(me * step * es) as *const u8;
+            self.combine(red, src, part(me), out.add(c0 * es), &mut blocks)?;
         }
         Ok(())
     }
@@ -452,13 +474,14 @@ impl IntraHost {
         let (n, me) = (self.size, self.rank);
         let per_block = HALF / n;
         for c0 in (0..block).step_by(per_block) {
-            let (m, h) = ((block - c0).min(per_block), self.next_half());
+            let m = (block - c0).min(per_block);
+            let c = self.next_chunk(n * m);
             for r in 0..n {
-                copy(self.half(me, h).add(r * m), input.add(r * block + c0), m);
+                copy(self.area(me, &c).add(r * m), input.add(r * block + c0), m);
             }
             sync("all_to_all_single")?;
             for r in 0..n {
-                copy(out.add(r * block + c0), self.half(r, h).add(me * m), m);
+                copy(out.add(r * block + c0), self.area(r, &c).add(me * m), m);
             }
         }
         Ok(())

@@ -81,26 +81,34 @@ use wait::Patience;
 
 /// Bytes of each of a segment's two data halves: the chunk size.
 pub(super) const HALF: usize = 512 << 10;
-/// The header. Its first cache line holds what a peer reads at every sync,
-/// all written by this rank alone: the phase (0), the CPU (8, see
-/// [`wait`]) and, from [`SLOTS`], two fingerprint slots (see
-/// [`Fingerprint`]); so a sync moves one line per peer, where phase, slot
-/// and the words below on separate lines moved three. The second line
-/// holds what changes rarely, or is written by peers: bell (64), sleeping
-/// (68), left (72), gave up (80). From [`REASONS`], two refusal reasons
-/// (see [`IntraHost::refuse`]).
+/// The header. Its first two cache lines are the sync lines, one per
+/// parity of the phase (a sync at phase `p` uses line `p % 2`), each
+/// written by this rank alone: the phase of its latest sync of that
+/// parity (0), a fingerprint slot (from [`SLOT`], see [`Fingerprint`]) and
+/// a payload of [`PAYLOAD`] bytes (from [`PAYLOAD_AT`]): a peer reads one
+/// line per sync, and for a chunk that fits the payload the data comes
+/// with it (`bench/sync_lines.c`, a model of the 2-rank exchange: 111–119
+/// ns per round with one line, 141–158 with the fingerprint on the
+/// phase's line and the data apart, 156–161 with three lines). The third line holds what
+/// changes rarely or is written by peers: CPU (128, see [`wait`]), bell
+/// (132), sleeping (136), left (140), gave up (144). From [`REASONS`], two
+/// refusal reasons (see [`IntraHost::refuse`]).
 const HEADER: usize = REASONS + 2 * REASON_BYTES;
-const CPU: usize = 8;
-const SLOTS: usize = 16;
+const LINE: usize = 64;
+const SLOT: usize = 8;
 /// A slot's words: the fingerprint's packed fields with the low 32 bits of
 /// the phase it belongs to above them, its count, its root.
 const SLOT_WORDS: usize = 3;
-const BELL: usize = 64;
-const SLEEPING: usize = 68;
-const LEFT: usize = 72;
-const GAVE_UP: usize = 80;
-const REASONS: usize = 128;
-const _: () = assert!(SLOTS + 2 * SLOT_WORDS * 8 <= BELL && GAVE_UP + 8 <= REASONS);
+const PAYLOAD_AT: usize = 32;
+/// Bytes of a chunk that travel in the sync line.
+pub(super) const PAYLOAD: usize = LINE - PAYLOAD_AT;
+const CPU: usize = 2 * LINE;
+const BELL: usize = CPU + 4;
+const SLEEPING: usize = CPU + 8;
+const LEFT: usize = CPU + 12;
+const GAVE_UP: usize = CPU + 16;
+const REASONS: usize = 3 * LINE;
+const _: () = assert!(SLOT + SLOT_WORDS * 8 <= PAYLOAD_AT && GAVE_UP + 8 <= REASONS);
 /// A reason slot: its length (8 bytes), then its text (cut to fit).
 const REASON_BYTES: usize = 448;
 const SEGMENT: usize = HEADER + 2 * HALF;
@@ -373,9 +381,28 @@ impl IntraHost {
         }))
     }
 
-    fn phase_of(&self, r: usize) -> &AtomicU64 {
-        // SAFETY: the header's first word, aligned, in a live mapping.
-        unsafe { &*(self.bases[r] as *const AtomicU64) }
+    /// Rank `r`'s sync line for a sync at phase `p`.
+    fn sync_line(&self, r: usize, p: u64) -> *mut u8 {
+        // SAFETY: within the header.
+        unsafe { self.bases[r].add((p % 2) as usize * LINE) }
+    }
+
+    /// The phase of rank `r`'s latest sync of `p`'s parity: at least `p`
+    /// once `r` reached the sync at `p` (never `p + 2` while this rank has
+    /// not passed `p + 1`).
+    fn phase_word(&self, r: usize, p: u64) -> &AtomicU64 {
+        // SAFETY: the line's first word, aligned, in a live mapping.
+        unsafe { &*(self.sync_line(r, p) as *const AtomicU64) }
+    }
+
+    fn arrived(&self, r: usize, p: u64) -> bool {
+        self.phase_word(r, p).load(Ordering::SeqCst) >= p
+    }
+
+    /// The payload of rank `r`'s sync line for a sync at phase `p`.
+    pub(super) fn payload(&self, r: usize, p: u64) -> *mut u8 {
+        // SAFETY: within the header.
+        unsafe { self.sync_line(r, p).add(PAYLOAD_AT) }
     }
 
     fn bell_of(&self, r: usize) -> &AtomicU32 {
@@ -390,6 +417,16 @@ impl IntraHost {
     /// see [`wait`].
     fn cpu_of(&self, r: usize) -> &AtomicU32 {
         unsafe { &*(self.bases[r].add(CPU) as *const AtomicU32) }
+    }
+
+    /// Publishes the CPU this rank runs on (plus one), storing only a
+    /// change: peers read the word while they wait, and an unchanged one
+    /// stays in their caches.
+    fn publish_cpu(&self, cpu: u32) {
+        let mine = self.cpu_of(self.rank);
+        if mine.load(Ordering::Relaxed) != cpu {
+            mine.store(cpu, Ordering::Relaxed);
+        }
     }
 
     /// Whether a rank of `ranks` was last seen on CPU `cpu` (plus one).
@@ -418,13 +455,12 @@ impl IntraHost {
         unsafe { self.bases[r].add(REASONS + (p % 2) as usize * REASON_BYTES) }
     }
 
-    /// Word `i` of rank `r`'s fingerprint slot for a first sync at phase `p`:
-    /// alternate slots, so that a rank that passed that sync and published
+    /// Word `i` of rank `r`'s fingerprint slot for a first sync at phase `p`,
+    /// in that phase's sync line: a rank that passed that sync and published
     /// its next operation's fingerprint (at phase `p + 1` at the earliest)
     /// never overwrites one that a slower rank is still reading.
     fn slot_word(&self, r: usize, p: u64, i: usize) -> &AtomicU64 {
-        let at = SLOTS + (p % 2) as usize * SLOT_WORDS * 8 + i * 8;
-        unsafe { &*(self.bases[r].add(at) as *const AtomicU64) }
+        unsafe { &*(self.sync_line(r, p).add(SLOT + i * 8) as *const AtomicU64) }
     }
 
     fn publish(&self, p: u64, fp: &Fingerprint) {
@@ -561,6 +597,11 @@ impl IntraHost {
         unsafe { self.bases[r].add(HEADER + h * HALF) }
     }
 
+    /// The phase of the next sync.
+    pub fn next_phase(&self) -> u64 {
+        self.phase.load(Ordering::Relaxed) + 1
+    }
+
     /// The half the next chunk uses.
     pub fn next_half(&self) -> usize {
         (self.chunks.fetch_add(1, Ordering::Relaxed) % 2) as usize
@@ -598,8 +639,8 @@ impl IntraHost {
             self.publish(p, fp);
         }
         let cpu = wait::current_cpu();
-        self.cpu_of(me).store(cpu, Ordering::Relaxed);
-        self.phase_of(me).store(p, Ordering::SeqCst);
+        self.publish_cpu(cpu);
+        self.phase_word(me, p).store(p, Ordering::SeqCst);
         self.wake_sleepers();
         self.wait_all(what, p, cpu, d, alive)?;
         match first {
@@ -662,13 +703,12 @@ impl IntraHost {
     #[cold]
     fn give_up(&self, p: u64, err: Error) -> Result<()> {
         let me = self.rank;
-        self.phase_of(me).store(p - 1, Ordering::SeqCst);
-        let others = (0..self.size).filter(|r| *r != me);
-        if others
-            .clone()
-            .all(|r| self.phase_of(r).load(Ordering::SeqCst) >= p)
-        {
-            self.phase_of(me).store(p, Ordering::SeqCst);
+        // Back to the line's previous sync (none before phase 2).
+        self.phase_word(me, p)
+            .store(p.saturating_sub(2), Ordering::SeqCst);
+        let mut others = (0..self.size).filter(|r| *r != me);
+        if others.all(|r| self.arrived(r, p)) {
+            self.phase_word(me, p).store(p, Ordering::SeqCst);
             return Ok(());
         }
         self.gave_up_of(me).store(p, Ordering::SeqCst);
@@ -691,7 +731,7 @@ impl IntraHost {
         // before it (a waker that saw `sleeping` clear relies on it).
         // The spin checks allocate nothing: only a wait that goes on to the
         // slow path lists who is late.
-        let arrived = |r: &usize| self.phase_of(*r).load(Ordering::SeqCst) >= p;
+        let arrived = |r: &usize| self.arrived(*r, p);
         let all_arrived = || (0..self.size).all(|r| arrived(&r));
         // Busy while a peer on another CPU may arrive any moment, then
         // yield the CPU to a peer that may need it (see [`wait`]).
@@ -699,11 +739,9 @@ impl IntraHost {
         loop {
             let seen = self.bell_of(me).load(Ordering::SeqCst);
             if all_arrived() {
-                if patience.cpu != cpu {
-                    // Where this rank runs now (it yielded and moved), for
-                    // its peers' next waits.
-                    self.cpu_of(me).store(patience.cpu, Ordering::Relaxed);
-                }
+                // Where this rank runs now (it may have yielded and
+                // moved), for its peers' next waits.
+                self.publish_cpu(patience.cpu);
                 return Ok(());
             }
             let late = (0..self.size).filter(|r| !arrived(r));

@@ -309,7 +309,7 @@ impl IntraHost {
         done: &mut dyn FnMut(usize, Option<String>),
     ) -> Result<()> {
         let cpu = current_cpu();
-        self.cpu_of(self.rank).store(cpu, Ordering::Relaxed);
+        self.publish_cpu(cpu);
         let mut patience = Patience::new(self.busy_spins, cpu);
         loop {
             if self.step(inboxes, pend, false)? {

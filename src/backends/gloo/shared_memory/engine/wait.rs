@@ -4,8 +4,8 @@
 //!
 //! - A busy poll helps only while the awaited peer runs on another CPU.
 //!   Each rank publishes the CPU it runs on when it arrives at a sync (a
-//!   word beside its phase, on the same cache line, so publishing costs no
-//!   extra transfer); a waiter that finds a late peer last seen on its own
+//!   word on its header's line of rarely written words, stored only when
+//!   it changes, so that it stays in the waiters' caches); a waiter that finds a late peer last seen on its own
 //!   CPU yields at once instead of spinning: that peer cannot run until
 //!   this rank lets go of the CPU. This is the case where the scheduler put
 //!   two ranks on one CPU (measured before this rule: every 4-byte
