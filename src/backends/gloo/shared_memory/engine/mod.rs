@@ -597,6 +597,16 @@ impl IntraHost {
         unsafe { self.bases[r].add(HEADER + h * HALF) }
     }
 
+    /// Adds one to one of this rank's own counters, returning its value
+    /// before: a load and a store, not a locked add (one operation runs at
+    /// a time, see the `Sync` impl; a locked add costs more than the rest of
+    /// the counter's work).
+    fn advance(&self, counter: &AtomicU64) -> u64 {
+        let v = counter.load(Ordering::Relaxed);
+        counter.store(v + 1, Ordering::Relaxed);
+        v
+    }
+
     /// The phase of the next sync.
     pub fn next_phase(&self) -> u64 {
         self.phase.load(Ordering::Relaxed) + 1
@@ -604,7 +614,7 @@ impl IntraHost {
 
     /// The half the next chunk uses.
     pub fn next_half(&self) -> usize {
-        (self.chunks.fetch_add(1, Ordering::Relaxed) % 2) as usize
+        (self.advance(&self.chunks) % 2) as usize
     }
 
     pub fn rank(&self) -> usize {
@@ -632,7 +642,7 @@ impl IntraHost {
         d: &Deadline,
         alive: &dyn Fn() -> Result<()>,
     ) -> Result<()> {
-        let p = self.phase.fetch_add(1, Ordering::Relaxed) + 1;
+        let p = self.advance(&self.phase) + 1;
         let me = self.rank;
         if let Some(fp) = first {
             // Before the phase store, which publishes it.
