@@ -143,7 +143,7 @@ fn child() {
     for dtype in [DType::F16, DType::BF16] {
         for kind in [RedKind::Sum, RedKind::Avg, RedKind::PremulSum] {
             let case = (dtype, kind, n);
-            // Recursive doubling, then the ring (>= 256 KiB).
+            // Recursive doubling, then the ring (>= 128 KiB).
             for count in [8 * n + 1, 140_001] {
                 let fresh = || (input(dtype, me, 0, count), Vec::new());
                 let make = |i: &mut Vec<u8>, _: &mut Vec<u8>| {

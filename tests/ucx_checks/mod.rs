@@ -100,8 +100,8 @@ pub fn check_reductions(ucx: &Comm, gloo: &Comm, me: usize, n: usize) {
     let mut checked = 0;
     for dtype in DType::ALL {
         for kind in RedKind::ALL {
-            // 5: recursive doubling; 70,000: the ring (>= 256 KiB from 4 bytes
-            // on; the 1- and 2-byte types stay below it).
+            // 5: recursive doubling; 70,000: the ring (>= 128 KiB from 2 bytes
+            // on; the 1-byte types stay below it); 300,000: the ring.
             for (count, s) in [(5usize, 1usize), (70_000, 2), (300_000, 3)] {
                 if count == 300_000 && dtype.size() > 1 {
                     continue;
@@ -379,7 +379,9 @@ pub fn check_v(ucx: &Comm, gloo: &Comm, me: usize, n: usize) {
 
 /// The segment size of the UCX ring all_reduce
 /// (src/backends/ucx/segmented_ring.rs).
-const RING_SEGMENT_BYTES: usize = 512 << 10;
+const RING_SEGMENT_BYTES: usize = 62 << 10;
+/// The smallest all_reduce the ring takes (src/backends/ucx/collectives.rs).
+const RING_MIN_BYTES: usize = 128 << 10;
 
 /// Rank `r`'s element `i` in [`check_ring_segments`]: 1..=3 without a
 /// short period, so that a segment sent, combined or kept at the wrong
@@ -391,9 +393,10 @@ fn scattered(i: usize, r: usize) -> usize {
 
 /// all_reduce of the segmented ring on every dtype x reduce op, each
 /// rank's block two segments long, one element short of that, and one or
-/// two elements over (counts not divisible by the rank count), and at 256
-/// KiB (the smallest ring; on 4 ranks its first message is folded into
-/// the check message): integers
+/// two elements over (counts not divisible by the rank count), and at 128
+/// KiB (the smallest ring: on 2 ranks blocks of a segment and a bit, on 3
+/// and 4 ranks blocks of one segment folded into the check message) and
+/// one element below it (recursive doubling): integers
 /// and bool bit for bit against `gloo`, floats element by element against
 /// the reference, and every rank's result bit-identical.
 pub fn check_ring_segments(ucx: &Comm, gloo: &Comm, me: usize, n: usize) {
@@ -401,9 +404,8 @@ pub fn check_ring_segments(ucx: &Comm, gloo: &Comm, me: usize, n: usize) {
     for dtype in DType::ALL {
         let es = dtype.size();
         let two = 2 * RING_SEGMENT_BYTES / es;
-        // 256 KiB: the smallest ring, on 4 ranks blocks of 64 KiB that
-        // travel inside the check message.
-        for count in [two * n - 1, two * n + n + 1, (256 << 10) / es] {
+        let smallest = RING_MIN_BYTES / es;
+        for count in [two * n - 1, two * n + n + 1, smallest - 1, smallest] {
             for kind in RedKind::ALL {
                 let what = format!("all_reduce {dtype:?} {kind:?} count {count}");
                 let mut a = data_of(dtype, count, |i| scattered(i, me));
