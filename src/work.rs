@@ -145,18 +145,34 @@ impl HostWork {
             self.comm_label = comm_label.clone();
         }
         self.timeout = timeout;
-        let mut state = HostState::new();
-        if started.is_some() {
-            state.status = WorkStatus::InProgress;
-            state.started = started;
-        }
-        let status = state.status as i32;
+        let status = match started {
+            Some(_) => WorkStatus::InProgress,
+            None => WorkStatus::NotStarted,
+        };
         match self.state.get_mut() {
-            Ok(s) => *s = state,
+            // Field by field: the error and hook are dropped only when
+            // there is one (a work that completed well has neither).
+            Ok(s) => {
+                s.status = status;
+                if s.error.is_some() {
+                    s.error = None;
+                }
+                s.started = started;
+                if s.on_complete.is_some() {
+                    s.on_complete = None;
+                }
+                s.settling = false;
+                s.waiters = 0;
+            }
             // A completion hook panicked while the lock was held.
-            Err(_) => self.state = Mutex::new(state),
+            Err(_) => {
+                let mut state = HostState::new();
+                state.status = status;
+                state.started = started;
+                self.state = Mutex::new(state);
+            }
         }
-        *self.status.get_mut() = status;
+        *self.status.get_mut() = status as i32;
     }
 
     /// A started work that a new thread named `thread` completes with

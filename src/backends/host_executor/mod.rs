@@ -295,8 +295,7 @@ impl<B: HostBackend> Backend for HostExecutor<B> {
             return Ok(work);
         }
         // CUDA buffers on a host backend run on pinned copies, synchronously.
-        let staged = sub
-            .may_be_device
+        let staged = (sub.may_be_device && staging::may_stage(&op))
             .then(|| staging::stage_in(&mut op, self.rank, self.size, sub.opts.stream))
             .transpose();
         let staged = match staged {

@@ -38,8 +38,17 @@ pub(crate) fn pointer_device(ptr: *const c_void) -> Result<i32> {
     Ok(ordinal)
 }
 
+/// Whether [`stage_in`] has anything to look at: not when `op` names no
+/// buffer (a barrier, a refusal) or its one buffer is on the caller's
+/// stack. Asked inline before the call, which most host calls then skip.
+#[inline]
+pub fn may_stage(op: &Op) -> bool {
+    has_buffers(op) && !one_buffer_on_callers_stack(op)
+}
+
 /// Whether `op` names any buffer at all (a barrier or a refusal names
 /// none).
+#[inline]
 fn has_buffers(op: &Op) -> bool {
     !matches!(op, Op::Barrier | Op::Refused(_))
 }
@@ -47,6 +56,7 @@ fn has_buffers(op: &Op) -> bool {
 /// Whether `op` has one buffer and it is on the caller's stack, so host
 /// memory (see [`cuda::on_callers_stack`]); false for the other families,
 /// which take the look for the driver.
+#[inline]
 fn one_buffer_on_callers_stack(op: &Op) -> bool {
     let (buf, count, dtype) = match op {
         Op::Reduction(r) => match &r.kind {
@@ -78,7 +88,7 @@ pub fn stage_in(op: &mut Op, rank: i32, size: i32, stream: *mut c_void) -> Resul
     // An operation without buffers, or whose buffer is on the caller's
     // stack, needs no look at the driver (which, without one, takes the
     // loader's lock).
-    if !has_buffers(op) || one_buffer_on_callers_stack(op) || !cuda::may_hold_device_memory() {
+    if !may_stage(op) || !cuda::may_hold_device_memory() {
         return Ok(None);
     }
     let mut on_device = None;
