@@ -133,6 +133,7 @@ impl HostWork {
     /// Makes this work what [`HostWork::new`] with these arguments makes,
     /// in place (`&mut`: nobody else can see it), and, with `started`, what
     /// [`HostWork::start_at`] then makes of it, without taking its lock.
+    #[inline]
     pub fn renew(
         &mut self,
         op: &'static str,

@@ -190,12 +190,21 @@ impl<B: HostBackend> Shared<B> {
     }
 
     /// Completes `work` with `result`, telling `comm` of a failure.
+    #[inline]
     fn complete(&self, work: &HostWork, result: Result<()>, comm: &dyn CommEvents) {
-        let result = result.map_err(|e| e.context(work.description()));
-        if let Err(e) = &result {
-            comm.operation_failed(e.clone());
+        match result {
+            Ok(()) => work.complete(Ok(())),
+            Err(e) => Self::fail(work, e, comm),
         }
-        work.complete(result);
+    }
+
+    /// [`Shared::complete`] with an error, out of the way of the calls that
+    /// succeed.
+    #[cold]
+    fn fail(work: &HostWork, e: Error, comm: &dyn CommEvents) {
+        let e = e.context(work.description());
+        comm.operation_failed(e.clone());
+        work.complete(Err(e));
     }
 
     /// Completes `op` (its `running` slot already taken, `work` started)

@@ -151,6 +151,7 @@ pub(crate) fn hand_out_work(
 }
 
 /// [`hand_out_work`] for a receive, whose handle reports its `source`.
+#[inline]
 fn hand_out_work_with(
     out: *mut *mut tc_work_t,
     w: Arc<dyn crate::work::Work>,
