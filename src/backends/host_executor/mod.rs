@@ -254,6 +254,7 @@ impl<B: HostBackend> Shared<B> {
     /// Runs `op` (its `running` slot already taken) for `comm`, completing
     /// `work` (which it starts first when `start`: a call run inline has its
     /// work started when taken), and releases the slot.
+    #[inline]
     fn run(&self, op: &Op, timeout: Duration, work: &HostWork, start: bool, comm: &dyn CommEvents) {
         let result = comm.check_active().and_then(|()| {
             if start {
