@@ -58,6 +58,15 @@ pub fn on_callers_stack(ptr: *const c_void, bytes: usize) -> bool {
         /// This thread's stack, [lowest, top) (None: not read yet).
         static STACK: Cell<Option<(usize, usize)>> = const { Cell::new(None) };
     }
+    // An address in this frame: the stack grows down, so the callers'
+    // frames lie above it, up to the top.
+    let marker = 0u8;
+    let here = std::hint::black_box(&marker) as *const u8 as usize;
+    let p = ptr as usize;
+    // Below this frame (the heap, most mappings): no need for the bounds.
+    if p < here {
+        return false;
+    }
     let (low, top) = STACK.with(|s| {
         s.get().unwrap_or_else(|| {
             let bounds = stack_bounds();
@@ -65,12 +74,7 @@ pub fn on_callers_stack(ptr: *const c_void, bytes: usize) -> bool {
             bounds
         })
     });
-    // An address in this frame: the stack grows down, so the callers'
-    // frames lie above it, up to the top.
-    let marker = 0u8;
-    let here = std::hint::black_box(&marker) as *const u8 as usize;
-    let p = ptr as usize;
-    low <= here && here <= p && p.checked_add(bytes).is_some_and(|end| end <= top)
+    low <= here && p.checked_add(bytes).is_some_and(|end| end <= top)
 }
 
 /// The calling thread's stack as [lowest, top) addresses; (0, 0) when the
