@@ -118,7 +118,9 @@ impl FlightRecorder {
     /// [`FlightRecorder::reserve`], issued at `issued` (the caller's clock
     /// read, which the work's start may share). Returns the work of the
     /// entry it replaced when that one is not known finished: no longer
-    /// in the ring, it must be watched elsewhere.
+    /// in the ring, it must be watched elsewhere. Inline: its one caller
+    /// (the comm's `issued`) passes its arguments on unspilled.
+    #[inline]
     pub fn record_as(
         &self,
         seq: u64,

@@ -133,6 +133,7 @@ impl HostWork {
     /// Makes this work what [`HostWork::new`] with these arguments makes,
     /// in place (`&mut`: nobody else can see it), and, with `started`, what
     /// [`HostWork::start_at`] then makes of it, without taking its lock.
+    #[inline]
     pub fn renew(
         &mut self,
         op: &'static str,
@@ -145,18 +146,34 @@ impl HostWork {
             self.comm_label = comm_label.clone();
         }
         self.timeout = timeout;
-        let mut state = HostState::new();
-        if started.is_some() {
-            state.status = WorkStatus::InProgress;
-            state.started = started;
-        }
-        let status = state.status as i32;
+        let status = match started {
+            Some(_) => WorkStatus::InProgress,
+            None => WorkStatus::NotStarted,
+        };
         match self.state.get_mut() {
-            Ok(s) => *s = state,
+            // Field by field: the error and hook are dropped only when
+            // there is one (a work that completed well has neither).
+            Ok(s) => {
+                s.status = status;
+                if s.error.is_some() {
+                    s.error = None;
+                }
+                s.started = started;
+                if s.on_complete.is_some() {
+                    s.on_complete = None;
+                }
+                s.settling = false;
+                s.waiters = 0;
+            }
             // A completion hook panicked while the lock was held.
-            Err(_) => self.state = Mutex::new(state),
+            Err(_) => {
+                let mut state = HostState::new();
+                state.status = status;
+                state.started = started;
+                self.state = Mutex::new(state);
+            }
         }
-        *self.status.get_mut() = status;
+        *self.status.get_mut() = status as i32;
     }
 
     /// A started work that a new thread named `thread` completes with
@@ -222,7 +239,30 @@ impl HostWork {
     /// Records the outcome (after running the completion hook, with no lock
     /// held, during which the watchdog no longer times the work out); a work
     /// already marked timed out keeps that status.
+    #[inline]
     pub fn complete(&self, result: Result<()>) {
+        // Inline, the common case: a success without a hook.
+        if result.is_err() {
+            return self.complete_with(result);
+        }
+        let mut s = self.lock();
+        if s.on_complete.is_some() {
+            drop(s);
+            return self.complete_with(result);
+        }
+        if !s.status.is_finished() {
+            self.set_status(&mut s, WorkStatus::Completed);
+        }
+        let waiters = s.waiters > 0;
+        drop(s);
+        if waiters {
+            self.done.notify_all();
+        }
+    }
+
+    /// [`HostWork::complete`] with an error or a completion hook.
+    #[inline(never)]
+    fn complete_with(&self, result: Result<()>) {
         let mut s = self.lock();
         if let Some(hook) = s.on_complete.take() {
             s.settling = true;
@@ -251,6 +291,23 @@ impl HostWork {
         }
     }
 
+    /// [`Work::wait_blocking`] for a work not known completed: runs the
+    /// queue up to it when it may ([`WaitHelp`]), then waits.
+    fn wait_unfinished(&self) -> Result<()> {
+        if let Some(help) = self.help.as_ref().and_then(Weak::upgrade) {
+            help.help(self);
+        }
+        let mut s = self.lock();
+        if !s.status.is_finished() {
+            s.waiters += 1;
+            while !s.status.is_finished() {
+                s = self.done.wait(s).unwrap_or_else(|e| e.into_inner());
+            }
+            s.waiters -= 1;
+        }
+        HostWork::outcome(&s)
+    }
+
     fn outcome(s: &HostState) -> Result<()> {
         match &s.error {
             None => Ok(()),
@@ -272,24 +329,14 @@ impl Work for HostWork {
         self.wait_blocking()
     }
 
+    #[inline]
     fn wait_blocking(&self) -> Result<()> {
         // Completed is final and carries no error (a call run inline has
         // completed by the time its caller waits).
         if self.status() == WorkStatus::Completed {
             return Ok(());
         }
-        if let Some(help) = self.help.as_ref().and_then(Weak::upgrade) {
-            help.help(self);
-        }
-        let mut s = self.lock();
-        if !s.status.is_finished() {
-            s.waiters += 1;
-            while !s.status.is_finished() {
-                s = self.done.wait(s).unwrap_or_else(|e| e.into_inner());
-            }
-            s.waiters -= 1;
-        }
-        HostWork::outcome(&s)
+        self.wait_unfinished()
     }
 
     fn check_timeout(&self, now: Instant) -> Option<Error> {

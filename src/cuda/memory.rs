@@ -44,6 +44,60 @@ pub fn memory_type(ptr: *const c_void) -> Result<MemoryType> {
     })
 }
 
+/// Whether the `bytes` at `ptr` lie in the calling thread's stack, between
+/// this frame and the stack's top: the live frames of its callers, so host
+/// memory whatever the process loads (the driver maps device memory
+/// elsewhere). Exact and about 20 instructions, where the look for a
+/// loaded driver ([`super::may_hold_device_memory`]) takes the loader's
+/// lock: the scalar a caller reduces is often on its stack. False when
+/// unsure (on an alternate signal stack, or stack bounds unknown).
+#[inline]
+pub fn on_callers_stack(ptr: *const c_void, bytes: usize) -> bool {
+    use std::cell::Cell;
+    thread_local! {
+        /// This thread's stack, [lowest, top) (None: not read yet).
+        static STACK: Cell<Option<(usize, usize)>> = const { Cell::new(None) };
+    }
+    // An address in this frame: the stack grows down, so the callers'
+    // frames lie above it, up to the top.
+    let marker = 0u8;
+    let here = std::hint::black_box(&marker) as *const u8 as usize;
+    let p = ptr as usize;
+    // Below this frame (the heap, most mappings): no need for the bounds.
+    if p < here {
+        return false;
+    }
+    let (low, top) = STACK.with(|s| {
+        s.get().unwrap_or_else(|| {
+            let bounds = stack_bounds();
+            s.set(Some(bounds));
+            bounds
+        })
+    });
+    low <= here && p.checked_add(bytes).is_some_and(|end| end <= top)
+}
+
+/// The calling thread's stack as [lowest, top) addresses; (0, 0) when the
+/// C library does not say. For the main thread glibc reads the top from
+/// the process's map of its stack.
+fn stack_bounds() -> (usize, usize) {
+    // SAFETY: `attr` is initialized by pthread_getattr_np before it is read
+    // and destroyed once.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return (0, 0);
+        }
+        let (mut addr, mut size) = (std::ptr::null_mut(), 0usize);
+        let rc = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
+        libc::pthread_attr_destroy(&mut attr);
+        match rc {
+            0 => (addr as usize, addr as usize + size),
+            _ => (0, 0),
+        }
+    }
+}
+
 /// Whether device code can reach `ptr`: device or managed memory, or host
 /// memory CUDA pinned or registered (mapped into the device's address space
 /// under unified addressing). False for plain host memory CUDA never saw,

@@ -46,8 +46,8 @@ pub(crate) use driver::{
 pub(crate) use event::{Event, EventPool};
 pub(crate) use kernels::{Elem, Kernels};
 pub(crate) use memory::{
-    device_accessible, device_alloc, device_free, memcpy_async, memory_type, MemoryType,
-    PinnedBuffer,
+    device_accessible, device_alloc, device_free, memcpy_async, memory_type, on_callers_stack,
+    MemoryType, PinnedBuffer,
 };
 
 use cudarc::driver::sys::CUstream;

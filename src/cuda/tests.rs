@@ -122,3 +122,28 @@ fn missing_driver_is_unavailable_not_a_panic() {
         }
     }
 }
+
+/// The stack check answers yes only for bytes wholly inside the caller's
+/// live frames, on the main thread as on another; never for the heap or
+/// static memory, nor for a range that runs past the stack's top.
+#[test]
+fn only_the_callers_stack_counts_as_its_stack() {
+    // A frame below the buffer's, as the library's calls are.
+    #[inline(never)]
+    fn on_callers_stack(p: *const std::ffi::c_void, bytes: usize) -> bool {
+        super::on_callers_stack(p, bytes)
+    }
+    fn check() {
+        let local = [0u64; 4];
+        let p = local.as_ptr().cast::<std::ffi::c_void>();
+        assert!(on_callers_stack(p, 32));
+        assert!(on_callers_stack(p, 0));
+        assert!(!on_callers_stack(p, usize::MAX), "past the top");
+        let heap = Box::new([0u64; 4]);
+        assert!(!on_callers_stack(heap.as_ptr().cast(), 32));
+        static GLOBAL: [u64; 4] = [0; 4];
+        assert!(!on_callers_stack(GLOBAL.as_ptr().cast(), 32));
+    }
+    check();
+    std::thread::spawn(check).join().unwrap();
+}

@@ -40,7 +40,7 @@ use crate::util::Deadline;
 use failure::{FailureReports, Unusable, DIAGNOSIS_WINDOW};
 use signature::CHECK_HINT;
 use std::ffi::c_void;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,6 +57,9 @@ pub struct GlooBackend {
     name: String,
     /// Set once the comm is unusable (peer failure, timeout, abort).
     broken: Unusable,
+    /// Whether `broken` was set, read without its lock by the check every
+    /// call makes (set after it, so a reader that sees it finds the error).
+    broken_flag: AtomicBool,
     /// Failure reports through the comm's store (shared with Gloo over
     /// TCP, which tells refusals through them).
     reports: Arc<FailureReports>,
@@ -79,6 +82,7 @@ impl GlooBackend {
             size: init.size,
             name: init.name.clone(),
             broken: Unusable::default(),
+            broken_flag: AtomicBool::new(false),
             reports,
             windows_made: AtomicU64::new(0),
             store: init.store.clone(),
@@ -88,13 +92,18 @@ impl GlooBackend {
     }
 
     fn check_not_broken(&self) -> Result<()> {
+        if !self.broken_flag.load(Ordering::Acquire) {
+            return Ok(());
+        }
         self.broken.check(&self.name)
     }
 
     /// Marks the comm unusable and aborts every transport, so that blocked
     /// peers fail now rather than at their timeout.
     fn mark_broken(&self, err: &Error) {
-        if self.broken.record(err) {
+        let first = self.broken.record(err);
+        self.broken_flag.store(true, Ordering::Release);
+        if first {
             self.routes.abort(err);
         }
     }

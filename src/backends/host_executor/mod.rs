@@ -190,12 +190,21 @@ impl<B: HostBackend> Shared<B> {
     }
 
     /// Completes `work` with `result`, telling `comm` of a failure.
+    #[inline]
     fn complete(&self, work: &HostWork, result: Result<()>, comm: &dyn CommEvents) {
-        let result = result.map_err(|e| e.context(work.description()));
-        if let Err(e) = &result {
-            comm.operation_failed(e.clone());
+        match result {
+            Ok(()) => work.complete(Ok(())),
+            Err(e) => Self::fail(work, e, comm),
         }
-        work.complete(result);
+    }
+
+    /// [`Shared::complete`] with an error, out of the way of the calls that
+    /// succeed.
+    #[cold]
+    fn fail(work: &HostWork, e: Error, comm: &dyn CommEvents) {
+        let e = e.context(work.description());
+        comm.operation_failed(e.clone());
+        work.complete(Err(e));
     }
 
     /// Completes `op` (its `running` slot already taken, `work` started)
@@ -245,6 +254,7 @@ impl<B: HostBackend> Shared<B> {
     /// Runs `op` (its `running` slot already taken) for `comm`, completing
     /// `work` (which it starts first when `start`: a call run inline has its
     /// work started when taken), and releases the slot.
+    #[inline]
     fn run(&self, op: &Op, timeout: Duration, work: &HostWork, start: bool, comm: &dyn CommEvents) {
         let result = comm.check_active().and_then(|()| {
             if start {
@@ -295,8 +305,7 @@ impl<B: HostBackend> Backend for HostExecutor<B> {
             return Ok(work);
         }
         // CUDA buffers on a host backend run on pinned copies, synchronously.
-        let staged = sub
-            .may_be_device
+        let staged = (sub.may_be_device && staging::may_stage(&op))
             .then(|| staging::stage_in(&mut op, self.rank, self.size, sub.opts.stream))
             .transpose();
         let staged = match staged {

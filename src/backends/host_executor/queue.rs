@@ -213,18 +213,24 @@ impl HostQueue {
     /// run inline.
     /// A blocking call run inline wakes nobody here when nothing is queued
     /// behind it (the common case of a program that waits for each call).
+    #[inline]
     pub fn finished(&self) {
         // Release: the next job (claimed or taken) comes after this one.
         let before = self.state.fetch_and(!RUNNING, Ordering::AcqRel);
         if before & (QUEUED | IDLE_WAITERS) != 0 {
-            // Through the lock: a thread that saw the slot taken under it
-            // is waiting by now, and hears the notification.
-            let mut q = lock(&self.queue);
-            let wake = std::mem::take(&mut q.progress_waits) || q.idle_waiters > 0;
-            drop(q);
-            if wake {
-                self.changed.notify_all();
-            }
+            self.wake_after_finish();
+        }
+    }
+
+    /// [`HostQueue::finished`] with jobs or idle waiters there: through the
+    /// lock, so that a thread that saw the slot taken under it is waiting
+    /// by now, and hears the notification.
+    fn wake_after_finish(&self) {
+        let mut q = lock(&self.queue);
+        let wake = std::mem::take(&mut q.progress_waits) || q.idle_waiters > 0;
+        drop(q);
+        if wake {
+            self.changed.notify_all();
         }
     }
 

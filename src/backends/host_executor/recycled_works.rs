@@ -45,6 +45,7 @@ impl RecycledWorks {
     /// A new work, as [`HostWork::new`] makes it (started at `started`, if
     /// given, as [`HostWork::start_at`] makes it): the oldest one issued,
     /// renewed, when nobody else holds it any more, else a fresh one.
+    #[inline]
     pub fn take(
         &self,
         op: &'static str,
@@ -61,6 +62,22 @@ impl RecycledWorks {
             *oldest = if at + 1 == works.len() { 0 } else { at + 1 };
             return works[at].clone();
         }
+        self.fresh(&mut issued, op, comm_label, timeout, started)
+    }
+
+    /// [`RecycledWorks::take`] when the oldest work is still held: a new
+    /// one, kept as the newest.
+    #[inline(never)]
+    fn fresh(
+        &self,
+        issued: &mut Issued,
+        op: &'static str,
+        comm_label: &Arc<str>,
+        timeout: Duration,
+        started: Option<Instant>,
+    ) -> Arc<HostWork> {
+        let Issued { works, oldest } = issued;
+        let at = *oldest;
         let mut fresh = HostWork::new(op, comm_label.clone(), timeout);
         if let Some(help) = &self.help {
             fresh = fresh.helped_by(help.clone());

@@ -9,7 +9,7 @@
 
 use crate::cuda::{self, MemoryType, PinnedBuffer};
 use crate::error::{Error, Result};
-use crate::op::{for_each_buffer, Op, Ptr, Use};
+use crate::op::{for_each_buffer, Op, PointToPoint, Ptr, ReductionKind, ScatterKind, Use};
 use cudarc::driver::sys;
 use std::ffi::c_void;
 
@@ -38,10 +38,42 @@ pub(crate) fn pointer_device(ptr: *const c_void) -> Result<i32> {
     Ok(ordinal)
 }
 
+/// Whether [`stage_in`] has anything to look at: not when `op` names no
+/// buffer (a barrier, a refusal) or its one buffer is on the caller's
+/// stack. Asked inline before the call, which most host calls then skip.
+#[inline]
+pub fn may_stage(op: &Op) -> bool {
+    has_buffers(op) && !one_buffer_on_callers_stack(op)
+}
+
 /// Whether `op` names any buffer at all (a barrier or a refusal names
 /// none).
+#[inline]
 fn has_buffers(op: &Op) -> bool {
     !matches!(op, Op::Barrier | Op::Refused(_))
+}
+
+/// Whether `op` has one buffer and it is on the caller's stack, so host
+/// memory (see [`cuda::on_callers_stack`]); false for the other families,
+/// which take the look for the driver.
+#[inline]
+fn one_buffer_on_callers_stack(op: &Op) -> bool {
+    let (buf, count, dtype) = match op {
+        Op::Reduction(r) => match &r.kind {
+            ReductionKind::AllReduce { buf, count } | ReductionKind::Reduce { buf, count, .. } => {
+                (*buf, *count, r.dtype)
+            }
+            _ => return false,
+        },
+        Op::Scatter(s) => match &s.kind {
+            ScatterKind::Broadcast { buf } => (*buf, s.count, s.dtype),
+            _ => return false,
+        },
+        Op::PointToPoint(PointToPoint::One(p)) => (p.buf, p.count, p.dtype),
+        _ => return false,
+    };
+    // Validated: the size does not overflow.
+    cuda::on_callers_stack(buf.0, count * dtype.size())
 }
 
 fn synchronize(stream: sys::CUstream) -> Result<()> {
@@ -53,9 +85,10 @@ fn synchronize(stream: sys::CUstream) -> Result<()> {
 /// on `stream`, which is then synchronized). `None` when no buffer is device
 /// memory (always, without a CUDA driver).
 pub fn stage_in(op: &mut Op, rank: i32, size: i32, stream: *mut c_void) -> Result<Option<Staged>> {
-    // An operation without buffers needs no look at the driver (which,
-    // without one, is a walk of the loader's list of objects).
-    if !has_buffers(op) || !cuda::may_hold_device_memory() {
+    // An operation without buffers, or whose buffer is on the caller's
+    // stack, needs no look at the driver (which, without one, takes the
+    // loader's lock).
+    if !may_stage(op) || !cuda::may_hold_device_memory() {
         return Ok(None);
     }
     let mut on_device = None;

@@ -66,13 +66,18 @@ fn with_tag(mut op: Op, tag: u32) -> Result<Op> {
     Ok(op)
 }
 
+#[inline]
 unsafe fn op_options_and_tag(p: *const tc_op_options_t) -> Result<(OpOptions, u32)> {
     // NULL, what most calls pass: the defaults, without building the C
     // struct's defaults and converting them (a unit test checks that both
-    // ways give the same options).
+    // ways give the same options), and without a call.
     if p.is_null() {
         return Ok((OpOptions::default(), 0));
     }
+    read_op_options(p)
+}
+
+unsafe fn read_op_options(p: *const tc_op_options_t) -> Result<(OpOptions, u32)> {
     let o = read_versioned(p, "opts")?;
     let async_op = match o.async_op {
         0 => false,
@@ -146,6 +151,7 @@ pub(crate) fn hand_out_work(
 }
 
 /// [`hand_out_work`] for a receive, whose handle reports its `source`.
+#[inline]
 fn hand_out_work_with(
     out: *mut *mut tc_work_t,
     w: Arc<dyn crate::work::Work>,
