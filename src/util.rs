@@ -90,10 +90,15 @@ impl Deadline {
     /// `timeout` from now (a timeout past what `Instant` can hold waits for
     /// about a century).
     pub fn after(timeout: Duration) -> Deadline {
-        let now = Instant::now();
-        let at = now
+        Deadline::since(Instant::now(), timeout)
+    }
+
+    /// `timeout` from `start`, a time the caller read already (a clock read
+    /// costs about as much as the rest of a small operation's bookkeeping).
+    pub fn since(start: Instant, timeout: Duration) -> Deadline {
+        let at = start
             .checked_add(timeout)
-            .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600));
+            .unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 24 * 3600));
         Deadline { at, timeout }
     }
 

@@ -206,8 +206,9 @@ pub fn available() -> Result<()> {
     driver_state().clone()
 }
 
-/// Whether [`available`] succeeds, without building its error: host
-/// operations ask this on every call.
+/// Whether [`available`] succeeds, without building its error (loading
+/// the driver on the first ask; host operations ask
+/// [`may_hold_device_memory`] instead, which loads nothing).
 pub fn is_available() -> bool {
     driver_state().is_ok()
 }

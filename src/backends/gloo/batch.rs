@@ -64,7 +64,11 @@ impl GlooBackend {
             for (i, op) in ops.iter().enumerate() {
                 done(
                     i,
-                    crate::backends::host_executor::HostBackend::run(self, op, timeout),
+                    crate::backends::host_executor::HostBackend::run(
+                        self,
+                        op,
+                        &Deadline::after(timeout),
+                    ),
                 );
             }
             return;

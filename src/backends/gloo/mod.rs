@@ -224,11 +224,10 @@ impl HostBackend for GlooBackend {
         }
     }
 
-    fn run(&self, op: &Op, timeout: Duration) -> Result<()> {
+    fn run(&self, op: &Op, d: &Deadline) -> Result<()> {
         self.check_not_broken()?;
         let seq = self.reports.next_op();
-        let d = Deadline::after(timeout);
-        self.execute(op, &d).map_err(|e| self.failed(op, seq, e))
+        self.execute(op, d).map_err(|e| self.failed(op, seq, e))
     }
 }
 

@@ -9,6 +9,7 @@
 
 use super::{HostBackend, Job, Shared};
 use crate::backends::submission::CommEvents;
+use crate::util::Deadline;
 use crate::work::HostWork;
 
 /// Most jobs run together (each joining one is checked against every one
@@ -39,7 +40,7 @@ impl<B: HostBackend> Shared<B> {
                     .all(|t| self.backend.independent(&t.op, &job.op))
         });
         if let [job] = &jobs[..] {
-            return self.run(&job.op, timeout, &job.work, true, comm);
+            return self.run(&job.op, Deadline::after(timeout), &job.work, true, comm);
         }
         let mut ready = Vec::with_capacity(jobs.len());
         for job in jobs {

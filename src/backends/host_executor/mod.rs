@@ -16,7 +16,7 @@ use super::submission::{CommEvents, CommLink, Submission};
 use super::{Abilities, Backend, BackendInit, BufferHome};
 use crate::error::{Error, Result};
 use crate::op::Op;
-use crate::util::lock;
+use crate::util::{lock, Deadline};
 use crate::work::{DoneWork, HostWork, WaitHelp, Work};
 use queue::{completes_at_once, Claim, HostQueue, Job};
 use recycled_works::RecycledWorks;
@@ -29,8 +29,9 @@ use std::time::{Duration, Instant};
 /// [`Abilities`], which the executor hands the comm as they are.
 pub trait HostBackend: Abilities + 'static {
     /// Executes `op` to completion on the calling (progress) thread, failing
-    /// within `timeout`. Called for one operation at a time, in issue order.
-    fn run(&self, op: &Op, timeout: Duration) -> Result<()>;
+    /// by `deadline` (the operation's timeout from when it started). Called
+    /// for one operation at a time, in issue order.
+    fn run(&self, op: &Op, deadline: &Deadline) -> Result<()>;
 
     /// Whether `op` may complete at once on its caller's thread
     /// ([`HostBackend::run_at_once`]): a look at the operation alone, made
@@ -71,7 +72,7 @@ pub trait HostBackend: Abilities + 'static {
     /// others.
     fn run_batch(&self, ops: &[&Op], timeout: Duration, done: &mut dyn FnMut(usize, Result<()>)) {
         for (i, op) in ops.iter().enumerate() {
-            done(i, self.run(op, timeout));
+            done(i, self.run(op, &Deadline::after(timeout)));
         }
     }
 
@@ -184,7 +185,8 @@ impl<B: HostBackend> Shared<B> {
     /// [`batch`]), none after `until`'s, and releases the slot.
     fn execute(&self, job: Job, comm: &dyn CommEvents, until: Option<&HostWork>) {
         if !self.backend.may_batch(&job.op) {
-            return self.run(&job.op, job.timeout, &job.work, true, comm);
+            let d = Deadline::after(job.timeout);
+            return self.run(&job.op, d, &job.work, true, comm);
         }
         self.execute_batch(job, comm, until);
     }
@@ -251,17 +253,17 @@ impl<B: HostBackend> Shared<B> {
         queued
     }
 
-    /// Runs `op` (its `running` slot already taken) for `comm`, completing
-    /// `work` (which it starts first when `start`: a call run inline has its
-    /// work started when taken), and releases the slot.
+    /// Runs `op` (its `running` slot already taken) for `comm` by deadline
+    /// `d`, completing `work` (which it starts first when `start`: a call
+    /// run inline has its work started when taken), and releases the slot.
     #[inline]
-    fn run(&self, op: &Op, timeout: Duration, work: &HostWork, start: bool, comm: &dyn CommEvents) {
+    fn run(&self, op: &Op, d: Deadline, work: &HostWork, start: bool, comm: &dyn CommEvents) {
         let result = comm.check_active().and_then(|()| {
             if start {
                 work.start();
             }
             crate::log_trace!("start {}", work.description());
-            self.backend.run(op, timeout)
+            self.backend.run(op, &d)
         });
         self.complete(work, result, comm);
         self.queue.finished();
@@ -355,7 +357,8 @@ impl<B: HostBackend> Backend for HostExecutor<B> {
                 // skips the backend's full run: its deadline, transport
                 // table and progress loop.
                 if !(may_run_at_once && self.shared.try_at_once(&op, &work, sub.comm)) {
-                    self.shared.run(&op, sub.timeout, &work, false, sub.comm);
+                    let d = Deadline::since(at, sub.timeout);
+                    self.shared.run(&op, d, &work, false, sub.comm);
                 }
             }
             Claim::Busy => {

@@ -30,7 +30,7 @@ const AT_ONCE_DECLINED: usize = 2;
 const AT_ONCE_FAILED: usize = 3;
 
 impl HostBackend for Fake {
-    fn run(&self, _op: &Op, _timeout: Duration) -> Result<()> {
+    fn run(&self, _op: &Op, _deadline: &Deadline) -> Result<()> {
         self.runs.fetch_add(1, Ordering::SeqCst);
         if self.fail {
             return Err(Error::new(ErrorKind::Remote, "peer lost"));
