@@ -285,39 +285,10 @@ impl UcxTransport {
     /// every connection exists (and reports its peer's failure) before the
     /// first operation.
     pub fn connect(&self, store: &StoreRef, d: &Deadline) -> Result<()> {
-        let mut state = lock(&self.state);
-        let st = &mut *state;
-        st.w.connect(store, d)?;
+        let w = &mut lock(&self.state).w;
+        w.connect(store, d)?;
         let alive = || Ok(());
-        collectives::wire_up(&mut st.w, d, &alive)?;
-        // One 4 B all_reduce through the collectives' own path (check
-        // message, steps, kept buffers), so that its one-time costs (the
-        // inbox's and buffers' first pages, code not run yet, UCX's pools)
-        // fall here and not on the caller's first collective: across 2
-        // namespace hosts its page faults went from 3-39 to 1-2 (the
-        // endpoints were already wired above). Collective number 0: the
-        // comm's own start at 1.
-        let mut x = [0f32];
-        let r = Reduction {
-            dtype: crate::types::DType::F32,
-            op: crate::types::ReduceOp::SUM,
-            kind: crate::op::ReductionKind::AllReduce {
-                buf: crate::op::Ptr(x.as_mut_ptr() as *mut _),
-                count: 1,
-            },
-        };
-        let what = "connect (warm-up all_reduce)";
-        let mut ctx = collectives::Ctx::new(
-            &mut st.w,
-            0,
-            (d, &alive, what),
-            Fingerprint::of_reduction(&r),
-            (&mut st.inbox, &mut st.spare),
-        );
-        // SAFETY: `x` outlives the call.
-        let ran = unsafe { ctx.run_reduction(&r) };
-        let checked = ctx.finish_check(ran.is_ok());
-        ran.and(checked)
+        collectives::wire_up(w, d, &alive)
     }
 
     /// Runs `f` as this comm's next collective (its number counts every
