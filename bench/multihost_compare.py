@@ -71,6 +71,11 @@ class Setup:
                  "TORCHCOMM_GLOO_IFACE": self.iface(), "UCX_NET_DEVICES": self.iface(),
                  "TORCHCOMM_TIMEOUT_SECONDS": "300", **env}
             pre = ["ip", "netns", "exec", f"{self.a.ns}{r}"] if self.kind == "ns" else []
+            # The placement mpirun gives its ranks: one core each while
+            # they fit the machine's, none beyond (it binds nothing when
+            # oversubscribed), so that both sides' ranks run apart alike.
+            if self.n <= len(os.sched_getaffinity(0)):
+                pre += ["taskset", "-c", str(sorted(os.sched_getaffinity(0))[r])]
             cmds.append(pre + ["env"] + [f"{k}={v}" for k, v in e.items()] + argv)
         return cmds
 
