@@ -11,7 +11,12 @@ pub(super) struct Scratch(Vec<u64>);
 impl Scratch {
     /// `bytes` of zeroed scratch; its size comes from the caller's counts,
     /// so a failed allocation is `TC_ERR_OUT_OF_MEMORY`, not an abort.
+    #[inline]
     pub(super) fn new(bytes: usize) -> Result<Scratch> {
+        // Most small collectives need none: no allocator call for them.
+        if bytes == 0 {
+            return Ok(Scratch(Vec::new()));
+        }
         let what = "scratch memory sized by the operation's counts";
         crate::util::try_zeroed(bytes.div_ceil(8), what).map(Scratch)
     }

@@ -16,10 +16,13 @@ pub(super) unsafe fn apply<T: Copy>(
     n: usize,
     f: impl Fn(T, T) -> T,
 ) {
-    if n == 0 {
+    let (c, a, b) = (c as *mut T, a as *const T, b as *const T);
+    // A few elements (the small collectives) go straight to the scalar
+    // loop: the checks below cost more than the loop they choose.
+    if n < FEW {
+        scalar(c, a, b, n, f);
         return;
     }
-    let (c, a, b) = (c as *mut T, a as *const T, b as *const T);
     let align = std::mem::align_of::<T>();
     let aligned =
         (c as usize) % align == 0 && (a as usize) % align == 0 && (b as usize) % align == 0;
@@ -55,6 +58,16 @@ pub(super) unsafe fn apply<T: Copy>(
             return;
         }
     }
+    scalar(c, a, b, n, f);
+}
+
+/// Below this many elements [`apply`] takes the scalar loop at once.
+const FEW: usize = 8;
+
+/// `f` elementwise, one element at a time, with unaligned accesses: right
+/// for any alignment and for `c` equal to an input.
+#[inline(always)]
+unsafe fn scalar<T: Copy>(c: *mut T, a: *const T, b: *const T, n: usize, f: impl Fn(T, T) -> T) {
     for i in 0..n {
         let v = f(a.add(i).read_unaligned(), b.add(i).read_unaligned());
         c.add(i).write_unaligned(v);

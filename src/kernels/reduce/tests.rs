@@ -457,3 +457,79 @@ fn the_kernel_table_answers_as_the_rules_do() {
         }
     }
 }
+
+/// Every length either side of the scalar path's limit, in place on
+/// either input, apart, and at odd addresses: element by element what
+/// the operator gives (the scalar path and the slice loops must agree).
+#[test]
+fn elementwise_kernels_at_every_small_length() {
+    fn check<T: Copy + PartialEq + std::fmt::Debug>(
+        dt: DType,
+        k: RedKind,
+        val: impl Fn(usize) -> T,
+        op: impl Fn(T, T) -> T,
+    ) {
+        let f = kernel(dt, k).unwrap();
+        let es = std::mem::size_of::<T>();
+        for n in 0..20 {
+            let a: Vec<T> = (0..n).map(|i| val(3 * i + 1)).collect();
+            let b: Vec<T> = (0..n).map(|i| val(5 * i + 2)).collect();
+            let want: Vec<T> = a.iter().zip(&b).map(|(x, y)| op(*x, *y)).collect();
+            let p = |v: &Vec<T>| v.as_ptr() as *const c_void;
+            let (mut c1, mut c2, mut c3) = (a.clone(), b.clone(), b.clone());
+            // Byte buffers holding a, b and the output one byte off their
+            // alignment.
+            let mut raw = vec![0u8; 3 * n * es + 3];
+            let (ra, rb, rc) = (1, 2 + n * es, 3 + 2 * n * es);
+            unsafe {
+                f(c1.as_mut_ptr() as *mut c_void, p(&c1), p(&b), n);
+                f(c2.as_mut_ptr() as *mut c_void, p(&a), p(&c2), n);
+                f(c3.as_mut_ptr() as *mut c_void, p(&a), p(&b), n);
+                let base = raw.as_mut_ptr();
+                std::ptr::copy_nonoverlapping(a.as_ptr() as *const u8, base.add(ra), n * es);
+                std::ptr::copy_nonoverlapping(b.as_ptr() as *const u8, base.add(rb), n * es);
+                f(
+                    base.add(rc) as *mut c_void,
+                    base.add(ra) as *const c_void,
+                    base.add(rb) as *const c_void,
+                    n,
+                );
+            }
+            let unaligned: Vec<T> = (0..n)
+                .map(|i| unsafe { (raw.as_ptr().add(rc + i * es) as *const T).read_unaligned() })
+                .collect();
+            for (name, got) in [
+                ("c==a", &c1),
+                ("c==b", &c2),
+                ("apart", &c3),
+                ("unaligned", &unaligned),
+            ] {
+                assert_eq!(got, &want, "{} {k:?} n {n} {name}", dt.name());
+            }
+        }
+    }
+    check(
+        DType::I32,
+        RedKind::Sum,
+        |i| i as i32 * 7 - 40,
+        |x, y| x.wrapping_add(y),
+    );
+    check(
+        DType::U8,
+        RedKind::Max,
+        |i| (i * 37 % 251) as u8,
+        |x, y| x.max(y),
+    );
+    check(
+        DType::F32,
+        RedKind::Sum,
+        |i| i as f32 * 0.3 - 2.0,
+        |x, y| x + y,
+    );
+    check(
+        DType::F64,
+        RedKind::Product,
+        |i| i as f64 * 0.7 - 1.0,
+        |x, y| x * y,
+    );
+}

@@ -105,15 +105,17 @@ impl SharedMemory {
     ) -> Option<Result<()>> {
         let ih = &self.engine;
         let d = call.deadline;
-        // The operation's first sync publishes and checks its fingerprint.
-        let first = std::cell::Cell::new(fingerprint(call.op));
-        let sync = |what: &str| ih.sync(what, first.take().as_ref(), d, call.alive);
+        // The operation's first sync publishes and checks its fingerprint
+        // (a reference handed on once: nothing moved per sync).
+        let fp = fingerprint(call.op);
+        let first = std::cell::Cell::new(fp.as_ref());
+        let sync = |what: &str| ih.sync(what, first.take(), d, call.alive);
         let result = run(ih, &sync);
         // An operation that never synced (nothing to move, or an error
         // before its first transfer) still meets the other ranks' first
         // sync, so that they stay in step and see a mismatch; an error
         // shows as a call of its own that fails every rank.
-        if let Some(fp) = first.take() {
+        if let Some(&fp) = first.take() {
             let fp = match result {
                 Ok(()) => fp,
                 Err(_) => signature::Fingerprint {

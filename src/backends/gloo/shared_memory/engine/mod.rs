@@ -455,20 +455,19 @@ impl IntraHost {
         unsafe { self.bases[r].add(REASONS + (p % 2) as usize * REASON_BYTES) }
     }
 
-    /// Word `i` of rank `r`'s fingerprint slot for a first sync at phase `p`,
-    /// in that phase's sync line: a rank that passed that sync and published
-    /// its next operation's fingerprint (at phase `p + 1` at the earliest)
+    /// Rank `r`'s fingerprint slot for a first sync at phase `p`, in that
+    /// phase's sync line: a rank that passed that sync and published its
+    /// next operation's fingerprint (at phase `p + 1` at the earliest)
     /// never overwrites one that a slower rank is still reading.
-    fn slot_word(&self, r: usize, p: u64, i: usize) -> &AtomicU64 {
-        unsafe { &*(self.sync_line(r, p).add(SLOT + i * 8) as *const AtomicU64) }
+    fn slot(&self, r: usize, p: u64) -> &[AtomicU64; SLOT_WORDS] {
+        // SAFETY: aligned words within the line, in a live mapping.
+        unsafe { &*(self.sync_line(r, p).add(SLOT) as *const [AtomicU64; SLOT_WORDS]) }
     }
 
     fn publish(&self, p: u64, fp: &Fingerprint) {
-        for (i, w) in [tagged(fp.packed(), p), fp.count, fp.root]
-            .into_iter()
-            .enumerate()
-        {
-            self.slot_word(self.rank, p, i).store(w, Ordering::Relaxed);
+        let slot = self.slot(self.rank, p);
+        for (word, w) in slot.iter().zip([tagged(fp.packed(), p), fp.count, fp.root]) {
+            word.store(w, Ordering::Relaxed);
         }
     }
 
@@ -482,7 +481,8 @@ impl IntraHost {
     /// [`IntraHost::published`] as raw words: what the common case, every
     /// fingerprint alike, compares.
     fn published_words(&self, r: usize, p: u64) -> Option<[u64; 3]> {
-        let w = |i| self.slot_word(r, p, i).load(Ordering::Relaxed);
+        let slot = self.slot(r, p);
+        let w = |i: usize| slot[i].load(Ordering::Relaxed);
         let first = w(0);
         (first >> 32 == tagged(0, p) >> 32).then(|| [first & u64::from(u32::MAX), w(1), w(2)])
     }
@@ -851,7 +851,7 @@ pub struct Reduction {
 /// A fingerprint's packed fields (below bit 32) with the low 32 bits of
 /// phase `p` above them: a reader tells its slot's phase from the two
 /// others it can hold (`p - 2`, a stale one; never `p + 2`, see
-/// [`IntraHost::slot_word`]).
+/// [`IntraHost::slot`]).
 fn tagged(packed: u64, p: u64) -> u64 {
     debug_assert!(packed >> 32 == 0);
     packed | p << 32
