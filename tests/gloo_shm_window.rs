@@ -3,8 +3,12 @@
 //! other ranks at registration, so `map_remote` gives a pointer every rank
 //! can store through, and puts are copies. Ranks that register ordinary
 //! memory stay reachable by messages, and `map_remote` of them is refused.
+//! The same checks on windows over UCX (shared memory off, UCX as the host
+//! transport over TCP loopback): the UCX window maps same-host peers'
+//! `tc_mem_alloc` buffers alike, while its puts and signals go through UCX.
 
 mod gloo_common;
+mod ucx_common;
 
 use gloo_common::*;
 use std::ffi::c_void;
@@ -170,6 +174,40 @@ fn shm(test: &str, n: usize, plain_rank: i32) {
     for o in &out {
         assert_eq!(o.results(), ["ok"], "{}", o.describe());
     }
+}
+
+/// [`shm`] on windows over UCX; each rank's log must show its window went
+/// over UCX (not a silent fallback to the Gloo window).
+fn shm_over_ucx(test: &str, n: usize, plain_rank: i32) {
+    if role().is_some() {
+        shm_child(plain_rank);
+        return;
+    }
+    if ucx_common::ucx_missing() {
+        return;
+    }
+    let mut env = ucx_common::LOOPBACK_ENV.to_vec();
+    env.push(("TORCHCOMM_DEBUG", "INFO"));
+    let out = launch(test, "shm", n, &env, Duration::from_secs(120));
+    assert_all_ok(&out);
+    for o in &out {
+        assert_eq!(o.results(), ["ok"], "{}", o.describe());
+        assert!(
+            o.stderr.contains("(UCP remote memory access)"),
+            "not a window over UCX: {}",
+            o.describe()
+        );
+    }
+}
+
+#[test]
+fn ucx_shm_window_2() {
+    shm_over_ucx("ucx_shm_window_2", 2, -1);
+}
+
+#[test]
+fn ucx_shm_window_3_one_plain() {
+    shm_over_ucx("ucx_shm_window_3_one_plain", 3, 1);
 }
 
 #[test]

@@ -9,9 +9,10 @@
 //! no call still served; asynchronous calls on a ring, then the comm's
 //! abort ending a pending wait and failing the peers' waits. Each test
 //! checks that its windows went over UCX (the INFO line of a UCX window),
-//! so that a silent fallback to the Gloo windows fails it; but a
-//! hierarchical comm must keep the Gloo windows. Every test says
-//! SKIPPED (and passes) where libucp.so.0 is missing.
+//! so that a silent fallback to the Gloo windows fails it, a hierarchical
+//! comm's too (whose same-host peers map each other's `tc_mem_alloc`
+//! buffers). Every test says SKIPPED (and passes) where libucp.so.0 is
+//! missing.
 
 mod gloo_common;
 mod ucx_common;
@@ -554,22 +555,53 @@ fn ucx_window_peer_killed_before_deregister() {
 }
 
 /// A hierarchical comm (2 hosts of 2 ranks, told apart by
-/// `TORCHCOMM_HOST_ID`) over UCX between hosts keeps the Gloo windows by
-/// default (they map same-host peers' `tc_mem_alloc` buffers, which UCX
-/// windows refuse): every pair's puts, signals and gets are right, and no
-/// rank's log has the UCX window's line.
+/// `TORCHCOMM_HOST_ID`) over UCX between hosts makes its windows over UCX
+/// too: every pair's puts, signals and gets are right; `map_remote` maps
+/// the `tc_mem_alloc` buffer of the peer on this rank's host (stores
+/// through it, published by a signal, land there) and refuses the other
+/// host's ranks, naming why.
 #[test]
-fn ucx_window_hierarchical_comm_keeps_gloo_windows() {
+fn ucx_window_hierarchical_comm_maps_same_host_peers() {
     if role().is_some() {
         std::env::set_var("TORCHCOMM_HOST_ID", format!("host-{}", rank() / 2));
         let comm: Arc<Comm> = child_comm("hierwin", TIMEOUT);
         let (me, n) = (comm.rank() as usize, comm.size() as usize);
         let win = Window::new(&comm).unwrap();
-        let mut mem = vec![FILL; n * SLOT];
-        win.register(mptr(&mut mem), mem.len()).unwrap();
-        all_pairs_round(&win, &mut mem, me, n, 0);
+        let bytes = n * SLOT;
+        let buf = comm.alloc_memory(bytes).unwrap() as *mut u8;
+        let mem = unsafe { std::slice::from_raw_parts_mut(buf, bytes) };
+        mem.fill(FILL);
+        win.register(buf as *mut c_void, bytes).unwrap();
+        all_pairs_round(&win, mem, me, n, 0);
+        // Every rank done reading its buffer before stores land there.
+        run(&comm, torchcomm::Op::Barrier).unwrap();
+        let neighbour = me ^ 1; // the other rank of this host
+        for q in (0..n).filter(|q| *q != me) {
+            match win.map_remote(q as i32) {
+                Ok(p) => {
+                    assert_eq!(q, neighbour, "rank {q} is on another host, yet mapped");
+                    // A store through the mapping, published by a signal.
+                    let at = unsafe { (p as *mut u8).add(me * SLOT) };
+                    unsafe { std::ptr::write_bytes(at, 0x5a, 64) };
+                }
+                Err(e) => {
+                    assert_ne!(q, neighbour, "the same-host peer was not mapped: {e}");
+                    assert_eq!(e.kind, ErrorKind::Unsupported, "{e}");
+                    assert!(e.message.contains("tc_mem_alloc"), "{e}");
+                }
+            }
+        }
+        win.signal(neighbour as i32, &opts()).unwrap();
+        win.wait_signal(neighbour as i32, &opts()).unwrap();
+        let from = &mem[neighbour * SLOT..neighbour * SLOT + 64];
+        assert!(
+            from.iter().all(|b| *b == 0x5a),
+            "the neighbour's stores did not land"
+        );
+        run(&comm, torchcomm::Op::Barrier).unwrap();
         win.deregister().unwrap();
         drop(win);
+        comm.free_memory(buf as *mut c_void).unwrap();
         comm.finalize().unwrap();
         println!("RESULT done");
         return;
@@ -582,7 +614,7 @@ fn ucx_window_hierarchical_comm_keeps_gloo_windows() {
         ("UCX_TLS", "tcp,self"),
         ("TORCHCOMM_DEBUG", "INFO"),
     ];
-    let test = "ucx_window_hierarchical_comm_keeps_gloo_windows";
+    let test = "ucx_window_hierarchical_comm_maps_same_host_peers";
     let out = launch(test, "child", 4, &env, Duration::from_secs(240));
     assert_all_ok(&out);
     for o in &out {
@@ -592,7 +624,6 @@ fn ucx_window_hierarchical_comm_keeps_gloo_windows() {
             "{}",
             o.describe()
         );
-        assert!(o.stderr.contains("UCX 1."), "{}", o.describe());
-        assert!(!o.stderr.contains(UCX_WINDOW_LINE), "{}", o.describe());
+        assert!(o.stderr.contains(UCX_WINDOW_LINE), "{}", o.describe());
     }
 }

@@ -139,12 +139,6 @@ impl Routes {
         )
     }
 
-    /// Whether the comm runs its collectives hierarchically (some host has
-    /// several of its ranks).
-    pub(super) fn hierarchical(&self) -> bool {
-        self.hierarchy.is_some()
-    }
-
     pub(super) fn ucx(&self) -> Option<&Arc<UcxTransport>> {
         self.ucx.as_ref()
     }

@@ -37,7 +37,7 @@ mod p2p;
 mod window;
 mod worker;
 
-pub use window::UcxWindow;
+pub use window::{SameHostMemory, UcxWindow};
 
 use crate::backends::host_executor::IdleWake;
 use crate::backends::transport::{Call, Transport};

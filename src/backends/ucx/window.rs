@@ -26,6 +26,13 @@
 //! A failed or timed-out put, get or signal withdraws the comm's UCX
 //! endpoints like any failed UCX operation (its peers fail at once); a
 //! `wait_signal` that times out harms nothing.
+//!
+//! `map_remote` of a peer gives a pointer where the peer's buffer can be
+//! mapped into this process: `register` also publishes where the buffer
+//! lies in memory a same-host peer can map (as the backend's
+//! [`SameHostMemory`] describes it), and maps the peers' that can be. Every
+//! put, get and signal still goes through UCX (its shared-memory transports
+//! between same-host peers where `UCX_TLS` allows them).
 
 use super::loader::*;
 use super::worker::Request;
@@ -39,9 +46,22 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Memory that same-host peers can map, as the backend that owns it
+/// describes and maps it (a window's `map_remote`).
+pub trait SameHostMemory: Send + Sync {
+    /// Where `[buf, buf + bytes)` lies, as a record a peer of this host can
+    /// map; empty when it lies in no such memory.
+    fn describe(&self, buf: usize, bytes: usize) -> Vec<u8>;
+    /// Maps a peer's record here: the buffer's address, and what keeps the
+    /// mapping (dropped to unmap it). None when it cannot be mapped here
+    /// (another host, an empty record, or the mapping failed).
+    fn map(&self, record: &[u8]) -> Option<(*mut u8, Box<dyn Send + Sync>)>;
+}
+
 /// A window whose every peer is reached through UCP.
 pub struct UcxWindow {
     t: Arc<UcxTransport>,
+    same_host: Box<dyn SameHostMemory>,
     /// The comm's store under `window/<k>`.
     store: StoreRef,
     rank: usize,
@@ -75,6 +95,9 @@ struct Remote {
     rkey: RKey,
     counters: u64,
     counters_rkey: RKey,
+    /// The buffer mapped into this process (a same-host peer's shared
+    /// memory), and what keeps the mapping.
+    mapped: Option<(usize, Box<dyn Send + Sync>)>,
 }
 
 /// How long `wait_signal` spins on progress before it sleeps on the
@@ -89,7 +112,13 @@ unsafe impl Sync for UcxWindow {}
 impl UcxWindow {
     /// The window `k` of the comm whose store is `store` (already scoped
     /// to `window/<k>`): local, nothing is exchanged before `register`.
-    pub fn new(t: Arc<UcxTransport>, store: StoreRef, k: u64, comm: &str) -> Result<UcxWindow> {
+    pub fn new(
+        t: Arc<UcxTransport>,
+        same_host: Box<dyn SameHostMemory>,
+        store: StoreRef,
+        k: u64,
+        comm: &str,
+    ) -> Result<UcxWindow> {
         let (rank, size) = {
             let st = lock(&t.state);
             (st.w.rank, st.w.size)
@@ -99,6 +128,7 @@ impl UcxWindow {
         crate::log_info!("ucx: {label} created on rank {rank}/{size} (UCP remote memory access)");
         Ok(UcxWindow {
             t,
+            same_host,
             store,
             rank,
             size,
@@ -390,13 +420,14 @@ impl WindowBackend for UcxWindow {
                 &(self.counters.as_ptr() as u64).to_le_bytes(),
                 &self.pack(reg.memh)?,
                 &self.pack(reg.counters_memh)?,
+                &self.same_host.describe(buf as usize, bytes),
             ]);
             let keys: Vec<String> = (0..self.size).map(|r| format!("ucx/{epoch}/{r}")).collect();
             self.store.set(&keys[self.rank], &record)?;
             self.store_wait(&keys, &d, "register")?;
             for (r, key) in keys.iter().enumerate() {
                 let parts = decode(&self.store.get(key)?)
-                    .filter(|p| p.len() == 5)
+                    .filter(|p| p.len() == 6)
                     .ok_or_else(|| {
                         Error::internal(format!(
                             "ucx {}: rank {r}'s record is malformed",
@@ -412,6 +443,13 @@ impl WindowBackend for UcxWindow {
                     rkey: *rkey.as_ref().unwrap_or(&std::ptr::null_mut()),
                     counters: word(&parts[2]),
                     counters_rkey: *counters_rkey.as_ref().unwrap_or(&std::ptr::null_mut()),
+                    mapped: match r == self.rank {
+                        true => None,
+                        false => self
+                            .same_host
+                            .map(&parts[5])
+                            .map(|(p, keep)| (p as usize, keep)),
+                    },
                 });
                 rkey?;
                 counters_rkey?;
@@ -531,7 +569,9 @@ impl WindowBackend for UcxWindow {
             self.counters[peer].fetch_add(1, Ordering::SeqCst);
             return Ok(());
         }
-        // The earlier puts land before the signal.
+        // The earlier puts land before the signal, and so do this
+        // thread's stores through a mapping of the peer's buffer.
+        std::sync::atomic::fence(Ordering::SeqCst);
         self.flush(peer, "signal", &d)?;
         let r = &reg.peers[peer];
         let (at, rkey) = (r.counters + 8 * self.rank as u64, r.counters_rkey);
@@ -618,11 +658,14 @@ impl WindowBackend for UcxWindow {
         if r == self.rank {
             return Ok(reg.buf as *mut c_void);
         }
-        Err(Error::unsupported(format!(
-            "ucx {}: rank {r}'s buffer is reached through UCX and is not mapped in this \
-             process (use get)",
-            self.what("map_remote")
-        )))
+        match &reg.peers[r].mapped {
+            Some((p, _)) => Ok(*p as *mut c_void),
+            None => Err(Error::unsupported(format!(
+                "ucx {}: rank {r}'s buffer is not mapped here: only a buffer inside memory from \
+                 tc_mem_alloc, registered by a process of this host, can be; use get",
+                self.what("map_remote")
+            ))),
+        }
     }
 
     fn close(&self) {

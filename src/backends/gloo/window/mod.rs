@@ -42,6 +42,7 @@
 mod epoch;
 mod get;
 mod rma;
+mod same_host;
 mod service;
 mod watch;
 mod wire;
@@ -95,7 +96,12 @@ pub(super) fn create(backend: &GlooBackend, timeout: Duration) -> Result<Box<dyn
             &format!("window/{k}"),
             backend.store.clone(),
         ));
-        let w = crate::backends::ucx::UcxWindow::new(t.clone(), store, k, &backend.name)?;
+        let same_host = Box::new(same_host::SharedBuffers {
+            allocations: backend.shared_memory.clone(),
+            label: format!("window {k} of comm '{}'", backend.name),
+        });
+        let w =
+            crate::backends::ucx::UcxWindow::new(t.clone(), same_host, store, k, &backend.name)?;
         return Ok(Box::new(w));
     }
     let label = format!("window {k} of comm '{}'", backend.name);
@@ -129,19 +135,18 @@ pub(super) fn create(backend: &GlooBackend, timeout: Duration) -> Result<Box<dyn
     Ok(Box::new(GlooWindow { inner }))
 }
 
-/// The comm's UCX transport when its windows go over UCX: when the comm
-/// carries its operations between hosts over UCX and is not hierarchical
-/// (a hierarchical comm keeps the Gloo windows, which map the
-/// `tc_mem_alloc` buffers of same-host peers), or with
-/// `TORCHCOMM_UCX_WINDOWS=1` whenever it has UCX; never with `0` (every
-/// rank must agree; it is read per process, like the transport setting).
+/// The comm's UCX transport when its windows go over UCX: whenever the
+/// comm has one (it carries its operations between hosts over UCX, on the
+/// flat path or a hierarchy's leaders' step; same-host peers' `tc_mem_alloc`
+/// buffers are mapped by the UCX window too); never with
+/// `TORCHCOMM_UCX_WINDOWS=0` (every rank must agree; it is read per
+/// process, like the transport setting).
 fn over_ucx(backend: &GlooBackend) -> Result<Option<&Arc<crate::backends::ucx::UcxTransport>>> {
     let Some(t) = backend.routes.ucx() else {
         return Ok(None);
     };
     match std::env::var("TORCHCOMM_UCX_WINDOWS").as_deref() {
-        Err(_) | Ok("") => Ok((!backend.routes.hierarchical()).then_some(t)),
-        Ok("1") => Ok(Some(t)),
+        Err(_) | Ok("") | Ok("1") => Ok(Some(t)),
         Ok("0") => Ok(None),
         Ok(v) => Err(Error::invalid_argument(format!(
             "TORCHCOMM_UCX_WINDOWS is '{v}'; it takes 0 or 1"

@@ -58,7 +58,7 @@ pub(super) struct Registration {
 /// u64 words of an encoded [`Registration`].
 pub(super) const RECORD: usize = 17;
 
-fn encode_placement(p: Option<Placement>) -> [u64; 7] {
+pub(super) fn encode_placement(p: Option<Placement>) -> [u64; 7] {
     let q = p.unwrap_or_default();
     [
         p.is_some() as u64,
@@ -71,7 +71,7 @@ fn encode_placement(p: Option<Placement>) -> [u64; 7] {
     ]
 }
 
-fn decode_placement(w: &[u64]) -> Option<Placement> {
+pub(super) fn decode_placement(w: &[u64]) -> Option<Placement> {
     (w[0] == 1).then(|| Placement {
         pid: w[1],
         fd: w[2],
