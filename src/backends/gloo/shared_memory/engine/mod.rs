@@ -77,7 +77,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use wait::Patience;
+use wait::WaitPolicy;
 
 /// Bytes of each of a segment's two data halves: the chunk size.
 pub(super) const HALF: usize = 512 << 10;
@@ -138,9 +138,8 @@ pub struct IntraHost {
     phase: AtomicU64,
     /// Chunks sent so far: picks the half.
     chunks: AtomicU64,
-    /// Busy polls a wait may spend: [`wait::MAX_SPINS`], or 0 when there
-    /// are more ranks than usable cores.
-    busy_spins: u32,
+    /// How its waits poll (see [`wait`]).
+    waits: WaitPolicy,
     /// Names a fingerprint's operation in messages.
     describe: fn(&Fingerprint) -> String,
     /// Point-to-point through the rings, when every rank agreed to it.
@@ -375,7 +374,7 @@ impl IntraHost {
             pidfds: mapped.pidfds,
             phase: AtomicU64::new(0),
             chunks: AtomicU64::new(0),
-            busy_spins,
+            waits: WaitPolicy::new(busy_spins),
             describe,
             p2p: p2p_on.then(|| std::sync::Mutex::new(p2p::Inboxes::new(size))),
         }))
@@ -745,13 +744,14 @@ impl IntraHost {
         let all_arrived = || (0..self.size).all(|r| arrived(&r));
         // Busy while a peer on another CPU may arrive any moment, then
         // yield the CPU to a peer that may need it (see [`wait`]).
-        let mut patience = Patience::new(self.busy_spins, cpu);
+        let mut patience = self.waits.patience(cpu);
         loop {
             let seen = self.bell_of(me).load(Ordering::SeqCst);
             if all_arrived() {
                 // Where this rank runs now (it may have yielded and
                 // moved), for its peers' next waits.
                 self.publish_cpu(patience.cpu);
+                self.waits.waited(&patience);
                 return Ok(());
             }
             let late = (0..self.size).filter(|r| !arrived(r));
@@ -779,9 +779,11 @@ impl IntraHost {
                 )))
                 }
             };
+            patience.sleeping();
             self.sleeping_of(me).store(1, Ordering::SeqCst);
             if all_arrived() {
                 self.sleeping_of(me).store(0, Ordering::SeqCst);
+                self.waits.waited(&patience);
                 return Ok(());
             }
             futex_wait(self.bell_of(me), seen, left.min(SLICE));

@@ -40,7 +40,7 @@
 
 mod at_once;
 
-use super::wait::{current_cpu, Patience};
+use super::wait::current_cpu;
 use super::{exited, futex_wait, futex_wake, IntraHost, SEGMENT, SLICE};
 use crate::error::{Error, Result};
 use crate::op::SourceSlot;
@@ -310,22 +310,25 @@ impl IntraHost {
     ) -> Result<()> {
         let cpu = current_cpu();
         self.publish_cpu(cpu);
-        let mut patience = Patience::new(self.busy_spins, cpu);
+        let mut patience = self.waits.patience(cpu);
         loop {
             if self.step(inboxes, pend, false)? {
                 Self::tell_done(pend, done);
-                patience = Patience::new(self.busy_spins, patience.cpu);
+                self.waits.waited(&patience);
+                patience = self.waits.patience(patience.cpu);
                 continue;
             }
             if pend.iter().all(|p| p.done) {
                 Self::tell_done(pend, done);
+                self.waits.waited(&patience);
                 return Ok(());
             }
             // Stuck: read whatever peers sent, so that a peer blocked
             // sending to this rank moves on.
             if self.step(inboxes, pend, true)? {
                 Self::tell_done(pend, done);
-                patience = Patience::new(self.busy_spins, patience.cpu);
+                self.waits.waited(&patience);
+                patience = self.waits.patience(patience.cpu);
                 continue;
             }
             // Every other rank for an any-source receive (no allocation:
@@ -345,6 +348,7 @@ impl IntraHost {
             self.check_peers(pend, d)?;
             let me = self.rank;
             let seen = self.bell_of(me).load(Ordering::SeqCst);
+            patience.sleeping();
             self.sleeping_of(me).store(1, Ordering::SeqCst);
             fence(Ordering::SeqCst);
             let moved = self.step(inboxes, pend, true);

@@ -22,6 +22,23 @@
 //! that adapts to the waits (halved by each wait that had to yield or
 //! sleep, doubled by each that ended while polling) showed no difference
 //! when it was tried (docs/performance.md, "Spinning").
+//!
+//! - Except when the CPUs are contended ([`WaitPolicy`]): once a wait
+//!   lasted [`LONG_WAIT`] (its peer was not running: other processes or
+//!   the application's own threads held the CPUs), the engine's waits go
+//!   to sleep at once, neither polling nor yielding, but for one wait in
+//!   [`PROBE_EVERY`] that waits as above: when that one ends sooner than
+//!   [`LONG_WAIT`], the engine's waits poll again. A polling waiter
+//!   competes for a CPU with what keeps its peer off one, and each yield
+//!   hands a busy thread a whole time slice; a sleeping one is woken by the
+//!   peer's bell as soon as the peer arrives. Two ranks beside two busy
+//!   processes on 2 CPUs, 8 and 32 MiB all_reduce: 12-37 and 150-250 ms
+//!   polling, 4-7 and 11-16 ms sleeping at once (Gloo over TCP: 8 and 39
+//!   ms). Only where every rank can have a CPU: with more ranks than CPUs
+//!   the waits neither poll nor learn.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 /// Busy polls a wait spends before yielding, when every rank can have a
 /// CPU (about 50 µs here).
@@ -30,6 +47,68 @@ pub(super) const MAX_SPINS: u32 = 2000;
 const YIELDS: u32 = 64;
 /// Busy polls between two looks at where the late peers run.
 const LOOK_EVERY: u32 = 16;
+/// The poll from which a wait times itself: shorter waits (most small
+/// collectives') never read the clock.
+const TIME_FROM: u32 = 64;
+/// A wait this long had a peer that was not running.
+const LONG_WAIT: Duration = Duration::from_millis(1);
+/// While waits sleep at once, one in this many polls as usual, to learn
+/// whether the CPUs are free again.
+const PROBE_EVERY: u32 = 64;
+
+/// How one engine's waits poll: as [`Patience`] says, or not at all while
+/// the CPUs are contended (see the module docs).
+pub(super) struct WaitPolicy {
+    /// Busy polls a wait may spend when they may help: [`MAX_SPINS`], or 0
+    /// when there are more ranks than usable CPUs.
+    busy_spins: u32,
+    /// 0 while waits poll; else waits sleep at once, and this counts
+    /// them (from 1, set by a wait that lasted [`LONG_WAIT`]).
+    asleep: AtomicU32,
+}
+
+impl WaitPolicy {
+    pub(super) fn new(busy_spins: u32) -> WaitPolicy {
+        WaitPolicy {
+            busy_spins,
+            asleep: AtomicU32::new(0),
+        }
+    }
+
+    /// The polling of a wait starting now on CPU `cpu` (see
+    /// [`Patience::new`]).
+    pub(super) fn patience(&self, cpu: u32) -> Patience {
+        let mut p = Patience::new(self.busy_spins, cpu);
+        let n = self.asleep.load(Ordering::Relaxed);
+        if n > 0 {
+            // A load and a store: one wait at a time per engine, and a
+            // lost count only moves the next probe.
+            self.asleep
+                .store(n.wrapping_add(1).max(1), Ordering::Relaxed);
+            match n % PROBE_EVERY == 0 {
+                true => p.probe = true,
+                false => (p.budget, p.max_yields) = (0, 0),
+            }
+        }
+        p
+    }
+
+    /// Learns from a wait that ended with `p`'s polling.
+    pub(super) fn waited(&self, p: &Patience) {
+        if self.busy_spins == 0 {
+            // More ranks than CPUs: the waits yield to each other as the
+            // module docs say (sleeping at once measured no better with
+            // busy processes beside 4 ranks on 2 CPUs, and worse without).
+            return;
+        }
+        let long = p.since.is_some_and(|t| t.elapsed() >= LONG_WAIT);
+        if long && self.asleep.load(Ordering::Relaxed) == 0 {
+            self.asleep.store(1, Ordering::Relaxed);
+        } else if !long && p.probe {
+            self.asleep.store(0, Ordering::Relaxed);
+        }
+    }
+}
 
 /// The CPU this thread runs on, plus one (0: unknown). Reads the kernel's
 /// per-thread copy (rseq) where the C library has one: a few nanoseconds.
@@ -44,9 +123,17 @@ pub(super) struct Patience {
     budget: u32,
     polls: u32,
     yields: u32,
+    /// Yields before it sleeps: [`YIELDS`], or none when it sleeps at once.
+    max_yields: u32,
     next_look: u32,
     /// This thread's CPU plus one, as [`current_cpu`].
     pub(super) cpu: u32,
+    /// When the wait started timing itself (at poll [`TIME_FROM`], or when
+    /// it first went to sleep).
+    since: Option<Instant>,
+    /// Whether it polls to learn if the CPUs are free again (see
+    /// [`WaitPolicy`]).
+    probe: bool,
 }
 
 impl Patience {
@@ -57,9 +144,17 @@ impl Patience {
             budget,
             polls: 0,
             yields: 0,
+            max_yields: YIELDS,
             next_look: 1,
             cpu,
+            since: None,
+            probe: false,
         }
+    }
+
+    /// The caller goes to sleep (after [`Patience::poll_again`] said so).
+    pub(super) fn sleeping(&mut self) {
+        self.since.get_or_insert_with(Instant::now);
     }
 
     /// Waits a little before the next poll; false once it is time to
@@ -68,6 +163,9 @@ impl Patience {
     #[inline]
     pub(super) fn poll_again(&mut self, on_cpu: impl FnOnce(u32) -> bool) -> bool {
         self.polls += 1;
+        if self.polls == TIME_FROM {
+            self.since = Some(Instant::now());
+        }
         let mut here = false;
         if self.polls >= self.next_look && self.cpu != 0 {
             self.next_look = self.polls + LOOK_EVERY;
@@ -77,7 +175,7 @@ impl Patience {
             std::hint::spin_loop();
             return true;
         }
-        if self.yields < YIELDS {
+        if self.yields < self.max_yields {
             self.yields += 1;
             std::thread::yield_now();
             // Look again at once: the peer may have run meanwhile, or this
@@ -107,6 +205,64 @@ mod tests {
         assert!(
             p.yielded(),
             "the first poll must yield when the peer shares the CPU"
+        );
+    }
+
+    /// A wait that ended `ago` after it started timing itself.
+    fn waited_for(w: &WaitPolicy, ago: Duration) {
+        let mut p = w.patience(1);
+        p.since = Some(Instant::now() - ago);
+        w.waited(&p);
+    }
+
+    #[test]
+    fn a_long_wait_makes_the_next_ones_sleep_at_once_but_for_probes() {
+        let w = WaitPolicy::new(MAX_SPINS);
+        waited_for(&w, Duration::from_micros(200));
+        assert!(
+            w.patience(1).poll_again(|_| false),
+            "a short wait changes nothing"
+        );
+        waited_for(&w, LONG_WAIT);
+        for i in 1..3 * PROBE_EVERY {
+            let mut p = w.patience(1);
+            match i % PROBE_EVERY == 0 {
+                // The probe polls as usual; it took long: still asleep.
+                true => {
+                    assert!(p.probe && p.poll_again(|_| false), "wait {i}");
+                    p.since = Some(Instant::now() - LONG_WAIT);
+                    w.waited(&p);
+                }
+                // Neither polls nor yields, even with the peer on this CPU.
+                false => {
+                    assert!(!p.poll_again(|_| true), "wait {i} polled");
+                    assert!(!p.yielded(), "wait {i} yielded");
+                    w.waited(&p);
+                }
+            }
+        }
+        // A probe that came back soon: polling again.
+        let mut p = w.patience(1);
+        while !p.probe {
+            w.waited(&p);
+            p = w.patience(1);
+        }
+        w.waited(&p);
+        let mut p = w.patience(1);
+        assert!(
+            !p.probe && p.poll_again(|_| false),
+            "polling resumes after a quick probe"
+        );
+    }
+
+    #[test]
+    fn more_ranks_than_cpus_never_switch() {
+        let w = WaitPolicy::new(0);
+        waited_for(&w, 10 * LONG_WAIT);
+        let mut p = w.patience(1);
+        assert!(
+            p.poll_again(|_| false) && p.yielded(),
+            "they still yield first"
         );
     }
 
