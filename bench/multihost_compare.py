@@ -210,8 +210,8 @@ def allreduce_table(a, st, times, wrong, rows):
     return worst
 
 
-def perftest(a, st, notes):
-    """ucx_perftest's tag latency at 8 B (median of --rounds runs), us."""
+def perftest(a, st, notes, size=8):
+    """ucx_perftest's tag latency at `size` bytes (median of --rounds runs), us."""
     exe = shutil.which("ucx_perftest")
     if not exe:
         notes.append("ucx_perftest skipped: not installed (make bench-deps installs ucx-utils)")
@@ -220,9 +220,10 @@ def perftest(a, st, notes):
     for rnd in range(a.rounds):
         st.port += 1
         env = {**os.environ, "UCX_TLS": "tcp,self", "UCX_NET_DEVICES": st.iface()}
-        base = [exe, "-t", "tag_lat", "-s", "8", "-n", "20000", "-p", str(st.port)]
+        iters = "20000" if size <= 4096 else "1000"
+        base = [exe, "-t", "tag_lat", "-s", str(size), "-n", iters, "-p", str(st.port)]
         pre = lambda r: ["ip", "netns", "exec", f"{a.ns}{r}"] if st.kind == "ns" else []
-        log = os.path.join(a.out, f"perftest-{st.kind}-{rnd}.log")
+        log = os.path.join(a.out, f"perftest-{st.kind}-{size}-{rnd}.log")
         with open(log, "w") as f:
             server = subprocess.Popen(pre(0) + base, stdout=f, stderr=subprocess.STDOUT, env=env)
             time.sleep(1)
@@ -240,7 +241,7 @@ def perftest(a, st, notes):
 
 def p2p_phase(a, st, notes):
     """tc-osu --host 1 with Open MPI's and torch's tables as extra columns;
-    returns (tc-osu's output, ucx_perftest's 8 B latency)."""
+    returns (tc-osu's output, ucx_perftest's latency by size: 8 B and 1 MiB)."""
     tag = f"{st.kind}-2"
     osu = ["-b", a.p2p_b, "-e", a.p2p_e, "-r", str(a.rounds)]
     extra = []
@@ -269,7 +270,24 @@ def p2p_phase(a, st, notes):
     with open(log) as f:
         text = "".join(l for l in f if not l.startswith("# ip ") and not l.startswith("# env ")
                        and "[torchcomm]" not in l)
-    return text, perftest(a, st, notes)
+    return text, {size: perftest(a, st, notes, size) for size in (8, 1 << 20)}
+
+
+def osu_latency(text, size):
+    """The latency column of tc-osu's `size` row (ours over UCX) and its
+    extra columns, by name, from the header."""
+    names = []
+    for line in text.splitlines():
+        if line.startswith("# OSU-style bandwidth"):
+            break
+        if line.startswith("# Size"):
+            names = [w for w in line.split()[4:] if not w.startswith("ratio")]
+            names = ["ours"] + names[1:] if names else ["ours"]
+        f = line.split()
+        if f and f[0] == str(size):
+            values = [float(f[1])] + [float(v) for v in f[3::2][:len(names) - 1]]
+            return dict(zip(names, values))
+    return {}
 
 
 def p2p_target(text, perf):
@@ -345,10 +363,15 @@ def main():
             print(f"\n### point-to-point, 2 ranks, {where} (ours = UCX, ours-off = Gloo)\n\n```")
             print(text.strip())
             print("```")
-            if perf:
+            if perf and perf[8]:
                 print(f"\nucx_perftest -t tag_lat -s 8 (UCX_TLS=tcp,self), median of {a.rounds} runs' "
-                      f"typical latency: {perf:.2f} us")
-                targets.append(f"{kind}: " + p2p_target(text, perf))
+                      f"typical latency: {perf[8]:.2f} us")
+                targets.append(f"{kind}: " + p2p_target(text, perf[8]))
+            if perf and perf[1 << 20]:
+                row = osu_latency(text, 1 << 20)
+                others = ", ".join(f"{k} {v:.1f} us" for k, v in row.items())
+                print(f"ucx_perftest -t tag_lat -s 1048576 (UCX's own ceiling over this link), median of "
+                      f"{a.rounds} runs: {perf[1 << 20]:.1f} us; tc-osu's 1 MiB latencies: {others}")
     with open(os.path.join(a.out, "multihost_allreduce.csv"), "w", newline="") as f:
         keys = sorted({k for r in rows for k in r}, key=lambda k: (k not in ("setup", "ranks", "size"), k))
         w = csv.DictWriter(f, fieldnames=keys)
