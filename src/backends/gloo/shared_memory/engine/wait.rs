@@ -32,10 +32,11 @@
 //!   competes for a CPU with what keeps its peer off one, and each yield
 //!   hands a busy thread a whole time slice; a sleeping one is woken by the
 //!   peer's bell as soon as the peer arrives. Two ranks beside two busy
-//!   processes on 2 CPUs, 8 and 32 MiB all_reduce: 12-37 and 150-250 ms
-//!   polling, 4-7 and 11-16 ms sleeping at once (Gloo over TCP: 8 and 39
-//!   ms). Only where every rank can have a CPU: with more ranks than CPUs
-//!   the waits neither poll nor learn.
+//!   processes on 2 CPUs, 8 and 32 MiB all_reduce: 32-65 and 190-313 ms
+//!   polling, 1.4-14 and 9-53 ms sleeping at once (Gloo over TCP: 8 and
+//!   39 ms; docs/performance.md, "Under CPU contention"). Only where every
+//!   rank can have a CPU: with more ranks than CPUs the waits keep
+//!   yielding first and learn nothing.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
