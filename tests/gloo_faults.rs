@@ -9,11 +9,7 @@ use gloo_common::*;
 use std::time::{Duration, Instant};
 use torchcomm::ErrorKind;
 use torchcomm::{DType, ReduceOp};
-use torchcomm::{Op, P2p, Ptr};
-
-fn ptr<T>(v: &mut [T]) -> Ptr {
-    Ptr(v.as_mut_ptr() as *mut std::ffi::c_void)
-}
+use torchcomm::{Op, P2p};
 
 /// Runs all_reduce in a loop until it fails; prints the failure and how long
 /// the failing operation ran.

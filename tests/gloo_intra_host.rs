@@ -22,10 +22,6 @@ use torchcomm::{DType, PremulFactor, RedKind, ReduceOp};
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 
-fn ptr<T>(v: &mut [T]) -> Ptr {
-    Ptr(v.as_mut_ptr() as *mut c_void)
-}
-
 fn red(kind: RedKind) -> ReduceOp {
     ReduceOp {
         kind,

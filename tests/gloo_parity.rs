@@ -19,10 +19,6 @@ use torchcomm::{Comm, Op, OpOptions, P2p, PersistentAllGather, Ptr};
 const LIMIT: Duration = Duration::from_secs(240);
 const POISON: i64 = -0x5a5a;
 
-fn ptr<T>(v: &mut [T]) -> Ptr {
-    Ptr(v.as_mut_ptr() as *mut c_void)
-}
-
 /// Element i of rank r's contribution.
 fn datum(r: usize, i: usize) -> i64 {
     (r as i64 + 1) * 1_000_003 + i as i64 * 7

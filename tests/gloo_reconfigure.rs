@@ -15,15 +15,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use torchcomm::store::{StoreRef, TcpStore, TcpStoreOptions, TcpStoreServer};
 use torchcomm::ErrorKind;
-use torchcomm::{Comm, CommOptions, CommSlot, Op, Ptr, Reconfigurable};
+use torchcomm::{Comm, CommOptions, CommSlot, Op, Reconfigurable};
 use torchcomm::{DType, Device, ReduceOp};
 
 const TIMEOUT: Duration = Duration::from_secs(40);
 const LIMIT: Duration = Duration::from_secs(200);
-
-fn ptr<T>(v: &mut [T]) -> Ptr {
-    Ptr(v.as_mut_ptr() as *mut std::ffi::c_void)
-}
 
 fn reconfigurable(store: StoreRef, name: &str) -> Reconfigurable {
     Reconfigurable::new(

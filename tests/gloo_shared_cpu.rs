@@ -16,12 +16,8 @@ mod gloo_common;
 use gloo_common::*;
 use std::time::{Duration, Instant};
 use torchcomm::ErrorKind;
-use torchcomm::{Comm, Op, Ptr};
+use torchcomm::{Comm, Op};
 use torchcomm::{DType, PremulFactor, RedKind, ReduceOp};
-
-fn ptr<T>(v: &mut [T]) -> Ptr {
-    Ptr(v.as_mut_ptr().cast())
-}
 
 /// Pins this process to CPU 0 (the comm exists already).
 fn share_cpu_0() {

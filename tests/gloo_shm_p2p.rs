@@ -11,22 +11,17 @@
 mod gloo_common;
 
 use gloo_common::*;
-use std::ffi::c_void;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use torchcomm::DType;
 use torchcomm::ErrorKind;
 use torchcomm::Work;
-use torchcomm::{Comm, Op, OpOptions, P2p, Ptr};
+use torchcomm::{Comm, Op, OpOptions, P2p};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 /// The ring of one pair is 1 MiB: these go through it in pieces.
 const BIG: [usize; 3] = [(1 << 20) + 17, 3 << 20, (5 << 20) + 3];
 const SMALL: [usize; 7] = [0, 1, 3, 4, 31, 4093, 65_536];
-
-fn ptr<T>(v: &mut [T]) -> Ptr {
-    Ptr(v.as_mut_ptr() as *mut c_void)
-}
 
 /// The bytes rank `from` sends to rank `to` as its message `k`.
 fn payload(from: usize, to: usize, k: usize, len: usize) -> Vec<u8> {

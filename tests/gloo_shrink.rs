@@ -13,7 +13,7 @@ use gloo_common::*;
 use std::sync::Arc;
 use std::time::Duration;
 use torchcomm::ErrorKind;
-use torchcomm::{Comm, CommOptions, Op, Ptr};
+use torchcomm::{Comm, CommOptions, Op};
 use torchcomm::{DType, ReduceOp};
 
 /// The parent's operation timeout: a survivor learns of the death within
@@ -23,10 +23,6 @@ const OP_TIMEOUT: Duration = Duration::from_secs(5);
 /// on a loaded machine.
 const SHRINK_TIMEOUT: Duration = Duration::from_secs(40);
 const LIMIT: Duration = Duration::from_secs(150);
-
-fn ptr<T>(v: &mut [T]) -> Ptr {
-    Ptr(v.as_mut_ptr() as *mut std::ffi::c_void)
-}
 
 fn shrink_opts() -> CommOptions {
     CommOptions {

@@ -9,16 +9,11 @@
 mod gloo_common;
 
 use gloo_common::*;
-use std::ffi::c_void;
 use std::time::Duration;
-use torchcomm::{Comm, Op, Ptr};
+use torchcomm::{Comm, Op};
 use torchcomm::{DType, PremulFactor, RedKind, ReduceOp};
 
 const COUNTS: [usize; 7] = [0, 1, 2, 5, 1000, 4096, 4097];
-
-fn ptr<T>(v: &mut [T]) -> Ptr {
-    Ptr(v.as_mut_ptr() as *mut c_void)
-}
 
 fn red(kind: RedKind, factor: f64) -> ReduceOp {
     ReduceOp {

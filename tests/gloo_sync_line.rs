@@ -12,14 +12,9 @@
 mod gloo_common;
 
 use gloo_common::*;
-use std::ffi::c_void;
 use std::fmt::Debug;
 use std::time::Duration;
-use torchcomm::{Comm, DType, Op, PremulFactor, Ptr, RedKind, ReduceOp};
-
-fn ptr<T>(v: &mut [T]) -> Ptr {
-    Ptr(v.as_mut_ptr() as *mut c_void)
-}
+use torchcomm::{Comm, DType, Op, PremulFactor, RedKind, ReduceOp};
 
 fn red(kind: RedKind) -> ReduceOp {
     ReduceOp {

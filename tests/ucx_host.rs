@@ -13,6 +13,8 @@ mod ucx_checks;
 mod ucx_common;
 
 use gloo_common::*;
+// One name in both globs: the shared one (the same for bytes).
+use gloo_common::ptr;
 use std::time::{Duration, Instant};
 use torchcomm::{Comm, Op, Ptr};
 use torchcomm::{DType, ReduceOp};

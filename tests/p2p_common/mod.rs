@@ -4,15 +4,10 @@
 
 #![allow(dead_code)]
 
-use crate::gloo_common::{assert_all_ok, launch};
-use std::ffi::c_void;
+use crate::gloo_common::{assert_all_ok, launch, ptr};
 use std::sync::Arc;
 use std::time::Duration;
-use torchcomm::{Comm, DType, Op, OpOptions, Ptr, Work};
-
-pub fn ptr(v: &mut [u8]) -> Ptr {
-    Ptr(v.as_mut_ptr() as *mut c_void)
-}
+use torchcomm::{Comm, DType, Op, OpOptions, Work};
 
 pub fn start(comm: &Comm, op: Op) -> Arc<dyn Work> {
     let opts = OpOptions {

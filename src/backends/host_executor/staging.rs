@@ -83,12 +83,11 @@ fn synchronize(stream: sys::CUstream) -> Result<()> {
 
 /// Replaces the device buffers of `op` by pinned host copies (inputs copied
 /// on `stream`, which is then synchronized). `None` when no buffer is device
-/// memory (always, without a CUDA driver).
+/// memory (always, without a CUDA driver). Callers ask [`may_stage`] first:
+/// it spares most host calls the look for the driver (which, without one,
+/// takes the loader's lock).
 pub fn stage_in(op: &mut Op, rank: i32, size: i32, stream: *mut c_void) -> Result<Option<Staged>> {
-    // An operation without buffers, or whose buffer is on the caller's
-    // stack, needs no look at the driver (which, without one, takes the
-    // loader's lock).
-    if !may_stage(op) || !cuda::may_hold_device_memory() {
+    if !cuda::may_hold_device_memory() {
         return Ok(None);
     }
     let mut on_device = None;

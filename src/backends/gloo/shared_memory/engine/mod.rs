@@ -89,10 +89,10 @@ pub(super) const HALF: usize = 512 << 10;
 /// line per sync, and for a chunk that fits the payload the data comes
 /// with it (`bench/sync_lines.c`, a model of the 2-rank exchange: 111–119
 /// ns per round with one line, 141–158 with the fingerprint on the
-/// phase's line and the data apart, 156–161 with three lines). The third line holds what
-/// changes rarely or is written by peers: CPU (128, see [`wait`]), bell
-/// (132), sleeping (136), left (140), gave up (144). From [`REASONS`], two
-/// refusal reasons (see [`IntraHost::refuse`]).
+/// phase's line and the data apart, 156–161 with three lines). The third
+/// line holds what changes rarely or is written by peers: CPU (128, see
+/// [`wait`]), bell (132), sleeping (136), left (140), gave up (144). From
+/// [`REASONS`], two refusal reasons (see [`IntraHost::refuse`]).
 const HEADER: usize = REASONS + 2 * REASON_BYTES;
 const LINE: usize = 64;
 const SLOT: usize = 8;
