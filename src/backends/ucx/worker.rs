@@ -16,20 +16,42 @@ use super::loader::{self, *};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::StoreRef;
 use crate::util::Deadline;
-use std::ffi::{c_int, c_void, CString};
+use std::ffi::{c_int, c_void, CStr, CString};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
-/// UCX's rendezvous threshold to set: `eager` bytes (and a little room)
-/// unless the user set `UCX_RNDV_THRESH` or the host has verbs devices
-/// (RDMA, where UCX's zero-copy rendezvous is its fast path). Over TCP
-/// UCX's own threshold (8 KiB on this machine) sends a collective's folded
-/// first message of up to 64 KiB as a rendezvous (request, reply, data):
-/// one eager message instead took a 2-rank all_reduce of 64 KiB over
-/// loopback from 56-74 to 45-61 us, of 32 KiB from 37-59 to 19-35 us; a
-/// limit of 128 KiB gained nothing at 128 KiB.
-fn rendezvous_threshold(eager: usize, user_set: bool, has_verbs: bool) -> Option<usize> {
-    (!user_set && !has_verbs).then_some(eager + 64)
+/// The UCX settings this library makes over TCP, as (name for
+/// `ucp_config_modify`, the user's variable that keeps UCX's own value,
+/// value), for messages of up to `eager` bytes sent eagerly; none where the
+/// host has verbs devices (RDMA, whose zero-copy rendezvous is UCX's fast
+/// path).
+///
+/// - `RNDV_THRESH`, `eager` bytes and a little room: UCX's own threshold
+///   (8 KiB on this machine) sends a collective's folded first message of
+///   up to 64 KiB as a rendezvous (request, reply, data); one eager message
+///   instead took a 2-rank all_reduce of 64 KiB over loopback from 56-74 to
+///   45-61 us, of 32 KiB from 37-59 to 19-35 us; a limit of 128 KiB gained
+///   nothing at 128 KiB.
+/// - `RX_SEG_SIZE` (UCX's `UCX_TCP_RX_SEG_SIZE`), 1 MiB: with error handling
+///   on the endpoints (mode "peer", which reports a dead peer) a rendezvous
+///   over TCP moves its data as active messages of one receive segment
+///   each, 64 KiB by default: a 1 MiB message took 16 `sendmsg` calls and
+///   283 us one way over loopback in `ucx_perftest -e` (171 us without error
+///   handling), 174 us with 1 MiB segments (4 MiB segments: 278 us). Costs
+///   about 10 MB more resident memory per rank (UCX's receive pool).
+fn tcp_settings(
+    eager: usize,
+    has_verbs: bool,
+) -> impl Iterator<Item = (&'static CStr, &'static str, String)> {
+    let settings = [
+        (c"RNDV_THRESH", "UCX_RNDV_THRESH", (eager + 64).to_string()),
+        (
+            c"RX_SEG_SIZE",
+            "UCX_TCP_RX_SEG_SIZE",
+            (1usize << 20).to_string(),
+        ),
+    ];
+    settings.into_iter().filter(move |_| !has_verbs)
 }
 
 /// How long a wait spins on progress after the last headway before it
@@ -132,7 +154,7 @@ fn address_key(r: usize) -> String {
 impl Worker {
     /// The UCP context and worker of this rank (no peers yet), sending
     /// messages of up to `eager` bytes eagerly over TCP (see
-    /// [`rendezvous_threshold`]). Fails when UCX cannot be loaded or
+    /// [`tcp_settings`]). Fails when UCX cannot be loaded or
     /// initialised.
     pub fn open(rank: usize, size: usize, name: &str, eager: usize) -> Result<Worker> {
         let ucp = loader::ucp()?;
@@ -142,19 +164,16 @@ impl Worker {
         check(ucp, s, "ucp_config_read")?;
         let has_verbs =
             std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some());
-        let user_set = std::env::var_os("UCX_RNDV_THRESH").is_some();
-        if let Some(bytes) = rendezvous_threshold(eager, user_set, has_verbs) {
-            let (name, value) = (
-                c"RNDV_THRESH",
-                CString::new(bytes.to_string()).unwrap_or_default(),
-            );
+        for (key, variable, value) in tcp_settings(eager, has_verbs) {
+            if std::env::var_os(variable).is_some() {
+                continue;
+            }
+            let c_value = CString::new(value.as_str()).unwrap_or_default();
             // SAFETY: a live config and two C strings. A refusal only
-            // leaves UCX's own threshold.
-            let s = unsafe { (ucp.config_modify)(config, name.as_ptr(), value.as_ptr()) };
+            // leaves UCX's own value.
+            let s = unsafe { (ucp.config_modify)(config, key.as_ptr(), c_value.as_ptr()) };
             if s != UCS_OK {
-                crate::log_info!(
-                    "ucx: RNDV_THRESH {bytes} refused ({s}); UCX's own threshold stays"
-                );
+                crate::log_info!("ucx: {key:?} {value} refused ({s}); UCX's own value stays");
             }
         }
         let cname = CString::new(format!("torchcomm {name} rank {rank}")).unwrap_or_default();
@@ -827,12 +846,20 @@ fn check(ucp: &Ucp, s: Status, what: &str) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::rendezvous_threshold;
+    use super::tcp_settings;
 
     #[test]
-    fn the_eager_limit_is_set_only_over_tcp_and_when_the_user_did_not() {
-        assert_eq!(rendezvous_threshold(65_592, false, false), Some(65_656));
-        assert_eq!(rendezvous_threshold(65_592, true, false), None);
-        assert_eq!(rendezvous_threshold(65_592, false, true), None);
+    fn tcp_settings_are_made_only_without_verbs_devices() {
+        let over_tcp: Vec<_> = tcp_settings(65_592, false)
+            .map(|(key, variable, value)| (key.to_str().unwrap(), variable, value))
+            .collect();
+        assert_eq!(
+            over_tcp,
+            [
+                ("RNDV_THRESH", "UCX_RNDV_THRESH", "65656".to_string()),
+                ("RX_SEG_SIZE", "UCX_TCP_RX_SEG_SIZE", "1048576".to_string()),
+            ]
+        );
+        assert_eq!(tcp_settings(65_592, true).count(), 0);
     }
 }
