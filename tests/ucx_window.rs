@@ -583,6 +583,25 @@ fn ucx_window_hierarchical_comm_maps_same_host_peers() {
                     // A store through the mapping, published by a signal.
                     let at = unsafe { (p as *mut u8).add(me * SLOT) };
                     unsafe { std::ptr::write_bytes(at, 0x5a, 64) };
+                    // A put to the mapped peer is a copy through the
+                    // mapping: in the peer's memory when it returns (over
+                    // UCX it would still be on its way: the peer's worker
+                    // has not progressed since).
+                    let put = [0xa5u8; 64];
+                    win.put(cptr(&put), 64, q as i32, me * SLOT + 64, &opts())
+                        .unwrap();
+                    let landed = unsafe { std::slice::from_raw_parts(at.add(64), 64) };
+                    assert!(
+                        landed == put,
+                        "a put to the mapped same-host peer was not in its memory on return"
+                    );
+                    let mut got = [0u8; 128];
+                    win.get(mptr(&mut got), 128, q as i32, me * SLOT, &opts())
+                        .unwrap();
+                    assert!(
+                        got[..64].iter().all(|b| *b == 0x5a) && got[64..] == put,
+                        "a get from the mapped same-host peer"
+                    );
                 }
                 Err(e) => {
                     assert_ne!(q, neighbour, "the same-host peer was not mapped: {e}");
@@ -593,10 +612,10 @@ fn ucx_window_hierarchical_comm_maps_same_host_peers() {
         }
         win.signal(neighbour as i32, &opts()).unwrap();
         win.wait_signal(neighbour as i32, &opts()).unwrap();
-        let from = &mem[neighbour * SLOT..neighbour * SLOT + 64];
+        let from = &mem[neighbour * SLOT..neighbour * SLOT + 128];
         assert!(
-            from.iter().all(|b| *b == 0x5a),
-            "the neighbour's stores did not land"
+            from[..64].iter().all(|b| *b == 0x5a) && from[64..].iter().all(|b| *b == 0xa5),
+            "the neighbour's stores and put did not land"
         );
         run(&comm, torchcomm::Op::Barrier).unwrap();
         win.deregister().unwrap();

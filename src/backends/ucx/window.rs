@@ -30,9 +30,11 @@
 //! `map_remote` of a peer gives a pointer where the peer's buffer can be
 //! mapped into this process: `register` also publishes where the buffer
 //! lies in memory a same-host peer can map (as the backend's
-//! [`SameHostMemory`] describes it), and maps the peers' that can be. Every
-//! put, get and signal still goes through UCX (its shared-memory transports
-//! between same-host peers where `UCX_TLS` allows them).
+//! [`SameHostMemory`] describes it), and maps the peers' that can be. A put
+//! or get to a peer mapped so is a memory copy through that mapping (in the
+//! peer's buffer when `put` returns); signals, and puts and gets to the
+//! other peers, go through UCX (its shared-memory transports between
+//! same-host peers where `UCX_TLS` allows them).
 
 use super::loader::*;
 use super::worker::Request;
@@ -98,6 +100,16 @@ struct Remote {
     /// The buffer mapped into this process (a same-host peer's shared
     /// memory), and what keeps the mapping.
     mapped: Option<(usize, Box<dyn Send + Sync>)>,
+}
+
+impl Remote {
+    /// Where byte `offset` of the buffer lies in this process, when the
+    /// buffer is mapped here.
+    fn mapped_at(&self, offset: usize) -> Option<*mut u8> {
+        self.mapped
+            .as_ref()
+            .map(|(base, _)| (*base + offset) as *mut u8)
+    }
 }
 
 /// How long `wait_signal` spins on progress before it sleeps on the
@@ -520,6 +532,13 @@ impl WindowBackend for UcxWindow {
             unsafe { std::ptr::copy(src as *const u8, addr as *mut u8, bytes) };
             return Ok(());
         }
+        if let Some(at) = reg.peers[peer].mapped_at(dst_offset) {
+            // SAFETY: in bounds of the peer's buffer, mapped here; a copy
+            // that allows overlap, since the source may lie in a mapping
+            // too. A later signal fences before it goes out.
+            unsafe { std::ptr::copy(src as *const u8, at, bytes) };
+            return Ok(());
+        }
         let rkey = reg.peers[peer].rkey;
         let param = RequestParam::new();
         // SAFETY: `src` stays valid until the wait returns (or the request
@@ -550,6 +569,12 @@ impl WindowBackend for UcxWindow {
             unsafe { std::ptr::copy(addr as *const u8, dst as *mut u8, bytes) };
             return Ok(());
         }
+        if let Some(at) = reg.peers[peer].mapped_at(src_offset) {
+            // SAFETY: as for a put through the mapping; this rank's earlier
+            // puts to the peer went the same way, so they are there.
+            unsafe { std::ptr::copy(at as *const u8, dst as *mut u8, bytes) };
+            return Ok(());
+        }
         // This rank's earlier puts to the peer land first.
         self.flush(peer, "get", &d)?;
         let rkey = reg.peers[peer].rkey;
@@ -569,8 +594,9 @@ impl WindowBackend for UcxWindow {
             self.counters[peer].fetch_add(1, Ordering::SeqCst);
             return Ok(());
         }
-        // The earlier puts land before the signal, and so do this
-        // thread's stores through a mapping of the peer's buffer.
+        // The earlier puts land before the signal: UCX's by the flush,
+        // those copied through a mapping of the peer's buffer (and this
+        // thread's own stores there) by the fence.
         std::sync::atomic::fence(Ordering::SeqCst);
         self.flush(peer, "signal", &d)?;
         let r = &reg.peers[peer];
