@@ -38,7 +38,9 @@ use std::time::{Duration, Instant};
 ///   each, 64 KiB by default: a 1 MiB message took 16 `sendmsg` calls and
 ///   283 us one way over loopback in `ucx_perftest -e` (171 us without error
 ///   handling), 174 us with 1 MiB segments (4 MiB segments: 278 us). Costs
-///   about 10 MB more resident memory per rank (UCX's receive pool).
+///   about 10 MB more resident memory per rank (UCX's receive pool). The
+///   key goes without its transport's prefix: UCX accepts
+///   `TCP_RX_SEG_SIZE` too, and never applies it.
 fn tcp_settings(
     eager: usize,
     has_verbs: bool,
