@@ -48,12 +48,12 @@ impl Outcome {
     }
 }
 
-/// The child's role, when this process is a rank of a launched job.
 /// A buffer as an operation takes it.
 pub fn ptr<T>(v: &mut [T]) -> torchcomm::Ptr {
     torchcomm::Ptr(v.as_mut_ptr().cast())
 }
 
+/// The child's role, when this process is a rank of a launched job.
 pub fn role() -> Option<String> {
     std::env::var("TC_GLOO_ROLE").ok()
 }

@@ -21,10 +21,10 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 /// The UCX settings this library makes over TCP, as (name for
-/// `ucp_config_modify`, the user's variable that keeps UCX's own value,
-/// value), for messages of up to `eager` bytes sent eagerly; none where the
-/// host has verbs devices (RDMA, whose zero-copy rendezvous is UCX's fast
-/// path).
+/// `ucp_config_modify`, value), for messages of up to `eager` bytes sent
+/// eagerly: none where the host has verbs devices (RDMA, whose zero-copy
+/// rendezvous is UCX's fast path), and none whose UCX variable the user
+/// set (`user_set(variable)`: UCX's or the user's value stays).
 ///
 /// - `RNDV_THRESH`, `eager` bytes and a little room: UCX's own threshold
 ///   (8 KiB on this machine) sends a collective's folded first message of
@@ -44,16 +44,19 @@ use std::time::{Duration, Instant};
 fn tcp_settings(
     eager: usize,
     has_verbs: bool,
-) -> impl Iterator<Item = (&'static CStr, &'static str, String)> {
-    let settings = [
-        (c"RNDV_THRESH", "UCX_RNDV_THRESH", (eager + 64).to_string()),
-        (
-            c"RX_SEG_SIZE",
-            "UCX_TCP_RX_SEG_SIZE",
-            (1usize << 20).to_string(),
-        ),
-    ];
-    settings.into_iter().filter(move |_| !has_verbs)
+    user_set: impl Fn(&str) -> bool,
+) -> Vec<(&'static CStr, String)> {
+    if has_verbs {
+        return Vec::new();
+    }
+    [
+        (c"RNDV_THRESH", "UCX_RNDV_THRESH", eager + 64),
+        (c"RX_SEG_SIZE", "UCX_TCP_RX_SEG_SIZE", 1 << 20),
+    ]
+    .into_iter()
+    .filter(|(_, variable, _)| !user_set(variable))
+    .map(|(key, _, bytes)| (key, bytes.to_string()))
+    .collect()
 }
 
 /// How long a wait spins on progress after the last headway before it
@@ -166,10 +169,8 @@ impl Worker {
         check(ucp, s, "ucp_config_read")?;
         let has_verbs =
             std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some());
-        for (key, variable, value) in tcp_settings(eager, has_verbs) {
-            if std::env::var_os(variable).is_some() {
-                continue;
-            }
+        let user_set = |variable: &str| std::env::var_os(variable).is_some();
+        for (key, value) in tcp_settings(eager, has_verbs, user_set) {
             let c_value = CString::new(value.as_str()).unwrap_or_default();
             // SAFETY: a live config and two C strings. A refusal only
             // leaves UCX's own value.
@@ -851,17 +852,20 @@ mod tests {
     use super::tcp_settings;
 
     #[test]
-    fn tcp_settings_are_made_only_without_verbs_devices() {
-        let over_tcp: Vec<_> = tcp_settings(65_592, false)
-            .map(|(key, variable, value)| (key.to_str().unwrap(), variable, value))
-            .collect();
-        assert_eq!(
-            over_tcp,
-            [
-                ("RNDV_THRESH", "UCX_RNDV_THRESH", "65656".to_string()),
-                ("RX_SEG_SIZE", "UCX_TCP_RX_SEG_SIZE", "1048576".to_string()),
-            ]
-        );
-        assert_eq!(tcp_settings(65_592, true).count(), 0);
+    fn tcp_settings_are_made_only_without_verbs_devices_nor_the_users_value() {
+        let made = |has_verbs, user_set: &[&str]| {
+            tcp_settings(65_592, has_verbs, |v| user_set.contains(&v))
+                .into_iter()
+                .map(|(key, value)| (key.to_str().unwrap().to_string(), value))
+                .collect::<Vec<_>>()
+        };
+        let both = [
+            ("RNDV_THRESH".to_string(), "65656".to_string()),
+            ("RX_SEG_SIZE".to_string(), "1048576".to_string()),
+        ];
+        assert_eq!(made(false, &[]), both);
+        assert_eq!(made(false, &["UCX_RNDV_THRESH"]), both[1..]);
+        assert_eq!(made(false, &["UCX_TCP_RX_SEG_SIZE"]), both[..1]);
+        assert!(made(true, &[]).is_empty());
     }
 }
