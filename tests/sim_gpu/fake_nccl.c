@@ -53,8 +53,9 @@
      exchanged between all ranks); NCCL_SPLIT_NOCOLOR gives NULL; ranks of
      one color form a comm ordered by key, then parent rank. As in NCCL's
      init.cc, it is a job of the PARENT: it blocks when the parent is
-     blocking; with a non-blocking parent it answers ncclInProgress with
-     *newcomm still NULL, runs on a thread of its own, writes *newcomm when
+     blocking; with a non-blocking parent it answers ncclSuccess (as NCCL
+     2.28 and 2.29 do: their ncclGroupEnd's ncclInProgress is not passed
+     on) with *newcomm still NULL, runs on a thread of its own, writes *newcomm when
      it ends (TC_SIM_SPLIT_DELAY_US later, default 2000), and the parent's
      ncclCommGetAsyncError says ncclInProgress until then. A NULL config
      gives the child the parent's mode; a config's undefined blocking field
@@ -894,8 +895,9 @@ static void *split_thread(void *p) {
    written when the split completed; whether the call blocks is the
    PARENT's mode (its group job), and a NULL config gives the child the
    parent's config (so its mode too). A non-blocking parent answers
-   ncclInProgress at once and polls ncclCommGetAsyncError(parent) until the
-   job ended; *newcomm is written by the job's thread before that. */
+   ncclSuccess at once (as NCCL 2.28 and 2.29 do), and the caller polls
+   ncclCommGetAsyncError(parent) until the job ended; *newcomm is written
+   by the job's thread before that. */
 EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, void *config) {
     const char *fn = "ncclCommSplit";
     if (!newcomm) return fail(ncclInvalidArgument, "%s: newcomm is NULL", fn);
@@ -942,7 +944,9 @@ static ncclResult_t run_job(ncclComm_t comm, struct split_job *j, const char *fn
         }
         pthread_attr_destroy(&a);
         unbusy(comm);
-        return ncclInProgress;
+        /* NCCL's ncclCommSplit and ncclCommShrink return ncclSuccess here,
+           not the in-progress of their group: the parent's state tells */
+        return ncclSuccess;
     }
     r = split_work(j);
     free(j->exclude);
@@ -2066,6 +2070,10 @@ static ncclResult_t submit(int kind, ncclComm_t comm, const void *src, void *dst
         pthread_mutex_unlock(&M);
     } else if (r == ncclSuccess && op < -1) {
         r = fail(ncclInvalidArgument, "%s: invalid reduction op %d", fn, op);
+    } else if (r == ncclSuccess && op == ncclAvg && n == 1 && (t == ncclFloat8e4m3 || t == ncclFloat8e5m2)) {
+        /* as NCCL 2.28 and 2.29: an fp8 average is a pre-multiply, and the
+           one-rank path's host code has no fp8 kernel for it */
+        r = fail(ncclInvalidArgument, "%s: AVG of float8 on a one-rank comm", fn);
     }
     if (r == ncclSuccess && g_depth) {
         defer(comm, &o, stream);

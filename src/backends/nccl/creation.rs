@@ -336,10 +336,10 @@ impl NcclBackend {
     /// (the caller holds a use and the issue lock); returns the child handle
     /// (NULL for NOCOLOR) once NCCL reports the job done. NCCL writes the
     /// handle only then, from its own thread when this comm is non-blocking
-    /// (the call itself answers in-progress with the handle still NULL), so
-    /// the slot lives on the heap and is freed only once NCCL is done with
-    /// it; when the wait stops early (timeout, abort) it is left to NCCL,
-    /// one pointer's worth. `make(comm, slot)` makes the NCCL call; a NULL
+    /// (the call itself returns with the handle still NULL), so the slot
+    /// lives on the heap and is freed only once NCCL is done with it; when
+    /// the wait stops early (timeout, abort) it is left to NCCL, one
+    /// pointer's worth. `make(comm, slot)` makes the NCCL call; a NULL
     /// config inherits this comm's, a config must outlive the call.
     pub(super) fn split_child(
         &self,
@@ -354,6 +354,13 @@ impl NcclBackend {
         // The slot stays valid until NCCL reported the job done (AtomicPtr
         // has the layout of a pointer).
         let r = make(self.comm(), slot.cast());
+        // On a non-blocking comm NCCL (2.28, 2.29) answers ncclSuccess while
+        // the job still runs (its group's in-progress is not passed on):
+        // only this comm's state says when it ended and the slot is written.
+        let r = match r {
+            NCCL_SUCCESS if self.nonblocking => NCCL_IN_PROGRESS,
+            r => r,
+        };
         let r = self.settled(r, what)?;
         // SAFETY: NCCL reported the split done: nothing writes the slot now.
         let child = unsafe { Box::from_raw(slot) }.load(Ordering::Acquire);
