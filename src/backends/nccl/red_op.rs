@@ -77,6 +77,10 @@ impl NcclBackend {
             (RedKind::Product, _) => NCCL_PROD,
             (RedKind::Min, _) => NCCL_MIN,
             (RedKind::Max, _) => NCCL_MAX,
+            // NCCL's one-rank path has no float8 pre-multiply kernel in its
+            // host code (2.28, 2.29: ncclInvalidArgument); the average of
+            // one rank's values is those values, which its SUM (a copy) is.
+            (RedKind::Avg, DType::F8E4M3 | DType::F8E5M2) if self.size == 1 => NCCL_SUM,
             (RedKind::Avg, _) => NCCL_AVG,
             (RedKind::PremulSum, DType::F16 | DType::BF16 | DType::F32 | DType::F64) => {
                 if self.lib.red_op_create_pre_mul_sum.is_none() {
