@@ -62,6 +62,26 @@ def _place(t: torch.Tensor) -> int:
     return _CPU if t.device.type == "cpu" else t.get_device()
 
 
+# The dtypes torch.cuda.comm's NCCL path has an NCCL type for.
+_NCCL_DTYPES = {getattr(torch, n) for n in ("float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool",
+                                            "bfloat16", "float8_e4m3fn", "float8_e5m2") if hasattr(torch, n)}
+# c10's names of the others, as torch's message gives them.
+_SCALAR_TYPE_NAMES = {getattr(torch, n): c for n, c in (("int16", "Short"), ("uint16", "UInt16"), ("uint32", "UInt32"),
+                                                         ("uint64", "UInt64")) if hasattr(torch, n)}
+
+
+def _refuse_as_torch_nccl(tensors: Sequence[torch.Tensor]) -> None:
+    """torch.cuda.comm hands dense contiguous CUDA tensors on distinct
+    devices (the source alone, too) to NCCL, which raises for a dtype it has
+    no type for; other lists are copied. Raises as torch does there."""
+    devices = [t.get_device() for t in tensors]
+    if tensors[0].dtype in _NCCL_DTYPES or len(set(devices)) != len(devices):
+        return
+    if all(t.is_cuda and not t.is_sparse and t.is_contiguous() for t in tensors):
+        dtype = tensors[0].dtype
+        raise RuntimeError(f"Unconvertible NCCL type {_SCALAR_TYPE_NAMES.get(dtype, str(dtype).replace('torch.', ''))}")
+
+
 def _ptrs(values: Sequence[Optional[int]]) -> Any:
     return (C.c_void_p * len(values))(*values)
 
@@ -147,6 +167,7 @@ def broadcast(tensor: torch.Tensor, devices: Optional[Sequence[Any]] = None, *,
 
 def _broadcast_out_impl(tensor: torch.Tensor, outs: List[torch.Tensor]) -> List[torch.Tensor]:
     """Copies `tensor` into each of `outs` (CUDA tensors of its shape)."""
+    _refuse_as_torch_nccl([tensor] + list(outs))
     src = tensor.contiguous()
     todo = [o for o in outs if not (o.data_ptr() == src.data_ptr() and o.device == src.device
                                     and o.dtype == src.dtype and o.is_contiguous())]
