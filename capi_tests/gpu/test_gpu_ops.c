@@ -596,6 +596,13 @@ struct a2a_job {
 static void *in_place_a2a(void *p) {
     struct a2a_job *j = p;
     tc_op_options_t o = opts_for(SYNC);
+    /* what the driver tells this thread of the (uncaptured) stream, printed
+       when it is not "none", to tell the driver's view from the library's */
+    CUstreamCaptureStatus seen = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult q = cuStreamIsCapturing(stream, &seen);
+    if (q != CUDA_SUCCESS || seen != CU_STREAM_CAPTURE_STATUS_NONE)
+        fprintf(stderr, "rank %d: the other thread sees the comm's stream: cuStreamIsCapturing %d, status %d\n", R, (int)q,
+                (int)seen);
     j->rc = tc_all_to_all_single(comm, j->buf, j->buf, j->n, TC_FLOAT32, &o, NULL);
     if (j->rc != TC_SUCCESS) fprintf(stderr, "rank %d: in-place all_to_all on another thread: %s\n", R, tc_last_error());
     return NULL;
