@@ -335,8 +335,13 @@ impl IntraHost {
                 .all(|o| o[0] == 1 && o[6..8] == offer[6..8] && offer[6..8] != [0, 0]);
         let mut mapped = Mapped::new(size);
         let ok = ok && mapped.map_peers(rank, len, label, &offers);
-        let votes = all_gather(&[ok as u64, p2p_wanted as u64])?;
-        if !votes.chunks(2).all(|v| v[0] == 1) {
+        // Each rank's vote and its CPU set (for the waits' policy).
+        let own_cpus = wait::affinity();
+        let mut vote = vec![ok as u64, p2p_wanted as u64];
+        vote.extend_from_slice(&own_cpus);
+        let votes = all_gather(&vote)?;
+        let votes: Vec<&[u64]> = votes.chunks(vote.len()).collect();
+        if !votes.iter().all(|v| v[0] == 1) {
             let why = if wanted {
                 "not every rank can map every other's memory (another host?)"
             } else {
@@ -358,12 +363,13 @@ impl IntraHost {
         prefault(&mapped.bases);
         // One rank's TORCHCOMM_SHM_P2P=0 keeps every rank's on Gloo (a ring
         // nobody reads would hang its sender).
-        let p2p_on = votes.chunks(2).all(|v| v[1] == 1);
+        let p2p_on = votes.iter().all(|v| v[1] == 1);
         crate::log_info!(
             "{label}: shared-memory collectives on ({size} ranks on this host): every collective; point-to-point {}",
             if p2p_on { "too" } else { "through Gloo (TORCHCOMM_SHM_P2P=0 or hint gloo.shm_p2p=0 on some rank)" }
         );
-        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        let own_parallelism = std::thread::available_parallelism().map_or(1, |c| c.get());
+        let cores = wait::usable_cpus(votes.iter().map(|v| &v[2..]), &own_cpus, own_parallelism);
         let busy_spins = if size <= cores { wait::MAX_SPINS } else { 0 };
         Ok(Some(IntraHost {
             rank,

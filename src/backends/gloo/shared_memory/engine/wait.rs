@@ -12,9 +12,10 @@
 //!   all_reduce then cost a whole spin budget, 55 µs, against 0.5 µs on
 //!   two CPUs, for as long as the scheduler left them together; 3.5 µs
 //!   with it, two switches between the ranks).
-//! - No busy polls at all when there are more ranks than CPUs: busy
-//!   polling then delays the very peers it waits for (measured 10x slower
-//!   with 4 ranks on 2 CPUs).
+//! - No busy polls at all when there are more ranks than CPUs (those the
+//!   ranks may run on together, [`usable_cpus`]): busy polling then delays
+//!   the very peers it waits for (measured 10x slower with 4 ranks on 2
+//!   CPUs).
 //!
 //! Otherwise [`MAX_SPINS`] busy polls, then [`YIELDS`] yields, then futex
 //! sleeps of at most 10 ms between which the caller checks the deadline,
@@ -111,6 +112,58 @@ impl WaitPolicy {
     }
 }
 
+/// Words of a CPU set as the ranks exchange it ([`affinity`]): CPUs 0 to
+/// 1023, as glibc's `cpu_set_t`.
+pub(super) const CPU_SET_WORDS: usize = 16;
+
+/// The CPUs this process may run on (its affinity), one bit each; all
+/// zero when they cannot be read.
+pub(super) fn affinity() -> [u64; CPU_SET_WORDS] {
+    let mut words = [0u64; CPU_SET_WORDS];
+    // SAFETY: a zeroed cpu_set_t is an empty set; valid out-pointer.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: `set` is writable and `size` bytes long.
+    if unsafe { libc::sched_getaffinity(0, size, &mut set) } != 0 {
+        return words;
+    }
+    for cpu in 0..CPU_SET_WORDS * 64 {
+        // SAFETY: `cpu` is below the set's capacity (1024).
+        if unsafe { libc::CPU_ISSET(cpu, &set) } {
+            words[cpu / 64] |= 1 << (cpu % 64);
+        }
+    }
+    words
+}
+
+/// The CPUs an engine's ranks can run on together: the union of their
+/// affinities (`sets`, one per rank, as [`affinity`] gives them), within
+/// `own_parallelism` (this process's [`std::thread::available_parallelism`])
+/// where that is below its own affinity (a cgroup's CPU quota, which the
+/// ranks share). A rank's own affinity alone is not the measure: ranks bound
+/// one per CPU each see one CPU, and would never busy-poll. Unknown sets
+/// (all zero): `own_parallelism`.
+pub(super) fn usable_cpus<'a>(
+    mut sets: impl Iterator<Item = &'a [u64]>,
+    own: &[u64],
+    own_parallelism: usize,
+) -> usize {
+    let count = |set: &[u64]| set.iter().map(|w| w.count_ones() as usize).sum::<usize>();
+    let mut union = [0u64; CPU_SET_WORDS];
+    let all_known = sets.all(|set| {
+        union.iter_mut().zip(set).for_each(|(u, w)| *u |= w);
+        count(set) > 0
+    });
+    if !all_known || count(own) == 0 {
+        return own_parallelism;
+    }
+    let quota = match own_parallelism < count(own) {
+        true => own_parallelism,
+        false => usize::MAX,
+    };
+    count(&union).min(quota)
+}
+
 /// The CPU this thread runs on, plus one (0: unknown). Reads the kernel's
 /// per-thread copy (rseq) where the C library has one: a few nanoseconds.
 pub(super) fn current_cpu() -> u32 {
@@ -198,6 +251,52 @@ impl Patience {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn set(cpus: &[usize]) -> [u64; CPU_SET_WORDS] {
+        let mut words = [0u64; CPU_SET_WORDS];
+        cpus.iter().for_each(|c| words[c / 64] |= 1 << (c % 64));
+        words
+    }
+
+    fn usable(sets: &[[u64; CPU_SET_WORDS]], own_parallelism: usize) -> usize {
+        usable_cpus(sets.iter().map(|s| &s[..]), &sets[0], own_parallelism)
+    }
+
+    #[test]
+    fn ranks_bound_one_per_cpu_count_every_cpu() {
+        assert_eq!(usable(&[set(&[0]), set(&[1])], 1), 2);
+        assert_eq!(usable(&[set(&[3]), set(&[70]), set(&[3])], 1), 2);
+        assert_eq!(usable(&[set(&[0, 1]), set(&[0, 1])], 2), 2);
+        assert_eq!(
+            usable(&[set(&[0]), set(&[0])], 1),
+            1,
+            "bound to one CPU together"
+        );
+    }
+
+    #[test]
+    fn a_cpu_quota_below_the_affinity_still_counts() {
+        let all = set(&[0, 1, 2, 3]);
+        assert_eq!(usable(&[all, all], 2), 2, "a quota of 2 CPUs");
+        assert_eq!(usable(&[set(&[0]), set(&[1]), set(&[2])], 1), 3, "no quota");
+    }
+
+    #[test]
+    fn an_unknown_set_leaves_the_own_count() {
+        assert_eq!(usable(&[set(&[0]), set(&[])], 1), 1);
+        assert_eq!(usable(&[set(&[]), set(&[1])], 4), 4);
+    }
+
+    #[test]
+    fn this_process_has_an_affinity() {
+        let own = affinity();
+        let n = own.iter().map(|w| w.count_ones() as usize).sum::<usize>();
+        let parallelism = std::thread::available_parallelism().map_or(1, |c| c.get());
+        assert!(
+            n >= parallelism,
+            "{n} CPUs in the set, {parallelism} usable"
+        );
+    }
 
     #[test]
     fn a_peer_on_this_cpu_makes_the_wait_yield_at_once() {
