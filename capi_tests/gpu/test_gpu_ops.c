@@ -604,7 +604,12 @@ static void *in_place_a2a(void *p) {
         fprintf(stderr, "rank %d: the other thread sees the comm's stream: cuStreamIsCapturing %d, status %d\n", R, (int)q,
                 (int)seen);
     j->rc = tc_all_to_all_single(comm, j->buf, j->buf, j->n, TC_FLOAT32, &o, NULL);
-    if (j->rc != TC_SUCCESS) fprintf(stderr, "rank %d: in-place all_to_all on another thread: %s\n", R, tc_last_error());
+    if (j->rc != TC_SUCCESS) {
+        fprintf(stderr, "rank %d: in-place all_to_all on another thread: %s\n", R, tc_last_error());
+        q = cuStreamIsCapturing(stream, &seen);
+        fprintf(stderr, "rank %d: after it, the other thread sees the comm's stream %p: cuStreamIsCapturing %d, status %d\n", R,
+                (void *)stream, (int)q, (int)seen);
+    }
     return NULL;
 }
 static void test_global_capture_while_staging(void) {

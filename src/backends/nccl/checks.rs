@@ -149,7 +149,8 @@ impl NcclBackend {
         if captured {
             return Err(Error::unsupported(format!(
                 "{} with input and output buffers that overlap outside NCCL's in-place layout cannot be captured into a CUDA \
-                 graph on the nccl backend (the input would need a copy that outlives the graph); pass separate buffers",
+                 graph on the nccl backend (the input would need a copy that outlives the graph; stream {stream:p} is \
+                 capturing); pass separate buffers",
                 op.name()
             )));
         }
