@@ -4,9 +4,14 @@
    buffers hold), so with real NCCL, as with the simulated one, both sends
    wait for receives that are queued behind them: a deadlock, which the
    library must turn into an error at the operations' 3 s timeout (the comm
-   is then aborted: later calls fail, finalize reports it). Then a fresh
-   comm does the same exchange as one batch (grouped), which completes.
-   Prints "N passed, N failed" on rank 0. */
+   is then aborted: later calls fail, finalize reports it). The exchange is
+   made once as a batch first: NCCL connects a pair of ranks on their first
+   exchange, on the calling thread, and a first exchange in opposite orders
+   deadlocks there, inside ncclRecv, where no timeout can reach it (seen on
+   an H200 with NCCL 2.28.9: both ranks in recvConnect, their proxies in
+   accept; docs/gpu-testing.md). Then a fresh comm does the same exchange
+   as one batch (grouped), which completes. Prints "N passed, N failed" on
+   rank 0. */
 #define _POSIX_C_SOURCE 200809L
 #include <time.h>
 #include <unistd.h>
@@ -36,6 +41,16 @@ int main(void) {
     o.async_op = 1;
     o.timeout_ms = 3000;
     tc_work_t *ws = NULL, *wr = NULL;
+    tc_batch_t *connect = NULL;
+    tc_result_t rc = tc_batch_begin(comm, &connect);
+    if (rc == TC_SUCCESS) rc = tc_batch_send(connect, out, BYTES, TC_UINT8, 1 - R);
+    if (rc == TC_SUCCESS) rc = tc_batch_recv(connect, in, BYTES, TC_UINT8, 1 - R);
+    if (rc == TC_SUCCESS) rc = tc_batch_issue(connect, &o, &ws);
+    if (rc == TC_SUCCESS) rc = tc_work_wait_blocking(ws);
+    tc_work_free(ws);
+    ws = NULL;
+    tc_batch_free(connect);
+    expect(rc == TC_SUCCESS, "a first exchange as a batch (connects the pair)");
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     tc_result_t rs = tc_send(comm, out, BYTES, TC_UINT8, 1 - R, &o, &ws);
@@ -60,7 +75,7 @@ int main(void) {
        receives together, so it completes */
     comm = scenario_comm("gpu_p2p_order_batch");
     tc_batch_t *b = NULL;
-    tc_result_t rc = tc_batch_begin(comm, &b);
+    rc = tc_batch_begin(comm, &b);
     if (rc == TC_SUCCESS) rc = tc_batch_send(b, out, BYTES, TC_UINT8, 1 - R);
     if (rc == TC_SUCCESS) rc = tc_batch_recv(b, in, BYTES, TC_UINT8, 1 - R);
     if (rc == TC_SUCCESS) rc = tc_batch_issue(b, &o, NULL);
