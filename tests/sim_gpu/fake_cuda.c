@@ -1060,19 +1060,6 @@ EXPORT CUresult simcu_alloc(void **p, size_t bytes, int tag) {
     pthread_mutex_unlock(&G);
     RET(r);
 }
-/* Under G: a call that synchronizes the whole device (cuMemFree) conflicts
-   with every global-mode capture in progress, whatever the calling thread's
-   mode (relaxed allows the call, not the synchronization): those captures
-   are invalidated. As seen on an H200 (driver 580): another thread's free
-   in relaxed mode ended a global capture with CUDA error 901. */
-static void device_sync_during_capture(void) {
-    for (struct CUstream_st *s = streams; s; s = s->next_all)
-        if (!s->dead && s->cap_status == CU_STREAM_CAPTURE_STATUS_ACTIVE && s->cap_mode == CU_STREAM_CAPTURE_MODE_GLOBAL) {
-            if (g_trace) fprintf(stderr, "[sim-cuda] a device-wide synchronization during a global capture\n");
-            invalidate(s);
-        }
-}
-
 EXPORT CUresult simcu_free(void *p, int tag) {
     ENTER();
     pthread_mutex_lock(&G);
@@ -1080,7 +1067,6 @@ EXPORT CUresult simcu_free(void *p, int tag) {
     CUresult r = CUDA_SUCCESS;
     if (!a || a->tag != tag) r = CUDA_ERROR_INVALID_VALUE;
     else if ((r = unsafe_during_capture()) == CUDA_SUCCESS) {
-        device_sync_during_capture();
         drain_all();
         device_release(a);
     }

@@ -11,17 +11,11 @@ use std::ffi::c_void;
 
 /// Device memory for staged inputs, reused by launched operations in order:
 /// `done` is recorded after the last operation that read `buf`, and the next
-/// copy into `buf` waits for it on its stream. A buffer outgrown is kept
-/// until the comm goes (`outgrown`), not freed: cuMemFree synchronizes the
-/// device, which invalidates a graph capture another thread is making, in
-/// any capture mode (seen on an H200: the capture ended with CUDA error
-/// 901). The buffers grow by powers of two, so the outgrown ones add up to
-/// less than the one in use.
+/// copy into `buf` waits for it on its stream.
 #[derive(Default)]
 pub(super) struct Staging {
     pub(super) buf: Option<DeviceBuffer>,
     pub(super) done: Option<cuda::Event>,
-    outgrown: Vec<DeviceBuffer>,
 }
 
 /// Whether [a, a + alen) and [b, b + blen) share a byte ([`util::overlaps`]
@@ -163,12 +157,15 @@ impl NcclBackend {
         let total: usize = blocks.iter().map(|b| b.1).sum();
         let mut st = lock(&self.staging);
         if st.buf.as_ref().map_or(true, |b| b.bytes < total) {
-            let bigger = DeviceBuffer::uninit(&self.device, total.next_power_of_two())?;
-            // A launched operation may still read the old one: kept (see
-            // [`Staging`]).
-            if let Some(old) = st.buf.replace(bigger) {
-                st.outgrown.push(old);
+            // The old buffer may still be read by a launched operation.
+            if let Some(done) = &st.done {
+                done.synchronize()?;
             }
+            st.buf = None;
+            st.buf = Some(DeviceBuffer::uninit(
+                &self.device,
+                total.next_power_of_two(),
+            )?);
         }
         if let Some(done) = &st.done {
             cuda::stream_wait_event(stream, done)?;
