@@ -88,19 +88,23 @@ def mpi_systems(a):
 
 
 def commands(a, sweep):
-    tc_run = os.path.join(a.bin, "tc-run")
+    # Placed as mpirun places Open MPI's ranks: one per core when there are
+    # no more ranks than cores (its default binding), else unbound (it binds
+    # nothing when oversubscribed). Neither library binds by itself.
+    bind = ["--bind-to", "core"] if a.nranks <= (os.cpu_count() or 1) else []
+    tc_run = [os.path.join(a.bin, "tc-run"), *bind]
     mpirun = ["mpirun"] + (["--allow-run-as-root"] if os.geteuid() == 0 else []) + \
         ["--oversubscribe", "-np", str(a.nranks)]
     return {
         # The overhead comparison runs Gloo's own algorithm, as direct Gloo does.
-        "ours": ["env", "TORCHCOMM_GLOO_SHM=0", tc_run, "-n", str(a.nranks), "--", os.path.join(a.bin, "tc-perf"),
+        "ours": ["env", "TORCHCOMM_GLOO_SHM=0", *tc_run, "-n", str(a.nranks), "--", os.path.join(a.bin, "tc-perf"),
                  *sweep, "-B", "gloo", "-o", "all_reduce", "-d", "float32", "-r", "sum"],
-        "ours_shm": [tc_run, "-n", str(a.nranks), "--", os.path.join(a.bin, "tc-perf"), *sweep,
+        "ours_shm": [*tc_run, "-n", str(a.nranks), "--", os.path.join(a.bin, "tc-perf"), *sweep,
                      "-B", "gloo", "-o", "all_reduce", "-d", "float32", "-r", "sum"],
-        "direct": [tc_run, "-n", str(a.nranks), "--", a.direct, *sweep],
+        "direct": [*tc_run, "-n", str(a.nranks), "--", a.direct, *sweep],
         "mpi_shm": mpirun + ["--mca", "btl", "self,vader", a.mpi, *sweep],
         "mpi_tcp": mpirun + ["--mca", "btl", "self,tcp", a.mpi, *sweep],
-        "torch": [tc_run, "-n", str(a.nranks), "--", a.torch or "python3",
+        "torch": [*tc_run, "-n", str(a.nranks), "--", a.torch or "python3",
                   os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_host.py"), *sweep],
     }
 

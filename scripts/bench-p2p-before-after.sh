@@ -10,6 +10,7 @@
 #
 # Each DIR holds tc-run, tc-osu and libtorchcomm-gloo.so of one build.
 # Defaults: 5 runs, 1 B to 64 KiB. Raw per-run values go to stderr.
+# TC_RUN_ARGS: more tc-run options for both builds (e.g. "--bind-to core").
 set -euo pipefail
 if [ $# -lt 2 ]; then
   echo "usage: $0 BEFORE_DIR AFTER_DIR [RUNS] [MIN] [MAX]" >&2
@@ -23,7 +24,7 @@ max=${5:-64K}
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
 one_run() { # DIR WHICH
-  TORCHCOMM_GLOO_LIBRARY=$1/libtorchcomm-gloo.so "$1/tc-run" -n 2 -- "$1/tc-osu" -b "$min" -e "$max" -r 3 2>&1 |
+  TORCHCOMM_GLOO_LIBRARY=$1/libtorchcomm-gloo.so "$1/tc-run" -n 2 ${TC_RUN_ARGS:-} -- "$1/tc-osu" -b "$min" -e "$max" -r 3 2>&1 |
     sed 's/^\[0\] //' | awk -v which="$2" '
       /^# OSU-style latency/ {t = "lat"} /^# OSU-style bandwidth/ {t = "bw"}
       t != "" && $1 ~ /^[0-9]+$/ {print which, t, $1, $2}'

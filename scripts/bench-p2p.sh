@@ -38,4 +38,7 @@ if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then
 else
   echo "bench-p2p: mpicc/mpirun not found (make bench-deps installs Open MPI): Open MPI skipped"
 fi
-"$REL/tc-run" -n 2 -- "$REL/tc-osu" "$@" "${extra[@]}" | sed 's/^\[0\] //'
+# Ours placed as mpirun places Open MPI's 2 ranks on this 2-core machine: one
+# per core (the library itself binds nothing; placed by the scheduler, the
+# two ranks often share a CPU here).
+"$REL/tc-run" -n 2 --bind-to core -- "$REL/tc-osu" "$@" "${extra[@]}" | sed 's/^\[0\] //'
