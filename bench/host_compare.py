@@ -88,18 +88,21 @@ def mpi_systems(a):
 
 
 def commands(a, sweep):
-    # Placed as mpirun places Open MPI's ranks: one per core when there are
-    # no more ranks than cores (its default binding), else unbound (it binds
-    # nothing when oversubscribed). Neither library binds by itself.
+    # Our shared memory is placed as mpirun places Open MPI's ranks: one per
+    # core when there are no more ranks than cores (its default binding),
+    # else unbound (it binds nothing when oversubscribed); neither library
+    # binds by itself. The Gloo columns (ours over TCP, direct Gloo, torch)
+    # stay unbound, as their users run them: Gloo's own thread would share
+    # its rank's core (bound, 2 ranks here: 3.7 ms per small all_reduce).
     bind = ["--bind-to", "core"] if a.nranks <= (os.cpu_count() or 1) else []
-    tc_run = [os.path.join(a.bin, "tc-run"), *bind]
+    tc_run = [os.path.join(a.bin, "tc-run")]
     mpirun = ["mpirun"] + (["--allow-run-as-root"] if os.geteuid() == 0 else []) + \
         ["--oversubscribe", "-np", str(a.nranks)]
     return {
         # The overhead comparison runs Gloo's own algorithm, as direct Gloo does.
         "ours": ["env", "TORCHCOMM_GLOO_SHM=0", *tc_run, "-n", str(a.nranks), "--", os.path.join(a.bin, "tc-perf"),
                  *sweep, "-B", "gloo", "-o", "all_reduce", "-d", "float32", "-r", "sum"],
-        "ours_shm": [*tc_run, "-n", str(a.nranks), "--", os.path.join(a.bin, "tc-perf"), *sweep,
+        "ours_shm": [*tc_run, *bind, "-n", str(a.nranks), "--", os.path.join(a.bin, "tc-perf"), *sweep,
                      "-B", "gloo", "-o", "all_reduce", "-d", "float32", "-r", "sum"],
         "direct": [*tc_run, "-n", str(a.nranks), "--", a.direct, *sweep],
         "mpi_shm": mpirun + ["--mca", "btl", "self,vader", a.mpi, *sweep],
