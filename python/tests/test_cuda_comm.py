@@ -186,3 +186,36 @@ def test_source_device_row_aliases_as_torch():
     storage = [r.untyped_storage().data_ptr() for r in row]
     assert storage[0] == ts[0].untyped_storage().data_ptr() and storage[1] == ts[1].untyped_storage().data_ptr()
     assert storage[2] == storage[3] != ts[2].untyped_storage().data_ptr()
+
+
+class _Placed:
+    """What the NCCL dtype refusal reads of a tensor, for a CUDA tensor that
+    cannot be made here."""
+
+    def __init__(self, dtype, device, contiguous=True, cuda=True):
+        self.dtype, self.device, self.contiguous, self.is_cuda = dtype, device, contiguous, cuda
+        self.is_sparse = False
+
+    def get_device(self):
+        return self.device
+
+    def is_contiguous(self):
+        return self.contiguous
+
+
+def test_broadcast_refuses_what_torchs_nccl_path_refuses():
+    """torch hands dense contiguous CUDA tensors on distinct devices (the
+    source alone, too) to NCCL, whose type table has no int16: it raises
+    there (seen on a GPU), and copies every other list."""
+    with pytest.raises(RuntimeError, match="Unconvertible NCCL type Short"):
+        ours._refuse_as_torch_nccl([_Placed(torch.int16, 0)])
+    with pytest.raises(RuntimeError, match="Unconvertible NCCL type Short"):
+        ours._refuse_as_torch_nccl([_Placed(torch.int16, 0), _Placed(torch.int16, 1)])
+    copied = [
+        [_Placed(torch.float32, 0)],  # a dtype NCCL has
+        [_Placed(torch.int16, 0), _Placed(torch.int16, 0)],  # a device twice
+        [_Placed(torch.int16, 0, contiguous=False)],
+        [_Placed(torch.int16, -1, cuda=False)],  # the CPU
+    ]
+    for tensors in copied:
+        ours._refuse_as_torch_nccl(tensors)

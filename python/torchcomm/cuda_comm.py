@@ -167,7 +167,6 @@ def broadcast(tensor: torch.Tensor, devices: Optional[Sequence[Any]] = None, *,
 
 def _broadcast_out_impl(tensor: torch.Tensor, outs: List[torch.Tensor]) -> List[torch.Tensor]:
     """Copies `tensor` into each of `outs` (CUDA tensors of its shape)."""
-    _refuse_as_torch_nccl([tensor] + list(outs))
     src = tensor.contiguous()
     todo = [o for o in outs if not (o.data_ptr() == src.data_ptr() and o.device == src.device
                                     and o.dtype == src.dtype and o.is_contiguous())]
@@ -196,19 +195,24 @@ def _broadcast_out(tensor: torch.Tensor, out: Sequence[torch.Tensor]) -> List[to
                 f"Expected all output tensors to have same shape as the source tensor {list(tensor.shape)}, "
                 f"but output tensor at index {i} has shape {list(o.shape)}"
             )
+    _refuse_as_torch_nccl([tensor] + out)
     return _broadcast_out_impl(tensor, out)
 
 
-def _broadcast(tensor: torch.Tensor, devices: List[int]) -> List[torch.Tensor]:
+def _broadcast(tensor: torch.Tensor, devices: List[int], sparse_part: bool = False) -> List[torch.Tensor]:
+    """`sparse_part`: the indices or values of a sparse tensor, which torch
+    copies whatever their dtype (NCCL never sees a sparse tensor)."""
     for d in devices:
         if d < 0:
             raise RuntimeError(f"Expected non-negative device index, but got {d}")
     own = tensor.get_device()
     if tensor.is_sparse:  # indices and values, each broadcast
-        inds, vals = _broadcast(tensor._indices(), devices), _broadcast(tensor._values(), devices)
+        inds, vals = _broadcast(tensor._indices(), devices, True), _broadcast(tensor._values(), devices, True)
         return [tensor if d == own else torch.sparse_coo_tensor(i, v, tensor.shape, is_coalesced=tensor.is_coalesced())
                 for d, i, v in zip(devices, inds, vals)]
     copies = [torch.empty(tensor.shape, dtype=tensor.dtype, device=torch.device("cuda", d)) for d in devices if d != own]
+    if not sparse_part:
+        _refuse_as_torch_nccl([tensor] + copies)
     _broadcast_out_impl(tensor, copies)
     it = iter(copies)
     return [next(it) if d != own else tensor for d in devices]
