@@ -628,7 +628,11 @@ static void test_global_capture_while_staging(void) {
     CU(cuStreamSynchronize(stream));
     report("in-place all_to_all on another thread during a global-mode capture", TC_FLOAT32, "-", SYNC,
            started && j.rc == TC_SUCCESS && copy == CUDA_SUCCESS && end == CUDA_SUCCESS);
-    if (end != CUDA_SUCCESS) fprintf(stderr, "rank %d: capture ended with CUDA error %d\n", R, (int)end);
+    if (end != CUDA_SUCCESS)
+        fprintf(stderr,
+                "rank %d: capture ended with CUDA error %d; the other thread's all_to_all returned %d (a FAIL line's "
+                "message is this thread's last error, which may be an earlier test's)\n",
+                R, (int)end, (int)j.rc);
     if (graph) CU(cuGraphDestroy(graph));
     CU(cuStreamDestroy(cap));
     dfree(j.buf);
