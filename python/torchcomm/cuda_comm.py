@@ -207,7 +207,7 @@ def _broadcast(tensor: torch.Tensor, devices: List[int], sparse_part: bool = Fal
             raise RuntimeError(f"Expected non-negative device index, but got {d}")
     own = tensor.get_device()
     if tensor.is_sparse:  # indices and values, each broadcast
-        inds, vals = _broadcast(tensor._indices(), devices, True), _broadcast(tensor._values(), devices, True)
+        inds, vals = _broadcast(tensor._indices(), devices, sparse_part=True), _broadcast(tensor._values(), devices, sparse_part=True)
         return [tensor if d == own else torch.sparse_coo_tensor(i, v, tensor.shape, is_coalesced=tensor.is_coalesced())
                 for d, i, v in zip(devices, inds, vals)]
     copies = [torch.empty(tensor.shape, dtype=tensor.dtype, device=torch.device("cuda", d)) for d in devices if d != own]

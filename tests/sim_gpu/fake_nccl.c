@@ -55,8 +55,8 @@
      init.cc, it is a job of the PARENT: it blocks when the parent is
      blocking; with a non-blocking parent it answers ncclSuccess (as NCCL
      2.28 and 2.29 do: their ncclGroupEnd's ncclInProgress is not passed
-     on) with *newcomm still NULL, runs on a thread of its own, writes *newcomm when
-     it ends (TC_SIM_SPLIT_DELAY_US later, default 2000), and the parent's
+     on) with *newcomm still NULL, runs on a thread of its own, writes
+     *newcomm when it ends (TC_SIM_SPLIT_DELAY_US later, default 2000), and the parent's
      ncclCommGetAsyncError says ncclInProgress until then. A NULL config
      gives the child the parent's mode; a config's undefined blocking field
      means blocking, as in NCCL;

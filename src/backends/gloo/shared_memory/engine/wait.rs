@@ -142,7 +142,7 @@ pub(super) fn affinity() -> [u64; CPU_SET_WORDS] {
 /// where that is below its own affinity (a cgroup's CPU quota, which the
 /// ranks share). A rank's own affinity alone is not the measure: ranks bound
 /// one per CPU each see one CPU, and would never busy-poll. Unknown sets
-/// (all zero): `own_parallelism`.
+/// (all zero): `own_parallelism`. `own` is this rank's set, one of `sets`.
 pub(super) fn usable_cpus<'a>(
     mut sets: impl Iterator<Item = &'a [u64]>,
     own: &[u64],
@@ -154,7 +154,7 @@ pub(super) fn usable_cpus<'a>(
         union.iter_mut().zip(set).for_each(|(u, w)| *u |= w);
         count(set) > 0
     });
-    if !all_known || count(own) == 0 {
+    if !all_known {
         return own_parallelism;
     }
     let quota = match own_parallelism < count(own) {
