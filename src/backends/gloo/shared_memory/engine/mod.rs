@@ -434,6 +434,13 @@ impl IntraHost {
         }
     }
 
+    /// Whether a busy poll for rank `r` may help now: the waits' policy
+    /// allows polling (see [`wait`]) and `r` was not last seen on this
+    /// thread's CPU.
+    fn may_spin_for(&self, r: usize) -> bool {
+        self.waits.polls() && self.cpu_of(r).load(Ordering::Relaxed) != wait::current_cpu()
+    }
+
     /// Whether a rank of `ranks` was last seen on CPU `cpu` (plus one).
     fn any_on_cpu(&self, mut ranks: impl Iterator<Item = usize>, cpu: u32) -> bool {
         ranks.any(|r| self.cpu_of(r).load(Ordering::Relaxed) == cpu)

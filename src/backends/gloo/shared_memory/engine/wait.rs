@@ -95,6 +95,12 @@ impl WaitPolicy {
         p
     }
 
+    /// Whether waits busy-poll now: every rank can have a CPU and the
+    /// CPUs were not found contended.
+    pub(super) fn polls(&self) -> bool {
+        self.busy_spins > 0 && self.asleep.load(Ordering::Relaxed) == 0
+    }
+
     /// Learns from a wait that ended with `p`'s polling.
     pub(super) fn waited(&self, p: &Patience) {
         if self.busy_spins == 0 {

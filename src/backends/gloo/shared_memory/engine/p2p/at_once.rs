@@ -5,9 +5,12 @@
 //! small message cost a hand-off to that thread and a wake of the caller
 //! at its completion: most of a small non-blocking transfer's time.
 //!
-//! Anything that would wait, or leave a message half read, is declined
-//! with nothing done, and the operation runs on the progress thread as
-//! before. The executor asks only when nothing is queued or running ahead,
+//! A receive whose message is not (all) there yet polls for it briefly
+//! (about 2 µs) while its sender runs on another CPU and the engine's
+//! waits poll ([`super::super::wait`]): back-to-back messages arrive that
+//! soon. Anything that would wait longer, or leave a message half read,
+//! is declined with nothing done, and the operation runs on the progress
+//! thread as before. The executor asks only when nothing is queued or running ahead,
 //! so matching on (peer, tag) in order is kept: an early message with the
 //! receive's tag is taken first, and a message of another tag at the front
 //! of the ring declines (the progress thread's receive sets it aside).
@@ -18,6 +21,10 @@ use super::*;
 /// make on its caller's thread (larger ones go to the progress thread,
 /// overlapping the caller's work, as before).
 pub(in crate::backends::gloo) const AT_ONCE_MAX: usize = PIECE;
+
+/// Polls a receive makes for a message on its way (see
+/// [`IntraHost::receive_arriving`]): about 2 µs here.
+const ARRIVING_POLLS: u32 = 80;
 
 impl IntraHost {
     /// Completes `t` now when no peer has to act first: `Some(Ok(None))`
@@ -36,7 +43,33 @@ impl IntraHost {
         let mut inboxes = self.p2p.as_ref()?.try_lock().ok()?;
         match t.is_send {
             true => self.send_at_once(t).then_some(Ok(None)),
-            false => self.receive_at_once(&mut inboxes.0[t.peer], t),
+            false => self.receive_arriving(&mut inboxes.0[t.peer], t),
+        }
+    }
+
+    /// [`IntraHost::receive_at_once`], polling up to [`ARRIVING_POLLS`]
+    /// times for a message not (all) there yet while its sender runs on
+    /// another CPU: a sender issuing messages back to back is usually
+    /// a fraction of a microsecond away, and a declined receive costs a
+    /// hand-off to the progress thread (and, when that thread shares this
+    /// CPU, switches to it and back).
+    unsafe fn receive_arriving(
+        &self,
+        inbox: &mut Inbox,
+        t: &Transfer,
+    ) -> Option<Result<Option<String>>> {
+        let mut polls = 0;
+        loop {
+            match self.receive_at_once(inbox, t) {
+                Arrival::Done(outcome) => return Some(outcome),
+                Arrival::Declined => return None,
+                Arrival::NotYet if polls == 0 && !self.may_spin_for(t.peer) => return None,
+                Arrival::NotYet if polls == ARRIVING_POLLS => return None,
+                Arrival::NotYet => {
+                    polls += 1;
+                    std::hint::spin_loop();
+                }
+            }
         }
     }
 
@@ -56,25 +89,23 @@ impl IntraHost {
 
     /// Receive `t` from the early messages or the ring, when its message
     /// is complete there.
-    unsafe fn receive_at_once(
-        &self,
-        inbox: &mut Inbox,
-        t: &Transfer,
-    ) -> Option<Result<Option<String>>> {
+    unsafe fn receive_at_once(&self, inbox: &mut Inbox, t: &Transfer) -> Arrival {
         if let Some(k) = inbox.early.iter().position(|e| e.tag == t.tag) {
             if !inbox.early[k].complete {
-                return None;
+                return Arrival::Declined;
             }
-            let e = inbox.early.remove(k)?;
+            let Some(e) = inbox.early.remove(k) else {
+                return Arrival::Declined;
+            };
             if let Some(why) = self.mismatch(t, t.peer, e.count, e.dtype) {
-                return Some(Ok(Some(why)));
+                return Arrival::Done(Ok(Some(why)));
             }
             std::ptr::copy_nonoverlapping(e.data.as_ptr(), t.buf, e.data.len());
-            return Some(Ok(None));
+            return Arrival::Done(Ok(None));
         }
         // The front message is being read elsewhere (skipped): not ours.
         if inbox.reading.is_some() {
-            return None;
+            return Arrival::Declined;
         }
         let q = t.peer;
         let ring = self.ring(q, self.rank);
@@ -84,20 +115,23 @@ impl IntraHost {
         let tail = tail_word.load(Ordering::Relaxed);
         let there = (head - tail) as usize;
         if there < HEADER {
-            return None;
+            return Arrival::NotYet;
         }
         let [magic_tag, bytes, count, dtype] =
             (data.add(tail as usize % RING) as *const [u64; 4]).read();
         if magic_tag >> 32 != MAGIC {
-            return Some(Err(Error::internal(format!(
+            return Arrival::Done(Err(Error::internal(format!(
                 "point-to-point ring from rank {q} to rank {} is corrupt",
                 self.rank
             ))));
         }
         let bytes = bytes as usize;
         let body = padded(bytes);
-        if magic_tag as u32 != t.tag || there < HEADER + body {
-            return None;
+        if magic_tag as u32 != t.tag {
+            return Arrival::Declined;
+        }
+        if there < HEADER + body {
+            return Arrival::NotYet;
         }
         let why = self.mismatch(t, q, count, dtype);
         if why.is_none() {
@@ -109,6 +143,16 @@ impl IntraHost {
         }
         tail_word.store(tail + (HEADER + body) as u64, Ordering::Release);
         self.notify(q);
-        Some(Ok(why))
+        Arrival::Done(Ok(why))
     }
+}
+
+/// What a look for a receive's message found.
+enum Arrival {
+    /// Received (or skipped on a mismatch, or the ring is corrupt).
+    Done(Result<Option<String>>),
+    /// Its message is not (all) in the ring yet.
+    NotYet,
+    /// Another thread's or another tag's message is in the way.
+    Declined,
 }
