@@ -25,11 +25,18 @@
 //! when it was tried (docs/performance.md, "Spinning").
 //!
 //! - Except when the CPUs are contended ([`WaitPolicy`]): once a wait
-//!   lasted [`LONG_WAIT`] (its peer was not running: other processes or
-//!   the application's own threads held the CPUs), the engine's waits go
-//!   to sleep at once, neither polling nor yielding, but for one wait in
-//!   [`PROBE_EVERY`] that waits as above: when that one ends sooner than
-//!   [`LONG_WAIT`], the engine's waits poll again. A polling waiter
+//!   lasted [`LONG_WAIT`] and another thread took this one's CPU during
+//!   it (a yield handed the CPU over, or the thread was preempted: other
+//!   processes or the application's own threads want the CPUs), the
+//!   engine's waits go to sleep at once, neither polling nor yielding, but
+//!   for one wait in [`PROBE_EVERY`] that waits as above: when that one
+//!   ends sooner than [`LONG_WAIT`], or finds the CPU its own, the
+//!   engine's waits poll again. A long wait with the CPU to itself is a
+//!   peer busy elsewhere in its program, not contention: it changes
+//!   nothing (it used to put the waits to sleep for the next 63, each then
+//!   paying a futex wake: `tc-osu`'s ranks, which wait milliseconds for
+//!   each other between its tests, measured 8-byte windows at 4.3 MB/s in
+//!   one round and 29 in the next). A polling waiter
 //!   competes for a CPU with what keeps its peer off one, and each yield
 //!   hands a busy thread a whole time slice; a sleeping one is woken by the
 //!   peer's bell as soon as the peer arrives. Two ranks beside two busy
@@ -110,9 +117,15 @@ impl WaitPolicy {
             return;
         }
         let long = p.since.is_some_and(|t| t.elapsed() >= LONG_WAIT);
-        if long && self.asleep.load(Ordering::Relaxed) == 0 {
+        self.learn(p.probe, long && p.cpu_taken());
+    }
+
+    /// After a wait (`probe`: one that polled while the others sleep at
+    /// once) that found the CPUs `contended` or not.
+    fn learn(&self, probe: bool, contended: bool) {
+        if contended && self.asleep.load(Ordering::Relaxed) == 0 {
             self.asleep.store(1, Ordering::Relaxed);
-        } else if !long && p.probe {
+        } else if !contended && probe {
             self.asleep.store(0, Ordering::Relaxed);
         }
     }
@@ -178,6 +191,19 @@ pub(super) fn current_cpu() -> u32 {
     u32::try_from(c).map_or(0, |c| c + 1)
 }
 
+/// How many times this thread was switched out while it could still run
+/// (preempted, or a yield that handed the CPU to another thread): the
+/// kernel's count of its involuntary context switches (0 when unknown).
+fn involuntary_switches() -> u64 {
+    // SAFETY: a zeroed rusage is valid; valid out-pointer.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_THREAD fills `usage` for the calling thread.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } != 0 {
+        return 0;
+    }
+    usage.ru_nivcsw as u64
+}
+
 /// One wait's polling before it sleeps.
 pub(super) struct Patience {
     budget: u32,
@@ -194,6 +220,9 @@ pub(super) struct Patience {
     /// Whether it polls to learn if the CPUs are free again (see
     /// [`WaitPolicy`]).
     probe: bool,
+    /// This thread's [`involuntary_switches`] at the wait's first yield
+    /// (read only by waits that get that far: a system call).
+    switches_at_yield: Option<u64>,
 }
 
 impl Patience {
@@ -209,7 +238,15 @@ impl Patience {
             cpu,
             since: None,
             probe: false,
+            switches_at_yield: None,
         }
+    }
+
+    /// Whether another thread took this one's CPU since the wait's first
+    /// yield (never, for a wait that did not yield).
+    fn cpu_taken(&self) -> bool {
+        self.switches_at_yield
+            .is_some_and(|n| involuntary_switches() > n)
     }
 
     /// The caller goes to sleep (after [`Patience::poll_again`] said so).
@@ -236,6 +273,9 @@ impl Patience {
             return true;
         }
         if self.yields < self.max_yields {
+            if self.yields == 0 {
+                self.switches_at_yield = Some(involuntary_switches());
+            }
             self.yields += 1;
             std::thread::yield_now();
             // Look again at once: the peer may have run meanwhile, or this
@@ -314,29 +354,96 @@ mod tests {
         );
     }
 
-    /// A wait that ended `ago` after it started timing itself.
-    fn waited_for(w: &WaitPolicy, ago: Duration) {
+    fn bind_to(cpu: usize) {
+        // SAFETY: a zeroed cpu_set_t is an empty set; `cpu` < 1024.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        // SAFETY: a valid set of `size` bytes, for the calling thread.
+        assert_eq!(unsafe { libc::sched_setaffinity(0, size, &set) }, 0);
+    }
+
+    /// Binds this thread (for the rest of its life) and a spinning thread
+    /// to this thread's CPU and yields until a yield handed the CPU over;
+    /// whether this thread's [`involuntary_switches`] grew (within 10 s).
+    fn hand_the_cpu_over() -> bool {
+        use std::sync::atomic::AtomicBool;
+        let before = involuntary_switches();
+        // SAFETY: no arguments.
+        let cpu = usize::try_from(unsafe { libc::sched_getcpu() }).unwrap();
+        bind_to(cpu);
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let spinner = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                bind_to(cpu);
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        };
+        let give_up = Instant::now() + Duration::from_secs(10);
+        while involuntary_switches() == before && Instant::now() < give_up {
+            std::thread::yield_now();
+        }
+        stop.store(true, Ordering::Relaxed);
+        spinner.join().unwrap();
+        involuntary_switches() > before
+    }
+
+    #[test]
+    fn a_yield_that_hands_the_cpu_over_counts() {
+        let own = std::thread::spawn(hand_the_cpu_over);
+        assert!(
+            own.join().unwrap(),
+            "a yield to a thread bound to the same CPU must count as an involuntary switch"
+        );
+    }
+
+    /// A wait that ended `ago` after it started timing itself; `contended`:
+    /// another thread took the CPU after its first yield (the caller's
+    /// thread has had an involuntary switch: [`hand_the_cpu_over`]).
+    fn waited_for(w: &WaitPolicy, ago: Duration, contended: bool) {
         let mut p = w.patience(1);
         p.since = Some(Instant::now() - ago);
+        p.switches_at_yield = Some(match contended {
+            true => 0,
+            false => involuntary_switches(),
+        });
         w.waited(&p);
     }
 
     #[test]
-    fn a_long_wait_makes_the_next_ones_sleep_at_once_but_for_probes() {
+    fn a_long_wait_with_the_cpu_taken_makes_the_next_ones_sleep_at_once_but_for_probes() {
+        std::thread::spawn(sleeping_at_once_but_for_probes)
+            .join()
+            .unwrap();
+    }
+
+    fn sleeping_at_once_but_for_probes() {
+        assert!(hand_the_cpu_over());
         let w = WaitPolicy::new(MAX_SPINS);
-        waited_for(&w, Duration::from_micros(200));
+        waited_for(&w, Duration::from_micros(200), true);
         assert!(
             w.patience(1).poll_again(|_| false),
             "a short wait changes nothing"
         );
-        waited_for(&w, LONG_WAIT);
+        waited_for(&w, 10 * LONG_WAIT, false);
+        assert!(
+            w.polls() && w.patience(1).poll_again(|_| false),
+            "a long wait with the CPU to itself changes nothing"
+        );
+        waited_for(&w, LONG_WAIT, true);
+        assert!(!w.polls());
         for i in 1..3 * PROBE_EVERY {
             let mut p = w.patience(1);
             match i % PROBE_EVERY == 0 {
-                // The probe polls as usual; it took long: still asleep.
+                // The probe polls as usual; it took long and lost the CPU:
+                // still asleep.
                 true => {
                     assert!(p.probe && p.poll_again(|_| false), "wait {i}");
                     p.since = Some(Instant::now() - LONG_WAIT);
+                    p.switches_at_yield = Some(0);
                     w.waited(&p);
                 }
                 // Neither polls nor yields, even with the peer on this CPU.
@@ -359,12 +466,24 @@ mod tests {
             !p.probe && p.poll_again(|_| false),
             "polling resumes after a quick probe"
         );
+        // Asleep again; a probe that took long with the CPU to itself (its
+        // peer busy elsewhere): polling again too.
+        waited_for(&w, LONG_WAIT, true);
+        let mut p = w.patience(1);
+        while !p.probe {
+            w.waited(&p);
+            p = w.patience(1);
+        }
+        p.since = Some(Instant::now() - LONG_WAIT);
+        p.switches_at_yield = Some(involuntary_switches());
+        w.waited(&p);
+        assert!(w.polls(), "polling resumes after an uncontended probe");
     }
 
     #[test]
     fn more_ranks_than_cpus_never_switch() {
         let w = WaitPolicy::new(0);
-        waited_for(&w, 10 * LONG_WAIT);
+        waited_for(&w, 10 * LONG_WAIT, true);
         let mut p = w.patience(1);
         assert!(
             p.poll_again(|_| false) && p.yielded(),
