@@ -16,6 +16,7 @@
 #include "tc_gloo.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <time.h>
 
@@ -102,6 +103,36 @@ class SigpipeBlock {
   sigset_t pipe_;
   sigset_t old_;
   bool was_pending_ = false;
+};
+
+// While in scope, the calling thread runs under SCHED_BATCH (when it ran
+// under the default policy), so that a thread it creates meanwhile inherits
+// that policy: Gloo's network thread, created with the device. A batch
+// thread's wake-up never preempts the thread running on its CPU. Without
+// it, on a rank bound to one CPU (mpirun's default, srun's binding) the
+// network thread, woken by a peer's reply while the caller still held the
+// pair's lock mid-send, took the CPU, found the lock taken (Gloo then
+// skips the socket's events) and polled epoll until its time slice ended:
+// a 16-byte all_reduce over TCP took 3.6 ms instead of 0.3. Where its
+// thread has a CPU of its own, nothing changes.
+class BatchPolicyForNewThreads {
+ public:
+  BatchPolicyForNewThreads() {
+    if (pthread_getschedparam(pthread_self(), &policy_, &param_) != 0 || policy_ != SCHED_OTHER)
+      return;
+    sched_param batch{};
+    changed_ = pthread_setschedparam(pthread_self(), SCHED_BATCH, &batch) == 0;
+  }
+  ~BatchPolicyForNewThreads() {
+    if (changed_) pthread_setschedparam(pthread_self(), policy_, &param_);
+  }
+  BatchPolicyForNewThreads(const BatchPolicyForNewThreads &) = delete;
+  BatchPolicyForNewThreads &operator=(const BatchPolicyForNewThreads &) = delete;
+
+ private:
+  int policy_ = SCHED_OTHER;
+  sched_param param_{};
+  bool changed_ = false;
 };
 
 void put_error(char *err, size_t errlen, const std::string &msg) {
@@ -253,9 +284,13 @@ int tc_gloo_context_new(int rank, int size, const tc_gloo_store_vtable *store, i
     if (hostname != nullptr && hostname[0] != '\0') attr.hostname = hostname;
     if (iface != nullptr && iface[0] != '\0') attr.iface = iface;
     // SIGPIPE is blocked in this thread here (guarded), so Gloo's network
-    // thread, created with the device, inherits a mask that blocks it.
+    // thread, created with the device, inherits a mask that blocks it, and
+    // the batch policy.
     auto handle = std::make_unique<tc_gloo_ctx>();
-    handle->device = gloo::transport::tcp::CreateDevice(attr);
+    {
+      BatchPolicyForNewThreads batch;
+      handle->device = gloo::transport::tcp::CreateDevice(attr);
+    }
     handle->context = std::make_shared<gloo::rendezvous::Context>(rank, size);
     handle->context->setTimeout(to_millis(timeout_ms));
     CallbackStore cs(*store, to_millis(timeout_ms));
