@@ -90,6 +90,18 @@ pub trait HostBackend: Abilities + 'static {
     fn attach_idle_wake(&self, _wake: IdleWake) {}
 }
 
+thread_local! {
+    /// Set on an executor's progress thread.
+    static PROGRESS_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is a host executor's progress thread: the
+/// operation it runs overlaps whatever the application's threads do
+/// meanwhile (a blocking call runs on its caller's thread, which waits).
+pub fn on_progress_thread() -> bool {
+    PROGRESS_THREAD.with(|p| p.get())
+}
+
 /// Wakes an executor's idle progress thread, which then calls
 /// [`HostBackend::idle`] again; does nothing once the executor is gone.
 #[derive(Clone)]
@@ -136,6 +148,7 @@ impl<B: HostBackend> HostExecutor<B> {
             std::thread::Builder::new()
                 .name(format!("tc-progress-{}", init.name))
                 .spawn(move || {
+                    PROGRESS_THREAD.with(|p| p.set(true));
                     while let Some(job) = shared.queue.next(shared.backend.idle()) {
                         if let Some(job) = job {
                             shared.execute(job, &shared.link, None);

@@ -70,6 +70,16 @@ impl Context {
         unsafe { (self.module.context_close)(self.ptr) }
     }
 
+    /// Puts Gloo's network thread of this context under SCHED_BATCH (its
+    /// wake-ups then never preempt the thread running on its CPU) or back
+    /// under the default policy; nothing with a module that cannot.
+    pub fn network_thread_batch(&self, batch: bool) {
+        if let Some(f) = self.module.network_thread_batch {
+            // SAFETY: a live context; the call never fails.
+            unsafe { f(self.ptr, c_int::from(batch)) };
+        }
+    }
+
     /// # Safety (for all operations below)
     /// Buffers must be valid for the sizes given for the call's duration.
     pub unsafe fn broadcast(

@@ -1,7 +1,7 @@
 //! Finding and loading the module: the places it may lie and the table of
 //! its entry points, resolved once per process.
 
-use super::{Module, ABI_VERSION, MODULE_NAME};
+use super::{Ctx, Module, ABI_VERSION, MODULE_NAME};
 use crate::error::{Error, Result};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::PathBuf;
@@ -164,6 +164,15 @@ fn resolve_symbols(handle: *mut c_void, path_used: &str) -> std::result::Result<
             let p = libc::dlsym(handle, c"tc_gloo_version".as_ptr());
             (!p.is_null())
                 .then(|| std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> c_int>(p))
+        },
+        // SAFETY: as for `sym!`; a missing symbol is None.
+        network_thread_batch: unsafe {
+            let p = libc::dlsym(handle, c"tc_gloo_network_thread_batch".as_ptr());
+            (!p.is_null()).then(|| {
+                std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut Ctx, c_int) -> c_int>(
+                    p,
+                )
+            })
         },
         context_new: sym!("tc_gloo_context_new"),
         context_close: sym!("tc_gloo_context_close"),

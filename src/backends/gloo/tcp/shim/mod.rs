@@ -95,6 +95,8 @@ pub struct Module {
     /// GLOO_VERSION of the module's Gloo headers; None for a module built
     /// before it had the call.
     gloo_version: Option<unsafe extern "C" fn() -> c_int>,
+    /// Optional too: older modules lack it.
+    network_thread_batch: Option<unsafe extern "C" fn(*mut Ctx, c_int) -> c_int>,
     context_new: unsafe extern "C" fn(
         c_int,
         c_int,

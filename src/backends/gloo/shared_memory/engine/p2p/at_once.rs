@@ -10,10 +10,11 @@
 //! waits poll ([`super::super::wait`]): back-to-back messages arrive that
 //! soon. Anything that would wait longer, or leave a message half read,
 //! is declined with nothing done, and the operation runs on the progress
-//! thread as before. The executor asks only when nothing is queued or running ahead,
-//! so matching on (peer, tag) in order is kept: an early message with the
-//! receive's tag is taken first, and a message of another tag at the front
-//! of the ring declines (the progress thread's receive sets it aside).
+//! thread as before. The executor asks only when nothing is queued or
+//! running ahead, so matching on (peer, tag) in order is kept: an early
+//! message with the receive's tag is taken first, and a message of another
+//! tag at the front of the ring declines (the progress thread's receive
+//! sets it aside).
 
 use super::*;
 
