@@ -148,20 +148,33 @@ class LoopThreadProbe : public gloo::transport::tcp::Handler {
 };
 
 // The id of the thread that runs `device`'s event loop; 0 when it cannot be
-// found (within 5 s).
+// found (within 5 s). Never throws: a failure here only leaves the thread's
+// policy alone.
 pid_t loop_thread_of(const std::shared_ptr<gloo::transport::Device> &device) {
   auto tcp = std::dynamic_pointer_cast<gloo::transport::tcp::Device>(device);
   if (!tcp) return 0;
   int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (fd < 0) return 0;
-  LoopThreadProbe probe(fd);
-  tcp->registerDescriptor(fd, EPOLLIN, &probe);
+  auto *probe = new LoopThreadProbe(fd);
+  try {
+    tcp->registerDescriptor(fd, EPOLLIN, probe);
+  } catch (...) {
+    delete probe;
+    ::close(fd);
+    return 0;
+  }
   uint64_t one = 1;
   pid_t tid = ::write(fd, &one, sizeof(one)) == sizeof(one)
-                  ? probe.wait(std::chrono::milliseconds(5000))
+                  ? probe->wait(std::chrono::milliseconds(5000))
                   : 0;
-  // Returns once the loop no longer runs the handler.
-  tcp->unregisterDescriptor(fd, &probe);
+  try {
+    // Returns once the loop no longer runs the handler.
+    tcp->unregisterDescriptor(fd, probe);
+  } catch (...) {
+    // The loop may still hold the handler: it stays, with its descriptor.
+    return tid;
+  }
+  delete probe;
   ::close(fd);
   return tid;
 }
