@@ -92,8 +92,10 @@ def commands(a, sweep):
     # core when there are no more ranks than cores (its default binding),
     # else unbound (it binds nothing when oversubscribed); neither library
     # binds by itself. The Gloo columns (ours over TCP, direct Gloo, torch)
-    # stay unbound, as their users run them: Gloo's own thread would share
-    # its rank's core (bound, 2 ranks here: 3.7 ms per small all_reduce).
+    # stay unbound, as their users run them: bound, Gloo's own thread shares
+    # its rank's core, which costs direct Gloo and torch a time slice per
+    # small all_reduce (ours avoids it since 2026-11-29: docs/performance.md,
+    # "Gloo's network thread under SCHED_BATCH during blocking calls").
     bind = ["--bind-to", "core"] if a.nranks <= (os.cpu_count() or 1) else []
     tc_run = [os.path.join(a.bin, "tc-run")]
     mpirun = ["mpirun"] + (["--allow-run-as-root"] if os.geteuid() == 0 else []) + \

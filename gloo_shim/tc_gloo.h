@@ -75,8 +75,10 @@ TC_GLOO_API int tc_gloo_version(void);
 /* Makes Gloo's network thread of `ctx` run under SCHED_BATCH (batch != 0),
  * whose wake-ups never preempt the thread running on its CPU, or under the
  * default policy again (0); only while the thread runs under one of those
- * two. Cheap when nothing changes; never fails (TC_GLOO_OK, also when the
- * thread was not found). Optional for the library: older modules lack it. */
+ * two. Cheap when nothing changes; never fails (TC_GLOO_OK, also for a NULL
+ * `ctx` or when the thread was not found). Call it from the thread that runs
+ * the context's operations, before one (not concurrently with another call
+ * on the same context). Optional for the library: older modules lack it. */
 TC_GLOO_API int tc_gloo_network_thread_batch(tc_gloo_ctx *ctx, int batch);
 
 /* Connects a full mesh of `size` ranks through the store. `hostname` or

@@ -1,9 +1,9 @@
 //! Finding and loading the module: the places it may lie and the table of
 //! its entry points, resolved once per process.
 
-use super::{Ctx, Module, ABI_VERSION, MODULE_NAME};
+use super::{Module, ABI_VERSION, MODULE_NAME};
 use crate::error::{Error, Result};
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::ffi::{c_char, c_void, CStr, CString};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -156,24 +156,21 @@ fn resolve_symbols(handle: *mut c_void, path_used: &str) -> std::result::Result<
             f
         }};
     }
+    // An entry point older modules lack: None then.
+    macro_rules! optional_sym {
+        ($name:literal) => {{
+            let c = concat!($name, "\0");
+            // SAFETY: as for `sym!`.
+            let p = unsafe { libc::dlsym(handle, c.as_ptr() as *const c_char) };
+            #[allow(clippy::missing_transmute_annotations)]
+            (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, _>(p) })
+        }};
+    }
     let m = Module {
         path: path_used.to_string(),
         abi_version: sym!("tc_gloo_abi_version"),
-        // SAFETY: as for `sym!`; a missing symbol is None.
-        gloo_version: unsafe {
-            let p = libc::dlsym(handle, c"tc_gloo_version".as_ptr());
-            (!p.is_null())
-                .then(|| std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> c_int>(p))
-        },
-        // SAFETY: as for `sym!`; a missing symbol is None.
-        network_thread_batch: unsafe {
-            let p = libc::dlsym(handle, c"tc_gloo_network_thread_batch".as_ptr());
-            (!p.is_null()).then(|| {
-                std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut Ctx, c_int) -> c_int>(
-                    p,
-                )
-            })
-        },
+        gloo_version: optional_sym!("tc_gloo_version"),
+        network_thread_batch: optional_sym!("tc_gloo_network_thread_batch"),
         context_new: sym!("tc_gloo_context_new"),
         context_close: sym!("tc_gloo_context_close"),
         context_free: sym!("tc_gloo_context_free"),
