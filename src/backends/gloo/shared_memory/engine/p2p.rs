@@ -456,6 +456,18 @@ impl IntraHost {
         Ok(moved)
     }
 
+    /// Writes `t`'s header at byte `head` of a ring's `data` (not yet
+    /// published).
+    unsafe fn write_header(data: *mut u8, head: u64, t: &Transfer) {
+        let words = [
+            MAGIC << 32 | t.tag as u64,
+            t.bytes() as u64,
+            t.count as u64,
+            t.dtype.to_c() as u64,
+        ];
+        (data.add(head as usize % RING) as *mut [u64; 4]).write(words);
+    }
+
     /// Moves as much of send `p` into its ring as fits.
     unsafe fn push(&self, p: &mut Pending) -> bool {
         let q = p.t.peer;
@@ -471,14 +483,7 @@ impl IntraHost {
             if free < HEADER {
                 return false;
             }
-            let words = [
-                MAGIC << 32 | p.t.tag as u64,
-                bytes as u64,
-                p.t.count as u64,
-                p.t.dtype.to_c() as u64,
-            ];
-            let at = data.add(head as usize % RING) as *mut [u64; 4];
-            at.write(words);
+            Self::write_header(data, head, &p.t);
             head += HEADER as u64;
             free -= HEADER;
             p.header_sent = true;
