@@ -127,6 +127,11 @@ pub struct HostExecutor<B: HostBackend> {
     shared: Arc<Shared<B>>,
     progress: Mutex<Option<JoinHandle<()>>>,
     works: RecycledWorks,
+    /// The work of every call that completed well without one of its own
+    /// (a one-rank barrier, an operation run at once before any work was
+    /// taken): shared, as nothing about it differs from one call to the
+    /// next.
+    done: Arc<dyn Work>,
     name: String,
     rank: i32,
     size: i32,
@@ -162,6 +167,7 @@ impl<B: HostBackend> HostExecutor<B> {
             shared,
             progress: Mutex::new(Some(progress)),
             works: RecycledWorks::helped_by(help),
+            done: Arc::new(DoneWork(Ok(()))),
             name: init.name.clone(),
             rank: init.rank,
             size: init.size,
@@ -222,16 +228,24 @@ impl<B: HostBackend> Shared<B> {
         work.complete(Err(e));
     }
 
-    /// Completes `op` (its `running` slot already taken, `work` started)
-    /// on the calling thread when the backend can without waiting
-    /// ([`HostBackend::run_at_once`]) and releases the slot: true. False,
-    /// with nothing done and the slot still held, when it would wait.
-    fn try_at_once(&self, op: &Op, work: &HostWork, comm: &dyn CommEvents) -> bool {
-        let result = match comm.check_active() {
+    /// Runs `op` (its `running` slot already taken) on the calling thread
+    /// when the backend can without waiting ([`HostBackend::run_at_once`]):
+    /// its outcome, the slot still held. None, with nothing done, when it
+    /// would wait.
+    #[inline]
+    fn at_once(&self, op: &Op, comm: &dyn CommEvents) -> Option<Result<()>> {
+        match comm.check_active() {
             Ok(()) => self.backend.run_at_once(op),
             Err(e) => Some(Err(e)),
-        };
-        let Some(result) = result else {
+        }
+    }
+
+    /// Completes `op` (its `running` slot already taken, `work` started)
+    /// on the calling thread when the backend can without waiting
+    /// ([`Shared::at_once`]) and releases the slot: true. False, with
+    /// nothing done and the slot still held, when it would wait.
+    fn try_at_once(&self, op: &Op, work: &HostWork, comm: &dyn CommEvents) -> bool {
+        let Some(result) = self.at_once(op, comm) else {
             return false;
         };
         self.complete(work, result, comm);
@@ -240,18 +254,20 @@ impl<B: HostBackend> Shared<B> {
     }
 
     /// The asynchronous `op` (its `running` slot already taken, `work`
-    /// started) completed at once when it can ([`Shared::try_at_once`]: a
-    /// hand-off to the progress thread and a wake of the caller at
-    /// completion saved per small message), else queued for the progress
-    /// thread. Hands the job back when the queue was stopped.
+    /// started) completed at once when `try_first` and it can
+    /// ([`Shared::try_at_once`]: a hand-off to the progress thread and a
+    /// wake of the caller at completion saved per small message), else
+    /// queued for the progress thread. Hands the job back when the queue
+    /// was stopped.
     fn run_at_once_or_queue(
         &self,
         op: Op,
+        try_first: bool,
         timeout: Duration,
         work: &Arc<HostWork>,
         comm: &dyn CommEvents,
     ) -> std::result::Result<(), Job> {
-        if self.try_at_once(&op, work, comm) {
+        if try_first && self.try_at_once(&op, work, comm) {
             return Ok(());
         }
         let job = Job {
@@ -284,6 +300,30 @@ impl<B: HostBackend> Shared<B> {
 }
 
 impl<B: HostBackend> HostExecutor<B> {
+    /// Ends the call of `op`, which failed at once on the calling thread
+    /// with `e` (its `running` slot still held): its work holds the error.
+    /// The flight recorder is told before the comm hears of the failure
+    /// (its report then shows the operation), and before the slot is
+    /// released (issue order).
+    #[cold]
+    fn failed_at_once(
+        &self,
+        op: &Op,
+        sub: Submission<'_>,
+        e: Error,
+        at: Instant,
+    ) -> Result<Arc<dyn Work>> {
+        let e = e.context(format!("{} on {}", op.name(), sub.label));
+        let work: Arc<dyn Work> = Arc::new(DoneWork(Err(e.clone())));
+        sub.tell_at(op, super::Issue::Done(&work), at);
+        sub.comm.operation_failed(e.clone());
+        self.shared.queue.finished();
+        match sub.opts.async_op {
+            true => Ok(work),
+            false => Err(e),
+        }
+    }
+
     /// Fails `work`, issued after the queue stopped; returns the error.
     #[cold]
     fn shutting_down(&self, work: &HostWork) -> Error {
@@ -315,7 +355,7 @@ impl<B: HostBackend> Backend for HostExecutor<B> {
 
     fn submit(&self, mut op: Op, mut sub: Submission<'_>) -> Result<Arc<dyn Work>> {
         if completes_at_once(&op, self.size) {
-            let work: Arc<dyn Work> = Arc::new(DoneWork(Ok(())));
+            let work = self.done.clone();
             sub.done_at_once(&op, &work);
             return Ok(work);
         }
@@ -340,6 +380,25 @@ impl<B: HostBackend> Backend for HostExecutor<B> {
         // flight recorder's time of issue and its work's start, and the
         // work is taken started (its lock not taken for that).
         let started = (claim == Claim::Inline).then(Instant::now);
+        // Tried now, before any work is taken, when no post hook needs one
+        // (most small sends and receives end here): a work is taken only
+        // for an operation that has to wait.
+        let mut try_at_once = claim == Claim::Inline && may_run_at_once;
+        if try_at_once && sub.post.is_none() {
+            let at = started.unwrap_or_else(Instant::now);
+            if let Some(result) = self.shared.at_once(&op, sub.comm) {
+                return match result {
+                    Ok(()) => {
+                        let work = self.done.clone();
+                        sub.tell_at(&op, super::Issue::Done(&work), at);
+                        self.shared.queue.finished();
+                        Ok(work)
+                    }
+                    Err(e) => self.failed_at_once(&op, sub, e, at),
+                };
+            }
+            try_at_once = false;
+        }
         let work = self.works.take(
             op.name(),
             sub.label,
@@ -354,9 +413,9 @@ impl<B: HostBackend> Backend for HostExecutor<B> {
             Claim::Inline if at_once => {
                 let at = started.unwrap_or_else(Instant::now);
                 sub.tell_at(&op, super::Issue::Watched(&handle), at);
-                let queued = self
-                    .shared
-                    .run_at_once_or_queue(op, sub.timeout, &work, sub.comm);
+                let queued =
+                    self.shared
+                        .run_at_once_or_queue(op, try_at_once, sub.timeout, &work, sub.comm);
                 if queued.is_err() {
                     return Err(self.shutting_down(&work));
                 }
@@ -369,7 +428,7 @@ impl<B: HostBackend> Backend for HostExecutor<B> {
                 // that fits its ring, a receive whose message is there)
                 // skips the backend's full run: its deadline, transport
                 // table and progress loop.
-                if !(may_run_at_once && self.shared.try_at_once(&op, &work, sub.comm)) {
+                if !(try_at_once && self.shared.try_at_once(&op, &work, sub.comm)) {
                     let d = Deadline::since(at, sub.timeout);
                     self.shared.run(&op, d, &work, false, sub.comm);
                 }

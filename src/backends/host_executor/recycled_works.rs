@@ -65,6 +65,12 @@ impl RecycledWorks {
         self.fresh(&mut issued, op, comm_label, timeout, started)
     }
 
+    /// How many works were issued and are kept (for tests).
+    #[cfg(test)]
+    pub fn kept(&self) -> usize {
+        lock(&self.issued).works.len()
+    }
+
     /// [`RecycledWorks::take`] when the oldest work is still held: a new
     /// one, kept as the newest.
     #[inline(never)]

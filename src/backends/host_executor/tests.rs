@@ -2,6 +2,7 @@
 //! it runs the backend, and how a stop ends it.
 
 use super::*;
+use crate::backends::submission::PostHook;
 use crate::backends::{CommEvents, Issue};
 use crate::error::ErrorKind;
 use crate::op::{OpOptions, Ptr};
@@ -70,10 +71,13 @@ struct Probe {
     failures: Mutex<Vec<ErrorKind>>,
     /// What the comm was told of each submission, in order.
     told: Mutex<Vec<&'static str>>,
+    /// Issues and failures as they came: "issued", "failed".
+    events: Mutex<Vec<&'static str>>,
 }
 
 impl CommEvents for Probe {
     fn issued(&self, _: u64, _: &Op, _: bool, issue: Issue<'_>, _: std::time::Instant) {
+        lock(&self.events).push("issued");
         lock(&self.told).push(match issue {
             Issue::Refused(_) => "refused",
             Issue::Watched(_) => "watched",
@@ -84,6 +88,7 @@ impl CommEvents for Probe {
         Ok(())
     }
     fn operation_failed(&self, err: Error) {
+        lock(&self.events).push("failed");
         lock(&self.failures).push(err.kind);
     }
 }
@@ -119,8 +124,21 @@ type Seen = (
     Option<(bool, bool)>,
 );
 
-/// Submits `op` to `ex`, whose comm is `probe` (see [`Seen`]).
+/// Submits `op` to `ex`, whose comm is `probe` (see [`Seen`]), with a
+/// post hook.
 fn submit(ex: &HostExecutor<Fake>, probe: &Probe, op: Op, async_op: bool) -> Seen {
+    submit_with(ex, probe, op, async_op, true)
+}
+
+/// [`submit`], with a post hook or not (the post hook's part of [`Seen`]
+/// then None).
+fn submit_with(
+    ex: &HostExecutor<Fake>,
+    probe: &Probe,
+    op: Op,
+    async_op: bool,
+    hooked: bool,
+) -> Seen {
     let opts = OpOptions {
         async_op,
         ..OpOptions::default()
@@ -135,9 +153,11 @@ fn submit(ex: &HostExecutor<Fake>, probe: &Probe, op: Op, async_op: bool) -> See
         label: &label,
         comm: &ex.shared.link,
         seq: 1,
-        post: Some(Box::new(move |r: &Result<()>, done| {
-            *lock(&post_seen) = Some((r.is_ok(), done));
-        })),
+        post: hooked.then(|| -> PostHook {
+            Box::new(move |r: &Result<()>, done| {
+                *lock(&post_seen) = Some((r.is_ok(), done));
+            })
+        }),
     };
     let r = ex.submit(op, sub);
     let seen = *lock(&seen);
@@ -275,6 +295,74 @@ fn an_async_call_completes_at_once_only_with_nothing_ahead() {
     assert_eq!(r.unwrap().status(), crate::work::WorkStatus::Completed);
     assert_eq!(fake.at_once_runs.load(Ordering::SeqCst), 5);
     assert_eq!(fake.runs.load(Ordering::SeqCst), 3, "run in full, inline");
+    ex.stop(&Error::invalid_usage("finalized"));
+}
+
+/// A call without post hooks that the backend completes at once takes no
+/// work of its own: it shares the executor's done work (told to the comm
+/// as done); one that fails gets a work holding its error, told to the
+/// comm before its failure; one the backend declines takes a work and
+/// is not tried at once a second time.
+#[test]
+fn a_call_completed_at_once_takes_no_work_of_its_own() {
+    let probe = Arc::new(Probe::default());
+    let ex = HostExecutor::start(Fake::default(), &init("no-work", 2, &probe)).unwrap();
+    let fake = &ex.shared.backend;
+    let mut data = [1.0f32; 4];
+    fake.at_once.store(AT_ONCE_DONE, Ordering::SeqCst);
+    let (first, told, _) = submit_with(&ex, &probe, all_reduce(&mut data), false, false);
+    let (second, _, _) = submit_with(&ex, &probe, all_reduce(&mut data), true, false);
+    let (first, second) = (first.unwrap(), second.unwrap());
+    assert_eq!(first.status(), crate::work::WorkStatus::Completed);
+    assert!(Arc::ptr_eq(&first, &second), "one shared done work");
+    assert!(Arc::ptr_eq(&first, &ex.done));
+    assert_eq!(told, vec!["done"]);
+    assert_eq!(ex.works.kept(), 0, "no work taken");
+
+    fake.at_once.store(AT_ONCE_FAILED, Ordering::SeqCst);
+    lock(&probe.events).clear();
+    let (r, told, _) = submit_with(&ex, &probe, all_reduce(&mut data), false, false);
+    let e = r.err().expect("failed at once");
+    assert_eq!(e.kind, ErrorKind::InvalidUsage, "{}", e.message);
+    assert!(
+        e.message.contains("all_reduce on comm 'test'"),
+        "{}",
+        e.message
+    );
+    assert_eq!(told, vec!["done"]);
+    assert_eq!(*lock(&probe.events), vec!["issued", "failed"]);
+    let (r, _, _) = submit_with(&ex, &probe, all_reduce(&mut data), true, false);
+    let work = r.expect("an asynchronous call's failure is on its work");
+    assert!(!Arc::ptr_eq(&work, &ex.done));
+    assert_eq!(work.status(), crate::work::WorkStatus::Error);
+    let e = work.wait_blocking().unwrap_err();
+    assert!(e.message.contains("does not match"), "{}", e.message);
+    assert_eq!(ex.shared.queue.claim(), Claim::Inline, "slot released");
+    ex.shared.queue.finished();
+
+    fake.at_once.store(AT_ONCE_DECLINED, Ordering::SeqCst);
+    let tried = fake.at_once_runs.load(Ordering::SeqCst);
+    let (r, told, _) = submit_with(&ex, &probe, all_reduce(&mut data), false, false);
+    assert_eq!(r.unwrap().status(), crate::work::WorkStatus::Completed);
+    assert_eq!(told, vec!["watched"]);
+    assert_eq!(
+        fake.at_once_runs.load(Ordering::SeqCst),
+        tried + 1,
+        "tried once"
+    );
+    assert_eq!(fake.runs.load(Ordering::SeqCst), 1, "run in full");
+    let (r, _, _) = submit_with(&ex, &probe, all_reduce(&mut data), true, false);
+    finished_unwaited(&*r.unwrap());
+    assert_eq!(
+        fake.at_once_runs.load(Ordering::SeqCst),
+        tried + 2,
+        "tried once"
+    );
+    assert_eq!(
+        fake.runs.load(Ordering::SeqCst),
+        2,
+        "run by the progress thread"
+    );
     ex.stop(&Error::invalid_usage("finalized"));
 }
 
