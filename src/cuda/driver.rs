@@ -323,17 +323,24 @@ pub fn device_count() -> Result<i32> {
 
 /// Runs `f` with this thread's stream-capture interaction mode set to
 /// relaxed, then restores the thread's mode (see
-/// [`Event::query`](super::Event::query)).
+/// [`Event::query`](super::Event::query)), also when `f` unwinds. Costs one
+/// pair of `cuThreadExchangeStreamCaptureMode` calls.
 pub(crate) fn with_relaxed_capture_mode<T>(f: impl FnOnce() -> T) -> T {
+    /// The mode to put back (None: the exchange failed, nothing to undo).
+    struct Restore(Option<u32>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            if let Some(mut mode) = self.0 {
+                // SAFETY: puts back the mode the exchange below returned.
+                let _ = unsafe { drv::cuThreadExchangeStreamCaptureMode(&mut mode) };
+            }
+        }
+    }
     let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED as u32;
     // SAFETY: valid in/out pointer to a mode value.
     let swapped = unsafe { drv::cuThreadExchangeStreamCaptureMode(&mut mode) } == CUDA_SUCCESS;
-    let out = f();
-    if swapped {
-        // SAFETY: puts back the mode the exchange above returned.
-        let _ = unsafe { drv::cuThreadExchangeStreamCaptureMode(&mut mode) };
-    }
-    out
+    let _restore = Restore(swapped.then_some(mode));
+    f()
 }
 
 #[cfg(test)]

@@ -41,7 +41,8 @@ pub use memory::{copy_to_device, copy_to_host, DeviceBuffer};
 
 pub(crate) use device::{capture_status, launch_host_func, stream_wait_event, Capture};
 pub(crate) use driver::{
-    check, drv, is_available, may_hold_device_memory, CUDA_ERROR_INVALID_VALUE,
+    check, drv, is_available, may_hold_device_memory, with_relaxed_capture_mode,
+    CUDA_ERROR_INVALID_VALUE,
 };
 pub(crate) use event::{Event, EventPool};
 pub(crate) use kernels::{Elem, Kernels};

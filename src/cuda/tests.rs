@@ -109,6 +109,36 @@ fn event_query_does_not_disturb_a_capture() {
     );
 }
 
+/// With a driver: `with_relaxed_capture_mode` runs its closure in the
+/// relaxed capture interaction mode and puts the thread's own mode back
+/// after it, also when the closure panics.
+#[test]
+fn relaxed_capture_mode_is_restored_also_after_a_panic() {
+    if available().is_err() || device_count().map_or(true, |n| n < 1) {
+        return;
+    }
+    const THREAD_LOCAL: u32 = 1;
+    const RELAXED: u32 = 2;
+    // Sets this thread's mode to `mode` and returns the one it had.
+    let exchange = |mode: u32| {
+        let mut m = mode;
+        // SAFETY: valid in/out pointer to a mode value.
+        assert_eq!(unsafe { drv::cuThreadExchangeStreamCaptureMode(&mut m) }, 0);
+        m
+    };
+    let own = exchange(THREAD_LOCAL);
+    let inside = with_relaxed_capture_mode(|| {
+        let m = exchange(RELAXED);
+        assert_eq!(exchange(m), RELAXED);
+        m
+    });
+    assert_eq!(inside, RELAXED, "the closure did not run in relaxed mode");
+    assert_eq!(exchange(THREAD_LOCAL), THREAD_LOCAL, "not restored");
+    let unwound = std::panic::catch_unwind(|| with_relaxed_capture_mode(|| panic!("inside")));
+    assert!(unwound.is_err());
+    assert_eq!(exchange(own), THREAD_LOCAL, "not restored after a panic");
+}
+
 #[test]
 fn missing_driver_is_unavailable_not_a_panic() {
     // On machines without a driver this is the path under test; with a

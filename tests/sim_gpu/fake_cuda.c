@@ -1013,7 +1013,11 @@ static size_t page_round(size_t n) {
 }
 
 /* Under G. */
+static CUresult device_alloc_on(void **out, size_t bytes, int tag, int device);
 static CUresult device_alloc(void **out, size_t bytes, int tag) {
+    return device_alloc_on(out, bytes, tag, current() ? current()->device : 0);
+}
+static CUresult device_alloc_on(void **out, size_t bytes, int tag, int device) {
     size_t map = page_round(bytes);
     int fd = memfd_create("sim-gpu", MFD_CLOEXEC);
     if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1029,7 +1033,7 @@ static CUresult device_alloc(void **out, size_t bytes, int tag) {
     memset(sh, 0xa5, map); /* cuMemAlloc does not clear memory */
     struct alloc *a = calloc(1, sizeof *a);
     a->base = (uintptr_t)dev, a->size = bytes, a->map = map, a->shadow = sh, a->kind = M_DEVICE, a->tag = tag;
-    a->device = current() ? current()->device : 0;
+    a->device = device;
     a->next = allocs;
     allocs = a;
     *out = dev;
@@ -1059,6 +1063,25 @@ EXPORT CUresult simcu_alloc(void **p, size_t bytes, int tag) {
     CUresult r = device_alloc(p, bytes, tag);
     pthread_mutex_unlock(&G);
     RET(r);
+}
+/* NCCL's own device memory for a connection, allocated on the calling
+   thread: a potentially unsafe call under that thread's capture interaction
+   mode, exactly as cuMemAlloc (refused, and the capture it disturbs
+   invalidated). Released with its comm, without waiting for streams. */
+EXPORT CUresult simcu_conn_alloc(void **p, size_t bytes, int device) {
+    if (tl_in_hostfn) RET(CUDA_ERROR_NOT_PERMITTED); /* NCCL initialised the driver itself */
+    if (!p || !bytes || device < 0 || device >= g_ndev) RET(CUDA_ERROR_INVALID_VALUE);
+    pthread_mutex_lock(&G);
+    CUresult r = unsafe_during_capture();
+    if (r == CUDA_SUCCESS) r = device_alloc_on(p, bytes, SIM_TAG_CONN, device);
+    pthread_mutex_unlock(&G);
+    RET(r);
+}
+EXPORT void simcu_conn_free(void *p) {
+    pthread_mutex_lock(&G);
+    struct alloc *a = find_base((uintptr_t)p, M_DEVICE);
+    if (a && a->tag == SIM_TAG_CONN) device_release(a);
+    pthread_mutex_unlock(&G);
 }
 EXPORT CUresult simcu_free(void *p, int tag) {
     ENTER();

@@ -39,6 +39,21 @@
      comms are resident together, so two comms used in different orders
      on two ranks deadlock as on hardware); message sequence numbers are taken when a kernel
      runs, so replays match across ranks when every rank replays alike;
+   - connections: a pair of ranks is connected lazily, by the first
+     operation that exchanges data between them over a channel not yet
+     connected, on the calling thread (before its kernel is launched, also
+     when the stream captures); a larger transfer is spread over more
+     channels (one per CONN_CHANNEL_BYTES, a power of two, at most
+     CONN_MAX_CHANNELS), so the first exchange of a larger size connects
+     more of them. Connecting allocates the channel's buffers on the comm's
+     device through the driver on the calling thread, subject to its capture
+     interaction mode (simcu_conn_alloc, checked as cuMemAlloc): while
+     another thread has a global-mode capture running, a thread in the
+     default (global) mode is refused, that capture is invalidated and the
+     call fails (ncclUnhandledCudaError; the pair stays unconnected). Only
+     the point-to-point kinds connect (send/recv, all-to-all, gather,
+     scatter: NCCL runs them over its p2p connections); the ring and tree
+     connections of the other collectives are not modelled;
    - groups: calls between ncclGroupStart and ncclGroupEnd become one kernel
      per comm at the end, which first sends everything and then receives (so
      any order of sends and receives inside a group completes); send/recv to
@@ -127,6 +142,11 @@
 #endif
 #define HAS(v) (SIM_NCCL_VERSION >= (v))
 #define EXPORT __attribute__((visibility("default")))
+/* Connections (see connect_peers): bytes a channel carries of one transfer,
+   channels per peer, and the buffers allocated for each channel. */
+#define CONN_CHANNEL_BYTES ((size_t)64 << 10)
+#define CONN_MAX_CHANNELS 8
+#define CONN_BUFFER_BYTES ((size_t)4096)
 
 typedef int ncclResult_t;
 enum { ncclSuccess, ncclUnhandledCudaError, ncclSystemError, ncclInternalError, ncclInvalidArgument, ncclInvalidUsage,
@@ -197,6 +217,10 @@ typedef struct ncclComm {
     unsigned long issued, next_run;
     int running, dir_users; /* dir_users: kernels and splits using the directory */
     struct selfmsg *self_head, *self_tail;
+    /* connections (see connect_peers): per peer, the channels connected (a
+       bit each), and their buffers (nranks x CONN_MAX_CHANNELS) */
+    unsigned char *conn;
+    void **conn_buf;
     struct rma *rma; /* windows and one-sided traffic (fake_nccl_rma.c) */
     struct ncclComm *next;
 } *ncclComm_t;
@@ -637,6 +661,22 @@ static ncclResult_t check_config(const config_head *cfg, int *blocking, const ch
     return ncclSuccess;
 }
 
+/* A comm's connection buffers, taken from it under M and freed without M
+   (the driver's lock is taken before M where the driver releases kernels). */
+static void **take_connections(ncclComm_t c) {
+    void **bufs = c->conn_buf;
+    c->conn_buf = NULL;
+    free(c->conn);
+    c->conn = NULL;
+    return bufs;
+}
+static void free_connections(void **bufs, int nranks) {
+    if (!bufs) return;
+    for (size_t i = 0; i < (size_t)nranks * CONN_MAX_CHANNELS; i++)
+        if (bufs[i]) simcu_conn_free(bufs[i]);
+    free(bufs);
+}
+
 static void free_comm_parts(ncclComm_t c) {
     free(c->pids), free(c->send_seq), free(c->recv_seq), free(c->csend_seq), free(c->crecv_seq);
     c->pids = NULL, c->send_seq = c->recv_seq = c->csend_seq = c->crecv_seq = NULL;
@@ -675,6 +715,7 @@ static ncclResult_t new_comm(ncclComm_t *out, int nranks, int rank, const char *
     size_t n = (size_t)nranks;
     c->send_seq = calloc(n, sizeof(unsigned long)), c->recv_seq = calloc(n, sizeof(unsigned long));
     c->csend_seq = calloc(n, sizeof(unsigned long)), c->crecv_seq = calloc(n, sizeof(unsigned long));
+    c->conn = calloc(n, 1), c->conn_buf = calloc(n * CONN_MAX_CHANNELS, sizeof(void *));
     c->device = device;
     if (dir && !blocking && !in_group()) { /* NCCL's init job runs on a thread of its own */
         struct pending_init *p = calloc(1, sizeof *p);
@@ -689,6 +730,7 @@ static ncclResult_t new_comm(ncclComm_t *out, int nranks, int rank, const char *
         if (!started) {
             free(p);
             free_comm_parts(c);
+            free_connections(take_connections(c), nranks);
             free(c);
             return fail(ncclSystemError, "%s: cannot start the init's thread", fn);
         }
@@ -703,6 +745,7 @@ static ncclResult_t new_comm(ncclComm_t *out, int nranks, int rank, const char *
         ncclResult_t r = join_job(c, dir, fn);
         if (r != ncclSuccess) {
             free_comm_parts(c);
+            free_connections(take_connections(c), nranks);
             free(c);
             return r;
         }
@@ -1157,8 +1200,10 @@ EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     release_registrations(comm);
     leave_job(comm);
     free_comm_parts(comm);
+    void **conns = take_connections(comm);
     pthread_cond_broadcast(&MC);
     pthread_mutex_unlock(&M);
+    free_connections(conns, comm->nranks);
     release_hold(h, hs);
     return ncclSuccess;
 }
@@ -1167,6 +1212,7 @@ EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
     pthread_mutex_lock(&M);
     /* any thread may abort, also while another is inside a call */
     ncclResult_t r = check_comm(comm, "ncclCommAbort", 1);
+    void **conns = NULL;
     CUstream hs = NULL;
     int h = 0;
     if (r == ncclSuccess) {
@@ -1181,9 +1227,12 @@ EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
            directory goes now, or when the last kernel or split using it
            ends */
         if (comm->dir_users == 0) leave_job(comm);
+        /* a thread still inside a call may be connecting: its buffers stay */
+        if (!comm->busy) conns = take_connections(comm);
         pthread_cond_broadcast(&MC);
     }
     pthread_mutex_unlock(&M);
+    free_connections(conns, comm->nranks);
     release_hold(h, hs);
     return r;
 }
@@ -1805,12 +1854,74 @@ static void release_kernel(void *p) {
     kernel_free(k);
 }
 
+/* Channels one transfer of `bytes` with a peer uses (see "connections" at
+   the head of this file): one per CONN_CHANNEL_BYTES, rounded up to a power
+   of two, at most CONN_MAX_CHANNELS; none for an empty transfer. */
+static int conn_channels(size_t bytes) {
+    if (bytes == 0) return 0;
+    size_t want = (bytes + CONN_CHANNEL_BYTES - 1) / CONN_CHANNEL_BYTES;
+    int ch = 1;
+    while ((size_t)ch < want && ch < CONN_MAX_CHANNELS) ch *= 2;
+    return ch;
+}
+
+/* On the calling thread, before a kernel is launched: connects every
+   channel its point-to-point transfers need that is not connected yet,
+   allocating its buffers through the driver in this thread's capture
+   interaction mode. A refused allocation fails the call (as NCCL's CUDA
+   checks do) and leaves that channel unconnected. */
+static ncclResult_t connect_peers(const struct kernel *k) {
+    ncclComm_t c = k->comm;
+    int me = c->rank, n = c->nranks;
+    if (n == 1 || !c->conn) return ncclSuccess;
+    int *need = calloc((size_t)n, sizeof *need);
+    ncclResult_t r = ncclSuccess;
+    if (!need) return fail(ncclSystemError, "%s: out of memory", k->name);
+    for (int i = 0; i < k->nops; i++) {
+        const struct kop *o = &k->ops[i];
+        int ch = conn_channels(o->count * type_size(o->dtype));
+        for (int q = 0; q < n; q++) {
+            int peers;
+            switch (o->kind) {
+            case K_SEND: case K_RECV: peers = q == o->peer; break;
+            case K_ALLTOALL: peers = 1; break;
+            case K_GATHER: case K_SCATTER: peers = me == o->peer || q == o->peer; break;
+            default: peers = 0; break; /* ring and tree connections: not modelled */
+            }
+            if (peers && q != me && ch > need[q]) need[q] = ch;
+        }
+    }
+    for (int q = 0; q < n && r == ncclSuccess; q++)
+        for (int ch = 0; ch < need[q] && r == ncclSuccess; ch++) {
+            if (c->conn[q] & (1u << ch)) continue;
+            void *buf = NULL;
+            CUresult cr = simcu_conn_alloc(&buf, CONN_BUFFER_BYTES, c->device >= 0 ? c->device : 0);
+            if (cr != CUDA_SUCCESS) {
+                r = fail(ncclUnhandledCudaError,
+                         "%s (simulated NCCL, rank %d): connecting to rank %d (channel %d): allocating its buffers failed: CUDA error "
+                         "%d (a potentially unsafe call from a thread whose capture interaction mode is not relaxed, while a capture "
+                         "runs)",
+                         k->name, me, q, ch, (int)cr);
+                break;
+            }
+            c->conn[q] |= (unsigned char)(1u << ch);
+            c->conn_buf[(size_t)q * CONN_MAX_CHANNELS + (size_t)ch] = buf;
+        }
+    free(need);
+    return r;
+}
+
 static ncclResult_t launch(struct kernel *k, CUstream stream) {
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
     const char *name = k->name;
     if (cuStreamIsCapturing(stream, &st) != CUDA_SUCCESS) {
         kernel_free(k);
         return fail(ncclUnhandledCudaError, "%s: stream %p is not a valid stream", name, (void *)stream);
+    }
+    ncclResult_t cr = connect_peers(k);
+    if (cr != ncclSuccess) {
+        kernel_free(k);
+        return cr;
     }
     k->counted = st == CU_STREAM_CAPTURE_STATUS_NONE;
     static long launches;

@@ -11,6 +11,9 @@
 # (its algorithms, transports and timing) and performance are only tested by
 # `make gpu-test` on a GPU machine.
 #
+# `run-sim.sh NAME...` (test names as gpu-suite/run.sh takes them, e.g.
+# ops2 ops4) does step 1 and rehearses only those tests.
+#
 #   1. builds target/sim_gpu/libcuda.so.1 (+ libcuda.so) and libnccl.so.2
 #      (NCCL 2.29.7, with the host RMA calls windows use), nccl-2.28/libnccl.so.2
 #      (2.28.9, the wheel's version: no ncclPutSignal) and
@@ -122,6 +125,16 @@ rehearse() { # label, then run.sh's arguments; adds to pass/fail/skipped
   REHEARSAL_OUT=$o
 }
 pass=0 fail=0 skipped=0
+# Named tests only (as gpu-suite/run.sh takes them, e.g. `run-sim.sh ops2
+# ops4`): those, rehearsed as above, and nothing else.
+if [ $# -gt 0 ]; then
+  echo "sim-gpu-test: == rehearsal of the named GPU-suite tests only: $*"
+  rehearse named "$@"
+  rm -rf "$TC_SIM_NCCL_DIR"
+  echo "sim-gpu-test: SIMULATION (named tests: $*): $pass passed, $fail failed, $skipped skipped"
+  [ "$status" = 0 ] && [ "$fail" = 0 ]
+  exit
+fi
 echo "sim-gpu-test: == rehearsal of the GPU suite (gpu-suite/run.sh from the gathered folder, no cargo)"
 rehearse part1
 rehearse part2 part2

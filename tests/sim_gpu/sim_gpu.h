@@ -21,6 +21,14 @@ int simcu_memory_kind(const void *addr);
    tagged memory and simcu_free refuses memory of another tag. */
 CUresult simcu_alloc(void **p, size_t bytes, int tag);
 CUresult simcu_free(void *p, int tag);
+/* NCCL's own buffers of a connection (tag SIM_TAG_CONN) on `device`,
+   allocated on the calling thread and subject to its capture interaction
+   mode as cuMemAlloc is: refused, invalidating the capture it disturbs,
+   while a capture the thread's mode protects is running.
+   simcu_conn_free releases one (with its comm) without waiting. */
+#define SIM_TAG_CONN 2
+CUresult simcu_conn_alloc(void **p, size_t bytes, int device);
+void simcu_conn_free(void *p);
 int simcu_stream_valid(CUstream s);
 /* The device ordinal of device memory at addr (-1: not device memory), and
    of a stream (-1: the legacy stream or not a stream). */

@@ -2,6 +2,20 @@
 //! caller's, or the comm's internal one after it for an asynchronous call),
 //! graph capture, the start and end events its work waits on, and the
 //! staging of inputs that overlap outputs in ways NCCL does not allow.
+//!
+//! Capture interaction mode: an operation whose stream is not capturing is
+//! enqueued (our driver calls and every NCCL call, including what NCCL
+//! does inside them, such as connecting a pair on its first exchange) with
+//! the calling thread's mode set to relaxed, and the thread's own mode put
+//! back after. In CUDA's default (global) mode, a thread may not make
+//! "potentially unsafe" calls (allocations, frees, synchronous calls,
+//! mapping) while any thread has a global-mode capture running: such a call
+//! fails and invalidates that other thread's capture, which has nothing to
+//! do with this operation. An operation that is itself being captured keeps
+//! the thread's mode, so that its capture's rules still apply to it. The
+//! cost: one pair of `cuThreadExchangeStreamCaptureMode` calls (each a swap
+//! of a per-thread value in the driver) per uncaptured operation, none per
+//! captured one.
 
 use super::work::CudaWork;
 use super::NcclBackend;
@@ -23,7 +37,6 @@ impl NcclBackend {
         opts: &OpOptions,
         timeout: Duration,
     ) -> Result<Arc<dyn Work>> {
-        let name = op.name();
         let _serial = lock(&self.issue);
         let _use = self.acquire()?;
         let _ctx = self.device.scoped()?;
@@ -37,6 +50,25 @@ impl NcclBackend {
                 ))
             }
         };
+        if captured {
+            self.enqueue_on(op, opts, timeout, true)
+        } else {
+            cuda::with_relaxed_capture_mode(|| self.enqueue_on(op, opts, timeout, false))
+        }
+    }
+
+    /// The rest of [`Self::enqueue`], with the comm held, its device's
+    /// context current and the caller's stream's capture status known, in
+    /// the capture interaction mode chosen there.
+    fn enqueue_on(
+        &self,
+        op: &Op,
+        opts: &OpOptions,
+        timeout: Duration,
+        captured: bool,
+    ) -> Result<Arc<dyn Work>> {
+        let name = op.name();
+        let user = opts.stream as cuda::RawStream;
         let end = self.events.get()?;
         let (stream, start) = if captured {
             (user, None)

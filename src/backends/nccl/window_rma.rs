@@ -164,13 +164,16 @@ impl NcclWindow {
         self.b().rank as usize
     }
 
-    /// One NCCL call on the comm, serialized with the comm's issuing.
+    /// One NCCL call on the comm, serialized with the comm's issuing. The
+    /// window's streams are its own and never capture, so the call runs in
+    /// the relaxed capture interaction mode, as an uncaptured operation's
+    /// calls do (see the head of `enqueue.rs`).
     fn nccl(&self, what: &str, f: impl FnOnce(NcclComm) -> NcclResult) -> Result<()> {
         let b = self.b();
         let _serial = lock(&b.issue);
         let _use = b.acquire()?;
         let _ctx = b.device.scoped()?;
-        b.call(what, f)
+        cuda::with_relaxed_capture_mode(|| b.call(what, f))
     }
 
     /// Waits until `stream` ran what was issued on it, polling so that a
