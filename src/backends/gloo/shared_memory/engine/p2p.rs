@@ -686,8 +686,17 @@ impl IntraHost {
 
     /// Why receive `t` cannot take rank `q`'s message of `count` elements
     /// of `dtype`.
+    #[inline(always)]
     fn mismatch(&self, t: &Transfer, q: usize, count: u64, dtype: u64) -> Option<String> {
-        (count != t.count as u64 || dtype != t.dtype.to_c() as u64).then(|| match t.peer {
+        (count != t.count as u64 || dtype != t.dtype.to_c() as u64)
+            .then(|| Self::mismatch_message(t, q, count, dtype))
+    }
+
+    /// What [`IntraHost::mismatch`] says of a receive `t` that rank `q`'s
+    /// send of `count` elements of type `dtype` does not match.
+    #[cold]
+    fn mismatch_message(t: &Transfer, q: usize, count: u64, dtype: u64) -> String {
+        match t.peer {
             ANY => format!(
                 "receive of {} {} from any source{} took rank {q}'s send of {count} {}, which \
                  does not match",
@@ -705,7 +714,7 @@ impl IntraHost {
                 t.dtype.name(),
                 dtype_name(dtype)
             ),
-        })
+        }
     }
 
     /// Receive `i` takes the first early message from its peer with its
