@@ -501,10 +501,7 @@ impl IntraHost {
     /// common case needs to know ([`IntraHost::check_fingerprints`] finds
     /// who differs otherwise).
     fn all_published(&self, p: u64, words: &[u64; SLOT_WORDS]) -> bool {
-        self.bases.iter().all(|base| {
-            let slot = slot_at(base, p);
-            (0..SLOT_WORDS).all(|i| slot[i].load(Ordering::Relaxed) == words[i])
-        })
+        self.bases.iter().all(|base| published_at(base, p, words))
     }
 
     /// Rank `r`'s fingerprint for the operation whose first sync is at phase
@@ -686,9 +683,12 @@ impl IntraHost {
         let mine = first.map(|fp| self.publish(p, fp));
         let cpu = self.arrive_on_cpu();
         phase_at(&self.own.base, p).store(p, Ordering::SeqCst);
-        self.wake_sleepers();
-        // Most small collectives' last rank finds every other there: no
-        // polling to prepare.
+        // Most small collectives' last rank finds every other there, alike:
+        // no polling to prepare, one look at each peer's line.
+        if self.wake_and_look(p, mine.as_ref()) {
+            self.waits.ended_at_once();
+            return Ok(());
+        }
         if self.all_arrived(p) {
             self.waits.ended_at_once();
         } else {
@@ -712,18 +712,28 @@ impl IntraHost {
         cpu
     }
 
-    /// After this rank's phase store: wakes the peers that sleep. One that
-    /// is not sleeping needs no bell: it raises `sleeping` before its last
-    /// look at the phases (both SeqCst), so either it sees this rank's
-    /// phase or this rank sees it sleeping. A spinning peer's header line
-    /// is only read, not written.
-    fn wake_sleepers(&self) {
+    /// After this rank's phase store at phase `p`: wakes the peers that
+    /// sleep, and tells whether every peer is there, with `mine` (this
+    /// rank's fingerprint words, at an operation's first sync) in its slot:
+    /// one pass over the peers' lines. A peer that is not sleeping needs no
+    /// bell: it raises `sleeping` before its last look at the phases (both
+    /// SeqCst), so either it sees this rank's phase or this rank sees it
+    /// sleeping. A spinning peer's header line is only read, not written.
+    fn wake_and_look(&self, p: u64, mine: Option<&[u64; SLOT_WORDS]>) -> bool {
+        let mut all_there = true;
         for (r, base) in self.bases.iter().enumerate() {
-            if r != self.rank && sleeping_at(base).load(Ordering::SeqCst) != 0 {
+            if r == self.rank {
+                continue;
+            }
+            if sleeping_at(base).load(Ordering::SeqCst) != 0 {
                 bell_at(base).fetch_add(1, Ordering::SeqCst);
                 futex_wake(bell_at(base));
             }
+            all_there = all_there
+                && phase_at(base, p).load(Ordering::SeqCst) >= p
+                && mine.map_or(true, |words| published_at(base, p, words));
         }
+        all_there
     }
 
     /// Rings every peer's bell, sleeping or not: after a change that
@@ -936,6 +946,13 @@ fn phase_at(base: &*mut u8, p: u64) -> &AtomicU64 {
 fn slot_at(base: &*mut u8, p: u64) -> &[AtomicU64; SLOT_WORDS] {
     // SAFETY: aligned words within the line, in a live mapping.
     unsafe { &*(line_at(base, p).add(SLOT) as *const [AtomicU64; SLOT_WORDS]) }
+}
+
+/// Whether the segment's fingerprint slot for a first sync at phase `p`
+/// holds `words`.
+fn published_at(base: &*mut u8, p: u64, words: &[u64; SLOT_WORDS]) -> bool {
+    let slot = slot_at(base, p);
+    (0..SLOT_WORDS).all(|i| slot[i].load(Ordering::Relaxed) == words[i])
 }
 
 fn bell_at(base: &*mut u8) -> &AtomicU32 {
