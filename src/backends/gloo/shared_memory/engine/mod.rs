@@ -435,7 +435,7 @@ impl IntraHost {
     /// Publishes the CPU this rank runs on (plus one), storing only a
     /// change: peers read the word while they wait, and an unchanged one
     /// stays in their caches. An unknown CPU (0: not looked at, see
-    /// [`IntraHost::arrive_on_cpu`]) leaves the word as it was.
+    /// [`IntraHost::publish_own_cpu`]) leaves the word as it was.
     fn publish_cpu(&self, cpu: u32) {
         let mine = cpu_at(&self.own.base);
         if cpu != 0 && mine.load(Ordering::Relaxed) != cpu {
@@ -681,7 +681,12 @@ impl IntraHost {
         let p = self.advance(&self.phase) + 1;
         // Before the phase store, which publishes it.
         let mine = first.map(|fp| self.publish(p, fp));
-        let cpu = self.arrive_on_cpu();
+        // A sync that waits looks up its CPU (below); one that finds its
+        // peers there needs none, and refreshes the published one only now
+        // and then (see [`wait::CPU_LOOK_EVERY`]).
+        if p % wait::CPU_LOOK_EVERY == 0 {
+            self.publish_own_cpu();
+        }
         phase_at(&self.own.base, p).store(p, Ordering::SeqCst);
         // Most small collectives' last rank finds every other there, alike:
         // no polling to prepare, one look at each peer's line.
@@ -692,7 +697,7 @@ impl IntraHost {
         if self.all_arrived(p) {
             self.waits.ended_at_once();
         } else {
-            self.wait_all(what, p, cpu, d, alive)?;
+            self.wait_all(what, p, d, alive)?;
         }
         match mine {
             Some(words) if !self.all_published(p, &words) => self.check_fingerprints(what, p),
@@ -700,10 +705,10 @@ impl IntraHost {
         }
     }
 
-    /// Publishes the CPU this rank arrives on, where the waits look at
-    /// where ranks run (see [`wait`]), and returns it; 0 (unknown) where
-    /// they do not, without looking.
-    fn arrive_on_cpu(&self) -> u32 {
+    /// Looks up and publishes the CPU this rank runs on, where the waits
+    /// look at where ranks run (see [`wait`]), and returns it; 0
+    /// (unknown) where they do not, without looking.
+    fn publish_own_cpu(&self) -> u32 {
         if !self.waits.tracks_cpus() {
             return 0;
         }
@@ -757,10 +762,10 @@ impl IntraHost {
         &self,
         what: &str,
         p: u64,
-        cpu: u32,
         d: &Deadline,
         alive: &dyn Fn() -> Result<()>,
     ) -> Result<()> {
+        let cpu = self.publish_own_cpu();
         match self.wait_for_peers(what, p, cpu, d, alive) {
             Ok(()) => Ok(()),
             Err(e) => self.give_up(p, e),

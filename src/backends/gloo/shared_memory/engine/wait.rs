@@ -3,9 +3,10 @@
 //! sleeps, as follows.
 //!
 //! - A busy poll helps only while the awaited peer runs on another CPU.
-//!   Each rank publishes the CPU it runs on when it arrives at a sync (a
-//!   word on its header's line of rarely written words, stored only when
-//!   it changes, so that it stays in the waiters' caches); a waiter that finds a late peer last seen on its own
+//!   Each rank publishes the CPU it runs on when it waits at a sync, and
+//!   at one sync in [`CPU_LOOK_EVERY`] where it does not (a word on its
+//!   header's line of rarely written words, stored only when it changes,
+//!   so that it stays in the waiters' caches); a waiter that finds a late peer last seen on its own
 //!   CPU yields at once instead of spinning: that peer cannot run until
 //!   this rank lets go of the CPU. This is the case where the scheduler put
 //!   two ranks on one CPU (measured before this rule: every 4-byte
@@ -49,6 +50,13 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+/// A rank looks up the CPU it runs on (`sched_getcpu`) and publishes it
+/// at every sync where it waits, and otherwise (its peers were all there:
+/// none needed to know) at one sync in this many. A rank that never waits
+/// keeps its published CPU this many syncs old at most; one that moved
+/// onto a waiting peer's CPU makes that peer wait long, and then waits
+/// itself (only one of two ranks sharing a CPU runs on), looking it up.
+pub(super) const CPU_LOOK_EVERY: u64 = 16;
 /// Busy polls a wait spends before yielding, when every rank can have a
 /// CPU (about 50 µs here).
 pub(super) const MAX_SPINS: u32 = 2000;
