@@ -718,27 +718,27 @@ impl IntraHost {
     }
 
     /// After this rank's phase store at phase `p`: wakes the peers that
-    /// sleep, and tells whether every peer is there, with `mine` (this
-    /// rank's fingerprint words, at an operation's first sync) in its slot:
-    /// one pass over the peers' lines. A peer that is not sleeping needs no
+    /// sleep, then tells whether every peer is there, with `mine` (this
+    /// rank's fingerprint words, at an operation's first sync) in its slot,
+    /// one look at each peer's line. A peer that is not sleeping needs no
     /// bell: it raises `sleeping` before its last look at the phases (both
     /// SeqCst), so either it sees this rank's phase or this rank sees it
     /// sleeping. A spinning peer's header line is only read, not written.
+    /// (The bells have a loop of their own: a futex call inside the look's
+    /// loop made it save and reload its state around each, about 25
+    /// instructions a sleeping peer.)
     fn wake_and_look(&self, p: u64, mine: Option<&[u64; SLOT_WORDS]>) -> bool {
-        let mut all_there = true;
         for (r, base) in self.bases.iter().enumerate() {
-            if r == self.rank {
-                continue;
-            }
-            if sleeping_at(base).load(Ordering::SeqCst) != 0 {
+            if r != self.rank && sleeping_at(base).load(Ordering::SeqCst) != 0 {
                 bell_at(base).fetch_add(1, Ordering::SeqCst);
                 futex_wake(bell_at(base));
             }
-            all_there = all_there
-                && phase_at(base, p).load(Ordering::SeqCst) >= p
-                && mine.map_or(true, |words| published_at(base, p, words));
         }
-        all_there
+        self.bases.iter().enumerate().all(|(r, base)| {
+            r == self.rank
+                || phase_at(base, p).load(Ordering::SeqCst) >= p
+                    && mine.map_or(true, |words| published_at(base, p, words))
+        })
     }
 
     /// Rings every peer's bell, sleeping or not: after a change that
