@@ -128,8 +128,10 @@ pub struct IntraHost {
     size: usize,
     /// Every rank's segment base here (this rank's own mapping included).
     bases: Vec<*mut u8>,
-    /// Keeps the mappings (own first, then the peers').
-    _own: OwnMapping,
+    /// Keeps the mappings (own first, then the peers'). The own one's
+    /// base is `bases[rank]`, read from here where a sync writes its own
+    /// header (no index check).
+    own: OwnMapping,
     _peers: Vec<PeerMapping>,
     /// Per peer, a descriptor that becomes readable when it exits (shared
     /// by every comm with that peer, see [`watch_process`]).
@@ -375,7 +377,7 @@ impl IntraHost {
             rank,
             size,
             bases: mapped.bases,
-            _own: own,
+            own,
             _peers: mapped.peers,
             pidfds: mapped.pidfds,
             phase: AtomicU64::new(0),
@@ -388,20 +390,26 @@ impl IntraHost {
 
     /// Rank `r`'s sync line for a sync at phase `p`.
     fn sync_line(&self, r: usize, p: u64) -> *mut u8 {
-        // SAFETY: within the header.
-        unsafe { self.bases[r].add((p % 2) as usize * LINE) }
+        line_at(&self.bases[r], p)
     }
 
     /// The phase of rank `r`'s latest sync of `p`'s parity: at least `p`
     /// once `r` reached the sync at `p` (never `p + 2` while this rank has
     /// not passed `p + 1`).
     fn phase_word(&self, r: usize, p: u64) -> &AtomicU64 {
-        // SAFETY: the line's first word, aligned, in a live mapping.
-        unsafe { &*(self.sync_line(r, p) as *const AtomicU64) }
+        phase_at(&self.bases[r], p)
     }
 
     fn arrived(&self, r: usize, p: u64) -> bool {
         self.phase_word(r, p).load(Ordering::SeqCst) >= p
+    }
+
+    /// Whether every rank reached the sync at phase `p` (the segments in
+    /// turn, without an index check per rank).
+    fn all_arrived(&self, p: u64) -> bool {
+        self.bases
+            .iter()
+            .all(|base| phase_at(base, p).load(Ordering::SeqCst) >= p)
     }
 
     /// The payload of rank `r`'s sync line for a sync at phase `p`.
@@ -411,25 +419,26 @@ impl IntraHost {
     }
 
     fn bell_of(&self, r: usize) -> &AtomicU32 {
-        unsafe { &*(self.bases[r].add(BELL) as *const AtomicU32) }
+        bell_at(&self.bases[r])
     }
 
     fn sleeping_of(&self, r: usize) -> &AtomicU32 {
-        unsafe { &*(self.bases[r].add(SLEEPING) as *const AtomicU32) }
+        sleeping_at(&self.bases[r])
     }
 
     /// The CPU rank `r` last ran on at a sync, plus one (0: not known);
     /// see [`wait`].
     fn cpu_of(&self, r: usize) -> &AtomicU32 {
-        unsafe { &*(self.bases[r].add(CPU) as *const AtomicU32) }
+        cpu_at(&self.bases[r])
     }
 
     /// Publishes the CPU this rank runs on (plus one), storing only a
     /// change: peers read the word while they wait, and an unchanged one
-    /// stays in their caches.
+    /// stays in their caches. An unknown CPU (0: not looked at, see
+    /// [`IntraHost::publish_own_cpu`]) leaves the word as it was.
     fn publish_cpu(&self, cpu: u32) {
-        let mine = self.cpu_of(self.rank);
-        if mine.load(Ordering::Relaxed) != cpu {
+        let mine = cpu_at(&self.own.base);
+        if cpu != 0 && mine.load(Ordering::Relaxed) != cpu {
             mine.store(cpu, Ordering::Relaxed);
         }
     }
@@ -472,15 +481,27 @@ impl IntraHost {
     /// next operation's fingerprint (at phase `p + 1` at the earliest)
     /// never overwrites one that a slower rank is still reading.
     fn slot(&self, r: usize, p: u64) -> &[AtomicU64; SLOT_WORDS] {
-        // SAFETY: aligned words within the line, in a live mapping.
-        unsafe { &*(self.sync_line(r, p).add(SLOT) as *const [AtomicU64; SLOT_WORDS]) }
+        slot_at(&self.bases[r], p)
     }
 
-    fn publish(&self, p: u64, fp: &Fingerprint) {
-        let slot = self.slot(self.rank, p);
-        for (word, w) in slot.iter().zip([tagged(fp.packed(), p), fp.count, fp.root]) {
+    /// Publishes this rank's fingerprint for the operation whose first
+    /// sync is at phase `p`; returns the slot's words as written.
+    fn publish(&self, p: u64, fp: &Fingerprint) -> [u64; SLOT_WORDS] {
+        let words = [tagged(fp.packed(), p), fp.count, fp.root];
+        let slot = slot_at(&self.own.base, p);
+        for (word, w) in slot.iter().zip(words) {
             word.store(w, Ordering::Relaxed);
         }
+        words
+    }
+
+    /// Whether every rank published `words` (this rank's own, as
+    /// [`IntraHost::publish`] wrote them) for the operation whose first
+    /// sync is at phase `p`: then all are alike, which is all that the
+    /// common case needs to know ([`IntraHost::check_fingerprints`] finds
+    /// who differs otherwise).
+    fn all_published(&self, p: u64, words: &[u64; SLOT_WORDS]) -> bool {
+        self.bases.iter().all(|base| published_at(base, p, words))
     }
 
     /// Rank `r`'s fingerprint for the operation whose first sync is at phase
@@ -499,11 +520,14 @@ impl IntraHost {
         (first >> 32 == tagged(0, p) >> 32).then(|| [first & u64::from(u32::MAX), w(1), w(2)])
     }
 
-    /// After the first sync of an operation: every rank compares every
+    /// After the first sync of an operation whose fingerprints are not all
+    /// alike ([`IntraHost::all_published`]): every rank compares every
     /// rank's fingerprint with rank 0's, so all ranks give the same answer
     /// and stay in step. On a mismatch nothing was transferred yet (data
     /// lands only after this sync), and every rank starts its next chunk
     /// on the same half.
+    #[cold]
+    #[inline(never)]
     fn check_fingerprints(&self, what: &str, p: u64) -> Result<()> {
         let first = self.published_words(0, p);
         if first.is_some() && (1..self.size).all(|r| self.published_words(r, p) == first) {
@@ -655,34 +679,66 @@ impl IntraHost {
         alive: &dyn Fn() -> Result<()>,
     ) -> Result<()> {
         let p = self.advance(&self.phase) + 1;
-        let me = self.rank;
-        if let Some(fp) = first {
-            // Before the phase store, which publishes it.
-            self.publish(p, fp);
+        // Before the phase store, which publishes it.
+        let mine = first.map(|fp| self.publish(p, fp));
+        // A sync that waits looks up its CPU (below); one that finds its
+        // peers there needs none, and refreshes the published one only now
+        // and then (see [`wait::CPU_LOOK_EVERY`]).
+        if p % wait::CPU_LOOK_EVERY == 0 {
+            self.publish_own_cpu();
         }
-        let cpu = wait::current_cpu();
-        self.publish_cpu(cpu);
-        self.phase_word(me, p).store(p, Ordering::SeqCst);
-        self.wake_sleepers();
-        self.wait_all(what, p, cpu, d, alive)?;
-        match first {
-            Some(_) => self.check_fingerprints(what, p),
-            None => Ok(()),
+        phase_at(&self.own.base, p).store(p, Ordering::SeqCst);
+        // Most small collectives' last rank finds every other there, alike:
+        // no polling to prepare, one look at each peer's line.
+        if self.wake_and_look(p, mine.as_ref()) {
+            self.waits.ended_at_once();
+            return Ok(());
+        }
+        if self.all_arrived(p) {
+            self.waits.ended_at_once();
+        } else {
+            self.wait_all(what, p, d, alive)?;
+        }
+        match mine {
+            Some(words) if !self.all_published(p, &words) => self.check_fingerprints(what, p),
+            _ => Ok(()),
         }
     }
 
-    /// After this rank's phase store: wakes the peers that sleep. One that
-    /// is not sleeping needs no bell: it raises `sleeping` before its last
-    /// look at the phases (both SeqCst), so either it sees this rank's
-    /// phase or this rank sees it sleeping. A spinning peer's header line
-    /// is only read, not written.
-    fn wake_sleepers(&self) {
-        for r in (0..self.size).filter(|r| *r != self.rank) {
-            if self.sleeping_of(r).load(Ordering::SeqCst) != 0 {
-                self.bell_of(r).fetch_add(1, Ordering::SeqCst);
-                futex_wake(self.bell_of(r));
+    /// Looks up and publishes the CPU this rank runs on, where the waits
+    /// look at where ranks run (see [`wait`]), and returns it; 0
+    /// (unknown) where they do not, without looking.
+    fn publish_own_cpu(&self) -> u32 {
+        if !self.waits.tracks_cpus() {
+            return 0;
+        }
+        let cpu = wait::current_cpu();
+        self.publish_cpu(cpu);
+        cpu
+    }
+
+    /// After this rank's phase store at phase `p`: wakes the peers that
+    /// sleep, then tells whether every peer is there, with `mine` (this
+    /// rank's fingerprint words, at an operation's first sync) in its slot,
+    /// one look at each peer's line. A peer that is not sleeping needs no
+    /// bell: it raises `sleeping` before its last look at the phases (both
+    /// SeqCst), so either it sees this rank's phase or this rank sees it
+    /// sleeping. A spinning peer's header line is only read, not written.
+    /// (The bells have a loop of their own: a futex call inside the look's
+    /// loop made it save and reload its state around each, about 25
+    /// instructions a sleeping peer.)
+    fn wake_and_look(&self, p: u64, mine: Option<&[u64; SLOT_WORDS]>) -> bool {
+        for (r, base) in self.bases.iter().enumerate() {
+            if r != self.rank && sleeping_at(base).load(Ordering::SeqCst) != 0 {
+                bell_at(base).fetch_add(1, Ordering::SeqCst);
+                futex_wake(bell_at(base));
             }
         }
+        self.bases.iter().enumerate().all(|(r, base)| {
+            r == self.rank
+                || phase_at(base, p).load(Ordering::SeqCst) >= p
+                    && mine.map_or(true, |words| published_at(base, p, words))
+        })
     }
 
     /// Rings every peer's bell, sleeping or not: after a change that
@@ -699,16 +755,17 @@ impl IntraHost {
     }
 
     /// Waits until every rank's phase reached `p`; a rank that fails here
-    /// gives up (see [`IntraHost::give_up`]).
-    #[inline(always)]
+    /// gives up (see [`IntraHost::give_up`]). Out of line: the common
+    /// sync (every rank there at the first look) never comes here.
+    #[inline(never)]
     fn wait_all(
         &self,
         what: &str,
         p: u64,
-        cpu: u32,
         d: &Deadline,
         alive: &dyn Fn() -> Result<()>,
     ) -> Result<()> {
+        let cpu = self.publish_own_cpu();
         match self.wait_for_peers(what, p, cpu, d, alive) {
             Ok(()) => Ok(()),
             Err(e) => self.give_up(p, e),
@@ -870,6 +927,52 @@ pub struct Reduction {
 fn tagged(packed: u64, p: u64) -> u64 {
     debug_assert!(packed >> 32 == 0);
     packed | p << 32
+}
+
+// The header's hot words, from a rank's segment base (a reference into
+// the engine's `bases`, whose mappings live as long as the engine): the
+// syncs go through them segment by segment, with no index check per rank.
+
+/// The segment's sync line for a sync at phase `p`.
+fn line_at(base: &*mut u8, p: u64) -> *mut u8 {
+    // SAFETY: within the header.
+    unsafe { base.add((p % 2) as usize * LINE) }
+}
+
+/// The segment's phase word for phase `p`'s parity (see
+/// [`IntraHost::phase_word`]).
+fn phase_at(base: &*mut u8, p: u64) -> &AtomicU64 {
+    // SAFETY: the line's first word, aligned, in a live mapping.
+    unsafe { &*(line_at(base, p) as *const AtomicU64) }
+}
+
+/// The segment's fingerprint slot for a first sync at phase `p` (see
+/// [`IntraHost::slot`]).
+fn slot_at(base: &*mut u8, p: u64) -> &[AtomicU64; SLOT_WORDS] {
+    // SAFETY: aligned words within the line, in a live mapping.
+    unsafe { &*(line_at(base, p).add(SLOT) as *const [AtomicU64; SLOT_WORDS]) }
+}
+
+/// Whether the segment's fingerprint slot for a first sync at phase `p`
+/// holds `words`.
+fn published_at(base: &*mut u8, p: u64, words: &[u64; SLOT_WORDS]) -> bool {
+    let slot = slot_at(base, p);
+    (0..SLOT_WORDS).all(|i| slot[i].load(Ordering::Relaxed) == words[i])
+}
+
+fn bell_at(base: &*mut u8) -> &AtomicU32 {
+    // SAFETY: an aligned word of the header, in a live mapping.
+    unsafe { &*(base.add(BELL) as *const AtomicU32) }
+}
+
+fn cpu_at(base: &*mut u8) -> &AtomicU32 {
+    // SAFETY: an aligned word of the header, in a live mapping.
+    unsafe { &*(base.add(CPU) as *const AtomicU32) }
+}
+
+fn sleeping_at(base: &*mut u8) -> &AtomicU32 {
+    // SAFETY: an aligned word of the header, in a live mapping.
+    unsafe { &*(base.add(SLEEPING) as *const AtomicU32) }
 }
 
 /// A synchronisation of all ranks, named for messages.

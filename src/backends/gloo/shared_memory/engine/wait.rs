@@ -3,9 +3,10 @@
 //! sleeps, as follows.
 //!
 //! - A busy poll helps only while the awaited peer runs on another CPU.
-//!   Each rank publishes the CPU it runs on when it arrives at a sync (a
-//!   word on its header's line of rarely written words, stored only when
-//!   it changes, so that it stays in the waiters' caches); a waiter that finds a late peer last seen on its own
+//!   Each rank publishes the CPU it runs on when it waits at a sync, and
+//!   at one sync in [`CPU_LOOK_EVERY`] where it does not (a word on its
+//!   header's line of rarely written words, stored only when it changes,
+//!   so that it stays in the waiters' caches); a waiter that finds a late peer last seen on its own
 //!   CPU yields at once instead of spinning: that peer cannot run until
 //!   this rank lets go of the CPU. This is the case where the scheduler put
 //!   two ranks on one CPU (measured before this rule: every 4-byte
@@ -49,6 +50,13 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+/// A rank looks up the CPU it runs on (`sched_getcpu`) and publishes it
+/// at every sync where it waits, and otherwise (its peers were all there:
+/// none needed to know) at one sync in this many. A rank that never waits
+/// keeps its published CPU this many syncs old at most; one that moved
+/// onto a waiting peer's CPU makes that peer wait long, and then waits
+/// itself (only one of two ranks sharing a CPU runs on), looking it up.
+pub(super) const CPU_LOOK_EVERY: u64 = 16;
 /// Busy polls a wait spends before yielding, when every rank can have a
 /// CPU (about 50 µs here).
 pub(super) const MAX_SPINS: u32 = 2000;
@@ -100,6 +108,30 @@ impl WaitPolicy {
             }
         }
         p
+    }
+
+    /// Whether where ranks run matters to the waits: only where they may
+    /// busy-poll (every rank can have a CPU). With more ranks than CPUs
+    /// every wait yields at once wherever its peers run, so a sync need
+    /// not look up its CPU (a `sched_getcpu` each).
+    pub(super) fn tracks_cpus(&self) -> bool {
+        self.busy_spins > 0
+    }
+
+    /// Counts a wait that found every peer there at its first look, as
+    /// [`WaitPolicy::patience`] and [`WaitPolicy::waited`] would (a probe
+    /// among them ended soon: waits poll again), without preparing its
+    /// polling.
+    #[inline]
+    pub(super) fn ended_at_once(&self) {
+        let n = self.asleep.load(Ordering::Relaxed);
+        if n > 0 {
+            let next = match n % PROBE_EVERY == 0 {
+                true => 0,
+                false => n.wrapping_add(1).max(1),
+            };
+            self.asleep.store(next, Ordering::Relaxed);
+        }
     }
 
     /// Whether waits busy-poll now: every rank can have a CPU and the
@@ -212,7 +244,8 @@ pub(super) struct Patience {
     /// Yields before it sleeps: [`YIELDS`], or none when it sleeps at once.
     max_yields: u32,
     next_look: u32,
-    /// This thread's CPU plus one, as [`current_cpu`].
+    /// This thread's CPU plus one, as [`current_cpu`]; 0 where it is not
+    /// tracked ([`WaitPolicy::tracks_cpus`]): then it stays unknown.
     pub(super) cpu: u32,
     /// When the wait started timing itself (at poll [`TIME_FROM`], or when
     /// it first went to sleep).
@@ -283,8 +316,10 @@ impl Patience {
             self.yields += 1;
             std::thread::yield_now();
             // Look again at once: the peer may have run meanwhile, or this
-            // thread moved to another CPU.
-            self.cpu = current_cpu();
+            // thread moved to another CPU (unless its CPU is not tracked).
+            if self.cpu != 0 {
+                self.cpu = current_cpu();
+            }
             self.next_look = self.polls + 1;
             return true;
         }
@@ -482,6 +517,31 @@ mod tests {
         p.switches_at_yield = Some(involuntary_switches());
         w.waited(&p);
         assert!(w.polls(), "polling resumes after an uncontended probe");
+    }
+
+    #[test]
+    fn a_wait_that_ends_at_once_counts_as_a_short_one() {
+        // Sleeping at once: a wait that found its peers there counts toward
+        // the next probe, and a probe among them makes the waits poll again,
+        // as a short wait through `patience` and `waited` does.
+        let (at_once, short) = (WaitPolicy::new(MAX_SPINS), WaitPolicy::new(MAX_SPINS));
+        for w in [&at_once, &short] {
+            w.learn(false, true);
+            assert!(!w.polls());
+        }
+        for i in 0..2 * PROBE_EVERY {
+            at_once.ended_at_once();
+            short.waited(&short.patience(1));
+            let asleep = |w: &WaitPolicy| w.asleep.load(Ordering::Relaxed);
+            assert_eq!(asleep(&at_once), asleep(&short), "wait {i}");
+        }
+        assert!(
+            at_once.polls(),
+            "a probe that ended at once resumes polling"
+        );
+        let more = WaitPolicy::new(0);
+        more.ended_at_once();
+        assert!(!more.tracks_cpus() && !more.polls());
     }
 
     #[test]
