@@ -2,8 +2,8 @@
 //! the comm before any backend sees the operation.
 
 use super::{
-    AllToAll, AllToAllKind, Gather, GatherKind, Op, PointToPoint, Ptr, Reduction, ReductionKind,
-    Scatter, ScatterKind,
+    AllToAll, AllToAllKind, Gather, GatherKind, Op, P2p, PointToPoint, Ptr, Reduction,
+    ReductionKind, Scatter, ScatterKind,
 };
 use crate::error::{Error, Result};
 use crate::types::DType;
@@ -16,14 +16,8 @@ impl Op {
         match self {
             // Nothing to check: spared the call and the families' frame.
             Op::Barrier | Op::Refused(_) => Ok(()),
-            // The commonest small call, checked here without that frame
-            // (the same checks as `validate_point_to_point`'s).
-            Op::PointToPoint(PointToPoint::One(p)) if !p.is_any_source() => {
-                if p.peer < 0 || p.peer >= size {
-                    return Err(outside(p.peer, size, "peer"));
-                }
-                buf_ok(p.buf, p.count, p.dtype, "buf")
-            }
+            // The commonest small call, checked here without that frame.
+            Op::PointToPoint(PointToPoint::One(p)) => validate_one(p, size),
             _ => self.validate_families(rank, size),
         }
     }
@@ -45,25 +39,30 @@ impl Op {
     }
 }
 
+/// A send or receive alone, on a comm of `size` ranks: its peer (a
+/// receive from any source: other ranks to take from) and buffer.
+#[inline(always)]
+fn validate_one(p: &P2p, size: i32) -> Result<()> {
+    if p.is_any_source() {
+        // Never from self (as a receive naming its own rank, it would
+        // need a send issued after it): from the other ranks only.
+        if size < 2 {
+            return Err(Error::invalid_usage(
+                "argument 'peer': TC_ANY_SOURCE on a comm of one rank: a receive from any \
+                 source takes messages from the other ranks only, and there are none",
+            ));
+        }
+    } else if p.peer < 0 || p.peer >= size {
+        return Err(outside(p.peer, size, "peer"));
+    }
+    buf_ok(p.buf, p.count, p.dtype, "buf")
+}
+
 /// Send, receive and batch: peers and buffers.
 #[inline(always)]
 fn validate_point_to_point(p: &PointToPoint, c: &Checks) -> Result<()> {
     match p {
-        PointToPoint::One(p) if p.is_any_source() => {
-            // Never from self (as a receive naming its own rank, it would
-            // need a send issued after it): from the other ranks only.
-            if c.size < 2 {
-                return Err(Error::invalid_usage(
-                    "argument 'peer': TC_ANY_SOURCE on a comm of one rank: a receive from any \
-                     source takes messages from the other ranks only, and there are none",
-                ));
-            }
-            buf_ok(p.buf, p.count, p.dtype, "buf")
-        }
-        PointToPoint::One(p) => {
-            c.peer(p.peer, "peer")?;
-            buf_ok(p.buf, p.count, p.dtype, "buf")
-        }
+        PointToPoint::One(p) => validate_one(p, c.size),
         PointToPoint::Batch(ops) => {
             for (i, p) in ops.iter().enumerate() {
                 if p.is_any_source() {

@@ -96,18 +96,27 @@ impl WaitPolicy {
     /// [`Patience::new`]).
     pub(super) fn patience(&self, cpu: u32) -> Patience {
         let mut p = Patience::new(self.busy_spins, cpu);
-        let n = self.asleep.load(Ordering::Relaxed);
-        if n > 0 {
-            // A load and a store: one wait at a time per engine, and a
-            // lost count only moves the next probe.
-            self.asleep
-                .store(n.wrapping_add(1).max(1), Ordering::Relaxed);
-            match n % PROBE_EVERY == 0 {
-                true => p.probe = true,
-                false => (p.budget, p.max_yields) = (0, 0),
-            }
+        match self.count_wait() {
+            Some(true) => p.probe = true,
+            Some(false) => (p.budget, p.max_yields) = (0, 0),
+            None => {}
         }
         p
+    }
+
+    /// Counts a wait while the waits sleep at once: Some(whether it is a
+    /// probe, which polls), None while they poll.
+    #[inline]
+    fn count_wait(&self) -> Option<bool> {
+        let n = self.asleep.load(Ordering::Relaxed);
+        if n == 0 {
+            return None;
+        }
+        // A load and a store: one wait at a time per engine, and a lost
+        // count only moves the next probe.
+        self.asleep
+            .store(n.wrapping_add(1).max(1), Ordering::Relaxed);
+        Some(n % PROBE_EVERY == 0)
     }
 
     /// Whether where ranks run matters to the waits: only where they may
@@ -124,13 +133,9 @@ impl WaitPolicy {
     /// polling.
     #[inline]
     pub(super) fn ended_at_once(&self) {
-        let n = self.asleep.load(Ordering::Relaxed);
-        if n > 0 {
-            let next = match n % PROBE_EVERY == 0 {
-                true => 0,
-                false => n.wrapping_add(1).max(1),
-            };
-            self.asleep.store(next, Ordering::Relaxed);
+        if self.count_wait() == Some(true) {
+            // A probe that found the CPUs free (it did not even wait).
+            self.learn(true, false);
         }
     }
 
